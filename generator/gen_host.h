@@ -1,0 +1,13 @@
+/* gen_host.h — the narrow C↔Lua boundary of `gen`: the `hyp` module's C functions.
+ * Tables in, tables out; C does what Lua cannot (YAML parsing, files, JSON, NVRTC, data shards). */
+#ifndef GEN_HOST_H
+#define GEN_HOST_H
+#include <lua.h>
+
+void gen_push_null(lua_State *L);          /* pushes hyp.null */
+int gen_lua_load_yaml(lua_State *L);       /* yaml_lua.c */
+int gen_lua_json_encode(lua_State *L);     /* json_lua.c */
+int gen_lua_json_decode(lua_State *L);     /* json_lua.c */
+void gen_register_fs(lua_State *L, int idx);   /* fs_lua.c: adds file functions to table at idx */
+void gen_register_extra(lua_State *L, int idx); /* ext_lua.c: data prep, NVRTC, ... */
+#endif

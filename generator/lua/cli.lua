@@ -1,0 +1,350 @@
+-- cli.lua — the `gen` command line. Parses arguments, runs the passes (tree → resolve → plan →
+-- render/compile → audit) and writes outputs. Returns the exit status: 0 ok, 1 internal or
+-- environment failure, 2 bad input. All output of the main command is built in a staging
+-- directory and moved into place last, so a failure never leaves a partial out/ directory.
+local U = require("util")
+local argv = ...
+
+local USAGE = [[
+usage:
+  gen TREE --enable LIST [--model M] [--target T] [--set vNNNN.p=v ...] [-o OUT]
+                                          generate a trainer into OUT (default out/<model>)
+  gen list TREE [--json]                  the tree by branch: id, name, status, aliases
+  gen explain TREE NAME [--json]          one spec (id, name or alias) in full
+  gen audit TREE --enable LIST [--target T] [--model M] [--json]
+  gen audit OUTDIR [--json]               the audit of a generated trainer
+  gen data INPUT... -o DIR [--val-fraction F] [--force]
+                                          pre-tokenize text into training shards
+  gen size --model M [--hw LIST] [...]    size a training run (see gen size --help)
+options:
+  --enable LIST   comma-separated aliases, spec ids or names, and presets (repeatable)
+  --target T      cpu | sim | sm_80 | sm_86 | sm_89 | sm_90 | ... (default cpu)
+  --set K=V       override a parameter of an active spec, e.g. --set v2104.stage=2
+]]
+
+-- flag spec: name -> "value" | "list" | "flag"
+local function parse(args, spec, positional_max)
+  local o = { _pos = {} }
+  local i = 1
+  local names = {}
+  for k in pairs(spec) do names[#names + 1] = k end
+  table.sort(names)
+  while i <= #args do
+    local a = args[i]
+    if a:sub(1, 1) == "-" and a ~= "-" then
+      local name, inline = a:match("^(%-%-?[^=]+)=(.*)$")
+      name = name or a
+      local kind = spec[name]
+      if not kind then
+        U.fail("<command line>", "unknown option '" .. name .. "'" .. U.did_you_mean(name, names),
+          "see `gen --help`")
+      end
+      if kind == "flag" then
+        o[name] = true
+      else
+        local v = inline
+        if not v then
+          i = i + 1
+          v = args[i]
+          if v == nil then U.fail("<command line>", "option " .. name .. " needs a value", "see `gen --help`") end
+        end
+        if kind == "list" then
+          o[name] = o[name] or {}
+          for _, x in ipairs(U.split(v, ",")) do table.insert(o[name], x) end
+        elseif kind == "multi" then
+          o[name] = o[name] or {}
+          table.insert(o[name], v)
+        else
+          o[name] = v
+        end
+      end
+    else
+      o._pos[#o._pos + 1] = a
+    end
+    i = i + 1
+  end
+  if positional_max and #o._pos > positional_max then
+    U.fail("<command line>", "unexpected argument '" .. o._pos[positional_max + 1] .. "'", "see `gen --help`")
+  end
+  return o
+end
+
+local function emit_json(v)
+  local s, err = hyp.json_encode(v, true)
+  if not s then error("cannot encode JSON: " .. err) end
+  io.write(s, "\n")
+end
+
+local function need_tree(path)
+  if not path then U.fail("<command line>", "missing the tree file", "e.g. gen list specs/v2500.yaml") end
+  return require("tree").load(path)
+end
+
+local commands = {}
+
+function commands.list(args)
+  local o = parse(args, { ["--json"] = "flag" }, 1)
+  local tree = need_tree(o._pos[1])
+  local by_alias = require("audit").aliases_by_id(tree)
+  if o["--json"] then
+    local out = { tree = tree.path, version = tree.doc.version, branches = U.array() }
+    for _, b in ipairs(tree.branches) do
+      local specs = U.array()
+      for _, id in ipairs(b.specs) do
+        local s = tree.by_id[id]
+        specs[#specs + 1] = { id = s.id, name = s.name, title = s.title, status = s.status,
+          aliases = U.array(by_alias[id] or {}) }
+      end
+      out.branches[#out.branches + 1] = { id = b.id, title = b.title, specs = specs }
+    end
+    out.presets = {}
+    for name, p in pairs(tree.presets) do out.presets[name] = { doc = p.doc, enable = U.plain(p.enable) } end
+    emit_json(out)
+    return 0
+  end
+  io.write(string.format("%s — technology tree v%s (%d specs)\n", tree.doc.name, tostring(tree.doc.version), #tree.specs))
+  for bi, b in ipairs(tree.branches) do
+    io.write(string.format("\n%d. %s [%s]\n", bi, b.title, b.id))
+    for _, id in ipairs(b.specs) do
+      local s = tree.by_id[id]
+      local al = by_alias[id] and ("  aliases: " .. table.concat(by_alias[id], ", ")) or ""
+      io.write(string.format("  %s  %-26s %-10s %s%s\n", s.id, s.name, s.status, s.title, al))
+    end
+  end
+  io.write("\npresets:\n")
+  for _, name in ipairs(U.sorted_keys(tree.presets)) do
+    local p = tree.presets[name]
+    io.write(string.format("  %-12s %s — %s\n", name, table.concat(U.plain(p.enable), ","), p.doc))
+  end
+  return 0
+end
+
+local function find_spec(tree, name)
+  local s = tree.by_id[name] or tree.by_name[name]
+  if s then return s end
+  local a = tree.aliases[name]
+  if a then return tree.by_id[a.spec or a.choose[1].spec], a end
+  U.fail("<command line>", "unknown spec '" .. name .. "'" ..
+    U.did_you_mean(name, require("tree").selectable_names(tree)), "use an id, name or alias from `gen list`")
+end
+
+function commands.explain(args)
+  local o = parse(args, { ["--json"] = "flag" }, 2)
+  local tree = need_tree(o._pos[1])
+  if not o._pos[2] then U.fail("<command line>", "missing the spec to explain", "e.g. gen explain specs/v2500.yaml v2160") end
+  local s = find_spec(tree, o._pos[2])
+  local by_alias = require("audit").aliases_by_id(tree)
+  local required_by = {}
+  for _, x in ipairs(tree.specs) do
+    for _, r in ipairs(x.requires) do if r == s.id then required_by[#required_by + 1] = x.id end end
+  end
+  if o["--json"] then
+    local out = U.plain(s)
+    out.__branch_index = nil
+    out.file = U.file_of(s)
+    out.aliases = U.array(by_alias[s.id] or {})
+    out.required_by = U.array(required_by)
+    emit_json(out)
+    return 0
+  end
+  local w = function(...) io.write(string.format(...)) end
+  w("%s %s — %s\n", s.id, s.name, s.title)
+  w("branch: %s   status: %s   file: %s\n", s.branch, s.status, U.file_of(s))
+  if by_alias[s.id] then w("aliases: %s\n", table.concat(by_alias[s.id], ", ")) end
+  w("\n%s\n", (s.summary:gsub("%s+$", "")))
+  w("\nrequires: %s\n", #s.requires > 0 and table.concat(U.plain(s.requires), ", ") or "(nothing)")
+  w("required by: %s\n", #required_by > 0 and table.concat(required_by, ", ") or "(nothing)")
+  if #s.conflicts > 0 then
+    w("conflicts:\n")
+    for _, c in ipairs(s.conflicts) do w("  %s %s — %s\n", c.id, tree.by_id[c.id].name, c.why) end
+  end
+  if s.gates then
+    w("gates: %s%s\n", s.gates.min_sm and ("min_sm " .. s.gates.min_sm .. " ") or "",
+      s.gates.targets and ("targets " .. table.concat(U.plain(s.gates.targets), "/")) or "")
+  end
+  if s.params and next(s.params) then
+    w("params:\n")
+    for _, p in ipairs(U.sorted_keys(s.params)) do
+      local d = s.params[p]
+      local range = ""
+      if d.min or d.max then range = string.format(" [%s..%s]", d.min and U.fmt_value(d.min) or "", d.max and U.fmt_value(d.max) or "") end
+      if d.values then range = " {" .. table.concat(U.plain(d.values), ", ") .. "}" end
+      w("  %-16s %-6s default %s%s — %s\n", p, d.type, U.fmt_value(d.default), range, d.doc)
+    end
+  end
+  if s.contributes and #s.contributes > 0 then
+    w("contributes when active:\n")
+    for _, c in ipairs(s.contributes) do w("  - %s\n", c) end
+  end
+  if #s.claims > 0 then
+    w("claims (as stated by the seed documents, not measured here):\n")
+    for _, c in ipairs(s.claims) do w("  - %s  [%s]\n", c.claim, c.source) end
+  end
+  if s.references and #s.references > 0 then
+    w("references:\n")
+    for _, r in ipairs(s.references) do
+      w("  - %s%s (%d)%s\n", r.authors and (r.authors .. ": ") or "", r.title, r.year, r.url and (" " .. r.url) or "")
+    end
+  end
+  return 0
+end
+
+local SELECT_FLAGS = {
+  ["--enable"] = "list", ["--preset"] = "list", ["--target"] = "value", ["--model"] = "value",
+  ["--set"] = "multi", ["--json"] = "flag", ["-o"] = "value", ["--out"] = "value",
+  ["--batch"] = "value", ["--seq"] = "value",
+}
+
+local function selection(o)
+  local enable = {}
+  for _, x in ipairs(o["--preset"] or {}) do enable[#enable + 1] = x end
+  for _, x in ipairs(o["--enable"] or {}) do enable[#enable + 1] = x end
+  return { enable = enable, set = o["--set"] or {}, target = o["--target"] or "cpu" }
+end
+
+local function run_passes(tree, o)
+  local R = require("resolve")
+  local cfg = R.resolve(tree, selection(o))
+  local T = require("tree")
+  if o["--model"] then
+    local m, path = T.load_model(tree, o["--model"])
+    cfg.model = U.plain(m)
+    cfg.model_path = path
+  end
+  return cfg
+end
+
+function commands.audit(args)
+  local o = parse(args, SELECT_FLAGS, 1)
+  local first = o._pos[1]
+  if not first then U.fail("<command line>", "missing the tree file or output directory", "e.g. gen audit specs/v2500.yaml --enable fp8") end
+  if hyp.stat(first) == "dir" then
+    local path = first .. "/audit.json"
+    local data = hyp.read_file(path)
+    if not data then U.fail(first, "no audit.json here", "give a directory written by gen, e.g. out/run1") end
+    local audit = hyp.json_decode(data)
+    if not audit then U.fail(path, "corrupt audit.json", "regenerate the trainer with gen") end
+    if o["--json"] then io.write(data) else
+      local text = hyp.read_file(first .. "/audit.md")
+      io.write(text or require("audit").text(audit))
+    end
+    return 0
+  end
+  local tree = need_tree(first)
+  local cfg = run_passes(tree, o)
+  local audit = require("audit").build(tree, cfg, {})
+  if o["--json"] then emit_json(audit) else io.write(require("audit").text(audit)) end
+  return 0
+end
+
+local function effective_config(cfg)
+  local active = U.array()
+  for _, id in ipairs(cfg.order) do
+    local a = cfg.active[id]
+    active[#active + 1] = { id = a.id, name = a.name, reasons = a.reasons, params = a.params }
+  end
+  return {
+    generator = { name = "hyperion", version = hyp.version },
+    tree = cfg.tree, tree_version = cfg.version, target = cfg.target,
+    model = cfg.model, selection = cfg.selection, active = active, decisions = U.array(cfg.decisions),
+  }
+end
+
+function commands.generate(args)
+  local o = parse(args, SELECT_FLAGS, 1)
+  local tree = need_tree(o._pos[1])
+  local default_model = not o["--model"]
+  if default_model then o["--model"] = "tiny" end
+  local cfg = run_passes(tree, o)
+  if default_model then
+    cfg.decisions[#cfg.decisions + 1] = { what = "model", value = "tiny", why = "no --model given: the default" }
+  end
+  local out = o["-o"] or o["--out"] or ("out/" .. cfg.model.name)
+  local contrib = {}
+  local files = {}
+  files["config.json"] = assert(hyp.json_encode(effective_config(cfg), true)) .. "\n"
+  local ok_plan, P = pcall(require, "plan")
+  local plan
+  if ok_plan then
+    plan = P.build(tree, cfg, contrib, { batch = tonumber(o["--batch"]), seq = tonumber(o["--seq"]) })
+    files["plan.json"] = assert(hyp.json_encode(plan, true)) .. "\n"
+  end
+  local audit = require("audit").build(tree, cfg, contrib)
+  files["audit.json"] = assert(hyp.json_encode(audit, true)) .. "\n"
+  files["audit.md"] = require("audit").text(audit)
+
+  -- write everything into a staging directory, then move it into place
+  local stage, err = hyp.mkdtemp(out)
+  if not stage then U.fail(out, "cannot create the output directory: " .. err, "check the path and permissions") end
+  local ok, e = pcall(function()
+    for _, name in ipairs(U.sorted_keys(files)) do
+      local okw, werr = hyp.write_file(stage .. "/" .. name, files[name])
+      if not okw then error({ env = werr }) end
+    end
+    if plan and hyp.stat(hyp.train_bin) == "file" then
+      local okc, cerr = hyp.copy_file(hyp.train_bin, stage .. "/train", 493)
+      if not okc then error({ env = cerr }) end
+    end
+    local okr, rerr = hyp.replace_dir(stage, out)
+    if not okr then error({ env = rerr }) end
+  end)
+  if not ok then
+    hyp.rm_rf(stage)
+    if type(e) == "table" and e.env then
+      io.stderr:write("gen: " .. e.env .. "\n")
+      return 1
+    end
+    error(e, 0)
+  end
+  io.write(string.format("gen: wrote %s (%d active specs, target %s, model %s)\n", out, #cfg.order,
+    cfg.target.name, cfg.model.name))
+  return 0
+end
+
+function commands.data(args)
+  local o = parse(args, { ["-o"] = "value", ["--val-fraction"] = "value", ["--force"] = "flag" })
+  if #o._pos == 0 then U.fail("<command line>", "gen data needs at least one input text file", "e.g. gen data corpus.txt -o data/corpus") end
+  if not o["-o"] then U.fail("<command line>", "gen data needs -o DIR", "e.g. gen data corpus.txt -o data/corpus") end
+  local vf = tonumber(o["--val-fraction"] or "0.05")
+  if not vf or vf < 0 or vf >= 1 then U.fail("<command line>", "--val-fraction must be in [0, 1)", "e.g. --val-fraction 0.05") end
+  if not hyp.data_prepare then U.fail("<command line>", "this gen was built without the data pipeline", "rebuild") end
+  local rc, msg = hyp.data_prepare(o._pos, o["-o"], vf, o["--force"] and true or false)
+  if rc ~= 0 then io.stderr:write(msg, "\n"); return rc end
+  io.write(msg, "\n")
+  return 0
+end
+
+function commands.size(args)
+  local ok, size = pcall(require, "size")
+  if not ok then U.fail("<command line>", "gen size is not available in this build", "update Hyperion") end
+  return size.main(args, parse)
+end
+
+local function main(args)
+  local cmd = args[1]
+  if cmd == nil or cmd == "--help" or cmd == "-h" or cmd == "help" then
+    io.write(USAGE)
+    return cmd == nil and 2 or 0
+  end
+  if cmd == "--version" then io.write("gen (hyperion) " .. hyp.version .. "\n"); return 0 end
+  local rest = { table.unpack(args, 2) }
+  if commands[cmd] and cmd ~= "generate" then return commands[cmd](rest) end
+  if cmd:sub(1, 1) == "-" or not (cmd:match("%.ya?ml$") or hyp.stat(cmd)) then
+    local names = U.sorted_keys(commands)
+    U.fail("<command line>", "unknown command '" .. cmd .. "'" .. U.did_you_mean(cmd, names),
+      "use one of list, explain, audit, data, size, or give the tree file first")
+  end
+  return commands.generate(args)
+end
+
+local ok, rc = xpcall(main, function(e)
+  if U.is_error(e) then return e end
+  return debug.traceback(tostring(e), 2)
+end, argv)
+if ok then return rc or 0 end
+if U.is_error(rc) then
+  io.stderr:write(U.format_errors(rc.list), "\n")
+  return 2
+end
+io.stderr:write("gen: internal error: ", tostring(rc), "\n")
+return 1
