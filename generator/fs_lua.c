@@ -108,6 +108,7 @@ static int l_mkdtemp(lua_State *L) {
     }
     snprintf(buf, sizeof buf, "%s.tmp-XXXXXX", prefix);
     if (!mkdtemp(buf)) return push_fail(L, "cannot create a staging directory", prefix);
+    chmod(buf, 0755);
     lua_pushstring(L, buf);
     return 1;
 }

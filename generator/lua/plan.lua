@@ -1,0 +1,420 @@
+-- plan.lua — builds the runtime plan from the model spec and the active specs: parameters
+-- (Hugging Face-style names, shapes, init, decay flags), the forward and backward op lists
+-- over named buffers, a static memory plan of the activation arena (offsets assigned from
+-- buffer lifetimes, so activations whose lifetimes do not overlap share memory), and the
+-- training settings taken from the active optimizer/schedule specs. Every value chosen here
+-- that the user did not give is recorded in cfg.decisions with its reason.
+-- The plan is the contract with runtime/plan.c (which validates it again on load).
+local U = require("util")
+local F = require("formulas")
+local R = require("resolve")
+local P = {}
+
+P.FORMAT = "hyperion-plan"
+P.VERSION = 1
+
+-- Dims in op attributes may be symbolic: "B", "T" or "N" (= B*T) are bound by the runtime to
+-- the batch actually used (at most the planned one).
+local function builder(maxB, maxT)
+  local b = { bufs = {}, by_name = {}, ops = nil, fwd = U.array(), bwd = U.array(), maxB = maxB, maxT = maxT }
+  -- kind: param | grad | act | tokens
+  function b.buf(name, kind, shape, dtype)
+    assert(not b.by_name[name], "duplicate buffer " .. name)
+    local numel = 1
+    for _, s in ipairs(shape) do
+      local v = s
+      if s == "B" then v = maxB elseif s == "T" then v = maxT elseif s == "N" then v = maxB * maxT end
+      numel = numel * v
+    end
+    local x = { id = #b.bufs, name = name, kind = kind, shape = U.array(shape), numel = numel, dtype = dtype or "f32" }
+    b.bufs[#b.bufs + 1] = x
+    b.by_name[name] = x
+    return name
+  end
+  function b.op(list, name, ins, outs, attrs, by)
+    list[#list + 1] = { op = name, ins = U.array(ins), outs = U.array(outs), attrs = attrs or {}, by = by }
+  end
+  return b
+end
+
+local function tensor_params(m, d)
+  -- returns list of {name, shape, init, decay, group} in arena order; fused groups contiguous
+  local ps = {}
+  local L = d.L
+  local resid_std = 0.02 / math.sqrt(2 * L)
+  local function p(name, shape, init, decay) ps[#ps + 1] = { name = name, shape = shape, init = init, decay = decay } end
+  local normal, small = { kind = "normal", std = 0.02 }, { kind = "normal", std = resid_std }
+  local ones, zeros = { kind = "ones" }, { kind = "zeros" }
+  local gpt = m.arch == "gpt2"
+  local names = {}
+  if gpt then
+    names.wte, names.wpe = "transformer.wte.weight", "transformer.wpe.weight"
+  else
+    names.wte = "model.embed_tokens.weight"
+  end
+  p(names.wte, { d.Vp, d.C }, normal, true)
+  if m.position == "learned" then p(names.wpe or "model.embed_positions.weight", { d.maxT, d.C }, normal, true) end
+  local layer = {}
+  for l = 0, L - 1 do
+    local n = {}
+    local pre = gpt and ("transformer.h." .. l .. ".") or ("model.layers." .. l .. ".")
+    local ln1 = gpt and "ln_1" or "input_layernorm"
+    local ln2 = gpt and "ln_2" or "post_attention_layernorm"
+    n.ln1w = pre .. ln1 .. ".weight"; p(n.ln1w, { d.C }, ones, false)
+    if m.norm == "layernorm" and d.bias then n.ln1b = pre .. ln1 .. ".bias"; p(n.ln1b, { d.C }, zeros, false) end
+    if gpt then
+      n.qkvw = pre .. "attn.c_attn.weight"; p(n.qkvw, { d.qkv, d.C }, normal, true)
+    else
+      -- q, k, v projections stored contiguously: together they are the fused QKV weight
+      n.qkvw = pre .. "self_attn.q_proj.weight"
+      p(pre .. "self_attn.q_proj.weight", { d.NH * d.hd, d.C }, normal, true)
+      p(pre .. "self_attn.k_proj.weight", { d.NKV * d.hd, d.C }, normal, true)
+      p(pre .. "self_attn.v_proj.weight", { d.NKV * d.hd, d.C }, normal, true)
+      n.qkv_fused = { pre .. "self_attn.q_proj.weight", pre .. "self_attn.k_proj.weight", pre .. "self_attn.v_proj.weight" }
+    end
+    if d.bias then
+      n.qkvb = pre .. (gpt and "attn.c_attn.bias" or "self_attn.qkv_bias"); p(n.qkvb, { d.qkv }, zeros, false)
+    end
+    if m.qk_norm then
+      n.qn = pre .. (gpt and "attn.q_norm.weight" or "self_attn.q_norm.weight"); p(n.qn, { d.hd }, ones, false)
+      n.kn = pre .. (gpt and "attn.k_norm.weight" or "self_attn.k_norm.weight"); p(n.kn, { d.hd }, ones, false)
+    end
+    n.ow = pre .. (gpt and "attn.c_proj.weight" or "self_attn.o_proj.weight"); p(n.ow, { d.C, d.NH * d.hd }, small, true)
+    if d.bias then n.ob = pre .. (gpt and "attn.c_proj.bias" or "self_attn.o_proj.bias"); p(n.ob, { d.C }, zeros, false) end
+    n.ln2w = pre .. ln2 .. ".weight"; p(n.ln2w, { d.C }, ones, false)
+    if m.norm == "layernorm" and d.bias then n.ln2b = pre .. ln2 .. ".bias"; p(n.ln2b, { d.C }, zeros, false) end
+    if m.activation == "swiglu" then
+      n.fcw = pre .. "mlp.gate_proj.weight"
+      p(pre .. "mlp.gate_proj.weight", { d.H, d.C }, normal, true)
+      p(pre .. "mlp.up_proj.weight", { d.H, d.C }, normal, true)
+      n.fc_fused = { pre .. "mlp.gate_proj.weight", pre .. "mlp.up_proj.weight" }
+    else
+      n.fcw = pre .. (gpt and "mlp.c_fc.weight" or "mlp.up_proj.weight"); p(n.fcw, { d.fc, d.C }, normal, true)
+    end
+    if d.bias then n.fcb = pre .. (gpt and "mlp.c_fc.bias" or "mlp.up_proj.bias"); p(n.fcb, { d.fc }, zeros, false) end
+    n.pw = pre .. (gpt and "mlp.c_proj.weight" or "mlp.down_proj.weight"); p(n.pw, { d.C, d.H }, small, true)
+    if d.bias then n.pb = pre .. (gpt and "mlp.c_proj.bias" or "mlp.down_proj.bias"); p(n.pb, { d.C }, zeros, false) end
+    layer[l] = n
+  end
+  names.lnfw = gpt and "transformer.ln_f.weight" or "model.norm.weight"
+  p(names.lnfw, { d.C }, ones, false)
+  if m.norm == "layernorm" and d.bias then names.lnfb = gpt and "transformer.ln_f.bias" or "model.norm.bias"; p(names.lnfb, { d.C }, zeros, false) end
+  if not m.tied_embeddings then names.head = "lm_head.weight"; p(names.head, { d.Vp, d.C }, normal, true) end
+  return ps, names, layer
+end
+
+-- Greedy static memory planner: buffers sorted by size (largest first) take the lowest offset
+-- that does not overlap any already placed buffer whose lifetime [first, last] intersects.
+-- Returns the arena size in floats. Offsets are aligned to 16 floats (64 bytes).
+function P.assign_offsets(items)
+  local order = {}
+  for i, it in ipairs(items) do order[i] = it end
+  table.sort(order, function(a, b) if a.numel ~= b.numel then return a.numel > b.numel end return a.name < b.name end)
+  local placed = {}
+  local top = 0
+  for _, it in ipairs(order) do
+    local size = ((it.numel + 15) // 16) * 16
+    local clashes = {}
+    for _, p in ipairs(placed) do
+      if not (p.last < it.first or it.last < p.first) then clashes[#clashes + 1] = p end
+    end
+    table.sort(clashes, function(a, b) return a.offset < b.offset end)
+    local off = 0
+    for _, p in ipairs(clashes) do
+      if off + size <= p.offset then break end
+      off = math.max(off, p.offset + p.size)
+    end
+    it.offset, it.size = off, size
+    placed[#placed + 1] = it
+    top = math.max(top, off + size)
+  end
+  return top
+end
+
+function P.build(tree, cfg, contrib, opts)
+  local m = cfg.model
+  local d = F.dims(m)
+  local decisions = cfg.decisions
+  local function decide(what, value, why) decisions[#decisions + 1] = { what = what, value = value, why = why } end
+  local function add_contrib(id, what)
+    contrib[id] = contrib[id] or {}
+    table.insert(contrib[id], what)
+  end
+
+  -- planned (maximum) batch and sequence length
+  local maxT = opts.seq or math.min(m.context, 256)
+  if opts.seq == nil then decide("plan.seq", maxT, "no --seq: min(model context, 256); the trainer may use any T up to it") end
+  if maxT < 1 or maxT > m.context then
+    U.fail("<command line>", string.format("--seq %s is outside 1..%d (the model's context)", tostring(opts.seq), m.context), "choose a smaller --seq")
+  end
+  local maxB = opts.batch or 8
+  if opts.batch == nil then decide("plan.batch", maxB, "no --batch: 8; the trainer may use any B up to it") end
+  if maxB < 1 or maxB > 65536 then U.fail("<command line>", "--batch must be in 1..65536", "choose another --batch") end
+
+  local b = builder(maxB, maxT)
+  local ps, names, layer = tensor_params(m, d)
+  local poff = 0
+  local params = U.array()
+  for _, p in ipairs(ps) do
+    local numel = 1
+    for _, s in ipairs(p.shape) do numel = numel * s end
+    p.offset = poff
+    poff = poff + ((numel + 15) // 16) * 16
+    params[#params + 1] = { name = p.name, shape = U.array(p.shape), offset = p.offset, numel = numel,
+      init = p.init, decay = p.decay }
+    b.buf(p.name, "param", p.shape)
+    b.buf("grad:" .. p.name, "grad", p.shape)
+    b.by_name[p.name].offset = p.offset
+    b.by_name["grad:" .. p.name].offset = p.offset
+  end
+  -- fused views (contiguous param groups)
+  local function fused_view(list, shape, name)
+    local first = b.by_name[list[1]]
+    b.buf(name, "param", shape); b.by_name[name].offset = first.offset
+    b.buf("grad:" .. name, "grad", shape); b.by_name["grad:" .. name].offset = first.offset
+    return name
+  end
+  for l = 0, d.L - 1 do
+    local n = layer[l]
+    if n.qkv_fused then
+      n.qkvw = fused_view(n.qkv_fused, { d.qkv, d.C }, "model.layers." .. l .. ".self_attn.qkv_proj(fused)")
+    end
+    if n.fc_fused then
+      n.fcw = fused_view(n.fc_fused, { d.fc, d.C }, "model.layers." .. l .. ".mlp.gate_up_proj(fused)")
+    end
+  end
+  local function G(name) return name and ("grad:" .. name) or nil end
+
+  b.buf("tokens", "tokens", { "B", "T" }, "i32")
+  b.buf("targets", "tokens", { "B", "T" }, "i32")
+  local F_, B_ = b.fwd, b.bwd
+  local ln = m.norm == "layernorm"
+  local act = function(name, shape) return b.buf(name, "act", shape) end
+
+  -- forward ------------------------------------------------------------------------------
+  local x = act("x0", { "N", d.C })
+  b.op(F_, "embedding_fwd", { "tokens", names.wte, names.wpe or "" }, { x }, { B = "B", T = "T", C = d.C })
+  local saved = {}
+  local function norm_fwd(list, out, inp, w, bias, tag)
+    if ln then
+      local mean, rstd = act(tag .. ".mean", { "N" }), act(tag .. ".rstd", { "N" })
+      b.op(list, "layernorm_fwd", { inp, w, bias or "" }, { out, mean, rstd }, { N = "N", C = d.C, eps = m.norm_eps or 1e-5 })
+      return { mean = mean, rstd = rstd }
+    else
+      local rstd = act(tag .. ".rstd", { "N" })
+      b.op(list, "rmsnorm_fwd", { inp, w }, { out, rstd }, { N = "N", C = d.C, eps = m.norm_eps or 1e-5 })
+      return { rstd = rstd }
+    end
+  end
+  for l = 0, d.L - 1 do
+    local n, s = layer[l], {}
+    local t = "l" .. l
+    s.x = x
+    s.ln1 = act(t .. ".ln1", { "N", d.C })
+    s.ln1s = norm_fwd(F_, s.ln1, x, n.ln1w, n.ln1b, t .. ".ln1")
+    s.qkv = act(t .. ".qkv", { "N", d.qkv })
+    b.op(F_, "matmul_fwd", { s.ln1, n.qkvw, n.qkvb or "" }, { s.qkv }, { N = "N", IC = d.C, OC = d.qkv })
+    local q = s.qkv
+    if m.qk_norm then
+      s.qkvn = act(t .. ".qkvn", { "N", d.qkv })
+      s.qkrstd = act(t .. ".qk_rstd", { "N", d.NH + d.NKV })
+      b.op(F_, "qknorm_fwd", { q, n.qn, n.kn }, { s.qkvn, s.qkrstd }, { N = "N", NH = d.NH, NKV = d.NKV, hd = d.hd, eps = m.norm_eps or 1e-5 })
+      q = s.qkvn
+    end
+    if m.position == "rope" then
+      s.qkvr = act(t .. ".qkvr", { "N", d.qkv })
+      b.op(F_, "rope_fwd", { q }, { s.qkvr }, { B = "B", T = "T", NH = d.NH, NKV = d.NKV, hd = d.hd, theta = m.rope_theta or 10000.0 })
+      q = s.qkvr
+    end
+    s.qin = q
+    s.atty = act(t .. ".atty", { "N", d.NH * d.hd })
+    s.att = act(t .. ".att", { "B", d.NH, "T", "T" })
+    b.op(F_, "attention_fwd", { q }, { s.atty, s.att }, { B = "B", T = "T", NH = d.NH, NKV = d.NKV, hd = d.hd })
+    s.attp = act(t .. ".attproj", { "N", d.C })
+    b.op(F_, "matmul_fwd", { s.atty, n.ow, n.ob or "" }, { s.attp }, { N = "N", IC = d.NH * d.hd, OC = d.C })
+    s.xm = act(t .. ".xmid", { "N", d.C })
+    b.op(F_, "add_fwd", { x, s.attp }, { s.xm }, { n = "N", C = d.C })
+    s.ln2 = act(t .. ".ln2", { "N", d.C })
+    s.ln2s = norm_fwd(F_, s.ln2, s.xm, n.ln2w, n.ln2b, t .. ".ln2")
+    s.fch = act(t .. ".fch", { "N", d.fc })
+    b.op(F_, "matmul_fwd", { s.ln2, n.fcw, n.fcb or "" }, { s.fch }, { N = "N", IC = d.C, OC = d.fc })
+    s.fca = act(t .. ".fch_act", { "N", d.H })
+    if m.activation == "swiglu" then
+      b.op(F_, "swiglu_fwd", { s.fch }, { s.fca }, { N = "N", H = d.H })
+    else
+      b.op(F_, "gelu_fwd", { s.fch }, { s.fca }, { n = "N", C = d.H })
+    end
+    s.fcp = act(t .. ".fcproj", { "N", d.C })
+    b.op(F_, "matmul_fwd", { s.fca, n.pw, n.pb or "" }, { s.fcp }, { N = "N", IC = d.H, OC = d.C })
+    local xn = act("x" .. (l + 1), { "N", d.C })
+    b.op(F_, "add_fwd", { s.xm, s.fcp }, { xn }, { n = "N", C = d.C })
+    saved[l] = s
+    x = xn
+  end
+  local lnf = act("lnf", { "N", d.C })
+  local lnfs = norm_fwd(F_, lnf, x, names.lnfw, names.lnfb, "lnf")
+  local head = names.head or names.wte
+  local logits = act("logits", { "N", d.Vp })
+  b.op(F_, "matmul_fwd", { lnf, head, "" }, { logits }, { N = "N", IC = d.C, OC = d.Vp })
+  local losses = act("losses", { "N" })
+  -- the loss op: forward-only for evaluation, fused (loss + dlogits in place) for training
+  local loss_op = { op = "crossentropy", ins = U.array({ logits, "targets" }), outs = U.array({ losses }),
+    attrs = { N = "N", V = d.V, Vp = d.Vp } }
+
+  -- backward -----------------------------------------------------------------------------
+  local dact = function(name) local src = b.by_name[name]; return b.buf("d:" .. name, "act", src.shape) end
+  b.op(B_, "crossentropy_fused", { "targets" }, { losses, logits }, { N = "N", V = d.V, Vp = d.Vp })
+  local dlnf = dact(lnf)
+  b.op(B_, "matmul_bwd", { logits, lnf, head }, { dlnf, G(head), "" }, { N = "N", IC = d.C, OC = d.Vp })
+  local dx = dact(x)
+  local function norm_bwd(dinp, w, bias, dout, inp, st)
+    if ln then
+      b.op(B_, "layernorm_bwd", { dout, inp, w, st.mean, st.rstd }, { dinp, G(w), G(bias) or "" }, { N = "N", C = d.C })
+    else
+      b.op(B_, "rmsnorm_bwd", { dout, inp, w, st.rstd }, { dinp, G(w) }, { N = "N", C = d.C })
+    end
+  end
+  norm_bwd(dx, names.lnfw, names.lnfb, dlnf, x, lnfs)
+  for l = d.L - 1, 0, -1 do
+    local n, s = layer[l], saved[l]
+    local dfca = dact(s.fca)
+    b.op(B_, "matmul_bwd", { dx, s.fca, n.pw }, { dfca, G(n.pw), G(n.pb) or "" }, { N = "N", IC = d.H, OC = d.C })
+    local dfch = dact(s.fch)
+    if m.activation == "swiglu" then
+      b.op(B_, "swiglu_bwd", { dfca, s.fch }, { dfch }, { N = "N", H = d.H })
+    else
+      b.op(B_, "gelu_bwd", { dfca, s.fch }, { dfch }, { n = "N", C = d.H })
+    end
+    local dln2 = dact(s.ln2)
+    b.op(B_, "matmul_bwd", { dfch, s.ln2, n.fcw }, { dln2, G(n.fcw), G(n.fcb) or "" }, { N = "N", IC = d.C, OC = d.fc })
+    local dxm = dact(s.xm)
+    norm_bwd(dxm, n.ln2w, n.ln2b, dln2, s.xm, s.ln2s)
+    b.op(B_, "accumulate", { dx }, { dxm }, { n = "N", C = d.C })
+    local datty = dact(s.atty)
+    b.op(B_, "matmul_bwd", { dxm, s.atty, n.ow }, { datty, G(n.ow), G(n.ob) or "" }, { N = "N", IC = d.NH * d.hd, OC = d.C })
+    local dq = dact(s.qin)
+    local datt = b.buf("scratch:" .. s.att, "act", b.by_name[s.att].shape)
+    b.op(B_, "attention_bwd", { datty, s.qin, s.att }, { dq, datt }, { B = "B", T = "T", NH = d.NH, NKV = d.NKV, hd = d.hd })
+    if m.position == "rope" then
+      local src = m.qk_norm and s.qkvn or s.qkv
+      local dsrc = dact(src)
+      b.op(B_, "rope_bwd", { dq }, { dsrc }, { B = "B", T = "T", NH = d.NH, NKV = d.NKV, hd = d.hd, theta = m.rope_theta or 10000.0 })
+      dq = dsrc
+    end
+    if m.qk_norm then
+      local dqkv = dact(s.qkv)
+      b.op(B_, "qknorm_bwd", { dq, s.qkv, n.qn, n.kn, s.qkrstd }, { dqkv, G(n.qn), G(n.kn) }, { N = "N", NH = d.NH, NKV = d.NKV, hd = d.hd })
+      dq = dqkv
+    end
+    local dln1 = dact(s.ln1)
+    b.op(B_, "matmul_bwd", { dq, s.ln1, n.qkvw }, { dln1, G(n.qkvw), G(n.qkvb) or "" }, { N = "N", IC = d.C, OC = d.qkv })
+    local dxl = dact(s.x)
+    norm_bwd(dxl, n.ln1w, n.ln1b, dln1, s.x, s.ln1s)
+    b.op(B_, "accumulate", { dxm }, { dxl }, { n = "N", C = d.C })
+    dx = dxl
+  end
+  b.op(B_, "embedding_bwd", { dx, "tokens" }, { G(names.wte), G(names.wpe) or "" }, { B = "B", T = "T", C = d.C, V = d.V })
+
+  -- gradient buffers of activations accumulate (+=): zero each right before its first write
+  local zeroed = {}
+  local bwd = U.array()
+  for _, o in ipairs(B_) do
+    for _, out in ipairs(o.outs) do
+      local bf = b.by_name[out]
+      if bf and bf.kind == "act" and out:sub(1, 2) == "d:" and not zeroed[out] then
+        zeroed[out] = true
+        bwd[#bwd + 1] = { op = "zero", ins = U.array(), outs = U.array({ out }), attrs = { n = bf.numel } }
+      end
+    end
+    bwd[#bwd + 1] = o
+  end
+
+  -- lifetimes over the schedule forward ++ backward, then offsets
+  local sched = {}
+  for _, o in ipairs(F_) do sched[#sched + 1] = o end
+  for _, o in ipairs(bwd) do sched[#sched + 1] = o end
+  local life = {}
+  for i, o in ipairs(sched) do
+    for _, list in ipairs({ o.ins, o.outs }) do
+      for _, nm in ipairs(list) do
+        local bf = b.by_name[nm]
+        if bf and bf.kind == "act" then
+          local lt = life[nm]
+          if not lt then lt = { name = nm, numel = bf.numel, first = i, last = i }; life[nm] = lt end
+          lt.last = math.max(lt.last, i)
+        end
+      end
+    end
+  end
+  -- the losses are read after the step (reporting): keep them alive to the end
+  life[losses].last = #sched + 1
+  local items = {}
+  for _, nm in ipairs(U.sorted_keys(life)) do items[#items + 1] = life[nm] end
+  local act_floats = P.assign_offsets(items)
+  local naive = 0
+  for _, it in ipairs(items) do naive = naive + it.size end
+  for _, it in ipairs(items) do b.by_name[it.name].offset = it.offset end
+
+  local buffers = U.array()
+  for _, bf in ipairs(b.bufs) do
+    if bf.kind == "act" and not life[bf.name] then bf.offset = 0 end
+    buffers[#buffers + 1] = { name = bf.name, kind = bf.kind, shape = bf.shape, numel = bf.numel, dtype = bf.dtype, offset = bf.offset or 0 }
+  end
+
+  -- training settings from the active specs ----------------------------------------------
+  local train = { B = maxB, T = maxT }
+  local function from(id, p, dflt, what)
+    local v = R.param(cfg, id, p)
+    if v == nil then decide(what, dflt, id .. " inactive: " .. tostring(dflt)); return dflt end
+    add_contrib(id, string.format("%s = %s", what, U.fmt_value(v)))
+    return v
+  end
+  train.grad_accum = from("v2103", "steps", 1, "train.grad_accum")
+  train.warmup_steps = from("v2130", "warmup_steps", 0, "train.warmup_steps")
+  train.schedule = from("v2131", "schedule", "constant", "train.schedule")
+  train.min_lr_ratio = from("v2131", "min_lr_ratio", 1.0, "train.min_lr_ratio")
+  train.decay_fraction = R.param(cfg, "v2131", "decay_fraction") or 0.2
+  train.weight_decay = from("v2132", "weight_decay", 0.0, "train.weight_decay")
+  train.beta1 = R.param(cfg, "v2132", "beta1") or 0.9
+  train.beta2 = R.param(cfg, "v2132", "beta2") or 0.95
+  train.eps = R.param(cfg, "v2132", "eps") or 1e-8
+  train.max_norm = from("v2133", "max_norm", 0.0, "train.max_norm (0 = no clipping)")
+  train.lr = d.C <= 256 and 2e-3 or 6e-4
+  decide("train.lr", train.lr, "default peak LR for d_model " .. (d.C <= 256 and "<= 256" or "> 256") .. "; override with train --lr")
+  train.steps = 1000
+  train.eval_every = 100
+  train.eval_batches = 8
+  train.seed = 1337
+  if cfg.active.v2133 then add_contrib("v2133", "global-norm clipping in the optimizer step (op_sumsq + scale)") end
+  if cfg.active.v2132 then add_contrib("v2132", "AdamW decoupled weight decay on 2-D weights only (" ..
+    tostring(#(function() local t = {}; for _, p in ipairs(params) do if p.decay then t[#t + 1] = p end end; return t end)()) .. " tensors)") end
+
+  local hw_name = cfg.target.kind == "cpu" and "host-cpu" or nil
+  local peak = nil
+  if hw_name and hyp.stat(tree.dir .. "/hardware/" .. hw_name .. ".yaml") == "file" then
+    local hw = require("tree").load_hardware(tree, hw_name)
+    peak = hw.peak_tflops.fp32 * 1e12
+  end
+
+  local plan = {
+    format = P.FORMAT, version = P.VERSION,
+    generator = { version = hyp.version },
+    model = { name = m.name, arch = m.arch, V = d.V, Vp = d.Vp, C = d.C, L = d.L, NH = d.NH, NKV = d.NKV,
+      hd = d.hd, H = d.H, maxT = d.maxT, norm = m.norm, activation = m.activation, position = m.position,
+      qk_norm = m.qk_norm or false, tied = m.tied_embeddings, bias = d.bias, tokenizer = m.tokenizer or "byte",
+      params = F.param_count(m) },
+    target = cfg.target.name, backend = cfg.target.kind,
+    hardware = { name = hw_name, peak_flops = peak },
+    flops_per_token = F.train_flops_per_token(m, maxT),
+    flops_attn_coef = F.train_flops_per_token(m, 1) - F.train_flops_per_token(m, 0),
+    train = train,
+    params = params, param_floats = poff,
+    buffers = buffers, act_floats = act_floats, act_floats_unplanned = naive,
+    forward = F_, loss = loss_op, backward = bwd,
+  }
+  add_contrib("v2167", string.format("static memory plan: activation arena %.1f MiB instead of %.1f MiB without reuse",
+    act_floats * 4 / 1048576, naive * 4 / 1048576))
+  return plan
+end
+
+return P

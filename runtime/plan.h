@@ -1,0 +1,93 @@
+/* plan.h — the runtime plan written by `gen` (generator/lua/plan.lua): model dims, parameters,
+ * buffers with arena offsets, and the forward / loss / backward op lists.
+ *
+ * plan_load() trusts nothing: the file may be hand-edited, truncated or from another version.
+ * It checks the format and version, every name, every op's arity and attributes, and that every
+ * buffer an op touches is large enough for that op at the planned (maximum) batch and sequence
+ * length and lies inside its arena. After a successful load, executing the plan with B <= maxB
+ * and T <= maxT cannot read or write outside the arenas.
+ */
+#ifndef HYP_PLAN_H
+#define HYP_PLAN_H
+
+#include <stdint.h>
+
+#include "hyp_err.h"
+
+enum { BUF_PARAM, BUF_GRAD, BUF_ACT, BUF_TOKENS };
+
+typedef struct {
+    char *name;
+    int kind;
+    int64_t numel, offset; /* in elements of its arena */
+    int ndim;
+    int64_t shape[4];      /* planned (maximum) shape */
+} plan_buf;
+
+typedef enum {
+    OP_EMBEDDING_FWD, OP_EMBEDDING_BWD, OP_LAYERNORM_FWD, OP_LAYERNORM_BWD, OP_RMSNORM_FWD,
+    OP_RMSNORM_BWD, OP_MATMUL_FWD, OP_MATMUL_BWD, OP_QKNORM_FWD, OP_QKNORM_BWD, OP_ROPE_FWD,
+    OP_ROPE_BWD, OP_ATTENTION_FWD, OP_ATTENTION_BWD, OP_GELU_FWD, OP_GELU_BWD, OP_SWIGLU_FWD,
+    OP_SWIGLU_BWD, OP_ADD_FWD, OP_ACCUMULATE, OP_ZERO, OP_CROSSENTROPY, OP_CROSSENTROPY_FUSED,
+    OP__COUNT
+} op_kind;
+
+/* Symbolic dims bound at run time. */
+#define DIM_B (-1)
+#define DIM_T (-2)
+#define DIM_N (-3)
+
+typedef struct {
+    op_kind kind;
+    int nin, nout;
+    int in[6], out[4];     /* buffer indices; -1 = absent (optional argument "") */
+    /* attributes (unused ones are 0); dims may be DIM_B / DIM_T / DIM_N */
+    int64_t B, T, N, C, IC, OC, NH, NKV, hd, H, V, Vp, n;
+    float eps, theta;
+} plan_op;
+
+typedef struct {
+    char *name;
+    int64_t offset, numel;
+    int ndim;
+    int64_t shape[4];
+    int decay;
+    int init;              /* PINIT_* */
+    float init_std;
+} plan_param;
+
+enum { PINIT_NORMAL, PINIT_ONES, PINIT_ZEROS };
+
+typedef struct {
+    /* model */
+    char model_name[64], arch[16], norm[16], activation[16], position[16], tokenizer[16];
+    int V, Vp, C, L, NH, NKV, hd, H, maxT, qk_norm, tied, bias;
+    int64_t n_params;
+    char target[32], backend[16];
+    double peak_flops;      /* of the hardware the MFU is reported against (0 = unknown) */
+    char hardware[64];
+    double flops_per_token; /* at the planned T */
+    double flops_attn_coef; /* FLOPs per token per unit of T (attention): fpt(T) = fpt - coef*(planT - T) */
+    /* training defaults */
+    int B, T, grad_accum, warmup_steps, steps, eval_every, eval_batches;
+    uint64_t seed;
+    char schedule[16];
+    double lr, min_lr_ratio, decay_fraction, weight_decay, beta1, beta2, eps, max_norm;
+    /* memory */
+    int64_t param_floats, act_floats, act_floats_unplanned;
+    plan_param *params;
+    int n_params_t;
+    plan_buf *bufs;
+    int n_bufs;
+    plan_op *fwd, *bwd, loss;
+    int n_fwd, n_bwd;
+    int tokens_buf, targets_buf, losses_buf;
+    char hash[40];          /* xxh3-128 of the plan file, hex: identifies the trainer */
+} plan_t;
+
+/* Loads and validates path. On error returns HYP_EINPUT with "path: what — how to fix". */
+int plan_load(const char *path, plan_t *p, hyp_err *e);
+void plan_free(plan_t *p);
+const char *plan_op_name(op_kind k);
+
+#endif

@@ -1,0 +1,43 @@
+# lib.sh — helpers for the shell tests of the gen CLI: expect(), a temp dir, the final tally.
+# Each test sources this with the build directory as $1.
+set -u
+BUILD=${1:?usage: test_X.sh BUILD_DIR}
+GEN="$BUILD/generator/gen"
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+TMP=$(mktemp -d /tmp/hyp-test.XXXXXX)
+trap 'rm -rf "$TMP"' EXIT
+PASS=0
+FAIL=0
+
+# expect NAME RC REGEX -- command...   (REGEX is matched against stdout+stderr)
+expect() {
+  local name=$1 want_rc=$2 regex=$3
+  shift 4
+  local out rc
+  out=$("$@" 2>&1)
+  rc=$?
+  if [ "$rc" != "$want_rc" ]; then
+    echo "FAIL $name: exit $rc, wanted $want_rc"; echo "$out" | head -20 | sed 's/^/    /'
+    FAIL=$((FAIL + 1)); return 1
+  fi
+  if ! printf '%s' "$out" | grep -Eq -- "$regex"; then
+    echo "FAIL $name: output does not match /$regex/"; echo "$out" | head -20 | sed 's/^/    /'
+    FAIL=$((FAIL + 1)); return 1
+  fi
+  if printf '%s' "$out" | grep -q "internal error"; then
+    echo "FAIL $name: internal error"; echo "$out" | head -20 | sed 's/^/    /'
+    FAIL=$((FAIL + 1)); return 1
+  fi
+  echo "ok   $name"
+  PASS=$((PASS + 1))
+}
+
+check() { # check NAME CONDITION-COMMAND...
+  local name=$1; shift
+  if "$@"; then echo "ok   $name"; PASS=$((PASS + 1)); else echo "FAIL $name"; FAIL=$((FAIL + 1)); fi
+}
+
+finish() {
+  echo "$PASS passed, $FAIL failed"
+  [ "$FAIL" -eq 0 ]
+}
