@@ -6,6 +6,7 @@
 
 void gen_push_null(lua_State *L);          /* pushes hyp.null */
 int gen_lua_load_yaml(lua_State *L);       /* yaml_lua.c */
+int gen_yaml_parse_buffer(lua_State *L, const char *file, const unsigned char *buf, unsigned long size);
 int gen_lua_json_encode(lua_State *L);     /* json_lua.c */
 int gen_lua_json_decode(lua_State *L);     /* json_lua.c */
 void gen_register_fs(lua_State *L, int idx);   /* fs_lua.c: adds file functions to table at idx */

@@ -314,16 +314,23 @@ int gen_lua_load_yaml(lua_State *L) {
         lua_pushfstring(L, "%s:1:1: cannot read the file — check permissions", path);
         return 2;
     }
+    int n = gen_yaml_parse_buffer(L, path, buf, (size_t)size);
+    free(buf);
+    return n;
+}
+
+/* Parses buf as the YAML file `file`; pushes the value (returns 1) or nil + message (returns 2).
+ * The entry point of the fuzz target (tests/fuzz/fuzz_yaml.c). */
+int gen_yaml_parse_buffer(lua_State *L, const char *file, const unsigned char *buf, unsigned long size) {
     yl_ctx c;
     memset(&c, 0, sizeof c);
     c.L = L;
-    c.file = path;
+    c.file = file;
     int top = lua_gettop(L);
     yaml_parser_initialize(&c.parser);
-    yaml_parser_set_input_string(&c.parser, buf, (size_t)size);
+    yaml_parser_set_input_string(&c.parser, buf, size);
     int rc = yl_parse_document(&c);
     yaml_parser_delete(&c.parser);
-    free(buf);
     if (rc) {
         lua_settop(L, top);
         lua_pushnil(L);
