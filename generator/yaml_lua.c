@@ -2,8 +2,9 @@
  *
  * The only YAML parser of the project: Lua never parses YAML. A mapping or sequence becomes a
  * plain Lua table whose metatable carries source positions:
- *     __file  the path,      __pos  {line, col} of the node,
- *     __kpos  {key = {line, col}} for a mapping's values, __ipos {i = {line, col}} for a sequence's.
+ *     __file  the path,      __pos  the node's position,
+ *     __kpos  {key = position} for a mapping's values, __ipos {i = position} for a sequence's,
+ * a position being the integer line * 2^20 + column (1-based).
  * Scalars: plain true/false → boolean, plain integers → integer, plain floats (and .inf/.nan) →
  * number, plain null/~/empty → hyp.null (a light userdata), everything else (and every quoted
  * scalar) → string.
@@ -58,13 +59,10 @@ static int yl_next(yl_ctx *c, yaml_event_t *ev) {
     return 0;
 }
 
-/* Pushes a position table {line, col}. */
+/* Pushes a position as one integer, line * 2^20 + col (a table per value would double the
+ * parse time); util.lua's U.where decodes it. */
 static void yl_push_mark(lua_State *L, const yaml_mark_t *m) {
-    lua_createtable(L, 2, 0);
-    lua_pushinteger(L, (lua_Integer)m->line + 1);
-    lua_rawseti(L, -2, 1);
-    lua_pushinteger(L, (lua_Integer)m->column + 1);
-    lua_rawseti(L, -2, 2);
+    lua_pushinteger(L, ((lua_Integer)m->line + 1) * 1048576 + (lua_Integer)m->column + 1);
 }
 
 static int yl_match_int(const char *s, long long *out) {

@@ -53,4 +53,307 @@ function F.train_flops_per_token(m, T)
   return 6 * F.matmul_params(m) + 12 * d.L * d.NH * d.hd * T
 end
 
+-- ===========================================================================================
+-- Sizing and cost (gen size, issue 7). Everything below is a pure function of numbers and
+-- model tables: no I/O, no `hyp`, so tests/lua/test_formulas.lua can run it under plain lua5.4.
+-- ===========================================================================================
+
+-- Throughput model of seed 004 ("Sizing AI Training by Cost per Memory Bandwidth"), per GPU.
+-- t = { N params, L layers, d width, b bytes/element, k FLOPs/token/param (6 = training),
+--       g recompute multiplier, alpha optimizer bytes/param/step, c activation coefficient,
+--       B global tokens/step, bg gradient bytes/element, p data-parallel size,
+--       peak_flops FLOP/s, hbm_Bps bytes/s, nic_gbps Gb/s, ec/em/en efficiencies (0..1] }
+--   F = g·k·N                                   FLOPs per token
+--   M = alpha·N/B + c·L·d·b                     HBM bytes per token
+--   X = 2·(p−1)/p · N·bg / (B/p)  (0 if p = 1)  network bytes per token per GPU (ring all-reduce
+--                                               of the gradients, amortised over local tokens)
+--   r_compute = ec·peak/F, r_memory = em·hbm/M, r_network = en·(nic·1e9/8)/X (inf if X = 0 or no
+--   NIC); rate = min of the three and `bound` names it (ties: compute, then memory).
+--   intensity = F/M (FLOP/byte); balance = peak/hbm (FLOP/byte, raw peaks).
+function F.throughput(t)
+  local Ft = t.g * t.k * t.N
+  local M = t.alpha * t.N / t.B + t.c * t.L * t.d * t.b
+  local X = 0
+  if t.p > 1 then X = 2 * (t.p - 1) / t.p * t.N * t.bg / (t.B / t.p) end
+  local r_c = t.ec * t.peak_flops / Ft
+  local r_m = t.em * t.hbm_Bps / M
+  local r_n = math.huge
+  if X > 0 and t.nic_gbps > 0 then r_n = t.en * (t.nic_gbps * 1e9 / 8) / X
+  elseif X > 0 then r_n = 0 end
+  local rate, bound = r_c, "compute"
+  if r_m < rate then rate, bound = r_m, "memory" end
+  if r_n < rate then rate, bound = r_n, "network" end
+  return { flops_per_token = Ft, hbm_bytes_per_token = M, net_bytes_per_token = X,
+    r_compute = r_c, r_memory = r_m, r_network = r_n, rate = rate, bound = bound,
+    intensity = Ft / M, balance = t.peak_flops / t.hbm_Bps }
+end
+
+-- Cluster plan for a target throughput (seed 004 §5-6): GPUs = max(1, ceil(target/rate)),
+-- $/hr = GPUs·price, cluster HBM TB/s = target·M/1e12 (the bandwidth the run consumes),
+-- $ per TB/s·hr = price / HBM TB/s of one GPU (cost of memory bandwidth; lower is better).
+function F.cluster(th, target, price_per_hr, hbm_tbps)
+  local gpus = (th.rate > 0) and math.max(1, math.ceil(target / th.rate - 1e-9)) or math.huge
+  return { gpus = gpus, usd_per_hr = gpus * price_per_hr,
+    cluster_hbm_tbps = target * th.hbm_bytes_per_token / 1e12,
+    usd_per_tbps_hr = price_per_hr / hbm_tbps }
+end
+
+-- Chinchilla (v2146, Hoffmann et al. 2022): compute-optimal tokens ≈ 20 × parameters, and
+-- training compute C ≈ 6·N·D. v2147: for a FLOP budget C the optimal split is N = sqrt(C/120),
+-- D = 20·N (from C = 6·N·20·N).
+F.CHINCHILLA_TOKENS_PER_PARAM = 20
+function F.chinchilla_tokens(N) return F.CHINCHILLA_TOKENS_PER_PARAM * (N + 0.0) end
+function F.compute_optimal(C)
+  local N = math.sqrt(C / (6 * F.CHINCHILLA_TOKENS_PER_PARAM))
+  return { params = N, tokens = F.CHINCHILLA_TOKENS_PER_PARAM * N }
+end
+
+-- Time and cost to train `tokens` on `gpus` GPUs of per-GPU rate `rate` (tokens/s) at
+-- `price` $/GPU-hour: hours = tokens / (gpus·rate) / 3600, cost = gpus·price·hours.
+-- With linear scaling (rate independent of gpus) the cost does not depend on gpus at all.
+function F.train_cost(tokens, rate, gpus, price)
+  local hours = tokens / (gpus * rate) / 3600
+  return { hours = hours, gpu_hours = hours * gpus, usd = gpus * price * hours }
+end
+
+-- Bytes per element of the model state for a training precision.
+--   fp32: weights 4, grads 4, AdamW m+v 8 (no master copy)           = 16 B/param
+--   bf16 (v2102 mixed precision): weights 2, grads 2, fp32 master + m + v 12 = 16 B/param
+--   fp8 (v2108-style, Transformer Engine): as bf16 plus a cached FP8 copy of the weights, 1 B/param
+F.STATE_BYTES = {
+  fp32 = { param = 4, grad = 4, optim = 8, fp8_copy = 0 },
+  bf16 = { param = 2, grad = 2, optim = 12, fp8_copy = 0 },
+  fp8 = { param = 2, grad = 2, optim = 12, fp8_copy = 1 },
+}
+
+-- Model state per GPU under ZeRO (Rajbhandari et al. 2020) / FSDP.
+-- o = { dtype, stage 0..3, p world size, grad_bytes?, layer_params? (largest layer, for the
+--       stage-3 gather buffer) }. Stage 0 replicates everything; stage 1 shards the optimizer
+-- state over p; stage 2 also the gradients; stage 3 (= FSDP full shard) also the weights, and
+-- then needs a gather buffer for the full weights of the layer being computed and the next one
+-- (prefetch): 2·layer_params·param bytes. Returns bytes per GPU by part and the total.
+function F.model_state(N, o)
+  local sb = F.STATE_BYTES[o.dtype]
+  local p, st = o.p or 1, o.stage or 0
+  local gb = o.grad_bytes or sb.grad
+  local params = sb.param * N
+  local grads = gb * N
+  local optim = sb.optim * N
+  local fp8 = sb.fp8_copy * N
+  if st >= 1 then optim = optim / p end
+  if st >= 2 then grads = grads / p end
+  local gather = 0
+  if st >= 3 then
+    params = params / p
+    fp8 = fp8 / p
+    if p > 1 then gather = 2 * (o.layer_params or 0) * sb.param end
+  end
+  return { params = params, grads = grads, optimizer = optim, fp8_extra = fp8, gather = gather,
+    total = params + grads + optim + fp8 + gather }
+end
+
+-- Parameters of one transformer layer (for the ZeRO-3 gather buffer).
+function F.layer_params(m)
+  local d = F.dims(m)
+  local n = d.qkv * d.C + d.C * d.NH * d.hd + d.fc * d.C + d.C * d.H
+  if d.bias then n = n + d.qkv + d.C + d.fc + d.C end
+  return n
+end
+
+-- ---- activation memory -------------------------------------------------------------------
+-- The activation memory of one training step, found the way the plan's static memory planner
+-- sees it: the same buffers with the same lifetimes as plan.lua's forward/backward schedule,
+-- and the peak of the bytes live at any op. The planner (P.assign_offsets) packs exactly these
+-- lifetimes, so its arena is this peak plus the fragmentation its greedy packing leaves.
+--   o.attention = "naive": stores att [B,NH,T,T] per layer and a datt scratch in backward (the
+--       CPU runtime); "flash": stores only the log-sum-exp [B,NH,T] (fp32) per layer and a
+--       [B,NH,T] fp32 scratch in backward (FlashAttention, v2112-v2114).
+--   o.recompute = "none"; "selective" (v2111, Korthikanti et al. 2022): the attention matrix is
+--       recomputed in backward instead of stored; "full" (v2101 gradient checkpointing): only
+--       each layer's input is stored and the whole layer is recomputed before its backward.
+--   o.bytes = { act = bytes of activations and their gradients, stat = bytes of norm/softmax
+--       statistics, mm = bytes of the matmul inputs that are saved for backward (FP8: 1) }
+--   o.align = buffer alignment in bytes (the plan aligns to 16 floats = 64 B)
+-- Returns { peak, peak_at, saved_per_layer, saved_parts = {name -> bytes per layer},
+--   unplanned (sum of every buffer: no reuse), buffers = count }.
+function F.activation_memory(m, B, T, o)
+  local d = F.dims(m)
+  local N = B * T
+  local by = o.bytes or { act = 4, stat = 4, mm = 4 }
+  local align = o.align or 64
+  local flash = o.attention == "flash"
+  local rec = o.recompute or "none"
+  local ln = m.norm == "layernorm"
+  local rope = m.position == "rope"
+  local qkn = m.qk_norm and true or false
+  local size, layer_of = {}, {}
+  local ops, labels = {}, {}
+  local function buf(name, elems, cls, layer)
+    if size[name] == nil then
+      local b = elems * (by[cls] or by.act)
+      size[name] = ((b + align - 1) // align) * align
+      layer_of[name] = layer
+    end
+    return name
+  end
+  local function op(label, ...) ops[#ops + 1] = { ... }; labels[#ops] = label end
+
+  local function layer_fwd(l, pre, xin, with_out)
+    local s = {}
+    local t = pre .. "l" .. l .. "."
+    s.x = xin
+    s.ln1 = buf(t .. "ln1", N * d.C, "mm", l)
+    s.st1 = buf(t .. "ln1.stats", (ln and 2 or 1) * N, "stat", l)
+    op("forward layer " .. l, s.x, s.ln1, s.st1)
+    s.qkv = buf(t .. "qkv", N * d.qkv, "act", l)
+    op("forward layer " .. l, s.ln1, s.qkv)
+    local q = s.qkv
+    if qkn then
+      s.qkvn = buf(t .. "qkvn", N * d.qkv, "act", l)
+      s.qkr = buf(t .. "qk_rstd", N * (d.NH + d.NKV), "stat", l)
+      op("forward layer " .. l, q, s.qkvn, s.qkr)
+      q = s.qkvn
+    end
+    if rope then
+      s.qkvr = buf(t .. "qkvr", N * d.qkv, "act", l)
+      op("forward layer " .. l, q, s.qkvr)
+      q = s.qkvr
+    end
+    s.qin = q
+    s.atty = buf(t .. "atty", N * d.NH * d.hd, "mm", l)
+    if flash then
+      s.lse = buf(t .. "lse", B * d.NH * T, "stat", l)
+      op("forward layer " .. l, s.qin, s.atty, s.lse)
+    else
+      s.att = buf(t .. "att", B * d.NH * T * T, "act", l)
+      op("forward layer " .. l, s.qin, s.atty, s.att)
+    end
+    s.attp = buf(t .. "attproj", N * d.C, "act", l)
+    op("forward layer " .. l, s.atty, s.attp)
+    s.xm = buf(t .. "xmid", N * d.C, "act", l)
+    op("forward layer " .. l, s.x, s.attp, s.xm)
+    s.ln2 = buf(t .. "ln2", N * d.C, "mm", l)
+    s.st2 = buf(t .. "ln2.stats", (ln and 2 or 1) * N, "stat", l)
+    op("forward layer " .. l, s.xm, s.ln2, s.st2)
+    s.fch = buf(t .. "fch", N * d.fc, "act", l)
+    op("forward layer " .. l, s.ln2, s.fch)
+    s.fca = buf(t .. "fch_act", N * d.H, "mm", l)
+    op("forward layer " .. l, s.fch, s.fca)
+    if with_out then
+      s.fcp = buf(t .. "fcproj", N * d.C, "act", l)
+      op("forward layer " .. l, s.fca, s.fcp)
+      s.out = buf("x" .. (l + 1), N * d.C, "act", l + 1)
+      op("forward layer " .. l, s.xm, s.fcp, s.out)
+    end
+    return s
+  end
+
+  -- forward
+  local x = buf("x0", N * d.C, "act", 0)
+  op("embedding", x)
+  local saved = {}
+  for l = 0, d.L - 1 do
+    saved[l] = layer_fwd(l, rec == "none" and "" or "f:", x, true)
+    x = saved[l].out
+  end
+  local lnf = buf("lnf", N * d.C, "mm")
+  local stf = buf("lnf.stats", (ln and 2 or 1) * N, "stat")
+  op("final norm", x, lnf, stf)
+  local logits = buf("logits", N * d.Vp, "act")
+  op("lm head", lnf, logits)
+  -- backward
+  local losses = buf("losses", N, "stat")
+  op("loss", logits, losses)
+  local dlnf = buf("d:lnf", N * d.C, "act")
+  op("lm head backward", logits, lnf, dlnf)
+  local dx = buf("d:x" .. d.L, N * d.C, "act")
+  op("final norm backward", dlnf, x, stf, dx)
+  for l = d.L - 1, 0, -1 do
+    local s = saved[l]
+    local at = "backward layer " .. l
+    if rec == "full" then
+      s = layer_fwd(l, "r:", s.x, false)
+      at = "backward layer " .. l .. " (after recompute)"
+    elseif rec == "selective" and not flash then
+      local att = buf("r:l" .. l .. ".att", B * d.NH * T * T, "act", l)
+      op("recompute attention " .. l, s.qin, att)
+      s = setmetatable({ att = att }, { __index = s })
+    end
+    local t = "d:l" .. l .. "."
+    local dfca = buf(t .. "fch_act", N * d.H, "act", l)
+    op(at, dx, s.fca, dfca)
+    local dfch = buf(t .. "fch", N * d.fc, "act", l)
+    op(at, dfca, s.fch, dfch)
+    local dln2 = buf(t .. "ln2", N * d.C, "act", l)
+    op(at, dfch, s.ln2, dln2)
+    local dxm = buf(t .. "xmid", N * d.C, "act", l)
+    op(at, dln2, s.xm, s.st2, dxm)
+    op(at, dx, dxm)
+    local datty = buf(t .. "atty", N * d.NH * d.hd, "act", l)
+    op(at, dxm, s.atty, datty)
+    local dq = buf(t .. (qkn and not rope and "qkvn" or rope and "qkvr" or "qkv"), N * d.qkv, "act", l)
+    if flash then
+      local delta = buf(t .. "delta", B * d.NH * T, "stat", l)
+      op(at, datty, s.qin, s.atty, s.lse, dq, delta)
+    else
+      local datt = buf("scratch:l" .. l .. ".att", B * d.NH * T * T, "act", l)
+      op(at, datty, s.qin, s.att, dq, datt)
+    end
+    if rope then
+      local dsrc = buf(t .. (qkn and "qkvn" or "qkv"), N * d.qkv, "act", l)
+      op(at, dq, dsrc)
+      dq = dsrc
+    end
+    if qkn then
+      local dqkv = buf(t .. "qkv", N * d.qkv, "act", l)
+      op(at, dq, s.qkv, s.qkr, dqkv)
+      dq = dqkv
+    end
+    local dln1 = buf(t .. "ln1", N * d.C, "act", l)
+    op(at, dq, s.ln1, dln1)
+    local dxl = buf("d:x" .. l, N * d.C, "act", l)
+    op(at, dln1, s.x, s.st1, dxl)
+    op(at, dxm, dxl)
+    dx = dxl
+  end
+  op("embedding backward", dx)
+
+  -- lifetimes, then the peak of live bytes over the schedule (the losses stay alive to the end)
+  local first, last = {}, {}
+  for i, o_ in ipairs(ops) do
+    for _, nm in ipairs(o_) do
+      if not first[nm] then first[nm] = i end
+      last[nm] = i
+    end
+  end
+  last[losses] = #ops
+  local delta = {}
+  for i = 1, #ops + 1 do delta[i] = 0 end
+  local unplanned, count = 0, 0
+  local fwd_end = 0
+  for i, lbl in ipairs(labels) do if lbl == "lm head" then fwd_end = i end end
+  local saved_parts, saved_l = {}, 0
+  for nm, sz in pairs(size) do
+    if first[nm] then
+      delta[first[nm]] = delta[first[nm]] + sz
+      delta[last[nm] + 1] = delta[last[nm] + 1] - sz
+      unplanned = unplanned + sz
+      count = count + 1
+      -- stored between forward and backward by the middle layer's view (layer 0)
+      if layer_of[nm] == 0 and first[nm] <= fwd_end and last[nm] > fwd_end and nm ~= "x1" then
+        local part = nm:gsub("^[fr]:", ""):gsub("^l0%.", "")
+        saved_parts[part] = sz
+        saved_l = saved_l + sz
+      end
+    end
+  end
+  local live, peak, peak_i = 0, 0, 1
+  for i = 1, #ops do
+    live = live + delta[i]
+    if live > peak then peak, peak_i = live, i end
+  end
+  return { peak = peak, peak_at = labels[peak_i], saved_per_layer = saved_l, saved_parts = saved_parts,
+    unplanned = unplanned, buffers = count, tokens = N }
+end
+
 return F

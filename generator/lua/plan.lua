@@ -106,14 +106,15 @@ end
 -- Greedy static memory planner: buffers sorted by size (largest first) take the lowest offset
 -- that does not overlap any already placed buffer whose lifetime [first, last] intersects.
 -- Returns the arena size in floats. Offsets are aligned to 16 floats (64 bytes).
-function P.assign_offsets(items)
+function P.assign_offsets(items, align)
+  align = align or 16
   local order = {}
   for i, it in ipairs(items) do order[i] = it end
   table.sort(order, function(a, b) if a.numel ~= b.numel then return a.numel > b.numel end return a.name < b.name end)
   local placed = {}
   local top = 0
   for _, it in ipairs(order) do
-    local size = ((it.numel + 15) // 16) * 16
+    local size = ((it.numel + align - 1) // align) * align
     local clashes = {}
     for _, p in ipairs(placed) do
       if not (p.last < it.first or it.last < p.first) then clashes[#clashes + 1] = p end
@@ -153,6 +154,11 @@ function P.build(tree, cfg, contrib, opts)
 
   local b = builder(maxB, maxT)
   local ps, names, layer = tensor_params(m, d)
+  if R.param(cfg, "v2132", "exclude") == "norms_biases_embeddings" then
+    for _, p in ipairs(ps) do
+      if p.name == names.wte or p.name == names.wpe or p.name == "model.embed_positions.weight" then p.decay = false end
+    end
+  end
   local poff = 0
   local params = U.array()
   for _, p in ipairs(ps) do
@@ -350,9 +356,26 @@ function P.build(tree, cfg, contrib, opts)
   life[losses].last = #sched + 1
   local items = {}
   for _, nm in ipairs(U.sorted_keys(life)) do items[#items + 1] = life[nm] end
-  local act_floats = P.assign_offsets(items)
+  -- v2167: lifetime-based offset sharing; without it every buffer gets its own region
   local naive = 0
-  for _, it in ipairs(items) do naive = naive + it.size end
+  for _, it in ipairs(items) do naive = naive + ((it.numel + 15) // 16) * 16 end
+  local peak = 0
+  for i = 1, #sched + 1 do
+    local live = 0
+    for _, it in ipairs(items) do if it.first <= i and i <= it.last then live = live + it.numel end end
+    peak = math.max(peak, live)
+  end
+  local act_floats
+  if cfg.active.v2167 then
+    local align = math.max(1, (R.param(cfg, "v2167", "alignment") or 64) // 4)
+    act_floats = P.assign_offsets(items, align)
+    add_contrib("v2167", string.format("static memory plan: activation arena %.2f MiB instead of %.2f MiB without reuse (peak of simultaneously live buffers: %.2f MiB)",
+      act_floats * 4 / 1048576, naive * 4 / 1048576, peak * 4 / 1048576))
+  else
+    act_floats = 0
+    for _, it in ipairs(items) do it.offset = act_floats; act_floats = act_floats + ((it.numel + 15) // 16) * 16 end
+    decide("plan.memory", "no reuse", string.format("v2167 memory_planning inactive: every activation has its own region (%.2f MiB; enable memory-planning to share)", naive * 4 / 1048576))
+  end
   for _, it in ipairs(items) do b.by_name[it.name].offset = it.offset end
 
   local buffers = U.array()
@@ -409,11 +432,9 @@ function P.build(tree, cfg, contrib, opts)
     flops_attn_coef = F.train_flops_per_token(m, 1) - F.train_flops_per_token(m, 0),
     train = train,
     params = params, param_floats = poff,
-    buffers = buffers, act_floats = act_floats, act_floats_unplanned = naive,
+    buffers = buffers, act_floats = act_floats, act_floats_unplanned = naive, act_floats_peak_live = peak,
     forward = F_, loss = loss_op, backward = bwd,
   }
-  add_contrib("v2167", string.format("static memory plan: activation arena %.1f MiB instead of %.1f MiB without reuse",
-    act_floats * 4 / 1048576, naive * 4 / 1048576))
   return plan
 end
 

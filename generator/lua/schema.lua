@@ -91,18 +91,23 @@ S.typename = typename
 local function is_list(v) local mt = getmetatable(v); return type(v) == "table" and mt and mt.__ipos ~= nil end
 local function is_map(v) local mt = getmetatable(v); return type(v) == "table" and mt and mt.__kpos ~= nil end
 
+local function field_names(node)
+  local names = node._names
+  if not names then names = U.sorted_keys(node.fields); node._names = names end
+  return names
+end
+
 local function check(node, v, parent, key, errs, path)
-  local where = U.where(parent, key)
   local t = node.t
   local function bad(expected)
-    errs:add(where, string.format("%s must be %s, not %s", path, expected, typename(v)),
+    errs:add(U.where(parent, key), string.format("%s must be %s, not %s", path, expected, typename(v)),
       "write " .. expected)
   end
   if t == "any" then return end
   if t == "string" then
     if type(v) ~= "string" then return bad("a string") end
     if node.pattern and not v:match(node.pattern) then
-      errs:add(where, string.format("%s: '%s' is not %s", path, v, node.pattern_doc or node.pattern),
+      errs:add(U.where(parent, key), string.format("%s: '%s' is not %s", path, v, node.pattern_doc or node.pattern),
         "write " .. (node.pattern_doc or "a matching value"))
     end
   elseif t == "int" then
@@ -120,22 +125,22 @@ local function check(node, v, parent, key, errs, path)
     for _, x in ipairs(node.values) do if v == x then ok = true end end
     if not ok then
       local vs = table.concat(node.values, " | ")
-      errs:add(where, string.format("%s: '%s' is not one of %s%s", path, tostring(v), vs,
+      errs:add(U.where(parent, key), string.format("%s: '%s' is not one of %s%s", path, tostring(v), vs,
         type(v) == "string" and U.did_you_mean(v, node.values) or ""), "use one of " .. vs)
     end
   elseif t == "list" then
     if not is_list(v) then return bad("a list") end
     if node.min and #v < node.min then
-      errs:add(where, string.format("%s must have at least %d item(s)", path, node.min), "add an item")
+      errs:add(U.where(parent, key), string.format("%s must have at least %d item(s)", path, node.min), "add an item")
     end
     for i, x in ipairs(v) do check(node.of, x, v, i, errs, string.format("%s[%d]", path, i)) end
   elseif t == "map" then
     if not is_map(v) then return bad("a mapping") end
-    local names = U.sorted_keys(node.fields)
     for _, k in ipairs(U.sorted_keys(v)) do
       local f = node.fields[k]
       local sub = path == "" and k or (path .. "." .. k)
       if not f then
+        local names = field_names(node)
         errs:add(U.where(v, k), string.format("unknown key '%s'%s", sub, U.did_you_mean(k, names)),
           "remove it or use one of: " .. table.concat(names, ", "))
       else
@@ -144,7 +149,7 @@ local function check(node, v, parent, key, errs, path)
     end
     for _, k in ipairs(node.required) do
       if v[k] == nil then
-        errs:add(where, string.format("missing required key '%s'", path == "" and k or (path .. "." .. k)),
+        errs:add(U.where(parent, key), string.format("missing required key '%s'", path == "" and k or (path .. "." .. k)),
           "add it (see specs/SCHEMA.md)")
       end
     end
@@ -161,12 +166,12 @@ local function check(node, v, parent, key, errs, path)
   end
   if (t == "int" or t == "number") and type(v) == "number" then
     if v ~= v then
-      errs:add(where, path .. " is NaN", "write a finite number")
+      errs:add(U.where(parent, key), path .. " is NaN", "write a finite number")
     elseif node.min and v < node.min then
-      errs:add(where, string.format("%s = %s is below the minimum %s", path, U.fmt_value(v), U.fmt_value(node.min)),
+      errs:add(U.where(parent, key), string.format("%s = %s is below the minimum %s", path, U.fmt_value(v), U.fmt_value(node.min)),
         "use a value >= " .. U.fmt_value(node.min))
     elseif node.max and v > node.max then
-      errs:add(where, string.format("%s = %s is above the maximum %s", path, U.fmt_value(v), U.fmt_value(node.max)),
+      errs:add(U.where(parent, key), string.format("%s = %s is above the maximum %s", path, U.fmt_value(v), U.fmt_value(node.max)),
         "use a value <= " .. U.fmt_value(node.max))
     end
   end

@@ -13,7 +13,7 @@ function U.where(node, key)
     local kp = (mt.__kpos and mt.__kpos[key]) or (mt.__ipos and mt.__ipos[key])
     if kp then p = kp end
   end
-  return string.format("%s:%d:%d", mt.__file, p[1], p[2])
+  return string.format("%s:%d:%d", mt.__file, p // 1048576, p % 1048576)
 end
 
 function U.file_of(node)
