@@ -6,7 +6,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 int hyp_fs_errcode(int err) {
@@ -207,4 +209,45 @@ void hyp_fs_hex(const uint8_t *bytes, size_t n, char *out) {
         out[2 * i + 1] = digits[bytes[i] & 15];
     }
     out[2 * n] = '\0';
+}
+
+int hyp_fs_exchange(const char *a, const char *b) {
+#ifdef SYS_renameat2
+    /* RENAME_EXCHANGE = (1 << 1) in <linux/fs.h>; called directly so no _GNU_SOURCE is needed */
+    return (int)syscall(SYS_renameat2, AT_FDCWD, a, AT_FDCWD, b, 1u << 1);
+#else
+    (void)a;
+    (void)b;
+    errno = ENOSYS;
+    return -1;
+#endif
+}
+
+int hyp_fs_remove_flat(const char *dir, int (*allow)(const char *name)) {
+    for (int pass = allow ? 0 : 1; pass < 2; pass++) {
+        DIR *d = opendir(dir);
+        if (!d) return -1;
+        struct dirent *de;
+        while ((de = readdir(d)) != NULL) {
+            if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
+            if (pass == 0) {
+                if (!allow(de->d_name)) {
+                    closedir(d);
+                    errno = ENOTEMPTY;
+                    return -1;
+                }
+                continue;
+            }
+            char p[4096];
+            int n = snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
+            if (n < 0 || (size_t)n >= sizeof p || unlink(p) != 0) {
+                int err = (n < 0 || (size_t)n >= sizeof p) ? ENAMETOOLONG : errno;
+                closedir(d);
+                errno = err;
+                return -1;
+            }
+        }
+        closedir(d);
+    }
+    return rmdir(dir);
 }

@@ -50,6 +50,15 @@ int hyp_fs_write_atomic(const char *path, const void *buf, size_t n, hyp_err *e)
  * Files over max_bytes are refused (HYP_EINPUT). The caller frees *out. */
 int hyp_fs_read_small(const char *path, size_t max_bytes, char **out, size_t *n, hyp_err *e);
 
+/* Atomically swaps two paths (renameat2 RENAME_EXCHANGE). 0, or -1 with errno (ENOSYS/EINVAL
+ * where the kernel or filesystem cannot: callers fall back to two renames). */
+int hyp_fs_exchange(const char *a, const char *b);
+
+/* Removes a directory that holds only plain files (no recursion into subdirectories). If allow is
+ * not NULL, every entry's name must pass allow() or nothing is deleted (-1, errno ENOTEMPTY).
+ * 0, or -1 with errno. */
+int hyp_fs_remove_flat(const char *dir, int (*allow)(const char *name));
+
 /* 1 if path exists (any type), 0 if not. */
 int hyp_fs_exists(const char *path);
 /* 1 if path is a directory. */

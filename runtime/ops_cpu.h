@@ -19,6 +19,14 @@
 
 #include <stdint.h>
 
+#include "hyp_err.h"
+
+/* Added (ops_cpu.c): the kernels return void, but a oneDNN sgemm can fail (out of memory,
+ * invalid arguments). A failure is recorded (the first one wins; the output of that matmul is
+ * unspecified) and the executor asks once per step: op_cpu_check returns HYP_OK, or HYP_EFAIL
+ * with a message in *e, and clears the record. */
+int op_cpu_check(hyp_err *e);
+
 /* out[B,T,C] = wte[tokens] (+ wpe[t] when wpe != NULL). */
 void op_embedding_fwd(float *out, const int32_t *tokens, const float *wte, const float *wpe,
                       int B, int T, int C);
@@ -55,7 +63,7 @@ void op_qknorm_bwd(float *dinp, float *dqw, float *dkw, const float *dout, const
 
 /* Rotary embedding (Hugging Face Llama "rotate_half" convention: dims i and i + hd/2 form a pair,
  * angle = t * theta^(-2i/hd)) on the q and k heads; v copied through. Out of place.
- * out, inp: [B, T, (NH+2*NKV)*hd]. */
+ * out, inp: [B, T, (NH+2*NKV)*hd]; hd must be even; t is the position within the sequence. */
 void op_rope_fwd(float *out, const float *inp, int B, int T, int NH, int NKV, int hd, float theta);
 /* dinp += R^T dout (the rotation is linear, nothing is saved). */
 void op_rope_bwd(float *dinp, const float *dout, int B, int T, int NH, int NKV, int hd,
@@ -86,7 +94,8 @@ void op_accumulate(float *dst, const float *src, long n);
 void op_zero(float *dst, long n);
 
 /* Cross-entropy over logits [N, Vp] whose first V columns are valid; targets < 0 are ignored
- * (loss 0, no gradient). losses[N] = logsumexp(row) - row[target]. Never stores probabilities. */
+ * (loss 0, no gradient). losses[N] = logsumexp(row) - row[target]. Never stores probabilities.
+ * A target >= V is a data error: its loss is NaN (the mean loss shows it) and its gradient 0. */
 void op_crossentropy_fwd(float *losses, const float *logits, const int32_t *targets, int N, int V,
                          int Vp);
 /* Fused classifier for training: writes losses[N] and, IN PLACE, logits := dloss * (softmax - onehot)

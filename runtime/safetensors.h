@@ -14,10 +14,12 @@
  * and metadata values are strings. Any violation is a HYP_EINPUT naming the file and the problem.
  *
  * The writer lays tensors out the way the reference writer (safetensors.torch.save_file) does —
- * dtype descending (U64, I64, F64, C64, F32, ... BOOL), then by name — so every tensor is naturally
- * aligned, writes the same compact JSON ("__metadata__" first; keys dtype, shape, data_offsets),
- * pads the header with spaces to a multiple of 8, and replaces the file atomically
- * (temp file in the same directory, fsync, rename, fsync of the directory).
+ * dtype descending (U64, I64, F64, C64, F32, ... BOOL), then by name — so every tensor is
+ * naturally aligned, writes the same compact JSON ("__metadata__" first; keys dtype, shape,
+ * data_offsets), pads the header with spaces to a multiple of 8, and replaces the file
+ * atomically (temp file in the same directory, fsync, rename, fsync of the directory).
+ *
+ * An open hyp_st_file is immutable: share it between threads freely; close it once.
  */
 #ifndef HYP_SAFETENSORS_H
 #define HYP_SAFETENSORS_H

@@ -195,7 +195,7 @@ static void fmt_eta(double s, char *buf, size_t n) {
 
 /* The plan sits next to the trainer binary unless --plan says otherwise. */
 static void default_plan_path(char *out, size_t n) {
-    char exe[PATH_MAX];
+    char exe[PATH_MAX - 16];
     ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
     if (len <= 0) {
         snprintf(out, n, "plan.json");

@@ -57,6 +57,9 @@ memory per GPU
   --seq T              sequence length (default: min(context, 4096) on GPUs, min(context, 256)
                        on CPUs as plan.lua)
   --reserve-gb G       memory kept back per GPU (default: 1 on GPUs, 0 on CPUs)
+  --memory-planning M  on | off: activations as the peak of live buffers (v2167 static memory
+                       planning: buffers with disjoint lifetimes share memory) or as the sum of
+                       every buffer (a plan generated without v2167) (default on)
 
 time and cost (Chinchilla, v2146/v2147)
   --tokens T           tokens to train: time and cost on the cluster
@@ -85,7 +88,7 @@ local FLAGS = {
   ["--batch"] = "value", ["--seq"] = "value", ["--reserve-gb"] = "value", ["--tokens"] = "value",
   ["--chinchilla"] = "flag", ["--gpus"] = "value", ["--flops-budget"] = "value",
   ["--clusters"] = "list", ["--json"] = "flag", ["--plot"] = "value", ["--help"] = "flag",
-  ["-h"] = "flag",
+  ["-h"] = "flag", ["--memory-planning"] = "value",
 }
 
 local GiB = 1024 ^ 3
@@ -408,19 +411,25 @@ local function memory_for(o, h, m, N, S, inputs, p, stage)
   if dt == "fp32" then bytes = { act = 4, stat = 4, mm = 4 }
   elseif dt == "fp8" then bytes = { act = 2, stat = 4, mm = 1 }
   else bytes = { act = 2, stat = 4, mm = 2 } end
-  local opts = { attention = S.attention.value, recompute = inputs.recompute.value, bytes = bytes }
+  -- v2167 memory planning aligns every buffer to 256 B (its default); without it the plan gives
+  -- every buffer its own region, 16 floats (64 B) aligned
+  local planning = inputs.planning.value == "on"
+  local opts = { attention = S.attention.value, recompute = inputs.recompute.value, bytes = bytes, align = 256 }
   local act = F.activation_memory(m, B, Tn, opts)
+  local act_np = F.activation_memory(m, B, Tn, { attention = S.attention.value, recompute = inputs.recompute.value,
+    bytes = bytes, align = 64 })
+  local act_bytes = planning and act.peak or act_np.unplanned
   local state = F.model_state(N, { dtype = dt, stage = stage, p = p, grad_bytes = S.bg.value,
     layer_params = F.layer_params(m) })
   local per_layer = {}
   for _, a in ipairs({ "naive", "flash" }) do
     for _, r in ipairs({ "none", "selective", "full" }) do
-      local x = F.activation_memory(m, B, Tn, { attention = a, recompute = r, bytes = bytes })
-      per_layer[a .. "/" .. r] = { saved_per_layer = x.saved_per_layer, peak = x.peak }
+      local x = F.activation_memory(m, B, Tn, { attention = a, recompute = r, bytes = bytes, align = planning and 256 or 64 })
+      per_layer[a .. "/" .. r] = { saved_per_layer = x.saved_per_layer, peak = planning and x.peak or x.unplanned }
     end
   end
   local cap = h.memory_gb * GiB
-  local total = state.total + act.peak + res
+  local total = state.total + act_bytes + res
   return {
     inputs = {
       batch = { value = B, source = bsz and "--batch" or (gpu and "default on GPUs: 1 sequence per micro-batch" or "plan.lua's default batch (8)") },
@@ -430,13 +439,14 @@ local function memory_for(o, h, m, N, S, inputs, p, stage)
       shards = { value = p, source = "--dp" },
     },
     params = state.params, grads = state.grads, optimizer = state.optimizer, fp8_extra = state.fp8_extra,
-    gather = state.gather, model_state = state.total, activations = act.peak, activations_peak_at = act.peak_at,
-    activations_unplanned = act.unplanned, saved_per_layer = act.saved_per_layer, saved_parts = act.saved_parts,
+    gather = state.gather, model_state = state.total, activations = act_bytes, activations_peak = act.peak,
+    activations_peak_at = act.peak_at, activations_unplanned = act_np.unplanned, memory_planning = planning,
+    saved_per_layer = act.saved_per_layer, saved_parts = act.saved_parts,
     reserve = res, total = total, capacity = cap, fits = total <= cap, margin = cap - total,
     per_layer = per_layer,
     -- the smallest p for which ZeRO-3 / FSDP fits: state/p + gather + activations + reserve <= cap,
     -- with the chosen recompute and with full recompute
-    min_gpus_zero3 = min_zero3(N, dt, S.bg.value, m, act.peak, res, cap),
+    min_gpus_zero3 = min_zero3(N, dt, S.bg.value, m, act_bytes, res, cap),
     min_gpus_zero3_full_recompute = min_zero3(N, dt, S.bg.value, m, per_layer[S.attention.value .. "/full"].peak, res, cap),
   }
 end
@@ -616,6 +626,10 @@ function Z.main(args, parse)
   local stage = o["--fsdp"] and 3 or (zero or 0)
   inputs.stage = { value = stage, source = o["--fsdp"] and "--fsdp (full sharding = ZeRO-3)" or (zero and "--zero" or "default: stage 0, everything replicated") }
 
+  local mp = choice(o, "--memory-planning", { "on", "off" })
+  inputs.planning = { value = mp or "on", source = mp and "--memory-planning" or
+    "default: v2167 memory planning on (gen --enable memory-planning): activations = the peak of live buffers; off = every buffer its own region" }
+
   local tokens = num(o, "--tokens", { example = "2e9" })
   if o["--chinchilla"] and tokens then
     U.fail("<command line>", "--tokens and --chinchilla both give the token count", "keep one")
@@ -763,7 +777,8 @@ function Z.emit_json(m, msrc, inputs, results, clusters, chin, notes, hw_src, o)
         usd_per_tbps_hr = r.cluster.usd_per_tbps_hr, for_target = r.cluster.for_target or false },
       memory = { inputs = mem.inputs, params = mem.params, grads = mem.grads, optimizer = mem.optimizer,
         fp8_extra = mem.fp8_extra, gather = mem.gather, model_state = mem.model_state, activations = mem.activations,
-        activations_peak_at = mem.activations_peak_at, activations_unplanned = mem.activations_unplanned,
+        activations_peak = mem.activations_peak, activations_peak_at = mem.activations_peak_at,
+        activations_unplanned = mem.activations_unplanned, memory_planning = mem.memory_planning,
         saved_per_layer = mem.saved_per_layer, saved_parts = mem.saved_parts, reserve = mem.reserve,
         total = mem.total, capacity = mem.capacity, fits = mem.fits, margin = mem.margin,
         per_layer = per_layer, min_gpus_zero3 = mem.min_gpus_zero3 },
@@ -808,6 +823,7 @@ function Z.text(m, msrc, inputs, results, clusters, chin, notes, hw_src, o)
   inp("B global tokens/step", "B", "%.0f")
   inp("p data-parallel size", "dp")
   inp("ZeRO stage", "stage")
+  inp("memory planning (v2167)", "planning")
   inp("e_c compute efficiency", "ec")
   inp("e_m memory efficiency", "em")
   inp("e_n network efficiency", "en")
@@ -874,8 +890,8 @@ function Z.text(m, msrc, inputs, results, clusters, chin, notes, hw_src, o)
       table.concat(bal, ", "))
   end
 
-  w("\nmemory per GPU (ZeRO stage %d over p ranks; activations = the peak of live buffers over the step's schedule):\n",
-    inputs.stage.value)
+  w("\nmemory per GPU (ZeRO stage %d over p ranks; activations = %s):\n", inputs.stage.value,
+    inputs.planning.value == "on" and "the peak of live buffers over the step's schedule (v2167)" or "every buffer its own region (no v2167)")
   local mh = { "hardware", "params", "grads", "optimizer", "fp8", "gather", "activations", "reserve", "total", "capacity", "verdict" }
   local mrows = {}
   for _, r in ipairs(results) do

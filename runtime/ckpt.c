@@ -1,0 +1,621 @@
+/* ckpt.c — crash-safe checkpoint save / verified load / keep-last-K; layout and guarantees are
+ * described in ckpt.h. */
+#include "ckpt.h"
+
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "fsio.h"
+#include "safetensors.h"
+
+#define PATH_CAP 4352
+#define STATE_MAX_BYTES (1u << 20)
+#define U53 9007199254740992.0
+
+static const char *const FILES[] = {"model.safetensors", "optimizer.safetensors", "state.json"};
+
+/* Entries a checkpoint directory may hold: its three files and hyp_st_write / hyp_fs temp
+ * files of them ("model.safetensors.tmp-XXXXXX"). Pruning deletes nothing else. */
+static int is_ckpt_file(const char *name) {
+    for (int i = 0; i < 3; i++) {
+        size_t n = strlen(FILES[i]);
+        if (!strncmp(name, FILES[i], n) && (name[n] == '\0' || !strncmp(name + n, ".tmp-", 5)))
+            return 1;
+    }
+    return 0;
+}
+
+/* "step_<digits>" -> step; -1 if name is not that. */
+static int64_t parse_step_name(const char *name) {
+    if (strncmp(name, "step_", 5) != 0 || !name[5]) return -1;
+    int64_t v = 0;
+    for (const char *p = name + 5; *p; p++) {
+        if (*p < '0' || *p > '9' || v > (INT64_MAX - 9) / 10) return -1;
+        v = v * 10 + (*p - '0');
+    }
+    return v;
+}
+
+static int pathf(char *out, const char *fmt, const char *a, const char *b) {
+    int n = snprintf(out, PATH_CAP, fmt, a, b);
+    return (n < 0 || n >= PATH_CAP) ? -1 : 0;
+}
+
+static void shape_str(int ndim, const int64_t *shape, char *out, size_t cap) {
+    size_t k = 0;
+    k += (size_t)snprintf(out + k, cap - k, "[");
+    for (int i = 0; i < ndim && k < cap; i++)
+        k += (size_t)snprintf(out + k, cap - k, "%s%lld", i ? ", " : "", (long long)shape[i]);
+    if (k < cap) snprintf(out + k, cap - k, "]");
+}
+
+/* Validates the caller's tensors: params[n] (required), m[n] and v[n] (both or neither; each the
+ * same shape as its param). *with_opt = 1 when the moments are given. */
+static int check_tensors(const char *where, const hyp_ckpt_tensor *params,
+                         const hyp_ckpt_tensor *m, const hyp_ckpt_tensor *v, int n, int *with_opt,
+                         hyp_err *e) {
+    if (n < 1 || !params)
+        return hyp_fail(e, HYP_EINPUT, "%s: no tensors given to the checkpoint", where);
+    if ((m == NULL) != (v == NULL))
+        return hyp_fail(e, HYP_EINPUT, "%s: give both AdamW moments (m and v) or neither", where);
+    *with_opt = m != NULL;
+    const hyp_ckpt_tensor *sets[3] = {params, m, v};
+    for (int s = 0; s < (*with_opt ? 3 : 1); s++)
+        for (int i = 0; i < n; i++) {
+            const hyp_ckpt_tensor *t = &sets[s][i];
+            if (!t->name || !t->name[0])
+                return hyp_fail(e, HYP_EINPUT, "%s: tensor %d has no name", where, i);
+            if (t->ndim < 1 || t->ndim > HYP_CKPT_MAX_DIMS || hyp_st_numel(t->ndim, t->shape) < 0)
+                return hyp_fail(e, HYP_EINPUT, "%s: tensor '%.200s' has an invalid shape (ndim "
+                                "%d)", where, t->name, t->ndim);
+            if (!t->data)
+                return hyp_fail(e, HYP_EINPUT, "%s: tensor '%.200s' has no data buffer", where,
+                                t->name);
+            int same = t->ndim == params[i].ndim;
+            for (int d = 0; same && d < t->ndim; d++) same = t->shape[d] == params[i].shape[d];
+            if (!same)
+                return hyp_fail(e, HYP_EINPUT, "%s: optimizer tensor '%.200s' does not have the "
+                                "shape of its parameter '%.200s'", where, t->name,
+                                params[i].name);
+        }
+    return HYP_OK;
+}
+
+/* ========================================================================================== */
+/* save                                                                                        */
+
+/* Deletes leftover DIR/.tmp-step_* directories of crashed saves. */
+static void clean_stale_tmp(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *de;
+    char p[PATH_CAP];
+    while ((de = readdir(d)) != NULL) {
+        if (strncmp(de->d_name, ".tmp-step_", 10) != 0 && strncmp(de->d_name, ".old-step_", 10))
+            continue;
+        if (pathf(p, "%s/%s", dir, de->d_name) == 0) (void)hyp_fs_remove_flat(p, is_ckpt_file);
+    }
+    closedir(d);
+}
+
+typedef struct {
+    int64_t step;
+    int64_t mtime_ns; /* of its state.json: when the save finished; 0 if none */
+    char name[64];
+} step_ent;
+
+/* Most recently saved first; ties (and dirs without state.json) by step, highest first. */
+static int cmp_recent(const void *a, const void *b) {
+    const step_ent *x = a, *y = b;
+    if (x->mtime_ns != y->mtime_ns) return x->mtime_ns < y->mtime_ns ? 1 : -1;
+    return x->step < y->step ? 1 : x->step > y->step ? -1 : 0;
+}
+
+/* Keeps the `keep` most recently saved step dirs and the one `latest_name` names; best effort.
+ * Recency, not step number: after resuming from an earlier step, the new run's checkpoints are
+ * the ones to keep, not the abandoned run's higher-numbered ones. */
+static void prune(const char *dir, int keep, const char *latest_name) {
+    if (keep <= 0) return;
+    DIR *d = opendir(dir);
+    if (!d) return;
+    step_ent *v = NULL;
+    int n = 0, cap = 0;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        int64_t s = parse_step_name(de->d_name);
+        if (s < 0 || strlen(de->d_name) >= sizeof v->name) continue;
+        if (n == cap) {
+            cap = cap ? cap * 2 : 16;
+            step_ent *nv = realloc(v, sizeof *v * (size_t)cap);
+            if (!nv) break;
+            v = nv;
+        }
+        v[n].step = s;
+        memcpy(v[n].name, de->d_name, strlen(de->d_name) + 1); /* length checked above */
+        char sp[PATH_CAP];
+        struct stat st;
+        v[n].mtime_ns = 0;
+        if (snprintf(sp, sizeof sp, "%s/%s/state.json", dir, de->d_name) < (int)sizeof sp &&
+            stat(sp, &st) == 0)
+            v[n].mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+        n++;
+    }
+    closedir(d);
+    if (v) qsort(v, (size_t)n, sizeof *v, cmp_recent);
+    char p[PATH_CAP];
+    for (int i = keep; i < n; i++) {
+        if (!strcmp(v[i].name, latest_name)) continue;
+        if (pathf(p, "%s/%s", dir, v[i].name) == 0) (void)hyp_fs_remove_flat(p, is_ckpt_file);
+    }
+    free(v);
+}
+
+static int file_size(const char *path, uint64_t *size) {
+    struct stat st;
+    if (stat(path, &st) != 0) return -1;
+    *size = (uint64_t)st.st_size;
+    return 0;
+}
+
+static cJSON *u64_hex(uint64_t v) {
+    char b[24];
+    snprintf(b, sizeof b, "%016" PRIx64, v);
+    return cJSON_CreateString(b);
+}
+
+static int write_state(const char *tmpdir, const hyp_ckpt_state *st, int with_opt,
+                       const char hex[2][33], const uint64_t bytes[2], hyp_err *e) {
+    cJSON *j = cJSON_CreateObject();
+    if (!j) return hyp_fail(e, HYP_EFAIL, "%s: out of memory", tmpdir);
+    cJSON_AddStringToObject(j, "format", "hyperion-checkpoint");
+    cJSON_AddNumberToObject(j, "format_version", HYP_CKPT_FORMAT_VERSION);
+    cJSON_AddNumberToObject(j, "step", (double)st->step);
+    cJSON_AddNumberToObject(j, "tokens_seen", (double)st->tokens_seen);
+    cJSON_AddStringToObject(j, "config_hash", st->config_hash);
+    cJSON_AddStringToObject(j, "plan", st->plan);
+    cJSON *rng = cJSON_AddArrayToObject(j, "rng_xoshiro256");
+    for (int i = 0; i < 4 && rng; i++) cJSON_AddItemToArray(rng, u64_hex(st->rng[i]));
+    cJSON *ld = cJSON_AddObjectToObject(j, "loader");
+    if (ld) {
+        cJSON_AddNumberToObject(ld, "epoch", (double)st->loader_epoch);
+        cJSON_AddNumberToObject(ld, "position", (double)st->loader_position);
+    }
+    cJSON *files = cJSON_AddObjectToObject(j, "files");
+    for (int i = 0; i < 1 + with_opt && files; i++) {
+        cJSON *f = cJSON_AddObjectToObject(files, FILES[i]);
+        if (!f) break;
+        cJSON_AddNumberToObject(f, "bytes", (double)bytes[i]);
+        cJSON_AddStringToObject(f, "xxh3_128", hex[i]);
+    }
+    cJSON_AddNumberToObject(j, "saved_unix", (double)time(NULL));
+    char *txt = cJSON_Print(j);
+    cJSON_Delete(j);
+    if (!txt) return hyp_fail(e, HYP_EFAIL, "%s: out of memory", tmpdir);
+    size_t len = strlen(txt);
+    char *buf = realloc(txt, len + 2);
+    if (!buf) {
+        free(txt);
+        return hyp_fail(e, HYP_EFAIL, "%s: out of memory", tmpdir);
+    }
+    buf[len] = '\n';
+    buf[len + 1] = '\0';
+    char p[PATH_CAP];
+    if (pathf(p, "%s/%s", tmpdir, "state.json") != 0) {
+        free(buf);
+        return hyp_fail(e, HYP_EINPUT, "%s: path too long", tmpdir);
+    }
+    int rc = hyp_fs_write_atomic(p, buf, len + 1, e);
+    free(buf);
+    return rc;
+}
+
+/* Moves the finished tmp dir to final, replacing an existing checkpoint of the same step. */
+static int install(const char *dir, const char *tmp, const char *final, const char *step_name,
+                   hyp_err *e) {
+    if (rename(tmp, final) == 0) return HYP_OK;
+    int err = errno;
+    if (err != ENOTEMPTY && err != EEXIST)
+        return hyp_fail(e, hyp_fs_errcode(err), "%s: cannot move the checkpoint into place: %s",
+                        final, strerror(err));
+    if (hyp_fs_exchange(tmp, final) == 0) { /* tmp now holds the old checkpoint */
+        (void)hyp_fs_remove_flat(tmp, is_ckpt_file);
+        return HYP_OK;
+    }
+    char old[PATH_CAP];
+    int n = snprintf(old, sizeof old, "%s/.old-%s-XXXXXX", dir, step_name);
+    if (n < 0 || n >= (int)sizeof old || !mkdtemp(old))
+        return hyp_fail(e, HYP_EFAIL, "%s: cannot make room to replace it: %s", final,
+                        strerror(errno));
+    if (rename(final, old) != 0 || rename(tmp, final) != 0) {
+        err = errno;
+        if (!hyp_fs_exists(final)) (void)rename(old, final);
+        rmdir(old);
+        return hyp_fail(e, hyp_fs_errcode(err), "%s: cannot replace the existing checkpoint: %s",
+                        final, strerror(err));
+    }
+    (void)hyp_fs_remove_flat(old, is_ckpt_file);
+    return HYP_OK;
+}
+
+int hyp_ckpt_save(const char *dir, const hyp_ckpt_tensor *params, const hyp_ckpt_tensor *m,
+                  const hyp_ckpt_tensor *v, int n, const hyp_ckpt_state *st, int keep,
+                  hyp_err *e) {
+    if (!dir || !dir[0]) return hyp_fail(e, HYP_EINPUT, "(checkpoint): no directory given");
+    if (!st) return hyp_fail(e, HYP_EINPUT, "%s: no checkpoint state given", dir);
+    int with_opt, rc = check_tensors(dir, params, m, v, n, &with_opt, e);
+    if (rc != HYP_OK) return rc;
+    if ((double)st->step >= U53 || (double)st->tokens_seen >= U53 ||
+        (double)st->loader_epoch >= U53 || (double)st->loader_position >= U53)
+        return hyp_fail(e, HYP_EINPUT, "%s: a counter in the checkpoint state is >= 2^53", dir);
+    if (!memchr(st->config_hash, '\0', sizeof st->config_hash) ||
+        !memchr(st->plan, '\0', sizeof st->plan))
+        return hyp_fail(e, HYP_EINPUT, "%s: config_hash or plan is not NUL-terminated", dir);
+    if ((rc = hyp_fs_mkdirs(dir, e)) != HYP_OK) return rc;
+    clean_stale_tmp(dir);
+
+    char step_name[64], tmp[PATH_CAP], final[PATH_CAP], p[PATH_CAP];
+    snprintf(step_name, sizeof step_name, "step_%08" PRIu64, st->step);
+    int len = snprintf(tmp, sizeof tmp, "%s/.tmp-%s-XXXXXX", dir, step_name);
+    if (len < 0 || len >= (int)sizeof tmp || pathf(final, "%s/%s", dir, step_name) != 0)
+        return hyp_fail(e, HYP_EINPUT, "%s: path too long — use a shorter checkpoint dir", dir);
+    if (!mkdtemp(tmp)) {
+        int err = errno;
+        return hyp_fail(e, hyp_fs_errcode(err), "%s: cannot create a directory here: %s — check "
+                        "the checkpoint dir is writable", dir, strerror(err));
+    }
+    (void)chmod(tmp, 0755);
+
+    hyp_st_tensor *sts = calloc((size_t)n * 2, sizeof *sts);
+    char hex[2][33] = {{0}};
+    uint64_t bytes[2] = {0, 0};
+    char step_s[32];
+    snprintf(step_s, sizeof step_s, "%" PRIu64, st->step);
+    const hyp_st_meta meta[] = {{"format", "pt"}, {"producer", "hyperion"},
+                                {"step", step_s}, {"config_hash", st->config_hash}};
+    if (!sts) {
+        rc = hyp_fail(e, HYP_EFAIL, "%s: out of memory", dir);
+        goto fail;
+    }
+    for (int f = 0; f < 1 + with_opt; f++) {
+        /* model.safetensors: params; optimizer.safetensors: m then v, interleaved per param */
+        int k = 0;
+        for (int i = 0; i < n; i++) {
+            const hyp_ckpt_tensor *src[2] = {f == 0 ? &params[i] : &m[i], &v[i]};
+            for (int s = 0; s < (f == 0 ? 1 : 2); s++, k++) {
+                sts[k] = (hyp_st_tensor){.name = src[s]->name, .dtype = HYP_ST_F32,
+                                         .ndim = src[s]->ndim, .data = src[s]->data};
+                memcpy(sts[k].shape, src[s]->shape, sizeof src[s]->shape);
+            }
+        }
+        if (pathf(p, "%s/%s", tmp, FILES[f]) != 0) {
+            rc = hyp_fail(e, HYP_EINPUT, "%s: path too long", dir);
+            goto fail;
+        }
+        /* the optimizer file gets the same metadata minus "format": "pt" (not a model) */
+        if ((rc = hyp_st_write(p, sts, k, meta + f, 4 - f, hex[f], e)) != HYP_OK) goto fail;
+        if (file_size(p, &bytes[f]) != 0) {
+            rc = hyp_fail(e, HYP_EFAIL, "%s: cannot stat: %s", p, strerror(errno));
+            goto fail;
+        }
+    }
+    if ((rc = write_state(tmp, st, with_opt, (const char(*)[33])hex, bytes, e)) != HYP_OK)
+        goto fail;
+    if (hyp_fs_fsync_dir(tmp) != 0) {
+        rc = hyp_fail(e, HYP_EFAIL, "%s: fsync failed: %s", tmp, strerror(errno));
+        goto fail;
+    }
+    if ((rc = install(dir, tmp, final, step_name, e)) != HYP_OK) goto fail;
+    if (hyp_fs_fsync_dir(dir) != 0) {
+        rc = hyp_fail(e, HYP_EFAIL, "%s: fsync failed: %s", dir, strerror(errno));
+        goto out;
+    }
+    char latest_txt[80];
+    int ln = snprintf(latest_txt, sizeof latest_txt, "%s\n", step_name);
+    if (pathf(p, "%s/%s", dir, "latest") != 0 ||
+        (rc = hyp_fs_write_atomic(p, latest_txt, (size_t)ln, e)) != HYP_OK)
+        goto out;
+    prune(dir, keep, step_name);
+    goto out;
+fail:
+    (void)hyp_fs_remove_flat(tmp, is_ckpt_file);
+out:
+    free(sts);
+    return rc;
+}
+
+/* ========================================================================================== */
+/* load                                                                                        */
+
+int hyp_ckpt_latest(const char *dir, char *out, size_t cap, hyp_err *e) {
+    if (cap) out[0] = '\0';
+    char p[PATH_CAP];
+    if (pathf(p, "%s/%s", dir, "latest") != 0)
+        return hyp_fail(e, HYP_EINPUT, "%s: path too long", dir);
+    if (!hyp_fs_exists(p)) return HYP_OK; /* no checkpoint yet */
+    char *txt = NULL;
+    size_t n = 0;
+    int rc = hyp_fs_read_small(p, 256, &txt, &n, e);
+    if (rc != HYP_OK) return rc;
+    while (n > 0 && (txt[n - 1] == '\n' || txt[n - 1] == '\r' || txt[n - 1] == ' ')) txt[--n] = 0;
+    if (parse_step_name(txt) < 0) {
+        rc = hyp_fail(e, HYP_EINPUT, "%s: does not name a step directory (\"%.60s\") — write the "
+                      "name of a checkpoint, e.g. step_00000123, or delete it", p, txt);
+        free(txt);
+        return rc;
+    }
+    char sd[PATH_CAP];
+    if (pathf(sd, "%s/%s", dir, txt) != 0) {
+        free(txt);
+        return hyp_fail(e, HYP_EINPUT, "%s: path too long", dir);
+    }
+    if (!hyp_fs_is_dir(sd)) {
+        rc = hyp_fail(e, HYP_EINPUT, "%s: names %s, which does not exist — restore it, or "
+                      "delete %s to start fresh", p, txt, p);
+        free(txt);
+        return rc;
+    }
+    free(txt);
+    if (strlen(sd) + 1 > cap) return hyp_fail(e, HYP_EINPUT, "%s: path too long", sd);
+    memcpy(out, sd, strlen(sd) + 1);
+    return HYP_OK;
+}
+
+static int json_u64(const cJSON *j, const char *key, uint64_t *out) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, key);
+    if (!cJSON_IsNumber(v) || !(v->valuedouble >= 0) || v->valuedouble >= U53 ||
+        floor(v->valuedouble) != v->valuedouble)
+        return -1;
+    *out = (uint64_t)v->valuedouble;
+    return 0;
+}
+
+/* Checks one file's size and xxh3-128 against state.json, then opens it as safetensors. */
+static int open_verified(const char *sd, const char *fname, const cJSON *files, hyp_st_file **f,
+                         hyp_err *e) {
+    char p[PATH_CAP];
+    *f = NULL;
+    if (pathf(p, "%s/%s", sd, fname) != 0) return hyp_fail(e, HYP_EINPUT, "%s: path too long", sd);
+    const cJSON *rec = cJSON_GetObjectItemCaseSensitive(files, fname);
+    const cJSON *hx = cJSON_GetObjectItemCaseSensitive(rec, "xxh3_128");
+    uint64_t want_bytes;
+    if (!cJSON_IsObject(rec) || !cJSON_IsString(hx) || json_u64(rec, "bytes", &want_bytes) != 0)
+        return hyp_fail(e, HYP_EINPUT, "%s/state.json: no size/checksum recorded for %s — the "
+                        "checkpoint is damaged; resume from an earlier one", sd, fname);
+    uint64_t have;
+    if (file_size(p, &have) != 0) {
+        int err = errno;
+        return hyp_fail(e, HYP_EINPUT, "%s: %s — the checkpoint is incomplete; delete it or "
+                        "resume from an earlier one", p, strerror(err));
+    }
+    if (have != want_bytes)
+        return hyp_fail(e, HYP_EINPUT, "%s: file is %" PRIu64 " bytes but state.json recorded "
+                        "%" PRIu64 " — the file is truncated or was replaced; delete this "
+                        "checkpoint or resume from an earlier one", p, have, want_bytes);
+    /* checksum the raw bytes first, so any corruption reads as corruption, not as a parse error */
+    int fd = open(p, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        int err = errno;
+        return hyp_fail(e, hyp_fs_errcode(err), "%s: cannot open: %s", p, strerror(err));
+    }
+    XXH128_hash_t h = XXH3_128bits(NULL, 0);
+    if (have > 0) {
+        void *m = mmap(NULL, (size_t)have, PROT_READ, MAP_PRIVATE, fd, 0);
+        if (m == MAP_FAILED) {
+            int err = errno;
+            close(fd);
+            return hyp_fail(e, HYP_EFAIL, "%s: mmap failed: %s", p, strerror(err));
+        }
+        h = XXH3_128bits(m, (size_t)have);
+        munmap(m, (size_t)have);
+    }
+    close(fd);
+    XXH128_canonical_t c;
+    XXH128_canonicalFromHash(&c, h);
+    char hex[33];
+    hyp_fs_hex(c.digest, 16, hex);
+    if (strcmp(hex, hx->valuestring) != 0)
+        return hyp_fail(e, HYP_EINPUT, "%s: checksum mismatch — the file is corrupt; delete this "
+                        "checkpoint or resume from an earlier one", p);
+    return hyp_st_open(p, f, e);
+}
+
+/* Every expected tensor present with dtype F32 and the expected shape, and nothing else;
+ * found[k] receives the file's tensor for ts[k]. */
+static int match_tensors(const hyp_st_file *f, const hyp_ckpt_tensor *const *ts, int count,
+                         const hyp_st_tensor **found, hyp_err *e) {
+    for (int k = 0; k < count; k++) {
+        const hyp_ckpt_tensor *t = ts[k];
+        const hyp_st_tensor *s = hyp_st_find(f, t->name);
+        if (!s)
+            return hyp_fail(e, HYP_EINPUT, "%s: tensor '%.300s' is missing — the checkpoint is "
+                            "from a different model; resume with the matching plan",
+                            hyp_st_path(f), t->name);
+        if (s->dtype != HYP_ST_F32)
+            return hyp_fail(e, HYP_EINPUT, "%s: tensor '%.300s' is %s, expected F32 — the "
+                            "checkpoint was not written by this trainer", hyp_st_path(f),
+                            t->name, hyp_st_dtype_name(s->dtype));
+        int same = s->ndim == t->ndim;
+        for (int d = 0; same && d < s->ndim; d++) same = s->shape[d] == t->shape[d];
+        if (!same) {
+            char a[160], b[160];
+            shape_str(t->ndim, t->shape, a, sizeof a);
+            shape_str(s->ndim, s->shape, b, sizeof b);
+            return hyp_fail(e, HYP_EINPUT, "%s: tensor '%.300s' has shape %s in the checkpoint "
+                            "but the model expects %s — the checkpoint is from a different model "
+                            "config", hyp_st_path(f), t->name, b, a);
+        }
+        found[k] = s;
+    }
+    if (hyp_st_count(f) != count) {
+        /* the file has a tensor the caller did not ask for (or asked for one twice): name it */
+        for (int j = 0; j < hyp_st_count(f); j++) {
+            const hyp_st_tensor *s = hyp_st_get(f, j);
+            int used = 0;
+            for (int k = 0; k < count && !used; k++) used = found[k] == s;
+            if (!used)
+                return hyp_fail(e, HYP_EINPUT, "%s: holds tensor '%.300s', which this model does "
+                                "not have — the checkpoint is from a different model config",
+                                hyp_st_path(f), s->name);
+        }
+        return hyp_fail(e, HYP_EINPUT, "%s: the same tensor name is requested twice",
+                        hyp_st_path(f));
+    }
+    return HYP_OK;
+}
+
+/* Resolves (dir, step) to a step directory; HYP_ENOCKPT when dir has no checkpoint yet. */
+static int resolve(const char *dir, const char *step, char *sd, hyp_err *e) {
+    char p[PATH_CAP];
+    if (step) {
+        if (parse_step_name(step) < 0)
+            return hyp_fail(e, HYP_EINPUT, "%s: '%.100s' is not a step directory name (like "
+                            "step_00000123)", dir, step);
+        if (pathf(sd, "%s/%s", dir, step) != 0)
+            return hyp_fail(e, HYP_EINPUT, "%s: path too long", dir);
+        if (!hyp_fs_is_dir(sd))
+            return hyp_fail(e, HYP_EINPUT, "%s: no such checkpoint — list %s for the steps it "
+                            "has", sd, dir);
+        return HYP_OK;
+    }
+    if (pathf(p, "%s/%s", dir, "state.json") != 0)
+        return hyp_fail(e, HYP_EINPUT, "%s: path too long", dir);
+    if (hyp_fs_exists(p)) { /* dir is itself a step directory */
+        snprintf(sd, PATH_CAP, "%s", dir);
+        return HYP_OK;
+    }
+    int rc = hyp_ckpt_latest(dir, sd, PATH_CAP, e);
+    if (rc != HYP_OK) return rc;
+    if (!sd[0])
+        return hyp_fail(e, HYP_ENOCKPT, "%s: no checkpoint yet (no %s/latest) — train with "
+                        "--ckpt-dir %s first, or give the directory of an existing checkpoint",
+                        dir, dir, dir);
+    return HYP_OK;
+}
+
+int hyp_ckpt_load(const char *dir, const char *step, hyp_ckpt_tensor *params, hyp_ckpt_tensor *m,
+                  hyp_ckpt_tensor *v, int n, const char *expect_config_hash, hyp_ckpt_state *st_out,
+                  hyp_err *e) {
+    if (!dir || !dir[0]) return hyp_fail(e, HYP_EINPUT, "(checkpoint): no directory given");
+    int with_opt, rc = check_tensors(dir, params, m, v, n, &with_opt, e);
+    if (rc != HYP_OK) return rc;
+    char sd[PATH_CAP], p[PATH_CAP];
+    if ((rc = resolve(dir, step, sd, e)) != HYP_OK) return rc;
+    if (pathf(p, "%s/%s", sd, "state.json") != 0)
+        return hyp_fail(e, HYP_EINPUT, "%s: path too long", sd);
+    char *txt = NULL;
+    if ((rc = hyp_fs_read_small(p, STATE_MAX_BYTES, &txt, NULL, e)) != HYP_OK) return rc;
+    cJSON *j = cJSON_Parse(txt);
+    free(txt);
+    hyp_st_file *fm = NULL, *fo = NULL;
+    const hyp_st_tensor **found = NULL;
+    const hyp_ckpt_tensor **want = NULL;
+    hyp_ckpt_state *st = calloc(1, sizeof *st); /* ~4.5 KB: not on the stack */
+    if (!st) {
+        cJSON_Delete(j);
+        return hyp_fail(e, HYP_EFAIL, "%s: out of memory", sd);
+    }
+    if (!j || !cJSON_IsObject(j)) {
+        rc = hyp_fail(e, HYP_EINPUT, "%s: not valid JSON — the checkpoint is damaged; resume "
+                      "from an earlier one", p);
+        goto done;
+    }
+    const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(j, "format");
+    uint64_t ver;
+    if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, "hyperion-checkpoint") != 0 ||
+        json_u64(j, "format_version", &ver) != 0) {
+        rc = hyp_fail(e, HYP_EINPUT, "%s: not a Hyperion checkpoint state file", p);
+        goto done;
+    }
+    if (ver != HYP_CKPT_FORMAT_VERSION) {
+        rc = hyp_fail(e, HYP_EINPUT, "%s: checkpoint format version %" PRIu64 ", this trainer "
+                      "reads version %d — use the Hyperion version that wrote it", p, ver,
+                      HYP_CKPT_FORMAT_VERSION);
+        goto done;
+    }
+    const cJSON *ch = cJSON_GetObjectItemCaseSensitive(j, "config_hash");
+    const cJSON *pl = cJSON_GetObjectItemCaseSensitive(j, "plan");
+    const cJSON *rng = cJSON_GetObjectItemCaseSensitive(j, "rng_xoshiro256");
+    const cJSON *ld = cJSON_GetObjectItemCaseSensitive(j, "loader");
+    const cJSON *files = cJSON_GetObjectItemCaseSensitive(j, "files");
+    if (!cJSON_IsString(ch) || strlen(ch->valuestring) >= HYP_CKPT_HASH_MAX ||
+        json_u64(j, "step", &st->step) != 0 || json_u64(j, "tokens_seen", &st->tokens_seen) != 0 ||
+        cJSON_GetArraySize(rng) != 4 || json_u64(ld, "epoch", &st->loader_epoch) != 0 ||
+        json_u64(ld, "position", &st->loader_position) != 0 || !cJSON_IsObject(files)) {
+        rc = hyp_fail(e, HYP_EINPUT, "%s: a required field is missing or malformed — the "
+                      "checkpoint is damaged; resume from an earlier one", p);
+        goto done;
+    }
+    snprintf(st->config_hash, sizeof st->config_hash, "%s", ch->valuestring);
+    if (cJSON_IsString(pl)) snprintf(st->plan, sizeof st->plan, "%s", pl->valuestring);
+    if (strlen(sd) >= sizeof st->path) {
+        rc = hyp_fail(e, HYP_EINPUT, "%.200s...: path too long", sd);
+        goto done;
+    }
+    memcpy(st->path, sd, strlen(sd) + 1);
+    for (int i = 0; i < 4; i++) {
+        const cJSON *w = cJSON_GetArrayItem(rng, i);
+        char *endp = NULL;
+        if (!cJSON_IsString(w) || strlen(w->valuestring) != 16 ||
+            (st->rng[i] = strtoull(w->valuestring, &endp, 16), *endp != '\0')) {
+            rc = hyp_fail(e, HYP_EINPUT, "%s: rng_xoshiro256 word %d is not 16 hex digits — the "
+                          "checkpoint is damaged", p, i);
+            goto done;
+        }
+    }
+    if (expect_config_hash && strcmp(expect_config_hash, st->config_hash) != 0) {
+        rc = hyp_fail(e, HYP_EINPUT, "%s: written by plan %s%s%s%s, but this trainer runs plan "
+                      "%s — resume with the trainer generated from that plan, or use another "
+                      "checkpoint dir to start fresh", sd, st->config_hash[0] ? st->config_hash
+                      : "(no hash)", st->plan[0] ? " (" : "", st->plan, st->plan[0] ? ")" : "",
+                      expect_config_hash);
+        goto done;
+    }
+    found = calloc((size_t)n * 3, sizeof *found);
+    want = calloc((size_t)n * 3, sizeof *want);
+    if (!found || !want) {
+        rc = hyp_fail(e, HYP_EFAIL, "%s: out of memory", sd);
+        goto done;
+    }
+    for (int i = 0; i < n; i++) {
+        want[i] = &params[i];
+        if (with_opt) {
+            want[n + 2 * i] = &m[i];
+            want[n + 2 * i + 1] = &v[i];
+        }
+    }
+    if ((rc = open_verified(sd, FILES[0], files, &fm, e)) != HYP_OK) goto done;
+    if ((rc = match_tensors(fm, want, n, found, e)) != HYP_OK) goto done;
+    if (with_opt) {
+        if (!cJSON_GetObjectItemCaseSensitive(files, FILES[1])) {
+            rc = hyp_fail(e, HYP_EINPUT, "%s: has no optimizer state (weights only) — it cannot "
+                          "resume training; load it as initial weights instead", sd);
+            goto done;
+        }
+        if ((rc = open_verified(sd, FILES[1], files, &fo, e)) != HYP_OK) goto done;
+        if ((rc = match_tensors(fo, want + n, 2 * n, found + n, e)) != HYP_OK) goto done;
+    }
+    /* everything verified: now, and only now, write into the caller's buffers */
+    for (int k = 0; k < (with_opt ? 3 * n : n); k++)
+        memcpy(want[k]->data, found[k]->data, found[k]->nbytes);
+    if (st_out) *st_out = *st;
+done:
+    free(found);
+    free(want);
+    free(st);
+    hyp_st_close(fm);
+    hyp_st_close(fo);
+    cJSON_Delete(j);
+    return rc;
+}

@@ -1,0 +1,91 @@
+/* ckpt.h — training checkpoints: save and bit-exact resume of weights, AdamW state, RNG and data
+ * loader position, crash-safe on disk.
+ *
+ * Layout of a checkpoint directory DIR:
+ *   DIR/step_00000123/model.safetensors      fp32 weights under the caller's (Hugging Face-style)
+ *                                            names; metadata {"format": "pt", ...} so
+ *                                            transformers/safetensors load it directly
+ *   DIR/step_00000123/optimizer.safetensors  AdamW m and v: "<name>.exp_avg", "<name>.exp_avg_sq"
+ *                                            (absent for weights-only checkpoints)
+ *   DIR/step_00000123/state.json             format version, step, RNG state, loader state,
+ *                                            config_hash, size + xxh3-128 of each .safetensors
+ *   DIR/latest                               "step_00000123\n": the newest complete checkpoint
+ *
+ * Crash safety: a save builds DIR/.tmp-step_00000123-XXXXXX, fsyncs every file and the directory,
+ * renames it to DIR/step_00000123 (atomically swapping out an older checkpoint of the same step,
+ * if any), fsyncs DIR, and only then replaces DIR/latest (temp + rename + fsync). A process killed
+ * at any point leaves `latest` naming a complete checkpoint; leftover .tmp-step_* directories are
+ * deleted by the next save. One writer per DIR (in data-parallel runs, rank 0 saves).
+ *
+ * Load verifies before it writes anything into the caller's buffers: the format version, the
+ * config_hash, each file's size and xxh3-128, the safetensors structure, and that the names,
+ * dtypes (F32) and shapes are exactly the ones the caller expects (no missing, no extra). So on
+ * any error the caller's weights are untouched.
+ */
+#ifndef HYP_CKPT_H
+#define HYP_CKPT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "hyp_err.h"
+
+#define HYP_CKPT_MAX_DIMS 4
+#define HYP_CKPT_HASH_MAX 128
+#define HYP_CKPT_PLAN_MAX 256
+#define HYP_CKPT_PATH_MAX 4096
+#define HYP_CKPT_FORMAT_VERSION 1
+
+/* hyp_ckpt_load's answer when the directory holds no checkpoint yet (no DIR, or no DIR/latest):
+ * a fresh run for `--resume`, an error for anything that needs weights. e->msg is filled too. */
+#define HYP_ENOCKPT 3
+
+/* One fp32 tensor: a parameter, or one of its AdamW moments. */
+typedef struct {
+    const char *name;                   /* params: "transformer.h.0.attn.c_attn.weight"; moments
+                                           by convention "<name>.exp_avg" / "<name>.exp_avg_sq" */
+    float *data;                        /* [numel]; saved from / loaded into */
+    int ndim;                           /* 1..4 */
+    int64_t shape[HYP_CKPT_MAX_DIMS];
+} hyp_ckpt_tensor;
+
+/* Everything besides tensors that a bit-exact resume needs. */
+typedef struct {
+    uint64_t step;                       /* optimizer steps completed; names the directory */
+    uint64_t tokens_seen;                /* optional bookkeeping */
+    uint64_t rng[4];                     /* hyp_rng_get_state() */
+    uint64_t loader_epoch;               /* hyp_loader_get_state() of the train loader: */
+    uint64_t loader_position;            /*   .epoch and .position */
+    char config_hash[HYP_CKPT_HASH_MAX]; /* the plan's hash; load refuses a different one */
+    char plan[HYP_CKPT_PLAN_MAX];        /* optional: which plan, for humans ("tiny+bf16 ...") */
+    char path[HYP_CKPT_PATH_MAX];        /* load fills it: the step directory loaded */
+} hyp_ckpt_state;
+
+/* Saves DIR/step_<st->step>/ (DIR is created if missing), points DIR/latest at it, then deletes
+ * all but the `keep` most recently saved step directories (keep <= 0: keep all; the one `latest`
+ * names is never deleted; recency rather than step number, so after resuming from an earlier
+ * step the new run's checkpoints win over the abandoned run's). Saving a step that exists
+ * replaces it. Pruning only deletes directories holding nothing but checkpoint files.
+ * params[n] go to model.safetensors; m[n] and v[n] (AdamW moments, same shapes as params) to
+ * optimizer.safetensors — pass m = v = NULL for a weights-only checkpoint. */
+int hyp_ckpt_save(const char *dir, const hyp_ckpt_tensor *params, const hyp_ckpt_tensor *m,
+                  const hyp_ckpt_tensor *v, int n, const hyp_ckpt_state *st, int keep,
+                  hyp_err *e);
+
+/* Loads a checkpoint into the caller's buffers. step = NULL: the one DIR/latest names (or DIR
+ * itself when DIR is a step directory, i.e. holds state.json); else a step directory name inside
+ * DIR ("step_00000123"). Returns HYP_ENOCKPT when step is NULL and DIR has no checkpoint yet.
+ * expect_config_hash: the running plan's hash; NULL skips the check (e.g. an export tool).
+ * m = v = NULL loads weights only. Names, dtypes (F32) and shapes must match the files exactly
+ * (no missing, no extra tensors). On success st (may be NULL) holds the saved state and the step
+ * directory's path; on any error nothing the caller owns has changed. */
+int hyp_ckpt_load(const char *dir, const char *step, hyp_ckpt_tensor *params, hyp_ckpt_tensor *m,
+                  hyp_ckpt_tensor *v, int n, const char *expect_config_hash, hyp_ckpt_state *st,
+                  hyp_err *e);
+
+/* The step directory DIR/latest names, as a path in out (cap bytes); out = "" (and HYP_OK) when
+ * DIR has no checkpoint yet (no DIR or no DIR/latest). HYP_EINPUT when `latest` is malformed or
+ * names a missing directory. */
+int hyp_ckpt_latest(const char *dir, char *out, size_t cap, hyp_err *e);
+
+#endif

@@ -1,0 +1,115 @@
+/* data.h — the training data pipeline: the byte-level tokenizer and shard writer behind
+ * `gen data`, and the mmap'd, shuffling, data-parallel batch loader the trainer reads from.
+ *
+ * On disk (a data directory, e.g. data/tiny/):
+ *   train_000000.bin, train_000001.bin, ...   token shards, llm.c format (below)
+ *   val_000000.bin, ...                       (absent when val_fraction is 0)
+ *   meta.json                                 tokenizer, vocab_size, token counts, sources,
+ *                                             and an xxh3-64 checksum of every shard
+ * A shard is 256 int32 (little-endian) then the tokens:
+ *   header[0] = 20240520 (magic), header[1] = version: 1 = uint16 tokens (llm.c),
+ *   2 = uint32 tokens (our extension for vocabularies above 65536), header[2] = token count.
+ * The loader also reads llm.c's own shards (fineweb_train_000001.bin, tiny_shakespeare_val.bin):
+ * a file belongs to split S when its name ends in ".bin" and contains S as an '_'-separated word.
+ *
+ * Sampling. The split's shards, in name order, form one token stream of n tokens; it is cut into
+ * W = (n - 1) / T windows of T + 1 tokens with stride T (window w = tokens [w*T, w*T + T]; a
+ * window may span two shards). An epoch is a permutation of the W windows: Fisher–Yates driven
+ * by hyp_rng seeded from (seed, epoch) for "train", the identity for "val". With data parallelism
+ * the permutation is dealt round-robin: rank r takes permutation slots r, r + world, r + 2*world...
+ * so ranks never overlap; each rank gets W_r = W / world windows per epoch (the last W % world
+ * slots of each epoch are skipped, different windows each epoch). Batches draw B consecutive
+ * windows of the rank's sequence and flow across epoch boundaries (a batch may end one epoch and
+ * start the next), so within the stream every window appears exactly once per epoch.
+ */
+#ifndef HYP_DATA_H
+#define HYP_DATA_H
+
+#include <stdint.h>
+
+#include "hyp_err.h"
+
+#define HYP_SHARD_MAGIC 20240520
+#define HYP_SHARD_HEADER_INTS 256
+
+/* ---- Writing shards: `gen data` ---- */
+
+typedef struct {
+    double val_fraction;   /* last fraction of the concatenated text held out for "val";
+                              default 0.05; 0 = no val split; must be < 1 */
+    uint64_t shard_tokens; /* tokens per shard; default 100,000,000; 1 .. 2^31 - 1 */
+    int vocab_size;        /* default 256 (the byte tokenizer); > 65536 writes uint32 shards */
+    int overwrite;         /* replace an existing, non-empty outdir (only if it holds nothing
+                              but a previous gen data's files); default 0 = refuse */
+} hyp_data_opts;
+
+/* Fills the defaults above. */
+void hyp_data_opts_default(hyp_data_opts *o);
+
+/* Tokenizes the concatenation of inputs (plain text files; "-" = stdin) with the byte tokenizer
+ * (token = byte value) and writes outdir/{train,val}_NNNNNN.bin + outdir/meta.json. The output
+ * is built in a sibling "outdir.tmp-XXXXXX" and renamed into place, so outdir is either absent,
+ * the old one, or complete. opts may be NULL for the defaults. Errors (HYP_EINPUT, message names
+ * the file): a missing, unreadable, empty or non-text (NUL bytes) input, an existing non-empty
+ * outdir without overwrite, an unwritable outdir, bad opts. */
+int hyp_data_prepare(const char *const *inputs, int n_inputs, const char *outdir,
+                     const hyp_data_opts *opts, hyp_err *e);
+
+/* Re-hashes every shard listed in dir/meta.json and compares with the recorded xxh3-64 and
+ * token counts; checks every token is < vocab_size. Reads all data: for `gen data --verify`
+ * and tests, not for every trainer start. */
+int hyp_data_verify(const char *dir, hyp_err *e);
+
+/* ---- Reading batches: the trainer ---- */
+
+typedef struct hyp_loader hyp_loader;
+
+/* Where the loader is in its stream; identical on all ranks (they advance in lockstep), so the
+ * checkpoint stores rank 0's and every rank restores the same value. */
+typedef struct {
+    uint64_t epoch;    /* epochs completed */
+    uint64_t position; /* windows of this rank's per-epoch sequence consumed in this epoch,
+                          0 .. windows_per_rank (== start of the next epoch) */
+} hyp_loader_state;
+
+/* Opens split ("train" or "val") of dir for batches of B sequences of T tokens, as rank `rank`
+ * of `world`. Validates every shard header (magic, version, token count against the file size),
+ * meta.json when present (vocab_size, per-shard token counts), and that the split holds at least
+ * world windows. Returns NULL with e filled on error (HYP_EINPUT for bad data; see
+ * hyp_loader_open_rc for the code). Shards are mmap'd, not read. */
+hyp_loader *hyp_loader_open(const char *dir, const char *split, int B, int T, uint64_t seed,
+                            int rank, int world, hyp_err *e);
+/* Same, returning the error code (HYP_OK / HYP_EINPUT / HYP_EFAIL) and the loader in *out. */
+int hyp_loader_open_rc(const char *dir, const char *split, int B, int T, uint64_t seed, int rank,
+                       int world, hyp_loader **out, hyp_err *e);
+void hyp_loader_close(hyp_loader *L);
+
+/* Fills inputs[B*T] and targets[B*T] (row b = window b of the batch: inputs = its first T
+ * tokens, targets = the same shifted by one). Returns HYP_OK, or HYP_EINPUT if a token is
+ * >= the vocabulary limit (the message names the shard and the token's index); the state
+ * does not advance on error. */
+int hyp_loader_next(hyp_loader *L, int32_t *inputs, int32_t *targets, hyp_err *e);
+
+/* Back to the start of epoch 0 (for "val": the same sequence every evaluation). */
+void hyp_loader_reset(hyp_loader *L);
+
+void hyp_loader_get_state(const hyp_loader *L, hyp_loader_state *s);
+/* Restores a state from hyp_loader_get_state (same data, T and world): the next batch is then
+ * bit-identical to the one the saved loader would have produced. HYP_EINPUT if position is past
+ * the epoch's end. */
+int hyp_loader_set_state(hyp_loader *L, const hyp_loader_state *s, hyp_err *e);
+
+/* The vocabulary of the data: meta.json's vocab_size, or 0 when there is no meta.json (then
+ * only the shard format bounds tokens: 65536 for version 1). */
+int hyp_loader_vocab_size(const hyp_loader *L);
+/* Tells the loader the model's vocabulary. HYP_EINPUT if meta.json's vocab_size is larger (the
+ * data has tokens the model cannot embed); otherwise tokens >= model_vocab become errors in
+ * hyp_loader_next instead of out-of-bounds reads. Call it once after open. */
+int hyp_loader_require_vocab(hyp_loader *L, int model_vocab, hyp_err *e);
+
+uint64_t hyp_loader_total_tokens(const hyp_loader *L);     /* tokens in the split */
+uint64_t hyp_loader_windows(const hyp_loader *L);          /* W: windows per epoch, all ranks */
+uint64_t hyp_loader_windows_per_rank(const hyp_loader *L); /* W / world */
+int hyp_loader_num_shards(const hyp_loader *L);
+
+#endif

@@ -1,0 +1,937 @@
+/* ops_cpu.c — the CPU backend's kernels (the contract, shapes and conventions are in ops_cpu.h).
+ *
+ * How the work is spread:
+ *   - matmuls go to oneDNN's dnnl_sgemm, which runs its own OpenMP team; we never call it from
+ *     inside an omp region (no nesting);
+ *   - row-wise ops (norms, cross-entropy, embedding forward) run `omp parallel for` over rows and
+ *     vectorize inside a row (`omp simd` on reductions: without -ffast-math gcc will not reorder
+ *     a float sum on its own, and `omp simd reduction` is how we allow it, explicitly);
+ *   - reductions over rows into a parameter gradient (dweight, dbias, dwte) are parallelized over
+ *     column blocks instead, each thread owning whole columns and summing rows in order 0..N-1:
+ *     no atomics, no per-thread partial buffers, and results independent of the thread count;
+ *   - attention is parallel over (b, h) (its backward's dk/dv part over (b, kv-head), because the
+ *     query heads of a group all write the same dk/dv rows).
+ *
+ * exp() is our own vectorizable hyp_expf below: glibc's expf/tanhf are only vectorized under
+ * -ffast-math, and the classifier alone does N*V exps per step (2048 * 50257 ~ 1e8 for gpt2-124m).
+ */
+#include "ops_cpu.h"
+
+#include <math.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <oneapi/dnnl/dnnl.h>
+
+/* Element counts below which an elementwise op stays on one thread: forking a team costs a few
+ * microseconds, more than adding up 32K floats. */
+#define HYP_PAR_MIN 32768L
+/* Column block of the column-parallel reductions: 64 floats = 4 cache lines, a whole number of
+ * lines so two threads never write the same line (no false sharing). */
+#define HYP_CBLK 64
+
+/* ------------------------------------------------------------------------------------------ */
+/* Error record (see op_cpu_check in ops_cpu.h). */
+
+static atomic_int g_op_status;  /* 0 = ok, else the first dnnl_status_t that failed */
+static char g_op_where[160];    /* written only by the caller that won the compare-exchange */
+
+static void record_failure(const char *where, int status) {
+    int expected = 0;
+    if (atomic_compare_exchange_strong(&g_op_status, &expected, status)) {
+        snprintf(g_op_where, sizeof g_op_where, "%s", where);
+    }
+}
+
+int op_cpu_check(hyp_err *e) {
+    int st = atomic_exchange(&g_op_status, 0);
+    if (st == 0) return HYP_OK;
+    return hyp_fail(e, HYP_EFAIL,
+                    "ops_cpu: oneDNN sgemm failed in %s (dnnl_status_t %d: %s) — "
+                    "check free memory and the model shapes",
+                    g_op_where, st,
+                    st == dnnl_out_of_memory ? "out of memory"
+                    : st == dnnl_invalid_arguments ? "invalid arguments" : "internal error");
+}
+
+/* C[M,N] = alpha * op(A) op(B) + beta * C, row-major, via oneDNN. */
+static void sgemm(const char *where, char ta, char tb, long M, long N, long K, float alpha,
+                  const float *A, long lda, const float *B, long ldb, float beta, float *C,
+                  long ldc) {
+    if (M <= 0 || N <= 0) return;
+    if (K <= 0) {
+        /* nothing to multiply: C = beta * C (beta is 0 or 1 here) */
+        if (beta == 0.0f) {
+            for (long i = 0; i < M; i++) memset(C + i * ldc, 0, (size_t)N * sizeof(float));
+        }
+        return;
+    }
+    dnnl_status_t st = dnnl_sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    if (st != dnnl_success) record_failure(where, (int)st);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Vectorizable exp. Cephes expf: x = n*ln2 + r with |r| <= ln2/2 (Cody-Waite split of ln2 so
+ * n*ln2_hi is exact), exp(r) by a degree-7 polynomial, times 2^n built in the exponent bits.
+ * Max relative error ~1e-7 (checked against exp() in double). Written with only compares,
+ * selects, float<->int converts and a union bit-cast so gcc vectorizes it inside `omp simd` loops.
+ * Range: x < -69 gives 0 and x > 69 gives exp(69) ~ 9e29. Our callers only need that (softmax
+ * feeds x - max <= 0; sigmoid 1/(1+e^-x) is 0 or 1 to float precision beyond |x| = 69), and it
+ * keeps every result, and the products formed with it (probability * dloss, x * sigmoid), out of
+ * the denormal range: on x86 without flush-to-zero each denormal costs ~100 cycles, which made
+ * GELU 30x slower on large pre-activations. NaN in, NaN out. */
+static inline float hyp_expf(float x) {
+    const float hi = 69.0f, lo = -69.0f;
+    float xc = x < lo ? lo : x;
+    xc = xc > hi ? hi : xc;
+    const float magic = 12582912.0f; /* 1.5 * 2^23: (y + magic) - magic rounds y to an integer */
+    float fn = (xc * 1.44269504088896341f + magic) - magic;
+    float r = xc - fn * 0.693359375f; /* ln2_hi: few mantissa bits, so fn * ln2_hi is exact */
+    r = r - fn * -2.12194440e-4f;     /* ln2_lo = ln2 - ln2_hi */
+    float z = r * r;
+    float p = 1.9875691500E-4f;
+    p = p * r + 1.3981999507E-3f;
+    p = p * r + 8.3334519073E-3f;
+    p = p * r + 4.1665795894E-2f;
+    p = p * r + 1.6666665459E-1f;
+    p = p * r + 5.0000001201E-1f;
+    float y = p * z + r + 1.0f;
+    union { int32_t i; float f; } pow2n = { .i = ((int32_t)fn + 127) << 23 };
+    y = y * pow2n.f;
+    return x < lo ? 0.0f : y;
+}
+
+/* sigmoid(x) = 1 / (1 + e^-x): exact limits 0 and 1 for large |x| (e^-x -> inf gives 0). */
+static inline float hyp_sigmoidf(float x) { return 1.0f / (1.0f + hyp_expf(-x)); }
+
+/* ------------------------------------------------------------------------------------------ */
+/* Embedding */
+
+void op_embedding_fwd(float *out, const int32_t *tokens, const float *wte, const float *wpe,
+                      int B, int T, int C) {
+    // out [B,T,C], tokens [B,T], wte [V,C], wpe [maxT,C] or NULL
+    long N = (long)B * T;
+#pragma omp parallel for schedule(static) if (N * C >= HYP_PAR_MIN)
+    for (long n = 0; n < N; n++) {
+        int t = (int)(n % T);
+        float *o = out + n * C;
+        const float *we = wte + (long)tokens[n] * C;
+        if (wpe) {
+            const float *pe = wpe + (long)t * C;
+            for (int c = 0; c < C; c++) o[c] = we[c] + pe[c];
+        } else {
+            memcpy(o, we, (size_t)C * sizeof(float));
+        }
+    }
+}
+
+void op_embedding_bwd(float *dwte, float *dwpe, const float *dout, const int32_t *tokens,
+                      int B, int T, int C, int V) {
+    // dwte [V,C], dwpe [maxT,C] or NULL, dout [B,T,C]
+    // Deterministic scatter-add: every thread owns a block of channels [c0, c0+64) of ALL rows
+    // of dwte and walks the tokens in order n = 0..N-1, so each dwte[v,c] receives its
+    // contributions in the same order whatever the thread count, with no atomics.
+    // Tokens outside [0, V) are skipped (the forward would have read out of bounds anyway).
+    long N = (long)B * T;
+    int nblk = (C + HYP_CBLK - 1) / HYP_CBLK;
+    if (dwte) {
+#pragma omp parallel for schedule(static) if (N * C >= HYP_PAR_MIN)
+        for (int blk = 0; blk < nblk; blk++) {
+            int c0 = blk * HYP_CBLK, c1 = c0 + HYP_CBLK < C ? c0 + HYP_CBLK : C;
+            for (long n = 0; n < N; n++) {
+                int32_t tok = tokens[n];
+                if (tok < 0 || tok >= V) continue;
+                float *dw = dwte + (long)tok * C;
+                const float *d = dout + n * C;
+                for (int c = c0; c < c1; c++) dw[c] += d[c];
+            }
+        }
+    }
+    if (dwpe) {
+        // dwpe[t] += sum_b dout[b,t]: parallel over t, b summed in order
+#pragma omp parallel for schedule(static) if (N * C >= HYP_PAR_MIN)
+        for (int t = 0; t < T; t++) {
+            float *dp = dwpe + (long)t * C;
+            for (int b = 0; b < B; b++) {
+                const float *d = dout + ((long)b * T + t) * C;
+                for (int c = 0; c < C; c++) dp[c] += d[c];
+            }
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* LayerNorm: out = (x - mean) * rstd * w + b, rstd = 1/sqrt(var + eps), biased variance. */
+
+void op_layernorm_fwd(float *out, float *mean, float *rstd, const float *inp, const float *w,
+                      const float *b, int N, int C, float eps) {
+    // out, inp [N,C]; mean, rstd [N]; w, b [C]
+#pragma omp parallel for schedule(static) if ((long)N * C >= HYP_PAR_MIN)
+    for (int n = 0; n < N; n++) {
+        const float *x = inp + (long)n * C;
+        float *o = out + (long)n * C;
+        // two passes (mean, then variance of x - mean): no cancellation from E[x^2] - E[x]^2
+        float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+        for (int c = 0; c < C; c++) s += x[c];
+        float m = s / C;
+        float v = 0.0f;
+#pragma omp simd reduction(+ : v)
+        for (int c = 0; c < C; c++) {
+            float d = x[c] - m;
+            v += d * d;
+        }
+        float r = 1.0f / sqrtf(v / C + eps);
+        if (b) {
+            for (int c = 0; c < C; c++) o[c] = (x[c] - m) * r * w[c] + b[c];
+        } else {
+            for (int c = 0; c < C; c++) o[c] = (x[c] - m) * r * w[c];
+        }
+        if (mean) mean[n] = m;
+        rstd[n] = r;
+    }
+}
+
+void op_layernorm_bwd(float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                      const float *w, const float *mean, const float *rstd, int N, int C) {
+    // dinp, dout, inp [N,C]; dw, db, w [C]; mean, rstd [N]
+    // With xhat = (x - mean) * rstd and g = dout * w (the gradient w.r.t. xhat):
+    //   dx = rstd * (g - mean_c(g) - xhat * mean_c(g * xhat))
+    //   dw += sum_n dout * xhat,   db += sum_n dout
+    if (dinp) {
+#pragma omp parallel for schedule(static) if ((long)N * C >= HYP_PAR_MIN)
+        for (int n = 0; n < N; n++) {
+            const float *x = inp + (long)n * C;
+            const float *d = dout + (long)n * C;
+            float *dx = dinp + (long)n * C;
+            float m = mean[n], r = rstd[n];
+            float sg = 0.0f, sgx = 0.0f;
+#pragma omp simd reduction(+ : sg, sgx)
+            for (int c = 0; c < C; c++) {
+                float g = d[c] * w[c];
+                sg += g;
+                sgx += g * (x[c] - m) * r;
+            }
+            sg /= C;
+            sgx /= C;
+            for (int c = 0; c < C; c++) {
+                float g = d[c] * w[c];
+                dx[c] += r * (g - sg - (x[c] - m) * r * sgx);
+            }
+        }
+    }
+    if (dw || db) {
+        int nblk = (C + HYP_CBLK - 1) / HYP_CBLK;
+#pragma omp parallel for schedule(static) if ((long)N * C >= HYP_PAR_MIN)
+        for (int blk = 0; blk < nblk; blk++) {
+            int c0 = blk * HYP_CBLK, len = C - c0 < HYP_CBLK ? C - c0 : HYP_CBLK;
+            float aw[HYP_CBLK] = {0}, ab[HYP_CBLK] = {0};
+            for (int n = 0; n < N; n++) {
+                const float *x = inp + (long)n * C + c0;
+                const float *d = dout + (long)n * C + c0;
+                float m = mean[n], r = rstd[n];
+                for (int c = 0; c < len; c++) {
+                    aw[c] += d[c] * (x[c] - m) * r;
+                    ab[c] += d[c];
+                }
+            }
+            if (dw) for (int c = 0; c < len; c++) dw[c0 + c] += aw[c];
+            if (db) for (int c = 0; c < len; c++) db[c0 + c] += ab[c];
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* RMSNorm: out = x * rstd * w, rstd = 1/sqrt(mean(x^2) + eps). */
+
+void op_rmsnorm_fwd(float *out, float *rstd, const float *inp, const float *w, int N, int C,
+                    float eps) {
+    // out, inp [N,C]; rstd [N]; w [C]
+#pragma omp parallel for schedule(static) if ((long)N * C >= HYP_PAR_MIN)
+    for (int n = 0; n < N; n++) {
+        const float *x = inp + (long)n * C;
+        float *o = out + (long)n * C;
+        float ss = 0.0f;
+#pragma omp simd reduction(+ : ss)
+        for (int c = 0; c < C; c++) ss += x[c] * x[c];
+        float r = 1.0f / sqrtf(ss / C + eps);
+        for (int c = 0; c < C; c++) o[c] = x[c] * r * w[c];
+        rstd[n] = r;
+    }
+}
+
+void op_rmsnorm_bwd(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
+                    const float *rstd, int N, int C) {
+    // dinp, dout, inp [N,C]; dw, w [C]; rstd [N]
+    // With xhat = x * rstd and g = dout * w:  dx = rstd * (g - xhat * mean_c(g * xhat)),
+    // dw += sum_n dout * xhat.
+    if (dinp) {
+#pragma omp parallel for schedule(static) if ((long)N * C >= HYP_PAR_MIN)
+        for (int n = 0; n < N; n++) {
+            const float *x = inp + (long)n * C;
+            const float *d = dout + (long)n * C;
+            float *dx = dinp + (long)n * C;
+            float r = rstd[n];
+            float sgx = 0.0f;
+#pragma omp simd reduction(+ : sgx)
+            for (int c = 0; c < C; c++) sgx += d[c] * w[c] * x[c];
+            sgx = sgx * r / C;
+            for (int c = 0; c < C; c++) dx[c] += r * (d[c] * w[c] - x[c] * r * sgx);
+        }
+    }
+    if (dw) {
+        int nblk = (C + HYP_CBLK - 1) / HYP_CBLK;
+#pragma omp parallel for schedule(static) if ((long)N * C >= HYP_PAR_MIN)
+        for (int blk = 0; blk < nblk; blk++) {
+            int c0 = blk * HYP_CBLK, len = C - c0 < HYP_CBLK ? C - c0 : HYP_CBLK;
+            float aw[HYP_CBLK] = {0};
+            for (int n = 0; n < N; n++) {
+                const float *x = inp + (long)n * C + c0;
+                const float *d = dout + (long)n * C + c0;
+                float r = rstd[n];
+                for (int c = 0; c < len; c++) aw[c] += d[c] * x[c] * r;
+            }
+            for (int c = 0; c < len; c++) dw[c0 + c] += aw[c];
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Matmul (nn.Linear): out = inp @ w^T + bias. */
+
+void op_matmul_fwd(float *out, const float *inp, const float *w, const float *bias, int N, int IC,
+                   int OC) {
+    // out [N,OC], inp [N,IC], w [OC,IC], bias [OC] or NULL
+    float beta = 0.0f;
+    if (bias) {
+        // broadcast the bias into out, then let the GEMM accumulate on top (beta = 1): one write
+        // pass instead of a read-modify-write pass after the GEMM
+#pragma omp parallel for schedule(static) if ((long)N * OC >= HYP_PAR_MIN)
+        for (int n = 0; n < N; n++) memcpy(out + (long)n * OC, bias, (size_t)OC * sizeof(float));
+        beta = 1.0f;
+    }
+    // out[N,OC] = inp[N,IC] @ (w[OC,IC])^T
+    sgemm("op_matmul_fwd", 'N', 'T', N, OC, IC, 1.0f, inp, IC, w, IC, beta, out, OC);
+}
+
+void op_matmul_bwd(float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
+                   const float *w, int N, int IC, int OC) {
+    // dinp [N,IC], dw [OC,IC], dbias [OC], dout [N,OC], inp [N,IC], w [OC,IC]
+    if (dinp) {
+        // dinp[N,IC] += dout[N,OC] @ w[OC,IC]
+        sgemm("op_matmul_bwd (dinp)", 'N', 'N', N, IC, OC, 1.0f, dout, OC, w, IC, 1.0f, dinp, IC);
+    }
+    if (dw) {
+        // dw[OC,IC] += dout[N,OC]^T @ inp[N,IC]
+        sgemm("op_matmul_bwd (dweight)", 'T', 'N', OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f, dw,
+              IC);
+    }
+    if (dbias) {
+        // dbias[o] += sum_n dout[n,o]: column blocks, rows summed in order (deterministic)
+        int nblk = (OC + HYP_CBLK - 1) / HYP_CBLK;
+#pragma omp parallel for schedule(static) if ((long)N * OC >= HYP_PAR_MIN)
+        for (int blk = 0; blk < nblk; blk++) {
+            int o0 = blk * HYP_CBLK, len = OC - o0 < HYP_CBLK ? OC - o0 : HYP_CBLK;
+            float acc[HYP_CBLK] = {0};
+            for (int n = 0; n < N; n++) {
+                const float *d = dout + (long)n * OC + o0;
+                for (int o = 0; o < len; o++) acc[o] += d[o];
+            }
+            for (int o = 0; o < len; o++) dbias[o0 + o] += acc[o];
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* QK-norm: RMSNorm over hd of each q head (weights qw) and each k head (weights kw). */
+
+void op_qknorm_fwd(float *out, float *rstd, const float *inp, const float *qw, const float *kw,
+                   int N, int NH, int NKV, int hd, float eps) {
+    // out, inp [N, (NH+2*NKV)*hd]; rstd [N, NH+NKV]; qw, kw [hd]
+    int R = (NH + 2 * NKV) * hd; // row stride
+    int NQK = NH + NKV;          // normalized heads per row
+#pragma omp parallel for schedule(static) if ((long)N * R >= HYP_PAR_MIN)
+    for (int n = 0; n < N; n++) {
+        const float *xr = inp + (long)n * R;
+        float *orow = out + (long)n * R;
+        for (int j = 0; j < NQK; j++) {
+            const float *x = xr + j * hd;
+            float *o = orow + j * hd;
+            const float *w = j < NH ? qw : kw;
+            float ss = 0.0f;
+#pragma omp simd reduction(+ : ss)
+            for (int i = 0; i < hd; i++) ss += x[i] * x[i];
+            float r = 1.0f / sqrtf(ss / hd + eps);
+            for (int i = 0; i < hd; i++) o[i] = x[i] * r * w[i];
+            rstd[(long)n * NQK + j] = r;
+        }
+        // v heads pass through
+        memcpy(orow + NQK * hd, xr + NQK * hd, (size_t)NKV * hd * sizeof(float));
+    }
+}
+
+void op_qknorm_bwd(float *dinp, float *dqw, float *dkw, const float *dout, const float *inp,
+                   const float *qw, const float *kw, const float *rstd, int N, int NH, int NKV,
+                   int hd) {
+    // dinp, dout, inp [N, (NH+2*NKV)*hd]; dqw, dkw, qw, kw [hd]; rstd [N, NH+NKV]
+    // Per head, the RMSNorm backward: dx = r * (g - xhat * mean_i(g * xhat)), g = dout * w.
+    int R = (NH + 2 * NKV) * hd;
+    int NQK = NH + NKV;
+    if (dinp) {
+#pragma omp parallel for schedule(static) if ((long)N * R >= HYP_PAR_MIN)
+        for (int n = 0; n < N; n++) {
+            for (int j = 0; j < NQK; j++) {
+                const float *x = inp + (long)n * R + j * hd;
+                const float *d = dout + (long)n * R + j * hd;
+                float *dx = dinp + (long)n * R + j * hd;
+                const float *w = j < NH ? qw : kw;
+                float r = rstd[(long)n * NQK + j];
+                float sgx = 0.0f;
+#pragma omp simd reduction(+ : sgx)
+                for (int i = 0; i < hd; i++) sgx += d[i] * w[i] * x[i];
+                sgx = sgx * r / hd;
+                for (int i = 0; i < hd; i++) dx[i] += r * (d[i] * w[i] - x[i] * r * sgx);
+            }
+            const float *dv = dout + (long)n * R + NQK * hd;
+            float *dxv = dinp + (long)n * R + NQK * hd;
+            for (int i = 0; i < NKV * hd; i++) dxv[i] += dv[i];
+        }
+    }
+    // dqw[i] += sum over rows and q heads of dout * xhat (dkw likewise over k heads). Parallel
+    // over (which weight, block of i): each task owns its outputs and sums rows in order.
+    int nblk = (hd + HYP_CBLK - 1) / HYP_CBLK;
+#pragma omp parallel for collapse(2) schedule(static) if ((long)N * R >= HYP_PAR_MIN)
+    for (int which = 0; which < 2; which++) {
+        for (int blk = 0; blk < nblk; blk++) {
+            float *dwt = which == 0 ? dqw : dkw;
+            if (!dwt) continue;
+            int j0 = which == 0 ? 0 : NH, j1 = which == 0 ? NH : NQK;
+            int i0 = blk * HYP_CBLK, len = hd - i0 < HYP_CBLK ? hd - i0 : HYP_CBLK;
+            float acc[HYP_CBLK] = {0};
+            for (int n = 0; n < N; n++) {
+                for (int j = j0; j < j1; j++) {
+                    const float *x = inp + (long)n * R + j * hd + i0;
+                    const float *d = dout + (long)n * R + j * hd + i0;
+                    float r = rstd[(long)n * NQK + j];
+                    for (int i = 0; i < len; i++) acc[i] += d[i] * x[i] * r;
+                }
+            }
+            for (int i = 0; i < len; i++) dwt[i0 + i] += acc[i];
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* RoPE, Hugging Face rotate_half convention. With half = hd/2 and, for i < half,
+ * angle(t, i) = t * theta^(-2i/hd), the pair (x[i], x[i+half]) is rotated by +angle:
+ *   y[i]      = x[i] * cos - x[i+half] * sin
+ *   y[i+half] = x[i+half] * cos + x[i] * sin
+ * The backward applies the inverse rotation (the transpose), i.e. angle -> -angle.
+ * cos/sin depend on (t, i) only: we compute them once per t, in double, and reuse them for all
+ * b and all heads (chunks of ROPE_CHUNK pairs on the stack, so any hd works without a malloc). */
+
+#define ROPE_CHUNK 128
+
+static void rope_apply(float *out, const float *inp, int accumulate, float sign, int B, int T,
+                       int NH, int NKV, int hd, float theta) {
+    int R = (NH + 2 * NKV) * hd;
+    int NQK = NH + NKV;
+    int half = hd / 2;
+    double log_theta = log((double)theta);
+#pragma omp parallel for schedule(static) if ((long)B * T * R >= HYP_PAR_MIN)
+    for (int t = 0; t < T; t++) {
+        float cs[ROPE_CHUNK], sn[ROPE_CHUNK];
+        for (int i0 = 0; i0 < half; i0 += ROPE_CHUNK) {
+            int m = half - i0 < ROPE_CHUNK ? half - i0 : ROPE_CHUNK;
+            for (int i = 0; i < m; i++) {
+                double ang = (double)t * exp(-(2.0 * (i0 + i) / hd) * log_theta);
+                cs[i] = (float)cos(ang);
+                sn[i] = sign * (float)sin(ang);
+            }
+            for (int b = 0; b < B; b++) {
+                const float *xr = inp + ((long)b * T + t) * R;
+                float *yr = out + ((long)b * T + t) * R;
+                for (int j = 0; j < NQK; j++) {
+                    const float *x1 = xr + j * hd + i0, *x2 = x1 + half;
+                    float *y1 = yr + j * hd + i0, *y2 = y1 + half;
+                    if (accumulate) {
+                        for (int i = 0; i < m; i++) {
+                            float a = x1[i], c = x2[i];
+                            y1[i] += a * cs[i] - c * sn[i];
+                            y2[i] += c * cs[i] + a * sn[i];
+                        }
+                    } else {
+                        for (int i = 0; i < m; i++) {
+                            float a = x1[i], c = x2[i];
+                            y1[i] = a * cs[i] - c * sn[i];
+                            y2[i] = c * cs[i] + a * sn[i];
+                        }
+                    }
+                }
+            }
+        }
+        // v heads pass through
+        for (int b = 0; b < B; b++) {
+            const float *xv = inp + ((long)b * T + t) * R + NQK * hd;
+            float *yv = out + ((long)b * T + t) * R + NQK * hd;
+            if (accumulate) {
+                for (int i = 0; i < NKV * hd; i++) yv[i] += xv[i];
+            } else {
+                memcpy(yv, xv, (size_t)NKV * hd * sizeof(float));
+            }
+        }
+    }
+}
+
+void op_rope_fwd(float *out, const float *inp, int B, int T, int NH, int NKV, int hd, float theta) {
+    // out, inp [B,T,(NH+2*NKV)*hd]
+    rope_apply(out, inp, 0, 1.0f, B, T, NH, NKV, hd, theta);
+}
+
+void op_rope_bwd(float *dinp, const float *dout, int B, int T, int NH, int NKV, int hd,
+                 float theta) {
+    // dinp, dout [B,T,(NH+2*NKV)*hd]; dinp += R(-angle) dout
+    rope_apply(dinp, dout, 1, -1.0f, B, T, NH, NKV, hd, theta);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Causal self-attention with grouped-query heads.
+ *   score[t,t2] = scale * q_t . k_t2  (t2 <= t),  att = softmax_t2(score),  out_t = sum att * v
+ * Query head h uses kv head g = h / (NH/NKV).
+ *
+ * The two products (Q K^T and P V, and their backward counterparts) are done by two small
+ * register-tiled kernels rather than one dot product per (t, t2) pair: a dot product of
+ * hd = 64 floats is 8 dependent FMAs plus a horizontal sum, ~8 GFLOP/s per core; a tile keeps
+ * its accumulators in registers and reuses every load for several FMAs (~5x faster here).
+ * oneDNN is not used because the per-(b, h) GEMMs are small (T x T x hd) and, being called
+ * outside our parallel region, would each be split over the threads (poor scaling at this size)
+ * and could not skip the masked upper triangle.
+ * The tiles use GCC/Clang vector extensions (portable: lowered to whatever SIMD the target has). */
+
+typedef float v8f __attribute__((vector_size(32)));
+typedef float v8f_u __attribute__((vector_size(32), aligned(4))); /* unaligned access */
+static inline v8f v8_load(const float *p) { return *(const v8f_u *)p; }
+static inline void v8_store(float *p, v8f v) { *(v8f_u *)p = v; }
+static inline v8f v8_splat(float x) { return (v8f){x, x, x, x, x, x, x, x}; }
+
+#define ATT_QB 8  /* query rows per score tile */
+#define ATT_KB 16 /* keys per score tile (2 vectors) */
+#define ATT_KC 64 /* keys per transposed chunk */
+#define ATT_RB 4  /* rows per accumulate tile */
+
+/* Transposes Y rows [j0, j0 + ATT_KC) (row stride ldy, hd columns) into Yt[hd][ATT_KC], with
+ * zeros for rows >= T: the score tiles then read keys contiguously. */
+static void att_transpose_chunk(float *Yt, const float *Y, long ldy, int j0, int T, int hd) {
+    for (int jj = 0; jj < ATT_KC; jj++) {
+        int j = j0 + jj;
+        if (j < T) {
+            const float *y = Y + (long)j * ldy;
+            for (int i = 0; i < hd; i++) Yt[i * ATT_KC + jj] = y[i];
+        } else {
+            for (int i = 0; i < hd; i++) Yt[i * ATT_KC + jj] = 0.0f;
+        }
+    }
+}
+
+/* S[r][c] = alpha * X_r . Y_c for rows r < nrows of a tile starting at X (row stride ldx) and the
+ * ATT_KB keys starting at column jj of the transposed chunk Yt; writes columns [0, ncols) of
+ * rows of S (row stride lds). Rows past nrows re-read the last valid row and are not stored. */
+static void att_score_tile(float *S, long lds, int nrows, int ncols, const float *X, long ldx,
+                           const float *Yt, int jj, int hd, float alpha) {
+    const float *xr[ATT_QB];
+    for (int r = 0; r < ATT_QB; r++) xr[r] = X + (long)(r < nrows ? r : nrows - 1) * ldx;
+    v8f acc0[ATT_QB], acc1[ATT_QB];
+    for (int r = 0; r < ATT_QB; r++) { acc0[r] = v8_splat(0.0f); acc1[r] = v8_splat(0.0f); }
+    for (int i = 0; i < hd; i++) {
+        v8f y0 = v8_load(Yt + i * ATT_KC + jj), y1 = v8_load(Yt + i * ATT_KC + jj + 8);
+        for (int r = 0; r < ATT_QB; r++) {
+            v8f x = v8_splat(xr[r][i]);
+            acc0[r] += x * y0;
+            acc1[r] += x * y1;
+        }
+    }
+    for (int r = 0; r < nrows; r++) {
+        float tmp[ATT_KB];
+        v8_store(tmp, acc0[r] * v8_splat(alpha));
+        v8_store(tmp + 8, acc1[r] * v8_splat(alpha));
+        for (int c = 0; c < ncols; c++) S[r * lds + c] = tmp[c];
+    }
+}
+
+/* O[r][:] += sum_{s in [s0, s1)} A[r*ars + s*acs] * Y[s][:], for r < nrows (<= ATT_RB), hd
+ * columns; Y row stride ldy, O row stride ldo. Register tile: ATT_RB rows x 32 columns. */
+static void att_accum_tile(float *O, long ldo, int nrows, const float *A, long ars, long acs,
+                           int s0, int s1, const float *Y, long ldy, int hd) {
+    const float *ar[ATT_RB];
+    for (int r = 0; r < ATT_RB; r++) ar[r] = A + (long)(r < nrows ? r : nrows - 1) * ars;
+    int i0 = 0;
+    for (; i0 + 32 <= hd; i0 += 32) {
+        v8f acc[ATT_RB][4];
+        for (int r = 0; r < ATT_RB; r++)
+            for (int k = 0; k < 4; k++) acc[r][k] = v8_splat(0.0f);
+        for (int s = s0; s < s1; s++) {
+            const float *y = Y + (long)s * ldy + i0;
+            v8f y0 = v8_load(y), y1 = v8_load(y + 8), y2 = v8_load(y + 16), y3 = v8_load(y + 24);
+            for (int r = 0; r < ATT_RB; r++) {
+                v8f a = v8_splat(ar[r][(long)s * acs]);
+                acc[r][0] += a * y0;
+                acc[r][1] += a * y1;
+                acc[r][2] += a * y2;
+                acc[r][3] += a * y3;
+            }
+        }
+        for (int r = 0; r < nrows; r++)
+            for (int k = 0; k < 4; k++) {
+                float *o = O + (long)r * ldo + i0 + 8 * k;
+                v8_store(o, v8_load(o) + acc[r][k]);
+            }
+    }
+    for (; i0 + 8 <= hd; i0 += 8) {
+        v8f acc[ATT_RB];
+        for (int r = 0; r < ATT_RB; r++) acc[r] = v8_splat(0.0f);
+        for (int s = s0; s < s1; s++) {
+            v8f y = v8_load(Y + (long)s * ldy + i0);
+            for (int r = 0; r < ATT_RB; r++) acc[r] += v8_splat(ar[r][(long)s * acs]) * y;
+        }
+        for (int r = 0; r < nrows; r++) {
+            float *o = O + (long)r * ldo + i0;
+            v8_store(o, v8_load(o) + acc[r]);
+        }
+    }
+    for (; i0 < hd; i0++) { /* hd not a multiple of 8 */
+        for (int r = 0; r < nrows; r++) {
+            float acc = 0.0f;
+            for (int s = s0; s < s1; s++) acc += ar[r][(long)s * acs] * Y[(long)s * ldy + i0];
+            O[(long)r * ldo + i0] += acc;
+        }
+    }
+}
+
+/* S[t][t2] = alpha * X_t . Y_t2 for the causal part t2 <= t (plus a few entries above the
+ * diagonal inside diagonal tiles, which callers overwrite), S row stride T. */
+static void att_scores_causal(float *S, const float *X, long ldx, const float *Y, long ldy, int T,
+                              int hd, float alpha, float *Yt) {
+    for (int j0 = 0; j0 < T; j0 += ATT_KC) {
+        att_transpose_chunk(Yt, Y, ldy, j0, T, hd);
+        for (int t0 = (j0 / ATT_QB) * ATT_QB; t0 < T; t0 += ATT_QB) {
+            int nrows = T - t0 < ATT_QB ? T - t0 : ATT_QB;
+            int jend = t0 + nrows < j0 + ATT_KC ? t0 + nrows : j0 + ATT_KC; /* keys <= last row */
+            for (int j = j0; j < jend; j += ATT_KB) {
+                int ncols = jend - j < ATT_KB ? jend - j : ATT_KB;
+                att_score_tile(S + (long)t0 * T + j, T, nrows, ncols, X + (long)t0 * ldx, ldx, Yt,
+                               j - j0, hd, alpha);
+            }
+        }
+    }
+}
+
+/* Per-thread scratch for the transposed key/value chunk: ATT_KC x hd floats on the stack. */
+#define ATT_MAX_HD 512
+
+void op_attention_fwd(float *out, float *att, const float *qkv, int B, int T, int NH, int NKV,
+                      int hd) {
+    // out [B,T,NH*hd]; att [B,NH,T,T]; qkv [B,T,(NH+2*NKV)*hd]
+    int R = (NH + 2 * NKV) * hd;
+    int G = NH / NKV; // query heads per kv head
+    int OC = NH * hd;
+    float scale = 1.0f / sqrtf((float)hd);
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int b = 0; b < B; b++) {
+        for (int h = 0; h < NH; h++) {
+            float Yt[ATT_KC * ATT_MAX_HD];
+            int g = h / G;
+            const float *base = qkv + (long)b * T * R;
+            const float *q = base + h * hd;                  // q_t = q + t*R
+            const float *k = base + (NH + g) * hd;           // k_t2 = k + t2*R
+            const float *v = base + (NH + NKV + g) * hd;     // v_t2 = v + t2*R
+            float *A = att + ((long)b * NH + h) * T * T;     // [T,T]
+            float *o = out + (long)b * T * OC + h * hd;      // o_t = o + t*OC
+            // scores (scaled), then softmax in place: the rows hold the saved probabilities
+            att_scores_causal(A, q, R, k, R, T, hd, scale, Yt);
+            for (int t = 0; t < T; t++) {
+                float *arow = A + (long)t * T;
+                float maxv = -INFINITY;
+#pragma omp simd reduction(max : maxv)
+                for (int t2 = 0; t2 <= t; t2++) maxv = arow[t2] > maxv ? arow[t2] : maxv;
+                float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+                for (int t2 = 0; t2 <= t; t2++) {
+                    float e = hyp_expf(arow[t2] - maxv);
+                    arow[t2] = e;
+                    sum += e;
+                }
+                float inv = 1.0f / sum;
+                for (int t2 = 0; t2 <= t; t2++) arow[t2] *= inv;
+                for (int t2 = t + 1; t2 < T; t2++) arow[t2] = 0.0f;
+            }
+            // out_t = sum_{t2 <= t} att[t,t2] v_t2 (att is 0 above the diagonal)
+            for (int t0 = 0; t0 < T; t0 += ATT_RB) {
+                int nrows = T - t0 < ATT_RB ? T - t0 : ATT_RB;
+                for (int r = 0; r < nrows; r++)
+                    for (int i = 0; i < hd; i++) o[(long)(t0 + r) * OC + i] = 0.0f;
+                att_accum_tile(o + (long)t0 * OC, OC, nrows, A + (long)t0 * T, T, 1, 0,
+                               t0 + nrows, v, R, hd);
+            }
+        }
+    }
+}
+
+void op_attention_bwd(float *dqkv, float *datt, const float *dout, const float *qkv,
+                      const float *att, int B, int T, int NH, int NKV, int hd) {
+    // dqkv [B,T,(NH+2*NKV)*hd] (+=); datt [B,NH,T,T] scratch; dout [B,T,NH*hd];
+    // qkv [B,T,(NH+2*NKV)*hd]; att [B,NH,T,T]
+    // Backprop, per (b, h) and query row t:
+    //   datt[t,t2]  = dout_t . v_t2
+    //   dscore      = att * (datt - sum_t2 att * datt)       (softmax backward)
+    //   dq_t       += scale * sum_t2 dscore[t,t2] k_t2
+    //   dk_t2      += scale * dscore[t,t2] q_t,   dv_t2 += att[t,t2] dout_t
+    // Pass 1 (parallel over (b, h)) computes scale*dscore into datt (0 above the diagonal) and
+    // dq. Pass 2 (parallel over (b, kv head)) does dk and dv: the G query heads of a group all
+    // add into the same kv rows, so one task owns a whole group: no races, no atomics.
+    int R = (NH + 2 * NKV) * hd;
+    int G = NH / NKV;
+    int OC = NH * hd;
+    float scale = 1.0f / sqrtf((float)hd);
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int b = 0; b < B; b++) {
+        for (int h = 0; h < NH; h++) {
+            float Yt[ATT_KC * ATT_MAX_HD];
+            int g = h / G;
+            const float *base = qkv + (long)b * T * R;
+            const float *k = base + (NH + g) * hd;
+            const float *v = base + (NH + NKV + g) * hd;
+            const float *d = dout + (long)b * T * OC + h * hd; // dout_t = d + t*OC
+            const float *A = att + ((long)b * NH + h) * T * T;
+            float *D = datt + ((long)b * NH + h) * T * T;
+            float *dq = dqkv + (long)b * T * R + h * hd;
+            att_scores_causal(D, d, OC, v, R, T, hd, 1.0f, Yt); // datt = dout . v
+            for (int t = 0; t < T; t++) {
+                const float *arow = A + (long)t * T;
+                float *drow = D + (long)t * T;
+                float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+                for (int t2 = 0; t2 <= t; t2++) dot += arow[t2] * drow[t2];
+                for (int t2 = 0; t2 <= t; t2++) drow[t2] = scale * arow[t2] * (drow[t2] - dot);
+                for (int t2 = t + 1; t2 < T; t2++) drow[t2] = 0.0f;
+            }
+            // dq_t += sum_{t2 <= t} dscore[t,t2] k_t2
+            for (int t0 = 0; t0 < T; t0 += ATT_RB) {
+                int nrows = T - t0 < ATT_RB ? T - t0 : ATT_RB;
+                att_accum_tile(dq + (long)t0 * R, R, nrows, D + (long)t0 * T, T, 1, 0, t0 + nrows,
+                               k, R, hd);
+            }
+        }
+    }
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int b = 0; b < B; b++) {
+        for (int g = 0; g < NKV; g++) {
+            const float *base = qkv + (long)b * T * R;
+            float *dk = dqkv + (long)b * T * R + (NH + g) * hd;       // dk_t2 = dk + t2*R
+            float *dv = dqkv + (long)b * T * R + (NH + NKV + g) * hd; // dv_t2 = dv + t2*R
+            for (int h = g * G; h < (g + 1) * G; h++) {
+                const float *q = base + h * hd;
+                const float *d = dout + (long)b * T * OC + h * hd;
+                const float *A = att + ((long)b * NH + h) * T * T;
+                const float *D = datt + ((long)b * NH + h) * T * T;
+                // dk_t2 += sum_{t >= t2} dscore[t,t2] q_t ;  dv_t2 += sum_{t >= t2} att[t,t2] dout_t
+                // (column t2 of dscore/att: element (r, s) of the tile is D[s*T + t2 + r])
+                for (int t0 = 0; t0 < T; t0 += ATT_RB) {
+                    int nrows = T - t0 < ATT_RB ? T - t0 : ATT_RB;
+                    att_accum_tile(dk + (long)t0 * R, R, nrows, D + t0, 1, T, t0, T, q, R, hd);
+                    att_accum_tile(dv + (long)t0 * R, R, nrows, A + t0, 1, T, t0, T, d, OC, hd);
+                }
+            }
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* GELU, tanh approximation: gelu(x) = 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3).
+ * We use 0.5 (1 + tanh(u)) = sigmoid(2u): one exp, no tanh. Then
+ *   gelu'(x) = s + x * 2 s (1 - s) * du/dx,  s = sigmoid(2u), du/dx = sqrt(2/pi)(1 + 3*0.044715 x^2)
+ * (0.5 sech^2(u) = 2 s (1 - s)). */
+
+#define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
+
+void op_gelu_fwd(float *out, const float *inp, long n) {
+#pragma omp parallel for simd schedule(static) if (n >= HYP_PAR_MIN)
+    for (long i = 0; i < n; i++) {
+        float x = inp[i];
+        float u = GELU_K * (x + 0.044715f * x * x * x);
+        out[i] = x * hyp_sigmoidf(2.0f * u);
+    }
+}
+
+void op_gelu_bwd(float *dinp, const float *inp, const float *dout, long n) {
+#pragma omp parallel for simd schedule(static) if (n >= HYP_PAR_MIN)
+    for (long i = 0; i < n; i++) {
+        float x = inp[i];
+        float u = GELU_K * (x + 0.044715f * x * x * x);
+        float s = hyp_sigmoidf(2.0f * u);
+        float du = GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
+        dinp[i] += dout[i] * (s + x * 2.0f * s * (1.0f - s) * du);
+    }
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* SwiGLU: out = silu(gate) * up, silu(g) = g * sigmoid(g).
+ *   dgate = dout * up * sigmoid(g) * (1 + g (1 - sigmoid(g))),  dup = dout * silu(g) */
+
+void op_swiglu_fwd(float *out, const float *inp, int N, int H) {
+    // out [N,H]; inp [N,2H] = [gate | up]
+#pragma omp parallel for schedule(static) if ((long)N * H >= HYP_PAR_MIN)
+    for (int n = 0; n < N; n++) {
+        const float *gate = inp + (long)n * 2 * H;
+        const float *up = gate + H;
+        float *o = out + (long)n * H;
+#pragma omp simd
+        for (int i = 0; i < H; i++) {
+            float g = gate[i];
+            o[i] = g * hyp_sigmoidf(g) * up[i];
+        }
+    }
+}
+
+void op_swiglu_bwd(float *dinp, const float *dout, const float *inp, int N, int H) {
+    // dinp [N,2H] (+=); dout [N,H]; inp [N,2H]
+#pragma omp parallel for schedule(static) if ((long)N * H >= HYP_PAR_MIN)
+    for (int n = 0; n < N; n++) {
+        const float *gate = inp + (long)n * 2 * H;
+        const float *up = gate + H;
+        float *dg = dinp + (long)n * 2 * H;
+        float *du = dg + H;
+        const float *d = dout + (long)n * H;
+#pragma omp simd
+        for (int i = 0; i < H; i++) {
+            float g = gate[i];
+            float s = hyp_sigmoidf(g);
+            dg[i] += d[i] * up[i] * s * (1.0f + g * (1.0f - s));
+            du[i] += d[i] * g * s;
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Elementwise */
+
+void op_add_fwd(float *out, const float *a, const float *b, long n) {
+#pragma omp parallel for simd schedule(static) if (n >= HYP_PAR_MIN)
+    for (long i = 0; i < n; i++) out[i] = a[i] + b[i];
+}
+
+void op_accumulate(float *dst, const float *src, long n) {
+#pragma omp parallel for simd schedule(static) if (n >= HYP_PAR_MIN)
+    for (long i = 0; i < n; i++) dst[i] += src[i];
+}
+
+void op_zero(float *dst, long n) {
+#pragma omp parallel for simd schedule(static) if (n >= HYP_PAR_MIN)
+    for (long i = 0; i < n; i++) dst[i] = 0.0f;
+}
+
+void op_scale(float *x, float s, long n) {
+#pragma omp parallel for simd schedule(static) if (n >= HYP_PAR_MIN)
+    for (long i = 0; i < n; i++) x[i] *= s;
+}
+
+double op_sumsq(const float *x, long n) {
+    // Sum of squares in double. The split into SUMSQ_CHUNKS fixed chunks (not one per thread)
+    // makes the summation order, hence the result, independent of the thread count.
+    enum { SUMSQ_CHUNKS = 64 };
+    double part[SUMSQ_CHUNKS];
+    long chunk = (n + SUMSQ_CHUNKS - 1) / SUMSQ_CHUNKS;
+#pragma omp parallel for schedule(static) if (n >= HYP_PAR_MIN)
+    for (int k = 0; k < SUMSQ_CHUNKS; k++) {
+        long i0 = k * chunk, i1 = i0 + chunk < n ? i0 + chunk : n;
+        double s = 0.0;
+#pragma omp simd reduction(+ : s)
+        for (long i = i0; i < i1; i++) s += (double)x[i] * (double)x[i];
+        part[k] = s;
+    }
+    double total = 0.0;
+    for (int k = 0; k < SUMSQ_CHUNKS; k++) total += part[k];
+    return total;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Cross-entropy. loss = logsumexp(z) - z[target], with logsumexp(z) = max + log(sum exp(z-max))
+ * (subtracting the max keeps every exp <= 1: no overflow). Only columns [0, V) are read; the
+ * padding columns [V, Vp) may hold anything.
+ * A target >= V is a data error: its loss is NaN (so the mean loss shows it) and no gradient. */
+
+void op_crossentropy_fwd(float *losses, const float *logits, const int32_t *targets, int N, int V,
+                         int Vp) {
+    // losses [N]; logits [N,Vp]; targets [N]
+#pragma omp parallel for schedule(static) if ((long)N * V >= HYP_PAR_MIN)
+    for (int n = 0; n < N; n++) {
+        int tg = targets[n];
+        if (tg < 0) { losses[n] = 0.0f; continue; }
+        if (tg >= V) { losses[n] = NAN; continue; }
+        const float *z = logits + (long)n * Vp;
+        float maxv = -INFINITY;
+#pragma omp simd reduction(max : maxv)
+        for (int i = 0; i < V; i++) maxv = z[i] > maxv ? z[i] : maxv;
+        float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+        for (int i = 0; i < V; i++) sum += hyp_expf(z[i] - maxv);
+        losses[n] = maxv + logf(sum) - z[tg];
+    }
+}
+
+void op_crossentropy_fused(float *losses, float *logits, const int32_t *targets, float dloss,
+                           int N, int V, int Vp) {
+    // losses [N]; logits [N,Vp] in: logits, out: dlogits; targets [N]
+    // Three sweeps over a row (it stays in L2: 200 KB for V = 50257), one exp per element:
+    //   1. max;  2. e = exp(z - max) written in place, summed;  3. z := dloss * e / sum, then
+    //   the target column gets -dloss (the one-hot), padding columns get 0.
+#pragma omp parallel for schedule(static) if ((long)N * V >= HYP_PAR_MIN)
+    for (int n = 0; n < N; n++) {
+        int tg = targets[n];
+        float *z = logits + (long)n * Vp;
+        if (tg < 0 || tg >= V) {
+            losses[n] = tg < 0 ? 0.0f : NAN;
+            for (int i = 0; i < Vp; i++) z[i] = 0.0f;
+            continue;
+        }
+        float maxv = -INFINITY;
+#pragma omp simd reduction(max : maxv)
+        for (int i = 0; i < V; i++) maxv = z[i] > maxv ? z[i] : maxv;
+        float ztg = z[tg];
+        float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+        for (int i = 0; i < V; i++) {
+            float e = hyp_expf(z[i] - maxv);
+            z[i] = e;
+            sum += e;
+        }
+        losses[n] = maxv + logf(sum) - ztg;
+        float k = dloss / sum;
+#pragma omp simd
+        for (int i = 0; i < V; i++) z[i] *= k;
+        z[tg] -= dloss;
+        for (int i = V; i < Vp; i++) z[i] = 0.0f;
+    }
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* AdamW (Loshchilov & Hutter; the same update as torch.optim.AdamW):
+ *   g = grad_scale * g;  m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2
+ *   p -= lr * ( (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps) + wd * p ) */
+
+void op_adamw(float *p, const float *g, float *m, float *v, long n, float lr, float beta1,
+              float beta2, float eps, float wd, int t, float grad_scale) {
+    float bc1 = (float)(1.0 - pow((double)beta1, (double)t)); // bias corrections
+    float bc2 = (float)(1.0 - pow((double)beta2, (double)t));
+    float ibc1 = 1.0f / bc1, ibc2 = 1.0f / bc2;
+#pragma omp parallel for simd schedule(static) if (n >= HYP_PAR_MIN)
+    for (long i = 0; i < n; i++) {
+        float gi = g[i] * grad_scale;
+        float mi = beta1 * m[i] + (1.0f - beta1) * gi;
+        float vi = beta2 * v[i] + (1.0f - beta2) * gi * gi;
+        m[i] = mi;
+        v[i] = vi;
+        float mhat = mi * ibc1, vhat = vi * ibc2;
+        p[i] -= lr * (mhat / (sqrtf(vhat) + eps) + wd * p[i]);
+    }
+}
