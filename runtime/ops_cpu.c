@@ -17,6 +17,15 @@
  */
 #include "ops_cpu.h"
 
+/* The build uses -std=c11 (no GNU extensions), under which gcc defaults to -ffp-contract=off:
+ * no a*b+c is fused into an FMA, which halves the throughput of every multiply-add loop here
+ * (and FMA rounds once instead of twice, so it is also the more accurate choice). */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("fp-contract=fast")
+#elif defined(__clang__)
+#pragma clang fp contract(fast)
+#endif
+
 #include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -520,8 +529,8 @@ static inline v8f v8_splat(float x) { return (v8f){x, x, x, x, x, x, x, x}; }
 #define ATT_KC 64 /* keys per transposed chunk */
 #define ATT_RB 4  /* rows per accumulate tile */
 
-/* Transposes Y rows [j0, j0 + ATT_KC) (row stride ldy, hd columns) into Yt[hd][ATT_KC], with
- * zeros for rows >= T: the score tiles then read keys contiguously. */
+/* Transposes Y rows [j0, j0 + ATT_KC), columns [0, hd) (row stride ldy) into Yt[hd][ATT_KC],
+ * with zeros for rows >= T: the score tiles then read keys contiguously. */
 static void att_transpose_chunk(float *Yt, const float *Y, long ldy, int j0, int T, int hd) {
     for (int jj = 0; jj < ATT_KC; jj++) {
         int j = j0 + jj;
@@ -534,11 +543,12 @@ static void att_transpose_chunk(float *Yt, const float *Y, long ldy, int j0, int
     }
 }
 
-/* S[r][c] = alpha * X_r . Y_c for rows r < nrows of a tile starting at X (row stride ldx) and the
- * ATT_KB keys starting at column jj of the transposed chunk Yt; writes columns [0, ncols) of
- * rows of S (row stride lds). Rows past nrows re-read the last valid row and are not stored. */
+/* S[r][c] (+)= alpha * X_r . Y_c for rows r < nrows of a tile starting at X (row stride ldx) and
+ * the ATT_KB keys starting at column jj of the transposed chunk Yt (hd dims); writes (or, with
+ * accumulate, adds to) columns [0, ncols) of the rows of S (row stride lds). Rows past nrows
+ * re-read the last valid row and are not stored. */
 static void att_score_tile(float *S, long lds, int nrows, int ncols, const float *X, long ldx,
-                           const float *Yt, int jj, int hd, float alpha) {
+                           const float *Yt, int jj, int hd, float alpha, int accumulate) {
     const float *xr[ATT_QB];
     for (int r = 0; r < ATT_QB; r++) xr[r] = X + (long)(r < nrows ? r : nrows - 1) * ldx;
     v8f acc0[ATT_QB], acc1[ATT_QB];
@@ -555,7 +565,11 @@ static void att_score_tile(float *S, long lds, int nrows, int ncols, const float
         float tmp[ATT_KB];
         v8_store(tmp, acc0[r] * v8_splat(alpha));
         v8_store(tmp + 8, acc1[r] * v8_splat(alpha));
-        for (int c = 0; c < ncols; c++) S[r * lds + c] = tmp[c];
+        if (accumulate) {
+            for (int c = 0; c < ncols; c++) S[r * lds + c] += tmp[c];
+        } else {
+            for (int c = 0; c < ncols; c++) S[r * lds + c] = tmp[c];
+        }
     }
 }
 
@@ -608,26 +622,30 @@ static void att_accum_tile(float *O, long ldo, int nrows, const float *A, long a
     }
 }
 
+/* Per-thread scratch for a transposed key/value chunk, on the stack: ATT_KC keys x ATT_HC dims
+ * (32 KB). Larger head dims are done in slices of ATT_HC dims whose partial scores add up. */
+#define ATT_HC 128
+
 /* S[t][t2] = alpha * X_t . Y_t2 for the causal part t2 <= t (plus a few entries above the
  * diagonal inside diagonal tiles, which callers overwrite), S row stride T. */
 static void att_scores_causal(float *S, const float *X, long ldx, const float *Y, long ldy, int T,
                               int hd, float alpha, float *Yt) {
-    for (int j0 = 0; j0 < T; j0 += ATT_KC) {
-        att_transpose_chunk(Yt, Y, ldy, j0, T, hd);
-        for (int t0 = (j0 / ATT_QB) * ATT_QB; t0 < T; t0 += ATT_QB) {
-            int nrows = T - t0 < ATT_QB ? T - t0 : ATT_QB;
-            int jend = t0 + nrows < j0 + ATT_KC ? t0 + nrows : j0 + ATT_KC; /* keys <= last row */
-            for (int j = j0; j < jend; j += ATT_KB) {
-                int ncols = jend - j < ATT_KB ? jend - j : ATT_KB;
-                att_score_tile(S + (long)t0 * T + j, T, nrows, ncols, X + (long)t0 * ldx, ldx, Yt,
-                               j - j0, hd, alpha);
+    for (int i0 = 0; i0 < hd; i0 += ATT_HC) {
+        int hc = hd - i0 < ATT_HC ? hd - i0 : ATT_HC;
+        for (int j0 = 0; j0 < T; j0 += ATT_KC) {
+            att_transpose_chunk(Yt, Y + i0, ldy, j0, T, hc);
+            for (int t0 = (j0 / ATT_QB) * ATT_QB; t0 < T; t0 += ATT_QB) {
+                int nrows = T - t0 < ATT_QB ? T - t0 : ATT_QB;
+                int jend = t0 + nrows < j0 + ATT_KC ? t0 + nrows : j0 + ATT_KC; /* keys <= last row */
+                for (int j = j0; j < jend; j += ATT_KB) {
+                    int ncols = jend - j < ATT_KB ? jend - j : ATT_KB;
+                    att_score_tile(S + (long)t0 * T + j, T, nrows, ncols, X + (long)t0 * ldx + i0,
+                                   ldx, Yt, j - j0, hc, alpha, i0 > 0);
+                }
             }
         }
     }
 }
-
-/* Per-thread scratch for the transposed key/value chunk: ATT_KC x hd floats on the stack. */
-#define ATT_MAX_HD 512
 
 void op_attention_fwd(float *out, float *att, const float *qkv, int B, int T, int NH, int NKV,
                       int hd) {
@@ -639,7 +657,7 @@ void op_attention_fwd(float *out, float *att, const float *qkv, int B, int T, in
 #pragma omp parallel for collapse(2) schedule(static)
     for (int b = 0; b < B; b++) {
         for (int h = 0; h < NH; h++) {
-            float Yt[ATT_KC * ATT_MAX_HD];
+            float Yt[ATT_KC * ATT_HC];
             int g = h / G;
             const float *base = qkv + (long)b * T * R;
             const float *q = base + h * hd;                  // q_t = q + t*R
@@ -696,7 +714,7 @@ void op_attention_bwd(float *dqkv, float *datt, const float *dout, const float *
 #pragma omp parallel for collapse(2) schedule(static)
     for (int b = 0; b < B; b++) {
         for (int h = 0; h < NH; h++) {
-            float Yt[ATT_KC * ATT_MAX_HD];
+            float Yt[ATT_KC * ATT_HC];
             int g = h / G;
             const float *base = qkv + (long)b * T * R;
             const float *k = base + (NH + g) * hd;

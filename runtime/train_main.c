@@ -33,7 +33,7 @@
 typedef struct {
     const char *data, *ckpt_dir, *metrics, *plan, *prompt;
     int steps, batch, seq, grad_accum, ckpt_every, resume, sample, eval_every, eval_batches, top_k;
-    int sample_mode, keep;
+    int sample_mode, keep, stop_after;
     double lr, temperature;
     long long seed;
     int have_seed, have_lr;
@@ -42,7 +42,7 @@ typedef struct {
 static const char *FLAGS[] = {"--data", "--steps", "--batch", "--seq", "--grad-accum", "--lr", "--seed",
                               "--ckpt-dir", "--ckpt-every", "--resume", "--metrics", "--sample",
                               "--eval-every", "--eval-batches", "--temperature", "--top-k", "--plan",
-                              "--prompt", "--keep", "--help", NULL};
+                              "--prompt", "--keep", "--stop-after", "--help", NULL};
 
 static int edit_distance(const char *a, const char *b) {
     int la = (int)strlen(a), lb = (int)strlen(b), d[64][64];
@@ -94,6 +94,8 @@ static const char *USAGE =
     "usage: train --data DIR [--steps N] [--batch B] [--seq T] [--grad-accum K] [--lr X] [--seed S]\n"
     "             [--ckpt-dir D] [--ckpt-every N] [--keep K] [--resume] [--metrics FILE] [--sample N]\n"
     "             [--eval-every N] [--eval-batches N] [--temperature X] [--top-k K] [--plan FILE]\n"
+    "             [--stop-after N]   stop (checkpointing) after N steps of this run; the LR schedule\n"
+    "                                still spans --steps, so a later --resume continues it exactly\n"
     "       train sample --ckpt-dir D [--sample N] [--prompt TEXT] [--temperature X] [--top-k K]\n";
 
 static int parse_args(int argc, char **argv, args_t *a) {
@@ -159,6 +161,7 @@ static int parse_args(int argc, char **argv, args_t *a) {
                 else if (!strcmp(f, "--eval-batches")) a->eval_batches = (int)n;
                 else if (!strcmp(f, "--top-k")) a->top_k = (int)n;
                 else if (!strcmp(f, "--keep")) a->keep = (int)n;
+                else if (!strcmp(f, "--stop-after")) a->stop_after = (int)n;
             }
         }
         if (rc) return rc;
@@ -421,7 +424,10 @@ int main(int argc, char **argv) {
     double t_start = now_s(), tok_s = 0;
     int steps_timed = 0;
     float last_loss = NAN;
-    for (int step = start_step + 1; step <= opt.total_steps && rc == 0; step++) {
+    int last_step = opt.total_steps;
+    if (a.stop_after > 0 && start_step + a.stop_after < last_step) last_step = start_step + a.stop_after;
+    int done_steps = 0;
+    for (int step = start_step + 1; step <= last_step && rc == 0; step++) {
         double t0 = now_s();
         op_zero(x.grads, plan.param_floats);
         double loss = 0;
@@ -470,7 +476,8 @@ int main(int argc, char **argv) {
                                    .val_loss = do_eval ? vl : NAN};
             if ((rc = hyp_metrics_write(mlog, &row, &e))) break;
         }
-        if (a.ckpt_dir && ((a.ckpt_every && step % a.ckpt_every == 0) || step == opt.total_steps)) {
+        done_steps++;
+        if (a.ckpt_dir && ((a.ckpt_every && step % a.ckpt_every == 0) || step == last_step)) {
             hyp_loader_state ls;
             hyp_loader_get_state(train, &ls);
             hyp_ckpt_state st = {0};
@@ -484,7 +491,7 @@ int main(int argc, char **argv) {
     }
     if (rc) fprintf(stderr, "train: %s\n", e.msg);
     else
-        printf("done: %d steps in %.1f s, final loss %.4f, mean %.0f tok/s\n", opt.total_steps - start_step,
+        printf("done: %d steps in %.1f s, final loss %.4f, mean %.0f tok/s\n", done_steps,
                now_s() - t_start, last_loss, steps_timed ? tok_s / steps_timed : 0.0);
     if (!rc && a.sample > 0) {
         printf("--- sample (%d tokens, temperature %.2f, top-k %d) ---\n", a.sample, a.temperature, a.top_k);

@@ -512,7 +512,7 @@ static void test_attention(int B, int T, int NH, int NKV, int hd) {
     char name[96];
     snprintf(name, sizeof name, "fwd_attention_B%d_T%d_NH%d_NKV%d_hd%d", B, T, NH, NKV, hd);
     check_close(name, out, want, nout, 2e-6, 2e-6);
-    snprintf(name, sizeof name, "fwd_attention_probs_causal_NH%d_NKV%d", NH, NKV);
+    snprintf(name, sizeof name, "fwd_attention_probs_causal_T%d_NH%d_NKV%d_hd%d", T, NH, NKV, hd);
     /* checks the probabilities and that entries above the diagonal are exactly 0 */
     cmp_t ca = compare(att, want_att, natt, 1e-6, 1e-6);
     long upper_nonzero = 0;
@@ -1043,6 +1043,9 @@ int main(void) {
     test_attention(2, 5, 4, 2, 6);
     test_attention(2, 5, 2, 2, 6); /* plain multi-head */
     test_attention(1, 9, 4, 1, 8);
+    test_attention(1, 19, 2, 2, 12); /* hd = 8 + 4: vector and scalar tails of the tiles */
+    test_attention(1, 70, 2, 1, 40); /* T crosses the 64-key chunk; hd = 32 + 8 */
+    test_attention(1, 9, 2, 1, 136); /* hd > the 128-dim slice of the score kernel */
 
     test_gelu(97);
     test_swiglu(7, 9);

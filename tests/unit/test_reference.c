@@ -148,6 +148,14 @@ static void run_model(const char *model, const char *fixture) {
                 (const float *)g->data, 1e-4, 1e-7);
     }
 
+    /* v2133: the global gradient norm against torch.nn.utils.clip_grad_norm_'s (first step) */
+    const hyp_st_tensor *gn = hyp_st_find(f, "adamw_grad_norms");
+    if (gn) {
+        float norm = (float)train_grad_norm(&x), rn = ((const float *)gn->data)[0];
+        snprintf(name, sizeof name, "reference_v2133_%s_grad_norm", model);
+        compare(name, &norm, 1, 1, 1, &rn, 1e-5, 0);
+    }
+
     /* 10 AdamW steps on the same batch (v2132): lr 1e-3, betas (0.9, 0.95), eps 1e-8, wd 0.1 */
     load_weights(&x, f, "");
     memset(x.m, 0, sizeof(float) * plan.param_floats);

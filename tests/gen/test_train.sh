@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# The generated trainer end to end on the CPU: data preparation, training with falling loss,
+# metrics, checkpoints, bit-exact resume (10 + 10 steps == 20 straight), sampling, the memory
+# plan (v2167) changing memory but not numerics, gradient accumulation (v2103), and every class
+# of bad input (flags, data, plan, checkpoint) refused with exit status 2 and a clear message.
+source "$(dirname "$0")/lib.sh"
+export OMP_NUM_THREADS=2
+
+# a small corpus from the repository itself (English prose of the spec summaries)
+cat "$ROOT"/specs/*/*.yaml "$ROOT"/specs/SCHEMA.md > "$TMP/corpus.txt"
+expect gen_data 0 "wrote shards" -- "$GEN" data "$TMP/corpus.txt" -o "$TMP/data" --val-fraction 0.1
+expect gen_data_refuses_clobber 2 "data" -- "$GEN" data "$TMP/corpus.txt" -o "$TMP/data"
+expect gen_data_missing_input 2 "nope.txt" -- "$GEN" data "$TMP/nope.txt" -o "$TMP/data2"
+
+SEL="adamw,warmup,cosine,clip,memory-planning"
+expect gen_trainer 0 "wrote" -- "$GEN" specs/v2500.yaml --enable $SEL --model tiny --target cpu --batch 4 --seq 64 -o "$TMP/t"
+check trainer_written test -x "$TMP/t/train" -a -s "$TMP/t/plan.json"
+TR="$TMP/t/train"
+COMMON=(--data "$TMP/data" --batch 4 --seq 64 --lr 3e-3 --eval-every 10 --eval-batches 2)
+
+# 20 straight steps vs 10 + resume 10: identical losses, bit for bit
+expect train_20_steps 0 "done: 20 steps" -- "$TR" "${COMMON[@]}" --steps 20 --metrics "$TMP/m20.jsonl"
+expect train_10_steps_ckpt 0 "done: 10 steps" -- "$TR" "${COMMON[@]}" --steps 20 --metrics "$TMP/mr.jsonl" --ckpt-dir "$TMP/ck" --ckpt-every 10 --stop-after 10
+expect resume_10_more 0 "resumed from .*step_0*10" -- "$TR" "${COMMON[@]}" --steps 20 --metrics "$TMP/mr.jsonl" --ckpt-dir "$TMP/ck" --resume
+losses() { grep -o '"loss":[^,]*' "$1"; }
+check resume_is_bit_exact test "$(losses "$TMP/m20.jsonl")" = "$(losses "$TMP/mr.jsonl")"
+check metrics_have_fields grep -q '"step":10,.*"grad_norm".*"tokens_per_s".*"val_loss"' "$TMP/m20.jsonl"
+first=$(head -1 "$TMP/m20.jsonl" | grep -o '"loss":[0-9.]*' | cut -d: -f2)
+last=$(tail -1 "$TMP/m20.jsonl" | grep -o '"loss":[0-9.]*' | cut -d: -f2)
+check loss_falls awk -v a="$first" -v b="$last" 'BEGIN { exit !(a + 0 > 0 && b + 0 < a - 0.5) }'
+expect sample_from_checkpoint 0 "." -- "$TR" sample --ckpt-dir "$TMP/ck" --sample 40 --prompt "The "
+
+# v2167: the memory plan shrinks the activation arena and changes no number
+expect gen_without_memory_plan 0 "wrote" -- "$GEN" specs/v2500.yaml --enable adamw,warmup,cosine,clip --model tiny --target cpu --batch 4 --seq 64 -o "$TMP/nomp"
+a1=$(grep -oE '"act_floats":[[:space:]]*[0-9]+' "$TMP/t/plan.json" | grep -oE '[0-9]+$')
+a0=$(grep -oE '"act_floats":[[:space:]]*[0-9]+' "$TMP/nomp/plan.json" | grep -oE '[0-9]+$')
+echo "v2167: activation arena $a1 floats with the memory plan, $a0 without"
+check test_v2167_memory_plan_shrinks_arena awk -v a="$a1" -v b="$a0" 'BEGIN { exit !(a + 0 > 0 && a + 0 < 0.7 * b) }'
+expect train_without_memory_plan 0 "done" -- "$TMP/nomp/train" "${COMMON[@]}" --steps 5 --metrics "$TMP/nomp.jsonl"
+check test_v2167_same_losses test "$(losses "$TMP/nomp.jsonl")" = "$(head -5 "$TMP/m20.jsonl" | grep -o '"loss":[^,]*')"
+
+# v2103: 2 micro-batches of 2 sequences accumulate to the loss of one batch of 4 (same data order)
+expect accum_run 0 "done" -- "$TR" --data "$TMP/data" --batch 2 --grad-accum 2 --seq 64 --lr 3e-3 --steps 3 --eval-every 0 --metrics "$TMP/acc.jsonl"
+expect plain_run 0 "done" -- "$TR" --data "$TMP/data" --batch 4 --seq 64 --lr 3e-3 --steps 3 --eval-every 0 --metrics "$TMP/b4.jsonl"
+check test_v2103_accumulation_matches_big_batch awk -v a="$(tail -1 "$TMP/acc.jsonl" | grep -o '"loss":[0-9.]*' | cut -d: -f2)" \
+  -v b="$(tail -1 "$TMP/b4.jsonl" | grep -o '"loss":[0-9.]*' | cut -d: -f2)" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a + 0 > 0 && d < 1e-4) }'
+
+# bad input: flags
+expect unknown_flag 2 "unknown flag '--stpes' \(did you mean '--steps'\?\)" -- "$TR" --data "$TMP/data" --stpes 3
+expect bad_number 2 "--steps 'x' is not an integer" -- "$TR" --data "$TMP/data" --steps x
+expect missing_data_flag 2 "--data DIR is required" -- "$TR" --steps 3
+expect batch_beyond_plan 2 "planned for batch <= 4" -- "$TR" --data "$TMP/data" --batch 64 --steps 1
+expect resume_without_ckpt_dir 2 "need --ckpt-dir" -- "$TR" --data "$TMP/data" --resume
+# bad input: data
+expect missing_data_dir 2 "$TMP/none" -- "$TR" --data "$TMP/none" --steps 1
+mkdir -p "$TMP/trunc"; cp "$TMP/data/"* "$TMP/trunc/"; f=$(ls "$TMP/trunc"/train_*.bin | head -1)
+truncate -s -1000 "$f"
+expect truncated_shard 2 "truncated" -- "$TR" --data "$TMP/trunc" --steps 1
+mkdir -p "$TMP/foreign"; head -c 4096 /dev/urandom > "$TMP/foreign/train_000000.bin"
+expect foreign_shard 2 "train_000000.bin: .*magic" -- "$TR" --data "$TMP/foreign" --steps 1
+# bad input: plan
+cp -r "$TMP/t" "$TMP/badplan"; head -c 3000 "$TMP/t/plan.json" > "$TMP/badplan/plan.json"
+expect truncated_plan 2 "plan.json: not valid JSON" -- "$TMP/badplan/train" --data "$TMP/data" --steps 1
+sed -E 's/"act_floats":[[:space:]]*[0-9]+/"act_floats": 1000/' "$TMP/t/plan.json" > "$TMP/badplan/plan.json"
+expect edited_plan_offsets 2 "outside its arena|needs .* elements" -- "$TMP/badplan/train" --data "$TMP/data" --steps 1
+# bad input: checkpoints
+cp -r "$TMP/ck" "$TMP/ck2"; st=$(ls -d "$TMP/ck2"/step_* | tail -1)
+printf '\x01' | dd of="$st/model.safetensors" bs=1 seek=5000 conv=notrunc 2>/dev/null
+expect corrupt_checkpoint 2 "checksum|corrupt" -- "$TR" "${COMMON[@]}" --steps 30 --ckpt-dir "$TMP/ck2" --resume
+expect mismatched_checkpoint 2 "plan|config" -- "$TMP/nomp/train" "${COMMON[@]}" --steps 30 --ckpt-dir "$TMP/ck" --resume
+check checkpoint_untouched_after_refusal test -s "$TMP/ck/latest"
+finish
