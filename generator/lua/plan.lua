@@ -413,10 +413,10 @@ function P.build(tree, cfg, contrib, opts)
     tostring(#(function() local t = {}; for _, p in ipairs(params) do if p.decay then t[#t + 1] = p end end; return t end)()) .. " tensors)") end
 
   local hw_name = cfg.target.kind == "cpu" and "host-cpu" or nil
-  local peak = nil
+  local hw_peak = nil
   if hw_name and hyp.stat(tree.dir .. "/hardware/" .. hw_name .. ".yaml") == "file" then
     local hw = require("tree").load_hardware(tree, hw_name)
-    peak = hw.peak_tflops.fp32 * 1e12
+    hw_peak = hw.peak_tflops.fp32 * 1e12
   end
 
   local plan = {
@@ -427,7 +427,7 @@ function P.build(tree, cfg, contrib, opts)
       qk_norm = m.qk_norm or false, tied = m.tied_embeddings, bias = d.bias, tokenizer = m.tokenizer or "byte",
       params = F.param_count(m) },
     target = cfg.target.name, backend = cfg.target.kind,
-    hardware = { name = hw_name, peak_flops = peak },
+    hardware = { name = hw_name, peak_flops = hw_peak },
     flops_per_token = F.train_flops_per_token(m, maxT),
     flops_attn_coef = F.train_flops_per_token(m, 1) - F.train_flops_per_token(m, 0),
     train = train,

@@ -369,7 +369,7 @@ local function hw_settings(o, h, notes)
   local key
   for _, k in ipairs(D.peaks) do if h.peak_tflops[k] and h.peak_tflops[k] > 0 then key = k; break end end
   if not key then
-    if s.dtype.value == "fp8" and h.peak_tflops.bf16 then
+    if s.dtype.value == "fp8" and (h.peak_tflops.bf16 or 0) > 0 then
       key = "bf16"
       notes[#notes + 1] = string.format("%s has no fp8 peak (FP8 tensor cores need sm_89+): its rate uses peak_tflops.bf16", h.name)
     elseif s.dtype.value ~= "fp32" and h.peak_tflops.fp32 and h.peak_tflops.fp32 > 0 then
@@ -451,7 +451,11 @@ local function memory_for(o, h, m, N, S, inputs, p, stage)
   }
 end
 
-local function throughput_for(h, S, inputs, p)
+local function throughput_for(h, S, inputs, p, strict)
+  if strict and p > 1 and h.nic_gbps <= 0 then
+    U.fail(h.path, string.format("%s has nic_gbps 0, so %d data-parallel GPUs cannot exchange gradients", h.name, p),
+      "use one GPU, or give it a network: --set " .. h.name .. ".nic_gbps=100")
+  end
   return F.throughput({ N = inputs.N.value, L = inputs.L.value, d = inputs.d.value, b = S.b.value,
     k = inputs.k.value, g = inputs.g.value, alpha = inputs.alpha.value, c = inputs.c.value, B = inputs.B.value,
     bg = S.bg.value, p = p, peak_flops = h.peak_tflops[S.peak_key] * 1e12, hbm_Bps = h.hbm_tbps * 1e12,
@@ -459,23 +463,36 @@ local function throughput_for(h, S, inputs, p)
 end
 
 -- --dp auto: the least p with p >= target / rate(p) (rate falls as p grows, so iterating
--- p <- ceil(target / rate(p)) from 1 climbs to it), or nil when the network term keeps the
--- cluster below the target at any size.
+-- p <- ceil(target / rate(p)) from 1 climbs to it). Returns p, reachable. When the network term
+-- keeps the cluster below the target at any size, returns the p where the cluster is fastest:
+-- p·r_network(p) = K·p/(p−1) with K = e_n·nic_Bps·B/(2·N·b_g) falls with p while p·min(r_compute,
+-- r_memory) grows, so the best p is next to their crossing, p = 1 + K/r.
 local function solve_dp(h, S, inputs, target)
   local p = 1
   for _ = 1, 200 do
     local th = throughput_for(h, S, inputs, p)
-    if th.rate <= 0 then return nil end
+    if th.rate <= 0 then break end
     local q = math.max(1, math.ceil(target / th.rate - 1e-9))
-    if q <= p then return p end
-    if q > 1e8 then return nil end
+    if q <= p then return p, true end
+    if q > 1e8 then break end
     p = q
   end
-  return nil
+  local th1 = throughput_for(h, S, inputs, 1)
+  local r = math.min(th1.r_compute, th1.r_memory)
+  local K = inputs.en.value * h.nic_gbps * 1e9 / 8 * inputs.B.value / (2 * inputs.N.value * S.bg.value)
+  local best, best_tps = 1, r
+  for _, c in ipairs({ math.floor(1 + K / r), math.ceil(1 + K / r) }) do
+    if c >= 2 and c < 1e9 then
+      local tps = c * throughput_for(h, S, inputs, c).rate
+      if tps > best_tps then best, best_tps = c, tps end
+    end
+  end
+  return best, false
 end
 
+-- JSON has no infinity: an unbounded rate (no network term) is written as null
 local function json_num(x)
-  if x == math.huge then return nil end
+  if x == math.huge then return hyp.null end
   return x
 end
 
@@ -666,19 +683,17 @@ function Z.main(args, parse)
     local p = dp or gpus_flag or 1
     local unreachable = false
     if dp_auto then
-      p = solve_dp(h, S, inputs, target)
-      if not p then
-        unreachable = true
-        p = 1
-      end
+      local reachable
+      p, reachable = solve_dp(h, S, inputs, target)
+      unreachable = not reachable
     end
-    local th = throughput_for(h, S, inputs, p)
+    local th = throughput_for(h, S, inputs, p, true)
     local r = { name = h.name, title = h.title, kind = h.kind, path = h.path, overrides = h.overrides,
       price_per_hr = h.price_per_hr, hbm_tbps = h.hbm_tbps, nic_gbps = h.nic_gbps, memory_gb = h.memory_gb,
       peak_key = S.peak_key, peak_flops = h.peak_tflops[S.peak_key] * 1e12, settings = S, p = p,
       throughput = th, unreachable = unreachable }
     r.achieved_tflops = th.rate * th.flops_per_token / 1e12
-    if target then
+    if target and not unreachable then
       r.cluster = F.cluster(th, target, h.price_per_hr, h.hbm_tbps)
       r.cluster.for_target = true
     else
@@ -713,7 +728,7 @@ function Z.main(args, parse)
     for _, c in ipairs(cluster_items) do
       local h = load_hw(tree, c.spec, sets)
       local S = hw_settings(o, h, notes)
-      local th = throughput_for(h, S, inputs, c.n)
+      local th = throughput_for(h, S, inputs, c.n, true)
       local tc = F.train_cost(tokens, th.rate, c.n, h.price_per_hr)
       local mem = memory_for(o, h, m, N, S, inputs, c.n, stage)
       clusters[#clusters + 1] = { shape = c.n .. "x" .. h.name, gpus = c.n, hardware = h.name,
@@ -869,8 +884,9 @@ function Z.text(m, msrc, inputs, results, clusters, chin, notes, hw_src, o)
   if not target then w("  (no --target-tps: GPUs = p, and cluster TB/s is what p GPUs at this rate consume)\n") end
   for _, r in ipairs(results) do
     if r.unreachable then
-      w("  %s!: the network term keeps the cluster below %s tokens/s at any size (p shown as 1) — raise --tokens-per-step or add TP/PP\n",
-        r.name, si(target))
+      w("  %s!: the network term keeps the cluster below %s tokens/s at any size; the fastest is p = %d GPUs at\n", r.name, si(target), r.p)
+      w("  %s tokens/s (shown) — raise --tokens-per-step, a faster NIC, or shard differently (TP/PP, not modelled)\n",
+        si(r.p * r.throughput.rate))
     end
   end
   local r1 = results[1]
