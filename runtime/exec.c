@@ -19,17 +19,35 @@ static void *alloc_floats(int64_t n, size_t *bytes) {
     return ptr;
 }
 
-int exec_init(exec_t *x, const plan_t *p, hyp_err *e) {
+int exec_init(exec_t *x, const plan_t *p, hyp_err *e) { return exec_init_dp(x, p, 1, 0, 0, e); }
+
+int exec_init_dp(exec_t *x, const plan_t *p, int world, int rank, int stage, hyp_err *e) {
     memset(x, 0, sizeof *x);
     x->p = p;
-    x->params = alloc_floats(p->param_floats, &x->bytes);
-    x->grads = alloc_floats(p->param_floats, &x->bytes);
-    x->m = alloc_floats(p->param_floats, &x->bytes);
-    x->v = alloc_floats(p->param_floats, &x->bytes);
+    x->world = world;
+    x->rank = rank;
+    x->stage = stage;
+    x->shard = ((p->param_floats + world - 1) / world + 15) / 16 * 16;
+    int64_t arena = x->shard * world;
+    int64_t optim = stage >= 1 ? x->shard : arena;
+    size_t before = 0;
+    x->params = alloc_floats(arena, &x->bytes);
+    x->bytes_params = x->bytes - before, before = x->bytes;
+    x->grads = alloc_floats(arena, &x->bytes);
+    if (stage >= 2) {
+        x->bytes_grad_workspace = x->bytes - before, before = x->bytes;
+        x->gshard = alloc_floats(x->shard, &x->bytes);
+    }
+    x->bytes_grads = x->bytes - before, before = x->bytes;
+    x->m = alloc_floats(optim, &x->bytes);
+    x->v = alloc_floats(optim, &x->bytes);
+    x->bytes_optim = x->bytes - before, before = x->bytes;
     x->acts = alloc_floats(p->act_floats, &x->bytes);
+    x->bytes_acts = x->bytes - before;
     x->tokens = calloc((size_t)p->B * p->T, sizeof(int32_t));
     x->targets = calloc((size_t)p->B * p->T, sizeof(int32_t));
-    if (!x->params || !x->grads || !x->m || !x->v || !x->acts || !x->tokens || !x->targets) {
+    if (!x->params || !x->grads || !x->m || !x->v || !x->acts || !x->tokens || !x->targets ||
+        (stage >= 2 && !x->gshard)) {
         exec_free(x);
         return hyp_fail(e, HYP_EFAIL, "out of memory: the plan needs %.1f MiB of parameters/optimizer state and %.1f MiB of activations — use a smaller --batch/--seq at gen time",
                         4.0 * 4 * p->param_floats / 1048576.0, 4.0 * p->act_floats / 1048576.0);
@@ -41,6 +59,7 @@ int exec_init(exec_t *x, const plan_t *p, hyp_err *e) {
 }
 
 void exec_free(exec_t *x) {
+    free(x->gshard);
     free(x->params);
     free(x->grads);
     free(x->m);

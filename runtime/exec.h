@@ -17,9 +17,21 @@ typedef struct {
     int32_t *tokens, *targets;      /* [maxB * maxT] */
     int B, T;                       /* bound batch shape (<= the plan's) */
     size_t bytes;                   /* total bytes allocated */
+    /* data parallelism / ZeRO (v2104): the parameter arena is cut into `world` equal shards of
+     * `shard` floats (the arena is padded to world * shard); rank `rank` owns shard `rank`. */
+    int world, rank, stage;
+    int64_t shard;
+    float *gshard;                  /* [shard] reduced gradients of the own shard (stage >= 2) */
+    /* bytes per category, for reporting; with stage >= 2 the full-size gradient buffer is only the
+     * backward pass's accumulation workspace (bytes_grad_workspace) and the gradients kept for the
+     * optimizer are the reduced shard (bytes_grads) */
+    size_t bytes_params, bytes_grads, bytes_grad_workspace, bytes_optim, bytes_acts;
 } exec_t;
 
 int exec_init(exec_t *x, const plan_t *p, hyp_err *e);
+/* Like exec_init for rank `rank` of `world` under ZeRO stage 0..3: stage >= 1 allocates AdamW
+ * moments for the own shard only, stage >= 2 a reduced-gradient shard. */
+int exec_init_dp(exec_t *x, const plan_t *p, int world, int rank, int stage, hyp_err *e);
 void exec_free(exec_t *x);
 /* Binds the batch shape for the following runs; B <= plan B, T <= plan T. */
 int exec_bind(exec_t *x, int B, int T, hyp_err *e);

@@ -518,16 +518,18 @@ void op_rope_bwd(float *dinp, const float *dout, int B, int T, int NH, int NKV, 
  * and could not skip the masked upper triangle.
  * The tiles use GCC/Clang vector extensions (portable: lowered to whatever SIMD the target has). */
 
-typedef float v8f __attribute__((vector_size(32)));
-typedef float v8f_u __attribute__((vector_size(32), aligned(4))); /* unaligned access */
-static inline v8f v8_load(const float *p) { return *(const v8f_u *)p; }
-static inline void v8_store(float *p, v8f v) { *(v8f_u *)p = v; }
-static inline v8f v8_splat(float x) { return (v8f){x, x, x, x, x, x, x, x}; }
+/* 16 floats: one AVX-512 register (two AVX2 registers where the target has no AVX-512). */
+typedef float vf __attribute__((vector_size(64)));
+typedef float vf_u __attribute__((vector_size(64), aligned(4))); /* unaligned access */
+#define VW 16
+static inline vf vf_load(const float *p) { return *(const vf_u *)p; }
+static inline void vf_store(float *p, vf v) { *(vf_u *)p = v; }
+static inline vf vf_splat(float x) { return (vf){x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x}; }
 
 #define ATT_QB 8  /* query rows per score tile */
-#define ATT_KB 16 /* keys per score tile (2 vectors) */
+#define ATT_KB 32 /* keys per score tile (2 vectors): 8 x 2 = 16 independent accumulators */
 #define ATT_KC 64 /* keys per transposed chunk */
-#define ATT_RB 4  /* rows per accumulate tile */
+#define ATT_RB 4  /* rows per accumulate tile (x 64 columns = 16 accumulators) */
 
 /* Transposes Y rows [j0, j0 + ATT_KC), columns [0, hd) (row stride ldy) into Yt[hd][ATT_KC],
  * with zeros for rows >= T: the score tiles then read keys contiguously. */
@@ -551,20 +553,34 @@ static void att_score_tile(float *S, long lds, int nrows, int ncols, const float
                            const float *Yt, int jj, int hd, float alpha, int accumulate) {
     const float *xr[ATT_QB];
     for (int r = 0; r < ATT_QB; r++) xr[r] = X + (long)(r < nrows ? r : nrows - 1) * ldx;
-    v8f acc0[ATT_QB], acc1[ATT_QB];
-    for (int r = 0; r < ATT_QB; r++) { acc0[r] = v8_splat(0.0f); acc1[r] = v8_splat(0.0f); }
+    vf acc0[ATT_QB], acc1[ATT_QB];
+    for (int r = 0; r < ATT_QB; r++) { acc0[r] = vf_splat(0.0f); acc1[r] = vf_splat(0.0f); }
     for (int i = 0; i < hd; i++) {
-        v8f y0 = v8_load(Yt + i * ATT_KC + jj), y1 = v8_load(Yt + i * ATT_KC + jj + 8);
+        vf y0 = vf_load(Yt + i * ATT_KC + jj), y1 = vf_load(Yt + i * ATT_KC + jj + VW);
         for (int r = 0; r < ATT_QB; r++) {
-            v8f x = v8_splat(xr[r][i]);
+            vf x = vf_splat(xr[r][i]);
             acc0[r] += x * y0;
             acc1[r] += x * y1;
         }
     }
-    for (int r = 0; r < nrows; r++) {
+    vf va = vf_splat(alpha);
+    if (ncols == ATT_KB) { /* full tile: straight vector stores */
+        for (int r = 0; r < nrows; r++) {
+            float *srow = S + r * lds;
+            if (accumulate) {
+                vf_store(srow, vf_load(srow) + acc0[r] * va);
+                vf_store(srow + VW, vf_load(srow + VW) + acc1[r] * va);
+            } else {
+                vf_store(srow, acc0[r] * va);
+                vf_store(srow + VW, acc1[r] * va);
+            }
+        }
+        return;
+    }
+    for (int r = 0; r < nrows; r++) { /* partial tile (diagonal or the last columns) */
         float tmp[ATT_KB];
-        v8_store(tmp, acc0[r] * v8_splat(alpha));
-        v8_store(tmp + 8, acc1[r] * v8_splat(alpha));
+        vf_store(tmp, acc0[r] * va);
+        vf_store(tmp + VW, acc1[r] * va);
         if (accumulate) {
             for (int c = 0; c < ncols; c++) S[r * lds + c] += tmp[c];
         } else {
@@ -574,21 +590,22 @@ static void att_score_tile(float *S, long lds, int nrows, int ncols, const float
 }
 
 /* O[r][:] += sum_{s in [s0, s1)} A[r*ars + s*acs] * Y[s][:], for r < nrows (<= ATT_RB), hd
- * columns; Y row stride ldy, O row stride ldo. Register tile: ATT_RB rows x 32 columns. */
+ * columns; Y row stride ldy, O row stride ldo. Register tile: ATT_RB rows x 64 columns. */
 static void att_accum_tile(float *O, long ldo, int nrows, const float *A, long ars, long acs,
                            int s0, int s1, const float *Y, long ldy, int hd) {
     const float *ar[ATT_RB];
     for (int r = 0; r < ATT_RB; r++) ar[r] = A + (long)(r < nrows ? r : nrows - 1) * ars;
     int i0 = 0;
-    for (; i0 + 32 <= hd; i0 += 32) {
-        v8f acc[ATT_RB][4];
+    for (; i0 + 4 * VW <= hd; i0 += 4 * VW) {
+        vf acc[ATT_RB][4];
         for (int r = 0; r < ATT_RB; r++)
-            for (int k = 0; k < 4; k++) acc[r][k] = v8_splat(0.0f);
+            for (int k = 0; k < 4; k++) acc[r][k] = vf_splat(0.0f);
         for (int s = s0; s < s1; s++) {
             const float *y = Y + (long)s * ldy + i0;
-            v8f y0 = v8_load(y), y1 = v8_load(y + 8), y2 = v8_load(y + 16), y3 = v8_load(y + 24);
+            vf y0 = vf_load(y), y1 = vf_load(y + VW), y2 = vf_load(y + 2 * VW),
+               y3 = vf_load(y + 3 * VW);
             for (int r = 0; r < ATT_RB; r++) {
-                v8f a = v8_splat(ar[r][(long)s * acs]);
+                vf a = vf_splat(ar[r][(long)s * acs]);
                 acc[r][0] += a * y0;
                 acc[r][1] += a * y1;
                 acc[r][2] += a * y2;
@@ -597,23 +614,23 @@ static void att_accum_tile(float *O, long ldo, int nrows, const float *A, long a
         }
         for (int r = 0; r < nrows; r++)
             for (int k = 0; k < 4; k++) {
-                float *o = O + (long)r * ldo + i0 + 8 * k;
-                v8_store(o, v8_load(o) + acc[r][k]);
+                float *o = O + (long)r * ldo + i0 + VW * k;
+                vf_store(o, vf_load(o) + acc[r][k]);
             }
     }
-    for (; i0 + 8 <= hd; i0 += 8) {
-        v8f acc[ATT_RB];
-        for (int r = 0; r < ATT_RB; r++) acc[r] = v8_splat(0.0f);
+    for (; i0 + VW <= hd; i0 += VW) {
+        vf acc[ATT_RB];
+        for (int r = 0; r < ATT_RB; r++) acc[r] = vf_splat(0.0f);
         for (int s = s0; s < s1; s++) {
-            v8f y = v8_load(Y + (long)s * ldy + i0);
-            for (int r = 0; r < ATT_RB; r++) acc[r] += v8_splat(ar[r][(long)s * acs]) * y;
+            vf y = vf_load(Y + (long)s * ldy + i0);
+            for (int r = 0; r < ATT_RB; r++) acc[r] += vf_splat(ar[r][(long)s * acs]) * y;
         }
         for (int r = 0; r < nrows; r++) {
             float *o = O + (long)r * ldo + i0;
-            v8_store(o, v8_load(o) + acc[r]);
+            vf_store(o, vf_load(o) + acc[r]);
         }
     }
-    for (; i0 < hd; i0++) { /* hd not a multiple of 8 */
+    for (; i0 < hd; i0++) { /* hd not a multiple of 16 */
         for (int r = 0; r < nrows; r++) {
             float acc = 0.0f;
             for (int s = s0; s < s1; s++) acc += ar[r][(long)s * acs] * Y[(long)s * ldy + i0];
@@ -622,26 +639,85 @@ static void att_accum_tile(float *O, long ldo, int nrows, const float *A, long a
     }
 }
 
-/* Per-thread scratch for a transposed key/value chunk, on the stack: ATT_KC keys x ATT_HC dims
- * (32 KB). Larger head dims are done in slices of ATT_HC dims whose partial scores add up. */
-#define ATT_HC 128
+/* Blocking. A task is one block of ATT_TB consecutive rows of one (b, h) [forward, backward
+ * pass 1] or one block of ATT_TB key rows of one (b, kv head) [backward pass 2]. Inside, keys are
+ * walked in chunks of ATT_KC; each chunk of K or V (rows ~9 KB apart in qkv for gpt2-124m, a
+ * stride hardware prefetchers do not follow) is first copied into a small contiguous buffer
+ * (ATT_KC x ATT_HC floats, 32 KB, on the stack: L1-resident), and all row tiles of the block
+ * run over it. The rows of att/datt a block touches (ATT_TB x T) stay in L2 between the scores,
+ * the softmax and the second product. Head dims above ATT_HC are done in slices. */
+#define ATT_TB 64  /* rows per block: a multiple of ATT_QB and ATT_RB */
+#define ATT_HC 128 /* head-dim slice */
 
-/* S[t][t2] = alpha * X_t . Y_t2 for the causal part t2 <= t (plus a few entries above the
- * diagonal inside diagonal tiles, which callers overwrite), S row stride T. */
-static void att_scores_causal(float *S, const float *X, long ldx, const float *Y, long ldy, int T,
-                              int hd, float alpha, float *Yt) {
+/* Rows [r0, r1) of S (row stride T): S[t][j] = alpha * X_t . Y_j for keys j <= t (tiles on the
+ * diagonal also write a few entries above it; callers overwrite those). */
+static void att_scores_rows(float *S, int T, int r0, int r1, const float *X, long ldx,
+                            const float *Y, long ldy, int hd, float alpha, float *Yt) {
     for (int i0 = 0; i0 < hd; i0 += ATT_HC) {
         int hc = hd - i0 < ATT_HC ? hd - i0 : ATT_HC;
-        for (int j0 = 0; j0 < T; j0 += ATT_KC) {
+        for (int j0 = 0; j0 < r1; j0 += ATT_KC) {
             att_transpose_chunk(Yt, Y + i0, ldy, j0, T, hc);
-            for (int t0 = (j0 / ATT_QB) * ATT_QB; t0 < T; t0 += ATT_QB) {
-                int nrows = T - t0 < ATT_QB ? T - t0 : ATT_QB;
-                int jend = t0 + nrows < j0 + ATT_KC ? t0 + nrows : j0 + ATT_KC; /* keys <= last row */
+            for (int t0 = r0; t0 < r1; t0 += ATT_QB) {
+                int nrows = r1 - t0 < ATT_QB ? r1 - t0 : ATT_QB;
+                int jend = t0 + nrows < j0 + ATT_KC ? t0 + nrows : j0 + ATT_KC; // keys <= last row
                 for (int j = j0; j < jend; j += ATT_KB) {
                     int ncols = jend - j < ATT_KB ? jend - j : ATT_KB;
                     att_score_tile(S + (long)t0 * T + j, T, nrows, ncols, X + (long)t0 * ldx + i0,
                                    ldx, Yt, j - j0, hc, alpha, i0 > 0);
                 }
+            }
+        }
+    }
+}
+
+/* Copies rows [j0, j1) x columns [0, hc) of Y (row stride ldy) into Yp[j1 - j0][hc]. */
+static void att_pack_rows(float *Yp, const float *Y, long ldy, int j0, int j1, int hc) {
+    for (int s = j0; s < j1; s++)
+        memcpy(Yp + (long)(s - j0) * hc, Y + (long)s * ldy, (size_t)hc * sizeof(float));
+}
+
+/* Rows [r0, r1) of O (row stride ldo): O[t][:] += sum_{s <= t} A[t*T + s] Y[s][:].
+ * A must be 0 above the diagonal (diagonal tiles do not mask). */
+static void att_accum_rows(float *O, long ldo, const float *A, int T, int r0, int r1,
+                           const float *Y, long ldy, int hd, float *Yp) {
+    for (int i0 = 0; i0 < hd; i0 += ATT_HC) {
+        int hc = hd - i0 < ATT_HC ? hd - i0 : ATT_HC;
+        for (int j0 = 0; j0 < r1; j0 += ATT_KC) {
+            int j1 = j0 + ATT_KC < r1 ? j0 + ATT_KC : r1; // no row of the block reads s >= r1
+            att_pack_rows(Yp, Y + i0, ldy, j0, j1, hc);
+            const float *Ys = Yp - (long)j0 * hc; // so that Ys row s is Y row s
+            for (int t0 = r0; t0 < r1; t0 += ATT_RB) {
+                int nrows = r1 - t0 < ATT_RB ? r1 - t0 : ATT_RB;
+                int s1 = t0 + nrows < j1 ? t0 + nrows : j1;
+                if (s1 <= j0) continue;
+                att_accum_tile(O + (long)t0 * ldo + i0, ldo, nrows, A + (long)t0 * T, T, 1, j0,
+                               s1, Ys, hc, hc);
+            }
+        }
+    }
+}
+
+/* Rows [c0, c1) of O (row stride ldo), transposed use of A: O[c][:] += sum_{s >= c} A[s*T + c]
+ * Y[s][:]. A must be 0 above the diagonal. The ATT_KC x ATT_TB block of A a chunk needs is first
+ * transposed into At (16 KB, L1) so the tiles read it by rows. */
+static void att_accum_cols(float *O, long ldo, const float *A, int T, int c0, int c1,
+                           const float *Y, long ldy, int hd, float *Yp, float *At) {
+    int nc = c1 - c0;
+    for (int j0 = c0; j0 < T; j0 += ATT_KC) {
+        int j1 = j0 + ATT_KC < T ? j0 + ATT_KC : T;
+        for (int s = j0; s < j1; s++) // At[c - c0][s - j0] = A[s][c]
+            for (int c = 0; c < nc; c++) At[c * ATT_KC + (s - j0)] = A[(long)s * T + c0 + c];
+        const float *Ats = At - j0; // so that Ats[c*ATT_KC + s] = A[s][c0 + c]
+        for (int i0 = 0; i0 < hd; i0 += ATT_HC) {
+            int hc = hd - i0 < ATT_HC ? hd - i0 : ATT_HC;
+            att_pack_rows(Yp, Y + i0, ldy, j0, j1, hc);
+            const float *Ys = Yp - (long)j0 * hc;
+            for (int t0 = c0; t0 < c1; t0 += ATT_RB) {
+                int nrows = c1 - t0 < ATT_RB ? c1 - t0 : ATT_RB;
+                int s0 = t0 > j0 ? t0 : j0; // s >= first row of the tile
+                if (s0 >= j1) continue;
+                att_accum_tile(O + (long)t0 * ldo + i0, ldo, nrows, Ats + (long)(t0 - c0) * ATT_KC,
+                               ATT_KC, 1, s0, j1, Ys, hc, hc);
             }
         }
     }
@@ -653,43 +729,43 @@ void op_attention_fwd(float *out, float *att, const float *qkv, int B, int T, in
     int R = (NH + 2 * NKV) * hd;
     int G = NH / NKV; // query heads per kv head
     int OC = NH * hd;
+    int nblk = (T + ATT_TB - 1) / ATT_TB;
     float scale = 1.0f / sqrtf((float)hd);
-#pragma omp parallel for collapse(2) schedule(static)
+    // row blocks of one (b, h) are independent; later blocks have more keys (dynamic schedule)
+#pragma omp parallel for collapse(3) schedule(dynamic)
     for (int b = 0; b < B; b++) {
         for (int h = 0; h < NH; h++) {
-            float Yt[ATT_KC * ATT_HC];
-            int g = h / G;
-            const float *base = qkv + (long)b * T * R;
-            const float *q = base + h * hd;                  // q_t = q + t*R
-            const float *k = base + (NH + g) * hd;           // k_t2 = k + t2*R
-            const float *v = base + (NH + NKV + g) * hd;     // v_t2 = v + t2*R
-            float *A = att + ((long)b * NH + h) * T * T;     // [T,T]
-            float *o = out + (long)b * T * OC + h * hd;      // o_t = o + t*OC
-            // scores (scaled), then softmax in place: the rows hold the saved probabilities
-            att_scores_causal(A, q, R, k, R, T, hd, scale, Yt);
-            for (int t = 0; t < T; t++) {
-                float *arow = A + (long)t * T;
-                float maxv = -INFINITY;
+            for (int blk = 0; blk < nblk; blk++) {
+                float buf[ATT_KC * ATT_HC];
+                int g = h / G;
+                int r0 = blk * ATT_TB, r1 = r0 + ATT_TB < T ? r0 + ATT_TB : T;
+                const float *base = qkv + (long)b * T * R;
+                const float *q = base + h * hd;              // q_t = q + t*R
+                const float *k = base + (NH + g) * hd;       // k_t2 = k + t2*R
+                const float *v = base + (NH + NKV + g) * hd; // v_t2 = v + t2*R
+                float *A = att + ((long)b * NH + h) * T * T; // [T,T]
+                float *o = out + (long)b * T * OC + h * hd;  // o_t = o + t*OC
+                // scores (scaled), then softmax in place: the rows hold the saved probabilities
+                att_scores_rows(A, T, r0, r1, q, R, k, R, hd, scale, buf);
+                for (int t = r0; t < r1; t++) {
+                    float *arow = A + (long)t * T;
+                    float maxv = -INFINITY;
 #pragma omp simd reduction(max : maxv)
-                for (int t2 = 0; t2 <= t; t2++) maxv = arow[t2] > maxv ? arow[t2] : maxv;
-                float sum = 0.0f;
+                    for (int t2 = 0; t2 <= t; t2++) maxv = arow[t2] > maxv ? arow[t2] : maxv;
+                    float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
-                for (int t2 = 0; t2 <= t; t2++) {
-                    float e = hyp_expf(arow[t2] - maxv);
-                    arow[t2] = e;
-                    sum += e;
+                    for (int t2 = 0; t2 <= t; t2++) {
+                        float e = hyp_expf(arow[t2] - maxv);
+                        arow[t2] = e;
+                        sum += e;
+                    }
+                    float inv = 1.0f / sum;
+                    for (int t2 = 0; t2 <= t; t2++) arow[t2] *= inv;
+                    for (int t2 = t + 1; t2 < T; t2++) arow[t2] = 0.0f;
+                    memset(o + (long)t * OC, 0, (size_t)hd * sizeof(float));
                 }
-                float inv = 1.0f / sum;
-                for (int t2 = 0; t2 <= t; t2++) arow[t2] *= inv;
-                for (int t2 = t + 1; t2 < T; t2++) arow[t2] = 0.0f;
-            }
-            // out_t = sum_{t2 <= t} att[t,t2] v_t2 (att is 0 above the diagonal)
-            for (int t0 = 0; t0 < T; t0 += ATT_RB) {
-                int nrows = T - t0 < ATT_RB ? T - t0 : ATT_RB;
-                for (int r = 0; r < nrows; r++)
-                    for (int i = 0; i < hd; i++) o[(long)(t0 + r) * OC + i] = 0.0f;
-                att_accum_tile(o + (long)t0 * OC, OC, nrows, A + (long)t0 * T, T, 1, 0,
-                               t0 + nrows, v, R, hd);
+                // out_t = sum_{t2 <= t} att[t,t2] v_t2
+                att_accum_rows(o, OC, A, T, r0, r1, v, R, hd, buf);
             }
         }
     }
@@ -704,60 +780,61 @@ void op_attention_bwd(float *dqkv, float *datt, const float *dout, const float *
     //   dscore      = att * (datt - sum_t2 att * datt)       (softmax backward)
     //   dq_t       += scale * sum_t2 dscore[t,t2] k_t2
     //   dk_t2      += scale * dscore[t,t2] q_t,   dv_t2 += att[t,t2] dout_t
-    // Pass 1 (parallel over (b, h)) computes scale*dscore into datt (0 above the diagonal) and
-    // dq. Pass 2 (parallel over (b, kv head)) does dk and dv: the G query heads of a group all
-    // add into the same kv rows, so one task owns a whole group: no races, no atomics.
+    // Pass 1 (parallel over (b, h, row block)) computes scale*dscore into datt (0 above the
+    // diagonal) and dq. Pass 2 (parallel over (b, kv head, key-row block)) does dk and dv: the G
+    // query heads of a group all add into the same kv rows, so one task owns a block of kv rows
+    // for the whole group and sums the heads in order: no races, no atomics.
     int R = (NH + 2 * NKV) * hd;
     int G = NH / NKV;
     int OC = NH * hd;
+    int nblk = (T + ATT_TB - 1) / ATT_TB;
     float scale = 1.0f / sqrtf((float)hd);
-#pragma omp parallel for collapse(2) schedule(static)
+#pragma omp parallel for collapse(3) schedule(dynamic)
     for (int b = 0; b < B; b++) {
         for (int h = 0; h < NH; h++) {
-            float Yt[ATT_KC * ATT_HC];
-            int g = h / G;
-            const float *base = qkv + (long)b * T * R;
-            const float *k = base + (NH + g) * hd;
-            const float *v = base + (NH + NKV + g) * hd;
-            const float *d = dout + (long)b * T * OC + h * hd; // dout_t = d + t*OC
-            const float *A = att + ((long)b * NH + h) * T * T;
-            float *D = datt + ((long)b * NH + h) * T * T;
-            float *dq = dqkv + (long)b * T * R + h * hd;
-            att_scores_causal(D, d, OC, v, R, T, hd, 1.0f, Yt); // datt = dout . v
-            for (int t = 0; t < T; t++) {
-                const float *arow = A + (long)t * T;
-                float *drow = D + (long)t * T;
-                float dot = 0.0f;
+            for (int blk = 0; blk < nblk; blk++) {
+                float buf[ATT_KC * ATT_HC];
+                int g = h / G;
+                int r0 = blk * ATT_TB, r1 = r0 + ATT_TB < T ? r0 + ATT_TB : T;
+                const float *base = qkv + (long)b * T * R;
+                const float *k = base + (NH + g) * hd;
+                const float *v = base + (NH + NKV + g) * hd;
+                const float *d = dout + (long)b * T * OC + h * hd; // dout_t = d + t*OC
+                const float *A = att + ((long)b * NH + h) * T * T;
+                float *D = datt + ((long)b * NH + h) * T * T;
+                float *dq = dqkv + (long)b * T * R + h * hd;
+                att_scores_rows(D, T, r0, r1, d, OC, v, R, hd, 1.0f, buf); // datt = dout . v
+                for (int t = r0; t < r1; t++) {
+                    const float *arow = A + (long)t * T;
+                    float *drow = D + (long)t * T;
+                    float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
-                for (int t2 = 0; t2 <= t; t2++) dot += arow[t2] * drow[t2];
-                for (int t2 = 0; t2 <= t; t2++) drow[t2] = scale * arow[t2] * (drow[t2] - dot);
-                for (int t2 = t + 1; t2 < T; t2++) drow[t2] = 0.0f;
-            }
-            // dq_t += sum_{t2 <= t} dscore[t,t2] k_t2
-            for (int t0 = 0; t0 < T; t0 += ATT_RB) {
-                int nrows = T - t0 < ATT_RB ? T - t0 : ATT_RB;
-                att_accum_tile(dq + (long)t0 * R, R, nrows, D + (long)t0 * T, T, 1, 0, t0 + nrows,
-                               k, R, hd);
+                    for (int t2 = 0; t2 <= t; t2++) dot += arow[t2] * drow[t2];
+                    for (int t2 = 0; t2 <= t; t2++) drow[t2] = scale * arow[t2] * (drow[t2] - dot);
+                    for (int t2 = t + 1; t2 < T; t2++) drow[t2] = 0.0f;
+                }
+                // dq_t += sum_{t2 <= t} dscore[t,t2] k_t2
+                att_accum_rows(dq, R, D, T, r0, r1, k, R, hd, buf);
             }
         }
     }
-#pragma omp parallel for collapse(2) schedule(static)
+#pragma omp parallel for collapse(3) schedule(dynamic)
     for (int b = 0; b < B; b++) {
         for (int g = 0; g < NKV; g++) {
-            const float *base = qkv + (long)b * T * R;
-            float *dk = dqkv + (long)b * T * R + (NH + g) * hd;       // dk_t2 = dk + t2*R
-            float *dv = dqkv + (long)b * T * R + (NH + NKV + g) * hd; // dv_t2 = dv + t2*R
-            for (int h = g * G; h < (g + 1) * G; h++) {
-                const float *q = base + h * hd;
-                const float *d = dout + (long)b * T * OC + h * hd;
-                const float *A = att + ((long)b * NH + h) * T * T;
-                const float *D = datt + ((long)b * NH + h) * T * T;
-                // dk_t2 += sum_{t >= t2} dscore[t,t2] q_t ;  dv_t2 += sum_{t >= t2} att[t,t2] dout_t
-                // (column t2 of dscore/att: element (r, s) of the tile is D[s*T + t2 + r])
-                for (int t0 = 0; t0 < T; t0 += ATT_RB) {
-                    int nrows = T - t0 < ATT_RB ? T - t0 : ATT_RB;
-                    att_accum_tile(dk + (long)t0 * R, R, nrows, D + t0, 1, T, t0, T, q, R, hd);
-                    att_accum_tile(dv + (long)t0 * R, R, nrows, A + t0, 1, T, t0, T, d, OC, hd);
+            for (int blk = 0; blk < nblk; blk++) {
+                float buf[ATT_KC * ATT_HC], At[ATT_TB * ATT_KC];
+                int c0 = blk * ATT_TB, c1 = c0 + ATT_TB < T ? c0 + ATT_TB : T;
+                const float *base = qkv + (long)b * T * R;
+                float *dk = dqkv + (long)b * T * R + (NH + g) * hd;       // dk_t2 = dk + t2*R
+                float *dv = dqkv + (long)b * T * R + (NH + NKV + g) * hd; // dv_t2 = dv + t2*R
+                for (int h = g * G; h < (g + 1) * G; h++) {
+                    const float *q = base + h * hd;
+                    const float *d = dout + (long)b * T * OC + h * hd;
+                    const float *A = att + ((long)b * NH + h) * T * T;
+                    const float *D = datt + ((long)b * NH + h) * T * T;
+                    // dk_t2 += sum_{t >= t2} dscore[t,t2] q_t; dv_t2 += sum_{t >= t2} att[t,t2] dout_t
+                    att_accum_cols(dk, R, D, T, c0, c1, q, R, hd, buf, At);
+                    att_accum_cols(dv, R, A, T, c0, c1, d, OC, hd, buf, At);
                 }
             }
         }

@@ -69,7 +69,7 @@ typedef struct {
     double flops_per_token; /* at the planned T */
     double flops_attn_coef; /* FLOPs per token per unit of T (attention): fpt(T) = fpt - coef*(planT - T) */
     /* training defaults */
-    int B, T, grad_accum, warmup_steps, steps, eval_every, eval_batches;
+    int B, T, grad_accum, warmup_steps, steps, eval_every, eval_batches, zero_stage;
     uint64_t seed;
     char schedule[16];
     double lr, min_lr_ratio, decay_fraction, weight_decay, beta1, beta2, eps, max_norm;

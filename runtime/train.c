@@ -49,12 +49,20 @@ float train_clip_scale(const train_opts *o, double norm) {
     return (float)(o->max_norm / (norm + 1e-6));
 }
 
-void train_adamw_step(exec_t *x, const train_opts *o, double lr, int t, float scale) {
+void train_adamw_range(exec_t *x, const train_opts *o, double lr, int t, float scale, int64_t lo,
+                       int64_t hi, const float *g, float *m, float *v) {
     const plan_t *p = x->p;
     for (int i = 0; i < p->n_params_t; i++) {
         const plan_param *pp = &p->params[i];
+        int64_t a = pp->offset > lo ? pp->offset : lo;
+        int64_t b = pp->offset + pp->numel < hi ? pp->offset + pp->numel : hi;
+        if (a >= b) continue;
         float wd = pp->decay ? (float)o->weight_decay : 0.0f;
-        op_adamw(x->params + pp->offset, x->grads + pp->offset, x->m + pp->offset, x->v + pp->offset,
-                 pp->numel, (float)lr, (float)o->beta1, (float)o->beta2, (float)o->eps, wd, t, scale);
+        op_adamw(x->params + a, g + (a - lo), m + (a - lo), v + (a - lo), b - a, (float)lr, (float)o->beta1,
+                 (float)o->beta2, (float)o->eps, wd, t, scale);
     }
+}
+
+void train_adamw_step(exec_t *x, const train_opts *o, double lr, int t, float scale) {
+    train_adamw_range(x, o, lr, t, scale, 0, x->p->param_floats, x->grads, x->m, x->v);
 }

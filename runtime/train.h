@@ -23,5 +23,10 @@ double train_grad_norm(const exec_t *x);
 float train_clip_scale(const train_opts *o, double norm);
 /* One AdamW step (t = step, 1-based) over every parameter tensor with gradient scale `scale`. */
 void train_adamw_step(exec_t *x, const train_opts *o, double lr, int t, float scale);
+/* The same restricted to the parameter-arena range [lo, hi) (a ZeRO shard): g, m, v point at the
+ * gradient / moment values of that range (g[0] is the gradient of params[lo]). Each tensor keeps
+ * its own decay flag where it intersects the range. */
+void train_adamw_range(exec_t *x, const train_opts *o, double lr, int t, float scale, int64_t lo,
+                       int64_t hi, const float *g, float *m, float *v);
 
 #endif

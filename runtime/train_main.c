@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "ckpt.h"
+#include "coll.h"
 #include "data.h"
 #include "exec.h"
 #include "metrics.h"
@@ -211,6 +212,7 @@ static void default_plan_path(char *out, size_t n) {
 }
 
 static float eval_loss(exec_t *x, hyp_loader *val, int batches, hyp_err *e, int *rc) {
+    /* each rank evaluates its own windows; the caller averages over ranks */
     hyp_loader_reset(val);
     double s = 0;
     *rc = 0;
@@ -318,7 +320,88 @@ static void free_tensors(hyp_ckpt_tensor *t, int n) {
     free(t);
 }
 
+/* ---- data parallelism and ZeRO (v2110, v2104) ---- */
+
+typedef struct {
+    hyp_coll *coll;
+    int rank, world, stage;
+} dp_t;
+
+/* After backward: make every rank's gradients (stage 0/1) or gradient shard (stage >= 2) the sum
+ * over ranks, and return the global gradient norm. */
+static int dp_reduce_grads(dp_t *d, exec_t *x, double *norm, hyp_err *e) {
+    int rc;
+    if (d->stage >= 2) {
+        if ((rc = hyp_coll_reduce_scatter_f32(d->coll, x->grads, x->gshard, (size_t)x->shard, e))) return rc;
+        double ss = op_sumsq(x->gshard, x->shard);
+        if ((rc = hyp_coll_allreduce_f64(d->coll, &ss, 1, e))) return rc;
+        *norm = sqrt(ss);
+        return HYP_OK;
+    }
+    if (d->world > 1 && (rc = hyp_coll_allreduce_f32(d->coll, x->grads, (size_t)x->shard * d->world, e))) return rc;
+    *norm = train_grad_norm(x);
+    return HYP_OK;
+}
+
+/* The optimizer step on what this rank owns, then (stage >= 1) all-gather the updated shards. */
+static int dp_step(dp_t *d, exec_t *x, const train_opts *o, double lr, int t, float scale, hyp_err *e) {
+    if (d->stage == 0) {
+        train_adamw_step(x, o, lr, t, scale);
+        return HYP_OK;
+    }
+    int64_t lo = x->shard * d->rank;
+    const float *g = d->stage >= 2 ? x->gshard : x->grads + lo;
+    train_adamw_range(x, o, lr, t, scale, lo, lo + x->shard, g, x->m, x->v);
+    if (d->world == 1) return HYP_OK;
+    return hyp_coll_allgather_f32(d->coll, x->params + lo, x->params, (size_t)x->shard, e);
+}
+
+/* Full-layout AdamW moments for checkpoints: with stage >= 1 each rank holds a shard, so they
+ * are gathered into temporary full buffers (save) or scattered from them (load). */
+static int dp_gather_moments(dp_t *d, exec_t *x, float *mfull, float *vfull, hyp_err *e) {
+    int rc;
+    if ((rc = hyp_coll_allgather_f32(d->coll, x->m, mfull, (size_t)x->shard, e))) return rc;
+    return hyp_coll_allgather_f32(d->coll, x->v, vfull, (size_t)x->shard, e);
+}
+
+static void print_rank_memory(dp_t *d, exec_t *x, hyp_err *e) {
+    int W = d->world;
+    double *mem = calloc((size_t)W * 5, sizeof(double));
+    if (!mem) return;
+    mem[d->rank * 5 + 0] = (double)x->bytes_params;
+    mem[d->rank * 5 + 1] = (double)x->bytes_grads;
+    mem[d->rank * 5 + 2] = (double)x->bytes_optim;
+    mem[d->rank * 5 + 3] = (double)x->bytes_acts;
+    mem[d->rank * 5 + 4] = (double)x->bytes_grad_workspace;
+    hyp_coll_allreduce_f64(d->coll, mem, (size_t)W * 5, e);
+    for (int r = 0; r < W; r++) {
+        double *m = mem + r * 5;
+        printf("rank %d/%d memory (ZeRO stage %d): params %.0f B | grads %.0f B | optimizer %.0f B | activations %.0f B",
+               r, W, d->stage, m[0], m[1], m[2], m[3]);
+        if (m[4] > 0) printf(" | backward gradient workspace %.0f B", m[4]);
+        printf("  (%.2f + %.2f + %.2f + %.2f MiB)\n", m[0] / 1048576, m[1] / 1048576, m[2] / 1048576, m[3] / 1048576);
+    }
+    free(mem);
+}
+
+static int run(int argc, char **argv, hyp_coll *coll);
+
 int main(int argc, char **argv) {
+    hyp_coll *coll = NULL;
+    hyp_err e = {{0}};
+    int rc = hyp_coll_init(&argc, &argv, &coll, &e);
+    if (rc) {
+        fprintf(stderr, "train: %s\n", e.msg);
+        return rc;
+    }
+    /* only rank 0 talks; every rank reports its own errors on stderr */
+    if (hyp_coll_rank(coll) != 0 && !freopen("/dev/null", "w", stdout)) rc = HYP_EFAIL;
+    if (!rc) rc = run(argc, argv, coll);
+    hyp_coll_finalize(coll);
+    return rc;
+}
+
+static int run(int argc, char **argv, hyp_coll *coll) {
     args_t a;
     int rc = parse_args(argc, argv, &a);
     if (rc) return rc;
@@ -331,6 +414,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "train: %s\n", e.msg);
         return rc;
     }
+    dp_t d = {coll, hyp_coll_rank(coll), hyp_coll_world(coll), plan.zero_stage};
+    int is0 = d.rank == 0;
     int B = a.batch ? a.batch : plan.B, T = a.seq ? a.seq : plan.T;
     int K = a.grad_accum ? a.grad_accum : plan.grad_accum;
     train_opts opt;
@@ -342,33 +427,53 @@ int main(int argc, char **argv) {
     int eval_batches = a.eval_batches >= 0 ? a.eval_batches : plan.eval_batches;
 
     exec_t x;
-    if ((rc = exec_init(&x, &plan, &e)) || (rc = exec_bind(&x, B, T, &e))) {
+    if ((rc = exec_init_dp(&x, &plan, d.world, d.rank, d.stage, &e)) || (rc = exec_bind(&x, B, T, &e))) {
         fprintf(stderr, "train: %s\n", e.msg);
         exec_free(&x);
         plan_free(&plan);
         return rc;
     }
-    exec_init_params(&x, seed);
+    exec_init_params(&x, seed); /* same seed on every rank: identical replicas */
     hyp_rng rng;
     hyp_rng_seed2(&rng, seed, 1);
 
-    int start_step = 0;
-    hyp_loader_state lstate = {0, 0};
-    hyp_ckpt_tensor *tp = ckpt_tensors(&x, x.params, ""), *tm = ckpt_tensors(&x, x.m, ".exp_avg"),
-                    *tv = ckpt_tensors(&x, x.v, ".exp_avg_sq");
+    /* checkpoint views: moments in the full parameter layout (temporary buffers when sharded) */
+    int64_t arena = x.shard * d.world;
+    float *mfull = x.m, *vfull = x.v;
+    if (d.stage >= 1) {
+        mfull = calloc((size_t)arena, sizeof(float));
+        vfull = calloc((size_t)arena, sizeof(float));
+    }
+    hyp_ckpt_tensor *tp = ckpt_tensors(&x, x.params, ""), *tm = mfull ? ckpt_tensors(&x, mfull, ".exp_avg") : NULL,
+                    *tv = vfull ? ckpt_tensors(&x, vfull, ".exp_avg_sq") : NULL;
     if (!tp || !tm || !tv) {
         fprintf(stderr, "train: out of memory\n");
         return HYP_EFAIL;
     }
+    int start_step = 0;
+    hyp_loader_state lstate = {0, 0};
     if (a.resume || a.sample_mode) {
         hyp_ckpt_state st;
         rc = hyp_ckpt_load(a.ckpt_dir, NULL, tp, tm, tv, plan.n_params_t, plan.hash, &st, &e);
         if (rc == HYP_OK) {
             start_step = (int)st.step;
             hyp_rng_set_state(&rng, st.rng);
+            /* the checkpoint counts windows of the whole data-parallel group (elastic resume, v2175):
+             * each of the current ranks continues at its share of them */
             lstate.epoch = st.loader_epoch;
-            lstate.position = st.loader_position;
-            printf("resumed from %s at step %d\n", st.path, start_step);
+            lstate.position = st.loader_position / (uint64_t)d.world;
+            if (st.loader_position % (uint64_t)d.world) {
+                fprintf(stderr, "train: %s: %llu windows of this epoch were consumed, which %d ranks cannot split evenly — resume with a world size dividing it\n",
+                        st.path, (unsigned long long)st.loader_position, d.world);
+                rc = HYP_EINPUT;
+                goto cleanup_early;
+            }
+            if (d.stage >= 1) { /* keep the own shard of the moments */
+                memcpy(x.m, mfull + x.shard * d.rank, sizeof(float) * (size_t)x.shard);
+                memcpy(x.v, vfull + x.shard * d.rank, sizeof(float) * (size_t)x.shard);
+            }
+            printf("resumed from %s at step %d (saved by %s; now %d rank%s)\n", st.path, start_step,
+                   st.plan[0] ? st.plan : "a trainer of this plan", d.world, d.world == 1 ? "" : "s");
         } else if (rc == HYP_ENOCKPT && a.resume && !a.sample_mode) {
             printf("no checkpoint in %s yet: starting from step 0\n", a.ckpt_dir);
             rc = 0;
@@ -378,43 +483,47 @@ int main(int argc, char **argv) {
         }
     }
     if (a.sample_mode) {
-        rc = sample_text(&x, &a, seed, stdout);
-        free_tensors(tp, plan.n_params_t), free_tensors(tm, plan.n_params_t), free_tensors(tv, plan.n_params_t);
-        exec_free(&x);
-        plan_free(&plan);
-        return rc;
+        if (is0) rc = sample_text(&x, &a, seed, stdout);
+        goto cleanup_early;
     }
 
     hyp_loader *train = NULL, *val = NULL;
-    if ((rc = hyp_loader_open_rc(a.data, "train", B, T, seed, 0, 1, &train, &e)) ||
+    if ((rc = hyp_loader_open_rc(a.data, "train", B, T, seed, d.rank, d.world, &train, &e)) ||
         (rc = hyp_loader_require_vocab(train, plan.V, &e)) ||
         (rc = hyp_loader_set_state(train, &lstate, &e))) {
         fprintf(stderr, "train: %s\n", e.msg);
-        return rc;
+        hyp_loader_close(train);
+        goto cleanup_early;
     }
     if (eval_every > 0 && eval_batches > 0) {
         hyp_err ve;
-        if (hyp_loader_open_rc(a.data, "val", B, T, seed, 0, 1, &val, &ve) == HYP_OK)
+        if (hyp_loader_open_rc(a.data, "val", B, T, seed, d.rank, d.world, &val, &ve) == HYP_OK)
             rc = hyp_loader_require_vocab(val, plan.V, &e);
         else
             printf("note: no validation split in %s (%s); validation is off\n", a.data, ve.msg);
         if (rc) {
             fprintf(stderr, "train: %s\n", e.msg);
-            return rc;
+            hyp_loader_close(train);
+            hyp_loader_close(val);
+            goto cleanup_early;
         }
     }
     hyp_metrics *mlog = NULL;
-    if (a.metrics && (rc = hyp_metrics_open(&mlog, a.metrics, start_step > 0, &e))) {
+    if (is0 && a.metrics && (rc = hyp_metrics_open(&mlog, a.metrics, start_step > 0, &e))) {
         fprintf(stderr, "train: %s\n", e.msg);
-        return rc;
+        hyp_loader_close(train);
+        hyp_loader_close(val);
+        goto cleanup_early;
     }
 
     double fpt = plan.flops_per_token; /* at the planned T; attention part scales with T */
+    int64_t tokens_per_step = (int64_t)B * T * K * d.world;
     printf("hyperion trainer: model %s (%s, %.2fM params) | target %s | plan %s\n", plan.model_name, plan.arch,
            plan.n_params / 1e6, plan.target, plan.hash);
-    printf("batch %d x seq %d x accum %d = %d tokens/step | %d threads | memory: params+grads+adam %.1f MiB, activations %.1f MiB (%.1f MiB without the memory plan)\n",
-           B, T, K, B * T * K, omp_get_max_threads(), 16.0 * plan.param_floats / 1048576.0,
-           4.0 * plan.act_floats / 1048576.0, 4.0 * plan.act_floats_unplanned / 1048576.0);
+    printf("batch %d x seq %d x accum %d x ranks %d = %lld tokens/step | %d threads/rank | activations %.1f MiB (%.1f MiB without the memory plan)\n",
+           B, T, K, d.world, (long long)tokens_per_step, omp_get_max_threads(), 4.0 * plan.act_floats / 1048576.0,
+           4.0 * plan.act_floats_unplanned / 1048576.0);
+    print_rank_memory(&d, &x, &e);
     printf("data: %llu train tokens (%d shard%s)%s | steps %d | lr %.3g (%s, warmup %d) | clip %g | wd %g\n",
            (unsigned long long)hyp_loader_total_tokens(train), hyp_loader_num_shards(train),
            hyp_loader_num_shards(train) == 1 ? "" : "s", val ? ", with validation" : "", opt.total_steps, opt.lr,
@@ -429,19 +538,24 @@ int main(int argc, char **argv) {
     int done_steps = 0;
     for (int step = start_step + 1; step <= last_step && rc == 0; step++) {
         double t0 = now_s();
-        op_zero(x.grads, plan.param_floats);
+        op_zero(x.grads, arena);
         double loss = 0;
         for (int k = 0; k < K; k++) {
             if ((rc = hyp_loader_next(train, x.tokens, x.targets, &e))) break;
             exec_forward(&x);
-            int64_t cnt = exec_count_targets(&x);
-            loss += exec_backward(&x, cnt ? 1.0f / (float)(cnt * K) : 0.0f) / K;
+            double cnt = (double)exec_count_targets(&x), gcnt = cnt;
+            if ((rc = hyp_coll_allreduce_f64(d.coll, &gcnt, 1, &e))) break;
+            /* every token of the global batch weighs 1 / (tokens * K): the sum over ranks is the mean */
+            float mean = exec_backward(&x, gcnt > 0 ? (float)(1.0 / (gcnt * K)) : 0.0f);
+            loss += gcnt > 0 ? mean * cnt / gcnt / K : 0;
         }
         if (rc) break;
-        double norm = train_grad_norm(&x);
+        if ((rc = hyp_coll_allreduce_f64(d.coll, &loss, 1, &e))) break;
+        double norm;
+        if ((rc = dp_reduce_grads(&d, &x, &norm, &e))) break;
         float scale = train_clip_scale(&opt, norm);
         double lr = train_lr_at(&opt, step);
-        train_adamw_step(&x, &opt, lr, step, scale);
+        if ((rc = dp_step(&d, &x, &opt, lr, step, scale, &e))) break;
         double dt = now_s() - t0;
         last_loss = (float)loss;
         if (!isfinite(loss)) {
@@ -449,21 +563,23 @@ int main(int argc, char **argv) {
             rc = HYP_EFAIL;
             break;
         }
-        double tps = B * T * K / dt;
+        double tps = tokens_per_step / dt;
         if (step > start_step + 1) { /* the first step warms caches: keep it out of the average */
             tok_s += tps;
             steps_timed++;
         }
         double avg_tps = steps_timed ? tok_s / steps_timed : tps;
-        double flops = (fpt - plan.flops_attn_coef * plan.T + plan.flops_attn_coef * T) * tps;
+        double flops = (fpt - plan.flops_attn_coef * plan.T + plan.flops_attn_coef * T) * tps / d.world;
         char eta[32];
-        fmt_eta((opt.total_steps - step) * (B * T * K) / avg_tps, eta, sizeof eta);
+        fmt_eta((last_step - step) * tokens_per_step / avg_tps, eta, sizeof eta);
         float vl = NAN;
-        int do_eval = val && (step % eval_every == 0 || step == opt.total_steps);
+        int do_eval = val && (step % eval_every == 0 || step == last_step);
         if (do_eval) {
-            vl = eval_loss(&x, val, eval_batches, &e, &rc);
+            double v = eval_loss(&x, val, eval_batches, &e, &rc);
             exec_bind(&x, B, T, &e);
             if (rc) break;
+            if ((rc = hyp_coll_allreduce_f64(d.coll, &v, 1, &e))) break;
+            vl = (float)(v / d.world);
         }
         printf("step %5d/%d | loss %.4f | lr %.2e | norm %.3f%s | %7.0f tok/s | MFU %5.1f%% | ETA %s",
                step, opt.total_steps, loss, lr, norm, scale < 1 ? " (clipped)" : "", tps,
@@ -478,29 +594,40 @@ int main(int argc, char **argv) {
         }
         done_steps++;
         if (a.ckpt_dir && ((a.ckpt_every && step % a.ckpt_every == 0) || step == last_step)) {
-            hyp_loader_state ls;
-            hyp_loader_get_state(train, &ls);
-            hyp_ckpt_state st = {0};
-            st.step = (uint64_t)step;
-            hyp_rng_get_state(&rng, st.rng);
-            st.loader_epoch = ls.epoch;
-            st.loader_position = ls.position;
-            snprintf(st.config_hash, sizeof st.config_hash, "%s", plan.hash);
-            if ((rc = hyp_ckpt_save(a.ckpt_dir, tp, tm, tv, plan.n_params_t, &st, a.keep, &e))) break;
+            if (d.stage >= 1 && (rc = dp_gather_moments(&d, &x, mfull, vfull, &e))) break;
+            if (is0) {
+                hyp_loader_state ls;
+                hyp_loader_get_state(train, &ls);
+                hyp_ckpt_state st;
+                memset(&st, 0, sizeof st);
+                st.step = (uint64_t)step;
+                st.tokens_seen = (uint64_t)step * (uint64_t)tokens_per_step;
+                hyp_rng_get_state(&rng, st.rng);
+                st.loader_epoch = ls.epoch;
+                st.loader_position = ls.position * (uint64_t)d.world; /* windows of the whole group */
+                snprintf(st.config_hash, sizeof st.config_hash, "%s", plan.hash);
+                snprintf(st.plan, sizeof st.plan, "%s on %d rank%s, ZeRO stage %d", plan.model_name, d.world,
+                         d.world == 1 ? "" : "s", d.stage);
+                rc = hyp_ckpt_save(a.ckpt_dir, tp, tm, tv, plan.n_params_t, &st, a.keep, &e);
+            }
+            if (!hyp_coll_all_ok(d.coll, rc == 0) && !rc) rc = HYP_EFAIL, snprintf(e.msg, sizeof e.msg, "rank 0 failed to write the checkpoint");
+            if (rc) break;
         }
     }
     if (rc) fprintf(stderr, "train: %s\n", e.msg);
     else
-        printf("done: %d steps in %.1f s, final loss %.4f, mean %.0f tok/s\n", done_steps,
-               now_s() - t_start, last_loss, steps_timed ? tok_s / steps_timed : 0.0);
-    if (!rc && a.sample > 0) {
+        printf("done: %d steps in %.1f s, final loss %.4f, mean %.0f tok/s\n", done_steps, now_s() - t_start, last_loss,
+               steps_timed ? tok_s / steps_timed : 0.0);
+    if (!rc && a.sample > 0 && is0) {
         printf("--- sample (%d tokens, temperature %.2f, top-k %d) ---\n", a.sample, a.temperature, a.top_k);
         rc = sample_text(&x, &a, seed, stdout);
     }
     hyp_metrics_close(mlog);
     hyp_loader_close(train);
     hyp_loader_close(val);
+cleanup_early:
     free_tensors(tp, plan.n_params_t), free_tensors(tm, plan.n_params_t), free_tensors(tv, plan.n_params_t);
+    if (d.stage >= 1) free(mfull), free(vfull);
     exec_free(&x);
     plan_free(&plan);
     return rc;

@@ -402,6 +402,21 @@ function P.build(tree, cfg, contrib, opts)
   train.beta2 = R.param(cfg, "v2132", "beta2") or 0.95
   train.eps = R.param(cfg, "v2132", "eps") or 1e-8
   train.max_norm = from("v2133", "max_norm", 0.0, "train.max_norm (0 = no clipping)")
+  -- data parallelism and ZeRO (v2110, v2104, v2105): the world size is mpirun's, the stage is ours
+  train.zero_stage = 0
+  if cfg.active.v2104 then
+    train.zero_stage = R.param(cfg, "v2104", "stage") or 1
+    add_contrib("v2104", string.format("ZeRO stage %d: %s across data-parallel ranks", train.zero_stage,
+      ({ "AdamW moments sharded", "AdamW moments sharded, gradients reduce-scattered into shards",
+         "AdamW moments and master parameters sharded, gradients reduce-scattered, parameters all-gathered each step" })[train.zero_stage]))
+  elseif cfg.active.v2105 then
+    train.zero_stage = 3
+    decide("train.zero_stage", 3, "v2105 fsdp: full sharding of parameters, gradients and optimizer state = ZeRO stage 3 semantics")
+    add_contrib("v2105", "full sharding (stage-3 semantics) across data-parallel ranks")
+  end
+  if cfg.active.v2110 then
+    add_contrib("v2110", "data parallel over MPI (cpu) when started with mpirun: each rank reads disjoint windows; gradients averaged over the global batch")
+  end
   train.lr = d.C <= 256 and 2e-3 or 6e-4
   decide("train.lr", train.lr, "default peak LR for d_model " .. (d.C <= 256 and "<= 256" or "> 256") .. "; override with train --lr")
   train.steps = 1000

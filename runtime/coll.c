@@ -1,0 +1,175 @@
+/* coll.c — collectives over MPI or a single rank (see coll.h). */
+#include "coll.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef HYP_HAVE_MPI
+#include <mpi.h>
+#endif
+
+struct hyp_coll {
+    int rank, world, mpi;
+};
+
+static int launched_by_mpi(void) {
+    return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK") ||
+           getenv("SLURM_STEP_NUM_TASKS");
+}
+
+#ifdef HYP_HAVE_MPI
+static int mpi_fail(hyp_err *e, const char *what, int rc) {
+    char s[MPI_MAX_ERROR_STRING];
+    int n = 0;
+    MPI_Error_string(rc, s, &n);
+    return hyp_fail(e, HYP_EFAIL, "MPI %s failed: %s — check the mpirun launch and the network", what, s);
+}
+#endif
+
+int hyp_coll_init(int *argc, char ***argv, hyp_coll **out, hyp_err *e) {
+    hyp_coll *c = calloc(1, sizeof *c);
+    if (!c) return hyp_fail(e, HYP_EFAIL, "out of memory");
+    c->world = 1;
+#ifdef HYP_HAVE_MPI
+    if (launched_by_mpi()) {
+        int rc = MPI_Init(argc, argv);
+        if (rc != MPI_SUCCESS) {
+            free(c);
+            return mpi_fail(e, "init", rc);
+        }
+        MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+        MPI_Comm_rank(MPI_COMM_WORLD, &c->rank);
+        MPI_Comm_size(MPI_COMM_WORLD, &c->world);
+        c->mpi = 1;
+    }
+#else
+    (void)argc, (void)argv;
+    if (launched_by_mpi() && getenv("OMPI_COMM_WORLD_SIZE") && atoi(getenv("OMPI_COMM_WORLD_SIZE")) > 1) {
+        free(c);
+        return hyp_fail(e, HYP_EINPUT, "started by mpirun but this trainer was built without MPI — install libopenmpi-dev and rebuild");
+    }
+#endif
+    *out = c;
+    return HYP_OK;
+}
+
+void hyp_coll_finalize(hyp_coll *c) {
+    if (!c) return;
+#ifdef HYP_HAVE_MPI
+    if (c->mpi) MPI_Finalize();
+#endif
+    free(c);
+}
+
+int hyp_coll_rank(const hyp_coll *c) { return c->rank; }
+int hyp_coll_world(const hyp_coll *c) { return c->world; }
+const char *hyp_coll_backend(const hyp_coll *c) { return c->mpi ? "mpi" : "single"; }
+
+/* MPI counts are int: move large buffers in chunks. */
+#define CHUNK ((size_t)1 << 28)
+
+int hyp_coll_allreduce_f32(hyp_coll *c, float *buf, size_t n, hyp_err *e) {
+#ifdef HYP_HAVE_MPI
+    if (c->mpi)
+        for (size_t off = 0; off < n; off += CHUNK) {
+            int cnt = (int)(n - off < CHUNK ? n - off : CHUNK);
+            int rc = MPI_Allreduce(MPI_IN_PLACE, buf + off, cnt, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+            if (rc != MPI_SUCCESS) return mpi_fail(e, "all-reduce", rc);
+        }
+#else
+    (void)c, (void)buf, (void)n, (void)e;
+#endif
+    return HYP_OK;
+}
+
+int hyp_coll_allreduce_f64(hyp_coll *c, double *buf, size_t n, hyp_err *e) {
+#ifdef HYP_HAVE_MPI
+    if (c->mpi) {
+        int rc = MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+        if (rc != MPI_SUCCESS) return mpi_fail(e, "all-reduce", rc);
+    }
+#else
+    (void)c, (void)buf, (void)n, (void)e;
+#endif
+    return HYP_OK;
+}
+
+int hyp_coll_allreduce_max_f32(hyp_coll *c, float *buf, size_t n, hyp_err *e) {
+#ifdef HYP_HAVE_MPI
+    if (c->mpi) {
+        int rc = MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, MPI_MAX, MPI_COMM_WORLD);
+        if (rc != MPI_SUCCESS) return mpi_fail(e, "all-reduce(max)", rc);
+    }
+#else
+    (void)c, (void)buf, (void)n, (void)e;
+#endif
+    return HYP_OK;
+}
+
+int hyp_coll_reduce_scatter_f32(hyp_coll *c, const float *send, float *recv, size_t count, hyp_err *e) {
+#ifdef HYP_HAVE_MPI
+    if (c->mpi) {
+        if (count > (size_t)1 << 30) return hyp_fail(e, HYP_EFAIL, "reduce-scatter shard too large");
+        int rc = MPI_Reduce_scatter_block(send, recv, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        if (rc != MPI_SUCCESS) return mpi_fail(e, "reduce-scatter", rc);
+        return HYP_OK;
+    }
+#else
+    (void)e;
+#endif
+    if (recv != send) memcpy(recv, send + (size_t)c->rank * count, count * sizeof(float));
+    return HYP_OK;
+}
+
+int hyp_coll_allgather_f32(hyp_coll *c, const float *send, float *recv, size_t count, hyp_err *e) {
+#ifdef HYP_HAVE_MPI
+    if (c->mpi) {
+        if (count > (size_t)1 << 30) return hyp_fail(e, HYP_EFAIL, "all-gather shard too large");
+        const void *src = send == recv + (size_t)c->rank * count ? MPI_IN_PLACE : (const void *)send;
+        int rc = MPI_Allgather(src, (int)count, MPI_FLOAT, recv, (int)count, MPI_FLOAT, MPI_COMM_WORLD);
+        if (rc != MPI_SUCCESS) return mpi_fail(e, "all-gather", rc);
+        return HYP_OK;
+    }
+#else
+    (void)e;
+#endif
+    if (recv + (size_t)c->rank * count != send) memcpy(recv + (size_t)c->rank * count, send, count * sizeof(float));
+    return HYP_OK;
+}
+
+int hyp_coll_broadcast(hyp_coll *c, void *buf, size_t bytes, int root, hyp_err *e) {
+#ifdef HYP_HAVE_MPI
+    if (c->mpi) {
+        int rc = MPI_Bcast(buf, (int)bytes, MPI_BYTE, root, MPI_COMM_WORLD);
+        if (rc != MPI_SUCCESS) return mpi_fail(e, "broadcast", rc);
+    }
+#else
+    (void)c, (void)buf, (void)bytes, (void)root, (void)e;
+#endif
+    return HYP_OK;
+}
+
+int hyp_coll_barrier(hyp_coll *c, hyp_err *e) {
+#ifdef HYP_HAVE_MPI
+    if (c->mpi) {
+        int rc = MPI_Barrier(MPI_COMM_WORLD);
+        if (rc != MPI_SUCCESS) return mpi_fail(e, "barrier", rc);
+    }
+#else
+    (void)c, (void)e;
+#endif
+    return HYP_OK;
+}
+
+int hyp_coll_all_ok(hyp_coll *c, int ok) {
+#ifdef HYP_HAVE_MPI
+    if (c->mpi) {
+        int mine = ok ? 1 : 0, all = 0;
+        if (MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD) != MPI_SUCCESS) return 0;
+        return all;
+    }
+#else
+    (void)c;
+#endif
+    return ok;
+}

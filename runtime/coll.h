@@ -1,0 +1,38 @@
+/* coll.h — collectives for data parallelism on the CPU backend: all-reduce, reduce-scatter,
+ * all-gather and broadcast over MPI (Open MPI), or a single-rank identity when the program was
+ * not started by mpirun/srun (or the build has no MPI). One interface, so the step logic in
+ * train_main.c is the same for 1 and N ranks; the cuda backend will implement it over NCCL.
+ * Reductions are sums in fp32 (MPI_SUM); the order of summation is MPI's and deterministic for a
+ * fixed world size. Nothing here exits: errors come back as HYP_EFAIL with MPI's message. */
+#ifndef HYP_COLL_H
+#define HYP_COLL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "hyp_err.h"
+
+typedef struct hyp_coll hyp_coll;
+
+/* Starts MPI when launched under mpirun/srun (detected from the environment), else one rank. */
+int hyp_coll_init(int *argc, char ***argv, hyp_coll **out, hyp_err *e);
+void hyp_coll_finalize(hyp_coll *c);
+int hyp_coll_rank(const hyp_coll *c);
+int hyp_coll_world(const hyp_coll *c);
+const char *hyp_coll_backend(const hyp_coll *c); /* "mpi" or "single" */
+
+/* In place: buf = sum over ranks. */
+int hyp_coll_allreduce_f32(hyp_coll *c, float *buf, size_t n, hyp_err *e);
+int hyp_coll_allreduce_f64(hyp_coll *c, double *buf, size_t n, hyp_err *e);
+/* max over ranks (for amax) */
+int hyp_coll_allreduce_max_f32(hyp_coll *c, float *buf, size_t n, hyp_err *e);
+/* recv[count] = sum over ranks of send[rank*count .. +count); send has world*count floats. */
+int hyp_coll_reduce_scatter_f32(hyp_coll *c, const float *send, float *recv, size_t count, hyp_err *e);
+/* recv[world*count] = concatenation of every rank's send[count]. send may alias recv + rank*count. */
+int hyp_coll_allgather_f32(hyp_coll *c, const float *send, float *recv, size_t count, hyp_err *e);
+int hyp_coll_broadcast(hyp_coll *c, void *buf, size_t bytes, int root, hyp_err *e);
+int hyp_coll_barrier(hyp_coll *c, hyp_err *e);
+/* 1 when every rank passes ok != 0 (collective "did everyone succeed?") */
+int hyp_coll_all_ok(hyp_coll *c, int ok);
+
+#endif

@@ -1,0 +1,56 @@
+/* ops_flash.h — FlashAttention-2 style causal attention for the CPU backend (issue #6: v2112
+ * forward, v2113 backward). Same math, layouts and conventions as op_attention_fwd/bwd in
+ * ops_cpu.h, without the [B,NH,T,T] probability matrix:
+ *
+ *   qkv  [B, T, (NH + 2*NKV) * hd]  fused: all q heads, then k heads, then v heads
+ *   out  [B, T, NH * hd]
+ *   lse  [B, NH, T]                 log-sum-exp of each query row's scaled scores (natural log):
+ *                                   lse[b,h,t] = log sum_{t2 <= t} exp(scale * q_t . k_t2)
+ *   scale = 1/sqrt(hd); causal (t2 <= t); grouped-query: query head h reads kv head h / (NH/NKV).
+ *   NH % NKV == 0, T >= 1, any hd >= 1.
+ *
+ * Forward: for each (b, h, query tile of BT rows) the key tiles 0..i are visited with an online
+ * softmax (running row max m and row sum l, the output tile rescaled by exp(m_old - m_new));
+ * out = O / l and lse = m + log l are written at the end. Only lse is saved for backward.
+ * Backward (FA2): P is recomputed per tile from Q, K and lse; with D = rowsum(dout * out)
+ * (precomputed into dscratch), dV += P^T dO, dP = dO V^T, dS = P * (dP - D),
+ * dQ += scale dS K, dK += scale dS^T Q. Gradients ACCUMULATE (+=) into dqkv, like ops_cpu.
+ *
+ * Tiles: BT x BT (query rows x keys) with BT = 64 when hd <= 128 and 32 above (a score tile, the
+ * Q^T/K^T/V^T tile and an output/gradient tile stay within L1/L2; see ops_flash.c).
+ *
+ * Parallelism and determinism (both functions are deterministic and independent of the thread
+ * count: every output element is produced by one task with a fixed summation order):
+ *   forward:  omp for over (b, h, query tile), largest causal tiles first (dynamic schedule);
+ *   backward: omp for over (b, kv head). One task owns all key tiles of a kv head and all of its
+ *             G = NH/NKV query heads, so it is the only writer of those dK/dV rows and of the dQ
+ *             rows of those query heads: no atomics, no per-thread copies, and only the 5 tile
+ *             products of FA2 (no second dQ pass). The parallel width is B*NKV tasks.
+ *
+ * Memory: besides lse [B,NH,T] (forward output, saved) and dscratch [B,NH,T] (backward's D),
+ * each thread uses op_flash_attention_scratch_bytes() of tile scratch, on its stack (no heap
+ * allocation in these functions): 48 KB (fwd) / 96 KB (bwd) per thread at hd = 64.
+ */
+#ifndef HYP_OPS_FLASH_H
+#define HYP_OPS_FLASH_H
+
+#include <stddef.h>
+
+/* out [B,T,NH*hd] (overwritten), lse [B,NH,T] (overwritten, saved for backward). */
+void op_flash_attention_fwd(float *out, float *lse, const float *qkv, int B, int T, int NH,
+                            int NKV, int hd);
+
+/* dqkv [B,T,(NH+2*NKV)*hd] accumulated (+=); dscratch [B,NH,T] overwritten (D = rowsum(dout*out));
+ * dout, out [B,T,NH*hd]; qkv as in forward; lse from forward. */
+void op_flash_attention_bwd(float *dqkv, float *dscratch, const float *dout, const float *qkv,
+                            const float *out, const float *lse, int B, int T, int NH, int NKV,
+                            int hd);
+
+/* The tile edge BT used for head dim hd (64 or 32). */
+int op_flash_attention_tile(int hd);
+
+/* Bytes of tile scratch ONE thread uses (on its stack) in forward (backward = 0) or backward
+ * (backward = 1). Multiply by the thread count for the total. Independent of B, T and NH. */
+size_t op_flash_attention_scratch_bytes(int hd, int backward);
+
+#endif

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Data parallelism and ZeRO on the CPU backend over MPI (v2110, v2104): for stages 0-3, 2 ranks
+# with half the batch each give the losses and the weights of 1 rank with the whole batch (fp32
+# tolerance 2e-5 relative on losses; 1e-4 absolute on weights: the ranks sum gradients in another
+# order, and Adam's normalized update turns those last-bit differences into up to ~1% of one
+# step's update, 4 steps x lr 3e-3 x 1% = 1.2e-4); per-rank model-state memory at
+# np=2 matches the stage formula of generator/lua/formulas.lua (via `gen size --json`); a
+# checkpoint written at 2 ranks resumes at 1 rank and continues like an uninterrupted run (v2175).
+source "$(dirname "$0")/lib.sh"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+export OMP_NUM_THREADS=1
+if ! command -v mpirun >/dev/null; then echo "mpirun not found (scripts/install-deps.sh installs openmpi-bin)"; exit 1; fi
+MPI="mpirun -np 2 --oversubscribe -x OMP_NUM_THREADS"
+DIFF="$BUILD/tests/st_diff"
+cat "$ROOT"/specs/*/*.yaml > "$TMP/corpus.txt"
+"$GEN" data "$TMP/corpus.txt" -o "$TMP/data" >/dev/null
+COMMON=(--data "$TMP/data" --seq 64 --steps 4 --eval-every 0 --lr 3e-3)
+losses() { grep -o '"loss":[^,]*' "$1" | cut -d: -f2; }
+close() { # close FILE_A FILE_B: every loss within 2e-5 relative
+  paste <(losses "$1") <(losses "$2") | awk 'BEGIN { n = 0 } { n++; d = $1 - $2; if (d < 0) d = -d; if (d > 2e-5 * $1) bad = 1 } END { exit bad || n < 4 }'
+}
+for stage in 0 1 2 3; do
+  sel="adamw,clip,memory-planning,dp"; [ $stage -gt 0 ] && sel="$sel,zero$stage"
+  expect "gen_zero$stage" 0 "wrote" -- "$GEN" specs/v2500.yaml --enable $sel --model tiny --target cpu --batch 4 --seq 64 -o "$TMP/z$stage"
+  expect "np1_zero$stage" 0 "done: 4 steps" -- "$TMP/z$stage/train" "${COMMON[@]}" --batch 4 --metrics "$TMP/np1_$stage.jsonl" --ckpt-dir "$TMP/ck1_$stage"
+  expect "np2_zero$stage" 0 "rank 1/2 memory \(ZeRO stage $stage\)" -- $MPI "$TMP/z$stage/train" "${COMMON[@]}" --batch 2 --metrics "$TMP/np2_$stage.jsonl" --ckpt-dir "$TMP/ck2_$stage"
+  check "test_v2104_stage${stage}_np2_losses_equal_np1" close "$TMP/np1_$stage.jsonl" "$TMP/np2_$stage.jsonl"
+  expect "test_v2104_stage${stage}_np2_weights_equal_np1" 0 "max" -- "$DIFF" "$TMP/ck1_$stage/step_00000004/model.safetensors" "$TMP/ck2_$stage/step_00000004/model.safetensors" 1e-4
+done
+
+# per-rank model state at np=2 against the formula (fp32 training: 4 B params, 4 B grads, 8 B AdamW)
+for stage in 1 2 3; do
+  $MPI "$TMP/z$stage/train" "${COMMON[@]}" --batch 2 --steps 1 > "$TMP/mem$stage.txt" 2>&1
+  "$GEN" size --model tiny --hw host-cpu --dtype fp32 --zero $stage --dp 2 --json > "$TMP/size$stage.json"
+  for key in params grads optimizer; do
+    want=$(tr -d ' \n\t' < "$TMP/size$stage.json" | grep -oE "\"memory\":\{.*" | grep -oE "\"$key\":[0-9.e+]+" | head -1 | cut -d: -f2)
+    got=$(grep "rank 0/2 memory" "$TMP/mem$stage.txt" | grep -oE "$key [0-9]+ B" | grep -oE "[0-9]+")
+    echo "stage $stage $key: measured $got B, formula $want B"
+    if [ $stage -eq 3 ] && [ $key = params ]; then continue; fi  # see below
+    check "test_v2104_stage${stage}_${key}_memory_matches_formula" awk -v a="$got" -v b="$want" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(b > 0 && d <= 0.02 * b) }'
+  done
+done
+# stage 3 keeps a full working copy of the parameters on every rank (the per-layer gather and
+# release of the formula is not implemented yet): the measurement must say so, not hide it
+check "stage3_params_are_a_full_working_copy" grep -q "rank 0/2 memory (ZeRO stage 3): params 34" "$TMP/mem3.txt"
+
+# elastic resume (v2175 / v2181): 2 ranks for 4 steps, then 1 rank for 4 more == 8 steps at 1 rank
+expect np1_8_steps 0 "done: 8 steps" -- "$TMP/z2/train" "${COMMON[@]}" --steps 8 --batch 4 --metrics "$TMP/e1.jsonl"
+expect np2_first_4 0 "done: 4 steps" -- $MPI "$TMP/z2/train" "${COMMON[@]}" --steps 8 --stop-after 4 --batch 2 --metrics "$TMP/e2.jsonl" --ckpt-dir "$TMP/eck"
+expect np1_resumes_last_4 0 "resumed from .*now 1 rank" -- "$TMP/z2/train" "${COMMON[@]}" --steps 8 --batch 4 --metrics "$TMP/e2.jsonl" --ckpt-dir "$TMP/eck" --resume
+check "test_v2175_resume_at_other_world_size" close "$TMP/e1.jsonl" "$TMP/e2.jsonl"
+finish
