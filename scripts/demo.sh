@@ -18,8 +18,9 @@ if [ ! -s data/kjv.txt ]; then
 fi
 [ -d data/kjv ] || $GEN data data/kjv.txt -o data/kjv
 
-# 2. generate the trainer: AdamW with decoupled decay, warmup + cosine, global-norm clipping
-$GEN specs/v2500.yaml --enable adamw,warmup,cosine,clip --model tiny --target cpu \
+# 2. generate the trainer: AdamW with decoupled decay, warmup + cosine, global-norm clipping,
+#    and the static memory plan
+$GEN specs/v2500.yaml --enable adamw,warmup,cosine,clip,memory-planning --model tiny --target cpu \
      --batch 16 --seq 128 -o "$OUT"
 $GEN audit "$OUT" | sed -n '1,12p'
 
