@@ -1,0 +1,1755 @@
+/* sim.c — the CPU simulator for rendered CUDA kernels (API and cost: sim.h; the module side:
+ * kernels/sim/prelude.h; what is detected and how: kernels/sim/README.md).
+ *
+ * Model. A launch hands blocks to OS threads (the caller plus opts.threads-1 pthreads) through an
+ * atomic counter. An OS thread runs one block at a time, every GPU thread of it as a fiber on a
+ * guard-paged stack, cooperatively: a fiber runs until it reaches a barrier or a warp collective
+ * or returns, then the scheduler (on the OS thread's own stack) picks the next runnable fiber,
+ * in thread-index order or, with shuffling on, at random from a per-block seeded RNG. A
+ * module's static __shared__ arrays are thread_local, so they are per block exactly because a
+ * block never leaves its OS thread and an OS thread holds one block at a time.
+ *
+ * Invariants: only the fiber in r->current runs on an OS thread; a fiber is in the run queue iff
+ * its state is F_READY; a kernel error sets the launch's `failed` word once (first error wins,
+ * lock-free, so a fault handler can report) and abandons the block: its fibers are never resumed
+ * and their stacks are simply rearmed by the next block. Never exit() or abort() here: every
+ * kernel bug becomes a HYP_EFAIL with a message. */
+#define _GNU_SOURCE /* REG_RIP, dladdr, MAP_NORESERVE */
+#include "sim.h"
+
+#include <dirent.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <ucontext.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "../kernels/sim/sim_abi.h"
+
+extern char **environ;
+
+#define SIM_MAX_BLOCK_THREADS 1024u
+#define SIM_MAX_DYN_SHARED (227u * 1024u) /* sm_90's opt-in maximum; sm_80 allows 163 KiB */
+#define SIM_ALTSTACK_BYTES (64u * 1024u)
+#define SIM_POOL_MAX 64
+#define SIM_CANARY 0xA5
+
+/* ------------------------------------------------------------------------------------------ */
+/* Context switching: a hand-written x86-64 switch of the callee-saved registers (~5 ns), or
+ * ucontext elsewhere (a signal-mask syscall per switch, ~1 µs). MXCSR and the x87 control word
+ * are not switched (fldcw alone cost more than the rest of a switch): kernel code never changes
+ * the floating-point environment, CUDA rounding modes being per instruction. */
+
+#if defined(__x86_64__) && !defined(HYP_SIM_UCONTEXT)
+#define SIM_ASM_SWITCH 1
+void hyp_sim_ctx_switch(void **save_sp, void *to_sp) __attribute__((visibility("hidden")));
+void hyp_sim_ctx_start(void) __attribute__((visibility("hidden")));
+__asm__(".text\n"
+        ".p2align 4\n"
+        ".globl hyp_sim_ctx_switch\n"
+        ".hidden hyp_sim_ctx_switch\n"
+        ".type hyp_sim_ctx_switch,@function\n"
+        "hyp_sim_ctx_switch:\n"
+        "  pushq %rbp\n"
+        "  pushq %rbx\n"
+        "  pushq %r12\n"
+        "  pushq %r13\n"
+        "  pushq %r14\n"
+        "  pushq %r15\n"
+        "  movq %rsp, (%rdi)\n"
+        "  movq %rsi, %rsp\n"
+        "  popq %r15\n"
+        "  popq %r14\n"
+        "  popq %r13\n"
+        "  popq %r12\n"
+        "  popq %rbx\n"
+        "  popq %rbp\n"
+        "  ret\n"
+        ".size hyp_sim_ctx_switch, .-hyp_sim_ctx_switch\n"
+        ".p2align 4\n"
+        ".globl hyp_sim_ctx_start\n"
+        ".hidden hyp_sim_ctx_start\n"
+        ".type hyp_sim_ctx_start,@function\n"
+        "hyp_sim_ctx_start:\n" /* a new fiber's first `ret` lands here: r12 = fiber, r13 = entry */
+        "  movq %r12, %rdi\n"
+        "  callq *%r13\n"
+        "  ud2\n"
+        ".size hyp_sim_ctx_start, .-hyp_sim_ctx_start\n");
+#endif
+
+/* AddressSanitizer builds must be told about stack switches. */
+#if defined(__SANITIZE_ADDRESS__)
+#define SIM_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define SIM_ASAN 1
+#endif
+#endif
+#ifdef SIM_ASAN
+void __sanitizer_start_switch_fiber(void **fake_stack_save, const void *bottom, size_t size);
+void __sanitizer_finish_switch_fiber(void *fake_stack_save, const void **bottom_old,
+                                     size_t *size_old);
+#endif
+
+/* ------------------------------------------------------------------------------------------ */
+/* State */
+
+enum { F_READY, F_RUNNING, F_BARRIER, F_WARP, F_EXITED };
+
+struct sim_runner;
+struct sim_launch;
+
+typedef struct sim_fiber {
+    hyp_sim_thread t; /* what the module sees; t.rt points back here */
+    void *sp;         /* saved stack pointer while switched out */
+#ifndef SIM_ASM_SWITCH
+    ucontext_t uc;
+#endif
+    unsigned char *stack_lo, *stack_hi; /* usable stack; the guard page is just below stack_lo */
+    struct sim_runner *r;
+    int state;
+    const char *what, *file; /* where it waits (F_BARRIER) */
+    unsigned line;
+    int bar_value;        /* in: this thread's predicate; out: the block-wide result */
+    hyp_sim_warp_op *wop; /* F_WARP: the op it waits in (on its own stack) */
+#ifdef SIM_ASAN
+    void *asan_fake;
+#endif
+} sim_fiber;
+
+/* A warp's collective state, kept compact so that a lane's arrival checks its mates with bit
+ * operations and a short scan instead of touching 31 fibers. */
+typedef struct sim_warp {
+    unsigned exist;      /* lanes that exist (a partial last warp has fewer) */
+    unsigned waiting;    /* lanes waiting in a warp collective ... */
+    unsigned exited;     /* ... that have returned ... */
+    unsigned at_barrier; /* ... that wait at a block barrier */
+    unsigned mask[32];   /* a waiting lane's mask, what and op */
+    const char *what[32];
+    hyp_sim_warp_op *op[32];
+} sim_warp;
+
+/* One per OS thread running blocks; pooled across launches. */
+typedef struct sim_runner {
+    struct sim_runner *next;
+    /* fiber stacks: cap slots of [guard page][stack_bytes] */
+    unsigned char *stack_map;
+    size_t stack_map_len, stack_bytes;
+    unsigned cap;
+    sim_fiber *fibers;
+    unsigned *runq;
+    sim_warp *warps;
+    hyp_sim_cp_async *cpq; /* cap x HYP_SIM_CP_ASYNC_MAX: kept out of the fibers, which stay small */
+    /* dynamic shared memory: [guard][dyn_pages][guard]; this launch's bytes end at the back guard */
+    unsigned char *dyn_map;
+    size_t dyn_map_len, dyn_rw_pages;
+    unsigned char *dyn_front, *dyn_data, *dyn_back;
+    size_t dyn_bytes;
+    unsigned char *alt; /* signal stack */
+    /* the block being run */
+    struct sim_launch *L;
+    unsigned n, nwarps, q_head, q_len, n_exited, n_barrier;
+    int failed;
+    volatile sig_atomic_t in_handler;
+    uint64_t rng;
+    sim_fiber *current;
+    void *sched_sp;
+#ifndef SIM_ASM_SWITCH
+    ucontext_t sched_uc;
+#endif
+#ifdef SIM_ASAN
+    void *asan_fake;
+    const void *sched_bottom;
+    size_t sched_size;
+#endif
+} sim_runner;
+
+struct hyp_sim_module {
+    void *handle;
+    void (*run_thread)(void (*)(void **), void **, hyp_sim_thread *);
+    char path[512];
+};
+
+typedef struct sim_launch {
+    hyp_sim_module *m;
+    const char *kernel;
+    void (*stub)(void **);
+    void **args;
+    hyp_dim3 grid, block;
+    size_t shared_bytes, stack_bytes;
+    unsigned nthreads;
+    uint64_t nblocks;
+    int shuffle;
+    uint64_t seed;
+    _Atomic uint64_t next_block;
+    _Atomic int failed; /* 0: fine, 1: a message is being written, 2: written */
+    char msg[sizeof(((hyp_err *)0)->msg)];
+} sim_launch;
+
+static _Thread_local sim_runner *tls_runner;
+static size_t g_page;
+
+/* ------------------------------------------------------------------------------------------ */
+/* Errors */
+
+static void launch_error(sim_launch *L, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void launch_error(sim_launch *L, const char *fmt, ...) {
+    int expect = 0;
+    if (!atomic_compare_exchange_strong(&L->failed, &expect, 1)) return; /* first error wins */
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(L->msg, sizeof L->msg, fmt, ap);
+    va_end(ap);
+    atomic_store(&L->failed, 2);
+}
+
+/* "block (1,0,0) thread (3,0,0)" */
+static const char *who(const sim_fiber *f, char *buf, size_t n) {
+    const hyp_sim_thread *t = &f->t;
+    snprintf(buf, n, "block (%u,%u,%u) thread (%u,%u,%u)", t->block_idx.x, t->block_idx.y,
+             t->block_idx.z, t->thread_idx.x, t->thread_idx.y, t->thread_idx.z);
+    return buf;
+}
+
+static const char *tid3(const sim_fiber *f, char *buf, size_t n) {
+    snprintf(buf, n, "(%u,%u,%u)", f->t.thread_idx.x, f->t.thread_idx.y, f->t.thread_idx.z);
+    return buf;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Fibers */
+
+static void fiber_main(sim_fiber *f);
+
+#ifdef SIM_ASM_SWITCH
+static void ctx_arm(sim_fiber *f) {
+    uintptr_t top = (uintptr_t)f->stack_hi & ~(uintptr_t)15;
+    uint64_t *sp = (uint64_t *)(top - 72); /* the `ret` slot at top-24: 16-aligned after ret */
+    sp[0] = 0;                               /* r15 */
+    sp[1] = 0;                               /* r14 */
+    sp[2] = (uint64_t)(uintptr_t)fiber_main; /* r13 */
+    sp[3] = (uint64_t)(uintptr_t)f;          /* r12 */
+    sp[4] = 0;                               /* rbx */
+    sp[5] = 0;                               /* rbp */
+    sp[6] = (uint64_t)(uintptr_t)hyp_sim_ctx_start;
+    sp[7] = 0; /* a zero "return address" above: unwinders stop here */
+    f->sp = sp;
+}
+static inline void ctx_to_fiber(sim_runner *r, sim_fiber *f) { hyp_sim_ctx_switch(&r->sched_sp, f->sp); }
+static inline void ctx_to_sched(sim_runner *r, sim_fiber *f) { hyp_sim_ctx_switch(&f->sp, r->sched_sp); }
+static inline void hyp_sim_ctx_switch_any(sim_fiber *from, sim_fiber *to) { hyp_sim_ctx_switch(&from->sp, to->sp); }
+#else
+static void fiber_main_uc(unsigned hi, unsigned lo) {
+    fiber_main((sim_fiber *)(((uintptr_t)hi << 32) | (uintptr_t)lo));
+}
+static void ctx_arm(sim_fiber *f) {
+    getcontext(&f->uc);
+    f->uc.uc_stack.ss_sp = f->stack_lo;
+    f->uc.uc_stack.ss_size = (size_t)(f->stack_hi - f->stack_lo);
+    f->uc.uc_link = NULL;
+    uintptr_t p = (uintptr_t)f;
+    makecontext(&f->uc, (void (*)(void))fiber_main_uc, 2, (unsigned)(p >> 32), (unsigned)p);
+}
+static inline void ctx_to_fiber(sim_runner *r, sim_fiber *f) { swapcontext(&r->sched_uc, &f->uc); }
+static inline void ctx_to_sched(sim_runner *r, sim_fiber *f) { swapcontext(&f->uc, &r->sched_uc); }
+static inline void hyp_sim_ctx_switch_any(sim_fiber *from, sim_fiber *to) { swapcontext(&from->uc, &to->uc); }
+#endif
+
+static uint64_t splitmix64(uint64_t *x) {
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+static void q_push(sim_runner *r, unsigned i) {
+    unsigned at = r->q_head + r->q_len;
+    r->runq[at >= r->n ? at - r->n : at] = i;
+    r->q_len++;
+}
+
+static unsigned q_pop(sim_runner *r) {
+    if (r->L->shuffle && r->q_len > 1) { /* a random runnable fiber goes next */
+        unsigned k = (unsigned)(((splitmix64(&r->rng) >> 32) * r->q_len) >> 32);
+        unsigned a = r->q_head, b = r->q_head + k >= r->n ? r->q_head + k - r->n : r->q_head + k;
+        unsigned tmp = r->runq[a];
+        r->runq[a] = r->runq[b];
+        r->runq[b] = tmp;
+    }
+    unsigned i = r->runq[r->q_head];
+    r->q_head = r->q_head + 1 == r->n ? 0 : r->q_head + 1;
+    r->q_len--;
+    return i;
+}
+
+/* Scheduler -> fiber, and back when the fiber blocks, exits or fails. */
+static void run_fiber(sim_runner *r, sim_fiber *f) {
+#ifdef SIM_ASAN
+    __sanitizer_start_switch_fiber(&r->asan_fake, f->stack_lo, (size_t)(f->stack_hi - f->stack_lo));
+#endif
+    ctx_to_fiber(r, f);
+#ifdef SIM_ASAN
+    __sanitizer_finish_switch_fiber(r->asan_fake, NULL, NULL);
+#endif
+}
+
+/* Switches from fiber f to the next runnable fiber, directly (one switch instead of two through
+ * the scheduler), or to the scheduler when none is runnable or the launch failed. Returns when
+ * something runs f again. ASan builds always go through the scheduler (its fiber hooks need to
+ * know the scheduler's stack, learnt on the first switch from it). */
+static void fiber_block(sim_fiber *f) {
+    sim_runner *r = f->r;
+#ifndef SIM_ASAN
+    if (r->q_len > 0 && !r->failed && !atomic_load_explicit(&r->L->failed, memory_order_relaxed)) {
+        sim_fiber *g = &r->fibers[q_pop(r)];
+        g->state = F_RUNNING;
+        r->current = g;
+        if (g != f) hyp_sim_ctx_switch_any(f, g);
+        return;
+    }
+#else
+    __sanitizer_start_switch_fiber(&f->asan_fake, r->sched_bottom, r->sched_size);
+#endif
+    ctx_to_sched(r, f);
+#ifdef SIM_ASAN
+    __sanitizer_finish_switch_fiber(f->asan_fake, NULL, NULL);
+#endif
+}
+
+/* Fiber -> the next fiber or the scheduler, for good (exited or abandoned). */
+static _Noreturn void fiber_leave(sim_fiber *f) {
+    sim_runner *r = f->r;
+#ifndef SIM_ASAN
+    if (r->q_len > 0 && !r->failed && !atomic_load_explicit(&r->L->failed, memory_order_relaxed)) {
+        sim_fiber *g = &r->fibers[q_pop(r)];
+        g->state = F_RUNNING;
+        r->current = g;
+        hyp_sim_ctx_switch_any(f, g);
+    }
+#else
+    __sanitizer_start_switch_fiber(NULL, r->sched_bottom, r->sched_size);
+#endif
+    ctx_to_sched(r, f);
+    __builtin_unreachable();
+}
+
+/* Reports a kernel error for the running fiber f and abandons its block. */
+static _Noreturn void fiber_fail(sim_fiber *f, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static _Noreturn void fiber_fail(sim_fiber *f, const char *fmt, ...) {
+    sim_runner *r = f->r;
+    char body[900];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(body, sizeof body, fmt, ap);
+    va_end(ap);
+    launch_error(r->L, "%s", body);
+    r->failed = 1;
+    fiber_leave(f);
+}
+
+static const char *fix_divergent =
+    "every thread of a block must reach the same __syncthreads the same number of times; "
+    "move the barrier out of the thread-dependent branch or loop";
+
+static void fiber_exit(sim_fiber *f) {
+    sim_runner *r = f->r;
+    char a[48], b[48];
+    f->state = F_EXITED;
+    r->n_exited++;
+    if (r->n_barrier > 0) {
+        for (unsigned i = 0; i < r->n; i++) {
+            sim_fiber *g = &r->fibers[i];
+            if (g->state != F_BARRIER) continue;
+            fiber_fail(f,
+                       "%s:%u: kernel '%s' block (%u,%u,%u): thread %s exited while %u threads wait "
+                       "at %s (e.g. thread %s) — a thread returned before a barrier; guard the "
+                       "work, not the barrier, so every thread reaches it",
+                       g->file, g->line, r->L->kernel, f->t.block_idx.x, f->t.block_idx.y,
+                       f->t.block_idx.z, tid3(f, a, sizeof a), r->n_barrier, g->what,
+                       tid3(g, b, sizeof b));
+        }
+    }
+    unsigned w = f->t.warp;
+    sim_warp *W = &r->warps[w];
+    W->exited |= 1u << f->t.lane;
+    for (unsigned waiting = W->waiting; waiting; waiting &= waiting - 1) {
+        unsigned m = (unsigned)__builtin_ctz(waiting);
+        sim_fiber *g = &r->fibers[w * 32 + m];
+        if (W->mask[m] & (1u << f->t.lane))
+            fiber_fail(f,
+                       "%s:%u: kernel '%s' block (%u,%u,%u): thread %s exited while thread %s "
+                       "waits for it in %s with mask 0x%08x — every lane named in a mask must "
+                       "reach the same warp operation; do not return early before it",
+                       g->wop->file, g->wop->line, r->L->kernel, f->t.block_idx.x,
+                       f->t.block_idx.y, f->t.block_idx.z, tid3(f, a, sizeof a),
+                       tid3(g, b, sizeof b), g->wop->what, g->wop->mask);
+    }
+    fiber_leave(f);
+}
+
+static void fiber_main(sim_fiber *f) {
+    sim_runner *r = f->r;
+#ifdef SIM_ASAN
+    __sanitizer_finish_switch_fiber(NULL, &r->sched_bottom, &r->sched_size);
+#endif
+    r->L->m->run_thread(r->L->stub, r->L->args, &f->t);
+    fiber_exit(f);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Block barrier and warp collectives (the host API the module calls) */
+
+static void barrier_release(sim_runner *r, sim_fiber *self, int op) {
+    sim_fiber *a = &r->fibers[0];
+    unsigned count = 0;
+    for (unsigned i = 0; i < r->n; i++) {
+        sim_fiber *b = &r->fibers[i];
+        if (b->line != a->line || (b->file != a->file && strcmp(b->file, a->file) != 0) ||
+            (b->what != a->what && strcmp(b->what, a->what) != 0)) {
+            char x[48], y[48];
+            fiber_fail(self,
+                       "%s:%u: kernel '%s' block (%u,%u,%u): barrier reached from divergent code: "
+                       "thread %s waits at %s at %s:%u, thread %s at %s at %s:%u — %s",
+                       a->file, a->line, r->L->kernel, a->t.block_idx.x, a->t.block_idx.y,
+                       a->t.block_idx.z, tid3(a, x, sizeof x), a->what, a->file, a->line,
+                       tid3(b, y, sizeof y), b->what, b->file, b->line, fix_divergent);
+        }
+        count += b->bar_value != 0;
+    }
+    int result = op == HYP_SIM_BAR_COUNT ? (int)count
+                 : op == HYP_SIM_BAR_AND ? count == r->n
+                 : op == HYP_SIM_BAR_OR  ? count > 0
+                                         : 0;
+    for (unsigned i = 0; i < r->n; i++) {
+        r->fibers[i].bar_value = result;
+        r->fibers[i].state = F_READY;
+        q_push(r, i);
+    }
+    for (unsigned w = 0; w < r->nwarps; w++) r->warps[w].at_barrier = 0;
+    r->n_barrier = 0;
+}
+
+static int rt_barrier(hyp_sim_thread *t, int op, int value, const char *what, const char *file,
+                      unsigned line) {
+    sim_fiber *f = (sim_fiber *)t->rt;
+    sim_runner *r = f->r;
+    char a[48], b[48];
+    unsigned w = t->warp, bit = 1u << t->lane;
+    sim_warp *W = &r->warps[w];
+    for (unsigned waiting = W->waiting; waiting; waiting &= waiting - 1) {
+        /* a warp mate waiting for this lane in a collective can never finish */
+        unsigned m = (unsigned)__builtin_ctz(waiting);
+        sim_fiber *g = &r->fibers[w * 32 + m];
+        if (W->mask[m] & bit)
+            fiber_fail(f,
+                       "%s:%u: kernel '%s' %s: barrier reached from divergent code: it waits at "
+                       "%s while thread %s of its warp waits for it in %s (mask 0x%08x) at %s:%u "
+                       "— %s",
+                       file, line, r->L->kernel, who(f, a, sizeof a), what, tid3(g, b, sizeof b),
+                       g->wop->what, g->wop->mask, g->wop->file, g->wop->line, fix_divergent);
+    }
+    if (r->n_exited > 0) {
+        for (unsigned i = 0; i < r->n; i++) {
+            sim_fiber *g = &r->fibers[i];
+            if (g->state != F_EXITED) continue;
+            fiber_fail(f,
+                       "%s:%u: kernel '%s' block (%u,%u,%u): thread %s exited while thread %s "
+                       "waits at %s — a thread returned before a barrier; guard the work, not "
+                       "the barrier, so every thread reaches it",
+                       file, line, r->L->kernel, t->block_idx.x, t->block_idx.y, t->block_idx.z,
+                       tid3(g, a, sizeof a), tid3(f, b, sizeof b), what);
+        }
+    }
+    f->state = F_BARRIER;
+    W->at_barrier |= bit;
+    f->what = what;
+    f->file = file;
+    f->line = line;
+    f->bar_value = value;
+    if (++r->n_barrier == r->n) barrier_release(r, f, op);
+    fiber_block(f);
+    return f->bar_value;
+}
+
+static void rt_warp_sync(hyp_sim_thread *t, hyp_sim_warp_op *op) {
+    sim_fiber *f = (sim_fiber *)t->rt;
+    sim_runner *r = f->r;
+    char a[64], b[48];
+    unsigned w = t->warp, lane = t->lane, bit = 1u << lane;
+    if (!(op->mask & bit))
+        fiber_fail(f,
+                   "%s:%u: kernel '%s' %s: %s with mask 0x%08x, which does not name the calling "
+                   "lane %u — a lane must be in the mask it passes (use __activemask() or the "
+                   "mask of the lanes that take this branch)",
+                   op->file, op->line, r->L->kernel, who(f, a, sizeof a), op->what, op->mask, lane);
+    sim_warp *W = &r->warps[w];
+    unsigned live = op->mask & W->exist;
+    unsigned gone = live & W->exited, blocked = live & W->at_barrier;
+    if (gone) {
+        unsigned m = (unsigned)__builtin_ctz(gone);
+        fiber_fail(f,
+                   "%s:%u: kernel '%s' %s: %s with mask 0x%08x names lane %u (thread %s), "
+                   "which has exited — every lane named in the mask must reach the call; do "
+                   "not return early before it, or pass the mask of the lanes still running",
+                   op->file, op->line, r->L->kernel, who(f, a, sizeof a), op->what, op->mask, m,
+                   tid3(&r->fibers[w * 32 + m], b, sizeof b));
+    }
+    if (blocked) {
+        unsigned m = (unsigned)__builtin_ctz(blocked);
+        sim_fiber *g = &r->fibers[w * 32 + m];
+        fiber_fail(f,
+                   "%s:%u: kernel '%s' %s: %s with mask 0x%08x waits for lane %u (thread %s), "
+                   "which waits at %s at %s:%u — a warp collective reached from divergent "
+                   "code; every lane in the mask must reach the same call",
+                   op->file, op->line, r->L->kernel, who(f, a, sizeof a), op->what, op->mask, m,
+                   tid3(g, b, sizeof b), g->what, g->file, g->line);
+    }
+    /* a waiting lane whose mask names this one must have passed the same mask to the same op */
+    for (unsigned waiting = W->waiting; waiting; waiting &= waiting - 1) {
+        unsigned m = (unsigned)__builtin_ctz(waiting);
+        if (!(W->mask[m] & bit)) continue;
+        if (W->mask[m] == op->mask &&
+            (W->what[m] == op->what || strcmp(W->what[m], op->what) == 0))
+            continue;
+        hyp_sim_warp_op *g = W->op[m];
+        fiber_fail(f,
+                   "%s:%u: kernel '%s' %s: %s with mask 0x%08x, but lane %u (thread %s) waits "
+                   "for this lane in %s with mask 0x%08x at %s:%u — all lanes named in a mask "
+                   "must call the same warp operation with the same mask",
+                   op->file, op->line, r->L->kernel, who(f, a, sizeof a), op->what, op->mask, m,
+                   tid3(&r->fibers[w * 32 + m], b, sizeof b), g->what, g->mask, g->file, g->line);
+    }
+    f->state = F_WARP;
+    f->wop = op;
+    W->mask[lane] = op->mask;
+    W->what[lane] = op->what;
+    W->op[lane] = op;
+    W->waiting |= bit;
+    if ((W->waiting & live) == live) {
+        unsigned all_same = 1;
+        for (unsigned rest = live; rest; rest &= rest - 1)
+            all_same &= W->mask[__builtin_ctz(rest)] == op->mask;
+        if (all_same) {
+            hyp_sim_warp_op *ops[32] = {0};
+            for (unsigned rest = live; rest; rest &= rest - 1) {
+                unsigned m = (unsigned)__builtin_ctz(rest);
+                ops[m] = W->op[m];
+            }
+            if (op->combine) op->combine(ops, live, t);
+            W->waiting &= ~live;
+            for (unsigned rest = live & ~bit; rest; rest &= rest - 1) {
+                unsigned i = w * 32 + (unsigned)__builtin_ctz(rest);
+                r->fibers[i].state = F_READY;
+                q_push(r, i);
+            }
+            if (!r->L->shuffle) {
+                f->state = F_RUNNING;
+                return;
+            }
+            f->state = F_READY; /* shuffling: interleave other fibers here too */
+            q_push(r, f->t.linear);
+        }
+    }
+    fiber_block(f);
+}
+
+static _Noreturn void rt_fail(hyp_sim_thread *t, const char *file, unsigned line, const char *msg) {
+    sim_fiber *f = (sim_fiber *)t->rt;
+    char a[64];
+    fiber_fail(f, "%s:%u: kernel '%s' %s: %s", file ? file : "?", line, f->r->L->kernel,
+               who(f, a, sizeof a), msg);
+}
+
+static unsigned rt_active_mask(hyp_sim_thread *t) {
+    sim_fiber *f = (sim_fiber *)t->rt;
+    sim_runner *r = f->r;
+    return r->warps[t->warp].exist & ~r->warps[t->warp].exited;
+}
+
+static const hyp_sim_host_api g_api = {HYP_SIM_ABI_VERSION, rt_barrier, rt_warp_sync, rt_fail,
+                                       rt_active_mask};
+
+/* The run queue is empty but fibers remain: they wait for something that cannot happen. The
+ * checks at each arrival catch the usual cases first; this is the net under them. */
+static void report_stuck(sim_runner *r) {
+    char a[64];
+    for (unsigned i = 0; i < r->n; i++) {
+        sim_fiber *g = &r->fibers[i];
+        if (g->state == F_WARP) {
+            launch_error(r->L,
+                         "%s:%u: kernel '%s' %s: deadlock: it waits in %s with mask 0x%08x for "
+                         "lanes that wait elsewhere with other masks — all lanes named in a mask "
+                         "must call the same warp operation with the same mask",
+                         g->wop->file, g->wop->line, r->L->kernel, who(g, a, sizeof a),
+                         g->wop->what, g->wop->mask);
+            return;
+        }
+        if (g->state == F_BARRIER) {
+            launch_error(r->L, "%s:%u: kernel '%s' %s: deadlock at %s — this is a simulator bug",
+                         g->file, g->line, r->L->kernel, who(g, a, sizeof a), g->what);
+            return;
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Faults inside kernels: stack overflow, out-of-bounds dynamic shared memory, wild accesses */
+
+static struct sigaction g_old_segv, g_old_bus, g_old_fpe;
+static pthread_once_t g_sig_once = PTHREAD_ONCE_INIT;
+
+static void chain_signal(int sig, siginfo_t *si, void *uc) {
+    struct sigaction *old = sig == SIGSEGV ? &g_old_segv : sig == SIGBUS ? &g_old_bus : &g_old_fpe;
+    if (old->sa_flags & SA_SIGINFO) {
+        if (old->sa_sigaction) {
+            old->sa_sigaction(sig, si, uc);
+            return;
+        }
+    } else if (old->sa_handler != SIG_DFL && old->sa_handler != SIG_IGN) {
+        old->sa_handler(sig);
+        return;
+    }
+    /* default action: restore it and return, so the faulting instruction faults again */
+    struct sigaction dfl;
+    memset(&dfl, 0, sizeof dfl);
+    dfl.sa_handler = SIG_DFL;
+    sigemptyset(&dfl.sa_mask);
+    sigaction(sig, &dfl, NULL);
+}
+
+static void on_fault(int sig, siginfo_t *si, void *ucv) {
+    sim_runner *r = tls_runner;
+    sim_fiber *f = r ? r->current : NULL;
+    if (!f || r->in_handler) {
+        chain_signal(sig, si, ucv);
+        return;
+    }
+    r->in_handler = 1;
+    uintptr_t addr = (uintptr_t)si->si_addr;
+    char what[400], where[200] = "", a[64];
+    const char *fix = "check the indexing of the access";
+    size_t slot = g_page + r->stack_bytes;
+    if (sig == SIGSEGV && addr >= (uintptr_t)f->stack_lo - g_page && addr < (uintptr_t)f->stack_lo) {
+        snprintf(what, sizeof what, "fiber stack overflow (its stack is %zu KiB)",
+                 r->stack_bytes / 1024);
+        fix = "large local arrays or deep recursion: shrink them, or raise hyp_sim_opts.stack_kib "
+              "or HYP_SIM_STACK_KIB";
+    } else if (sig == SIGSEGV && addr >= (uintptr_t)r->dyn_map &&
+               addr < (uintptr_t)r->dyn_map + r->dyn_map_len) {
+        long long off = (long long)(addr - (uintptr_t)r->dyn_data);
+        snprintf(what, sizeof what,
+                 "out-of-bounds dynamic shared memory access at byte offset %lld of the %zu bytes "
+                 "the launch gave",
+                 off, r->dyn_bytes);
+        fix = "check the index into the extern __shared__ array, or launch with more "
+              "shared_bytes";
+    } else if (sig == SIGSEGV && addr >= (uintptr_t)r->stack_map &&
+               addr < (uintptr_t)r->stack_map + r->stack_map_len &&
+               (addr - (uintptr_t)r->stack_map) % slot < g_page) {
+        snprintf(what, sizeof what, "access to another thread's stack guard page at %p",
+                 (void *)addr);
+    } else {
+        snprintf(what, sizeof what, "%s at address %p",
+                 sig == SIGSEGV  ? "invalid memory access (SIGSEGV)"
+                 : sig == SIGBUS ? "bus error (SIGBUS)"
+                                 : "arithmetic exception (SIGFPE, e.g. integer division by zero)",
+                 (void *)addr);
+        fix = "check the pointer arguments and the indexing";
+    }
+#if defined(__x86_64__) && defined(REG_RIP)
+    {
+        ucontext_t *uc = (ucontext_t *)ucv;
+        void *pc = (void *)uc->uc_mcontext.gregs[REG_RIP];
+        Dl_info di;
+        if (dladdr(pc, &di) && di.dli_fname) {
+            const char *base = strrchr(di.dli_fname, '/');
+            if (di.dli_sname)
+                snprintf(where, sizeof where, " in %s+0x%lx (%s)", di.dli_sname,
+                         (unsigned long)((uintptr_t)pc - (uintptr_t)di.dli_saddr),
+                         base ? base + 1 : di.dli_fname);
+            else
+                snprintf(where, sizeof where, " at %s+0x%lx", base ? base + 1 : di.dli_fname,
+                         (unsigned long)((uintptr_t)pc - (uintptr_t)di.dli_fbase));
+        }
+    }
+#endif
+    launch_error(r->L, "kernel '%s' %s: %s%s — %s", r->L->kernel, who(f, a, sizeof a), what, where,
+                 fix);
+    r->failed = 1;
+    sigset_t s;
+    sigemptyset(&s);
+    sigaddset(&s, SIGSEGV);
+    sigaddset(&s, SIGBUS);
+    sigaddset(&s, SIGFPE);
+    pthread_sigmask(SIG_UNBLOCK, &s, NULL); /* we leave the handler without returning */
+#ifdef SIM_ASAN
+    __sanitizer_start_switch_fiber(NULL, r->sched_bottom, r->sched_size);
+#endif
+#ifdef SIM_ASM_SWITCH
+    hyp_sim_ctx_switch(&f->sp, r->sched_sp);
+#else
+    setcontext(&r->sched_uc);
+#endif
+}
+
+static void install_signals(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_fault;
+    sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGSEGV, &sa, &g_old_segv);
+    sigaction(SIGBUS, &sa, &g_old_bus);
+    sigaction(SIGFPE, &sa, &g_old_fpe);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Runners and their pool */
+
+static pthread_mutex_t g_pool_mu = PTHREAD_MUTEX_INITIALIZER;
+static sim_runner *g_pool;
+static unsigned g_pool_n;
+
+static void runner_free_stacks(sim_runner *r) {
+    if (r->stack_map) munmap(r->stack_map, r->stack_map_len);
+    free(r->fibers);
+    free(r->runq);
+    free(r->warps);
+    free(r->cpq);
+    r->cpq = NULL;
+    r->stack_map = NULL;
+    r->fibers = NULL;
+    r->runq = NULL;
+    r->warps = NULL;
+    r->cap = 0;
+}
+
+static void runner_free(sim_runner *r) {
+    runner_free_stacks(r);
+    if (r->dyn_map) munmap(r->dyn_map, r->dyn_map_len);
+    if (r->alt) munmap(r->alt, SIM_ALTSTACK_BYTES);
+    free(r);
+}
+
+static int runner_stacks(sim_runner *r, unsigned n, size_t stack_bytes) {
+    if (r->cap >= n && r->stack_bytes == stack_bytes) return 0;
+    runner_free_stacks(r);
+    size_t slot = g_page + stack_bytes;
+    size_t len = slot * n;
+    void *map = mmap(NULL, len, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
+    if (map == MAP_FAILED) return -1;
+    r->stack_map = map;
+    r->stack_map_len = len;
+    for (unsigned i = 0; i < n; i++)
+        if (mprotect(r->stack_map + i * slot, g_page, PROT_NONE) != 0) return -1;
+    unsigned nw = (n + 31) / 32;
+    r->fibers = calloc(n, sizeof *r->fibers);
+    r->runq = calloc(n, sizeof *r->runq);
+    r->warps = calloc(nw, sizeof *r->warps);
+    r->cpq = calloc((size_t)n * HYP_SIM_CP_ASYNC_MAX, sizeof *r->cpq);
+    if (!r->fibers || !r->runq || !r->warps || !r->cpq) return -1;
+    for (unsigned i = 0; i < n; i++) {
+        r->fibers[i].stack_lo = r->stack_map + i * slot + g_page;
+        r->fibers[i].stack_hi = r->fibers[i].stack_lo + stack_bytes;
+        r->fibers[i].r = r;
+        r->fibers[i].t.cp = r->cpq + (size_t)i * HYP_SIM_CP_ASYNC_MAX;
+    }
+    r->cap = n;
+    r->stack_bytes = stack_bytes;
+    return 0;
+}
+
+static sim_runner *runner_new(void) {
+    sim_runner *r = calloc(1, sizeof *r);
+    if (!r) return NULL;
+    size_t dyn_pages = (SIM_MAX_DYN_SHARED + g_page - 1) / g_page;
+    r->dyn_map_len = (dyn_pages + 2) * g_page;
+    void *dm = mmap(NULL, r->dyn_map_len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                    -1, 0);
+    void *alt = mmap(NULL, SIM_ALTSTACK_BYTES, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (dm == MAP_FAILED || alt == MAP_FAILED) {
+        if (dm != MAP_FAILED) munmap(dm, r->dyn_map_len);
+        if (alt != MAP_FAILED) munmap(alt, SIM_ALTSTACK_BYTES);
+        free(r);
+        return NULL;
+    }
+    r->dyn_map = dm;
+    r->alt = alt;
+    r->dyn_back = r->dyn_map + r->dyn_map_len - g_page;
+    return r;
+}
+
+/* Makes exactly the pages holding `bytes` writable, just below the back guard; places the data
+ * so that it ends on the guard (up to 15 bytes of slack when bytes is not a multiple of 16). */
+static int runner_dyn(sim_runner *r, size_t bytes) {
+    size_t pages = (bytes + g_page - 1) / g_page;
+    if (pages != r->dyn_rw_pages) {
+        unsigned char *lo = r->dyn_map + g_page;
+        size_t span = (size_t)(r->dyn_back - lo);
+        if (mprotect(lo, span, PROT_NONE) != 0) return -1;
+        if (pages && mprotect(r->dyn_back - pages * g_page, pages * g_page,
+                              PROT_READ | PROT_WRITE) != 0)
+            return -1;
+        r->dyn_rw_pages = pages;
+    }
+    size_t align = bytes & (~bytes + 1); /* lowest set bit: the data's natural alignment */
+    if (align < 16) align = 16;
+    if (align > 1024) align = 1024;
+    size_t rounded = (bytes + align - 1) & ~(align - 1);
+    r->dyn_front = r->dyn_back - pages * g_page;
+    r->dyn_data = r->dyn_back - rounded;
+    r->dyn_bytes = bytes;
+    return 0;
+}
+
+static sim_runner *pool_get(unsigned n, size_t stack_bytes, size_t dyn_bytes) {
+    pthread_mutex_lock(&g_pool_mu);
+    sim_runner *r = g_pool;
+    if (r) {
+        g_pool = r->next;
+        g_pool_n--;
+    }
+    pthread_mutex_unlock(&g_pool_mu);
+    if (!r && !(r = runner_new())) return NULL;
+    if (runner_stacks(r, n, stack_bytes) != 0 || runner_dyn(r, dyn_bytes) != 0) {
+        runner_free(r);
+        return NULL;
+    }
+    return r;
+}
+
+static void pool_put(sim_runner *r) {
+    pthread_mutex_lock(&g_pool_mu);
+    if (g_pool_n < SIM_POOL_MAX) {
+        r->next = g_pool;
+        g_pool = r;
+        g_pool_n++;
+        r = NULL;
+    }
+    pthread_mutex_unlock(&g_pool_mu);
+    if (r) runner_free(r);
+}
+
+void hyp_sim_trim(void) {
+    pthread_mutex_lock(&g_pool_mu);
+    sim_runner *r = g_pool;
+    g_pool = NULL;
+    g_pool_n = 0;
+    pthread_mutex_unlock(&g_pool_mu);
+    while (r) {
+        sim_runner *next = r->next;
+        runner_free(r);
+        r = next;
+    }
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Running a grid */
+
+static void run_block(sim_runner *r, uint64_t b) {
+    sim_launch *L = r->L;
+    hyp_sim_dim bd = {L->block.x, L->block.y, L->block.z};
+    hyp_sim_dim gd = {L->grid.x, L->grid.y, L->grid.z};
+    hyp_sim_dim bi = {(unsigned)(b % gd.x), (unsigned)((b / gd.x) % gd.y),
+                      (unsigned)(b / ((uint64_t)gd.x * gd.y))};
+    unsigned n = L->nthreads;
+    r->n = n;
+    r->nwarps = (n + 31) / 32;
+    r->q_head = r->q_len = r->n_exited = r->n_barrier = 0;
+    r->failed = 0;
+    for (unsigned w = 0; w < r->nwarps; w++) {
+        unsigned lanes = n - w * 32 >= 32 ? 32 : n - w * 32;
+        sim_warp *W = &r->warps[w];
+        W->waiting = W->exited = W->at_barrier = 0;
+        W->exist = lanes == 32 ? 0xffffffffu : (1u << lanes) - 1;
+    }
+    uint64_t s = L->seed ^ (b * 0xd1b54a32d192ed03ULL);
+    r->rng = splitmix64(&s);
+    /* dynamic shared memory: poison the data (NaN as float, -1 as int: uninitialized reads show),
+     * canaries in the slack around it */
+    memset(r->dyn_front, SIM_CANARY, (size_t)(r->dyn_data - r->dyn_front));
+    memset(r->dyn_data, 0xFF, r->dyn_bytes);
+    memset(r->dyn_data + r->dyn_bytes, SIM_CANARY, (size_t)(r->dyn_back - r->dyn_data) - r->dyn_bytes);
+    for (unsigned i = 0; i < n; i++) {
+        sim_fiber *f = &r->fibers[i];
+        hyp_sim_thread *t = &f->t;
+        t->thread_idx.x = i % bd.x;
+        t->thread_idx.y = (i / bd.x) % bd.y;
+        t->thread_idx.z = i / (bd.x * bd.y);
+        t->block_idx = bi;
+        t->block_dim = bd;
+        t->grid_dim = gd;
+        t->linear = i;
+        t->lane = i & 31;
+        t->warp = i >> 5;
+        t->dyn_shared = r->dyn_data;
+        t->dyn_shared_bytes = r->dyn_bytes;
+        t->cp_n = t->cp_group = 0;
+        t->rt = f;
+        f->state = F_READY;
+        f->wop = NULL;
+        ctx_arm(f);
+        q_push(r, i);
+    }
+    for (;;) {
+        if (r->failed || atomic_load_explicit(&L->failed, memory_order_relaxed)) break;
+        if (r->q_len == 0) {
+            if (r->n_exited != n) report_stuck(r);
+            break;
+        }
+        sim_fiber *f = &r->fibers[q_pop(r)];
+        f->state = F_RUNNING;
+        r->current = f;
+        run_fiber(r, f);
+        r->current = NULL;
+        r->in_handler = 0;
+    }
+    if (r->failed || atomic_load(&L->failed)) return;
+    for (unsigned char *p = r->dyn_front; p < r->dyn_back; p++) {
+        if (p == r->dyn_data) p += r->dyn_bytes;
+        if (p < r->dyn_back && *p != SIM_CANARY) {
+            launch_error(L,
+                         "kernel '%s' block (%u,%u,%u): a thread wrote out of bounds of dynamic "
+                         "shared memory, at byte offset %lld of the %zu bytes the launch gave — "
+                         "check the index into the extern __shared__ array, or launch with more "
+                         "shared_bytes",
+                         L->kernel, bi.x, bi.y, bi.z, (long long)(p - r->dyn_data), r->dyn_bytes);
+            return;
+        }
+    }
+}
+
+static void worker_run(sim_launch *L) {
+    sim_runner *r = pool_get(L->nthreads, L->stack_bytes, L->shared_bytes);
+    if (!r) {
+        launch_error(L,
+                     "kernel '%s': cannot map fiber stacks for %u threads of %zu KiB — out of "
+                     "memory or address space; lower hyp_sim_opts.threads or stack_kib",
+                     L->kernel, L->nthreads, L->stack_bytes / 1024);
+        return;
+    }
+    stack_t ss, old_ss;
+    memset(&ss, 0, sizeof ss);
+    ss.ss_sp = r->alt;
+    ss.ss_size = SIM_ALTSTACK_BYTES;
+    int have_alt = sigaltstack(&ss, &old_ss) == 0;
+    sim_runner *prev = tls_runner;
+    tls_runner = r;
+    r->L = L;
+    for (;;) {
+        if (atomic_load_explicit(&L->failed, memory_order_relaxed)) break;
+        uint64_t b = atomic_fetch_add(&L->next_block, 1);
+        if (b >= L->nblocks) break;
+        run_block(r, b);
+    }
+    r->L = NULL;
+    tls_runner = prev;
+    if (have_alt) sigaltstack(&old_ss, NULL);
+    pool_put(r);
+}
+
+static void *worker_main(void *arg) {
+    worker_run((sim_launch *)arg);
+    return NULL;
+}
+
+static long env_long(const char *name, long dflt) {
+    const char *s = getenv(name);
+    if (!s || !*s) return dflt;
+    char *end;
+    long v = strtol(s, &end, 0);
+    return *end ? dflt : v;
+}
+
+int hyp_sim_launch(hyp_sim_module *m, const char *kernel, hyp_dim3 grid, hyp_dim3 block,
+                   size_t shared_bytes, void **args, const hyp_sim_opts *opts, hyp_err *e) {
+    if (!m || !kernel) return hyp_fail(e, HYP_EINPUT, "hyp_sim_launch: no module or kernel name — load a module first");
+    uint64_t nthreads = (uint64_t)block.x * block.y * block.z;
+    if (!block.x || !block.y || !block.z || block.x > 1024 || block.y > 1024 || block.z > 64 ||
+        nthreads > SIM_MAX_BLOCK_THREADS)
+        return hyp_fail(e, HYP_EINPUT,
+                        "%s: kernel '%s': block (%u,%u,%u) is not a valid CUDA block — at most "
+                        "1024 threads, x,y <= 1024, z <= 64, none zero",
+                        m->path, kernel, block.x, block.y, block.z);
+    if (!grid.x || !grid.y || !grid.z || grid.x > 2147483647u || grid.y > 65535 || grid.z > 65535)
+        return hyp_fail(e, HYP_EINPUT,
+                        "%s: kernel '%s': grid (%u,%u,%u) is not a valid CUDA grid — x < 2^31, "
+                        "y,z <= 65535, none zero",
+                        m->path, kernel, grid.x, grid.y, grid.z);
+    if (shared_bytes > SIM_MAX_DYN_SHARED)
+        return hyp_fail(e, HYP_EINPUT,
+                        "%s: kernel '%s': %zu bytes of dynamic shared memory exceed the 227 KiB "
+                        "any supported GPU gives a block — tile smaller",
+                        m->path, kernel, shared_bytes);
+    char sym[256];
+    if (snprintf(sym, sizeof sym, "hyp_sim_entry_%s", kernel) >= (int)sizeof sym)
+        return hyp_fail(e, HYP_EINPUT, "%s: kernel name '%.40s…' is too long", m->path, kernel);
+    void (*stub)(void **);
+    *(void **)&stub = dlsym(m->handle, sym);
+    if (!stub)
+        return hyp_fail(e, HYP_EINPUT,
+                        "%s: no kernel '%s' (no symbol %s) — check the name, and that the source "
+                        "has the HYP_SIM launch stub of kernels/DIALECT.md",
+                        m->path, kernel, sym);
+
+    if (!g_page) g_page = (size_t)sysconf(_SC_PAGESIZE);
+    pthread_once(&g_sig_once, install_signals);
+
+    hyp_sim_opts o = opts ? *opts : (hyp_sim_opts){0};
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    long threads = o.threads > 0 ? o.threads : env_long("HYP_SIM_THREADS", ncpu > 0 ? ncpu : 1);
+    if (threads < 1) threads = 1;
+    if (threads > 256) threads = 256;
+    long stack_kib = o.stack_kib ? (long)o.stack_kib : env_long("HYP_SIM_STACK_KIB", 64);
+    if (stack_kib < 16) stack_kib = 16;
+
+    static sim_launch zero_launch;
+    sim_launch *L = malloc(sizeof *L);
+    if (!L) return hyp_fail(e, HYP_EFAIL, "hyp_sim_launch: out of memory");
+    *L = zero_launch;
+    L->m = m;
+    L->kernel = kernel;
+    L->stub = stub;
+    L->args = args;
+    L->grid = grid;
+    L->block = block;
+    L->shared_bytes = shared_bytes;
+    L->stack_bytes = ((size_t)stack_kib * 1024 + g_page - 1) / g_page * g_page;
+    L->nthreads = (unsigned)nthreads;
+    L->nblocks = (uint64_t)grid.x * grid.y * grid.z;
+    if (o.order == HYP_SIM_ORDER_SHUFFLE) {
+        L->shuffle = 1;
+        L->seed = o.seed;
+    } else if (o.order == HYP_SIM_ORDER_DEFAULT) {
+        const char *s = getenv("HYP_SIM_SHUFFLE");
+        if (s && *s && strcmp(s, "0") != 0 && strcmp(s, "off") != 0) {
+            L->shuffle = 1;
+            L->seed = strtoull(s, NULL, 0);
+        }
+    }
+    atomic_init(&L->next_block, 0);
+    atomic_init(&L->failed, 0);
+
+    if ((uint64_t)threads > L->nblocks) threads = (long)L->nblocks;
+    pthread_t tids[256];
+    long started = 0;
+    for (long i = 0; i + 1 < threads; i++) {
+        if (pthread_create(&tids[started], NULL, worker_main, L) != 0) break; /* fewer is fine */
+        started++;
+    }
+    worker_run(L);
+    for (long i = 0; i < started; i++) pthread_join(tids[i], NULL);
+    int rc = HYP_OK;
+    if (atomic_load(&L->failed)) rc = hyp_fail(e, HYP_EFAIL, "%s", L->msg);
+    free(L);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Loading */
+
+int hyp_sim_load(const char *so_path, hyp_sim_module **out, hyp_err *e) {
+    *out = NULL;
+    void *h = dlopen(so_path, RTLD_NOW | RTLD_LOCAL);
+    if (!h)
+        return hyp_fail(e, HYP_EFAIL,
+                        "%s: cannot load the sim module: %s — recompile it with hyp_sim_compile "
+                        "(an undefined symbol may be an extern __shared__ declared inside a macro)",
+                        so_path, dlerror());
+    unsigned (*abi)(void);
+    void (*bind)(const hyp_sim_host_api *);
+    hyp_sim_module m;
+    memset(&m, 0, sizeof m);
+    *(void **)&abi = dlsym(h, "hyp_sim_module_abi");
+    *(void **)&bind = dlsym(h, "hyp_sim_module_bind");
+    *(void **)&m.run_thread = dlsym(h, "hyp_sim_module_run_thread");
+    if (!abi || !bind || !m.run_thread) {
+        dlclose(h);
+        return hyp_fail(e, HYP_EINPUT,
+                        "%s: not a sim module (no hyp_sim_module_abi) — compile it with "
+                        "hyp_sim_compile, which force-includes kernels/sim/prelude.h",
+                        so_path);
+    }
+    if (abi() != HYP_SIM_ABI_VERSION) {
+        unsigned v = abi();
+        dlclose(h);
+        return hyp_fail(e, HYP_EINPUT,
+                        "%s: built for sim ABI %u, this runtime speaks %u — recompile the module",
+                        so_path, v, HYP_SIM_ABI_VERSION);
+    }
+    bind(&g_api);
+    hyp_sim_module *mm = malloc(sizeof *mm);
+    if (!mm) {
+        dlclose(h);
+        return hyp_fail(e, HYP_EFAIL, "%s: out of memory", so_path);
+    }
+    *mm = m;
+    mm->handle = h;
+    snprintf(mm->path, sizeof mm->path, "%s", so_path);
+    *out = mm;
+    return HYP_OK;
+}
+
+void hyp_sim_unload(hyp_sim_module *m) {
+    if (!m) return;
+    dlclose(m->handle);
+    free(m);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Compiling */
+
+typedef struct {
+    char *p;
+    size_t n, cap;
+    int oom;
+} sbuf;
+
+static void sb_put(sbuf *b, const char *s, size_t n) {
+    if (b->oom) return;
+    if (b->n + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap * 2 : 4096;
+        while (cap < b->n + n + 1) cap *= 2;
+        char *p = realloc(b->p, cap);
+        if (!p) {
+            b->oom = 1;
+            return;
+        }
+        b->p = p;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->n, s, n);
+    b->n += n;
+    b->p[b->n] = 0;
+}
+
+static void sb_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void sb_printf(sbuf *b, const char *fmt, ...) {
+    char tmp[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
+    va_end(ap);
+    if (n > 0) sb_put(b, tmp, (size_t)n < sizeof tmp ? (size_t)n : sizeof tmp - 1);
+}
+
+static char *slurp(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    sbuf b = {0};
+    char chunk[65536];
+    size_t k;
+    while ((k = fread(chunk, 1, sizeof chunk, f)) > 0) sb_put(&b, chunk, k);
+    int err = ferror(f);
+    fclose(f);
+    if (err || b.oom) {
+        free(b.p);
+        return NULL;
+    }
+    if (!b.p) sb_put(&b, "", 0);
+    *len = b.n;
+    return b.p;
+}
+
+static int write_file(const char *path, const char *data, size_t n) {
+    FILE *f = fopen(path, "wb");
+    if (!f) return -1;
+    size_t w = fwrite(data, 1, n, f);
+    int rc = fclose(f);
+    return w == n && rc == 0 ? 0 : -1;
+}
+
+static int is_ident(int c) { return c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'); }
+
+static void sb_line_directive(sbuf *o, unsigned line, const char *path) {
+    sb_printf(o, "\n#line %u \"", line);
+    for (const char *p = path; *p; p++) {
+        if (*p == '"' || *p == '\\') sb_put(o, "\\", 1);
+        sb_put(o, p, 1);
+    }
+    sb_put(o, "\"\n", 2);
+}
+
+/* Rewrites every `extern __shared__ T name[];` into a macro for the block's dynamic shared memory
+ * (the prelude's hyp_sim::dynamic_shared), #undef'd where the declaring scope closes: C++ cannot
+ * give an extern array per-block storage. Returns 1 and *out when something was rewritten, 0 when
+ * nothing needed it, -1 with `why` on a declaration it cannot parse. */
+static int rewrite_extern_shared(const char *src, size_t len, const char *path, sbuf *o, char *why,
+                                 size_t whylen) {
+    struct {
+        unsigned depth;
+        char name[128];
+    } pend[32];
+    unsigned npend = 0, depth = 0, line = 1;
+    int bol = 1, changed = 0;
+    size_t i = 0;
+    sb_line_directive(o, 1, path);
+    while (i < len) {
+        char c = src[i];
+        if (c == '\n') {
+            sb_put(o, "\n", 1);
+            line++;
+            bol = 1;
+            i++;
+            continue;
+        }
+        if (c == ' ' || c == '\t' || c == '\r' || c == '\f' || c == '\v') {
+            sb_put(o, &c, 1);
+            i++;
+            continue;
+        }
+        if (bol && c == '#') { /* a directive, with its continuation lines, verbatim */
+            size_t j = i;
+            while (j < len && src[j] != '\n') {
+                if (src[j] == '\\' && j + 1 < len && src[j + 1] == '\n') {
+                    j += 2;
+                    line++;
+                    continue;
+                }
+                j++;
+            }
+            if (memmem(src + i, j - i, "__shared__", 10) && memmem(src + i, j - i, "extern", 6)) {
+                snprintf(why, whylen,
+                         "%s:%u: `extern __shared__` inside a preprocessor directive — sim cannot "
+                         "rewrite it; declare the dynamic shared array outside a macro",
+                         path, line);
+                return -1;
+            }
+            sb_put(o, src + i, j - i);
+            i = j;
+            continue;
+        }
+        bol = 0;
+        if (c == '/' && i + 1 < len && src[i + 1] == '/') {
+            size_t j = i;
+            while (j < len && src[j] != '\n') j++;
+            sb_put(o, src + i, j - i);
+            i = j;
+            continue;
+        }
+        if (c == '/' && i + 1 < len && src[i + 1] == '*') {
+            size_t j = i + 2;
+            while (j + 1 < len && !(src[j] == '*' && src[j + 1] == '/')) {
+                if (src[j] == '\n') line++;
+                j++;
+            }
+            j = j + 2 <= len ? j + 2 : len;
+            sb_put(o, src + i, j - i);
+            i = j;
+            continue;
+        }
+        if (c == '"' || c == '\'') {
+            size_t j = i + 1;
+            while (j < len && src[j] != c && src[j] != '\n') j += src[j] == '\\' ? 2 : 1;
+            if (j < len && src[j] == c) j++;
+            if (j > len) j = len;
+            sb_put(o, src + i, j - i);
+            i = j;
+            continue;
+        }
+        if (is_ident((unsigned char)c)) {
+            size_t j = i;
+            while (j < len && is_ident((unsigned char)src[j])) j++;
+            size_t idlen = j - i;
+            if (c == 'R' && idlen == 1 && j < len && src[j] == '"') { /* raw string R"d(...)d" */
+                size_t k = j + 1;
+                while (k < len && src[k] != '(' && k - j < 20) k++;
+                char close[24];
+                int cl = snprintf(close, sizeof close, ")%.*s\"", (int)(k - j - 1), src + j + 1);
+                const char *end = memmem(src + k, len - k, close, (size_t)cl);
+                size_t stop = end ? (size_t)(end - src) + (size_t)cl : len;
+                for (size_t q = i; q < stop; q++) line += src[q] == '\n';
+                sb_put(o, src + i, stop - i);
+                i = stop;
+                continue;
+            }
+            if (idlen == 6 && memcmp(src + i, "extern", 6) == 0) {
+                size_t k = j;
+                while (k < len && (src[k] == ' ' || src[k] == '\t' || src[k] == '\n' || src[k] == '\r')) k++;
+                if (k + 10 <= len && memcmp(src + k, "__shared__", 10) == 0 &&
+                    (k + 10 == len || !is_ident((unsigned char)src[k + 10]))) {
+                    /* the declaration, up to its ';' */
+                    size_t d = k + 10, semi = d;
+                    int paren = 0;
+                    while (semi < len && !(src[semi] == ';' && paren == 0)) {
+                        if (src[semi] == '(') paren++;
+                        if (src[semi] == ')') paren--;
+                        if (src[semi] == '{' || src[semi] == '}') break;
+                        semi++;
+                    }
+                    if (semi >= len || src[semi] != ';') {
+                        snprintf(why, whylen, "%s:%u: cannot find the end of this extern __shared__ declaration", path, line);
+                        return -1;
+                    }
+                    /* tokens: drop __align__(..), alignas(..), __attribute__((..)) noting any
+                     * alignment; the rest must be TYPE... NAME [ ] */
+                    char type[256] = "", name[128] = "";
+                    size_t tl = 0;
+                    unsigned align = 16;
+                    size_t q = d;
+                    int ok = 1, brackets = 0;
+                    while (q < semi && ok) {
+                        char ch = src[q];
+                        if (ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r') {
+                            q++;
+                            continue;
+                        }
+                        if (is_ident((unsigned char)ch)) {
+                            size_t s0 = q;
+                            while (q < semi && is_ident((unsigned char)src[q])) q++;
+                            size_t wl = q - s0;
+                            if ((wl == 9 && memcmp(src + s0, "__align__", 9) == 0) ||
+                                (wl == 7 && memcmp(src + s0, "alignas", 7) == 0) ||
+                                (wl == 13 && memcmp(src + s0, "__attribute__", 13) == 0)) {
+                                while (q < semi && src[q] != '(') q++;
+                                int pd = 0;
+                                size_t a0 = q;
+                                do {
+                                    if (src[q] == '(') pd++;
+                                    if (src[q] == ')') pd--;
+                                    q++;
+                                } while (q < semi && pd > 0);
+                                for (size_t z = a0; z < q; z++)
+                                    if (src[z] >= '0' && src[z] <= '9') {
+                                        unsigned long v = strtoul(src + z, NULL, 0);
+                                        if (v > align && v <= 4096) align = (unsigned)v;
+                                        break;
+                                    }
+                                continue;
+                            }
+                            if (brackets) {
+                                ok = 0;
+                                break;
+                            }
+                            /* the previous identifier (if any) joins the type; this one may be the name */
+                            if (name[0]) {
+                                size_t nl = strlen(name);
+                                if (tl + nl + 2 >= sizeof type) {
+                                    ok = 0;
+                                    break;
+                                }
+                                if (tl) type[tl++] = ' ';
+                                memcpy(type + tl, name, nl);
+                                tl += nl;
+                                type[tl] = 0;
+                            }
+                            if (wl >= sizeof name) {
+                                ok = 0;
+                                break;
+                            }
+                            memcpy(name, src + s0, wl);
+                            name[wl] = 0;
+                            continue;
+                        }
+                        if (ch == '[' && name[0] && brackets == 0) {
+                            brackets = 1;
+                            q++;
+                            continue;
+                        }
+                        if (ch == ']' && brackets == 1) {
+                            brackets = 2;
+                            q++;
+                            continue;
+                        }
+                        if ((ch == ':' || ch == '<' || ch == '>' || ch == ',' || ch == '*') && !brackets) {
+                            /* qualified or template types: keep the punctuation in the type */
+                            if (name[0]) {
+                                size_t nl = strlen(name);
+                                if (tl + nl + 2 >= sizeof type) {
+                                    ok = 0;
+                                    break;
+                                }
+                                if (tl) type[tl++] = ' ';
+                                memcpy(type + tl, name, nl);
+                                tl += nl;
+                                name[0] = 0;
+                            }
+                            if (tl + 2 >= sizeof type) {
+                                ok = 0;
+                                break;
+                            }
+                            type[tl++] = ch;
+                            type[tl] = 0;
+                            q++;
+                            continue;
+                        }
+                        ok = 0;
+                    }
+                    if (!ok || brackets != 2 || !name[0] || !tl) {
+                        snprintf(why, whylen,
+                                 "%s:%u: cannot parse this extern __shared__ declaration — sim "
+                                 "supports `extern __shared__ [__align__(N)] TYPE NAME[];`",
+                                 path, line);
+                        return -1;
+                    }
+                    for (size_t z = i; z < semi; z++) line += src[z] == '\n';
+                    sb_printf(o,
+                              "\n#undef %s\n#define %s (reinterpret_cast<%s *>(::hyp_sim::dynamic_shared(%u)))",
+                              name, name, type, align);
+                    sb_line_directive(o, line, path);
+                    if (depth > 0 && npend < 32) {
+                        pend[npend].depth = depth;
+                        snprintf(pend[npend].name, sizeof pend[npend].name, "%s", name);
+                        npend++;
+                    }
+                    changed = 1;
+                    i = semi + 1;
+                    continue;
+                }
+            }
+            sb_put(o, src + i, idlen);
+            i = j;
+            continue;
+        }
+        if (c == '{') depth++;
+        if (c == '}') {
+            int any = 0;
+            while (npend > 0 && pend[npend - 1].depth == depth) {
+                sb_printf(o, "\n#undef %s", pend[npend - 1].name);
+                npend--;
+                any = 1;
+            }
+            if (any) sb_line_directive(o, line, path);
+            if (depth > 0) depth--;
+        }
+        sb_put(o, &c, 1);
+        i++;
+    }
+    if (o->oom) {
+        snprintf(why, whylen, "%s: out of memory rewriting the source", path);
+        return -1;
+    }
+    return changed;
+}
+
+static void kernels_dir(char *buf, size_t n) {
+    const char *env = getenv("HYP_KERNELS_DIR");
+    if (env && *env) {
+        snprintf(buf, n, "%s", env);
+        return;
+    }
+    /* this file is <root>/runtime/sim.c: the source tree's kernels/ sits beside runtime/ */
+    const char *file = __FILE__;
+    const char *slash = strrchr(file, '/');
+    size_t dl = slash ? (size_t)(slash - file) : 0;
+    const char *up = NULL;
+    for (size_t k = dl; k > 0; k--)
+        if (file[k - 1] == '/') {
+            up = file + k - 1;
+            break;
+        }
+    if (slash && up)
+        snprintf(buf, n, "%.*s/kernels", (int)(up - file), file);
+    else if (slash)
+        snprintf(buf, n, "kernels"); /* compiled as runtime/sim.c from the root */
+    else
+        snprintf(buf, n, "../kernels");
+}
+
+static void cuda_include_dir(char *buf, size_t n) {
+    const char *env = getenv("CUDA_HOME");
+    if (!env || !*env) env = getenv("CUDA_PATH");
+    snprintf(buf, n, "%s/include", env && *env ? env : "/usr/local/cuda");
+}
+
+/* Splits s on blanks into argv (pointers into a strdup'ed copy appended to *owned). */
+static int split_args(const char *s, char **argv, int argc, int max, char **owned) {
+    if (!s || !*s) return argc;
+    char *copy = strdup(s);
+    if (!copy) return argc;
+    *owned = copy;
+    for (char *tok = strtok(copy, " \t\n"); tok && argc < max - 1; tok = strtok(NULL, " \t\n"))
+        argv[argc++] = tok;
+    return argc;
+}
+
+/* Runs argv, collecting stdout+stderr into out; returns the exit status, or -1 (errno) when the
+ * program cannot be started. */
+static int run_capture(char **argv, sbuf *out) {
+    int fds[2];
+    if (pipe(fds) != 0) return -1;
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
+    posix_spawn_file_actions_adddup2(&fa, fds[1], 2);
+    posix_spawn_file_actions_addclose(&fa, fds[0]);
+    posix_spawn_file_actions_addclose(&fa, fds[1]);
+    pid_t pid;
+    int rc = posix_spawnp(&pid, argv[0], &fa, NULL, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    close(fds[1]);
+    if (rc != 0) {
+        close(fds[0]);
+        errno = rc;
+        return -1;
+    }
+    char chunk[4096];
+    ssize_t k;
+    while ((k = read(fds[0], chunk, sizeof chunk)) != 0) {
+        if (k < 0) {
+            if (errno == EINTR) continue;
+            break;
+        }
+        sb_put(out, chunk, (size_t)k);
+    }
+    close(fds[0]);
+    int st;
+    while (waitpid(pid, &st, 0) < 0)
+        if (errno != EINTR) return -1;
+    if (WIFEXITED(st)) return WEXITSTATUS(st);
+    return 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+}
+
+/* The compiler's first error with what follows it, squeezed onto one line. */
+static void first_errors(const char *log, char *buf, size_t n) {
+    const char *p = log ? strstr(log, "error:") : NULL;
+    if (!p) p = log ? log : "";
+    while (log && p > log && p[-1] != '\n') p--;
+    size_t k = 0;
+    while (*p && k + 1 < n) {
+        buf[k++] = (*p == '\n' || *p == '\t') ? ' ' : *p;
+        p++;
+    }
+    buf[k] = 0;
+    if (*p && k > 3) memcpy(buf + k - 3, "...", 3);
+}
+
+static unsigned g_tmp_counter;
+
+int hyp_sim_compile(const char *cu_path, const char *so_path, const char *extra_flags, hyp_err *e) {
+    size_t len;
+    char *src = slurp(cu_path, &len);
+    if (!src)
+        return hyp_fail(e, HYP_EINPUT, "%s: cannot read the kernel source: %s — check the path",
+                        cu_path, strerror(errno));
+    char kdir[PATH_MAX], prelude[PATH_MAX + 32], cuda_inc[PATH_MAX];
+    kernels_dir(kdir, sizeof kdir);
+    cuda_include_dir(cuda_inc, sizeof cuda_inc);
+    snprintf(prelude, sizeof prelude, "%s/sim/prelude.h", kdir);
+    if (access(prelude, R_OK) != 0) {
+        free(src);
+        return hyp_fail(e, HYP_EFAIL,
+                        "%s: the simulator prelude is missing — set HYP_KERNELS_DIR to the "
+                        "project's kernels/ directory",
+                        prelude);
+    }
+    /* Every file of this attempt has a private temp name, renamed into place at the end, so
+     * concurrent compiles of one target (two users of one cache) never mix their files. */
+    char tmp[PATH_MAX + 64], obj[PATH_MAX + 72], sim_tmp[PATH_MAX + 80], sim_src[PATH_MAX + 16];
+    unsigned serial = __atomic_fetch_add(&g_tmp_counter, 1, __ATOMIC_RELAXED);
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld.%u", so_path, (long)getpid(), serial);
+    snprintf(obj, sizeof obj, "%s.o", tmp);
+    snprintf(sim_tmp, sizeof sim_tmp, "%s.sim.cu", tmp);
+    snprintf(sim_src, sizeof sim_src, "%s.sim.cu", so_path);
+    /* extern __shared__ needs a rewrite */
+    char why[512] = "", cu_dir[PATH_MAX];
+    const char *compile_src = cu_path;
+    sbuf rw = {0};
+    int r = rewrite_extern_shared(src, len, cu_path, &rw, why, sizeof why);
+    free(src);
+    if (r < 0) {
+        free(rw.p);
+        return hyp_fail(e, HYP_EINPUT, "%s", why);
+    }
+    snprintf(cu_dir, sizeof cu_dir, "%s", cu_path);
+    char *sl = strrchr(cu_dir, '/');
+    if (sl) *sl = 0;
+    else snprintf(cu_dir, sizeof cu_dir, ".");
+    if (r == 1) {
+        if (write_file(sim_tmp, rw.p, rw.n) != 0) {
+            free(rw.p);
+            unlink(sim_tmp);
+            return hyp_fail(e, HYP_EFAIL, "%s: cannot write: %s — check the output directory",
+                            sim_tmp, strerror(errno));
+        }
+        compile_src = sim_tmp;
+    }
+    free(rw.p);
+
+    /* Compile and link in two steps: the link must not see -fsanitize=bounds, or g++ would make
+     * the module depend on libubsan although the prelude defines the only handler it calls. */
+    const char *cxx = getenv("CXX") && *getenv("CXX") ? getenv("CXX") : "g++";
+    char *argv[160], *largv[160];
+    char *owned[6] = {0};
+    int argc = split_args(cxx, argv, 0, 8, &owned[0]);
+    int largc = split_args(cxx, largv, 0, 8, &owned[3]);
+    char inc_k[PATH_MAX + 4], inc_c[PATH_MAX + 4], inc_q[PATH_MAX + 12];
+    snprintf(inc_k, sizeof inc_k, "-I%s", kdir);
+    snprintf(inc_c, sizeof inc_c, "-I%s", cuda_inc);
+    snprintf(inc_q, sizeof inc_q, "-iquote%s", cu_dir);
+    char *fixed[] = {"-std=c++17", "-O2", "-fPIC", "-DHYP_SIM", "-include", prelude, inc_q, inc_k,
+                     inc_c, "-fsanitize=bounds", "-fstack-clash-protection",
+                     "-fno-omit-frame-pointer", "-fno-gnu-unique", "-Wno-unknown-pragmas"};
+    for (size_t k = 0; k < sizeof fixed / sizeof fixed[0]; k++) argv[argc++] = fixed[k];
+    argc = split_args(getenv("HYP_SIM_CXXFLAGS"), argv, argc, 140, &owned[1]);
+    argc = split_args(extra_flags, argv, argc, 150, &owned[2]);
+    argv[argc++] = "-c";
+    argv[argc++] = "-o";
+    argv[argc++] = obj;
+    argv[argc++] = "-x"; /* .cu is no suffix g++ knows */
+    argv[argc++] = "c++";
+    argv[argc++] = (char *)compile_src;
+    argv[argc] = NULL;
+    largv[largc++] = "-shared";
+    largc = split_args(getenv("HYP_SIM_CXXFLAGS"), largv, largc, 140, &owned[4]);
+    largc = split_args(extra_flags, largv, largc, 150, &owned[5]);
+    largv[largc++] = "-o";
+    largv[largc++] = tmp;
+    largv[largc++] = obj;
+    largv[largc] = NULL;
+
+    sbuf log = {0};
+    int st = run_capture(argv, &log);
+    int saved = errno;
+    if (st == 0) {
+        st = run_capture(largv, &log);
+        saved = errno;
+    }
+    unlink(obj);
+    char logpath[PATH_MAX + 8], logtmp[PATH_MAX + 72];
+    snprintf(logpath, sizeof logpath, "%s.log", so_path);
+    snprintf(logtmp, sizeof logtmp, "%s.log", tmp);
+    if (log.n && write_file(logtmp, log.p, log.n) == 0) rename(logtmp, logpath);
+    else {
+        unlink(logtmp);
+        unlink(logpath);
+    }
+    if (compile_src == sim_tmp && rename(sim_tmp, sim_src) != 0) unlink(sim_tmp); /* kept to inspect */
+    int rc = HYP_OK;
+    if (st < 0) {
+        rc = hyp_fail(e, HYP_EFAIL, "%s: cannot run the compiler '%s': %s — install g++ or set CXX",
+                      cu_path, argv[0], strerror(saved));
+    } else if (st != 0) {
+        char first[600];
+        first_errors(log.p, first, sizeof first);
+        rc = hyp_fail(e, HYP_EFAIL,
+                      "%s: the sim compile failed (%s exit %d) — fix the kernel; full log in %s: %s",
+                      cu_path, argv[0], st, logpath, first);
+    } else if (rename(tmp, so_path) != 0) {
+        rc = hyp_fail(e, HYP_EFAIL, "%s: cannot rename into place: %s — check the directory",
+                      so_path, strerror(errno));
+    }
+    if (rc != HYP_OK) unlink(tmp);
+    free(log.p);
+    for (int k = 0; k < 6; k++) free(owned[k]);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Compile cache */
+
+static int mkdir_p(const char *path) {
+    char buf[PATH_MAX];
+    snprintf(buf, sizeof buf, "%s", path);
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = 0;
+        if (mkdir(buf, 0777) != 0 && errno != EEXIST) return -1;
+        *p = '/';
+    }
+    return mkdir(buf, 0777) != 0 && errno != EEXIST ? -1 : 0;
+}
+
+static int cmp_str(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Hashes every regular file of dir (sorted by name): name and contents. */
+static void hash_dir(XXH3_state_t *st, const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return;
+    char *names[256];
+    int n = 0;
+    struct dirent *de;
+    while ((de = readdir(d)) && n < 256)
+        if (de->d_name[0] != '.') names[n++] = strdup(de->d_name);
+    closedir(d);
+    qsort(names, (size_t)n, sizeof names[0], cmp_str);
+    for (int i = 0; i < n; i++) {
+        if (!names[i]) continue;
+        char p[PATH_MAX + 300];
+        snprintf(p, sizeof p, "%s/%s", dir, names[i]);
+        size_t len;
+        char *data = slurp(p, &len);
+        if (data) {
+            XXH3_128bits_update(st, names[i], strlen(names[i]) + 1);
+            XXH3_128bits_update(st, &len, sizeof len);
+            XXH3_128bits_update(st, data, len);
+            free(data);
+        }
+        free(names[i]);
+    }
+}
+
+int hyp_sim_open(const char *cu_path, const char *extra_flags, hyp_sim_module **m, hyp_err *e) {
+    *m = NULL;
+    size_t len;
+    char *src = slurp(cu_path, &len);
+    if (!src)
+        return hyp_fail(e, HYP_EINPUT, "%s: cannot read the kernel source: %s — check the path",
+                        cu_path, strerror(errno));
+    XXH3_state_t *st = XXH3_createState();
+    if (!st) {
+        free(src);
+        return hyp_fail(e, HYP_EFAIL, "hyp_sim_open: out of memory");
+    }
+    XXH3_128bits_reset(st);
+    const char *fields[] = {"hyp-sim-cache-1", src, extra_flags ? extra_flags : "",
+                            getenv("CXX") ? getenv("CXX") : "", getenv("HYP_SIM_CXXFLAGS") ? getenv("HYP_SIM_CXXFLAGS") : "",
+                            cu_path};
+    for (size_t k = 0; k < sizeof fields / sizeof fields[0]; k++) {
+        size_t fl = k == 1 ? len : strlen(fields[k]);
+        XXH3_128bits_update(st, &fl, sizeof fl);
+        XXH3_128bits_update(st, fields[k], fl);
+    }
+    free(src);
+    unsigned abi = HYP_SIM_ABI_VERSION;
+    XXH3_128bits_update(st, &abi, sizeof abi);
+    char kdir[PATH_MAX], sub[PATH_MAX + 8];
+    kernels_dir(kdir, sizeof kdir);
+    snprintf(sub, sizeof sub, "%s/sim", kdir);
+    hash_dir(st, sub);
+    snprintf(sub, sizeof sub, "%s/hyp", kdir);
+    hash_dir(st, sub);
+    XXH128_hash_t h = XXH3_128bits_digest(st);
+    XXH3_freeState(st);
+
+    char dir[PATH_MAX];
+    const char *env = getenv("HYP_SIM_CACHE");
+    if (env && *env) snprintf(dir, sizeof dir, "%s", env);
+    else if (getenv("XDG_CACHE_HOME") && *getenv("XDG_CACHE_HOME"))
+        snprintf(dir, sizeof dir, "%s/hyperion/sim", getenv("XDG_CACHE_HOME"));
+    else if (getenv("HOME") && *getenv("HOME"))
+        snprintf(dir, sizeof dir, "%s/.cache/hyperion/sim", getenv("HOME"));
+    else snprintf(dir, sizeof dir, "/tmp/hyperion-sim-%ld", (long)getuid());
+    if (mkdir_p(dir) != 0)
+        return hyp_fail(e, HYP_EFAIL, "%s: cannot create the sim cache: %s — set HYP_SIM_CACHE",
+                        dir, strerror(errno));
+    const char *base = strrchr(cu_path, '/');
+    base = base ? base + 1 : cu_path;
+    char so[PATH_MAX + 200];
+    snprintf(so, sizeof so, "%s/%.60s-%016llx%016llx.so", dir, base, (unsigned long long)h.high64,
+             (unsigned long long)h.low64);
+    if (access(so, R_OK) == 0 && hyp_sim_load(so, m, NULL) == HYP_OK) return HYP_OK;
+    int rc = hyp_sim_compile(cu_path, so, extra_flags, e);
+    if (rc != HYP_OK) return rc;
+    return hyp_sim_load(so, m, e);
+}
