@@ -74,7 +74,8 @@ void op_rope_bwd(float *dinp, const float *dout, int B, int T, int NH, int NKV, 
  * qkv: [B,T,(NH+2*NKV)*hd]; out: [B,T,NH*hd]; att: [B,NH,T,T] softmax probabilities, saved. */
 void op_attention_fwd(float *out, float *att, const float *qkv, int B, int T, int NH, int NKV,
                       int hd);
-/* datt: [B,NH,T,T] scratch (overwritten, not accumulated). dqkv accumulated. */
+/* datt: [B,NH,T,T] scratch (overwritten, not accumulated; on return it holds
+ * d loss / d score, 0 above the diagonal). dqkv accumulated. */
 void op_attention_bwd(float *dqkv, float *datt, const float *dout, const float *qkv,
                       const float *att, int B, int T, int NH, int NKV, int hd);
 

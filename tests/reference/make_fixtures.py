@@ -96,6 +96,9 @@ def ensure_torch():
 
 
 ensure_torch()
+import warnings  # noqa: E402
+
+warnings.filterwarnings("ignore", message="Failed to initialize NumPy")  # torch without numpy: fine
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 

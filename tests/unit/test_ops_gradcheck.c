@@ -10,8 +10,12 @@
  *      comparison measures only the float kernel's own rounding.
  *   Gradient buffers are pre-filled with random values and the prefill subtracted afterwards:
  *   this checks the contract that backward ACCUMULATES (+=).
+ * Shapes are small and odd (N=7, C=13, T=5, hd=6, V=11 with Vp=16, H=9, NH=3/NKV=1 and
+ * NH=4/NKV=2, ...) so every coordinate is checked, plus larger ones that cross the kernels'
+ * block sizes and their 32K-element threshold for going multi-threaded (a sample of coordinates).
  * Plus behaviour checks: ignored targets, padding columns, stability for huge logits, NULL
- * gradients, determinism of the embedding backward across thread counts, AdamW vs a reference.
+ * gradients, the embedding backward bit-identical with 1, 2 and 3 threads, every kernel
+ * bit-identical with 1 and 2 threads, AdamW against torch's update formula.
  *
  * Prints one line per check and finally "N passed, M failed"; exits 1 if anything failed.
  */
@@ -884,7 +888,7 @@ typedef struct {
     long n;
 } seg_t;
 
-enum { INV_N = 64, INV_C = 770, INV_OC = 600, INV_B = 2, INV_T = 160, INV_TA = 32, INV_NH = 4,
+enum { INV_N = 64, INV_C = 770, INV_OC = 600, INV_B = 2, INV_T = 160, INV_TA = 160, INV_NH = 4,
        INV_NKV = 2, INV_HD = 16, INV_H = 600, INV_V = 5000, INV_VP = 5056, INV_NCE = 8,
        INV_NEL = 50001 };
 #define INV_R ((INV_NH + 2 * INV_NKV) * INV_HD)
@@ -1043,9 +1047,12 @@ int main(void) {
     test_attention(2, 5, 4, 2, 6);
     test_attention(2, 5, 2, 2, 6); /* plain multi-head */
     test_attention(1, 9, 4, 1, 8);
-    test_attention(1, 19, 2, 2, 12); /* hd = 8 + 4: vector and scalar tails of the tiles */
-    test_attention(1, 70, 2, 1, 40); /* T crosses the 64-key chunk; hd = 32 + 8 */
-    test_attention(1, 9, 2, 1, 136); /* hd > the 128-dim slice of the score kernel */
+    /* the kernels' column paths: 64-wide and 16-wide vector chunks, then a scalar tail */
+    test_attention(1, 19, 2, 2, 12); /* hd < 16: scalar tail only */
+    test_attention(1, 70, 2, 1, 40); /* T crosses the 64-key chunk; hd = 16 + 16 + 8 */
+    test_attention(1, 21, 2, 1, 64); /* gpt2's hd: one 64-wide chunk */
+    test_attention(1, 17, 3, 1, 88); /* hd = 64 + 16 + 8 */
+    test_attention(1, 9, 2, 1, 136); /* hd > the 128-dim slice: 64 + 64, then 8 */
 
     test_gelu(97);
     test_swiglu(7, 9);
@@ -1065,6 +1072,7 @@ int main(void) {
     test_qknorm(320, 4, 2, 16);
     test_rope(2, 80, 4, 2, 32, 10000.0f);
     test_attention(2, 40, 4, 2, 16);
+    test_attention(1, 140, 2, 1, 16); /* more than one 128-row block per head */
     test_gelu(50001);
     test_swiglu(64, 600);
     test_embedding(4, 64, 200, 50, 1);
