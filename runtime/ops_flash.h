@@ -16,20 +16,25 @@
  * (precomputed into dscratch), dV += P^T dO, dP = dO V^T, dS = P * (dP - D),
  * dQ += scale dS K, dK += scale dS^T Q. Gradients ACCUMULATE (+=) into dqkv, like ops_cpu.
  *
- * Tiles: BT x BT (query rows x keys) with BT = 64 when hd <= 128 and 32 above (a score tile, the
- * Q^T/K^T/V^T tile and an output/gradient tile stay within L1/L2; see ops_flash.c).
+ * Tiles: BT x BT (query rows x keys) with BT = 64 when hd <= 128 and 32 above (tile working sets
+ * of 80-150 KB per thread stay in L1/L2; the choice is measured, see ops_flash.c).
  *
  * Parallelism and determinism (both functions are deterministic and independent of the thread
  * count: every output element is produced by one task with a fixed summation order):
- *   forward:  omp for over (b, h, query tile), largest causal tiles first (dynamic schedule);
+ *   forward:  omp for over (b, h, query tile) (dynamic schedule, B*NH*ceil(T/BT) tasks);
  *   backward: omp for over (b, kv head). One task owns all key tiles of a kv head and all of its
  *             G = NH/NKV query heads, so it is the only writer of those dK/dV rows and of the dQ
  *             rows of those query heads: no atomics, no per-thread copies, and only the 5 tile
- *             products of FA2 (no second dQ pass). The parallel width is B*NKV tasks.
+ *             products of FA2 (no second dQ pass). The parallel width is B*NKV tasks: enough
+ *             for B*NKV >= threads (e.g. GPT-2 B=4 x 12 heads on 2-16 cores); with fewer tasks
+ *             than threads the surplus threads idle (B=1, NKV=2 uses 2). Widening it would need
+ *             per-query-head dK/dV partials (O(T*hd) per head) summed in a fixed order.
  *
  * Memory: besides lse [B,NH,T] (forward output, saved) and dscratch [B,NH,T] (backward's D),
  * each thread uses op_flash_attention_scratch_bytes() of tile scratch, on its stack (no heap
- * allocation in these functions): 48 KB (fwd) / 96 KB (bwd) per thread at hd = 64.
+ * allocation in these functions): 81 KB (fwd) / 145 KB (bwd) per thread at hd = 64, 257 KB
+ * (bwd) at hd = 128; hd > 128 switches to 32-row tiles (896 * hd + 8 KB bytes in backward).
+ * OpenMP worker threads need that much stack (glibc's default is 8 MB; OMP_STACKSIZE sets it).
  */
 #ifndef HYP_OPS_FLASH_H
 #define HYP_OPS_FLASH_H
