@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "ops_cpu.h"
+#include "ops_flash.h"
 #include "rng.h"
 
 static void *alloc_floats(int64_t n, size_t *bytes) {
@@ -149,6 +150,12 @@ static void run_op(exec_t *x, const plan_op *o, float dloss) {
     case OP_ATTENTION_FWD: op_attention_fwd(O[0], O[1], I[0], B, T, (int)o->NH, (int)o->NKV, (int)o->hd); break;
     case OP_ATTENTION_BWD:
         op_attention_bwd(O[0], O[1], I[0], I[1], I[2], B, T, (int)o->NH, (int)o->NKV, (int)o->hd);
+        break;
+    case OP_FLASH_ATTENTION_FWD:
+        op_flash_attention_fwd(O[0], O[1], I[0], B, T, (int)o->NH, (int)o->NKV, (int)o->hd);
+        break;
+    case OP_FLASH_ATTENTION_BWD:
+        op_flash_attention_bwd(O[0], O[1], I[0], I[1], I[2], I[3], B, T, (int)o->NH, (int)o->NKV, (int)o->hd);
         break;
     case OP_GELU_FWD: op_gelu_fwd(O[0], I[0], n); break;
     case OP_GELU_BWD: op_gelu_bwd(O[0], I[1], I[0], n); break;

@@ -42,6 +42,8 @@ static const op_info OPS[OP__COUNT] = {
     [OP_ZERO] = {"zero", 0, 1, 0, 0},
     [OP_CROSSENTROPY] = {"crossentropy", 2, 1, 0, 0},
     [OP_CROSSENTROPY_FUSED] = {"crossentropy_fused", 1, 2, 0, 0},
+    [OP_FLASH_ATTENTION_FWD] = {"flash_attention_fwd", 1, 2, 0, 0},
+    [OP_FLASH_ATTENTION_BWD] = {"flash_attention_bwd", 4, 2, 0, 0},
 };
 
 const char *plan_op_name(op_kind k) { return k < OP__COUNT ? OPS[k].name : "?"; }
@@ -222,6 +224,10 @@ static int64_t arg_need(const plan_t *p, const plan_op *o, int arg, int64_t B, i
         return arg == 0 ? Bb * Tb * qkv : arg == 100 ? Bb * Tb * o->NH * o->hd : Bb * o->NH * Tb * Tb;
     case OP_ATTENTION_BWD:
         return arg == 0 ? Bb * Tb * o->NH * o->hd : (arg == 1 || arg == 100) ? Bb * Tb * qkv : Bb * o->NH * Tb * Tb;
+    case OP_FLASH_ATTENTION_FWD: /* qkv -> out, lse [B,NH,T] */
+        return arg == 0 ? Bb * Tb * qkv : arg == 100 ? Bb * Tb * o->NH * o->hd : Bb * o->NH * Tb;
+    case OP_FLASH_ATTENTION_BWD: /* dout, qkv, out, lse -> dqkv, dscratch [B,NH,T] */
+        return (arg == 0 || arg == 2) ? Bb * Tb * o->NH * o->hd : (arg == 1 || arg == 100) ? Bb * Tb * qkv : Bb * o->NH * Tb;
     case OP_GELU_FWD:
     case OP_GELU_BWD:
     case OP_ADD_FWD:

@@ -152,6 +152,11 @@ function P.build(tree, cfg, contrib, opts)
   if opts.batch == nil then decide("plan.batch", maxB, "no --batch: 8; the trainer may use any B up to it") end
   if maxB < 1 or maxB > 65536 then U.fail("<command line>", "--batch must be in 1..65536", "choose another --batch") end
 
+  -- attention kernel: flash (v2112/v2113/v2114) keeps only the log-sum-exp, naive stores B*NH*T*T
+  local flash_id = (cfg.active.v2114 and "v2114") or (cfg.active.v2113 and "v2113") or (cfg.active.v2112 and "v2112")
+  if flash_id and cfg.target.kind == "cpu" then
+    decide("attention", "flash (cpu tiles)", flash_id .. " on the cpu target: the tiled online-softmax kernel of runtime/ops_flash.c (64x64 tiles, log-sum-exp saved)")
+  end
   local b = builder(maxB, maxT)
   local ps, names, layer = tensor_params(m, d)
   if R.param(cfg, "v2132", "exclude") == "norms_biases_embeddings" then
@@ -234,8 +239,13 @@ function P.build(tree, cfg, contrib, opts)
     end
     s.qin = q
     s.atty = act(t .. ".atty", { "N", d.NH * d.hd })
-    s.att = act(t .. ".att", { "B", d.NH, "T", "T" })
-    b.op(F_, "attention_fwd", { q }, { s.atty, s.att }, { B = "B", T = "T", NH = d.NH, NKV = d.NKV, hd = d.hd })
+    if flash_id then
+      s.lse = act(t .. ".lse", { "B", d.NH, "T" })
+      b.op(F_, "flash_attention_fwd", { q }, { s.atty, s.lse }, { B = "B", T = "T", NH = d.NH, NKV = d.NKV, hd = d.hd })
+    else
+      s.att = act(t .. ".att", { "B", d.NH, "T", "T" })
+      b.op(F_, "attention_fwd", { q }, { s.atty, s.att }, { B = "B", T = "T", NH = d.NH, NKV = d.NKV, hd = d.hd })
+    end
     s.attp = act(t .. ".attproj", { "N", d.C })
     b.op(F_, "matmul_fwd", { s.atty, n.ow, n.ob or "" }, { s.attp }, { N = "N", IC = d.NH * d.hd, OC = d.C })
     s.xm = act(t .. ".xmid", { "N", d.C })
@@ -299,8 +309,13 @@ function P.build(tree, cfg, contrib, opts)
     local datty = dact(s.atty)
     b.op(B_, "matmul_bwd", { dxm, s.atty, n.ow }, { datty, G(n.ow), G(n.ob) or "" }, { N = "N", IC = d.NH * d.hd, OC = d.C })
     local dq = dact(s.qin)
-    local datt = b.buf("scratch:" .. s.att, "act", b.by_name[s.att].shape)
-    b.op(B_, "attention_bwd", { datty, s.qin, s.att }, { dq, datt }, { B = "B", T = "T", NH = d.NH, NKV = d.NKV, hd = d.hd })
+    if flash_id then
+      local dsc = b.buf("scratch:" .. s.lse, "act", b.by_name[s.lse].shape)
+      b.op(B_, "flash_attention_bwd", { datty, s.qin, s.atty, s.lse }, { dq, dsc }, { B = "B", T = "T", NH = d.NH, NKV = d.NKV, hd = d.hd })
+    else
+      local datt = b.buf("scratch:" .. s.att, "act", b.by_name[s.att].shape)
+      b.op(B_, "attention_bwd", { datty, s.qin, s.att }, { dq, datt }, { B = "B", T = "T", NH = d.NH, NKV = d.NKV, hd = d.hd })
+    end
     if m.position == "rope" then
       local src = m.qk_norm and s.qkvn or s.qkv
       local dsrc = dact(src)
@@ -427,6 +442,10 @@ function P.build(tree, cfg, contrib, opts)
   if cfg.active.v2132 then add_contrib("v2132", "AdamW decoupled weight decay on 2-D weights only (" ..
     tostring(#(function() local t = {}; for _, p in ipairs(params) do if p.decay then t[#t + 1] = p end end; return t end)()) .. " tensors)") end
 
+  if flash_id then
+    add_contrib(flash_id, string.format("attention: flash forward/backward, saving [B,NH,T] log-sum-exp per layer instead of [B,NH,T,T] probabilities (%.2f MiB instead of %.2f MiB per layer at B=%d, T=%d)",
+      maxB * d.NH * maxT * 4 / 1048576, maxB * d.NH * maxT * maxT * 4 / 1048576, maxB, maxT))
+  end
   local hw_name = cfg.target.kind == "cpu" and "host-cpu" or nil
   local hw_peak = nil
   if hw_name and hyp.stat(tree.dir .. "/hardware/" .. hw_name .. ".yaml") == "file" then

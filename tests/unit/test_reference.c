@@ -59,13 +59,13 @@ static void compare(const char *what, const float *a, long rows, long cols, long
     report(worst <= tol, what, detail);
 }
 
-static int gen_plan(const char *model, const char *dir) {
+static int gen_plan(const char *model, const char *dir, const char *extra) {
     char cmd[2048];
     snprintf(cmd, sizeof cmd,
-             "cd %s && %s/generator/gen specs/v2500.yaml --enable adamw --set v2132.weight_decay=0.1 "
+             "cd %s && %s/generator/gen specs/v2500.yaml --enable adamw%s --set v2132.weight_decay=0.1 "
              "--set v2132.beta1=0.9 --set v2132.beta2=0.95 --set v2132.eps=1e-8 "
              "--model tests/fixtures/models/%s.yaml --target cpu --batch 2 --seq 8 -o %s >/dev/null",
-             HYP_SOURCE_DIR, HYP_BINARY_DIR, model, dir);
+             HYP_SOURCE_DIR, HYP_BINARY_DIR, extra, model, dir);
     return system(cmd);
 }
 
@@ -89,24 +89,26 @@ static void load_weights(exec_t *x, hyp_st_file *f, const char *prefix) {
     }
 }
 
-static void run_model(const char *model, const char *fixture) {
-    char dir[256], path[512], name[512];
-    snprintf(dir, sizeof dir, "/tmp/hyp-ref-%s-%d", model, (int)getpid());
-    if (gen_plan(model, dir)) {
-        report(0, model, "gen failed to generate the plan");
+/* variant "" = naive attention; ",flash" = v2113 flash attention (the tiled CPU kernel) */
+static void run_model(const char *model, const char *fixture, const char *variant) {
+    char dir[256], path[512], name[512], tag[64];
+    snprintf(tag, sizeof tag, "%s%s", model, variant[0] ? "_v2113_flash" : "");
+    snprintf(dir, sizeof dir, "/tmp/hyp-ref-%s-%d", tag, (int)getpid());
+    if (gen_plan(model, dir, variant)) {
+        report(0, tag, "gen failed to generate the plan");
         return;
     }
     snprintf(path, sizeof path, "%s/plan.json", dir);
     plan_t plan;
     hyp_err e;
     if (plan_load(path, &plan, &e)) {
-        report(0, model, e.msg);
+        report(0, tag, e.msg);
         return;
     }
     hyp_st_file *f;
     snprintf(path, sizeof path, "%s/tests/fixtures/%s", HYP_SOURCE_DIR, fixture);
     if (hyp_st_open(path, &f, &e)) {
-        report(0, model, e.msg);
+        report(0, tag, e.msg);
         plan_free(&plan);
         return;
     }
@@ -127,7 +129,7 @@ static void run_model(const char *model, const char *fixture) {
         if (!strcmp(plan.bufs[i].name, "logits")) logits_buf = i;
     float *ref = malloc(sizeof(float) * 16 * plan.V);
     memcpy(ref, lg->data, sizeof(float) * 16 * plan.V);
-    snprintf(name, sizeof name, "reference_%s_logits", model);
+    snprintf(name, sizeof name, "reference_%s_logits", tag);
     compare(name, exec_buf(&x, logits_buf), 16, plan.V, plan.Vp, ref, 2e-5, 0);
     free(ref);
 
@@ -136,14 +138,14 @@ static void run_model(const char *model, const char *fixture) {
     int64_t cnt = exec_count_targets(&x);
     float loss = exec_backward(&x, 1.0f / (float)cnt);
     float rl = *(const float *)ls->data;
-    snprintf(name, sizeof name, "reference_%s_loss", model);
+    snprintf(name, sizeof name, "reference_%s_loss", tag);
     compare(name, &loss, 1, 1, 1, &rl, 2e-5, 0);
     for (int i = 0; i < plan.n_params_t; i++) {
         char gname[300];
         snprintf(gname, sizeof gname, "grad.%s", plan.params[i].name);
         const hyp_st_tensor *g = need(f, gname);
         if (!g) continue;
-        snprintf(name, sizeof name, "reference_%s_%s", model, gname);
+        snprintf(name, sizeof name, "reference_%s_%s", tag, gname);
         compare(name, x.grads + plan.params[i].offset, 1, plan.params[i].numel, plan.params[i].numel,
                 (const float *)g->data, 1e-4, 1e-7);
     }
@@ -152,7 +154,7 @@ static void run_model(const char *model, const char *fixture) {
     const hyp_st_tensor *gn = hyp_st_find(f, "adamw_grad_norms");
     if (gn) {
         float norm = (float)train_grad_norm(&x), rn = ((const float *)gn->data)[0];
-        snprintf(name, sizeof name, "reference_v2133_%s_grad_norm", model);
+        snprintf(name, sizeof name, "reference_v2133_%s_grad_norm", tag);
         compare(name, &norm, 1, 1, 1, &rn, 1e-5, 0);
     }
 
@@ -169,7 +171,7 @@ static void run_model(const char *model, const char *fixture) {
         losses[s - 1] = exec_backward(&x, 1.0f / (float)cnt);
         train_adamw_step(&x, &o, 1e-3, s, 1.0f);
     }
-    snprintf(name, sizeof name, "reference_v2132_%s_adamw_10_steps", model);
+    snprintf(name, sizeof name, "reference_v2132_%s_adamw_10_steps", tag);
     compare(name, losses, 1, 10, 10, (const float *)al->data, 1e-4, 0);
 out:
     exec_free(&x);
@@ -180,8 +182,10 @@ out:
 }
 
 int main(void) {
-    run_model("ref-gpt2", "ref_gpt2_tiny.safetensors");
-    run_model("ref-llama", "ref_llama_tiny.safetensors");
+    run_model("ref-gpt2", "ref_gpt2_tiny.safetensors", "");
+    run_model("ref-llama", "ref_llama_tiny.safetensors", "");
+    run_model("ref-gpt2", "ref_gpt2_tiny.safetensors", ",flash");
+    run_model("ref-llama", "ref_llama_tiny.safetensors", ",flash");
     printf("%d passed, %d failed\n", passed, failed);
     return failed != 0;
 }
