@@ -47,6 +47,25 @@ int exec_init_dp(exec_t *x, const plan_t *p, int world, int rank, int stage, hyp
     x->bytes_acts = x->bytes - before;
     x->tokens = calloc((size_t)p->B * p->T, sizeof(int32_t));
     x->targets = calloc((size_t)p->B * p->T, sizeof(int32_t));
+    if (p->fp8_slots) {
+        x->fp8 = calloc((size_t)p->fp8_slots, sizeof *x->fp8);
+        if (!x->fp8) {
+            exec_free(x);
+            return hyp_fail(e, HYP_EFAIL, "out of memory");
+        }
+        hyp_fp8_recipe r = hyp_fp8_recipe_default();
+        r.scaling = p->fp8_current ? HYP_FP8_CURRENT : HYP_FP8_DELAYED;
+        r.history_len = p->fp8_history;
+        r.margin = (float)p->fp8_margin;
+        for (int i = 0; i < p->fp8_slots; i++) {
+            int rc = p->fp8_e4m3_only ? hyp_fp8_state_init(&x->fp8[i], HYP_FP8_E4M3, &r, e)
+                                      : hyp_fp8_state_init_role(&x->fp8[i], (hyp_fp8_role)p->fp8_roles[i], &r, e);
+            if (rc) {
+                exec_free(x);
+                return rc;
+            }
+        }
+    }
     if (!x->params || !x->grads || !x->m || !x->v || !x->acts || !x->tokens || !x->targets ||
         (stage >= 2 && !x->gshard)) {
         exec_free(x);
@@ -60,6 +79,7 @@ int exec_init_dp(exec_t *x, const plan_t *p, int world, int rank, int stage, hyp
 }
 
 void exec_free(exec_t *x) {
+    free(x->fp8);
     free(x->gshard);
     free(x->params);
     free(x->grads);
@@ -157,6 +177,10 @@ static void run_op(exec_t *x, const plan_op *o, float dloss) {
     case OP_FLASH_ATTENTION_BWD:
         op_flash_attention_bwd(O[0], O[1], I[0], I[1], I[2], I[3], B, T, (int)o->NH, (int)o->NKV, (int)o->hd);
         break;
+    case OP_FP8_QUANTIZE:
+        memcpy(O[0], I[0], sizeof(float) * (size_t)(bind_dim(x, o->n) * (o->C ? o->C : 1)));
+        hyp_fp8_state_fake_quantize(&x->fp8[o->slot], O[0], bind_dim(x, o->n) * (o->C ? o->C : 1));
+        break;
     case OP_GELU_FWD: op_gelu_fwd(O[0], I[0], n); break;
     case OP_GELU_BWD: op_gelu_bwd(O[0], I[1], I[0], n); break;
     case OP_SWIGLU_FWD: op_swiglu_fwd(O[0], I[0], N, (int)o->H); break;
@@ -203,4 +227,8 @@ float exec_backward(exec_t *x, float dloss) {
         if (x->p->bwd[i].kind == OP_CROSSENTROPY_FUSED) loss = mean_loss(x);
     }
     return loss;
+}
+
+void exec_fp8_step(exec_t *x) {
+    for (int i = 0; i < x->p->fp8_slots; i++) hyp_fp8_state_update(&x->fp8[i]);
 }

@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "hyp_err.h"
+#include "fp8.h"
 #include "plan.h"
 
 typedef struct {
@@ -22,6 +23,7 @@ typedef struct {
     int world, rank, stage;
     int64_t shard;
     float *gshard;                  /* [shard] reduced gradients of the own shard (stage >= 2) */
+    hyp_fp8_state *fp8;             /* [plan fp8_slots] v2160 per-operand scaling states */
     /* bytes per category, for reporting; with stage >= 2 the full-size gradient buffer is only the
      * backward pass's accumulation workspace (bytes_grad_workspace) and the gradients kept for the
      * optimizer are the reduced shard (bytes_grads) */
@@ -44,6 +46,9 @@ float exec_eval_loss(exec_t *x);
 /* Fused loss + dlogits (scaled by dloss) then the backward pass, accumulating into grads.
  * Returns the mean loss of this micro-batch. */
 float exec_backward(exec_t *x, float dloss);
+/* v2160: ends an optimizer step for the FP8 scaling states (after the amax of this step's slot
+ * has been reduced across ranks by the caller, if any): rolls the amax histories, new scales. */
+void exec_fp8_step(exec_t *x);
 /* Pointer to a buffer by index. */
 float *exec_buf(exec_t *x, int idx);
 /* Counts targets >= 0 of the bound batch. */

@@ -44,6 +44,7 @@ static const op_info OPS[OP__COUNT] = {
     [OP_CROSSENTROPY_FUSED] = {"crossentropy_fused", 1, 2, 0, 0},
     [OP_FLASH_ATTENTION_FWD] = {"flash_attention_fwd", 1, 2, 0, 0},
     [OP_FLASH_ATTENTION_BWD] = {"flash_attention_bwd", 4, 2, 0, 0},
+    [OP_FP8_QUANTIZE] = {"fp8_quantize", 1, 1, 0, 0},
 };
 
 const char *plan_op_name(op_kind k) { return k < OP__COUNT ? OPS[k].name : "?"; }
@@ -232,7 +233,8 @@ static int64_t arg_need(const plan_t *p, const plan_op *o, int arg, int64_t B, i
     case OP_GELU_BWD:
     case OP_ADD_FWD:
     case OP_ACCUMULATE: return n * C;
-    case OP_ZERO: return n;
+    case OP_ZERO:
+    case OP_FP8_QUANTIZE: return n * (o->C ? o->C : 1);
     case OP_SWIGLU_FWD: return arg == 0 ? N * 2 * o->H : N * o->H;
     case OP_SWIGLU_BWD: return arg == 0 ? N * o->H : N * 2 * o->H;
     case OP_CROSSENTROPY: return arg == 0 ? N * o->Vp : N;
@@ -300,6 +302,12 @@ static int parse_op(ld *c, const cJSON *j, plan_op *o) {
     o->eps = cJSON_IsNumber(eps) ? (float)eps->valuedouble : 1e-5f;
     o->theta = cJSON_IsNumber(theta) ? (float)theta->valuedouble : 10000.0f;
     if (o->NKV && o->NH % o->NKV) return bad(c, "an op's NH is not a multiple of NKV");
+    if (o->kind == OP_FP8_QUANTIZE) {
+        const cJSON *slot = cJSON_GetObjectItemCaseSensitive(attrs, "slot");
+        if (!cJSON_IsNumber(slot) || slot->valuedouble < 0 || slot->valuedouble >= p->fp8_slots)
+            return bad(c, "an fp8_quantize op names a scaling slot the plan does not declare");
+        o->slot = (int)slot->valuedouble;
+    }
     /* every argument big enough at the planned maximum batch */
     for (int side = 0; side < 2; side++) {
         int cnt = side ? o->nout : o->nin;
@@ -495,6 +503,33 @@ int plan_load(const char *path, plan_t *p, hyp_err *e) {
         p->peak_flops = cJSON_IsNumber(pk) ? pk->valuedouble : 0;
         snprintf(p->hardware, sizeof p->hardware, "%s", cJSON_IsString(hn) ? hn->valuestring : "unknown");
     }
+    {
+        const cJSON *f8 = cJSON_GetObjectItemCaseSensitive(root, "fp8");
+        if (f8 && cJSON_IsObject(f8)) {
+            char recipe[16], scaling[16];
+            int64_t hist, margin;
+            if ((rc = get_str(&c, f8, "recipe", recipe, sizeof recipe)) ||
+                (rc = get_str(&c, f8, "scaling", scaling, sizeof scaling)) ||
+                (rc = get_int(&c, f8, "history", 1, 1024, &hist)) || (rc = get_int(&c, f8, "margin", 0, 64, &margin)))
+                goto done;
+            p->fp8_e4m3_only = !strcmp(recipe, "e4m3");
+            p->fp8_current = !strcmp(scaling, "current");
+            p->fp8_history = (int)hist;
+            p->fp8_margin = (int)margin;
+            const cJSON *slots = cJSON_GetObjectItemCaseSensitive(f8, "slots");
+            int n = cJSON_IsArray(slots) ? cJSON_GetArraySize(slots) : 0;
+            p->fp8_roles = calloc((size_t)n + 1, sizeof(int));
+            if (!p->fp8_roles) {
+                rc = hyp_fail(e, HYP_EFAIL, "%s: out of memory", path);
+                goto done;
+            }
+            const cJSON *r;
+            cJSON_ArrayForEach(r, slots) {
+                const char *role = cJSON_IsString(r) ? r->valuestring : "";
+                p->fp8_roles[p->fp8_slots++] = !strcmp(role, "weight") ? 0 : !strcmp(role, "activation") ? 1 : 2;
+            }
+        }
+    }
     if ((rc = load_params(&c, root)) || (rc = load_buffers(&c, root)) ||
         (rc = load_ops(&c, root, "forward", &p->fwd, &p->n_fwd)) ||
         (rc = load_ops(&c, root, "backward", &p->bwd, &p->n_bwd)))
@@ -523,5 +558,6 @@ void plan_free(plan_t *p) {
     free(p->params);
     free(p->fwd);
     free(p->bwd);
+    free(p->fp8_roles);
     memset(p, 0, sizeof *p);
 }

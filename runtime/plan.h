@@ -29,7 +29,7 @@ typedef enum {
     OP_RMSNORM_BWD, OP_MATMUL_FWD, OP_MATMUL_BWD, OP_QKNORM_FWD, OP_QKNORM_BWD, OP_ROPE_FWD,
     OP_ROPE_BWD, OP_ATTENTION_FWD, OP_ATTENTION_BWD, OP_GELU_FWD, OP_GELU_BWD, OP_SWIGLU_FWD,
     OP_SWIGLU_BWD, OP_ADD_FWD, OP_ACCUMULATE, OP_ZERO, OP_CROSSENTROPY, OP_CROSSENTROPY_FUSED,
-    OP_FLASH_ATTENTION_FWD, OP_FLASH_ATTENTION_BWD, OP__COUNT
+    OP_FLASH_ATTENTION_FWD, OP_FLASH_ATTENTION_BWD, OP_FP8_QUANTIZE, OP__COUNT
 } op_kind;
 
 /* Symbolic dims bound at run time. */
@@ -44,6 +44,7 @@ typedef struct {
     /* attributes (unused ones are 0); dims may be DIM_B / DIM_T / DIM_N */
     int64_t B, T, N, C, IC, OC, NH, NKV, hd, H, V, Vp, n;
     float eps, theta;
+    int slot;              /* fp8_quantize: index into plan_t.fp8_roles */
 } plan_op;
 
 typedef struct {
@@ -82,6 +83,10 @@ typedef struct {
     plan_op *fwd, *bwd, loss;
     int n_fwd, n_bwd;
     int tokens_buf, targets_buf, losses_buf;
+    /* v2160 FP8: one scaling state per quantized GEMM operand (0 slots = FP8 off) */
+    int fp8_slots;
+    int *fp8_roles;        /* per slot: 0 weight, 1 activation, 2 gradient (hyp_fp8_role) */
+    int fp8_e4m3_only, fp8_current, fp8_history, fp8_margin;
     char hash[40];          /* xxh3-128 of the plan file, hex: identifies the trainer */
 } plan_t;
 

@@ -565,6 +565,12 @@ static int run(int argc, char **argv, hyp_coll *coll) {
         double lr = train_lr_at(&opt, step);
         if ((rc = dp_step(&d, &x, &opt, lr, step, scale, &e))) break;
         if ((rc = op_cpu_check(&e))) break;
+        if (plan.fp8_slots) { /* every rank must scale with the same amax (TE reduces it too) */
+            for (int i = 0; i < plan.fp8_slots && d.world > 1 && !rc; i++)
+                rc = hyp_coll_allreduce_max_f32(d.coll, &x.fp8[i].amax_history[x.fp8[i].pos], 1, &e);
+            if (rc) break;
+            exec_fp8_step(&x);
+        }
         double dt = now_s() - t0;
         last_loss = (float)loss;
         if (!isfinite(loss)) {

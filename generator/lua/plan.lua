@@ -196,6 +196,47 @@ function P.build(tree, cfg, contrib, opts)
   end
   local function G(name) return name and ("grad:" .. name) or nil end
 
+  -- v2160 FP8 (HYBRID by default): every transformer-layer GEMM reads fake-quantized copies of its
+  -- input activation and weight (E4M3) in forward and of its output gradient (E5M2) in backward,
+  -- each with its own per-tensor scale (delayed from an amax history, or current). The LM head,
+  -- norms, softmax and the loss stay fp32. The quantized copies are fp32 buffers holding exactly
+  -- representable fp8 values (the numerics of an FP8 GEMM with fp32 accumulation).
+  local fp8 = nil
+  if cfg.active.v2160 then
+    fp8 = { recipe = R.param(cfg, "v2160", "recipe"), scaling = R.param(cfg, "v2160", "scaling"),
+      history = R.param(cfg, "v2160", "amax_history"), margin = R.param(cfg, "v2160", "margin"), slots = U.array() }
+    decide("fp8.lm_head", "fp32", "v2160: the LM head GEMM stays in fp32 (as Transformer Engine recipes leave the output projection)")
+    if cfg.target.kind == "cpu" then
+      decide("fp8.emulation", "fake-quantize", "cpu target: FP8 GEMM inputs are quantized/dequantized bit-exactly like cuda_fp8.h and multiplied in fp32")
+    end
+    local raw_op = b.op
+    local quantized = {}
+    local function quant(list, src, role, count_attrs, tag)
+      local slot = #fp8.slots
+      fp8.slots[#fp8.slots + 1] = role
+      local bf = b.by_name[src]
+      local dst = b.buf(tag, "act", bf.shape)
+      local attrs = { slot = slot }
+      for k, v in pairs(count_attrs) do attrs[k] = v end
+      raw_op(list, "fp8_quantize", { src }, { dst }, attrs)
+      return dst
+    end
+    b.op = function(list, name, ins, outs, attrs, by)
+      if name == "matmul_fwd" and outs[1] ~= "logits" then
+        local inp, w = ins[1], ins[2]
+        local iq = quant(list, inp, "activation", { n = "N", C = attrs.IC }, "fp8:" .. outs[1] .. ".input")
+        local wq = quant(list, w, "weight", { n = attrs.OC * attrs.IC }, "fp8:" .. outs[1] .. ".weight")
+        quantized[inp .. "|" .. w] = { iq, wq }
+        ins = { iq, wq, ins[3] }
+      elseif name == "matmul_bwd" and quantized[ins[2] .. "|" .. ins[3]] then
+        local q = quantized[ins[2] .. "|" .. ins[3]]
+        local dq = quant(list, ins[1], "gradient", { n = "N", C = attrs.OC }, "fp8:" .. ins[1] .. ".grad")
+        ins = { dq, q[1], q[2] }
+      end
+      return raw_op(list, name, ins, outs, attrs, by)
+    end
+  end
+
   b.buf("tokens", "tokens", { "B", "T" }, "i32")
   b.buf("targets", "tokens", { "B", "T" }, "i32")
   local F_, B_ = b.fwd, b.bwd
@@ -442,6 +483,10 @@ function P.build(tree, cfg, contrib, opts)
   if cfg.active.v2132 then add_contrib("v2132", "AdamW decoupled weight decay on 2-D weights only (" ..
     tostring(#(function() local t = {}; for _, p in ipairs(params) do if p.decay then t[#t + 1] = p end end; return t end)()) .. " tensors)") end
 
+  if fp8 then
+    add_contrib("v2160", string.format("%s recipe, %s scaling (amax history %d, margin %d): %d GEMM operands quantized per step (E4M3 weights/activations%s)",
+      fp8.recipe, fp8.scaling, fp8.history, fp8.margin, #fp8.slots, fp8.recipe == "hybrid" and ", E5M2 gradients" or ", E4M3 gradients"))
+  end
   if flash_id then
     add_contrib(flash_id, string.format("attention: flash forward/backward, saving [B,NH,T] log-sum-exp per layer instead of [B,NH,T,T] probabilities (%.2f MiB instead of %.2f MiB per layer at B=%d, T=%d)",
       maxB * d.NH * maxT * 4 / 1048576, maxB * d.NH * maxT * maxT * 4 / 1048576, maxB, maxT))
@@ -467,7 +512,7 @@ function P.build(tree, cfg, contrib, opts)
     train = train,
     params = params, param_floats = poff,
     buffers = buffers, act_floats = act_floats, act_floats_unplanned = naive, act_floats_peak_live = peak,
-    forward = F_, loss = loss_op, backward = bwd,
+    forward = F_, loss = loss_op, backward = bwd, fp8 = fp8,
   }
   return plan
 end
