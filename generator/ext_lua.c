@@ -6,6 +6,7 @@
 
 #include "data.h"
 #include "gen_host.h"
+#include "nvrtc.h" /* hyp.nvrtc_compile (issue #4) */
 
 /* hyp.data_prepare({inputs...}, outdir, val_fraction, overwrite) -> rc, message */
 static int l_data_prepare(lua_State *L) {
@@ -36,4 +37,5 @@ void gen_register_extra(lua_State *L, int idx) {
     idx = lua_absindex(L, idx);
     lua_pushcfunction(L, l_data_prepare);
     lua_setfield(L, idx, "data_prepare");
+    gen_register_nvrtc(L, idx); /* NVRTC compile + cache (nvrtc.c); no-op without NVRTC */
 }

@@ -65,6 +65,7 @@ function A.build(tree, cfg, contrib)
     tree = cfg.tree, version = cfg.version, target = cfg.target.name,
     model = cfg.model and cfg.model.name or nil,
     selection = cfg.selection, counts = counts, decisions = decisions, specs = rows,
+    kernels = cfg.kernels, -- render.lua's summary (sim and sm_XX targets)
   }
 end
 
@@ -90,6 +91,18 @@ function A.text(audit)
     w("")
     w("## Decisions")
     for _, d in ipairs(audit.decisions) do w("- %s → %s: %s", d.what, tostring(d.value), d.why) end
+  end
+  local k = audit.kernels
+  if k then
+    w("")
+    w("## Kernels")
+    w("%d kernels in %d files for %s%s", k.kernels, k.files, k.target, k.compiled and string.format(
+      " — %d compiled, %d cached (NVRTC %s); max %d registers; %s", k.compiled, k.cached, k.nvrtc, k.max_registers,
+      k.spills_total > 0 and (k.spills_total .. " bytes of spills") or "no spills") or " (rendered; compiled by the runtime)")
+    for _, r in ipairs(k.resources or {}) do
+      w("- %s %s: %d registers, %d B spills, %d B smem, %d B stack%s", r.file, r.kernel, r.registers, r.spills, r.smem,
+        r.stack, r.spill_reason and (" — " .. r.spill_reason) or "")
+    end
   end
   w("")
   w("## Active")

@@ -16,6 +16,8 @@ usage:
   gen data INPUT... -o DIR [--val-fraction F] [--force]
                                           pre-tokenize text into training shards
   gen size --model M [--hw LIST] [...]    size a training run (see gen size --help)
+  gen render FAMILY [NAME=VALUE ...] [--kernels LIST] [-o FILE]
+                                          render one kernel template (gen render --list)
 options:
   --enable LIST   comma-separated aliases, spec ids or names, and presets (repeatable)
   --target T      cpu | sim | sm_80 | sm_86 | sm_89 | sm_90 | ... (default cpu)
@@ -269,6 +271,12 @@ function commands.generate(args)
     plan = P.build(tree, cfg, contrib, { batch = tonumber(o["--batch"]), seq = tonumber(o["--seq"]) })
     files["plan.json"] = assert(hyp.json_encode(plan, true)) .. "\n"
   end
+  -- kernels (issue #4): render the plan's CUDA kernels for sim and sm_XX, compile them for sm_XX
+  if plan and cfg.target.kind ~= "cpu" then
+    local okk, kfiles = require("render").build(tree, cfg, plan, contrib)
+    if not okk then io.stderr:write(kfiles); return 1 end
+    for name, data in pairs(kfiles) do files[name] = data end
+  end
   local audit = require("audit").build(tree, cfg, contrib)
   files["audit.json"] = assert(hyp.json_encode(audit, true)) .. "\n"
   files["audit.md"] = require("audit").text(audit)
@@ -277,7 +285,10 @@ function commands.generate(args)
   local stage, err = hyp.mkdtemp(out)
   if not stage then U.fail(out, "cannot create the output directory: " .. err, "check the path and permissions") end
   local ok, e = pcall(function()
+    local made = {}
     for _, name in ipairs(U.sorted_keys(files)) do
+      local sub = name:match("^(.*)/[^/]*$") -- e.g. kernels/
+      if sub and not made[sub] then hyp.mkdir_p(stage .. "/" .. sub); made[sub] = true end
       local okw, werr = hyp.write_file(stage .. "/" .. name, files[name])
       if not okw then error({ env = werr }) end
     end
@@ -314,6 +325,10 @@ function commands.data(args)
   return 0
 end
 
+function commands.render(args)
+  return require("render").cli(args, parse)
+end
+
 function commands.size(args)
   local ok, size = pcall(require, "size")
   if not ok then U.fail("<command line>", "gen size is not available in this build", "update Hyperion") end
@@ -332,7 +347,7 @@ local function main(args)
   if cmd:sub(1, 1) == "-" or not (cmd:match("%.ya?ml$") or hyp.stat(cmd)) then
     local names = U.sorted_keys(commands)
     U.fail("<command line>", "unknown command '" .. cmd .. "'" .. U.did_you_mean(cmd, names),
-      "use one of list, explain, audit, data, size, or give the tree file first")
+      "use one of list, explain, audit, data, size, render, or give the tree file first")
   end
   return commands.generate(args)
 end

@@ -1,0 +1,119 @@
+--[[ hyperion template
+family = "classifier"
+doc = "fused classifier: softmax + cross-entropy + dlogits in place, one block per row, online softmax over vocabulary chunks"
+constants = {
+  V = { "int", doc = "vocabulary size (valid logit columns)" },
+  VP = { "int", doc = "padded vocabulary (row stride of the logits; columns V..VP-1 are zeroed in the gradient)" },
+  BLOCK = { "int", default = 512, doc = "threads per block (one row per block; 512 rather than 1024: ptxas is 25% faster without the 64-register cap, and a 50k row is still ~100 values per thread)" },
+}
+derive = function(K, decide)
+  if K.VP < K.V then error("VP (" .. K.VP .. ") < V (" .. K.V .. ")") end
+  K.VEC = K.VP % 4 == 0 and 4 or 1
+  K.V4 = K.VEC == 4 and (K.V // 4) * 4 or 0 -- columns read as 16-byte vectors; the rest scalar
+  decide("vector_width", K.VEC, K.VEC == 4 and "VP % 4 == 0: rows are 16-byte aligned, 16-byte loads up to V rounded down to 4" or "VP is not a multiple of 4: scalar loads")
+  decide("rows_per_block", 1, "one block of BLOCK threads per row; each thread keeps a running (max, sum) over its chunk")
+end
+kernels = {
+  { name = "crossentropy_fwd", doc = "losses[n] = logsumexp(logits[n, :V]) - logits[n, target]; 0 for target < 0, NaN for target >= V",
+    params = { "float* __restrict__ losses", "const float* __restrict__ logits", "const int* __restrict__ targets", "int N" },
+    block = "BLOCK", grid = "N" },
+  { name = "crossentropy_fused", doc = "losses as crossentropy_fwd, and logits := dloss * (softmax - onehot) in place; padding and ignored rows 0",
+    params = { "float* __restrict__ losses", "float* logits", "const int* __restrict__ targets", "float dloss", "int N" },
+    block = "BLOCK", grid = "N" },
+}
+ops = {
+  crossentropy = { { "crossentropy_fwd", "out1", "in1", "in2", "N" } },
+  crossentropy_fused = { { "crossentropy_fused", "out1", "out2", "in1", "dloss", "N" } },
+}
+]]
+{{ partial("common") }}
+
+// Running softmax statistics: m the max seen, s = sum exp(x - m). Adding x rescales s when x
+// raises the max (one exp either way); two partial states merge the same way.
+struct SoftmaxState { float m, s; };
+__device__ __forceinline__ void sm_add(SoftmaxState& st, float x) {
+    if (x > st.m) { st.s = st.s * expf(st.m - x) + 1.0f; st.m = x; }
+    else st.s += expf(x - st.m);
+}
+__device__ __forceinline__ SoftmaxState sm_merge(SoftmaxState a, SoftmaxState b) {
+    if (a.s == 0.0f) return b; // empty (m = -inf)
+    if (b.s == 0.0f) return a;
+    float m = fmaxf(a.m, b.m);
+    return SoftmaxState{m, a.s * expf(a.m - m) + b.s * expf(b.m - m)};
+}
+// The row's statistics, known to every thread of the block.
+__device__ __forceinline__ SoftmaxState row_stats(const float* z) {
+    __shared__ float sm_m[32], sm_s[32];
+    SoftmaxState st{__int_as_float(0xff800000), 0.0f};
+% if VEC == 4 then
+    for (int i = threadIdx.x * 4; i < V4; i += BLOCK * 4) {
+        hyp_f128 x = hyp_load128(z + i);
+        // one rescale per vector: 5 exps per 4 values, no branches
+        float m = fmaxf(fmaxf(st.m, fmaxf(x[0], x[1])), fmaxf(x[2], x[3]));
+        st.s = st.s * expf(st.m - m) + ((expf(x[0] - m) + expf(x[1] - m)) + (expf(x[2] - m) + expf(x[3] - m)));
+        st.m = m;
+    }
+    for (int i = V4 + threadIdx.x; i < V; i += BLOCK) sm_add(st, z[i]);
+% else
+    for (int i = threadIdx.x; i < V; i += BLOCK) sm_add(st, z[i]);
+% end
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        SoftmaxState other{__shfl_xor_sync(0xffffffffu, st.m, o), __shfl_xor_sync(0xffffffffu, st.s, o)};
+        st = sm_merge(st, other);
+    }
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (lane == 0) { sm_m[warp] = st.m; sm_s[warp] = st.s; }
+    __syncthreads();
+    st = SoftmaxState{__int_as_float(0xff800000), 0.0f};
+    for (int w = 0; w < BLOCK / 32; w++) st = sm_merge(st, SoftmaxState{sm_m[w], sm_s[w]}); // same order everywhere
+    return st;
+}
+
+% if emit.crossentropy_fwd then
+{{ signature("crossentropy_fwd") }} {
+    const int n = blockIdx.x;
+    if (n >= N) return;
+    const int tg = targets[n];
+    if (tg < 0 || tg >= V) {
+        if (threadIdx.x == 0) losses[n] = tg < 0 ? 0.0f : __int_as_float(0x7fc00000);
+        return;
+    }
+    const float* z = logits + (long)n * VP;
+    float ztg = z[tg];
+    SoftmaxState st = row_stats(z);
+    if (threadIdx.x == 0) losses[n] = st.m + logf(st.s) - ztg;
+}
+% end
+
+% if emit.crossentropy_fused then
+// Two sweeps over the row: the running statistics, then dlogit = exp(z - max) * (dloss / sum),
+// minus dloss at the target, written over the logit it came from.
+{{ signature("crossentropy_fused") }} {
+    const int n = blockIdx.x;
+    if (n >= N) return;
+    const int tg = targets[n];
+    float* z = logits + (long)n * VP;
+    if (tg < 0 || tg >= V) {
+        if (threadIdx.x == 0) losses[n] = tg < 0 ? 0.0f : __int_as_float(0x7fc00000);
+        for (int i = threadIdx.x; i < VP; i += BLOCK) z[i] = 0.0f;
+        return;
+    }
+    float ztg = z[tg]; // read before any thread overwrites the row (row_stats has barriers)
+    SoftmaxState st = row_stats(z);
+    if (threadIdx.x == 0) losses[n] = st.m + logf(st.s) - ztg;
+    const float k = dloss / st.s;
+% if VEC == 4 then
+    for (int i = threadIdx.x * 4; i < V4; i += BLOCK * 4) {
+        hyp_f128 x = hyp_load128(z + i);
+        hyp_f128 g = f128(expf(x[0] - st.m) * k, expf(x[1] - st.m) * k, expf(x[2] - st.m) * k, expf(x[3] - st.m) * k);
+        const int d = tg - i; // the one-hot lands in this vector?
+        if (d == 0) g[0] -= dloss; else if (d == 1) g[1] -= dloss; else if (d == 2) g[2] -= dloss; else if (d == 3) g[3] -= dloss;
+        hyp_store128(z + i, g);
+    }
+    for (int i = V4 + threadIdx.x; i < VP; i += BLOCK) z[i] = i < V ? expf(z[i] - st.m) * k - (i == tg ? dloss : 0.0f) : 0.0f;
+% else
+    for (int i = threadIdx.x; i < VP; i += BLOCK) z[i] = i < V ? expf(z[i] - st.m) * k - (i == tg ? dloss : 0.0f) : 0.0f;
+% end
+}
+% end

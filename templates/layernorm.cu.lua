@@ -1,0 +1,223 @@
+--[[ hyperion template
+family = "layernorm"
+doc = "LayerNorm over C (biased variance, two-pass), plain and fused with the residual add; backward with deterministic dw/db"
+constants = {
+  C = { "int", doc = "normalized width" },
+  EPS = { "float", default = 1e-5, doc = "added to the variance" },
+  BLOCK = { "int", default = 256, doc = "threads per block (one warp per row in the row kernels)" },
+  SEGS = { "int", default = 64, doc = "row segments of the dw/db reduction (partials in a scratch of 2*SEGS*C floats)" },
+}
+derive = function(K, decide)
+  K.VEC = K.C % 4 == 0 and 4 or 1
+  K.ROWS = K.BLOCK // 32
+  decide("vector_width", K.VEC, K.VEC == 4 and "C % 4 == 0: 16-byte loads" or "C is not a multiple of 4: scalar loads")
+  decide("rows_per_block", K.ROWS, "one warp per row, BLOCK/32 rows per block")
+  decide("dw_segments", K.SEGS, "dw/db: SEGS row segments x 32-column strips write partials, a second kernel sums them in order (deterministic, no atomics)")
+end
+kernels = {
+  { name = "layernorm_fwd", doc = "out = (x - mean) * rstd * w + b; saves mean, rstd [N]; b may be NULL",
+    params = { "float* __restrict__ out", "float* __restrict__ mean", "float* __restrict__ rstd",
+               "const float* __restrict__ inp", "const float* __restrict__ w", "const float* __restrict__ b", "int N" },
+    block = "BLOCK", grid = "cdiv(N, ROWS)" },
+  { name = "residual_layernorm_fwd", doc = "resid = a + r, then layernorm_fwd(resid) in the same pass",
+    params = { "float* __restrict__ resid", "float* __restrict__ out", "float* __restrict__ mean", "float* __restrict__ rstd",
+               "const float* __restrict__ a", "const float* __restrict__ r",
+               "const float* __restrict__ w", "const float* __restrict__ b", "int N" },
+    block = "BLOCK", grid = "cdiv(N, ROWS)" },
+  { name = "layernorm_bwd_dx", doc = "dinp += rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dout * w",
+    params = { "float* __restrict__ dinp", "const float* __restrict__ dout", "const float* __restrict__ inp",
+               "const float* __restrict__ w", "const float* __restrict__ mean", "const float* __restrict__ rstd", "int N" },
+    block = "BLOCK", grid = "cdiv(N, ROWS)" },
+  { name = "residual_layernorm_bwd_dx", doc = "dinp += layernorm input gradient + dres (the residual branch's gradient)",
+    params = { "float* __restrict__ dinp", "const float* __restrict__ dres", "const float* __restrict__ dout",
+               "const float* __restrict__ inp", "const float* __restrict__ w", "const float* __restrict__ mean",
+               "const float* __restrict__ rstd", "int N" },
+    block = "BLOCK", grid = "cdiv(N, ROWS)" },
+  { name = "layernorm_bwd_dw", doc = "partial[s] = (sum dout * xhat, sum dout) over the rows of segment s, per column",
+    params = { "float* __restrict__ partial", "const float* __restrict__ dout", "const float* __restrict__ inp",
+               "const float* __restrict__ mean", "const float* __restrict__ rstd", "int N" },
+    block = "BLOCK", grid = "cdiv(C, 32), SEGS" },
+  { name = "layernorm_bwd_dw_finish", doc = "dw += sum_s partial[s][0], db += sum_s partial[s][1], s ascending; db may be NULL",
+    params = { "float* __restrict__ dw", "float* __restrict__ db", "const float* __restrict__ partial" },
+    block = "BLOCK", grid = "cdiv(C, BLOCK)" },
+}
+ops = {
+  layernorm_fwd = { { "layernorm_fwd", "out1", "out2", "out3", "in1", "in2", "in3", "N" } },
+  layernorm_bwd = { { "layernorm_bwd_dx", "out1", "in1", "in2", "in3", "in4", "in5", "N" },
+                    { "layernorm_bwd_dw", "scratch(2*SEGS*C)", "in1", "in2", "in4", "in5", "N" },
+                    { "layernorm_bwd_dw_finish", "out2", "out3", "scratch(2*SEGS*C)" } },
+}
+]]
+{{ partial("common") }}
+
+// Row kernels: warp `threadIdx.x / 32` of the block handles row n; lane l holds the columns
+// l*VEC + k*32*VEC. Reductions are warp shuffles (fixed order).
+#define FOR_ROW(c) for (int c = (threadIdx.x & 31) * VEC; c < C; c += 32 * VEC)
+
+__device__ __forceinline__ float row_sum(const float* x) {
+    float s = 0.0f;
+    FOR_ROW(c) {
+% if VEC == 4 then
+        hyp_f128 v = hyp_load128(x + c);
+        s += (v[0] + v[1]) + (v[2] + v[3]);
+% else
+        s += x[c];
+% end
+    }
+    return hyp_warp_sum(s);
+}
+__device__ __forceinline__ float row_var(const float* x, float m) {
+    float s = 0.0f;
+    FOR_ROW(c) {
+% if VEC == 4 then
+        hyp_f128 v = hyp_load128(x + c);
+        float a = v[0] - m, b = v[1] - m, d = v[2] - m, e = v[3] - m;
+        s += (a * a + b * b) + (d * d + e * e);
+% else
+        float a = x[c] - m;
+        s += a * a;
+% end
+    }
+    return hyp_warp_sum(s);
+}
+// out = (x - m) * r * w + b, with the statistics saved by lane 0
+__device__ __forceinline__ void ln_normalize(float* o, const float* x, const float* w, const float* b,
+                                             float* mean, float* rstd, int n) {
+    float m = row_sum(x) / C;
+    float r = 1.0f / sqrtf(row_var(x, m) / C + EPS);
+    FOR_ROW(c) {
+% if VEC == 4 then
+        hyp_f128 v = hyp_load128(x + c), ww = hyp_load128(w + c);
+        hyp_f128 bb = b ? hyp_load128(b + c) : f128(0.0f, 0.0f, 0.0f, 0.0f);
+        hyp_store128(o + c, f128((v[0] - m) * r * ww[0] + bb[0], (v[1] - m) * r * ww[1] + bb[1],
+                          (v[2] - m) * r * ww[2] + bb[2], (v[3] - m) * r * ww[3] + bb[3]));
+% else
+        o[c] = (x[c] - m) * r * w[c] + (b ? b[c] : 0.0f);
+% end
+    }
+    if ((threadIdx.x & 31) == 0) {
+        if (mean) mean[n] = m;
+        rstd[n] = r;
+    }
+}
+
+% if emit.layernorm_fwd then
+{{ signature("layernorm_fwd") }} {
+    int n = blockIdx.x * ROWS + (threadIdx.x >> 5);
+    if (n >= N) return;
+    ln_normalize(out + (long)n * C, inp + (long)n * C, w, b, mean, rstd, n);
+}
+% end
+
+% if emit.residual_layernorm_fwd then
+// The residual add and the norm in one pass over the row: resid is written, then re-read by the
+// same lanes (same columns, same thread: no barrier needed) for the statistics and the output.
+{{ signature("residual_layernorm_fwd") }} {
+    int n = blockIdx.x * ROWS + (threadIdx.x >> 5);
+    if (n >= N) return;
+    long off = (long)n * C;
+    FOR_ROW(c) {
+% if VEC == 4 then
+        hyp_f128 x = hyp_load128(a + off + c), y = hyp_load128(r + off + c);
+        hyp_store128(resid + off + c, f128(x[0] + y[0], x[1] + y[1], x[2] + y[2], x[3] + y[3]));
+% else
+        resid[off + c] = a[off + c] + r[off + c];
+% end
+    }
+    ln_normalize(out + off, resid + off, w, b, mean, rstd, n);
+}
+% end
+
+% if emit.layernorm_bwd_dx or emit.residual_layernorm_bwd_dx then
+// dx += r * (g - mean(g) - xhat * mean(g * xhat)) (+ dres), g = dout * w, xhat = (x - m) * r
+__device__ __forceinline__ void ln_backward_row(float* dx, const float* dres, const float* d, const float* x,
+                                                const float* w, float m, float r) {
+    float sg = 0.0f, sgx = 0.0f;
+    FOR_ROW(c) {
+% if VEC == 4 then
+        hyp_f128 dd = hyp_load128(d + c), xx = hyp_load128(x + c), ww = hyp_load128(w + c);
+        float g0 = dd[0] * ww[0], g1 = dd[1] * ww[1], g2 = dd[2] * ww[2], g3 = dd[3] * ww[3];
+        sg += (g0 + g1) + (g2 + g3);
+        sgx += (g0 * (xx[0] - m) * r + g1 * (xx[1] - m) * r) + (g2 * (xx[2] - m) * r + g3 * (xx[3] - m) * r);
+% else
+        float g = d[c] * w[c];
+        sg += g;
+        sgx += g * (x[c] - m) * r;
+% end
+    }
+    sg = hyp_warp_sum(sg) / C;
+    sgx = hyp_warp_sum(sgx) / C;
+    FOR_ROW(c) {
+% if VEC == 4 then
+        hyp_f128 dd = hyp_load128(d + c), xx = hyp_load128(x + c), ww = hyp_load128(w + c), o = hyp_load128(dx + c);
+        hyp_f128 e = dres ? hyp_load128(dres + c) : f128(0.0f, 0.0f, 0.0f, 0.0f);
+        o[0] += r * (dd[0] * ww[0] - sg - (xx[0] - m) * r * sgx) + e[0];
+        o[1] += r * (dd[1] * ww[1] - sg - (xx[1] - m) * r * sgx) + e[1];
+        o[2] += r * (dd[2] * ww[2] - sg - (xx[2] - m) * r * sgx) + e[2];
+        o[3] += r * (dd[3] * ww[3] - sg - (xx[3] - m) * r * sgx) + e[3];
+        hyp_store128(dx + c, o);
+% else
+        dx[c] += r * (d[c] * w[c] - sg - (x[c] - m) * r * sgx) + (dres ? dres[c] : 0.0f);
+% end
+    }
+}
+% end
+
+% if emit.layernorm_bwd_dx then
+{{ signature("layernorm_bwd_dx") }} {
+    int n = blockIdx.x * ROWS + (threadIdx.x >> 5);
+    if (n >= N) return;
+    long off = (long)n * C;
+    ln_backward_row(dinp + off, nullptr, dout + off, inp + off, w, mean[n], rstd[n]);
+}
+% end
+
+% if emit.residual_layernorm_bwd_dx then
+{{ signature("residual_layernorm_bwd_dx") }} {
+    int n = blockIdx.x * ROWS + (threadIdx.x >> 5);
+    if (n >= N) return;
+    long off = (long)n * C;
+    ln_backward_row(dinp + off, dres + off, dout + off, inp + off, w, mean[n], rstd[n]);
+}
+% end
+
+% if emit.layernorm_bwd_dw then
+// Block (strip, s): columns [32*strip, +32) of the rows in segment s; thread (lane, ty) sums rows
+// ty, ty + ROWS, ... of the segment; the ROWS partial sums are then added in ty order.
+{{ signature("layernorm_bwd_dw") }} {
+    __shared__ float sw[ROWS][33], sb[ROWS][33];
+    const int lane = threadIdx.x & 31, ty = threadIdx.x >> 5;
+    const int c = blockIdx.x * 32 + lane;
+    const int per = (N + SEGS - 1) / SEGS, n0 = blockIdx.y * per, n1 = min(N, n0 + per);
+    float aw = 0.0f, ab = 0.0f;
+    if (c < C) {
+        for (int n = n0 + ty; n < n1; n += ROWS) {
+            float d = dout[(long)n * C + c];
+            aw += d * (inp[(long)n * C + c] - mean[n]) * rstd[n];
+            ab += d;
+        }
+    }
+    sw[ty][lane] = aw;
+    sb[ty][lane] = ab;
+    __syncthreads();
+    if (ty == 0 && c < C) {
+        for (int k = 1; k < ROWS; k++) { aw += sw[k][lane]; ab += sb[k][lane]; }
+        partial[(2L * blockIdx.y) * C + c] = aw;
+        partial[(2L * blockIdx.y + 1) * C + c] = ab;
+    }
+}
+% end
+
+% if emit.layernorm_bwd_dw_finish then
+{{ signature("layernorm_bwd_dw_finish") }} {
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    float aw = 0.0f, ab = 0.0f;
+    for (int s = 0; s < SEGS; s++) {
+        aw += partial[(2L * s) * C + c];
+        ab += partial[(2L * s + 1) * C + c];
+    }
+    if (dw) dw[c] += aw;
+    if (db) db[c] += ab;
+}
+% end

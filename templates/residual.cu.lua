@@ -1,0 +1,45 @@
+--[[ hyperion template
+family = "residual"
+doc = "the residual stream's elementwise ops: out = a + b (forward), dst += src (backward fan-in)"
+constants = {
+  BLOCK = { "int", default = 256, doc = "threads per block" },
+}
+kernels = {
+  { name = "add_fwd", doc = "out = a + b over n floats",
+    params = { "float* __restrict__ out", "const float* __restrict__ a", "const float* __restrict__ b", "long n" },
+    block = "BLOCK", grid = "cdiv(n, 4*BLOCK)" },
+  { name = "accumulate", doc = "dst += src over n floats",
+    params = { "float* __restrict__ dst", "const float* __restrict__ src", "long n" },
+    block = "BLOCK", grid = "cdiv(n, 4*BLOCK)" },
+}
+ops = {
+  add_fwd = { { "add_fwd", "out1", "in1", "in2", "N*C" } },
+  accumulate = { { "accumulate", "out1", "in1", "N*C" } },
+}
+]]
+{{ partial("common") }}
+
+% if emit.add_fwd then
+// One thread per 4 values: 16-byte loads and stores, scalars in the tail.
+{{ signature("add_fwd") }} {
+    long i = ((long)blockIdx.x * blockDim.x + threadIdx.x) * 4;
+    if (i + 3 < n) {
+        hyp_f128 x = hyp_load128(a + i), y = hyp_load128(b + i);
+        hyp_store128(out + i, f128(x[0] + y[0], x[1] + y[1], x[2] + y[2], x[3] + y[3]));
+    } else {
+        for (; i < n; i++) out[i] = a[i] + b[i];
+    }
+}
+% end
+
+% if emit.accumulate then
+{{ signature("accumulate") }} {
+    long i = ((long)blockIdx.x * blockDim.x + threadIdx.x) * 4;
+    if (i + 3 < n) {
+        hyp_f128 x = hyp_load128(dst + i), y = hyp_load128(src + i);
+        hyp_store128(dst + i, f128(x[0] + y[0], x[1] + y[1], x[2] + y[2], x[3] + y[3]));
+    } else {
+        for (; i < n; i++) dst[i] += src[i];
+    }
+}
+% end

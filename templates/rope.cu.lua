@@ -1,0 +1,173 @@
+--[[ hyperion template
+family = "rope"
+doc = "RoPE (Hugging Face rotate_half) on the fused QKV rows, and the QKV split/permute to [B, heads, T, HD] with RoPE fused in"
+constants = {
+  NH = { "int", doc = "query heads" },
+  NKV = { "int", doc = "key/value heads" },
+  HD = { "int", doc = "head dim (even when RoPE is used)" },
+  ROPE = { "bool", default = true, doc = "the model uses RoPE (false: the permute kernels only, never rotating)" },
+  THETA = { "float", default = 10000.0, doc = "RoPE base" },
+  BLOCK = { "int", default = 256, doc = "threads per block" },
+}
+derive = function(K, decide)
+  if K.ROPE and K.HD % 2 ~= 0 then error("RoPE needs an even HD, got " .. K.HD) end
+  K.HALF = K.HD // 2
+  K.NQK = K.NH + K.NKV
+  K.R = (K.NH + 2 * K.NKV) * K.HD
+  K.PAIRS = K.ROPE and K.HALF or K.HD -- threads per row of the permute kernels
+  decide("angles", "double", "cos/sin of t * THETA^(-2i/HD) in double, once per (t, i), shared by every head (as the CPU op)")
+end
+local function rope(K) return K.ROPE end
+kernels = {
+  { name = "rope_fwd", when = rope, doc = "out = R(t) inp on the q and k heads of every [N, R] row (t = n % T); v copied",
+    params = { "float* __restrict__ out", "const float* __restrict__ inp", "int N", "int T" },
+    block = "BLOCK", grid = "cdiv(N*HALF, BLOCK)" },
+  { name = "rope_bwd", when = rope, doc = "dinp += R(t)^T dout (the inverse rotation); v: dinp += dout",
+    params = { "float* __restrict__ dinp", "const float* __restrict__ dout", "int N", "int T" },
+    block = "BLOCK", grid = "cdiv(N*HALF, BLOCK)" },
+  { name = "qkv_permute_fwd", doc = "qkv [B, T, R] -> q [B, NH, T, HD], k and v [B, NKV, T, HD]; rotates q and k when rope != 0",
+    params = { "float* __restrict__ q", "float* __restrict__ k", "float* __restrict__ v",
+               "const float* __restrict__ qkv", "int N", "int T", "int rope" },
+    block = "BLOCK", grid = "cdiv(N*PAIRS, BLOCK)" },
+  { name = "qkv_permute_bwd", doc = "dqkv [B, T, R] += the permute's (and rotation's, when rope != 0) transpose of dq, dk, dv",
+    params = { "float* __restrict__ dqkv", "const float* __restrict__ dq", "const float* __restrict__ dk",
+               "const float* __restrict__ dv", "int N", "int T", "int rope" },
+    block = "BLOCK", grid = "cdiv(N*PAIRS, BLOCK)" },
+}
+ops = {
+  rope_fwd = { { "rope_fwd", "out1", "in1", "N", "T" } },
+  rope_bwd = { { "rope_bwd", "out1", "in1", "N", "T" } },
+}
+]]
+// Rotation of the pair (x[i], x[i + HALF]) by angle(t, i) = t * THETA^(-2i/HD):
+//   y[i] = x[i] cos - x[i+HALF] sin,   y[i+HALF] = x[i+HALF] cos + x[i] sin
+// The angle is formed and its cos/sin taken in double, then rounded to float, exactly as the CPU
+// op does (in float, t * inv_freq loses ~t * 6e-8 rad: 5e-4 at t = 8192).
+__device__ __forceinline__ void rope_cs(int t, int i, float sign, float& cs, float& sn) {
+    double ang = (double)t * exp(-(2.0 * i / HD) * log((double)THETA));
+    cs = (float)cos(ang);
+    sn = sign * (float)sin(ang);
+}
+
+% if emit.rope_fwd or emit.rope_bwd then
+// One thread per (row n, pair i): rotates pair i of every q and k head of the row, and copies
+// (or, backward, accumulates) elements i and i + HALF of the v part.
+template <bool BACKWARD>
+__device__ __forceinline__ void rope_rows(float* y, const float* x, int N, int T) {
+    long e = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (e >= (long)N * HALF) return;
+    int n = (int)(e / HALF), i = (int)(e - (long)n * HALF);
+    float cs, sn;
+    rope_cs(n % T, i, BACKWARD ? -1.0f : 1.0f, cs, sn);
+    const float* xr = x + (long)n * R;
+    float* yr = y + (long)n * R;
+    for (int j = 0; j < NQK; j++) {
+        float a = xr[j * HD + i], c = xr[j * HD + i + HALF];
+        if (BACKWARD) {
+            yr[j * HD + i] += a * cs - c * sn;
+            yr[j * HD + i + HALF] += c * cs + a * sn;
+        } else {
+            yr[j * HD + i] = a * cs - c * sn;
+            yr[j * HD + i + HALF] = c * cs + a * sn;
+        }
+    }
+    for (int m = NQK * HD + i; m < R; m += HALF) {
+        if (BACKWARD) yr[m] += xr[m]; else yr[m] = xr[m];
+    }
+}
+% end
+
+% if emit.rope_fwd then
+{{ signature("rope_fwd") }} { rope_rows<false>(out, inp, N, T); }
+% end
+% if emit.rope_bwd then
+{{ signature("rope_bwd") }} { rope_rows<true>(dinp, dout, N, T); }
+% end
+
+// The permuted layouts: head j of row n = b*T + t lives at ((b*HEADS + j) * T + t) * HD.
+__device__ __forceinline__ long head_off(int n, int T, int heads, int j) {
+    int b = n / T, t = n - b * T;
+    return (((long)b * heads + j) * T + t) * HD;
+}
+
+% if emit.qkv_permute_fwd then
+// One thread per (row n, pair i) with rope (it owns elements i and i + HALF of every head), per
+// (row n, element i) without: writes are coalesced along i within each head.
+{{ signature("qkv_permute_fwd") }} {
+    long e = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (e >= (long)N * PAIRS) return;
+    int n = (int)(e / PAIRS), i = (int)(e - (long)n * PAIRS);
+    const float* xr = qkv + (long)n * R;
+% if ROPE then
+    if (rope) {
+        int t = n % T;
+        float cs, sn;
+        rope_cs(t, i, 1.0f, cs, sn);
+        for (int j = 0; j < NQK; j++) {
+            float a = xr[j * HD + i], c = xr[j * HD + i + HALF];
+            float* y = j < NH ? q + head_off(n, T, NH, j) : k + head_off(n, T, NKV, j - NH);
+            y[i] = a * cs - c * sn;
+            y[i + HALF] = c * cs + a * sn;
+        }
+        for (int g = 0; g < NKV; g++) {
+            float* y = v + head_off(n, T, NKV, g);
+            y[i] = xr[(NQK + g) * HD + i];
+            y[i + HALF] = xr[(NQK + g) * HD + i + HALF];
+        }
+        return;
+    }
+    for (int half = 0; half < 2; half++) { // no rotation: elements i and i + HALF
+        int ii = i + half * HALF;
+% else
+    (void)rope;
+    {
+        int ii = i;
+% end
+        for (int j = 0; j < NH; j++) q[head_off(n, T, NH, j) + ii] = xr[j * HD + ii];
+        for (int g = 0; g < NKV; g++) {
+            k[head_off(n, T, NKV, g) + ii] = xr[(NH + g) * HD + ii];
+            v[head_off(n, T, NKV, g) + ii] = xr[(NQK + g) * HD + ii];
+        }
+    }
+}
+% end
+
+% if emit.qkv_permute_bwd then
+{{ signature("qkv_permute_bwd") }} {
+    long e = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (e >= (long)N * PAIRS) return;
+    int n = (int)(e / PAIRS), i = (int)(e - (long)n * PAIRS);
+    float* xr = dqkv + (long)n * R;
+% if ROPE then
+    if (rope) {
+        int t = n % T;
+        float cs, sn;
+        rope_cs(t, i, -1.0f, cs, sn); // the transpose of a rotation is the rotation by -angle
+        for (int j = 0; j < NQK; j++) {
+            const float* y = j < NH ? dq + head_off(n, T, NH, j) : dk + head_off(n, T, NKV, j - NH);
+            float a = y[i], c = y[i + HALF];
+            xr[j * HD + i] += a * cs - c * sn;
+            xr[j * HD + i + HALF] += c * cs + a * sn;
+        }
+        for (int g = 0; g < NKV; g++) {
+            const float* y = dv + head_off(n, T, NKV, g);
+            xr[(NQK + g) * HD + i] += y[i];
+            xr[(NQK + g) * HD + i + HALF] += y[i + HALF];
+        }
+        return;
+    }
+    for (int half = 0; half < 2; half++) {
+        int ii = i + half * HALF;
+% else
+    (void)rope;
+    {
+        int ii = i;
+% end
+        for (int j = 0; j < NH; j++) xr[j * HD + ii] += dq[head_off(n, T, NH, j) + ii];
+        for (int g = 0; g < NKV; g++) {
+            xr[(NH + g) * HD + ii] += dk[head_off(n, T, NKV, g) + ii];
+            xr[(NQK + g) * HD + ii] += dv[head_off(n, T, NKV, g) + ii];
+        }
+    }
+}
+% end

@@ -1,0 +1,931 @@
+/* test_kernels_sim.c — every kernel template (templates/FAMILY.cu.lua), rendered by `gen render` for
+ * a regular and an odd shape, runs under the CPU simulator (runtime/sim.h) and matches the CPU
+ * backend's op (runtime/ops_cpu.h), forward and backward.
+ *
+ * Tolerances, per dtype (|got - want| <= atol + rtol * |want|, atol relative to the largest
+ * |want| of the tensor, so sums whose terms cancel are judged against the scale of the data):
+ *   fp32 ops:           rtol 1e-5, atol 1e-5 * max|want|    (different summation orders, expf vs
+ *                                                            the CPU's polynomial exp: ~1e-7 each)
+ *   fp32, same order:   bit-exact (embedding forward/backward: the GPU kernels add in the CPU's
+ *                                  order, which is what "deterministic" promises)
+ *   bf16 (RNE casts):   bit-exact against an independent bit-level reference
+ *   bf16 (stochastic):  each value is the bf16 just below or just above the fp32 result, and the
+ *                       rate of rounding up matches the fraction (unbiasedness, 5 sigma)
+ *   fp16, fp8 E4M3/E5M2 casts: bit-exact against a brute-force nearest-even (saturating for fp8)
+ *                       encoder written here.
+ * Gradient buffers are prefilled with random values: backward kernels must accumulate (+=).
+ *
+ * Needs the simulator's host compiler (g++); each rendered file is compiled once through the
+ * simulator's cache. Prints one line per check and "N passed, M failed"; exits 1 on failure.
+ */
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fp8.h"
+#include "ops_cpu.h"
+#include "sim.h"
+
+#ifndef HYP_BINARY_DIR
+#define HYP_BINARY_DIR "build"
+#endif
+
+static int g_passed, g_failed;
+static char g_tmp[320]; /* where the rendered sources go */
+
+static void report(int ok, const char *name, const char *fmt, ...) {
+    char detail[600] = "";
+    if (fmt) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(detail, sizeof detail, fmt, ap);
+        va_end(ap);
+    }
+    printf("%s %s%s%s\n", ok ? "ok  " : "FAIL", name, detail[0] ? ": " : "", detail);
+    if (ok) g_passed++;
+    else g_failed++;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Data */
+
+static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
+static float frand(void) { /* uniform in [-1, 1) */
+    g_rng ^= g_rng << 13;
+    g_rng ^= g_rng >> 7;
+    g_rng ^= g_rng << 17;
+    return (float)((g_rng >> 40) * (1.0 / 8388608.0)) - 1.0f;
+}
+static int irand(int n) { return (int)((frand() + 1.0f) * 0.5f * n) % n; }
+
+/* 64-byte aligned (the runtime's arena alignment), zeroed, counted for cleanup */
+static void *g_allocs[4096];
+static int g_nallocs;
+static void *zalloc(size_t bytes) {
+    size_t sz = (bytes + 63) & ~(size_t)63;
+    void *p = aligned_alloc(64, sz ? sz : 64);
+    if (!p) {
+        fprintf(stderr, "out of memory\n");
+        exit(1);
+    }
+    memset(p, 0, sz ? sz : 64);
+    if (g_nallocs < 4096) g_allocs[g_nallocs++] = p;
+    return p;
+}
+static float *fbuf(long n) { return zalloc((size_t)n * sizeof(float)); }
+static float *frandbuf(long n, float scale) {
+    float *p = fbuf(n);
+    for (long i = 0; i < n; i++) p[i] = scale * frand();
+    return p;
+}
+static float *fcopy(const float *x, long n) {
+    float *p = fbuf(n);
+    memcpy(p, x, (size_t)n * sizeof(float));
+    return p;
+}
+static void free_all(void) {
+    for (int i = 0; i < g_nallocs; i++) free(g_allocs[i]);
+    g_nallocs = 0;
+}
+
+/* fp32 comparison: |got - want| <= atol_rel * max|want| + rtol * |want|; NaN matches NaN. */
+static void check_f32(const char *name, const float *got, const float *want, long n, double rtol,
+                      double atol_rel) {
+    double maxw = 0.0;
+    for (long i = 0; i < n; i++)
+        if (isfinite(want[i]) && fabs(want[i]) > maxw) maxw = fabs(want[i]);
+    double atol = atol_rel * maxw;
+    long bad = 0, first_bad = -1;
+    double worst = 0.0;
+    for (long i = 0; i < n; i++) {
+        if (isnan(want[i]) && isnan(got[i])) continue;
+        double d = fabs((double)got[i] - (double)want[i]);
+        if (!(d <= atol + rtol * fabs(want[i]))) {
+            if (first_bad < 0) first_bad = i;
+            bad++;
+        } else if (d > worst) {
+            worst = d;
+        }
+    }
+    if (bad)
+        report(0, name, "%ld of %ld values beyond tolerance; first [%ld]: got %.9g want %.9g", bad, n,
+               first_bad, got[first_bad], want[first_bad]);
+    else
+        report(1, name, "max |err| %.3g (scale %.3g)", worst, maxw);
+}
+#define TOL_F32 1e-5, 1e-5
+
+static void check_exact(const char *name, const void *got, const void *want, size_t bytes) {
+    const unsigned char *a = got, *b = want;
+    size_t i = 0;
+    while (i < bytes && a[i] == b[i]) i++;
+    if (i == bytes) report(1, name, "bit-exact (%zu bytes)", bytes);
+    else report(0, name, "first difference at byte %zu of %zu", i, bytes);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Rendering, compiling, launching */
+
+typedef struct {
+    hyp_sim_module *m;
+    char what[160];
+} mod_t;
+
+static int open_family(mod_t *md, const char *family, const char *consts, const char *tag) {
+    char cu[512], cmd[1536];
+    snprintf(md->what, sizeof md->what, "%s[%s]", family, tag);
+    snprintf(cu, sizeof cu, "%s/%s_%s.cu", g_tmp, family, tag);
+    snprintf(cmd, sizeof cmd, "'%s/generator/gen' render %s %s -o '%s'", HYP_BINARY_DIR, family, consts, cu);
+    if (system(cmd) != 0) {
+        report(0, md->what, "gen render failed: %s", cmd);
+        md->m = NULL;
+        return -1;
+    }
+    hyp_err e = {{0}};
+    if (hyp_sim_open(cu, NULL, &md->m, &e)) {
+        report(0, md->what, "hyp_sim_open: %s", e.msg);
+        md->m = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+static void close_family(mod_t *md) {
+    if (md->m) hyp_sim_unload(md->m);
+    md->m = NULL;
+}
+
+static void launch(mod_t *md, const char *kernel, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                   void **args) {
+    hyp_err e = {{0}};
+    if (hyp_sim_launch(md->m, kernel, hyp_dim3_of(gx, gy, gz), hyp_dim3_of(bx, 1, 1), 0, args, NULL, &e)) {
+        char name[256];
+        snprintf(name, sizeof name, "%s %s launch", md->what, kernel);
+        report(0, name, "%s", e.msg);
+    }
+}
+
+static unsigned cdiv(long a, long b) { return (unsigned)((a + b - 1) / b); }
+
+#define NAME(buf, ...) (snprintf(buf, sizeof buf, __VA_ARGS__), buf)
+
+/* ------------------------------------------------------------------------------------------ */
+/* Elementwise: gelu, residual add/accumulate, swiglu */
+
+static void test_gelu(const char *tag, long n) {
+    mod_t md;
+    if (open_family(&md, "gelu", "", tag)) return;
+    char nm[200];
+    float *inp = frandbuf(n, 4.0f), *out = fbuf(n), *ref = fbuf(n);
+    void *a1[] = {&out, &inp, &n};
+    launch(&md, "gelu_fwd", cdiv(n, 1024), 1, 1, 256, a1);
+    op_gelu_fwd(ref, inp, n);
+    check_f32(NAME(nm, "gelu_fwd[%s] n=%ld", tag, n), out, ref, n, TOL_F32);
+    float *dout = frandbuf(n, 1.0f), *dinp = frandbuf(n, 1.0f), *dref = fcopy(dinp, n);
+    void *a2[] = {&dinp, &inp, &dout, &n};
+    launch(&md, "gelu_bwd", cdiv(n, 1024), 1, 1, 256, a2);
+    op_gelu_bwd(dref, inp, dout, n);
+    check_f32(NAME(nm, "gelu_bwd[%s] accumulates", tag), dinp, dref, n, TOL_F32);
+    close_family(&md);
+}
+
+static void test_residual(const char *tag, long n) {
+    mod_t md;
+    if (open_family(&md, "residual", "", tag)) return;
+    char nm[200];
+    float *a = frandbuf(n, 1.0f), *b = frandbuf(n, 1.0f), *out = fbuf(n), *ref = fbuf(n);
+    void *a1[] = {&out, &a, &b, &n};
+    launch(&md, "add_fwd", cdiv(n, 1024), 1, 1, 256, a1);
+    op_add_fwd(ref, a, b, n);
+    check_exact(NAME(nm, "add_fwd[%s] n=%ld", tag, n), out, ref, (size_t)n * 4);
+    float *dst = frandbuf(n, 1.0f), *dref = fcopy(dst, n);
+    void *a2[] = {&dst, &a, &n};
+    launch(&md, "accumulate", cdiv(n, 1024), 1, 1, 256, a2);
+    op_accumulate(dref, a, n);
+    check_exact(NAME(nm, "accumulate[%s]", tag), dst, dref, (size_t)n * 4);
+    close_family(&md);
+}
+
+static void test_swiglu(const char *tag, int N, int H) {
+    char consts[64], nm[200];
+    snprintf(consts, sizeof consts, "H=%d", H);
+    mod_t md;
+    if (open_family(&md, "swiglu", consts, tag)) return;
+    int vec = H % 4 == 0 ? 4 : 1;
+    long n2 = 2L * N * H, n1 = (long)N * H;
+    float *inp = frandbuf(n2, 3.0f), *out = fbuf(n1), *ref = fbuf(n1);
+    void *a1[] = {&out, &inp, &N};
+    launch(&md, "swiglu_fwd", cdiv(n1, 256L * vec), 1, 1, 256, a1);
+    op_swiglu_fwd(ref, inp, N, H);
+    check_f32(NAME(nm, "swiglu_fwd[%s] N=%d H=%d", tag, N, H), out, ref, n1, TOL_F32);
+    float *dout = frandbuf(n1, 1.0f), *dinp = frandbuf(n2, 1.0f), *dref = fcopy(dinp, n2);
+    void *a2[] = {&dinp, &dout, &inp, &N};
+    launch(&md, "swiglu_bwd", cdiv(n1, 256L * vec), 1, 1, 256, a2);
+    op_swiglu_bwd(dref, dout, inp, N, H);
+    check_f32(NAME(nm, "swiglu_bwd[%s] accumulates", tag), dinp, dref, n2, TOL_F32);
+    close_family(&md);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Embedding: forward and the deterministic backward, bit-exact against the CPU */
+
+static void test_embedding(const char *tag, int B, int T, int C, int V, int wpe) {
+    char consts[96], nm[200];
+    snprintf(consts, sizeof consts, "C=%d V=%d WPE=%s", C, V, wpe ? "true" : "false");
+    mod_t md;
+    if (open_family(&md, "embedding", consts, tag)) return;
+    int N = B * T, vec = C % 4 == 0 ? 4 : 1, CV = C / vec;
+    int32_t *tok = zalloc((size_t)N * sizeof *tok);
+    for (int i = 0; i < N; i++) tok[i] = irand(V < 8 ? V : V / 4); /* repeats: buckets with several rows */
+    float *wte = frandbuf((long)V * C, 1.0f), *wpe_ = wpe ? frandbuf((long)T * C, 1.0f) : NULL;
+    float *out = fbuf((long)N * C), *ref = fbuf((long)N * C);
+    void *a1[] = {&out, &tok, &wte, &wpe_, &N, &T};
+    launch(&md, "embedding_fwd", cdiv((long)N * CV, 256), 1, 1, 256, a1);
+    op_embedding_fwd(ref, tok, wte, wpe_, B, T, C);
+    check_exact(NAME(nm, "embedding_fwd[%s] B=%d T=%d C=%d V=%d", tag, B, T, C, V), out, ref, (size_t)N * C * 4);
+    /* backward: a few ignored (negative) tokens; prefilled gradients */
+    tok[0] = -1;
+    if (N > 5) tok[5] = -1;
+    float *dout = frandbuf((long)N * C, 1.0f);
+    float *dwte = frandbuf((long)V * C, 1.0f), *dwte_ref = fcopy(dwte, (long)V * C);
+    float *dwpe = wpe ? frandbuf((long)T * C, 1.0f) : NULL, *dwpe_ref = wpe ? fcopy(dwpe, (long)T * C) : NULL;
+    void *a2[] = {&dwte, &dout, &tok, &N};
+    launch(&md, "embedding_bwd_wte", cdiv(V, 64), cdiv(CV, 256), 1, 256, a2);
+    if (wpe) {
+        void *a3[] = {&dwpe, &dout, &B, &T};
+        launch(&md, "embedding_bwd_wpe", cdiv((long)T * CV, 256), 1, 1, 256, a3);
+    }
+    op_embedding_bwd(dwte_ref, dwpe_ref, dout, tok, B, T, C, V);
+    check_exact(NAME(nm, "embedding_bwd_wte[%s] deterministic, CPU order", tag), dwte, dwte_ref, (size_t)V * C * 4);
+    if (wpe) check_exact(NAME(nm, "embedding_bwd_wpe[%s]", tag), dwpe, dwpe_ref, (size_t)T * C * 4);
+    close_family(&md);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* LayerNorm (plain and fused with the residual add) */
+
+static void test_layernorm(const char *tag, int N, int C) {
+    char consts[64], nm[200];
+    snprintf(consts, sizeof consts, "C=%d EPS=1e-5", C);
+    mod_t md;
+    if (open_family(&md, "layernorm", consts, tag)) return;
+    const float eps = 1e-5f;
+    const int SEGS = 64;
+    long nc = (long)N * C;
+    float *inp = frandbuf(nc, 2.0f), *w = frandbuf(C, 1.0f), *b = frandbuf(C, 1.0f);
+    for (int c = 0; c < C; c++) w[c] += 1.0f;
+    for (long i = 0; i < nc; i++) inp[i] += 0.5f; /* a nonzero mean */
+    float *out = fbuf(nc), *mean = fbuf(N), *rstd = fbuf(N);
+    float *oref = fbuf(nc), *mref = fbuf(N), *rref = fbuf(N);
+    void *a1[] = {&out, &mean, &rstd, &inp, &w, &b, &N};
+    launch(&md, "layernorm_fwd", cdiv(N, 8), 1, 1, 256, a1);
+    op_layernorm_fwd(oref, mref, rref, inp, w, b, N, C, eps);
+    check_f32(NAME(nm, "layernorm_fwd[%s] N=%d C=%d out", tag, N, C), out, oref, nc, TOL_F32);
+    check_f32(NAME(nm, "layernorm_fwd[%s] mean", tag), mean, mref, N, TOL_F32);
+    check_f32(NAME(nm, "layernorm_fwd[%s] rstd", tag), rstd, rref, N, TOL_F32);
+    float *nob = NULL;
+    void *a1b[] = {&out, &mean, &rstd, &inp, &w, &nob, &N};
+    launch(&md, "layernorm_fwd", cdiv(N, 8), 1, 1, 256, a1b);
+    op_layernorm_fwd(oref, mref, rref, inp, w, NULL, N, C, eps);
+    check_f32(NAME(nm, "layernorm_fwd[%s] no bias", tag), out, oref, nc, TOL_F32);
+
+    /* fused residual: resid = a + r, then the norm */
+    float *ra = frandbuf(nc, 1.0f), *rr = frandbuf(nc, 1.0f), *resid = fbuf(nc), *resid_ref = fbuf(nc);
+    void *a2[] = {&resid, &out, &mean, &rstd, &ra, &rr, &w, &b, &N};
+    launch(&md, "residual_layernorm_fwd", cdiv(N, 8), 1, 1, 256, a2);
+    op_add_fwd(resid_ref, ra, rr, nc);
+    op_layernorm_fwd(oref, mref, rref, resid_ref, w, b, N, C, eps);
+    check_exact(NAME(nm, "residual_layernorm_fwd[%s] residual", tag), resid, resid_ref, (size_t)nc * 4);
+    check_f32(NAME(nm, "residual_layernorm_fwd[%s] out = add + layernorm", tag), out, oref, nc, TOL_F32);
+    check_f32(NAME(nm, "residual_layernorm_fwd[%s] rstd", tag), rstd, rref, N, TOL_F32);
+
+    /* backward, with the CPU forward's statistics */
+    op_layernorm_fwd(oref, mref, rref, inp, w, b, N, C, eps);
+    float *dout = frandbuf(nc, 1.0f);
+    float *dinp = frandbuf(nc, 1.0f), *dw = frandbuf(C, 1.0f), *db = frandbuf(C, 1.0f);
+    float *dinp_ref = fcopy(dinp, nc), *dw_ref = fcopy(dw, C), *db_ref = fcopy(db, C);
+    float *partial = fbuf(2L * SEGS * C);
+    void *a3[] = {&dinp, &dout, &inp, &w, &mref, &rref, &N};
+    launch(&md, "layernorm_bwd_dx", cdiv(N, 8), 1, 1, 256, a3);
+    void *a4[] = {&partial, &dout, &inp, &mref, &rref, &N};
+    launch(&md, "layernorm_bwd_dw", cdiv(C, 32), SEGS, 1, 256, a4);
+    void *a5[] = {&dw, &db, &partial};
+    launch(&md, "layernorm_bwd_dw_finish", cdiv(C, 256), 1, 1, 256, a5);
+    op_layernorm_bwd(dinp_ref, dw_ref, db_ref, dout, inp, w, mref, rref, N, C);
+    check_f32(NAME(nm, "layernorm_bwd[%s] dinp accumulates", tag), dinp, dinp_ref, nc, TOL_F32);
+    check_f32(NAME(nm, "layernorm_bwd[%s] dw", tag), dw, dw_ref, C, TOL_F32);
+    check_f32(NAME(nm, "layernorm_bwd[%s] db", tag), db, db_ref, C, TOL_F32);
+
+    /* fused residual backward: dinp += norm gradient + dres (the plan's norm_bwd + accumulate) */
+    float *dres = frandbuf(nc, 1.0f);
+    float *dinp2 = frandbuf(nc, 1.0f), *dinp2_ref = fcopy(dinp2, nc);
+    void *a6[] = {&dinp2, &dres, &dout, &inp, &w, &mref, &rref, &N};
+    launch(&md, "residual_layernorm_bwd_dx", cdiv(N, 8), 1, 1, 256, a6);
+    op_layernorm_bwd(dinp2_ref, NULL, NULL, dout, inp, w, mref, rref, N, C);
+    op_accumulate(dinp2_ref, dres, nc);
+    check_f32(NAME(nm, "residual_layernorm_bwd_dx[%s] = layernorm_bwd + accumulate", tag), dinp2, dinp2_ref, nc, TOL_F32);
+    close_family(&md);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* RMSNorm (plain, fused) and QK-norm */
+
+static void test_rmsnorm(const char *tag, int N, int C, int NH, int NKV, int HD) {
+    char consts[128], nm[200];
+    snprintf(consts, sizeof consts, "C=%d EPS=1e-5 NH=%d NKV=%d HD=%d QK_EPS=1e-6", C, NH, NKV, HD);
+    mod_t md;
+    if (open_family(&md, "rmsnorm", consts, tag)) return;
+    const float eps = 1e-5f, qeps = 1e-6f;
+    const int SEGS = 64;
+    long nc = (long)N * C;
+    float *inp = frandbuf(nc, 2.0f), *w = frandbuf(C, 1.0f);
+    for (int c = 0; c < C; c++) w[c] += 1.0f;
+    float *out = fbuf(nc), *rstd = fbuf(N), *oref = fbuf(nc), *rref = fbuf(N);
+    void *a1[] = {&out, &rstd, &inp, &w, &N};
+    launch(&md, "rmsnorm_fwd", cdiv(N, 8), 1, 1, 256, a1);
+    op_rmsnorm_fwd(oref, rref, inp, w, N, C, eps);
+    check_f32(NAME(nm, "rmsnorm_fwd[%s] N=%d C=%d out", tag, N, C), out, oref, nc, TOL_F32);
+    check_f32(NAME(nm, "rmsnorm_fwd[%s] rstd", tag), rstd, rref, N, TOL_F32);
+
+    float *ra = frandbuf(nc, 1.0f), *rr = frandbuf(nc, 1.0f), *resid = fbuf(nc), *resid_ref = fbuf(nc);
+    void *a2[] = {&resid, &out, &rstd, &ra, &rr, &w, &N};
+    launch(&md, "residual_rmsnorm_fwd", cdiv(N, 8), 1, 1, 256, a2);
+    op_add_fwd(resid_ref, ra, rr, nc);
+    op_rmsnorm_fwd(oref, rref, resid_ref, w, N, C, eps);
+    check_exact(NAME(nm, "residual_rmsnorm_fwd[%s] residual", tag), resid, resid_ref, (size_t)nc * 4);
+    check_f32(NAME(nm, "residual_rmsnorm_fwd[%s] out = add + rmsnorm", tag), out, oref, nc, TOL_F32);
+
+    op_rmsnorm_fwd(oref, rref, inp, w, N, C, eps);
+    float *dout = frandbuf(nc, 1.0f), *dinp = frandbuf(nc, 1.0f), *dw = frandbuf(C, 1.0f);
+    float *dinp_ref = fcopy(dinp, nc), *dw_ref = fcopy(dw, C), *partial = fbuf((long)SEGS * C);
+    void *a3[] = {&dinp, &dout, &inp, &w, &rref, &N};
+    launch(&md, "rmsnorm_bwd_dx", cdiv(N, 8), 1, 1, 256, a3);
+    void *a4[] = {&partial, &dout, &inp, &rref, &N};
+    launch(&md, "rmsnorm_bwd_dw", cdiv(C, 32), SEGS, 1, 256, a4);
+    void *a5[] = {&dw, &partial};
+    launch(&md, "rmsnorm_bwd_dw_finish", cdiv(C, 256), 1, 1, 256, a5);
+    op_rmsnorm_bwd(dinp_ref, dw_ref, dout, inp, w, rref, N, C);
+    check_f32(NAME(nm, "rmsnorm_bwd[%s] dinp accumulates", tag), dinp, dinp_ref, nc, TOL_F32);
+    check_f32(NAME(nm, "rmsnorm_bwd[%s] dw", tag), dw, dw_ref, C, TOL_F32);
+
+    float *dres = frandbuf(nc, 1.0f), *dinp2 = frandbuf(nc, 1.0f), *dinp2_ref = fcopy(dinp2, nc);
+    void *a6[] = {&dinp2, &dres, &dout, &inp, &w, &rref, &N};
+    launch(&md, "residual_rmsnorm_bwd_dx", cdiv(N, 8), 1, 1, 256, a6);
+    op_rmsnorm_bwd(dinp2_ref, NULL, dout, inp, w, rref, N, C);
+    op_accumulate(dinp2_ref, dres, nc);
+    check_f32(NAME(nm, "residual_rmsnorm_bwd_dx[%s] = rmsnorm_bwd + accumulate", tag), dinp2, dinp2_ref, nc, TOL_F32);
+
+    /* QK-norm over [N, (NH + 2 NKV) * HD] */
+    int R = (NH + 2 * NKV) * HD, NQK = NH + NKV;
+    long nr = (long)N * R;
+    float *qin = frandbuf(nr, 2.0f), *qw = frandbuf(HD, 1.0f), *kw = frandbuf(HD, 1.0f);
+    float *qout = fbuf(nr), *qr = fbuf((long)N * NQK), *qout_ref = fbuf(nr), *qr_ref = fbuf((long)N * NQK);
+    void *b1[] = {&qout, &qr, &qin, &qw, &kw, &N};
+    launch(&md, "qknorm_fwd", cdiv((long)N * (NH + 2 * NKV), 8), 1, 1, 256, b1);
+    op_qknorm_fwd(qout_ref, qr_ref, qin, qw, kw, N, NH, NKV, HD, qeps);
+    check_f32(NAME(nm, "qknorm_fwd[%s] NH=%d NKV=%d HD=%d out", tag, NH, NKV, HD), qout, qout_ref, nr, TOL_F32);
+    check_f32(NAME(nm, "qknorm_fwd[%s] rstd", tag), qr, qr_ref, (long)N * NQK, TOL_F32);
+    float *qdout = frandbuf(nr, 1.0f), *qdin = frandbuf(nr, 1.0f), *dqw = frandbuf(HD, 1.0f), *dkw = frandbuf(HD, 1.0f);
+    float *qdin_ref = fcopy(qdin, nr), *dqw_ref = fcopy(dqw, HD), *dkw_ref = fcopy(dkw, HD);
+    float *qpart = fbuf(2L * SEGS * HD);
+    void *b2[] = {&qdin, &qdout, &qin, &qw, &kw, &qr_ref, &N};
+    launch(&md, "qknorm_bwd_dx", cdiv((long)N * (NH + 2 * NKV), 8), 1, 1, 256, b2);
+    void *b3[] = {&qpart, &qdout, &qin, &qr_ref, &N};
+    launch(&md, "qknorm_bwd_dw", cdiv(HD, 32), SEGS, 1, 256, b3);
+    void *b4[] = {&dqw, &dkw, &qpart};
+    launch(&md, "qknorm_bwd_dw_finish", cdiv(HD, 256), 1, 1, 256, b4);
+    op_qknorm_bwd(qdin_ref, dqw_ref, dkw_ref, qdout, qin, qw, kw, qr_ref, N, NH, NKV, HD);
+    check_f32(NAME(nm, "qknorm_bwd[%s] dinp accumulates", tag), qdin, qdin_ref, nr, TOL_F32);
+    check_f32(NAME(nm, "qknorm_bwd[%s] dqw", tag), dqw, dqw_ref, HD, TOL_F32);
+    check_f32(NAME(nm, "qknorm_bwd[%s] dkw", tag), dkw, dkw_ref, HD, TOL_F32);
+    close_family(&md);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* RoPE, the QKV permute (with RoPE fused), and naive attention */
+
+/* [B, T, R] rows -> q [B, NH, T, HD], k, v [B, NKV, T, HD] (and back, accumulating) */
+static void permute_ref(float *q, float *k, float *v, const float *x, int B, int T, int NH, int NKV, int HD) {
+    int R = (NH + 2 * NKV) * HD;
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) {
+            const float *row = x + ((long)b * T + t) * R;
+            for (int j = 0; j < NH + 2 * NKV; j++) {
+                float *dst;
+                if (j < NH) dst = q + (((long)b * NH + j) * T + t) * HD;
+                else if (j < NH + NKV) dst = k + (((long)b * NKV + j - NH) * T + t) * HD;
+                else dst = v + (((long)b * NKV + j - NH - NKV) * T + t) * HD;
+                memcpy(dst, row + (long)j * HD, (size_t)HD * 4);
+            }
+        }
+}
+static void unpermute_ref(float *x, const float *q, const float *k, const float *v, int B, int T, int NH, int NKV, int HD) {
+    int R = (NH + 2 * NKV) * HD;
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) {
+            float *row = x + ((long)b * T + t) * R;
+            for (int j = 0; j < NH + 2 * NKV; j++) {
+                const float *src;
+                if (j < NH) src = q + (((long)b * NH + j) * T + t) * HD;
+                else if (j < NH + NKV) src = k + (((long)b * NKV + j - NH) * T + t) * HD;
+                else src = v + (((long)b * NKV + j - NH - NKV) * T + t) * HD;
+                for (int i = 0; i < HD; i++) row[(long)j * HD + i] += src[i];
+            }
+        }
+}
+
+static void test_rope(const char *tag, int B, int T, int NH, int NKV, int HD, int rope) {
+    char consts[128], nm[200];
+    snprintf(consts, sizeof consts, "NH=%d NKV=%d HD=%d ROPE=%s THETA=10000", NH, NKV, HD, rope ? "true" : "false");
+    mod_t md;
+    if (open_family(&md, "rope", consts, tag)) return;
+    int N = B * T, R = (NH + 2 * NKV) * HD, half = HD / 2, pairs = rope ? half : HD;
+    long nr = (long)N * R, nq = (long)B * NH * T * HD, nk = (long)B * NKV * T * HD;
+    const float theta = 10000.0f;
+    float *x = frandbuf(nr, 1.0f);
+    if (rope) {
+        float *y = fbuf(nr), *yref = fbuf(nr);
+        void *a1[] = {&y, &x, &N, &T};
+        launch(&md, "rope_fwd", cdiv((long)N * half, 256), 1, 1, 256, a1);
+        op_rope_fwd(yref, x, B, T, NH, NKV, HD, theta);
+        check_f32(NAME(nm, "rope_fwd[%s] B=%d T=%d NH=%d NKV=%d HD=%d", tag, B, T, NH, NKV, HD), y, yref, nr, TOL_F32);
+        float *d = frandbuf(nr, 1.0f), *dx = frandbuf(nr, 1.0f), *dx_ref = fcopy(dx, nr);
+        void *a2[] = {&dx, &d, &N, &T};
+        launch(&md, "rope_bwd", cdiv((long)N * half, 256), 1, 1, 256, a2);
+        op_rope_bwd(dx_ref, d, B, T, NH, NKV, HD, theta);
+        check_f32(NAME(nm, "rope_bwd[%s] accumulates", tag), dx, dx_ref, nr, TOL_F32);
+    }
+    for (int r = 0; r <= rope; r++) {
+        /* forward permute (rotating when r) vs the CPU rope then a plain permute */
+        float *q = fbuf(nq), *k = fbuf(nk), *v = fbuf(nk), *qr = fbuf(nq), *kr = fbuf(nk), *vr = fbuf(nk);
+        float *src = x;
+        if (r) {
+            src = fbuf(nr);
+            op_rope_fwd(src, x, B, T, NH, NKV, HD, theta);
+        }
+        void *a3[] = {&q, &k, &v, &x, &N, &T, &r};
+        launch(&md, "qkv_permute_fwd", cdiv((long)N * pairs, 256), 1, 1, 256, a3);
+        permute_ref(qr, kr, vr, src, B, T, NH, NKV, HD);
+        check_f32(NAME(nm, "qkv_permute_fwd[%s] rope=%d q", tag, r), q, qr, nq, TOL_F32);
+        check_f32(NAME(nm, "qkv_permute_fwd[%s] rope=%d k", tag, r), k, kr, nk, TOL_F32);
+        check_exact(NAME(nm, "qkv_permute_fwd[%s] rope=%d v", tag, r), v, vr, (size_t)nk * 4);
+        /* backward: dqkv += permute^T (rotation^T) of dq, dk, dv */
+        float *dq = frandbuf(nq, 1.0f), *dk = frandbuf(nk, 1.0f), *dv = frandbuf(nk, 1.0f);
+        float *dqkv = frandbuf(nr, 1.0f), *dqkv_ref = fcopy(dqkv, nr);
+        void *a4[] = {&dqkv, &dq, &dk, &dv, &N, &T, &r};
+        launch(&md, "qkv_permute_bwd", cdiv((long)N * pairs, 256), 1, 1, 256, a4);
+        if (r) {
+            float *tmp = fbuf(nr);
+            unpermute_ref(tmp, dq, dk, dv, B, T, NH, NKV, HD);
+            op_rope_bwd(dqkv_ref, tmp, B, T, NH, NKV, HD, theta);
+        } else {
+            unpermute_ref(dqkv_ref, dq, dk, dv, B, T, NH, NKV, HD);
+        }
+        check_f32(NAME(nm, "qkv_permute_bwd[%s] rope=%d accumulates", tag, r), dqkv, dqkv_ref, nr, TOL_F32);
+    }
+    close_family(&md);
+}
+
+/* The attention op as the runtime runs it (kernels/kernels.json): permute, scores, softmax, P@V;
+ * backward: permute, dP, softmax backward, dQ, dK/dV, permute back. With rope != 0 the permutes
+ * rotate (v2166: RoPE fused into the split/permute) and the input is the pre-RoPE QKV. */
+static void test_attention(const char *tag, int B, int T, int NH, int NKV, int HD, int rope) {
+    char consts[128], nm[200];
+    mod_t ma, mr;
+    snprintf(consts, sizeof consts, "NH=%d NKV=%d HD=%d", NH, NKV, HD);
+    if (open_family(&ma, "attention_naive", consts, tag)) return;
+    snprintf(consts, sizeof consts, "NH=%d NKV=%d HD=%d ROPE=%s", NH, NKV, HD, rope ? "true" : "false");
+    if (open_family(&mr, "rope", consts, tag)) {
+        close_family(&ma);
+        return;
+    }
+    const int TQ = 32; /* the template's score tile for HD <= 160 */
+    int N = B * T, R = (NH + 2 * NKV) * HD, pairs = rope ? HD / 2 : HD, OC = NH * HD;
+    long nr = (long)N * R, nq = (long)B * NH * T * HD, nk = (long)B * NKV * T * HD, na = (long)B * NH * T * T;
+    const float theta = 10000.0f;
+    float *qkv = frandbuf(nr, 1.5f);
+    float *q = fbuf(nq), *k = fbuf(nk), *v = fbuf(nk), *att = fbuf(na), *out = fbuf((long)N * OC);
+    void *p1[] = {&q, &k, &v, &qkv, &N, &T, &rope};
+    launch(&mr, "qkv_permute_fwd", cdiv((long)N * pairs, 256), 1, 1, 256, p1);
+    void *s1[] = {&att, &q, &k, &T};
+    launch(&ma, "attention_scores", cdiv(T, TQ), cdiv(T, 32), B * NH, 256, s1);
+    void *s2[] = {&att, &B, &T};
+    launch(&ma, "attention_softmax_fwd", cdiv((long)B * NH * T, 8), 1, 1, 256, s2);
+    void *s3[] = {&out, &att, &v, &T};
+    launch(&ma, "attention_value", cdiv(T, 32), B * NH, 1, 256, s3);
+    float *src = qkv;
+    if (rope) {
+        src = fbuf(nr);
+        op_rope_fwd(src, qkv, B, T, NH, NKV, HD, theta);
+    }
+    float *att_ref = fbuf(na), *out_ref = fbuf((long)N * OC);
+    op_attention_fwd(out_ref, att_ref, src, B, T, NH, NKV, HD);
+    check_f32(NAME(nm, "attention_fwd[%s] B=%d T=%d NH=%d NKV=%d HD=%d rope=%d P", tag, B, T, NH, NKV, HD, rope), att, att_ref, na, TOL_F32);
+    check_f32(NAME(nm, "attention_fwd[%s] out", tag), out, out_ref, (long)N * OC, TOL_F32);
+
+    /* backward (from the CPU's probabilities) */
+    float *dout = frandbuf((long)N * OC, 1.0f), *datt = fbuf(na), *datt_ref = fbuf(na);
+    float *dq = fbuf(nq), *dk = fbuf(nk), *dv = fbuf(nk);
+    float *dqkv = frandbuf(nr, 1.0f), *dqkv_ref = fcopy(dqkv, nr);
+    launch(&mr, "qkv_permute_fwd", cdiv((long)N * pairs, 256), 1, 1, 256, p1);
+    void *b1[] = {&datt, &dout, &v, &T};
+    launch(&ma, "attention_bwd_datt", cdiv(T, TQ), cdiv(T, 32), B * NH, 256, b1);
+    void *b2[] = {&datt, &att_ref, &B, &T};
+    launch(&ma, "attention_softmax_bwd", cdiv((long)B * NH * T, 8), 1, 1, 256, b2);
+    void *b3[] = {&dq, &datt, &k, &T};
+    launch(&ma, "attention_bwd_dq", cdiv(T, 32), B * NH, 1, 256, b3);
+    void *b4[] = {&dk, &dv, &datt, &att_ref, &q, &dout, &T};
+    launch(&ma, "attention_bwd_dkv", cdiv(T, 32), B * NKV, 2, 256, b4);
+    void *b5[] = {&dqkv, &dq, &dk, &dv, &N, &T, &rope};
+    launch(&mr, "qkv_permute_bwd", cdiv((long)N * pairs, 256), 1, 1, 256, b5);
+    if (rope) {
+        float *dsrc = fbuf(nr);
+        op_attention_bwd(dsrc, datt_ref, dout, src, att_ref, B, T, NH, NKV, HD);
+        op_rope_bwd(dqkv_ref, dsrc, B, T, NH, NKV, HD, theta);
+    } else {
+        op_attention_bwd(dqkv_ref, datt_ref, dout, src, att_ref, B, T, NH, NKV, HD);
+    }
+    check_f32(NAME(nm, "attention_bwd[%s] dscore", tag), datt, datt_ref, na, TOL_F32);
+    check_f32(NAME(nm, "attention_bwd[%s] dqkv accumulates%s", tag, rope ? " (through the fused RoPE)" : ""), dqkv, dqkv_ref, nr, TOL_F32);
+    close_family(&ma);
+    close_family(&mr);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Classifier */
+
+static void test_classifier(const char *tag, int N, int V, int Vp) {
+    char consts[96], nm[200];
+    snprintf(consts, sizeof consts, "V=%d VP=%d", V, Vp);
+    mod_t md;
+    if (open_family(&md, "classifier", consts, tag)) return;
+    long nl = (long)N * Vp;
+    float *logits = frandbuf(nl, 4.0f);
+    int32_t *tg = zalloc((size_t)N * sizeof *tg);
+    for (int i = 0; i < N; i++) tg[i] = irand(V);
+    tg[0] = V - 1;           /* the last valid column (a tail element when V % 4 != 0) */
+    if (N > 2) tg[2] = -1;   /* ignored */
+    if (N > 3) tg[3] = V;    /* a data error: NaN loss, zero gradient */
+    float *loss = fbuf(N), *loss_ref = fbuf(N);
+    void *a1[] = {&loss, &logits, &tg, &N};
+    launch(&md, "crossentropy_fwd", N, 1, 1, 512, a1);
+    op_crossentropy_fwd(loss_ref, logits, tg, N, V, Vp);
+    check_f32(NAME(nm, "crossentropy_fwd[%s] N=%d V=%d Vp=%d", tag, N, V, Vp), loss, loss_ref, N, TOL_F32);
+    float dloss = 1.0f / N;
+    float *z = fcopy(logits, nl), *zref = fcopy(logits, nl);
+    void *a2[] = {&loss, &z, &tg, &dloss, &N};
+    launch(&md, "crossentropy_fused", N, 1, 1, 512, a2);
+    op_crossentropy_fused(loss_ref, zref, tg, dloss, N, V, Vp);
+    check_f32(NAME(nm, "crossentropy_fused[%s] losses", tag), loss, loss_ref, N, TOL_F32);
+    check_f32(NAME(nm, "crossentropy_fused[%s] dlogits in place (padding, ignored rows 0)", tag), z, zref, nl, TOL_F32);
+    close_family(&md);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* bf16 / fp16 / fp8 references (independent of cuda_*.h) */
+
+static float f32_of_bits(uint32_t b) { float f; memcpy(&f, &b, 4); return f; }
+static uint32_t bits_of_f32(float f) { uint32_t b; memcpy(&b, &f, 4); return b; }
+static uint16_t bf16_rne(float x) {
+    uint32_t b = bits_of_f32(x);
+    if ((b & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((b >> 16) | 0x40); /* NaN stays NaN */
+    return (uint16_t)((b + 0x7fffu + ((b >> 16) & 1u)) >> 16);
+}
+static float bf16_val(uint16_t h) { return f32_of_bits((uint32_t)h << 16); }
+
+/* A minifloat with E exponent bits, M mantissa bits, bias: value of a non-negative code. */
+static double mf_value(unsigned code, int E, int M, int bias) {
+    unsigned e = (code >> M) & ((1u << E) - 1), m = code & ((1u << M) - 1);
+    if (e == 0) return ldexp((double)m, 1 - bias - M);
+    return ldexp(1.0 + (double)m / (1 << M), (int)e - bias);
+}
+/* Round to nearest even; saturating (fp8 SATFINITE) or to infinity (fp16). maxcode: largest
+ * finite code; infcode: the +inf code or 0 when the format has none; nancode: a NaN code. */
+static unsigned mf_encode(float xf, int E, int M, int bias, unsigned maxcode, unsigned infcode,
+                          unsigned nancode, int saturate) {
+    unsigned sign = signbit(xf) ? 1u << (E + M) : 0u;
+    if (isnan(xf)) return nancode;
+    double x = fabs((double)xf);
+    double maxv = mf_value(maxcode, E, M, bias);
+    if (x >= maxv) {
+        if (saturate || !infcode) return sign | maxcode;
+        double ulp = maxv - mf_value(maxcode - 1, E, M, bias);
+        return sign | (x >= maxv + ulp / 2 ? infcode : maxcode);
+    }
+    unsigned lo = 0, hi = maxcode; /* largest code with value <= x */
+    while (lo < hi) {
+        unsigned mid = (lo + hi + 1) / 2;
+        if (mf_value(mid, E, M, bias) <= x) lo = mid;
+        else hi = mid - 1;
+    }
+    double a = mf_value(lo, E, M, bias), b = mf_value(lo + 1, E, M, bias);
+    unsigned c = (x - a < b - x) ? lo : (x - a > b - x) ? lo + 1 : ((lo & 1u) ? lo + 1 : lo);
+    return sign | c;
+}
+
+static void test_cast(const char *tag, long n) {
+    mod_t md;
+    if (open_family(&md, "cast", "", tag)) return;
+    char nm[200];
+    float *x = fbuf(n);
+    for (long i = 0; i < n; i++) x[i] = frand() * ldexpf(1.0f, irand(40) - 20); /* wide range */
+    x[0] = 0.0f;
+    if (n > 8) {
+        x[1] = -0.0f; x[2] = 1e30f; x[3] = -1e30f; x[4] = 1.00390625f; /* a bf16 tie */
+        x[5] = 448.0f; x[6] = 464.0f; x[7] = 1e-9f;
+    }
+    /* bf16 */
+    uint16_t *hb = zalloc((size_t)n * 2), *hb_ref = zalloc((size_t)n * 2);
+    for (long i = 0; i < n; i++) hb_ref[i] = bf16_rne(x[i]);
+    void *a1[] = {&hb, &x, &n};
+    launch(&md, "cast_f32_bf16", cdiv(n, 1024), 1, 1, 256, a1);
+    check_exact(NAME(nm, "cast_f32_bf16[%s] n=%ld round to nearest even", tag, n), hb, hb_ref, (size_t)n * 2);
+    float *y = fbuf(n), *yref = fbuf(n);
+    for (long i = 0; i < n; i++) yref[i] = bf16_val(hb_ref[i]);
+    void *a2[] = {&y, &hb_ref, &n};
+    launch(&md, "cast_bf16_f32", cdiv(n, 1024), 1, 1, 256, a2);
+    check_exact(NAME(nm, "cast_bf16_f32[%s]", tag), y, yref, (size_t)n * 4);
+    /* fp16 */
+    uint16_t *hh = zalloc((size_t)n * 2), *hh_ref = zalloc((size_t)n * 2);
+    for (long i = 0; i < n; i++) hh_ref[i] = (uint16_t)mf_encode(x[i], 5, 10, 15, 0x7bff, 0x7c00, 0x7e00, 0);
+    void *a3[] = {&hh, &x, &n};
+    launch(&md, "cast_f32_f16", cdiv(n, 1024), 1, 1, 256, a3);
+    check_exact(NAME(nm, "cast_f32_f16[%s] round to nearest even, overflow to inf", tag), hh, hh_ref, (size_t)n * 2);
+    for (long i = 0; i < n; i++) {
+        unsigned c = hh_ref[i] & 0x7fff;
+        double v = c >= 0x7c00 ? INFINITY : mf_value(c, 5, 10, 15);
+        yref[i] = (float)((hh_ref[i] & 0x8000) ? -v : v);
+    }
+    void *a4[] = {&y, &hh_ref, &n};
+    launch(&md, "cast_f16_f32", cdiv(n, 1024), 1, 1, 256, a4);
+    check_exact(NAME(nm, "cast_f16_f32[%s]", tag), y, yref, (size_t)n * 4);
+    /* fp8, scaled, with the fused amax */
+    const char *names[2] = {"e4m3", "e5m2"};
+    for (int f = 0; f < 2; f++) {
+        int E = f ? 5 : 4, M = f ? 2 : 3, bias = f ? 15 : 7;
+        unsigned maxc = f ? 0x7b : 0x7e, nanc = f ? 0x7f : 0x7f;
+        float *scale = fbuf(1), *amax = fbuf(1), *sinv = fbuf(1);
+        scale[0] = f ? 0.5f : 2.0f;
+        uint8_t *q = zalloc((size_t)n), *q_ref = zalloc((size_t)n);
+        float amax_ref = 0.0f;
+        for (long i = 0; i < n; i++) {
+            q_ref[i] = (uint8_t)mf_encode(x[i] * scale[0], E, M, bias, maxc, 0, nanc, 1);
+            if (fabsf(x[i]) > amax_ref) amax_ref = fabsf(x[i]);
+        }
+        char kn[32];
+        snprintf(kn, sizeof kn, "cast_f32_%s", names[f]);
+        void *a5[] = {&q, &x, &scale, &amax, &n};
+        launch(&md, kn, cdiv(n, 1024), 1, 1, 256, a5);
+        check_exact(NAME(nm, "%s[%s] scaled, nearest even, saturating", kn, tag), q, q_ref, (size_t)n);
+        check_exact(NAME(nm, "%s[%s] amax", kn, tag), amax, &amax_ref, 4);
+        sinv[0] = 1.0f / scale[0];
+        for (long i = 0; i < n; i++) {
+            double v = mf_value(q_ref[i] & 0x7f, E, M, bias);
+            yref[i] = (float)((q_ref[i] & 0x80) ? -v : v) * sinv[0];
+        }
+        snprintf(kn, sizeof kn, "cast_%s_f32", names[f]);
+        void *a6[] = {&y, &q_ref, &sinv, &n};
+        launch(&md, kn, cdiv(n, 1024), 1, 1, 256, a6);
+        check_exact(NAME(nm, "%s[%s]", kn, tag), y, yref, (size_t)n * 4);
+    }
+    /* fake quantization (the plan's fp8_quantize op) vs runtime/fp8.h, which is bit-exact with
+     * cuda_fp8.h; and the byte casts vs hyp_fp8_from_float too (a second, independent reference) */
+    for (int f = 0; f < 2; f++) {
+        float *scale = fbuf(1), *sinv = fbuf(1), *amax = fbuf(1);
+        scale[0] = f ? 0.25f : 3.0f;
+        sinv[0] = 1.0f / scale[0];
+        float *fq = fbuf(n), *fq_ref = fcopy(x, n);
+        hyp_fp8_stats st;
+        hyp_fp8_fake_quantize(fq_ref, n, scale[0], sinv[0], f ? HYP_FP8_E5M2 : HYP_FP8_E4M3, &st);
+        char kn[40];
+        snprintf(kn, sizeof kn, "fp8_fake_quantize_%s", names[f]);
+        void *a8[] = {&fq, &x, &scale, &sinv, &amax, &n};
+        launch(&md, kn, cdiv(n, 1024), 1, 1, 256, a8);
+        check_exact(NAME(nm, "%s[%s] = hyp_fp8_fake_quantize", kn, tag), fq, fq_ref, (size_t)n * 4);
+        check_exact(NAME(nm, "%s[%s] amax", kn, tag), amax, &st.amax, 4);
+        uint8_t *qb = zalloc((size_t)n), *qb_ref = zalloc((size_t)n);
+        for (long i = 0; i < n; i++) qb_ref[i] = hyp_fp8_from_float(x[i] * scale[0], f ? HYP_FP8_E5M2 : HYP_FP8_E4M3);
+        float *nul = NULL;
+        snprintf(kn, sizeof kn, "cast_f32_%s", names[f]);
+        void *a9[] = {&qb, &x, &scale, &nul, &n};
+        launch(&md, kn, cdiv(n, 1024), 1, 1, 256, a9);
+        check_exact(NAME(nm, "%s[%s] = hyp_fp8_from_float (no amax)", kn, tag), qb, qb_ref, (size_t)n);
+    }
+    float *am = fbuf(1), am_ref = 0.0f;
+    for (long i = 0; i < n; i++) if (fabsf(x[i]) > am_ref) am_ref = fabsf(x[i]);
+    void *a7[] = {&am, &x, &n};
+    launch(&md, "amax", cdiv(n, 1024), 1, 1, 256, a7);
+    check_exact(NAME(nm, "amax[%s]", tag), am, &am_ref, 4);
+    close_family(&md);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Global norm and AdamW */
+
+static void test_global_norm(const char *tag, long n) {
+    mod_t md;
+    if (open_family(&md, "global_norm", "", tag)) return;
+    char nm[200];
+    float *g = frandbuf(n, 1.0f), *partial = fbuf(512), *out = fbuf(2);
+    void *a1[] = {&partial, &g, &n};
+    double norm = sqrt(op_sumsq(g, n));
+    float maxes[2] = {0.0f, (float)(norm / 2)};
+    for (int c = 0; c < 2; c++) {
+        float mx = maxes[c];
+        launch(&md, "global_norm_partial", 512, 1, 1, 256, a1);
+        void *a2[] = {&out, &partial, &mx};
+        launch(&md, "global_norm_finish", 1, 1, 1, 32, a2);
+        float want[2] = {(float)norm, mx <= 0 ? 1.0f : (float)(mx / (norm + 1e-6))};
+        check_f32(NAME(nm, "global_norm[%s] n=%ld max_norm=%g: norm, clip factor", tag, n, mx), out, want, 2, TOL_F32);
+    }
+    close_family(&md);
+}
+
+typedef struct {
+    float lr, b1, b2, eps, ibc1, ibc2;
+    int t;
+} adam_hp;
+
+static adam_hp adam_params(int t) {
+    adam_hp h = {1e-2f, 0.9f, 0.95f, 1e-8f, 0, 0, t};
+    h.ibc1 = 1.0f / (float)(1.0 - pow((double)h.b1, (double)t)); /* as op_adamw computes them */
+    h.ibc2 = 1.0f / (float)(1.0 - pow((double)h.b2, (double)t));
+    return h;
+}
+
+static int bf16_brackets(uint16_t got, float exact) {
+    uint32_t b = bits_of_f32(exact);
+    uint16_t down = (uint16_t)(b >> 16), up = (uint16_t)(down + 1);
+    return got == down || ((b & 0xffffu) && got == up);
+}
+
+/* sizes: tensor lengths in arena order (each followed by no padding: boundaries may be odd) */
+static void test_adamw(const char *tag, const int *sizes, int nseg) {
+    char nm[200];
+    long n = 0;
+    long *seg_end = zalloc((size_t)nseg * sizeof *seg_end);
+    float *seg_wd = fbuf(nseg);
+    for (int s = 0; s < nseg; s++) {
+        n += sizes[s];
+        seg_end[s] = n;
+        seg_wd[s] = s % 2 ? 0.0f : 0.1f;
+    }
+    adam_hp h = adam_params(3);
+    float *gs = fbuf(1);
+    gs[0] = 0.5f;
+    unsigned seed = 1234;
+    /* fp32 master weights (optionally with the bf16 copy) vs op_adamw per tensor */
+    for (int copy = 0; copy < 2; copy++) {
+        mod_t md;
+        char t2[64];
+        snprintf(t2, sizeof t2, "%s%s", tag, copy ? "_copy" : "");
+        if (open_family(&md, "adamw", copy ? "PARAM=f32 STATES=f32 BF16_COPY=true" : "PARAM=f32 STATES=f32", t2)) return;
+        float *p = frandbuf(n, 1.0f), *g = frandbuf(n, 1.0f), *m = frandbuf(n, 0.1f), *v = fbuf(n);
+        for (long i = 0; i < n; i++) v[i] = 0.01f * (frand() + 1.0f);
+        float *pr = fcopy(p, n), *mr = fcopy(m, n), *vr = fcopy(v, n);
+        uint16_t *pb = zalloc((size_t)n * 2);
+        void *args_plain[] = {&p, &m, &v, &g, &seg_end, &seg_wd, &nseg, &n, &h.lr, &h.b1, &h.b2, &h.eps, &h.ibc1, &h.ibc2, &gs, &seed, &h.t};
+        void *args_copy[] = {&p, &pb, &m, &v, &g, &seg_end, &seg_wd, &nseg, &n, &h.lr, &h.b1, &h.b2, &h.eps, &h.ibc1, &h.ibc2, &gs, &seed, &h.t};
+        launch(&md, "adamw_step", cdiv(n, 1024), 1, 1, 256, copy ? args_copy : args_plain);
+        long off = 0;
+        for (int s = 0; s < nseg; s++) {
+            op_adamw(pr + off, g + off, mr + off, vr + off, sizes[s], h.lr, h.b1, h.b2, h.eps, seg_wd[s], h.t, gs[0]);
+            off += sizes[s];
+        }
+        check_f32(NAME(nm, "adamw_step[%s] f32 params (n=%ld, %d tensors)", t2, n, nseg), p, pr, n, TOL_F32);
+        check_f32(NAME(nm, "adamw_step[%s] m", t2), m, mr, n, TOL_F32);
+        check_f32(NAME(nm, "adamw_step[%s] v", t2), v, vr, n, TOL_F32);
+        if (copy) {
+            long bad = 0;
+            for (long i = 0; i < n; i++) bad += !bf16_brackets(pb[i], p[i]);
+            report(bad == 0, NAME(nm, "adamw_step[%s] bf16 copy is a stochastic rounding of the master", t2),
+                   "%ld of %ld outside [down, up]", bad, n);
+        }
+        close_family(&md);
+    }
+    /* bf16 weights and states (v2161): each output brackets the fp32 update of the bf16 inputs */
+    mod_t mb;
+    char t3[64];
+    snprintf(t3, sizeof t3, "%s_bf16", tag);
+    if (open_family(&mb, "adamw", "PARAM=bf16 STATES=bf16", t3)) return;
+    uint16_t *p = zalloc((size_t)n * 2), *m = zalloc((size_t)n * 2), *v = zalloc((size_t)n * 2);
+    float *pf = fbuf(n), *mf = fbuf(n), *vf = fbuf(n), *g = frandbuf(n, 1.0f);
+    for (long i = 0; i < n; i++) {
+        p[i] = bf16_rne(frand()); m[i] = bf16_rne(0.1f * frand()); v[i] = bf16_rne(0.01f * (frand() + 1.0f));
+        pf[i] = bf16_val(p[i]); mf[i] = bf16_val(m[i]); vf[i] = bf16_val(v[i]);
+    }
+    void *ab[] = {&p, &m, &v, &g, &seg_end, &seg_wd, &nseg, &n, &h.lr, &h.b1, &h.b2, &h.eps, &h.ibc1, &h.ibc2, &gs, &seed, &h.t};
+    launch(&mb, "adamw_step", cdiv(n, 1024), 1, 1, 256, ab);
+    long off = 0;
+    for (int s = 0; s < nseg; s++) {
+        op_adamw(pf + off, g + off, mf + off, vf + off, sizes[s], h.lr, h.b1, h.b2, h.eps, seg_wd[s], h.t, gs[0]);
+        off += sizes[s];
+    }
+    long bad = 0;
+    for (long i = 0; i < n; i++) bad += !bf16_brackets(p[i], pf[i]) + !bf16_brackets(m[i], mf[i]) + !bf16_brackets(v[i], vf[i]);
+    report(bad == 0, NAME(nm, "adamw_step[%s] bf16 params and states: stochastic roundings of the fp32 update", t3),
+           "%ld of %ld outside [down, up]", bad, 3 * n);
+    close_family(&mb);
+}
+
+/* Unbiasedness: with lr = 0 the bf16 copy is SR(p); p = 1 + 0.3 ulp rounds up 30% of the time. */
+static void test_stochastic_rounding(void) {
+    mod_t md;
+    if (open_family(&md, "adamw", "PARAM=f32 STATES=f32 BF16_COPY=true", "sr")) return;
+    long n = 65536;
+    int nseg = 1;
+    long *seg_end = zalloc(sizeof *seg_end);
+    seg_end[0] = n;
+    float *seg_wd = fbuf(1), *p = fbuf(n), *g = fbuf(n), *m = fbuf(n), *v = fbuf(n);
+    const float frac = 0.3f, x = 1.0f + frac * ldexpf(1.0f, -7); /* bf16 ulp at 1 is 2^-7 */
+    for (long i = 0; i < n; i++) p[i] = x;
+    uint16_t *pb = zalloc((size_t)n * 2);
+    adam_hp h = adam_params(1);
+    h.lr = 0.0f;
+    float *gs = NULL;
+    unsigned seed = 42;
+    void *args[] = {&p, &pb, &m, &v, &g, &seg_end, &seg_wd, &nseg, &n, &h.lr, &h.b1, &h.b2, &h.eps, &h.ibc1, &h.ibc2, &gs, &seed, &h.t};
+    launch(&md, "adamw_step", cdiv(n, 1024), 1, 1, 256, args);
+    long up = 0, other = 0;
+    for (long i = 0; i < n; i++) {
+        if (pb[i] == 0x3f81) up++;
+        else if (pb[i] != 0x3f80) other++;
+    }
+    double rate = (double)up / n, sigma = sqrt(frac * (1 - frac) / n);
+    report(other == 0 && fabs(rate - frac) < 5 * sigma, "test_v2161_stochastic_rounding_unbiased",
+           "rounded up %.4f of the time (want %.2f +- %.4f), %ld other values", rate, frac, 5 * sigma, other);
+    /* reproducible: same (seed, step) -> same bits */
+    uint16_t *pb2 = zalloc((size_t)n * 2);
+    void *args2[] = {&p, &pb2, &m, &v, &g, &seg_end, &seg_wd, &nseg, &n, &h.lr, &h.b1, &h.b2, &h.eps, &h.ibc1, &h.ibc2, &gs, &seed, &h.t};
+    launch(&md, "adamw_step", cdiv(n, 1024), 1, 1, 256, args2);
+    check_exact("test_v2161_stochastic_rounding_reproducible (seed, step, element)", pb2, pb, (size_t)n * 2);
+    close_family(&md);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+/* runs one test, then prints how long it took (compile through the sim cache + launches) */
+#define RUN(call)                                                        \
+    do {                                                                 \
+        double t0_ = now_s();                                            \
+        call;                                                            \
+        printf("# %-60.60s %.2f s\n", #call, now_s() - t0_);               \
+        free_all();                                                      \
+    } while (0)
+
+int main(void) {
+    /* a fixed directory: the simulator's compile cache keys the source path too */
+    snprintf(g_tmp, sizeof g_tmp, "%s/tests/kernels_sim", HYP_BINARY_DIR);
+    char mk[400];
+    snprintf(mk, sizeof mk, "mkdir -p '%s'", g_tmp);
+    if (system(mk) != 0) {
+        fprintf(stderr, "cannot create %s\n", g_tmp);
+        return 1;
+    }
+    /* regular shapes (vector paths, divisible tiles) and odd ones (scalar tails, partial tiles) */
+    RUN(test_gelu("regular", 4096));
+    RUN(test_gelu("odd", 1001));
+    RUN(test_residual("regular", 4096));
+    RUN(test_residual("odd", 1001));
+    RUN(test_swiglu("regular", 32, 128));
+    RUN(test_swiglu("odd", 13, 77));
+    RUN(test_embedding("regular", 4, 32, 128, 256, 1));
+    RUN(test_embedding("odd", 3, 7, 77, 61, 1));
+    RUN(test_embedding("odd_nowpe", 2, 9, 36, 1000, 0));
+    RUN(test_layernorm("regular", 64, 128));
+    RUN(test_layernorm("odd", 13, 77));
+    RUN(test_rmsnorm("regular", 64, 128, 4, 2, 32));
+    RUN(test_rmsnorm("odd", 13, 77, 3, 1, 10));
+    RUN(test_rope("regular", 2, 32, 4, 2, 32, 1));
+    RUN(test_rope("odd", 3, 13, 3, 1, 10, 1));
+    RUN(test_rope("odd_norope", 2, 7, 3, 3, 13, 0));
+    RUN(test_attention("regular", 2, 64, 4, 2, 32, 0));
+    RUN(test_attention("odd", 2, 45, 3, 1, 10, 0));
+    RUN(test_attention("regular_rope", 2, 64, 4, 2, 32, 1));
+    RUN(test_attention("odd_rope", 1, 37, 6, 2, 10, 1));
+    RUN(test_classifier("regular", 16, 256, 256));
+    RUN(test_classifier("odd", 13, 61, 64));
+    RUN(test_classifier("gpt2_vocab", 4, 50257, 50304));
+    static const int regular_sizes[] = {64, 16, 48, 256};
+    static const int odd_sizes[] = {13, 487, 501};
+    RUN(test_adamw("regular", regular_sizes, 4));
+    RUN(test_adamw("odd", odd_sizes, 3));
+    RUN(test_stochastic_rounding());
+    RUN(test_global_norm("regular", 1 << 16));
+    RUN(test_global_norm("odd", 100003));
+    RUN(test_cast("regular", 4096));
+    RUN(test_cast("odd", 1001));
+    free_all();
+    printf("%d passed, %d failed\n", g_passed, g_failed);
+    return g_failed ? 1 : 0;
+}
