@@ -23,7 +23,7 @@ for shape in "4 64" "8 256"; do
   if [ -n "${LLMC_DIR:-}" ]; then
     bin="$LLMC_DIR/train_gpt2"; [ "$B" = 8 ] && bin="$LLMC_DIR/train_gpt2_b8t256"
     if [ -x "$bin" ]; then
-      ( cd "$LLMC_DIR" && timeout 900 /usr/bin/time -f "%M" -o "$TMP/rss2" "$bin" > "$TMP/llmc.log" 2>&1 & 
+      ( cd "$LLMC_DIR" && timeout 900 /usr/bin/time -f "%M" -o "$TMP/rss2" stdbuf -oL "$bin" > "$TMP/llmc.log" 2>&1 & 
         pid=$!; while sleep 5; do n=$(grep -c "^step" "$TMP/llmc.log" || true); [ "$n" -ge "$STEPS" ] && break; kill -0 $pid 2>/dev/null || break; done
         pkill -f "$bin" 2>/dev/null; wait 2>/dev/null ) || true
       ms=$(grep "^step" "$TMP/llmc.log" | tail -n +2 | grep -o "took [0-9.]*" | awk '{s += $2; n++} END {if (n) printf "%.1f", s / n}')

@@ -1,6 +1,7 @@
 /* fs_lua.c — the file operations `gen` needs, for Lua: read, atomic write, directories, copy.
  * Output is staged and committed with rename(2), so a failed run leaves no partial directory:
  * Lua builds everything in a staging directory and commits it last (see cli.lua). */
+#define _GNU_SOURCE /* syncfs */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -50,17 +51,19 @@ static int write_all(int fd, const char *p, size_t n) {
     return 0;
 }
 
-/* hyp.write_file(path, data [, mode]) — temp file + fsync + rename */
+/* hyp.write_file(path, data [, mode [, nosync]]) — temp file + fsync + rename; nosync skips the
+ * fsync for files inside a staging directory that hyp.sync_fs flushes once before it is renamed */
 static int l_write_file(lua_State *L) {
     const char *path = luaL_checkstring(L, 1);
     size_t n;
     const char *data = luaL_checklstring(L, 2, &n);
     int mode = (int)luaL_optinteger(L, 3, 0644);
+    int nosync = lua_toboolean(L, 4);
     char tmp[PATH_MAX];
     snprintf(tmp, sizeof tmp, "%s.tmp-%d", path, (int)getpid());
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, mode);
     if (fd < 0) return push_fail(L, "cannot create", tmp);
-    if (write_all(fd, data, n) || fsync(fd)) {
+    if (write_all(fd, data, n) || (!nosync && fsync(fd))) {
         close(fd);
         unlink(tmp);
         return push_fail(L, "cannot write", tmp);
@@ -234,6 +237,18 @@ static int l_copy_file(lua_State *L) {
     return 1;
 }
 
+/* hyp.sync_fs(path): flushes the filesystem holding path (syncfs), then fsyncs path itself */
+static int l_sync_fs(lua_State *L) {
+    const char *path = luaL_checkstring(L, 1);
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return push_fail(L, "cannot open", path);
+    int bad = syncfs(fd) || fsync(fd);
+    close(fd);
+    if (bad) return push_fail(L, "cannot sync", path);
+    lua_pushboolean(L, 1);
+    return 1;
+}
+
 static int l_clock(lua_State *L) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -253,7 +268,7 @@ void gen_register_fs(lua_State *L, int idx) {
         {"read_file", l_read_file}, {"write_file", l_write_file}, {"mkdir_p", l_mkdir_p},
         {"mkdtemp", l_mkdtemp},     {"rm_rf", l_rm_rf},           {"replace_dir", l_replace_dir},
         {"stat", l_stat},           {"list_dir", l_list_dir},     {"copy_file", l_copy_file},
-        {"clock", l_clock},         {"realpath", l_realpath},     {NULL, NULL}};
+        {"clock", l_clock},         {"sync_fs", l_sync_fs},         {"realpath", l_realpath},     {NULL, NULL}};
     idx = lua_absindex(L, idx);
     for (const luaL_Reg *r = fns; r->name; r++) {
         lua_pushcfunction(L, r->func);

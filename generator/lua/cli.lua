@@ -264,19 +264,16 @@ function commands.generate(args)
   local out = o["-o"] or o["--out"] or ("out/" .. cfg.model.name)
   local contrib = {}
   local files = {}
-  files["config.json"] = assert(hyp.json_encode(effective_config(cfg), true)) .. "\n"
-  local ok_plan, P = pcall(require, "plan")
-  local plan
-  if ok_plan then
-    plan = P.build(tree, cfg, contrib, { batch = tonumber(o["--batch"]), seq = tonumber(o["--seq"]) })
-    files["plan.json"] = assert(hyp.json_encode(plan, true)) .. "\n"
-  end
+  local plan = require("plan").build(tree, cfg, contrib, { batch = tonumber(o["--batch"]), seq = tonumber(o["--seq"]) })
+  files["plan.json"] = assert(hyp.json_encode(plan, true)) .. "\n"
   -- kernels (issue #4): render the plan's CUDA kernels for sim and sm_XX, compile them for sm_XX
   if plan and cfg.target.kind ~= "cpu" then
     local okk, kfiles = require("render").build(tree, cfg, plan, contrib)
     if not okk then io.stderr:write(kfiles); return 1 end
     for name, data in pairs(kfiles) do files[name] = data end
   end
+  -- the effective configuration last, so it holds the plan's and the renderer's decisions too
+  files["config.json"] = assert(hyp.json_encode(effective_config(cfg), true)) .. "\n"
   local audit = require("audit").build(tree, cfg, contrib)
   files["audit.json"] = assert(hyp.json_encode(audit, true)) .. "\n"
   files["audit.md"] = require("audit").text(audit)
@@ -289,13 +286,15 @@ function commands.generate(args)
     for _, name in ipairs(U.sorted_keys(files)) do
       local sub = name:match("^(.*)/[^/]*$") -- e.g. kernels/
       if sub and not made[sub] then hyp.mkdir_p(stage .. "/" .. sub); made[sub] = true end
-      local okw, werr = hyp.write_file(stage .. "/" .. name, files[name])
+      local okw, werr = hyp.write_file(stage .. "/" .. name, files[name], 420, true) -- synced below
       if not okw then error({ env = werr }) end
     end
     if plan and hyp.stat(hyp.train_bin) == "file" then
       local okc, cerr = hyp.copy_file(hyp.train_bin, stage .. "/train", 493)
       if not okc then error({ env = cerr }) end
     end
+    local oks, serr = hyp.sync_fs(stage) -- one filesystem sync instead of one fsync per file
+    if not oks then error({ env = serr }) end
     local okr, rerr = hyp.replace_dir(stage, out)
     if not okr then error({ env = rerr }) end
   end)
