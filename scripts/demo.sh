@@ -2,13 +2,13 @@
 # The main job: installs dependencies, builds, prepares the default corpus (the King James Bible,
 # public domain, from Debian's bible-kjv package), generates a trainer for the `tiny` model with
 # the quick-start optimizer specs, trains it on the CPU for about two minutes, and samples text.
-# Environment: STEPS (default 600), THREADS (default all cores), OUT (default out/tiny).
+# Environment: STEPS (default 1000), THREADS (default all cores), OUT (default out/tiny).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/build.sh
 GEN=build/generator/gen
 OUT=${OUT:-out/tiny}
-STEPS=${STEPS:-600}
+STEPS=${STEPS:-1000}
 
 # 1. the default corpus: ~4.4 MB of English text, verse references stripped
 mkdir -p data
@@ -26,4 +26,4 @@ $GEN audit "$OUT" | sed -n '1,12p'
 
 # 3. train, evaluate, checkpoint, sample
 "$OUT/train" --data data/kjv --steps "$STEPS" --eval-every 100 --eval-batches 16 \
-   --metrics "$OUT/metrics.jsonl" --ckpt-dir "$OUT/ckpt" --ckpt-every 200 --sample 400
+   --metrics "$OUT/metrics.jsonl" --ckpt-dir "$OUT/ckpt" --ckpt-every 500 --sample 400
