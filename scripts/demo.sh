@@ -9,6 +9,7 @@ bash scripts/build.sh
 GEN=build/generator/gen
 OUT=${OUT:-out/tiny}
 STEPS=${STEPS:-1000}
+export OMP_NUM_THREADS=${THREADS:-$(nproc)}
 
 # 1. the default corpus: ~4.4 MB of English text, verse references stripped
 mkdir -p data
