@@ -208,11 +208,12 @@ static int l_list_dir(lua_State *L) {
     return 1;
 }
 
-/* hyp.copy_file(src, dst [, mode]) */
+/* hyp.copy_file(src, dst [, mode [, nosync]]) */
 static int l_copy_file(lua_State *L) {
     const char *src = luaL_checkstring(L, 1);
     const char *dst = luaL_checkstring(L, 2);
     int mode = (int)luaL_optinteger(L, 3, 0644);
+    int nosync = lua_toboolean(L, 4);
     int in = open(src, O_RDONLY);
     if (in < 0) return push_fail(L, "cannot open", src);
     int out = open(dst, O_WRONLY | O_CREAT | O_TRUNC, mode);
@@ -230,7 +231,7 @@ static int l_copy_file(lua_State *L) {
         }
     if (r < 0) bad = 1;
     close(in);
-    if (fsync(out)) bad = 1;
+    if (!nosync && fsync(out)) bad = 1;
     close(out);
     if (bad) return push_fail(L, "cannot copy to", dst);
     lua_pushboolean(L, 1);

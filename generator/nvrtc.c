@@ -58,6 +58,57 @@
 #include <time.h>
 #include <unistd.h>
 #include <xxhash.h>
+#include <dlfcn.h>
+
+/* NVRTC is loaded with dlopen on first use, not linked: its shared library costs ~11 ms of
+ * start-up, which every `gen` run (list, audit, cpu targets) would otherwise pay. */
+static struct {
+    void *lib;
+    nvrtcResult (*CreateProgram)(nvrtcProgram *, const char *, const char *, int, const char *const *,
+                                 const char *const *);
+    nvrtcResult (*CompileProgram)(nvrtcProgram, int, const char *const *);
+    nvrtcResult (*DestroyProgram)(nvrtcProgram *);
+    nvrtcResult (*GetProgramLogSize)(nvrtcProgram, size_t *);
+    nvrtcResult (*GetProgramLog)(nvrtcProgram, char *);
+    nvrtcResult (*GetCUBINSize)(nvrtcProgram, size_t *);
+    nvrtcResult (*GetCUBIN)(nvrtcProgram, char *);
+    nvrtcResult (*GetPTXSize)(nvrtcProgram, size_t *);
+    nvrtcResult (*GetPTX)(nvrtcProgram, char *);
+    const char *(*GetErrorString)(nvrtcResult);
+    nvrtcResult (*Version)(int *, int *);
+} NV;
+
+/* Loads NVRTC once; returns NULL or a message saying what is missing. */
+static const char *nvrtc_load(void) {
+    if (NV.lib) return NULL;
+    void *h = dlopen(HYP_NVRTC_LIB, RTLD_NOW | RTLD_LOCAL);
+    if (!h) h = dlopen("libnvrtc.so." HYP_NVRTC_MAJOR, RTLD_NOW | RTLD_LOCAL);
+    if (!h) return "NVRTC (" HYP_NVRTC_LIB ") cannot be loaded — install the CUDA toolkit (or set CUDAToolkit_ROOT and rebuild), or generate for --target cpu or sim";
+#define NV_SYM(field, name)                                                                        \
+    if (!(*(void **)&NV.field = dlsym(h, name))) {                                                 \
+        dlclose(h);                                                                                \
+        return "NVRTC lacks " name " — use the CUDA toolkit gen was built with";                    \
+    }
+    NV_SYM(CreateProgram, "nvrtcCreateProgram") NV_SYM(CompileProgram, "nvrtcCompileProgram")
+    NV_SYM(DestroyProgram, "nvrtcDestroyProgram") NV_SYM(GetProgramLogSize, "nvrtcGetProgramLogSize")
+    NV_SYM(GetProgramLog, "nvrtcGetProgramLog") NV_SYM(GetCUBINSize, "nvrtcGetCUBINSize")
+    NV_SYM(GetCUBIN, "nvrtcGetCUBIN") NV_SYM(GetPTXSize, "nvrtcGetPTXSize") NV_SYM(GetPTX, "nvrtcGetPTX")
+    NV_SYM(GetErrorString, "nvrtcGetErrorString") NV_SYM(Version, "nvrtcVersion")
+#undef NV_SYM
+    NV.lib = h;
+    return NULL;
+}
+#define nvrtcCreateProgram NV.CreateProgram
+#define nvrtcCompileProgram NV.CompileProgram
+#define nvrtcDestroyProgram NV.DestroyProgram
+#define nvrtcGetProgramLogSize NV.GetProgramLogSize
+#define nvrtcGetProgramLog NV.GetProgramLog
+#define nvrtcGetCUBINSize NV.GetCUBINSize
+#define nvrtcGetCUBIN NV.GetCUBIN
+#define nvrtcGetPTXSize NV.GetPTXSize
+#define nvrtcGetPTX NV.GetPTX
+#define nvrtcGetErrorString NV.GetErrorString
+#define nvrtcVersion NV.Version
 
 #define ENTRY_MAGIC "HYPNVRC1"
 #define ENTRY_NSEC 4 /* cubin, ptx, log, meta */
@@ -552,6 +603,8 @@ static int available_cpus(void) {
 /* Lua glue */
 
 static int l_nvrtc_version(lua_State *L) {
+    const char *why = nvrtc_load();
+    if (why) return luaL_error(L, "%s", why);
     int maj = 0, min = 0;
     nvrtcVersion(&maj, &min);
     lua_pushfstring(L, "%d.%d", maj, min);
@@ -679,6 +732,8 @@ static int l_nvrtc_compile(lua_State *L) {
         opts[nopts++] = incopt[i];
     }
 
+    const char *why = nvrtc_load();
+    if (why) return luaL_error(L, "%s", why);
     int nvmaj = 0, nvmin = 0;
     nvrtcVersion(&nvmaj, &nvmin);
     char nvver[32];

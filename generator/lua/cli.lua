@@ -252,9 +252,16 @@ local function effective_config(cfg)
   }
 end
 
+-- HYP_TIMINGS=1 prints how long each pass took (to stderr)
+local T0 = hyp.clock()
+local function lap(what)
+  if os.getenv("HYP_TIMINGS") then io.stderr:write(string.format("gen: %-8s %7.1f ms\n", what, (hyp.clock() - T0) * 1e3)) end
+end
+
 function commands.generate(args)
   local o = parse(args, SELECT_FLAGS, 1)
   local tree = need_tree(o._pos[1])
+  lap("load")
   local default_model = not o["--model"]
   if default_model then o["--model"] = "tiny" end
   local cfg = run_passes(tree, o)
@@ -264,20 +271,25 @@ function commands.generate(args)
   local out = o["-o"] or o["--out"] or ("out/" .. cfg.model.name)
   local contrib = {}
   local files = {}
+  lap("resolve")
   local plan = require("plan").build(tree, cfg, contrib, { batch = tonumber(o["--batch"]), seq = tonumber(o["--seq"]) })
+  lap("plan")
   files["plan.json"] = assert(hyp.json_encode(plan, true)) .. "\n"
+  lap("json")
   -- kernels (issue #4): render the plan's CUDA kernels for sim and sm_XX, compile them for sm_XX
   if plan and cfg.target.kind ~= "cpu" then
     local okk, kfiles = require("render").build(tree, cfg, plan, contrib)
     if not okk then io.stderr:write(kfiles); return 1 end
     for name, data in pairs(kfiles) do files[name] = data end
   end
+  lap("kernels")
   -- the effective configuration last, so it holds the plan's and the renderer's decisions too
   files["config.json"] = assert(hyp.json_encode(effective_config(cfg), true)) .. "\n"
   local audit = require("audit").build(tree, cfg, contrib)
   files["audit.json"] = assert(hyp.json_encode(audit, true)) .. "\n"
   files["audit.md"] = require("audit").text(audit)
 
+  lap("audit")
   -- write everything into a staging directory, then move it into place
   local stage, err = hyp.mkdtemp(out)
   if not stage then U.fail(out, "cannot create the output directory: " .. err, "check the path and permissions") end
@@ -290,7 +302,7 @@ function commands.generate(args)
       if not okw then error({ env = werr }) end
     end
     if plan and hyp.stat(hyp.train_bin) == "file" then
-      local okc, cerr = hyp.copy_file(hyp.train_bin, stage .. "/train", 493)
+      local okc, cerr = hyp.copy_file(hyp.train_bin, stage .. "/train", 493, true)
       if not okc then error({ env = cerr }) end
     end
     local oks, serr = hyp.sync_fs(stage) -- one filesystem sync instead of one fsync per file
@@ -306,6 +318,7 @@ function commands.generate(args)
     end
     error(e, 0)
   end
+  lap("write")
   io.write(string.format("gen: wrote %s (%d active specs, target %s, model %s)\n", out, #cfg.order,
     cfg.target.name, cfg.model.name))
   return 0

@@ -415,11 +415,16 @@ function P.build(tree, cfg, contrib, opts)
   -- v2167: lifetime-based offset sharing; without it every buffer gets its own region
   local naive = 0
   for _, it in ipairs(items) do naive = naive + ((it.numel + 15) // 16) * 16 end
-  local peak = 0
-  for i = 1, #sched + 1 do
-    local live = 0
-    for _, it in ipairs(items) do if it.first <= i and i <= it.last then live = live + it.numel end end
-    peak = math.max(peak, live)
+  -- peak of simultaneously live floats: a sweep over lifetime starts and ends
+  local delta = {}
+  for _, it in ipairs(items) do
+    delta[it.first] = (delta[it.first] or 0) + it.numel
+    delta[it.last + 1] = (delta[it.last + 1] or 0) - it.numel
+  end
+  local peak, live = 0, 0
+  for i = 1, #sched + 2 do
+    live = live + (delta[i] or 0)
+    if live > peak then peak = live end
   end
   local act_floats
   if cfg.active.v2167 then

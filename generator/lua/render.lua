@@ -681,8 +681,13 @@ function M.build(tree, cfg, plan, contrib)
     local opts, extra = M.nvrtc_options()
     if extra then decide("kernels.nvrtc_flags", extra, "HYP_NVRTC_FLAGS adds NVRTC options") end
     local workers = tonumber(os.getenv("HYP_JOBS") or "")
-    results, stats = hyp.nvrtc_compile(jobs, { arch = target.name, options = opts, include_dirs = M.include_dirs(),
+    local okc, r1, r2 = pcall(hyp.nvrtc_compile, jobs, { arch = target.name, options = opts, include_dirs = M.include_dirs(),
       cache_dir = M.cache_dir(), workers = workers and math.tointeger(workers) or nil, version = hyp.version })
+    if not okc then -- NVRTC could not be loaded at run time (the message says what to do)
+      local msg = tostring(r1)
+      U.fail("<command line>", msg:match("^(.-) — ") or msg, msg:match(" — (.*)$") or "use --target cpu or sim")
+    end
+    results, stats = r1, r2
     if stats.cache_problem then
       io.stderr:write(string.format("gen: warning: kernel cache unavailable (%s: %s); compiling without it — set HYPERION_CACHE to a writable directory\n",
         M.cache_dir() or "no HOME", stats.cache_problem))
