@@ -14,42 +14,10 @@
 #include "rng.h"
 #include "safetensors.h"
 
-static int g_pass, g_fail;
-/* Evaluates cond once; prints "ok   <what>" or "FAIL <what>  (file:line)". */
-#define CHECK(cond, ...)                                                                         \
-    do {                                                                                         \
-        int ok_ = (cond) ? 1 : 0;                                                                \
-        printf(ok_ ? "ok   " : "FAIL ");                                                         \
-        printf(__VA_ARGS__);                                                                     \
-        if (ok_) {                                                                               \
-            g_pass++;                                                                            \
-            printf("\n");                                                                        \
-        } else {                                                                                 \
-            g_fail++;                                                                            \
-            printf("  (%s:%d)\n", __FILE__, __LINE__);                                           \
-        }                                                                                        \
-    } while (0)
+#include "hyp_test.h"
 
 static char g_dir[256];
 
-static void rm_rf(const char *path) {
-    struct stat st;
-    if (lstat(path, &st) != 0) return;
-    if (S_ISDIR(st.st_mode)) {
-        DIR *d = opendir(path);
-        struct dirent *de;
-        while (d && (de = readdir(d))) {
-            if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
-            char p[4096];
-            snprintf(p, sizeof p, "%s/%s", path, de->d_name);
-            rm_rf(p);
-        }
-        if (d) closedir(d);
-        rmdir(path);
-    } else {
-        unlink(path);
-    }
-}
 
 static int exists(const char *fmt, const char *a, const char *b) {
     char p[2048];
