@@ -39,15 +39,7 @@
 #define HYP_BINARY_DIR "build"
 #endif
 
-static int g_pass, g_fail;
-#define CHECK(cond, ...)                                                                                             \
-    do {                                                                                                             \
-        int ok_ = (cond) ? 1 : 0;                                                                                    \
-        printf(ok_ ? "ok   " : "FAIL ");                                                                             \
-        printf(__VA_ARGS__);                                                                                         \
-        if (ok_) g_pass++, printf("\n");                                                                             \
-        else g_fail++, printf("  (%s:%d)\n", __FILE__, __LINE__);                                                    \
-    } while (0)
+#include "../unit/hyp_test.h"
 
 /* 1 when a GPU is usable; else why not in `why` */
 static int probe_gpu(char *why, size_t n) {

@@ -35,15 +35,7 @@
 #define HYP_BINARY_DIR "build"
 #endif
 
-static int g_pass, g_fail;
-#define CHECK(cond, ...)                                                                                             \
-    do {                                                                                                             \
-        int ok_ = (cond) ? 1 : 0;                                                                                    \
-        printf(ok_ ? "ok   " : "FAIL ");                                                                             \
-        printf(__VA_ARGS__);                                                                                         \
-        if (ok_) g_pass++, printf("\n");                                                                             \
-        else g_fail++, printf("  (%s:%d)\n", __FILE__, __LINE__);                                                    \
-    } while (0)
+#include "hyp_test.h"
 
 static const char *KERNELS = HYP_SOURCE_DIR "/tests/device/basic.cu";
 #define N 1000

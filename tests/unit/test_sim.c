@@ -19,21 +19,7 @@
 
 #include "sim.h"
 
-static int g_pass, g_fail;
-/* Evaluates cond once; prints "ok   <what>" or "FAIL <what>  (file:line)". */
-#define CHECK(cond, ...)                                                                         \
-    do {                                                                                         \
-        int ok_ = (cond) ? 1 : 0;                                                                \
-        printf(ok_ ? "ok   " : "FAIL ");                                                         \
-        printf(__VA_ARGS__);                                                                     \
-        if (ok_) {                                                                               \
-            g_pass++;                                                                            \
-            printf("\n");                                                                        \
-        } else {                                                                                 \
-            g_fail++;                                                                            \
-            printf("  (%s:%d)\n", __FILE__, __LINE__);                                           \
-        }                                                                                        \
-    } while (0)
+#include "hyp_test.h"
 
 static double now_s(void) {
     struct timespec ts;

@@ -1,0 +1,274 @@
+/* test_exec_sim.c — the device executor (runtime/exec_dev.c) on the "sim" device against the CPU
+ * executor (runtime/exec.c), issue #5: `gen --target sim` and `gen --target cpu` for the tiny
+ * GPT-2-style fixture model (tests/fixtures/models/ref-gpt2.yaml: 2 layers, C 32, V 64) at batch
+ * 2 x seq 16; identical parameters (the CPU initialization, uploaded) and identical random batches
+ * (tokens < 64, made in memory). Checks: logits and loss of the forward pass, every parameter
+ * gradient of one backward pass, then N AdamW steps (the optimizer runs on the host for both
+ * sides: the sim side downloads its gradients, steps with train.h and uploads the parameters —
+ * the device adamw kernel is not used yet) comparing the losses of every step.
+ *
+ * Tolerances (fp32 kernels and GEMMs vs the CPU ops, which use oneDNN sgemm and their own
+ * summation orders):
+ *   logits, loss        max |a-b| <= 1e-5 * max(1, max|ref|)
+ *   gradients           max |a-b| <= 1e-4 * max|ref| + 1e-7    per tensor (sums of N*C products)
+ *   losses of N steps   |a-b| <= 1e-4 * |ref|                   AdamW amplifies rounding a little
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "device.h"
+#include "exec.h"
+#include "exec_dev.h"
+#include "plan.h"
+#include "rng.h"
+#include "train.h"
+
+#define STEPS 20
+
+static int passed, failed;
+
+static void report(int ok, const char *name, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+#include <stdarg.h>
+static void report(int ok, const char *name, const char *fmt, ...) {
+    char detail[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(detail, sizeof detail, fmt, ap);
+    va_end(ap);
+    printf("%s %s%s%s\n", ok ? "ok  " : "FAIL", name, detail[0] ? ": " : "", detail);
+    fflush(stdout);
+    if (ok) passed++;
+    else failed++;
+}
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static int gen(const char *target, const char *dir) {
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd,
+             "cd %s && %s/generator/gen specs/v2500.yaml --enable adamw --set v2132.weight_decay=0.1 "
+             "--set v2132.beta1=0.9 --set v2132.beta2=0.95 --set v2132.eps=1e-8 "
+             "--model tests/fixtures/models/ref-gpt2.yaml --target %s --batch 2 --seq 16 -o %s >/dev/null",
+             HYP_SOURCE_DIR, HYP_BINARY_DIR, target, dir);
+    return system(cmd);
+}
+
+/* max |a-b| and max |ref| */
+static void diff(const float *a, const float *ref, long n, double *worst, double *refmax) {
+    *worst = 0;
+    *refmax = 0;
+    for (long i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - ref[i]);
+        if (!(d <= *worst)) *worst = d; /* NaN counts as the worst */
+        if (fabs(ref[i]) > *refmax) *refmax = fabs(ref[i]);
+    }
+}
+
+static int find_buf(const plan_t *p, const char *name) {
+    for (int i = 0; i < p->n_bufs; i++)
+        if (!strcmp(p->bufs[i].name, name)) return i;
+    return -1;
+}
+
+static void batch(hyp_rng *r, exec_t *c, exec_dev *d, int n, int V) {
+    for (int i = 0; i < n; i++) {
+        c->tokens[i] = d->h_tokens[i] = (int32_t)hyp_rng_below(r, (uint64_t)V);
+        c->targets[i] = d->h_targets[i] = (int32_t)hyp_rng_below(r, (uint64_t)V);
+    }
+    c->targets[3] = d->h_targets[3] = -1; /* an ignored target */
+}
+
+int main(void) {
+    char cache[1024], dsim[256], dcpu[256], path[512];
+    snprintf(cache, sizeof cache, "%s/sim-cache", HYP_BINARY_DIR);
+    setenv("HYP_SIM_CACHE", cache, 0);
+    snprintf(dsim, sizeof dsim, "/tmp/hyp-exec-sim-%d/sim", (int)getpid());
+    snprintf(dcpu, sizeof dcpu, "/tmp/hyp-exec-sim-%d/cpu", (int)getpid());
+    if (gen("sim", dsim) || gen("cpu", dcpu)) {
+        report(0, "gen", "gen --target sim / cpu failed");
+        printf("%d passed, %d failed\n", passed, failed);
+        return 1;
+    }
+    plan_t ps, pc;
+    hyp_err e = {{0}};
+    snprintf(path, sizeof path, "%s/plan.json", dsim);
+    if (plan_load(path, &ps, &e)) {
+        report(0, "plan (sim)", "%s", e.msg);
+        return 1;
+    }
+    snprintf(path, sizeof path, "%s/plan.json", dcpu);
+    if (plan_load(path, &pc, &e)) {
+        report(0, "plan (cpu)", "%s", e.msg);
+        return 1;
+    }
+    report(ps.param_floats == pc.param_floats && ps.act_floats == pc.act_floats && ps.n_fwd == pc.n_fwd &&
+               ps.n_bwd == pc.n_bwd,
+           "plans for sim and cpu have the same layout", "%lld parameter floats, %lld activation floats, %d+%d ops",
+           (long long)ps.param_floats, (long long)ps.act_floats, ps.n_fwd, ps.n_bwd);
+
+    hyp_device *dev;
+    if (hyp_device_open("sim", &dev, &e)) {
+        report(0, "open sim", "%s", e.msg);
+        return 1;
+    }
+    exec_t cx, hx; /* the CPU executor, and the host mirror of the sim side (init + AdamW) */
+    if (exec_init(&cx, &pc, &e) || exec_init(&hx, &ps, &e)) {
+        report(0, "exec_init", "%s", e.msg);
+        return 1;
+    }
+    exec_dev dx;
+    snprintf(path, sizeof path, "%s/kernels", dsim);
+    double t0 = now();
+    int rc = exec_dev_init(&dx, &ps, path, dev, &e);
+    report(rc == HYP_OK, "exec_dev_init (kernels.json parsed, modules compiled/loaded)", "%s%.2f s, %d launches, %.1f KiB scratch",
+           rc ? e.msg : "", now() - t0, rc ? 0 : dx.n_launches, rc ? 0.0 : dx.n_scratch * 4 / 1024.0);
+    if (rc) {
+        printf("%d passed, %d failed\n", passed, failed);
+        return 1;
+    }
+    exec_init_params(&cx, 1234);
+    memcpy(hx.params, cx.params, sizeof(float) * (size_t)pc.param_floats);
+    rc = exec_dev_upload_params(&dx, hx.params, &e);
+    report(rc == HYP_OK, "upload parameters", "%s", rc ? e.msg : "");
+
+    const int N = ps.B * ps.T, V = ps.V, Vp = ps.Vp;
+    hyp_rng rng;
+    hyp_rng_seed(&rng, 42);
+    batch(&rng, &cx, &dx, N, V);
+
+    /* forward: logits */
+    int lb = find_buf(&ps, "logits");
+    float *logits = malloc(sizeof(float) * (size_t)N * Vp);
+    t0 = now();
+    rc = exec_dev_forward(&dx, &e);
+    double tf = now() - t0;
+    exec_forward(&cx);
+    if (!rc) rc = exec_dev_download_buf(&dx, lb, logits, (int64_t)N * Vp, &e);
+    double worst, refmax;
+    if (!rc) {
+        diff(logits, exec_buf(&cx, find_buf(&pc, "logits")), (long)N * Vp, &worst, &refmax);
+        double tol = 1e-5 * (refmax > 1 ? refmax : 1);
+        report(worst <= tol, "forward: logits", "max err %.3g (tolerance %.3g, max |ref| %.3g), %.2f s on sim", worst, tol,
+               refmax, tf);
+    } else {
+        report(0, "forward", "%s", e.msg);
+    }
+    /* loss */
+    float ls = 0, lc = exec_eval_loss(&cx);
+    if (!rc) rc = exec_dev_eval_loss(&dx, &ls, &e);
+    report(!rc && fabsf(ls - lc) <= 1e-5f * fmaxf(1.0f, fabsf(lc)), "eval loss", "sim %.7f cpu %.7f%s%s", ls, lc,
+           rc ? ": " : "", rc ? e.msg : "");
+
+    /* backward: every parameter gradient */
+    if (!rc) {
+        float dloss = 1.0f / (float)exec_count_targets(&cx);
+        memset(cx.grads, 0, sizeof(float) * (size_t)pc.param_floats);
+        rc = exec_dev_zero_grads(&dx, &e);
+        exec_forward(&cx);
+        float lcb = exec_backward(&cx, dloss), lsb = 0;
+        t0 = now();
+        if (!rc) rc = exec_dev_forward(&dx, &e);
+        if (!rc) rc = exec_dev_backward(&dx, dloss, &lsb, &e);
+        double tb = now() - t0;
+        if (!rc) rc = exec_dev_download_grads(&dx, hx.grads, &e);
+        report(!rc && fabsf(lsb - lcb) <= 1e-5f * fmaxf(1.0f, fabsf(lcb)), "backward: fused loss",
+               "sim %.7f cpu %.7f, forward+backward %.2f s on sim%s%s", lsb, lcb, tb, rc ? ": " : "", rc ? e.msg : "");
+        if (!rc) {
+            int bad = 0;
+            double wrel = 0;
+            const char *wname = "";
+            for (int i = 0; i < ps.n_params_t; i++) {
+                const plan_param *pp = &ps.params[i];
+                diff(hx.grads + pp->offset, cx.grads + pp->offset, (long)pp->numel, &worst, &refmax);
+                double tol = 1e-4 * refmax + 1e-7;
+                if (!(worst <= tol)) {
+                    bad++;
+                    report(0, "gradient", "%s: max err %.3g (tolerance %.3g, max |ref| %.3g)", pp->name, worst, tol, refmax);
+                }
+                double rel = worst / (refmax > 0 ? refmax : 1);
+                if (!(rel <= wrel)) {
+                    wrel = rel;
+                    wname = pp->name;
+                }
+            }
+            report(bad == 0, "backward: every parameter gradient", "%d tensors, worst max err / max |ref| %.3g (%s)",
+                   ps.n_params_t, wrel, wname);
+        }
+    }
+
+    /* N AdamW steps, the optimizer on the host for both sides */
+    if (!rc) {
+        train_opts o;
+        train_opts_from_plan(&o, &pc);
+        o.total_steps = STEPS;
+        o.warmup_steps = 2;
+        o.lr = 1e-2; /* large enough that the losses move */
+        exec_init_params(&cx, 1234);
+        memcpy(hx.params, cx.params, sizeof(float) * (size_t)pc.param_floats);
+        memset(cx.m, 0, sizeof(float) * (size_t)pc.param_floats);
+        memset(cx.v, 0, sizeof(float) * (size_t)pc.param_floats);
+        memset(hx.m, 0, sizeof(float) * (size_t)ps.param_floats);
+        memset(hx.v, 0, sizeof(float) * (size_t)ps.param_floats);
+        rc = exec_dev_upload_params(&dx, hx.params, &e);
+        double wrel = 0;
+        int wstep = 0;
+        float first_c = 0, last_c = 0, last_s = 0;
+        t0 = now();
+        for (int s = 1; s <= STEPS && !rc; s++) {
+            batch(&rng, &cx, &dx, N, V);
+            float dloss = 1.0f / (float)exec_count_targets(&cx);
+            double lr = train_lr_at(&o, s);
+            memset(cx.grads, 0, sizeof(float) * (size_t)pc.param_floats);
+            exec_forward(&cx);
+            float lc2 = exec_backward(&cx, dloss);
+            train_adamw_step(&cx, &o, lr, s, train_clip_scale(&o, train_grad_norm(&cx)));
+            float ls2 = 0;
+            rc = exec_dev_zero_grads(&dx, &e);
+            if (!rc) rc = exec_dev_forward(&dx, &e);
+            if (!rc) rc = exec_dev_backward(&dx, dloss, &ls2, &e);
+            if (!rc) rc = exec_dev_download_grads(&dx, hx.grads, &e);
+            if (rc) break;
+            train_adamw_step(&hx, &o, lr, s, train_clip_scale(&o, train_grad_norm(&hx)));
+            rc = exec_dev_upload_params(&dx, hx.params, &e);
+            double rel = fabs((double)ls2 - lc2) / fabs((double)lc2);
+            if (!(rel <= wrel)) {
+                wrel = rel;
+                wstep = s;
+            }
+            if (s == 1) first_c = lc2;
+            last_c = lc2;
+            last_s = ls2;
+            printf("     step %2d  loss sim %.7f  cpu %.7f  rel %.2g\n", s, ls2, lc2, rel);
+        }
+        double ts = now() - t0;
+        report(!rc && wrel <= 1e-4, "AdamW steps: losses of sim vs cpu",
+               "%d steps, worst relative difference %.3g at step %d (tolerance 1e-4); loss %.4f -> %.4f (sim %.4f), %.2f s%s%s",
+               STEPS, wrel, wstep, first_c, last_c, last_s, ts, rc ? ": " : "", rc ? e.msg : "");
+        if (!rc) {
+            diff(hx.params, cx.params, (long)pc.param_floats, &worst, &refmax);
+            report(worst <= 1e-4 * refmax, "AdamW steps: parameters after the steps", "max err %.3g (max |ref| %.3g)", worst,
+                   refmax);
+        }
+    }
+
+    exec_dev_free(&dx);
+    exec_free(&cx);
+    exec_free(&hx);
+    dev->close(dev);
+    plan_free(&ps);
+    plan_free(&pc);
+    free(logits);
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "rm -rf /tmp/hyp-exec-sim-%d", (int)getpid());
+    if (system(cmd)) {}
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}
