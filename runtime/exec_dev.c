@@ -1,0 +1,843 @@
+/* exec_dev.c — runs plan op lists on a device through the rendered kernels (see exec_dev.h). */
+#include "exec_dev.h"
+
+#include <ctype.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+
+/* ---- a small evaluator for the manifest's expressions ("cdiv(N*CV, BLOCK)", "N*C", "2*SEGS*C") */
+
+#define ENV_MAX 96
+typedef struct {
+    int n;
+    const char *name[ENV_MAX];
+    double val[ENV_MAX];
+} env_t;
+
+static void env_set(env_t *v, const char *name, double val) {
+    for (int i = 0; i < v->n; i++)
+        if (!strcmp(v->name[i], name)) return; /* the first binding wins (priority order) */
+    if (v->n < ENV_MAX) {
+        v->name[v->n] = name;
+        v->val[v->n++] = val;
+    }
+}
+
+typedef struct {
+    const char *s;
+    const env_t *env;
+    int err;
+    char what[96];
+} ev_t;
+
+static void ev_skip(ev_t *q) {
+    while (isspace((unsigned char)*q->s)) q->s++;
+}
+static double ev_expr(ev_t *q);
+
+static int integral(double a) { return a == floor(a) && fabs(a) < 9e15; }
+
+static double ev_primary(ev_t *q) {
+    ev_skip(q);
+    if (*q->s == '(') {
+        q->s++;
+        double v = ev_expr(q);
+        ev_skip(q);
+        if (*q->s != ')') q->err = 1;
+        else q->s++;
+        return v;
+    }
+    if (isdigit((unsigned char)*q->s) || *q->s == '.') {
+        char *end;
+        double v = strtod(q->s, &end);
+        q->s = end;
+        return v;
+    }
+    if (isalpha((unsigned char)*q->s) || *q->s == '_') {
+        const char *b = q->s;
+        while (isalnum((unsigned char)*q->s) || *q->s == '_') q->s++;
+        size_t len = (size_t)(q->s - b);
+        ev_skip(q);
+        if (*q->s == '(') { /* function */
+            q->s++;
+            double a[2] = {0, 0};
+            int na = 0;
+            for (;;) {
+                double v = ev_expr(q);
+                if (na < 2) a[na] = v;
+                na++;
+                ev_skip(q);
+                if (*q->s == ',') { q->s++; continue; }
+                if (*q->s == ')') { q->s++; break; }
+                q->err = 1;
+                return 0;
+            }
+            if (len == 4 && !strncmp(b, "cdiv", 4) && na == 2 && a[1] != 0) return ceil(a[0] / a[1]);
+            if (len == 3 && !strncmp(b, "min", 3) && na == 2) return a[0] < a[1] ? a[0] : a[1];
+            if (len == 3 && !strncmp(b, "max", 3) && na == 2) return a[0] > a[1] ? a[0] : a[1];
+            snprintf(q->what, sizeof q->what, "unknown function %.*s", (int)len, b);
+            q->err = 1;
+            return 0;
+        }
+        for (int i = 0; i < q->env->n; i++)
+            if (strlen(q->env->name[i]) == len && !strncmp(q->env->name[i], b, len)) return q->env->val[i];
+        if (len == 4 && !strncmp(b, "true", 4)) return 1;
+        if (len == 5 && !strncmp(b, "false", 5)) return 0;
+        snprintf(q->what, sizeof q->what, "unknown name %.*s", (int)len, b);
+        q->err = 1;
+        return 0;
+    }
+    q->err = 1;
+    return 0;
+}
+
+static double ev_unary(ev_t *q) {
+    ev_skip(q);
+    if (*q->s == '-') {
+        q->s++;
+        return -ev_unary(q);
+    }
+    double v = ev_primary(q);
+    ev_skip(q);
+    if (*q->s == '^') {
+        q->s++;
+        v = pow(v, ev_unary(q));
+    }
+    return v;
+}
+
+static double ev_term(ev_t *q) {
+    double v = ev_unary(q);
+    for (;;) {
+        ev_skip(q);
+        char c = *q->s;
+        if (c != '*' && c != '/' && c != '%') return v;
+        q->s++;
+        double r = ev_unary(q);
+        if (c == '*') v *= r;
+        else if (r == 0) q->err = 1;
+        else if (c == '%') v = fmod(v, r);
+        else v = integral(v) && integral(r) ? (double)((long long)v / (long long)r) : v / r;
+    }
+}
+
+static double ev_expr(ev_t *q) {
+    double v = ev_term(q);
+    for (;;) {
+        ev_skip(q);
+        if (*q->s == '+') { q->s++; v += ev_term(q); }
+        else if (*q->s == '-') { q->s++; v -= ev_term(q); }
+        else return v;
+    }
+}
+
+/* Evaluates a comma-separated list of up to `max` expressions; returns how many, or -1. */
+static int eval_list(const char *s, const env_t *env, double *out, int max, char *what, size_t wn) {
+    ev_t q = {s, env, 0, ""};
+    int n = 0;
+    for (;;) {
+        double v = ev_expr(&q);
+        if (q.err) break;
+        if (n < max) out[n] = v;
+        n++;
+        ev_skip(&q);
+        if (*q.s == ',') { q.s++; continue; }
+        if (*q.s) q.err = 1;
+        break;
+    }
+    if (q.err || n > max) {
+        snprintf(what, wn, "cannot evaluate '%s'%s%s", s, q.what[0] ? ": " : "", q.what);
+        return -1;
+    }
+    return n;
+}
+
+/* ---- the manifest ---------------------------------------------------------------------------- */
+
+enum { PT_PTR, PT_I32, PT_I64, PT_F32, PT_U32 };
+enum { AB_EXPR, AB_IN, AB_OUT, AB_SCRATCH };
+
+struct exec_dev_file {
+    char name[96];
+    hyp_module *mod;
+    env_t consts;
+    char *cnames[ENV_MAX];
+};
+
+#define ARGS_MAX 24
+struct exec_dev_launch {
+    int file;
+    char kernel[96];
+    int nargs;
+    int ptype[ARGS_MAX];
+    char *pname[ARGS_MAX];
+    int bind[ARGS_MAX];     /* AB_* */
+    int bidx[ARGS_MAX];     /* AB_IN / AB_OUT: 0-based index */
+    int64_t soff[ARGS_MAX]; /* AB_SCRATCH: float offset into the scratch block */
+    char *arg[ARGS_MAX];    /* AB_EXPR: the expression */
+    char *grid, *smem;
+    int block;
+};
+
+static char *xstrdup(const char *s) {
+    size_t n = strlen(s) + 1;
+    char *d = malloc(n);
+    if (d) memcpy(d, s, n);
+    return d;
+}
+
+static int ptype_of(const char *t) {
+    if (strchr(t, '*')) return PT_PTR;
+    if (!strcmp(t, "int") || !strcmp(t, "const int")) return PT_I32;
+    if (!strcmp(t, "long") || !strcmp(t, "long long") || !strcmp(t, "const long")) return PT_I64;
+    if (!strcmp(t, "float") || !strcmp(t, "const float")) return PT_F32;
+    if (!strcmp(t, "unsigned") || !strcmp(t, "unsigned int")) return PT_U32;
+    return -1;
+}
+
+/* Op dimensions bound at the given shape (priority after kernel params and file constants). */
+static void env_op(env_t *v, const plan_op *o, int B, int T) {
+    int64_t N = (int64_t)B * T;
+#define BD(val) ((val) == DIM_B ? B : (val) == DIM_T ? T : (val) == DIM_N ? N : (val))
+    env_set(v, "B", (double)B);
+    env_set(v, "T", (double)T);
+    env_set(v, "N", (double)N);
+    if (o) {
+        if (o->C) env_set(v, "C", (double)o->C);
+        if (o->IC) env_set(v, "IC", (double)o->IC);
+        if (o->OC) env_set(v, "OC", (double)o->OC);
+        if (o->NH) env_set(v, "NH", (double)o->NH);
+        if (o->NKV) env_set(v, "NKV", (double)o->NKV);
+        if (o->hd) env_set(v, "hd", (double)o->hd);
+        if (o->H) env_set(v, "H", (double)o->H);
+        if (o->V) env_set(v, "V", (double)o->V);
+        if (o->Vp) env_set(v, "Vp", (double)o->Vp);
+        if (o->n) env_set(v, "n", (double)BD(o->n));
+    }
+#undef BD
+}
+
+typedef struct {
+    char key[128];
+    int64_t off, n;
+} scratch_t;
+
+static int find_file(exec_dev *x, const char *name) {
+    for (int i = 0; i < x->n_files; i++)
+        if (!strcmp(x->files[i].name, name)) return i;
+    return -1;
+}
+
+static const cJSON *find_kernel_decl(const cJSON *files, const char *file, const char *kernel) {
+    const cJSON *f;
+    cJSON_ArrayForEach(f, files) {
+        const cJSON *fn = cJSON_GetObjectItemCaseSensitive(f, "file");
+        if (!cJSON_IsString(fn) || strcmp(fn->valuestring, file)) continue;
+        const cJSON *k;
+        cJSON_ArrayForEach(k, cJSON_GetObjectItemCaseSensitive(f, "kernels")) {
+            const cJSON *kn = cJSON_GetObjectItemCaseSensitive(k, "name");
+            if (cJSON_IsString(kn) && !strcmp(kn->valuestring, kernel)) return k;
+        }
+    }
+    return NULL;
+}
+
+static int dalloc(exec_dev *x, void **ptr, int64_t n, size_t elem, hyp_err *e);
+
+static int cmp_i64(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The optimizer launch of the manifest (adamw_step over the arena, f32 weights and states) and its
+ * tensor table: segments end at every parameter tensor's end (sorted), the last at param_floats,
+ * so alignment gaps belong to the following tensor (zero gradients and zero values there). */
+static int prepare_optimizer(exec_dev *x, const cJSON *man, hyp_err *e) {
+    const plan_t *p = x->p;
+    const cJSON *ls = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(man, "ops"), "optimizer");
+    const cJSON *l = cJSON_GetArrayItem(ls, 0);
+    const cJSON *kn = cJSON_GetObjectItemCaseSensitive(l, "kernel"), *fn = cJSON_GetObjectItemCaseSensitive(l, "file");
+    if (!cJSON_IsString(kn) || !cJSON_IsString(fn) || strcmp(kn->valuestring, "adamw_step")) return HYP_OK; /* none */
+    const cJSON *decl = find_kernel_decl(cJSON_GetObjectItemCaseSensitive(man, "files"), fn->valuestring, "adamw_step");
+    const cJSON *params = cJSON_GetObjectItemCaseSensitive(decl, "params");
+    const cJSON *p0 = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(params, 0), "type");
+    if (cJSON_GetArraySize(params) != 17 || !cJSON_IsString(p0) || strcmp(p0->valuestring, "float*"))
+        return HYP_OK; /* bf16 weights/states or a bf16 copy: not driven by this executor yet */
+    int fi = find_file(x, fn->valuestring);
+    const cJSON *grid = cJSON_GetObjectItemCaseSensitive(decl, "grid");
+    if (fi < 0 || !cJSON_IsString(grid)) return HYP_OK;
+    snprintf(x->opt_grid, sizeof x->opt_grid, "%s", grid->valuestring);
+    int n = p->n_params_t;
+    int64_t (*ends)[2] = calloc((size_t)n + 1, sizeof *ends);
+    int64_t *h_end = calloc((size_t)n + 1, sizeof *h_end);
+    x->h_seg_wd = calloc((size_t)n + 1, sizeof *x->h_seg_wd);
+    x->seg_decay = calloc((size_t)n + 1, sizeof *x->seg_decay);
+    if (!ends || !h_end || !x->h_seg_wd || !x->seg_decay) {
+        free(ends);
+        free(h_end);
+        return hyp_fail(e, HYP_EFAIL, "out of memory");
+    }
+    for (int i = 0; i < n; i++) {
+        ends[i][0] = p->params[i].offset + p->params[i].numel;
+        ends[i][1] = p->params[i].decay;
+    }
+    qsort(ends, (size_t)n, sizeof *ends, cmp_i64);
+    for (int i = 0; i < n; i++) {
+        h_end[i] = ends[i][0];
+        x->seg_decay[i] = (int)ends[i][1];
+    }
+    if (n == 0 || h_end[n - 1] < p->param_floats) { /* a tail after the last tensor: no decay */
+        h_end[n] = p->param_floats;
+        x->seg_decay[n] = 0;
+        n++;
+    }
+    x->nseg = n;
+    int rc = dalloc(x, (void **)&x->seg_end, n, sizeof(int64_t), e);
+    if (!rc) rc = dalloc(x, (void **)&x->seg_wd, n, sizeof(float), e);
+    if (!rc) rc = dalloc(x, (void **)&x->gscale, 1, sizeof(float), e);
+    if (!rc) rc = x->dev->h2d_sync(x->dev, x->seg_end, h_end, sizeof(int64_t) * (size_t)n, e);
+    free(ends);
+    free(h_end);
+    if (!rc) x->opt_file = fi;
+    return rc;
+}
+
+/* Prepares the launches of one plan op; scratch needs are merged into sc (at the maximum shape). */
+static int prepare_op(exec_dev *x, const cJSON *man, const plan_op *o, exec_dev_op *eo, scratch_t *sc,
+                      int *nsc, hyp_err *e) {
+    const char *name = plan_op_name(o->kind);
+    const cJSON *ops = cJSON_GetObjectItemCaseSensitive(man, "ops");
+    const cJSON *ls = cJSON_GetObjectItemCaseSensitive(ops, name);
+    memset(eo, 0, sizeof *eo);
+    if (!ls) {
+        if (o->kind == OP_MATMUL_FWD || o->kind == OP_MATMUL_BWD) eo->how = EXD_GEMM;
+        else if (o->kind == OP_ZERO) eo->how = EXD_ZERO;
+        else return hyp_fail(e, HYP_EINPUT, "kernels.json: plan op '%s' has no kernel launch — this trainer cannot run it on a device yet (use --target cpu)", name);
+        return HYP_OK;
+    }
+    eo->how = EXD_KERNELS;
+    eo->first = x->n_launches;
+    const cJSON *files = cJSON_GetObjectItemCaseSensitive(man, "files");
+    const cJSON *l;
+    cJSON_ArrayForEach(l, ls) {
+        const cJSON *kn = cJSON_GetObjectItemCaseSensitive(l, "kernel");
+        const cJSON *fn = cJSON_GetObjectItemCaseSensitive(l, "file");
+        const cJSON *args = cJSON_GetObjectItemCaseSensitive(l, "args");
+        if (!cJSON_IsString(kn) || !cJSON_IsString(fn) || !cJSON_IsArray(args))
+            return hyp_fail(e, HYP_EINPUT, "kernels.json: op '%s': a launch lacks kernel/file/args — regenerate with gen", name);
+        int fi = find_file(x, fn->valuestring);
+        const cJSON *decl = find_kernel_decl(files, fn->valuestring, kn->valuestring);
+        if (fi < 0 || !decl)
+            return hyp_fail(e, HYP_EINPUT, "kernels.json: op '%s' launches %s of %s, which the manifest does not declare — regenerate with gen", name, kn->valuestring, fn->valuestring);
+        const cJSON *params = cJSON_GetObjectItemCaseSensitive(decl, "params");
+        int np = cJSON_GetArraySize(params);
+        if (np != cJSON_GetArraySize(args) || np > ARGS_MAX)
+            return hyp_fail(e, HYP_EINPUT, "kernels.json: op '%s': %s takes %d arguments, the launch binds %d", name, kn->valuestring, np, cJSON_GetArraySize(args));
+        exec_dev_launch *nl = realloc(x->launches, sizeof *nl * (size_t)(x->n_launches + 1));
+        if (!nl) return hyp_fail(e, HYP_EFAIL, "out of memory");
+        x->launches = nl;
+        exec_dev_launch *L = &x->launches[x->n_launches++];
+        memset(L, 0, sizeof *L);
+        L->file = fi;
+        snprintf(L->kernel, sizeof L->kernel, "%s", kn->valuestring);
+        L->nargs = np;
+        const cJSON *blk = cJSON_GetObjectItemCaseSensitive(decl, "block");
+        const cJSON *grid = cJSON_GetObjectItemCaseSensitive(decl, "grid");
+        const cJSON *smem = cJSON_GetObjectItemCaseSensitive(decl, "smem");
+        L->block = cJSON_IsNumber(blk) ? blk->valueint : 0;
+        char gbuf[32];
+        if (cJSON_IsNumber(grid)) snprintf(gbuf, sizeof gbuf, "%d", grid->valueint);
+        L->grid = xstrdup(cJSON_IsString(grid) ? grid->valuestring : cJSON_IsNumber(grid) ? gbuf : "");
+        if (cJSON_IsNumber(smem)) snprintf(gbuf, sizeof gbuf, "%d", smem->valueint);
+        else snprintf(gbuf, sizeof gbuf, "0");
+        L->smem = xstrdup(cJSON_IsString(smem) ? smem->valuestring : gbuf);
+        if (L->block <= 0 || !L->grid[0])
+            return hyp_fail(e, HYP_EINPUT, "kernels.json: %s has no block/grid — regenerate with gen", L->kernel);
+        for (int i = 0; i < np; i++) {
+            const cJSON *pa = cJSON_GetArrayItem(params, i), *ar = cJSON_GetArrayItem(args, i);
+            const cJSON *pt = cJSON_GetObjectItemCaseSensitive(pa, "type");
+            const cJSON *pn = cJSON_GetObjectItemCaseSensitive(pa, "name");
+            if (!cJSON_IsString(pt) || !cJSON_IsString(pn) || !cJSON_IsString(ar))
+                return hyp_fail(e, HYP_EINPUT, "kernels.json: %s: malformed parameter %d", L->kernel, i + 1);
+            L->ptype[i] = ptype_of(pt->valuestring);
+            if (L->ptype[i] < 0)
+                return hyp_fail(e, HYP_EINPUT, "kernels.json: %s: parameter type '%s' is not supported by the executor", L->kernel, pt->valuestring);
+            L->pname[i] = xstrdup(pn->valuestring);
+            const char *a = ar->valuestring;
+            if ((!strncmp(a, "out", 3) || !strncmp(a, "in", 2)) && isdigit((unsigned char)a[a[0] == 'o' ? 3 : 2]) &&
+                a[(a[0] == 'o' ? 3 : 2) + 1] == 0) {
+                int out = a[0] == 'o';
+                int k = a[out ? 3 : 2] - '1';
+                if (k < 0 || k >= (out ? o->nout : o->nin))
+                    return hyp_fail(e, HYP_EINPUT, "kernels.json: %s binds '%s' but op '%s' has %d %s", L->kernel, a, name,
+                                    out ? o->nout : o->nin, out ? "outputs" : "inputs");
+                L->bind[i] = out ? AB_OUT : AB_IN;
+                L->bidx[i] = k;
+            } else if (!strncmp(a, "scratch", 7)) {
+                /* size at the plan's maximum shape: scratch(EXPR), or a named permuted-head buffer */
+                int64_t n = 0;
+                if (a[7] == '(') {
+                    env_t v = x->files[fi].consts;
+                    env_op(&v, o, x->p->B, x->p->T);
+                    char tmp[128], what[200];
+                    snprintf(tmp, sizeof tmp, "%s", a + 8);
+                    char *close = strrchr(tmp, ')');
+                    if (close) *close = 0;
+                    double d;
+                    if (eval_list(tmp, &v, &d, 1, what, sizeof what) != 1)
+                        return hyp_fail(e, HYP_EINPUT, "kernels.json: %s: %s", L->kernel, what);
+                    n = (int64_t)d;
+                } else if (a[7] == '.') {
+                    int64_t nh = x->p->NH > x->p->NKV ? x->p->NH : x->p->NKV;
+                    n = (int64_t)x->p->B * x->p->T * nh * x->p->hd;
+                } else {
+                    return hyp_fail(e, HYP_EINPUT, "kernels.json: %s: unknown binding '%s'", L->kernel, a);
+                }
+                int s;
+                for (s = 0; s < *nsc; s++)
+                    if (!strcmp(sc[s].key, a)) break;
+                if (s == *nsc) {
+                    if (*nsc >= 64) return hyp_fail(e, HYP_EINPUT, "kernels.json: too many scratch buffers");
+                    snprintf(sc[s].key, sizeof sc[s].key, "%s", a);
+                    sc[s].n = 0;
+                    (*nsc)++;
+                }
+                if (n > sc[s].n) sc[s].n = n;
+                L->bind[i] = AB_SCRATCH;
+                L->bidx[i] = s; /* resolved to an offset once every need is known */
+            } else if (!strncmp(a, "a.", 2) || !strncmp(a, "b.", 2) || !strncmp(a, "site.", 5)) {
+                return hyp_fail(e, HYP_EINPUT, "kernels.json: %s: fused-pair binding '%s' outside a fusion site", L->kernel, a);
+            } else {
+                L->bind[i] = AB_EXPR;
+                L->arg[i] = xstrdup(a);
+            }
+        }
+    }
+    eo->count = x->n_launches - eo->first;
+    return HYP_OK;
+}
+
+static void free_launches(exec_dev *x) {
+    for (int i = 0; i < x->n_launches; i++) {
+        exec_dev_launch *L = &x->launches[i];
+        for (int j = 0; j < L->nargs; j++) {
+            free(L->pname[j]);
+            free(L->arg[j]);
+        }
+        free(L->grid);
+        free(L->smem);
+    }
+    free(x->launches);
+    x->launches = NULL;
+    x->n_launches = 0;
+}
+
+void exec_dev_free(exec_dev *x) {
+    if (!x->dev) return;
+    hyp_err e;
+    hyp_device *d = x->dev;
+    d->mem_free(d, x->params, &e);
+    d->mem_free(d, x->grads, &e);
+    d->mem_free(d, x->m, &e);
+    d->mem_free(d, x->v, &e);
+    d->mem_free(d, x->acts, &e);
+    d->mem_free(d, x->tokens, &e);
+    d->mem_free(d, x->targets, &e);
+    d->mem_free(d, x->ones, &e);
+    d->mem_free(d, x->scratch, &e);
+    d->mem_free(d, x->seg_end, &e);
+    d->mem_free(d, x->seg_wd, &e);
+    d->mem_free(d, x->gscale, &e);
+    free(x->h_seg_wd);
+    free(x->seg_decay);
+    for (int i = 0; i < x->n_files; i++) {
+        if (x->files[i].mod) d->module_unload(d, x->files[i].mod);
+        for (int j = 0; j < x->files[i].consts.n; j++) free(x->files[i].cnames[j]);
+    }
+    free(x->files);
+    free_launches(x);
+    free(x->fwd);
+    free(x->bwd);
+    free(x->h_tokens);
+    free(x->h_targets);
+    free(x->h_losses);
+    memset(x, 0, sizeof *x);
+}
+
+static int dalloc(exec_dev *x, void **ptr, int64_t n, size_t elem, hyp_err *e) {
+    size_t sz = (size_t)(n > 0 ? n : 1) * elem;
+    int rc = x->dev->mem_alloc(x->dev, ptr, sz, e);
+    if (rc) return rc;
+    x->bytes += sz;
+    return x->dev->memset_sync(x->dev, *ptr, 0, sz, e);
+}
+
+int exec_dev_init(exec_dev *x, const plan_t *p, const char *kernels_dir, hyp_device *dev, hyp_err *e) {
+    memset(x, 0, sizeof *x);
+    x->p = p;
+    x->dev = dev;
+    x->opt_file = -1;
+    x->B = p->B;
+    x->T = p->T;
+    int64_t maxN = (int64_t)p->B * p->T;
+    int rc;
+    if ((rc = dalloc(x, (void **)&x->params, p->param_floats, 4, e)) || (rc = dalloc(x, (void **)&x->grads, p->param_floats, 4, e)) ||
+        (rc = dalloc(x, (void **)&x->m, p->param_floats, 4, e)) || (rc = dalloc(x, (void **)&x->v, p->param_floats, 4, e)) ||
+        (rc = dalloc(x, (void **)&x->acts, p->act_floats, 4, e)) || (rc = dalloc(x, (void **)&x->tokens, maxN, 4, e)) ||
+        (rc = dalloc(x, (void **)&x->targets, maxN, 4, e)) || (rc = dalloc(x, (void **)&x->ones, maxN, 4, e))) {
+        exec_dev_free(x);
+        return rc;
+    }
+    x->h_tokens = calloc((size_t)maxN, sizeof(int32_t));
+    x->h_targets = calloc((size_t)maxN, sizeof(int32_t));
+    x->h_losses = calloc((size_t)maxN, sizeof(float));
+    x->fwd = calloc((size_t)p->n_fwd + 1, sizeof *x->fwd);
+    x->bwd = calloc((size_t)p->n_bwd + 1, sizeof *x->bwd);
+    if (!x->h_tokens || !x->h_targets || !x->h_losses || !x->fwd || !x->bwd) {
+        exec_dev_free(x);
+        return hyp_fail(e, HYP_EFAIL, "out of memory");
+    }
+    {
+        float *one = malloc(sizeof(float) * (size_t)maxN);
+        if (!one) {
+            exec_dev_free(x);
+            return hyp_fail(e, HYP_EFAIL, "out of memory");
+        }
+        for (int64_t i = 0; i < maxN; i++) one[i] = 1.0f;
+        rc = dev->h2d_sync(dev, x->ones, one, sizeof(float) * (size_t)maxN, e);
+        free(one);
+        if (rc) {
+            exec_dev_free(x);
+            return rc;
+        }
+    }
+    /* the manifest */
+    char path[4096];
+    snprintf(path, sizeof path, "%s/kernels.json", kernels_dir);
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        exec_dev_free(x);
+        return hyp_fail(e, HYP_EINPUT, "%s: cannot open — generate the trainer with gen --target sim (or sm_XX)", path);
+    }
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *text = malloc((size_t)len + 1);
+    size_t got = text ? fread(text, 1, (size_t)len, f) : 0;
+    fclose(f);
+    if (!text || got != (size_t)len) {
+        free(text);
+        exec_dev_free(x);
+        return hyp_fail(e, HYP_EINPUT, "%s: cannot read", path);
+    }
+    text[len] = 0;
+    cJSON *man = cJSON_Parse(text);
+    free(text);
+    if (!man) {
+        exec_dev_free(x);
+        return hyp_fail(e, HYP_EINPUT, "%s: not valid JSON — regenerate with gen", path);
+    }
+    const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(man, "format");
+    const cJSON *files = cJSON_GetObjectItemCaseSensitive(man, "files");
+    if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, "hyperion-kernels") || !cJSON_IsArray(files)) {
+        cJSON_Delete(man);
+        exec_dev_free(x);
+        return hyp_fail(e, HYP_EINPUT, "%s: not a hyperion kernel manifest — regenerate with gen", path);
+    }
+    int nf = cJSON_GetArraySize(files);
+    x->files = calloc((size_t)nf + 1, sizeof *x->files);
+    if (!x->files) {
+        cJSON_Delete(man);
+        exec_dev_free(x);
+        return hyp_fail(e, HYP_EFAIL, "out of memory");
+    }
+    const cJSON *fe;
+    cJSON_ArrayForEach(fe, files) {
+        exec_dev_file *F = &x->files[x->n_files++];
+        const cJSON *fn = cJSON_GetObjectItemCaseSensitive(fe, "file");
+        if (!cJSON_IsString(fn)) {
+            rc = hyp_fail(e, HYP_EINPUT, "%s: a file entry has no name", path);
+            goto fail;
+        }
+        snprintf(F->name, sizeof F->name, "%s", fn->valuestring);
+        const cJSON *c;
+        cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(fe, "constants")) {
+            if (F->consts.n >= ENV_MAX) break;
+            double v;
+            if (cJSON_IsNumber(c)) v = c->valuedouble;
+            else if (cJSON_IsBool(c)) v = cJSON_IsTrue(c) ? 1 : 0;
+            else continue; /* render-time strings */
+            F->cnames[F->consts.n] = xstrdup(c->string);
+            env_set(&F->consts, F->cnames[F->consts.n], v);
+        }
+        char mpath[4200];
+        snprintf(mpath, sizeof mpath, "%s/%s", kernels_dir, F->name);
+        if ((rc = dev->module_load(dev, mpath, &F->mod, e))) goto fail;
+    }
+    if ((rc = prepare_optimizer(x, man, e))) goto fail;
+    scratch_t sc[64];
+    int nsc = 0;
+    for (int i = 0; i < p->n_fwd; i++)
+        if ((rc = prepare_op(x, man, &p->fwd[i], &x->fwd[i], sc, &nsc, e))) goto fail;
+    if ((rc = prepare_op(x, man, &p->loss, &x->loss, sc, &nsc, e))) goto fail;
+    for (int i = 0; i < p->n_bwd; i++)
+        if ((rc = prepare_op(x, man, &p->bwd[i], &x->bwd[i], sc, &nsc, e))) goto fail;
+    cJSON_Delete(man);
+    man = NULL;
+    int64_t off = 0;
+    for (int s = 0; s < nsc; s++) {
+        sc[s].off = off;
+        off += (sc[s].n + 63) / 64 * 64;
+    }
+    x->n_scratch = off;
+    for (int i = 0; i < x->n_launches; i++)
+        for (int j = 0; j < x->launches[i].nargs; j++)
+            if (x->launches[i].bind[j] == AB_SCRATCH) x->launches[i].soff[j] = sc[x->launches[i].bidx[j]].off;
+    if ((rc = dalloc(x, (void **)&x->scratch, off, 4, e))) goto fail;
+    return HYP_OK;
+fail:
+    cJSON_Delete(man);
+    exec_dev_free(x);
+    return rc;
+}
+
+int exec_dev_bind(exec_dev *x, int B, int T, hyp_err *e) {
+    if (B < 1 || B > x->p->B)
+        return hyp_fail(e, HYP_EINPUT, "--batch %d: this trainer was planned for batch <= %d — use a smaller --batch or regenerate with gen --batch %d", B, x->p->B, B);
+    if (T < 1 || T > x->p->T)
+        return hyp_fail(e, HYP_EINPUT, "--seq %d: this trainer was planned for sequences <= %d — use a smaller --seq or regenerate with gen --seq %d", T, x->p->T, T);
+    x->B = B;
+    x->T = T;
+    return HYP_OK;
+}
+
+int exec_dev_upload_params(exec_dev *x, const float *host, hyp_err *e) {
+    return x->dev->h2d_sync(x->dev, x->params, host, sizeof(float) * (size_t)x->p->param_floats, e);
+}
+int exec_dev_download_params(exec_dev *x, float *host, hyp_err *e) {
+    return x->dev->d2h_sync(x->dev, host, x->params, sizeof(float) * (size_t)x->p->param_floats, e);
+}
+int exec_dev_download_grads(exec_dev *x, float *host, hyp_err *e) {
+    return x->dev->d2h_sync(x->dev, host, x->grads, sizeof(float) * (size_t)x->p->param_floats, e);
+}
+int exec_dev_zero_grads(exec_dev *x, hyp_err *e) {
+    return x->dev->memset(x->dev, x->grads, 0, sizeof(float) * (size_t)x->p->param_floats, NULL, e);
+}
+
+static void *dbuf(exec_dev *x, int idx) {
+    if (idx < 0) return NULL;
+    const plan_buf *b = &x->p->bufs[idx];
+    switch (b->kind) {
+    case BUF_PARAM: return x->params + b->offset;
+    case BUF_GRAD: return x->grads + b->offset;
+    case BUF_ACT: return x->acts + b->offset;
+    case BUF_TOKENS: return idx == x->p->targets_buf ? x->targets : x->tokens;
+    default: return NULL;
+    }
+}
+
+int exec_dev_download_buf(exec_dev *x, int idx, float *host, int64_t n, hyp_err *e) {
+    void *d = dbuf(x, idx);
+    if (!d) return hyp_fail(e, HYP_EINPUT, "buffer %d is not a float buffer", idx);
+    return x->dev->d2h_sync(x->dev, host, d, sizeof(float) * (size_t)n, e);
+}
+
+static int gemm(exec_dev *x, int transa, int transb, int64_t m, int64_t n, int64_t k, const void *a, int64_t lda,
+                const void *b, int64_t ldb, float beta, void *d, int64_t ldd, hyp_epilogue ep, void *bias, hyp_err *e) {
+    hyp_gemm g;
+    memset(&g, 0, sizeof g);
+    g.transa = transa;
+    g.transb = transb;
+    g.m = m;
+    g.n = n;
+    g.k = k;
+    g.atype = g.btype = g.dtype = HYP_DT_F32;
+    g.compute = HYP_GEMM_F32;
+    g.alpha = 1.0f;
+    g.beta = beta;
+    g.a = a;
+    g.lda = lda;
+    g.b = b;
+    g.ldb = ldb;
+    g.c = beta != 0 ? d : NULL;
+    g.ldc = ldd;
+    g.d = d;
+    g.ldd = ldd;
+    g.epilogue = ep;
+    g.bias = bias;
+    return x->dev->gemm(x->dev, &g, NULL, e);
+}
+
+static int run_launch(exec_dev *x, const plan_op *o, const exec_dev_launch *L, float dloss, hyp_err *e) {
+    const exec_dev_file *F = &x->files[L->file];
+    env_t v = {0};
+    hyp_kargs ka;
+    memset(&ka, 0, sizeof ka);
+    char what[256];
+    /* scalar arguments first: the grid may name them */
+    env_t base = {0};
+    env_set(&base, "dloss", dloss);
+    for (int j = 0; j < F->consts.n; j++) env_set(&base, F->consts.name[j], F->consts.val[j]);
+    env_op(&base, o, x->B, x->T);
+    double sval[ARGS_MAX] = {0};
+    for (int i = 0; i < L->nargs; i++) {
+        if (L->bind[i] != AB_EXPR) continue;
+        if (eval_list(L->arg[i], &base, &sval[i], 1, what, sizeof what) != 1)
+            return hyp_fail(e, HYP_EINPUT, "%s (%s): %s", L->kernel, plan_op_name(o->kind), what);
+        env_set(&v, L->pname[i], sval[i]);
+    }
+    for (int i = 0; i < L->nargs; i++) {
+        void *ptr = NULL;
+        switch (L->bind[i]) {
+        case AB_IN: ptr = dbuf(x, o->in[L->bidx[i]]); break;
+        case AB_OUT: ptr = dbuf(x, o->out[L->bidx[i]]); break;
+        case AB_SCRATCH: ptr = x->scratch + L->soff[i]; break;
+        default: break;
+        }
+        switch (L->ptype[i]) {
+        case PT_PTR: hyp_kargs_ptr(&ka, L->bind[i] == AB_EXPR ? NULL : ptr); break;
+        case PT_I32: hyp_kargs_i32(&ka, (int32_t)llround(sval[i])); break;
+        case PT_I64: hyp_kargs_i64(&ka, (int64_t)llround(sval[i])); break;
+        case PT_U32: hyp_kargs_u32(&ka, (uint32_t)llround(sval[i])); break;
+        default: hyp_kargs_f32(&ka, (float)sval[i]); break;
+        }
+    }
+    for (int j = 0; j < base.n; j++) env_set(&v, base.name[j], base.val[j]);
+    double g[3] = {1, 1, 1}, sm = 0;
+    int ng = eval_list(L->grid, &v, g, 3, what, sizeof what);
+    if (ng < 1 || eval_list(L->smem, &v, &sm, 1, what, sizeof what) != 1)
+        return hyp_fail(e, HYP_EINPUT, "%s (%s): %s", L->kernel, plan_op_name(o->kind), what);
+    for (int j = 0; j < 3; j++)
+        if (g[j] < 1) return HYP_OK; /* an empty grid: nothing to do */
+    return x->dev->launch(x->dev, F->mod, L->kernel, HYP_DIM3((unsigned)g[0], (unsigned)g[1], (unsigned)g[2]),
+                          HYP_DIM3((unsigned)L->block, 1, 1), (size_t)sm, &ka, NULL, e);
+}
+
+static int run_op(exec_dev *x, const plan_op *o, const exec_dev_op *eo, float dloss, hyp_err *e) {
+    int64_t N = (int64_t)x->B * x->T;
+    int rc = HYP_OK;
+    switch (eo->how) {
+    case EXD_KERNELS:
+        for (int i = 0; i < eo->count && !rc; i++) rc = run_launch(x, o, &x->launches[eo->first + i], dloss, e);
+        return rc;
+    case EXD_ZERO: {
+        int64_t n = (o->n == DIM_B ? x->B : o->n == DIM_T ? x->T : o->n == DIM_N ? N : o->n) * (o->C ? o->C : 1);
+        return x->dev->memset(x->dev, dbuf(x, o->out[0]), 0, sizeof(float) * (size_t)n, NULL, e);
+    }
+    case EXD_GEMM: {
+        int64_t IC = o->IC, OC = o->OC;
+        if (o->kind == OP_MATMUL_FWD) { /* y[N][OC] = x[N][IC] W[OC][IC]^T + b */
+            void *bias = o->nin > 2 ? dbuf(x, o->in[2]) : NULL;
+            return gemm(x, 1, 0, OC, N, IC, dbuf(x, o->in[1]), IC, dbuf(x, o->in[0]), IC, 0.0f, dbuf(x, o->out[0]), OC,
+                        bias ? HYP_EPI_BIAS : HYP_EPI_NONE, bias, e);
+        }
+        /* matmul_bwd: ins dout, inp, w; outs dinp, dw, dbias (each may be absent); accumulate */
+        void *dout = dbuf(x, o->in[0]), *inp = dbuf(x, o->in[1]), *w = dbuf(x, o->in[2]);
+        void *dinp = dbuf(x, o->out[0]), *dw = o->nout > 1 ? dbuf(x, o->out[1]) : NULL;
+        void *db = o->nout > 2 ? dbuf(x, o->out[2]) : NULL;
+        if (dinp && (rc = gemm(x, 0, 0, IC, N, OC, w, IC, dout, OC, 1.0f, dinp, IC, HYP_EPI_NONE, NULL, e))) return rc;
+        if (dw && (rc = gemm(x, 0, 1, IC, OC, N, inp, IC, dout, OC, 1.0f, dw, IC, HYP_EPI_NONE, NULL, e))) return rc;
+        /* db[OC] += dout^T 1 (a GEMM with n = 1 accumulates, which the BGRADB epilogue does not) */
+        if (db && (rc = gemm(x, 0, 0, OC, 1, N, dout, OC, x->ones, N, 1.0f, db, OC, HYP_EPI_NONE, NULL, e))) return rc;
+        return HYP_OK;
+    }
+    default: return hyp_fail(e, HYP_EINPUT, "plan op '%s' cannot run on the device", plan_op_name(o->kind));
+    }
+}
+
+static int upload_batch(exec_dev *x, hyp_err *e) {
+    size_t n = sizeof(int32_t) * (size_t)x->B * x->T;
+    int rc = x->dev->h2d(x->dev, x->tokens, x->h_tokens, n, NULL, e);
+    if (!rc) rc = x->dev->h2d(x->dev, x->targets, x->h_targets, n, NULL, e);
+    return rc;
+}
+
+static int mean_loss(exec_dev *x, float *loss, hyp_err *e) {
+    int64_t n = (int64_t)x->B * x->T, cnt = 0;
+    int rc = x->dev->d2h(x->dev, x->h_losses, dbuf(x, x->p->losses_buf), sizeof(float) * (size_t)n, NULL, e);
+    if (!rc) rc = x->dev->stream_synchronize(x->dev, NULL, e);
+    if (rc) return rc;
+    double s = 0;
+    for (int64_t i = 0; i < n; i++) {
+        cnt += x->h_targets[i] >= 0;
+        s += x->h_losses[i];
+    }
+    *loss = cnt ? (float)(s / (double)cnt) : 0.0f;
+    return HYP_OK;
+}
+
+int exec_dev_forward(exec_dev *x, hyp_err *e) {
+    int rc = upload_batch(x, e);
+    for (int i = 0; i < x->p->n_fwd && !rc; i++) rc = run_op(x, &x->p->fwd[i], &x->fwd[i], 0, e);
+    if (!rc) rc = x->dev->stream_synchronize(x->dev, NULL, e);
+    return rc;
+}
+
+int exec_dev_eval_loss(exec_dev *x, float *loss, hyp_err *e) {
+    int rc = exec_dev_forward(x, e);
+    if (!rc) rc = run_op(x, &x->p->loss, &x->loss, 0, e);
+    if (!rc) rc = mean_loss(x, loss, e);
+    return rc;
+}
+
+int exec_dev_backward(exec_dev *x, float dloss, float *loss, hyp_err *e) {
+    int rc = HYP_OK;
+    *loss = 0;
+    for (int i = 0; i < x->p->n_bwd && !rc; i++) {
+        rc = run_op(x, &x->p->bwd[i], &x->bwd[i], dloss, e);
+        if (!rc && x->p->bwd[i].kind == OP_CROSSENTROPY_FUSED) rc = mean_loss(x, loss, e);
+    }
+    if (!rc) rc = x->dev->stream_synchronize(x->dev, NULL, e);
+    return rc;
+}
+
+int exec_dev_adamw(exec_dev *x, double lr, double beta1, double beta2, double eps, double wd, int t,
+                   float grad_scale, hyp_err *e) {
+    if (x->opt_file < 0)
+        return hyp_fail(e, HYP_EINPUT, "kernels.json has no f32 adamw_step optimizer launch — regenerate with gen, or step on the host");
+    for (int s = 0; s < x->nseg; s++) x->h_seg_wd[s] = x->seg_decay[s] ? (float)wd : 0.0f;
+    int rc = x->dev->h2d(x->dev, x->seg_wd, x->h_seg_wd, sizeof(float) * (size_t)x->nseg, NULL, e);
+    if (!rc) rc = x->dev->h2d(x->dev, x->gscale, &grad_scale, sizeof(float), NULL, e);
+    if (rc) return rc;
+    /* as op_adamw: the bias corrections in double, rounded to float, inverted in float */
+    float ibc1 = 1.0f / (float)(1.0 - pow(beta1, (double)t)), ibc2 = 1.0f / (float)(1.0 - pow(beta2, (double)t));
+    long n = (long)x->p->param_floats;
+    hyp_kargs a;
+    memset(&a, 0, sizeof a);
+    hyp_kargs_ptr(&a, x->params);
+    hyp_kargs_ptr(&a, x->m);
+    hyp_kargs_ptr(&a, x->v);
+    hyp_kargs_ptr(&a, x->grads);
+    hyp_kargs_ptr(&a, x->seg_end);
+    hyp_kargs_ptr(&a, x->seg_wd);
+    hyp_kargs_i32(&a, x->nseg);
+    hyp_kargs_i64(&a, (int64_t)n);
+    hyp_kargs_f32(&a, (float)lr);
+    hyp_kargs_f32(&a, (float)beta1);
+    hyp_kargs_f32(&a, (float)beta2);
+    hyp_kargs_f32(&a, (float)eps);
+    hyp_kargs_f32(&a, ibc1);
+    hyp_kargs_f32(&a, ibc2);
+    hyp_kargs_ptr(&a, x->gscale);
+    hyp_kargs_u32(&a, 0u);
+    hyp_kargs_i32(&a, t);
+    const exec_dev_file *F = &x->files[x->opt_file];
+    env_t v = {0};
+    env_set(&v, "n", (double)n);
+    for (int j = 0; j < F->consts.n; j++) env_set(&v, F->consts.name[j], F->consts.val[j]);
+    double g = 0;
+    char what[200];
+    int block = 256;
+    for (int j = 0; j < F->consts.n; j++)
+        if (!strcmp(F->consts.name[j], "BLOCK")) block = (int)F->consts.val[j];
+    if (eval_list(x->opt_grid, &v, &g, 1, what, sizeof what) != 1) return hyp_fail(e, HYP_EINPUT, "adamw_step: %s", what);
+    rc = x->dev->launch(x->dev, F->mod, "adamw_step", HYP_DIM3((unsigned)g, 1, 1), HYP_DIM3((unsigned)block, 1, 1), 0, &a,
+                        NULL, e);
+    if (!rc) rc = x->dev->stream_synchronize(x->dev, NULL, e);
+    return rc;
+}

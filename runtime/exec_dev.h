@@ -1,0 +1,87 @@
+/* exec_dev.h — the plan executor of the device backends (issue #5): binds a validated plan to
+ * device memory (one parameter arena, its gradient and AdamW-state twins, one activation arena,
+ * token/target buffers, kernel scratch) and runs the forward, loss and backward op lists through
+ * the rendered kernels of out/NAME/kernels (kernels.json says which kernels each plan op
+ * launches, with which argument bindings and grid), cuBLASLt-semantics GEMMs for matmul_fwd/bwd
+ * (runtime/device.h) and memsets for zero.
+ *
+ * The arenas have exactly exec.c's layout (offsets of plan.h), so a host array laid out like
+ * exec_t.params can be uploaded / downloaded as a whole: the CPU initialization and the host
+ * AdamW (train.h) can be reused around the device forward/backward (what the first milestone
+ * does). All work is enqueued on the device's default stream (NULL).
+ */
+#ifndef HYP_EXEC_DEV_H
+#define HYP_EXEC_DEV_H
+
+#include <stdint.h>
+
+#include "device.h"
+#include "hyp_err.h"
+#include "plan.h"
+
+typedef struct exec_dev_launch exec_dev_launch; /* one kernel launch of a plan op (exec_dev.c) */
+typedef struct exec_dev_file exec_dev_file;     /* one rendered module (exec_dev.c) */
+
+typedef enum { EXD_NONE, EXD_KERNELS, EXD_GEMM, EXD_ZERO } exec_dev_how;
+
+typedef struct {
+    exec_dev_how how;
+    int first, count;               /* EXD_KERNELS: launches[first .. first+count) */
+} exec_dev_op;
+
+typedef struct {
+    const plan_t *p;
+    hyp_device *dev;
+    float *params, *grads, *m, *v;  /* device: [param_floats] each */
+    float *acts;                    /* device: [act_floats] */
+    int32_t *tokens, *targets;      /* device: [maxB * maxT] */
+    float *ones;                    /* device: [maxB * maxT] of 1.0f (bias-gradient GEMMs) */
+    float *scratch;                 /* device: kernel scratch (kernels.json scratch bindings) */
+    int32_t *h_tokens, *h_targets;  /* host: filled by the caller, uploaded by forward */
+    float *h_losses;                /* host: [maxB * maxT] */
+    int B, T;                       /* bound batch shape (<= the plan's) */
+    size_t bytes;                   /* device bytes allocated */
+    exec_dev_file *files;
+    int n_files;
+    exec_dev_launch *launches;
+    int n_launches;
+    exec_dev_op *fwd, *bwd, loss;   /* per plan op */
+    int64_t n_scratch;              /* floats of scratch */
+    /* the optimizer (kernels.json "optimizer": adamw.cu's adamw_step over the whole arena) */
+    int opt_file;                   /* index into files, -1: none */
+    char opt_grid[64];              /* its grid expression */
+    int nseg;                       /* parameter tensors, sorted by offset */
+    int64_t *seg_end;               /* device: [nseg] exclusive ends (the last is param_floats) */
+    float *seg_wd, *gscale;         /* device: [nseg] weight decay, [1] gradient scale */
+    float *h_seg_wd;                /* host: [nseg] */
+    int *seg_decay;                 /* host: [nseg] the tensor's decay flag */
+} exec_dev;
+
+/* Allocates the device arenas, parses kernels_dir/kernels.json, loads every module through
+ * dev->module_load and prepares the launches of every plan op. An op with no launch in the
+ * manifest (and that is not a matmul or zero) is an error naming it. */
+int exec_dev_init(exec_dev *x, const plan_t *p, const char *kernels_dir, hyp_device *dev, hyp_err *e);
+void exec_dev_free(exec_dev *x);
+/* Binds the batch shape for the following runs; B <= plan B, T <= plan T. */
+int exec_dev_bind(exec_dev *x, int B, int T, hyp_err *e);
+/* Parameters: host array of param_floats floats in exec.c's layout. */
+int exec_dev_upload_params(exec_dev *x, const float *host, hyp_err *e);
+int exec_dev_download_params(exec_dev *x, float *host, hyp_err *e);
+int exec_dev_download_grads(exec_dev *x, float *host, hyp_err *e);
+int exec_dev_zero_grads(exec_dev *x, hyp_err *e);
+/* Copies a plan buffer (by index) to the host: n floats from its start. */
+int exec_dev_download_buf(exec_dev *x, int idx, float *host, int64_t n, hyp_err *e);
+/* Uploads h_tokens/h_targets, then runs the forward pass up to the logits. */
+int exec_dev_forward(exec_dev *x, hyp_err *e);
+/* Forward + loss (no gradients): the mean loss over non-ignored targets in *loss. */
+int exec_dev_eval_loss(exec_dev *x, float *loss, hyp_err *e);
+/* Fused loss + dlogits (scaled by dloss) then the backward pass, accumulating into grads; the
+ * mean loss of this micro-batch in *loss (losses copied back with d2h). */
+int exec_dev_backward(exec_dev *x, float dloss, float *loss, hyp_err *e);
+/* One AdamW step (t >= 1) on the device with the rendered adamw_step kernel, as train.h's
+ * train_adamw_step: decoupled weight decay wd on tensors whose plan decay flag is set, gradients
+ * multiplied by grad_scale (the clip factor). */
+int exec_dev_adamw(exec_dev *x, double lr, double beta1, double beta2, double eps, double wd, int t,
+                   float grad_scale, hyp_err *e);
+
+#endif
