@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Issue 5: a trainer generated for --target sim runs the generated CUDA kernels on the CPU
+# simulator through the device layer (runtime/exec_dev.c); for `tiny` (fp32), 20 training steps
+# match the cpu backend's losses within 1e-4 relative (fp32 kernels vs the CPU ops: observed ~1e-7).
+# bf16 precision policy on sim: not implemented yet (v2102 is planned).
+source "$(dirname "$0")/lib.sh"
+export OMP_NUM_THREADS=2 HYP_SIM_CACHE="$BUILD/tests/sim_cache"
+head -c 40000 "$ROOT/specs/SCHEMA.md" > "$TMP/c.txt"; cat "$ROOT"/specs/memory/*.yaml >> "$TMP/c.txt"
+"$GEN" data "$TMP/c.txt" -o "$TMP/data" >/dev/null
+expect gen_sim 0 "rendered for sim" -- "$GEN" specs/v2500.yaml --enable adamw,clip --model tiny --target sim --batch 2 --seq 16 -o "$TMP/sim"
+expect gen_cpu 0 "wrote" -- "$GEN" specs/v2500.yaml --enable adamw,clip --model tiny --target cpu --batch 2 --seq 16 -o "$TMP/cpu"
+expect sim_trains_20_steps 0 "backend: sim" -- "$TMP/sim/train" --data "$TMP/data" --steps 20 --eval-every 10 --eval-batches 1 --metrics "$TMP/sim.jsonl"
+expect cpu_trains_20_steps 0 "done: 20 steps" -- "$TMP/cpu/train" --data "$TMP/data" --steps 20 --eval-every 10 --eval-batches 1 --metrics "$TMP/cpu.jsonl"
+losses() { grep -o '"loss":[^,]*' "$1" | cut -d: -f2; }
+check test_sim_20_steps_match_cpu bash -c "paste <(grep -o '\"loss\":[^,]*' '$TMP/sim.jsonl' | cut -d: -f2) <(grep -o '\"loss\":[^,]*' '$TMP/cpu.jsonl' | cut -d: -f2) | awk '{ n++; d = \$1 - \$2; if (d < 0) d = -d; if (d > 1e-4 * \$2) bad = 1 } END { exit bad || n != 20 }'"
+first=$(losses "$TMP/sim.jsonl" | head -1); last=$(losses "$TMP/sim.jsonl" | tail -1)
+echo "sim: loss $first -> $last over 20 steps"
+check sim_loss_falls awk -v a="$first" -v b="$last" 'BEGIN { exit !(a + 0 > 0 && b < a - 1) }'
+finish
