@@ -181,6 +181,18 @@ static void run_op(exec_t *x, const plan_op *o, float dloss) {
         memcpy(O[0], I[0], sizeof(float) * (size_t)(bind_dim(x, o->n) * (o->C ? o->C : 1)));
         hyp_fp8_state_fake_quantize(&x->fp8[o->slot], O[0], bind_dim(x, o->n) * (o->C ? o->C : 1));
         break;
+    case OP_ROUND_BF16: { /* v2102: round to bf16 (nearest even), kept in fp32 storage */
+        long cnt = (long)bind_dim(x, o->n) * (o->C ? o->C : 1);
+        const uint32_t *src = (const uint32_t *)(const void *)I[0];
+        uint32_t *dst = (uint32_t *)(void *)O[0];
+#pragma omp parallel for schedule(static)
+        for (long i = 0; i < cnt; i++) {
+            uint32_t u = src[i];
+            if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu)) dst[i] = u | 0x00400000u; /* quiet NaN */
+            else dst[i] = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+        }
+        break;
+    }
     case OP_GELU_FWD: op_gelu_fwd(O[0], I[0], n); break;
     case OP_GELU_BWD: op_gelu_bwd(O[0], I[1], I[0], n); break;
     case OP_SWIGLU_FWD: op_swiglu_fwd(O[0], I[0], N, (int)o->H); break;

@@ -45,6 +45,7 @@ static const op_info OPS[OP__COUNT] = {
     [OP_FLASH_ATTENTION_FWD] = {"flash_attention_fwd", 1, 2, 0, 0},
     [OP_FLASH_ATTENTION_BWD] = {"flash_attention_bwd", 4, 2, 0, 0},
     [OP_FP8_QUANTIZE] = {"fp8_quantize", 1, 1, 0, 0},
+    [OP_ROUND_BF16] = {"round_bf16", 1, 1, 0, 0},
 };
 
 const char *plan_op_name(op_kind k) { return k < OP__COUNT ? OPS[k].name : "?"; }
@@ -234,7 +235,8 @@ static int64_t arg_need(const plan_t *p, const plan_op *o, int arg, int64_t B, i
     case OP_ADD_FWD:
     case OP_ACCUMULATE: return n * C;
     case OP_ZERO:
-    case OP_FP8_QUANTIZE: return n * (o->C ? o->C : 1);
+    case OP_FP8_QUANTIZE:
+    case OP_ROUND_BF16: return n * (o->C ? o->C : 1);
     case OP_SWIGLU_FWD: return arg == 0 ? N * 2 * o->H : N * o->H;
     case OP_SWIGLU_BWD: return arg == 0 ? N * o->H : N * 2 * o->H;
     case OP_CROSSENTROPY: return arg == 0 ? N * o->Vp : N;

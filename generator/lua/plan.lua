@@ -202,6 +202,11 @@ function P.build(tree, cfg, contrib, opts)
   -- norms, softmax and the loss stay fp32. The quantized copies are fp32 buffers holding exactly
   -- representable fp8 values (the numerics of an FP8 GEMM with fp32 accumulation).
   local fp8 = nil
+  local bf16 = cfg.active.v2102 and not cfg.active.v2160 and R.param(cfg, "v2102", "dtype") == "bf16"
+  if cfg.active.v2102 and not cfg.active.v2160 and not bf16 then
+    decide("precision", "fp32", "v2102 dtype " .. tostring(R.param(cfg, "v2102", "dtype")) ..
+      ": only the bf16 policy is emulated on the cpu backend so far; this trainer computes in fp32")
+  end
   if cfg.active.v2160 then
     fp8 = { recipe = R.param(cfg, "v2160", "recipe"), scaling = R.param(cfg, "v2160", "scaling"),
       history = R.param(cfg, "v2160", "amax_history"), margin = R.param(cfg, "v2160", "margin"), slots = U.array() }
@@ -209,29 +214,38 @@ function P.build(tree, cfg, contrib, opts)
     if cfg.target.kind == "cpu" then
       decide("fp8.emulation", "fake-quantize", "cpu target: FP8 GEMM inputs are quantized/dequantized bit-exactly like cuda_fp8.h and multiplied in fp32")
     end
+  elseif bf16 then
+    decide("precision", "bf16 GEMM operands", "v2102 dtype bf16: every GEMM (LM head included) reads its input, weight and output gradient rounded to bf16 (round to nearest even) and accumulates in fp32; fp32 master weights, norms, softmax and loss")
+  end
+  if fp8 or bf16 then
     local raw_op = b.op
     local quantized = {}
     local function quant(list, src, role, count_attrs, tag)
-      local slot = #fp8.slots
-      fp8.slots[#fp8.slots + 1] = role
       local bf = b.by_name[src]
       local dst = b.buf(tag, "act", bf.shape)
-      local attrs = { slot = slot }
+      local attrs = {}
       for k, v in pairs(count_attrs) do attrs[k] = v end
-      raw_op(list, "fp8_quantize", { src }, { dst }, attrs)
+      if fp8 then
+        attrs.slot = #fp8.slots
+        fp8.slots[#fp8.slots + 1] = role
+        raw_op(list, "fp8_quantize", { src }, { dst }, attrs)
+      else
+        raw_op(list, "round_bf16", { src }, { dst }, attrs)
+      end
       return dst
     end
+    local q = fp8 and "fp8:" or "bf16:"
     b.op = function(list, name, ins, outs, attrs, by)
-      if name == "matmul_fwd" and outs[1] ~= "logits" then
+      if name == "matmul_fwd" and (bf16 or outs[1] ~= "logits") then
         local inp, w = ins[1], ins[2]
-        local iq = quant(list, inp, "activation", { n = "N", C = attrs.IC }, "fp8:" .. outs[1] .. ".input")
-        local wq = quant(list, w, "weight", { n = attrs.OC * attrs.IC }, "fp8:" .. outs[1] .. ".weight")
+        local iq = quant(list, inp, "activation", { n = "N", C = attrs.IC }, q .. outs[1] .. ".input")
+        local wq = quant(list, w, "weight", { n = attrs.OC * attrs.IC }, q .. outs[1] .. ".weight")
         quantized[inp .. "|" .. w] = { iq, wq }
         ins = { iq, wq, ins[3] }
       elseif name == "matmul_bwd" and quantized[ins[2] .. "|" .. ins[3]] then
-        local q = quantized[ins[2] .. "|" .. ins[3]]
-        local dq = quant(list, ins[1], "gradient", { n = "N", C = attrs.OC }, "fp8:" .. ins[1] .. ".grad")
-        ins = { dq, q[1], q[2] }
+        local qq = quantized[ins[2] .. "|" .. ins[3]]
+        local dq = quant(list, ins[1], "gradient", { n = "N", C = attrs.OC }, q .. ins[1] .. ".grad")
+        ins = { dq, qq[1], qq[2] }
       end
       return raw_op(list, name, ins, outs, attrs, by)
     end
@@ -488,6 +502,9 @@ function P.build(tree, cfg, contrib, opts)
   if cfg.active.v2132 then add_contrib("v2132", "AdamW decoupled weight decay on 2-D weights only (" ..
     tostring(#(function() local t = {}; for _, p in ipairs(params) do if p.decay then t[#t + 1] = p end end; return t end)()) .. " tensors)") end
 
+  if bf16 then
+    add_contrib("v2102", "bf16 policy: GEMM operands rounded to bf16 (RNE) with fp32 accumulation; fp32 master weights, norms, softmax and loss")
+  end
   if fp8 then
     add_contrib("v2160", string.format("%s recipe, %s scaling (amax history %d, margin %d): %d GEMM operands quantized per step (E4M3 weights/activations%s)",
       fp8.recipe, fp8.scaling, fp8.history, fp8.margin, #fp8.slots, fp8.recipe == "hybrid" and ", E5M2 gradients" or ", E4M3 gradients"))

@@ -62,6 +62,15 @@ v8=$(tail -1 "$TMP/f8.jsonl" | grep -o '"val_loss":[0-9.]*' | cut -d: -f2); v32=
 echo "v2160: validation loss after 100 steps: fp8 $v8, fp32 $v32"
 check test_v2160_fp8_learns awk -v a="$v8" 'BEGIN { exit !(a + 0 > 0 && a < 3.5) }'
 check test_v2160_fp8_within_margin_of_fp32 awk -v a="$v8" -v b="$v32" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a + 0 > 0 && d < 0.3) }'
+# v2102 bf16 policy (GEMM operands rounded to bf16, fp32 accumulation): not fp32 either, and the
+# fp8 run stays within the same written margin of the bf16 run
+expect gen_bf16 0 "wrote" -- "$GEN" specs/v2500.yaml --enable adamw,clip,memory-planning,bf16 --model tiny --target cpu --batch 8 --seq 64 -o "$TMP/bf16"
+check bf16_plan_rounds_gemm_operands grep -q '"round_bf16"' "$TMP/bf16/plan.json"
+expect train_bf16 0 "done: 100 steps" -- "$TMP/bf16/train" "${F8ARGS[@]}" --metrics "$TMP/bf16.jsonl"
+check test_v2102_bf16_is_not_fp32 test "$(head -1 "$TMP/bf16.jsonl" | grep -o '"loss":[^,]*')" != "$(head -1 "$TMP/f32.jsonl" | grep -o '"loss":[^,]*')"
+vb=$(tail -1 "$TMP/bf16.jsonl" | grep -o '"val_loss":[0-9.]*' | cut -d: -f2)
+echo "v2102/v2160: validation loss after 100 steps: bf16 $vb, fp8 $v8"
+check test_v2160_fp8_within_margin_of_bf16 awk -v a="$v8" -v b="$vb" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a + 0 > 0 && b + 0 > 0 && d < 0.3) }'
 
 # bad input: flags
 expect unknown_flag 2 "unknown flag '--stpes' \(did you mean '--steps'\?\)" -- "$TR" --data "$TMP/data" --stpes 3
