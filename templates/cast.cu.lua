@@ -33,6 +33,8 @@ kernels = {
     params = { "float* out", "const float* in", "const float* __restrict__ scale", "const float* __restrict__ scale_inv",
                "float* __restrict__ amax", "long n" },
     block = "BLOCK", grid = "cdiv(n, 4*BLOCK)" },
+  { name = "round_bf16", doc = "out = float(bf16(in)): round to nearest even, kept in fp32 (the plan's bf16 GEMM operands, v2102; out may be in)",
+    params = { "float* out", "const float* in", "long n" }, block = "BLOCK", grid = "cdiv(n, 4*BLOCK)" },
   { name = "amax", doc = "*amax = max(*amax, max |in|)",
     params = { "float* __restrict__ amax", "const float* __restrict__ in", "long n" }, block = "BLOCK", grid = "cdiv(n, 4*BLOCK)" },
 }
@@ -41,6 +43,7 @@ kernels = {
 -- scale and records its amax; current scaling runs `amax` first and sets the scale from it.
 ops = {
   fp8_quantize = { { "fp8_fake_quantize_e4m3", "out1", "in1", "fp8.scale[slot]", "fp8.scale_inv[slot]", "fp8.amax[slot]", "n*C" } },
+  round_bf16 = { { "round_bf16", "out1", "in1", "n*C" } },
   ["fp8_quantize(gradient, hybrid)"] = { { "fp8_fake_quantize_e5m2", "out1", "in1", "fp8.scale[slot]", "fp8.scale_inv[slot]", "fp8.amax[slot]", "n*C" } },
 }
 ]]
@@ -152,6 +155,20 @@ __device__ __forceinline__ void amax_merge(float* amax, float local) {
     if (amax) amax_merge(amax, local);
 }
 % end
+% end
+% if emit.round_bf16 then
+// v2102 bf16 policy: the operand a bf16 GEMM with fp32 accumulation reads (runtime/exec.c's
+// round_bf16 op, bit for bit on numbers).
+{{ signature("round_bf16") }} {
+    long i = ((long)blockIdx.x * blockDim.x + threadIdx.x) * 4;
+    if (i + 3 < n) {
+        hyp_f128 x = hyp_load128(in + i);
+        hyp_store128(out + i, f128(__bfloat162float(__float2bfloat16(x[0])), __bfloat162float(__float2bfloat16(x[1])),
+                                   __bfloat162float(__float2bfloat16(x[2])), __bfloat162float(__float2bfloat16(x[3]))));
+    } else {
+        for (; i < n; i++) out[i] = __bfloat162float(__float2bfloat16(in[i]));
+    }
+}
 % end
 % if emit.amax then
 {{ signature("amax") }} {

@@ -39,7 +39,7 @@ M.OP_FAMILY = {
   rope_fwd = "rope", rope_bwd = "rope",
   attention_fwd = "attention_naive", attention_bwd = "attention_naive",
   gelu_fwd = "gelu", gelu_bwd = "gelu", swiglu_fwd = "swiglu", swiglu_bwd = "swiglu",
-  crossentropy = "classifier", crossentropy_fused = "classifier", fp8_quantize = "cast",
+  crossentropy = "classifier", crossentropy_fused = "classifier", fp8_quantize = "cast", round_bf16 = "cast",
   matmul_fwd = false, matmul_bwd = false, zero = false,
 }
 local NOT_TEMPLATE = { matmul_fwd = "cuBLASLt (runtime)", matmul_bwd = "cuBLASLt (runtime)",
@@ -514,12 +514,15 @@ function M.instances(tree, cfg, plan, decide)
   local mp = cfg.active.v2102 and R.param(cfg, "v2102", "dtype") or nil
   local sr = cfg.active.v2161 and true or false
   local K_adam = { PARAM = sr and "bf16" or "f32", STATES = (sr and R.param(cfg, "v2161", "states")) and "bf16" or "f32",
-    BF16_COPY = (mp == "bf16" and not sr) or false }
+    BF16_COPY = (mp == "bf16" and not sr and not seen.round_bf16) or false }
+  if mp == "bf16" and seen.round_bf16 then
+    decide("kernels.adamw.weights", "fp32 master only", "v2102 bf16: the plan rounds every GEMM operand to bf16 itself (round_bf16 ops), so AdamW keeps fp32 weights and writes no bf16 copy")
+  end
   if mp == "fp16" then
     decide("kernels.adamw.weights", "fp32 master only", "v2102 dtype fp16: the fp16 weight copy is written by the cast kernels (round to nearest); stochastic rounding is implemented for bf16 only")
   end
   want("adamw", { "adamw_step" }, K_adam)
-  if mp or cfg.active.v2160 or seen.fp8_quantize then
+  if mp or cfg.active.v2160 or seen.fp8_quantize or seen.round_bf16 then
     local ks = {}
     if mp == "bf16" then ks[#ks + 1] = "cast_f32_bf16"; ks[#ks + 1] = "cast_bf16_f32" end
     if mp == "fp16" then ks[#ks + 1] = "cast_f32_f16"; ks[#ks + 1] = "cast_f16_f32" end
@@ -530,6 +533,7 @@ function M.instances(tree, cfg, plan, decide)
       ks[#ks + 1] = "fp8_fake_quantize_e4m3"
       ks[#ks + 1] = "fp8_fake_quantize_e5m2"
     end
+    if seen.round_bf16 then ks[#ks + 1] = "round_bf16" end -- the plan's bf16 GEMM operands (v2102)
     want("cast", ks, {})
   end
   -- assemble, in the canonical family order
