@@ -563,6 +563,19 @@ static int run(int argc, char **argv, hyp_coll *coll) {
         if (is0) rc = sample_text(&x, &a, seed, stdout);
         goto cleanup_early;
     }
+    if (!strcmp(plan.backend, "cuda")) {
+        /* a trainer generated for sm_XX must never fall back silently to the CPU executor */
+        hyp_device *probe = NULL;
+        if (hyp_device_open("cuda", &probe, &e)) {
+            fprintf(stderr, "train: %s\n", e.msg);
+        } else {
+            probe->close(probe);
+            fprintf(stderr, "train: this trainer targets %s, and the GPU training loop (kernels.json cubins through the device layer, NCCL in the step) is not wired yet — the kernels are compiled in kernels/; train with a trainer generated for --target cpu or sim for now\n",
+                    plan.target);
+        }
+        rc = HYP_EINPUT;
+        goto cleanup_early;
+    }
     if (!strcmp(plan.backend, "sim")) {
         if (d.world > 1 || d.stage > 0) {
             fprintf(stderr, "train: this trainer was generated for --target sim, which runs one process without ZeRO for now — run it without mpirun and without zero1/2/3, or generate for --target cpu\n");

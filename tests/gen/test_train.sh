@@ -72,6 +72,11 @@ vb=$(tail -1 "$TMP/bf16.jsonl" | grep -o '"val_loss":[0-9.]*' | cut -d: -f2)
 echo "v2102/v2160: validation loss after 100 steps: bf16 $vb, fp8 $v8"
 check test_v2160_fp8_within_margin_of_bf16 awk -v a="$v8" -v b="$vb" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a + 0 > 0 && b + 0 > 0 && d < 0.3) }'
 
+# a trainer generated for a GPU never falls back silently to the CPU: without a driver it says what to do
+if "$GEN" specs/v2500.yaml --enable adamw --model tiny --target sm_90 --batch 4 --seq 64 -o "$TMP/gpu" >/dev/null 2>&1; then
+  expect gpu_trainer_refuses_cpu_fallback 2 "no CUDA driver .*--target cpu or --target sim|not wired yet" -- "$TMP/gpu/train" --data "$TMP/data" --steps 1
+fi
+
 # bad input: flags
 expect unknown_flag 2 "unknown flag '--stpes' \(did you mean '--steps'\?\)" -- "$TR" --data "$TMP/data" --stpes 3
 expect bad_number 2 "--steps 'x' is not an integer" -- "$TR" --data "$TMP/data" --steps x
