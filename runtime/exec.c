@@ -178,15 +178,14 @@ static void run_op(exec_t *x, const plan_op *o, float dloss) {
         op_flash_attention_bwd(O[0], O[1], I[0], I[1], I[2], I[3], B, T, (int)o->NH, (int)o->NKV, (int)o->hd);
         break;
     case OP_FP8_QUANTIZE:
-        memcpy(O[0], I[0], sizeof(float) * (size_t)(bind_dim(x, o->n) * (o->C ? o->C : 1)));
-        hyp_fp8_state_fake_quantize(&x->fp8[o->slot], O[0], bind_dim(x, o->n) * (o->C ? o->C : 1));
+        memcpy(O[0], I[0], sizeof(float) * (size_t)n);
+        hyp_fp8_state_fake_quantize(&x->fp8[o->slot], O[0], n);
         break;
     case OP_ROUND_BF16: { /* v2102: round to bf16 (nearest even), kept in fp32 storage */
-        long cnt = (long)bind_dim(x, o->n) * (o->C ? o->C : 1);
         const uint32_t *src = (const uint32_t *)(const void *)I[0];
         uint32_t *dst = (uint32_t *)(void *)O[0];
 #pragma omp parallel for schedule(static)
-        for (long i = 0; i < cnt; i++) {
+        for (long i = 0; i < n; i++) {
             uint32_t u = src[i];
             if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu)) dst[i] = u | 0x00400000u; /* quiet NaN */
             else dst[i] = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;

@@ -37,6 +37,12 @@ check() { # check NAME CONDITION-COMMAND...
   if "$@"; then echo "ok   $name"; PASS=$((PASS + 1)); else echo "FAIL $name"; FAIL=$((FAIL + 1)); fi
 }
 
+# Values of one key of a metrics JSONL file (train --metrics): every line's, the first, the last.
+metric() { grep -o "\"$2\":[^,}]*" "$1" | cut -d: -f2; }
+first_metric() { metric "$1" "$2" | head -1; }
+last_metric() { metric "$1" "$2" | tail -1; }
+losses() { metric "$1" loss; }
+
 finish() {
   echo "$PASS passed, $FAIL failed"
   [ "$FAIL" -eq 0 ]

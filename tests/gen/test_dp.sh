@@ -15,7 +15,6 @@ DIFF="$BUILD/tests/st_diff"
 cat "$ROOT"/specs/*/*.yaml > "$TMP/corpus.txt"
 "$GEN" data "$TMP/corpus.txt" -o "$TMP/data" >/dev/null
 COMMON=(--data "$TMP/data" --seq 64 --steps 4 --eval-every 0 --lr 3e-3)
-losses() { grep -o '"loss":[^,]*' "$1" | cut -d: -f2; }
 close() { # close FILE_A FILE_B: every loss within 2e-5 relative
   paste <(losses "$1") <(losses "$2") | awk 'BEGIN { n = 0 } { n++; d = $1 - $2; if (d < 0) d = -d; if (d > 2e-5 * $1) bad = 1 } END { exit bad || n < 4 }'
 }

@@ -13,7 +13,6 @@ expect gen_sim 0 "rendered for sim" -- "$GEN" specs/v2500.yaml --enable adamw,cl
 expect gen_cpu 0 "wrote" -- "$GEN" specs/v2500.yaml --enable adamw,clip --model tiny --target cpu --batch 2 --seq 16 -o "$TMP/cpu"
 expect sim_trains_20_steps 0 "backend: sim" -- "$TMP/sim/train" --data "$TMP/data" --steps 20 --eval-every 10 --eval-batches 1 --metrics "$TMP/sim.jsonl"
 expect cpu_trains_20_steps 0 "done: 20 steps" -- "$TMP/cpu/train" --data "$TMP/data" --steps 20 --eval-every 10 --eval-batches 1 --metrics "$TMP/cpu.jsonl"
-losses() { grep -o '"loss":[^,]*' "$1" | cut -d: -f2; }
 check test_sim_20_steps_match_cpu bash -c "paste <(grep -o '\"loss\":[^,]*' '$TMP/sim.jsonl' | cut -d: -f2) <(grep -o '\"loss\":[^,]*' '$TMP/cpu.jsonl' | cut -d: -f2) | awk '{ n++; d = \$1 - \$2; if (d < 0) d = -d; if (d > 1e-4 * \$2) bad = 1 } END { exit bad || n != 20 }'"
 first=$(losses "$TMP/sim.jsonl" | head -1); last=$(losses "$TMP/sim.jsonl" | tail -1)
 echo "sim: loss $first -> $last over 20 steps"

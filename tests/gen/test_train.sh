@@ -22,11 +22,10 @@ COMMON=(--data "$TMP/data" --batch 4 --seq 64 --lr 3e-3 --eval-every 10 --eval-b
 expect train_20_steps 0 "done: 20 steps" -- "$TR" "${COMMON[@]}" --steps 20 --metrics "$TMP/m20.jsonl"
 expect train_10_steps_ckpt 0 "done: 10 steps" -- "$TR" "${COMMON[@]}" --steps 20 --metrics "$TMP/mr.jsonl" --ckpt-dir "$TMP/ck" --ckpt-every 10 --stop-after 10
 expect resume_10_more 0 "resumed from .*step_0*10" -- "$TR" "${COMMON[@]}" --steps 20 --metrics "$TMP/mr.jsonl" --ckpt-dir "$TMP/ck" --resume
-losses() { grep -o '"loss":[^,]*' "$1"; }
 check resume_is_bit_exact test "$(losses "$TMP/m20.jsonl")" = "$(losses "$TMP/mr.jsonl")"
 check metrics_have_fields grep -q '"step":10,.*"grad_norm".*"tokens_per_s".*"val_loss"' "$TMP/m20.jsonl"
-first=$(head -1 "$TMP/m20.jsonl" | grep -o '"loss":[0-9.]*' | cut -d: -f2)
-last=$(tail -1 "$TMP/m20.jsonl" | grep -o '"loss":[0-9.]*' | cut -d: -f2)
+first=$(first_metric "$TMP/m20.jsonl" loss)
+last=$(last_metric "$TMP/m20.jsonl" loss)
 check loss_falls awk -v a="$first" -v b="$last" 'BEGIN { exit !(a + 0 > 0 && b + 0 < a - 0.5) }'
 expect sample_from_checkpoint 0 "." -- "$TR" sample --ckpt-dir "$TMP/ck" --sample 40 --prompt "The "
 
@@ -37,13 +36,13 @@ a0=$(grep -oE '"act_floats":[[:space:]]*[0-9]+' "$TMP/nomp/plan.json" | grep -oE
 echo "v2167: activation arena $a1 floats with the memory plan, $a0 without"
 check test_v2167_memory_plan_shrinks_arena awk -v a="$a1" -v b="$a0" 'BEGIN { exit !(a + 0 > 0 && a + 0 < 0.7 * b) }'
 expect train_without_memory_plan 0 "done" -- "$TMP/nomp/train" "${COMMON[@]}" --steps 5 --metrics "$TMP/nomp.jsonl"
-check test_v2167_same_losses test "$(losses "$TMP/nomp.jsonl")" = "$(head -5 "$TMP/m20.jsonl" | grep -o '"loss":[^,]*')"
+check test_v2167_same_losses test "$(losses "$TMP/nomp.jsonl")" = "$(losses "$TMP/m20.jsonl" | head -5)"
 
 # v2103: 2 micro-batches of 2 sequences accumulate to the loss of one batch of 4 (same data order)
 expect accum_run 0 "done" -- "$TR" --data "$TMP/data" --batch 2 --grad-accum 2 --seq 64 --lr 3e-3 --steps 3 --eval-every 0 --metrics "$TMP/acc.jsonl"
 expect plain_run 0 "done" -- "$TR" --data "$TMP/data" --batch 4 --seq 64 --lr 3e-3 --steps 3 --eval-every 0 --metrics "$TMP/b4.jsonl"
-check test_v2103_accumulation_matches_big_batch awk -v a="$(tail -1 "$TMP/acc.jsonl" | grep -o '"loss":[0-9.]*' | cut -d: -f2)" \
-  -v b="$(tail -1 "$TMP/b4.jsonl" | grep -o '"loss":[0-9.]*' | cut -d: -f2)" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a + 0 > 0 && d < 1e-4) }'
+check test_v2103_accumulation_matches_big_batch awk -v a="$(last_metric "$TMP/acc.jsonl" loss)" \
+  -v b="$(last_metric "$TMP/b4.jsonl" loss)" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a + 0 > 0 && d < 1e-4) }'
 
 # v2160: FP8 (HYBRID, delayed scaling) quantizes every layer GEMM's operands: the losses differ from
 # fp32 from the first step (the quantization is real), the run learns (validation loss at least 2
@@ -57,8 +56,8 @@ check fp8_plan_quantizes_gemm_operands grep -q '"fp8_quantize"' "$TMP/f8/plan.js
 F8ARGS=(--data "$TMP/data" --seq 64 --steps 100 --lr 2e-3 --eval-every 100 --eval-batches 8)
 expect train_fp8 0 "done: 100 steps" -- "$TMP/f8/train" "${F8ARGS[@]}" --metrics "$TMP/f8.jsonl"
 expect train_fp32 0 "done: 100 steps" -- "$TMP/f32/train" "${F8ARGS[@]}" --metrics "$TMP/f32.jsonl"
-check test_v2160_fp8_is_not_fp32 test "$(head -1 "$TMP/f8.jsonl" | grep -o '"loss":[^,]*')" != "$(head -1 "$TMP/f32.jsonl" | grep -o '"loss":[^,]*')"
-v8=$(tail -1 "$TMP/f8.jsonl" | grep -o '"val_loss":[0-9.]*' | cut -d: -f2); v32=$(tail -1 "$TMP/f32.jsonl" | grep -o '"val_loss":[0-9.]*' | cut -d: -f2)
+check test_v2160_fp8_is_not_fp32 test "$(first_metric "$TMP/f8.jsonl" loss)" != "$(first_metric "$TMP/f32.jsonl" loss)"
+v8=$(last_metric "$TMP/f8.jsonl" val_loss); v32=$(last_metric "$TMP/f32.jsonl" val_loss)
 echo "v2160: validation loss after 100 steps: fp8 $v8, fp32 $v32"
 check test_v2160_fp8_learns awk -v a="$v8" 'BEGIN { exit !(a + 0 > 0 && a < 3.5) }'
 check test_v2160_fp8_within_margin_of_fp32 awk -v a="$v8" -v b="$v32" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a + 0 > 0 && d < 0.3) }'
@@ -67,8 +66,8 @@ check test_v2160_fp8_within_margin_of_fp32 awk -v a="$v8" -v b="$v32" 'BEGIN { d
 expect gen_bf16 0 "wrote" -- "$GEN" specs/v2500.yaml --enable adamw,clip,memory-planning,bf16 --model tiny --target cpu --batch 8 --seq 64 -o "$TMP/bf16"
 check bf16_plan_rounds_gemm_operands grep -q '"round_bf16"' "$TMP/bf16/plan.json"
 expect train_bf16 0 "done: 100 steps" -- "$TMP/bf16/train" "${F8ARGS[@]}" --metrics "$TMP/bf16.jsonl"
-check test_v2102_bf16_is_not_fp32 test "$(head -1 "$TMP/bf16.jsonl" | grep -o '"loss":[^,]*')" != "$(head -1 "$TMP/f32.jsonl" | grep -o '"loss":[^,]*')"
-vb=$(tail -1 "$TMP/bf16.jsonl" | grep -o '"val_loss":[0-9.]*' | cut -d: -f2)
+check test_v2102_bf16_is_not_fp32 test "$(first_metric "$TMP/bf16.jsonl" loss)" != "$(first_metric "$TMP/f32.jsonl" loss)"
+vb=$(last_metric "$TMP/bf16.jsonl" val_loss)
 echo "v2102/v2160: validation loss after 100 steps: bf16 $vb, fp8 $v8"
 check test_v2160_fp8_within_margin_of_bf16 awk -v a="$v8" -v b="$vb" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a + 0 > 0 && b + 0 > 0 && d < 0.3) }'
 

@@ -5,6 +5,7 @@
 #define HYP_TEST_H
 
 #include <dirent.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -26,6 +27,26 @@ static int g_pass, g_fail;
             printf("  (%s:%d)\n", __FILE__, __LINE__);                                           \
         }                                                                                        \
     } while (0)
+
+/* The function form: check(ok, name, printf-style detail or NULL), "PASS|FAIL name detail". */
+static inline void check(int ok, const char *name, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+static inline void check(int ok, const char *name, const char *fmt, ...) {
+    char detail[512] = "";
+    if (fmt) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(detail, sizeof detail, fmt, ap);
+        va_end(ap);
+    }
+    printf("%s %-52s %s\n", ok ? "PASS" : "FAIL", name, detail);
+    fflush(stdout);
+    if (ok) g_pass++;
+    else g_fail++;
+}
 
 /* Prints the closing tally and returns the exit status. */
 static inline int hyp_test_finish(void) {

@@ -40,23 +40,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-static int g_passed, g_failed;
-
-static void check(int ok, const char *name, const char *fmt, ...) {
-    char detail[512] = "";
-    if (fmt) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(detail, sizeof detail, fmt, ap);
-        va_end(ap);
-    }
-    printf("%s %-52s %s\n", ok ? "PASS" : "FAIL", name, detail);
-    fflush(stdout);
-    if (ok)
-        g_passed++;
-    else
-        g_failed++;
-}
+#include "hyp_test.h"
 
 static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
 static uint64_t rng_u64(void) {
@@ -426,6 +410,6 @@ int main(int argc, char **argv) {
     test_accumulates();
     test_causality();
     test_determinism();
-    printf("%d passed, %d failed\n", g_passed, g_failed);
-    return g_failed ? 1 : 0;
+    printf("%d passed, %d failed\n", g_pass, g_fail);
+    return g_fail ? 1 : 0;
 }

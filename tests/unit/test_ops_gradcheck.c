@@ -32,19 +32,7 @@
 /* ------------------------------------------------------------------------------------------ */
 /* Bookkeeping */
 
-static int g_passed, g_failed;
-
-static void check(int ok, const char *name, const char *fmt, ...) {
-    char detail[512] = "";
-    if (fmt) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(detail, sizeof detail, fmt, ap);
-        va_end(ap);
-    }
-    printf("%s %-44s %s\n", ok ? "PASS" : "FAIL", name, detail);
-    if (ok) g_passed++; else g_failed++;
-}
+#include "hyp_test.h"
 
 /* Deterministic RNG (splitmix64): the test must not depend on the platform's rand(). */
 static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
@@ -1084,6 +1072,6 @@ int main(void) {
     test_adamw();
     test_op_cpu_check();
 
-    printf("%d passed, %d failed\n", g_passed, g_failed);
-    return g_failed ? 1 : 0;
+    printf("%d passed, %d failed\n", g_pass, g_fail);
+    return g_fail ? 1 : 0;
 }
