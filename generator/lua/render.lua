@@ -27,8 +27,8 @@
 local U = require("util")
 local M = {}
 
-M.FAMILIES = { "embedding", "layernorm", "rmsnorm", "residual", "rope", "attention_naive", "gelu",
-  "swiglu", "classifier", "adamw", "global_norm", "cast" }
+M.FAMILIES = { "embedding", "layernorm", "rmsnorm", "residual", "rope", "attention_naive", "flash_attention",
+  "gelu", "swiglu", "classifier", "adamw", "global_norm", "cast" }
 
 -- plan op -> template family (false: not a template: cuBLASLt or a memset in the runtime)
 M.OP_FAMILY = {
@@ -38,6 +38,7 @@ M.OP_FAMILY = {
   add_fwd = "residual", accumulate = "residual",
   rope_fwd = "rope", rope_bwd = "rope",
   attention_fwd = "attention_naive", attention_bwd = "attention_naive",
+  flash_attention_fwd = "flash_attention", flash_attention_bwd = "flash_attention",
   gelu_fwd = "gelu", gelu_bwd = "gelu", swiglu_fwd = "swiglu", swiglu_bwd = "swiglu",
   crossentropy = "classifier", crossentropy_fused = "classifier", fp8_quantize = "cast", round_bf16 = "cast",
   matmul_fwd = false, matmul_bwd = false, zero = false,
@@ -48,7 +49,8 @@ local NOT_TEMPLATE = { matmul_fwd = "cuBLASLt (runtime)", matmul_bwd = "cuBLASLt
 -- which specs shape each family (listed in the rendered header when active)
 local FAMILY_SPECS = {
   embedding = {}, layernorm = { "v2140", "v2166" }, rmsnorm = { "v2141", "v2142", "v2166" },
-  residual = {}, rope = { "v2166" }, attention_naive = {}, gelu = {}, swiglu = {},
+  residual = {}, rope = { "v2166" }, attention_naive = {},
+  flash_attention = { "v2112", "v2113", "v2102" }, gelu = {}, swiglu = {},
   classifier = { "v2166" }, adamw = { "v2132", "v2102", "v2161" }, global_norm = { "v2133" },
   cast = { "v2102", "v2160" },
 }
@@ -445,6 +447,13 @@ local FUSED_LAUNCHES = {
     { "qkv_permute_bwd", "b.out1", "scratch.dq", "scratch.dk", "scratch.dv", "N", "T", "1" } },
 }
 
+-- The flash kernels' mma operands: bf16 under the v2102 bf16 policy (the GEMM operands are bf16
+-- there too), else bf16x3 (hi + lo split: ~fp32 accuracy for the fp32 policies).
+local function flash_precision(cfg)
+  local R = require("resolve")
+  return (cfg.active.v2102 and R.param(cfg, "v2102", "dtype") == "bf16") and "bf16" or "bf16x3"
+end
+
 -- Decides the families, their constants and kernels for this plan. Returns a list of
 -- {family, constants, kernels (names), specs (lines)} and the manifest's op/fusion notes.
 function M.instances(tree, cfg, plan, decide)
@@ -503,6 +512,10 @@ function M.instances(tree, cfg, plan, decide)
     want("attention_naive", { "attention_scores", "attention_softmax_fwd", "attention_value",
       "attention_bwd_datt", "attention_softmax_bwd", "attention_bwd_dq", "attention_bwd_dkv" },
       { NH = m.NH, NKV = m.NKV, HD = m.hd })
+  end
+  if seen.flash_attention_fwd then
+    want("flash_attention", { "flash_attention_fwd", "flash_attention_bwd_d", "flash_attention_bwd_dkv", "flash_attention_bwd_dq" },
+      { NH = m.NH, NKV = m.NKV, HD = m.hd, PREC = flash_precision(cfg) })
   end
   if seen.gelu_fwd then want("gelu", { "gelu_fwd", "gelu_bwd" }, {}) end
   if seen.swiglu_fwd then want("swiglu", { "swiglu_fwd", "swiglu_bwd" }, { H = m.H }) end
@@ -647,7 +660,12 @@ function M.build(tree, cfg, plan, contrib)
   if notes.seen.attention_fwd then
     decide("kernels.attention", "naive (materialized [B,NH,T,T])", "the plan's attention ops are the naive baseline (no flash-attention spec active)")
   elseif notes.seen.flash_attention_fwd then
-    decide("kernels.attention", "flash: no template yet", "the plan uses flash attention (v2112/v2113/v2114): its CUDA templates come with a later issue; the GPU trainer cannot run it yet")
+    local prec = flash_precision(cfg)
+    decide("kernels.attention", "flash: FA2 template, " .. (prec == "bf16" and "bf16 mma" or "bf16x3 mma (hi/lo split)") .. ", 64x32 tiles",
+      "the plan uses flash attention (v2112/v2113): templates/flash_attention.cu.lua, mma.sync m16n8k16 with fp32 accumulation, " ..
+      (prec == "bf16" and "operands rounded to bf16 as the v2102 bf16 policy rounds the GEMM operands"
+        or "fp32 operands split into hi + lo bf16 (3 mma per product, ~fp32 accuracy) because the activations policy is fp32") ..
+      "; log-sum-exp saved, deterministic backward (D pre-pass, dK/dV per key tile, dQ per query tile, no atomics)")
   end
   local files, manifest_files, rendered = {}, U.array(), {}
   local model_line = string.format("%s (C=%d L=%d NH=%d NKV=%d hd=%d H=%d V=%d Vp=%d; %s, %s, %s)", plan.model.name,

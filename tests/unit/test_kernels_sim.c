@@ -29,6 +29,7 @@
 
 #include "fp8.h"
 #include "ops_cpu.h"
+#include "ops_flash.h"
 #include "sim.h"
 
 #ifndef HYP_BINARY_DIR
@@ -160,14 +161,20 @@ static void close_family(mod_t *md) {
     md->m = NULL;
 }
 
-static void launch(mod_t *md, const char *kernel, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
-                   void **args) {
+/* A launch with `smem` bytes of dynamic shared memory. */
+static void launch_smem(mod_t *md, const char *kernel, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                        size_t smem, void **args) {
     hyp_err e = {{0}};
-    if (hyp_sim_launch(md->m, kernel, hyp_dim3_of(gx, gy, gz), hyp_dim3_of(bx, 1, 1), 0, args, NULL, &e)) {
+    if (hyp_sim_launch(md->m, kernel, hyp_dim3_of(gx, gy, gz), hyp_dim3_of(bx, 1, 1), smem, args, NULL, &e)) {
         char name[256];
         snprintf(name, sizeof name, "%s %s launch", md->what, kernel);
         report(0, name, "%s", e.msg);
     }
+}
+
+static void launch(mod_t *md, const char *kernel, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                   void **args) {
+    launch_smem(md, kernel, gx, gy, gz, bx, 0, args);
 }
 
 static unsigned cdiv(long a, long b) { return (unsigned)((a + b - 1) / b); }
@@ -556,6 +563,50 @@ static void test_attention(const char *tag, int B, int T, int NH, int NKV, int H
     close_family(&mr);
 }
 
+/* Flash attention (v2112 forward, v2113 backward): the four kernels as kernels.json launches them,
+ * against ops_flash.c's CPU op. The backward runs from the CPU forward's out and lse, so each
+ * direction's error is its own. Tolerances (|err| <= atol * max|want| + rtol * |want|):
+ *   bf16x3: 1e-4 each — the hi + lo split keeps ~16 bits of every operand and drops lo*lo, so a
+ *           product is off by ~3 * 2^-17 relative; exp of a score amplifies its absolute error
+ *           and the backward sums up to T such terms (observed max |err| <= 2e-5 at scale ~5,
+ *           i.e. ~4e-6 of the scale);
+ *   bf16:   1e-2 each — every operand (q, k, v, P, dO, dS) rounded once to 8 bits (2^-9
+ *           relative each); a score's error is ~2^-9 * |q||k|/sqrt(HD) and goes through exp into
+ *           P, and the gradients compound two such roundings (observed 8.4e-3 at scale 3.6,
+ *           i.e. ~2.4e-3 of the scale). */
+static void test_flash(const char *tag, int B, int T, int NH, int NKV, int HD, const char *prec) {
+    char consts[160], nm[240];
+    mod_t mf;
+    snprintf(consts, sizeof consts, "NH=%d NKV=%d HD=%d PREC=%s", NH, NKV, HD, prec);
+    if (open_family(&mf, "flash_attention", consts, tag)) return;
+    const int x3 = !strcmp(prec, "bf16x3");
+    const double tol = x3 ? 1e-4 : 1e-2;
+    /* the template's tiles: 64 x 32, NS bf16 parts of LD = HD + 8 per row (its derive()) */
+    const size_t NS = x3 ? 2 : 1, LD = (size_t)HD + 8;
+    const size_t smem_fwd = NS * (64 + 2 * 32) * LD * 2, smem_dkv = NS * (2 * 64 + 2 * 32) * LD * 2 + 2 * 32 * 4;
+    const size_t smem_dq = NS * (2 * 64 + 2 * 32) * LD * 2;
+    int N = B * T, R = (NH + 2 * NKV) * HD, OC = NH * HD;
+    long nr = (long)N * R, no = (long)N * OC, nl = (long)B * NH * T;
+    float *qkv = frandbuf(nr, 1.5f), *out = fbuf(no), *lse = fbuf(nl), *out_ref = fbuf(no), *lse_ref = fbuf(nl);
+    void *f1[] = {&out, &lse, &qkv, &T};
+    launch_smem(&mf, "flash_attention_fwd", cdiv(T, 64), B * NH, 1, 128, smem_fwd, f1);
+    op_flash_attention_fwd(out_ref, lse_ref, qkv, B, T, NH, NKV, HD);
+    check_f32(NAME(nm, "test_v2112_flash_fwd[%s] B=%d T=%d NH=%d NKV=%d HD=%d %s out", tag, B, T, NH, NKV, HD, prec), out, out_ref, no, tol, tol);
+    check_f32(NAME(nm, "test_v2112_flash_fwd[%s] lse", tag), lse, lse_ref, nl, tol, tol);
+
+    float *dout = frandbuf(no, 1.0f), *D = fbuf(nl), *D_ref = fbuf(nl);
+    float *dqkv = frandbuf(nr, 1.0f), *dqkv_ref = fcopy(dqkv, nr);
+    void *b1[] = {&D, &dout, &out_ref, &B, &T};
+    launch(&mf, "flash_attention_bwd_d", cdiv((long)B * NH * T, 4), 1, 1, 128, b1);
+    void *b2[] = {&dqkv, &dout, &qkv, &lse_ref, &D, &T};
+    launch_smem(&mf, "flash_attention_bwd_dkv", cdiv(T, 64), B * NKV, 1, 128, smem_dkv, b2);
+    launch_smem(&mf, "flash_attention_bwd_dq", cdiv(T, 64), B * NH, 1, 128, smem_dq, b2);
+    op_flash_attention_bwd(dqkv_ref, D_ref, dout, qkv, out_ref, lse_ref, B, T, NH, NKV, HD);
+    check_f32(NAME(nm, "test_v2113_flash_bwd[%s] D = rowsum(dout*out)", tag), D, D_ref, nl, TOL_F32);
+    check_f32(NAME(nm, "test_v2113_flash_bwd[%s] dqkv accumulates", tag), dqkv, dqkv_ref, nr, tol, tol);
+    close_family(&mf);
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* Classifier */
 
@@ -913,6 +964,10 @@ int main(void) {
     RUN(test_attention("odd", 2, 45, 3, 1, 10, 0));
     RUN(test_attention("regular_rope", 2, 64, 4, 2, 32, 1));
     RUN(test_attention("odd_rope", 1, 37, 6, 2, 10, 1));
+    RUN(test_flash("regular", 1, 64, 2, 1, 64, "bf16x3"));
+    RUN(test_flash("odd_g3", 2, 45, 3, 1, 32, "bf16x3"));
+    RUN(test_flash("odd_hd128", 1, 70, 2, 2, 128, "bf16x3"));
+    RUN(test_flash("bf16", 1, 50, 4, 2, 64, "bf16"));
     RUN(test_classifier("regular", 16, 256, 256));
     RUN(test_classifier("odd", 13, 61, 64));
     RUN(test_classifier("gpt2_vocab", 4, 50257, 50304));

@@ -1,0 +1,412 @@
+--[[ hyperion template
+family = "flash_attention"
+doc = "FlashAttention-2 causal attention on tensor cores (mma.sync m16n8k16 bf16, fp32 accumulation): online softmax saving only the log-sum-exp; deterministic backward; grouped-query heads"
+constants = {
+  NH = { "int", doc = "query heads" },
+  NKV = { "int", doc = "key/value heads (NH % NKV == 0)" },
+  HD = { "int", doc = "head dim (a multiple of 16, at most 128)" },
+  PREC = { "enum", values = { "bf16", "bf16x3" }, default = "bf16x3",
+    doc = "operands of the mma: bf16 (each fp32 operand rounded once, ~2^-8 relative) or bf16x3 (hi + lo bf16 split, hi*hi + hi*lo + lo*hi: ~fp32 accuracy, 3x the mma work)" },
+  BLOCK = { "int", default = 128, doc = "threads per block (4 warps, 16 tile rows each)" },
+}
+derive = function(K, decide)
+  if K.NH % K.NKV ~= 0 then error("NH (" .. K.NH .. ") must be a multiple of NKV (" .. K.NKV .. ")") end
+  if K.HD % 16 ~= 0 or K.HD > 128 then
+    error("HD " .. K.HD .. " is not supported by the flash kernels (a multiple of 16 up to 128: the mma k-steps are 16 wide, and the dK/dV accumulators of 16 x HD per warp must stay in registers)")
+  end
+  if K.BLOCK ~= 128 then error("the tiles assume BLOCK = 128 (4 warps)") end
+  K.G = K.NH // K.NKV
+  K.R = (K.NH + 2 * K.NKV) * K.HD -- fused qkv row
+  K.NS = K.PREC == "bf16x3" and 2 or 1 -- bf16 parts per operand
+  K.LD = K.HD + 8 -- smem row in bf16 elements: +16 bytes staggers the 8 rows of an ldmatrix over the banks
+  K.BQ, K.BK = 64, 32 -- forward and dQ: 64 queries per block (16 per warp) x 32-key tiles
+  K.BKV, K.BQB = 64, 32 -- dK/dV: 64 keys per block (16 per warp) x 32-query tiles
+  K.SMEM_FWD = K.NS * (K.BQ + 2 * K.BK) * K.LD * 2
+  K.SMEM_DKV = K.NS * (2 * K.BKV + 2 * K.BQB) * K.LD * 2 + 2 * K.BQB * 4
+  K.SMEM_DQ = K.NS * (2 * K.BQ + 2 * K.BK) * K.LD * 2
+  decide("tiles", "fwd/dq 64x32, dkv 64x32",
+    string.format("4 warps x 16 rows per block; dynamic shared memory %d / %d / %d B (fwd / dkv / dq, HD=%d, %s)", K.SMEM_FWD, K.SMEM_DKV, K.SMEM_DQ, K.HD, K.PREC))
+  decide("precision", K.PREC, K.PREC == "bf16x3"
+    and "fp32 operands split into hi + lo bf16, three mma per product (hi*hi + hi*lo + lo*hi): relative error ~2^-16, near fp32"
+    or "operands rounded to bf16 (round to nearest even), fp32 accumulation: relative error ~2^-8 per product")
+end
+kernels = {
+  { name = "flash_attention_fwd", doc = "out [B,T,NH*HD] = softmax(q k^T / sqrt(HD), causal) v, lse [B,NH,T] = log of each row's sum of exp (natural log)",
+    params = { "float* __restrict__ out", "float* __restrict__ lse", "const float* __restrict__ qkv", "int T" },
+    block = "BLOCK", grid = "cdiv(T, BQ), B*NH", smem = "SMEM_FWD" },
+  { name = "flash_attention_bwd_d", doc = "D[b,h,t] = dout_t . out_t over head h (the softmax backward's row term); one warp per row",
+    params = { "float* __restrict__ D", "const float* __restrict__ dout", "const float* __restrict__ out", "int B", "int T" },
+    block = "BLOCK", grid = "cdiv(B*NH*T, 4)" },
+  { name = "flash_attention_bwd_dkv", doc = "dk, dv of 64 keys of kv head (b, g) += sums over the group's G query heads and the query tiles at or after the keys (one writer per row: no atomics)",
+    params = { "float* __restrict__ dqkv", "const float* __restrict__ dout", "const float* __restrict__ qkv", "const float* __restrict__ lse",
+               "const float* __restrict__ D", "int T" },
+    block = "BLOCK", grid = "cdiv(T, BKV), B*NKV", smem = "SMEM_DKV" },
+  { name = "flash_attention_bwd_dq", doc = "dq of 64 queries of head (b, h) += dS K over the key tiles up to the diagonal",
+    params = { "float* __restrict__ dqkv", "const float* __restrict__ dout", "const float* __restrict__ qkv", "const float* __restrict__ lse",
+               "const float* __restrict__ D", "int T" },
+    block = "BLOCK", grid = "cdiv(T, BQ), B*NH", smem = "SMEM_DQ" },
+}
+-- flash_attention_fwd: ins qkv; outs atty, lse. flash_attention_bwd: ins datty, qkv, atty, lse;
+-- outs dqkv (accumulated), the [B,NH,T] scratch that holds D.
+ops = {
+  flash_attention_fwd = { { "flash_attention_fwd", "out1", "out2", "in1", "T" } },
+  flash_attention_bwd = { { "flash_attention_bwd_d", "out2", "in1", "in3", "B", "T" },
+                          { "flash_attention_bwd_dkv", "out1", "in1", "in2", "in4", "out2", "T" },
+                          { "flash_attention_bwd_dq", "out1", "in1", "in2", "in4", "out2", "T" } },
+}
+]]
+{{ partial("common") }}
+#include "hyp/mma.cuh"
+
+// Layouts: qkv, dqkv [B, T, R] (all q heads, then k heads, then v heads, HD each); out, dout
+// [B, T, NH*HD]; lse, D [B, NH, T]. Causal: query t sees keys t2 <= t; head h reads kv head h / G.
+//
+// Tiles are staged from fp32 global memory into shared memory as NS bf16 parts ([NS][rows][LD]:
+// hi, then for bf16x3 lo = bf16(x - hi)); rows past T are zeros. Every product is a warp's
+// 16-row slab times a 16-column pair of mma n-tiles: A fragments by ldmatrix from a row-major
+// tile (or, for P and dS, from the score accumulators in registers, whose C layout is the A layout
+// of the next product), B fragments by ldmatrix (non-transposed when the tile holds B^T, i.e. the
+// rows are the n index, transposed when it holds B). Lane (g = lane/4, t = lane%4) owns rows g and
+// g + 8 of its warp's slab and columns 8j + 2t, 8j + 2t + 1 of every n-tile j (kernels/hyp/mma.cuh).
+static constexpr float SCALE = {{ f32(1.0 / math.sqrt(HD)) }}; // 1/sqrt(HD), as the CPU op's 1.0f / sqrtf(hd)
+static constexpr int OC = NH * HD;
+
+// fp32 pair -> packed bf16 hi (and lo = the rounding remainder, for bf16x3)
+__device__ __forceinline__ void fa_split2(float x, float y, unsigned& hi, unsigned& lo) {
+    hyp_bf16 hx = __float2bfloat16_rn(x), hy = __float2bfloat16_rn(y);
+    hi = hyp_pack_bf16x2(hx, hy);
+    lo = hyp_pack_bf16x2(__float2bfloat16_rn(x - __bfloat162float(hx)), __float2bfloat16_rn(y - __bfloat162float(hy)));
+}
+
+// dst [NS][rows][LD] <- rows of HD floats from src (row stride lds); rows >= nvalid are zeros.
+__device__ __forceinline__ void fa_stage(hyp_bf16* dst, int rows, const float* src, long lds, int nvalid) {
+    for (int e = threadIdx.x; e < rows * (HD / 2); e += BLOCK) {
+        const int r = e / (HD / 2), c = 2 * (e - r * (HD / 2));
+        float x = 0.0f, y = 0.0f;
+        if (r < nvalid) {
+            x = src[(long)r * lds + c];
+            y = src[(long)r * lds + c + 1];
+        }
+        unsigned hi, lo;
+        fa_split2(x, y, hi, lo);
+        *(unsigned*)&dst[r * LD + c] = hi;
+        if constexpr (NS == 2) *(unsigned*)&dst[(rows + r) * LD + c] = lo;
+    }
+}
+
+// A fragments (16 x 16 at row r0, column c0) of each part of a [NS][rows][LD] tile.
+__device__ __forceinline__ void fa_lda(unsigned a[NS][4], const hyp_bf16* tile, int rows, int r0, int c0) {
+    const int l = threadIdx.x & 31;
+#pragma unroll
+    for (int s = 0; s < NS; s++)
+        hyp_ldmatrix_x4(a[s], &tile[(s * rows + r0 + (l & 7) + 8 * ((l >> 3) & 1)) * LD + c0 + 8 * (l >> 4)]);
+}
+
+// B fragments of n-tiles n0 and n0 + 8 (b[s][0..1] and b[s][2..3]) for the k-step at k0, from a
+// tile holding B^T (row = n, column = k).
+__device__ __forceinline__ void fa_ldb_nk(unsigned b[NS][4], const hyp_bf16* tile, int rows, int n0, int k0) {
+    const int l = threadIdx.x & 31;
+#pragma unroll
+    for (int s = 0; s < NS; s++)
+        hyp_ldmatrix_x4(b[s], &tile[(s * rows + n0 + (l & 7) + 8 * (l >> 4)) * LD + k0 + 8 * ((l >> 3) & 1)]);
+}
+
+// The same from a tile holding B (row = k, column = n): transposed loads.
+__device__ __forceinline__ void fa_ldb_kn(unsigned b[NS][4], const hyp_bf16* tile, int rows, int n0, int k0) {
+    const int l = threadIdx.x & 31;
+#pragma unroll
+    for (int s = 0; s < NS; s++)
+        hyp_ldmatrix_x4_trans(b[s], &tile[(s * rows + k0 + (l & 7) + 8 * ((l >> 3) & 1)) * LD + n0 + 8 * (l >> 4)]);
+}
+
+// acc[0..1] (two n-tiles) += A B: hi*hi, and for bf16x3 also hi*lo and lo*hi.
+__device__ __forceinline__ void fa_mma2(float (*acc)[4], const unsigned a[NS][4], const unsigned b[NS][4]) {
+#pragma unroll
+    for (int j = 0; j < 2; j++) {
+        const unsigned b0[2] = { b[0][2 * j], b[0][2 * j + 1] };
+        if constexpr (NS == 2) {
+            const unsigned b1[2] = { b[1][2 * j], b[1][2 * j + 1] };
+            hyp_mma_m16n8k16_bf16(acc[j], a[0], b1, acc[j]);
+            hyp_mma_m16n8k16_bf16(acc[j], a[1], b0, acc[j]);
+        }
+        hyp_mma_m16n8k16_bf16(acc[j], a[0], b0, acc[j]);
+    }
+}
+
+// A fragments of the 16 x 16 k-step made of accumulator n-tiles c0 (columns 0-7) and c1 (8-15).
+__device__ __forceinline__ void fa_acc_to_a(unsigned a[NS][4], const float c0[4], const float c1[4]) {
+    unsigned lo[4];
+    fa_split2(c0[0], c0[1], a[0][0], lo[0]);
+    fa_split2(c0[2], c0[3], a[0][1], lo[1]);
+    fa_split2(c1[0], c1[1], a[0][2], lo[2]);
+    fa_split2(c1[2], c1[3], a[0][3], lo[3]);
+    if constexpr (NS == 2) {
+#pragma unroll
+        for (int i = 0; i < 4; i++) a[NS - 1][i] = lo[i];
+    }
+}
+
+// acc [16 x 8*NT] = 0
+template <int NT> __device__ __forceinline__ void fa_zero(float (*acc)[4]) {
+#pragma unroll
+    for (int j = 0; j < NT; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) acc[j][e] = 0.0f;
+}
+
+// acc [16 x 8*NT] += X Y^T over HD: X rows r0.. of tile X, Y rows 0..8*NT of tile Y (row = n).
+template <int NT>
+__device__ __forceinline__ void fa_xyt(float (*acc)[4], const hyp_bf16* X, int xrows, int r0, const hyp_bf16* Y, int yrows) {
+#pragma unroll 2
+    for (int kk = 0; kk < HD; kk += 16) {
+        unsigned a[NS][4];
+        fa_lda(a, X, xrows, r0, kk);
+#pragma unroll
+        for (int np = 0; np < NT / 2; np++) {
+            unsigned b[NS][4];
+            fa_ldb_nk(b, Y, yrows, 16 * np, kk);
+            fa_mma2(&acc[2 * np], a, b);
+        }
+    }
+}
+
+// acc [16 x HD] += P Y: P the 16 x 8*NT accumulator in registers, Y rows 0..8*NT of tile Y (row = k).
+template <int NT>
+__device__ __forceinline__ void fa_py(float (*acc)[4], float (*p)[4], const hyp_bf16* Y, int yrows) {
+#pragma unroll
+    for (int ks = 0; ks < NT / 2; ks++) {
+        unsigned a[NS][4];
+        fa_acc_to_a(a, p[2 * ks], p[2 * ks + 1]);
+#pragma unroll
+        for (int np = 0; np < HD / 16; np++) {
+            unsigned b[NS][4];
+            fa_ldb_kn(b, Y, yrows, 16 * np, 16 * ks);
+            fa_mma2(&acc[2 * np], a, b);
+        }
+    }
+}
+
+% if emit.flash_attention_fwd then
+// Block (query tile of BQ rows, b*NH + h); warp w owns rows 16w..16w+15. Key tiles of BK up to
+// the block's last row; online softmax per row (running max m, per-lane partial sums l: the 4
+// lanes of a row hold different columns and are summed once at the end).
+{{ signature("flash_attention_fwd") }} {
+    extern __shared__ __align__(16) unsigned char fa_smem[];
+    hyp_bf16* Qs = (hyp_bf16*)fa_smem;
+    hyp_bf16* Ks = Qs + NS * BQ * LD;
+    hyp_bf16* Vs = Ks + NS * BK * LD;
+    const int bh = blockIdx.y, b = bh / NH, h = bh - b * NH, g = h / G;
+    const int q0 = blockIdx.x * BQ, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int wr = 16 * warp, qa = q0 + wr + (lane >> 2), tq = lane & 3;
+    const float* base = qkv + (long)b * T * R;
+    fa_stage(Qs, BQ, base + (long)q0 * R + h * HD, R, min(BQ, T - q0));
+    float o[HD / 8][4], m[2] = { -HYP_INF, -HYP_INF }, l[2] = { 0.0f, 0.0f };
+    fa_zero<HD / 8>(o);
+    const int kend = min(T, q0 + BQ);
+    for (int k0 = 0; k0 < kend; k0 += BK) {
+        __syncthreads(); // the previous tile is no longer read
+        fa_stage(Ks, BK, base + (long)k0 * R + (NH + g) * HD, R, min(BK, T - k0));
+        fa_stage(Vs, BK, base + (long)k0 * R + (NH + NKV + g) * HD, R, min(BK, T - k0));
+        __syncthreads();
+        if (k0 > q0 + wr + 15) continue; // every key of the tile is above this warp's rows
+        float s[BK / 8][4];
+        fa_zero<BK / 8>(s);
+        fa_xyt<BK / 8>(s, Qs, BQ, wr, Ks, BK);
+        float mx[2] = { m[0], m[1] };
+#pragma unroll
+        for (int j = 0; j < BK / 8; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int key = k0 + 8 * j + 2 * tq + (e & 1), q = qa + 8 * (e >> 1);
+                const float x = (key <= q && key < T) ? s[j][e] * SCALE : -HYP_INF;
+                s[j][e] = x;
+                mx[e >> 1] = fmaxf(mx[e >> 1], x);
+            }
+        float al[2];
+#pragma unroll
+        for (int r = 0; r < 2; r++) { // key 0 is in the first tile: the max is finite from there on
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+            al[r] = expf(m[r] - mx[r]);
+            m[r] = mx[r];
+            l[r] *= al[r];
+        }
+#pragma unroll
+        for (int j = 0; j < BK / 8; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const float p = expf(s[j][e] - m[e >> 1]);
+                s[j][e] = p;
+                l[e >> 1] += p;
+            }
+#pragma unroll
+        for (int j = 0; j < HD / 8; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) o[j][e] *= al[e >> 1];
+        fa_py<BK / 8>(o, s, Vs, BK);
+    }
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+        const int q = qa + 8 * r;
+        if (q >= T) continue;
+        const float inv = 1.0f / l[r];
+        float* orow = out + ((long)b * T + q) * OC + h * HD;
+#pragma unroll
+        for (int j = 0; j < HD / 8; j++) {
+            orow[8 * j + 2 * tq] = o[j][2 * r] * inv;
+            orow[8 * j + 2 * tq + 1] = o[j][2 * r + 1] * inv;
+        }
+        if (tq == 0) lse[(long)bh * T + q] = m[r] + logf(l[r]);
+    }
+}
+% end
+
+% if emit.flash_attention_bwd_d then
+{{ signature("flash_attention_bwd_d") }} {
+    const long row = (long)blockIdx.x * (BLOCK / 32) + (threadIdx.x >> 5); // (b*NH + h)*T + t
+    if (row >= (long)B * NH * T) return;
+    const int lane = threadIdx.x & 31, t = (int)(row % T);
+    const long bh = row / T, b = bh / NH, h = bh - b * NH;
+    const long off = (b * T + t) * OC + h * HD;
+    float acc = 0.0f;
+    for (int i = lane; i < HD; i += 32) acc += dout[off + i] * out[off + i];
+    acc = hyp_warp_sum(acc);
+    if (lane == 0) D[row] = acc;
+}
+% end
+
+// P (exp of the scaled score minus the row's lse, 0 where masked) and dS = SCALE P (dP - D) of
+// one score/dP accumulator element: s, dp in, p, ds out.
+__device__ __forceinline__ void fa_pds(float& s, float& dp, bool visible, float lse_r, float d_r) {
+    const float p = visible ? expf(s * SCALE - lse_r) : 0.0f;
+    dp = SCALE * p * (dp - d_r);
+    s = p;
+}
+
+% if emit.flash_attention_bwd_dkv then
+// Block (key tile of BKV rows, b*NKV + g); warp w owns keys 16w..16w+15 and computes the
+// transposed scores S^T = K Q^T and dP^T = V dO^T for query tiles of BQB, then dV += P^T dO and
+// dK += dS^T Q, over the G query heads of the group and the query tiles from the key tile's start
+// (fixed order), and adds them to dqkv once: every dk/dv element has one writer.
+{{ signature("flash_attention_bwd_dkv") }} {
+    extern __shared__ __align__(16) unsigned char fa_smem[];
+    hyp_bf16* Ks = (hyp_bf16*)fa_smem;
+    hyp_bf16* Vs = Ks + NS * BKV * LD;
+    hyp_bf16* Qs = Vs + NS * BKV * LD;
+    hyp_bf16* Os = Qs + NS * BQB * LD;
+    float* Ls = (float*)(Os + NS * BQB * LD);
+    float* Ds = Ls + BQB;
+    const int bg = blockIdx.y, b = bg / NKV, g = bg - b * NKV;
+    const int k0 = blockIdx.x * BKV, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int wr = 16 * warp, ka = k0 + wr + (lane >> 2), tq = lane & 3;
+    const float* base = qkv + (long)b * T * R;
+    fa_stage(Ks, BKV, base + (long)k0 * R + (NH + g) * HD, R, min(BKV, T - k0));
+    fa_stage(Vs, BKV, base + (long)k0 * R + (NH + NKV + g) * HD, R, min(BKV, T - k0));
+    float dk[HD / 8][4], dv[HD / 8][4];
+    fa_zero<HD / 8>(dk);
+    fa_zero<HD / 8>(dv);
+    for (int h = g * G; h < (g + 1) * G; h++) {
+        const long bh = (long)b * NH + h;
+        for (int q0 = k0; q0 < T; q0 += BQB) {
+            __syncthreads(); // the previous query tile is no longer read
+            fa_stage(Qs, BQB, base + (long)q0 * R + h * HD, R, min(BQB, T - q0));
+            fa_stage(Os, BQB, dout + ((long)b * T + q0) * OC + h * HD, OC, min(BQB, T - q0));
+            for (int i = threadIdx.x; i < BQB; i += BLOCK) {
+                Ls[i] = q0 + i < T ? lse[bh * T + q0 + i] : 0.0f;
+                Ds[i] = q0 + i < T ? D[bh * T + q0 + i] : 0.0f;
+            }
+            __syncthreads();
+            if (q0 + BQB - 1 < k0 + wr) continue; // every query of the tile is before this warp's keys
+            float st[BQB / 8][4], dpt[BQB / 8][4];
+            fa_zero<BQB / 8>(st);
+            fa_zero<BQB / 8>(dpt);
+            fa_xyt<BQB / 8>(st, Ks, BKV, wr, Qs, BQB);
+            fa_xyt<BQB / 8>(dpt, Vs, BKV, wr, Os, BQB);
+#pragma unroll
+            for (int j = 0; j < BQB / 8; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int qi = 8 * j + 2 * tq + (e & 1), q = q0 + qi, key = ka + 8 * (e >> 1);
+                    fa_pds(st[j][e], dpt[j][e], key <= q && q < T && key < T, Ls[qi], Ds[qi]);
+                }
+            fa_py<BQB / 8>(dv, st, Os, BQB);
+            fa_py<BQB / 8>(dk, dpt, Qs, BQB);
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int key = ka + 8 * r;
+        if (key >= T) continue;
+        float* kr = dqkv + ((long)b * T + key) * R + (NH + g) * HD;
+        float* vr = kr + NKV * HD;
+#pragma unroll
+        for (int j = 0; j < HD / 8; j++)
+#pragma unroll
+            for (int c = 0; c < 2; c++) {
+                kr[8 * j + 2 * tq + c] += dk[j][2 * r + c];
+                vr[8 * j + 2 * tq + c] += dv[j][2 * r + c];
+            }
+    }
+}
+% end
+
+% if emit.flash_attention_bwd_dq then
+// Block (query tile of BQ rows, b*NH + h); warp w owns rows 16w..16w+15: S = Q K^T and
+// dP = dO V^T per key tile up to the diagonal, dQ += dS K, added to dqkv once (one writer).
+{{ signature("flash_attention_bwd_dq") }} {
+    extern __shared__ __align__(16) unsigned char fa_smem[];
+    hyp_bf16* Qs = (hyp_bf16*)fa_smem;
+    hyp_bf16* Os = Qs + NS * BQ * LD;
+    hyp_bf16* Ks = Os + NS * BQ * LD;
+    hyp_bf16* Vs = Ks + NS * BK * LD;
+    const int bh = blockIdx.y, b = bh / NH, h = bh - b * NH, g = h / G;
+    const int q0 = blockIdx.x * BQ, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int wr = 16 * warp, qa = q0 + wr + (lane >> 2), tq = lane & 3;
+    const float* base = qkv + (long)b * T * R;
+    fa_stage(Qs, BQ, base + (long)q0 * R + h * HD, R, min(BQ, T - q0));
+    fa_stage(Os, BQ, dout + ((long)b * T + q0) * OC + h * HD, OC, min(BQ, T - q0));
+    float lr[2], dr[2];
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int q = qa + 8 * r;
+        lr[r] = q < T ? lse[(long)bh * T + q] : 0.0f;
+        dr[r] = q < T ? D[(long)bh * T + q] : 0.0f;
+    }
+    float dq[HD / 8][4];
+    fa_zero<HD / 8>(dq);
+    const int kend = min(T, q0 + BQ);
+    for (int k0 = 0; k0 < kend; k0 += BK) {
+        __syncthreads(); // the previous key tile is no longer read
+        fa_stage(Ks, BK, base + (long)k0 * R + (NH + g) * HD, R, min(BK, T - k0));
+        fa_stage(Vs, BK, base + (long)k0 * R + (NH + NKV + g) * HD, R, min(BK, T - k0));
+        __syncthreads();
+        if (k0 > q0 + wr + 15) continue; // every key of the tile is above this warp's rows
+        float s[BK / 8][4], dp[BK / 8][4];
+        fa_zero<BK / 8>(s);
+        fa_zero<BK / 8>(dp);
+        fa_xyt<BK / 8>(s, Qs, BQ, wr, Ks, BK);
+        fa_xyt<BK / 8>(dp, Os, BQ, wr, Vs, BK);
+#pragma unroll
+        for (int j = 0; j < BK / 8; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int key = k0 + 8 * j + 2 * tq + (e & 1), r = e >> 1, q = qa + 8 * r;
+                fa_pds(s[j][e], dp[j][e], key <= q && q < T && key < T, lr[r], dr[r]);
+            }
+        fa_py<BK / 8>(dq, dp, Ks, BK);
+    }
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int q = qa + 8 * r;
+        if (q >= T) continue;
+        float* qr = dqkv + ((long)b * T + q) * R + h * HD;
+#pragma unroll
+        for (int j = 0; j < HD / 8; j++) {
+            qr[8 * j + 2 * tq] += dq[j][2 * r];
+            qr[8 * j + 2 * tq + 1] += dq[j][2 * r + 1];
+        }
+    }
+}
+% end
