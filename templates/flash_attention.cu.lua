@@ -20,11 +20,14 @@ derive = function(K, decide)
   K.NS = K.PREC == "bf16x3" and 2 or 1 -- bf16 parts per operand
   K.LD = K.HD + 8 -- smem row in bf16 elements: +16 bytes staggers the 8 rows of an ldmatrix over the banks
   K.BQ, K.BK = 64, 32 -- forward and dQ: 64 queries per block (16 per warp) x 32-key tiles
-  K.BKV, K.BQB = 64, 32 -- dK/dV: 64 keys per block (16 per warp) x 32-query tiles
+  -- dK/dV: 64 keys per block (16 per warp) x query tiles of 32, or 16 when HD x parts > 128:
+  -- the dK, dV accumulators (HD floats per lane) plus the 16 x BQB scores and dP must fit 255
+  -- registers (HD 128 bf16x3 with 32-query tiles spilled 32 B at sm_90)
+  K.BKV, K.BQB = 64, (K.NS * K.HD > 128) and 16 or 32
   K.SMEM_FWD = K.NS * (K.BQ + 2 * K.BK) * K.LD * 2
   K.SMEM_DKV = K.NS * (2 * K.BKV + 2 * K.BQB) * K.LD * 2 + 2 * K.BQB * 4
   K.SMEM_DQ = K.NS * (2 * K.BQ + 2 * K.BK) * K.LD * 2
-  decide("tiles", "fwd/dq 64x32, dkv 64x32",
+  decide("tiles", "fwd/dq 64x32, dkv 64x" .. K.BQB,
     string.format("4 warps x 16 rows per block; dynamic shared memory %d / %d / %d B (fwd / dkv / dq, HD=%d, %s)", K.SMEM_FWD, K.SMEM_DKV, K.SMEM_DQ, K.HD, K.PREC))
   decide("precision", K.PREC, K.PREC == "bf16x3"
     and "fp32 operands split into hi + lo bf16, three mma per product (hi*hi + hi*lo + lo*hi): relative error ~2^-16, near fp32"
@@ -157,7 +160,7 @@ template <int NT> __device__ __forceinline__ void fa_zero(float (*acc)[4]) {
 // acc [16 x 8*NT] += X Y^T over HD: X rows r0.. of tile X, Y rows 0..8*NT of tile Y (row = n).
 template <int NT>
 __device__ __forceinline__ void fa_xyt(float (*acc)[4], const hyp_bf16* X, int xrows, int r0, const hyp_bf16* Y, int yrows) {
-#pragma unroll 2
+#pragma unroll 1
     for (int kk = 0; kk < HD; kk += 16) {
         unsigned a[NS][4];
         fa_lda(a, X, xrows, r0, kk);

@@ -50,7 +50,7 @@ local NOT_TEMPLATE = { matmul_fwd = "cuBLASLt (runtime)", matmul_bwd = "cuBLASLt
 local FAMILY_SPECS = {
   embedding = {}, layernorm = { "v2140", "v2166" }, rmsnorm = { "v2141", "v2142", "v2166" },
   residual = {}, rope = { "v2166" }, attention_naive = {},
-  flash_attention = { "v2112", "v2113", "v2102" }, gelu = {}, swiglu = {},
+  flash_attention = { "v2112", "v2113", "v2114", "v2102" }, gelu = {}, swiglu = {},
   classifier = { "v2166" }, adamw = { "v2132", "v2102", "v2161" }, global_norm = { "v2133" },
   cast = { "v2102", "v2160" },
 }
@@ -454,6 +454,13 @@ local function flash_precision(cfg)
   return (cfg.active.v2102 and R.param(cfg, "v2102", "dtype") == "bf16") and "bf16" or "bf16x3"
 end
 
+-- The active flash-attention spec(s), for the audit.
+local function flash_spec(cfg)
+  local ids = {}
+  for _, id in ipairs({ "v2112", "v2113", "v2114" }) do if cfg.active[id] then ids[#ids + 1] = id end end
+  return table.concat(ids, "/")
+end
+
 -- Decides the families, their constants and kernels for this plan. Returns a list of
 -- {family, constants, kernels (names), specs (lines)} and the manifest's op/fusion notes.
 function M.instances(tree, cfg, plan, decide)
@@ -514,6 +521,10 @@ function M.instances(tree, cfg, plan, decide)
       { NH = m.NH, NKV = m.NKV, HD = m.hd })
   end
   if seen.flash_attention_fwd then
+    local rope = first_op(plan, "rope_fwd") -- the flash kernels read the rotated qkv: plain rope ops
+    if rope then
+      want("rope", { "rope_fwd", "rope_bwd" }, { NH = m.NH, NKV = m.NKV, HD = m.hd, ROPE = true, THETA = rope.attrs.theta or 10000.0 })
+    end
     want("flash_attention", { "flash_attention_fwd", "flash_attention_bwd_d", "flash_attention_bwd_dkv", "flash_attention_bwd_dq" },
       { NH = m.NH, NKV = m.NKV, HD = m.hd, PREC = flash_precision(cfg) })
   end
@@ -662,7 +673,8 @@ function M.build(tree, cfg, plan, contrib)
   elseif notes.seen.flash_attention_fwd then
     local prec = flash_precision(cfg)
     decide("kernels.attention", "flash: FA2 template, " .. (prec == "bf16" and "bf16 mma" or "bf16x3 mma (hi/lo split)") .. ", 64x32 tiles",
-      "the plan uses flash attention (v2112/v2113): templates/flash_attention.cu.lua, mma.sync m16n8k16 with fp32 accumulation, " ..
+      "the plan uses flash attention (" .. flash_spec(cfg) .. "): templates/flash_attention.cu.lua, FlashAttention-2 on mma.sync m16n8k16 with fp32 accumulation" ..
+      (cfg.active.v2114 and " (v2114's FlashAttention-3, wgmma + TMA on sm_90, is not implemented: the FA2 kernels serve its plan ops on every target), " or ", ") ..
       (prec == "bf16" and "operands rounded to bf16 as the v2102 bf16 policy rounds the GEMM operands"
         or "fp32 operands split into hi + lo bf16 (3 mma per product, ~fp32 accuracy) because the activations policy is fp32") ..
       "; log-sum-exp saved, deterministic backward (D pre-pass, dK/dV per key tile, dQ per query tile, no atomics)")

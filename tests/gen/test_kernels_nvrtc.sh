@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Kernels through NVRTC (issue #4, v2164): every kernel of the tiny, gpt2-124m, tiny-llama and
-# llama-176m-qknorm trainers compiles for sm_80 and sm_90 with zero register spills (or a reason
+# llama-176m-qknorm trainers (and the flash-attention ones of gpt2-124m and llama3-8b) compiles for sm_80 and sm_90 with zero register spills (or a reason
 # written in the template); the content-addressed cache hits on a second run and on a copy of the
 # tree, misses after a header or an option change, detects and rebuilds a corrupt entry, and is
 # never blocked by a killed run; a compile error prints the NVRTC log, the options and the
@@ -55,6 +55,25 @@ for arch in sm_80 sm_90; do
     check "test_v2164_no_spills_${model}_$arch" no_spills "$out/kernels/resources.json"
   done
 done
+# flash attention (v2112/v2113, templates/flash_attention.cu.lua): head dims 64 and 128 with bf16x3
+# (fp32 policy) and bf16 (v2102) mma operands, GQA 32:8 with RoPE for llama3-8b; zero spills at
+# sm_80 and sm_90; the fp8 + zero3 selection of tiny renders a template for every plan op
+FLASH=("gpt2-124m:adamw,flash" "gpt2-124m:adamw,flash,bf16" "llama3-8b:flash" "llama3-8b:flash,bf16")
+for arch in sm_80 sm_90; do
+  for c in "${FLASH[@]}"; do
+    model=${c%%:*}; sel=${c#*:}; out="$TMP/f_${model}_${sel//,/_}_$arch"
+    "$GEN" specs/v2500.yaml --enable "$sel" --model "$model" --target "$arch" -o "$out" > "$TMP/gen.out" 2>&1
+    check "compile_flash_${model}_${sel//,/_}_$arch" grep -q '"kernel":.*"flash_attention_bwd_dkv"' "$out/kernels/resources.json"
+    check "test_v2113_flash_no_spills_${model}_${sel//,/_}_$arch" no_spills "$out/kernels/resources.json"
+    check "flash_no_missing_template_${model}_${sel//,/_}_$arch" bash -c "! grep -q 'no kernel template' '$TMP/gen.out'"
+  done
+done
+check flash_llama_renders_rope_launch grep -q '"rope_fwd":' "$TMP/f_llama3-8b_flash_sm_90/kernels/kernels.json"
+check flash_precision_recorded grep -q "kernels.flash_attention.precision → bf16x3" "$TMP/f_llama3-8b_flash_sm_90/audit.md"
+"$GEN" specs/v2500.yaml --enable fp8,flash,zero3 --model tiny --target sm_90 -o "$TMP/h90" > "$TMP/h90.out" 2>&1
+check test_v2112_fp8_flash_zero3_every_op_has_a_kernel bash -c "grep -q 'kernels: .* for sm_90' '$TMP/h90.out' && ! grep -q 'no kernel template' '$TMP/h90.out'"
+check test_v2112_fp8_flash_zero3_no_spills no_spills "$TMP/h90/kernels/resources.json"
+
 # FP8 (sm_89+): the e4m3/e5m2 casts with amax
 expect compile_fp8_sm_90 0 "kernels: .* for sm_90" -- "$GEN" specs/v2500.yaml --enable fp8,fusion,adamw --model llama-176m-qknorm --target sm_90 -o "$TMP/fp8"
 check fp8_casts_rendered grep -q "cast_f32_e4m3" "$TMP/fp8/kernels/cast.cu"

@@ -156,6 +156,21 @@ static int open_family(mod_t *md, const char *family, const char *consts, const 
     return 0;
 }
 
+/* A compile-time constant of a file open_family rendered (derived tile sizes), or -1. */
+static long rendered_const(const char *family, const char *tag, const char *name) {
+    char path[512], line[512], pat[128];
+    snprintf(path, sizeof path, "%s/%s_%s.cu", g_tmp, family, tag);
+    snprintf(pat, sizeof pat, "static constexpr int %s = %%ld;", name);
+    FILE *f = fopen(path, "r");
+    long v = -1;
+    while (f && v < 0 && fgets(line, sizeof line, f)) {
+        const char *p = strstr(line, "static constexpr int ");
+        if (p && sscanf(p, pat, &v) != 1) v = -1;
+    }
+    if (f) fclose(f);
+    return v;
+}
+
 static void close_family(mod_t *md) {
     if (md->m) hyp_sim_unload(md->m);
     md->m = NULL;
@@ -581,15 +596,20 @@ static void test_flash(const char *tag, int B, int T, int NH, int NKV, int HD, c
     if (open_family(&mf, "flash_attention", consts, tag)) return;
     const int x3 = !strcmp(prec, "bf16x3");
     const double tol = x3 ? 1e-4 : 1e-2;
-    /* the template's tiles: 64 x 32, NS bf16 parts of LD = HD + 8 per row (its derive()) */
-    const size_t NS = x3 ? 2 : 1, LD = (size_t)HD + 8;
-    const size_t smem_fwd = NS * (64 + 2 * 32) * LD * 2, smem_dkv = NS * (2 * 64 + 2 * 32) * LD * 2 + 2 * 32 * 4;
-    const size_t smem_dq = NS * (2 * 64 + 2 * 32) * LD * 2;
+    /* dynamic shared memory per kernel, as the template derived it (the manifest's smem) */
+    const long smem_fwd = rendered_const("flash_attention", tag, "SMEM_FWD");
+    const long smem_dkv = rendered_const("flash_attention", tag, "SMEM_DKV");
+    const long smem_dq = rendered_const("flash_attention", tag, "SMEM_DQ");
+    if (smem_fwd <= 0 || smem_dkv <= 0 || smem_dq <= 0) {
+        report(0, mf.what, "no SMEM_FWD/SMEM_DKV/SMEM_DQ constants in the rendered file");
+        close_family(&mf);
+        return;
+    }
     int N = B * T, R = (NH + 2 * NKV) * HD, OC = NH * HD;
     long nr = (long)N * R, no = (long)N * OC, nl = (long)B * NH * T;
     float *qkv = frandbuf(nr, 1.5f), *out = fbuf(no), *lse = fbuf(nl), *out_ref = fbuf(no), *lse_ref = fbuf(nl);
     void *f1[] = {&out, &lse, &qkv, &T};
-    launch_smem(&mf, "flash_attention_fwd", cdiv(T, 64), B * NH, 1, 128, smem_fwd, f1);
+    launch_smem(&mf, "flash_attention_fwd", cdiv(T, 64), B * NH, 1, 128, (size_t)smem_fwd, f1);
     op_flash_attention_fwd(out_ref, lse_ref, qkv, B, T, NH, NKV, HD);
     check_f32(NAME(nm, "test_v2112_flash_fwd[%s] B=%d T=%d NH=%d NKV=%d HD=%d %s out", tag, B, T, NH, NKV, HD, prec), out, out_ref, no, tol, tol);
     check_f32(NAME(nm, "test_v2112_flash_fwd[%s] lse", tag), lse, lse_ref, nl, tol, tol);
@@ -599,8 +619,8 @@ static void test_flash(const char *tag, int B, int T, int NH, int NKV, int HD, c
     void *b1[] = {&D, &dout, &out_ref, &B, &T};
     launch(&mf, "flash_attention_bwd_d", cdiv((long)B * NH * T, 4), 1, 1, 128, b1);
     void *b2[] = {&dqkv, &dout, &qkv, &lse_ref, &D, &T};
-    launch_smem(&mf, "flash_attention_bwd_dkv", cdiv(T, 64), B * NKV, 1, 128, smem_dkv, b2);
-    launch_smem(&mf, "flash_attention_bwd_dq", cdiv(T, 64), B * NH, 1, 128, smem_dq, b2);
+    launch_smem(&mf, "flash_attention_bwd_dkv", cdiv(T, 64), B * NKV, 1, 128, (size_t)smem_dkv, b2);
+    launch_smem(&mf, "flash_attention_bwd_dq", cdiv(T, 64), B * NH, 1, 128, (size_t)smem_dq, b2);
     op_flash_attention_bwd(dqkv_ref, D_ref, dout, qkv, out_ref, lse_ref, B, T, NH, NKV, HD);
     check_f32(NAME(nm, "test_v2113_flash_bwd[%s] D = rowsum(dout*out)", tag), D, D_ref, nl, TOL_F32);
     check_f32(NAME(nm, "test_v2113_flash_bwd[%s] dqkv accumulates", tag), dqkv, dqkv_ref, nr, tol, tol);
@@ -968,6 +988,7 @@ int main(void) {
     RUN(test_flash("odd_g3", 2, 45, 3, 1, 32, "bf16x3"));
     RUN(test_flash("odd_hd128", 1, 70, 2, 2, 128, "bf16x3"));
     RUN(test_flash("bf16", 1, 50, 4, 2, 64, "bf16"));
+    RUN(test_flash("odd_hd48_bf16", 1, 33, 2, 1, 48, "bf16"));
     RUN(test_classifier("regular", 16, 256, 256));
     RUN(test_classifier("odd", 13, 61, 64));
     RUN(test_classifier("gpt2_vocab", 4, 50257, 50304));
