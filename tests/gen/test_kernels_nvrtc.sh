@@ -57,9 +57,12 @@ for arch in sm_80 sm_90; do
 done
 # flash attention (v2112/v2113, templates/flash_attention.cu.lua): head dims 64 and 128 with bf16x3
 # (fp32 policy) and bf16 (v2102) mma operands, GQA 32:8 with RoPE for llama3-8b; zero spills at
-# sm_80 and sm_90; the fp8 + zero3 selection of tiny renders a template for every plan op
-FLASH=("gpt2-124m:adamw,flash" "gpt2-124m:adamw,flash,bf16" "llama3-8b:flash" "llama3-8b:flash,bf16")
+# sm_90, and at sm_80 for the case with the most registers (llama3-8b bf16x3: HD 128, 3 mma per
+# product; the other three were measured spill-free at sm_80 too, left out to keep this test short);
+# the fp8 + zero3 selection of tiny renders a template for every plan op
 for arch in sm_80 sm_90; do
+  FLASH=("llama3-8b:flash")
+  [ "$arch" = sm_90 ] && FLASH+=("gpt2-124m:adamw,flash" "gpt2-124m:adamw,flash,bf16" "llama3-8b:flash,bf16")
   for c in "${FLASH[@]}"; do
     model=${c%%:*}; sel=${c#*:}; out="$TMP/f_${model}_${sel//,/_}_$arch"
     "$GEN" specs/v2500.yaml --enable "$sel" --model "$model" --target "$arch" -o "$out" > "$TMP/gen.out" 2>&1
