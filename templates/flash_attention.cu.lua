@@ -26,8 +26,11 @@ derive = function(K, decide)
   K.BKV, K.BQB = 64, (K.NS * K.HD > 128) and 16 or 32
   K.SMEM_FWD = K.NS * (K.BQ + 2 * K.BK) * K.LD * 2
   K.SMEM_DKV = K.NS * (2 * K.BKV + 2 * K.BQB) * K.LD * 2 + 2 * K.BQB * 4
-  K.SMEM_DQ = K.NS * (2 * K.BQ + 2 * K.BK) * K.LD * 2
-  decide("tiles", "fwd/dq 64x32, dkv 64x" .. K.BQB,
+  -- dQ's key tiles: 16 when HD x parts > 128, which keeps its shared memory under the 99 KB a
+  -- block may have on sm_86/sm_89 (HD 128 bf16x3: 85 KB instead of 102 KB)
+  K.BKQ = (K.NS * K.HD > 128) and 16 or 32
+  K.SMEM_DQ = K.NS * (2 * K.BQ + 2 * K.BKQ) * K.LD * 2
+  decide("tiles", "fwd 64x32, dkv 64x" .. K.BQB .. ", dq 64x" .. K.BKQ,
     string.format("4 warps x 16 rows per block; dynamic shared memory %d / %d / %d B (fwd / dkv / dq, HD=%d, %s)", K.SMEM_FWD, K.SMEM_DKV, K.SMEM_DQ, K.HD, K.PREC))
   decide("precision", K.PREC, K.PREC == "bf16x3"
     and "fp32 operands split into hi + lo bf16, three mma per product (hi*hi + hi*lo + lo*hi): relative error ~2^-16, near fp32"
@@ -65,12 +68,14 @@ ops = {
 // [B, T, NH*HD]; lse, D [B, NH, T]. Causal: query t sees keys t2 <= t; head h reads kv head h / G.
 //
 // Tiles are staged from fp32 global memory into shared memory as NS bf16 parts ([NS][rows][LD]:
-// hi, then for bf16x3 lo = bf16(x - hi)); rows past T are zeros. Every product is a warp's
-// 16-row slab times a 16-column pair of mma n-tiles: A fragments by ldmatrix from a row-major
-// tile (or, for P and dS, from the score accumulators in registers, whose C layout is the A layout
-// of the next product), B fragments by ldmatrix (non-transposed when the tile holds B^T, i.e. the
-// rows are the n index, transposed when it holds B). Lane (g = lane/4, t = lane%4) owns rows g and
-// g + 8 of its warp's slab and columns 8j + 2t, 8j + 2t + 1 of every n-tile j (kernels/hyp/mma.cuh).
+// hi, then for bf16x3 lo = bf16(x - hi)); rows past T are zeros. The conversion happens on the
+// way in, so cp.async (a raw byte copy) does not fit: staging is plain loads and stores. Every
+// product is a warp's 16-row slab times a 16-column pair of mma n-tiles: A fragments by ldmatrix
+// from a row-major tile (or, for P and dS, from the score accumulators in registers, whose C
+// layout is the A layout of the next product), B fragments by ldmatrix (non-transposed when the
+// tile holds B^T, i.e. the rows are the n index, transposed when it holds B). Lane (g = lane/4,
+// t = lane%4) owns rows g and g + 8 of its warp's slab and columns 8j + 2t, 8j + 2t + 1 of every
+// n-tile j (kernels/hyp/mma.cuh).
 static constexpr float SCALE = {{ f32(1.0 / math.sqrt(HD)) }}; // 1/sqrt(HD), as the CPU op's 1.0f / sqrtf(hd)
 static constexpr int OC = NH * HD;
 
@@ -363,7 +368,7 @@ __device__ __forceinline__ void fa_pds(float& s, float& dp, bool visible, float 
     hyp_bf16* Qs = (hyp_bf16*)fa_smem;
     hyp_bf16* Os = Qs + NS * BQ * LD;
     hyp_bf16* Ks = Os + NS * BQ * LD;
-    hyp_bf16* Vs = Ks + NS * BK * LD;
+    hyp_bf16* Vs = Ks + NS * BKQ * LD;
     const int bh = blockIdx.y, b = bh / NH, h = bh - b * NH, g = h / G;
     const int q0 = blockIdx.x * BQ, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int wr = 16 * warp, qa = q0 + wr + (lane >> 2), tq = lane & 3;
@@ -380,25 +385,25 @@ __device__ __forceinline__ void fa_pds(float& s, float& dp, bool visible, float 
     float dq[HD / 8][4];
     fa_zero<HD / 8>(dq);
     const int kend = min(T, q0 + BQ);
-    for (int k0 = 0; k0 < kend; k0 += BK) {
+    for (int k0 = 0; k0 < kend; k0 += BKQ) {
         __syncthreads(); // the previous key tile is no longer read
-        fa_stage(Ks, BK, base + (long)k0 * R + (NH + g) * HD, R, min(BK, T - k0));
-        fa_stage(Vs, BK, base + (long)k0 * R + (NH + NKV + g) * HD, R, min(BK, T - k0));
+        fa_stage(Ks, BKQ, base + (long)k0 * R + (NH + g) * HD, R, min(BKQ, T - k0));
+        fa_stage(Vs, BKQ, base + (long)k0 * R + (NH + NKV + g) * HD, R, min(BKQ, T - k0));
         __syncthreads();
         if (k0 > q0 + wr + 15) continue; // every key of the tile is above this warp's rows
-        float s[BK / 8][4], dp[BK / 8][4];
-        fa_zero<BK / 8>(s);
-        fa_zero<BK / 8>(dp);
-        fa_xyt<BK / 8>(s, Qs, BQ, wr, Ks, BK);
-        fa_xyt<BK / 8>(dp, Os, BQ, wr, Vs, BK);
+        float s[BKQ / 8][4], dp[BKQ / 8][4];
+        fa_zero<BKQ / 8>(s);
+        fa_zero<BKQ / 8>(dp);
+        fa_xyt<BKQ / 8>(s, Qs, BQ, wr, Ks, BKQ);
+        fa_xyt<BKQ / 8>(dp, Os, BQ, wr, Vs, BKQ);
 #pragma unroll
-        for (int j = 0; j < BK / 8; j++)
+        for (int j = 0; j < BKQ / 8; j++)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const int key = k0 + 8 * j + 2 * tq + (e & 1), r = e >> 1, q = qa + 8 * r;
                 fa_pds(s[j][e], dp[j][e], key <= q && q < T && key < T, lr[r], dr[r]);
             }
-        fa_py<BK / 8>(dq, dp, Ks, BK);
+        fa_py<BKQ / 8>(dq, dp, Ks, BKQ);
     }
 #pragma unroll
     for (int r = 0; r < 2; r++) {
