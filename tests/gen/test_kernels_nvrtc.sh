@@ -73,6 +73,7 @@ for arch in sm_80 sm_90; do
 done
 check flash_llama_renders_rope_launch grep -q '"rope_fwd":' "$TMP/f_llama3-8b_flash_sm_90/kernels/kernels.json"
 check flash_precision_recorded grep -q "kernels.flash_attention.precision → bf16x3" "$TMP/f_llama3-8b_flash_sm_90/audit.md"
+check flash_bf16_policy_uses_bf16_mma grep -q "kernels.attention → flash: FA2 template, bf16 mma" "$TMP/f_llama3-8b_flash_bf16_sm_90/audit.md"
 "$GEN" specs/v2500.yaml --enable fp8,flash,zero3 --model tiny --target sm_90 -o "$TMP/h90" > "$TMP/h90.out" 2>&1
 check test_v2112_fp8_flash_zero3_every_op_has_a_kernel bash -c "grep -q 'kernels: .* for sm_90' '$TMP/h90.out' && ! grep -q 'no kernel template' '$TMP/h90.out'"
 check test_v2112_fp8_flash_zero3_no_spills no_spills "$TMP/h90/kernels/resources.json"
