@@ -157,4 +157,6 @@ expect render_bad_constant 2 "constant C must be an integer" -- "$GEN" render la
 expect render_unknown_constant 2 "no constant CC" -- "$GEN" render layernorm CC=3
 expect render_missing_constant 2 "constant H .* is required" -- "$GEN" render swiglu
 expect render_list 0 "attention_naive" -- "$GEN" render --list
+expect render_flash_bad_hd 2 "HD 40 is not supported by the flash kernels \(a multiple of 16 up to 128" -- "$GEN" render flash_attention NH=4 NKV=2 HD=40
+expect render_flash_bad_prec 2 "constant PREC must be one of bf16, bf16x3, got fp16" -- "$GEN" render flash_attention NH=4 NKV=2 HD=64 PREC=fp16
 finish
