@@ -672,7 +672,7 @@ function M.build(tree, cfg, plan, contrib)
     decide("kernels.attention", "naive (materialized [B,NH,T,T])", "the plan's attention ops are the naive baseline (no flash-attention spec active)")
   elseif notes.seen.flash_attention_fwd then
     local prec = flash_precision(cfg)
-    decide("kernels.attention", "flash: FA2 template, " .. (prec == "bf16" and "bf16 mma" or "bf16x3 mma (hi/lo split)") .. ", 64x32 tiles",
+    decide("kernels.attention", "flash: FA2 template, " .. (prec == "bf16" and "bf16 mma" or "bf16x3 mma (hi/lo split)") .. ", 64-row tiles",
       "the plan uses flash attention (" .. flash_spec(cfg) .. "): templates/flash_attention.cu.lua, FlashAttention-2 on mma.sync m16n8k16 with fp32 accumulation" ..
       (cfg.active.v2114 and " (v2114's FlashAttention-3, wgmma + TMA on sm_90, is not implemented: the FA2 kernels serve its plan ops on every target), " or ", ") ..
       (prec == "bf16" and "operands rounded to bf16 as the v2102 bf16 policy rounds the GEMM operands"
