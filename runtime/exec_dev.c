@@ -877,7 +877,7 @@ int exec_dev_backward_each(exec_dev *x, float dloss, float *loss, int (*after)(v
         if (!rc && x->p->bwd[i].kind == OP_CROSSENTROPY_FUSED) rc = mean_loss(x, loss, e);
         if (!rc && after) rc = after(ctx, i, e);
     }
-    if (!rc) rc = x->dev->stream_synchronize(x->dev, NULL, e);
+    if (!rc && !after) rc = x->dev->stream_synchronize(x->dev, NULL, e);
     return rc;
 }
 

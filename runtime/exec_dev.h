@@ -100,7 +100,8 @@ int exec_dev_adamw(exec_dev *x, double lr, double beta1, double beta2, double ep
 
 /* ---- pieces of the device training step (runtime/train_dev.c); all on the default stream, not
  * synchronized ---- */
-/* exec_dev_backward, calling after(ctx, i) once bwd op i is enqueued (comm overlap hooks). */
+/* exec_dev_backward, calling after(ctx, i) once bwd op i is enqueued (comm overlap hooks); with a
+ * hook the default stream is left unsynchronized: the caller synchronizes what the hook started. */
 int exec_dev_backward_each(exec_dev *x, float dloss, float *loss, int (*after)(void *ctx, int op, hyp_err *e),
                            void *ctx, hyp_err *e);
 /* The global_norm kernels (templates/global_norm.cu.lua): PARTS partial sums of squares (0: no

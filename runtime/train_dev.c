@@ -179,8 +179,11 @@ static int reduce_and_norm(train_dev *t, float max_norm, hyp_err *e) {
     int rc = HYP_OK;
     const float *g = xd->grads;
     int64_t n = xd->arena;
-    if (t->overlap) { /* the default stream waits for the last bucket's all-reduce */
-        if (!(rc = d->event_record(d, t->comm_done, t->comm, e))) rc = d->event_wait(d, NULL, t->comm_done, e);
+    if (t->overlap) {
+        /* the host waits for the last bucket's all-reduce, which waited for backward; under sim this
+         * runs the bucket all-reduces as early as their events allow (interleaved with backward),
+         * so a bucket reduced before its last gradient write gives wrong numbers */
+        if (!(rc = d->event_record(d, t->comm_done, t->comm, e))) rc = d->event_synchronize(d, t->comm_done, e);
     } else if (t->world > 1 && t->stage <= 1) {
         rc = d->all_reduce(d, xd->grads, (size_t)xd->arena, HYP_DT_F32, HYP_RED_SUM, NULL, e);
     } else if (t->stage >= 2) {
