@@ -8,7 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-/* 1 when a GPU is usable; else why not in `why` */
+/* How many GPUs are usable (0: none, and why not in `why`). */
 static int probe_gpu(char *why, size_t n) {
     const char *lib = getenv("HYP_LIBCUDA");
     void *h = dlopen(lib && *lib ? lib : "libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
@@ -22,7 +22,7 @@ static int probe_gpu(char *why, size_t n) {
     if (rc) snprintf(why, n, "cuInit failed with CUresult %d (no device, or the driver cannot reach it)", rc);
     else if (!count || count(&c) || c == 0) snprintf(why, n, "no CUDA device");
     dlclose(h);
-    return rc == 0 && c > 0;
+    return rc == 0 ? c : 0;
 }
 
 #endif
