@@ -10,6 +10,7 @@
 # changes them (~1e-2 on step 2, measured by mutating train_dev.c). Sim np=2 matches the cpu
 # backend at np=2 within 1e-4 relative (fp32 kernels vs the CPU ops, as test_sim_trainer.sh).
 # The clip norm is computed on the device (global_norm kernels): the logged norms match too.
+# Gradient accumulation and an elastic resume (2 ranks -> 1) from the device's ZeRO-1 moments.
 source "$(dirname "$0")/lib.sh"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 export OMP_NUM_THREADS=1 HYP_SIM_CACHE="$BUILD/tests/sim_cache"
@@ -36,6 +37,15 @@ for stage in 0 1 2 3; do
   grep -q "done: 3 steps" "$TMP/out$stage.txt" || sed 's/^/    /' "$TMP/out$stage.txt" | tail -5
   check "sim_np2_zero$stage" grep -q "done: 3 steps" "$TMP/out$stage.txt"
   check "test_v2104_sim_stage${stage}_np2_equals_np1" close "$TMP/np1_0.jsonl" "$TMP/np2_$stage.jsonl" 2e-5
+  if [ $stage -eq 1 ]; then
+    # 2 micro-batches (the overlap hooks only the last one's backward) and an elastic resume from
+    # the device's sharded moments: 2 ranks for 2 steps, checkpoint, 1 rank for the 3rd == 1 rank
+    K=(--grad-accum 2)
+    expect sim_np1_accum2 0 "done: 3 steps" -- "$OUT/train" "${COMMON[@]}" "${K[@]}" --batch 2 --metrics "$TMP/k1.jsonl"
+    expect sim_np2_accum2_first_2 0 "done: 2 steps" -- $MPI "$OUT/train" "${COMMON[@]}" "${K[@]}" --batch 1 --stop-after 2 --ckpt-dir "$TMP/ck" --metrics "$TMP/k2.jsonl"
+    expect sim_np1_resumes_3rd 0 "resumed from .*now 1 rank" -- "$OUT/train" "${COMMON[@]}" "${K[@]}" --batch 2 --ckpt-dir "$TMP/ck" --resume --metrics "$TMP/k2.jsonl"
+    check "test_v2175_sim_zero1_accum2_np2_then_np1_resume_equals_np1" close "$TMP/k1.jsonl" "$TMP/k2.jsonl" 2e-5
+  fi
   [ $stage -gt 0 ] && continue
   for order in forward eager; do
     expect "sim_np2_order_$order" 0 "done: 3 steps" -- env HYP_SIM_STREAM_ORDER=$order $MPI "$OUT/train" "${COMMON[@]}" --batch 1 --metrics "$TMP/o_$order.jsonl"
