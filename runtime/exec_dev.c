@@ -483,8 +483,6 @@ static int dalloc(exec_dev *x, void **ptr, int64_t n, size_t elem, hyp_err *e) {
 }
 
 static int prepare_shard(exec_dev *x, hyp_err *e);
-static int launch_adamw(exec_dev *x, int shard, double lr, double beta1, double beta2, double eps, double wd, int t,
-                        const float *gscale, hyp_err *e);
 
 int exec_dev_init_dp(exec_dev *x, const plan_t *p, const char *kernels_dir, hyp_device *dev, int world, int rank,
                      int stage, hyp_err *e) {
@@ -816,16 +814,6 @@ int exec_dev_eval_loss(exec_dev *x, float *loss, hyp_err *e) {
 
 int exec_dev_backward(exec_dev *x, float dloss, float *loss, hyp_err *e) {
     return exec_dev_backward_each(x, dloss, loss, NULL, NULL, e);
-}
-
-int exec_dev_adamw(exec_dev *x, double lr, double beta1, double beta2, double eps, double wd, int t,
-                   float grad_scale, hyp_err *e) {
-    if (x->opt_file < 0)
-        return hyp_fail(e, HYP_EINPUT, "kernels.json has no f32 adamw_step optimizer launch — regenerate with gen, or step on the host");
-    int rc = x->dev->h2d(x->dev, x->gscale, &grad_scale, sizeof(float), NULL, e);
-    if (!rc) rc = launch_adamw(x, 0, lr, beta1, beta2, eps, wd, t, x->gscale, e);
-    if (!rc) rc = x->dev->stream_synchronize(x->dev, NULL, e);
-    return rc;
 }
 
 /* ---- data parallelism (exec_dev_init_dp) and the device step's pieces ------------------------ */

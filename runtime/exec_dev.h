@@ -68,9 +68,10 @@ typedef struct {
 } exec_dev;
 
 /* Allocates the device arenas (params and grads: the arena; m and v: the arena, or this rank's
- * shard for stage >= 1; stage >= 2 adds gshard), parses kernels_dir/kernels.json, loads every module through
- * dev->module_load and prepares the launches of every plan op. An op with no launch in the
- * manifest (and that is not a matmul or zero) is an error naming it. */
+ * shard for stage >= 1; stage >= 2 adds gshard), parses kernels_dir/kernels.json, loads every
+ * module through dev->module_load (the manifest's cubin on cuda, the rendered .cu on sim) and
+ * prepares the launches of every plan op. An op with no launch in the manifest (and that is not a
+ * matmul or zero) is an error naming it. */
 int exec_dev_init_dp(exec_dev *x, const plan_t *p, const char *kernels_dir, hyp_device *dev, int world, int rank,
                      int stage, hyp_err *e);
 /* One rank, no ZeRO. */
@@ -92,11 +93,6 @@ int exec_dev_eval_loss(exec_dev *x, float *loss, hyp_err *e);
 /* Fused loss + dlogits (scaled by dloss) then the backward pass, accumulating into grads; the
  * mean loss of this micro-batch in *loss (losses copied back with d2h). */
 int exec_dev_backward(exec_dev *x, float dloss, float *loss, hyp_err *e);
-/* One AdamW step (t >= 1) on the device with the rendered adamw_step kernel, as train.h's
- * train_adamw_step: decoupled weight decay wd on tensors whose plan decay flag is set, gradients
- * multiplied by grad_scale (the clip factor). */
-int exec_dev_adamw(exec_dev *x, double lr, double beta1, double beta2, double eps, double wd, int t,
-                   float grad_scale, hyp_err *e);
 
 /* ---- pieces of the device training step (runtime/train_dev.c); all on the default stream, not
  * synchronized ---- */
