@@ -12,8 +12,9 @@
  * With more than one rank and stage 0/1, the all-reduce of the last micro-batch's gradients
  * overlaps the backward pass: the arena is cut into buckets (contiguous parameter tensors of one
  * layer); after the last backward op that touches a bucket's gradients, an event on the default
- * (compute) stream orders that bucket's all-reduce on a communication stream; the default stream
- * waits for the communication stream before the norm.
+ * (compute) stream orders that bucket's all-reduce on a communication stream; the host waits for
+ * the communication stream's last event before the norm. HYP_COMM_OVERLAP=0 turns this off (one
+ * all-reduce of the whole arena after backward).
  */
 #ifndef HYP_TRAIN_DEV_H
 #define HYP_TRAIN_DEV_H
