@@ -453,6 +453,11 @@ void exec_dev_free(exec_dev *x) {
     d->mem_free(d, x->seg_end, &e);
     d->mem_free(d, x->seg_wd, &e);
     d->mem_free(d, x->gscale, &e);
+    d->mem_free(d, x->gshard, &e);
+    d->mem_free(d, x->sh_seg_end, &e);
+    d->mem_free(d, x->sh_seg_wd, &e);
+    free(x->sh_h_wd);
+    free(x->sh_decay);
     free(x->h_seg_wd);
     free(x->seg_decay);
     for (int i = 0; i < x->n_files; i++) {
@@ -477,22 +482,37 @@ static int dalloc(exec_dev *x, void **ptr, int64_t n, size_t elem, hyp_err *e) {
     return x->dev->memset_sync(x->dev, *ptr, 0, sz, e);
 }
 
-int exec_dev_init(exec_dev *x, const plan_t *p, const char *kernels_dir, hyp_device *dev, hyp_err *e) {
+static int prepare_shard(exec_dev *x, hyp_err *e);
+
+int exec_dev_init_dp(exec_dev *x, const plan_t *p, const char *kernels_dir, hyp_device *dev, int world, int rank,
+                     int stage, hyp_err *e) {
     memset(x, 0, sizeof *x);
+    if (world < 1 || rank < 0 || rank >= world || stage < 0 || stage > 3)
+        return hyp_fail(e, HYP_EINPUT, "exec_dev: rank %d of %d ranks, ZeRO stage %d — need 0 <= rank < world, stage 0..3", rank, world, stage);
     x->p = p;
     x->dev = dev;
     x->opt_file = -1;
     x->B = p->B;
     x->T = p->T;
     int64_t maxN = (int64_t)p->B * p->T;
+    /* exec.c's data-parallel layout: the arena padded to world equal shards of 16-float multiples */
+    x->world = world, x->rank = rank, x->stage = stage;
+    x->shard = ((p->param_floats + world - 1) / world + 15) / 16 * 16;
+    x->arena = x->shard * world;
+    int64_t optim = stage >= 1 ? x->shard : x->arena;
     int rc;
-    if ((rc = dalloc(x, (void **)&x->params, p->param_floats, 4, e)) || (rc = dalloc(x, (void **)&x->grads, p->param_floats, 4, e)) ||
-        (rc = dalloc(x, (void **)&x->m, p->param_floats, 4, e)) || (rc = dalloc(x, (void **)&x->v, p->param_floats, 4, e)) ||
+    if ((rc = dalloc(x, (void **)&x->params, x->arena, 4, e)) || (rc = dalloc(x, (void **)&x->grads, x->arena, 4, e)) ||
+        (stage >= 2 && (rc = dalloc(x, (void **)&x->gshard, x->shard, 4, e))) ||
+        (rc = dalloc(x, (void **)&x->m, optim, 4, e)) || (rc = dalloc(x, (void **)&x->v, optim, 4, e)) ||
         (rc = dalloc(x, (void **)&x->acts, p->act_floats, 4, e)) || (rc = dalloc(x, (void **)&x->tokens, maxN, 4, e)) ||
         (rc = dalloc(x, (void **)&x->targets, maxN, 4, e)) || (rc = dalloc(x, (void **)&x->ones, maxN, 4, e))) {
         exec_dev_free(x);
         return rc;
     }
+    x->bytes_params = 4 * (size_t)x->arena;
+    x->bytes_grads = 4 * (size_t)(x->arena + (stage >= 2 ? x->shard : 0));
+    x->bytes_optim = 8 * (size_t)optim;
+    x->bytes_acts = 4 * (size_t)(p->act_floats > 0 ? p->act_floats : 1);
     x->h_tokens = calloc((size_t)maxN, sizeof(int32_t));
     x->h_targets = calloc((size_t)maxN, sizeof(int32_t));
     x->h_losses = calloc((size_t)maxN, sizeof(float));
@@ -575,11 +595,18 @@ int exec_dev_init(exec_dev *x, const plan_t *p, const char *kernels_dir, hyp_dev
             F->cnames[F->consts.n] = xstrdup(c->string);
             env_set(&F->consts, F->cnames[F->consts.n], v);
         }
+        /* a GPU loads the compiled cubin the manifest names; sim the rendered source */
+        const cJSON *cubin = cJSON_GetObjectItemCaseSensitive(fe, "cubin");
+        int gpu = !strcmp(dev->name, "cuda");
+        if (gpu && !cJSON_IsString(cubin)) {
+            rc = hyp_fail(e, HYP_EINPUT, "%s: %s has no cubin — generate the trainer with --target sm_XX to run it on a GPU", path, F->name);
+            goto fail;
+        }
         char mpath[4200];
-        snprintf(mpath, sizeof mpath, "%s/%s", kernels_dir, F->name);
+        snprintf(mpath, sizeof mpath, "%s/%s", kernels_dir, gpu ? cubin->valuestring : F->name);
         if ((rc = dev->module_load(dev, mpath, &F->mod, e))) goto fail;
     }
-    if ((rc = prepare_optimizer(x, man, e))) goto fail;
+    if ((rc = prepare_optimizer(x, man, e)) || (rc = prepare_shard(x, e))) goto fail;
     scratch_t sc[64];
     int nsc = 0;
     for (int i = 0; i < p->n_fwd; i++)
@@ -786,36 +813,128 @@ int exec_dev_eval_loss(exec_dev *x, float *loss, hyp_err *e) {
 }
 
 int exec_dev_backward(exec_dev *x, float dloss, float *loss, hyp_err *e) {
+    return exec_dev_backward_each(x, dloss, loss, NULL, NULL, e);
+}
+
+/* ---- data parallelism (exec_dev_init_dp) and the device step's pieces ------------------------ */
+
+int exec_dev_init(exec_dev *x, const plan_t *p, const char *kernels_dir, hyp_device *dev, hyp_err *e) {
+    return exec_dev_init_dp(x, p, kernels_dir, dev, 1, 0, 0, e);
+}
+
+/* The tensor table of this rank's shard [lo, lo + shard) of the arena (stage >= 1): every tensor
+ * segment of the full table clipped to the shard, offsets relative to lo; the padding after the
+ * last tensor joins the last segment (its values, gradients and moments stay zero). */
+static int prepare_shard(exec_dev *x, hyp_err *e) {
+    if (x->opt_file < 0 || x->stage < 1) return HYP_OK;
+    int64_t lo = x->shard * x->rank, hi = lo + x->shard, start = 0;
+    int64_t *end = calloc((size_t)x->nseg + 1, sizeof *end);
+    x->sh_decay = calloc((size_t)x->nseg + 1, sizeof *x->sh_decay);
+    x->sh_h_wd = calloc((size_t)x->nseg + 1, sizeof *x->sh_h_wd);
+    if (!end || !x->sh_decay || !x->sh_h_wd) {
+        free(end);
+        return hyp_fail(e, HYP_EFAIL, "out of memory");
+    }
+    int64_t *full = malloc(sizeof(int64_t) * (size_t)x->nseg);
+    int rc = full ? x->dev->d2h_sync(x->dev, full, x->seg_end, sizeof(int64_t) * (size_t)x->nseg, e)
+                  : hyp_fail(e, HYP_EFAIL, "out of memory");
+    int n = 0;
+    for (int s = 0; s < x->nseg && !rc; start = full[s++]) {
+        int64_t a = start > lo ? start : lo, b = full[s] < hi ? full[s] : hi;
+        if (a >= b) continue;
+        end[n] = b - lo;
+        x->sh_decay[n++] = x->seg_decay[s];
+    }
+    if (n == 0) x->sh_decay[n++] = 0; /* a shard of padding only */
+    end[n - 1] = x->shard;
+    x->sh_nseg = n;
+    if (!rc) rc = dalloc(x, (void **)&x->sh_seg_end, n, sizeof(int64_t), e);
+    if (!rc) rc = dalloc(x, (void **)&x->sh_seg_wd, n, sizeof(float), e);
+    if (!rc) rc = x->dev->h2d_sync(x->dev, x->sh_seg_end, end, sizeof(int64_t) * (size_t)n, e);
+    free(full);
+    free(end);
+    return rc;
+}
+
+int exec_dev_backward_each(exec_dev *x, float dloss, float *loss, int (*after)(void *ctx, int op, hyp_err *e),
+                           void *ctx, hyp_err *e) {
     int rc = HYP_OK;
     *loss = 0;
     for (int i = 0; i < x->p->n_bwd && !rc; i++) {
         rc = run_op(x, &x->p->bwd[i], &x->bwd[i], dloss, e);
         if (!rc && x->p->bwd[i].kind == OP_CROSSENTROPY_FUSED) rc = mean_loss(x, loss, e);
+        if (!rc && after) rc = after(ctx, i, e);
     }
-    if (!rc) rc = x->dev->stream_synchronize(x->dev, NULL, e);
+    if (!rc && !after) rc = x->dev->stream_synchronize(x->dev, NULL, e);
     return rc;
 }
 
-int exec_dev_adamw(exec_dev *x, double lr, double beta1, double beta2, double eps, double wd, int t,
-                   float grad_scale, hyp_err *e) {
-    if (x->opt_file < 0)
-        return hyp_fail(e, HYP_EINPUT, "kernels.json has no f32 adamw_step optimizer launch — regenerate with gen, or step on the host");
-    for (int s = 0; s < x->nseg; s++) x->h_seg_wd[s] = x->seg_decay[s] ? (float)wd : 0.0f;
-    int rc = x->dev->h2d(x->dev, x->seg_wd, x->h_seg_wd, sizeof(float) * (size_t)x->nseg, NULL, e);
-    if (!rc) rc = x->dev->h2d(x->dev, x->gscale, &grad_scale, sizeof(float), NULL, e);
+/* The rendered global_norm module (templates/global_norm.cu.lua), -1 when the plan has none. */
+static int norm_file(const exec_dev *x, int *parts, int *block) {
+    for (int i = 0; i < x->n_files; i++) {
+        if (strncmp(x->files[i].name, "global_norm", 11)) continue;
+        *parts = 0, *block = 256;
+        for (int j = 0; j < x->files[i].consts.n; j++) {
+            if (!strcmp(x->files[i].consts.name[j], "PARTS")) *parts = (int)x->files[i].consts.val[j];
+            if (!strcmp(x->files[i].consts.name[j], "BLOCK")) *block = (int)x->files[i].consts.val[j];
+        }
+        return *parts > 0 ? i : -1;
+    }
+    return -1;
+}
+
+int exec_dev_norm_parts(const exec_dev *x) {
+    int parts, block;
+    return norm_file(x, &parts, &block) < 0 ? 0 : parts;
+}
+
+int exec_dev_norm_partial(exec_dev *x, const float *g, int64_t n, float *partial, hyp_err *e) {
+    int parts, block, fi = norm_file(x, &parts, &block);
+    if (fi < 0) return hyp_fail(e, HYP_EINPUT, "kernels.json has no global_norm module — regenerate with gen --enable clip");
+    hyp_kargs a;
+    memset(&a, 0, sizeof a);
+    hyp_kargs_ptr(&a, partial);
+    hyp_kargs_ptr(&a, g);
+    hyp_kargs_i64(&a, n);
+    return x->dev->launch(x->dev, x->files[fi].mod, "global_norm_partial", HYP_DIM3((unsigned)parts, 1, 1),
+                          HYP_DIM3((unsigned)block, 1, 1), 0, &a, NULL, e);
+}
+
+int exec_dev_norm_finish(exec_dev *x, const float *partial, float max_norm, float *out, hyp_err *e) {
+    int parts, block, fi = norm_file(x, &parts, &block);
+    if (fi < 0) return hyp_fail(e, HYP_EINPUT, "kernels.json has no global_norm module — regenerate with gen --enable clip");
+    hyp_kargs a;
+    memset(&a, 0, sizeof a);
+    hyp_kargs_ptr(&a, out);
+    hyp_kargs_ptr(&a, partial);
+    hyp_kargs_f32(&a, max_norm);
+    return x->dev->launch(x->dev, x->files[fi].mod, "global_norm_finish", HYP_DIM3(1, 1, 1), HYP_DIM3(32, 1, 1), 0, &a,
+                          NULL, e);
+}
+
+/* adamw_step over the whole arena (shard == 0) or this rank's shard (shard == 1, stage >= 1: the
+ * shard's moments, its gradients in gshard (stage >= 2) or in the arena, its tensor table). */
+static int launch_adamw(exec_dev *x, int shard, double lr, double beta1, double beta2, double eps, double wd, int t,
+                        const float *gscale, hyp_err *e) {
+    int64_t lo = shard ? x->shard * x->rank : 0;
+    int nseg = shard ? x->sh_nseg : x->nseg;
+    const int *decay = shard ? x->sh_decay : x->seg_decay;
+    float *hwd = shard ? x->sh_h_wd : x->h_seg_wd, *dwd = shard ? x->sh_seg_wd : x->seg_wd;
+    for (int s = 0; s < nseg; s++) hwd[s] = decay[s] ? (float)wd : 0.0f;
+    int rc = x->dev->h2d(x->dev, dwd, hwd, sizeof(float) * (size_t)nseg, NULL, e);
     if (rc) return rc;
     /* as op_adamw: the bias corrections in double, rounded to float, inverted in float */
     float ibc1 = 1.0f / (float)(1.0 - pow(beta1, (double)t)), ibc2 = 1.0f / (float)(1.0 - pow(beta2, (double)t));
-    long n = (long)x->p->param_floats;
+    long n = shard ? (long)x->shard : (long)x->p->param_floats;
     hyp_kargs a;
     memset(&a, 0, sizeof a);
-    hyp_kargs_ptr(&a, x->params);
+    hyp_kargs_ptr(&a, x->params + lo);
     hyp_kargs_ptr(&a, x->m);
     hyp_kargs_ptr(&a, x->v);
-    hyp_kargs_ptr(&a, x->grads);
-    hyp_kargs_ptr(&a, x->seg_end);
-    hyp_kargs_ptr(&a, x->seg_wd);
-    hyp_kargs_i32(&a, x->nseg);
+    hyp_kargs_ptr(&a, shard && x->stage >= 2 ? x->gshard : x->grads + lo);
+    hyp_kargs_ptr(&a, shard ? x->sh_seg_end : x->seg_end);
+    hyp_kargs_ptr(&a, dwd);
+    hyp_kargs_i32(&a, nseg);
     hyp_kargs_i64(&a, (int64_t)n);
     hyp_kargs_f32(&a, (float)lr);
     hyp_kargs_f32(&a, (float)beta1);
@@ -823,7 +942,7 @@ int exec_dev_adamw(exec_dev *x, double lr, double beta1, double beta2, double ep
     hyp_kargs_f32(&a, (float)eps);
     hyp_kargs_f32(&a, ibc1);
     hyp_kargs_f32(&a, ibc2);
-    hyp_kargs_ptr(&a, x->gscale);
+    hyp_kargs_ptr(&a, gscale);
     hyp_kargs_u32(&a, 0u);
     hyp_kargs_i32(&a, t);
     const exec_dev_file *F = &x->files[x->opt_file];
@@ -836,8 +955,13 @@ int exec_dev_adamw(exec_dev *x, double lr, double beta1, double beta2, double ep
     for (int j = 0; j < F->consts.n; j++)
         if (!strcmp(F->consts.name[j], "BLOCK")) block = (int)F->consts.val[j];
     if (eval_list(x->opt_grid, &v, &g, 1, what, sizeof what) != 1) return hyp_fail(e, HYP_EINPUT, "adamw_step: %s", what);
-    rc = x->dev->launch(x->dev, F->mod, "adamw_step", HYP_DIM3((unsigned)g, 1, 1), HYP_DIM3((unsigned)block, 1, 1), 0, &a,
-                        NULL, e);
-    if (!rc) rc = x->dev->stream_synchronize(x->dev, NULL, e);
-    return rc;
+    return x->dev->launch(x->dev, F->mod, "adamw_step", HYP_DIM3((unsigned)g, 1, 1), HYP_DIM3((unsigned)block, 1, 1), 0,
+                          &a, NULL, e);
+}
+
+int exec_dev_adamw_own(exec_dev *x, double lr, double beta1, double beta2, double eps, double wd, int t,
+                       const float *gscale, hyp_err *e) {
+    if (x->opt_file < 0)
+        return hyp_fail(e, HYP_EINPUT, "kernels.json has no f32 adamw_step optimizer launch — regenerate with gen, or step on the host");
+    return launch_adamw(x, x->stage >= 1, lr, beta1, beta2, eps, wd, t, gscale, e);
 }

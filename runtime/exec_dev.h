@@ -8,7 +8,8 @@
  * The arenas have exactly exec.c's layout (offsets of plan.h), so a host array laid out like
  * exec_t.params can be uploaded / downloaded as a whole: the CPU initialization and the host
  * AdamW (train.h) can be reused around the device forward/backward (what the first milestone
- * does). All work is enqueued on the device's default stream (NULL).
+ * does). All work is enqueued on the device's default stream (NULL); train_dev.c adds a
+ * communication stream around it.
  */
 #ifndef HYP_EXEC_DEV_H
 #define HYP_EXEC_DEV_H
@@ -55,11 +56,25 @@ typedef struct {
     float *seg_wd, *gscale;         /* device: [nseg] weight decay, [1] gradient scale */
     float *h_seg_wd;                /* host: [nseg] */
     int *seg_decay;                 /* host: [nseg] the tensor's decay flag */
+    /* data parallelism (exec_dev_init_dp): the arena is world equal shards (exec.c's layout) */
+    int world, rank, stage;         /* stage: ZeRO 0..3 */
+    int64_t shard, arena;           /* floats per rank, world * shard (>= param_floats) */
+    float *gshard;                  /* device: [shard] reduce-scattered gradients (stage >= 2) */
+    int sh_nseg;                    /* this rank's shard's tensor table (stage >= 1) */
+    int64_t *sh_seg_end;            /* device: [sh_nseg] ends relative to the shard's start */
+    float *sh_seg_wd, *sh_h_wd;     /* device, host: [sh_nseg] weight decay */
+    int *sh_decay;                  /* host: [sh_nseg] */
+    size_t bytes_params, bytes_grads, bytes_optim, bytes_acts; /* device bytes by role (of bytes) */
 } exec_dev;
 
-/* Allocates the device arenas, parses kernels_dir/kernels.json, loads every module through
- * dev->module_load and prepares the launches of every plan op. An op with no launch in the
- * manifest (and that is not a matmul or zero) is an error naming it. */
+/* Allocates the device arenas (params and grads: the arena; m and v: the arena, or this rank's
+ * shard for stage >= 1; stage >= 2 adds gshard), parses kernels_dir/kernels.json, loads every
+ * module through dev->module_load (the manifest's cubin on cuda, the rendered .cu on sim) and
+ * prepares the launches of every plan op. An op with no launch in the manifest (and that is not a
+ * matmul or zero) is an error naming it. */
+int exec_dev_init_dp(exec_dev *x, const plan_t *p, const char *kernels_dir, hyp_device *dev, int world, int rank,
+                     int stage, hyp_err *e);
+/* One rank, no ZeRO. */
 int exec_dev_init(exec_dev *x, const plan_t *p, const char *kernels_dir, hyp_device *dev, hyp_err *e);
 void exec_dev_free(exec_dev *x);
 /* Binds the batch shape for the following runs; B <= plan B, T <= plan T. */
@@ -78,10 +93,23 @@ int exec_dev_eval_loss(exec_dev *x, float *loss, hyp_err *e);
 /* Fused loss + dlogits (scaled by dloss) then the backward pass, accumulating into grads; the
  * mean loss of this micro-batch in *loss (losses copied back with d2h). */
 int exec_dev_backward(exec_dev *x, float dloss, float *loss, hyp_err *e);
-/* One AdamW step (t >= 1) on the device with the rendered adamw_step kernel, as train.h's
- * train_adamw_step: decoupled weight decay wd on tensors whose plan decay flag is set, gradients
- * multiplied by grad_scale (the clip factor). */
-int exec_dev_adamw(exec_dev *x, double lr, double beta1, double beta2, double eps, double wd, int t,
-                   float grad_scale, hyp_err *e);
+
+/* ---- pieces of the device training step (runtime/train_dev.c); all on the default stream, not
+ * synchronized ---- */
+/* exec_dev_backward, calling after(ctx, i) once bwd op i is enqueued (comm overlap hooks); with a
+ * hook the default stream is left unsynchronized: the caller synchronizes what the hook started. */
+int exec_dev_backward_each(exec_dev *x, float dloss, float *loss, int (*after)(void *ctx, int op, hyp_err *e),
+                           void *ctx, hyp_err *e);
+/* The global_norm kernels (templates/global_norm.cu.lua): PARTS partial sums of squares (0: no
+ * such module), the partials of g[n] into partial[PARTS], and the finish: out[0] = the norm of
+ * the summed partials, out[1] = the clip factor for max_norm (1 when max_norm <= 0). */
+int exec_dev_norm_parts(const exec_dev *x);
+int exec_dev_norm_partial(exec_dev *x, const float *g, int64_t n, float *partial, hyp_err *e);
+int exec_dev_norm_finish(exec_dev *x, const float *partial, float max_norm, float *out, hyp_err *e);
+/* AdamW on what this rank owns: the whole arena (stage 0) or its shard (stage >= 1, gradients
+ * from gshard for stage >= 2, else from the arena), gradients scaled by the device float
+ * *gscale (the clip factor global_norm_finish wrote; NULL: 1). */
+int exec_dev_adamw_own(exec_dev *x, double lr, double beta1, double beta2, double eps, double wd, int t,
+                       const float *gscale, hyp_err *e);
 
 #endif

@@ -1,5 +1,6 @@
 /* train_main.c — the generated trainer's program (`out/NAME/train`): loads the plan that `gen`
- * wrote next to it, trains on pre-tokenized shards with the CPU backend, evaluates, checkpoints,
+ * wrote next to it, trains on pre-tokenized shards with the CPU backend (or, for --target sim and
+ * sm_XX, the device loop of train_dev.c), evaluates, checkpoints,
  * resumes bit-exactly, logs metrics and samples text.
  *
  *   train --data DIR [--steps N] [--batch B] [--seq T] [--grad-accum K] [--lr X] [--seed S]
@@ -34,6 +35,7 @@
 #include "plan.h"
 #include "rng.h"
 #include "train.h"
+#include "train_dev.h"
 
 typedef struct {
     const char *data, *ckpt_dir, *metrics, *plan, *prompt;
@@ -388,73 +390,6 @@ static void print_rank_memory(dp_t *d, exec_t *x, hyp_err *e) {
     free(mem);
 }
 
-/* ---- the sim backend (issue 5): the plan's generated CUDA kernels run by the simulator ---- */
-
-typedef struct {
-    hyp_device *dev;
-    exec_dev xd;
-    int on;
-} simb_t;
-
-/* Opens the sim device and the executor over out/NAME/kernels, uploads the host state. */
-static int simb_open(simb_t *s, const plan_t *p, const char *plan_path, exec_t *x, int B, int T, hyp_err *e) {
-    char kdir[PATH_MAX];
-    snprintf(kdir, sizeof kdir, "%s", plan_path);
-    char *slash = strrchr(kdir, '/');
-    if (slash) snprintf(slash, sizeof kdir - (size_t)(slash - kdir), "/kernels");
-    else snprintf(kdir, sizeof kdir, "kernels");
-    int rc;
-    if ((rc = hyp_device_open("sim", &s->dev, e))) return rc;
-    s->on = 1;
-    size_t bytes = sizeof(float) * (size_t)p->param_floats;
-    if ((rc = exec_dev_init(&s->xd, p, kdir, s->dev, e)) || (rc = exec_dev_bind(&s->xd, B, T, e)) ||
-        (rc = exec_dev_upload_params(&s->xd, x->params, e)) || (rc = s->dev->h2d_sync(s->dev, s->xd.m, x->m, bytes, e)) ||
-        (rc = s->dev->h2d_sync(s->dev, s->xd.v, x->v, bytes, e)))
-        return rc;
-    return HYP_OK;
-}
-
-/* Device parameters and moments back into the host arrays (checkpoints, sampling). */
-static int simb_download(simb_t *s, exec_t *x, hyp_err *e) {
-    size_t bytes = sizeof(float) * (size_t)x->p->param_floats;
-    int rc;
-    if ((rc = exec_dev_download_params(&s->xd, x->params, e)) || (rc = s->dev->d2h_sync(s->dev, x->m, s->xd.m, bytes, e)) ||
-        (rc = s->dev->d2h_sync(s->dev, x->v, s->xd.v, bytes, e)))
-        return rc;
-    return HYP_OK;
-}
-
-static void simb_close(simb_t *s) {
-    if (!s->on) return;
-    exec_dev_free(&s->xd);
-    s->dev->close(s->dev);
-    s->on = 0;
-}
-
-/* One micro-batch on the device: the host x holds this batch's tokens/targets. */
-static int simb_micro(simb_t *s, exec_t *x, float dloss, float *mean, hyp_err *e) {
-    size_t n = sizeof(int32_t) * (size_t)x->B * x->T;
-    memcpy(s->xd.h_tokens, x->tokens, n);
-    memcpy(s->xd.h_targets, x->targets, n);
-    int rc = exec_dev_forward(&s->xd, e);
-    return rc ? rc : exec_dev_backward(&s->xd, dloss, mean, e);
-}
-
-static float simb_eval(simb_t *s, exec_t *x, hyp_loader *val, int batches, hyp_err *e, int *rc) {
-    hyp_loader_reset(val);
-    double sum = 0;
-    size_t n = sizeof(int32_t) * (size_t)x->B * x->T;
-    for (int i = 0; i < batches; i++) {
-        float l = 0;
-        if ((*rc = hyp_loader_next(val, x->tokens, x->targets, e))) return NAN;
-        memcpy(s->xd.h_tokens, x->tokens, n);
-        memcpy(s->xd.h_targets, x->targets, n);
-        if ((*rc = exec_dev_eval_loss(&s->xd, &l, e))) return NAN;
-        sum += l;
-    }
-    return batches ? (float)(sum / batches) : NAN;
-}
-
 static int run(int argc, char **argv, hyp_coll *coll);
 
 int main(int argc, char **argv) {
@@ -491,7 +426,7 @@ static int run(int argc, char **argv, hyp_coll *coll) {
         return rc;
     }
     dp_t d = {coll, hyp_coll_rank(coll), hyp_coll_world(coll), plan.zero_stage};
-    simb_t sim = {0}; /* the sim backend, opened below when the plan says so */
+    train_dev dv = {0}; /* the device backend (sim or cuda), opened below when the plan says so */
     int is0 = d.rank == 0;
     int B = a.batch ? a.batch : plan.B, T = a.seq ? a.seq : plan.T;
     int K = a.grad_accum ? a.grad_accum : plan.grad_accum;
@@ -563,30 +498,16 @@ static int run(int argc, char **argv, hyp_coll *coll) {
         if (is0) rc = sample_text(&x, &a, seed, stdout);
         goto cleanup_early;
     }
-    if (!strcmp(plan.backend, "cuda")) {
-        /* a trainer generated for sm_XX must never fall back silently to the CPU executor */
-        hyp_device *probe = NULL;
-        if (hyp_device_open("cuda", &probe, &e)) {
-            fprintf(stderr, "train: %s\n", e.msg);
-        } else {
-            probe->close(probe);
-            fprintf(stderr, "train: this trainer targets %s, and the GPU training loop (kernels.json cubins through the device layer, NCCL in the step) is not wired yet — the kernels are compiled in kernels/; train with a trainer generated for --target cpu or sim for now\n",
-                    plan.target);
-        }
-        rc = HYP_EINPUT;
-        goto cleanup_early;
-    }
-    if (!strcmp(plan.backend, "sim")) {
-        if (d.world > 1 || d.stage > 0) {
-            fprintf(stderr, "train: this trainer was generated for --target sim, which runs one process without ZeRO for now — run it without mpirun and without zero1/2/3, or generate for --target cpu\n");
-            rc = HYP_EINPUT;
-            goto cleanup_early;
-        }
-        if ((rc = simb_open(&sim, &plan, plan_path, &x, B, T, &e))) {
+    if (!strcmp(plan.backend, "sim") || !strcmp(plan.backend, "cuda")) {
+        /* the device loop (train_dev.c); a trainer for sm_XX never falls back to the CPU executor */
+        if ((rc = train_dev_open(&dv, &plan, plan_path, &x, d.coll, d.stage, B, T, &e))) {
             fprintf(stderr, "train: %s\n", e.msg);
             goto cleanup_early;
         }
-        printf("backend: sim — the generated CUDA kernels (kernels/ next to the plan) run on the CPU simulator (slow; for tests)\n");
+        if (!strcmp(plan.backend, "sim"))
+            printf("backend: sim — the generated CUDA kernels (kernels/ next to the plan) run on the CPU simulator (slow; for tests)\n");
+        else
+            printf("backend: cuda — %s, the compiled kernels (kernels/*.cubin) through the CUDA driver\n", dv.dev->info.name);
     }
 
     hyp_loader *train = NULL, *val = NULL;
@@ -626,6 +547,7 @@ static int run(int argc, char **argv, hyp_coll *coll) {
            B, T, K, d.world, (long long)tokens_per_step, omp_get_max_threads(), 4.0 * plan.act_floats / 1048576.0,
            4.0 * plan.act_floats_unplanned / 1048576.0);
     print_rank_memory(&d, &x, &e);
+    if (dv.on) train_dev_print_memory(&dv, &e);
     printf("data: %llu train tokens (%d shard%s)%s | steps %d | lr %.3g (%s, warmup %d) | clip %g | wd %g\n",
            (unsigned long long)hyp_loader_total_tokens(train), hyp_loader_num_shards(train),
            hyp_loader_num_shards(train) == 1 ? "" : "s", val ? ", with validation" : "", opt.total_steps, opt.lr,
@@ -643,21 +565,9 @@ static int run(int argc, char **argv, hyp_coll *coll) {
         double loss = 0;
         double norm = 0, lr = 0;
         float scale = 1;
-        if (sim.on) { /* the sim backend: forward/backward/AdamW by the generated kernels */
-            if ((rc = exec_dev_zero_grads(&sim.xd, &e))) break;
-            for (int k = 0; k < K && !rc; k++) {
-                float mean = 0;
-                if ((rc = hyp_loader_next(train, x.tokens, x.targets, &e))) break;
-                double cnt = (double)exec_count_targets(&x);
-                if ((rc = simb_micro(&sim, &x, cnt > 0 ? (float)(1.0 / (cnt * K)) : 0.0f, &mean, &e))) break;
-                loss += mean / K;
-            }
-            if (rc || (rc = exec_dev_download_grads(&sim.xd, x.grads, &e))) break;
-            norm = train_grad_norm(&x);
-            scale = train_clip_scale(&opt, norm);
+        if (dv.on) { /* the device backends: train_dev.c */
             lr = train_lr_at(&opt, step);
-            if ((rc = exec_dev_adamw(&sim.xd, lr, opt.beta1, opt.beta2, opt.eps, opt.weight_decay, step, scale, &e)))
-                break;
+            if ((rc = train_dev_step(&dv, &x, train, &opt, K, step, lr, &loss, &norm, &scale, &e))) break;
         } else {
         op_zero(x.grads, arena);
         for (int k = 0; k < K; k++) {
@@ -702,7 +612,7 @@ static int run(int argc, char **argv, hyp_coll *coll) {
         float vl = NAN;
         int do_eval = val && (step % eval_every == 0 || step == last_step);
         if (do_eval) {
-            double v = sim.on ? simb_eval(&sim, &x, val, eval_batches, &e, &rc) : eval_loss(&x, val, eval_batches, &e, &rc);
+            double v = dv.on ? train_dev_eval(&dv, &x, val, eval_batches, &e, &rc) : eval_loss(&x, val, eval_batches, &e, &rc);
             exec_bind(&x, B, T, &e);
             if (rc) break;
             if ((rc = hyp_coll_allreduce_f64(d.coll, &v, 1, &e))) break;
@@ -721,8 +631,8 @@ static int run(int argc, char **argv, hyp_coll *coll) {
         }
         done_steps++;
         if (a.ckpt_dir && ((a.ckpt_every && step % a.ckpt_every == 0) || step == last_step)) {
+            if (dv.on && (rc = train_dev_download(&dv, &x, &e))) break;
             if (d.stage >= 1 && (rc = dp_gather_moments(&d, &x, mfull, vfull, &e))) break;
-            if (sim.on && (rc = simb_download(&sim, &x, &e))) break;
             if (is0) {
                 hyp_loader_state ls;
                 hyp_loader_get_state(train, &ls);
@@ -746,7 +656,7 @@ static int run(int argc, char **argv, hyp_coll *coll) {
     else
         printf("done: %d steps in %.1f s, final loss %.4f, mean %.0f tok/s\n", done_steps, now_s() - t_start, last_loss,
                steps_timed ? tok_s / steps_timed : 0.0);
-    if (!rc && sim.on) rc = simb_download(&sim, &x, &e); /* sampling below runs on the host */
+    if (!rc && dv.on) rc = train_dev_download(&dv, &x, &e); /* sampling below runs on the host */
     if (!rc && a.sample > 0 && is0) {
         printf("--- sample (%d tokens, temperature %.2f, top-k %d) ---\n", a.sample, a.temperature, a.top_k);
         rc = sample_text(&x, &a, seed, stdout);
@@ -755,7 +665,7 @@ static int run(int argc, char **argv, hyp_coll *coll) {
     hyp_loader_close(train);
     hyp_loader_close(val);
 cleanup_early:
-    simb_close(&sim);
+    train_dev_close(&dv);
     free_tensors(tp, plan.n_params_t), free_tensors(tm, plan.n_params_t), free_tensors(tv, plan.n_params_t);
     if (d.stage >= 1) free(mfull), free(vfull);
     exec_free(&x);

@@ -19,8 +19,7 @@
  *     confirmed;
  *   collectives with one rank (no NCCL needed);
  *   throughput of a large bf16 and FP8 GEMM (printed, not checked).
- * TODO (needs the rendered kernels and the executor on this interface — see the todo lines):
- *   kernel-by-kernel against the CPU ops, and a 20-step run against sim. */
+ * The generated trainer on the GPU (20 steps against sim) is tests/gpu/test_gpu_train.c. */
 #include <dlfcn.h>
 #include <math.h>
 #include <stdint.h>
@@ -40,23 +39,7 @@
 #endif
 
 #include "../unit/hyp_test.h"
-
-/* 1 when a GPU is usable; else why not in `why` */
-static int probe_gpu(char *why, size_t n) {
-    const char *lib = getenv("HYP_LIBCUDA");
-    void *h = dlopen(lib && *lib ? lib : "libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (!h) {
-        snprintf(why, n, "libcuda.so.1 not found: %s", dlerror());
-        return 0;
-    }
-    int (*init)(unsigned) = (int (*)(unsigned))dlsym(h, "cuInit");
-    int (*count)(int *) = (int (*)(int *))dlsym(h, "cuDeviceGetCount");
-    int rc = init ? init(0) : -1, c = 0;
-    if (rc) snprintf(why, n, "cuInit failed with CUresult %d (no device, or the driver cannot reach it)", rc);
-    else if (!count || count(&c) || c == 0) snprintf(why, n, "no CUDA device");
-    dlclose(h);
-    return rc == 0 && c > 0;
-}
+#include "gpu_probe.h"
 
 /* NVRTC through dlopen: source -> cubin file for sm_XY */
 static int nvrtc_cubin(const char *cu, int sm, const char *out, char *err, size_t errn) {

@@ -6,8 +6,12 @@
  * Checks: logits and loss of the forward pass, every parameter gradient of one backward pass, then
  * twice N AdamW steps comparing the losses of every step and the parameters at the end: first with
  * the optimizer on the host for the sim side too (download gradients, train.h, upload
- * parameters), then with the rendered adamw_step kernel on sim (exec_dev_adamw; the clip factor
- * still comes from the downloaded gradients' norm: the global_norm kernels are not used yet).
+ * parameters), then all on the device as the trainer's step does (runtime/train_dev.c): the
+ * gradient norm by the global_norm kernels, the clip factor they write read by adamw_step from
+ * device memory (exec_dev_norm_partial/finish, exec_dev_adamw_own; max_norm 1 so that steps clip).
+ *
+ * `test_exec_sim --device cuda --target sm_XX` runs the same checks with the cubins on a GPU
+ * (tests/gpu/test_gpu_train.c does, where there is one).
  *
  * Tolerances (fp32 kernels and GEMMs vs the CPU ops, which use oneDNN sgemm and their own
  * summation orders):
@@ -16,6 +20,8 @@
  *   losses of N steps   |a-b| <= 1e-4 * |ref|                   AdamW amplifies rounding a little
  *   parameters after    max |a-b| <= 0.1 * lr                     AdamW normalizes updates: ~0
  *                                                                 gradients move by ~lr on noise
+ *   device gradient norm |a-b| <= 1e-5 * ref                      fp32 sums per thread and block vs
+ *                                                                 the host's double sum
  */
 #include <math.h>
 #include <stdio.h>
@@ -55,6 +61,8 @@ static double now(void) {
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
+static const char *g_device = "sim"; /* --device */
+
 static int gen(const char *target, const char *dir) {
     char cmd[2048];
     snprintf(cmd, sizeof cmd,
@@ -90,18 +98,36 @@ static void batch(hyp_rng *r, exec_t *c, exec_dev *d, int n, int V) {
     c->targets[3] = d->h_targets[3] = -1; /* an ignored target */
 }
 
-/* STEPS AdamW steps on both sides from the same initialization and batches; dev_opt: the sim side
- * steps with exec_dev_adamw (the clip factor from the downloaded gradients' norm), else on the
- * host with train.h (download gradients, step, upload parameters). */
+/* The device step after backward (train_dev.c's, one rank): norm and clip factor by the
+ * global_norm kernels into gnorm[2], AdamW scaled by gnorm[1]; the norm comes back in *norm. */
+static int device_step(exec_dev *dx, const train_opts *o, double lr, int t, float *gbuf, double *norm, hyp_err *e) {
+    hyp_device *d = dx->dev;
+    float *partial = gbuf + 2, h[2] = {0, 0};
+    int rc = exec_dev_norm_partial(dx, dx->grads, dx->p->param_floats, partial, e);
+    if (!rc) rc = exec_dev_norm_finish(dx, partial, (float)o->max_norm, gbuf, e);
+    if (!rc) rc = exec_dev_adamw_own(dx, lr, o->beta1, o->beta2, o->eps, o->weight_decay, t, gbuf + 1, e);
+    if (!rc) rc = d->d2h(d, h, gbuf, sizeof h, NULL, e);
+    if (!rc) rc = d->stream_synchronize(d, NULL, e);
+    *norm = h[0];
+    return rc;
+}
+
+/* STEPS AdamW steps on both sides from the same initialization and batches; dev_opt: the device
+ * side steps on the device (device_step; the norm checked against the host's norm of the
+ * downloaded gradients), else on the host with train.h (download gradients, step, upload). */
 static int train_steps(exec_t *cx, exec_t *hx, exec_dev *dx, hyp_rng *rng, int dev_opt) {
     const plan_t *pc = cx->p, *ps = hx->p;
-    const char *tag = dev_opt ? "AdamW on sim (adamw_step kernel)" : "AdamW on the host";
+    const char *tag = dev_opt ? "norm + AdamW on the device (global_norm, adamw_step)" : "AdamW on the host";
     hyp_err e = {{0}};
     train_opts o;
     train_opts_from_plan(&o, pc);
     o.total_steps = STEPS;
     o.warmup_steps = 2;
     o.lr = 1e-2; /* large enough that the losses move */
+    o.max_norm = 1.0; /* the first steps clip */
+    float *gbuf = NULL; /* device: norm, clip factor, PARTS partial sums */
+    double nrel = 0;
+    int clipped = 0;
     size_t pb = sizeof(float) * (size_t)pc->param_floats;
     exec_init_params(cx, 1234);
     memcpy(hx->params, cx->params, pb);
@@ -110,6 +136,7 @@ static int train_steps(exec_t *cx, exec_t *hx, exec_dev *dx, hyp_rng *rng, int d
     memset(hx->m, 0, pb);
     memset(hx->v, 0, pb);
     int rc = exec_dev_upload_params(dx, hx->params, &e);
+    if (!rc && dev_opt) rc = dx->dev->mem_alloc(dx->dev, (void **)&gbuf, sizeof(float) * (2 + (size_t)exec_dev_norm_parts(dx)), &e);
     if (!rc) rc = dx->dev->memset_sync(dx->dev, dx->m, 0, pb, &e);
     if (!rc) rc = dx->dev->memset_sync(dx->dev, dx->v, 0, pb, &e);
     double wrel = 0, t0 = now();
@@ -129,9 +156,12 @@ static int train_steps(exec_t *cx, exec_t *hx, exec_dev *dx, hyp_rng *rng, int d
         if (!rc) rc = exec_dev_backward(dx, dloss, &ls, &e);
         if (!rc) rc = exec_dev_download_grads(dx, hx->grads, &e);
         if (rc) break;
-        float scale = train_clip_scale(&o, train_grad_norm(hx));
+        double hnorm = train_grad_norm(hx), dnorm = 0;
+        float scale = train_clip_scale(&o, hnorm);
+        clipped += scale < 1;
         if (dev_opt) {
-            rc = exec_dev_adamw(dx, lr, o.beta1, o.beta2, o.eps, o.weight_decay, s, scale, &e);
+            rc = device_step(dx, &o, lr, s, gbuf, &dnorm, &e);
+            if (!(fabs(dnorm - hnorm) <= nrel * hnorm)) nrel = fabs(dnorm - hnorm) / hnorm;
         } else {
             train_adamw_step(hx, &o, lr, s, scale);
             rc = exec_dev_upload_params(dx, hx->params, &e);
@@ -144,13 +174,17 @@ static int train_steps(exec_t *cx, exec_t *hx, exec_dev *dx, hyp_rng *rng, int d
         if (s == 1) first_c = lc;
         last_c = lc;
         last_s = ls;
-        if (s == 1 || s % 5 == 0) printf("     step %2d  loss sim %.7f  cpu %.7f  rel %.2g\n", s, ls, lc, rel);
+        if (s == 1 || s % 5 == 0) printf("     step %2d  loss %s %.7f  cpu %.7f  rel %.2g\n", s, g_device, ls, lc, rel);
     }
+    if (dev_opt)
+        report(!rc && nrel <= 1e-5 && clipped > 0, "device gradient norm (global_norm kernels) vs the host's",
+               "worst relative difference %.3g over %d steps (tolerance 1e-5), %d steps clipped", nrel, STEPS, clipped);
+    if (gbuf) dx->dev->mem_free(dx->dev, gbuf, &e);
     char name[128];
-    snprintf(name, sizeof name, "%s: losses of sim vs cpu", tag);
+    snprintf(name, sizeof name, "%s: losses of %s vs cpu", tag, g_device);
     report(!rc && wrel <= 1e-4, name,
-           "%d steps, worst relative difference %.3g at step %d (tolerance 1e-4); loss %.4f -> %.4f (sim %.4f), %.2f s%s%s",
-           STEPS, wrel, wstep, first_c, last_c, last_s, now() - t0, rc ? ": " : "", rc ? e.msg : "");
+           "%d steps, worst relative difference %.3g at step %d (tolerance 1e-4); loss %.4f -> %.4f (%s %.4f), %.2f s%s%s",
+           STEPS, wrel, wstep, first_c, last_c, g_device, last_s, now() - t0, rc ? ": " : "", rc ? e.msg : "");
     if (!rc && dev_opt) rc = exec_dev_download_params(dx, hx->params, &e);
     if (!rc) {
         /* AdamW normalizes each update: an element whose gradient is ~0 on both sides can move by up
@@ -163,14 +197,19 @@ static int train_steps(exec_t *cx, exec_t *hx, exec_dev *dx, hyp_rng *rng, int d
     return rc;
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    const char *target = "sim";
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "--device")) g_device = argv[i + 1];
+        else if (!strcmp(argv[i], "--target")) target = argv[i + 1];
+    }
     char cache[1024], dsim[256], dcpu[256], path[512];
     snprintf(cache, sizeof cache, "%s/sim-cache", HYP_BINARY_DIR);
     setenv("HYP_SIM_CACHE", cache, 0);
     snprintf(dsim, sizeof dsim, "/tmp/hyp-exec-sim-%d/sim", (int)getpid());
     snprintf(dcpu, sizeof dcpu, "/tmp/hyp-exec-sim-%d/cpu", (int)getpid());
-    if (gen("sim", dsim) || gen("cpu", dcpu)) {
-        report(0, "gen", "gen --target sim / cpu failed");
+    if (gen(target, dsim) || gen("cpu", dcpu)) {
+        report(0, "gen", "gen --target %s / cpu failed", target);
         printf("%d passed, %d failed\n", passed, failed);
         return 1;
     }
@@ -178,7 +217,7 @@ int main(void) {
     hyp_err e = {{0}};
     snprintf(path, sizeof path, "%s/plan.json", dsim);
     if (plan_load(path, &ps, &e)) {
-        report(0, "plan (sim)", "%s", e.msg);
+        report(0, "plan (device)", "%s", e.msg);
         return 1;
     }
     snprintf(path, sizeof path, "%s/plan.json", dcpu);
@@ -192,8 +231,8 @@ int main(void) {
            (long long)ps.param_floats, (long long)ps.act_floats, ps.n_fwd, ps.n_bwd);
 
     hyp_device *dev;
-    if (hyp_device_open("sim", &dev, &e)) {
-        report(0, "open sim", "%s", e.msg);
+    if (hyp_device_open(g_device, &dev, &e)) {
+        report(0, "open the device", "%s", e.msg);
         return 1;
     }
     exec_t cx, hx; /* the CPU executor, and the host mirror of the sim side (init + AdamW) */
@@ -233,15 +272,15 @@ int main(void) {
     if (!rc) {
         diff(logits, exec_buf(&cx, find_buf(&pc, "logits")), (long)N * Vp, &worst, &refmax);
         double tol = 1e-5 * (refmax > 1 ? refmax : 1);
-        report(worst <= tol, "forward: logits", "max err %.3g (tolerance %.3g, max |ref| %.3g), %.2f s on sim", worst, tol,
-               refmax, tf);
+        report(worst <= tol, "forward: logits", "max err %.3g (tolerance %.3g, max |ref| %.3g), %.2f s on %s", worst, tol,
+               refmax, tf, g_device);
     } else {
         report(0, "forward", "%s", e.msg);
     }
     /* loss */
     float ls = 0, lc = exec_eval_loss(&cx);
     if (!rc) rc = exec_dev_eval_loss(&dx, &ls, &e);
-    report(!rc && fabsf(ls - lc) <= 1e-5f * fmaxf(1.0f, fabsf(lc)), "eval loss", "sim %.7f cpu %.7f%s%s", ls, lc,
+    report(!rc && fabsf(ls - lc) <= 1e-5f * fmaxf(1.0f, fabsf(lc)), "eval loss", "%s %.7f cpu %.7f%s%s", g_device, ls, lc,
            rc ? ": " : "", rc ? e.msg : "");
 
     /* backward: every parameter gradient */
@@ -257,7 +296,7 @@ int main(void) {
         double tb = now() - t0;
         if (!rc) rc = exec_dev_download_grads(&dx, hx.grads, &e);
         report(!rc && fabsf(lsb - lcb) <= 1e-5f * fmaxf(1.0f, fabsf(lcb)), "backward: fused loss",
-               "sim %.7f cpu %.7f, forward+backward %.2f s on sim%s%s", lsb, lcb, tb, rc ? ": " : "", rc ? e.msg : "");
+               "%s %.7f cpu %.7f, forward+backward %.2f s%s%s", g_device, lsb, lcb, tb, rc ? ": " : "", rc ? e.msg : "");
         if (!rc) {
             int bad = 0;
             double wrel = 0;

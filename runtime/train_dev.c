@@ -1,0 +1,260 @@
+/* train_dev.c — the device training step (sim and cuda) of the generated trainer: micro-batches
+ * through exec_dev, data parallelism and ZeRO over the device collectives with the gradient
+ * all-reduce overlapping backward, the clip norm on the device (see train_dev.h). */
+#include "train_dev.h"
+
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coll.h"
+
+/* The layer a parameter belongs to: its name up to the first all-digit component
+ * ("transformer.h.3.attn.c_attn.weight" -> "transformer.h.3"), else the whole name. */
+static void layer_key(const char *name, char *key, size_t n) {
+    snprintf(key, n, "%s", name);
+    for (char *c = key; *c;) {
+        char *dot = strchr(c, '.');
+        size_t len = dot ? (size_t)(dot - c) : strlen(c);
+        if (len && strspn(c, "0123456789") == len) {
+            c[len] = 0;
+            return;
+        }
+        if (!dot) return;
+        c = dot + 1;
+    }
+}
+
+/* The last backward op that reads or writes a gradient buffer overlapping arena[lo, hi). */
+static int last_grad_op(const plan_t *p, int64_t lo, int64_t hi) {
+    int last = -1;
+    for (int i = 0; i < p->n_bwd; i++) {
+        const plan_op *o = &p->bwd[i];
+        for (int j = 0; j < o->nin + o->nout; j++) {
+            int b = j < o->nin ? o->in[j] : o->out[j - o->nin];
+            if (b < 0 || p->bufs[b].kind != BUF_GRAD) continue;
+            if (p->bufs[b].offset < hi && p->bufs[b].offset + p->bufs[b].numel > lo) last = i;
+        }
+    }
+    return last;
+}
+
+static int cmp_offset(const void *a, const void *b) {
+    int64_t x = (*(const plan_param *const *)a)->offset, y = (*(const plan_param *const *)b)->offset;
+    return x < y ? -1 : x > y;
+}
+
+/* Buckets of contiguous tensors of one layer covering the arena, each with the backward op after
+ * which its gradients are final; the communication stream and its events. */
+static int make_buckets(train_dev *t, hyp_err *e) {
+    const plan_t *p = t->xd.p;
+    int n = p->n_params_t;
+    const plan_param **ord = malloc(sizeof *ord * (size_t)(n + 1));
+    t->buckets = calloc((size_t)n + 1, sizeof *t->buckets);
+    if (!ord || !t->buckets) {
+        free(ord);
+        return hyp_fail(e, HYP_EFAIL, "out of memory");
+    }
+    for (int i = 0; i < n; i++) ord[i] = &p->params[i];
+    qsort(ord, (size_t)n, sizeof *ord, cmp_offset);
+    char key[256], prev[256] = "";
+    for (int i = 0; i < n; i++) {
+        layer_key(ord[i]->name, key, sizeof key);
+        if (t->n_buckets == 0 || strcmp(key, prev)) {
+            train_dev_bucket *b = &t->buckets[t->n_buckets++];
+            b->lo = t->n_buckets == 1 ? 0 : b[-1].hi;
+            snprintf(prev, sizeof prev, "%s", key);
+        }
+        t->buckets[t->n_buckets - 1].hi = ord[i]->offset + ord[i]->numel;
+    }
+    free(ord);
+    if (t->n_buckets == 0) t->n_buckets = 1;
+    t->buckets[t->n_buckets - 1].hi = t->xd.arena; /* the padding joins the last bucket */
+    int rc = t->dev->stream_create(t->dev, &t->comm, e);
+    if (!rc) rc = t->dev->event_create(t->dev, &t->comm_done, e);
+    for (int i = 0; i < t->n_buckets && !rc; i++) {
+        train_dev_bucket *b = &t->buckets[i];
+        b->ready = last_grad_op(p, b->lo, b->hi);
+        if (b->ready < 0) b->ready = p->n_bwd - 1;
+        rc = t->dev->event_create(t->dev, &b->ev, e);
+    }
+    return rc;
+}
+
+/* exec_dev_backward_each's hook: start the all-reduce of every bucket whose gradients op made final. */
+static int after_bwd_op(void *ctx, int op, hyp_err *e) {
+    train_dev *t = ctx;
+    hyp_device *d = t->dev;
+    int rc = HYP_OK;
+    for (int i = 0; i < t->n_buckets && !rc; i++) {
+        train_dev_bucket *b = &t->buckets[i];
+        if (b->ready != op) continue;
+        if (!(rc = d->event_record(d, b->ev, NULL, e)) && !(rc = d->event_wait(d, t->comm, b->ev, e)))
+            rc = d->all_reduce(d, t->xd.grads + b->lo, (size_t)(b->hi - b->lo), HYP_DT_F32, HYP_RED_SUM, t->comm, e);
+    }
+    return rc;
+}
+
+int train_dev_open(train_dev *t, const plan_t *p, const char *plan_path, exec_t *x, hyp_coll *coll, int stage,
+                   int B, int T, hyp_err *e) {
+    memset(t, 0, sizeof *t);
+    t->coll = coll;
+    t->rank = hyp_coll_rank(coll), t->world = hyp_coll_world(coll), t->stage = stage;
+    char kdir[PATH_MAX];
+    snprintf(kdir, sizeof kdir, "%s", plan_path);
+    char *slash = strrchr(kdir, '/');
+    if (slash) snprintf(slash, sizeof kdir - (size_t)(slash - kdir), "/kernels");
+    else snprintf(kdir, sizeof kdir, "kernels");
+    int rc;
+    if ((rc = hyp_device_open(!strcmp(p->backend, "cuda") ? "cuda" : "sim", &t->dev, e))) return rc;
+    t->on = 1;
+    if (t->world > 1 && (rc = t->dev->comm_init(t->dev, coll, e))) return rc;
+    if ((rc = exec_dev_init_dp(&t->xd, p, kdir, t->dev, t->world, t->rank, stage, e)) ||
+        (rc = exec_dev_bind(&t->xd, B, T, e)))
+        return rc;
+    if (t->xd.shard != x->shard)
+        return hyp_fail(e, HYP_EFAIL, "internal error: device shard %lld floats, host %lld", (long long)t->xd.shard,
+                        (long long)x->shard);
+    int parts = exec_dev_norm_parts(&t->xd);
+    if (!parts) return hyp_fail(e, HYP_EINPUT, "%s/kernels.json has no global_norm module — regenerate the trainer with gen", kdir);
+    size_t optim = sizeof(float) * (size_t)(stage >= 1 ? x->shard : t->xd.arena);
+    hyp_device *d = t->dev;
+    if ((rc = d->mem_alloc(d, (void **)&t->partial, sizeof(float) * (size_t)parts, e)) ||
+        (rc = d->mem_alloc(d, (void **)&t->gnorm, 2 * sizeof(float), e)) ||
+        (rc = d->h2d_sync(d, t->xd.params, x->params, sizeof(float) * (size_t)t->xd.arena, e)) ||
+        (rc = d->h2d_sync(d, t->xd.m, x->m, optim, e)) || (rc = d->h2d_sync(d, t->xd.v, x->v, optim, e)))
+        return rc;
+    const char *ov = getenv("HYP_COMM_OVERLAP");
+    t->overlap = t->world > 1 && stage <= 1 && !(ov && !strcmp(ov, "0"));
+    return t->overlap ? make_buckets(t, e) : HYP_OK;
+}
+
+void train_dev_close(train_dev *t) {
+    if (!t->on) return;
+    hyp_device *d = t->dev;
+    hyp_err e;
+    d->synchronize(d, &e);
+    for (int i = 0; i < t->n_buckets; i++)
+        if (t->buckets[i].ev) d->event_destroy(d, t->buckets[i].ev);
+    free(t->buckets);
+    if (t->comm_done) d->event_destroy(d, t->comm_done);
+    if (t->comm) d->stream_destroy(d, t->comm);
+    d->mem_free(d, t->partial, &e);
+    d->mem_free(d, t->gnorm, &e);
+    exec_dev_free(&t->xd);
+    d->close(d);
+    memset(t, 0, sizeof *t);
+}
+
+/* K micro-batches: forward/backward accumulating into the gradient arena; the last one's backward
+ * starts the bucket all-reduces (overlap). *loss = the global mean loss. */
+static int micro_batches(train_dev *t, exec_t *x, hyp_loader *train, int K, double *loss, hyp_err *e) {
+    size_t n = sizeof(int32_t) * (size_t)x->B * x->T;
+    int rc = exec_dev_zero_grads(&t->xd, e);
+    *loss = 0;
+    for (int k = 0; k < K && !rc; k++) {
+        if ((rc = hyp_loader_next(train, x->tokens, x->targets, e))) return rc;
+        double cnt = (double)exec_count_targets(x), gcnt = cnt;
+        if ((rc = hyp_coll_allreduce_f64(t->coll, &gcnt, 1, e))) return rc;
+        memcpy(t->xd.h_tokens, x->tokens, n);
+        memcpy(t->xd.h_targets, x->targets, n);
+        float mean = 0;
+        /* every token of the global batch weighs 1 / (tokens * K): the sum over ranks is the mean */
+        float dloss = gcnt > 0 ? (float)(1.0 / (gcnt * K)) : 0.0f;
+        int hook = t->overlap && k == K - 1;
+        if (!(rc = exec_dev_forward(&t->xd, e)))
+            rc = exec_dev_backward_each(&t->xd, dloss, &mean, hook ? after_bwd_op : NULL, t, e);
+        *loss += gcnt > 0 ? mean * cnt / gcnt / K : 0;
+    }
+    return rc ? rc : hyp_coll_allreduce_f64(t->coll, loss, 1, e);
+}
+
+/* The summed gradients this rank owns (all of them for stage 0/1, gshard for stage >= 2), then
+ * the global norm and clip factor into gnorm on the default stream. */
+static int reduce_and_norm(train_dev *t, float max_norm, hyp_err *e) {
+    hyp_device *d = t->dev;
+    exec_dev *xd = &t->xd;
+    int rc = HYP_OK;
+    const float *g = xd->grads;
+    int64_t n = xd->arena;
+    if (t->overlap) {
+        /* the host waits for the last bucket's all-reduce, which waited for backward; under sim this
+         * runs the bucket all-reduces as early as their events allow (interleaved with backward),
+         * so a bucket reduced before its last gradient write gives wrong numbers */
+        if (!(rc = d->event_record(d, t->comm_done, t->comm, e))) rc = d->event_synchronize(d, t->comm_done, e);
+    } else if (t->world > 1 && t->stage <= 1) {
+        rc = d->all_reduce(d, xd->grads, (size_t)xd->arena, HYP_DT_F32, HYP_RED_SUM, NULL, e);
+    } else if (t->stage >= 2) {
+        g = xd->gshard, n = xd->shard;
+        rc = t->world > 1 ? d->reduce_scatter(d, xd->grads, xd->gshard, (size_t)xd->shard, HYP_DT_F32, NULL, e)
+                          : d->d2d(d, xd->gshard, xd->grads, sizeof(float) * (size_t)xd->shard, NULL, e);
+    }
+    if (!rc) rc = exec_dev_norm_partial(xd, g, n, t->partial, e);
+    if (!rc && t->stage >= 2 && t->world > 1) /* the shards' partial sums, summed across ranks */
+        rc = d->all_reduce(d, t->partial, (size_t)exec_dev_norm_parts(xd), HYP_DT_F32, HYP_RED_SUM, NULL, e);
+    if (!rc) rc = exec_dev_norm_finish(xd, t->partial, max_norm, t->gnorm, e);
+    return rc;
+}
+
+int train_dev_step(train_dev *t, exec_t *x, hyp_loader *train, const train_opts *o, int K, int step, double lr,
+                   double *loss, double *norm, float *scale, hyp_err *e) {
+    hyp_device *d = t->dev;
+    exec_dev *xd = &t->xd;
+    int rc = micro_batches(t, x, train, K, loss, e);
+    if (!rc) rc = reduce_and_norm(t, (float)o->max_norm, e);
+    if (!rc) rc = exec_dev_adamw_own(xd, lr, o->beta1, o->beta2, o->eps, o->weight_decay, step, t->gnorm + 1, e);
+    if (!rc && t->stage >= 1 && t->world > 1) {
+        float *own = xd->params + xd->shard * t->rank;
+        rc = d->all_gather(d, own, xd->params, (size_t)xd->shard, HYP_DT_F32, NULL, e);
+    }
+    if (!rc) rc = d->d2h(d, t->h_gnorm, t->gnorm, sizeof t->h_gnorm, NULL, e); /* 2 floats, for the log */
+    if (!rc) rc = d->stream_synchronize(d, NULL, e);
+    *norm = t->h_gnorm[0];
+    *scale = t->h_gnorm[1];
+    return rc;
+}
+
+float train_dev_eval(train_dev *t, exec_t *x, hyp_loader *val, int batches, hyp_err *e, int *rc) {
+    hyp_loader_reset(val);
+    double sum = 0;
+    size_t n = sizeof(int32_t) * (size_t)x->B * x->T;
+    for (int i = 0; i < batches; i++) {
+        float l = 0;
+        if ((*rc = hyp_loader_next(val, x->tokens, x->targets, e))) return NAN;
+        memcpy(t->xd.h_tokens, x->tokens, n);
+        memcpy(t->xd.h_targets, x->targets, n);
+        if ((*rc = exec_dev_eval_loss(&t->xd, &l, e))) return NAN;
+        sum += l;
+    }
+    return batches ? (float)(sum / batches) : NAN;
+}
+
+int train_dev_download(train_dev *t, exec_t *x, hyp_err *e) {
+    hyp_device *d = t->dev;
+    size_t optim = sizeof(float) * (size_t)(t->stage >= 1 ? t->xd.shard : t->xd.arena);
+    int rc = d->d2h_sync(d, x->params, t->xd.params, sizeof(float) * (size_t)t->xd.arena, e);
+    if (!rc) rc = d->d2h_sync(d, x->m, t->xd.m, optim, e);
+    if (!rc) rc = d->d2h_sync(d, x->v, t->xd.v, optim, e);
+    return rc;
+}
+
+void train_dev_print_memory(train_dev *t, hyp_err *e) {
+    int W = t->world;
+    double *mem = calloc((size_t)W * 5, sizeof(double));
+    if (!mem) return;
+    const exec_dev *xd = &t->xd;
+    double *m = mem + t->rank * 5;
+    m[0] = (double)xd->bytes_params, m[1] = (double)xd->bytes_grads, m[2] = (double)xd->bytes_optim;
+    m[3] = (double)xd->bytes_acts;
+    m[4] = (double)xd->bytes - m[0] - m[1] - m[2] - m[3] + sizeof(float) * (exec_dev_norm_parts(xd) + 2.0);
+    if (hyp_coll_allreduce_f64(t->coll, mem, (size_t)W * 5, e) == HYP_OK)
+        for (int r = 0; r < W; r++) {
+            m = mem + r * 5;
+            printf("rank %d/%d %s device memory (ZeRO stage %d): params %.0f B | grads %.0f B | optimizer %.0f B | activations %.0f B | other %.0f B%s\n",
+                   r, W, t->dev->name, t->stage, m[0], m[1], m[2], m[3], m[4],
+                   t->stage == 3 ? " (params: a full working copy; the per-layer gather of stage 3 is not implemented)" : "");
+        }
+    free(mem);
+}
