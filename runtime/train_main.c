@@ -335,8 +335,9 @@ typedef struct {
  * over ranks, and return the global gradient norm. */
 static int dp_reduce_grads(dp_t *d, exec_t *x, double *norm, hyp_err *e) {
     int rc;
-    if (d->stage >= 2) {
-        if ((rc = hyp_coll_reduce_scatter_f32(d->coll, x->grads, x->gshard, (size_t)x->shard, e))) return rc;
+    if (d->stage >= 2) { /* stage 3 reduce-scattered each layer's gradients during backward */
+        if (d->stage == 2 && (rc = hyp_coll_reduce_scatter_f32(d->coll, x->grads, x->gshard, (size_t)x->shard, e)))
+            return rc;
         double ss = op_sumsq(x->gshard, x->shard);
         if ((rc = hyp_coll_allreduce_f64(d->coll, &ss, 1, e))) return rc;
         *norm = sqrt(ss);
@@ -353,6 +354,10 @@ static int dp_step(dp_t *d, exec_t *x, const train_opts *o, double lr, int t, fl
         train_adamw_step(x, o, lr, t, scale);
         return HYP_OK;
     }
+    if (d->stage == 3) { /* the shards stay sharded: the next forward gathers them per layer */
+        train_adamw_zero3(x, o, lr, t, scale);
+        return HYP_OK;
+    }
     int64_t lo = x->shard * d->rank;
     const float *g = d->stage >= 2 ? x->gshard : x->grads + lo;
     train_adamw_range(x, o, lr, t, scale, lo, lo + x->shard, g, x->m, x->v);
@@ -360,12 +365,71 @@ static int dp_step(dp_t *d, exec_t *x, const train_opts *o, double lr, int t, fl
     return hyp_coll_allgather_f32(d->coll, x->params + lo, x->params, (size_t)x->shard, e);
 }
 
-/* Full-layout AdamW moments for checkpoints: with stage >= 1 each rank holds a shard, so they
- * are gathered into temporary full buffers (save) or scattered from them (load). */
-static int dp_gather_moments(dp_t *d, exec_t *x, float *mfull, float *vfull, hyp_err *e) {
+/* Checkpoints hold every tensor in the plan's full layout. With stage >= 1 the moments (and at
+ * stage 3 the weights) are sharded, so a checkpoint goes through temporary full-layout buffers,
+ * allocated only while saving or loading. */
+typedef struct {
+    float *p, *m, *v;           /* full layout: x's own arrays where not sharded */
+    hyp_ckpt_tensor *tp, *tm, *tv;
+} ckpt_view;
+
+static void view_close(const dp_t *d, exec_t *x, ckpt_view *cv) {
+    int n = x->p->n_params_t;
+    free_tensors(cv->tp, n), free_tensors(cv->tm, n), free_tensors(cv->tv, n);
+    if (d->stage >= 3) free(cv->p);
+    if (d->stage >= 1) free(cv->m), free(cv->v);
+    memset(cv, 0, sizeof *cv);
+}
+
+static int view_open(const dp_t *d, exec_t *x, ckpt_view *cv, hyp_err *e) {
+    size_t n = (size_t)(d->stage >= 3 ? x->p->param_floats : x->shard * d->world);
+    cv->p = d->stage >= 3 ? calloc(n, sizeof(float)) : x->params;
+    cv->m = d->stage >= 1 ? calloc(n, sizeof(float)) : x->m;
+    cv->v = d->stage >= 1 ? calloc(n, sizeof(float)) : x->v;
+    if (cv->p && cv->m && cv->v) {
+        cv->tp = ckpt_tensors(x, cv->p, "");
+        cv->tm = ckpt_tensors(x, cv->m, ".exp_avg");
+        cv->tv = ckpt_tensors(x, cv->v, ".exp_avg_sq");
+    }
+    if (!cv->tp || !cv->tm || !cv->tv) {
+        view_close(d, x, cv);
+        return hyp_fail(e, HYP_EFAIL, "out of memory for the checkpoint buffers");
+    }
+    return HYP_OK;
+}
+
+/* Fills the view from every rank's shards (collective). */
+static int view_gather(dp_t *d, exec_t *x, ckpt_view *cv, hyp_err *e) {
     int rc;
-    if ((rc = hyp_coll_allgather_f32(d->coll, x->m, mfull, (size_t)x->shard, e))) return rc;
-    return hyp_coll_allgather_f32(d->coll, x->v, vfull, (size_t)x->shard, e);
+    if (d->stage >= 3)
+        return (rc = exec_z3_gather_full(x, x->params, cv->p, e)) || (rc = exec_z3_gather_full(x, x->m, cv->m, e))
+                   ? rc : exec_z3_gather_full(x, x->v, cv->v, e);
+    if (d->stage >= 1 && ((rc = hyp_coll_allgather_f32(d->coll, x->m, cv->m, (size_t)x->shard, e)) ||
+                          (rc = hyp_coll_allgather_f32(d->coll, x->v, cv->v, (size_t)x->shard, e))))
+        return rc;
+    return HYP_OK;
+}
+
+/* Keeps this rank's shards of a loaded view. */
+static void view_scatter(const dp_t *d, exec_t *x, const ckpt_view *cv) {
+    if (d->stage >= 3) {
+        exec_z3_scatter_full(x, cv->p, x->params);
+        exec_z3_scatter_full(x, cv->m, x->m);
+        exec_z3_scatter_full(x, cv->v, x->v);
+    } else if (d->stage >= 1) {
+        memcpy(x->m, cv->m + x->shard * d->rank, sizeof(float) * (size_t)x->shard);
+        memcpy(x->v, cv->v + x->shard * d->rank, sizeof(float) * (size_t)x->shard);
+    }
+}
+
+/* Stage 3: every rank gathers the full weights, and forward reads them with no more collectives. */
+static int dp_unshard(exec_t *x, hyp_err *e) {
+    float *full = calloc((size_t)x->p->param_floats, sizeof(float));
+    if (!full) return hyp_fail(e, HYP_EFAIL, "out of memory for the full weights to sample with");
+    int rc = exec_z3_gather_full(x, x->params, full, e);
+    if (rc) free(full);
+    else exec_z3_adopt_full(x, full);
+    return rc;
 }
 
 static void print_rank_memory(dp_t *d, exec_t *x, hyp_err *e) {
@@ -504,7 +568,7 @@ static int run(int argc, char **argv, hyp_coll *coll) {
     int eval_batches = a.eval_batches >= 0 ? a.eval_batches : plan.eval_batches;
 
     exec_t x;
-    if ((rc = exec_init_dp(&x, &plan, d.world, d.rank, d.stage, &e)) || (rc = exec_bind(&x, B, T, &e))) {
+    if ((rc = exec_init_dp(&x, &plan, coll, d.stage, &e)) || (rc = exec_bind(&x, B, T, &e))) {
         fprintf(stderr, "train: %s\n", e.msg);
         exec_free(&x);
         plan_free(&plan);
@@ -514,24 +578,22 @@ static int run(int argc, char **argv, hyp_coll *coll) {
     hyp_rng rng;
     hyp_rng_seed2(&rng, seed, 1);
 
-    /* checkpoint views: moments in the full parameter layout (temporary buffers when sharded) */
-    int64_t arena = x.shard * d.world;
-    float *mfull = x.m, *vfull = x.v;
-    if (d.stage >= 1) {
-        mfull = calloc((size_t)arena, sizeof(float));
-        vfull = calloc((size_t)arena, sizeof(float));
-    }
-    hyp_ckpt_tensor *tp = ckpt_tensors(&x, x.params, ""), *tm = mfull ? ckpt_tensors(&x, mfull, ".exp_avg") : NULL,
-                    *tv = vfull ? ckpt_tensors(&x, vfull, ".exp_avg_sq") : NULL;
-    if (!tp || !tm || !tv) {
-        fprintf(stderr, "train: out of memory\n");
-        return HYP_EFAIL;
-    }
     int start_step = 0;
     hyp_loader_state lstate = {0, 0};
     if (a.resume || a.sample_mode) {
         hyp_ckpt_state st;
-        rc = hyp_ckpt_load(a.ckpt_dir, NULL, tp, tm, tv, plan.n_params_t, plan.hash, &st, &e);
+        ckpt_view cv;
+        if ((rc = view_open(&d, &x, &cv, &e))) {
+            fprintf(stderr, "train: %s\n", e.msg);
+            goto cleanup_early;
+        }
+        rc = hyp_ckpt_load(a.ckpt_dir, NULL, cv.tp, cv.tm, cv.tv, plan.n_params_t, plan.hash, &st, &e);
+        if (rc == HYP_OK) view_scatter(&d, &x, &cv);
+        if (rc == HYP_OK && d.stage >= 3 && a.sample_mode) { /* sampling: the full weights, no gathers */
+            exec_z3_adopt_full(&x, cv.p);
+            cv.p = NULL;
+        }
+        view_close(&d, &x, &cv);
         if (rc == HYP_OK) {
             start_step = (int)st.step;
             hyp_rng_set_state(&rng, st.rng);
@@ -545,10 +607,6 @@ static int run(int argc, char **argv, hyp_coll *coll) {
                 rc = HYP_EINPUT;
                 goto cleanup_early;
             }
-            if (d.stage >= 1) { /* keep the own shard of the moments */
-                memcpy(x.m, mfull + x.shard * d.rank, sizeof(float) * (size_t)x.shard);
-                memcpy(x.v, vfull + x.shard * d.rank, sizeof(float) * (size_t)x.shard);
-            }
             printf("resumed from %s at step %d (saved by %s; now %d rank%s)\n", st.path, start_step,
                    st.plan[0] ? st.plan : "a trainer of this plan", d.world, d.world == 1 ? "" : "s");
         } else if (rc == HYP_ENOCKPT && a.resume && !a.sample_mode) {
@@ -556,7 +614,8 @@ static int run(int argc, char **argv, hyp_coll *coll) {
             rc = 0;
         } else {
             fprintf(stderr, "train: %s\n", e.msg);
-            return rc == HYP_ENOCKPT ? HYP_EINPUT : rc;
+            rc = rc == HYP_ENOCKPT ? HYP_EINPUT : rc;
+            goto cleanup_early;
         }
     }
     if (a.sample_mode) { /* sampling runs on the host executor: same weights, same numerics */
@@ -659,7 +718,8 @@ static int run(int argc, char **argv, hyp_coll *coll) {
             if ((rc = exec_dev_adamw(&sim.xd, lr, opt.beta1, opt.beta2, opt.eps, opt.weight_decay, step, scale, &e)))
                 break;
         } else {
-        op_zero(x.grads, arena);
+        if (d.stage >= 3) op_zero(x.gshard, x.shard);
+        else op_zero(x.grads, x.shard * d.world);
         for (int k = 0; k < K; k++) {
             if ((rc = hyp_loader_next(train, x.tokens, x.targets, &e))) break;
             exec_forward(&x);
@@ -668,6 +728,7 @@ static int run(int argc, char **argv, hyp_coll *coll) {
             /* every token of the global batch weighs 1 / (tokens * K): the sum over ranks is the mean */
             float mean = exec_backward(&x, gcnt > 0 ? (float)(1.0 / (gcnt * K)) : 0.0f);
             loss += gcnt > 0 ? mean * cnt / gcnt / K : 0;
+            if ((rc = exec_z3_status(&x, &e))) break;
         }
         if (rc) break;
         if ((rc = hyp_coll_allreduce_f64(d.coll, &loss, 1, &e))) break;
@@ -704,7 +765,7 @@ static int run(int argc, char **argv, hyp_coll *coll) {
         if (do_eval) {
             double v = sim.on ? simb_eval(&sim, &x, val, eval_batches, &e, &rc) : eval_loss(&x, val, eval_batches, &e, &rc);
             exec_bind(&x, B, T, &e);
-            if (rc) break;
+            if (rc || (rc = exec_z3_status(&x, &e))) break;
             if ((rc = hyp_coll_allreduce_f64(d.coll, &v, 1, &e))) break;
             vl = (float)(v / d.world);
         }
@@ -721,8 +782,9 @@ static int run(int argc, char **argv, hyp_coll *coll) {
         }
         done_steps++;
         if (a.ckpt_dir && ((a.ckpt_every && step % a.ckpt_every == 0) || step == last_step)) {
-            if (d.stage >= 1 && (rc = dp_gather_moments(&d, &x, mfull, vfull, &e))) break;
             if (sim.on && (rc = simb_download(&sim, &x, &e))) break;
+            ckpt_view cv;
+            if ((rc = view_open(&d, &x, &cv, &e)) || (rc = view_gather(&d, &x, &cv, &e))) break;
             if (is0) {
                 hyp_loader_state ls;
                 hyp_loader_get_state(train, &ls);
@@ -736,8 +798,9 @@ static int run(int argc, char **argv, hyp_coll *coll) {
                 snprintf(st.config_hash, sizeof st.config_hash, "%s", plan.hash);
                 snprintf(st.plan, sizeof st.plan, "%s on %d rank%s, ZeRO stage %d", plan.model_name, d.world,
                          d.world == 1 ? "" : "s", d.stage);
-                rc = hyp_ckpt_save(a.ckpt_dir, tp, tm, tv, plan.n_params_t, &st, a.keep, &e);
+                rc = hyp_ckpt_save(a.ckpt_dir, cv.tp, cv.tm, cv.tv, plan.n_params_t, &st, a.keep, &e);
             }
+            view_close(&d, &x, &cv);
             if (!hyp_coll_all_ok(d.coll, rc == 0) && !rc) rc = HYP_EFAIL, snprintf(e.msg, sizeof e.msg, "rank 0 failed to write the checkpoint");
             if (rc) break;
         }
@@ -747,6 +810,7 @@ static int run(int argc, char **argv, hyp_coll *coll) {
         printf("done: %d steps in %.1f s, final loss %.4f, mean %.0f tok/s\n", done_steps, now_s() - t_start, last_loss,
                steps_timed ? tok_s / steps_timed : 0.0);
     if (!rc && sim.on) rc = simb_download(&sim, &x, &e); /* sampling below runs on the host */
+    if (!rc && a.sample > 0 && d.stage >= 3) rc = dp_unshard(&x, &e); /* rank 0 samples alone */
     if (!rc && a.sample > 0 && is0) {
         printf("--- sample (%d tokens, temperature %.2f, top-k %d) ---\n", a.sample, a.temperature, a.top_k);
         rc = sample_text(&x, &a, seed, stdout);
@@ -756,8 +820,6 @@ static int run(int argc, char **argv, hyp_coll *coll) {
     hyp_loader_close(val);
 cleanup_early:
     simb_close(&sim);
-    free_tensors(tp, plan.n_params_t), free_tensors(tm, plan.n_params_t), free_tensors(tv, plan.n_params_t);
-    if (d.stage >= 1) free(mfull), free(vfull);
     exec_free(&x);
     plan_free(&plan);
     return rc;
