@@ -483,7 +483,7 @@ function P.build(tree, cfg, contrib, opts)
     train.zero_stage = R.param(cfg, "v2104", "stage") or 1
     add_contrib("v2104", string.format("ZeRO stage %d: %s across data-parallel ranks", train.zero_stage,
       ({ "AdamW moments sharded", "AdamW moments sharded, gradients reduce-scattered into shards",
-         "AdamW moments sharded, gradients reduce-scattered, each rank updates only its parameter shard and all-gathers the model after the step (whole-model granularity: every rank still holds a full working copy; the per-layer gather/release of ZeRO-3 is not implemented yet)" })[train.zero_stage]))
+         "parameters, gradients and AdamW moments sharded per layer; each layer's parameters are all-gathered (next layer prefetched) before use and released after, each layer's gradients reduce-scattered as soon as its backward is done" })[train.zero_stage]))
   elseif cfg.active.v2105 then
     train.zero_stage = 3
     decide("train.zero_stage", 3, "v2105 fsdp: full sharding of parameters, gradients and optimizer state = ZeRO stage 3 semantics")
