@@ -24,12 +24,14 @@
 #define STATE_MAX_BYTES (1u << 20)
 #define U53 9007199254740992.0
 
-static const char *const FILES[] = {"model.safetensors", "optimizer.safetensors", "state.json"};
+static const char *const FILES[] = {"model.safetensors", "optimizer.safetensors",
+                                     "train_state.safetensors", "state.json"};
+enum { F_MODEL, F_OPTIM, F_AUX, F_STATE, N_FILES };
 
 /* Entries a checkpoint directory may hold: its three files and hyp_st_write / hyp_fs temp
  * files of them ("model.safetensors.tmp-XXXXXX"). Pruning deletes nothing else. */
 static int is_ckpt_file(const char *name) {
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < N_FILES; i++) {
         size_t n = strlen(FILES[i]);
         if (!strncmp(name, FILES[i], n) && (name[n] == '\0' || !strncmp(name + n, ".tmp-", 5)))
             return 1;
@@ -175,8 +177,8 @@ static cJSON *u64_hex(uint64_t v) {
     return cJSON_CreateString(b);
 }
 
-static int write_state(const char *tmpdir, const hyp_ckpt_state *st, int with_opt,
-                       const char hex[2][33], const uint64_t bytes[2], hyp_err *e) {
+static int write_state(const char *tmpdir, const hyp_ckpt_state *st, const int have[F_STATE],
+                       const char hex[F_STATE][33], const uint64_t bytes[F_STATE], hyp_err *e) {
     cJSON *j = cJSON_CreateObject();
     if (!j) return hyp_fail(e, HYP_EFAIL, "%s: out of memory", tmpdir);
     cJSON_AddStringToObject(j, "format", "hyperion-checkpoint");
@@ -193,7 +195,8 @@ static int write_state(const char *tmpdir, const hyp_ckpt_state *st, int with_op
         cJSON_AddNumberToObject(ld, "position", (double)st->loader_position);
     }
     cJSON *files = cJSON_AddObjectToObject(j, "files");
-    for (int i = 0; i < 1 + with_opt && files; i++) {
+    for (int i = 0; i < F_STATE && files; i++) {
+        if (!have[i]) continue;
         cJSON *f = cJSON_AddObjectToObject(files, FILES[i]);
         if (!f) break;
         cJSON_AddNumberToObject(f, "bytes", (double)bytes[i]);
@@ -249,10 +252,25 @@ static int install(const char *dir, const char *tmp, const char *final, const ch
     return HYP_OK;
 }
 
+static int check_aux(const char *where, const hyp_ckpt_aux *aux, int n_aux, hyp_err *e) {
+    for (int i = 0; i < n_aux; i++)
+        if (!aux[i].name || !aux[i].name[0] || !aux[i].data || (aux[i].dtype != HYP_ST_F32 && aux[i].dtype != HYP_ST_I64) ||
+            aux[i].ndim < 1 || aux[i].ndim > HYP_CKPT_MAX_DIMS || hyp_st_numel(aux[i].ndim, aux[i].shape) < 0)
+            return hyp_fail(e, HYP_EINPUT, "%s: auxiliary tensor %d needs a name, data, dtype F32 or I64 and a valid shape", where, i);
+    return HYP_OK;
+}
+
 int hyp_ckpt_save(const char *dir, const hyp_ckpt_tensor *params, const hyp_ckpt_tensor *m,
                   const hyp_ckpt_tensor *v, int n, const hyp_ckpt_state *st, int keep,
                   hyp_err *e) {
+    return hyp_ckpt_save_aux(dir, params, m, v, n, NULL, 0, st, keep, e);
+}
+
+int hyp_ckpt_save_aux(const char *dir, const hyp_ckpt_tensor *params, const hyp_ckpt_tensor *m,
+                      const hyp_ckpt_tensor *v, int n, const hyp_ckpt_aux *aux, int n_aux,
+                      const hyp_ckpt_state *st, int keep, hyp_err *e) {
     if (!dir || !dir[0]) return hyp_fail(e, HYP_EINPUT, "(checkpoint): no directory given");
+    if (check_aux(dir, aux, n_aux, e)) return HYP_EINPUT;
     if (!st) return hyp_fail(e, HYP_EINPUT, "%s: no checkpoint state given", dir);
     int with_opt, rc = check_tensors(dir, params, m, v, n, &with_opt, e);
     if (rc != HYP_OK) return rc;
@@ -277,9 +295,10 @@ int hyp_ckpt_save(const char *dir, const hyp_ckpt_tensor *params, const hyp_ckpt
     }
     (void)chmod(tmp, 0755);
 
-    hyp_st_tensor *sts = calloc((size_t)n * 2, sizeof *sts);
-    char hex[2][33] = {{0}};
-    uint64_t bytes[2] = {0, 0};
+    hyp_st_tensor *sts = calloc((size_t)n * 2 + (size_t)n_aux, sizeof *sts);
+    char hex[F_STATE][33] = {{0}};
+    uint64_t bytes[F_STATE] = {0};
+    int have[F_STATE] = {1, with_opt, n_aux > 0};
     char step_s[32];
     snprintf(step_s, sizeof step_s, "%" PRIu64, st->step);
     const hyp_st_meta meta[] = {{"format", "pt"}, {"producer", "hyperion"},
@@ -288,10 +307,12 @@ int hyp_ckpt_save(const char *dir, const hyp_ckpt_tensor *params, const hyp_ckpt
         rc = hyp_fail(e, HYP_EFAIL, "%s: out of memory", dir);
         goto fail;
     }
-    for (int f = 0; f < 1 + with_opt; f++) {
-        /* model.safetensors: params; optimizer.safetensors: m then v, interleaved per param */
+    for (int f = 0; f < F_STATE; f++) {
+        /* model.safetensors: params; optimizer.safetensors: m then v, interleaved per param;
+         * train_state.safetensors: the auxiliary tensors */
         int k = 0;
-        for (int i = 0; i < n; i++) {
+        if (!have[f]) continue;
+        for (int i = 0; i < (f == F_AUX ? 0 : n); i++) {
             const hyp_ckpt_tensor *src[2] = {f == 0 ? &params[i] : &m[i], &v[i]};
             for (int s = 0; s < (f == 0 ? 1 : 2); s++, k++) {
                 sts[k] = (hyp_st_tensor){.name = src[s]->name, .dtype = HYP_ST_F32,
@@ -299,18 +320,23 @@ int hyp_ckpt_save(const char *dir, const hyp_ckpt_tensor *params, const hyp_ckpt
                 memcpy(sts[k].shape, src[s]->shape, sizeof src[s]->shape);
             }
         }
+        for (int i = 0; i < (f == F_AUX ? n_aux : 0); i++, k++) {
+            sts[k] = (hyp_st_tensor){.name = aux[i].name, .dtype = (hyp_st_dtype)aux[i].dtype, .ndim = aux[i].ndim,
+                                     .data = aux[i].data};
+            memcpy(sts[k].shape, aux[i].shape, sizeof aux[i].shape);
+        }
         if (pathf(p, "%s/%s", tmp, FILES[f]) != 0) {
             rc = hyp_fail(e, HYP_EINPUT, "%s: path too long", dir);
             goto fail;
         }
         /* the optimizer file gets the same metadata minus "format": "pt" (not a model) */
-        if ((rc = hyp_st_write(p, sts, k, meta + f, 4 - f, hex[f], e)) != HYP_OK) goto fail;
+        if ((rc = hyp_st_write(p, sts, k, meta + (f ? 1 : 0), f ? 3 : 4, hex[f], e)) != HYP_OK) goto fail;
         if (file_size(p, &bytes[f]) != 0) {
             rc = hyp_fail(e, HYP_EFAIL, "%s: cannot stat: %s", p, strerror(errno));
             goto fail;
         }
     }
-    if ((rc = write_state(tmp, st, with_opt, (const char(*)[33])hex, bytes, e)) != HYP_OK)
+    if ((rc = write_state(tmp, st, have, (const char(*)[33])hex, bytes, e)) != HYP_OK)
         goto fail;
     if (hyp_fs_fsync_dir(tmp) != 0) {
         rc = hyp_fail(e, HYP_EFAIL, "%s: fsync failed: %s", tmp, strerror(errno));
@@ -504,10 +530,35 @@ static int resolve(const char *dir, const char *step, char *sd, hyp_err *e) {
     return HYP_OK;
 }
 
+/* The auxiliary tensors: each present with its dtype and shape, nothing else in the file. */
+static int match_aux(const hyp_st_file *f, const hyp_ckpt_aux *aux, int n_aux, const hyp_st_tensor **found,
+                     hyp_err *e) {
+    for (int i = 0; i < n_aux; i++) {
+        const hyp_st_tensor *s = hyp_st_find(f, aux[i].name);
+        int same = s && s->dtype == (hyp_st_dtype)aux[i].dtype && s->ndim == aux[i].ndim;
+        for (int d = 0; same && d < s->ndim; d++) same = s->shape[d] == aux[i].shape[d];
+        if (!same)
+            return hyp_fail(e, HYP_EINPUT, "%s: tensor '%.300s' is %s — the checkpoint's training state is from a different plan; resume with the matching trainer",
+                            hyp_st_path(f), aux[i].name, s ? "of another dtype or shape" : "missing");
+        found[i] = s;
+    }
+    if (hyp_st_count(f) != n_aux)
+        return hyp_fail(e, HYP_EINPUT, "%s: holds %d tensors, this trainer expects %d — the checkpoint's training state is from a different plan",
+                        hyp_st_path(f), hyp_st_count(f), n_aux);
+    return HYP_OK;
+}
+
 int hyp_ckpt_load(const char *dir, const char *step, hyp_ckpt_tensor *params, hyp_ckpt_tensor *m,
                   hyp_ckpt_tensor *v, int n, const char *expect_config_hash, hyp_ckpt_state *st_out,
                   hyp_err *e) {
+    return hyp_ckpt_load_aux(dir, step, params, m, v, n, NULL, 0, expect_config_hash, st_out, e);
+}
+
+int hyp_ckpt_load_aux(const char *dir, const char *step, hyp_ckpt_tensor *params, hyp_ckpt_tensor *m,
+                      hyp_ckpt_tensor *v, int n, hyp_ckpt_aux *aux, int n_aux,
+                      const char *expect_config_hash, hyp_ckpt_state *st_out, hyp_err *e) {
     if (!dir || !dir[0]) return hyp_fail(e, HYP_EINPUT, "(checkpoint): no directory given");
+    if (check_aux(dir, aux, n_aux, e)) return HYP_EINPUT;
     int with_opt, rc = check_tensors(dir, params, m, v, n, &with_opt, e);
     if (rc != HYP_OK) return rc;
     char sd[PATH_CAP], p[PATH_CAP];
@@ -518,7 +569,7 @@ int hyp_ckpt_load(const char *dir, const char *step, hyp_ckpt_tensor *params, hy
     if ((rc = hyp_fs_read_small(p, STATE_MAX_BYTES, &txt, NULL, e)) != HYP_OK) return rc;
     cJSON *j = cJSON_Parse(txt);
     free(txt);
-    hyp_st_file *fm = NULL, *fo = NULL;
+    hyp_st_file *fm = NULL, *fo = NULL, *fa = NULL;
     const hyp_st_tensor **found = NULL;
     const hyp_ckpt_tensor **want = NULL;
     hyp_ckpt_state *st = calloc(1, sizeof *st); /* ~4.5 KB: not on the stack */
@@ -582,7 +633,7 @@ int hyp_ckpt_load(const char *dir, const char *step, hyp_ckpt_tensor *params, hy
                       expect_config_hash);
         goto done;
     }
-    found = calloc((size_t)n * 3, sizeof *found);
+    found = calloc((size_t)n * 3 + (size_t)n_aux, sizeof *found);
     want = calloc((size_t)n * 3, sizeof *want);
     if (!found || !want) {
         rc = hyp_fail(e, HYP_EFAIL, "%s: out of memory", sd);
@@ -606,9 +657,19 @@ int hyp_ckpt_load(const char *dir, const char *step, hyp_ckpt_tensor *params, hy
         if ((rc = open_verified(sd, FILES[1], files, &fo, e)) != HYP_OK) goto done;
         if ((rc = match_tensors(fo, want + n, 2 * n, found + n, e)) != HYP_OK) goto done;
     }
+    if (n_aux) {
+        if (!cJSON_GetObjectItemCaseSensitive(files, FILES[F_AUX])) {
+            rc = hyp_fail(e, HYP_EINPUT, "%s: has no %s (FP8 scaling state) — it was saved by a trainer without it; resume with that trainer or start fresh",
+                          sd, FILES[F_AUX]);
+            goto done;
+        }
+        if ((rc = open_verified(sd, FILES[F_AUX], files, &fa, e)) != HYP_OK) goto done;
+        if ((rc = match_aux(fa, aux, n_aux, found + 3 * n, e)) != HYP_OK) goto done;
+    }
     /* everything verified: now, and only now, write into the caller's buffers */
     for (int k = 0; k < (with_opt ? 3 * n : n); k++)
         memcpy(want[k]->data, found[k]->data, found[k]->nbytes);
+    for (int i = 0; i < n_aux; i++) memcpy(aux[i].data, found[3 * n + i]->data, found[3 * n + i]->nbytes);
     if (st_out) *st_out = *st;
 done:
     free(found);
@@ -616,6 +677,7 @@ done:
     free(st);
     hyp_st_close(fm);
     hyp_st_close(fo);
+    hyp_st_close(fa);
     cJSON_Delete(j);
     return rc;
 }

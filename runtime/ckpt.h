@@ -7,6 +7,8 @@
  *                                            transformers/safetensors load it directly
  *   DIR/step_00000123/optimizer.safetensors  AdamW m and v: "<name>.exp_avg", "<name>.exp_avg_sq"
  *                                            (absent for weights-only checkpoints)
+ *   DIR/step_00000123/train_state.safetensors  auxiliary training state (the FP8 scaling states:
+ *                                            amax histories, scales, positions), when given
  *   DIR/step_00000123/state.json             format version, step, RNG state, loader state,
  *                                            config_hash, size + xxh3-128 of each .safetensors
  *   DIR/latest                               "step_00000123\n": the newest complete checkpoint
@@ -72,6 +74,21 @@ int hyp_ckpt_save(const char *dir, const hyp_ckpt_tensor *params, const hyp_ckpt
                   const hyp_ckpt_tensor *v, int n, const hyp_ckpt_state *st, int keep,
                   hyp_err *e);
 
+/* An auxiliary tensor of training state (not a model tensor): F32 or I64 (HYP_ST_* of
+ * safetensors.h), saved to train_state.safetensors. */
+typedef struct {
+    const char *name;
+    int dtype;                          /* HYP_ST_F32 or HYP_ST_I64 */
+    void *data;
+    int ndim;
+    int64_t shape[HYP_CKPT_MAX_DIMS];
+} hyp_ckpt_aux;
+
+/* hyp_ckpt_save plus aux[n_aux] (n_aux = 0: none, no train_state.safetensors). */
+int hyp_ckpt_save_aux(const char *dir, const hyp_ckpt_tensor *params, const hyp_ckpt_tensor *m,
+                      const hyp_ckpt_tensor *v, int n, const hyp_ckpt_aux *aux, int n_aux,
+                      const hyp_ckpt_state *st, int keep, hyp_err *e);
+
 /* Loads a checkpoint into the caller's buffers. step = NULL: the one DIR/latest names (or DIR
  * itself when DIR is a step directory, i.e. holds state.json); else a step directory name inside
  * DIR ("step_00000123"). Returns HYP_ENOCKPT when step is NULL and DIR has no checkpoint yet.
@@ -82,6 +99,12 @@ int hyp_ckpt_save(const char *dir, const hyp_ckpt_tensor *params, const hyp_ckpt
 int hyp_ckpt_load(const char *dir, const char *step, hyp_ckpt_tensor *params, hyp_ckpt_tensor *m,
                   hyp_ckpt_tensor *v, int n, const char *expect_config_hash, hyp_ckpt_state *st,
                   hyp_err *e);
+
+/* hyp_ckpt_load plus aux[n_aux]: with n_aux > 0 the checkpoint must hold exactly these auxiliary
+ * tensors (names, dtypes, shapes), verified like the rest before anything is written. */
+int hyp_ckpt_load_aux(const char *dir, const char *step, hyp_ckpt_tensor *params, hyp_ckpt_tensor *m,
+                      hyp_ckpt_tensor *v, int n, hyp_ckpt_aux *aux, int n_aux,
+                      const char *expect_config_hash, hyp_ckpt_state *st, hyp_err *e);
 
 /* The step directory DIR/latest names, as a path in out (cap bytes); out = "" (and HYP_OK) when
  * DIR has no checkpoint yet (no DIR or no DIR/latest). HYP_EINPUT when `latest` is malformed or

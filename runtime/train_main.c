@@ -33,6 +33,7 @@
 #include "ops_cpu.h"
 #include "plan.h"
 #include "rng.h"
+#include "safetensors.h"
 #include "train.h"
 
 typedef struct {
@@ -365,17 +366,73 @@ static int dp_step(dp_t *d, exec_t *x, const train_opts *o, double lr, int t, fl
     return hyp_coll_allgather_f32(d->coll, x->params + lo, x->params, (size_t)x->shard, e);
 }
 
+/* v2160 FP8 scaling states as checkpoint tensors, so a resumed run scales exactly like an
+ * uninterrupted one: amax histories [slots, history], scale and scale_inv [slots, 2], history
+ * position / update count / last saturation count [slots, 3]. */
+typedef struct {
+    float *hist, *scale;
+    int64_t *cnt;
+    hyp_ckpt_aux t[3];
+    int n;                      /* 3, or 0 without FP8 */
+} fp8_aux;
+
+static void fp8_aux_close(fp8_aux *a) {
+    free(a->hist), free(a->scale), free(a->cnt);
+    memset(a, 0, sizeof *a);
+}
+
+static int fp8_aux_open(const exec_t *x, fp8_aux *a) {
+    memset(a, 0, sizeof *a);
+    int S = x->p->fp8_slots;
+    if (!S) return HYP_OK;
+    int64_t H = x->fp8[0].recipe.history_len;
+    a->hist = malloc(sizeof(float) * (size_t)(S * H));
+    a->scale = malloc(sizeof(float) * (size_t)S * 2);
+    a->cnt = malloc(sizeof(int64_t) * (size_t)S * 3);
+    if (!a->hist || !a->scale || !a->cnt) {
+        fp8_aux_close(a);
+        return HYP_EFAIL;
+    }
+    a->t[0] = (hyp_ckpt_aux){"fp8.amax_history", HYP_ST_F32, a->hist, 2, {S, H, 0, 0}};
+    a->t[1] = (hyp_ckpt_aux){"fp8.scale", HYP_ST_F32, a->scale, 2, {S, 2, 0, 0}};
+    a->t[2] = (hyp_ckpt_aux){"fp8.counters", HYP_ST_I64, a->cnt, 2, {S, 3, 0, 0}};
+    a->n = 3;
+    return HYP_OK;
+}
+
+static void fp8_aux_pack(const exec_t *x, fp8_aux *a) {
+    int64_t H = a->n ? a->t[0].shape[1] : 0;
+    for (int i = 0; i < (a->n ? x->p->fp8_slots : 0); i++) {
+        const hyp_fp8_state *s = &x->fp8[i];
+        memcpy(a->hist + i * H, s->amax_history, sizeof(float) * (size_t)H);
+        a->scale[2 * i] = s->scale, a->scale[2 * i + 1] = s->scale_inv;
+        a->cnt[3 * i] = s->pos, a->cnt[3 * i + 1] = s->steps, a->cnt[3 * i + 2] = s->nsat_last;
+    }
+}
+
+static void fp8_aux_unpack(exec_t *x, const fp8_aux *a) {
+    int64_t H = a->n ? a->t[0].shape[1] : 0;
+    for (int i = 0; i < (a->n ? x->p->fp8_slots : 0); i++) {
+        hyp_fp8_state *s = &x->fp8[i];
+        memcpy(s->amax_history, a->hist + i * H, sizeof(float) * (size_t)H);
+        s->scale = a->scale[2 * i], s->scale_inv = a->scale[2 * i + 1];
+        s->pos = (int)a->cnt[3 * i], s->steps = (long)a->cnt[3 * i + 1], s->nsat_last = (long)a->cnt[3 * i + 2];
+    }
+}
+
 /* Checkpoints hold every tensor in the plan's full layout. With stage >= 1 the moments (and at
  * stage 3 the weights) are sharded, so a checkpoint goes through temporary full-layout buffers,
  * allocated only while saving or loading. */
 typedef struct {
     float *p, *m, *v;           /* full layout: x's own arrays where not sharded */
     hyp_ckpt_tensor *tp, *tm, *tv;
+    fp8_aux fa;                 /* the FP8 scaling states (replicated: identical on every rank) */
 } ckpt_view;
 
 static void view_close(const dp_t *d, exec_t *x, ckpt_view *cv) {
     int n = x->p->n_params_t;
     free_tensors(cv->tp, n), free_tensors(cv->tm, n), free_tensors(cv->tv, n);
+    fp8_aux_close(&cv->fa);
     if (d->stage >= 3) free(cv->p);
     if (d->stage >= 1) free(cv->m), free(cv->v);
     memset(cv, 0, sizeof *cv);
@@ -391,7 +448,7 @@ static int view_open(const dp_t *d, exec_t *x, ckpt_view *cv, hyp_err *e) {
         cv->tm = ckpt_tensors(x, cv->m, ".exp_avg");
         cv->tv = ckpt_tensors(x, cv->v, ".exp_avg_sq");
     }
-    if (!cv->tp || !cv->tm || !cv->tv) {
+    if (!cv->tp || !cv->tm || !cv->tv || fp8_aux_open(x, &cv->fa)) {
         view_close(d, x, cv);
         return hyp_fail(e, HYP_EFAIL, "out of memory for the checkpoint buffers");
     }
@@ -401,6 +458,7 @@ static int view_open(const dp_t *d, exec_t *x, ckpt_view *cv, hyp_err *e) {
 /* Fills the view from every rank's shards (collective). */
 static int view_gather(dp_t *d, exec_t *x, ckpt_view *cv, hyp_err *e) {
     int rc;
+    fp8_aux_pack(x, &cv->fa);
     if (d->stage >= 3)
         return (rc = exec_z3_gather_full(x, x->params, cv->p, e)) || (rc = exec_z3_gather_full(x, x->m, cv->m, e))
                    ? rc : exec_z3_gather_full(x, x->v, cv->v, e);
@@ -412,6 +470,7 @@ static int view_gather(dp_t *d, exec_t *x, ckpt_view *cv, hyp_err *e) {
 
 /* Keeps this rank's shards of a loaded view. */
 static void view_scatter(const dp_t *d, exec_t *x, const ckpt_view *cv) {
+    fp8_aux_unpack(x, &cv->fa);
     if (d->stage >= 3) {
         exec_z3_scatter_full(x, cv->p, x->params);
         exec_z3_scatter_full(x, cv->m, x->m);
@@ -587,7 +646,7 @@ static int run(int argc, char **argv, hyp_coll *coll) {
             fprintf(stderr, "train: %s\n", e.msg);
             goto cleanup_early;
         }
-        rc = hyp_ckpt_load(a.ckpt_dir, NULL, cv.tp, cv.tm, cv.tv, plan.n_params_t, plan.hash, &st, &e);
+        rc = hyp_ckpt_load_aux(a.ckpt_dir, NULL, cv.tp, cv.tm, cv.tv, plan.n_params_t, cv.fa.t, cv.fa.n, plan.hash, &st, &e);
         if (rc == HYP_OK) view_scatter(&d, &x, &cv);
         if (rc == HYP_OK && d.stage >= 3 && a.sample_mode) { /* sampling: the full weights, no gathers */
             exec_z3_adopt_full(&x, cv.p);
@@ -798,7 +857,7 @@ static int run(int argc, char **argv, hyp_coll *coll) {
                 snprintf(st.config_hash, sizeof st.config_hash, "%s", plan.hash);
                 snprintf(st.plan, sizeof st.plan, "%s on %d rank%s, ZeRO stage %d", plan.model_name, d.world,
                          d.world == 1 ? "" : "s", d.stage);
-                rc = hyp_ckpt_save(a.ckpt_dir, cv.tp, cv.tm, cv.tv, plan.n_params_t, &st, a.keep, &e);
+                rc = hyp_ckpt_save_aux(a.ckpt_dir, cv.tp, cv.tm, cv.tv, plan.n_params_t, cv.fa.t, cv.fa.n, &st, a.keep, &e);
             }
             view_close(&d, &x, &cv);
             if (!hyp_coll_all_ok(d.coll, rc == 0) && !rc) rc = HYP_EFAIL, snprintf(e.msg, sizeof e.msg, "rank 0 failed to write the checkpoint");
