@@ -177,10 +177,11 @@ static cJSON *u64_hex(uint64_t v) {
     return cJSON_CreateString(b);
 }
 
-static int write_state(const char *tmpdir, const hyp_ckpt_state *st, const int have[F_STATE],
-                       const char hex[F_STATE][33], const uint64_t bytes[F_STATE], hyp_err *e) {
+/* state.json's common part: format, counters, RNG, loader; the caller adds "files" (and
+ * "layout" for a sharded checkpoint). */
+static cJSON *state_json(const hyp_ckpt_state *st) {
     cJSON *j = cJSON_CreateObject();
-    if (!j) return hyp_fail(e, HYP_EFAIL, "%s: out of memory", tmpdir);
+    if (!j) return NULL;
     cJSON_AddStringToObject(j, "format", "hyperion-checkpoint");
     cJSON_AddNumberToObject(j, "format_version", HYP_CKPT_FORMAT_VERSION);
     cJSON_AddNumberToObject(j, "step", (double)st->step);
@@ -194,16 +195,20 @@ static int write_state(const char *tmpdir, const hyp_ckpt_state *st, const int h
         cJSON_AddNumberToObject(ld, "epoch", (double)st->loader_epoch);
         cJSON_AddNumberToObject(ld, "position", (double)st->loader_position);
     }
-    cJSON *files = cJSON_AddObjectToObject(j, "files");
-    for (int i = 0; i < F_STATE && files; i++) {
-        if (!have[i]) continue;
-        cJSON *f = cJSON_AddObjectToObject(files, FILES[i]);
-        if (!f) break;
-        cJSON_AddNumberToObject(f, "bytes", (double)bytes[i]);
-        cJSON_AddStringToObject(f, "xxh3_128", hex[i]);
-    }
     cJSON_AddNumberToObject(j, "saved_unix", (double)time(NULL));
-    char *txt = cJSON_Print(j);
+    return j;
+}
+
+static void add_file(cJSON *files, const char *name, uint64_t bytes, const char *hex) {
+    cJSON *f = cJSON_AddObjectToObject(files, name);
+    if (!f) return;
+    cJSON_AddNumberToObject(f, "bytes", (double)bytes);
+    cJSON_AddStringToObject(f, "xxh3_128", hex);
+}
+
+/* Writes j (consumed) as tmpdir/state.json. */
+static int write_json(const char *tmpdir, cJSON *j, hyp_err *e) {
+    char *txt = j ? cJSON_Print(j) : NULL;
     cJSON_Delete(j);
     if (!txt) return hyp_fail(e, HYP_EFAIL, "%s: out of memory", tmpdir);
     size_t len = strlen(txt);
@@ -260,6 +265,81 @@ static int check_aux(const char *where, const hyp_ckpt_aux *aux, int n_aux, hyp_
     return HYP_OK;
 }
 
+static int check_state(const char *dir, const hyp_ckpt_state *st, hyp_err *e) {
+    if (!st) return hyp_fail(e, HYP_EINPUT, "%s: no checkpoint state given", dir);
+    if ((double)st->step >= U53 || (double)st->tokens_seen >= U53 ||
+        (double)st->loader_epoch >= U53 || (double)st->loader_position >= U53)
+        return hyp_fail(e, HYP_EINPUT, "%s: a counter in the checkpoint state is >= 2^53", dir);
+    if (!memchr(st->config_hash, '\0', sizeof st->config_hash) ||
+        !memchr(st->plan, '\0', sizeof st->plan))
+        return hyp_fail(e, HYP_EINPUT, "%s: config_hash or plan is not NUL-terminated", dir);
+    return HYP_OK;
+}
+
+/* Creates DIR (if missing) and the temp dir DIR/.tmp-step_N-XXXXXX a save writes into. */
+static int begin_tmp(const char *dir, uint64_t step, char *tmp, hyp_err *e) {
+    int rc;
+    if ((rc = hyp_fs_mkdirs(dir, e)) != HYP_OK) return rc;
+    clean_stale_tmp(dir);
+    int len = snprintf(tmp, PATH_CAP, "%s/.tmp-step_%08" PRIu64 "-XXXXXX", dir, step);
+    if (len < 0 || len >= PATH_CAP - 64)
+        return hyp_fail(e, HYP_EINPUT, "%s: path too long — use a shorter checkpoint dir", dir);
+    if (!mkdtemp(tmp)) {
+        int err = errno;
+        return hyp_fail(e, hyp_fs_errcode(err), "%s: cannot create a directory here: %s — check "
+                        "the checkpoint dir is writable", dir, strerror(err));
+    }
+    (void)chmod(tmp, 0755);
+    return HYP_OK;
+}
+
+/* The filled temp dir becomes DIR/step_N (fsyncs, rename), then DIR/latest names it; prunes. */
+static int finish(const char *dir, const char *tmp, uint64_t step, int keep, hyp_err *e) {
+    char step_name[64], final[PATH_CAP], p[PATH_CAP];
+    snprintf(step_name, sizeof step_name, "step_%08" PRIu64, step);
+    if (pathf(final, "%s/%s", dir, step_name) != 0)
+        return hyp_fail(e, HYP_EINPUT, "%s: path too long — use a shorter checkpoint dir", dir);
+    if (hyp_fs_fsync_dir(tmp) != 0) return hyp_fail(e, HYP_EFAIL, "%s: fsync failed: %s", tmp, strerror(errno));
+    int rc = install(dir, tmp, final, step_name, e);
+    if (rc != HYP_OK) return rc;
+    if (hyp_fs_fsync_dir(dir) != 0) return -hyp_fail(e, HYP_EFAIL, "%s: fsync failed: %s", dir, strerror(errno));
+    char latest_txt[80];
+    int ln = snprintf(latest_txt, sizeof latest_txt, "%s\n", step_name);
+    if (pathf(p, "%s/%s", dir, "latest") != 0) return -hyp_fail(e, HYP_EINPUT, "%s: path too long", dir);
+    if ((rc = hyp_fs_write_atomic(p, latest_txt, (size_t)ln, e)) != HYP_OK) return -rc;
+    prune(dir, keep, step_name);
+    return HYP_OK;
+}
+
+/* Writes one safetensors file of the checkpoint into tmp; its size and checksum to bytes/hex. */
+static int write_file(const char *tmp, const char *name, const hyp_st_tensor *sts, int k,
+                      const hyp_ckpt_state *st, int model, char hex[33], uint64_t *bytes, hyp_err *e) {
+    char step_s[32], p[PATH_CAP];
+    snprintf(step_s, sizeof step_s, "%" PRIu64, st->step);
+    /* only the model file says "format": "pt" (loadable by transformers) */
+    const hyp_st_meta meta[] = {{"format", "pt"}, {"producer", "hyperion"},
+                                {"step", step_s}, {"config_hash", st->config_hash}};
+    if (pathf(p, "%s/%s", tmp, name) != 0) return hyp_fail(e, HYP_EINPUT, "%s: path too long", tmp);
+    int rc = hyp_st_write(p, sts, k, meta + (model ? 0 : 1), model ? 4 : 3, hex, e);
+    if (rc != HYP_OK) return rc;
+    if (file_size(p, bytes) != 0) return hyp_fail(e, HYP_EFAIL, "%s: cannot stat: %s", p, strerror(errno));
+    return HYP_OK;
+}
+
+static int write_aux(const char *tmp, const hyp_ckpt_aux *aux, int n_aux, const hyp_ckpt_state *st,
+                     char hex[33], uint64_t *bytes, hyp_err *e) {
+    hyp_st_tensor *sts = calloc((size_t)n_aux, sizeof *sts);
+    if (!sts) return hyp_fail(e, HYP_EFAIL, "%s: out of memory", tmp);
+    for (int i = 0; i < n_aux; i++) {
+        sts[i] = (hyp_st_tensor){.name = aux[i].name, .dtype = (hyp_st_dtype)aux[i].dtype, .ndim = aux[i].ndim,
+                                 .data = aux[i].data};
+        memcpy(sts[i].shape, aux[i].shape, sizeof aux[i].shape);
+    }
+    int rc = write_file(tmp, FILES[F_AUX], sts, n_aux, st, 0, hex, bytes, e);
+    free(sts);
+    return rc;
+}
+
 int hyp_ckpt_save(const char *dir, const hyp_ckpt_tensor *params, const hyp_ckpt_tensor *m,
                   const hyp_ckpt_tensor *v, int n, const hyp_ckpt_state *st, int keep,
                   hyp_err *e) {
@@ -270,99 +350,48 @@ int hyp_ckpt_save_aux(const char *dir, const hyp_ckpt_tensor *params, const hyp_
                       const hyp_ckpt_tensor *v, int n, const hyp_ckpt_aux *aux, int n_aux,
                       const hyp_ckpt_state *st, int keep, hyp_err *e) {
     if (!dir || !dir[0]) return hyp_fail(e, HYP_EINPUT, "(checkpoint): no directory given");
-    if (check_aux(dir, aux, n_aux, e)) return HYP_EINPUT;
-    if (!st) return hyp_fail(e, HYP_EINPUT, "%s: no checkpoint state given", dir);
-    int with_opt, rc = check_tensors(dir, params, m, v, n, &with_opt, e);
-    if (rc != HYP_OK) return rc;
-    if ((double)st->step >= U53 || (double)st->tokens_seen >= U53 ||
-        (double)st->loader_epoch >= U53 || (double)st->loader_position >= U53)
-        return hyp_fail(e, HYP_EINPUT, "%s: a counter in the checkpoint state is >= 2^53", dir);
-    if (!memchr(st->config_hash, '\0', sizeof st->config_hash) ||
-        !memchr(st->plan, '\0', sizeof st->plan))
-        return hyp_fail(e, HYP_EINPUT, "%s: config_hash or plan is not NUL-terminated", dir);
-    if ((rc = hyp_fs_mkdirs(dir, e)) != HYP_OK) return rc;
-    clean_stale_tmp(dir);
-
-    char step_name[64], tmp[PATH_CAP], final[PATH_CAP], p[PATH_CAP];
-    snprintf(step_name, sizeof step_name, "step_%08" PRIu64, st->step);
-    int len = snprintf(tmp, sizeof tmp, "%s/.tmp-%s-XXXXXX", dir, step_name);
-    if (len < 0 || len >= (int)sizeof tmp || pathf(final, "%s/%s", dir, step_name) != 0)
-        return hyp_fail(e, HYP_EINPUT, "%s: path too long — use a shorter checkpoint dir", dir);
-    if (!mkdtemp(tmp)) {
-        int err = errno;
-        return hyp_fail(e, hyp_fs_errcode(err), "%s: cannot create a directory here: %s — check "
-                        "the checkpoint dir is writable", dir, strerror(err));
-    }
-    (void)chmod(tmp, 0755);
-
-    hyp_st_tensor *sts = calloc((size_t)n * 2 + (size_t)n_aux, sizeof *sts);
+    int with_opt, rc;
+    if ((rc = check_aux(dir, aux, n_aux, e)) || (rc = check_tensors(dir, params, m, v, n, &with_opt, e)) ||
+        (rc = check_state(dir, st, e)))
+        return rc;
+    char tmp[PATH_CAP];
+    if ((rc = begin_tmp(dir, st->step, tmp, e)) != HYP_OK) return rc;
+    hyp_st_tensor *sts = calloc((size_t)n * 2, sizeof *sts);
     char hex[F_STATE][33] = {{0}};
     uint64_t bytes[F_STATE] = {0};
     int have[F_STATE] = {1, with_opt, n_aux > 0};
-    char step_s[32];
-    snprintf(step_s, sizeof step_s, "%" PRIu64, st->step);
-    const hyp_st_meta meta[] = {{"format", "pt"}, {"producer", "hyperion"},
-                                {"step", step_s}, {"config_hash", st->config_hash}};
     if (!sts) {
         rc = hyp_fail(e, HYP_EFAIL, "%s: out of memory", dir);
         goto fail;
     }
-    for (int f = 0; f < F_STATE; f++) {
-        /* model.safetensors: params; optimizer.safetensors: m then v, interleaved per param;
-         * train_state.safetensors: the auxiliary tensors */
+    for (int f = F_MODEL; f <= F_OPTIM && have[f]; f++) {
+        /* model.safetensors: params; optimizer.safetensors: m then v, interleaved per param */
         int k = 0;
-        if (!have[f]) continue;
-        for (int i = 0; i < (f == F_AUX ? 0 : n); i++) {
-            const hyp_ckpt_tensor *src[2] = {f == 0 ? &params[i] : &m[i], &v[i]};
-            for (int s = 0; s < (f == 0 ? 1 : 2); s++, k++) {
+        for (int i = 0; i < n; i++) {
+            const hyp_ckpt_tensor *src[2] = {f == F_MODEL ? &params[i] : &m[i], &v[i]};
+            for (int s = 0; s < (f == F_MODEL ? 1 : 2); s++, k++) {
                 sts[k] = (hyp_st_tensor){.name = src[s]->name, .dtype = HYP_ST_F32,
                                          .ndim = src[s]->ndim, .data = src[s]->data};
                 memcpy(sts[k].shape, src[s]->shape, sizeof src[s]->shape);
             }
         }
-        for (int i = 0; i < (f == F_AUX ? n_aux : 0); i++, k++) {
-            sts[k] = (hyp_st_tensor){.name = aux[i].name, .dtype = (hyp_st_dtype)aux[i].dtype, .ndim = aux[i].ndim,
-                                     .data = aux[i].data};
-            memcpy(sts[k].shape, aux[i].shape, sizeof aux[i].shape);
-        }
-        if (pathf(p, "%s/%s", tmp, FILES[f]) != 0) {
-            rc = hyp_fail(e, HYP_EINPUT, "%s: path too long", dir);
-            goto fail;
-        }
-        /* the optimizer file gets the same metadata minus "format": "pt" (not a model) */
-        if ((rc = hyp_st_write(p, sts, k, meta + (f ? 1 : 0), f ? 3 : 4, hex[f], e)) != HYP_OK) goto fail;
-        if (file_size(p, &bytes[f]) != 0) {
-            rc = hyp_fail(e, HYP_EFAIL, "%s: cannot stat: %s", p, strerror(errno));
-            goto fail;
-        }
+        if ((rc = write_file(tmp, FILES[f], sts, k, st, f == F_MODEL, hex[f], &bytes[f], e)) != HYP_OK) goto fail;
     }
-    if ((rc = write_state(tmp, st, have, (const char(*)[33])hex, bytes, e)) != HYP_OK)
-        goto fail;
-    if (hyp_fs_fsync_dir(tmp) != 0) {
-        rc = hyp_fail(e, HYP_EFAIL, "%s: fsync failed: %s", tmp, strerror(errno));
-        goto fail;
+    if (n_aux && (rc = write_aux(tmp, aux, n_aux, st, hex[F_AUX], &bytes[F_AUX], e)) != HYP_OK) goto fail;
+    cJSON *j = state_json(st), *files = j ? cJSON_AddObjectToObject(j, "files") : NULL;
+    for (int f = 0; f < F_STATE && files; f++)
+        if (have[f]) add_file(files, FILES[f], bytes[f], hex[f]);
+    if ((rc = write_json(tmp, j, e)) != HYP_OK) goto fail;
+    rc = finish(dir, tmp, st->step, keep, e);
+    if (rc <= 0) { /* installed (a failure after the rename comes back negated) */
+        free(sts);
+        return -rc;
     }
-    if ((rc = install(dir, tmp, final, step_name, e)) != HYP_OK) goto fail;
-    if (hyp_fs_fsync_dir(dir) != 0) {
-        rc = hyp_fail(e, HYP_EFAIL, "%s: fsync failed: %s", dir, strerror(errno));
-        goto out;
-    }
-    char latest_txt[80];
-    int ln = snprintf(latest_txt, sizeof latest_txt, "%s\n", step_name);
-    if (pathf(p, "%s/%s", dir, "latest") != 0 ||
-        (rc = hyp_fs_write_atomic(p, latest_txt, (size_t)ln, e)) != HYP_OK)
-        goto out;
-    prune(dir, keep, step_name);
-    goto out;
 fail:
     (void)hyp_fs_remove_flat(tmp, is_ckpt_file);
-out:
     free(sts);
     return rc;
 }
-
-/* ========================================================================================== */
-/* load                                                                                        */
 
 int hyp_ckpt_latest(const char *dir, char *out, size_t cap, hyp_err *e) {
     if (cap) out[0] = '\0';
