@@ -31,6 +31,10 @@ enum { F_MODEL, F_OPTIM, F_AUX, F_STATE, N_FILES };
 /* Entries a checkpoint directory may hold: its three files and hyp_st_write / hyp_fs temp
  * files of them ("model.safetensors.tmp-XXXXXX"). Pruning deletes nothing else. */
 static int is_ckpt_file(const char *name) {
+    int r = -1, end = 0; /* v2181 shard files: shard_RRRRR.safetensors */
+    if (sscanf(name, "shard_%5d.safetensors%n", &r, &end) == 1 && end > 0 && r >= 0 &&
+        (name[end] == '\0' || !strncmp(name + end, ".tmp-", 5)))
+        return 1;
     for (int i = 0; i < N_FILES; i++) {
         size_t n = strlen(FILES[i]);
         if (!strncmp(name, FILES[i], n) && (name[n] == '\0' || !strncmp(name + n, ".tmp-", 5)))
@@ -64,10 +68,10 @@ static void shape_str(int ndim, const int64_t *shape, char *out, size_t cap) {
 }
 
 /* Validates the caller's tensors: params[n] (required), m[n] and v[n] (both or neither; each the
- * same shape as its param). *with_opt = 1 when the moments are given. */
-static int check_tensors(const char *where, const hyp_ckpt_tensor *params,
-                         const hyp_ckpt_tensor *m, const hyp_ckpt_tensor *v, int n, int *with_opt,
-                         hyp_err *e) {
+ * same shape as its param), with data buffers if need_data. *with_opt = 1 when the moments are
+ * given. */
+static int check_names(const char *where, const hyp_ckpt_tensor *params, const hyp_ckpt_tensor *m,
+                       const hyp_ckpt_tensor *v, int n, int *with_opt, int need_data, hyp_err *e) {
     if (n < 1 || !params)
         return hyp_fail(e, HYP_EINPUT, "%s: no tensors given to the checkpoint", where);
     if ((m == NULL) != (v == NULL))
@@ -82,7 +86,7 @@ static int check_tensors(const char *where, const hyp_ckpt_tensor *params,
             if (t->ndim < 1 || t->ndim > HYP_CKPT_MAX_DIMS || hyp_st_numel(t->ndim, t->shape) < 0)
                 return hyp_fail(e, HYP_EINPUT, "%s: tensor '%.200s' has an invalid shape (ndim "
                                 "%d)", where, t->name, t->ndim);
-            if (!t->data)
+            if (need_data && !t->data)
                 return hyp_fail(e, HYP_EINPUT, "%s: tensor '%.200s' has no data buffer", where,
                                 t->name);
             int same = t->ndim == params[i].ndim;
@@ -93,6 +97,12 @@ static int check_tensors(const char *where, const hyp_ckpt_tensor *params,
                                 params[i].name);
         }
     return HYP_OK;
+}
+
+static int check_tensors(const char *where, const hyp_ckpt_tensor *params,
+                         const hyp_ckpt_tensor *m, const hyp_ckpt_tensor *v, int n, int *with_opt,
+                         hyp_err *e) {
+    return check_names(where, params, m, v, n, with_opt, 1, e);
 }
 
 /* ========================================================================================== */
@@ -393,6 +403,91 @@ fail:
     return rc;
 }
 
+static void shard_name(char *out, size_t cap, int rank) { snprintf(out, cap, "shard_%05d.safetensors", rank); }
+
+int hyp_ckpt_shard_begin(const char *dir, const hyp_ckpt_state *st, char *tmp, size_t cap, hyp_err *e) {
+    if (!dir || !dir[0]) return hyp_fail(e, HYP_EINPUT, "(checkpoint): no directory given");
+    int rc = check_state(dir, st, e);
+    char t[PATH_CAP];
+    if (rc || (rc = begin_tmp(dir, st->step, t, e))) return rc;
+    if (strlen(t) >= cap) {
+        hyp_ckpt_shard_abort(t);
+        return hyp_fail(e, HYP_EINPUT, "%s: path too long — use a shorter checkpoint dir", dir);
+    }
+    memcpy(tmp, t, strlen(t) + 1);
+    return HYP_OK;
+}
+
+int hyp_ckpt_shard_write(const char *tmp, int rank, const hyp_ckpt_tensor *params, const hyp_ckpt_tensor *m,
+                         const hyp_ckpt_tensor *v, int n, const hyp_ckpt_slice *sl, const hyp_ckpt_state *st,
+                         hyp_ckpt_shard_sum *sum, hyp_err *e) {
+    int with_opt, rc = check_names(tmp, params, m, v, n, &with_opt, 0, e);
+    if (rc) return rc;
+    if (!with_opt) return hyp_fail(e, HYP_EINPUT, "%s: a sharded checkpoint needs the AdamW moments", tmp);
+    hyp_st_tensor *sts = calloc((size_t)n * 3 + 1, sizeof *sts);
+    if (!sts) return hyp_fail(e, HYP_EFAIL, "%s: out of memory", tmp);
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+        int64_t numel = hyp_st_numel(params[i].ndim, params[i].shape);
+        if (sl[i].lo < 0 || sl[i].hi < sl[i].lo || sl[i].hi > numel) {
+            free(sts);
+            return hyp_fail(e, HYP_EINPUT, "%s: slice [%lld, %lld) of '%.200s' is outside its %lld elements", tmp,
+                            (long long)sl[i].lo, (long long)sl[i].hi, params[i].name, (long long)numel);
+        }
+        if (sl[i].hi == sl[i].lo) continue;
+        const char *names[3] = {params[i].name, m[i].name, v[i].name};
+        const float *data[3] = {sl[i].p, sl[i].m, sl[i].v};
+        for (int s = 0; s < 3; s++, k++)
+            sts[k] = (hyp_st_tensor){.name = names[s], .dtype = HYP_ST_F32, .ndim = 1, .shape = {sl[i].hi - sl[i].lo},
+                                     .data = data[s]};
+    }
+    char name[64];
+    shard_name(name, sizeof name, rank);
+    rc = write_file(tmp, name, sts, k, st, 0, sum->hex, &sum->bytes, e);
+    free(sts);
+    return rc;
+}
+
+int hyp_ckpt_shard_commit(const char *dir, const char *tmp, const hyp_ckpt_tensor *params, int n, int world,
+                          int stage, const int64_t *ranges, const hyp_ckpt_shard_sum *sums,
+                          const hyp_ckpt_aux *aux, int n_aux, const hyp_ckpt_state *st, int keep, hyp_err *e) {
+    int rc;
+    char hex[33];
+    uint64_t bytes = 0;
+    if ((rc = check_aux(dir, aux, n_aux, e)) || (n_aux && (rc = write_aux(tmp, aux, n_aux, st, hex, &bytes, e))))
+        goto fail;
+    cJSON *j = state_json(st), *files = j ? cJSON_AddObjectToObject(j, "files") : NULL;
+    cJSON *lay = j ? cJSON_AddObjectToObject(j, "layout") : NULL, *rg = lay ? cJSON_AddObjectToObject(lay, "ranges") : NULL;
+    if (n_aux && files) add_file(files, FILES[F_AUX], bytes, hex);
+    for (int r = 0; r < world && files; r++) {
+        char name[64];
+        shard_name(name, sizeof name, r);
+        add_file(files, name, sums[r].bytes, sums[r].hex);
+    }
+    if (lay) {
+        cJSON_AddNumberToObject(lay, "world", world);
+        cJSON_AddNumberToObject(lay, "stage", stage);
+    }
+    for (int i = 0; i < n && rg; i++) {
+        cJSON *a = cJSON_AddArrayToObject(rg, params[i].name);
+        for (int r = 0; r < world && a; r++)
+            for (int s = 0; s < 2; s++) cJSON_AddItemToArray(a, cJSON_CreateNumber((double)ranges[((size_t)r * n + i) * 2 + s]));
+    }
+    if (!rg) {
+        cJSON_Delete(j);
+        rc = hyp_fail(e, HYP_EFAIL, "%s: out of memory", tmp);
+        goto fail;
+    }
+    if ((rc = write_json(tmp, j, e)) != HYP_OK) goto fail;
+    rc = finish(dir, tmp, st->step, keep, e);
+    if (rc <= 0) return -rc;
+fail:
+    hyp_ckpt_shard_abort(tmp);
+    return rc;
+}
+
+void hyp_ckpt_shard_abort(const char *tmp) { (void)hyp_fs_remove_flat(tmp, is_ckpt_file); }
+
 int hyp_ckpt_latest(const char *dir, char *out, size_t cap, hyp_err *e) {
     if (cap) out[0] = '\0';
     char p[PATH_CAP];
@@ -559,6 +654,99 @@ static int resolve(const char *dir, const char *step, char *sd, hyp_err *e) {
     return HYP_OK;
 }
 
+/* A sharded checkpoint's files, verified, and where each rank's slice of each tensor lies. */
+typedef struct {
+    int world;
+    hyp_st_file **f;                    /* [world] */
+    int64_t *rg;                        /* [world][n][2] */
+    const hyp_st_tensor **found;        /* [world][n][3]: param, m, v slices */
+} shards;
+
+static void shards_close(shards *sh) {
+    for (int r = 0; sh->f && r < sh->world; r++) hyp_st_close(sh->f[r]);
+    free(sh->f), free(sh->rg), free(sh->found);
+    memset(sh, 0, sizeof *sh);
+}
+
+/* The layout's ranges of each tensor: 2·world integers that tile [0, numel) in rank order. */
+static int shard_ranges(const char *p, const cJSON *ranges, const hyp_ckpt_tensor *params, int n, shards *sh,
+                        hyp_err *e) {
+    if (cJSON_GetArraySize(ranges) != n)
+        return hyp_fail(e, HYP_EINPUT, "%s: the shard layout lists %d tensors, this model has %d — the checkpoint is from a different model config",
+                        p, cJSON_GetArraySize(ranges), n);
+    for (int i = 0; i < n; i++) {
+        const cJSON *a = cJSON_GetObjectItemCaseSensitive(ranges, params[i].name);
+        int64_t numel = hyp_st_numel(params[i].ndim, params[i].shape), at = 0;
+        if (!cJSON_IsArray(a) || cJSON_GetArraySize(a) != 2 * sh->world)
+            return hyp_fail(e, HYP_EINPUT, "%s: no shard ranges for tensor '%.300s' — the checkpoint is from a different model or damaged", p, params[i].name);
+        for (int k = 0; k < 2 * sh->world; k++) {
+            const cJSON *x = cJSON_GetArrayItem(a, k);
+            if (!cJSON_IsNumber(x) || x->valuedouble < 0 || x->valuedouble > (double)numel || floor(x->valuedouble) != x->valuedouble)
+                return hyp_fail(e, HYP_EINPUT, "%s: shard range %d of '%.300s' is not an element index — the checkpoint is damaged", p, k, params[i].name);
+            sh->rg[(size_t)k / 2 * 2 * (size_t)n + 2 * (size_t)i + k % 2] = (int64_t)x->valuedouble;
+        }
+        for (int r = 0; r < sh->world; r++) {
+            const int64_t *q = &sh->rg[((size_t)r * n + i) * 2];
+            if (q[1] == q[0]) continue;
+            if (q[0] != at || q[1] < q[0])
+                return hyp_fail(e, HYP_EINPUT, "%s: the shard ranges of '%.300s' do not tile it — the checkpoint is damaged", p, params[i].name);
+            at = q[1];
+        }
+        if (at != numel)
+            return hyp_fail(e, HYP_EINPUT, "%s: the shards hold %lld of the %lld elements of '%.300s' — the checkpoint is damaged", p,
+                            (long long)at, (long long)numel, params[i].name);
+    }
+    return HYP_OK;
+}
+
+/* Opens and verifies every shard: checksums, and each slice F32 1-D of its range's length. */
+static int shards_open(const char *sd, const cJSON *files, const cJSON *lay, const hyp_ckpt_tensor *params,
+                       const hyp_ckpt_tensor *m, const hyp_ckpt_tensor *v, int n, shards *sh, hyp_err *e) {
+    char p[PATH_CAP];
+    pathf(p, "%s/%s", sd, "state.json");
+    uint64_t world;
+    if (json_u64(lay, "world", &world) != 0 || world < 1 || world > 65536)
+        return hyp_fail(e, HYP_EINPUT, "%s: layout.world is not a rank count — the checkpoint is damaged", p);
+    sh->world = (int)world;
+    sh->f = calloc(world, sizeof *sh->f);
+    sh->rg = calloc(world * (size_t)n * 2, sizeof *sh->rg);
+    sh->found = calloc(world * (size_t)n * 3, sizeof *sh->found);
+    if (!sh->f || !sh->rg || !sh->found) return hyp_fail(e, HYP_EFAIL, "%s: out of memory", sd);
+    int rc = shard_ranges(p, cJSON_GetObjectItemCaseSensitive(lay, "ranges"), params, n, sh, e);
+    for (int r = 0; r < sh->world && !rc; r++) {
+        char name[64];
+        shard_name(name, sizeof name, r);
+        if ((rc = open_verified(sd, name, files, &sh->f[r], e))) break;
+        int count = 0;
+        for (int i = 0; i < n && !rc; i++) {
+            const int64_t *q = &sh->rg[((size_t)r * n + i) * 2];
+            if (q[1] == q[0]) continue;
+            const char *names[3] = {params[i].name, m ? m[i].name : NULL, v ? v[i].name : NULL};
+            for (int s = 0; s < 3 && !rc; s++, count++) {
+                const hyp_st_tensor *t = names[s] ? hyp_st_find(sh->f[r], names[s]) : NULL;
+                if (names[s] && (!t || t->dtype != HYP_ST_F32 || t->ndim != 1 || t->shape[0] != q[1] - q[0]))
+                    rc = hyp_fail(e, HYP_EINPUT, "%s/%s: slice '%.300s' is %s — the checkpoint is damaged or from a different model", sd, name,
+                                  names[s], t ? "not F32 of its range's length" : "missing");
+                sh->found[((size_t)r * n + i) * 3 + s] = t;
+            }
+        }
+        if (!rc && hyp_st_count(sh->f[r]) != count)
+            rc = hyp_fail(e, HYP_EINPUT, "%s/%s: holds %d tensors, the layout names %d — the checkpoint is damaged", sd, name,
+                          hyp_st_count(sh->f[r]), count);
+    }
+    return rc;
+}
+
+static void shards_copy(const shards *sh, hyp_ckpt_tensor *params, hyp_ckpt_tensor *m, hyp_ckpt_tensor *v, int n) {
+    for (int r = 0; r < sh->world; r++)
+        for (int i = 0; i < n; i++) {
+            const int64_t *q = &sh->rg[((size_t)r * n + i) * 2];
+            hyp_ckpt_tensor *dst[3] = {&params[i], m ? &m[i] : NULL, v ? &v[i] : NULL};
+            for (int s = 0; s < 3 && q[1] > q[0]; s++)
+                if (dst[s]) memcpy(dst[s]->data + q[0], sh->found[((size_t)r * n + i) * 3 + s]->data, sizeof(float) * (size_t)(q[1] - q[0]));
+        }
+}
+
 /* The auxiliary tensors: each present with its dtype and shape, nothing else in the file. */
 static int match_aux(const hyp_st_file *f, const hyp_ckpt_aux *aux, int n_aux, const hyp_st_tensor **found,
                      hyp_err *e) {
@@ -599,6 +787,8 @@ int hyp_ckpt_load_aux(const char *dir, const char *step, hyp_ckpt_tensor *params
     cJSON *j = cJSON_Parse(txt);
     free(txt);
     hyp_st_file *fm = NULL, *fo = NULL, *fa = NULL;
+    shards sh = {0};
+    const cJSON *lay = NULL;
     const hyp_st_tensor **found = NULL;
     const hyp_ckpt_tensor **want = NULL;
     hyp_ckpt_state *st = calloc(1, sizeof *st); /* ~4.5 KB: not on the stack */
@@ -675,9 +865,11 @@ int hyp_ckpt_load_aux(const char *dir, const char *step, hyp_ckpt_tensor *params
             want[n + 2 * i + 1] = &v[i];
         }
     }
-    if ((rc = open_verified(sd, FILES[0], files, &fm, e)) != HYP_OK) goto done;
-    if ((rc = match_tensors(fm, want, n, found, e)) != HYP_OK) goto done;
-    if (with_opt) {
+    lay = cJSON_GetObjectItemCaseSensitive(j, "layout");
+    if (lay && (rc = shards_open(sd, files, lay, params, m, v, n, &sh, e)) != HYP_OK) goto done;
+    if (!lay && (rc = open_verified(sd, FILES[0], files, &fm, e)) != HYP_OK) goto done;
+    if (!lay && (rc = match_tensors(fm, want, n, found, e)) != HYP_OK) goto done;
+    if (with_opt && !lay) {
         if (!cJSON_GetObjectItemCaseSensitive(files, FILES[1])) {
             rc = hyp_fail(e, HYP_EINPUT, "%s: has no optimizer state (weights only) — it cannot "
                           "resume training; load it as initial weights instead", sd);
@@ -696,7 +888,8 @@ int hyp_ckpt_load_aux(const char *dir, const char *step, hyp_ckpt_tensor *params
         if ((rc = match_aux(fa, aux, n_aux, found + 3 * n, e)) != HYP_OK) goto done;
     }
     /* everything verified: now, and only now, write into the caller's buffers */
-    for (int k = 0; k < (with_opt ? 3 * n : n); k++)
+    if (lay) shards_copy(&sh, params, m, v, n);
+    for (int k = 0; k < (lay ? 0 : with_opt ? 3 * n : n); k++)
         memcpy(want[k]->data, found[k]->data, found[k]->nbytes);
     for (int i = 0; i < n_aux; i++) memcpy(aux[i].data, found[3 * n + i]->data, found[3 * n + i]->nbytes);
     if (st_out) *st_out = *st;
@@ -707,6 +900,7 @@ done:
     hyp_st_close(fm);
     hyp_st_close(fo);
     hyp_st_close(fa);
+    shards_close(&sh);
     cJSON_Delete(j);
     return rc;
 }

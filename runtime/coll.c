@@ -191,6 +191,21 @@ int hyp_coll_reduce_scatter_add_f32(hyp_coll *c, float *buf, float *acc, size_t 
     return HYP_OK;
 }
 
+int hyp_coll_allgather_bytes(hyp_coll *c, const void *send, void *recv, size_t bytes, hyp_err *e) {
+#ifdef HYP_HAVE_MPI
+    if (c->mpi) {
+        if (bytes > (size_t)1 << 30) return hyp_fail(e, HYP_EFAIL, "all-gather block too large");
+        int rc = MPI_Allgather(send, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE, MPI_COMM_WORLD);
+        if (rc != MPI_SUCCESS) return mpi_fail(e, "all-gather", rc);
+        return HYP_OK;
+    }
+#else
+    (void)e;
+#endif
+    memcpy((char *)recv + (size_t)c->rank * bytes, send, bytes);
+    return HYP_OK;
+}
+
 int hyp_coll_broadcast(hyp_coll *c, void *buf, size_t bytes, int root, hyp_err *e) {
 #ifdef HYP_HAVE_MPI
     if (c->mpi) {

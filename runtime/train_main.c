@@ -311,7 +311,7 @@ static hyp_ckpt_tensor *ckpt_tensors(exec_t *x, float *base, const char *suffix)
         names[i] = malloc(len);
         if (names[i]) snprintf(names[i], len, "%s%s", pp->name, suffix);
         t[i].name = names[i];
-        t[i].data = base + pp->offset;
+        t[i].data = base ? base + pp->offset : NULL; /* NULL: names and shapes only */
         t[i].ndim = pp->ndim;
         for (int d = 0; d < pp->ndim; d++) t[i].shape[d] = pp->shape[d];
     }
@@ -479,6 +479,76 @@ static void view_scatter(const dp_t *d, exec_t *x, const ckpt_view *cv) {
         memcpy(x->m, cv->m + x->shard * d->rank, sizeof(float) * (size_t)x->shard);
         memcpy(x->v, cv->v + x->shard * d->rank, sizeof(float) * (size_t)x->shard);
     }
+}
+
+/* The checkpoint of one step: with stage 0 or one rank a single file set written by rank 0 from
+ * full-layout views (HF-compatible model.safetensors); else sharded (v2181, see dp_save_shards). */
+static int dp_save_full(dp_t *d, exec_t *x, const char *dir, int keep, const hyp_ckpt_state *st, hyp_err *e) {
+    ckpt_view cv;
+    int rc = view_open(d, x, &cv, e);
+    if (!rc) rc = view_gather(d, x, &cv, e);
+    if (!rc && d->rank == 0) rc = hyp_ckpt_save_aux(dir, cv.tp, cv.tm, cv.tv, x->p->n_params_t, cv.fa.t, cv.fa.n, st, keep, e);
+    if (cv.tp) view_close(d, x, &cv);
+    if (!hyp_coll_all_ok(d->coll, rc == 0) && !rc) rc = hyp_fail(e, HYP_EFAIL, "rank 0 failed to write the checkpoint");
+    return rc;
+}
+
+/* This rank's slice of every tensor: where it lies in the tensor and in the rank's arrays. */
+static void own_slices(const dp_t *d, const exec_t *x, hyp_ckpt_slice *sl, int64_t *ranges) {
+    const plan_t *p = x->p;
+    for (int i = 0; i < p->n_params_t; i++) {
+        const plan_param *pp = &p->params[i];
+        int64_t first = 0, pos = 0, cnt;
+        if (d->stage >= 3) {
+            cnt = exec_z3_own(x, pp->offset, pp->numel, &first, &pos);
+        } else { /* stages 1/2: the arena shard [rank*shard, +shard); the weights are replicated */
+            int64_t lo = x->shard * d->rank, hi = lo + x->shard;
+            first = pp->offset > lo ? pp->offset : lo;
+            cnt = (pp->offset + pp->numel < hi ? pp->offset + pp->numel : hi) - first;
+            pos = first - lo;
+        }
+        if (cnt <= 0) first = pp->offset, cnt = 0, pos = 0;
+        sl[i] = (hyp_ckpt_slice){first - pp->offset, first - pp->offset + cnt,
+                                 d->stage >= 3 ? x->params + pos : x->params + first, x->m + pos, x->v + pos};
+        ranges[2 * i] = sl[i].lo, ranges[2 * i + 1] = sl[i].hi;
+    }
+}
+
+/* v2181: every rank writes its own slices into rank 0's temp dir; rank 0 commits the step only
+ * when every rank succeeded. */
+static int dp_save_shards(dp_t *d, exec_t *x, const char *dir, int keep, const hyp_ckpt_state *st, hyp_err *e) {
+    int n = x->p->n_params_t, W = d->world, rc = HYP_OK;
+    char tmp[HYP_CKPT_PATH_MAX] = {0};
+    if (d->rank == 0) rc = hyp_ckpt_shard_begin(dir, st, tmp, sizeof tmp, e);
+    if (!hyp_coll_all_ok(d->coll, rc == 0)) return rc ? rc : hyp_fail(e, HYP_EFAIL, "rank 0 could not start the checkpoint in %s", dir);
+    if ((rc = hyp_coll_broadcast(d->coll, tmp, sizeof tmp, 0, e))) return rc;
+    hyp_ckpt_tensor *tp = ckpt_tensors(x, NULL, ""), *tm = ckpt_tensors(x, NULL, ".exp_avg"), *tv = ckpt_tensors(x, NULL, ".exp_avg_sq");
+    hyp_ckpt_slice *sl = calloc((size_t)n, sizeof *sl);
+    int64_t *rg = calloc((size_t)n * 2, sizeof *rg), *all_rg = calloc((size_t)n * 2 * W, sizeof *all_rg);
+    hyp_ckpt_shard_sum sum = {{0}, 0}, *sums = calloc((size_t)W, sizeof *sums);
+    fp8_aux fa = {0};
+    if (!tp || !tm || !tv || !sl || !rg || !all_rg || !sums) rc = hyp_fail(e, HYP_EFAIL, "out of memory for the checkpoint");
+    if (!rc) {
+        own_slices(d, x, sl, rg);
+        rc = hyp_ckpt_shard_write(tmp, d->rank, tp, tm, tv, n, sl, st, &sum, e);
+    }
+    int grc = hyp_coll_allgather_bytes(d->coll, &sum, sums, sizeof sum, e);
+    if (!grc) grc = hyp_coll_allgather_bytes(d->coll, rg ? rg : all_rg, all_rg, sizeof(int64_t) * 2 * (size_t)n, e);
+    if (!rc) rc = grc;
+    if (!hyp_coll_all_ok(d->coll, rc == 0)) {
+        if (d->rank == 0) hyp_ckpt_shard_abort(tmp);
+        if (!rc) rc = hyp_fail(e, HYP_EFAIL, "another rank failed to write its checkpoint shard (its message is above)");
+    } else if (d->rank == 0) {
+        if (fp8_aux_open(x, &fa)) rc = hyp_fail(e, HYP_EFAIL, "out of memory for the checkpoint");
+        fp8_aux_pack(x, &fa);
+        if (!rc) rc = hyp_ckpt_shard_commit(dir, tmp, tp, n, W, d->stage, all_rg, sums, fa.t, fa.n, st, keep, e);
+        else hyp_ckpt_shard_abort(tmp);
+    }
+    if (!hyp_coll_all_ok(d->coll, rc == 0) && !rc) rc = hyp_fail(e, HYP_EFAIL, "rank 0 failed to commit the checkpoint");
+    fp8_aux_close(&fa);
+    free_tensors(tp, n), free_tensors(tm, n), free_tensors(tv, n);
+    free(sl), free(rg), free(all_rg), free(sums);
+    return rc;
 }
 
 /* Stage 3: every rank gathers the full weights, and forward reads them with no more collectives. */
@@ -842,9 +912,7 @@ static int run(int argc, char **argv, hyp_coll *coll) {
         done_steps++;
         if (a.ckpt_dir && ((a.ckpt_every && step % a.ckpt_every == 0) || step == last_step)) {
             if (sim.on && (rc = simb_download(&sim, &x, &e))) break;
-            ckpt_view cv;
-            if ((rc = view_open(&d, &x, &cv, &e)) || (rc = view_gather(&d, &x, &cv, &e))) break;
-            if (is0) {
+            {
                 hyp_loader_state ls;
                 hyp_loader_get_state(train, &ls);
                 hyp_ckpt_state st;
@@ -857,10 +925,9 @@ static int run(int argc, char **argv, hyp_coll *coll) {
                 snprintf(st.config_hash, sizeof st.config_hash, "%s", plan.hash);
                 snprintf(st.plan, sizeof st.plan, "%s on %d rank%s, ZeRO stage %d", plan.model_name, d.world,
                          d.world == 1 ? "" : "s", d.stage);
-                rc = hyp_ckpt_save_aux(a.ckpt_dir, cv.tp, cv.tm, cv.tv, plan.n_params_t, cv.fa.t, cv.fa.n, &st, a.keep, &e);
+                rc = d.stage >= 1 && d.world > 1 ? dp_save_shards(&d, &x, a.ckpt_dir, a.keep, &st, &e)
+                                                 : dp_save_full(&d, &x, a.ckpt_dir, a.keep, &st, &e);
             }
-            view_close(&d, &x, &cv);
-            if (!hyp_coll_all_ok(d.coll, rc == 0) && !rc) rc = HYP_EFAIL, snprintf(e.msg, sizeof e.msg, "rank 0 failed to write the checkpoint");
             if (rc) break;
         }
     }
