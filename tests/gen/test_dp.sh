@@ -25,8 +25,20 @@ for stage in 0 1 2 3; do
   expect "np1_zero$stage" 0 "done: 4 steps" -- "$TMP/z$stage/train" "${COMMON[@]}" --batch 4 --metrics "$TMP/np1_$stage.jsonl" --ckpt-dir "$TMP/ck1_$stage"
   expect "np2_zero$stage" 0 "rank 1/2 memory \(ZeRO stage $stage\)" -- $MPI "$TMP/z$stage/train" "${COMMON[@]}" --batch 2 --metrics "$TMP/np2_$stage.jsonl" --ckpt-dir "$TMP/ck2_$stage"
   check "test_v2104_stage${stage}_np2_losses_equal_np1" close "$TMP/np1_$stage.jsonl" "$TMP/np2_$stage.jsonl"
-  expect "test_v2104_stage${stage}_np2_weights_equal_np1" 0 "max" -- "$DIFF" "$TMP/ck1_$stage/step_00000004/model.safetensors" "$TMP/ck2_$stage/step_00000004/model.safetensors" 1e-4
+  # np=2 with ZeRO >= 1 writes a sharded checkpoint (v2181): st_diff assembles the shards
+  ck2="$TMP/ck2_$stage/step_00000004"; [ $stage -eq 0 ] && ck2="$ck2/model.safetensors"
+  expect "test_v2104_stage${stage}_np2_weights_equal_np1" 0 "max" -- "$DIFF" "$TMP/ck1_$stage/step_00000004/model.safetensors" "$ck2" 1e-4
 done
+for stage in 1 2 3; do
+  d="$TMP/ck2_$stage/step_00000004"
+  check "test_v2181_stage${stage}_np2_checkpoint_is_sharded" test -s "$d/shard_00000.safetensors" -a -s "$d/shard_00001.safetensors" -a ! -e "$d/model.safetensors"
+  echo "v2181 stage $stage np=2 checkpoint bytes per rank: $(stat -c %s "$d"/shard_*.safetensors | tr '\n' ' ')(single-file np=1: $(cat "$TMP/ck1_$stage"/step_00000004/*.safetensors | wc -c))"
+done
+# each rank writes only its slices: together the shards hold the weights and moments once (plus
+# the per-tensor headers, < 1%)
+one=$(cat "$TMP/ck1_3"/step_00000004/*.safetensors | wc -c); two=$(cat "$TMP/ck2_3"/step_00000004/shard_*.safetensors | wc -c)
+check test_v2181_shards_hold_the_state_once awk -v a="$two" -v b="$one" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d < 0.01 * b) }'
+
 
 # per-rank model state at np=2 against the formula (fp32 training: 4 B params, 4 B grads, 8 B AdamW);
 # measured = bytes allocated. Stage 3 params = own shard + two layer working buffers (the layer in
@@ -57,11 +69,33 @@ check "test_v2104_stage3_params_smaller_than_full_copy" awk -v a="$(mem_of 3 par
 expect np1_zero3_b3 0 "done: 4 steps" -- "$TMP/z3/train" "${COMMON[@]}" --batch 3 --metrics "$TMP/np1b3.jsonl" --ckpt-dir "$TMP/ck1b3"
 expect np3_zero3 0 "rank 2/3 memory \(ZeRO stage 3\)" -- mpirun -np 3 --oversubscribe -x OMP_NUM_THREADS "$TMP/z3/train" "${COMMON[@]}" --batch 1 --metrics "$TMP/np3.jsonl" --ckpt-dir "$TMP/ck3"
 check "test_v2104_stage3_np3_losses_equal_np1" close "$TMP/np1b3.jsonl" "$TMP/np3.jsonl"
-expect "test_v2104_stage3_np3_weights_equal_np1" 0 "max" -- "$DIFF" "$TMP/ck1b3/step_00000004/model.safetensors" "$TMP/ck3/step_00000004/model.safetensors" 1e-4
+expect "test_v2104_stage3_np3_weights_equal_np1" 0 "max" -- "$DIFF" "$TMP/ck1b3/step_00000004/model.safetensors" "$TMP/ck3/step_00000004" 1e-4
 
 # elastic resume (v2175 / v2181): 2 ranks for 4 steps, then 1 rank for 4 more == 8 steps at 1 rank
 expect np1_8_steps 0 "done: 8 steps" -- "$TMP/z2/train" "${COMMON[@]}" --steps 8 --batch 4 --metrics "$TMP/e1.jsonl"
 expect np2_first_4 0 "done: 4 steps" -- $MPI "$TMP/z2/train" "${COMMON[@]}" --steps 8 --stop-after 4 --batch 2 --metrics "$TMP/e2.jsonl" --ckpt-dir "$TMP/eck"
 expect np1_resumes_last_4 0 "resumed from .*now 1 rank" -- "$TMP/z2/train" "${COMMON[@]}" --steps 8 --batch 4 --metrics "$TMP/e2.jsonl" --ckpt-dir "$TMP/eck" --resume
 check "test_v2175_resume_at_other_world_size" close "$TMP/e1.jsonl" "$TMP/e2.jsonl"
+
+# v2181 elastic resume of a sharded ZeRO-3 checkpoint: saved at np=2 after 3 steps, resumed at
+# np=1 and at np=3 (global batch 6 at every world size), each continues like 8 straight steps
+expect gen_zero3_b6 0 "wrote" -- "$GEN" specs/v2500.yaml --enable adamw,clip,memory-planning,dp,zero3 --model tiny --target cpu --batch 6 --seq 64 -o "$TMP/z36"
+E8=("${COMMON[@]}" --steps 8)
+expect z3_np1_8_steps 0 "done: 8 steps" -- "$TMP/z36/train" "${E8[@]}" --batch 6 --metrics "$TMP/s1.jsonl"
+expect z3_np2_first_3 0 "done: 3 steps" -- $MPI "$TMP/z36/train" "${E8[@]}" --stop-after 3 --batch 3 --metrics "$TMP/s2.jsonl" --ckpt-dir "$TMP/sck"
+cp "$TMP/s2.jsonl" "$TMP/s3.jsonl"; cp -r "$TMP/sck" "$TMP/sck3"; cp -r "$TMP/sck" "$TMP/sckbad"
+expect z3_np1_resumes_shards 0 "resumed from .*saved by tiny on 2 ranks, ZeRO stage 3; now 1 rank" -- "$TMP/z36/train" "${E8[@]}" --batch 6 --metrics "$TMP/s2.jsonl" --ckpt-dir "$TMP/sck" --resume
+check "test_v2181_sharded_resume_np2_to_np1" close "$TMP/s1.jsonl" "$TMP/s2.jsonl"
+expect z3_np3_resumes_shards 0 "now 3 ranks" -- mpirun -np 3 --oversubscribe -x OMP_NUM_THREADS "$TMP/z36/train" "${E8[@]}" --batch 2 --metrics "$TMP/s3.jsonl" --ckpt-dir "$TMP/sck3" --resume
+check "test_v2181_sharded_resume_np2_to_np3" close "$TMP/s1.jsonl" "$TMP/s3.jsonl"
+check "test_v2181_np3_writes_three_shards" test -s "$TMP/sck3/step_00000008/shard_00002.safetensors"
+expect "test_v2181_sample_from_sharded_checkpoint" 0 "resumed from .*3 ranks" -- "$TMP/z36/train" sample --ckpt-dir "$TMP/sck3" --sample 20
+# a corrupt or missing shard: one clear line, exit 2, and the checkpoint is left as it was
+bad="$TMP/sckbad/step_00000003"
+printf '\x55' | dd of="$bad/shard_00001.safetensors" bs=1 seek=200 conv=notrunc 2>/dev/null
+expect "test_v2181_corrupt_shard_refused" 2 "shard_00001.safetensors: checksum mismatch" -- $MPI "$TMP/z36/train" "${E8[@]}" --batch 3 --ckpt-dir "$TMP/sckbad" --resume
+mv "$bad/shard_00001.safetensors" "$TMP/moved"
+expect "test_v2181_missing_shard_refused" 2 "shard_00001.safetensors: .*incomplete" -- "$TMP/z36/train" "${E8[@]}" --batch 6 --ckpt-dir "$TMP/sckbad" --resume
+mv "$TMP/moved" "$bad/shard_00001.safetensors"
+check "v2181_failed_resume_leaves_the_checkpoint" test "$(ls "$TMP/sckbad")" = "$(printf 'latest\nstep_00000003')"
 finish
