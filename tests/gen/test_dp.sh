@@ -98,4 +98,13 @@ mv "$bad/shard_00001.safetensors" "$TMP/moved"
 expect "test_v2181_missing_shard_refused" 2 "shard_00001.safetensors: .*incomplete" -- "$TMP/z36/train" "${E8[@]}" --batch 6 --ckpt-dir "$TMP/sckbad" --resume
 mv "$TMP/moved" "$bad/shard_00001.safetensors"
 check "v2181_failed_resume_leaves_the_checkpoint" test "$(ls "$TMP/sckbad")" = "$(printf 'latest\nstep_00000003')"
+
+# FP8 + flash + ZeRO-3 at np=2: a run resumed from its sharded checkpoint at step 4 (the FP8
+# scaling states travel in train_state.safetensors) gives the losses of 8 straight steps bit for bit
+expect gen_fp8_zero3 0 "wrote" -- "$GEN" specs/v2500.yaml --enable adamw,clip,memory-planning,dp,zero3,fp8,flash --model tiny --target cpu --batch 4 --seq 64 -o "$TMP/f3"
+expect f3_np2_8_steps 0 "done: 8 steps" -- $MPI "$TMP/f3/train" "${E8[@]}" --batch 2 --metrics "$TMP/f8a.jsonl"
+expect f3_np2_first_4 0 "done: 4 steps" -- $MPI "$TMP/f3/train" "${E8[@]}" --batch 2 --stop-after 4 --metrics "$TMP/f8b.jsonl" --ckpt-dir "$TMP/f8ck"
+expect f3_np2_resume 0 "resumed from .*step_00000004" -- $MPI "$TMP/f3/train" "${E8[@]}" --batch 2 --resume --metrics "$TMP/f8b.jsonl" --ckpt-dir "$TMP/f8ck"
+check test_v2181_fp8_zero3_sharded_resume_is_bit_exact test "$(losses "$TMP/f8a.jsonl")" = "$(losses "$TMP/f8b.jsonl")"
+check fp8_sharded_checkpoint_holds_scaling_state test -s "$TMP/f8ck/step_00000004/train_state.safetensors"
 finish
