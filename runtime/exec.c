@@ -35,7 +35,8 @@ static int layer_of(const char *name) {
 static int64_t round16(int64_t n) { return (n + 15) / 16 * 16; }
 
 /* Groups: runs of consecutive parameters (arena order) of the same layer; before the first layer
- * "pre" (-1), after it "post" (-2). */
+ * "pre" (-1), after it "post" (-2). A group spans its first to its last tensor, alignment gaps
+ * included (they stay zero). */
 static int z3_groups(exec_z3 *z, const plan_t *p, int world, hyp_err *e) {
     int key_prev = -3, seen_layer = 0;
     z->start = calloc((size_t)p->n_params_t, sizeof(int64_t));
@@ -47,10 +48,10 @@ static int z3_groups(exec_z3 *z, const plan_t *p, int world, hyp_err *e) {
         const plan_param *pp = &p->params[i];
         int l = layer_of(pp->name), key = l >= 0 ? l : seen_layer ? -2 : -1;
         seen_layer |= l >= 0;
-        if (i && pp->offset != p->params[i - 1].offset + p->params[i - 1].numel)
-            return hyp_fail(e, HYP_EINPUT, "plan: parameter %s is not adjacent to the previous one — ZeRO-3 needs the plan's arena order; regenerate the plan", pp->name);
+        if (i && pp->offset < p->params[i - 1].offset + p->params[i - 1].numel)
+            return hyp_fail(e, HYP_EINPUT, "plan: parameter %s does not follow the previous one in the arena — ZeRO-3 needs the plan's arena order; regenerate the plan", pp->name);
         if (key != key_prev) z->start[z->n_groups++] = pp->offset;
-        z->len[z->n_groups - 1] += pp->numel;
+        z->len[z->n_groups - 1] = pp->offset + pp->numel - z->start[z->n_groups - 1]; /* alignment gaps included */
         key_prev = key;
     }
     int64_t sb = 0;
@@ -103,6 +104,7 @@ static int z3_segments(const exec_z3 *z, const plan_op *ops, int n, exec_seg **o
 
 static int z3_init(exec_t *x, hyp_coll *coll, hyp_err *e) {
     const plan_t *p = x->p;
+    if (!coll) return hyp_fail(e, HYP_EINPUT, "ZeRO stage 3 needs a communicator (hyp_coll_init), even for one rank");
     exec_z3 *z = x->z3 = calloc(1, sizeof *x->z3);
     if (!z) return hyp_fail(e, HYP_EFAIL, "out of memory");
     z->coll = coll;
@@ -278,12 +280,9 @@ void exec_init_params(exec_t *x, uint64_t seed) {
     const plan_t *p = x->p;
     hyp_rng rng;
     hyp_rng_seed(&rng, seed);
-    int64_t maxn = 0;
-    for (int i = 0; i < p->n_params_t; i++)
-        if (p->params[i].numel > maxn) maxn = p->params[i].numel;
-    /* stage 3: each tensor is drawn whole (the same random stream on every rank) into a scratch
-     * tensor and only the own shard's part is kept */
-    float *tmp = x->z3 ? malloc(sizeof(float) * (size_t)maxn) : NULL;
+    /* stage 3: each tensor is drawn whole (the same random stream on every rank) into a working
+     * slot (it holds any group, so any tensor) and only the own shard's part is kept */
+    float *tmp = x->z3 ? x->z3->slot[0] : NULL;
     if (!x->z3) memset(x->params, 0, sizeof(float) * (size_t)p->param_floats);
     for (int i = 0; i < p->n_params_t; i++) {
         const plan_param *pp = &p->params[i];
@@ -299,7 +298,6 @@ void exec_init_params(exec_t *x, uint64_t seed) {
             memset(w + (int64_t)p->V * p->C, 0, sizeof(float) * (size_t)(p->Vp - p->V) * p->C);
         if (tmp) z3_keep_own(x, tmp, pp->offset, pp->numel, x->params);
     }
-    free(tmp);
 }
 
 int exec_z3_gather_full(exec_t *x, const float *src, float *full, hyp_err *e) {
