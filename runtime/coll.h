@@ -32,7 +32,7 @@ int hyp_coll_reduce_scatter_f32(hyp_coll *c, const float *send, float *recv, siz
 int hyp_coll_allgather_f32(hyp_coll *c, const float *send, float *recv, size_t count, hyp_err *e);
 /* Non-blocking all-gather (MPI_Iallgather): starts the transfer and returns a request id in *req;
  * recv is complete only after hyp_coll_wait(*req). At most HYP_COLL_MAX_REQS in flight. */
-#define HYP_COLL_MAX_REQS 4
+#define HYP_COLL_MAX_REQS 16
 int hyp_coll_iallgather_f32(hyp_coll *c, const float *send, float *recv, size_t count, int *req, hyp_err *e);
 int hyp_coll_wait(hyp_coll *c, int req, hyp_err *e);
 /* In place: buf[world*count] is summed over ranks and acc[count] += this rank's block of the sum

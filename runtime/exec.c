@@ -127,15 +127,15 @@ static int z3_init(exec_t *x, hyp_coll *coll, hyp_err *e) {
     int64_t shard = z->sb[z->n_groups - 1] + z->gs[z->n_groups - 1];
     x->shard = shard;
     size_t before = x->bytes;
-    x->params = alloc_floats(shard, &x->bytes);
-    z->slot[0] = alloc_floats(z->slot_cap, &x->bytes);
-    z->slot[1] = alloc_floats(z->slot_cap, &x->bytes);
+    int ok = (x->params = alloc_floats(shard, &x->bytes)) != NULL;
+    z->n_slots = p->zero_prefetch + 1;
+    for (int s = 0; s < z->n_slots; s++) ok &= (z->slot[s] = alloc_floats(z->slot_cap, &x->bytes)) != NULL;
     x->bytes_params = x->bytes - before, before = x->bytes;
     x->grads = alloc_floats(z->slot_cap, &x->bytes);
     x->bytes_grad_workspace = x->bytes - before, before = x->bytes;
     x->gshard = alloc_floats(shard, &x->bytes);
     x->bytes_grads = x->bytes - before;
-    if (!x->params || !z->slot[0] || !z->slot[1] || !x->grads || !x->gshard) return hyp_fail(e, HYP_EFAIL, "out of memory");
+    if (!ok || !x->grads || !x->gshard) return hyp_fail(e, HYP_EFAIL, "out of memory");
     return HYP_OK;
 }
 
@@ -212,7 +212,8 @@ static void z3_free(exec_z3 *z) {
     if (!z) return;
     free(z->start), free(z->len), free(z->gs), free(z->sb);
     free(z->buf_group), free(z->ptr), free(z->fwd), free(z->bwd);
-    free(z->slot[0]), free(z->slot[1]), free(z->full);
+    for (int s = 0; s < EXEC_Z3_MAX_SLOTS; s++) free(z->slot[s]);
+    free(z->full);
     free(z);
 }
 
@@ -413,29 +414,29 @@ static int z3_fail(exec_z3 *z, int rc) {
     return rc;
 }
 
-/* Starts the gather of segment s's group into slot s % 2. */
+/* Starts the gather of segment s's group into slot s % n_slots. */
 static int z3_prefetch(exec_z3 *z, const exec_seg *seg, int s, const float *shard, int *req) {
     *req = -1;
     int g = seg[s].group;
     if (g < 0) return HYP_OK;
-    return hyp_coll_iallgather_f32(z->coll, shard + z->sb[g], z->slot[s % 2], (size_t)z->gs[g], req, &z->err);
+    return hyp_coll_iallgather_f32(z->coll, shard + z->sb[g], z->slot[s % z->n_slots], (size_t)z->gs[g], req, &z->err);
 }
 
-/* Runs ops[0..n) segment by segment: wait for this segment's gather, start the next one, compute;
- * in backward (grads) the segment's gradients are then reduce-scattered into gshard. */
+/* Runs ops[0..n) segment by segment: start the gathers up to zero_prefetch segments ahead (into
+ * the slots of finished segments), wait for this segment's, compute; in backward (grads) the
+ * segment's gradients are then reduce-scattered into gshard. */
 static void z3_run(exec_t *x, const plan_op *ops, int n, const exec_seg *seg, int ns, int grads, float dloss, float *loss) {
     exec_z3 *z = x->z3;
     const plan_t *p = x->p;
     if (z->rc) return;
-    int req = -1, next = -1;
-    if (!z->full && z3_fail(z, z3_prefetch(z, seg, 0, x->params, &req))) return;
+    int req[EXEC_Z3_MAX_SLOTS], started = 0;
     for (int s = 0; s < ns; s++) {
-        int g = seg[s].group, end = s + 1 < ns ? seg[s + 1].start : n;
+        int g = seg[s].group, end = s + 1 < ns ? seg[s + 1].start : n, k = s % z->n_slots;
+        for (; !z->full && started < ns && started < s + z->n_slots; started++)
+            if (z3_fail(z, z3_prefetch(z, seg, started, x->params, &req[started % z->n_slots]))) return;
         if (!z->full) {
-            if (req >= 0 && z3_fail(z, hyp_coll_wait(z->coll, req, &z->err))) return;
-            if (s + 1 < ns && z3_fail(z, z3_prefetch(z, seg, s + 1, x->params, &next))) return;
-            if (g >= 0) z3_bind(z, p, g, BUF_PARAM, z->slot[s % 2]);
-            req = next;
+            if (req[k] >= 0 && z3_fail(z, hyp_coll_wait(z->coll, req[k], &z->err))) return;
+            if (g >= 0) z3_bind(z, p, g, BUF_PARAM, z->slot[k]);
         }
         if (grads && g >= 0) {
             memset(x->grads, 0, sizeof(float) * (size_t)(x->world * z->gs[g]));

@@ -17,12 +17,14 @@
  * and of those after the last one (final norm, untied head). Each group is padded and sharded
  * evenly: rank r persistently holds floats [r*gs, (r+1)*gs) of every group. The op lists are cut
  * into segments that each use one group; before a segment runs, its group is all-gathered into one
- * of two working slots (the next segment's gather is started before the current one computes:
- * prefetch), and in backward its gradients go to a one-group workspace that is reduce-scattered
+ * of zero_prefetch + 1 working slots (the gathers of the next zero_prefetch segments are started
+ * before the current one computes: prefetch; 0 = gather just in time), and in backward its gradients go to a one-group workspace that is reduce-scattered
  * into the own gradient shard as soon as the segment is done. */
 typedef struct {
     int start, group;               /* first op index; the group its params/grads belong to */
 } exec_seg;
+
+#define EXEC_Z3_MAX_SLOTS 9         /* prefetch of up to 8 groups + the one computing */
 
 typedef struct {
     int n_groups;
@@ -32,7 +34,8 @@ typedef struct {
     float **ptr;                    /* per plan buffer: where a param/grad buffer lives now */
     exec_seg *fwd, *bwd;
     int n_fwd, n_bwd;
-    float *slot[2];                 /* working buffers of two gathered groups [slot_cap] each */
+    float *slot[EXEC_Z3_MAX_SLOTS]; /* working buffers of gathered groups [slot_cap] each */
+    int n_slots;                    /* the plan's zero_prefetch + 1 */
     int64_t slot_cap;               /* max over groups of world * gs */
     float *full;                    /* exec_z3_adopt_full: a full parameter arena, no gathers */
     hyp_coll *coll;

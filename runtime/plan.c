@@ -475,6 +475,7 @@ int plan_load(const char *path, plan_t *p, hyp_err *e) {
     GI(t, "eval_every", 0, 1 << 30, p->eval_every);
     GI(t, "eval_batches", 0, 1 << 20, p->eval_batches);
     GI(t, "zero_stage", 0, 3, p->zero_stage);
+    GI(t, "zero_prefetch", 0, 8, p->zero_prefetch);
     GI(t, "seed", 0, (int64_t)1 << 52, p->seed);
     if ((rc = get_str(&c, t, "schedule", p->schedule, sizeof p->schedule))) goto done;
     if (strcmp(p->schedule, "cosine") && strcmp(p->schedule, "wsd") && strcmp(p->schedule, "constant") &&

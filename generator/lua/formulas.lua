@@ -128,10 +128,11 @@ F.STATE_BYTES = {
 
 -- Model state per GPU under ZeRO (Rajbhandari et al. 2020) / FSDP.
 -- o = { dtype, stage 0..3, p world size, grad_bytes?, layer_params? (largest gather unit,
---       F.gather_params, for the stage-3 gather buffer) }. Stage 0 replicates everything; stage 1 shards the optimizer
+--       F.gather_params, for the stage-3 gather buffer), prefetch? (layers gathered ahead, v2104
+--       prefetch_layers, default 1) }. Stage 0 replicates everything; stage 1 shards the optimizer
 -- state over p; stage 2 also the gradients; stage 3 (= FSDP full shard) also the weights, and
--- then needs a gather buffer for the full weights of the layer being computed and the next one
--- (prefetch): 2·layer_params·param bytes (and a one-layer gradient workspace in backward, which
+-- then needs a gather buffer for the full weights of the layer being computed and the prefetched
+-- ones: (prefetch + 1)·layer_params·param bytes (and a one-layer gradient workspace in backward, which
 -- F.model_state leaves out: like the stage-2 workspace it is transient). Returns bytes per GPU by part and the total.
 function F.model_state(N, o)
   local sb = F.STATE_BYTES[o.dtype]
@@ -147,7 +148,7 @@ function F.model_state(N, o)
   if st >= 3 then
     params = params / p
     fp8 = fp8 / p
-    if p > 1 then gather = 2 * (o.layer_params or 0) * sb.param end
+    if p > 1 then gather = ((o.prefetch or 1) + 1) * (o.layer_params or 0) * sb.param end
   end
   return { params = params, grads = grads, optimizer = optim, fp8_extra = fp8, gather = gather,
     total = params + grads + optim + fp8 + gather }

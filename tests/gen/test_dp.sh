@@ -64,6 +64,20 @@ check "test_v2104_stage3_grad_workspace_is_one_layer" within "$ws" "$half_gather
 mem_of() { grep "rank 0/2 memory" "$TMP/mem$1.txt" | grep -oE "$2 [0-9]+ B" | grep -oE "[0-9]+"; }
 check "test_v2104_stage3_params_smaller_than_full_copy" awk -v a="$(mem_of 3 params)" -v b="$(mem_of 2 params)" 'BEGIN { exit !(a < b) }'
 
+# v2104 prefetch_layers: 0 (gather just in time: one layer buffer) and 3 (four buffers) compute
+# the same numbers as the default 1 (same collectives, same sums: losses bit-identical) and hold
+# prefetch + 1 layer buffers: params(k) - params(1) = (k - 1) x one buffer (= the gradient
+# workspace, also one largest group)
+for k in 0 3; do
+  expect "gen_zero3_prefetch$k" 0 "wrote" -- "$GEN" specs/v2500.yaml --enable adamw,clip,memory-planning,dp,zero3 --set v2104.prefetch_layers=$k --model tiny --target cpu --batch 4 --seq 64 -o "$TMP/zp$k"
+  $MPI "$TMP/zp$k/train" "${COMMON[@]}" --batch 2 --metrics "$TMP/np2_p$k.jsonl" > "$TMP/memp$k.txt" 2>&1
+  check "test_v2104_prefetch${k}_same_losses_as_prefetch1" test "$(losses "$TMP/np2_p$k.jsonl")" = "$(losses "$TMP/np2_3.jsonl")"
+  got=$(grep "rank 0/2 memory" "$TMP/memp$k.txt" | grep -oE "params [0-9]+ B" | grep -oE "[0-9]+")
+  want=$(awk -v p="$(mem_of 3 params)" -v w="$ws" -v k=$k 'BEGIN { printf "%d", p + (k - 1) * w }')
+  echo "stage 3 prefetch $k: params measured $got B, expected $want B"
+  check "test_v2104_prefetch${k}_holds_k_plus_1_layer_buffers" test "$got" = "$want"
+done
+
 # ZeRO-3 at 3 ranks: layer groups do not split evenly in 3 (each is padded), same losses and
 # weights as 1 rank with the 3 ranks' whole batch
 expect np1_zero3_b3 0 "done: 4 steps" -- "$TMP/z3/train" "${COMMON[@]}" --batch 3 --metrics "$TMP/np1b3.jsonl" --ckpt-dir "$TMP/ck1b3"

@@ -122,6 +122,9 @@ near("zero2 bf16 p=4", F.model_state(1e9, { dtype = "bf16", stage = 2, p = 4 }).
 local s3 = F.model_state(1e9, { dtype = "bf16", stage = 3, p = 4, layer_params = 1e7 })
 near("zero3 bf16 p=4 state", s3.total - s3.gather, 4e9)
 near("zero3 gather buffer", s3.gather, 4e7)
+-- v2104 prefetch_layers: 0 gathers just in time (one layer buffer: 2e7), 3 keeps four (8e7)
+near("zero3 gather buffer, prefetch 0", F.model_state(1e9, { dtype = "bf16", stage = 3, p = 4, layer_params = 1e7, prefetch = 0 }).gather, 2e7)
+near("zero3 gather buffer, prefetch 3", F.model_state(1e9, { dtype = "bf16", stage = 3, p = 4, layer_params = 1e7, prefetch = 3 }).gather, 8e7)
 -- fp32 (the CPU runtime): 4 + 4 + m 4 + v 4 = 16 B/param → 4 × param floats
 near("fp32 state = 16 B/param", F.model_state(858880, { dtype = "fp32", stage = 0 }).total, 16 * 858880)
 -- fp8: bf16's 16 B/param + a 1 B FP8 weight copy = 17 B/param

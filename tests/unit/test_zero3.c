@@ -65,8 +65,8 @@ static void run_model(const char *model, int tied, hyp_coll *coll, const char *t
     for (int g = 0; g + 1 < z->n_groups; g++) tiled &= z->start[g] + z->len[g] <= z->start[g + 1];
     tiled &= z->start[z->n_groups - 1] + z->len[z->n_groups - 1] <= plan.param_floats;
     CHECK(tiled, "%s: the groups are disjoint arena ranges in order", model);
-    CHECK(b.bytes_params == 4 * (size_t)(b.shard + 2 * z->slot_cap) && z->slot_cap < plan.param_floats,
-          "%s: stage-3 params = own shard + two working slots of the largest group (%zu B vs %zu B full)", model,
+    CHECK(z->n_slots == 2 && b.bytes_params == 4 * (size_t)(b.shard + 2 * z->slot_cap) && z->slot_cap < plan.param_floats,
+          "%s: stage-3 params = own shard + two working slots (prefetch 1) of the largest group (%zu B vs %zu B full)", model,
           b.bytes_params, a.bytes_params);
 
     exec_init_params(&a, 7);
