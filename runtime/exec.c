@@ -54,6 +54,7 @@ static int z3_groups(exec_z3 *z, const plan_t *p, int world, hyp_err *e) {
         z->len[z->n_groups - 1] = pp->offset + pp->numel - z->start[z->n_groups - 1]; /* alignment gaps included */
         key_prev = key;
     }
+    if (!z->n_groups) return hyp_fail(e, HYP_EINPUT, "plan: no parameters — nothing for ZeRO-3 to shard");
     int64_t sb = 0;
     for (int g = 0; g < z->n_groups; g++) {
         z->gs[g] = round16((z->len[g] + world - 1) / world);
@@ -120,10 +121,9 @@ static int z3_init(exec_t *x, hyp_coll *coll, hyp_err *e) {
     if ((rc = z3_segments(z, p->fwd, p->n_fwd, &z->fwd, &z->n_fwd, e)) ||
         (rc = z3_segments(z, p->bwd, p->n_bwd, &z->bwd, &z->n_bwd, e)))
         return rc;
-    for (int b = 0; b < p->n_bufs; b++)
-        if (p->loss.nin && z->buf_group[b] >= 0)
-            for (int k = 0; k < p->loss.nin; k++)
-                if (p->loss.in[k] == b) return hyp_fail(e, HYP_EINPUT, "plan: the loss op reads a parameter — ZeRO-3 cannot run this plan; use zero2");
+    for (int k = 0; k < p->loss.nin; k++)
+        if (p->loss.in[k] >= 0 && z->buf_group[p->loss.in[k]] >= 0)
+            return hyp_fail(e, HYP_EINPUT, "plan: the loss op reads a parameter — ZeRO-3 cannot run this plan; use zero2");
     int64_t shard = z->sb[z->n_groups - 1] + z->gs[z->n_groups - 1];
     x->shard = shard;
     size_t before = x->bytes;
