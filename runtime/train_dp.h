@@ -25,8 +25,9 @@ int dp_step(dp_t *d, exec_t *x, const train_opts *o, double lr, int t, float sca
 void dp_print_memory(dp_t *d, exec_t *x, hyp_err *e);
 /* Saves step st->step into dir, keeping the `keep` most recent checkpoints. */
 int dp_save(dp_t *d, exec_t *x, const char *dir, int keep, const hyp_ckpt_state *st, hyp_err *e);
-/* Loads dir's latest checkpoint into x (plan_hash must match); for_sampling with ZeRO-3 keeps the
- * full weights for forward without collectives. HYP_ENOCKPT when dir has none yet. */
+/* Loads dir's latest checkpoint into x (its config hash must be plan_hash, the plan's state_hash:
+ * any ZeRO stage of the same plan); for_sampling with ZeRO-3 keeps the full weights for forward
+ * without collectives. HYP_ENOCKPT when dir has none yet. */
 int dp_load(dp_t *d, exec_t *x, const char *dir, int for_sampling, const char *plan_hash, hyp_ckpt_state *st,
             hyp_err *e);
 /* ZeRO-3: gathers the full weights on every rank and forward reads them from then on. */

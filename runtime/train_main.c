@@ -426,7 +426,7 @@ static int run(int argc, char **argv, hyp_coll *coll) {
     hyp_loader_state lstate = {0, 0};
     if (a.resume || a.sample_mode) {
         hyp_ckpt_state st;
-        rc = dp_load(&d, &x, a.ckpt_dir, a.sample_mode, plan.hash, &st, &e);
+        rc = dp_load(&d, &x, a.ckpt_dir, a.sample_mode, plan.state_hash, &st, &e);
         if (rc == HYP_OK) {
             start_step = (int)st.step;
             hyp_rng_set_state(&rng, st.rng);
@@ -626,7 +626,7 @@ static int run(int argc, char **argv, hyp_coll *coll) {
                 hyp_rng_get_state(&rng, st.rng);
                 st.loader_epoch = ls.epoch;
                 st.loader_position = ls.position * (uint64_t)d.world; /* windows of the whole group */
-                snprintf(st.config_hash, sizeof st.config_hash, "%s", plan.hash);
+                snprintf(st.config_hash, sizeof st.config_hash, "%s", plan.state_hash);
                 snprintf(st.plan, sizeof st.plan, "%s on %d rank%s, ZeRO stage %d", plan.model_name, d.world,
                          d.world == 1 ? "" : "s", d.stage);
                 rc = dp_save(&d, &x, a.ckpt_dir, a.keep, &st, &e);

@@ -97,12 +97,18 @@ expect gen_zero3_b6 0 "wrote" -- "$GEN" specs/v2500.yaml --enable adamw,clip,mem
 E8=("${COMMON[@]}" --steps 8)
 expect z3_np1_8_steps 0 "done: 8 steps" -- "$TMP/z36/train" "${E8[@]}" --batch 6 --metrics "$TMP/s1.jsonl"
 expect z3_np2_first_3 0 "done: 3 steps" -- $MPI "$TMP/z36/train" "${E8[@]}" --stop-after 3 --batch 3 --metrics "$TMP/s2.jsonl" --ckpt-dir "$TMP/sck"
-cp "$TMP/s2.jsonl" "$TMP/s3.jsonl"; cp -r "$TMP/sck" "$TMP/sck3"; cp -r "$TMP/sck" "$TMP/sckbad"
+cp "$TMP/s2.jsonl" "$TMP/s3.jsonl"; cp "$TMP/s2.jsonl" "$TMP/s4.jsonl"
+cp -r "$TMP/sck" "$TMP/sck3"; cp -r "$TMP/sck" "$TMP/sckbad"; cp -r "$TMP/sck" "$TMP/sck1"
 expect z3_np1_resumes_shards 0 "resumed from .*saved by tiny on 2 ranks, ZeRO stage 3; now 1 rank" -- "$TMP/z36/train" "${E8[@]}" --batch 6 --metrics "$TMP/s2.jsonl" --ckpt-dir "$TMP/sck" --resume
 check "test_v2181_sharded_resume_np2_to_np1" close "$TMP/s1.jsonl" "$TMP/s2.jsonl"
 expect z3_np3_resumes_shards 0 "now 3 ranks" -- mpirun -np 3 --oversubscribe -x OMP_NUM_THREADS "$TMP/z36/train" "${E8[@]}" --batch 2 --metrics "$TMP/s3.jsonl" --ckpt-dir "$TMP/sck3" --resume
 check "test_v2181_sharded_resume_np2_to_np3" close "$TMP/s1.jsonl" "$TMP/s3.jsonl"
 check "test_v2181_np3_writes_three_shards" test -s "$TMP/sck3/step_00000008/shard_00002.safetensors"
+# ...and under another ZeRO stage of the same plan (the checkpoint's config hash leaves the ZeRO
+# settings out): the np=2 stage-3 shards resumed by a stage-1 trainer at np=2
+expect gen_zero1_b6 0 "wrote" -- "$GEN" specs/v2500.yaml --enable adamw,clip,memory-planning,dp,zero1 --model tiny --target cpu --batch 6 --seq 64 -o "$TMP/z16"
+expect z1_np2_resumes_z3_shards 0 "resumed from .*ZeRO stage 3; now 2 ranks" -- $MPI "$TMP/z16/train" "${E8[@]}" --batch 3 --metrics "$TMP/s4.jsonl" --ckpt-dir "$TMP/sck1" --resume
+check "test_v2181_stage3_shards_resume_at_stage1" close "$TMP/s1.jsonl" "$TMP/s4.jsonl"
 expect "test_v2181_sample_from_sharded_checkpoint" 0 "resumed from .*3 ranks" -- "$TMP/z36/train" sample --ckpt-dir "$TMP/sck3" --sample 20
 # a corrupt or missing shard: one clear line, exit 2, and the checkpoint is left as it was
 bad="$TMP/sckbad/step_00000003"
