@@ -12,7 +12,7 @@
 #include "ops_cpu.h"
 #include "safetensors.h"
 
-
+/* The plan's tensors as checkpoint tensors "<name><suffix>", data at base's full arena layout. */
 static hyp_ckpt_tensor *ckpt_tensors(exec_t *x, float *base, const char *suffix) {
     const plan_t *p = x->p;
     hyp_ckpt_tensor *t = calloc((size_t)p->n_params_t, sizeof *t);
