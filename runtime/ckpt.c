@@ -24,12 +24,18 @@
 #define STATE_MAX_BYTES (1u << 20)
 #define U53 9007199254740992.0
 
-static const char *const FILES[] = {"model.safetensors", "optimizer.safetensors", "state.json"};
+static const char *const FILES[] = {"model.safetensors", "optimizer.safetensors",
+                                     "train_state.safetensors", "state.json"};
+enum { F_MODEL, F_OPTIM, F_AUX, F_STATE, N_FILES };
 
 /* Entries a checkpoint directory may hold: its three files and hyp_st_write / hyp_fs temp
  * files of them ("model.safetensors.tmp-XXXXXX"). Pruning deletes nothing else. */
 static int is_ckpt_file(const char *name) {
-    for (int i = 0; i < 3; i++) {
+    int r = -1, end = 0; /* v2181 shard files: shard_RRRRR.safetensors */
+    if (sscanf(name, "shard_%5d.safetensors%n", &r, &end) == 1 && end > 0 && r >= 0 &&
+        (name[end] == '\0' || !strncmp(name + end, ".tmp-", 5)))
+        return 1;
+    for (int i = 0; i < N_FILES; i++) {
         size_t n = strlen(FILES[i]);
         if (!strncmp(name, FILES[i], n) && (name[n] == '\0' || !strncmp(name + n, ".tmp-", 5)))
             return 1;
@@ -62,10 +68,10 @@ static void shape_str(int ndim, const int64_t *shape, char *out, size_t cap) {
 }
 
 /* Validates the caller's tensors: params[n] (required), m[n] and v[n] (both or neither; each the
- * same shape as its param). *with_opt = 1 when the moments are given. */
-static int check_tensors(const char *where, const hyp_ckpt_tensor *params,
-                         const hyp_ckpt_tensor *m, const hyp_ckpt_tensor *v, int n, int *with_opt,
-                         hyp_err *e) {
+ * same shape as its param), with data buffers if need_data. *with_opt = 1 when the moments are
+ * given. */
+static int check_names(const char *where, const hyp_ckpt_tensor *params, const hyp_ckpt_tensor *m,
+                       const hyp_ckpt_tensor *v, int n, int *with_opt, int need_data, hyp_err *e) {
     if (n < 1 || !params)
         return hyp_fail(e, HYP_EINPUT, "%s: no tensors given to the checkpoint", where);
     if ((m == NULL) != (v == NULL))
@@ -80,7 +86,7 @@ static int check_tensors(const char *where, const hyp_ckpt_tensor *params,
             if (t->ndim < 1 || t->ndim > HYP_CKPT_MAX_DIMS || hyp_st_numel(t->ndim, t->shape) < 0)
                 return hyp_fail(e, HYP_EINPUT, "%s: tensor '%.200s' has an invalid shape (ndim "
                                 "%d)", where, t->name, t->ndim);
-            if (!t->data)
+            if (need_data && !t->data)
                 return hyp_fail(e, HYP_EINPUT, "%s: tensor '%.200s' has no data buffer", where,
                                 t->name);
             int same = t->ndim == params[i].ndim;
@@ -91,6 +97,12 @@ static int check_tensors(const char *where, const hyp_ckpt_tensor *params,
                                 params[i].name);
         }
     return HYP_OK;
+}
+
+static int check_tensors(const char *where, const hyp_ckpt_tensor *params,
+                         const hyp_ckpt_tensor *m, const hyp_ckpt_tensor *v, int n, int *with_opt,
+                         hyp_err *e) {
+    return check_names(where, params, m, v, n, with_opt, 1, e);
 }
 
 /* ========================================================================================== */
@@ -175,10 +187,11 @@ static cJSON *u64_hex(uint64_t v) {
     return cJSON_CreateString(b);
 }
 
-static int write_state(const char *tmpdir, const hyp_ckpt_state *st, int with_opt,
-                       const char hex[2][33], const uint64_t bytes[2], hyp_err *e) {
+/* state.json's common part: format, counters, RNG, loader; the caller adds "files" (and
+ * "layout" for a sharded checkpoint). */
+static cJSON *state_json(const hyp_ckpt_state *st) {
     cJSON *j = cJSON_CreateObject();
-    if (!j) return hyp_fail(e, HYP_EFAIL, "%s: out of memory", tmpdir);
+    if (!j) return NULL;
     cJSON_AddStringToObject(j, "format", "hyperion-checkpoint");
     cJSON_AddNumberToObject(j, "format_version", HYP_CKPT_FORMAT_VERSION);
     cJSON_AddNumberToObject(j, "step", (double)st->step);
@@ -192,15 +205,20 @@ static int write_state(const char *tmpdir, const hyp_ckpt_state *st, int with_op
         cJSON_AddNumberToObject(ld, "epoch", (double)st->loader_epoch);
         cJSON_AddNumberToObject(ld, "position", (double)st->loader_position);
     }
-    cJSON *files = cJSON_AddObjectToObject(j, "files");
-    for (int i = 0; i < 1 + with_opt && files; i++) {
-        cJSON *f = cJSON_AddObjectToObject(files, FILES[i]);
-        if (!f) break;
-        cJSON_AddNumberToObject(f, "bytes", (double)bytes[i]);
-        cJSON_AddStringToObject(f, "xxh3_128", hex[i]);
-    }
     cJSON_AddNumberToObject(j, "saved_unix", (double)time(NULL));
-    char *txt = cJSON_Print(j);
+    return j;
+}
+
+static void add_file(cJSON *files, const char *name, uint64_t bytes, const char *hex) {
+    cJSON *f = cJSON_AddObjectToObject(files, name);
+    if (!f) return;
+    cJSON_AddNumberToObject(f, "bytes", (double)bytes);
+    cJSON_AddStringToObject(f, "xxh3_128", hex);
+}
+
+/* Writes j (consumed) as tmpdir/state.json. */
+static int write_json(const char *tmpdir, cJSON *j, hyp_err *e) {
+    char *txt = j ? cJSON_Print(j) : NULL;
     cJSON_Delete(j);
     if (!txt) return hyp_fail(e, HYP_EFAIL, "%s: out of memory", tmpdir);
     size_t len = strlen(txt);
@@ -249,26 +267,32 @@ static int install(const char *dir, const char *tmp, const char *final, const ch
     return HYP_OK;
 }
 
-int hyp_ckpt_save(const char *dir, const hyp_ckpt_tensor *params, const hyp_ckpt_tensor *m,
-                  const hyp_ckpt_tensor *v, int n, const hyp_ckpt_state *st, int keep,
-                  hyp_err *e) {
-    if (!dir || !dir[0]) return hyp_fail(e, HYP_EINPUT, "(checkpoint): no directory given");
+static int check_aux(const char *where, const hyp_ckpt_aux *aux, int n_aux, hyp_err *e) {
+    for (int i = 0; i < n_aux; i++)
+        if (!aux[i].name || !aux[i].name[0] || !aux[i].data || (aux[i].dtype != HYP_ST_F32 && aux[i].dtype != HYP_ST_I64) ||
+            aux[i].ndim < 1 || aux[i].ndim > HYP_CKPT_MAX_DIMS || hyp_st_numel(aux[i].ndim, aux[i].shape) < 0)
+            return hyp_fail(e, HYP_EINPUT, "%s: auxiliary tensor %d needs a name, data, dtype F32 or I64 and a valid shape", where, i);
+    return HYP_OK;
+}
+
+static int check_state(const char *dir, const hyp_ckpt_state *st, hyp_err *e) {
     if (!st) return hyp_fail(e, HYP_EINPUT, "%s: no checkpoint state given", dir);
-    int with_opt, rc = check_tensors(dir, params, m, v, n, &with_opt, e);
-    if (rc != HYP_OK) return rc;
     if ((double)st->step >= U53 || (double)st->tokens_seen >= U53 ||
         (double)st->loader_epoch >= U53 || (double)st->loader_position >= U53)
         return hyp_fail(e, HYP_EINPUT, "%s: a counter in the checkpoint state is >= 2^53", dir);
     if (!memchr(st->config_hash, '\0', sizeof st->config_hash) ||
         !memchr(st->plan, '\0', sizeof st->plan))
         return hyp_fail(e, HYP_EINPUT, "%s: config_hash or plan is not NUL-terminated", dir);
+    return HYP_OK;
+}
+
+/* Creates DIR (if missing) and the temp dir DIR/.tmp-step_N-XXXXXX a save writes into. */
+static int begin_tmp(const char *dir, uint64_t step, char *tmp, hyp_err *e) {
+    int rc;
     if ((rc = hyp_fs_mkdirs(dir, e)) != HYP_OK) return rc;
     clean_stale_tmp(dir);
-
-    char step_name[64], tmp[PATH_CAP], final[PATH_CAP], p[PATH_CAP];
-    snprintf(step_name, sizeof step_name, "step_%08" PRIu64, st->step);
-    int len = snprintf(tmp, sizeof tmp, "%s/.tmp-%s-XXXXXX", dir, step_name);
-    if (len < 0 || len >= (int)sizeof tmp || pathf(final, "%s/%s", dir, step_name) != 0)
+    int len = snprintf(tmp, PATH_CAP, "%s/.tmp-step_%08" PRIu64 "-XXXXXX", dir, step);
+    if (len < 0 || len >= PATH_CAP - 64)
         return hyp_fail(e, HYP_EINPUT, "%s: path too long — use a shorter checkpoint dir", dir);
     if (!mkdtemp(tmp)) {
         int err = errno;
@@ -276,67 +300,193 @@ int hyp_ckpt_save(const char *dir, const hyp_ckpt_tensor *params, const hyp_ckpt
                         "the checkpoint dir is writable", dir, strerror(err));
     }
     (void)chmod(tmp, 0755);
+    return HYP_OK;
+}
 
-    hyp_st_tensor *sts = calloc((size_t)n * 2, sizeof *sts);
-    char hex[2][33] = {{0}};
-    uint64_t bytes[2] = {0, 0};
-    char step_s[32];
+/* The filled temp dir becomes DIR/step_N (fsyncs, rename), then DIR/latest names it; prunes. */
+static int finish(const char *dir, const char *tmp, uint64_t step, int keep, hyp_err *e) {
+    char step_name[64], final[PATH_CAP], p[PATH_CAP];
+    snprintf(step_name, sizeof step_name, "step_%08" PRIu64, step);
+    if (pathf(final, "%s/%s", dir, step_name) != 0)
+        return hyp_fail(e, HYP_EINPUT, "%s: path too long — use a shorter checkpoint dir", dir);
+    if (hyp_fs_fsync_dir(tmp) != 0) return hyp_fail(e, HYP_EFAIL, "%s: fsync failed: %s", tmp, strerror(errno));
+    int rc = install(dir, tmp, final, step_name, e);
+    if (rc != HYP_OK) return rc;
+    if (hyp_fs_fsync_dir(dir) != 0) return -hyp_fail(e, HYP_EFAIL, "%s: fsync failed: %s", dir, strerror(errno));
+    char latest_txt[80];
+    int ln = snprintf(latest_txt, sizeof latest_txt, "%s\n", step_name);
+    if (pathf(p, "%s/%s", dir, "latest") != 0) return -hyp_fail(e, HYP_EINPUT, "%s: path too long", dir);
+    if ((rc = hyp_fs_write_atomic(p, latest_txt, (size_t)ln, e)) != HYP_OK) return -rc;
+    prune(dir, keep, step_name);
+    return HYP_OK;
+}
+
+/* Writes one safetensors file of the checkpoint into tmp; its size and checksum to bytes/hex. */
+static int write_file(const char *tmp, const char *name, const hyp_st_tensor *sts, int k,
+                      const hyp_ckpt_state *st, int model, char hex[33], uint64_t *bytes, hyp_err *e) {
+    char step_s[32], p[PATH_CAP];
     snprintf(step_s, sizeof step_s, "%" PRIu64, st->step);
+    /* only the model file says "format": "pt" (loadable by transformers) */
     const hyp_st_meta meta[] = {{"format", "pt"}, {"producer", "hyperion"},
                                 {"step", step_s}, {"config_hash", st->config_hash}};
+    if (pathf(p, "%s/%s", tmp, name) != 0) return hyp_fail(e, HYP_EINPUT, "%s: path too long", tmp);
+    int rc = hyp_st_write(p, sts, k, meta + (model ? 0 : 1), model ? 4 : 3, hex, e);
+    if (rc != HYP_OK) return rc;
+    if (file_size(p, bytes) != 0) return hyp_fail(e, HYP_EFAIL, "%s: cannot stat: %s", p, strerror(errno));
+    return HYP_OK;
+}
+
+static int write_aux(const char *tmp, const hyp_ckpt_aux *aux, int n_aux, const hyp_ckpt_state *st,
+                     char hex[33], uint64_t *bytes, hyp_err *e) {
+    hyp_st_tensor *sts = calloc((size_t)n_aux, sizeof *sts);
+    if (!sts) return hyp_fail(e, HYP_EFAIL, "%s: out of memory", tmp);
+    for (int i = 0; i < n_aux; i++) {
+        sts[i] = (hyp_st_tensor){.name = aux[i].name, .dtype = (hyp_st_dtype)aux[i].dtype, .ndim = aux[i].ndim,
+                                 .data = aux[i].data};
+        memcpy(sts[i].shape, aux[i].shape, sizeof aux[i].shape);
+    }
+    int rc = write_file(tmp, FILES[F_AUX], sts, n_aux, st, 0, hex, bytes, e);
+    free(sts);
+    return rc;
+}
+
+int hyp_ckpt_save(const char *dir, const hyp_ckpt_tensor *params, const hyp_ckpt_tensor *m,
+                  const hyp_ckpt_tensor *v, int n, const hyp_ckpt_state *st, int keep,
+                  hyp_err *e) {
+    return hyp_ckpt_save_aux(dir, params, m, v, n, NULL, 0, st, keep, e);
+}
+
+int hyp_ckpt_save_aux(const char *dir, const hyp_ckpt_tensor *params, const hyp_ckpt_tensor *m,
+                      const hyp_ckpt_tensor *v, int n, const hyp_ckpt_aux *aux, int n_aux,
+                      const hyp_ckpt_state *st, int keep, hyp_err *e) {
+    if (!dir || !dir[0]) return hyp_fail(e, HYP_EINPUT, "(checkpoint): no directory given");
+    int with_opt, rc;
+    if ((rc = check_aux(dir, aux, n_aux, e)) || (rc = check_tensors(dir, params, m, v, n, &with_opt, e)) ||
+        (rc = check_state(dir, st, e)))
+        return rc;
+    char tmp[PATH_CAP];
+    if ((rc = begin_tmp(dir, st->step, tmp, e)) != HYP_OK) return rc;
+    hyp_st_tensor *sts = calloc((size_t)n * 2, sizeof *sts);
+    char hex[F_STATE][33] = {{0}};
+    uint64_t bytes[F_STATE] = {0};
+    int have[F_STATE] = {1, with_opt, n_aux > 0};
     if (!sts) {
         rc = hyp_fail(e, HYP_EFAIL, "%s: out of memory", dir);
         goto fail;
     }
-    for (int f = 0; f < 1 + with_opt; f++) {
+    for (int f = F_MODEL; f <= F_OPTIM && have[f]; f++) {
         /* model.safetensors: params; optimizer.safetensors: m then v, interleaved per param */
         int k = 0;
         for (int i = 0; i < n; i++) {
-            const hyp_ckpt_tensor *src[2] = {f == 0 ? &params[i] : &m[i], &v[i]};
-            for (int s = 0; s < (f == 0 ? 1 : 2); s++, k++) {
+            const hyp_ckpt_tensor *src[2] = {f == F_MODEL ? &params[i] : &m[i], &v[i]};
+            for (int s = 0; s < (f == F_MODEL ? 1 : 2); s++, k++) {
                 sts[k] = (hyp_st_tensor){.name = src[s]->name, .dtype = HYP_ST_F32,
                                          .ndim = src[s]->ndim, .data = src[s]->data};
                 memcpy(sts[k].shape, src[s]->shape, sizeof src[s]->shape);
             }
         }
-        if (pathf(p, "%s/%s", tmp, FILES[f]) != 0) {
-            rc = hyp_fail(e, HYP_EINPUT, "%s: path too long", dir);
-            goto fail;
-        }
-        /* the optimizer file gets the same metadata minus "format": "pt" (not a model) */
-        if ((rc = hyp_st_write(p, sts, k, meta + f, 4 - f, hex[f], e)) != HYP_OK) goto fail;
-        if (file_size(p, &bytes[f]) != 0) {
-            rc = hyp_fail(e, HYP_EFAIL, "%s: cannot stat: %s", p, strerror(errno));
-            goto fail;
-        }
+        if ((rc = write_file(tmp, FILES[f], sts, k, st, f == F_MODEL, hex[f], &bytes[f], e)) != HYP_OK) goto fail;
     }
-    if ((rc = write_state(tmp, st, with_opt, (const char(*)[33])hex, bytes, e)) != HYP_OK)
-        goto fail;
-    if (hyp_fs_fsync_dir(tmp) != 0) {
-        rc = hyp_fail(e, HYP_EFAIL, "%s: fsync failed: %s", tmp, strerror(errno));
-        goto fail;
+    if (n_aux && (rc = write_aux(tmp, aux, n_aux, st, hex[F_AUX], &bytes[F_AUX], e)) != HYP_OK) goto fail;
+    cJSON *j = state_json(st), *files = j ? cJSON_AddObjectToObject(j, "files") : NULL;
+    for (int f = 0; f < F_STATE && files; f++)
+        if (have[f]) add_file(files, FILES[f], bytes[f], hex[f]);
+    if ((rc = write_json(tmp, j, e)) != HYP_OK) goto fail;
+    rc = finish(dir, tmp, st->step, keep, e);
+    if (rc <= 0) { /* installed (a failure after the rename comes back negated) */
+        free(sts);
+        return -rc;
     }
-    if ((rc = install(dir, tmp, final, step_name, e)) != HYP_OK) goto fail;
-    if (hyp_fs_fsync_dir(dir) != 0) {
-        rc = hyp_fail(e, HYP_EFAIL, "%s: fsync failed: %s", dir, strerror(errno));
-        goto out;
-    }
-    char latest_txt[80];
-    int ln = snprintf(latest_txt, sizeof latest_txt, "%s\n", step_name);
-    if (pathf(p, "%s/%s", dir, "latest") != 0 ||
-        (rc = hyp_fs_write_atomic(p, latest_txt, (size_t)ln, e)) != HYP_OK)
-        goto out;
-    prune(dir, keep, step_name);
-    goto out;
 fail:
     (void)hyp_fs_remove_flat(tmp, is_ckpt_file);
-out:
     free(sts);
     return rc;
 }
 
-/* ========================================================================================== */
-/* load                                                                                        */
+static void shard_name(char *out, size_t cap, int rank) { snprintf(out, cap, "shard_%05d.safetensors", rank); }
+
+int hyp_ckpt_shard_begin(const char *dir, const hyp_ckpt_state *st, char *tmp, size_t cap, hyp_err *e) {
+    if (!dir || !dir[0]) return hyp_fail(e, HYP_EINPUT, "(checkpoint): no directory given");
+    int rc = check_state(dir, st, e);
+    char t[PATH_CAP];
+    if (rc || (rc = begin_tmp(dir, st->step, t, e))) return rc;
+    if (strlen(t) >= cap) {
+        hyp_ckpt_shard_abort(t);
+        return hyp_fail(e, HYP_EINPUT, "%s: path too long — use a shorter checkpoint dir", dir);
+    }
+    memcpy(tmp, t, strlen(t) + 1);
+    return HYP_OK;
+}
+
+int hyp_ckpt_shard_write(const char *tmp, int rank, const hyp_ckpt_tensor *params, const hyp_ckpt_tensor *m,
+                         const hyp_ckpt_tensor *v, int n, const hyp_ckpt_slice *sl, const hyp_ckpt_state *st,
+                         hyp_ckpt_shard_sum *sum, hyp_err *e) {
+    int with_opt, rc = check_names(tmp, params, m, v, n, &with_opt, 0, e);
+    if (rc) return rc;
+    if (!with_opt) return hyp_fail(e, HYP_EINPUT, "%s: a sharded checkpoint needs the AdamW moments", tmp);
+    hyp_st_tensor *sts = calloc((size_t)n * 3 + 1, sizeof *sts);
+    if (!sts) return hyp_fail(e, HYP_EFAIL, "%s: out of memory", tmp);
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+        int64_t numel = hyp_st_numel(params[i].ndim, params[i].shape);
+        if (sl[i].lo < 0 || sl[i].hi < sl[i].lo || sl[i].hi > numel) {
+            free(sts);
+            return hyp_fail(e, HYP_EINPUT, "%s: slice [%lld, %lld) of '%.200s' is outside its %lld elements", tmp,
+                            (long long)sl[i].lo, (long long)sl[i].hi, params[i].name, (long long)numel);
+        }
+        if (sl[i].hi == sl[i].lo) continue;
+        const char *names[3] = {params[i].name, m[i].name, v[i].name};
+        const float *data[3] = {sl[i].p, sl[i].m, sl[i].v};
+        for (int s = 0; s < 3; s++, k++)
+            sts[k] = (hyp_st_tensor){.name = names[s], .dtype = HYP_ST_F32, .ndim = 1, .shape = {sl[i].hi - sl[i].lo},
+                                     .data = data[s]};
+    }
+    char name[64];
+    shard_name(name, sizeof name, rank);
+    rc = write_file(tmp, name, sts, k, st, 0, sum->hex, &sum->bytes, e);
+    free(sts);
+    return rc;
+}
+
+int hyp_ckpt_shard_commit(const char *dir, const char *tmp, const hyp_ckpt_tensor *params, int n, int world,
+                          int stage, const int64_t *ranges, const hyp_ckpt_shard_sum *sums,
+                          const hyp_ckpt_aux *aux, int n_aux, const hyp_ckpt_state *st, int keep, hyp_err *e) {
+    int rc;
+    char hex[33];
+    uint64_t bytes = 0;
+    if ((rc = check_aux(dir, aux, n_aux, e)) || (n_aux && (rc = write_aux(tmp, aux, n_aux, st, hex, &bytes, e))))
+        goto fail;
+    cJSON *j = state_json(st), *files = j ? cJSON_AddObjectToObject(j, "files") : NULL;
+    cJSON *lay = j ? cJSON_AddObjectToObject(j, "layout") : NULL, *rg = lay ? cJSON_AddObjectToObject(lay, "ranges") : NULL;
+    if (n_aux && files) add_file(files, FILES[F_AUX], bytes, hex);
+    for (int r = 0; r < world && files; r++) {
+        char name[64];
+        shard_name(name, sizeof name, r);
+        add_file(files, name, sums[r].bytes, sums[r].hex);
+    }
+    if (lay) {
+        cJSON_AddNumberToObject(lay, "world", world);
+        cJSON_AddNumberToObject(lay, "stage", stage);
+    }
+    for (int i = 0; i < n && rg; i++) {
+        cJSON *a = cJSON_AddArrayToObject(rg, params[i].name);
+        for (int r = 0; r < world && a; r++)
+            for (int s = 0; s < 2; s++) cJSON_AddItemToArray(a, cJSON_CreateNumber((double)ranges[((size_t)r * n + i) * 2 + s]));
+    }
+    if (!rg) {
+        cJSON_Delete(j);
+        rc = hyp_fail(e, HYP_EFAIL, "%s: out of memory", tmp);
+        goto fail;
+    }
+    if ((rc = write_json(tmp, j, e)) != HYP_OK) goto fail;
+    rc = finish(dir, tmp, st->step, keep, e);
+    if (rc <= 0) return -rc;
+fail:
+    hyp_ckpt_shard_abort(tmp);
+    return rc;
+}
+
+void hyp_ckpt_shard_abort(const char *tmp) { (void)hyp_fs_remove_flat(tmp, is_ckpt_file); }
 
 int hyp_ckpt_latest(const char *dir, char *out, size_t cap, hyp_err *e) {
     if (cap) out[0] = '\0';
@@ -504,10 +654,128 @@ static int resolve(const char *dir, const char *step, char *sd, hyp_err *e) {
     return HYP_OK;
 }
 
+/* A sharded checkpoint's files, verified, and where each rank's slice of each tensor lies. */
+typedef struct {
+    int world;
+    hyp_st_file **f;                    /* [world] */
+    int64_t *rg;                        /* [world][n][2] */
+    const hyp_st_tensor **found;        /* [world][n][3]: param, m, v slices */
+} shards;
+
+static void shards_close(shards *sh) {
+    for (int r = 0; sh->f && r < sh->world; r++) hyp_st_close(sh->f[r]);
+    free(sh->f), free(sh->rg), free(sh->found);
+    memset(sh, 0, sizeof *sh);
+}
+
+/* The layout's ranges of each tensor: 2·world integers that tile [0, numel) in rank order. */
+static int shard_ranges(const char *p, const cJSON *ranges, const hyp_ckpt_tensor *params, int n, shards *sh,
+                        hyp_err *e) {
+    if (cJSON_GetArraySize(ranges) != n)
+        return hyp_fail(e, HYP_EINPUT, "%s: the shard layout lists %d tensors, this model has %d — the checkpoint is from a different model config",
+                        p, cJSON_GetArraySize(ranges), n);
+    for (int i = 0; i < n; i++) {
+        const cJSON *a = cJSON_GetObjectItemCaseSensitive(ranges, params[i].name);
+        int64_t numel = hyp_st_numel(params[i].ndim, params[i].shape), at = 0;
+        if (!cJSON_IsArray(a) || cJSON_GetArraySize(a) != 2 * sh->world)
+            return hyp_fail(e, HYP_EINPUT, "%s: no shard ranges for tensor '%.300s' — the checkpoint is from a different model or damaged", p, params[i].name);
+        for (int k = 0; k < 2 * sh->world; k++) {
+            const cJSON *x = cJSON_GetArrayItem(a, k);
+            if (!cJSON_IsNumber(x) || x->valuedouble < 0 || x->valuedouble > (double)numel || floor(x->valuedouble) != x->valuedouble)
+                return hyp_fail(e, HYP_EINPUT, "%s: shard range %d of '%.300s' is not an element index — the checkpoint is damaged", p, k, params[i].name);
+            sh->rg[(size_t)k / 2 * 2 * (size_t)n + 2 * (size_t)i + k % 2] = (int64_t)x->valuedouble;
+        }
+        for (int r = 0; r < sh->world; r++) {
+            const int64_t *q = &sh->rg[((size_t)r * n + i) * 2];
+            if (q[1] == q[0]) continue;
+            if (q[0] != at || q[1] < q[0])
+                return hyp_fail(e, HYP_EINPUT, "%s: the shard ranges of '%.300s' do not tile it — the checkpoint is damaged", p, params[i].name);
+            at = q[1];
+        }
+        if (at != numel)
+            return hyp_fail(e, HYP_EINPUT, "%s: the shards hold %lld of the %lld elements of '%.300s' — the checkpoint is damaged", p,
+                            (long long)at, (long long)numel, params[i].name);
+    }
+    return HYP_OK;
+}
+
+/* Opens and verifies every shard: checksums, and each slice F32 1-D of its range's length. */
+static int shards_open(const char *sd, const cJSON *files, const cJSON *lay, const hyp_ckpt_tensor *params,
+                       const hyp_ckpt_tensor *m, const hyp_ckpt_tensor *v, int n, shards *sh, hyp_err *e) {
+    char p[PATH_CAP];
+    pathf(p, "%s/%s", sd, "state.json");
+    uint64_t world;
+    if (json_u64(lay, "world", &world) != 0 || world < 1 || world > 65536)
+        return hyp_fail(e, HYP_EINPUT, "%s: layout.world is not a rank count — the checkpoint is damaged", p);
+    sh->world = (int)world;
+    sh->f = calloc(world, sizeof *sh->f);
+    sh->rg = calloc(world * (size_t)n * 2, sizeof *sh->rg);
+    sh->found = calloc(world * (size_t)n * 3, sizeof *sh->found);
+    if (!sh->f || !sh->rg || !sh->found) return hyp_fail(e, HYP_EFAIL, "%s: out of memory", sd);
+    int rc = shard_ranges(p, cJSON_GetObjectItemCaseSensitive(lay, "ranges"), params, n, sh, e);
+    for (int r = 0; r < sh->world && !rc; r++) {
+        char name[64];
+        shard_name(name, sizeof name, r);
+        if ((rc = open_verified(sd, name, files, &sh->f[r], e))) break;
+        int count = 0;
+        for (int i = 0; i < n && !rc; i++) {
+            const int64_t *q = &sh->rg[((size_t)r * n + i) * 2];
+            if (q[1] == q[0]) continue;
+            const char *names[3] = {params[i].name, m ? m[i].name : NULL, v ? v[i].name : NULL};
+            for (int s = 0; s < 3 && !rc; s++, count++) {
+                const hyp_st_tensor *t = names[s] ? hyp_st_find(sh->f[r], names[s]) : NULL;
+                if (names[s] && (!t || t->dtype != HYP_ST_F32 || t->ndim != 1 || t->shape[0] != q[1] - q[0]))
+                    rc = hyp_fail(e, HYP_EINPUT, "%s/%s: slice '%.300s' is %s — the checkpoint is damaged or from a different model", sd, name,
+                                  names[s], t ? "not F32 of its range's length" : "missing");
+                sh->found[((size_t)r * n + i) * 3 + s] = t;
+            }
+        }
+        if (!rc && hyp_st_count(sh->f[r]) != count)
+            rc = hyp_fail(e, HYP_EINPUT, "%s/%s: holds %d tensors, the layout names %d — the checkpoint is damaged", sd, name,
+                          hyp_st_count(sh->f[r]), count);
+    }
+    return rc;
+}
+
+static void shards_copy(const shards *sh, hyp_ckpt_tensor *params, hyp_ckpt_tensor *m, hyp_ckpt_tensor *v, int n) {
+    for (int r = 0; r < sh->world; r++)
+        for (int i = 0; i < n; i++) {
+            const int64_t *q = &sh->rg[((size_t)r * n + i) * 2];
+            hyp_ckpt_tensor *dst[3] = {&params[i], m ? &m[i] : NULL, v ? &v[i] : NULL};
+            for (int s = 0; s < 3 && q[1] > q[0]; s++)
+                if (dst[s]) memcpy(dst[s]->data + q[0], sh->found[((size_t)r * n + i) * 3 + s]->data, sizeof(float) * (size_t)(q[1] - q[0]));
+        }
+}
+
+/* The auxiliary tensors: each present with its dtype and shape, nothing else in the file. */
+static int match_aux(const hyp_st_file *f, const hyp_ckpt_aux *aux, int n_aux, const hyp_st_tensor **found,
+                     hyp_err *e) {
+    for (int i = 0; i < n_aux; i++) {
+        const hyp_st_tensor *s = hyp_st_find(f, aux[i].name);
+        int same = s && s->dtype == (hyp_st_dtype)aux[i].dtype && s->ndim == aux[i].ndim;
+        for (int d = 0; same && d < s->ndim; d++) same = s->shape[d] == aux[i].shape[d];
+        if (!same)
+            return hyp_fail(e, HYP_EINPUT, "%s: tensor '%.300s' is %s — the checkpoint's training state is from a different plan; resume with the matching trainer",
+                            hyp_st_path(f), aux[i].name, s ? "of another dtype or shape" : "missing");
+        found[i] = s;
+    }
+    if (hyp_st_count(f) != n_aux)
+        return hyp_fail(e, HYP_EINPUT, "%s: holds %d tensors, this trainer expects %d — the checkpoint's training state is from a different plan",
+                        hyp_st_path(f), hyp_st_count(f), n_aux);
+    return HYP_OK;
+}
+
 int hyp_ckpt_load(const char *dir, const char *step, hyp_ckpt_tensor *params, hyp_ckpt_tensor *m,
                   hyp_ckpt_tensor *v, int n, const char *expect_config_hash, hyp_ckpt_state *st_out,
                   hyp_err *e) {
+    return hyp_ckpt_load_aux(dir, step, params, m, v, n, NULL, 0, expect_config_hash, st_out, e);
+}
+
+int hyp_ckpt_load_aux(const char *dir, const char *step, hyp_ckpt_tensor *params, hyp_ckpt_tensor *m,
+                      hyp_ckpt_tensor *v, int n, hyp_ckpt_aux *aux, int n_aux,
+                      const char *expect_config_hash, hyp_ckpt_state *st_out, hyp_err *e) {
     if (!dir || !dir[0]) return hyp_fail(e, HYP_EINPUT, "(checkpoint): no directory given");
+    if (check_aux(dir, aux, n_aux, e)) return HYP_EINPUT;
     int with_opt, rc = check_tensors(dir, params, m, v, n, &with_opt, e);
     if (rc != HYP_OK) return rc;
     char sd[PATH_CAP], p[PATH_CAP];
@@ -518,7 +786,9 @@ int hyp_ckpt_load(const char *dir, const char *step, hyp_ckpt_tensor *params, hy
     if ((rc = hyp_fs_read_small(p, STATE_MAX_BYTES, &txt, NULL, e)) != HYP_OK) return rc;
     cJSON *j = cJSON_Parse(txt);
     free(txt);
-    hyp_st_file *fm = NULL, *fo = NULL;
+    hyp_st_file *fm = NULL, *fo = NULL, *fa = NULL;
+    shards sh = {0};
+    const cJSON *lay = NULL;
     const hyp_st_tensor **found = NULL;
     const hyp_ckpt_tensor **want = NULL;
     hyp_ckpt_state *st = calloc(1, sizeof *st); /* ~4.5 KB: not on the stack */
@@ -582,7 +852,7 @@ int hyp_ckpt_load(const char *dir, const char *step, hyp_ckpt_tensor *params, hy
                       expect_config_hash);
         goto done;
     }
-    found = calloc((size_t)n * 3, sizeof *found);
+    found = calloc((size_t)n * 3 + (size_t)n_aux, sizeof *found);
     want = calloc((size_t)n * 3, sizeof *want);
     if (!found || !want) {
         rc = hyp_fail(e, HYP_EFAIL, "%s: out of memory", sd);
@@ -595,9 +865,11 @@ int hyp_ckpt_load(const char *dir, const char *step, hyp_ckpt_tensor *params, hy
             want[n + 2 * i + 1] = &v[i];
         }
     }
-    if ((rc = open_verified(sd, FILES[0], files, &fm, e)) != HYP_OK) goto done;
-    if ((rc = match_tensors(fm, want, n, found, e)) != HYP_OK) goto done;
-    if (with_opt) {
+    lay = cJSON_GetObjectItemCaseSensitive(j, "layout");
+    if (lay && (rc = shards_open(sd, files, lay, params, m, v, n, &sh, e)) != HYP_OK) goto done;
+    if (!lay && (rc = open_verified(sd, FILES[0], files, &fm, e)) != HYP_OK) goto done;
+    if (!lay && (rc = match_tensors(fm, want, n, found, e)) != HYP_OK) goto done;
+    if (with_opt && !lay) {
         if (!cJSON_GetObjectItemCaseSensitive(files, FILES[1])) {
             rc = hyp_fail(e, HYP_EINPUT, "%s: has no optimizer state (weights only) — it cannot "
                           "resume training; load it as initial weights instead", sd);
@@ -606,9 +878,20 @@ int hyp_ckpt_load(const char *dir, const char *step, hyp_ckpt_tensor *params, hy
         if ((rc = open_verified(sd, FILES[1], files, &fo, e)) != HYP_OK) goto done;
         if ((rc = match_tensors(fo, want + n, 2 * n, found + n, e)) != HYP_OK) goto done;
     }
+    if (n_aux) {
+        if (!cJSON_GetObjectItemCaseSensitive(files, FILES[F_AUX])) {
+            rc = hyp_fail(e, HYP_EINPUT, "%s: has no %s (FP8 scaling state) — it was saved by a trainer without it; resume with that trainer or start fresh",
+                          sd, FILES[F_AUX]);
+            goto done;
+        }
+        if ((rc = open_verified(sd, FILES[F_AUX], files, &fa, e)) != HYP_OK) goto done;
+        if ((rc = match_aux(fa, aux, n_aux, found + 3 * n, e)) != HYP_OK) goto done;
+    }
     /* everything verified: now, and only now, write into the caller's buffers */
-    for (int k = 0; k < (with_opt ? 3 * n : n); k++)
+    if (lay) shards_copy(&sh, params, m, v, n);
+    for (int k = 0; k < (lay ? 0 : with_opt ? 3 * n : n); k++)
         memcpy(want[k]->data, found[k]->data, found[k]->nbytes);
+    for (int i = 0; i < n_aux; i++) memcpy(aux[i].data, found[3 * n + i]->data, found[3 * n + i]->nbytes);
     if (st_out) *st_out = *st;
 done:
     free(found);
@@ -616,6 +899,8 @@ done:
     free(st);
     hyp_st_close(fm);
     hyp_st_close(fo);
+    hyp_st_close(fa);
+    shards_close(&sh);
     cJSON_Delete(j);
     return rc;
 }

@@ -7,6 +7,8 @@
  *                                            transformers/safetensors load it directly
  *   DIR/step_00000123/optimizer.safetensors  AdamW m and v: "<name>.exp_avg", "<name>.exp_avg_sq"
  *                                            (absent for weights-only checkpoints)
+ *   DIR/step_00000123/train_state.safetensors  auxiliary training state (the FP8 scaling states:
+ *                                            amax histories, scales, positions), when given
  *   DIR/step_00000123/state.json             format version, step, RNG state, loader state,
  *                                            config_hash, size + xxh3-128 of each .safetensors
  *   DIR/latest                               "step_00000123\n": the newest complete checkpoint
@@ -72,6 +74,21 @@ int hyp_ckpt_save(const char *dir, const hyp_ckpt_tensor *params, const hyp_ckpt
                   const hyp_ckpt_tensor *v, int n, const hyp_ckpt_state *st, int keep,
                   hyp_err *e);
 
+/* An auxiliary tensor of training state (not a model tensor): F32 or I64 (HYP_ST_* of
+ * safetensors.h), saved to train_state.safetensors. */
+typedef struct {
+    const char *name;
+    int dtype;                          /* HYP_ST_F32 or HYP_ST_I64 */
+    void *data;
+    int ndim;
+    int64_t shape[HYP_CKPT_MAX_DIMS];
+} hyp_ckpt_aux;
+
+/* hyp_ckpt_save plus aux[n_aux] (n_aux = 0: none, no train_state.safetensors). */
+int hyp_ckpt_save_aux(const char *dir, const hyp_ckpt_tensor *params, const hyp_ckpt_tensor *m,
+                      const hyp_ckpt_tensor *v, int n, const hyp_ckpt_aux *aux, int n_aux,
+                      const hyp_ckpt_state *st, int keep, hyp_err *e);
+
 /* Loads a checkpoint into the caller's buffers. step = NULL: the one DIR/latest names (or DIR
  * itself when DIR is a step directory, i.e. holds state.json); else a step directory name inside
  * DIR ("step_00000123"). Returns HYP_ENOCKPT when step is NULL and DIR has no checkpoint yet.
@@ -82,6 +99,51 @@ int hyp_ckpt_save(const char *dir, const hyp_ckpt_tensor *params, const hyp_ckpt
 int hyp_ckpt_load(const char *dir, const char *step, hyp_ckpt_tensor *params, hyp_ckpt_tensor *m,
                   hyp_ckpt_tensor *v, int n, const char *expect_config_hash, hyp_ckpt_state *st,
                   hyp_err *e);
+
+/* hyp_ckpt_load plus aux[n_aux]: with n_aux > 0 the checkpoint must hold exactly these auxiliary
+ * tensors (names, dtypes, shapes), verified like the rest before anything is written. */
+int hyp_ckpt_load_aux(const char *dir, const char *step, hyp_ckpt_tensor *params, hyp_ckpt_tensor *m,
+                      hyp_ckpt_tensor *v, int n, hyp_ckpt_aux *aux, int n_aux,
+                      const char *expect_config_hash, hyp_ckpt_state *st, hyp_err *e);
+
+/* ---- sharded checkpoints (v2181) ------------------------------------------------------------
+ * With ZeRO stage >= 1 on several ranks each rank writes the slices it owns, no gathering:
+ *   DIR/step_N/shard_RRRRR.safetensors   rank R's slices, 1-D F32: "<name>", "<m name>",
+ *                                        "<v name>" = elements [lo, hi) of the flattened tensor
+ *   DIR/step_N/state.json                as above, plus "layout": {"world", "stage", "ranges":
+ *                                        {"<name>": [lo_0, hi_0, lo_1, hi_1, ...] per rank}}
+ *                                        and the size + xxh3-128 of every shard under "files"
+ *   DIR/step_N/train_state.safetensors   the auxiliary tensors (rank 0)
+ * Protocol (the caller runs the collectives): rank 0 hyp_ckpt_shard_begin -> a temp dir, which
+ * it broadcasts; every rank hyp_ckpt_shard_write into it; the sums and ranges go to rank 0; if
+ * every rank succeeded rank 0 hyp_ckpt_shard_commit (fsync, rename, latest), else
+ * hyp_ckpt_shard_abort. A crash before the commit leaves only a temp dir, removed by the next save.
+ * hyp_ckpt_load(_aux) reads both layouts: from shards it assembles the full tensors, whatever
+ * world size saved them (the caller re-shards); a missing or corrupt shard is refused (HYP_EINPUT)
+ * before anything is written. */
+typedef struct {
+    int64_t lo, hi;                     /* elements [lo, hi) of the flattened tensor; lo == hi: none */
+    const float *p, *m, *v;             /* their values, hi - lo each */
+} hyp_ckpt_slice;
+
+typedef struct {
+    char hex[33];                       /* xxh3-128 of the shard file */
+    uint64_t bytes;
+} hyp_ckpt_shard_sum;
+
+/* Rank 0: creates DIR and the temp dir of step st->step; its path into tmp[cap]. */
+int hyp_ckpt_shard_begin(const char *dir, const hyp_ckpt_state *st, char *tmp, size_t cap, hyp_err *e);
+/* Every rank: writes tmp/shard_<rank>.safetensors from sl[n] (names from params/m/v[n]). */
+int hyp_ckpt_shard_write(const char *tmp, int rank, const hyp_ckpt_tensor *params, const hyp_ckpt_tensor *m,
+                         const hyp_ckpt_tensor *v, int n, const hyp_ckpt_slice *sl, const hyp_ckpt_state *st,
+                         hyp_ckpt_shard_sum *sum, hyp_err *e);
+/* Rank 0, after every rank wrote: ranges[world][n][2] and sums[world] of all ranks; writes
+ * aux[n_aux] and state.json, then installs the step and `latest` like hyp_ckpt_save. */
+int hyp_ckpt_shard_commit(const char *dir, const char *tmp, const hyp_ckpt_tensor *params, int n, int world,
+                          int stage, const int64_t *ranges, const hyp_ckpt_shard_sum *sums,
+                          const hyp_ckpt_aux *aux, int n_aux, const hyp_ckpt_state *st, int keep, hyp_err *e);
+/* Rank 0: removes the temp dir of a save that failed on some rank. */
+void hyp_ckpt_shard_abort(const char *tmp);
 
 /* The step directory DIR/latest names, as a path in out (cap bytes); out = "" (and HYP_OK) when
  * DIR has no checkpoint yet (no DIR or no DIR/latest). HYP_EINPUT when `latest` is malformed or

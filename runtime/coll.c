@@ -10,6 +10,10 @@
 
 struct hyp_coll {
     int rank, world, mpi;
+    int busy[HYP_COLL_MAX_REQS];
+#ifdef HYP_HAVE_MPI
+    MPI_Request reqs[HYP_COLL_MAX_REQS];
+#endif
 };
 
 static int launched_by_mpi(void) {
@@ -134,6 +138,71 @@ int hyp_coll_allgather_f32(hyp_coll *c, const float *send, float *recv, size_t c
     (void)e;
 #endif
     if (recv + (size_t)c->rank * count != send) memcpy(recv + (size_t)c->rank * count, send, count * sizeof(float));
+    return HYP_OK;
+}
+
+int hyp_coll_iallgather_f32(hyp_coll *c, const float *send, float *recv, size_t count, int *req, hyp_err *e) {
+    int r = 0;
+    while (r < HYP_COLL_MAX_REQS && c->busy[r]) r++;
+    if (r == HYP_COLL_MAX_REQS) return hyp_fail(e, HYP_EFAIL, "too many non-blocking collectives in flight");
+#ifdef HYP_HAVE_MPI
+    if (c->mpi) {
+        if (count > (size_t)1 << 30) return hyp_fail(e, HYP_EFAIL, "all-gather shard too large");
+        int rc = MPI_Iallgather(send, (int)count, MPI_FLOAT, recv, (int)count, MPI_FLOAT, MPI_COMM_WORLD, &c->reqs[r]);
+        if (rc != MPI_SUCCESS) return mpi_fail(e, "all-gather (non-blocking)", rc);
+        c->busy[r] = 1;
+        *req = r;
+        return HYP_OK;
+    }
+#endif
+    if (recv + (size_t)c->rank * count != send) memcpy(recv + (size_t)c->rank * count, send, count * sizeof(float));
+    c->busy[r] = 1;
+    *req = r;
+    return HYP_OK;
+}
+
+int hyp_coll_wait(hyp_coll *c, int req, hyp_err *e) {
+    if (req < 0 || req >= HYP_COLL_MAX_REQS || !c->busy[req]) return hyp_fail(e, HYP_EFAIL, "wait on an unknown collective request");
+    c->busy[req] = 0;
+#ifdef HYP_HAVE_MPI
+    if (c->mpi) {
+        int rc = MPI_Wait(&c->reqs[req], MPI_STATUS_IGNORE);
+        if (rc != MPI_SUCCESS) return mpi_fail(e, "wait", rc);
+    }
+#else
+    (void)e;
+#endif
+    return HYP_OK;
+}
+
+int hyp_coll_reduce_scatter_add_f32(hyp_coll *c, float *buf, float *acc, size_t count, hyp_err *e) {
+    const float *mine = buf + (size_t)c->rank * count;
+#ifdef HYP_HAVE_MPI
+    if (c->mpi) {
+        if (count > (size_t)1 << 30) return hyp_fail(e, HYP_EFAIL, "reduce-scatter shard too large");
+        int rc = MPI_Reduce_scatter_block(MPI_IN_PLACE, buf, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        if (rc != MPI_SUCCESS) return mpi_fail(e, "reduce-scatter", rc);
+        mine = buf; /* in place: the own block lands at the front */
+    }
+#else
+    (void)e;
+#endif
+    for (size_t i = 0; i < count; i++) acc[i] += mine[i];
+    return HYP_OK;
+}
+
+int hyp_coll_allgather_bytes(hyp_coll *c, const void *send, void *recv, size_t bytes, hyp_err *e) {
+#ifdef HYP_HAVE_MPI
+    if (c->mpi) {
+        if (bytes > (size_t)1 << 30) return hyp_fail(e, HYP_EFAIL, "all-gather block too large");
+        int rc = MPI_Allgather(send, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE, MPI_COMM_WORLD);
+        if (rc != MPI_SUCCESS) return mpi_fail(e, "all-gather", rc);
+        return HYP_OK;
+    }
+#else
+    (void)e;
+#endif
+    memcpy((char *)recv + (size_t)c->rank * bytes, send, bytes);
     return HYP_OK;
 }
 

@@ -30,6 +30,16 @@ int hyp_coll_allreduce_max_f32(hyp_coll *c, float *buf, size_t n, hyp_err *e);
 int hyp_coll_reduce_scatter_f32(hyp_coll *c, const float *send, float *recv, size_t count, hyp_err *e);
 /* recv[world*count] = concatenation of every rank's send[count]. send may alias recv + rank*count. */
 int hyp_coll_allgather_f32(hyp_coll *c, const float *send, float *recv, size_t count, hyp_err *e);
+/* Non-blocking all-gather (MPI_Iallgather): starts the transfer and returns a request id in *req;
+ * recv is complete only after hyp_coll_wait(*req). At most HYP_COLL_MAX_REQS in flight. */
+#define HYP_COLL_MAX_REQS 16
+int hyp_coll_iallgather_f32(hyp_coll *c, const float *send, float *recv, size_t count, int *req, hyp_err *e);
+int hyp_coll_wait(hyp_coll *c, int req, hyp_err *e);
+/* In place: buf[world*count] is summed over ranks and acc[count] += this rank's block of the sum
+ * (buf is scratch afterwards). ZeRO-3 uses it to fold a layer's gradients into the own shard. */
+int hyp_coll_reduce_scatter_add_f32(hyp_coll *c, float *buf, float *acc, size_t count, hyp_err *e);
+/* recv[world*bytes] = concatenation of every rank's send[bytes] (any plain data). */
+int hyp_coll_allgather_bytes(hyp_coll *c, const void *send, void *recv, size_t bytes, hyp_err *e);
 int hyp_coll_broadcast(hyp_coll *c, void *buf, size_t bytes, int root, hyp_err *e);
 int hyp_coll_barrier(hyp_coll *c, hyp_err *e);
 /* 1 when every rank passes ok != 0 (collective "did everyone succeed?") */

@@ -7,9 +7,41 @@
 
 #include <stdint.h>
 
+#include "coll.h"
 #include "hyp_err.h"
 #include "fp8.h"
 #include "plan.h"
+
+/* ZeRO-3 (v2104 stage 3): the parameters are cut into layer groups — the contiguous arena runs of
+ * one transformer layer ("h.3." / "layers.3."), of the tensors before the first layer (embeddings)
+ * and of those after the last one (final norm, untied head). Each group is padded and sharded
+ * evenly: rank r persistently holds floats [r*gs, (r+1)*gs) of every group. The op lists are cut
+ * into segments that each use one group; before a segment runs, its group is all-gathered into one
+ * of zero_prefetch + 1 working slots (the gathers of the next zero_prefetch segments are started
+ * before the current one computes: prefetch; 0 = gather just in time), and in backward its gradients go to a one-group workspace that is reduce-scattered
+ * into the own gradient shard as soon as the segment is done. */
+typedef struct {
+    int start, group;               /* first op index; the group its params/grads belong to */
+} exec_seg;
+
+#define EXEC_Z3_MAX_SLOTS 9         /* prefetch of up to 8 groups + the one computing */
+
+typedef struct {
+    int n_groups;
+    int64_t *start, *len, *gs, *sb; /* per group: arena start, floats, shard floats per rank, own
+                                       shard's offset in the rank's shard arrays */
+    int *buf_group;                 /* per plan buffer: group of a param/grad buffer, else -1 */
+    float **ptr;                    /* per plan buffer: where a param/grad buffer lives now */
+    exec_seg *fwd, *bwd;
+    int n_fwd, n_bwd;
+    float *slot[EXEC_Z3_MAX_SLOTS]; /* working buffers of gathered groups [slot_cap] each */
+    int n_slots;                    /* the plan's zero_prefetch + 1 */
+    int64_t slot_cap;               /* max over groups of world * gs */
+    float *full;                    /* exec_z3_adopt_full: a full parameter arena, no gathers */
+    hyp_coll *coll;
+    int rc;                         /* first collective failure (then nothing more runs) */
+    hyp_err err;
+} exec_z3;
 
 typedef struct {
     const plan_t *p;
@@ -23,6 +55,9 @@ typedef struct {
     int world, rank, stage;
     int64_t shard;
     float *gshard;                  /* [shard] reduced gradients of the own shard (stage >= 2) */
+    exec_z3 *z3;                    /* stage 3 only; then params/m/v/gshard hold the own shards
+                                       [shard] in the group layout and grads is the one-group
+                                       gradient workspace */
     hyp_fp8_state *fp8;             /* [plan fp8_slots] v2160 per-operand scaling states */
     /* bytes per category, for reporting; with stage >= 2 the full-size gradient buffer is only the
      * backward pass's accumulation workspace (bytes_grad_workspace) and the gradients kept for the
@@ -31,9 +66,10 @@ typedef struct {
 } exec_t;
 
 int exec_init(exec_t *x, const plan_t *p, hyp_err *e);
-/* Like exec_init for rank `rank` of `world` under ZeRO stage 0..3: stage >= 1 allocates AdamW
- * moments for the own shard only, stage >= 2 a reduced-gradient shard. */
-int exec_init_dp(exec_t *x, const plan_t *p, int world, int rank, int stage, hyp_err *e);
+/* Like exec_init for this rank of coll's world (coll may be NULL: one rank) under ZeRO stage 0..3:
+ * stage >= 1 allocates AdamW moments for the own shard only, stage >= 2 a reduced-gradient
+ * shard, stage 3 only the parameter shards and two layer working buffers (see exec_z3). */
+int exec_init_dp(exec_t *x, const plan_t *p, hyp_coll *coll, int stage, hyp_err *e);
 void exec_free(exec_t *x);
 /* Binds the batch shape for the following runs; B <= plan B, T <= plan T. */
 int exec_bind(exec_t *x, int B, int T, hyp_err *e);
@@ -49,6 +85,19 @@ float exec_backward(exec_t *x, float dloss);
 /* v2160: ends an optimizer step for the FP8 scaling states (after the amax of this step's slot
  * has been reduced across ranks by the caller, if any): rolls the amax histories, new scales. */
 void exec_fp8_step(exec_t *x);
+/* Stage 3: the first collective failure of forward/backward (HYP_OK if none; e gets its message). */
+int exec_z3_status(const exec_t *x, hyp_err *e);
+/* Stage 3: src[shard] in the group layout -> full[param_floats] in the plan's arena layout on
+ * every rank (collective), and the reverse (local: keeps the own shard of full). */
+int exec_z3_gather_full(exec_t *x, const float *src, float *full, hyp_err *e);
+void exec_z3_scatter_full(const exec_t *x, const float *full, float *dst);
+/* Stage 3: the part of the arena range [off, off+n) this rank owns: returns its length (0: none),
+ * its arena offset in *first and its index in the shard arrays (params, gshard, m, v) in *pos. A
+ * tensor lies inside one group, so its own part is one contiguous range. */
+int64_t exec_z3_own(const exec_t *x, int64_t off, int64_t n, int64_t *first, int64_t *pos);
+/* Stage 3: from now on forward reads the parameters from full[param_floats] (owned by x), with no
+ * collectives — for sampling on one rank after training. */
+void exec_z3_adopt_full(exec_t *x, float *full);
 /* Pointer to a buffer by index. */
 float *exec_buf(exec_t *x, int idx);
 /* Counts targets >= 0 of the bound batch. */

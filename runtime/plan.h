@@ -71,6 +71,7 @@ typedef struct {
     double flops_attn_coef; /* FLOPs per token per unit of T (attention): fpt(T) = fpt - coef*(planT - T) */
     /* training defaults */
     int B, T, grad_accum, warmup_steps, steps, eval_every, eval_batches, zero_stage;
+    int zero_prefetch;      /* ZeRO-3: layer groups gathered ahead of the one computing (0..8) */
     uint64_t seed;
     char schedule[16];
     double lr, min_lr_ratio, decay_fraction, weight_decay, beta1, beta2, eps, max_norm;
@@ -88,6 +89,7 @@ typedef struct {
     int *fp8_roles;        /* per slot: 0 weight, 1 activation, 2 gradient (hyp_fp8_role) */
     int fp8_e4m3_only, fp8_current, fp8_history, fp8_margin;
     char hash[40];          /* xxh3-128 of the plan file, hex: identifies the trainer */
+    char state_hash[40];    /* the same without the ZeRO settings: what a checkpoint must match */
 } plan_t;
 
 /* Loads and validates path. On error returns HYP_EINPUT with "path: what — how to fix". */

@@ -66,3 +66,15 @@ void train_adamw_range(exec_t *x, const train_opts *o, double lr, int t, float s
 void train_adamw_step(exec_t *x, const train_opts *o, double lr, int t, float scale) {
     train_adamw_range(x, o, lr, t, scale, 0, x->p->param_floats, x->grads, x->m, x->v);
 }
+
+void train_adamw_zero3(exec_t *x, const train_opts *o, double lr, int t, float scale) {
+    const plan_t *p = x->p;
+    for (int i = 0; i < p->n_params_t; i++) {
+        const plan_param *pp = &p->params[i];
+        int64_t first, pos, n = exec_z3_own(x, pp->offset, pp->numel, &first, &pos);
+        if (n <= 0) continue;
+        float wd = pp->decay ? (float)o->weight_decay : 0.0f;
+        op_adamw(x->params + pos, x->gshard + pos, x->m + pos, x->v + pos, n, (float)lr, (float)o->beta1,
+                 (float)o->beta2, (float)o->eps, wd, t, scale);
+    }
+}

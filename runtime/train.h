@@ -28,5 +28,7 @@ void train_adamw_step(exec_t *x, const train_opts *o, double lr, int t, float sc
  * its own decay flag where it intersects the range. */
 void train_adamw_range(exec_t *x, const train_opts *o, double lr, int t, float scale, int64_t lo,
                        int64_t hi, const float *g, float *m, float *v);
+/* ZeRO-3: AdamW over this rank's shards (x->params, x->gshard, x->m, x->v in the group layout). */
+void train_adamw_zero3(exec_t *x, const train_opts *o, double lr, int t, float scale);
 
 #endif

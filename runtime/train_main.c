@@ -1,7 +1,7 @@
 /* train_main.c — the generated trainer's program (`out/NAME/train`): loads the plan that `gen`
  * wrote next to it, trains on pre-tokenized shards with the CPU backend (or, for --target sim and
- * sm_XX, the device loop of train_dev.c), evaluates, checkpoints,
- * resumes bit-exactly, logs metrics and samples text.
+ * sm_XX, the device loop of train_dev.c), evaluates, checkpoints, resumes bit-exactly, logs metrics
+ * and samples text. Data parallelism, ZeRO and checkpoints of the CPU backend live in train_dp.c.
  *
  *   train --data DIR [--steps N] [--batch B] [--seq T] [--grad-accum K] [--lr X] [--seed S]
  *         [--ckpt-dir D] [--ckpt-every N] [--resume] [--metrics FILE] [--sample N]
@@ -36,6 +36,7 @@
 #include "rng.h"
 #include "train.h"
 #include "train_dev.h"
+#include "train_dp.h"
 
 typedef struct {
     const char *data, *ckpt_dir, *metrics, *plan, *prompt;
@@ -296,100 +297,6 @@ static int sample_text(exec_t *x, const args_t *a, uint64_t seed, FILE *out) {
     return 0;
 }
 
-/* ---- checkpoints: the plan's parameters, AdamW moments, step, RNG and loader position ---- */
-
-static hyp_ckpt_tensor *ckpt_tensors(exec_t *x, float *base, const char *suffix) {
-    const plan_t *p = x->p;
-    hyp_ckpt_tensor *t = calloc((size_t)p->n_params_t, sizeof *t);
-    char **names = calloc((size_t)p->n_params_t, sizeof *names);
-    if (!t || !names) {
-        free(t), free(names);
-        return NULL;
-    }
-    for (int i = 0; i < p->n_params_t; i++) {
-        const plan_param *pp = &p->params[i];
-        size_t len = strlen(pp->name) + strlen(suffix) + 1;
-        names[i] = malloc(len);
-        if (names[i]) snprintf(names[i], len, "%s%s", pp->name, suffix);
-        t[i].name = names[i];
-        t[i].data = base + pp->offset;
-        t[i].ndim = pp->ndim;
-        for (int d = 0; d < pp->ndim; d++) t[i].shape[d] = pp->shape[d];
-    }
-    free(names); /* the strings live on in t[i].name; freed by free_tensors */
-    return t;
-}
-
-static void free_tensors(hyp_ckpt_tensor *t, int n) {
-    if (!t) return;
-    for (int i = 0; i < n; i++) free((char *)t[i].name);
-    free(t);
-}
-
-/* ---- data parallelism and ZeRO (v2110, v2104) ---- */
-
-typedef struct {
-    hyp_coll *coll;
-    int rank, world, stage;
-} dp_t;
-
-/* After backward: make every rank's gradients (stage 0/1) or gradient shard (stage >= 2) the sum
- * over ranks, and return the global gradient norm. */
-static int dp_reduce_grads(dp_t *d, exec_t *x, double *norm, hyp_err *e) {
-    int rc;
-    if (d->stage >= 2) {
-        if ((rc = hyp_coll_reduce_scatter_f32(d->coll, x->grads, x->gshard, (size_t)x->shard, e))) return rc;
-        double ss = op_sumsq(x->gshard, x->shard);
-        if ((rc = hyp_coll_allreduce_f64(d->coll, &ss, 1, e))) return rc;
-        *norm = sqrt(ss);
-        return HYP_OK;
-    }
-    if (d->world > 1 && (rc = hyp_coll_allreduce_f32(d->coll, x->grads, (size_t)x->shard * d->world, e))) return rc;
-    *norm = train_grad_norm(x);
-    return HYP_OK;
-}
-
-/* The optimizer step on what this rank owns, then (stage >= 1) all-gather the updated shards. */
-static int dp_step(dp_t *d, exec_t *x, const train_opts *o, double lr, int t, float scale, hyp_err *e) {
-    if (d->stage == 0) {
-        train_adamw_step(x, o, lr, t, scale);
-        return HYP_OK;
-    }
-    int64_t lo = x->shard * d->rank;
-    const float *g = d->stage >= 2 ? x->gshard : x->grads + lo;
-    train_adamw_range(x, o, lr, t, scale, lo, lo + x->shard, g, x->m, x->v);
-    if (d->world == 1) return HYP_OK;
-    return hyp_coll_allgather_f32(d->coll, x->params + lo, x->params, (size_t)x->shard, e);
-}
-
-/* Full-layout AdamW moments for checkpoints: with stage >= 1 each rank holds a shard, so they
- * are gathered into temporary full buffers (save) or scattered from them (load). */
-static int dp_gather_moments(dp_t *d, exec_t *x, float *mfull, float *vfull, hyp_err *e) {
-    int rc;
-    if ((rc = hyp_coll_allgather_f32(d->coll, x->m, mfull, (size_t)x->shard, e))) return rc;
-    return hyp_coll_allgather_f32(d->coll, x->v, vfull, (size_t)x->shard, e);
-}
-
-static void print_rank_memory(dp_t *d, exec_t *x, hyp_err *e) {
-    int W = d->world;
-    double *mem = calloc((size_t)W * 5, sizeof(double));
-    if (!mem) return;
-    mem[d->rank * 5 + 0] = (double)x->bytes_params;
-    mem[d->rank * 5 + 1] = (double)x->bytes_grads;
-    mem[d->rank * 5 + 2] = (double)x->bytes_optim;
-    mem[d->rank * 5 + 3] = (double)x->bytes_acts;
-    mem[d->rank * 5 + 4] = (double)x->bytes_grad_workspace;
-    hyp_coll_allreduce_f64(d->coll, mem, (size_t)W * 5, e);
-    for (int r = 0; r < W; r++) {
-        double *m = mem + r * 5;
-        printf("rank %d/%d memory (ZeRO stage %d): params %.0f B | grads %.0f B | optimizer %.0f B | activations %.0f B",
-               r, W, d->stage, m[0], m[1], m[2], m[3]);
-        if (m[4] > 0) printf(" | backward gradient workspace %.0f B", m[4]);
-        printf("  (%.2f + %.2f + %.2f + %.2f MiB)\n", m[0] / 1048576, m[1] / 1048576, m[2] / 1048576, m[3] / 1048576);
-    }
-    free(mem);
-}
-
 static int run(int argc, char **argv, hyp_coll *coll);
 
 int main(int argc, char **argv) {
@@ -425,7 +332,11 @@ static int run(int argc, char **argv, hyp_coll *coll) {
         fprintf(stderr, "train: %s\n", e.msg);
         return rc;
     }
-    dp_t d = {coll, hyp_coll_rank(coll), hyp_coll_world(coll), plan.zero_stage};
+    /* the device backends (train_dev.c) run ZeRO-3 in the stage-2 layout with a full working copy of
+     * the parameters: the host mirror (initialization, checkpoints, sampling) uses that layout too */
+    int on_device = !strcmp(plan.backend, "sim") || !strcmp(plan.backend, "cuda");
+    dp_t d = {coll, hyp_coll_rank(coll), hyp_coll_world(coll),
+              on_device && plan.zero_stage > 2 ? 2 : plan.zero_stage};
     train_dev dv = {0}; /* the device backend (sim or cuda), opened below when the plan says so */
     int is0 = d.rank == 0;
     int B = a.batch ? a.batch : plan.B, T = a.seq ? a.seq : plan.T;
@@ -439,7 +350,7 @@ static int run(int argc, char **argv, hyp_coll *coll) {
     int eval_batches = a.eval_batches >= 0 ? a.eval_batches : plan.eval_batches;
 
     exec_t x;
-    if ((rc = exec_init_dp(&x, &plan, d.world, d.rank, d.stage, &e)) || (rc = exec_bind(&x, B, T, &e))) {
+    if ((rc = exec_init_dp(&x, &plan, coll, d.stage, &e)) || (rc = exec_bind(&x, B, T, &e))) {
         fprintf(stderr, "train: %s\n", e.msg);
         exec_free(&x);
         plan_free(&plan);
@@ -449,24 +360,11 @@ static int run(int argc, char **argv, hyp_coll *coll) {
     hyp_rng rng;
     hyp_rng_seed2(&rng, seed, 1);
 
-    /* checkpoint views: moments in the full parameter layout (temporary buffers when sharded) */
-    int64_t arena = x.shard * d.world;
-    float *mfull = x.m, *vfull = x.v;
-    if (d.stage >= 1) {
-        mfull = calloc((size_t)arena, sizeof(float));
-        vfull = calloc((size_t)arena, sizeof(float));
-    }
-    hyp_ckpt_tensor *tp = ckpt_tensors(&x, x.params, ""), *tm = mfull ? ckpt_tensors(&x, mfull, ".exp_avg") : NULL,
-                    *tv = vfull ? ckpt_tensors(&x, vfull, ".exp_avg_sq") : NULL;
-    if (!tp || !tm || !tv) {
-        fprintf(stderr, "train: out of memory\n");
-        return HYP_EFAIL;
-    }
     int start_step = 0;
     hyp_loader_state lstate = {0, 0};
     if (a.resume || a.sample_mode) {
         hyp_ckpt_state st;
-        rc = hyp_ckpt_load(a.ckpt_dir, NULL, tp, tm, tv, plan.n_params_t, plan.hash, &st, &e);
+        rc = dp_load(&d, &x, a.ckpt_dir, a.sample_mode, plan.state_hash, &st, &e);
         if (rc == HYP_OK) {
             start_step = (int)st.step;
             hyp_rng_set_state(&rng, st.rng);
@@ -480,10 +378,6 @@ static int run(int argc, char **argv, hyp_coll *coll) {
                 rc = HYP_EINPUT;
                 goto cleanup_early;
             }
-            if (d.stage >= 1) { /* keep the own shard of the moments */
-                memcpy(x.m, mfull + x.shard * d.rank, sizeof(float) * (size_t)x.shard);
-                memcpy(x.v, vfull + x.shard * d.rank, sizeof(float) * (size_t)x.shard);
-            }
             printf("resumed from %s at step %d (saved by %s; now %d rank%s)\n", st.path, start_step,
                    st.plan[0] ? st.plan : "a trainer of this plan", d.world, d.world == 1 ? "" : "s");
         } else if (rc == HYP_ENOCKPT && a.resume && !a.sample_mode) {
@@ -491,16 +385,17 @@ static int run(int argc, char **argv, hyp_coll *coll) {
             rc = 0;
         } else {
             fprintf(stderr, "train: %s\n", e.msg);
-            return rc == HYP_ENOCKPT ? HYP_EINPUT : rc;
+            rc = rc == HYP_ENOCKPT ? HYP_EINPUT : rc;
+            goto cleanup_early;
         }
     }
     if (a.sample_mode) { /* sampling runs on the host executor: same weights, same numerics */
         if (is0) rc = sample_text(&x, &a, seed, stdout);
         goto cleanup_early;
     }
-    if (!strcmp(plan.backend, "sim") || !strcmp(plan.backend, "cuda")) {
+    if (on_device) {
         /* the device loop (train_dev.c); a trainer for sm_XX never falls back to the CPU executor */
-        if ((rc = train_dev_open(&dv, &plan, plan_path, &x, d.coll, d.stage, B, T, &e))) {
+        if ((rc = train_dev_open(&dv, &plan, plan_path, &x, d.coll, plan.zero_stage, B, T, &e))) {
             fprintf(stderr, "train: %s\n", e.msg);
             goto cleanup_early;
         }
@@ -546,7 +441,7 @@ static int run(int argc, char **argv, hyp_coll *coll) {
     printf("batch %d x seq %d x accum %d x ranks %d = %lld tokens/step | %d threads/rank | activations %.1f MiB (%.1f MiB without the memory plan)\n",
            B, T, K, d.world, (long long)tokens_per_step, omp_get_max_threads(), 4.0 * plan.act_floats / 1048576.0,
            4.0 * plan.act_floats_unplanned / 1048576.0);
-    print_rank_memory(&d, &x, &e);
+    dp_print_memory(&d, &x, &e);
     if (dv.on) train_dev_print_memory(&dv, &e);
     printf("data: %llu train tokens (%d shard%s)%s | steps %d | lr %.3g (%s, warmup %d) | clip %g | wd %g\n",
            (unsigned long long)hyp_loader_total_tokens(train), hyp_loader_num_shards(train),
@@ -569,7 +464,8 @@ static int run(int argc, char **argv, hyp_coll *coll) {
             lr = train_lr_at(&opt, step);
             if ((rc = train_dev_step(&dv, &x, train, &opt, K, step, lr, &loss, &norm, &scale, &e))) break;
         } else {
-        op_zero(x.grads, arena);
+        if (d.stage >= 3) op_zero(x.gshard, x.shard);
+        else op_zero(x.grads, x.shard * d.world);
         for (int k = 0; k < K; k++) {
             if ((rc = hyp_loader_next(train, x.tokens, x.targets, &e))) break;
             exec_forward(&x);
@@ -578,6 +474,7 @@ static int run(int argc, char **argv, hyp_coll *coll) {
             /* every token of the global batch weighs 1 / (tokens * K): the sum over ranks is the mean */
             float mean = exec_backward(&x, gcnt > 0 ? (float)(1.0 / (gcnt * K)) : 0.0f);
             loss += gcnt > 0 ? mean * cnt / gcnt / K : 0;
+            if ((rc = exec_z3_status(&x, &e))) break;
         }
         if (rc) break;
         if ((rc = hyp_coll_allreduce_f64(d.coll, &loss, 1, &e))) break;
@@ -614,7 +511,7 @@ static int run(int argc, char **argv, hyp_coll *coll) {
         if (do_eval) {
             double v = dv.on ? train_dev_eval(&dv, &x, val, eval_batches, &e, &rc) : eval_loss(&x, val, eval_batches, &e, &rc);
             exec_bind(&x, B, T, &e);
-            if (rc) break;
+            if (rc || (rc = exec_z3_status(&x, &e))) break;
             if ((rc = hyp_coll_allreduce_f64(d.coll, &v, 1, &e))) break;
             vl = (float)(v / d.world);
         }
@@ -632,8 +529,7 @@ static int run(int argc, char **argv, hyp_coll *coll) {
         done_steps++;
         if (a.ckpt_dir && ((a.ckpt_every && step % a.ckpt_every == 0) || step == last_step)) {
             if (dv.on && (rc = train_dev_download(&dv, &x, &e))) break;
-            if (d.stage >= 1 && (rc = dp_gather_moments(&d, &x, mfull, vfull, &e))) break;
-            if (is0) {
+            {
                 hyp_loader_state ls;
                 hyp_loader_get_state(train, &ls);
                 hyp_ckpt_state st;
@@ -643,12 +539,11 @@ static int run(int argc, char **argv, hyp_coll *coll) {
                 hyp_rng_get_state(&rng, st.rng);
                 st.loader_epoch = ls.epoch;
                 st.loader_position = ls.position * (uint64_t)d.world; /* windows of the whole group */
-                snprintf(st.config_hash, sizeof st.config_hash, "%s", plan.hash);
+                snprintf(st.config_hash, sizeof st.config_hash, "%s", plan.state_hash);
                 snprintf(st.plan, sizeof st.plan, "%s on %d rank%s, ZeRO stage %d", plan.model_name, d.world,
-                         d.world == 1 ? "" : "s", d.stage);
-                rc = hyp_ckpt_save(a.ckpt_dir, tp, tm, tv, plan.n_params_t, &st, a.keep, &e);
+                         d.world == 1 ? "" : "s", plan.zero_stage);
+                rc = dp_save(&d, &x, a.ckpt_dir, a.keep, &st, &e);
             }
-            if (!hyp_coll_all_ok(d.coll, rc == 0) && !rc) rc = HYP_EFAIL, snprintf(e.msg, sizeof e.msg, "rank 0 failed to write the checkpoint");
             if (rc) break;
         }
     }
@@ -657,6 +552,7 @@ static int run(int argc, char **argv, hyp_coll *coll) {
         printf("done: %d steps in %.1f s, final loss %.4f, mean %.0f tok/s\n", done_steps, now_s() - t_start, last_loss,
                steps_timed ? tok_s / steps_timed : 0.0);
     if (!rc && dv.on) rc = train_dev_download(&dv, &x, &e); /* sampling below runs on the host */
+    if (!rc && a.sample > 0 && d.stage >= 3) rc = dp_unshard(&x, &e); /* rank 0 samples alone */
     if (!rc && a.sample > 0 && is0) {
         printf("--- sample (%d tokens, temperature %.2f, top-k %d) ---\n", a.sample, a.temperature, a.top_k);
         rc = sample_text(&x, &a, seed, stdout);
@@ -666,8 +562,6 @@ static int run(int argc, char **argv, hyp_coll *coll) {
     hyp_loader_close(val);
 cleanup_early:
     train_dev_close(&dv);
-    free_tensors(tp, plan.n_params_t), free_tensors(tm, plan.n_params_t), free_tensors(tv, plan.n_params_t);
-    if (d.stage >= 1) free(mfull), free(vfull);
     exec_free(&x);
     plan_free(&plan);
     return rc;

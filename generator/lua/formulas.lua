@@ -127,11 +127,13 @@ F.STATE_BYTES = {
 }
 
 -- Model state per GPU under ZeRO (Rajbhandari et al. 2020) / FSDP.
--- o = { dtype, stage 0..3, p world size, grad_bytes?, layer_params? (largest layer, for the
---       stage-3 gather buffer) }. Stage 0 replicates everything; stage 1 shards the optimizer
+-- o = { dtype, stage 0..3, p world size, grad_bytes?, layer_params? (largest gather unit,
+--       F.gather_params, for the stage-3 gather buffer), prefetch? (layers gathered ahead, v2104
+--       prefetch_layers, default 1) }. Stage 0 replicates everything; stage 1 shards the optimizer
 -- state over p; stage 2 also the gradients; stage 3 (= FSDP full shard) also the weights, and
--- then needs a gather buffer for the full weights of the layer being computed and the next one
--- (prefetch): 2·layer_params·param bytes. Returns bytes per GPU by part and the total.
+-- then needs a gather buffer for the full weights of the layer being computed and the prefetched
+-- ones: (prefetch + 1)·layer_params·param bytes (and a one-layer gradient workspace in backward, which
+-- F.model_state leaves out: like the stage-2 workspace it is transient). Returns bytes per GPU by part and the total.
 function F.model_state(N, o)
   local sb = F.STATE_BYTES[o.dtype]
   local p, st = o.p or 1, o.stage or 0
@@ -146,18 +148,31 @@ function F.model_state(N, o)
   if st >= 3 then
     params = params / p
     fp8 = fp8 / p
-    if p > 1 then gather = 2 * (o.layer_params or 0) * sb.param end
+    if p > 1 then gather = ((o.prefetch or 1) + 1) * (o.layer_params or 0) * sb.param end
   end
   return { params = params, grads = grads, optimizer = optim, fp8_extra = fp8, gather = gather,
     total = params + grads + optim + fp8 + gather }
 end
 
--- Parameters of one transformer layer (for the ZeRO-3 gather buffer).
+-- Parameters of one transformer layer, norms included.
 function F.layer_params(m)
   local d = F.dims(m)
   local n = d.qkv * d.C + d.C * d.NH * d.hd + d.fc * d.C + d.C * d.H
+  n = n + 2 * (m.norm == "layernorm" and (d.bias and 2 or 1) or 1) * d.C
   if d.bias then n = n + d.qkv + d.C + d.fc + d.C end
+  if m.qk_norm then n = n + 2 * d.hd end
   return n
+end
+
+-- The largest unit ZeRO-3 gathers at once (the runtime's layer groups, runtime/exec.h): one
+-- transformer layer, the embeddings (padded vocabulary, learned positions) or the tensors after
+-- the last layer (final norm, untied LM head). For GPT-2 124M the embeddings win (39M vs 7M).
+function F.gather_params(m)
+  local d = F.dims(m)
+  local norm = (m.norm == "layernorm" and (d.bias and 2 or 1) or 1) * d.C
+  local embed = d.Vp * d.C + (m.position == "learned" and d.maxT * d.C or 0)
+  local post = norm + (m.tied_embeddings and 0 or d.Vp * d.C)
+  return math.max(F.layer_params(m), embed, post)
 end
 
 -- ---- activation memory -------------------------------------------------------------------

@@ -479,11 +479,13 @@ function P.build(tree, cfg, contrib, opts)
   train.max_norm = from("v2133", "max_norm", 0.0, "train.max_norm (0 = no clipping)")
   -- data parallelism and ZeRO (v2110, v2104, v2105): the world size is mpirun's, the stage is ours
   train.zero_stage = 0
+  train.zero_prefetch = 1 -- stage 3: layers gathered ahead of the one computing (v2104 prefetch_layers)
   if cfg.active.v2104 then
     train.zero_stage = R.param(cfg, "v2104", "stage") or 1
+    if train.zero_stage == 3 then train.zero_prefetch = R.param(cfg, "v2104", "prefetch_layers") or 1 end
     add_contrib("v2104", string.format("ZeRO stage %d: %s across data-parallel ranks", train.zero_stage,
       ({ "AdamW moments sharded", "AdamW moments sharded, gradients reduce-scattered into shards",
-         "AdamW moments sharded, gradients reduce-scattered, each rank updates only its parameter shard and all-gathers the model after the step (whole-model granularity: every rank still holds a full working copy; the per-layer gather/release of ZeRO-3 is not implemented yet)" })[train.zero_stage]))
+         string.format("parameters, gradients and AdamW moments sharded per layer; each layer's parameters are all-gathered (the next %d prefetched) before use and released after, each layer's gradients reduce-scattered as soon as its backward is done", train.zero_prefetch) })[train.zero_stage]))
   elseif cfg.active.v2105 then
     train.zero_stage = 3
     decide("train.zero_stage", 3, "v2105 fsdp: full sharding of parameters, gradients and optimizer state = ZeRO stage 3 semantics")

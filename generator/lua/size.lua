@@ -389,7 +389,7 @@ end
 
 local function min_zero3(N, dt, bg, m, act, res, cap)
   local full = F.model_state(N, { dtype = dt, stage = 3, p = 1, grad_bytes = bg })
-  local gather = 2 * F.layer_params(m) * F.STATE_BYTES[dt].param
+  local gather = 2 * F.gather_params(m) * F.STATE_BYTES[dt].param
   local room = cap - act - res - gather
   if room <= 0 then return nil end
   return math.max(1, math.ceil(full.total / room))
@@ -420,7 +420,7 @@ local function memory_for(o, h, m, N, S, inputs, p, stage)
     bytes = bytes, align = 64 })
   local act_bytes = planning and act.peak or act_np.unplanned
   local state = F.model_state(N, { dtype = dt, stage = stage, p = p, grad_bytes = S.bg.value,
-    layer_params = F.layer_params(m) })
+    layer_params = F.gather_params(m) })
   local per_layer = {}
   for _, a in ipairs({ "naive", "flash" }) do
     for _, r in ipairs({ "none", "selective", "full" }) do

@@ -61,6 +61,17 @@ v8=$(last_metric "$TMP/f8.jsonl" val_loss); v32=$(last_metric "$TMP/f32.jsonl" v
 echo "v2160: validation loss after 100 steps: fp8 $v8, fp32 $v32"
 check test_v2160_fp8_learns awk -v a="$v8" 'BEGIN { exit !(a + 0 > 0 && a < 3.5) }'
 check test_v2160_fp8_within_margin_of_fp32 awk -v a="$v8" -v b="$v32" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a + 0 > 0 && d < 0.3) }'
+# v2160 + checkpoints: the FP8 scaling states (amax histories, scales, history positions) are
+# saved in train_state.safetensors and restored, so an fp8 run resumed at step 10 gives the losses
+# of 20 straight steps bit for bit (measured without them: the scales re-warm from 1 and the
+# losses differ from step 11 on, ending near 9 instead of 3.5)
+F8R=(--data "$TMP/data" --batch 4 --seq 64 --lr 3e-3 --eval-every 0 --steps 20 --sample 0)
+expect fp8_20_steps 0 "done: 20 steps" -- "$TMP/f8/train" "${F8R[@]}" --metrics "$TMP/f8_20.jsonl"
+expect fp8_10_steps_ckpt 0 "done: 10 steps" -- "$TMP/f8/train" "${F8R[@]}" --metrics "$TMP/f8_r.jsonl" --ckpt-dir "$TMP/ck8" --ckpt-every 10 --stop-after 10
+expect fp8_resume_10_more 0 "resumed from .*step_0*10" -- "$TMP/f8/train" "${F8R[@]}" --metrics "$TMP/f8_r.jsonl" --ckpt-dir "$TMP/ck8" --resume
+check fp8_checkpoint_holds_scaling_state test -s "$TMP/ck8/step_00000010/train_state.safetensors"
+check test_v2160_fp8_resume_is_bit_exact test "$(losses "$TMP/f8_20.jsonl")" = "$(losses "$TMP/f8_r.jsonl")"
+check fp8_resume_ran_20_steps test "$(losses "$TMP/f8_r.jsonl" | wc -l)" -eq 20
 # v2102 bf16 policy (GEMM operands rounded to bf16, fp32 accumulation): not fp32 either, and the
 # fp8 run stays within the same written margin of the bf16 run
 expect gen_bf16 0 "wrote" -- "$GEN" specs/v2500.yaml --enable adamw,clip,memory-planning,bf16 --model tiny --target cpu --batch 8 --seq 64 -o "$TMP/bf16"

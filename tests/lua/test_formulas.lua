@@ -122,12 +122,24 @@ near("zero2 bf16 p=4", F.model_state(1e9, { dtype = "bf16", stage = 2, p = 4 }).
 local s3 = F.model_state(1e9, { dtype = "bf16", stage = 3, p = 4, layer_params = 1e7 })
 near("zero3 bf16 p=4 state", s3.total - s3.gather, 4e9)
 near("zero3 gather buffer", s3.gather, 4e7)
+-- v2104 prefetch_layers: 0 gathers just in time (one layer buffer: 2e7), 3 keeps four (8e7)
+near("zero3 gather buffer, prefetch 0", F.model_state(1e9, { dtype = "bf16", stage = 3, p = 4, layer_params = 1e7, prefetch = 0 }).gather, 2e7)
+near("zero3 gather buffer, prefetch 3", F.model_state(1e9, { dtype = "bf16", stage = 3, p = 4, layer_params = 1e7, prefetch = 3 }).gather, 8e7)
 -- fp32 (the CPU runtime): 4 + 4 + m 4 + v 4 = 16 B/param → 4 × param floats
 near("fp32 state = 16 B/param", F.model_state(858880, { dtype = "fp32", stage = 0 }).total, 16 * 858880)
 -- fp8: bf16's 16 B/param + a 1 B FP8 weight copy = 17 B/param
 near("fp8 state = 17 B/param", F.model_state(1e9, { dtype = "fp8", stage = 0 }).total, 17e9)
--- layer params tiny (with biases): 198272 − 512 (layernorms are not in the layer's matmuls) = 197760
-eq("layer_params tiny", F.layer_params(tiny), 197760)
+-- layer params tiny (with biases), as the runtime's ZeRO-3 layer group holds them: matmul weights
+-- 384·128 + 128·128 + 512·128 + 128·512 = 196608, biases 384 + 128 + 512 + 128 = 1152, two
+-- layernorms 2·2·128 = 512 → 198272 (measured: the stage-3 gradient workspace of tiny at np=2 is
+-- 2 ranks · 99136 floats = 198272 floats, tests/gen/test_dp.sh)
+eq("layer_params tiny", F.layer_params(tiny), 198272)
+-- the largest ZeRO-3 gather unit: tiny's layer (embeddings 256·128 + 256·128 = 65536 are smaller);
+-- GPT-2 124M's embeddings: padded vocabulary 50304·768 + positions 1024·768 = 39419904 (a layer
+-- is 7087872)
+eq("gather_params tiny", F.gather_params(tiny), 198272)
+eq("gather_params gpt2-124m", F.gather_params(gpt2), 39419904)
+eq("layer_params gpt2-124m", F.layer_params(gpt2), 7087872)
 
 -- ---- activation memory ------------------------------------------------------------------------
 -- tiny, B = 1, T = 4, fp32, naive attention: N = 4 tokens, C = 128 → an [N, C] buffer is

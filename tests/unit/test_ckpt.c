@@ -1,7 +1,9 @@
 /* test_ckpt.c — checkpoints: bit-exact round trip of weights, AdamW moments and state; corrupt,
  * truncated and mismatched checkpoints refused before the caller's buffers change; `latest`
  * semantics; keep-last-K; and crashes (leftover temp dirs, a step dir without a `latest`
- * update) that must not break the next save or load. */
+ * update) that must not break the next save or load. Auxiliary tensors (FP8 scaling state,
+ * F32 + I64) and sharded checkpoints (v2181: two ranks' slices assembled on load; a corrupt
+ * shard or ranges that do not tile a tensor refused). */
 #include <dirent.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -477,6 +479,106 @@ static void test_crash(void) {
     model_free(&B);
 }
 
+/* Two "ranks": rank 0 owns the first 50 elements of tensor 0 and all of tensor 2, rank 1 the
+ * rest of tensor 0 and all of tensor 1 (uneven, one rank without a slice of some tensors). */
+static void make_slices(model *M, hyp_ckpt_slice sl[2][NT], int64_t rg[2][NT][2]) {
+    int64_t cut[NT] = {50, 0, (int64_t)numel(2)};
+    for (int i = 0; i < NT; i++) {
+        int64_t n = (int64_t)numel(i);
+        int64_t b[3] = {0, cut[i], n};
+        for (int r = 0; r < 2; r++) {
+            sl[r][i] = (hyp_ckpt_slice){b[r], b[r + 1], M->p[i] + b[r], M->m[i] + b[r], M->v[i] + b[r]};
+            rg[r][i][0] = b[r], rg[r][i][1] = b[r + 1];
+        }
+    }
+}
+
+static int save_sharded(const char *dir, model *M, const hyp_ckpt_state *st, const hyp_ckpt_aux *aux, int n_aux,
+                        int64_t rg[2][NT][2], hyp_err *e) {
+    hyp_ckpt_slice sl[2][NT];
+    int64_t own[2][NT][2];
+    make_slices(M, sl, own);
+    if (!rg) rg = own;
+    char tmp[HYP_CKPT_PATH_MAX];
+    hyp_ckpt_shard_sum sums[2];
+    int rc = hyp_ckpt_shard_begin(dir, st, tmp, sizeof tmp, e);
+    for (int r = 0; r < 2 && !rc; r++) rc = hyp_ckpt_shard_write(tmp, r, M->t, M->tm, M->tv, NT, sl[r], st, &sums[r], e);
+    if (rc) return rc;
+    return hyp_ckpt_shard_commit(dir, tmp, M->t, NT, 2, 3, &rg[0][0][0], sums, aux, n_aux, st, 0, e);
+}
+
+static void test_shards_and_aux(void) {
+    char dir[512], p[1024];
+    snprintf(dir, sizeof dir, "%s/shards", g_dir);
+    model A, B;
+    model_init(&A, 11, 1);
+    model_init(&B, 12, 1);
+    float hist[2][3] = {{1.5f, 2.25f, 0}, {3, 4, 5}}, hist2[2][3] = {{0}};
+    int64_t cnt[2][3] = {{7, 1LL << 40, -3}, {0, 1, 2}}, cnt2[2][3] = {{0}};
+    hyp_ckpt_aux aux[2] = {{"fp8.amax_history", HYP_ST_F32, hist, 2, {2, 3, 0, 0}},
+                           {"fp8.counters", HYP_ST_I64, cnt, 2, {2, 3, 0, 0}}};
+    hyp_ckpt_aux aux2[2] = {aux[0], aux[1]};
+    aux2[0].data = hist2, aux2[1].data = cnt2;
+    hyp_ckpt_state st = make_state(40), got;
+    hyp_err e = {{0}};
+    int rc = save_sharded(dir, &A, &st, aux, 2, NULL, &e);
+    CHECK(rc == HYP_OK && exists("%s/%s", dir, "step_00000040/shard_00001.safetensors") &&
+              !exists("%s/%s", dir, "step_00000040/model.safetensors"),
+          "two ranks write a sharded checkpoint (%s)", e.msg);
+    rc = hyp_ckpt_load_aux(dir, NULL, B.t, B.tm, B.tv, NT, aux2, 2, "sha256:abc123", &got, &e);
+    CHECK(rc == HYP_OK && model_equal(&A, &B) && got.step == 40,
+          "the loader assembles the full tensors from the shards, bit-exact (%s)", e.msg);
+    CHECK(!memcmp(hist, hist2, sizeof hist) && !memcmp(cnt, cnt2, sizeof cnt),
+          "auxiliary F32 and I64 tensors round-trip exactly (2^40 included)");
+
+    /* a corrupt shard: refused, nothing written */
+    model_fill(&B, 9.0f);
+    snprintf(p, sizeof p, "%s/step_00000040/shard_00001.safetensors", dir);
+    flip_byte(p, 5);
+    rc = hyp_ckpt_load_aux(dir, NULL, B.t, B.tm, B.tv, NT, aux2, 2, "sha256:abc123", &got, &e);
+    CHECK(rc == HYP_EINPUT && strstr(e.msg, "shard_00001.safetensors: checksum mismatch") && model_all(&B, 9.0f),
+          "a corrupt shard is refused before the caller's buffers change (%s)", e.msg);
+    flip_byte(p, 5);
+    unlink(p);
+    rc = hyp_ckpt_load_aux(dir, NULL, B.t, B.tm, B.tv, NT, aux2, 2, "sha256:abc123", &got, &e);
+    CHECK(rc == HYP_EINPUT && strstr(e.msg, "shard_00001") && model_all(&B, 9.0f), "a missing shard is refused (%s)", e.msg);
+
+    /* ranges that overlap do not tile the tensor */
+    int64_t bad[2][NT][2];
+    hyp_ckpt_slice sl[2][NT];
+    make_slices(&A, sl, bad);
+    bad[1][0][0] = 40;
+    st = make_state(41);
+    rc = save_sharded(dir, &A, &st, aux, 2, bad, &e);
+    rc = rc ? rc : hyp_ckpt_load_aux(dir, NULL, B.t, B.tm, B.tv, NT, aux2, 2, "sha256:abc123", &got, &e);
+    CHECK(rc == HYP_EINPUT && strstr(e.msg, "do not tile") && model_all(&B, 9.0f), "overlapping shard ranges are refused (%s)", e.msg);
+
+    /* a single-file checkpoint without train_state.safetensors when the trainer wants FP8 state */
+    st = make_state(42);
+    rc = save(dir, &A, &st, 0, &e);
+    rc = rc ? rc : hyp_ckpt_load_aux(dir, NULL, B.t, B.tm, B.tv, NT, aux2, 2, "sha256:abc123", &got, &e);
+    CHECK(rc == HYP_EINPUT && strstr(e.msg, "train_state.safetensors") && model_all(&B, 9.0f),
+          "FP8 state requested from a checkpoint without it is refused (%s)", e.msg);
+    aux2[1].shape[1] = 4;
+    st = make_state(43);
+    rc = hyp_ckpt_save_aux(dir, A.t, A.tm, A.tv, NT, aux, 2, &st, 0, &e);
+    rc = rc ? rc : hyp_ckpt_load_aux(dir, NULL, B.t, B.tm, B.tv, NT, aux2, 2, "sha256:abc123", &got, &e);
+    CHECK(rc == HYP_EINPUT && strstr(e.msg, "fp8.counters") && model_all(&B, 9.0f),
+          "an auxiliary tensor of another shape is refused (%s)", e.msg);
+
+    /* an aborted sharded save leaves no temp dir and does not move latest */
+    char tmp[HYP_CKPT_PATH_MAX];
+    st = make_state(44);
+    rc = hyp_ckpt_shard_begin(dir, &st, tmp, sizeof tmp, &e);
+    hyp_ckpt_shard_abort(tmp);
+    char out[HYP_CKPT_PATH_MAX];
+    hyp_ckpt_latest(dir, out, sizeof out, &e);
+    CHECK(rc == HYP_OK && access(tmp, F_OK) != 0 && strstr(out, "step_00000043"),
+          "an aborted sharded save leaves nothing and latest unchanged");
+    model_free(&A);
+    model_free(&B);
+}
+
 int main(void) {
     snprintf(g_dir, sizeof g_dir, "/tmp/hyp_test_ckpt_XXXXXX");
     if (!mkdtemp(g_dir)) {
@@ -487,6 +589,7 @@ int main(void) {
     test_damage();
     test_latest_and_keep();
     test_crash();
+    test_shards_and_aux();
     rm_rf(g_dir);
     printf("%d passed, %d failed\n", g_pass, g_fail);
     return g_fail ? 1 : 0;

@@ -1,0 +1,310 @@
+/* train_dp.c — the trainer's data-parallel step and checkpoints on the CPU backend (see
+ * train_dp.h): gradient reduction and the sharded AdamW step of ZeRO stages 0-3 (v2110, v2104),
+ * per-rank memory report, checkpoint save (single file set, or per-rank shards: v2181) and load
+ * with re-sharding to the current world size (v2175), FP8 scaling states included (v2160). */
+#include "train_dp.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops_cpu.h"
+#include "safetensors.h"
+
+/* The plan's tensors as checkpoint tensors "<name><suffix>", data at base's full arena layout. */
+static hyp_ckpt_tensor *ckpt_tensors(exec_t *x, float *base, const char *suffix) {
+    const plan_t *p = x->p;
+    hyp_ckpt_tensor *t = calloc((size_t)p->n_params_t, sizeof *t);
+    char **names = calloc((size_t)p->n_params_t, sizeof *names);
+    if (!t || !names) {
+        free(t), free(names);
+        return NULL;
+    }
+    for (int i = 0; i < p->n_params_t; i++) {
+        const plan_param *pp = &p->params[i];
+        size_t len = strlen(pp->name) + strlen(suffix) + 1;
+        names[i] = malloc(len);
+        if (names[i]) snprintf(names[i], len, "%s%s", pp->name, suffix);
+        t[i].name = names[i];
+        t[i].data = base ? base + pp->offset : NULL; /* NULL: names and shapes only */
+        t[i].ndim = pp->ndim;
+        for (int d = 0; d < pp->ndim; d++) t[i].shape[d] = pp->shape[d];
+    }
+    free(names); /* the strings live on in t[i].name; freed by free_tensors */
+    return t;
+}
+
+static void free_tensors(hyp_ckpt_tensor *t, int n) {
+    if (!t) return;
+    for (int i = 0; i < n; i++) free((char *)t[i].name);
+    free(t);
+}
+
+/* After backward: make every rank's gradients (stage 0/1) or gradient shard (stage >= 2) the sum
+ * over ranks, and return the global gradient norm. */
+int dp_reduce_grads(dp_t *d, exec_t *x, double *norm, hyp_err *e) {
+    int rc;
+    if (d->stage >= 2) { /* stage 3 reduce-scattered each layer's gradients during backward */
+        if (d->stage == 2 && (rc = hyp_coll_reduce_scatter_f32(d->coll, x->grads, x->gshard, (size_t)x->shard, e)))
+            return rc;
+        double ss = op_sumsq(x->gshard, x->shard);
+        if ((rc = hyp_coll_allreduce_f64(d->coll, &ss, 1, e))) return rc;
+        *norm = sqrt(ss);
+        return HYP_OK;
+    }
+    if (d->world > 1 && (rc = hyp_coll_allreduce_f32(d->coll, x->grads, (size_t)x->shard * d->world, e))) return rc;
+    *norm = train_grad_norm(x);
+    return HYP_OK;
+}
+
+/* The optimizer step on what this rank owns, then (stage >= 1) all-gather the updated shards. */
+int dp_step(dp_t *d, exec_t *x, const train_opts *o, double lr, int t, float scale, hyp_err *e) {
+    if (d->stage == 0) {
+        train_adamw_step(x, o, lr, t, scale);
+        return HYP_OK;
+    }
+    if (d->stage == 3) { /* the shards stay sharded: the next forward gathers them per layer */
+        train_adamw_zero3(x, o, lr, t, scale);
+        return HYP_OK;
+    }
+    int64_t lo = x->shard * d->rank;
+    const float *g = d->stage >= 2 ? x->gshard : x->grads + lo;
+    train_adamw_range(x, o, lr, t, scale, lo, lo + x->shard, g, x->m, x->v);
+    if (d->world == 1) return HYP_OK;
+    return hyp_coll_allgather_f32(d->coll, x->params + lo, x->params, (size_t)x->shard, e);
+}
+
+/* v2160 FP8 scaling states as checkpoint tensors, so a resumed run scales exactly like an
+ * uninterrupted one: amax histories [slots, history], scale and scale_inv [slots, 2], history
+ * position / update count / last saturation count [slots, 3]. */
+typedef struct {
+    float *hist, *scale;
+    int64_t *cnt;
+    hyp_ckpt_aux t[3];
+    int n;                      /* 3, or 0 without FP8 */
+} fp8_aux;
+
+static void fp8_aux_close(fp8_aux *a) {
+    free(a->hist), free(a->scale), free(a->cnt);
+    memset(a, 0, sizeof *a);
+}
+
+static int fp8_aux_open(const exec_t *x, fp8_aux *a) {
+    memset(a, 0, sizeof *a);
+    int S = x->p->fp8_slots;
+    if (!S) return HYP_OK;
+    int64_t H = x->fp8[0].recipe.history_len;
+    a->hist = malloc(sizeof(float) * (size_t)(S * H));
+    a->scale = malloc(sizeof(float) * (size_t)S * 2);
+    a->cnt = malloc(sizeof(int64_t) * (size_t)S * 3);
+    if (!a->hist || !a->scale || !a->cnt) {
+        fp8_aux_close(a);
+        return HYP_EFAIL;
+    }
+    a->t[0] = (hyp_ckpt_aux){"fp8.amax_history", HYP_ST_F32, a->hist, 2, {S, H, 0, 0}};
+    a->t[1] = (hyp_ckpt_aux){"fp8.scale", HYP_ST_F32, a->scale, 2, {S, 2, 0, 0}};
+    a->t[2] = (hyp_ckpt_aux){"fp8.counters", HYP_ST_I64, a->cnt, 2, {S, 3, 0, 0}};
+    a->n = 3;
+    return HYP_OK;
+}
+
+static void fp8_aux_pack(const exec_t *x, fp8_aux *a) {
+    int64_t H = a->n ? a->t[0].shape[1] : 0;
+    for (int i = 0; i < (a->n ? x->p->fp8_slots : 0); i++) {
+        const hyp_fp8_state *s = &x->fp8[i];
+        memcpy(a->hist + i * H, s->amax_history, sizeof(float) * (size_t)H);
+        a->scale[2 * i] = s->scale, a->scale[2 * i + 1] = s->scale_inv;
+        a->cnt[3 * i] = s->pos, a->cnt[3 * i + 1] = s->steps, a->cnt[3 * i + 2] = s->nsat_last;
+    }
+}
+
+static void fp8_aux_unpack(exec_t *x, const fp8_aux *a) {
+    int64_t H = a->n ? a->t[0].shape[1] : 0;
+    for (int i = 0; i < (a->n ? x->p->fp8_slots : 0); i++) {
+        hyp_fp8_state *s = &x->fp8[i];
+        memcpy(s->amax_history, a->hist + i * H, sizeof(float) * (size_t)H);
+        s->scale = a->scale[2 * i], s->scale_inv = a->scale[2 * i + 1];
+        s->pos = (int)a->cnt[3 * i], s->steps = (long)a->cnt[3 * i + 1], s->nsat_last = (long)a->cnt[3 * i + 2];
+    }
+}
+
+/* Checkpoints hold every tensor in the plan's full layout. With stage >= 1 the moments (and at
+ * stage 3 the weights) are sharded, so a checkpoint goes through temporary full-layout buffers,
+ * allocated only while saving or loading. */
+typedef struct {
+    float *p, *m, *v;           /* full layout: x's own arrays where not sharded */
+    hyp_ckpt_tensor *tp, *tm, *tv;
+    fp8_aux fa;                 /* the FP8 scaling states (replicated: identical on every rank) */
+} ckpt_view;
+
+static void view_close(const dp_t *d, exec_t *x, ckpt_view *cv) {
+    int n = x->p->n_params_t;
+    free_tensors(cv->tp, n), free_tensors(cv->tm, n), free_tensors(cv->tv, n);
+    fp8_aux_close(&cv->fa);
+    if (d->stage >= 3) free(cv->p);
+    if (d->stage >= 1) free(cv->m), free(cv->v);
+    memset(cv, 0, sizeof *cv);
+}
+
+static int view_open(const dp_t *d, exec_t *x, ckpt_view *cv, hyp_err *e) {
+    size_t n = (size_t)(d->stage >= 3 ? x->p->param_floats : x->shard * d->world);
+    cv->p = d->stage >= 3 ? calloc(n, sizeof(float)) : x->params;
+    cv->m = d->stage >= 1 ? calloc(n, sizeof(float)) : x->m;
+    cv->v = d->stage >= 1 ? calloc(n, sizeof(float)) : x->v;
+    if (cv->p && cv->m && cv->v) {
+        cv->tp = ckpt_tensors(x, cv->p, "");
+        cv->tm = ckpt_tensors(x, cv->m, ".exp_avg");
+        cv->tv = ckpt_tensors(x, cv->v, ".exp_avg_sq");
+    }
+    if (!cv->tp || !cv->tm || !cv->tv || fp8_aux_open(x, &cv->fa)) {
+        view_close(d, x, cv);
+        return hyp_fail(e, HYP_EFAIL, "out of memory for the checkpoint buffers");
+    }
+    return HYP_OK;
+}
+
+/* Fills the view from every rank's shards (collective). */
+static int view_gather(dp_t *d, exec_t *x, ckpt_view *cv, hyp_err *e) {
+    int rc;
+    fp8_aux_pack(x, &cv->fa);
+    if (d->stage >= 3)
+        return (rc = exec_z3_gather_full(x, x->params, cv->p, e)) || (rc = exec_z3_gather_full(x, x->m, cv->m, e))
+                   ? rc : exec_z3_gather_full(x, x->v, cv->v, e);
+    if (d->stage >= 1 && ((rc = hyp_coll_allgather_f32(d->coll, x->m, cv->m, (size_t)x->shard, e)) ||
+                          (rc = hyp_coll_allgather_f32(d->coll, x->v, cv->v, (size_t)x->shard, e))))
+        return rc;
+    return HYP_OK;
+}
+
+/* Keeps this rank's shards of a loaded view. */
+static void view_scatter(const dp_t *d, exec_t *x, const ckpt_view *cv) {
+    fp8_aux_unpack(x, &cv->fa);
+    if (d->stage >= 3) {
+        exec_z3_scatter_full(x, cv->p, x->params);
+        exec_z3_scatter_full(x, cv->m, x->m);
+        exec_z3_scatter_full(x, cv->v, x->v);
+    } else if (d->stage >= 1) {
+        memcpy(x->m, cv->m + x->shard * d->rank, sizeof(float) * (size_t)x->shard);
+        memcpy(x->v, cv->v + x->shard * d->rank, sizeof(float) * (size_t)x->shard);
+    }
+}
+
+/* The checkpoint of one step: with stage 0 or one rank a single file set written by rank 0 from
+ * full-layout views (HF-compatible model.safetensors); else sharded (v2181, see save_shards). */
+static int save_full(dp_t *d, exec_t *x, const char *dir, int keep, const hyp_ckpt_state *st, hyp_err *e) {
+    ckpt_view cv;
+    int rc = view_open(d, x, &cv, e);
+    if (!rc) rc = view_gather(d, x, &cv, e);
+    if (!rc && d->rank == 0) rc = hyp_ckpt_save_aux(dir, cv.tp, cv.tm, cv.tv, x->p->n_params_t, cv.fa.t, cv.fa.n, st, keep, e);
+    if (cv.tp) view_close(d, x, &cv);
+    if (!hyp_coll_all_ok(d->coll, rc == 0) && !rc) rc = hyp_fail(e, HYP_EFAIL, "rank 0 failed to write the checkpoint");
+    return rc;
+}
+
+/* This rank's slice of every tensor: where it lies in the tensor and in the rank's arrays. */
+static void own_slices(const dp_t *d, const exec_t *x, hyp_ckpt_slice *sl, int64_t *ranges) {
+    const plan_t *p = x->p;
+    for (int i = 0; i < p->n_params_t; i++) {
+        const plan_param *pp = &p->params[i];
+        int64_t first = 0, pos = 0, cnt;
+        if (d->stage >= 3) {
+            cnt = exec_z3_own(x, pp->offset, pp->numel, &first, &pos);
+        } else { /* stages 1/2: the arena shard [rank*shard, +shard); the weights are replicated */
+            int64_t lo = x->shard * d->rank, hi = lo + x->shard;
+            first = pp->offset > lo ? pp->offset : lo;
+            cnt = (pp->offset + pp->numel < hi ? pp->offset + pp->numel : hi) - first;
+            pos = first - lo;
+        }
+        if (cnt <= 0) first = pp->offset, cnt = 0, pos = 0;
+        sl[i] = (hyp_ckpt_slice){first - pp->offset, first - pp->offset + cnt,
+                                 d->stage >= 3 ? x->params + pos : x->params + first, x->m + pos, x->v + pos};
+        ranges[2 * i] = sl[i].lo, ranges[2 * i + 1] = sl[i].hi;
+    }
+}
+
+/* v2181: every rank writes its own slices into rank 0's temp dir; rank 0 commits the step only
+ * when every rank succeeded. */
+static int save_shards(dp_t *d, exec_t *x, const char *dir, int keep, const hyp_ckpt_state *st, hyp_err *e) {
+    int n = x->p->n_params_t, W = d->world, rc = HYP_OK;
+    char tmp[HYP_CKPT_PATH_MAX] = {0};
+    if (d->rank == 0) rc = hyp_ckpt_shard_begin(dir, st, tmp, sizeof tmp, e);
+    if (!hyp_coll_all_ok(d->coll, rc == 0)) return rc ? rc : hyp_fail(e, HYP_EFAIL, "rank 0 could not start the checkpoint in %s", dir);
+    if ((rc = hyp_coll_broadcast(d->coll, tmp, sizeof tmp, 0, e))) return rc;
+    hyp_ckpt_tensor *tp = ckpt_tensors(x, NULL, ""), *tm = ckpt_tensors(x, NULL, ".exp_avg"), *tv = ckpt_tensors(x, NULL, ".exp_avg_sq");
+    hyp_ckpt_slice *sl = calloc((size_t)n, sizeof *sl);
+    int64_t *rg = calloc((size_t)n * 2, sizeof *rg), *all_rg = calloc((size_t)n * 2 * W, sizeof *all_rg);
+    hyp_ckpt_shard_sum sum = {{0}, 0}, *sums = calloc((size_t)W, sizeof *sums);
+    fp8_aux fa = {0};
+    if (!tp || !tm || !tv || !sl || !rg || !all_rg || !sums) rc = hyp_fail(e, HYP_EFAIL, "out of memory for the checkpoint");
+    if (!rc) {
+        own_slices(d, x, sl, rg);
+        rc = hyp_ckpt_shard_write(tmp, d->rank, tp, tm, tv, n, sl, st, &sum, e);
+    }
+    int grc = hyp_coll_allgather_bytes(d->coll, &sum, sums, sizeof sum, e);
+    if (!grc) grc = hyp_coll_allgather_bytes(d->coll, rg ? rg : all_rg, all_rg, sizeof(int64_t) * 2 * (size_t)n, e);
+    if (!rc) rc = grc;
+    if (!hyp_coll_all_ok(d->coll, rc == 0)) {
+        if (d->rank == 0) hyp_ckpt_shard_abort(tmp);
+        if (!rc) rc = hyp_fail(e, HYP_EFAIL, "another rank failed to write its checkpoint shard (its message is above)");
+    } else if (d->rank == 0) {
+        if (fp8_aux_open(x, &fa)) rc = hyp_fail(e, HYP_EFAIL, "out of memory for the checkpoint");
+        fp8_aux_pack(x, &fa);
+        if (!rc) rc = hyp_ckpt_shard_commit(dir, tmp, tp, n, W, d->stage, all_rg, sums, fa.t, fa.n, st, keep, e);
+        else hyp_ckpt_shard_abort(tmp);
+    }
+    if (!hyp_coll_all_ok(d->coll, rc == 0) && !rc) rc = hyp_fail(e, HYP_EFAIL, "rank 0 failed to commit the checkpoint");
+    fp8_aux_close(&fa);
+    free_tensors(tp, n), free_tensors(tm, n), free_tensors(tv, n);
+    free(sl), free(rg), free(all_rg), free(sums);
+    return rc;
+}
+
+/* Stage 3: every rank gathers the full weights, and forward reads them with no more collectives. */
+int dp_unshard(exec_t *x, hyp_err *e) {
+    float *full = calloc((size_t)x->p->param_floats, sizeof(float));
+    if (!full) return hyp_fail(e, HYP_EFAIL, "out of memory for the full weights to sample with");
+    int rc = exec_z3_gather_full(x, x->params, full, e);
+    if (rc) free(full);
+    else exec_z3_adopt_full(x, full);
+    return rc;
+}
+
+void dp_print_memory(dp_t *d, exec_t *x, hyp_err *e) {
+    int W = d->world;
+    double *mem = calloc((size_t)W * 5, sizeof(double));
+    if (!mem) return;
+    mem[d->rank * 5 + 0] = (double)x->bytes_params;
+    mem[d->rank * 5 + 1] = (double)x->bytes_grads;
+    mem[d->rank * 5 + 2] = (double)x->bytes_optim;
+    mem[d->rank * 5 + 3] = (double)x->bytes_acts;
+    mem[d->rank * 5 + 4] = (double)x->bytes_grad_workspace;
+    hyp_coll_allreduce_f64(d->coll, mem, (size_t)W * 5, e);
+    for (int r = 0; r < W; r++) {
+        double *m = mem + r * 5;
+        printf("rank %d/%d memory (ZeRO stage %d): params %.0f B | grads %.0f B | optimizer %.0f B | activations %.0f B",
+               r, W, d->stage, m[0], m[1], m[2], m[3]);
+        if (m[4] > 0) printf(" | backward gradient workspace %.0f B", m[4]);
+        printf("  (%.2f + %.2f + %.2f + %.2f MiB)\n", m[0] / 1048576, m[1] / 1048576, m[2] / 1048576, m[3] / 1048576);
+    }
+    free(mem);
+}
+
+int dp_load(dp_t *d, exec_t *x, const char *dir, int for_sampling, const char *plan_hash, hyp_ckpt_state *st,
+            hyp_err *e) {
+    ckpt_view cv;
+    int rc = view_open(d, x, &cv, e);
+    if (rc) return rc;
+    rc = hyp_ckpt_load_aux(dir, NULL, cv.tp, cv.tm, cv.tv, x->p->n_params_t, cv.fa.t, cv.fa.n, plan_hash, st, e);
+    if (rc == HYP_OK) view_scatter(d, x, &cv);
+    if (rc == HYP_OK && d->stage >= 3 && for_sampling) { /* sampling: the full weights, no gathers */
+        exec_z3_adopt_full(x, cv.p);
+        cv.p = NULL;
+    }
+    view_close(d, x, &cv);
+    return rc;
+}
+
+int dp_save(dp_t *d, exec_t *x, const char *dir, int keep, const hyp_ckpt_state *st, hyp_err *e) {
+    return d->stage >= 1 && d->world > 1 ? save_shards(d, x, dir, keep, st, e) : save_full(d, x, dir, keep, st, e);
+}
