@@ -16,17 +16,21 @@
 #include <stdint.h>
 
 #include "device.h"
+#include "fp8.h"
 #include "hyp_err.h"
 #include "plan.h"
 
 typedef struct exec_dev_launch exec_dev_launch; /* one kernel launch of a plan op (exec_dev.c) */
 typedef struct exec_dev_file exec_dev_file;     /* one rendered module (exec_dev.c) */
 
-typedef enum { EXD_NONE, EXD_KERNELS, EXD_GEMM, EXD_ZERO } exec_dev_how;
+/* EXD_SKIP: the first op of a v2166 fusion site (kernels.json "fusions"), whose work the site's
+ * launches do at the second op */
+typedef enum { EXD_NONE, EXD_KERNELS, EXD_GEMM, EXD_ZERO, EXD_SKIP } exec_dev_how;
 
 typedef struct {
     exec_dev_how how;
     int first, count;               /* EXD_KERNELS: launches[first .. first+count) */
+    const plan_op *pair;            /* a fusion site's first op (its dims bind too), else NULL */
 } exec_dev_op;
 
 typedef struct {
@@ -55,6 +59,13 @@ typedef struct {
     float *seg_wd, *gscale;         /* device: [nseg] weight decay, [1] gradient scale */
     float *h_seg_wd;                /* host: [nseg] */
     int *seg_decay;                 /* host: [nseg] the tensor's decay flag */
+    /* ---- v2160 FP8 (delayed scaling): one scaling state per plan fp8 slot. The cast kernels
+     * bind "fp8.scale[slot]", "fp8.scale_inv[slot]", "fp8.amax[slot]"; the amax of every cast in
+     * a step is merged (max) into fp8_amax, which exec_dev_fp8_step folds into the host histories.
+     * Data parallel: all-reduce fp8_amax (fp8_slots floats, max) across ranks before the step. */
+    float *fp8_scale, *fp8_scale_inv, *fp8_amax; /* device: [p->fp8_slots] each */
+    hyp_fp8_state *fp8;             /* host: [p->fp8_slots] amax histories and scales */
+    float *h_fp8;                   /* host: [p->fp8_slots] staging */
 } exec_dev;
 
 /* Allocates the device arenas, parses kernels_dir/kernels.json, loads every module through
@@ -83,5 +94,10 @@ int exec_dev_backward(exec_dev *x, float dloss, float *loss, hyp_err *e);
  * multiplied by grad_scale (the clip factor). */
 int exec_dev_adamw(exec_dev *x, double lr, double beta1, double beta2, double eps, double wd, int t,
                    float grad_scale, hyp_err *e);
+/* v2160 FP8, once per optimizer step (after it), as exec.c's exec_fp8_step: the step's amax of
+ * every slot (x->fp8_amax, downloaded) goes into its history, delayed scaling recomputes scale =
+ * fp8_max * 2^-margin / max(history) and scale_inv (runtime/fp8.c), both are uploaded and the
+ * device amax is cleared for the next step. A no-op for a plan without fp8 slots. */
+int exec_dev_fp8_step(exec_dev *x, hyp_err *e);
 
 #endif

@@ -656,7 +656,8 @@ static int run(int argc, char **argv, hyp_coll *coll) {
             norm = train_grad_norm(&x);
             scale = train_clip_scale(&opt, norm);
             lr = train_lr_at(&opt, step);
-            if ((rc = exec_dev_adamw(&sim.xd, lr, opt.beta1, opt.beta2, opt.eps, opt.weight_decay, step, scale, &e)))
+            if ((rc = exec_dev_adamw(&sim.xd, lr, opt.beta1, opt.beta2, opt.eps, opt.weight_decay, step, scale, &e)) ||
+                (rc = exec_dev_fp8_step(&sim.xd, &e)))
                 break;
         } else {
         op_zero(x.grads, arena);

@@ -239,7 +239,7 @@ function P.build(tree, cfg, contrib, opts)
       if name == "matmul_fwd" and (bf16 or outs[1] ~= "logits") then
         local inp, w = ins[1], ins[2]
         local iq = quant(list, inp, "activation", { n = "N", C = attrs.IC }, q .. outs[1] .. ".input")
-        local wq = quant(list, w, "weight", { n = attrs.OC * attrs.IC, C = 1 }, q .. outs[1] .. ".weight")
+        local wq = quant(list, w, "weight", { n = attrs.OC * attrs.IC }, q .. outs[1] .. ".weight")
         quantized[inp .. "|" .. w] = { iq, wq }
         ins = { iq, wq, ins[3] }
       elseif name == "matmul_bwd" and quantized[ins[2] .. "|" .. ins[3]] then

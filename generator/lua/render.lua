@@ -514,9 +514,12 @@ function M.instances(tree, cfg, plan, decide)
   local mp = cfg.active.v2102 and R.param(cfg, "v2102", "dtype") or nil
   local sr = cfg.active.v2161 and true or false
   local K_adam = { PARAM = sr and "bf16" or "f32", STATES = (sr and R.param(cfg, "v2161", "states")) and "bf16" or "f32",
-    BF16_COPY = (mp == "bf16" and not sr and not seen.round_bf16) or false }
+    BF16_COPY = (mp == "bf16" and not sr and not seen.round_bf16 and not seen.fp8_quantize) or false }
   if mp == "bf16" and seen.round_bf16 then
     decide("kernels.adamw.weights", "fp32 master only", "v2102 bf16: the plan rounds every GEMM operand to bf16 itself (round_bf16 ops), so AdamW keeps fp32 weights and writes no bf16 copy")
+  end
+  if mp == "bf16" and seen.fp8_quantize and not sr then
+    decide("kernels.adamw.weights", "fp32 master only", "v2160 fp8: the layer GEMMs read fp8 casts of the fp32 weights (fp8_quantize ops), so AdamW writes no bf16 copy")
   end
   if mp == "fp16" then
     decide("kernels.adamw.weights", "fp32 master only", "v2102 dtype fp16: the fp16 weight copy is written by the cast kernels (round to nearest); stochastic rounding is implemented for bf16 only")
