@@ -321,6 +321,15 @@ static int prepare_optimizer(exec_dev *x, const cJSON *man, hyp_err *e) {
     return rc;
 }
 
+static void free_launch(exec_dev_launch *L) {
+    for (int j = 0; j < L->nargs; j++) {
+        free(L->pname[j]);
+        free(L->arg[j]);
+    }
+    free(L->grid);
+    free(L->smem);
+}
+
 /* Where a launch's arguments come from: a (the op, or a fusion site's first op), b (the site's
  * second op) and site (the site's JSON object, for "site.NAME" buffer names). */
 typedef struct {
@@ -484,6 +493,8 @@ static int prepare_launches(exec_dev *x, const cJSON *man, const cJSON *ls, cons
             int rc = bind_arg(x, L, i, ar->valuestring, c, sc, nsc, e);
             if (rc) return rc;
         }
+        if (np > 0 && L->bind[0] == AB_BUF && L->bidx[0] < 0) /* writes an absent optional output (a */
+            free_launch(&x->launches[--x->n_launches]);    /* llama's embedding_bwd_wpe): nothing to do */
     }
     eo->count = x->n_launches - eo->first;
     return HYP_OK;
@@ -552,15 +563,7 @@ static int prepare_fusions(exec_dev *x, const cJSON *man, scratch_t *sc, int *ns
 }
 
 static void free_launches(exec_dev *x) {
-    for (int i = 0; i < x->n_launches; i++) {
-        exec_dev_launch *L = &x->launches[i];
-        for (int j = 0; j < L->nargs; j++) {
-            free(L->pname[j]);
-            free(L->arg[j]);
-        }
-        free(L->grid);
-        free(L->smem);
-    }
+    for (int i = 0; i < x->n_launches; i++) free_launch(&x->launches[i]);
     free(x->launches);
     x->launches = NULL;
     x->n_launches = 0;
