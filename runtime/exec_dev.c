@@ -177,7 +177,7 @@ struct exec_dev_launch {
     int ptype[ARGS_MAX];
     char *pname[ARGS_MAX];
     int bind[ARGS_MAX];     /* AB_* */
-    int bidx[ARGS_MAX];     /* AB_BUF: plan buffer (-1: NULL); AB_FP8: 0 scale, 1 scale_inv, 2 amax */
+    int bidx[ARGS_MAX];     /* AB_BUF: plan buffer (-1: NULL); AB_FP8: 0 scale, 1 scale_inv, 2 amax, 3 q, 4 qt */
     int64_t soff[ARGS_MAX]; /* AB_SCRATCH: float offset into the scratch block */
     char *arg[ARGS_MAX];    /* AB_EXPR: the expression */
     char *grid, *smem;
@@ -405,14 +405,15 @@ static int bind_arg(exec_dev *x, exec_dev_launch *L, int i, const char *a, const
     }
     if (ab) return hyp_fail(e, HYP_EINPUT, "kernels.json: %s: unknown binding '%s' — regenerate with gen", L->kernel, a);
     if (!strncmp(a, "fp8.", 4)) {
-        static const char *const f8[] = {"fp8.scale[slot]", "fp8.scale_inv[slot]", "fp8.amax[slot]"};
-        for (int k = 0; k < 3; k++)
-            if (!strcmp(a, f8[k]) && ao->kind == OP_FP8_QUANTIZE) {
+        static const char *const f8[] = {"fp8.scale[slot]", "fp8.scale_inv[slot]", "fp8.amax[slot]", "fp8.q[slot]",
+                                         "fp8.qt[slot]"};
+        for (int k = 0; k < 5; k++)
+            if (!strcmp(a, f8[k]) && ao->kind == OP_FP8_QUANTIZE && (k < 3 || x->fp8_gemm)) {
                 L->bind[i] = AB_FP8;
                 L->bidx[i] = k;
                 return HYP_OK;
             }
-        return hyp_fail(e, HYP_EINPUT, "kernels.json: %s: unknown fp8 binding '%s' (fp8.scale|scale_inv|amax[slot] of an fp8_quantize op) — regenerate with gen", L->kernel, a);
+        return hyp_fail(e, HYP_EINPUT, "kernels.json: %s: unknown fp8 binding '%s' (fp8.scale|scale_inv|amax|q|qt[slot] of an fp8_quantize op) — regenerate with gen", L->kernel, a);
     }
     if (!strncmp(a, "scratch", 7)) {
         int64_t n = 0;
@@ -500,18 +501,20 @@ static int prepare_launches(exec_dev *x, const cJSON *man, const cJSON *ls, cons
     return HYP_OK;
 }
 
-/* The manifest key of op o: its name, or "fp8_quantize(gradient, hybrid)" for an E5M2 slot. */
-static const char *op_key(const plan_t *p, const plan_op *o) {
-    if (o->kind == OP_FP8_QUANTIZE && !p->fp8_e4m3_only && p->fp8_roles[o->slot] == HYP_FP8_GRADIENT)
-        return "fp8_quantize(gradient, hybrid)";
-    return plan_op_name(o->kind);
+/* The manifest key of op o: its name, or "fp8_quantize(gradient, hybrid)" for an E5M2 slot; with
+ * gemm, the key of the fp8 byte casts an fp8_quantize op adds for the FP8 GEMMs. */
+static const char *op_key(const plan_t *p, const plan_op *o, int gemm) {
+    int e5 = o->kind == OP_FP8_QUANTIZE && !p->fp8_e4m3_only && p->fp8_roles[o->slot] == HYP_FP8_GRADIENT;
+    if (gemm) return e5 ? "fp8_quantize(fp8 gemm, gradient, hybrid)" : "fp8_quantize(fp8 gemm)";
+    return e5 ? "fp8_quantize(gradient, hybrid)" : plan_op_name(o->kind);
 }
 
 /* Prepares the launches of one plan op. */
 static int prepare_op(exec_dev *x, const cJSON *man, const plan_op *o, exec_dev_op *eo, scratch_t *sc, int *nsc,
                       hyp_err *e) {
-    const char *name = op_key(x->p, o);
-    const cJSON *ls = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(man, "ops"), name);
+    const char *name = op_key(x->p, o, 0);
+    const cJSON *ops = cJSON_GetObjectItemCaseSensitive(man, "ops");
+    const cJSON *ls = cJSON_GetObjectItemCaseSensitive(ops, name);
     memset(eo, 0, sizeof *eo);
     if (!ls) {
         if (o->kind == OP_MATMUL_FWD || o->kind == OP_MATMUL_BWD) eo->how = EXD_GEMM;
@@ -520,7 +523,16 @@ static int prepare_op(exec_dev *x, const cJSON *man, const plan_op *o, exec_dev_
         return HYP_OK;
     }
     bind_ctx c = {o, NULL, NULL, name};
-    return prepare_launches(x, man, ls, &c, eo, sc, nsc, e);
+    int rc = prepare_launches(x, man, ls, &c, eo, sc, nsc, e);
+    if (rc || o->kind != OP_FP8_QUANTIZE || !x->fp8_gemm) return rc;
+    /* the fp8 bytes for the FP8 GEMMs, right after (the op's launches stay contiguous) */
+    exec_dev_op more;
+    c.what = op_key(x->p, o, 1);
+    if (!(ls = cJSON_GetObjectItemCaseSensitive(ops, c.what)))
+        return hyp_fail(e, HYP_EINPUT, "kernels.json: no '%s' launches for the plan's fp8 GEMMs — regenerate the trainer with gen", c.what);
+    if ((rc = prepare_launches(x, man, ls, &c, &more, sc, nsc, e))) return rc;
+    eo->count += more.count;
+    return HYP_OK;
 }
 
 /* v2166: the manifest's fusion sites. A site names two ops (0-based indices ia < ib into the
@@ -588,6 +600,13 @@ void exec_dev_free(exec_dev *x) {
     d->mem_free(d, x->fp8_scale, &e);
     d->mem_free(d, x->fp8_scale_inv, &e);
     d->mem_free(d, x->fp8_amax, &e);
+    for (int i = 0; x->fp8_q && i < x->p->fp8_slots; i++) {
+        d->mem_free(d, x->fp8_q[i], &e);
+        d->mem_free(d, x->fp8_qt[i], &e);
+    }
+    free(x->fp8_q);
+    free(x->fp8_qt);
+    free(x->fp8_slot_of);
     free(x->fp8);
     free(x->h_fp8);
     free(x->h_seg_wd);
@@ -623,6 +642,30 @@ static int dalloc(exec_dev *x, void **ptr, int64_t n, size_t elem, hyp_err *e) {
     return x->dev->memset_sync(x->dev, *ptr, 0, sz, e);
 }
 
+/* Plan fp8.gemm "fp8": every fp8_quantize op's slot gets fp8 byte buffers for its operand as
+ * stored and transposed (sized at the plan's maximum shape), and its output buffer maps to it. */
+static int init_fp8_gemm(exec_dev *x, hyp_err *e) {
+    const plan_t *p = x->p;
+    if (!p->fp8_gemm) return HYP_OK;
+    x->fp8_gemm = 1;
+    x->fp8_q = calloc((size_t)p->fp8_slots, sizeof(void *));
+    x->fp8_qt = calloc((size_t)p->fp8_slots, sizeof(void *));
+    x->fp8_slot_of = malloc(sizeof(int) * (size_t)p->n_bufs);
+    if (!x->fp8_q || !x->fp8_qt || !x->fp8_slot_of) return hyp_fail(e, HYP_EFAIL, "out of memory");
+    for (int i = 0; i < p->n_bufs; i++) x->fp8_slot_of[i] = -1;
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < (pass ? p->n_bwd : p->n_fwd); i++) {
+            const plan_op *o = pass ? &p->bwd[i] : &p->fwd[i];
+            if (o->kind != OP_FP8_QUANTIZE || x->fp8_q[o->slot]) continue;
+            int64_t n = (o->n == DIM_B ? p->B : o->n == DIM_T ? p->T : o->n == DIM_N ? (int64_t)p->B * p->T : o->n) *
+                        (o->C ? o->C : 1);
+            int rc = dalloc(x, &x->fp8_q[o->slot], n, 1, e);
+            if (rc || (rc = dalloc(x, &x->fp8_qt[o->slot], n, 1, e))) return rc;
+            x->fp8_slot_of[o->out[0]] = o->slot;
+        }
+    return HYP_OK;
+}
+
 /* v2160: the host scaling states (exec.c's recipe) and their device scale/scale_inv/amax. */
 static int init_fp8(exec_dev *x, hyp_err *e) {
     const plan_t *p = x->p;
@@ -642,7 +685,7 @@ static int init_fp8(exec_dev *x, hyp_err *e) {
         if (rc) return rc;
     }
     if ((rc = dalloc(x, (void **)&x->fp8_scale, n, 4, e)) || (rc = dalloc(x, (void **)&x->fp8_scale_inv, n, 4, e)) ||
-        (rc = dalloc(x, (void **)&x->fp8_amax, n, 4, e)))
+        (rc = dalloc(x, (void **)&x->fp8_amax, n, 4, e)) || (rc = init_fp8_gemm(x, e)))
         return rc;
     return upload_scales(x, e);
 }
@@ -848,6 +891,78 @@ static int gemm(exec_dev *x, int transa, int transb, int64_t m, int64_t n, int64
     return x->dev->gemm(x->dev, &g, NULL, e);
 }
 
+/* The slot whose fake-quantized copy buffer buf is, when the plan's GEMMs run in fp8; else -1. */
+static int fp8_slot(const exec_dev *x, int buf) { return x->fp8_gemm && buf >= 0 ? x->fp8_slot_of[buf] : -1; }
+
+static hyp_dtype fp8_dtype(const exec_dev *x, int slot) {
+    return x->fp8[slot].fmt == HYP_FP8_E5M2 ? HYP_DT_E5M2 : HYP_DT_E4M3;
+}
+
+/* D (m x n, fp32, ldd m) = beta D + (scale_inv[sa] A)^T (scale_inv[sb] B): the TN fp8 GEMM of
+ * cuBLASLt, A stored k x m (fp8 bytes of slot sa), B stored k x n (of slot sb). */
+static int gemm8(exec_dev *x, int64_t m, int64_t n, int64_t k, int sa, const void *a, int sb, const void *b, float beta,
+                 void *d, hyp_err *e) {
+    hyp_gemm g;
+    memset(&g, 0, sizeof g);
+    g.transa = 1;
+    g.m = m;
+    g.n = n;
+    g.k = k;
+    g.atype = fp8_dtype(x, sa);
+    g.btype = fp8_dtype(x, sb);
+    g.dtype = HYP_DT_F32;
+    g.alpha = 1.0f;
+    g.beta = beta;
+    g.a = a;
+    g.lda = k;
+    g.b = b;
+    g.ldb = k;
+    g.c = beta != 0 ? d : NULL;
+    g.ldc = m;
+    g.d = d;
+    g.ldd = m;
+    g.a_scale = x->fp8_scale_inv + sa;
+    g.b_scale = x->fp8_scale_inv + sb;
+    return x->dev->gemm(x->dev, &g, NULL, e);
+}
+
+/* matmul_fwd: y[N][OC] = x[N][IC] W[OC][IC]^T + b; in fp8 when both inputs are fp8 slots and IC
+ * is a multiple of 16 (the bias then added by an fp32 rank-1 GEMM: b 1^T, accumulated). */
+static int matmul_fwd(exec_dev *x, const plan_op *o, int64_t N, hyp_err *e) {
+    int64_t IC = o->IC, OC = o->OC;
+    void *bias = o->nin > 2 ? dbuf(x, o->in[2]) : NULL, *y = dbuf(x, o->out[0]);
+    int sx = fp8_slot(x, o->in[0]), sw = fp8_slot(x, o->in[1]);
+    if (sx < 0 || sw < 0 || IC % 16)
+        return gemm(x, 1, 0, OC, N, IC, dbuf(x, o->in[1]), IC, dbuf(x, o->in[0]), IC, 0.0f, y, OC,
+                    bias ? HYP_EPI_BIAS : HYP_EPI_NONE, bias, e);
+    int rc = gemm8(x, OC, N, IC, sw, x->fp8_q[sw], sx, x->fp8_q[sx], 0.0f, y, e);
+    if (!rc && bias) rc = gemm(x, 0, 0, OC, N, 1, bias, OC, x->ones, 1, 1.0f, y, OC, HYP_EPI_NONE, NULL, e);
+    return rc;
+}
+
+/* matmul_bwd: ins dout, inp, w; outs dinp, dw, dbias (each may be absent); accumulates. In fp8
+ * (slots for all three inputs): dgrad dinp^T += W^T dout^T reads W transposed (OC a multiple of
+ * 16), wgrad dW^T += x^T dout reads x and dout transposed (N a multiple of 16, IC and OC too);
+ * the bias gradient sums the fake-quantized fp32 dout. */
+static int matmul_bwd(exec_dev *x, const plan_op *o, int64_t N, hyp_err *e) {
+    int64_t IC = o->IC, OC = o->OC;
+    void *dout = dbuf(x, o->in[0]), *inp = dbuf(x, o->in[1]), *w = dbuf(x, o->in[2]);
+    void *dinp = dbuf(x, o->out[0]), *dw = o->nout > 1 ? dbuf(x, o->out[1]) : NULL;
+    void *db = o->nout > 2 ? dbuf(x, o->out[2]) : NULL;
+    int sg = fp8_slot(x, o->in[0]), sx = fp8_slot(x, o->in[1]), sw = fp8_slot(x, o->in[2]);
+    int f8 = sg >= 0 && sx >= 0 && sw >= 0, rc = HYP_OK;
+    if (dinp && f8 && OC % 16 == 0) rc = gemm8(x, IC, N, OC, sw, x->fp8_qt[sw], sg, x->fp8_q[sg], 1.0f, dinp, e);
+    else if (dinp) rc = gemm(x, 0, 0, IC, N, OC, w, IC, dout, OC, 1.0f, dinp, IC, HYP_EPI_NONE, NULL, e);
+    if (rc) return rc;
+    if (dw && f8 && N % 16 == 0 && IC % 16 == 0 && OC % 16 == 0)
+        rc = gemm8(x, IC, OC, N, sx, x->fp8_qt[sx], sg, x->fp8_qt[sg], 1.0f, dw, e);
+    else if (dw) rc = gemm(x, 0, 1, IC, OC, N, inp, IC, dout, OC, 1.0f, dw, IC, HYP_EPI_NONE, NULL, e);
+    if (rc) return rc;
+    /* db[OC] += dout^T 1 (a GEMM with n = 1 accumulates, which the BGRADB epilogue does not) */
+    if (db) rc = gemm(x, 0, 0, OC, 1, N, dout, OC, x->ones, N, 1.0f, db, OC, HYP_EPI_NONE, NULL, e);
+    return rc;
+}
+
 /* One launch of op o (the second op of a fusion site whose first is pair, else pair is NULL). */
 static int run_launch(exec_dev *x, const plan_op *o, const plan_op *pair, const exec_dev_launch *L, float dloss,
                       hyp_err *e) {
@@ -873,7 +988,10 @@ static int run_launch(exec_dev *x, const plan_op *o, const plan_op *pair, const 
         switch (L->bind[i]) {
         case AB_BUF: ptr = dbuf(x, L->bidx[i]); break;
         case AB_SCRATCH: ptr = x->scratch + L->soff[i]; break;
-        case AB_FP8: ptr = (L->bidx[i] == 0 ? x->fp8_scale : L->bidx[i] == 1 ? x->fp8_scale_inv : x->fp8_amax) + o->slot; break;
+        case AB_FP8:
+            ptr = L->bidx[i] == 3 ? x->fp8_q[o->slot] : L->bidx[i] == 4 ? x->fp8_qt[o->slot]
+                : (L->bidx[i] == 0 ? x->fp8_scale : L->bidx[i] == 1 ? x->fp8_scale_inv : x->fp8_amax) + o->slot;
+            break;
         default: break;
         }
         switch (L->ptype[i]) {
@@ -907,23 +1025,7 @@ static int run_op(exec_dev *x, const plan_op *o, const exec_dev_op *eo, float dl
         int64_t n = (o->n == DIM_B ? x->B : o->n == DIM_T ? x->T : o->n == DIM_N ? N : o->n) * (o->C ? o->C : 1);
         return x->dev->memset(x->dev, dbuf(x, o->out[0]), 0, sizeof(float) * (size_t)n, NULL, e);
     }
-    case EXD_GEMM: {
-        int64_t IC = o->IC, OC = o->OC;
-        if (o->kind == OP_MATMUL_FWD) { /* y[N][OC] = x[N][IC] W[OC][IC]^T + b */
-            void *bias = o->nin > 2 ? dbuf(x, o->in[2]) : NULL;
-            return gemm(x, 1, 0, OC, N, IC, dbuf(x, o->in[1]), IC, dbuf(x, o->in[0]), IC, 0.0f, dbuf(x, o->out[0]), OC,
-                        bias ? HYP_EPI_BIAS : HYP_EPI_NONE, bias, e);
-        }
-        /* matmul_bwd: ins dout, inp, w; outs dinp, dw, dbias (each may be absent); accumulate */
-        void *dout = dbuf(x, o->in[0]), *inp = dbuf(x, o->in[1]), *w = dbuf(x, o->in[2]);
-        void *dinp = dbuf(x, o->out[0]), *dw = o->nout > 1 ? dbuf(x, o->out[1]) : NULL;
-        void *db = o->nout > 2 ? dbuf(x, o->out[2]) : NULL;
-        if (dinp && (rc = gemm(x, 0, 0, IC, N, OC, w, IC, dout, OC, 1.0f, dinp, IC, HYP_EPI_NONE, NULL, e))) return rc;
-        if (dw && (rc = gemm(x, 0, 1, IC, OC, N, inp, IC, dout, OC, 1.0f, dw, IC, HYP_EPI_NONE, NULL, e))) return rc;
-        /* db[OC] += dout^T 1 (a GEMM with n = 1 accumulates, which the BGRADB epilogue does not) */
-        if (db && (rc = gemm(x, 0, 0, OC, 1, N, dout, OC, x->ones, N, 1.0f, db, OC, HYP_EPI_NONE, NULL, e))) return rc;
-        return HYP_OK;
-    }
+    case EXD_GEMM: return o->kind == OP_MATMUL_FWD ? matmul_fwd(x, o, N, e) : matmul_bwd(x, o, N, e);
     default: return hyp_fail(e, HYP_EINPUT, "plan op '%s' cannot run on the device", plan_op_name(o->kind));
     }
 }

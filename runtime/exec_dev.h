@@ -66,6 +66,12 @@ typedef struct {
     float *fp8_scale, *fp8_scale_inv, *fp8_amax; /* device: [p->fp8_slots] each */
     hyp_fp8_state *fp8;             /* host: [p->fp8_slots] amax histories and scales */
     float *h_fp8;                   /* host: [p->fp8_slots] staging */
+    /* plan fp8.gemm "fp8": the layer GEMMs multiply fp8 bytes (cuBLASLt TN) that the cast kernels
+     * write next to each fake-quantized copy ("fp8.q[slot]" as stored [n][C], "fp8.qt[slot]"
+     * transposed [C][n]); fp8_slot_of maps a fake-quantized buffer to its slot */
+    int fp8_gemm;
+    void **fp8_q, **fp8_qt;         /* device: per slot, n*C bytes each */
+    int *fp8_slot_of;               /* host: [p->n_bufs] slot or -1 */
 } exec_dev;
 
 /* Allocates the device arenas, parses kernels_dir/kernels.json, loads every module through
