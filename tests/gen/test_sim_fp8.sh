@@ -2,9 +2,11 @@
 # v2160 FP8 and v2166 fusion on the device executor (runtime/exec_dev.c), on --target sim, for a
 # 2-layer model (C 32; GPT-2 style, and a llama-style one with RMSNorm, RoPE, QK norm, GQA):
 # - fp8 (HYBRID, delayed scaling): the sim trainer's cast kernels (fp8.scale/scale_inv/amax[slot]
-#   bindings) and exec_dev_fp8_step's amax-history update match the cpu trainer (runtime/fp8.c)
-#   over 8 steps within 1e-4 relative: the quantization is bit-exact on both sides, the GEMM
-#   summation orders differ (a last-bit difference can move an fp8 rounding; observed 2.5e-6);
+#   bindings), its fp8 GEMMs (plan fp8.gemm "fp8": TN GEMMs of the fp8 bytes, scale_inv as the A/B
+#   scales) and exec_dev_fp8_step's amax-history update match the cpu trainer (fake-quantized,
+#   runtime/fp8.c) over 8 steps within 1e-4 relative: the quantization is bit-exact on both sides,
+#   the GEMM summation orders and the AdamW kernel differ in last bits, which can flip an fp8
+#   rounding (observed 2.5e-6; tests/unit/test_exec_sim.c compares with the host AdamW: 0);
 #   and fp8 moves the losses off the fp32 run by more than 1e-4 relative somewhere (it is on).
 # - fusion: the sim trainer running the fused launch sites (residual+norm fwd/bwd, RoPE inside
 #   the attention permutes) matches the unfused sim trainer within 1e-5 relative (same kernels'

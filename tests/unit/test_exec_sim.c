@@ -8,6 +8,8 @@
  * the optimizer on the host for the sim side too (download gradients, train.h, upload
  * parameters), then with the rendered adamw_step kernel on sim (exec_dev_adamw; the clip factor
  * still comes from the downloaded gradients' norm: the global_norm kernels are not used yet).
+ * Then v2160 FP8 (fp8_cases below): the plan's fp8 GEMMs, the same plan fake-quantized, and the
+ * cpu executor over 8 steps, with the fp8 bytes the cast kernels write checked bit for bit.
  *
  * Tolerances (fp32 kernels and GEMMs vs the CPU ops, which use oneDNN sgemm and their own
  * summation orders):
@@ -55,13 +57,13 @@ static double now(void) {
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-static int gen(const char *target, const char *dir) {
+static int gen(const char *target, const char *dir, const char *extra) {
     char cmd[2048];
     snprintf(cmd, sizeof cmd,
-             "cd %s && %s/generator/gen specs/v2500.yaml --enable adamw --set v2132.weight_decay=0.1 "
+             "cd %s && %s/generator/gen specs/v2500.yaml --enable adamw%s --set v2132.weight_decay=0.1 "
              "--set v2132.beta1=0.9 --set v2132.beta2=0.95 --set v2132.eps=1e-8 "
              "--model tests/fixtures/models/ref-gpt2.yaml --target %s --batch 2 --seq 16 -o %s >/dev/null",
-             HYP_SOURCE_DIR, HYP_BINARY_DIR, target, dir);
+             HYP_SOURCE_DIR, HYP_BINARY_DIR, extra, target, dir);
     return system(cmd);
 }
 
@@ -163,13 +165,177 @@ static int train_steps(exec_t *cx, exec_t *hx, exec_dev *dx, hyp_rng *rng, int d
     return rc;
 }
 
+/* v2160 on the device executor: the plan's fp8 GEMMs (fp8.gemm "fp8": TN GEMMs of fp8 bytes) and
+ * the same plan run fake-quantized (fp8_gemm cleared: fp32 copies of the fp8 values, fp32 GEMMs),
+ * both against the cpu executor (runtime/fp8.c), FP8_STEPS steps of AdamW + the delayed-scaling
+ * update (exec_dev_fp8_step / exec_fp8_step); AdamW on the host for all three (the adamw_step
+ * kernel differs from train.h in the last bit, which can flip an fp8 rounding of a weight: a move
+ * of up to 1/16 of it, observed 4e-4 in the loss after 8 steps). Tolerances:
+ *   fp8 bytes after the first forward/backward: every fp8_quantize op's q (as stored) and qt
+ *     (transposed) equal hyp_fp8_cast of its input with the slot's scale, bit for bit (cuda_fp8.h
+ *     numerics on both sides; needs buffers not shared by the memory plan, checked);
+ *   losses: |a-b| <= 1e-5 |ref| per step, each pair: the quantization is bit-exact, GEMMs sum in
+ *     other orders (fp8: sum of q_a q_b times scale_inv_a scale_inv_b, fake: of the dequantized
+ *     values, oneDNN on the cpu), differences the next fp8 rounding mostly absorbs (observed 0);
+ *   parameters after the steps: max |a-b| <= 1e-5 (the same host AdamW; observed 3e-7). */
+#define FP8_STEPS 8
+typedef struct {
+    exec_dev d;
+    plan_t p;
+    exec_t h; /* host mirror (initialization, downloaded gradients for the clip norm) */
+} fp8_side;
+
+/* Every fp8_quantize op of list: its q / qt bytes against the host cast of its input. */
+static int check_fp8_bytes(fp8_side *s, const plan_op *list, int n, int *checked) {
+    hyp_err e = {{0}};
+    int bad = 0, N = s->d.B * s->d.T;
+    for (int i = 0; i < n && !bad; i++) {
+        const plan_op *o = &list[i];
+        if (o->kind != OP_FP8_QUANTIZE) continue;
+        long rows = o->n == DIM_N ? N : (long)o->n, cols = o->C ? (long)o->C : 1, cnt = rows * cols;
+        float *in = malloc(sizeof(float) * (size_t)cnt);
+        uint8_t *q = malloc((size_t)cnt * 3), *qt = q + cnt, *ref = q + 2 * cnt;
+        if (exec_dev_download_buf(&s->d, o->in[0], in, cnt, &e) ||
+            s->d.dev->d2h_sync(s->d.dev, q, s->d.fp8_q[o->slot], (size_t)cnt, &e) ||
+            s->d.dev->d2h_sync(s->d.dev, qt, s->d.fp8_qt[o->slot], (size_t)cnt, &e)) {
+            bad = 1;
+        } else {
+            hyp_fp8_cast(ref, in, cnt, s->d.fp8[o->slot].scale, s->d.fp8[o->slot].fmt, NULL);
+            for (long r = 0; r < rows && !bad; r++)
+                for (long c = 0; c < cols && !bad; c++)
+                    bad = q[r * cols + c] != ref[r * cols + c] || qt[c * rows + r] != ref[r * cols + c];
+            (*checked)++;
+        }
+        free(in);
+        free(q);
+    }
+    return bad;
+}
+
+static void fp8_cases(hyp_device *dev) {
+    char dsim[256], dcpu[256], path[512], kdir[512];
+    /* under the build tree: the sim cache keys modules by source and path, so reruns compile nothing */
+    snprintf(dsim, sizeof dsim, "%s/tests/exec_sim_fp8", HYP_BINARY_DIR);
+    snprintf(dcpu, sizeof dcpu, "/tmp/hyp-exec-sim-%d/cpu8", (int)getpid());
+    snprintf(kdir, sizeof kdir, "%s/kernels", dsim);
+    if (gen("sim", dsim, ",fp8") || gen("cpu", dcpu, ",fp8")) {
+        report(0, "fp8: gen", "gen --target sim / cpu --enable fp8 failed");
+        return;
+    }
+    hyp_err e = {{0}};
+    plan_t pc;
+    static fp8_side S[2]; /* [0] fp8 GEMMs as planned, [1] the same plan fake-quantized */
+    snprintf(path, sizeof path, "%s/plan.json", dcpu);
+    int rc = plan_load(path, &pc, &e);
+    snprintf(path, sizeof path, "%s/plan.json", dsim);
+    for (int k = 0; k < 2 && !rc; k++) rc = plan_load(path, &S[k].p, &e);
+    if (rc) {
+        report(0, "fp8: plans", "%s", e.msg);
+        return;
+    }
+    report(S[0].p.fp8_gemm && !pc.fp8_gemm && S[0].p.fp8_slots == pc.fp8_slots && S[0].p.act_floats == S[0].p.act_floats_unplanned,
+           "fp8: the sim plan asks for fp8 GEMMs, the cpu plan fake-quantizes", "%d slots each; activation buffers unshared (%lld floats)",
+           pc.fp8_slots, (long long)S[0].p.act_floats);
+    S[1].p.fp8_gemm = 0;
+    exec_t cx;
+    rc = exec_init(&cx, &pc, &e);
+    for (int k = 0; k < 2 && !rc; k++)
+        if (!(rc = exec_init(&S[k].h, &S[k].p, &e))) rc = exec_dev_init(&S[k].d, &S[k].p, kdir, dev, &e);
+    if (rc) {
+        report(0, "fp8: executors", "%s", e.msg);
+        return;
+    }
+    train_opts o;
+    train_opts_from_plan(&o, &pc);
+    o.total_steps = FP8_STEPS;
+    o.lr = 1e-2;
+    size_t pb = sizeof(float) * (size_t)pc.param_floats;
+    exec_init_params(&cx, 99);
+    memset(cx.m, 0, pb);
+    memset(cx.v, 0, pb);
+    for (int k = 0; k < 2 && !rc; k++) {
+        memcpy(S[k].h.params, cx.params, pb);
+        memset(S[k].h.m, 0, pb);
+        memset(S[k].h.v, 0, pb);
+        rc = exec_dev_upload_params(&S[k].d, cx.params, &e);
+    }
+    hyp_rng rng;
+    hyp_rng_seed(&rng, 7);
+    const int N = pc.B * pc.T;
+    double w[3] = {0, 0, 0}; /* worst relative loss difference: fp8 vs cpu, fake vs cpu, fp8 vs fake */
+    float first = 0, last[3] = {0, 0, 0};
+    int checked = 0, bytes_bad = 0;
+    double t0 = now();
+    for (int st = 1; st <= FP8_STEPS && !rc; st++) {
+        for (int i = 0; i < N; i++) {
+            cx.tokens[i] = (int32_t)hyp_rng_below(&rng, (uint64_t)pc.V);
+            cx.targets[i] = (cx.tokens[i] * 7 + 3) % pc.V;
+        }
+        float dloss = 1.0f / (float)exec_count_targets(&cx), l[3];
+        double lr = train_lr_at(&o, st);
+        memset(cx.grads, 0, pb);
+        exec_forward(&cx);
+        l[0] = exec_backward(&cx, dloss);
+        train_adamw_step(&cx, &o, lr, st, train_clip_scale(&o, train_grad_norm(&cx)));
+        exec_fp8_step(&cx);
+        for (int k = 0; k < 2 && !rc; k++) {
+            fp8_side *s = &S[k];
+            memcpy(s->d.h_tokens, cx.tokens, sizeof(int32_t) * (size_t)N);
+            memcpy(s->d.h_targets, cx.targets, sizeof(int32_t) * (size_t)N);
+            rc = exec_dev_zero_grads(&s->d, &e);
+            if (!rc) rc = exec_dev_forward(&s->d, &e);
+            if (!rc && k == 0 && st == 1) bytes_bad += check_fp8_bytes(s, s->p.fwd, s->p.n_fwd, &checked);
+            if (!rc) rc = exec_dev_backward(&s->d, dloss, &l[k + 1], &e);
+            if (!rc && k == 0 && st == 1) bytes_bad += check_fp8_bytes(s, s->p.bwd, s->p.n_bwd, &checked);
+            if (!rc) rc = exec_dev_download_grads(&s->d, s->h.grads, &e);
+            if (!rc) { /* AdamW on the host mirror, as on the cpu side (its kernel differs in the last bit) */
+                train_adamw_step(&s->h, &o, lr, st, train_clip_scale(&o, train_grad_norm(&s->h)));
+                rc = exec_dev_upload_params(&s->d, s->h.params, &e);
+            }
+            if (!rc) rc = exec_dev_fp8_step(&s->d, &e);
+        }
+        if (rc) break;
+        const float pair[3][2] = {{l[1], l[0]}, {l[2], l[0]}, {l[1], l[2]}};
+        for (int k = 0; k < 3; k++) {
+            double r = fabs((double)pair[k][0] - pair[k][1]) / fabs((double)pair[k][1]);
+            if (!(r <= w[k])) w[k] = r;
+            last[k] = l[k];
+        }
+        if (st == 1) first = l[0];
+        if (st == 1 || st % 4 == 0) printf("     step %2d  loss fp8-gemm %.7f  fake-quant %.7f  cpu %.7f\n", st, l[1], l[2], l[0]);
+    }
+    report(!rc && checked > 0 && !bytes_bad, "fp8: q and transposed qt bytes of every quantized operand = host cast",
+           "%d operands checked, %d differ%s%s", checked, bytes_bad, rc ? ": " : "", rc ? e.msg : "");
+    report(!rc && w[0] <= 1e-5, "fp8: sim with fp8 GEMMs vs cpu (fake-quantized), losses",
+           "%d steps, worst relative difference %.3g (tolerance 1e-5); loss %.4f -> %.4f, %.2f s", FP8_STEPS, w[0], first,
+           last[0], now() - t0);
+    report(!rc && w[1] <= 1e-5, "fp8: sim fake-quantized vs cpu, losses", "worst relative difference %.3g (tolerance 1e-5)", w[1]);
+    report(!rc && w[2] <= 1e-5, "fp8: sim fp8 GEMMs vs sim fake-quantized, losses", "worst relative difference %.3g (tolerance 1e-5)",
+           w[2]);
+    if (!rc) {
+        double worst[2], refmax;
+        for (int k = 0; k < 2 && !rc; k++) {
+            diff(S[k].h.params, cx.params, (long)pc.param_floats, &worst[k], &refmax);
+        }
+        report(!rc && worst[0] <= 1e-5 && worst[1] <= 1e-5, "fp8: parameters after the steps vs cpu",
+               "max err fp8 GEMMs %.3g, fake-quantized %.3g (tolerance 1e-5)", worst[0], worst[1]);
+    }
+    for (int k = 0; k < 2; k++) {
+        exec_dev_free(&S[k].d);
+        exec_free(&S[k].h);
+        plan_free(&S[k].p);
+    }
+    exec_free(&cx);
+    plan_free(&pc);
+}
+
 int main(void) {
     char cache[1024], dsim[256], dcpu[256], path[512];
     snprintf(cache, sizeof cache, "%s/sim-cache", HYP_BINARY_DIR);
     setenv("HYP_SIM_CACHE", cache, 0);
     snprintf(dsim, sizeof dsim, "/tmp/hyp-exec-sim-%d/sim", (int)getpid());
     snprintf(dcpu, sizeof dcpu, "/tmp/hyp-exec-sim-%d/cpu", (int)getpid());
-    if (gen("sim", dsim) || gen("cpu", dcpu)) {
+    if (gen("sim", dsim, "") || gen("cpu", dcpu, "")) {
         report(0, "gen", "gen --target sim / cpu failed");
         printf("%d passed, %d failed\n", passed, failed);
         return 1;
@@ -285,6 +451,7 @@ int main(void) {
      * adamw_step kernel on the sim side */
     if (!rc) rc = train_steps(&cx, &hx, &dx, &rng, 0);
     if (!rc) rc = train_steps(&cx, &hx, &dx, &rng, 1);
+    if (!rc) fp8_cases(dev);
 
     exec_dev_free(&dx);
     exec_free(&cx);
