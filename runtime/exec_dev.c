@@ -494,8 +494,10 @@ static int prepare_launches(exec_dev *x, const cJSON *man, const cJSON *ls, cons
             int rc = bind_arg(x, L, i, ar->valuestring, c, sc, nsc, e);
             if (rc) return rc;
         }
-        if (np > 0 && L->bind[0] == AB_BUF && L->bidx[0] < 0) /* writes an absent optional output (a */
-            free_launch(&x->launches[--x->n_launches]);    /* llama's embedding_bwd_wpe): nothing to do */
+        const char *a0 = np > 0 ? cJSON_GetArrayItem(args, 0)->valuestring : "";
+        if (L->bind[0] == AB_BUF && L->bidx[0] < 0 && strstr(a0, "out") == a0 + (a0[1] == '.' ? 2 : 0))
+            free_launch(&x->launches[--x->n_launches]); /* its output is an absent optional one (a llama's
+                                                           embedding_bwd_wpe): nothing to do */
     }
     eo->count = x->n_launches - eo->first;
     return HYP_OK;
@@ -600,7 +602,7 @@ void exec_dev_free(exec_dev *x) {
     d->mem_free(d, x->fp8_scale, &e);
     d->mem_free(d, x->fp8_scale_inv, &e);
     d->mem_free(d, x->fp8_amax, &e);
-    for (int i = 0; x->fp8_q && i < x->p->fp8_slots; i++) {
+    for (int i = 0; x->fp8_q && x->fp8_qt && i < x->p->fp8_slots; i++) {
         d->mem_free(d, x->fp8_q[i], &e);
         d->mem_free(d, x->fp8_qt[i], &e);
     }

@@ -3,7 +3,9 @@
  * token/target buffers, kernel scratch) and runs the forward, loss and backward op lists through
  * the rendered kernels of out/NAME/kernels (kernels.json says which kernels each plan op
  * launches, with which argument bindings and grid), cuBLASLt-semantics GEMMs for matmul_fwd/bwd
- * (runtime/device.h) and memsets for zero.
+ * (runtime/device.h) and memsets for zero. v2166 fusion sites (kernels.json "fusions") replace
+ * their op pairs' launches; v2160 FP8 keeps per-slot scaling state on the device and, when the
+ * plan says fp8.gemm "fp8", runs the layer GEMMs on fp8 bytes (TN, as cuBLASLt requires).
  *
  * The arenas have exactly exec.c's layout (offsets of plan.h), so a host array laid out like
  * exec_t.params can be uploaded / downloaded as a whole: the CPU initialization and the host
