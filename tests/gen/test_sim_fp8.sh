@@ -11,7 +11,7 @@
 # - fusion: the sim trainer running the fused launch sites (residual+norm fwd/bwd, RoPE inside
 #   the attention permutes) matches the unfused sim trainer within 1e-5 relative (same kernels'
 #   arithmetic in another grouping; observed bit-identical) and the cpu trainer within 1e-4.
-# - scaling 'current' is refused on the device with a clear message (exit 2).
+# - scaling 'current' and a damaged fusion site are refused with a clear message (exit 2).
 source "$(dirname "$0")/lib.sh"
 export OMP_NUM_THREADS=2 HYP_SIM_CACHE="$BUILD/tests/sim_cache"
 head -c 40000 "$ROOT/specs/SCHEMA.md" > "$TMP/c.txt"; cat "$ROOT"/specs/memory/*.yaml >> "$TMP/c.txt"
@@ -85,6 +85,12 @@ run fu_gpt_sim ",fusion" mini sim
 r=$(maxrel fu_gpt_sim f32_sim); echo "fusion (gpt2, residual+layernorm): fused vs unfused sim: $r"
 check test_v2166_sim_fused_matches_unfused_gpt2 within "$r" 1e-5
 run fu_llama_sim ",fusion" minil sim
+# a damaged manifest: a fusion site whose ops are reversed is refused before any step (exit 2);
+# the next run regenerates the directory
+K="$BUILD/tests/sim_fp8/minil/kernels/kernels.json"
+sed -i '0,/"ops":\t\[\([0-9]*\), \([0-9]*\)\]/s//"ops":\t[\2, \1]/' "$K"
+expect sim_refuses_bad_fusion_site 2 "fusion residual_rmsnorm_fwd: a site's ops do not form a fusable pair.*regenerate" -- \
+  "$BUILD/tests/sim_fp8/minil/train" --data "$TMP/data" --steps 1
 run llama_sim "" minil sim
 run llama_cpu "" minil cpu
 r=$(maxrel fu_llama_sim llama_sim); echo "fusion (llama, residual+rmsnorm, rope+attention): fused vs unfused sim: $r"
