@@ -404,6 +404,13 @@ static int bind_arg(exec_dev *x, exec_dev_launch *L, int i, const char *a, const
         return HYP_OK;
     }
     if (ab) return hyp_fail(e, HYP_EINPUT, "kernels.json: %s: unknown binding '%s' — regenerate with gen", L->kernel, a);
+    if (!strcmp(a, "fp8.scaled_max[slot]") && ao->kind == OP_FP8_QUANTIZE) { /* a constant of the slot */
+        char v[32];
+        snprintf(v, sizeof v, "%.9g", (double)(hyp_fp8_max(x->fp8[ao->slot].fmt) * powf(2.0f, -(float)x->p->fp8_margin)));
+        L->bind[i] = AB_EXPR;
+        L->arg[i] = xstrdup(v);
+        return HYP_OK;
+    }
     if (!strncmp(a, "fp8.", 4)) {
         static const char *const f8[] = {"fp8.scale[slot]", "fp8.scale_inv[slot]", "fp8.amax[slot]", "fp8.q[slot]",
                                          "fp8.qt[slot]"};
@@ -503,12 +510,15 @@ static int prepare_launches(exec_dev *x, const cJSON *man, const cJSON *ls, cons
     return HYP_OK;
 }
 
-/* The manifest key of op o: its name, or "fp8_quantize(gradient, hybrid)" for an E5M2 slot; with
- * gemm, the key of the fp8 byte casts an fp8_quantize op adds for the FP8 GEMMs. */
+/* The manifest key of op o: its name, or for an fp8_quantize op "fp8_quantize(current, gradient,
+ * hybrid)" and the like (current scaling; an E5M2 slot); with gemm, the key of the fp8 byte casts
+ * an fp8_quantize op adds for the FP8 GEMMs. */
 static const char *op_key(const plan_t *p, const plan_op *o, int gemm) {
-    int e5 = o->kind == OP_FP8_QUANTIZE && !p->fp8_e4m3_only && p->fp8_roles[o->slot] == HYP_FP8_GRADIENT;
+    if (o->kind != OP_FP8_QUANTIZE) return plan_op_name(o->kind);
+    int e5 = !p->fp8_e4m3_only && p->fp8_roles[o->slot] == HYP_FP8_GRADIENT;
     if (gemm) return e5 ? "fp8_quantize(fp8 gemm, gradient, hybrid)" : "fp8_quantize(fp8 gemm)";
-    return e5 ? "fp8_quantize(gradient, hybrid)" : plan_op_name(o->kind);
+    if (p->fp8_current) return e5 ? "fp8_quantize(current, gradient, hybrid)" : "fp8_quantize(current)";
+    return e5 ? "fp8_quantize(gradient, hybrid)" : "fp8_quantize";
 }
 
 /* Prepares the launches of one plan op. */
@@ -673,12 +683,11 @@ static int init_fp8(exec_dev *x, hyp_err *e) {
     const plan_t *p = x->p;
     int n = p->fp8_slots, rc;
     if (!n) return HYP_OK;
-    if (p->fp8_current)
-        return hyp_fail(e, HYP_EINPUT, "plan: v2160 scaling 'current' is not run by the device executor yet (it needs the scale before each cast) — generate with --set v2160.scaling=delayed, or --target cpu");
     x->fp8 = calloc((size_t)n, sizeof *x->fp8);
     x->h_fp8 = calloc((size_t)n, sizeof *x->h_fp8);
     if (!x->fp8 || !x->h_fp8) return hyp_fail(e, HYP_EFAIL, "out of memory");
     hyp_fp8_recipe r = hyp_fp8_recipe_default();
+    r.scaling = p->fp8_current ? HYP_FP8_CURRENT : HYP_FP8_DELAYED;
     r.history_len = p->fp8_history;
     r.margin = (float)p->fp8_margin;
     for (int i = 0; i < n; i++) {
@@ -1126,7 +1135,7 @@ int exec_dev_adamw(exec_dev *x, double lr, double beta1, double beta2, double ep
 
 int exec_dev_fp8_step(exec_dev *x, hyp_err *e) {
     size_t n = (size_t)x->p->fp8_slots;
-    if (!n) return HYP_OK;
+    if (!n || x->p->fp8_current) return HYP_OK; /* current: each cast set its scale (and cleared amax) */
     int rc = x->dev->d2h_sync(x->dev, x->h_fp8, x->fp8_amax, sizeof(float) * n, e);
     if (rc) return rc;
     for (size_t i = 0; i < n; i++) {

@@ -61,7 +61,7 @@ typedef struct {
     float *seg_wd, *gscale;         /* device: [nseg] weight decay, [1] gradient scale */
     float *h_seg_wd;                /* host: [nseg] */
     int *seg_decay;                 /* host: [nseg] the tensor's decay flag */
-    /* ---- v2160 FP8 (delayed scaling): one scaling state per plan fp8 slot. The cast kernels
+    /* ---- v2160 FP8 (delayed or current scaling): one scaling state per plan fp8 slot. The cast kernels
      * bind "fp8.scale[slot]", "fp8.scale_inv[slot]", "fp8.amax[slot]"; the amax of every cast in
      * a step is merged (max) into fp8_amax, which exec_dev_fp8_step folds into the host histories.
      * Data parallel: all-reduce fp8_amax (fp8_slots floats, max) across ranks before the step. */
@@ -105,7 +105,8 @@ int exec_dev_adamw(exec_dev *x, double lr, double beta1, double beta2, double ep
 /* v2160 FP8, once per optimizer step (after it), as exec.c's exec_fp8_step: the step's amax of
  * every slot (x->fp8_amax, downloaded) goes into its history, delayed scaling recomputes scale =
  * fp8_max * 2^-margin / max(history) and scale_inv (runtime/fp8.c), both are uploaded and the
- * device amax is cleared for the next step. A no-op for a plan without fp8 slots. */
+ * device amax is cleared for the next step. A no-op for a plan without fp8 slots, and for current
+ * scaling (each cast takes its tensor's amax and sets its scale on the device first). */
 int exec_dev_fp8_step(exec_dev *x, hyp_err *e);
 
 #endif

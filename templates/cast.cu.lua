@@ -42,10 +42,15 @@ kernels = {
     params = { "float* out", "const float* in", "long n" }, block = "BLOCK", grid = "cdiv(n, 4*BLOCK)" },
   { name = "amax", doc = "*amax = max(*amax, max |in|)",
     params = { "float* __restrict__ amax", "const float* __restrict__ in", "long n" }, block = "BLOCK", grid = "cdiv(n, 4*BLOCK)" },
+  { name = "fp8_scale_current", doc = "current scaling (runtime/fp8.c's hyp_fp8_scale_current): *scale = scaled_max / *amax (1 when amax is 0, inf or NaN; FLT_MAX on overflow), *scale_inv = 1 / *scale; *amax = 0 for the tensor's next cast",
+    params = { "float* __restrict__ scale", "float* __restrict__ scale_inv", "float* __restrict__ amax", "float scaled_max" },
+    block = "BLOCK", grid = "1" },
 }
 -- plan op fp8_quantize (v2160, one scaling slot per tensor): E4M3, or E5M2 for "gradient" slots
 -- with the HYBRID recipe (plan.fp8.slots, plan.fp8.recipe). Delayed scaling reads the slot's
 -- scale and records its amax; current scaling runs `amax` first and sets the scale from it.
+-- "(current)": current scaling on a device, three launches: this tensor's amax, the scale from it,
+-- the cast (fp8.scaled_max: fp8_max * 2^-margin of the slot's format, computed by the executor).
 -- "(fp8 gemm)": what the device executor adds when the plan runs the layer GEMMs in FP8
 -- (plan.fp8.gemm, device targets): the operand [n][C] as fp8 bytes and transposed, for cuBLASLt's
 -- TN layout (forward: both as stored; dgrad: the weight transposed; wgrad: both transposed).
@@ -53,6 +58,12 @@ ops = {
   fp8_quantize = { { "fp8_fake_quantize_e4m3", "out1", "in1", "fp8.scale[slot]", "fp8.scale_inv[slot]", "fp8.amax[slot]", "n*C" } },
   round_bf16 = { { "round_bf16", "out1", "in1", "n*C" } },
   ["fp8_quantize(gradient, hybrid)"] = { { "fp8_fake_quantize_e5m2", "out1", "in1", "fp8.scale[slot]", "fp8.scale_inv[slot]", "fp8.amax[slot]", "n*C" } },
+  ["fp8_quantize(current)"] = { { "amax", "fp8.amax[slot]", "in1", "n*C" },
+    { "fp8_scale_current", "fp8.scale[slot]", "fp8.scale_inv[slot]", "fp8.amax[slot]", "fp8.scaled_max[slot]" },
+    { "fp8_fake_quantize_e4m3", "out1", "in1", "fp8.scale[slot]", "fp8.scale_inv[slot]", "0", "n*C" } },
+  ["fp8_quantize(current, gradient, hybrid)"] = { { "amax", "fp8.amax[slot]", "in1", "n*C" },
+    { "fp8_scale_current", "fp8.scale[slot]", "fp8.scale_inv[slot]", "fp8.amax[slot]", "fp8.scaled_max[slot]" },
+    { "fp8_fake_quantize_e5m2", "out1", "in1", "fp8.scale[slot]", "fp8.scale_inv[slot]", "0", "n*C" } },
   ["fp8_quantize(fp8 gemm)"] = { { "cast_f32_e4m3", "fp8.q[slot]", "in1", "fp8.scale[slot]", "0", "n*C" },
     { "cast_f32_e4m3_t", "fp8.qt[slot]", "in1", "fp8.scale[slot]", "n", "C" } },
   ["fp8_quantize(fp8 gemm, gradient, hybrid)"] = { { "cast_f32_e5m2", "fp8.q[slot]", "in1", "fp8.scale[slot]", "0", "n*C" },
@@ -189,6 +200,17 @@ __device__ __forceinline__ void amax_merge(float* amax, float local) {
     } else {
         for (; i < n; i++) out[i] = __bfloat162float(__float2bfloat16(in[i]));
     }
+}
+% end
+% if emit.fp8_scale_current then
+{{ signature("fp8_scale_current") }} {
+    if (blockIdx.x != 0 || threadIdx.x != 0) return;
+    const float a = *amax;
+    float s = (isinf(a) || isnan(a) || a == 0.0f) ? 1.0f : scaled_max / a;
+    if (isinf(s)) s = 3.402823466e+38f; // FLT_MAX
+    *scale = s;
+    *scale_inv = 1.0f / s;
+    *amax = 0.0f;
 }
 % end
 % if emit.amax then

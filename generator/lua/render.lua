@@ -531,7 +531,7 @@ function M.instances(tree, cfg, plan, decide)
     if mp == "fp16" then ks[#ks + 1] = "cast_f32_f16"; ks[#ks + 1] = "cast_f16_f32" end
     if cfg.active.v2160 then
       for _, k in ipairs({ "cast_f32_e4m3", "cast_e4m3_f32", "cast_f32_e5m2", "cast_e5m2_f32", "amax",
-        "cast_f32_e4m3_t", "cast_f32_e5m2_t" }) do ks[#ks + 1] = k end
+        "cast_f32_e4m3_t", "cast_f32_e5m2_t", "fp8_scale_current" }) do ks[#ks + 1] = k end
     end
     if seen.fp8_quantize then -- the plan's fake-quantized GEMM inputs (v2160)
       ks[#ks + 1] = "fp8_fake_quantize_e4m3"

@@ -4,14 +4,16 @@
 # - fp8 (HYBRID, delayed scaling): the sim trainer's cast kernels (fp8.scale/scale_inv/amax[slot]
 #   bindings), its fp8 GEMMs (plan fp8.gemm "fp8": TN GEMMs of the fp8 bytes, scale_inv as the A/B
 #   scales) and exec_dev_fp8_step's amax-history update match the cpu trainer (fake-quantized,
-#   runtime/fp8.c) over 8 steps within 1e-4 relative: the quantization is bit-exact on both sides,
+#   runtime/fp8.c) over 8 steps within 1e-3 relative: the quantization is bit-exact on both sides,
 #   the GEMM summation orders and the AdamW kernel differ in last bits, which can flip an fp8
-#   rounding (observed 2.5e-6; tests/unit/test_exec_sim.c compares with the host AdamW: 0);
+#   rounding of an element (up to 1/8 of it in E4M3; observed 2.5e-6 here, up to 9.4e-4 in
+#   tests/unit/test_exec_sim.c's Llama run, which checks every cast and fp8 GEMM exactly);
+#   current scaling too (the scale from each tensor's amax on the device; observed 0 here);
 #   and fp8 moves the losses off the fp32 run by more than 1e-4 relative somewhere (it is on).
 # - fusion: the sim trainer running the fused launch sites (residual+norm fwd/bwd, RoPE inside
 #   the attention permutes) matches the unfused sim trainer within 1e-5 relative (same kernels'
 #   arithmetic in another grouping; observed bit-identical) and the cpu trainer within 1e-4.
-# - scaling 'current' and a damaged fusion site are refused with a clear message (exit 2).
+# - a damaged fusion site is refused with a clear message (exit 2).
 source "$(dirname "$0")/lib.sh"
 export OMP_NUM_THREADS=2 HYP_SIM_CACHE="$BUILD/tests/sim_cache"
 head -c 40000 "$ROOT/specs/SCHEMA.md" > "$TMP/c.txt"; cat "$ROOT"/specs/memory/*.yaml >> "$TMP/c.txt"
@@ -56,13 +58,13 @@ bias: false
 tokenizer: byte
 EOF
 STEPS=8
-# run NAME ENABLE MODEL TARGET: gen + 8 steps, metrics in $TMP/NAME.jsonl. The sim trainers of a
+# run NAME ENABLE MODEL TARGET [SET]: gen + 8 steps, metrics in $TMP/NAME.jsonl. The sim trainers of a
 # model share one directory under the build tree: the sim cache keys modules by source and path,
 # so kernels common to the variants (and every kernel on a rerun) compile once.
 run() {
   local out="$TMP/$1"
   [ "$4" = sim ] && out="$BUILD/tests/sim_fp8/$3"
-  expect "gen_$1" 0 "wrote" -- "$GEN" specs/v2500.yaml --enable "adamw,clip$2" --model "$TMP/$3.yaml" --target "$4" --batch 2 --seq 16 -o "$out" &&
+  expect "gen_$1" 0 "wrote" -- "$GEN" specs/v2500.yaml --enable "adamw,clip$2" ${5:+--set "$5"} --model "$TMP/$3.yaml" --target "$4" --batch 2 --seq 16 -o "$out" &&
   expect "train_$1" 0 "done: $STEPS steps" -- "$out/train" --data "$TMP/data" --steps $STEPS --eval-every 0 --metrics "$TMP/$1.jsonl"
 }
 # maxrel A B: the largest |a-b|/|b| over the steps' losses (fails unless both have $STEPS)
@@ -75,9 +77,13 @@ within() { awk -v r="$1" -v t="$2" 'BEGIN { exit !(r != "inf" && r + 0 <= t + 0)
 
 run fp8_sim ",fp8" mini sim
 run fp8_cpu ",fp8" mini cpu
+run cur_sim ",fp8" mini sim v2160.scaling=current
+run cur_cpu ",fp8" mini cpu v2160.scaling=current
 run f32_sim "" mini sim
 r=$(maxrel fp8_sim fp8_cpu); echo "fp8: sim vs cpu, $STEPS steps: max relative loss difference $r"
-check test_v2160_sim_fp8_matches_cpu within "$r" 1e-4
+check test_v2160_sim_fp8_matches_cpu within "$r" 1e-3
+r=$(maxrel cur_sim cur_cpu); echo "fp8 current scaling: sim vs cpu, $STEPS steps: $r"
+check test_v2160_sim_fp8_current_matches_cpu within "$r" 1e-3
 r=$(maxrel fp8_sim f32_sim); echo "fp8 vs fp32 (sim): max relative loss difference $r"
 check fp8_changes_the_losses awk -v r="$r" 'BEGIN { exit !(r != "inf" && r + 0 > 1e-4) }'
 
@@ -98,6 +104,4 @@ check test_v2166_sim_fused_matches_unfused_llama within "$r" 1e-5
 r=$(maxrel fu_llama_sim llama_cpu); echo "fusion (llama): fused sim vs cpu: $r"
 check test_v2166_sim_fused_matches_cpu_llama within "$r" 1e-4
 
-expect gen_fp8_current 0 "wrote" -- "$GEN" specs/v2500.yaml --enable adamw,fp8 --set v2160.scaling=current --model "$TMP/mini.yaml" --target sim --batch 2 --seq 16 -o "$TMP/cur"
-expect sim_refuses_current_scaling 2 "scaling 'current' is not run by the device executor.*delayed" -- "$TMP/cur/train" --data "$TMP/data" --steps 1
 finish
