@@ -234,13 +234,14 @@ static int check_fp8_bytes(fp8_side *s, const plan_op *list, int n, int *checked
     return bad;
 }
 
-/* out[r][c] vs sum_k a[r*sar + k*sak] * b[c*sbc + k*sbk] (k < K): worst |diff| / sum |terms|. */
+/* out[r][c] vs bias[c] + sum_k a[r*sar + k*sak] * b[c*sbc + k*sbk] (k < K; bias may be NULL):
+ * worst |diff| / sum |terms|. */
 static double gemm_err(const float *out, long R, long Cn, long K, const float *a, long sar, long sak, const float *b,
-                       long sbc, long sbk) {
+                       long sbc, long sbk, const float *bias) {
     double worst = 0;
     for (long r = 0; r < R; r++)
         for (long c = 0; c < Cn; c++) {
-            double acc = 0, mag = 1e-30;
+            double acc = bias ? bias[c] : 0, mag = 1e-30 + fabs(acc);
             for (long k = 0; k < K; k++) {
                 double t = (double)a[r * sar + k * sak] * b[c * sbc + k * sbk];
                 acc += t;
@@ -266,11 +267,11 @@ static int check_fp8_gemms(fp8_side *s, double *worst) {
                 OC % 16 || N % 16)
                 continue;
             double e1 = 0, e2 = 0;
-            if (!pass) { /* y[N][OC] = x[N][IC] W[OC][IC]^T (no bias in the fixtures' checked GEMMs) */
+            if (!pass) { /* y[N][OC] = x[N][IC] W[OC][IC]^T + b */
                 float *x = dl(s, o->in[0], N * IC), *w = dl(s, o->in[1], OC * IC), *y = dl(s, o->out[0], N * OC);
-                if (o->in[2] < 0 && x && w && y) e1 = gemm_err(y, N, OC, IC, x, IC, 1, w, IC, 1);
-                else e1 = o->in[2] < 0 ? 1 : 0;
-                free(x), free(w), free(y);
+                float *b = o->in[2] >= 0 ? dl(s, o->in[2], OC) : NULL;
+                e1 = x && w && y && (b || o->in[2] < 0) ? gemm_err(y, N, OC, IC, x, IC, 1, w, IC, 1, b) : 1;
+                free(x), free(w), free(y), free(b);
             } else { /* dx[N][IC] = dy[N][OC] W[OC][IC]; dW[OC][IC] = dy^T x */
                 float *dy = dl(s, o->in[0], N * OC), *x = dl(s, o->in[1], N * IC), *w = dl(s, o->in[2], OC * IC);
                 float *dx = dl(s, o->out[0], N * IC), *dw = malloc(sizeof(float) * (size_t)(OC * IC));
@@ -278,8 +279,8 @@ static int check_fp8_gemms(fp8_side *s, double *worst) {
                 int ok = dy && x && w && dx && dw && o->out[1] >= 0 &&
                          !s->d.dev->d2h_sync(s->d.dev, dw, (float *)s->d.grads + p->bufs[o->out[1]].offset,
                                              sizeof(float) * (size_t)(OC * IC), &e);
-                e1 = ok ? gemm_err(dx, N, IC, OC, dy, OC, 1, w, 1, IC) : 1;
-                e2 = ok ? gemm_err(dw, OC, IC, N, dy, 1, OC, x, 1, IC) : 1;
+                e1 = ok ? gemm_err(dx, N, IC, OC, dy, OC, 1, w, 1, IC, NULL) : 1;
+                e2 = ok ? gemm_err(dw, OC, IC, N, dy, 1, OC, x, 1, IC, NULL) : 1;
                 free(dy), free(x), free(w), free(dx), free(dw);
             }
             if (e1 > *worst) *worst = e1;
