@@ -200,7 +200,9 @@ function P.build(tree, cfg, contrib, opts)
   -- input activation and weight (E4M3) in forward and of its output gradient (E5M2) in backward,
   -- each with its own per-tensor scale (delayed from an amax history, or current). The LM head,
   -- norms, softmax and the loss stay fp32. The quantized copies are fp32 buffers holding exactly
-  -- representable fp8 values (the numerics of an FP8 GEMM with fp32 accumulation).
+  -- representable fp8 values (the numerics of an FP8 GEMM with fp32 accumulation); on device
+  -- targets (fp8.gemm = "fp8") the executor also casts each operand [n][C] to fp8 bytes, as stored
+  -- and transposed, and runs the layer GEMMs on those (runtime/exec_dev.c).
   local fp8 = nil
   local bf16 = cfg.active.v2102 and not cfg.active.v2160 and R.param(cfg, "v2102", "dtype") == "bf16"
   if cfg.active.v2102 and not cfg.active.v2160 and not bf16 then
