@@ -160,7 +160,7 @@ static int eval_list(const char *s, const env_t *env, double *out, int max, char
 /* ---- the manifest ---------------------------------------------------------------------------- */
 
 enum { PT_PTR, PT_I32, PT_I64, PT_F32, PT_U32 };
-enum { AB_EXPR, AB_IN, AB_OUT, AB_SCRATCH };
+enum { AB_EXPR, AB_BUF, AB_SCRATCH, AB_FP8 };
 
 struct exec_dev_file {
     char name[96];
@@ -177,7 +177,7 @@ struct exec_dev_launch {
     int ptype[ARGS_MAX];
     char *pname[ARGS_MAX];
     int bind[ARGS_MAX];     /* AB_* */
-    int bidx[ARGS_MAX];     /* AB_IN / AB_OUT: 0-based index */
+    int bidx[ARGS_MAX];     /* AB_BUF: plan buffer (-1: NULL); AB_FP8: 0 scale, 1 scale_inv, 2 amax, 3 q, 4 qt */
     int64_t soff[ARGS_MAX]; /* AB_SCRATCH: float offset into the scratch block */
     char *arg[ARGS_MAX];    /* AB_EXPR: the expression */
     char *grid, *smem;
@@ -222,10 +222,24 @@ static void env_op(env_t *v, const plan_op *o, int B, int T) {
 #undef BD
 }
 
+/* The dims of op a, then of b (a fusion site's second op, or NULL); an attribute neither has is
+ * plan.c's default: C = 1 (how it sizes e.g. a weight's fp8_quantize, n = OC*IC). */
+static void env_ops(env_t *v, const plan_op *a, const plan_op *b, int B, int T) {
+    env_op(v, a, B, T);
+    if (b) env_op(v, b, B, T);
+    env_set(v, "C", 1.0);
+}
+
 typedef struct {
     char key[128];
     int64_t off, n;
 } scratch_t;
+
+static int find_buf_name(const plan_t *p, const char *name) {
+    for (int i = 0; i < p->n_bufs; i++)
+        if (!strcmp(p->bufs[i].name, name)) return i;
+    return -1;
+}
 
 static int find_file(exec_dev *x, const char *name) {
     for (int i = 0; i < x->n_files; i++)
@@ -307,19 +321,135 @@ static int prepare_optimizer(exec_dev *x, const cJSON *man, hyp_err *e) {
     return rc;
 }
 
-/* Prepares the launches of one plan op; scratch needs are merged into sc (at the maximum shape). */
-static int prepare_op(exec_dev *x, const cJSON *man, const plan_op *o, exec_dev_op *eo, scratch_t *sc,
-                      int *nsc, hyp_err *e) {
-    const char *name = plan_op_name(o->kind);
-    const cJSON *ops = cJSON_GetObjectItemCaseSensitive(man, "ops");
-    const cJSON *ls = cJSON_GetObjectItemCaseSensitive(ops, name);
-    memset(eo, 0, sizeof *eo);
-    if (!ls) {
-        if (o->kind == OP_MATMUL_FWD || o->kind == OP_MATMUL_BWD) eo->how = EXD_GEMM;
-        else if (o->kind == OP_ZERO) eo->how = EXD_ZERO;
-        else return hyp_fail(e, HYP_EINPUT, "kernels.json: plan op '%s' has no kernel launch — this trainer cannot run it on a device yet (use --target cpu)", name);
+static void free_launch(exec_dev_launch *L) {
+    for (int j = 0; j < L->nargs; j++) {
+        free(L->pname[j]);
+        free(L->arg[j]);
+    }
+    free(L->grid);
+    free(L->smem);
+}
+
+/* Where a launch's arguments come from: a (the op, or a fusion site's first op), b (the site's
+ * second op) and site (the site's JSON object, for "site.NAME" buffer names). */
+typedef struct {
+    const plan_op *a, *b;
+    const cJSON *site;
+    const char *what; /* the op or fusion kind, for messages */
+} bind_ctx;
+
+/* "inK" / "outK" of op o (K from 1): the plan buffer index (-1: an absent optional argument), or
+ * -2 when s is not such a name, -3 when o has no such argument. */
+static int op_arg(const plan_op *o, const char *s) {
+    int out = !strncmp(s, "out", 3);
+    if (!out && strncmp(s, "in", 2)) return -2;
+    const char *d = s + (out ? 3 : 2);
+    if (!isdigit((unsigned char)d[0]) || d[1]) return -2;
+    int k = d[0] - '1';
+    if (!o || k < 0 || k >= (out ? o->nout : o->nin)) return -3;
+    return out ? o->out[k] : o->in[k];
+}
+
+/* Scratch need (floats, at the plan's maximum shape) of binding a: scratch(EXPR) or scratch.NAME. */
+static int scratch_need(exec_dev *x, int fi, const bind_ctx *c, const char *a, const char *kernel, int64_t *n,
+                        hyp_err *e) {
+    if (a[7] == '.') {
+        int64_t nh = x->p->NH > x->p->NKV ? x->p->NH : x->p->NKV;
+        *n = (int64_t)x->p->B * x->p->T * nh * x->p->hd;
         return HYP_OK;
     }
+    if (a[7] != '(') return hyp_fail(e, HYP_EINPUT, "kernels.json: %s: unknown binding '%s' — regenerate with gen", kernel, a);
+    env_t v = x->files[fi].consts;
+    env_ops(&v, c->a, c->b, x->p->B, x->p->T);
+    char tmp[128], what[200];
+    snprintf(tmp, sizeof tmp, "%s", a + 8);
+    char *close = strrchr(tmp, ')');
+    if (close) *close = 0;
+    double d;
+    if (eval_list(tmp, &v, &d, 1, what, sizeof what) != 1)
+        return hyp_fail(e, HYP_EINPUT, "kernels.json: %s: %s — regenerate with gen", kernel, what);
+    *n = (int64_t)d;
+    return HYP_OK;
+}
+
+/* Resolves argument i (manifest binding a) of launch L. */
+static int bind_arg(exec_dev *x, exec_dev_launch *L, int i, const char *a, const bind_ctx *c, scratch_t *sc, int *nsc,
+                    hyp_err *e) {
+    const char *ab = NULL; /* the rest of an "a." / "b." binding */
+    const plan_op *ao = c->a;
+    if (!strncmp(a, "a.", 2) || !strncmp(a, "b.", 2) || !strncmp(a, "site.", 5)) {
+        if (!c->b)
+            return hyp_fail(e, HYP_EINPUT, "kernels.json: %s: fused-pair binding '%s' outside a fusion site — regenerate with gen", L->kernel, a);
+        if (a[0] == 's') {
+            const cJSON *nm = cJSON_GetObjectItemCaseSensitive(c->site, a + 5);
+            int idx = cJSON_IsString(nm) ? find_buf_name(x->p, nm->valuestring) : -1;
+            if (idx < 0)
+                return hyp_fail(e, HYP_EINPUT, "kernels.json: %s (%s): binding '%s' names no plan buffer — regenerate with gen", L->kernel, c->what, a);
+            L->bind[i] = AB_BUF;
+            L->bidx[i] = idx;
+            return HYP_OK;
+        }
+        ab = a + 2;
+        ao = a[0] == 'a' ? c->a : c->b;
+    } else if (c->b && op_arg(ao, a) != -2) {
+        return hyp_fail(e, HYP_EINPUT, "kernels.json: %s (%s): a fusion site binds '%s' without a./b. — regenerate with gen", L->kernel, c->what, a);
+    }
+    int idx = op_arg(ao, ab ? ab : a);
+    if (idx == -3)
+        return hyp_fail(e, HYP_EINPUT, "kernels.json: %s binds '%s' but op '%s' has %d inputs and %d outputs — regenerate with gen", L->kernel, a,
+                        plan_op_name(ao->kind), ao->nin, ao->nout);
+    if (idx >= -1) {
+        L->bind[i] = AB_BUF;
+        L->bidx[i] = idx;
+        return HYP_OK;
+    }
+    if (ab) return hyp_fail(e, HYP_EINPUT, "kernels.json: %s: unknown binding '%s' — regenerate with gen", L->kernel, a);
+    if (!strcmp(a, "fp8.scaled_max[slot]") && ao->kind == OP_FP8_QUANTIZE) { /* a constant of the slot */
+        char v[32];
+        snprintf(v, sizeof v, "%.9g", (double)(hyp_fp8_max(x->fp8[ao->slot].fmt) * powf(2.0f, -(float)x->p->fp8_margin)));
+        L->bind[i] = AB_EXPR;
+        L->arg[i] = xstrdup(v);
+        return HYP_OK;
+    }
+    if (!strncmp(a, "fp8.", 4)) {
+        static const char *const f8[] = {"fp8.scale[slot]", "fp8.scale_inv[slot]", "fp8.amax[slot]", "fp8.q[slot]",
+                                         "fp8.qt[slot]"};
+        for (int k = 0; k < 5; k++)
+            if (!strcmp(a, f8[k]) && ao->kind == OP_FP8_QUANTIZE && (k < 3 || x->fp8_gemm)) {
+                L->bind[i] = AB_FP8;
+                L->bidx[i] = k;
+                return HYP_OK;
+            }
+        return hyp_fail(e, HYP_EINPUT, "kernels.json: %s: unknown fp8 binding '%s' (fp8.scale|scale_inv|amax|q|qt[slot] of an fp8_quantize op) — regenerate with gen", L->kernel, a);
+    }
+    if (!strncmp(a, "scratch", 7)) {
+        int64_t n = 0;
+        int rc = scratch_need(x, L->file, c, a, L->kernel, &n, e);
+        if (rc) return rc;
+        int s;
+        for (s = 0; s < *nsc; s++)
+            if (!strcmp(sc[s].key, a)) break;
+        if (s == *nsc) {
+            if (*nsc >= 64) return hyp_fail(e, HYP_EINPUT, "kernels.json: too many scratch buffers");
+            snprintf(sc[s].key, sizeof sc[s].key, "%s", a);
+            sc[s].n = 0;
+            (*nsc)++;
+        }
+        if (n > sc[s].n) sc[s].n = n;
+        L->bind[i] = AB_SCRATCH;
+        L->bidx[i] = s; /* resolved to an offset once every need is known */
+        return HYP_OK;
+    }
+    L->bind[i] = AB_EXPR;
+    L->arg[i] = xstrdup(a);
+    return HYP_OK;
+}
+
+/* Appends the launches of the manifest list ls (one op's, or one fusion site's) to x->launches;
+ * scratch needs are merged into sc (at the maximum shape). */
+static int prepare_launches(exec_dev *x, const cJSON *man, const cJSON *ls, const bind_ctx *c, exec_dev_op *eo,
+                            scratch_t *sc, int *nsc, hyp_err *e) {
+    const char *name = c->what;
     eo->how = EXD_KERNELS;
     eo->first = x->n_launches;
     const cJSON *files = cJSON_GetObjectItemCaseSensitive(man, "files");
@@ -368,70 +498,96 @@ static int prepare_op(exec_dev *x, const cJSON *man, const plan_op *o, exec_dev_
             if (L->ptype[i] < 0)
                 return hyp_fail(e, HYP_EINPUT, "kernels.json: %s: parameter type '%s' is not supported by the executor", L->kernel, pt->valuestring);
             L->pname[i] = xstrdup(pn->valuestring);
-            const char *a = ar->valuestring;
-            if ((!strncmp(a, "out", 3) || !strncmp(a, "in", 2)) && isdigit((unsigned char)a[a[0] == 'o' ? 3 : 2]) &&
-                a[(a[0] == 'o' ? 3 : 2) + 1] == 0) {
-                int out = a[0] == 'o';
-                int k = a[out ? 3 : 2] - '1';
-                if (k < 0 || k >= (out ? o->nout : o->nin))
-                    return hyp_fail(e, HYP_EINPUT, "kernels.json: %s binds '%s' but op '%s' has %d %s", L->kernel, a, name,
-                                    out ? o->nout : o->nin, out ? "outputs" : "inputs");
-                L->bind[i] = out ? AB_OUT : AB_IN;
-                L->bidx[i] = k;
-            } else if (!strncmp(a, "scratch", 7)) {
-                /* size at the plan's maximum shape: scratch(EXPR), or a named permuted-head buffer */
-                int64_t n = 0;
-                if (a[7] == '(') {
-                    env_t v = x->files[fi].consts;
-                    env_op(&v, o, x->p->B, x->p->T);
-                    char tmp[128], what[200];
-                    snprintf(tmp, sizeof tmp, "%s", a + 8);
-                    char *close = strrchr(tmp, ')');
-                    if (close) *close = 0;
-                    double d;
-                    if (eval_list(tmp, &v, &d, 1, what, sizeof what) != 1)
-                        return hyp_fail(e, HYP_EINPUT, "kernels.json: %s: %s", L->kernel, what);
-                    n = (int64_t)d;
-                } else if (a[7] == '.') {
-                    int64_t nh = x->p->NH > x->p->NKV ? x->p->NH : x->p->NKV;
-                    n = (int64_t)x->p->B * x->p->T * nh * x->p->hd;
-                } else {
-                    return hyp_fail(e, HYP_EINPUT, "kernels.json: %s: unknown binding '%s'", L->kernel, a);
-                }
-                int s;
-                for (s = 0; s < *nsc; s++)
-                    if (!strcmp(sc[s].key, a)) break;
-                if (s == *nsc) {
-                    if (*nsc >= 64) return hyp_fail(e, HYP_EINPUT, "kernels.json: too many scratch buffers");
-                    snprintf(sc[s].key, sizeof sc[s].key, "%s", a);
-                    sc[s].n = 0;
-                    (*nsc)++;
-                }
-                if (n > sc[s].n) sc[s].n = n;
-                L->bind[i] = AB_SCRATCH;
-                L->bidx[i] = s; /* resolved to an offset once every need is known */
-            } else if (!strncmp(a, "a.", 2) || !strncmp(a, "b.", 2) || !strncmp(a, "site.", 5)) {
-                return hyp_fail(e, HYP_EINPUT, "kernels.json: %s: fused-pair binding '%s' outside a fusion site", L->kernel, a);
-            } else {
-                L->bind[i] = AB_EXPR;
-                L->arg[i] = xstrdup(a);
-            }
+            int rc = bind_arg(x, L, i, ar->valuestring, c, sc, nsc, e);
+            if (rc) return rc;
         }
+        const char *a0 = np > 0 ? cJSON_GetArrayItem(args, 0)->valuestring : "";
+        if (L->bind[0] == AB_BUF && L->bidx[0] < 0 && strstr(a0, "out") == a0 + (a0[1] == '.' ? 2 : 0))
+            free_launch(&x->launches[--x->n_launches]); /* its output is an absent optional one (a llama's
+                                                           embedding_bwd_wpe): nothing to do */
     }
     eo->count = x->n_launches - eo->first;
     return HYP_OK;
 }
 
-static void free_launches(exec_dev *x) {
-    for (int i = 0; i < x->n_launches; i++) {
-        exec_dev_launch *L = &x->launches[i];
-        for (int j = 0; j < L->nargs; j++) {
-            free(L->pname[j]);
-            free(L->arg[j]);
-        }
-        free(L->grid);
-        free(L->smem);
+/* The manifest key of op o: its name, or for an fp8_quantize op "fp8_quantize(current, gradient,
+ * hybrid)" and the like (current scaling; an E5M2 slot); with gemm, the key of the fp8 byte casts
+ * an fp8_quantize op adds for the FP8 GEMMs. */
+static const char *op_key(const plan_t *p, const plan_op *o, int gemm) {
+    if (o->kind != OP_FP8_QUANTIZE) return plan_op_name(o->kind);
+    int e5 = !p->fp8_e4m3_only && p->fp8_roles[o->slot] == HYP_FP8_GRADIENT;
+    if (gemm) return e5 ? "fp8_quantize(fp8 gemm, gradient, hybrid)" : "fp8_quantize(fp8 gemm)";
+    if (p->fp8_current) return e5 ? "fp8_quantize(current, gradient, hybrid)" : "fp8_quantize(current)";
+    return e5 ? "fp8_quantize(gradient, hybrid)" : "fp8_quantize";
+}
+
+/* Prepares the launches of one plan op. */
+static int prepare_op(exec_dev *x, const cJSON *man, const plan_op *o, exec_dev_op *eo, scratch_t *sc, int *nsc,
+                      hyp_err *e) {
+    const char *name = op_key(x->p, o, 0);
+    const cJSON *ops = cJSON_GetObjectItemCaseSensitive(man, "ops");
+    const cJSON *ls = cJSON_GetObjectItemCaseSensitive(ops, name);
+    memset(eo, 0, sizeof *eo);
+    if (!ls) {
+        if (o->kind == OP_MATMUL_FWD || o->kind == OP_MATMUL_BWD) eo->how = EXD_GEMM;
+        else if (o->kind == OP_ZERO) eo->how = EXD_ZERO;
+        else return hyp_fail(e, HYP_EINPUT, "kernels.json: plan op '%s' has no kernel launch — this trainer cannot run it on a device yet (use --target cpu)", name);
+        return HYP_OK;
     }
+    bind_ctx c = {o, NULL, NULL, name};
+    int rc = prepare_launches(x, man, ls, &c, eo, sc, nsc, e);
+    if (rc || o->kind != OP_FP8_QUANTIZE || !x->fp8_gemm) return rc;
+    /* the fp8 bytes for the FP8 GEMMs, right after (the op's launches stay contiguous) */
+    exec_dev_op more;
+    c.what = op_key(x->p, o, 1);
+    if (!(ls = cJSON_GetObjectItemCaseSensitive(ops, c.what)))
+        return hyp_fail(e, HYP_EINPUT, "kernels.json: no '%s' launches for the plan's fp8 GEMMs — regenerate the trainer with gen", c.what);
+    if ((rc = prepare_launches(x, man, ls, &c, &more, sc, nsc, e))) return rc;
+    eo->count += more.count;
+    return HYP_OK;
+}
+
+/* v2166: the manifest's fusion sites. A site names two ops (0-based indices ia < ib into the
+ * forward or the backward list, by the kind's _fwd/_bwd suffix) with only zero ops between them
+ * that clear none of the first op's outputs; its launches replace both ops' and run at the second
+ * (after those zeros: rope_attention_bwd writes the gradient the zero between clears). */
+static int prepare_fusions(exec_dev *x, const cJSON *man, scratch_t *sc, int *nsc, hyp_err *e) {
+    const cJSON *fu;
+    cJSON_ArrayForEach(fu, cJSON_GetObjectItemCaseSensitive(man, "fusions")) {
+        const cJSON *kind = cJSON_GetObjectItemCaseSensitive(fu, "kind");
+        const cJSON *ls = cJSON_GetObjectItemCaseSensitive(fu, "launches");
+        size_t kl = cJSON_IsString(kind) ? strlen(kind->valuestring) : 0;
+        int bwd = kl > 4 && !strcmp(kind->valuestring + kl - 4, "_bwd");
+        if (!kl || (!bwd && strcmp(kind->valuestring + (kl > 4 ? kl - 4 : 0), "_fwd")) || !cJSON_IsArray(ls))
+            return hyp_fail(e, HYP_EINPUT, "kernels.json: a fusion entry lacks a kind (..._fwd/_bwd) or launches — regenerate with gen");
+        const plan_op *list = bwd ? x->p->bwd : x->p->fwd;
+        exec_dev_op *eol = bwd ? x->bwd : x->fwd;
+        int n = bwd ? x->p->n_bwd : x->p->n_fwd;
+        const cJSON *site;
+        cJSON_ArrayForEach(site, cJSON_GetObjectItemCaseSensitive(fu, "sites")) {
+            const cJSON *ops = cJSON_GetObjectItemCaseSensitive(site, "ops");
+            const cJSON *ja = cJSON_GetArrayItem(ops, 0), *jb = cJSON_GetArrayItem(ops, 1);
+            int ia = cJSON_IsNumber(ja) ? ja->valueint : -1, ib = cJSON_IsNumber(jb) ? jb->valueint : -1;
+            int ok = cJSON_GetArraySize(ops) == 2 && ia >= 0 && ia < ib && ib < n && eol[ia].how == EXD_KERNELS &&
+                     eol[ib].how == EXD_KERNELS && !eol[ia].pair && !eol[ib].pair;
+            for (int k = ia + 1; ok && k < ib; k++) {
+                ok = list[k].kind == OP_ZERO;
+                for (int j = 0; ok && j < list[ia].nout; j++) ok = list[k].out[0] != list[ia].out[j];
+            }
+            if (!ok)
+                return hyp_fail(e, HYP_EINPUT, "kernels.json: fusion %s: a site's ops do not form a fusable pair of this plan — regenerate the trainer with gen", kind->valuestring);
+            bind_ctx c = {&list[ia], &list[ib], site, kind->valuestring};
+            int rc = prepare_launches(x, man, ls, &c, &eol[ib], sc, nsc, e);
+            if (rc) return rc;
+            eol[ib].pair = &list[ia];
+            eol[ia].how = EXD_SKIP;
+        }
+    }
+    return HYP_OK;
+}
+
+static void free_launches(exec_dev *x) {
+    for (int i = 0; i < x->n_launches; i++) free_launch(&x->launches[i]);
     free(x->launches);
     x->launches = NULL;
     x->n_launches = 0;
@@ -458,6 +614,18 @@ void exec_dev_free(exec_dev *x) {
     d->mem_free(d, x->sh_seg_wd, &e);
     free(x->sh_h_wd);
     free(x->sh_decay);
+    d->mem_free(d, x->fp8_scale, &e);
+    d->mem_free(d, x->fp8_scale_inv, &e);
+    d->mem_free(d, x->fp8_amax, &e);
+    for (int i = 0; x->fp8_q && x->fp8_qt && i < x->p->fp8_slots; i++) {
+        d->mem_free(d, x->fp8_q[i], &e);
+        d->mem_free(d, x->fp8_qt[i], &e);
+    }
+    free(x->fp8_q);
+    free(x->fp8_qt);
+    free(x->fp8_slot_of);
+    free(x->fp8);
+    free(x->h_fp8);
     free(x->h_seg_wd);
     free(x->seg_decay);
     for (int i = 0; i < x->n_files; i++) {
@@ -474,12 +642,68 @@ void exec_dev_free(exec_dev *x) {
     memset(x, 0, sizeof *x);
 }
 
+/* The host states' scale and scale_inv to the device (synchronously: h_fp8 is reused). */
+static int upload_scales(exec_dev *x, hyp_err *e) {
+    size_t n = (size_t)x->p->fp8_slots;
+    for (size_t i = 0; i < n; i++) x->h_fp8[i] = x->fp8[i].scale;
+    int rc = x->dev->h2d_sync(x->dev, x->fp8_scale, x->h_fp8, sizeof(float) * n, e);
+    for (size_t i = 0; i < n && !rc; i++) x->h_fp8[i] = x->fp8[i].scale_inv;
+    return rc ? rc : x->dev->h2d_sync(x->dev, x->fp8_scale_inv, x->h_fp8, sizeof(float) * n, e);
+}
+
 static int dalloc(exec_dev *x, void **ptr, int64_t n, size_t elem, hyp_err *e) {
     size_t sz = (size_t)(n > 0 ? n : 1) * elem;
     int rc = x->dev->mem_alloc(x->dev, ptr, sz, e);
     if (rc) return rc;
     x->bytes += sz;
     return x->dev->memset_sync(x->dev, *ptr, 0, sz, e);
+}
+
+/* Plan fp8.gemm "fp8": every fp8_quantize op's slot gets fp8 byte buffers for its operand as
+ * stored and transposed (sized at the plan's maximum shape), and its output buffer maps to it. */
+static int init_fp8_gemm(exec_dev *x, hyp_err *e) {
+    const plan_t *p = x->p;
+    if (!p->fp8_gemm) return HYP_OK;
+    x->fp8_gemm = 1;
+    x->fp8_q = calloc((size_t)p->fp8_slots, sizeof(void *));
+    x->fp8_qt = calloc((size_t)p->fp8_slots, sizeof(void *));
+    x->fp8_slot_of = malloc(sizeof(int) * (size_t)p->n_bufs);
+    if (!x->fp8_q || !x->fp8_qt || !x->fp8_slot_of) return hyp_fail(e, HYP_EFAIL, "out of memory");
+    for (int i = 0; i < p->n_bufs; i++) x->fp8_slot_of[i] = -1;
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < (pass ? p->n_bwd : p->n_fwd); i++) {
+            const plan_op *o = pass ? &p->bwd[i] : &p->fwd[i];
+            if (o->kind != OP_FP8_QUANTIZE || x->fp8_q[o->slot]) continue;
+            int64_t n = (o->n == DIM_B ? p->B : o->n == DIM_T ? p->T : o->n == DIM_N ? (int64_t)p->B * p->T : o->n) *
+                        (o->C ? o->C : 1);
+            int rc = dalloc(x, &x->fp8_q[o->slot], n, 1, e);
+            if (rc || (rc = dalloc(x, &x->fp8_qt[o->slot], n, 1, e))) return rc;
+            x->fp8_slot_of[o->out[0]] = o->slot;
+        }
+    return HYP_OK;
+}
+
+/* v2160: the host scaling states (exec.c's recipe) and their device scale/scale_inv/amax. */
+static int init_fp8(exec_dev *x, hyp_err *e) {
+    const plan_t *p = x->p;
+    int n = p->fp8_slots, rc;
+    if (!n) return HYP_OK;
+    x->fp8 = calloc((size_t)n, sizeof *x->fp8);
+    x->h_fp8 = calloc((size_t)n, sizeof *x->h_fp8);
+    if (!x->fp8 || !x->h_fp8) return hyp_fail(e, HYP_EFAIL, "out of memory");
+    hyp_fp8_recipe r = hyp_fp8_recipe_default();
+    r.scaling = p->fp8_current ? HYP_FP8_CURRENT : HYP_FP8_DELAYED;
+    r.history_len = p->fp8_history;
+    r.margin = (float)p->fp8_margin;
+    for (int i = 0; i < n; i++) {
+        rc = p->fp8_e4m3_only ? hyp_fp8_state_init(&x->fp8[i], HYP_FP8_E4M3, &r, e)
+                              : hyp_fp8_state_init_role(&x->fp8[i], (hyp_fp8_role)p->fp8_roles[i], &r, e);
+        if (rc) return rc;
+    }
+    if ((rc = dalloc(x, (void **)&x->fp8_scale, n, 4, e)) || (rc = dalloc(x, (void **)&x->fp8_scale_inv, n, 4, e)) ||
+        (rc = dalloc(x, (void **)&x->fp8_amax, n, 4, e)) || (rc = init_fp8_gemm(x, e)))
+        return rc;
+    return upload_scales(x, e);
 }
 
 static int prepare_shard(exec_dev *x, hyp_err *e);
@@ -535,6 +759,10 @@ int exec_dev_init_dp(exec_dev *x, const plan_t *p, const char *kernels_dir, hyp_
             exec_dev_free(x);
             return rc;
         }
+    }
+    if ((rc = init_fp8(x, e))) {
+        exec_dev_free(x);
+        return rc;
     }
     /* the manifest */
     char path[4096];
@@ -614,6 +842,7 @@ int exec_dev_init_dp(exec_dev *x, const plan_t *p, const char *kernels_dir, hyp_
     if ((rc = prepare_op(x, man, &p->loss, &x->loss, sc, &nsc, e))) goto fail;
     for (int i = 0; i < p->n_bwd; i++)
         if ((rc = prepare_op(x, man, &p->bwd[i], &x->bwd[i], sc, &nsc, e))) goto fail;
+    if ((rc = prepare_fusions(x, man, sc, &nsc, e))) goto fail;
     cJSON_Delete(man);
     man = NULL;
     int64_t off = 0;
@@ -700,7 +929,81 @@ static int gemm(exec_dev *x, int transa, int transb, int64_t m, int64_t n, int64
     return x->dev->gemm(x->dev, &g, NULL, e);
 }
 
-static int run_launch(exec_dev *x, const plan_op *o, const exec_dev_launch *L, float dloss, hyp_err *e) {
+/* The slot whose fake-quantized copy buffer buf is, when the plan's GEMMs run in fp8; else -1. */
+static int fp8_slot(const exec_dev *x, int buf) { return x->fp8_gemm && buf >= 0 ? x->fp8_slot_of[buf] : -1; }
+
+static hyp_dtype fp8_dtype(const exec_dev *x, int slot) {
+    return x->fp8[slot].fmt == HYP_FP8_E5M2 ? HYP_DT_E5M2 : HYP_DT_E4M3;
+}
+
+/* D (m x n, fp32, ldd m) = beta D + (scale_inv[sa] A)^T (scale_inv[sb] B): the TN fp8 GEMM of
+ * cuBLASLt, A stored k x m (fp8 bytes of slot sa), B stored k x n (of slot sb). */
+static int gemm8(exec_dev *x, int64_t m, int64_t n, int64_t k, int sa, const void *a, int sb, const void *b, float beta,
+                 void *d, hyp_err *e) {
+    hyp_gemm g;
+    memset(&g, 0, sizeof g);
+    g.transa = 1;
+    g.m = m;
+    g.n = n;
+    g.k = k;
+    g.atype = fp8_dtype(x, sa);
+    g.btype = fp8_dtype(x, sb);
+    g.dtype = HYP_DT_F32;
+    g.alpha = 1.0f;
+    g.beta = beta;
+    g.a = a;
+    g.lda = k;
+    g.b = b;
+    g.ldb = k;
+    g.c = beta != 0 ? d : NULL;
+    g.ldc = m;
+    g.d = d;
+    g.ldd = m;
+    g.a_scale = x->fp8_scale_inv + sa;
+    g.b_scale = x->fp8_scale_inv + sb;
+    return x->dev->gemm(x->dev, &g, NULL, e);
+}
+
+/* matmul_fwd: y[N][OC] = x[N][IC] W[OC][IC]^T + b; in fp8 when both inputs are fp8 slots and IC
+ * is a multiple of 16 (the bias then added by an fp32 rank-1 GEMM: b 1^T, accumulated). */
+static int matmul_fwd(exec_dev *x, const plan_op *o, int64_t N, hyp_err *e) {
+    int64_t IC = o->IC, OC = o->OC;
+    void *bias = o->nin > 2 ? dbuf(x, o->in[2]) : NULL, *y = dbuf(x, o->out[0]);
+    int sx = fp8_slot(x, o->in[0]), sw = fp8_slot(x, o->in[1]);
+    if (sx < 0 || sw < 0 || IC % 16)
+        return gemm(x, 1, 0, OC, N, IC, dbuf(x, o->in[1]), IC, dbuf(x, o->in[0]), IC, 0.0f, y, OC,
+                    bias ? HYP_EPI_BIAS : HYP_EPI_NONE, bias, e);
+    int rc = gemm8(x, OC, N, IC, sw, x->fp8_q[sw], sx, x->fp8_q[sx], 0.0f, y, e);
+    if (!rc && bias) rc = gemm(x, 0, 0, OC, N, 1, bias, OC, x->ones, 1, 1.0f, y, OC, HYP_EPI_NONE, NULL, e);
+    return rc;
+}
+
+/* matmul_bwd: ins dout, inp, w; outs dinp, dw, dbias (each may be absent); accumulates. In fp8
+ * (slots for all three inputs): dgrad dinp^T += W^T dout^T reads W transposed (OC a multiple of
+ * 16), wgrad dW^T += x^T dout reads x and dout transposed (N a multiple of 16, IC and OC too);
+ * the bias gradient sums the fake-quantized fp32 dout. */
+static int matmul_bwd(exec_dev *x, const plan_op *o, int64_t N, hyp_err *e) {
+    int64_t IC = o->IC, OC = o->OC;
+    void *dout = dbuf(x, o->in[0]), *inp = dbuf(x, o->in[1]), *w = dbuf(x, o->in[2]);
+    void *dinp = dbuf(x, o->out[0]), *dw = o->nout > 1 ? dbuf(x, o->out[1]) : NULL;
+    void *db = o->nout > 2 ? dbuf(x, o->out[2]) : NULL;
+    int sg = fp8_slot(x, o->in[0]), sx = fp8_slot(x, o->in[1]), sw = fp8_slot(x, o->in[2]);
+    int f8 = sg >= 0 && sx >= 0 && sw >= 0, rc = HYP_OK;
+    if (dinp && f8 && OC % 16 == 0) rc = gemm8(x, IC, N, OC, sw, x->fp8_qt[sw], sg, x->fp8_q[sg], 1.0f, dinp, e);
+    else if (dinp) rc = gemm(x, 0, 0, IC, N, OC, w, IC, dout, OC, 1.0f, dinp, IC, HYP_EPI_NONE, NULL, e);
+    if (rc) return rc;
+    if (dw && f8 && N % 16 == 0 && IC % 16 == 0 && OC % 16 == 0)
+        rc = gemm8(x, IC, OC, N, sx, x->fp8_qt[sx], sg, x->fp8_qt[sg], 1.0f, dw, e);
+    else if (dw) rc = gemm(x, 0, 1, IC, OC, N, inp, IC, dout, OC, 1.0f, dw, IC, HYP_EPI_NONE, NULL, e);
+    if (rc) return rc;
+    /* db[OC] += dout^T 1 (a GEMM with n = 1 accumulates, which the BGRADB epilogue does not) */
+    if (db) rc = gemm(x, 0, 0, OC, 1, N, dout, OC, x->ones, N, 1.0f, db, OC, HYP_EPI_NONE, NULL, e);
+    return rc;
+}
+
+/* One launch of op o (the second op of a fusion site whose first is pair, else pair is NULL). */
+static int run_launch(exec_dev *x, const plan_op *o, const plan_op *pair, const exec_dev_launch *L, float dloss,
+                      hyp_err *e) {
     const exec_dev_file *F = &x->files[L->file];
     env_t v = {0};
     hyp_kargs ka;
@@ -710,7 +1013,7 @@ static int run_launch(exec_dev *x, const plan_op *o, const exec_dev_launch *L, f
     env_t base = {0};
     env_set(&base, "dloss", dloss);
     for (int j = 0; j < F->consts.n; j++) env_set(&base, F->consts.name[j], F->consts.val[j]);
-    env_op(&base, o, x->B, x->T);
+    env_ops(&base, pair ? pair : o, pair ? o : NULL, x->B, x->T);
     double sval[ARGS_MAX] = {0};
     for (int i = 0; i < L->nargs; i++) {
         if (L->bind[i] != AB_EXPR) continue;
@@ -721,9 +1024,12 @@ static int run_launch(exec_dev *x, const plan_op *o, const exec_dev_launch *L, f
     for (int i = 0; i < L->nargs; i++) {
         void *ptr = NULL;
         switch (L->bind[i]) {
-        case AB_IN: ptr = dbuf(x, o->in[L->bidx[i]]); break;
-        case AB_OUT: ptr = dbuf(x, o->out[L->bidx[i]]); break;
+        case AB_BUF: ptr = dbuf(x, L->bidx[i]); break;
         case AB_SCRATCH: ptr = x->scratch + L->soff[i]; break;
+        case AB_FP8:
+            ptr = L->bidx[i] == 3 ? x->fp8_q[o->slot] : L->bidx[i] == 4 ? x->fp8_qt[o->slot]
+                : (L->bidx[i] == 0 ? x->fp8_scale : L->bidx[i] == 1 ? x->fp8_scale_inv : x->fp8_amax) + o->slot;
+            break;
         default: break;
         }
         switch (L->ptype[i]) {
@@ -750,29 +1056,14 @@ static int run_op(exec_dev *x, const plan_op *o, const exec_dev_op *eo, float dl
     int rc = HYP_OK;
     switch (eo->how) {
     case EXD_KERNELS:
-        for (int i = 0; i < eo->count && !rc; i++) rc = run_launch(x, o, &x->launches[eo->first + i], dloss, e);
+        for (int i = 0; i < eo->count && !rc; i++) rc = run_launch(x, o, eo->pair, &x->launches[eo->first + i], dloss, e);
         return rc;
+    case EXD_SKIP: return HYP_OK; /* run by its fusion site's launches at the site's second op */
     case EXD_ZERO: {
         int64_t n = (o->n == DIM_B ? x->B : o->n == DIM_T ? x->T : o->n == DIM_N ? N : o->n) * (o->C ? o->C : 1);
         return x->dev->memset(x->dev, dbuf(x, o->out[0]), 0, sizeof(float) * (size_t)n, NULL, e);
     }
-    case EXD_GEMM: {
-        int64_t IC = o->IC, OC = o->OC;
-        if (o->kind == OP_MATMUL_FWD) { /* y[N][OC] = x[N][IC] W[OC][IC]^T + b */
-            void *bias = o->nin > 2 ? dbuf(x, o->in[2]) : NULL;
-            return gemm(x, 1, 0, OC, N, IC, dbuf(x, o->in[1]), IC, dbuf(x, o->in[0]), IC, 0.0f, dbuf(x, o->out[0]), OC,
-                        bias ? HYP_EPI_BIAS : HYP_EPI_NONE, bias, e);
-        }
-        /* matmul_bwd: ins dout, inp, w; outs dinp, dw, dbias (each may be absent); accumulate */
-        void *dout = dbuf(x, o->in[0]), *inp = dbuf(x, o->in[1]), *w = dbuf(x, o->in[2]);
-        void *dinp = dbuf(x, o->out[0]), *dw = o->nout > 1 ? dbuf(x, o->out[1]) : NULL;
-        void *db = o->nout > 2 ? dbuf(x, o->out[2]) : NULL;
-        if (dinp && (rc = gemm(x, 0, 0, IC, N, OC, w, IC, dout, OC, 1.0f, dinp, IC, HYP_EPI_NONE, NULL, e))) return rc;
-        if (dw && (rc = gemm(x, 0, 1, IC, OC, N, inp, IC, dout, OC, 1.0f, dw, IC, HYP_EPI_NONE, NULL, e))) return rc;
-        /* db[OC] += dout^T 1 (a GEMM with n = 1 accumulates, which the BGRADB epilogue does not) */
-        if (db && (rc = gemm(x, 0, 0, OC, 1, N, dout, OC, x->ones, N, 1.0f, db, OC, HYP_EPI_NONE, NULL, e))) return rc;
-        return HYP_OK;
-    }
+    case EXD_GEMM: return o->kind == OP_MATMUL_FWD ? matmul_fwd(x, o, N, e) : matmul_bwd(x, o, N, e);
     default: return hyp_fail(e, HYP_EINPUT, "plan op '%s' cannot run on the device", plan_op_name(o->kind));
     }
 }
@@ -964,4 +1255,24 @@ int exec_dev_adamw_own(exec_dev *x, double lr, double beta1, double beta2, doubl
     if (x->opt_file < 0)
         return hyp_fail(e, HYP_EINPUT, "kernels.json has no f32 adamw_step optimizer launch — regenerate with gen, or step on the host");
     return launch_adamw(x, x->stage >= 1, lr, beta1, beta2, eps, wd, t, gscale, e);
+}
+
+int exec_dev_fp8_step(exec_dev *x, hyp_err *e) {
+    size_t n = (size_t)x->p->fp8_slots;
+    if (!n || x->p->fp8_current) return HYP_OK; /* current: each cast set its scale (and cleared amax) */
+    int rc = x->dev->d2h_sync(x->dev, x->h_fp8, x->fp8_amax, sizeof(float) * n, e);
+    if (rc) return rc;
+    for (size_t i = 0; i < n; i++) {
+        hyp_fp8_state_record(&x->fp8[i], x->h_fp8[i]);
+        hyp_fp8_state_update(&x->fp8[i]);
+    }
+    rc = upload_scales(x, e);
+    return rc ? rc : x->dev->memset_sync(x->dev, x->fp8_amax, 0, sizeof(float) * n, e);
+}
+
+int exec_dev_fp8_set_states(exec_dev *x, const hyp_fp8_state *st, hyp_err *e) {
+    int n = x->p->fp8_slots;
+    if (!n || !st) return HYP_OK;
+    memcpy(x->fp8, st, sizeof *x->fp8 * (size_t)n);
+    return upload_scales(x, e);
 }

@@ -3,7 +3,9 @@
  * token/target buffers, kernel scratch) and runs the forward, loss and backward op lists through
  * the rendered kernels of out/NAME/kernels (kernels.json says which kernels each plan op
  * launches, with which argument bindings and grid), cuBLASLt-semantics GEMMs for matmul_fwd/bwd
- * (runtime/device.h) and memsets for zero.
+ * (runtime/device.h) and memsets for zero. v2166 fusion sites (kernels.json "fusions") replace
+ * their op pairs' launches; v2160 FP8 keeps per-slot scaling state on the device and, when the
+ * plan says fp8.gemm "fp8", runs the layer GEMMs on fp8 bytes (TN, as cuBLASLt requires).
  *
  * The arenas have exactly exec.c's layout (offsets of plan.h), so a host array laid out like
  * exec_t.params can be uploaded / downloaded as a whole: the CPU initialization and the host
@@ -17,17 +19,21 @@
 #include <stdint.h>
 
 #include "device.h"
+#include "fp8.h"
 #include "hyp_err.h"
 #include "plan.h"
 
 typedef struct exec_dev_launch exec_dev_launch; /* one kernel launch of a plan op (exec_dev.c) */
 typedef struct exec_dev_file exec_dev_file;     /* one rendered module (exec_dev.c) */
 
-typedef enum { EXD_NONE, EXD_KERNELS, EXD_GEMM, EXD_ZERO } exec_dev_how;
+/* EXD_SKIP: the first op of a v2166 fusion site (kernels.json "fusions"), whose work the site's
+ * launches do at the second op */
+typedef enum { EXD_NONE, EXD_KERNELS, EXD_GEMM, EXD_ZERO, EXD_SKIP } exec_dev_how;
 
 typedef struct {
     exec_dev_how how;
     int first, count;               /* EXD_KERNELS: launches[first .. first+count) */
+    const plan_op *pair;            /* a fusion site's first op (its dims bind too), else NULL */
 } exec_dev_op;
 
 typedef struct {
@@ -65,6 +71,19 @@ typedef struct {
     float *sh_seg_wd, *sh_h_wd;     /* device, host: [sh_nseg] weight decay */
     int *sh_decay;                  /* host: [sh_nseg] */
     size_t bytes_params, bytes_grads, bytes_optim, bytes_acts; /* device bytes by role (of bytes) */
+    /* ---- v2160 FP8 (delayed or current scaling): one scaling state per plan fp8 slot. The cast kernels
+     * bind "fp8.scale[slot]", "fp8.scale_inv[slot]", "fp8.amax[slot]"; the amax of every cast in
+     * a step is merged (max) into fp8_amax, which exec_dev_fp8_step folds into the host histories.
+     * Data parallel: all-reduce fp8_amax (fp8_slots floats, max) across ranks before the step. */
+    float *fp8_scale, *fp8_scale_inv, *fp8_amax; /* device: [p->fp8_slots] each */
+    hyp_fp8_state *fp8;             /* host: [p->fp8_slots] amax histories and scales */
+    float *h_fp8;                   /* host: [p->fp8_slots] staging */
+    /* plan fp8.gemm "fp8": the layer GEMMs multiply fp8 bytes (cuBLASLt TN) that the cast kernels
+     * write next to each fake-quantized copy ("fp8.q[slot]" as stored [n][C], "fp8.qt[slot]"
+     * transposed [C][n]); fp8_slot_of maps a fake-quantized buffer to its slot */
+    int fp8_gemm;
+    void **fp8_q, **fp8_qt;         /* device: per slot, n*C bytes each */
+    int *fp8_slot_of;               /* host: [p->n_bufs] slot or -1 */
 } exec_dev;
 
 /* Allocates the device arenas (params and grads: the arena; m and v: the arena, or this rank's
@@ -111,5 +130,14 @@ int exec_dev_norm_finish(exec_dev *x, const float *partial, float max_norm, floa
  * *gscale (the clip factor global_norm_finish wrote; NULL: 1). */
 int exec_dev_adamw_own(exec_dev *x, double lr, double beta1, double beta2, double eps, double wd, int t,
                        const float *gscale, hyp_err *e);
+/* v2160 FP8, once per optimizer step (after it), as exec.c's exec_fp8_step: the step's amax of
+ * every slot (x->fp8_amax, downloaded) goes into its history, delayed scaling recomputes scale =
+ * fp8_max * 2^-margin / max(history) and scale_inv (runtime/fp8.c), both are uploaded and the
+ * device amax is cleared for the next step. A no-op for a plan without fp8 slots, and for current
+ * scaling (each cast takes its tensor's amax and sets its scale on the device first). */
+int exec_dev_fp8_step(exec_dev *x, hyp_err *e);
+/* Replaces the host scaling states by st[p->fp8_slots] (a checkpoint's, or the host executor's) and
+ * uploads their scales. */
+int exec_dev_fp8_set_states(exec_dev *x, const hyp_fp8_state *st, hyp_err *e);
 
 #endif

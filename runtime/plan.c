@@ -534,6 +534,12 @@ int plan_load(const char *path, plan_t *p, hyp_err *e) {
             p->fp8_current = !strcmp(scaling, "current");
             p->fp8_history = (int)hist;
             p->fp8_margin = (int)margin;
+            const cJSON *gm = cJSON_GetObjectItemCaseSensitive(f8, "gemm");
+            if (gm && (!cJSON_IsString(gm) || (strcmp(gm->valuestring, "fp8") && strcmp(gm->valuestring, "fake")))) {
+                rc = bad(&c, "fp8.gemm is neither \"fp8\" nor \"fake\"");
+                goto done;
+            }
+            p->fp8_gemm = gm && !strcmp(gm->valuestring, "fp8");
             const cJSON *slots = cJSON_GetObjectItemCaseSensitive(f8, "slots");
             int n = cJSON_IsArray(slots) ? cJSON_GetArraySize(slots) : 0;
             p->fp8_roles = calloc((size_t)n + 1, sizeof(int));

@@ -124,7 +124,8 @@ int train_dev_open(train_dev *t, const plan_t *p, const char *plan_path, exec_t 
     if ((rc = d->mem_alloc(d, (void **)&t->partial, sizeof(float) * (size_t)parts, e)) ||
         (rc = d->mem_alloc(d, (void **)&t->gnorm, 2 * sizeof(float), e)) ||
         (rc = d->h2d_sync(d, t->xd.params, x->params, sizeof(float) * (size_t)t->xd.arena, e)) ||
-        (rc = d->h2d_sync(d, t->xd.m, x->m, optim, e)) || (rc = d->h2d_sync(d, t->xd.v, x->v, optim, e)))
+        (rc = d->h2d_sync(d, t->xd.m, x->m, optim, e)) || (rc = d->h2d_sync(d, t->xd.v, x->v, optim, e)) ||
+        (rc = exec_dev_fp8_set_states(&t->xd, x->fp8, e))) /* FP8 scaling states (resumed or fresh) */
         return rc;
     const char *ov = getenv("HYP_COMM_OVERLAP");
     t->overlap = t->world > 1 && stage <= 1 && !(ov && !strcmp(ov, "0"));
@@ -210,7 +211,12 @@ int train_dev_step(train_dev *t, exec_t *x, hyp_loader *train, const train_opts 
         rc = d->all_gather(d, own, xd->params, (size_t)xd->shard, HYP_DT_F32, NULL, e);
     }
     if (!rc) rc = d->d2h(d, t->h_gnorm, t->gnorm, sizeof t->h_gnorm, NULL, e); /* 2 floats, for the log */
+    /* v2160 delayed scaling: every rank must scale with the same amax (TE reduces it too), then the
+     * amax histories roll and the next step's scales are uploaded */
+    if (!rc && x->p->fp8_slots && t->world > 1)
+        rc = d->all_reduce(d, xd->fp8_amax, (size_t)x->p->fp8_slots, HYP_DT_F32, HYP_RED_MAX, NULL, e);
     if (!rc) rc = d->stream_synchronize(d, NULL, e);
+    if (!rc) rc = exec_dev_fp8_step(xd, e);
     *norm = t->h_gnorm[0];
     *scale = t->h_gnorm[1];
     return rc;
@@ -237,6 +243,8 @@ int train_dev_download(train_dev *t, exec_t *x, hyp_err *e) {
     int rc = d->d2h_sync(d, x->params, t->xd.params, sizeof(float) * (size_t)t->xd.arena, e);
     if (!rc) rc = d->d2h_sync(d, x->m, t->xd.m, optim, e);
     if (!rc) rc = d->d2h_sync(d, x->v, t->xd.v, optim, e);
+    if (!rc && x->p->fp8_slots && x->fp8) /* the FP8 scaling states go into checkpoints too */
+        memcpy(x->fp8, t->xd.fp8, sizeof *x->fp8 * (size_t)x->p->fp8_slots);
     return rc;
 }
 

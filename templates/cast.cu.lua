@@ -13,6 +13,10 @@ local function fp8(name, fmt)
     { name = "cast_" .. name .. "_f32", doc = "out = float(in) * *scale_inv",
       params = { "float* __restrict__ out", "const __nv_fp8_" .. name .. "* __restrict__ in", "const float* __restrict__ scale_inv", "long n" },
       block = "BLOCK", grid = "cdiv(n, 4*BLOCK)" },
+    { name = "cast_f32_" .. name .. "_t", doc = "out[c][r] = " .. fmt .. "(in[r][c] * *scale) for in [rows][cols]: the transposed copy an FP8 GEMM's TN layout needs (cuBLASLt), saturating",
+      params = { "__nv_fp8_" .. name .. "* __restrict__ out", "const float* __restrict__ in", "const float* __restrict__ scale",
+                 "long rows", "long cols" },
+      block = "BLOCK", grid = "cdiv(rows*cols, BLOCK)" },
   }
 end
 kernels = {
@@ -24,7 +28,8 @@ kernels = {
     params = { "__half* __restrict__ out", "const float* __restrict__ in", "long n" }, block = "BLOCK", grid = "cdiv(n, 4*BLOCK)" },
   { name = "cast_f16_f32", doc = "out = float(in)",
     params = { "float* __restrict__ out", "const __half* __restrict__ in", "long n" }, block = "BLOCK", grid = "cdiv(n, 4*BLOCK)" },
-  fp8("e4m3", "E4M3")[1], fp8("e4m3", "E4M3")[2], fp8("e5m2", "E5M2")[1], fp8("e5m2", "E5M2")[2],
+  fp8("e4m3", "E4M3")[1], fp8("e4m3", "E4M3")[2], fp8("e4m3", "E4M3")[3],
+  fp8("e5m2", "E5M2")[1], fp8("e5m2", "E5M2")[2], fp8("e5m2", "E5M2")[3],
   { name = "fp8_fake_quantize_e4m3", doc = "out = float(e4m3(in * *scale)) * *scale_inv (what an FP8 GEMM sees, as fp32; out may be in); *amax = max(*amax, max |in|) when amax != NULL",
     params = { "float* out", "const float* in", "const float* __restrict__ scale", "const float* __restrict__ scale_inv",
                "float* __restrict__ amax", "long n" },
@@ -37,14 +42,32 @@ kernels = {
     params = { "float* out", "const float* in", "long n" }, block = "BLOCK", grid = "cdiv(n, 4*BLOCK)" },
   { name = "amax", doc = "*amax = max(*amax, max |in|)",
     params = { "float* __restrict__ amax", "const float* __restrict__ in", "long n" }, block = "BLOCK", grid = "cdiv(n, 4*BLOCK)" },
+  { name = "fp8_scale_current", doc = "current scaling (runtime/fp8.c's hyp_fp8_scale_current): *scale = scaled_max / *amax (1 when amax is 0, inf or NaN; FLT_MAX on overflow), *scale_inv = 1 / *scale; *amax = 0 for the tensor's next cast",
+    params = { "float* __restrict__ scale", "float* __restrict__ scale_inv", "float* __restrict__ amax", "float scaled_max" },
+    block = "BLOCK", grid = "1" },
 }
 -- plan op fp8_quantize (v2160, one scaling slot per tensor): E4M3, or E5M2 for "gradient" slots
 -- with the HYBRID recipe (plan.fp8.slots, plan.fp8.recipe). Delayed scaling reads the slot's
 -- scale and records its amax; current scaling runs `amax` first and sets the scale from it.
+-- "(current)": current scaling on a device, three launches: this tensor's amax, the scale from it,
+-- the cast (fp8.scaled_max: fp8_max * 2^-margin of the slot's format, computed by the executor).
+-- "(fp8 gemm)": what the device executor adds when the plan runs the layer GEMMs in FP8
+-- (plan.fp8.gemm, device targets): the operand [n][C] as fp8 bytes and transposed, for cuBLASLt's
+-- TN layout (forward: both as stored; dgrad: the weight transposed; wgrad: both transposed).
 ops = {
   fp8_quantize = { { "fp8_fake_quantize_e4m3", "out1", "in1", "fp8.scale[slot]", "fp8.scale_inv[slot]", "fp8.amax[slot]", "n*C" } },
   round_bf16 = { { "round_bf16", "out1", "in1", "n*C" } },
   ["fp8_quantize(gradient, hybrid)"] = { { "fp8_fake_quantize_e5m2", "out1", "in1", "fp8.scale[slot]", "fp8.scale_inv[slot]", "fp8.amax[slot]", "n*C" } },
+  ["fp8_quantize(current)"] = { { "amax", "fp8.amax[slot]", "in1", "n*C" },
+    { "fp8_scale_current", "fp8.scale[slot]", "fp8.scale_inv[slot]", "fp8.amax[slot]", "fp8.scaled_max[slot]" },
+    { "fp8_fake_quantize_e4m3", "out1", "in1", "fp8.scale[slot]", "fp8.scale_inv[slot]", "0", "n*C" } },
+  ["fp8_quantize(current, gradient, hybrid)"] = { { "amax", "fp8.amax[slot]", "in1", "n*C" },
+    { "fp8_scale_current", "fp8.scale[slot]", "fp8.scale_inv[slot]", "fp8.amax[slot]", "fp8.scaled_max[slot]" },
+    { "fp8_fake_quantize_e5m2", "out1", "in1", "fp8.scale[slot]", "fp8.scale_inv[slot]", "0", "n*C" } },
+  ["fp8_quantize(fp8 gemm)"] = { { "cast_f32_e4m3", "fp8.q[slot]", "in1", "fp8.scale[slot]", "0", "n*C" },
+    { "cast_f32_e4m3_t", "fp8.qt[slot]", "in1", "fp8.scale[slot]", "n", "C" } },
+  ["fp8_quantize(fp8 gemm, gradient, hybrid)"] = { { "cast_f32_e5m2", "fp8.q[slot]", "in1", "fp8.scale[slot]", "0", "n*C" },
+    { "cast_f32_e5m2_t", "fp8.qt[slot]", "in1", "fp8.scale[slot]", "n", "C" } },
 }
 ]]
 #include <cuda_bf16.h>
@@ -122,6 +145,15 @@ __device__ __forceinline__ void amax_merge(float* amax, float local) {
     if (amax) amax_merge(amax, local); // uniform per launch: every thread takes the same branch
 }
 % end
+% if emit["cast_f32_" .. f .. "_t"] then
+{{ signature("cast_f32_" .. f .. "_t") }} {
+    const long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < rows * cols) {
+        const long r = i / cols, c = i - r * cols;
+        out[c * rows + r] = __nv_fp8_{{ f }}(in[i] * *scale);
+    }
+}
+% end
 % if emit["cast_" .. f .. "_f32"] then
 {{ signature("cast_" .. f .. "_f32") }} {
     const float s = *scale_inv;
@@ -168,6 +200,17 @@ __device__ __forceinline__ void amax_merge(float* amax, float local) {
     } else {
         for (; i < n; i++) out[i] = __bfloat162float(__float2bfloat16(in[i]));
     }
+}
+% end
+% if emit.fp8_scale_current then
+{{ signature("fp8_scale_current") }} {
+    if (blockIdx.x != 0 || threadIdx.x != 0) return;
+    const float a = *amax;
+    float s = (isinf(a) || isnan(a) || a == 0.0f) ? 1.0f : scaled_max / a;
+    if (isinf(s)) s = 3.402823466e+38f; // FLT_MAX
+    *scale = s;
+    *scale_inv = 1.0f / s;
+    *amax = 0.0f;
 }
 % end
 % if emit.amax then

@@ -200,7 +200,9 @@ function P.build(tree, cfg, contrib, opts)
   -- input activation and weight (E4M3) in forward and of its output gradient (E5M2) in backward,
   -- each with its own per-tensor scale (delayed from an amax history, or current). The LM head,
   -- norms, softmax and the loss stay fp32. The quantized copies are fp32 buffers holding exactly
-  -- representable fp8 values (the numerics of an FP8 GEMM with fp32 accumulation).
+  -- representable fp8 values (the numerics of an FP8 GEMM with fp32 accumulation); on device
+  -- targets (fp8.gemm = "fp8") the executor also casts each operand [n][C] to fp8 bytes, as stored
+  -- and transposed, and runs the layer GEMMs on those (runtime/exec_dev.c).
   local fp8 = nil
   local bf16 = cfg.active.v2102 and not cfg.active.v2160 and R.param(cfg, "v2102", "dtype") == "bf16"
   if cfg.active.v2102 and not cfg.active.v2160 and not bf16 then
@@ -212,7 +214,16 @@ function P.build(tree, cfg, contrib, opts)
       history = R.param(cfg, "v2160", "amax_history"), margin = R.param(cfg, "v2160", "margin"), slots = U.array() }
     decide("fp8.lm_head", "fp32", "v2160: the LM head GEMM stays in fp32 (as Transformer Engine recipes leave the output projection)")
     if cfg.target.kind == "cpu" then
+      fp8.gemm = "fake"
       decide("fp8.emulation", "fake-quantize", "cpu target: FP8 GEMM inputs are quantized/dequantized bit-exactly like cuda_fp8.h and multiplied in fp32")
+    else
+      fp8.gemm = "fp8"
+      decide("fp8.gemm", "cuBLASLt fp8 (TN)", cfg.target.kind .. " target: each layer GEMM (forward, dgrad, wgrad) multiplies fp8 operands " ..
+        "(E4M3 x E4M3 forward, E4M3 x E5M2 backward with hybrid) with the operands' scale_inv as cuBLASLt's A/B scales and fp32 output; " ..
+        "cuBLASLt takes fp8 only as TN with leading dimensions multiple of 16, so the cast kernels also write each operand transposed " ..
+        "(dgrad reads W^T, wgrad x^T and dy^T); a GEMM whose IC or OC is not a multiple of 16, and wgrad when the batch's B*T is not, " ..
+        "runs fake-quantized (fp32 copies of the fp8 values, fp32 GEMM) instead. Biases are added by an fp32 rank-1 GEMM (cuBLASLt's fp8 bias epilogue takes bf16), " ..
+        "bias gradients come from the fake-quantized fp32 gradient")
     end
   elseif bf16 then
     decide("precision", "bf16 GEMM operands", "v2102 dtype bf16: every GEMM (LM head included) reads its input, weight and output gradient rounded to bf16 (round to nearest even) and accumulates in fp32; fp32 master weights, norms, softmax and loss")
@@ -239,7 +250,7 @@ function P.build(tree, cfg, contrib, opts)
       if name == "matmul_fwd" and (bf16 or outs[1] ~= "logits") then
         local inp, w = ins[1], ins[2]
         local iq = quant(list, inp, "activation", { n = "N", C = attrs.IC }, q .. outs[1] .. ".input")
-        local wq = quant(list, w, "weight", { n = attrs.OC * attrs.IC, C = 1 }, q .. outs[1] .. ".weight")
+        local wq = quant(list, w, "weight", { n = attrs.OC, C = attrs.IC }, q .. outs[1] .. ".weight")
         quantized[inp .. "|" .. w] = { iq, wq }
         ins = { iq, wq, ins[3] }
       elseif name == "matmul_bwd" and quantized[ins[2] .. "|" .. ins[3]] then

@@ -538,9 +538,12 @@ function M.instances(tree, cfg, plan, decide)
   local mp = cfg.active.v2102 and R.param(cfg, "v2102", "dtype") or nil
   local sr = cfg.active.v2161 and true or false
   local K_adam = { PARAM = sr and "bf16" or "f32", STATES = (sr and R.param(cfg, "v2161", "states")) and "bf16" or "f32",
-    BF16_COPY = (mp == "bf16" and not sr and not seen.round_bf16) or false }
+    BF16_COPY = (mp == "bf16" and not sr and not seen.round_bf16 and not seen.fp8_quantize) or false }
   if mp == "bf16" and seen.round_bf16 then
     decide("kernels.adamw.weights", "fp32 master only", "v2102 bf16: the plan rounds every GEMM operand to bf16 itself (round_bf16 ops), so AdamW keeps fp32 weights and writes no bf16 copy")
+  end
+  if mp == "bf16" and seen.fp8_quantize and not sr then
+    decide("kernels.adamw.weights", "fp32 master only", "v2160 fp8: the layer GEMMs read fp8 casts of the fp32 weights (fp8_quantize ops), so AdamW writes no bf16 copy")
   end
   if mp == "fp16" then
     decide("kernels.adamw.weights", "fp32 master only", "v2102 dtype fp16: the fp16 weight copy is written by the cast kernels (round to nearest); stochastic rounding is implemented for bf16 only")
@@ -551,7 +554,8 @@ function M.instances(tree, cfg, plan, decide)
     if mp == "bf16" then ks[#ks + 1] = "cast_f32_bf16"; ks[#ks + 1] = "cast_bf16_f32" end
     if mp == "fp16" then ks[#ks + 1] = "cast_f32_f16"; ks[#ks + 1] = "cast_f16_f32" end
     if cfg.active.v2160 then
-      for _, k in ipairs({ "cast_f32_e4m3", "cast_e4m3_f32", "cast_f32_e5m2", "cast_e5m2_f32", "amax" }) do ks[#ks + 1] = k end
+      for _, k in ipairs({ "cast_f32_e4m3", "cast_e4m3_f32", "cast_f32_e5m2", "cast_e5m2_f32", "amax",
+        "cast_f32_e4m3_t", "cast_f32_e5m2_t", "fp8_scale_current" }) do ks[#ks + 1] = k end
     end
     if seen.fp8_quantize then -- the plan's fake-quantized GEMM inputs (v2160)
       ks[#ks + 1] = "fp8_fake_quantize_e4m3"
