@@ -441,8 +441,8 @@ static int run(int argc, char **argv, hyp_coll *coll) {
     printf("batch %d x seq %d x accum %d x ranks %d = %lld tokens/step | %d threads/rank | activations %.1f MiB (%.1f MiB without the memory plan)\n",
            B, T, K, d.world, (long long)tokens_per_step, omp_get_max_threads(), 4.0 * plan.act_floats / 1048576.0,
            4.0 * plan.act_floats_unplanned / 1048576.0);
-    dp_print_memory(&d, &x, &e);
-    if (dv.on) train_dev_print_memory(&dv, &e);
+    if (dv.on) train_dev_print_memory(&dv, &e); /* the device's arenas (the host mirror only stages) */
+    else dp_print_memory(&d, &x, &e);
     printf("data: %llu train tokens (%d shard%s)%s | steps %d | lr %.3g (%s, warmup %d) | clip %g | wd %g\n",
            (unsigned long long)hyp_loader_total_tokens(train), hyp_loader_num_shards(train),
            hyp_loader_num_shards(train) == 1 ? "" : "s", val ? ", with validation" : "", opt.total_steps, opt.lr,

@@ -205,6 +205,8 @@ function P.build(tree, cfg, contrib, opts)
   -- and transposed, and runs the layer GEMMs on those (runtime/exec_dev.c).
   local fp8 = nil
   local bf16 = cfg.active.v2102 and not cfg.active.v2160 and R.param(cfg, "v2102", "dtype") == "bf16"
+  -- with FP8, the v2102 bf16 policy still covers the GEMM the recipe leaves out: the LM head
+  local head_bf16 = cfg.active.v2102 and cfg.active.v2160 and R.param(cfg, "v2102", "dtype") == "bf16"
   if cfg.active.v2102 and not cfg.active.v2160 and not bf16 then
     decide("precision", "fp32", "v2102 dtype " .. tostring(R.param(cfg, "v2102", "dtype")) ..
       ": only the bf16 policy is emulated on the cpu backend so far; this trainer computes in fp32")
@@ -212,7 +214,11 @@ function P.build(tree, cfg, contrib, opts)
   if cfg.active.v2160 then
     fp8 = { recipe = R.param(cfg, "v2160", "recipe"), scaling = R.param(cfg, "v2160", "scaling"),
       history = R.param(cfg, "v2160", "amax_history"), margin = R.param(cfg, "v2160", "margin"), slots = U.array() }
-    decide("fp8.lm_head", "fp32", "v2160: the LM head GEMM stays in fp32 (as Transformer Engine recipes leave the output projection)")
+    if head_bf16 then
+      decide("fp8.lm_head", "bf16", "v2160 leaves the LM head out of FP8 (as Transformer Engine recipes do); v2102 dtype bf16 rounds its input, weight and output gradient to bf16 (RNE), fp32 accumulation")
+    else
+      decide("fp8.lm_head", "fp32", "v2160: the LM head GEMM stays in fp32 (as Transformer Engine recipes leave the output projection)")
+    end
     if cfg.target.kind == "cpu" then
       fp8.gemm = "fake"
       decide("fp8.emulation", "fake-quantize", "cpu target: FP8 GEMM inputs are quantized/dequantized bit-exactly like cuda_fp8.h and multiplied in fp32")
@@ -231,12 +237,12 @@ function P.build(tree, cfg, contrib, opts)
   if fp8 or bf16 then
     local raw_op = b.op
     local quantized = {}
-    local function quant(list, src, role, count_attrs, tag)
+    local function quant(list, src, role, count_attrs, tag, as_bf16)
       local bf = b.by_name[src]
       local dst = b.buf(tag, "act", bf.shape)
       local attrs = {}
       for k, v in pairs(count_attrs) do attrs[k] = v end
-      if fp8 then
+      if fp8 and not as_bf16 then
         attrs.slot = #fp8.slots
         fp8.slots[#fp8.slots + 1] = role
         raw_op(list, "fp8_quantize", { src }, { dst }, attrs)
@@ -247,15 +253,18 @@ function P.build(tree, cfg, contrib, opts)
     end
     local q = fp8 and "fp8:" or "bf16:"
     b.op = function(list, name, ins, outs, attrs, by)
-      if name == "matmul_fwd" and (bf16 or outs[1] ~= "logits") then
+      local head = outs[1] == "logits"
+      if name == "matmul_fwd" and (bf16 or not head or head_bf16) then
         local inp, w = ins[1], ins[2]
-        local iq = quant(list, inp, "activation", { n = "N", C = attrs.IC }, q .. outs[1] .. ".input")
-        local wq = quant(list, w, "weight", { n = attrs.OC, C = attrs.IC }, q .. outs[1] .. ".weight")
-        quantized[inp .. "|" .. w] = { iq, wq }
+        local hb = fp8 and head -- the LM head under fp8: the bf16 policy's rounding
+        local tq = hb and "bf16:" or q
+        local iq = quant(list, inp, "activation", { n = "N", C = attrs.IC }, tq .. outs[1] .. ".input", hb)
+        local wq = quant(list, w, "weight", { n = attrs.OC, C = attrs.IC }, tq .. outs[1] .. ".weight", hb)
+        quantized[inp .. "|" .. w] = { iq, wq, hb }
         ins = { iq, wq, ins[3] }
       elseif name == "matmul_bwd" and quantized[ins[2] .. "|" .. ins[3]] then
         local qq = quantized[ins[2] .. "|" .. ins[3]]
-        local dq = quant(list, ins[1], "gradient", { n = "N", C = attrs.OC }, q .. ins[1] .. ".grad")
+        local dq = quant(list, ins[1], "gradient", { n = "N", C = attrs.OC }, (qq[3] and "bf16:" or q) .. ins[1] .. ".grad", qq[3])
         ins = { dq, qq[1], qq[2] }
       end
       return raw_op(list, name, ins, outs, attrs, by)
@@ -517,6 +526,8 @@ function P.build(tree, cfg, contrib, opts)
 
   if bf16 then
     add_contrib("v2102", "bf16 policy: GEMM operands rounded to bf16 (RNE) with fp32 accumulation; fp32 master weights, norms, softmax and loss")
+  elseif head_bf16 then
+    add_contrib("v2102", "bf16 policy beside FP8: the LM head GEMM (outside the FP8 recipe) reads bf16-rounded (RNE) input, weight and output gradient with fp32 accumulation; fp32 master weights, norms, softmax and loss")
   end
   if fp8 then
     add_contrib("v2160", string.format("%s recipe, %s scaling (amax history %d, margin %d): %d GEMM operands quantized per step (E4M3 weights/activations%s)",
