@@ -157,6 +157,13 @@ function P.build(tree, cfg, contrib, opts)
   if flash_id and cfg.target.kind == "cpu" then
     decide("attention", "flash (cpu tiles)", flash_id .. " on the cpu target: the tiled online-softmax kernel of runtime/ops_flash.c (64x64 tiles, log-sum-exp saved)")
   end
+  if flash_id then -- the spec's tile parameters describe the reference kernels; ours choose their own
+    local bq, bk = R.param(cfg, flash_id, "block_q"), R.param(cfg, flash_id, "block_k")
+    if bq or bk then
+      decide(flash_id .. ".block_q/block_k", "not applied", string.format("%s sets block_q=%s, block_k=%s, but Hyperion's kernels pick their tiles: the cpu op 64x64 (hd <= 128), the CUDA template from the head dim, precision and shared memory (kernels.flash_attention.tiles in the audit of a sim/sm_XX trainer)",
+        flash_id, tostring(bq), tostring(bk)))
+    end
+  end
   local b = builder(maxB, maxT)
   local ps, names, layer = tensor_params(m, d)
   if R.param(cfg, "v2132", "exclude") == "norms_biases_embeddings" then
