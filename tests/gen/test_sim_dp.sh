@@ -12,8 +12,11 @@
 # The clip norm is computed on the device (global_norm kernels): the logged norms match too.
 # Gradient accumulation and an elastic resume (2 ranks -> 1) from the device's ZeRO-1 moments.
 # ZeRO-3 on the device (exec_dev_z3): per-layer all-gathers into prefetch slots on a comm stream,
-# per-group reduce-scatter after its backward. The three stream orders give bit-identical losses
-# (a missing slot event changes them: measured by mutating exec_dev.c, see the report); np=2
+# per-group reduce-scatter after its backward. The three stream orders give bit-identical losses;
+# dropping the compute stream's wait for a slot's gather, the workspace-free wait or the final wait
+# for the comm stream changes the reverse/forward losses (5.5452 vs 5.5867 on step 1, or the
+# norms ~10%; measured by mutating exec_dev.c). The wait of a gather for its slot's previous user
+# is not observable on sim (comm work runs only when the compute stream needs it); np=2
 # matches the cpu backend's stage 3 at np=2 within 1e-4; the device's per-rank memory matches the
 # stage-3 formula (gen size) within 2% as test_dp.sh does for the CPU; a sharded stage-3
 # checkpoint of 2 sim ranks resumes on 1 rank (and the host mirror, which has no activation
