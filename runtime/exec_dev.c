@@ -957,13 +957,21 @@ int exec_dev_bind(exec_dev *x, int B, int T, hyp_err *e) {
     return HYP_OK;
 }
 
+/* Stage 3 holds no whole arena: the shard arrays are copied by their pointers (train_dev.c). */
+static int no_arena(const char *what, hyp_err *e) {
+    return hyp_fail(e, HYP_EINPUT, "exec_dev: %s at ZeRO stage 3 — the device holds [shard] arrays in the group layout; copy x->params / x->gshard (x->shard floats)", what);
+}
+
 int exec_dev_upload_params(exec_dev *x, const float *host, hyp_err *e) {
+    if (x->z3) return no_arena("upload_params", e);
     return x->dev->h2d_sync(x->dev, x->params, host, sizeof(float) * (size_t)x->p->param_floats, e);
 }
 int exec_dev_download_params(exec_dev *x, float *host, hyp_err *e) {
+    if (x->z3) return no_arena("download_params", e);
     return x->dev->d2h_sync(x->dev, host, x->params, sizeof(float) * (size_t)x->p->param_floats, e);
 }
 int exec_dev_download_grads(exec_dev *x, float *host, hyp_err *e) {
+    if (x->z3) return no_arena("download_grads", e);
     return x->dev->d2h_sync(x->dev, host, x->grads, sizeof(float) * (size_t)x->p->param_floats, e);
 }
 int exec_dev_zero_grads(exec_dev *x, hyp_err *e) {
@@ -985,6 +993,7 @@ static void *dbuf(exec_dev *x, int idx) {
 }
 
 int exec_dev_download_buf(exec_dev *x, int idx, float *host, int64_t n, hyp_err *e) {
+    if (x->z3 && idx >= 0 && x->z3->lay->buf_group[idx] >= 0) return no_arena("download of a parameter/gradient buffer", e);
     void *d = dbuf(x, idx);
     if (!d) return hyp_fail(e, HYP_EINPUT, "buffer %d is not a float buffer", idx);
     return x->dev->d2h_sync(x->dev, host, d, sizeof(float) * (size_t)n, e);

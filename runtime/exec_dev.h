@@ -11,7 +11,8 @@
  * exec_t.params can be uploaded / downloaded as a whole: the CPU initialization and the host
  * AdamW (train.h) can be reused around the device forward/backward (what the first milestone
  * does). All work is enqueued on the device's default stream (NULL); train_dev.c adds a
- * communication stream around it.
+ * communication stream around it — except at ZeRO stage 3 (exec_dev_z3), whose per-group gathers
+ * and gradient reduce-scatters run on the executor's own communication stream.
  */
 #ifndef HYP_EXEC_DEV_H
 #define HYP_EXEC_DEV_H
@@ -125,7 +126,7 @@ int exec_dev_init(exec_dev *x, const plan_t *p, const char *kernels_dir, hyp_dev
 void exec_dev_free(exec_dev *x);
 /* Binds the batch shape for the following runs; B <= plan B, T <= plan T. */
 int exec_dev_bind(exec_dev *x, int B, int T, hyp_err *e);
-/* Parameters: host array of param_floats floats in exec.c's layout. */
+/* Parameters: host array of param_floats floats in exec.c's layout (not at stage 3: HYP_EINPUT). */
 int exec_dev_upload_params(exec_dev *x, const float *host, hyp_err *e);
 int exec_dev_download_params(exec_dev *x, float *host, hyp_err *e);
 int exec_dev_download_grads(exec_dev *x, float *host, hyp_err *e);

@@ -483,6 +483,9 @@ static void zero3_case(hyp_device *dev, const plan_t *ps, const plan_t *pc, cons
            "zero3: device params = shard + slots, grads = shard + one-group workspace",
            "params %zu B (%d slots), workspace %zu B, %d groups", dz.bytes_params, L->n_slots, dz.bytes_grad_workspace,
            L->n_groups);
+    float one[1];
+    rc = exec_dev_upload_params(&dz, one, &e);
+    report(rc == HYP_EINPUT, "zero3: whole-arena parameter copies are refused", "%s", e.msg);
     hyp_rng rng;
     hyp_rng_seed(&rng, 7);
     int N = ps->B * ps->T;
