@@ -189,12 +189,11 @@ static int reduce_and_norm(train_dev *t, float max_norm, hyp_err *e) {
         if (!(rc = d->event_record(d, t->comm_done, t->comm, e))) rc = d->event_synchronize(d, t->comm_done, e);
     } else if (t->world > 1 && t->stage <= 1) {
         rc = d->all_reduce(d, xd->grads, (size_t)xd->arena, HYP_DT_F32, HYP_RED_SUM, NULL, e);
-    } else if (t->stage >= 3) { /* each group was reduce-scattered into gshard during backward */
+    } else if (t->stage >= 2) { /* stage 3 reduce-scattered each group into gshard during backward */
         g = xd->gshard, n = xd->shard;
-    } else if (t->stage >= 2) {
-        g = xd->gshard, n = xd->shard;
-        rc = t->world > 1 ? d->reduce_scatter(d, xd->grads, xd->gshard, (size_t)xd->shard, HYP_DT_F32, NULL, e)
-                          : d->d2d(d, xd->gshard, xd->grads, sizeof(float) * (size_t)xd->shard, NULL, e);
+        if (t->stage == 2)
+            rc = t->world > 1 ? d->reduce_scatter(d, xd->grads, xd->gshard, (size_t)xd->shard, HYP_DT_F32, NULL, e)
+                              : d->d2d(d, xd->gshard, xd->grads, sizeof(float) * (size_t)xd->shard, NULL, e);
     }
     if (!rc) rc = exec_dev_norm_partial(xd, g, n, t->partial, e);
     if (!rc && t->stage >= 2 && t->world > 1) /* the shards' partial sums, summed across ranks */
