@@ -169,7 +169,8 @@ static int init_fp8(exec_t *x, hyp_err *e) {
     return HYP_OK;
 }
 
-int exec_init_dp(exec_t *x, const plan_t *p, hyp_coll *coll, int stage, hyp_err *e) {
+/* exec_init_dp, with the activation arena (acts) or without it (exec_init_mirror). */
+static int init_dp(exec_t *x, const plan_t *p, hyp_coll *coll, int stage, int acts, hyp_err *e) {
     memset(x, 0, sizeof *x);
     x->p = p;
     x->world = coll ? hyp_coll_world(coll) : 1;
@@ -188,7 +189,7 @@ int exec_init_dp(exec_t *x, const plan_t *p, hyp_coll *coll, int stage, hyp_err 
     x->m = alloc_floats(optim, &x->bytes);
     x->v = alloc_floats(optim, &x->bytes);
     x->bytes_optim = x->bytes - before, before = x->bytes;
-    x->acts = alloc_floats(p->act_floats, &x->bytes);
+    if (acts) x->acts = alloc_floats(p->act_floats, &x->bytes);
     x->bytes_acts = x->bytes - before;
     x->tokens = calloc((size_t)p->B * p->T, sizeof(int32_t));
     x->targets = calloc((size_t)p->B * p->T, sizeof(int32_t));
@@ -196,7 +197,7 @@ int exec_init_dp(exec_t *x, const plan_t *p, hyp_coll *coll, int stage, hyp_err 
         exec_free(x);
         return rc;
     }
-    if (!x->params || !x->grads || !x->m || !x->v || !x->acts || !x->tokens || !x->targets ||
+    if (!x->params || !x->grads || !x->m || !x->v || (acts && !x->acts) || !x->tokens || !x->targets ||
         (stage >= 2 && !x->gshard)) {
         exec_free(x);
         return hyp_fail(e, HYP_EFAIL, "out of memory: the plan needs %.1f MiB of parameters/optimizer state and %.1f MiB of activations — use a smaller --batch/--seq at gen time",
@@ -205,6 +206,24 @@ int exec_init_dp(exec_t *x, const plan_t *p, hyp_coll *coll, int stage, hyp_err 
     x->bytes += 2 * sizeof(int32_t) * (size_t)p->B * p->T;
     x->B = p->B;
     x->T = p->T;
+    return HYP_OK;
+}
+
+int exec_init_dp(exec_t *x, const plan_t *p, hyp_coll *coll, int stage, hyp_err *e) {
+    return init_dp(x, p, coll, stage, 1, e);
+}
+
+int exec_init_mirror(exec_t *x, const plan_t *p, hyp_coll *coll, int stage, hyp_err *e) {
+    return init_dp(x, p, coll, stage, 0, e);
+}
+
+int exec_alloc_acts(exec_t *x, hyp_err *e) {
+    if (x->acts) return HYP_OK;
+    size_t before = x->bytes;
+    if (!(x->acts = alloc_floats(x->p->act_floats, &x->bytes)))
+        return hyp_fail(e, HYP_EFAIL, "out of memory: %.1f MiB of host activations for sampling — use a smaller --batch/--seq at gen time",
+                        4.0 * x->p->act_floats / 1048576.0);
+    x->bytes_acts = x->bytes - before;
     return HYP_OK;
 }
 

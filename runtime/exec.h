@@ -70,6 +70,11 @@ int exec_init(exec_t *x, const plan_t *p, hyp_err *e);
  * stage >= 1 allocates AdamW moments for the own shard only, stage >= 2 a reduced-gradient
  * shard, stage 3 only the parameter shards and two layer working buffers (see exec_z3). */
 int exec_init_dp(exec_t *x, const plan_t *p, hyp_coll *coll, int stage, hyp_err *e);
+/* A host mirror of a device run (train_dev.c): exec_init_dp without the activation arena (acts
+ * stays NULL) — parameters, moments, FP8 states and tokens/targets only; the device computes. */
+int exec_init_mirror(exec_t *x, const plan_t *p, hyp_coll *coll, int stage, hyp_err *e);
+/* Allocates the activation arena if x has none (a mirror about to sample on the host). */
+int exec_alloc_acts(exec_t *x, hyp_err *e);
 void exec_free(exec_t *x);
 /* Binds the batch shape for the following runs; B <= plan B, T <= plan T. */
 int exec_bind(exec_t *x, int B, int T, hyp_err *e);

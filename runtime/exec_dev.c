@@ -593,10 +593,13 @@ static void free_launches(exec_dev *x) {
     x->n_launches = 0;
 }
 
+static void free_z3(exec_dev *x);
+
 void exec_dev_free(exec_dev *x) {
     if (!x->dev) return;
     hyp_err e;
     hyp_device *d = x->dev;
+    free_z3(x);
     d->mem_free(d, x->params, &e);
     d->mem_free(d, x->grads, &e);
     d->mem_free(d, x->m, &e);
@@ -708,35 +711,117 @@ static int init_fp8(exec_dev *x, hyp_err *e) {
 
 static int prepare_shard(exec_dev *x, hyp_err *e);
 
-int exec_dev_init_dp(exec_dev *x, const plan_t *p, const char *kernels_dir, hyp_device *dev, int world, int rank,
-                     int stage, hyp_err *e) {
+/* Stage 3: the shards, (prefetch + 1) working slots and the one-group gradient workspace of the
+ * host layout lay (bytes by role measured from the allocations), the buffer pointer table, the
+ * communication stream and its events. */
+static int alloc_z3(exec_dev *x, const exec_z3 *lay, hyp_err *e) {
+    hyp_device *d = x->dev;
+    exec_dev_z3 *z = x->z3 = calloc(1, sizeof *x->z3);
+    if (!z || !(z->ptr = calloc((size_t)x->p->n_bufs, sizeof(void *)))) return hyp_fail(e, HYP_EFAIL, "out of memory");
+    z->lay = lay;
+    size_t b0 = x->bytes;
+    int rc = dalloc(x, (void **)&x->params, x->shard, 4, e);
+    for (int s = 0; s < lay->n_slots && !rc; s++) rc = dalloc(x, (void **)&z->slot[s], lay->slot_cap, 4, e);
+    size_t b1 = x->bytes;
+    if (!rc) rc = dalloc(x, (void **)&x->grads, lay->slot_cap, 4, e);
+    size_t b2 = x->bytes;
+    if (!rc) rc = dalloc(x, (void **)&x->gshard, x->shard, 4, e);
+    x->bytes_params = b1 - b0, x->bytes_grad_workspace = b2 - b1, x->bytes_grads = x->bytes - b2;
+    if (!rc) rc = d->stream_create(d, &z->comm, e);
+    for (int s = 0; s < lay->n_slots && !rc; s++)
+        if (!(rc = d->event_create(d, &z->ready[s], e))) rc = d->event_create(d, &z->freed[s], e);
+    if (!rc) rc = d->event_create(d, &z->start, e);
+    if (!rc) rc = d->event_create(d, &z->gdone, e);
+    if (!rc) rc = d->event_create(d, &z->wsfree, e);
+    if (!rc) rc = d->event_create(d, &z->done, e);
+    return rc;
+}
+
+static void free_z3(exec_dev *x) {
+    exec_dev_z3 *z = x->z3;
+    if (!z) return;
+    hyp_device *d = x->dev;
+    hyp_err e;
+    hyp_event *ev[] = {z->start, z->gdone, z->wsfree, z->done};
+    for (int i = 0; i < 4; i++)
+        if (ev[i]) d->event_destroy(d, ev[i]);
+    for (int s = 0; s < EXEC_Z3_MAX_SLOTS; s++) {
+        if (z->ready[s]) d->event_destroy(d, z->ready[s]);
+        if (z->freed[s]) d->event_destroy(d, z->freed[s]);
+        if (z->slot[s]) d->mem_free(d, z->slot[s], &e);
+    }
+    if (z->comm) d->stream_destroy(d, z->comm);
+    free(z->ptr);
+    free(z);
+    x->z3 = NULL;
+}
+
+/* The arenas: exec.c's data-parallel layout (the arena padded to world equal shards of 16-float
+ * multiples), or at stage 3 (lay) the layout of the host mirror. */
+static int alloc_arenas(exec_dev *x, const exec_z3 *lay, int64_t host_shard, hyp_err *e) {
+    const plan_t *p = x->p;
+    int64_t maxN = (int64_t)p->B * p->T;
+    x->shard = lay ? host_shard : ((p->param_floats + x->world - 1) / x->world + 15) / 16 * 16;
+    x->arena = x->shard * x->world;
+    int64_t optim = x->stage >= 1 ? x->shard : x->arena;
+    int rc = lay ? alloc_z3(x, lay, e) : HYP_OK;
+    if (rc || (!lay && ((rc = dalloc(x, (void **)&x->params, x->arena, 4, e)) ||
+                        (rc = dalloc(x, (void **)&x->grads, x->arena, 4, e)) ||
+                        (x->stage >= 2 && (rc = dalloc(x, (void **)&x->gshard, x->shard, 4, e))))) ||
+        (rc = dalloc(x, (void **)&x->m, optim, 4, e)) || (rc = dalloc(x, (void **)&x->v, optim, 4, e)) ||
+        (rc = dalloc(x, (void **)&x->acts, p->act_floats, 4, e)) || (rc = dalloc(x, (void **)&x->tokens, maxN, 4, e)) ||
+        (rc = dalloc(x, (void **)&x->targets, maxN, 4, e)) || (rc = dalloc(x, (void **)&x->ones, maxN, 4, e)))
+        return rc;
+    if (!lay) {
+        x->bytes_params = 4 * (size_t)x->arena;
+        x->bytes_grads = 4 * (size_t)(x->arena + (x->stage >= 2 ? x->shard : 0));
+    }
+    x->bytes_optim = 8 * (size_t)optim;
+    x->bytes_acts = 4 * (size_t)(p->act_floats > 0 ? p->act_floats : 1);
+    return HYP_OK;
+}
+
+/* Stage 3: a fusion site does its first op's work at the second op, in the second's segment —
+ * the first must use no parameters of another group. */
+static int z3_check_fusions(const exec_dev *x, hyp_err *e) {
+    const exec_z3 *L = x->z3->lay;
+    for (int pass = 0; pass < 2; pass++) {
+        const exec_dev_op *eo = pass ? x->bwd : x->fwd;
+        const exec_seg *seg = pass ? L->bwd : L->fwd;
+        int n = pass ? x->p->n_bwd : x->p->n_fwd, ns = pass ? L->n_bwd : L->n_fwd;
+        for (int i = 0, s = 0; i < n; i++) {
+            while (s + 1 < ns && seg[s + 1].start <= i) s++;
+            const plan_op *a = eo[i].pair;
+            for (int k = 0; a && k < a->nin + a->nout; k++) {
+                int b = k < a->nin ? a->in[k] : a->out[k - a->nin], g = b >= 0 ? L->buf_group[b] : -1;
+                if (g >= 0 && g != seg[s].group)
+                    return hyp_fail(e, HYP_EINPUT, "kernels.json: a fusion site joins ops of two ZeRO-3 layer groups (%s) — regenerate with zero2, or without that fusion",
+                                    plan_op_name(a->kind));
+            }
+        }
+    }
+    return HYP_OK;
+}
+
+static int init_any(exec_dev *x, const plan_t *p, const char *kernels_dir, hyp_device *dev, int world, int rank,
+                    int stage, const exec_t *host, hyp_err *e) {
     memset(x, 0, sizeof *x);
     if (world < 1 || rank < 0 || rank >= world || stage < 0 || stage > 3)
         return hyp_fail(e, HYP_EINPUT, "exec_dev: rank %d of %d ranks, ZeRO stage %d — need 0 <= rank < world, stage 0..3", rank, world, stage);
+    if (stage == 3 && !(host && host->z3))
+        return hyp_fail(e, HYP_EINPUT, "exec_dev: ZeRO stage 3 takes its layout from a stage-3 host executor — use exec_dev_init_z3");
     x->p = p;
     x->dev = dev;
     x->opt_file = -1;
     x->B = p->B;
     x->T = p->T;
     int64_t maxN = (int64_t)p->B * p->T;
-    /* exec.c's data-parallel layout: the arena padded to world equal shards of 16-float multiples */
     x->world = world, x->rank = rank, x->stage = stage;
-    x->shard = ((p->param_floats + world - 1) / world + 15) / 16 * 16;
-    x->arena = x->shard * world;
-    int64_t optim = stage >= 1 ? x->shard : x->arena;
-    int rc;
-    if ((rc = dalloc(x, (void **)&x->params, x->arena, 4, e)) || (rc = dalloc(x, (void **)&x->grads, x->arena, 4, e)) ||
-        (stage >= 2 && (rc = dalloc(x, (void **)&x->gshard, x->shard, 4, e))) ||
-        (rc = dalloc(x, (void **)&x->m, optim, 4, e)) || (rc = dalloc(x, (void **)&x->v, optim, 4, e)) ||
-        (rc = dalloc(x, (void **)&x->acts, p->act_floats, 4, e)) || (rc = dalloc(x, (void **)&x->tokens, maxN, 4, e)) ||
-        (rc = dalloc(x, (void **)&x->targets, maxN, 4, e)) || (rc = dalloc(x, (void **)&x->ones, maxN, 4, e))) {
+    int rc = alloc_arenas(x, stage == 3 ? host->z3 : NULL, host ? host->shard : 0, e);
+    if (rc) {
         exec_dev_free(x);
         return rc;
     }
-    x->bytes_params = 4 * (size_t)x->arena;
-    x->bytes_grads = 4 * (size_t)(x->arena + (stage >= 2 ? x->shard : 0));
-    x->bytes_optim = 8 * (size_t)optim;
-    x->bytes_acts = 4 * (size_t)(p->act_floats > 0 ? p->act_floats : 1);
     x->h_tokens = calloc((size_t)maxN, sizeof(int32_t));
     x->h_targets = calloc((size_t)maxN, sizeof(int32_t));
     x->h_losses = calloc((size_t)maxN, sizeof(float));
@@ -842,7 +927,7 @@ int exec_dev_init_dp(exec_dev *x, const plan_t *p, const char *kernels_dir, hyp_
     if ((rc = prepare_op(x, man, &p->loss, &x->loss, sc, &nsc, e))) goto fail;
     for (int i = 0; i < p->n_bwd; i++)
         if ((rc = prepare_op(x, man, &p->bwd[i], &x->bwd[i], sc, &nsc, e))) goto fail;
-    if ((rc = prepare_fusions(x, man, sc, &nsc, e))) goto fail;
+    if ((rc = prepare_fusions(x, man, sc, &nsc, e)) || (x->z3 && (rc = z3_check_fusions(x, e)))) goto fail;
     cJSON_Delete(man);
     man = NULL;
     int64_t off = 0;
@@ -872,22 +957,32 @@ int exec_dev_bind(exec_dev *x, int B, int T, hyp_err *e) {
     return HYP_OK;
 }
 
+/* Stage 3 holds no whole arena: the shard arrays are copied by their pointers (train_dev.c). */
+static int no_arena(const char *what, hyp_err *e) {
+    return hyp_fail(e, HYP_EINPUT, "exec_dev: %s at ZeRO stage 3 — the device holds [shard] arrays in the group layout; copy x->params / x->gshard (x->shard floats)", what);
+}
+
 int exec_dev_upload_params(exec_dev *x, const float *host, hyp_err *e) {
+    if (x->z3) return no_arena("upload_params", e);
     return x->dev->h2d_sync(x->dev, x->params, host, sizeof(float) * (size_t)x->p->param_floats, e);
 }
 int exec_dev_download_params(exec_dev *x, float *host, hyp_err *e) {
+    if (x->z3) return no_arena("download_params", e);
     return x->dev->d2h_sync(x->dev, host, x->params, sizeof(float) * (size_t)x->p->param_floats, e);
 }
 int exec_dev_download_grads(exec_dev *x, float *host, hyp_err *e) {
+    if (x->z3) return no_arena("download_grads", e);
     return x->dev->d2h_sync(x->dev, host, x->grads, sizeof(float) * (size_t)x->p->param_floats, e);
 }
 int exec_dev_zero_grads(exec_dev *x, hyp_err *e) {
+    if (x->z3) return x->dev->memset(x->dev, x->gshard, 0, sizeof(float) * (size_t)x->shard, NULL, e);
     return x->dev->memset(x->dev, x->grads, 0, sizeof(float) * (size_t)x->p->param_floats, NULL, e);
 }
 
 static void *dbuf(exec_dev *x, int idx) {
     if (idx < 0) return NULL;
     const plan_buf *b = &x->p->bufs[idx];
+    if (x->z3 && x->z3->lay->buf_group[idx] >= 0) return x->z3->ptr[idx]; /* bound by z3_bind */
     switch (b->kind) {
     case BUF_PARAM: return x->params + b->offset;
     case BUF_GRAD: return x->grads + b->offset;
@@ -898,6 +993,7 @@ static void *dbuf(exec_dev *x, int idx) {
 }
 
 int exec_dev_download_buf(exec_dev *x, int idx, float *host, int64_t n, hyp_err *e) {
+    if (x->z3 && idx >= 0 && x->z3->lay->buf_group[idx] >= 0) return no_arena("download of a parameter/gradient buffer", e);
     void *d = dbuf(x, idx);
     if (!d) return hyp_fail(e, HYP_EINPUT, "buffer %d is not a float buffer", idx);
     return x->dev->d2h_sync(x->dev, host, d, sizeof(float) * (size_t)n, e);
@@ -1089,9 +1185,94 @@ static int mean_loss(exec_dev *x, float *loss, hyp_err *e) {
     return HYP_OK;
 }
 
+/* ---- ZeRO-3 (exec_dev_z3): segments of one group, gathered ahead on the comm stream ---------- */
+
+/* Points group g's buffers of kind (BUF_PARAM or BUF_GRAD) at base, its copy laid out from start[g]. */
+static void z3_bind(exec_dev *x, int g, int kind, float *base) {
+    const exec_z3 *L = x->z3->lay;
+    for (int b = 0; b < x->p->n_bufs; b++)
+        if (L->buf_group[b] == g && x->p->bufs[b].kind == (int)kind)
+            x->z3->ptr[b] = base + (x->p->bufs[b].offset - L->start[g]);
+}
+
+/* On the comm stream: segment j's group all-gathered into slot j % n_slots (one rank: copied) once
+ * the ops of segment j - n_slots, which used the slot before, have run; then the slot's ready event. */
+static int z3_gather(exec_dev *x, const exec_seg *seg, int j, hyp_err *e) {
+    exec_dev_z3 *z = x->z3;
+    const exec_z3 *L = z->lay;
+    hyp_device *d = x->dev;
+    int g = seg[j].group, k = j % L->n_slots, rc = HYP_OK;
+    if (g < 0) return HYP_OK;
+    if (j >= L->n_slots) rc = d->event_wait(d, z->comm, z->freed[k], e);
+    if (!rc)
+        rc = x->world > 1 ? d->all_gather(d, x->params + L->sb[g], z->slot[k], (size_t)L->gs[g], HYP_DT_F32, z->comm, e)
+                          : d->d2d(d, z->slot[k], x->params + L->sb[g], sizeof(float) * (size_t)L->gs[g], z->comm, e);
+    return rc ? rc : d->event_record(d, z->ready[k], z->comm, e);
+}
+
+/* After group g's backward ops (gradients in the workspace), on the comm stream: reduce-scatter
+ * the workspace into slot k (its ops ran; the next gather into it follows on this stream), then
+ * gshard += it (an exact fp32 add: a k = 1 GEMM with beta 1); one rank adds the workspace. */
+static int z3_reduce(exec_dev *x, int g, int k, hyp_err *e) {
+    exec_dev_z3 *z = x->z3;
+    const exec_z3 *L = z->lay;
+    hyp_device *d = x->dev;
+    float *part = x->world > 1 ? z->slot[k] : x->grads;
+    int rc = d->event_record(d, z->gdone, NULL, e);
+    if (!rc) rc = d->event_wait(d, z->comm, z->gdone, e);
+    if (!rc && x->world > 1) rc = d->reduce_scatter(d, x->grads, part, (size_t)L->gs[g], HYP_DT_F32, z->comm, e);
+    hyp_gemm a;
+    memset(&a, 0, sizeof a);
+    a.m = L->gs[g], a.n = 1, a.k = 1;
+    a.atype = a.btype = a.dtype = HYP_DT_F32;
+    a.compute = HYP_GEMM_F32;
+    a.alpha = a.beta = 1.0f;
+    a.a = part, a.lda = L->gs[g], a.b = x->ones, a.ldb = 1;
+    a.c = a.d = x->gshard + L->sb[g], a.ldc = a.ldd = L->gs[g];
+    if (!rc) rc = d->gemm(d, &a, z->comm, e);
+    return rc ? rc : d->event_record(d, z->wsfree, z->comm, e);
+}
+
+/* Runs ops[0..n) (their prepared eo) segment by segment: gathers started up to n_slots - 1
+ * segments ahead after everything enqueued before (the optimizer, the previous pass), the compute
+ * stream waiting for its segment's slot only; with grads (backward) each group's gradients go to
+ * the zeroed workspace and are reduced into gshard after its ops. The compute stream then waits
+ * for the comm stream. */
+static int z3_run(exec_dev *x, const plan_op *ops, const exec_dev_op *eo, int n, const exec_seg *seg, int ns,
+                  int grads, float dloss, float *loss, hyp_err *e) {
+    exec_dev_z3 *z = x->z3;
+    const exec_z3 *L = z->lay;
+    hyp_device *d = x->dev;
+    int started = 0, rc = d->event_record(d, z->start, NULL, e);
+    if (!rc) rc = d->event_wait(d, z->comm, z->start, e);
+    for (int s = 0; s < ns && !rc; s++) {
+        int g = seg[s].group, k = s % L->n_slots, end = s + 1 < ns ? seg[s + 1].start : n;
+        for (; started < ns && started < s + L->n_slots && !rc; started++) rc = z3_gather(x, seg, started, e);
+        if (!rc && g >= 0) {
+            rc = d->event_wait(d, NULL, z->ready[k], e);
+            z3_bind(x, g, BUF_PARAM, z->slot[k]);
+        }
+        if (!rc && grads && g >= 0) {
+            if (!(rc = d->event_wait(d, NULL, z->wsfree, e)))
+                rc = d->memset(d, x->grads, 0, sizeof(float) * (size_t)(x->world * L->gs[g]), NULL, e);
+            z3_bind(x, g, BUF_GRAD, x->grads);
+        }
+        for (int i = seg[s].start; i < end && !rc; i++) {
+            rc = run_op(x, &ops[i], &eo[i], dloss, e);
+            if (!rc && loss && ops[i].kind == OP_CROSSENTROPY_FUSED) rc = mean_loss(x, loss, e);
+        }
+        if (!rc) rc = d->event_record(d, z->freed[k], NULL, e);
+        if (!rc && grads && g >= 0) rc = z3_reduce(x, g, k, e);
+    }
+    if (!rc) rc = d->event_record(d, z->done, z->comm, e);
+    return rc ? rc : d->event_wait(d, NULL, z->done, e);
+}
+
 int exec_dev_forward(exec_dev *x, hyp_err *e) {
     int rc = upload_batch(x, e);
-    for (int i = 0; i < x->p->n_fwd && !rc; i++) rc = run_op(x, &x->p->fwd[i], &x->fwd[i], 0, e);
+    if (!rc && x->z3)
+        rc = z3_run(x, x->p->fwd, x->fwd, x->p->n_fwd, x->z3->lay->fwd, x->z3->lay->n_fwd, 0, 0, NULL, e);
+    for (int i = 0; i < x->p->n_fwd && !rc && !x->z3; i++) rc = run_op(x, &x->p->fwd[i], &x->fwd[i], 0, e);
     if (!rc) rc = x->dev->stream_synchronize(x->dev, NULL, e);
     return rc;
 }
@@ -1113,31 +1294,53 @@ int exec_dev_init(exec_dev *x, const plan_t *p, const char *kernels_dir, hyp_dev
     return exec_dev_init_dp(x, p, kernels_dir, dev, 1, 0, 0, e);
 }
 
-/* The tensor table of this rank's shard [lo, lo + shard) of the arena (stage >= 1): every tensor
- * segment of the full table clipped to the shard, offsets relative to lo; the padding after the
- * last tensor joins the last segment (its values, gradients and moments stay zero). */
-static int prepare_shard(exec_dev *x, hyp_err *e) {
-    if (x->opt_file < 0 || x->stage < 1) return HYP_OK;
-    int64_t lo = x->shard * x->rank, hi = lo + x->shard, start = 0;
-    int64_t *end = calloc((size_t)x->nseg + 1, sizeof *end);
-    x->sh_decay = calloc((size_t)x->nseg + 1, sizeof *x->sh_decay);
-    x->sh_h_wd = calloc((size_t)x->nseg + 1, sizeof *x->sh_h_wd);
-    if (!end || !x->sh_decay || !x->sh_h_wd) {
-        free(end);
-        return hyp_fail(e, HYP_EFAIL, "out of memory");
-    }
-    int64_t *full = malloc(sizeof(int64_t) * (size_t)x->nseg);
-    int rc = full ? x->dev->d2h_sync(x->dev, full, x->seg_end, sizeof(int64_t) * (size_t)x->nseg, e)
-                  : hyp_fail(e, HYP_EFAIL, "out of memory");
-    int n = 0;
-    for (int s = 0; s < x->nseg && !rc; start = full[s++]) {
+int exec_dev_init_dp(exec_dev *x, const plan_t *p, const char *kernels_dir, hyp_device *dev, int world, int rank,
+                     int stage, hyp_err *e) {
+    return init_any(x, p, kernels_dir, dev, world, rank, stage, NULL, e);
+}
+
+int exec_dev_init_z3(exec_dev *x, const plan_t *p, const char *kernels_dir, hyp_device *dev, const exec_t *host,
+                     hyp_err *e) {
+    return init_any(x, p, kernels_dir, dev, host->world, host->rank, 3, host, e);
+}
+
+/* Appends to end/dec the pieces of the full tensor table (ends full[nseg]) inside the arena range
+ * [lo, hi), at shard positions pos + (offset - lo); the rest of the range's len floats (padding)
+ * joins the last piece, or forms one (decay 0): its values, gradients and moments stay zero. */
+static void clip_table(const exec_dev *x, const int64_t *full, int64_t lo, int64_t hi, int64_t len, int64_t pos,
+                       int64_t *end, int *dec, int *n) {
+    int first = *n;
+    int64_t start = 0;
+    for (int s = 0; s < x->nseg; start = full[s++]) {
         int64_t a = start > lo ? start : lo, b = full[s] < hi ? full[s] : hi;
         if (a >= b) continue;
-        end[n] = b - lo;
-        x->sh_decay[n++] = x->seg_decay[s];
+        end[*n] = pos + (b - lo);
+        dec[(*n)++] = x->seg_decay[s];
     }
-    if (n == 0) x->sh_decay[n++] = 0; /* a shard of padding only */
-    end[n - 1] = x->shard;
+    if (*n == first) dec[(*n)++] = 0;
+    end[*n - 1] = pos + len;
+}
+
+/* The tensor table of what this rank owns (stage >= 1): its shard [lo, lo + shard) of the arena,
+ * offsets relative to lo; at stage 3 every group's own part [start + rank*gs, +gs) at its place sb
+ * in the shard (exec_z3). */
+static int prepare_shard(exec_dev *x, hyp_err *e) {
+    if (x->opt_file < 0 || x->stage < 1) return HYP_OK;
+    const exec_z3 *L = x->z3 ? x->z3->lay : NULL;
+    size_t cap = (size_t)x->nseg + (L ? (size_t)L->n_groups : 0) + 1;
+    int64_t *end = calloc(cap, sizeof *end);
+    x->sh_decay = calloc(cap, sizeof *x->sh_decay);
+    x->sh_h_wd = calloc(cap, sizeof *x->sh_h_wd);
+    int64_t *full = malloc(sizeof(int64_t) * (size_t)x->nseg);
+    int rc = end && x->sh_decay && x->sh_h_wd && full
+                 ? x->dev->d2h_sync(x->dev, full, x->seg_end, sizeof(int64_t) * (size_t)x->nseg, e)
+                 : hyp_fail(e, HYP_EFAIL, "out of memory");
+    int n = 0;
+    for (int g = 0; L && g < L->n_groups && !rc; g++) {
+        int64_t lo = L->start[g] + x->rank * L->gs[g], hi = L->start[g] + L->len[g];
+        clip_table(x, full, lo, lo + L->gs[g] < hi ? lo + L->gs[g] : hi, L->gs[g], L->sb[g], end, x->sh_decay, &n);
+    }
+    if (!L && !rc) clip_table(x, full, x->shard * x->rank, x->shard * (x->rank + 1), x->shard, 0, end, x->sh_decay, &n);
     x->sh_nseg = n;
     if (!rc) rc = dalloc(x, (void **)&x->sh_seg_end, n, sizeof(int64_t), e);
     if (!rc) rc = dalloc(x, (void **)&x->sh_seg_wd, n, sizeof(float), e);
@@ -1151,7 +1354,10 @@ int exec_dev_backward_each(exec_dev *x, float dloss, float *loss, int (*after)(v
                            void *ctx, hyp_err *e) {
     int rc = HYP_OK;
     *loss = 0;
-    for (int i = 0; i < x->p->n_bwd && !rc; i++) {
+    if (x->z3 && after) return hyp_fail(e, HYP_EINPUT, "exec_dev: ZeRO-3 reduces each group itself — no backward hooks");
+    if (x->z3)
+        rc = z3_run(x, x->p->bwd, x->bwd, x->p->n_bwd, x->z3->lay->bwd, x->z3->lay->n_bwd, 1, dloss, loss, e);
+    for (int i = 0; i < x->p->n_bwd && !rc && !x->z3; i++) {
         rc = run_op(x, &x->p->bwd[i], &x->bwd[i], dloss, e);
         if (!rc && x->p->bwd[i].kind == OP_CROSSENTROPY_FUSED) rc = mean_loss(x, loss, e);
         if (!rc && after) rc = after(ctx, i, e);
@@ -1204,10 +1410,11 @@ int exec_dev_norm_finish(exec_dev *x, const float *partial, float max_norm, floa
 }
 
 /* adamw_step over the whole arena (shard == 0) or this rank's shard (shard == 1, stage >= 1: the
- * shard's moments, its gradients in gshard (stage >= 2) or in the arena, its tensor table). */
+ * shard's moments, its gradients in gshard (stage >= 2) or in the arena, its tensor table; at
+ * stage 3 params itself is the shard). */
 static int launch_adamw(exec_dev *x, int shard, double lr, double beta1, double beta2, double eps, double wd, int t,
                         const float *gscale, hyp_err *e) {
-    int64_t lo = shard ? x->shard * x->rank : 0;
+    int64_t lo = shard && !x->z3 ? x->shard * x->rank : 0; /* stage 3: params is the shard */
     int nseg = shard ? x->sh_nseg : x->nseg;
     const int *decay = shard ? x->sh_decay : x->seg_decay;
     float *hwd = shard ? x->sh_h_wd : x->h_seg_wd, *dwd = shard ? x->sh_seg_wd : x->seg_wd;

@@ -11,7 +11,8 @@
  * exec_t.params can be uploaded / downloaded as a whole: the CPU initialization and the host
  * AdamW (train.h) can be reused around the device forward/backward (what the first milestone
  * does). All work is enqueued on the device's default stream (NULL); train_dev.c adds a
- * communication stream around it.
+ * communication stream around it — except at ZeRO stage 3 (exec_dev_z3), whose per-group gathers
+ * and gradient reduce-scatters run on the executor's own communication stream.
  */
 #ifndef HYP_EXEC_DEV_H
 #define HYP_EXEC_DEV_H
@@ -19,6 +20,7 @@
 #include <stdint.h>
 
 #include "device.h"
+#include "exec.h"
 #include "fp8.h"
 #include "hyp_err.h"
 #include "plan.h"
@@ -35,6 +37,24 @@ typedef struct {
     int first, count;               /* EXD_KERNELS: launches[first .. first+count) */
     const plan_op *pair;            /* a fusion site's first op (its dims bind too), else NULL */
 } exec_dev_op;
+
+/* ZeRO-3 on the device (exec_dev_init_z3), in the host executor's group layout (exec.h's exec_z3:
+ * the same groups, shards and segments, so the host mirror and checkpoints agree). The device
+ * keeps its shard of every group (params, gshard, m, v: [shard] each); before a segment's ops,
+ * its group is all-gathered on the communication stream into slot s % n_slots (the gathers of
+ * the next n_slots - 1 segments are started ahead: prefetch), the compute stream waits only for
+ * that slot's event; in backward the group's gradients go to a one-group workspace (grads) that
+ * is reduce-scattered, on the communication stream, into the slot the group was gathered into
+ * and added to gshard (the slot is free once the group's ops ran; the next gather into it
+ * follows on the same stream). */
+typedef struct {
+    const exec_z3 *lay;             /* the host mirror's layout (not owned) */
+    void **ptr;                     /* per plan buffer: where a group's param/grad buffer lives now */
+    float *slot[EXEC_Z3_MAX_SLOTS]; /* device: [lay->slot_cap] each */
+    hyp_stream *comm;
+    hyp_event *ready[EXEC_Z3_MAX_SLOTS], *freed[EXEC_Z3_MAX_SLOTS]; /* slot gathered; its ops ran */
+    hyp_event *start, *gdone, *wsfree, *done; /* compute so far; a group's grads; workspace free; comm */
+} exec_dev_z3;
 
 typedef struct {
     const plan_t *p;
@@ -71,6 +91,9 @@ typedef struct {
     float *sh_seg_wd, *sh_h_wd;     /* device, host: [sh_nseg] weight decay */
     int *sh_decay;                  /* host: [sh_nseg] */
     size_t bytes_params, bytes_grads, bytes_optim, bytes_acts; /* device bytes by role (of bytes) */
+    size_t bytes_grad_workspace;    /* stage 3: the one-group gradient workspace (not in bytes_grads) */
+    exec_dev_z3 *z3;                /* stage 3 only; then params/m/v/gshard are [shard] in the group
+                                       layout and grads is the one-group workspace */
     /* ---- v2160 FP8 (delayed or current scaling): one scaling state per plan fp8 slot. The cast kernels
      * bind "fp8.scale[slot]", "fp8.scale_inv[slot]", "fp8.amax[slot]"; the amax of every cast in
      * a step is merged (max) into fp8_amax, which exec_dev_fp8_step folds into the host histories.
@@ -93,12 +116,17 @@ typedef struct {
  * matmul or zero) is an error naming it. */
 int exec_dev_init_dp(exec_dev *x, const plan_t *p, const char *kernels_dir, hyp_device *dev, int world, int rank,
                      int stage, hyp_err *e);
+/* ZeRO stage 3 in the layout of host, a stage-3 host mirror (exec_init_mirror / exec_init_dp with
+ * stage 3) of this rank: its world, rank, groups and segments; host must outlive x. The device
+ * collectives must be initialized (comm_init) when host->world > 1. */
+int exec_dev_init_z3(exec_dev *x, const plan_t *p, const char *kernels_dir, hyp_device *dev, const exec_t *host,
+                     hyp_err *e);
 /* One rank, no ZeRO. */
 int exec_dev_init(exec_dev *x, const plan_t *p, const char *kernels_dir, hyp_device *dev, hyp_err *e);
 void exec_dev_free(exec_dev *x);
 /* Binds the batch shape for the following runs; B <= plan B, T <= plan T. */
 int exec_dev_bind(exec_dev *x, int B, int T, hyp_err *e);
-/* Parameters: host array of param_floats floats in exec.c's layout. */
+/* Parameters: host array of param_floats floats in exec.c's layout (not at stage 3: HYP_EINPUT). */
 int exec_dev_upload_params(exec_dev *x, const float *host, hyp_err *e);
 int exec_dev_download_params(exec_dev *x, float *host, hyp_err *e);
 int exec_dev_download_grads(exec_dev *x, float *host, hyp_err *e);

@@ -111,7 +111,8 @@ int train_dev_open(train_dev *t, const plan_t *p, const char *plan_path, exec_t 
     if ((rc = hyp_device_open(!strcmp(p->backend, "cuda") ? "cuda" : "sim", &t->dev, e))) return rc;
     t->on = 1;
     if (t->world > 1 && (rc = t->dev->comm_init(t->dev, coll, e))) return rc;
-    if ((rc = exec_dev_init_dp(&t->xd, p, kdir, t->dev, t->world, t->rank, stage, e)) ||
+    if ((rc = stage == 3 ? exec_dev_init_z3(&t->xd, p, kdir, t->dev, x, e)
+                         : exec_dev_init_dp(&t->xd, p, kdir, t->dev, t->world, t->rank, stage, e)) ||
         (rc = exec_dev_bind(&t->xd, B, T, e)))
         return rc;
     if (t->xd.shard != x->shard)
@@ -120,10 +121,11 @@ int train_dev_open(train_dev *t, const plan_t *p, const char *plan_path, exec_t 
     int parts = exec_dev_norm_parts(&t->xd);
     if (!parts) return hyp_fail(e, HYP_EINPUT, "%s/kernels.json has no global_norm module — regenerate the trainer with gen", kdir);
     size_t optim = sizeof(float) * (size_t)(stage >= 1 ? x->shard : t->xd.arena);
+    size_t params = sizeof(float) * (size_t)(stage >= 3 ? x->shard : t->xd.arena); /* stage 3: the shard */
     hyp_device *d = t->dev;
     if ((rc = d->mem_alloc(d, (void **)&t->partial, sizeof(float) * (size_t)parts, e)) ||
         (rc = d->mem_alloc(d, (void **)&t->gnorm, 2 * sizeof(float), e)) ||
-        (rc = d->h2d_sync(d, t->xd.params, x->params, sizeof(float) * (size_t)t->xd.arena, e)) ||
+        (rc = d->h2d_sync(d, t->xd.params, x->params, params, e)) ||
         (rc = d->h2d_sync(d, t->xd.m, x->m, optim, e)) || (rc = d->h2d_sync(d, t->xd.v, x->v, optim, e)) ||
         (rc = exec_dev_fp8_set_states(&t->xd, x->fp8, e))) /* FP8 scaling states (resumed or fresh) */
         return rc;
@@ -187,10 +189,11 @@ static int reduce_and_norm(train_dev *t, float max_norm, hyp_err *e) {
         if (!(rc = d->event_record(d, t->comm_done, t->comm, e))) rc = d->event_synchronize(d, t->comm_done, e);
     } else if (t->world > 1 && t->stage <= 1) {
         rc = d->all_reduce(d, xd->grads, (size_t)xd->arena, HYP_DT_F32, HYP_RED_SUM, NULL, e);
-    } else if (t->stage >= 2) {
+    } else if (t->stage >= 2) { /* stage 3 reduce-scattered each group into gshard during backward */
         g = xd->gshard, n = xd->shard;
-        rc = t->world > 1 ? d->reduce_scatter(d, xd->grads, xd->gshard, (size_t)xd->shard, HYP_DT_F32, NULL, e)
-                          : d->d2d(d, xd->gshard, xd->grads, sizeof(float) * (size_t)xd->shard, NULL, e);
+        if (t->stage == 2)
+            rc = t->world > 1 ? d->reduce_scatter(d, xd->grads, xd->gshard, (size_t)xd->shard, HYP_DT_F32, NULL, e)
+                              : d->d2d(d, xd->gshard, xd->grads, sizeof(float) * (size_t)xd->shard, NULL, e);
     }
     if (!rc) rc = exec_dev_norm_partial(xd, g, n, t->partial, e);
     if (!rc && t->stage >= 2 && t->world > 1) /* the shards' partial sums, summed across ranks */
@@ -206,7 +209,7 @@ int train_dev_step(train_dev *t, exec_t *x, hyp_loader *train, const train_opts 
     int rc = micro_batches(t, x, train, K, loss, e);
     if (!rc) rc = reduce_and_norm(t, (float)o->max_norm, e);
     if (!rc) rc = exec_dev_adamw_own(xd, lr, o->beta1, o->beta2, o->eps, o->weight_decay, step, t->gnorm + 1, e);
-    if (!rc && t->stage >= 1 && t->world > 1) {
+    if (!rc && t->stage >= 1 && t->stage <= 2 && t->world > 1) { /* stage 3: gathered per group */
         float *own = xd->params + xd->shard * t->rank;
         rc = d->all_gather(d, own, xd->params, (size_t)xd->shard, HYP_DT_F32, NULL, e);
     }
@@ -240,7 +243,8 @@ float train_dev_eval(train_dev *t, exec_t *x, hyp_loader *val, int batches, hyp_
 int train_dev_download(train_dev *t, exec_t *x, hyp_err *e) {
     hyp_device *d = t->dev;
     size_t optim = sizeof(float) * (size_t)(t->stage >= 1 ? t->xd.shard : t->xd.arena);
-    int rc = d->d2h_sync(d, x->params, t->xd.params, sizeof(float) * (size_t)t->xd.arena, e);
+    size_t params = sizeof(float) * (size_t)(t->stage >= 3 ? t->xd.shard : t->xd.arena);
+    int rc = d->d2h_sync(d, x->params, t->xd.params, params, e);
     if (!rc) rc = d->d2h_sync(d, x->m, t->xd.m, optim, e);
     if (!rc) rc = d->d2h_sync(d, x->v, t->xd.v, optim, e);
     if (!rc && x->p->fp8_slots && x->fp8) /* the FP8 scaling states go into checkpoints too */
@@ -250,19 +254,20 @@ int train_dev_download(train_dev *t, exec_t *x, hyp_err *e) {
 
 void train_dev_print_memory(train_dev *t, hyp_err *e) {
     int W = t->world;
-    double *mem = calloc((size_t)W * 5, sizeof(double));
+    double *mem = calloc((size_t)W * 6, sizeof(double));
     if (!mem) return;
     const exec_dev *xd = &t->xd;
-    double *m = mem + t->rank * 5;
+    double *m = mem + t->rank * 6;
     m[0] = (double)xd->bytes_params, m[1] = (double)xd->bytes_grads, m[2] = (double)xd->bytes_optim;
-    m[3] = (double)xd->bytes_acts;
-    m[4] = (double)xd->bytes - m[0] - m[1] - m[2] - m[3] + sizeof(float) * (exec_dev_norm_parts(xd) + 2.0);
-    if (hyp_coll_allreduce_f64(t->coll, mem, (size_t)W * 5, e) == HYP_OK)
+    m[3] = (double)xd->bytes_acts, m[5] = (double)xd->bytes_grad_workspace;
+    m[4] = (double)xd->bytes - m[0] - m[1] - m[2] - m[3] - m[5] + sizeof(float) * (exec_dev_norm_parts(xd) + 2.0);
+    if (hyp_coll_allreduce_f64(t->coll, mem, (size_t)W * 6, e) == HYP_OK)
         for (int r = 0; r < W; r++) {
-            m = mem + r * 5;
-            printf("rank %d/%d %s device memory (ZeRO stage %d): params %.0f B | grads %.0f B | optimizer %.0f B | activations %.0f B | other %.0f B%s\n",
-                   r, W, t->dev->name, t->stage, m[0], m[1], m[2], m[3], m[4],
-                   t->stage == 3 ? " (params: a full working copy; the per-layer gather of stage 3 is not implemented)" : "");
+            m = mem + r * 6;
+            printf("rank %d/%d %s device memory (ZeRO stage %d): params %.0f B | grads %.0f B | optimizer %.0f B | activations %.0f B | other %.0f B",
+                   r, W, t->dev->name, t->stage, m[0], m[1], m[2], m[3], m[4]);
+            if (m[5] > 0) printf(" | backward gradient workspace %.0f B", m[5]);
+            printf("%s\n", t->stage == 3 ? " (params: own shards + the layer working slots)" : "");
         }
     free(mem);
 }

@@ -3,9 +3,9 @@
  *
  * One step: zero the gradients, K micro-batches of forward/backward by the rendered kernels
  * (runtime/exec_dev.h), data parallelism over the device collectives (ZeRO stage 0: all-reduce
- * the gradients; 1: all-reduce, AdamW on the own shard, all-gather the parameters; 2 and 3:
- * reduce-scatter, AdamW on the shard, all-gather; stage 3 keeps a full working copy of the
- * parameters on the device), the global gradient norm on the device with the global_norm kernels
+ * the gradients; 1: all-reduce, AdamW on the own shard, all-gather the parameters; 2:
+ * reduce-scatter, AdamW on the shard, all-gather; 3: per-layer gathers and reduce-scatters inside
+ * forward/backward (exec_dev_z3), AdamW on the shards), the global gradient norm on the device with the global_norm kernels
  * (partial sums of squares, all-reduced across ranks when the gradients are sharded, finish) and
  * the clip factor read by adamw_step from device memory: no gradient leaves the device.
  *
@@ -48,7 +48,7 @@ typedef struct {
 } train_dev;
 
 /* Opens the device ("sim" or "cuda", from the plan's backend), the executor over the kernels/
- * directory next to plan_path with this rank's ZeRO layout, and uploads the host state of x
+ * directory next to plan_path with this rank's ZeRO layout (stage 3: x's groups), and uploads the host state of x
  * (parameters; AdamW moments, the shard for stage >= 1). Collective over the ranks of coll. */
 int train_dev_open(train_dev *t, const plan_t *p, const char *plan_path, exec_t *x, hyp_coll *coll, int stage,
                    int B, int T, hyp_err *e);

@@ -332,11 +332,10 @@ static int run(int argc, char **argv, hyp_coll *coll) {
         fprintf(stderr, "train: %s\n", e.msg);
         return rc;
     }
-    /* the device backends (train_dev.c) run ZeRO-3 in the stage-2 layout with a full working copy of
-     * the parameters: the host mirror (initialization, checkpoints, sampling) uses that layout too */
+    /* the device backends (train_dev.c) train in the host executor's ZeRO layout (stage 3: its layer
+     * groups); the host keeps a mirror (initialization, checkpoints, sampling) without activations */
     int on_device = !strcmp(plan.backend, "sim") || !strcmp(plan.backend, "cuda");
-    dp_t d = {coll, hyp_coll_rank(coll), hyp_coll_world(coll),
-              on_device && plan.zero_stage > 2 ? 2 : plan.zero_stage};
+    dp_t d = {coll, hyp_coll_rank(coll), hyp_coll_world(coll), plan.zero_stage};
     train_dev dv = {0}; /* the device backend (sim or cuda), opened below when the plan says so */
     int is0 = d.rank == 0;
     int B = a.batch ? a.batch : plan.B, T = a.seq ? a.seq : plan.T;
@@ -350,7 +349,9 @@ static int run(int argc, char **argv, hyp_coll *coll) {
     int eval_batches = a.eval_batches >= 0 ? a.eval_batches : plan.eval_batches;
 
     exec_t x;
-    if ((rc = exec_init_dp(&x, &plan, coll, d.stage, &e)) || (rc = exec_bind(&x, B, T, &e))) {
+    if ((rc = on_device && !a.sample_mode ? exec_init_mirror(&x, &plan, coll, d.stage, &e)
+                                          : exec_init_dp(&x, &plan, coll, d.stage, &e)) ||
+        (rc = exec_bind(&x, B, T, &e))) {
         fprintf(stderr, "train: %s\n", e.msg);
         exec_free(&x);
         plan_free(&plan);
@@ -553,6 +554,8 @@ static int run(int argc, char **argv, hyp_coll *coll) {
                steps_timed ? tok_s / steps_timed : 0.0);
     if (!rc && dv.on) rc = train_dev_download(&dv, &x, &e); /* sampling below runs on the host */
     if (!rc && a.sample > 0 && d.stage >= 3) rc = dp_unshard(&x, &e); /* rank 0 samples alone */
+    if (!rc && a.sample > 0 && is0 && (rc = exec_alloc_acts(&x, &e))) /* a device run's mirror has none */
+        fprintf(stderr, "train: %s\n", e.msg);
     if (!rc && a.sample > 0 && is0) {
         printf("--- sample (%d tokens, temperature %.2f, top-k %d) ---\n", a.sample, a.temperature, a.top_k);
         rc = sample_text(&x, &a, seed, stdout);

@@ -16,6 +16,10 @@
  * fp8 GEMMs, the same plan fake-quantized (its weight casts stripped of C: the evaluator's
  * default), and the cpu executor over 8 steps, with the device scales, the fp8 bytes the cast
  * kernels write and every fp8 GEMM checked against host computations.
+ * Then ZeRO-3 on the device for one rank (zero3_case): exec_dev_init_z3 over a host mirror
+ * without activations (exec_init_mirror) against exec.c's stage 3 on the CPU — logits, and the
+ * gradient shard after backward (every group reduced into it as its backward ends), with the
+ * tolerances below; stage 3 without a host layout is refused (HYP_EINPUT).
  *
  * Tolerances (fp32 kernels and GEMMs vs the CPU ops, which use oneDNN sgemm and their own
  * summation orders):
@@ -34,6 +38,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "coll.h"
 #include "device.h"
 #include "exec.h"
 #include "exec_dev.h"
@@ -451,6 +456,66 @@ static void fp8_cases(hyp_device *dev, const char *model, const char *scaling) {
     plan_free(&pc);
 }
 
+/* See the header: ZeRO-3 on the device, one rank, against exec.c's stage 3. */
+static void zero3_case(hyp_device *dev, const plan_t *ps, const plan_t *pc, const char *kdir, hyp_coll *coll) {
+    hyp_err e = {{0}};
+    exec_dev dz;
+    int rc = exec_dev_init_dp(&dz, ps, kdir, dev, 1, 0, 3, &e);
+    report(rc == HYP_EINPUT, "zero3: exec_dev_init_dp at stage 3 without a host layout is refused", "%s", e.msg);
+    exec_t hm, cz;
+    if ((rc = exec_init_mirror(&hm, ps, coll, 3, &e)) || (rc = exec_init_dp(&cz, pc, coll, 3, &e))) {
+        report(0, "zero3: exec_init_mirror / exec_init_dp stage 3", "%s", e.msg);
+        return;
+    }
+    report(!hm.acts && hm.bytes_acts == 0 && cz.acts, "zero3: the host mirror has no activation arena",
+           "mirror %zu B, executor %zu B", hm.bytes, cz.bytes);
+    exec_init_params(&hm, 1234);
+    exec_init_params(&cz, 1234);
+    if ((rc = exec_dev_init_z3(&dz, ps, kdir, dev, &hm, &e)) ||
+        (rc = dev->h2d_sync(dev, dz.params, hm.params, sizeof(float) * (size_t)hm.shard, &e))) {
+        report(0, "zero3: exec_dev_init_z3", "%s", e.msg);
+        exec_free(&hm), exec_free(&cz);
+        return;
+    }
+    const exec_z3 *L = dz.z3->lay;
+    report(dz.shard == hm.shard && dz.bytes_params == 4 * (size_t)(dz.shard + L->n_slots * L->slot_cap) &&
+               dz.bytes_grad_workspace == 4 * (size_t)L->slot_cap && dz.bytes_grads == 4 * (size_t)dz.shard,
+           "zero3: device params = shard + slots, grads = shard + one-group workspace",
+           "params %zu B (%d slots), workspace %zu B, %d groups", dz.bytes_params, L->n_slots, dz.bytes_grad_workspace,
+           L->n_groups);
+    float one[1];
+    rc = exec_dev_upload_params(&dz, one, &e);
+    report(rc == HYP_EINPUT, "zero3: whole-arena parameter copies are refused", "%s", e.msg);
+    hyp_rng rng;
+    hyp_rng_seed(&rng, 7);
+    int N = ps->B * ps->T;
+    batch(&rng, &cz, &dz, N, ps->V);
+    int lb = find_buf(ps, "logits");
+    float *got = malloc(sizeof(float) * (size_t)(N * ps->Vp > hm.shard ? N * ps->Vp : hm.shard));
+    double worst, refmax;
+    exec_forward(&cz);
+    if (!(rc = exec_dev_forward(&dz, &e))) rc = exec_dev_download_buf(&dz, lb, got, (int64_t)N * ps->Vp, &e);
+    if (!rc) diff(got, exec_buf(&cz, find_buf(pc, "logits")), (long)N * ps->Vp, &worst, &refmax);
+    report(!rc && worst <= 1e-5 * (refmax > 1 ? refmax : 1), "zero3: forward through per-group gathers: logits",
+           "max err %.3g, max |ref| %.3g%s", rc ? 0 : worst, rc ? 0 : refmax, rc ? e.msg : "");
+    float dloss = 1.0f / (float)exec_count_targets(&cz), lsb = 0;
+    memset(cz.gshard, 0, sizeof(float) * (size_t)cz.shard);
+    exec_forward(&cz);
+    float lcb = exec_backward(&cz, dloss);
+    if (!rc) rc = exec_dev_zero_grads(&dz, &e);
+    if (!rc) rc = exec_dev_forward(&dz, &e);
+    if (!rc) rc = exec_dev_backward(&dz, dloss, &lsb, &e);
+    if (!rc) rc = dev->d2h_sync(dev, got, dz.gshard, sizeof(float) * (size_t)dz.shard, &e);
+    if (!rc) diff(got, cz.gshard, (long)cz.shard, &worst, &refmax);
+    report(!rc && fabsf(lsb - lcb) <= 1e-5f * fmaxf(1.0f, fabsf(lcb)) && worst <= 1e-4 * refmax + 1e-7,
+           "zero3: backward: the gradient shard", "loss %.7f cpu %.7f, max err %.3g (tolerance %.3g)%s", lsb, lcb,
+           rc ? 0 : worst, rc ? 0 : 1e-4 * refmax + 1e-7, rc ? e.msg : "");
+    free(got);
+    exec_dev_free(&dz);
+    exec_free(&hm);
+    exec_free(&cz);
+}
+
 int main(int argc, char **argv) {
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--device")) g_device = argv[i + 1];
@@ -579,6 +644,13 @@ int main(int argc, char **argv) {
     if (!rc) rc = train_steps(&cx, &hx, &dx, &rng, 1);
     if (!rc) fp8_cases(dev, "ref-gpt2", "delayed");
     if (!rc) fp8_cases(dev, "ref-llama", "current");
+    hyp_coll *coll = NULL;
+    if (!rc && hyp_coll_init(&argc, &argv, &coll, &e) != HYP_OK) report(0, "zero3: one-rank communicator", "%s", e.msg);
+    if (!rc && coll) {
+        snprintf(path, sizeof path, "%s/kernels", dsim);
+        zero3_case(dev, &ps, &pc, path, coll);
+        hyp_coll_finalize(coll);
+    }
 
     exec_dev_free(&dx);
     exec_free(&cx);
