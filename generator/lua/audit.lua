@@ -22,7 +22,7 @@ function A.aliases_by_id(tree)
 end
 
 -- contrib: id -> list of strings (what the plan/render/runtime passes took from the spec).
-function A.build(tree, cfg, contrib)
+function A.build(tree, cfg, contrib, opts)
   contrib = contrib or {}
   local aliases = A.aliases_by_id(tree)
   local rows = U.array()
@@ -48,7 +48,9 @@ function A.build(tree, cfg, contrib)
     local contributed = U.array()
     for _, x in ipairs(c or {}) do contributed[#contributed + 1] = x end
     if a and #contributed == 0 then
-      contributed[1] = s.status == "implemented" and "nothing for this model and target"
+      contributed[1] = (opts and opts.no_kernels and
+        "nothing to the plan; what it contributes to the kernels is listed by the audit of a generated trainer (gen ... -o DIR, then gen audit DIR)")
+        or (s.status == "implemented" and "nothing for this model and target")
         or (s.status .. ": not implemented in this trainer yet — contributes nothing")
     end
     local claims = U.array()

@@ -233,8 +233,16 @@ function commands.audit(args)
     return 0
   end
   local tree = need_tree(first)
+  local default_model = not o["--model"]
+  if default_model then o["--model"] = "tiny" end
   local cfg = run_passes(tree, o)
-  local audit = require("audit").build(tree, cfg, {})
+  if default_model then
+    cfg.decisions[#cfg.decisions + 1] = { what = "model", value = "tiny", why = "no --model given: the plan's contributions below are computed for tiny" }
+  end
+  -- the plan's contributions (a few ms); the kernels' need a generated trainer (render + NVRTC)
+  local contrib = {}
+  require("plan").build(tree, cfg, contrib, { batch = tonumber(o["--batch"]), seq = tonumber(o["--seq"]) })
+  local audit = require("audit").build(tree, cfg, contrib, { no_kernels = cfg.target.kind ~= "cpu" })
   if o["--json"] then emit_json(audit) else io.write(require("audit").text(audit)) end
   return 0
 end

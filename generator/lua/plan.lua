@@ -519,7 +519,10 @@ function P.build(tree, cfg, contrib, opts)
     add_contrib("v2105", "full sharding (stage-3 semantics) across data-parallel ranks")
   end
   if cfg.active.v2110 then
-    add_contrib("v2110", "data parallel over MPI (cpu) when started with mpirun: each rank reads disjoint windows; gradients averaged over the global batch")
+    add_contrib("v2110", cfg.target.kind == "cpu"
+      and "data parallel over MPI when started with mpirun: each rank reads disjoint windows; gradients averaged over the global batch"
+      or "data parallel when started with mpirun, over the device collectives (" .. (cfg.target.kind == "sim" and "MPI on sim" or "NCCL, its id broadcast over MPI") ..
+        "): each rank reads disjoint windows; gradients averaged over the global batch, all-reduced per layer bucket on a communication stream while backward runs (stages 0/1)")
   end
   train.lr = d.C <= 256 and 2e-3 or 6e-4
   decide("train.lr", train.lr, "default peak LR for d_model " .. (d.C <= 256 and "<= 256" or "> 256") .. "; override with train --lr")
