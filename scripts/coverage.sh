@@ -10,15 +10,21 @@
 #               test_kernels_sim renders, the kernels of the generated sim trainers), compiled with
 #               coverage through HYP_SIM_CXXFLAGS; one line per rendered file, then per template
 #               family (the template a file names on its first line), then the total.
+# --only REGEX runs only the ctest tests matching REGEX and adds their counts to those of an
+# earlier run in BUILD_DIR (to measure what new tests add without the whole suite again).
 # Prints the figures; exits 1 when a test fails.
 set -eu
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 B=$ROOT/build-cov
-for a in "$@"; do
-  case $a in
+ARGS="$*"
+ONLY=
+while [ $# -gt 0 ]; do
+  case $1 in
     --kernels) ;; # kept for old command lines: the kernels are always measured now
-    *) B=$(mkdir -p "$a" && cd "$a" && pwd) ;;
+    --only) ONLY=${2:?--only needs a ctest regex}; shift ;;
+    *) B=$(mkdir -p "$1" && cd "$1" && pwd) ;;
   esac
+  shift
 done
 cmake -S "$ROOT" -B "$B" -DCMAKE_BUILD_TYPE=Debug -DHYP_NATIVE=OFF \
   -DCMAKE_C_FLAGS="--coverage -fprofile-update=atomic" -DCMAKE_EXE_LINKER_FLAGS=--coverage >/dev/null
@@ -26,14 +32,17 @@ cmake -S "$ROOT" -B "$B" -DCMAKE_BUILD_TYPE=Debug -DHYP_NATIVE=OFF \
 targets=$(cmake --build "$B" --target help | awk '/^\.\.\. /{ print $2 }' |
   grep -Ev '^(all|clean|depend|edit_cache|rebuild_cache|test|bench_.*|.*\.[ois])$')
 nice cmake --build "$B" -j2 --target $targets > "$B/cov-build.log" 2>&1 || { tail -20 "$B/cov-build.log"; exit 1; }
-find "$B" -name '*.gcda' -delete
-# simulator modules of earlier runs: their objects and notes are gone or stale
-rm -rf "$B/cov-sim-cache" "$B/tests/sim_cache" "$B/tests/kernels_sim"
+if [ -z "$ONLY" ]; then
+  find "$B" -name '*.gcda' -delete
+  # simulator modules of earlier runs: their objects and notes are gone or stale
+  rm -rf "$B/cov-sim-cache" "$B/tests/sim_cache" "$B/tests/kernels_sim"
+fi
 export HYP_SIM_CACHE="$B/cov-sim-cache" HYP_SIM_CXXFLAGS="--coverage -fprofile-update=atomic -O0"
 
 fail=0
-nice ctest --test-dir "$B" --output-on-failure > "$B/cov-ctest.log" 2>&1 || { echo "FAILED: ctest (see $B/cov-ctest.log)"; fail=1; }
-grep -E "tests passed|tests failed" "$B/cov-ctest.log" | sed 's/^/ctest: /'
+log=$B/cov-ctest${ONLY:+-only}.log
+nice ctest --test-dir "$B" --output-on-failure ${ONLY:+-R "$ONLY"} > "$log" 2>&1 || { echo "FAILED: ctest (see $log)"; fail=1; }
+grep -E "tests passed|tests failed" "$log" | sed 's/^/ctest: /'
 
 # gcov -n prints, per source file of an object: File '<path>' / Lines executed:P% of N
 OBJ="$B/runtime/CMakeFiles/hyp_runtime.dir"
@@ -91,5 +100,5 @@ done | awk -v fams="$fams" -v perfile="$B/cov-kernels.txt" '
     if (tn) printf "  %-24s %5.1f%% of %5d lines\n", "total", 100 * th / tn, tn
   }'
 echo
-echo "command: bash scripts/coverage.sh${1:+ $*}"
+echo "command: bash scripts/coverage.sh${ARGS:+ $ARGS}"
 exit $fail
