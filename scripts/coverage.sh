@@ -67,11 +67,12 @@ done
 awk -v e=$tot_e -v n=$tot_n 'BEGIN { printf "  %-16s %5.1f%% of %4d lines  (all above but dev_cuda.c)\n", "total", 100 * e / n, n }'
 
 echo
-echo "kernels run by the simulator (gcov line coverage; a file compiled into several modules counts a"
-echo "line as run when any of them ran it; per file in $B/cov-kernels.txt):"
-# gcov -t prints every source of a module annotated ("count:line:text", "#####" = never run). The
-# sources of trainers the shell tests generated are gone with their temp dirs: gcov still prints
-# the counts, and the family is the template whose name starts the file's name (FAMILY[_TAG].cu).
+echo "kernels run by the simulator (gcov line coverage; the rendered files with the same text count as one"
+echo "source, whose line is run when any module built from any of them ran it; per source in"
+echo "$B/cov-kernels.txt):"
+# gcov -t prints every source of a module annotated ("count:line:text", "#####" = never run). gcov
+# needs the source: the kernels of trainers that shell tests generate in their temp dirs (deleted
+# at exit) drop out. The family is the template whose name starts the file's name (FAMILY[_TAG].cu).
 fams=$(cd "$ROOT/templates" && ls *.cu.lua | sed 's/\.cu\.lua$//' | tr '\n' ' ')
 for g in $(find "$B" -name '*.gcda' -not -path '*/CMakeFiles/*' | sort); do
   (cd "$(dirname "$g")" && gcov -t "$g" 2>/dev/null)
@@ -86,16 +87,20 @@ done | awk -v fams="$fams" -v perfile="$B/cov-kernels.txt" '
   {
     c = substr($0, 1, index($0, ":") - 1); gsub(/ /, "", c)
     rest = substr($0, index($0, ":") + 1); ln = substr(rest, 1, index(rest, ":") - 1); gsub(/ /, "", ln)
-    if (c == "-" || src !~ /\.cu$/ || src ~ /\.sim\.cu$/) next
+    if (src !~ /\.cu$/ || src ~ /\.sim\.cu$/ || ln + 0 < 1) next
+    if (!((src, ln) in seen)) { seen[src, ln] = 1; text[src] = text[src] "\n" substr(rest, index(rest, ":") + 1) }
+    if (c == "-") next
     k = src SUBSEP ln; exe[k] = 1; if (c !~ /^(#####|=====)$/) hit[k] = 1
   }
   END {
-    for (k in exe) { split(k, q, SUBSEP); n[q[1]]++; if (k in hit) h[q[1]]++ }
+    for (f in text) { if (!(text[f] in id)) { id[text[f]] = f; nsame[f] = 0 } else nsame[id[text[f]]]++; canon[f] = id[text[f]] }
+    for (k in exe) { split(k, q, SUBSEP); u = canon[q[1]] SUBSEP q[2]; uexe[u] = 1; if (k in hit) uhit[u] = 1 }
+    for (u in uexe) { split(u, q, SUBSEP); n[q[1]]++; if (u in uhit) h[q[1]]++ }
     for (f in n) {
       tn += n[f]; th += h[f]; fm = family(f); fn[fm] += n[f]; fh[fm] += h[f]; nf[fm]++
-      printf "  %-70s %5.1f%% of %4d lines\n", f, 100 * h[f] / n[f], n[f] | "sort > " perfile
+      printf "  %-70s %5.1f%% of %4d lines%s\n", f, 100 * h[f] / n[f], n[f], nsame[f] ? " (+" nsame[f] " identical)" : "" | "sort > " perfile
     }
-    for (fm in fn) printf "  %-24s %5.1f%% of %5d lines  (%d files)\n", fm, 100 * fh[fm] / fn[fm], fn[fm], nf[fm] | "sort"
+    for (fm in fn) printf "  %-24s %5.1f%% of %5d lines  (%d sources)\n", fm, 100 * fh[fm] / fn[fm], fn[fm], nf[fm] | "sort"
     close("sort")
     if (tn) printf "  %-24s %5.1f%% of %5d lines\n", "total", 100 * th / tn, tn
   }'
