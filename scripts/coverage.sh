@@ -16,7 +16,7 @@
 set -eu
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 B=$ROOT/build-cov
-ARGS="$*"
+ARGS=; [ $# -eq 0 ] || ARGS=$(printf ' %q' "$@")
 ONLY=
 while [ $# -gt 0 ]; do
   case $1 in
@@ -105,5 +105,5 @@ done | awk -v fams="$fams" -v perfile="$B/cov-kernels.txt" '
     if (tn) printf "  %-24s %5.1f%% of %5d lines\n", "total", 100 * th / tn, tn
   }'
 echo
-echo "command: bash scripts/coverage.sh${ARGS:+ $ARGS}"
+echo "command: bash scripts/coverage.sh$ARGS"
 exit $fail
