@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # scripts/coverage.sh [BUILD_DIR] — line coverage (gcov) of the device layer and of the rendered
 # kernels (issue #5) under the whole ctest suite. Builds BUILD_DIR (default build-cov) with
-# --coverage, runs every ctest test once (serially, niced: ~15 min on a shared 2-core box), then
-# parses `gcov -n` / `gcov -t` (gcovr/lcov are not needed).
+# --coverage, runs every ctest test once (serially, niced: 34 min measured on a shared 2-core box,
+# most of it test_train at -O0), then parses `gcov -n` / `gcov -t` (gcovr/lcov are not needed).
 #   host code   runtime/device.c, device_gemm.c, dev_sim.c, sim.c, exec_dev.c, train_dev.c — the
 #               shared layer, the sim device, the simulator, the device executor and training step;
 #               runtime/dev_cuda.c separately: without a GPU only its loader and error paths run.
 #   kernels     every .cu the simulator compiled during the suite (tests/device/*.cu, the templates
 #               test_kernels_sim renders, the kernels of the generated sim trainers), compiled with
-#               coverage through HYP_SIM_CXXFLAGS; one line per rendered file, then per template
-#               family (the template a file names on its first line), then the total.
+#               coverage through HYP_SIM_CXXFLAGS; per template family, then the total (one line
+#               per distinct rendered source in BUILD_DIR/cov-kernels.txt).
 # --only REGEX runs only the ctest tests matching REGEX and adds their counts to those of an
 # earlier run in BUILD_DIR (to measure what new tests add without the whole suite again).
 # Prints the figures; exits 1 when a test fails.
