@@ -12,7 +12,9 @@
  *   bf16 (stochastic):  each value is the bf16 just below or just above the fp32 result, and the
  *                       rate of rounding up matches the fraction (unbiasedness, 5 sigma)
  *   fp16, fp8 E4M3/E5M2 casts: bit-exact against a brute-force nearest-even (saturating for fp8)
- *                       encoder written here.
+ *                       encoder written here; the transposed fp8 copies, round_bf16, NaN/inf
+ *                       inputs and fp8_scale_current (amax 0, inf, NaN, overflow) bit-exact
+ *                       against runtime/fp8.c.
  * Gradient buffers are prefilled with random values: backward kernels must accumulate (+=).
  *
  * Needs the simulator's host compiler (g++); each rendered file is compiled once through the
