@@ -12,7 +12,9 @@
  *   bf16 (stochastic):  each value is the bf16 just below or just above the fp32 result, and the
  *                       rate of rounding up matches the fraction (unbiasedness, 5 sigma)
  *   fp16, fp8 E4M3/E5M2 casts: bit-exact against a brute-force nearest-even (saturating for fp8)
- *                       encoder written here.
+ *                       encoder written here; the transposed fp8 copies, round_bf16, NaN/inf
+ *                       inputs and fp8_scale_current (amax 0, inf, NaN, overflow) bit-exact
+ *                       against runtime/fp8.c.
  * Gradient buffers are prefilled with random values: backward kernels must accumulate (+=).
  *
  * Needs the simulator's host compiler (g++); each rendered file is compiled once through the
@@ -522,7 +524,9 @@ static void test_attention(const char *tag, int B, int T, int NH, int NKV, int H
     snprintf(consts, sizeof consts, "NH=%d NKV=%d HD=%d", NH, NKV, HD);
     if (open_family(&ma, "attention_naive", consts, tag)) return;
     snprintf(consts, sizeof consts, "NH=%d NKV=%d HD=%d ROPE=%s", NH, NKV, HD, rope ? "true" : "false");
-    if (open_family(&mr, "rope", consts, tag)) {
+    char rtag[64]; /* not test_rope's file: one path holds one rendered source (coverage reads it) */
+    snprintf(rtag, sizeof rtag, "attn_%s", tag);
+    if (open_family(&mr, "rope", consts, rtag)) {
         close_family(&ma);
         return;
     }
@@ -794,11 +798,81 @@ static void test_cast(const char *tag, long n) {
         launch(&md, kn, cdiv(n, 1024), 1, 1, 256, a9);
         check_exact(NAME(nm, "%s[%s] = hyp_fp8_from_float (no amax)", kn, tag), qb, qb_ref, (size_t)n);
     }
+    /* the transposed fp8 copies an FP8 GEMM's TN layout reads: x as [rows][cols], out [cols][rows] */
+    const long rows = n > 8 ? 7 : 1, cols = n / rows;
+    for (int f = 0; f < 2; f++) {
+        float *scale = fbuf(1);
+        scale[0] = f ? 0.5f : 4.0f;
+        uint8_t *qt = zalloc((size_t)(rows * cols)), *qt_ref = zalloc((size_t)(rows * cols));
+        for (long r = 0; r < rows; r++)
+            for (long c = 0; c < cols; c++)
+                qt_ref[c * rows + r] = hyp_fp8_from_float(x[r * cols + c] * scale[0], f ? HYP_FP8_E5M2 : HYP_FP8_E4M3);
+        char kn[32];
+        snprintf(kn, sizeof kn, "cast_f32_%s_t", names[f]);
+        long rr = rows, cc = cols;
+        void *a10[] = {&qt, &x, &scale, &rr, &cc};
+        launch(&md, kn, cdiv(rows * cols, 256), 1, 1, 256, a10);
+        check_exact(NAME(nm, "%s[%s] [%ld][%ld] transposed = hyp_fp8_from_float", kn, tag, rows, cols), qt, qt_ref,
+                    (size_t)(rows * cols));
+    }
+    /* round_bf16 in place (the plan's bf16 GEMM operands): the bf16 value, kept as fp32 */
+    float *rb = fcopy(x, n);
+    for (long i = 0; i < n; i++) yref[i] = bf16_val(bf16_rne(x[i]));
+    void *a11[] = {&rb, &rb, &n};
+    launch(&md, "round_bf16", cdiv(n, 1024), 1, 1, 256, a11);
+    check_exact(NAME(nm, "round_bf16[%s] in place = bf16 round to nearest even", tag), rb, yref, (size_t)n * 4);
     float *am = fbuf(1), am_ref = 0.0f;
     for (long i = 0; i < n; i++) if (fabsf(x[i]) > am_ref) am_ref = fabsf(x[i]);
     void *a7[] = {&am, &x, &n};
     launch(&md, "amax", cdiv(n, 1024), 1, 1, 256, a7);
     check_exact(NAME(nm, "amax[%s]", tag), am, &am_ref, 4);
+    close_family(&md);
+}
+
+/* fp8_scale_current = runtime/fp8.c's hyp_fp8_scale_current (margin 0, no pow2) on the edge cases
+ * (amax 0, inf, NaN: scale 1; a tiny amax: FLT_MAX), and the fp8 casts on NaN/inf inputs: NaN stays
+ * NaN (E4M3 has no inf: 0x7f; E5M2: 0x7f), inf saturates to the largest finite, the amax skips NaN. */
+static void test_fp8_edges(void) {
+    mod_t md;
+    if (open_family(&md, "cast", "", "edges")) return;
+    char nm[200];
+    const float amaxes[] = {0.0f, INFINITY, NAN, 1e-44f, 3.0f, 448.0f};
+    for (int f = 0; f < 2; f++) {
+        float fmax = hyp_fp8_max(f ? HYP_FP8_E5M2 : HYP_FP8_E4M3);
+        for (size_t k = 0; k < sizeof amaxes / sizeof amaxes[0]; k++) {
+            float *sc = fbuf(3); /* scale, scale_inv, amax */
+            sc[2] = amaxes[k];
+            float *s = sc, *si = sc + 1, *am = sc + 2;
+            void *a[] = {&s, &si, &am, &fmax};
+            launch(&md, "fp8_scale_current", 1, 1, 1, 32, a);
+            float want[3] = {hyp_fp8_scale_current(amaxes[k], fmax, 0.0f, 0), 0.0f, 0.0f};
+            want[1] = 1.0f / want[0];
+            check_exact(NAME(nm, "fp8_scale_current(fp8_max %g, amax %g) = hyp_fp8_scale_current, amax reset", fmax,
+                             amaxes[k]), sc, want, sizeof want);
+        }
+    }
+    long n = 13; /* a vector part and a scalar tail */
+    float *x = fbuf(n);
+    for (long i = 0; i < n; i++) x[i] = (float)(i - 6) * 0.75f;
+    x[1] = NAN; x[5] = INFINITY; x[6] = -INFINITY; x[11] = -NAN; x[12] = 1e6f;
+    const char *names[2] = {"e4m3", "e5m2"};
+    for (int f = 0; f < 2; f++) {
+        hyp_fp8_fmt fmt = f ? HYP_FP8_E5M2 : HYP_FP8_E4M3;
+        float *scale = fbuf(1), *amax = fbuf(1);
+        scale[0] = 1.0f;
+        uint8_t *q = zalloc((size_t)n), *q_ref = zalloc((size_t)n);
+        for (long i = 0; i < n; i++) q_ref[i] = hyp_fp8_from_float(x[i], fmt);
+        char kn[32];
+        snprintf(kn, sizeof kn, "cast_f32_%s", names[f]);
+        void *a1[] = {&q, &x, &scale, &amax, &n};
+        launch(&md, kn, 1, 1, 1, 256, a1);
+        check_exact(NAME(nm, "%s[nan/inf] = hyp_fp8_from_float", kn), q, q_ref, (size_t)n);
+        int nan_ok = (q[1] & 0x7f) == 0x7f && (q[11] & 0x7f) == 0x7f;
+        int sat_ok = hyp_fp8_to_float(q[5], fmt) == hyp_fp8_max(fmt) && hyp_fp8_to_float(q[6], fmt) == -hyp_fp8_max(fmt);
+        report(nan_ok && sat_ok, NAME(nm, "%s[nan/inf] NaN -> NaN code, +-inf -> +-max finite", kn),
+               "q[1]=0x%02x q[5]=0x%02x q[6]=0x%02x", q[1], q[5], q[6]);
+        report(isinf(amax[0]), NAME(nm, "%s[nan/inf] amax skips NaN, records inf", kn), "amax %g", amax[0]);
+    }
     close_family(&md);
 }
 
@@ -987,6 +1061,7 @@ int main(void) {
     RUN(test_rope("regular", 2, 32, 4, 2, 32, 1));
     RUN(test_rope("odd", 3, 13, 3, 1, 10, 1));
     RUN(test_rope("odd_norope", 2, 7, 3, 3, 13, 0));
+    RUN(test_rope("odd_h6", 1, 37, 6, 2, 10, 1)); /* the shape test_attention("odd_rope") renders */
     RUN(test_attention("regular", 2, 64, 4, 2, 32, 0));
     RUN(test_attention("odd", 2, 45, 3, 1, 10, 0));
     RUN(test_attention("regular_rope", 2, 64, 4, 2, 32, 1));
@@ -1008,6 +1083,7 @@ int main(void) {
     RUN(test_global_norm("odd", 100003));
     RUN(test_cast("regular", 4096));
     RUN(test_cast("odd", 1001));
+    RUN(test_fp8_edges());
     free_all();
     printf("%d passed, %d failed\n", g_passed, g_failed);
     return g_failed ? 1 : 0;
