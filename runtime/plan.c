@@ -393,12 +393,13 @@ static int load_params(ld *c, const cJSON *root) {
     return 0;
 }
 
-/* p->state_hash: xxh3-128 of the plan without train.zero_stage / zero_prefetch (consumed: root
+/* p->state_hash: xxh3-128 of the plan without train.zero_stage / zero_prefetch / comm_overlap (consumed: root
  * loses them), so a checkpoint resumes under another ZeRO stage of the same plan (v2175). */
 static int state_hash(ld *c, cJSON *root) {
     cJSON *t = cJSON_GetObjectItemCaseSensitive(root, "train");
     cJSON_DeleteItemFromObjectCaseSensitive(t, "zero_stage");
     cJSON_DeleteItemFromObjectCaseSensitive(t, "zero_prefetch");
+    cJSON_DeleteItemFromObjectCaseSensitive(t, "comm_overlap");
     char *txt = cJSON_PrintUnformatted(root);
     if (!txt) return hyp_fail(c->e, HYP_EFAIL, "%s: out of memory", c->path);
     XXH128_hash_t h = XXH3_128bits(txt, strlen(txt));
@@ -491,6 +492,7 @@ int plan_load(const char *path, plan_t *p, hyp_err *e) {
     GI(t, "eval_batches", 0, 1 << 20, p->eval_batches);
     GI(t, "zero_stage", 0, 3, p->zero_stage);
     GI(t, "zero_prefetch", 0, 8, p->zero_prefetch);
+    GI(t, "comm_overlap", 0, 1, p->comm_overlap);
     GI(t, "seed", 0, (int64_t)1 << 52, p->seed);
     if ((rc = get_str(&c, t, "schedule", p->schedule, sizeof p->schedule))) goto done;
     if (strcmp(p->schedule, "cosine") && strcmp(p->schedule, "wsd") && strcmp(p->schedule, "constant") &&

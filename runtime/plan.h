@@ -72,6 +72,7 @@ typedef struct {
     /* training defaults */
     int B, T, grad_accum, warmup_steps, steps, eval_every, eval_batches, zero_stage;
     int zero_prefetch;      /* ZeRO-3: layer groups gathered ahead of the one computing (0..8) */
+    int comm_overlap;       /* v2110 overlap: device gradient all-reduce during backward (0/1) */
     uint64_t seed;
     char schedule[16];
     double lr, min_lr_ratio, decay_fraction, weight_decay, beta1, beta2, eps, max_norm;

@@ -130,7 +130,7 @@ int train_dev_open(train_dev *t, const plan_t *p, const char *plan_path, exec_t 
         (rc = exec_dev_fp8_set_states(&t->xd, x->fp8, e))) /* FP8 scaling states (resumed or fresh) */
         return rc;
     const char *ov = getenv("HYP_COMM_OVERLAP");
-    t->overlap = t->world > 1 && stage <= 1 && !(ov && !strcmp(ov, "0"));
+    t->overlap = t->world > 1 && stage <= 1 && p->comm_overlap && !(ov && !strcmp(ov, "0"));
     return t->overlap ? make_buckets(t, e) : HYP_OK;
 }
 
@@ -270,4 +270,9 @@ void train_dev_print_memory(train_dev *t, hyp_err *e) {
             printf("%s\n", t->stage == 3 ? " (params: own shards + the layer working slots)" : "");
         }
     free(mem);
+    if (W > 1)
+        printf("gradient communication: %s\n",
+               t->overlap ? "per-layer buckets all-reduced on a comm stream while backward runs (v2110 overlap)"
+               : t->stage >= 2 ? "reduce-scatter after backward (ZeRO stage >= 2: not overlapped)"
+                               : "all-reduce after backward (v2110 overlap off)");
 }

@@ -507,6 +507,15 @@ function P.build(tree, cfg, contrib, opts)
   -- data parallelism and ZeRO (v2110, v2104, v2105): the world size is mpirun's, the stage is ours
   train.zero_stage = 0
   train.zero_prefetch = 1 -- stage 3: layers gathered ahead of the one computing (v2104 prefetch_layers)
+  train.comm_overlap = 1 -- device targets: gradient all-reduce per layer bucket during backward (v2110 overlap)
+  if cfg.active.v2110 then
+    if R.param(cfg, "v2110", "overlap") == false then
+      train.comm_overlap = 0
+      decide("v2110.overlap", false, "the gradient all-reduce runs after backward")
+    end
+    decide("v2110.bucket_mb", "not applied", string.format("bucket_mb=%s is not used: the device step cuts the gradient arena into one bucket per layer, each all-reduced once its last backward op is done (runtime/train_dev.c); the cpu backend all-reduces after backward",
+      tostring(R.param(cfg, "v2110", "bucket_mb"))))
+  end
   if cfg.active.v2104 then
     train.zero_stage = R.param(cfg, "v2104", "stage") or 1
     if train.zero_stage == 3 then train.zero_prefetch = R.param(cfg, "v2104", "prefetch_layers") or 1 end

@@ -75,6 +75,11 @@ for stage in 0 1 2 3; do
   done
   expect sim_np2_no_overlap 0 "done: 3 steps" -- env HYP_COMM_OVERLAP=0 $MPI "$OUT/train" "${COMMON[@]}" --batch 1 --metrics "$TMP/noov.jsonl"
   check test_sim_overlap_equals_no_overlap close "$TMP/np2_0.jsonl" "$TMP/noov.jsonl" 0
+  check sim_np2_says_overlapped grep -q "gradient communication: per-layer buckets" "$TMP/out0.txt"
+  # the spec's switch: --set v2110.overlap=false reaches the trainer through the plan
+  expect gen_sim_overlap_off 0 "rendered for sim" -- "$GEN" specs/v2500.yaml --enable $sel --set v2110.overlap=false --model tiny --target sim --batch 2 --seq 16 -o "$OUT"
+  expect test_v2110_overlap_false_not_overlapped 0 "all-reduce after backward \(v2110 overlap off\)" -- $MPI "$OUT/train" "${COMMON[@]}" --batch 1 --metrics "$TMP/off.jsonl"
+  check test_v2110_overlap_false_same_losses close "$TMP/np2_0.jsonl" "$TMP/off.jsonl" 0
 done
 rm -rf "$OUT"
 check "test_v2104_sim_stage2_np1_equals_stage0_np1" close "$TMP/np1_0.jsonl" "$TMP/np1_2.jsonl" 2e-5
