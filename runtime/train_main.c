@@ -516,9 +516,10 @@ static int run(int argc, char **argv, hyp_coll *coll) {
             if ((rc = hyp_coll_allreduce_f64(d.coll, &v, 1, &e))) break;
             vl = (float)(v / d.world);
         }
-        printf("step %5d/%d | loss %.4f | lr %.2e | norm %.3f%s | %7.0f tok/s | MFU %5.1f%% | ETA %s",
-               step, opt.total_steps, loss, lr, norm, scale < 1 ? " (clipped)" : "", tps,
-               plan.peak_flops > 0 ? 100.0 * flops / plan.peak_flops : 0.0, eta);
+        char mfu[16] = "  n/a"; /* no peak for the target (sim) */
+        if (plan.peak_flops > 0) snprintf(mfu, sizeof mfu, "%5.1f%%", 100.0 * flops / plan.peak_flops);
+        printf("step %5d/%d | loss %.4f | lr %.2e | norm %.3f%s | %7.0f tok/s | MFU %s | ETA %s",
+               step, opt.total_steps, loss, lr, norm, scale < 1 ? " (clipped)" : "", tps, mfu, eta);
         if (do_eval) printf(" | val %.4f", vl);
         printf("\n");
         fflush(stdout);
