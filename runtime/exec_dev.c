@@ -999,27 +999,34 @@ int exec_dev_download_buf(exec_dev *x, int idx, float *host, int64_t n, hyp_err 
     return x->dev->d2h_sync(x->dev, host, d, sizeof(float) * (size_t)n, e);
 }
 
+/* The fields every GEMM of this executor sets: D = alpha op(A) op(B) + beta D (C is D), fp32 out. */
+static void gemm_desc(hyp_gemm *g, int transa, int transb, int64_t m, int64_t n, int64_t k, const void *a, int64_t lda,
+                      const void *b, int64_t ldb, float beta, void *d, int64_t ldd) {
+    memset(g, 0, sizeof *g);
+    g->transa = transa;
+    g->transb = transb;
+    g->m = m;
+    g->n = n;
+    g->k = k;
+    g->dtype = HYP_DT_F32;
+    g->alpha = 1.0f;
+    g->beta = beta;
+    g->a = a;
+    g->lda = lda;
+    g->b = b;
+    g->ldb = ldb;
+    g->c = beta != 0 ? d : NULL;
+    g->ldc = ldd;
+    g->d = d;
+    g->ldd = ldd;
+}
+
 static int gemm(exec_dev *x, int transa, int transb, int64_t m, int64_t n, int64_t k, const void *a, int64_t lda,
                 const void *b, int64_t ldb, float beta, void *d, int64_t ldd, hyp_epilogue ep, void *bias, hyp_err *e) {
     hyp_gemm g;
-    memset(&g, 0, sizeof g);
-    g.transa = transa;
-    g.transb = transb;
-    g.m = m;
-    g.n = n;
-    g.k = k;
-    g.atype = g.btype = g.dtype = HYP_DT_F32;
+    gemm_desc(&g, transa, transb, m, n, k, a, lda, b, ldb, beta, d, ldd);
+    g.atype = g.btype = HYP_DT_F32;
     g.compute = HYP_GEMM_F32;
-    g.alpha = 1.0f;
-    g.beta = beta;
-    g.a = a;
-    g.lda = lda;
-    g.b = b;
-    g.ldb = ldb;
-    g.c = beta != 0 ? d : NULL;
-    g.ldc = ldd;
-    g.d = d;
-    g.ldd = ldd;
     g.epilogue = ep;
     g.bias = bias;
     return x->dev->gemm(x->dev, &g, NULL, e);
@@ -1037,24 +1044,9 @@ static hyp_dtype fp8_dtype(const exec_dev *x, int slot) {
 static int gemm8(exec_dev *x, int64_t m, int64_t n, int64_t k, int sa, const void *a, int sb, const void *b, float beta,
                  void *d, hyp_err *e) {
     hyp_gemm g;
-    memset(&g, 0, sizeof g);
-    g.transa = 1;
-    g.m = m;
-    g.n = n;
-    g.k = k;
+    gemm_desc(&g, 1, 0, m, n, k, a, k, b, k, beta, d, m);
     g.atype = fp8_dtype(x, sa);
     g.btype = fp8_dtype(x, sb);
-    g.dtype = HYP_DT_F32;
-    g.alpha = 1.0f;
-    g.beta = beta;
-    g.a = a;
-    g.lda = k;
-    g.b = b;
-    g.ldb = k;
-    g.c = beta != 0 ? d : NULL;
-    g.ldc = m;
-    g.d = d;
-    g.ldd = m;
     g.a_scale = x->fp8_scale_inv + sa;
     g.b_scale = x->fp8_scale_inv + sb;
     return x->dev->gemm(x->dev, &g, NULL, e);

@@ -31,13 +31,6 @@
 #include "coll.h"
 #include "device.h"
 
-#ifndef HYP_SOURCE_DIR
-#define HYP_SOURCE_DIR "."
-#endif
-#ifndef HYP_BINARY_DIR
-#define HYP_BINARY_DIR "build"
-#endif
-
 #include "../unit/hyp_test.h"
 #include "gpu_probe.h"
 

@@ -11,6 +11,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+/* CMake passes both; a test compiled by hand runs from the source root with ./build */
+#ifndef HYP_SOURCE_DIR
+#define HYP_SOURCE_DIR "."
+#endif
+#ifndef HYP_BINARY_DIR
+#define HYP_BINARY_DIR "build"
+#endif
+
 static int g_pass, g_fail;
 
 /* Evaluates cond once; prints "ok   <what>" or "FAIL <what>  (file:line)". */

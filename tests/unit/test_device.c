@@ -28,13 +28,6 @@
 #include "device.h"
 #include "sim.h"
 
-#ifndef HYP_SOURCE_DIR
-#define HYP_SOURCE_DIR "."
-#endif
-#ifndef HYP_BINARY_DIR
-#define HYP_BINARY_DIR "build"
-#endif
-
 #include "hyp_test.h"
 
 static const char *KERNELS = HYP_SOURCE_DIR "/tests/device/basic.cu";

@@ -18,13 +18,6 @@
 
 #include "sim.h"
 
-#ifndef HYP_SOURCE_DIR
-#define HYP_SOURCE_DIR "."
-#endif
-#ifndef HYP_BINARY_DIR
-#define HYP_BINARY_DIR "build"
-#endif
-
 #include "hyp_test.h"
 
 static char g_dir[256];
