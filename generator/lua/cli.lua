@@ -216,6 +216,15 @@ local function run_passes(tree, o)
   return cfg
 end
 
+-- run_passes with the model tiny when no --model is given (recorded as a decision, with why)
+local function resolve_with_model(tree, o, why)
+  local default_model = not o["--model"]
+  if default_model then o["--model"] = "tiny" end
+  local cfg = run_passes(tree, o)
+  if default_model then cfg.decisions[#cfg.decisions + 1] = { what = "model", value = "tiny", why = why } end
+  return cfg
+end
+
 function commands.audit(args)
   local o = parse(args, SELECT_FLAGS, 1)
   local first = o._pos[1]
@@ -233,12 +242,7 @@ function commands.audit(args)
     return 0
   end
   local tree = need_tree(first)
-  local default_model = not o["--model"]
-  if default_model then o["--model"] = "tiny" end
-  local cfg = run_passes(tree, o)
-  if default_model then
-    cfg.decisions[#cfg.decisions + 1] = { what = "model", value = "tiny", why = "no --model given: the plan's contributions below are computed for tiny" }
-  end
+  local cfg = resolve_with_model(tree, o, "no --model given: the plan's contributions below are computed for tiny")
   -- the plan's contributions (a few ms); the kernels' need a generated trainer (render + NVRTC)
   local contrib = {}
   require("plan").build(tree, cfg, contrib, { batch = tonumber(o["--batch"]), seq = tonumber(o["--seq"]) })
@@ -270,12 +274,7 @@ function commands.generate(args)
   local o = parse(args, SELECT_FLAGS, 1)
   local tree = need_tree(o._pos[1])
   lap("load")
-  local default_model = not o["--model"]
-  if default_model then o["--model"] = "tiny" end
-  local cfg = run_passes(tree, o)
-  if default_model then
-    cfg.decisions[#cfg.decisions + 1] = { what = "model", value = "tiny", why = "no --model given: the default" }
-  end
+  local cfg = resolve_with_model(tree, o, "no --model given: the default")
   local out = o["-o"] or o["--out"] or ("out/" .. cfg.model.name)
   local contrib = {}
   local files = {}
