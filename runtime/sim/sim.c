@@ -39,7 +39,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-#include "../kernels/sim/sim_abi.h"
+#include "../../kernels/sim/sim_abi.h"
 
 extern char **environ;
 
@@ -1446,22 +1446,12 @@ static void kernels_dir(char *buf, size_t n) {
         snprintf(buf, n, "%s", env);
         return;
     }
-    /* this file is <root>/runtime/sim.c: the source tree's kernels/ sits beside runtime/ */
-    const char *file = __FILE__;
-    const char *slash = strrchr(file, '/');
-    size_t dl = slash ? (size_t)(slash - file) : 0;
-    const char *up = NULL;
-    for (size_t k = dl; k > 0; k--)
-        if (file[k - 1] == '/') {
-            up = file + k - 1;
-            break;
-        }
-    if (slash && up)
-        snprintf(buf, n, "%.*s/kernels", (int)(up - file), file);
-    else if (slash)
-        snprintf(buf, n, "kernels"); /* compiled as runtime/sim.c from the root */
-    else
-        snprintf(buf, n, "../kernels");
+    /* the source tree's kernels/, fixed at build time (runtime/sim/CMakeLists.txt) */
+#ifdef HYP_SOURCE_KERNELS_DIR
+    snprintf(buf, n, "%s", HYP_SOURCE_KERNELS_DIR);
+#else
+    snprintf(buf, n, "kernels");
+#endif
 }
 
 static void cuda_include_dir(char *buf, size_t n) {

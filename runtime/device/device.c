@@ -12,21 +12,6 @@ int hyp_device_open(const char *kind, hyp_device **out, hyp_err *e) {
     return hyp_fail(e, HYP_EINPUT, "unknown device kind '%s' — use \"cuda\" or \"sim\"", kind ? kind : "(null)");
 }
 
-size_t hyp_dtype_size(hyp_dtype t) {
-    switch (t) {
-    case HYP_DT_F32: return 4;
-    case HYP_DT_BF16: return 2;
-    case HYP_DT_E4M3:
-    case HYP_DT_E5M2: return 1;
-    }
-    return 0;
-}
-
-const char *hyp_dtype_name(hyp_dtype t) {
-    static const char *names[] = {"f32", "bf16", "e4m3", "e5m2"};
-    return (unsigned)t < 4 ? names[t] : "?";
-}
-
 const char *hyp_epilogue_name(hyp_epilogue ep) {
     static const char *names[] = {"none",  "bias",        "gelu", "gelu_aux", "gelu_bias", "gelu_aux_bias",
                                   "dgelu", "dgelu_bgrad", "bgrada", "bgradb"};

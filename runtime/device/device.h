@@ -56,6 +56,7 @@
 #include <stdint.h>
 
 #include "coll.h"
+#include "dtype.h"
 #include "hyp_err.h"
 
 #ifdef __cplusplus
@@ -75,10 +76,6 @@ typedef struct hyp_stream hyp_stream; /* opaque: each implementation has its own
 typedef struct hyp_event hyp_event;
 typedef struct hyp_module hyp_module;
 
-/* Element types of GEMM operands and collectives. */
-typedef enum { HYP_DT_F32 = 0, HYP_DT_BF16 = 1, HYP_DT_E4M3 = 2, HYP_DT_E5M2 = 3 } hyp_dtype;
-size_t hyp_dtype_size(hyp_dtype t);     /* 4, 2, 1, 1 (0 for an unknown value) */
-const char *hyp_dtype_name(hyp_dtype t); /* "f32", "bf16", "e4m3", "e5m2" */
 
 /* bf16 and tf32 as the GPU rounds them: round to nearest, ties to even; NaN stays a (quiet) NaN,
  * infinities stay infinite, overflow rounds to infinity. tf32 keeps 10 mantissa bits (the result

@@ -12,6 +12,7 @@
 
 #include <stdint.h>
 
+#include "dtype.h"
 #include "hyp_err.h"
 
 enum { BUF_PARAM, BUF_GRAD, BUF_ACT, BUF_TOKENS };
@@ -52,12 +53,39 @@ typedef struct {
     int64_t offset, numel;
     int ndim;
     int64_t shape[4];
-    int decay;
+    int decay;             /* its group's weight_decay != 0 */
+    int group;             /* index into plan_t.optim.groups */
     int init;              /* PINIT_* */
     float init_std;
 } plan_param;
 
 enum { PINIT_NORMAL, PINIT_ONES, PINIT_ZEROS };
+
+/* The plan's optimizer section (core/PLAN_FORMAT.md): which update rule, its scalars, the state
+ * tensors it keeps per parameter and the parameter groups. Loaded by plan.c, executed by the
+ * optimizer registered under `kind` (train/optim.h). */
+#define HYP_OPT_MAX_HYPER 8
+#define HYP_OPT_MAX_STATE 4
+
+typedef struct {
+    char name[32];
+    double lr_mult, weight_decay;
+    int n_params;
+    int *params;            /* indices into plan_t.params */
+} hyp_optim_group;
+
+typedef struct {
+    char kind[32];          /* "adamw", ... */
+    int n_hyper;
+    char hyper_name[HYP_OPT_MAX_HYPER][16];
+    double hyper[HYP_OPT_MAX_HYPER];
+    int n_state;            /* state tensors per parameter, each of the parameter's shape */
+    char state_name[HYP_OPT_MAX_STATE][16];
+    hyp_dtype state_dtype[HYP_OPT_MAX_STATE];
+    int shard_matrix;       /* 0: "elementwise" (any arena range alone), 1: "matrix" (whole tensors) */
+    int n_groups;
+    hyp_optim_group *groups;
+} hyp_optim_cfg;
 
 typedef struct {
     /* model */
@@ -80,6 +108,7 @@ typedef struct {
     int64_t param_floats, act_floats, act_floats_unplanned;
     plan_param *params;
     int n_params_t;
+    hyp_optim_cfg optim;
     plan_buf *bufs;
     int n_bufs;
     plan_op *fwd, *bwd, loss;
