@@ -22,6 +22,10 @@ options:
   --enable LIST   comma-separated aliases, spec ids or names, and presets (repeatable)
   --target T      cpu | sim | sm_80 | sm_86 | sm_89 | sm_90 | ... (default cpu)
   --set K=V       override a parameter of an active spec, e.g. --set v2104.stage=2
+  --allow-planned generate even though the selection activates planned specs (they contribute
+                  nothing: each is named in a warning and in the audit)
+A selection that activates a planned spec is refused (exit 2); a partial spec is named in a
+one-line warning saying what it lacks; an advisory spec adds documentation and estimates only.
 ]]
 
 -- flag spec: name -> "value" | "list" | "flag"
@@ -116,7 +120,11 @@ function commands.list(args)
   io.write("\npresets:\n")
   for _, name in ipairs(U.sorted_keys(tree.presets)) do
     local p = tree.presets[name]
-    io.write(string.format("  %-12s %s — %s\n", name, table.concat(U.plain(p.enable), ","), p.doc))
+    local planned = {}
+    local ok, cfg = pcall(require("resolve").resolve, tree, { enable = { name }, target = "sm_90" })
+    for _, id in ipairs(ok and cfg.order or {}) do if tree.by_id[id].status == "planned" then planned[#planned + 1] = id end end
+    io.write(string.format("  %-12s %s — %s%s\n", name, table.concat(U.plain(p.enable), ","), p.doc,
+      #planned > 0 and (" [planned: " .. table.concat(planned, ", ") .. " — needs --allow-planned]") or ""))
   end
   return 0
 end
@@ -194,8 +202,34 @@ end
 local SELECT_FLAGS = {
   ["--enable"] = "list", ["--preset"] = "list", ["--target"] = "value", ["--model"] = "value",
   ["--set"] = "multi", ["--json"] = "flag", ["-o"] = "value", ["--out"] = "value",
-  ["--batch"] = "value", ["--seq"] = "value",
+  ["--batch"] = "value", ["--seq"] = "value", ["--allow-planned"] = "flag",
 }
+
+-- What the active specs can do, said before anything is written: planned specs are refused
+-- (unless --allow-planned: then a warning each), partial ones warn with what they lack,
+-- advisory ones warn that they add nothing to the trainer. One line per spec.
+local function check_statuses(tree, cfg, allow_planned)
+  local errs = U.errors()
+  local function warn(fmt, ...) io.stderr:write("gen: warning: " .. string.format(fmt, ...) .. "\n") end
+  for _, id in ipairs(cfg.order) do
+    local s, a = tree.by_id[id], cfg.active[id]
+    local why = table.concat(a.reasons, ", ")
+    if s.status == "planned" then
+      if allow_planned then
+        warn("%s %s (%s): planned: contributes nothing yet (--allow-planned)", id, s.name, why)
+        cfg.decisions[#cfg.decisions + 1] = { what = id, value = "planned", why = "enabled with --allow-planned; contributes nothing to this trainer" }
+      else
+        errs:add("<command line>", string.format("%s %s (%s): planned: contributes nothing yet", id, s.name, why),
+          "drop it, or pass --allow-planned to generate anyway")
+      end
+    elseif s.status == "partial" and why ~= "baseline: part of every selection" then
+      warn("%s %s is partial: %s", id, s.name, s.missing)
+    elseif s.status == "advisory" then
+      warn("%s %s (%s) is advisory: documentation and estimates only, nothing in the trainer", id, s.name, why)
+    end
+  end
+  errs:raise_if_any()
+end
 
 local function selection(o)
   local enable = {}
@@ -275,6 +309,7 @@ function commands.generate(args)
   local tree = need_tree(o._pos[1])
   lap("load")
   local cfg = resolve_with_model(tree, o, "no --model given: the default")
+  check_statuses(tree, cfg, o["--allow-planned"])
   local out = o["-o"] or o["--out"] or ("out/" .. cfg.model.name)
   local contrib = {}
   local files = {}

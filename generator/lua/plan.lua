@@ -1,40 +1,37 @@
--- plan.lua — builds the runtime plan from the model spec and the active specs: parameters
--- (Hugging Face-style names, shapes, init, decay flags), the forward and backward op lists
--- over named buffers, a static memory plan of the activation arena (offsets assigned from
--- buffer lifetimes, so activations whose lifetimes do not overlap share memory), and the
--- training settings taken from the active optimizer/schedule specs. Every value chosen here
--- that the user did not give is recorded in cfg.decisions with its reason.
--- The plan is the contract with runtime/plan.c (which validates it again on load).
+-- plan.lua — builds the runtime plan: the model graph (parameters with Hugging Face-style names,
+-- shapes and init; the forward and backward op lists over named buffers) and the plan sections,
+-- driven by the technique modules' hooks (techniques.lua): they transform the model, rewrite the
+-- op lists, lay out the activation arena and fill the training, optimizer and parallelism
+-- sections. Never: a spec id here (a technique's logic lives in its module); a value the user
+-- did not give without a decision recording it and why.
+-- The plan is the contract with runtime/core/plan.c (which validates it again on load).
 local U = require("util")
 local F = require("formulas")
-local R = require("resolve")
 local P = {}
 
 P.FORMAT = "hyperion-plan"
 P.VERSION = 1
 
 -- Dims in op attributes may be symbolic: "B", "T" or "N" (= B*T) are bound by the runtime to
--- the batch actually used (at most the planned one).
+-- the batch actually used (at most the planned one). The builder's op/emit are set by P.build
+-- (they run the modules' rewrite chain).
 local function builder(maxB, maxT)
-  local b = { bufs = {}, by_name = {}, ops = nil, fwd = U.array(), bwd = U.array(), maxB = maxB, maxT = maxT }
+  local g = { bufs = {}, by_name = {}, fwd = U.array(), bwd = U.array(), maxB = maxB, maxT = maxT }
   -- kind: param | grad | act | tokens
-  function b.buf(name, kind, shape, dtype)
-    assert(not b.by_name[name], "duplicate buffer " .. name)
+  function g.buf(name, kind, shape, dtype)
+    assert(not g.by_name[name], "duplicate buffer " .. name)
     local numel = 1
     for _, s in ipairs(shape) do
       local v = s
       if s == "B" then v = maxB elseif s == "T" then v = maxT elseif s == "N" then v = maxB * maxT end
       numel = numel * v
     end
-    local x = { id = #b.bufs, name = name, kind = kind, shape = U.array(shape), numel = numel, dtype = dtype or "f32" }
-    b.bufs[#b.bufs + 1] = x
-    b.by_name[name] = x
+    local x = { id = #g.bufs, name = name, kind = kind, shape = U.array(shape), numel = numel, dtype = dtype or "f32" }
+    g.bufs[#g.bufs + 1] = x
+    g.by_name[name] = x
     return name
   end
-  function b.op(list, name, ins, outs, attrs, by)
-    list[#list + 1] = { op = name, ins = U.array(ins), outs = U.array(outs), attrs = attrs or {}, by = by }
-  end
-  return b
+  return g
 end
 
 local function tensor_params(m, d)
@@ -132,45 +129,10 @@ function P.assign_offsets(items, align)
   return top
 end
 
-function P.build(tree, cfg, contrib, opts)
-  local m = cfg.model
-  local d = F.dims(m)
-  local decisions = cfg.decisions
-  local function decide(what, value, why) decisions[#decisions + 1] = { what = what, value = value, why = why } end
-  local function add_contrib(id, what)
-    contrib[id] = contrib[id] or {}
-    table.insert(contrib[id], what)
-  end
 
-  -- planned (maximum) batch and sequence length
-  local maxT = opts.seq or math.min(m.context, 256)
-  if opts.seq == nil then decide("plan.seq", maxT, "no --seq: min(model context, 256); the trainer may use any T up to it") end
-  if maxT < 1 or maxT > m.context then
-    U.fail("<command line>", string.format("--seq %s is outside 1..%d (the model's context)", tostring(opts.seq), m.context), "choose a smaller --seq")
-  end
-  local maxB = opts.batch or 8
-  if opts.batch == nil then decide("plan.batch", maxB, "no --batch: 8; the trainer may use any B up to it") end
-  if maxB < 1 or maxB > 65536 then U.fail("<command line>", "--batch must be in 1..65536", "choose another --batch") end
-
-  -- attention kernel: flash (v2112/v2113/v2114) keeps only the log-sum-exp, naive stores B*NH*T*T
-  local flash_id = (cfg.active.v2114 and "v2114") or (cfg.active.v2113 and "v2113") or (cfg.active.v2112 and "v2112")
-  if flash_id and cfg.target.kind == "cpu" then
-    decide("attention", "flash (cpu tiles)", flash_id .. " on the cpu target: the tiled online-softmax kernel of runtime/ops_flash.c (64x64 tiles, log-sum-exp saved)")
-  end
-  if flash_id then -- the spec's tile parameters describe the reference kernels; ours choose their own
-    local bq, bk = R.param(cfg, flash_id, "block_q"), R.param(cfg, flash_id, "block_k")
-    if bq or bk then
-      decide(flash_id .. ".block_q/block_k", "not applied", string.format("%s sets block_q=%s, block_k=%s, but Hyperion's kernels pick their tiles: the cpu op 64x64 (hd <= 128), the CUDA template from the head dim, precision and shared memory (kernels.flash_attention.tiles in the audit of a sim/sm_XX trainer)",
-        flash_id, tostring(bq), tostring(bk)))
-    end
-  end
-  local b = builder(maxB, maxT)
-  local ps, names, layer = tensor_params(m, d)
-  if R.param(cfg, "v2132", "exclude") == "norms_biases_embeddings" then
-    for _, p in ipairs(ps) do
-      if p.name == names.wte or p.name == names.wpe or p.name == "model.embed_positions.weight" then p.decay = false end
-    end
-  end
+-- The parameter arena: every tensor 16-float aligned, its gradient buffer at the same offset,
+-- and the fused views (contiguous Q/K/V and gate/up weights read as one GEMM operand).
+local function place_params(g, ps, d, layer)
   local poff = 0
   local params = U.array()
   for _, p in ipairs(ps) do
@@ -180,16 +142,15 @@ function P.build(tree, cfg, contrib, opts)
     poff = poff + ((numel + 15) // 16) * 16
     params[#params + 1] = { name = p.name, shape = U.array(p.shape), offset = p.offset, numel = numel,
       init = p.init, decay = p.decay }
-    b.buf(p.name, "param", p.shape)
-    b.buf("grad:" .. p.name, "grad", p.shape)
-    b.by_name[p.name].offset = p.offset
-    b.by_name["grad:" .. p.name].offset = p.offset
+    g.buf(p.name, "param", p.shape)
+    g.buf("grad:" .. p.name, "grad", p.shape)
+    g.by_name[p.name].offset = p.offset
+    g.by_name["grad:" .. p.name].offset = p.offset
   end
-  -- fused views (contiguous param groups)
   local function fused_view(list, shape, name)
-    local first = b.by_name[list[1]]
-    b.buf(name, "param", shape); b.by_name[name].offset = first.offset
-    b.buf("grad:" .. name, "grad", shape); b.by_name["grad:" .. name].offset = first.offset
+    local first = g.by_name[list[1]]
+    g.buf(name, "param", shape); g.by_name[name].offset = first.offset
+    g.buf("grad:" .. name, "grad", shape); g.by_name["grad:" .. name].offset = first.offset
     return name
   end
   for l = 0, d.L - 1 do
@@ -201,101 +162,42 @@ function P.build(tree, cfg, contrib, opts)
       n.fcw = fused_view(n.fc_fused, { d.fc, d.C }, "model.layers." .. l .. ".mlp.gate_up_proj(fused)")
     end
   end
-  local function G(name) return name and ("grad:" .. name) or nil end
+  return params, poff
+end
 
-  -- v2160 FP8 (HYBRID by default): every transformer-layer GEMM reads fake-quantized copies of its
-  -- input activation and weight (E4M3) in forward and of its output gradient (E5M2) in backward,
-  -- each with its own per-tensor scale (delayed from an amax history, or current). The LM head,
-  -- norms, softmax and the loss stay fp32. The quantized copies are fp32 buffers holding exactly
-  -- representable fp8 values (the numerics of an FP8 GEMM with fp32 accumulation); on device
-  -- targets (fp8.gemm = "fp8") the executor also casts each operand [n][C] to fp8 bytes, as stored
-  -- and transposed, and runs the layer GEMMs on those (runtime/exec_dev.c).
-  local fp8 = nil
-  local bf16 = cfg.active.v2102 and not cfg.active.v2160 and R.param(cfg, "v2102", "dtype") == "bf16"
-  -- with FP8, the v2102 bf16 policy still covers the GEMM the recipe leaves out: the LM head
-  local head_bf16 = cfg.active.v2102 and cfg.active.v2160 and R.param(cfg, "v2102", "dtype") == "bf16"
-  if cfg.active.v2102 and not cfg.active.v2160 and not bf16 then
-    decide("precision", "fp32", "v2102 dtype " .. tostring(R.param(cfg, "v2102", "dtype")) ..
-      ": only the bf16 policy is emulated on the cpu backend so far; this trainer computes in fp32")
+-- The hardware the runtime reports MFU against: the host CPU's measured fp32 peak on cpu.
+local function hardware(tree, cfg)
+  local name = cfg.target.kind == "cpu" and "host-cpu" or nil
+  local peak = nil
+  if name and hyp.stat(tree.dir .. "/hardware/" .. name .. ".yaml") == "file" then
+    peak = require("tree").load_hardware(tree, name).peak_tflops.fp32 * 1e12
   end
-  if cfg.active.v2160 then
-    fp8 = { recipe = R.param(cfg, "v2160", "recipe"), scaling = R.param(cfg, "v2160", "scaling"),
-      history = R.param(cfg, "v2160", "amax_history"), margin = R.param(cfg, "v2160", "margin"), slots = U.array() }
-    if head_bf16 then
-      decide("fp8.lm_head", "bf16", "v2160 leaves the LM head out of FP8 (as Transformer Engine recipes do); v2102 dtype bf16 rounds its input, weight and output gradient to bf16 (RNE), fp32 accumulation")
-    else
-      decide("fp8.lm_head", "fp32", "v2160: the LM head GEMM stays in fp32 (as Transformer Engine recipes leave the output projection)")
-    end
-    if cfg.target.kind == "cpu" then
-      fp8.gemm = "fake"
-      decide("fp8.emulation", "fake-quantize", "cpu target: FP8 GEMM inputs are quantized/dequantized bit-exactly like cuda_fp8.h and multiplied in fp32")
-    else
-      fp8.gemm = "fp8"
-      decide("fp8.gemm", "cuBLASLt fp8 (TN)", cfg.target.kind .. " target: each layer GEMM (forward, dgrad, wgrad) multiplies fp8 operands " ..
-        "(E4M3 x E4M3 forward, E4M3 x E5M2 backward with hybrid) with the operands' scale_inv as cuBLASLt's A/B scales and fp32 output; " ..
-        "cuBLASLt takes fp8 only as TN with leading dimensions multiple of 16, so the cast kernels also write each operand transposed " ..
-        "(dgrad reads W^T, wgrad x^T and dy^T); a GEMM whose IC or OC is not a multiple of 16, and wgrad when the batch's B*T is not, " ..
-        "runs fake-quantized (fp32 copies of the fp8 values, fp32 GEMM) instead. Biases are added by an fp32 rank-1 GEMM (cuBLASLt's fp8 bias epilogue takes bf16), " ..
-        "bias gradients come from the fake-quantized fp32 gradient")
-    end
-  elseif bf16 then
-    decide("precision", "bf16 GEMM operands", "v2102 dtype bf16: every GEMM (LM head included) reads its input, weight and output gradient rounded to bf16 (round to nearest even) and accumulates in fp32; fp32 master weights, norms, softmax and loss")
-  end
-  if fp8 or bf16 then
-    local raw_op = b.op
-    local quantized = {}
-    local function quant(list, src, role, count_attrs, tag, as_bf16)
-      local bf = b.by_name[src]
-      local dst = b.buf(tag, "act", bf.shape)
-      local attrs = {}
-      for k, v in pairs(count_attrs) do attrs[k] = v end
-      if fp8 and not as_bf16 then
-        attrs.slot = #fp8.slots
-        fp8.slots[#fp8.slots + 1] = role
-        raw_op(list, "fp8_quantize", { src }, { dst }, attrs)
-      else
-        raw_op(list, "round_bf16", { src }, { dst }, attrs)
-      end
-      return dst
-    end
-    local q = fp8 and "fp8:" or "bf16:"
-    b.op = function(list, name, ins, outs, attrs, by)
-      local head = outs[1] == "logits"
-      if name == "matmul_fwd" and (bf16 or not head or head_bf16) then
-        local inp, w = ins[1], ins[2]
-        local hb = fp8 and head -- the LM head under fp8: the bf16 policy's rounding
-        local tq = hb and "bf16:" or q
-        local iq = quant(list, inp, "activation", { n = "N", C = attrs.IC }, tq .. outs[1] .. ".input", hb)
-        local wq = quant(list, w, "weight", { n = attrs.OC, C = attrs.IC }, tq .. outs[1] .. ".weight", hb)
-        quantized[inp .. "|" .. w] = { iq, wq, hb }
-        ins = { iq, wq, ins[3] }
-      elseif name == "matmul_bwd" and quantized[ins[2] .. "|" .. ins[3]] then
-        local qq = quantized[ins[2] .. "|" .. ins[3]]
-        local dq = quant(list, ins[1], "gradient", { n = "N", C = attrs.OC }, (qq[3] and "bf16:" or q) .. ins[1] .. ".grad", qq[3])
-        ins = { dq, qq[1], qq[2] }
-      end
-      return raw_op(list, name, ins, outs, attrs, by)
-    end
-  end
+  return { name = name, peak_flops = peak }
+end
 
-  b.buf("tokens", "tokens", { "B", "T" }, "i32")
-  b.buf("targets", "tokens", { "B", "T" }, "i32")
-  local F_, B_ = b.fwd, b.bwd
+-- The forward graph of one transformer (the model file after the modules' `model` transforms),
+-- its backward, and the loss op. g: the graph builder; names/layer: the parameters' buffers.
+local function build_graph(g, m, d, names, layer, attention)
+  local G = function(name) return name and ("grad:" .. name) or nil end
+  g.buf("tokens", "tokens", { "B", "T" }, "i32")
+  g.buf("targets", "tokens", { "B", "T" }, "i32")
+  local F_, B_ = g.fwd, g.bwd
   local ln = m.norm == "layernorm"
-  local act = function(name, shape) return b.buf(name, "act", shape) end
+  local act = function(name, shape) return g.buf(name, "act", shape) end
+  local flash = attention == "flash"
 
   -- forward ------------------------------------------------------------------------------
   local x = act("x0", { "N", d.C })
-  b.op(F_, "embedding_fwd", { "tokens", names.wte, names.wpe or "" }, { x }, { B = "B", T = "T", C = d.C })
+  g.op(F_, "embedding_fwd", { "tokens", names.wte, names.wpe or "" }, { x }, { B = "B", T = "T", C = d.C })
   local saved = {}
   local function norm_fwd(list, out, inp, w, bias, tag)
     if ln then
       local mean, rstd = act(tag .. ".mean", { "N" }), act(tag .. ".rstd", { "N" })
-      b.op(list, "layernorm_fwd", { inp, w, bias or "" }, { out, mean, rstd }, { N = "N", C = d.C, eps = m.norm_eps or 1e-5 })
+      g.op(list, "layernorm_fwd", { inp, w, bias or "" }, { out, mean, rstd }, { N = "N", C = d.C, eps = m.norm_eps or 1e-5 })
       return { mean = mean, rstd = rstd }
     else
       local rstd = act(tag .. ".rstd", { "N" })
-      b.op(list, "rmsnorm_fwd", { inp, w }, { out, rstd }, { N = "N", C = d.C, eps = m.norm_eps or 1e-5 })
+      g.op(list, "rmsnorm_fwd", { inp, w }, { out, rstd }, { N = "N", C = d.C, eps = m.norm_eps or 1e-5 })
       return { rstd = rstd }
     end
   end
@@ -306,46 +208,46 @@ function P.build(tree, cfg, contrib, opts)
     s.ln1 = act(t .. ".ln1", { "N", d.C })
     s.ln1s = norm_fwd(F_, s.ln1, x, n.ln1w, n.ln1b, t .. ".ln1")
     s.qkv = act(t .. ".qkv", { "N", d.qkv })
-    b.op(F_, "matmul_fwd", { s.ln1, n.qkvw, n.qkvb or "" }, { s.qkv }, { N = "N", IC = d.C, OC = d.qkv })
+    g.op(F_, "matmul_fwd", { s.ln1, n.qkvw, n.qkvb or "" }, { s.qkv }, { N = "N", IC = d.C, OC = d.qkv })
     local q = s.qkv
     if m.qk_norm then
       s.qkvn = act(t .. ".qkvn", { "N", d.qkv })
       s.qkrstd = act(t .. ".qk_rstd", { "N", d.NH + d.NKV })
-      b.op(F_, "qknorm_fwd", { q, n.qn, n.kn }, { s.qkvn, s.qkrstd }, { N = "N", NH = d.NH, NKV = d.NKV, hd = d.hd, eps = m.norm_eps or 1e-5 })
+      g.op(F_, "qknorm_fwd", { q, n.qn, n.kn }, { s.qkvn, s.qkrstd }, { N = "N", NH = d.NH, NKV = d.NKV, hd = d.hd, eps = m.norm_eps or 1e-5 })
       q = s.qkvn
     end
     if m.position == "rope" then
       s.qkvr = act(t .. ".qkvr", { "N", d.qkv })
-      b.op(F_, "rope_fwd", { q }, { s.qkvr }, { B = "B", T = "T", NH = d.NH, NKV = d.NKV, hd = d.hd, theta = m.rope_theta or 10000.0 })
+      g.op(F_, "rope_fwd", { q }, { s.qkvr }, { B = "B", T = "T", NH = d.NH, NKV = d.NKV, hd = d.hd, theta = m.rope_theta or 10000.0 })
       q = s.qkvr
     end
     s.qin = q
     s.atty = act(t .. ".atty", { "N", d.NH * d.hd })
-    if flash_id then
+    if flash then
       s.lse = act(t .. ".lse", { "B", d.NH, "T" })
-      b.op(F_, "flash_attention_fwd", { q }, { s.atty, s.lse }, { B = "B", T = "T", NH = d.NH, NKV = d.NKV, hd = d.hd })
+      g.op(F_, "flash_attention_fwd", { q }, { s.atty, s.lse }, { B = "B", T = "T", NH = d.NH, NKV = d.NKV, hd = d.hd })
     else
       s.att = act(t .. ".att", { "B", d.NH, "T", "T" })
-      b.op(F_, "attention_fwd", { q }, { s.atty, s.att }, { B = "B", T = "T", NH = d.NH, NKV = d.NKV, hd = d.hd })
+      g.op(F_, "attention_fwd", { q }, { s.atty, s.att }, { B = "B", T = "T", NH = d.NH, NKV = d.NKV, hd = d.hd })
     end
     s.attp = act(t .. ".attproj", { "N", d.C })
-    b.op(F_, "matmul_fwd", { s.atty, n.ow, n.ob or "" }, { s.attp }, { N = "N", IC = d.NH * d.hd, OC = d.C })
+    g.op(F_, "matmul_fwd", { s.atty, n.ow, n.ob or "" }, { s.attp }, { N = "N", IC = d.NH * d.hd, OC = d.C })
     s.xm = act(t .. ".xmid", { "N", d.C })
-    b.op(F_, "add_fwd", { x, s.attp }, { s.xm }, { n = "N", C = d.C })
+    g.op(F_, "add_fwd", { x, s.attp }, { s.xm }, { n = "N", C = d.C })
     s.ln2 = act(t .. ".ln2", { "N", d.C })
     s.ln2s = norm_fwd(F_, s.ln2, s.xm, n.ln2w, n.ln2b, t .. ".ln2")
     s.fch = act(t .. ".fch", { "N", d.fc })
-    b.op(F_, "matmul_fwd", { s.ln2, n.fcw, n.fcb or "" }, { s.fch }, { N = "N", IC = d.C, OC = d.fc })
+    g.op(F_, "matmul_fwd", { s.ln2, n.fcw, n.fcb or "" }, { s.fch }, { N = "N", IC = d.C, OC = d.fc })
     s.fca = act(t .. ".fch_act", { "N", d.H })
     if m.activation == "swiglu" then
-      b.op(F_, "swiglu_fwd", { s.fch }, { s.fca }, { N = "N", H = d.H })
+      g.op(F_, "swiglu_fwd", { s.fch }, { s.fca }, { N = "N", H = d.H })
     else
-      b.op(F_, "gelu_fwd", { s.fch }, { s.fca }, { n = "N", C = d.H })
+      g.op(F_, "gelu_fwd", { s.fch }, { s.fca }, { n = "N", C = d.H })
     end
     s.fcp = act(t .. ".fcproj", { "N", d.C })
-    b.op(F_, "matmul_fwd", { s.fca, n.pw, n.pb or "" }, { s.fcp }, { N = "N", IC = d.H, OC = d.C })
+    g.op(F_, "matmul_fwd", { s.fca, n.pw, n.pb or "" }, { s.fcp }, { N = "N", IC = d.H, OC = d.C })
     local xn = act("x" .. (l + 1), { "N", d.C })
-    b.op(F_, "add_fwd", { s.xm, s.fcp }, { xn }, { n = "N", C = d.C })
+    g.op(F_, "add_fwd", { s.xm, s.fcp }, { xn }, { n = "N", C = d.C })
     saved[l] = s
     x = xn
   end
@@ -353,77 +255,77 @@ function P.build(tree, cfg, contrib, opts)
   local lnfs = norm_fwd(F_, lnf, x, names.lnfw, names.lnfb, "lnf")
   local head = names.head or names.wte
   local logits = act("logits", { "N", d.Vp })
-  b.op(F_, "matmul_fwd", { lnf, head, "" }, { logits }, { N = "N", IC = d.C, OC = d.Vp })
+  g.op(F_, "matmul_fwd", { lnf, head, "" }, { logits }, { N = "N", IC = d.C, OC = d.Vp })
   local losses = act("losses", { "N" })
   -- the loss op: forward-only for evaluation, fused (loss + dlogits in place) for training
   local loss_op = { op = "crossentropy", ins = U.array({ logits, "targets" }), outs = U.array({ losses }),
     attrs = { N = "N", V = d.V, Vp = d.Vp } }
 
   -- backward -----------------------------------------------------------------------------
-  local dact = function(name) local src = b.by_name[name]; return b.buf("d:" .. name, "act", src.shape) end
-  b.op(B_, "crossentropy_fused", { "targets" }, { losses, logits }, { N = "N", V = d.V, Vp = d.Vp })
+  local dact = function(name) local src = g.by_name[name]; return g.buf("d:" .. name, "act", src.shape) end
+  g.op(B_, "crossentropy_fused", { "targets" }, { losses, logits }, { N = "N", V = d.V, Vp = d.Vp })
   local dlnf = dact(lnf)
-  b.op(B_, "matmul_bwd", { logits, lnf, head }, { dlnf, G(head), "" }, { N = "N", IC = d.C, OC = d.Vp })
+  g.op(B_, "matmul_bwd", { logits, lnf, head }, { dlnf, G(head), "" }, { N = "N", IC = d.C, OC = d.Vp })
   local dx = dact(x)
   local function norm_bwd(dinp, w, bias, dout, inp, st)
     if ln then
-      b.op(B_, "layernorm_bwd", { dout, inp, w, st.mean, st.rstd }, { dinp, G(w), G(bias) or "" }, { N = "N", C = d.C })
+      g.op(B_, "layernorm_bwd", { dout, inp, w, st.mean, st.rstd }, { dinp, G(w), G(bias) or "" }, { N = "N", C = d.C })
     else
-      b.op(B_, "rmsnorm_bwd", { dout, inp, w, st.rstd }, { dinp, G(w) }, { N = "N", C = d.C })
+      g.op(B_, "rmsnorm_bwd", { dout, inp, w, st.rstd }, { dinp, G(w) }, { N = "N", C = d.C })
     end
   end
   norm_bwd(dx, names.lnfw, names.lnfb, dlnf, x, lnfs)
   for l = d.L - 1, 0, -1 do
     local n, s = layer[l], saved[l]
     local dfca = dact(s.fca)
-    b.op(B_, "matmul_bwd", { dx, s.fca, n.pw }, { dfca, G(n.pw), G(n.pb) or "" }, { N = "N", IC = d.H, OC = d.C })
+    g.op(B_, "matmul_bwd", { dx, s.fca, n.pw }, { dfca, G(n.pw), G(n.pb) or "" }, { N = "N", IC = d.H, OC = d.C })
     local dfch = dact(s.fch)
     if m.activation == "swiglu" then
-      b.op(B_, "swiglu_bwd", { dfca, s.fch }, { dfch }, { N = "N", H = d.H })
+      g.op(B_, "swiglu_bwd", { dfca, s.fch }, { dfch }, { N = "N", H = d.H })
     else
-      b.op(B_, "gelu_bwd", { dfca, s.fch }, { dfch }, { n = "N", C = d.H })
+      g.op(B_, "gelu_bwd", { dfca, s.fch }, { dfch }, { n = "N", C = d.H })
     end
     local dln2 = dact(s.ln2)
-    b.op(B_, "matmul_bwd", { dfch, s.ln2, n.fcw }, { dln2, G(n.fcw), G(n.fcb) or "" }, { N = "N", IC = d.C, OC = d.fc })
+    g.op(B_, "matmul_bwd", { dfch, s.ln2, n.fcw }, { dln2, G(n.fcw), G(n.fcb) or "" }, { N = "N", IC = d.C, OC = d.fc })
     local dxm = dact(s.xm)
     norm_bwd(dxm, n.ln2w, n.ln2b, dln2, s.xm, s.ln2s)
-    b.op(B_, "accumulate", { dx }, { dxm }, { n = "N", C = d.C })
+    g.op(B_, "accumulate", { dx }, { dxm }, { n = "N", C = d.C })
     local datty = dact(s.atty)
-    b.op(B_, "matmul_bwd", { dxm, s.atty, n.ow }, { datty, G(n.ow), G(n.ob) or "" }, { N = "N", IC = d.NH * d.hd, OC = d.C })
+    g.op(B_, "matmul_bwd", { dxm, s.atty, n.ow }, { datty, G(n.ow), G(n.ob) or "" }, { N = "N", IC = d.NH * d.hd, OC = d.C })
     local dq = dact(s.qin)
-    if flash_id then
-      local dsc = b.buf("scratch:" .. s.lse, "act", b.by_name[s.lse].shape)
-      b.op(B_, "flash_attention_bwd", { datty, s.qin, s.atty, s.lse }, { dq, dsc }, { B = "B", T = "T", NH = d.NH, NKV = d.NKV, hd = d.hd })
+    if flash then
+      local dsc = g.buf("scratch:" .. s.lse, "act", g.by_name[s.lse].shape)
+      g.op(B_, "flash_attention_bwd", { datty, s.qin, s.atty, s.lse }, { dq, dsc }, { B = "B", T = "T", NH = d.NH, NKV = d.NKV, hd = d.hd })
     else
-      local datt = b.buf("scratch:" .. s.att, "act", b.by_name[s.att].shape)
-      b.op(B_, "attention_bwd", { datty, s.qin, s.att }, { dq, datt }, { B = "B", T = "T", NH = d.NH, NKV = d.NKV, hd = d.hd })
+      local datt = g.buf("scratch:" .. s.att, "act", g.by_name[s.att].shape)
+      g.op(B_, "attention_bwd", { datty, s.qin, s.att }, { dq, datt }, { B = "B", T = "T", NH = d.NH, NKV = d.NKV, hd = d.hd })
     end
     if m.position == "rope" then
       local src = m.qk_norm and s.qkvn or s.qkv
       local dsrc = dact(src)
-      b.op(B_, "rope_bwd", { dq }, { dsrc }, { B = "B", T = "T", NH = d.NH, NKV = d.NKV, hd = d.hd, theta = m.rope_theta or 10000.0 })
+      g.op(B_, "rope_bwd", { dq }, { dsrc }, { B = "B", T = "T", NH = d.NH, NKV = d.NKV, hd = d.hd, theta = m.rope_theta or 10000.0 })
       dq = dsrc
     end
     if m.qk_norm then
       local dqkv = dact(s.qkv)
-      b.op(B_, "qknorm_bwd", { dq, s.qkv, n.qn, n.kn, s.qkrstd }, { dqkv, G(n.qn), G(n.kn) }, { N = "N", NH = d.NH, NKV = d.NKV, hd = d.hd })
+      g.op(B_, "qknorm_bwd", { dq, s.qkv, n.qn, n.kn, s.qkrstd }, { dqkv, G(n.qn), G(n.kn) }, { N = "N", NH = d.NH, NKV = d.NKV, hd = d.hd })
       dq = dqkv
     end
     local dln1 = dact(s.ln1)
-    b.op(B_, "matmul_bwd", { dq, s.ln1, n.qkvw }, { dln1, G(n.qkvw), G(n.qkvb) or "" }, { N = "N", IC = d.C, OC = d.qkv })
+    g.op(B_, "matmul_bwd", { dq, s.ln1, n.qkvw }, { dln1, G(n.qkvw), G(n.qkvb) or "" }, { N = "N", IC = d.C, OC = d.qkv })
     local dxl = dact(s.x)
     norm_bwd(dxl, n.ln1w, n.ln1b, dln1, s.x, s.ln1s)
-    b.op(B_, "accumulate", { dxm }, { dxl }, { n = "N", C = d.C })
+    g.op(B_, "accumulate", { dxm }, { dxl }, { n = "N", C = d.C })
     dx = dxl
   end
-  b.op(B_, "embedding_bwd", { dx, "tokens" }, { G(names.wte), G(names.wpe) or "" }, { B = "B", T = "T", C = d.C, V = d.V })
+  g.op(B_, "embedding_bwd", { dx, "tokens" }, { G(names.wte), G(names.wpe) or "" }, { B = "B", T = "T", C = d.C, V = d.V })
 
   -- gradient buffers of activations accumulate (+=): zero each right before its first write
   local zeroed = {}
   local bwd = U.array()
   for _, o in ipairs(B_) do
     for _, out in ipairs(o.outs) do
-      local bf = b.by_name[out]
+      local bf = g.by_name[out]
       if bf and bf.kind == "act" and out:sub(1, 2) == "d:" and not zeroed[out] then
         zeroed[out] = true
         bwd[#bwd + 1] = { op = "zero", ins = U.array(), outs = U.array({ out }), attrs = { n = bf.numel } }
@@ -431,16 +333,20 @@ function P.build(tree, cfg, contrib, opts)
     end
     bwd[#bwd + 1] = o
   end
+  return F_, loss_op, bwd, losses
+end
 
-  -- lifetimes over the schedule forward ++ backward, then offsets
+-- Activation lifetimes over the schedule forward ++ backward: the items the memory hooks lay
+-- out ({name, numel, first, last}), the size without reuse and the peak of live floats.
+local function lifetimes(g, fwd, bwd, losses)
   local sched = {}
-  for _, o in ipairs(F_) do sched[#sched + 1] = o end
+  for _, o in ipairs(fwd) do sched[#sched + 1] = o end
   for _, o in ipairs(bwd) do sched[#sched + 1] = o end
   local life = {}
   for i, o in ipairs(sched) do
     for _, list in ipairs({ o.ins, o.outs }) do
       for _, nm in ipairs(list) do
-        local bf = b.by_name[nm]
+        local bf = g.by_name[nm]
         if bf and bf.kind == "act" then
           local lt = life[nm]
           if not lt then lt = { name = nm, numel = bf.numel, first = i, last = i }; life[nm] = lt end
@@ -453,7 +359,6 @@ function P.build(tree, cfg, contrib, opts)
   life[losses].last = #sched + 1
   local items = {}
   for _, nm in ipairs(U.sorted_keys(life)) do items[#items + 1] = life[nm] end
-  -- v2167: lifetime-based offset sharing; without it every buffer gets its own region
   local naive = 0
   for _, it in ipairs(items) do naive = naive + ((it.numel + 15) // 16) * 16 end
   -- peak of simultaneously live floats: a sweep over lifetime starts and ends
@@ -467,102 +372,79 @@ function P.build(tree, cfg, contrib, opts)
     live = live + (delta[i] or 0)
     if live > peak then peak = live end
   end
-  local act_floats
-  if cfg.active.v2167 then
-    local align = math.max(1, (R.param(cfg, "v2167", "alignment") or 64) // 4)
-    act_floats = P.assign_offsets(items, align)
-    add_contrib("v2167", string.format("static memory plan: activation arena %.2f MiB instead of %.2f MiB without reuse (peak of simultaneously live buffers: %.2f MiB)",
-      act_floats * 4 / 1048576, naive * 4 / 1048576, peak * 4 / 1048576))
-  else
-    act_floats = 0
-    for _, it in ipairs(items) do it.offset = act_floats; act_floats = act_floats + ((it.numel + 15) // 16) * 16 end
-    decide("plan.memory", "no reuse", string.format("v2167 memory_planning inactive: every activation has its own region (%.2f MiB; enable memory-planning to share)", naive * 4 / 1048576))
-  end
-  for _, it in ipairs(items) do b.by_name[it.name].offset = it.offset end
+  return items, life, naive, peak
+end
 
+-- The planned (maximum) batch and sequence length: the command line, else what a module derived
+-- (facts.batch), else the defaults — each recorded.
+local function planned_shape(m, opts, facts, decide)
+  local maxT = opts.seq or math.min(m.context, 256)
+  if opts.seq == nil then decide("plan.seq", maxT, "no --seq: min(model context, 256); the trainer may use any T up to it") end
+  if maxT < 1 or maxT > m.context then
+    U.fail("<command line>", string.format("--seq %s is outside 1..%d (the model's context)", tostring(opts.seq), m.context), "choose a smaller --seq")
+  end
+  local maxB = opts.batch or facts.batch
+  if maxB == nil then maxB = 8; decide("plan.batch", maxB, "no --batch: 8; the trainer may use any B up to it") end
+  if maxB < 1 or maxB > 65536 then U.fail("<command line>", "--batch must be in 1..65536", "choose another --batch") end
+  return maxB, maxT
+end
+
+-- The plan: a short driver over the technique hooks (techniques.lua). contrib collects what each
+-- spec contributed (the audit); opts: {batch, seq}.
+function P.build(tree, cfg, contrib, opts)
+  local TQ = require("techniques")
+  local decisions = cfg.decisions
+  local function decide(what, value, why) decisions[#decisions + 1] = { what = what, value = value, why = why } end
+  cfg.facts = cfg.facts or {}
+  local facts = cfg.facts
+  TQ.run(tree, cfg, contrib, "derive")
+
+  -- the model graph: the model file, then the modules' transforms
+  local m = {}
+  for k, v in pairs(cfg.model) do m[k] = v end
+  TQ.run(tree, cfg, contrib, "model", m)
+  local d = F.dims(m)
+  local maxB, maxT = planned_shape(m, opts, facts, decide)
+  local attention = facts.attention and facts.attention.kind or "naive"
+
+  local ps, names, layer = tensor_params(m, d)
+  TQ.run(tree, cfg, contrib, "params", ps, names)
+  local g = builder(maxB, maxT)
+  local rewrite = TQ.rewriter(tree, cfg, contrib)
+  function g.op(list, name, ins, outs, attrs)
+    local o = { op = name, ins = U.array(ins), outs = U.array(outs), attrs = attrs or {} }
+    o = rewrite(g, list, o)
+    list[#list + 1] = o
+  end
+  -- ops a rewrite hook inserts go straight into the list (they are not rewritten again)
+  function g.emit(list, name, ins, outs, attrs)
+    list[#list + 1] = { op = name, ins = U.array(ins), outs = U.array(outs), attrs = attrs or {} }
+  end
+  local params, poff = place_params(g, ps, d, layer)
+  local fwd, loss_op, bwd, losses = build_graph(g, m, d, names, layer, attention)
+
+  -- the activation arena: a memory hook may lay it out; else every buffer gets its own region
+  local items, life, naive, peak = lifetimes(g, fwd, bwd, losses)
+  local mem = { items = items, naive = naive, peak = peak }
+  TQ.run(tree, cfg, contrib, "memory", mem)
+  if not mem.size then
+    mem.size = 0
+    for _, it in ipairs(items) do it.offset = mem.size; mem.size = mem.size + ((it.numel + 15) // 16) * 16 end
+    decide("plan.memory", "no reuse", string.format("no memory-planning technique active: every activation has its own region (%.2f MiB; enable memory-planning to share)", naive * 4 / 1048576))
+  end
+  for _, it in ipairs(items) do g.by_name[it.name].offset = it.offset end
   local buffers = U.array()
-  for _, bf in ipairs(b.bufs) do
+  for _, bf in ipairs(g.bufs) do
     if bf.kind == "act" and not life[bf.name] then bf.offset = 0 end
     buffers[#buffers + 1] = { name = bf.name, kind = bf.kind, shape = bf.shape, numel = bf.numel, dtype = bf.dtype, offset = bf.offset or 0 }
   end
 
-  -- training settings from the active specs ----------------------------------------------
-  local train = { B = maxB, T = maxT }
-  local function from(id, p, dflt, what)
-    local v = R.param(cfg, id, p)
-    if v == nil then decide(what, dflt, id .. " inactive: " .. tostring(dflt)); return dflt end
-    add_contrib(id, string.format("%s = %s", what, U.fmt_value(v)))
-    return v
-  end
-  train.grad_accum = from("v2103", "steps", 1, "train.grad_accum")
-  train.warmup_steps = from("v2130", "warmup_steps", 0, "train.warmup_steps")
-  train.schedule = from("v2131", "schedule", "constant", "train.schedule")
-  train.min_lr_ratio = from("v2131", "min_lr_ratio", 1.0, "train.min_lr_ratio")
-  train.decay_fraction = R.param(cfg, "v2131", "decay_fraction") or 0.2
-  train.weight_decay = from("v2132", "weight_decay", 0.0, "train.weight_decay")
-  train.beta1 = R.param(cfg, "v2132", "beta1") or 0.9
-  train.beta2 = R.param(cfg, "v2132", "beta2") or 0.95
-  train.eps = R.param(cfg, "v2132", "eps") or 1e-8
-  train.max_norm = from("v2133", "max_norm", 0.0, "train.max_norm (0 = no clipping)")
-  -- data parallelism and ZeRO (v2110, v2104, v2105): the world size is mpirun's, the stage is ours
-  train.zero_stage = 0
-  train.zero_prefetch = 1 -- stage 3: layers gathered ahead of the one computing (v2104 prefetch_layers)
-  train.comm_overlap = 1 -- device targets: gradient all-reduce per layer bucket during backward (v2110 overlap)
-  if cfg.active.v2110 then
-    if R.param(cfg, "v2110", "overlap") == false then
-      train.comm_overlap = 0
-      decide("v2110.overlap", false, "the gradient all-reduce runs after backward")
-    end
-    decide("v2110.bucket_mb", "not applied", string.format("bucket_mb=%s is not used: the device step cuts the gradient arena into one bucket per layer, each all-reduced once its last backward op is done (runtime/train_dev.c); the cpu backend all-reduces after backward",
-      tostring(R.param(cfg, "v2110", "bucket_mb"))))
-  end
-  if cfg.active.v2104 then
-    train.zero_stage = R.param(cfg, "v2104", "stage") or 1
-    if train.zero_stage == 3 then train.zero_prefetch = R.param(cfg, "v2104", "prefetch_layers") or 1 end
-    add_contrib("v2104", string.format("ZeRO stage %d: %s across data-parallel ranks", train.zero_stage,
-      ({ "AdamW moments sharded", "AdamW moments sharded, gradients reduce-scattered into shards",
-         string.format("parameters, gradients and AdamW moments sharded per layer; each layer's parameters are all-gathered (the next %d prefetched) before use and released after, each layer's gradients reduce-scattered as soon as its backward is done", train.zero_prefetch) })[train.zero_stage]))
-  elseif cfg.active.v2105 then
-    train.zero_stage = 3
-    decide("train.zero_stage", 3, "v2105 fsdp: full sharding of parameters, gradients and optimizer state = ZeRO stage 3 semantics")
-    add_contrib("v2105", "full sharding (stage-3 semantics) across data-parallel ranks")
-  end
-  if cfg.active.v2110 then
-    add_contrib("v2110", cfg.target.kind == "cpu"
-      and "data parallel over MPI when started with mpirun: each rank reads disjoint windows; gradients averaged over the global batch"
-      or "data parallel when started with mpirun, over the device collectives (" .. (cfg.target.kind == "sim" and "MPI on sim" or "NCCL, its id broadcast over MPI") ..
-        "): each rank reads disjoint windows; gradients averaged over the global batch, all-reduced per layer bucket on a communication stream while backward runs (stages 0/1)")
-  end
+  -- plan sections: the runtime's defaults, the modules' settings, then their section hooks
+  local train = { B = maxB, T = maxT, decay_fraction = 0.2, zero_stage = 0,
+    zero_prefetch = 1, -- stage 3: layer groups gathered ahead of the one computing
+    comm_overlap = 1,  -- device targets: gradient all-reduce per layer bucket during backward
+    steps = 1000, eval_every = 100, eval_batches = 8, seed = 1337 }
   train.lr = d.C <= 256 and 2e-3 or 6e-4
-  decide("train.lr", train.lr, "default peak LR for d_model " .. (d.C <= 256 and "<= 256" or "> 256") .. "; override with train --lr")
-  train.steps = 1000
-  train.eval_every = 100
-  train.eval_batches = 8
-  train.seed = 1337
-  if cfg.active.v2133 then add_contrib("v2133", "global-norm clipping in the optimizer step (op_sumsq + scale)") end
-  if cfg.active.v2132 then add_contrib("v2132", "AdamW decoupled weight decay on 2-D weights only (" ..
-    tostring(#(function() local t = {}; for _, p in ipairs(params) do if p.decay then t[#t + 1] = p end end; return t end)()) .. " tensors)") end
-
-  if bf16 then
-    add_contrib("v2102", "bf16 policy: GEMM operands rounded to bf16 (RNE) with fp32 accumulation; fp32 master weights, norms, softmax and loss")
-  elseif head_bf16 then
-    add_contrib("v2102", "bf16 policy beside FP8: the LM head GEMM (outside the FP8 recipe) reads bf16-rounded (RNE) input, weight and output gradient with fp32 accumulation; fp32 master weights, norms, softmax and loss")
-  end
-  if fp8 then
-    add_contrib("v2160", string.format("%s recipe, %s scaling (amax history %d, margin %d): %d GEMM operands quantized per step (E4M3 weights/activations%s)",
-      fp8.recipe, fp8.scaling, fp8.history, fp8.margin, #fp8.slots, fp8.recipe == "hybrid" and ", E5M2 gradients" or ", E4M3 gradients"))
-  end
-  if flash_id then
-    add_contrib(flash_id, string.format("attention: flash forward/backward, saving [B,NH,T] log-sum-exp per layer instead of [B,NH,T,T] probabilities (%.2f MiB instead of %.2f MiB per layer at B=%d, T=%d)",
-      maxB * d.NH * maxT * 4 / 1048576, maxB * d.NH * maxT * maxT * 4 / 1048576, maxB, maxT))
-  end
-  local hw_name = cfg.target.kind == "cpu" and "host-cpu" or nil
-  local hw_peak = nil
-  if hw_name and hyp.stat(tree.dir .. "/hardware/" .. hw_name .. ".yaml") == "file" then
-    local hw = require("tree").load_hardware(tree, hw_name)
-    hw_peak = hw.peak_tflops.fp32 * 1e12
-  end
-
   local plan = {
     format = P.FORMAT, version = P.VERSION,
     generator = { version = hyp.version },
@@ -571,14 +453,19 @@ function P.build(tree, cfg, contrib, opts)
       qk_norm = m.qk_norm or false, tied = m.tied_embeddings, bias = d.bias, tokenizer = m.tokenizer or "byte",
       params = F.param_count(m) },
     target = cfg.target.name, backend = cfg.target.kind,
-    hardware = { name = hw_name, peak_flops = hw_peak },
+    hardware = hardware(tree, cfg),
     flops_per_token = F.train_flops_per_token(m, maxT),
     flops_attn_coef = F.train_flops_per_token(m, 1) - F.train_flops_per_token(m, 0),
     train = train,
     params = params, param_floats = poff,
-    buffers = buffers, act_floats = act_floats, act_floats_unplanned = naive, act_floats_peak_live = peak,
-    forward = F_, loss = loss_op, backward = bwd, fp8 = fp8,
+    buffers = buffers, act_floats = mem.size, act_floats_unplanned = naive, act_floats_peak_live = peak,
+    forward = fwd, loss = loss_op, backward = bwd,
   }
+  TQ.apply_settings(tree, cfg, contrib, { train = train })
+  TQ.run(tree, cfg, contrib, "sections", plan)
+  if facts.lr == nil then
+    decide("train.lr", train.lr, "default peak LR for d_model " .. (d.C <= 256 and "<= 256" or "> 256") .. "; override with train --lr")
+  end
   return plan
 end
 

@@ -46,14 +46,6 @@ M.OP_FAMILY = {
 local NOT_TEMPLATE = { matmul_fwd = "cuBLASLt (runtime)", matmul_bwd = "cuBLASLt (runtime)",
   zero = "cudaMemsetAsync (runtime)" }
 
--- which specs shape each family (listed in the rendered header when active)
-local FAMILY_SPECS = {
-  embedding = {}, layernorm = { "v2140", "v2166" }, rmsnorm = { "v2141", "v2142", "v2166" },
-  residual = {}, rope = { "v2166" }, attention_naive = {},
-  flash_attention = { "v2112", "v2113", "v2114", "v2102" }, gelu = {}, swiglu = {},
-  classifier = { "v2166" }, adamw = { "v2132", "v2102", "v2161" }, global_norm = { "v2133" },
-  cast = { "v2102", "v2160" },
-}
 
 ------------------------------------------------------------------------------------------------
 -- The template engine
@@ -380,7 +372,7 @@ local function first_op(plan, name)
 end
 
 -- Sites where a residual add feeds a norm (forward) and where a norm's input gradient is then
--- accumulated into by the residual branch (backward): what v2166 residual_norm fuses.
+-- accumulated into by the residual branch (backward): the residual_norm fusion sites.
 local function residual_norm_sites(plan)
   local fwd, bwd = U.array(), U.array()
   local F = plan.forward
@@ -447,24 +439,13 @@ local FUSED_LAUNCHES = {
     { "qkv_permute_bwd", "b.out1", "scratch.dq", "scratch.dk", "scratch.dv", "N", "T", "1" } },
 }
 
--- The flash kernels' mma operands: bf16 under the v2102 bf16 policy (the GEMM operands are bf16
--- there too), else bf16x3 (hi + lo split: ~fp32 accuracy for the fp32 policies).
-local function flash_precision(cfg)
-  local R = require("resolve")
-  return (cfg.active.v2102 and R.param(cfg, "v2102", "dtype") == "bf16") and "bf16" or "bf16x3"
-end
-
--- The active flash-attention spec(s), for the audit.
-local function flash_spec(cfg)
-  local ids = {}
-  for _, id in ipairs({ "v2112", "v2113", "v2114" }) do if cfg.active[id] then ids[#ids + 1] = id end end
-  return table.concat(ids, "/")
-end
-
--- Decides the families, their constants and kernels for this plan. Returns a list of
--- {family, constants, kernels (names), specs (lines)} and the manifest's op/fusion notes.
-function M.instances(tree, cfg, plan, decide)
-  local R = require("resolve")
+-- Decides the families, their constants and kernels for this plan: the ones its ops need, plus
+-- what the technique modules' `kernels` hooks want (facts: cfg.facts, set by the modules).
+-- Returns a list of {family, constants, kernels (names), specs (lines)} and the manifest's
+-- op/fusion notes.
+function M.instances(tree, cfg, plan, decide, contrib)
+  local TQ = require("techniques")
+  local facts = cfg.facts or {}
   local m = plan.model
   local need = {}   -- family -> {K = constants, kernels = set}
   local unmapped, missing = {}, {}
@@ -485,7 +466,7 @@ function M.instances(tree, cfg, plan, decide)
       end
     end
   end
-  local fusion = cfg.active.v2166 and R.param(cfg, "v2166", "residual_norm")
+  local fusion = facts.fusion and facts.fusion.residual_norm
   local fwd_sites, bwd_sites = residual_norm_sites(plan)
   local rope_fwd_sites, rope_bwd_sites = rope_attention_sites(plan)
 
@@ -526,45 +507,23 @@ function M.instances(tree, cfg, plan, decide)
       want("rope", { "rope_fwd", "rope_bwd" }, { NH = m.NH, NKV = m.NKV, HD = m.hd, ROPE = true, THETA = rope.attrs.theta or 10000.0 })
     end
     want("flash_attention", { "flash_attention_fwd", "flash_attention_bwd_d", "flash_attention_bwd_dkv", "flash_attention_bwd_dq" },
-      { NH = m.NH, NKV = m.NKV, HD = m.hd, PREC = flash_precision(cfg) })
+      { NH = m.NH, NKV = m.NKV, HD = m.hd, PREC = facts.attention and facts.attention.precision or "bf16x3" })
   end
   if seen.gelu_fwd then want("gelu", { "gelu_fwd", "gelu_bwd" }, {}) end
   if seen.swiglu_fwd then want("swiglu", { "swiglu_fwd", "swiglu_bwd" }, { H = m.H }) end
   if seen.crossentropy or seen.crossentropy_fused then
     want("classifier", { "crossentropy_fwd", "crossentropy_fused" }, { V = m.V, VP = m.Vp })
   end
-  -- the optimizer step: gradient norm (reported every step; clipping with v2133) and AdamW
+  -- the optimizer step: gradient norm (reported every step, the clip factor) and AdamW (fp32
+  -- parameters and moments)
   want("global_norm", { "global_norm_partial", "global_norm_finish" }, {})
-  local mp = cfg.active.v2102 and R.param(cfg, "v2102", "dtype") or nil
-  local sr = cfg.active.v2161 and true or false
-  local K_adam = { PARAM = sr and "bf16" or "f32", STATES = (sr and R.param(cfg, "v2161", "states")) and "bf16" or "f32",
-    BF16_COPY = (mp == "bf16" and not sr and not seen.round_bf16 and not seen.fp8_quantize) or false }
-  if mp == "bf16" and seen.round_bf16 then
-    decide("kernels.adamw.weights", "fp32 master only", "v2102 bf16: the plan rounds every GEMM operand to bf16 itself (round_bf16 ops), so AdamW keeps fp32 weights and writes no bf16 copy")
-  end
-  if mp == "bf16" and seen.fp8_quantize and not sr then
-    decide("kernels.adamw.weights", "fp32 master only", "v2160 fp8: the layer GEMMs read fp8 casts of the fp32 weights (fp8_quantize ops), so AdamW writes no bf16 copy")
-  end
-  if mp == "fp16" then
-    decide("kernels.adamw.weights", "fp32 master only", "v2102 dtype fp16: the fp16 weight copy is written by the cast kernels (round to nearest); stochastic rounding is implemented for bf16 only")
-  end
-  want("adamw", { "adamw_step" }, K_adam)
-  if mp or cfg.active.v2160 or seen.fp8_quantize or seen.round_bf16 then
-    local ks = {}
-    if mp == "bf16" then ks[#ks + 1] = "cast_f32_bf16"; ks[#ks + 1] = "cast_bf16_f32" end
-    if mp == "fp16" then ks[#ks + 1] = "cast_f32_f16"; ks[#ks + 1] = "cast_f16_f32" end
-    if cfg.active.v2160 then
-      for _, k in ipairs({ "cast_f32_e4m3", "cast_e4m3_f32", "cast_f32_e5m2", "cast_e5m2_f32", "amax",
-        "cast_f32_e4m3_t", "cast_f32_e5m2_t", "fp8_scale_current" }) do ks[#ks + 1] = k end
-    end
-    if seen.fp8_quantize then -- the plan's fake-quantized GEMM inputs (v2160)
-      ks[#ks + 1] = "fp8_fake_quantize_e4m3"
-      ks[#ks + 1] = "fp8_fake_quantize_e5m2"
-    end
-    if seen.round_bf16 then ks[#ks + 1] = "round_bf16" end -- the plan's bf16 GEMM operands (v2102)
-    want("cast", ks, {})
-  end
+  want("adamw", { "adamw_step" }, { PARAM = "f32", STATES = "f32", BF16_COPY = false })
+  -- the plan's quantization ops
+  if seen.fp8_quantize then want("cast", { "fp8_fake_quantize_e4m3", "fp8_fake_quantize_e5m2" }) end
+  if seen.round_bf16 then want("cast", { "round_bf16" }) end
+  TQ.run(tree, cfg, contrib, "kernels", { want = want, seen = seen })
   -- assemble, in the canonical family order
+  local by_family, all_families = TQ.family_specs(tree, cfg)
   local list = {}
   for _, fam in ipairs(M.FAMILIES) do
     local f = need[fam]
@@ -573,17 +532,14 @@ function M.instances(tree, cfg, plan, decide)
       local t = M.load(fam)
       for _, k in ipairs(t.decl.kernels or {}) do if f.kernels[k.name] then ks[#ks + 1] = k.name end end
       local specs = {}
-      for _, id in ipairs(FAMILY_SPECS[fam] or {}) do
-        local a = cfg.active[id]
-        if a then specs[#specs + 1] = id .. " " .. a.name end
-      end
-      if cfg.active.v2164 then specs[#specs + 1] = "v2164 compile_optimization" end
+      for _, line in ipairs(by_family[fam] or {}) do specs[#specs + 1] = line end
+      for _, line in ipairs(all_families) do specs[#specs + 1] = line end
       list[#list + 1] = { family = fam, constants = f.K, kernels = ks, specs = specs }
     end
   end
   return list, { seen = seen, unmapped = unmapped, missing = missing, fusion = fusion and true or false,
     fwd_sites = fwd_sites, bwd_sites = bwd_sites, rope_fwd_sites = rope_fwd_sites, rope_bwd_sites = rope_bwd_sites,
-    adam = K_adam, mp = mp, sr = sr }
+  }
 end
 
 ------------------------------------------------------------------------------------------------
@@ -640,11 +596,6 @@ function M.format_compile_error(file, r, source)
   return table.concat(L, "\n") .. "\n"
 end
 
-local function v2166_param_true(cfg, p)
-  local a = cfg.active.v2166
-  return a and a.params[p] and a.params[p].value == true
-end
-
 ------------------------------------------------------------------------------------------------
 -- The pass cli.lua calls: render (sim and sm_XX), compile (sm_XX). Returns true, files
 -- (name -> contents, under kernels/), or false, message (exit status 1).
@@ -663,25 +614,15 @@ function M.build(tree, cfg, plan, contrib)
       ((os.getenv("HYP_NVRTC_DISABLE") or "") ~= "" and " [HYP_NVRTC_DISABLE is set]" or ""),
       "install the CUDA toolkit and reconfigure (cmake -DCUDAToolkit_ROOT=/usr/local/cuda), or use --target cpu or --target sim")
   end
-  local list, notes = M.instances(tree, cfg, plan, decide)
+  local list, notes = M.instances(tree, cfg, plan, decide, contrib)
   for _, op in ipairs(notes.missing) do
     io.stderr:write(string.format("gen: warning: plan op '%s' has no kernel template; the GPU trainer cannot run it yet\n", op))
     decide("kernels." .. op, "missing", "no template renders plan op " .. op .. " (the cpu backend runs it)")
   end
-  if not cfg.active.v2164 then
-    decide("kernels.specialization", "compile-time shapes",
-      "v2164 compile_optimization inactive, but this generator has no shape-generic kernels: every kernel is specialized to the model's dims regardless")
-  end
+  decide("kernels.specialization", "compile-time shapes",
+    "every kernel is specialized to the model's dims (constexpr constants) and compiled for this target; there are no shape-generic kernels")
   if notes.seen.attention_fwd then
     decide("kernels.attention", "naive (materialized [B,NH,T,T])", "the plan's attention ops are the naive baseline (no flash-attention spec active)")
-  elseif notes.seen.flash_attention_fwd then
-    local prec = flash_precision(cfg)
-    decide("kernels.attention", "flash: FA2 template, " .. (prec == "bf16" and "bf16 mma" or "bf16x3 mma (hi/lo split)") .. ", 64-row tiles",
-      "the plan uses flash attention (" .. flash_spec(cfg) .. "): templates/flash_attention.cu.lua, FlashAttention-2 on mma.sync m16n8k16 with fp32 accumulation" ..
-      (cfg.active.v2114 and " (v2114's FlashAttention-3, wgmma + TMA on sm_90, is not implemented: the FA2 kernels serve its plan ops on every target), " or ", ") ..
-      (prec == "bf16" and "operands rounded to bf16 as the v2102 bf16 policy rounds the GEMM operands"
-        or "fp32 operands split into hi + lo bf16 (3 mma per product, ~fp32 accuracy) because the activations policy is fp32") ..
-      "; log-sum-exp saved, deterministic backward (D pre-pass, dK/dV per key tile, dQ per query tile, no atomics)")
   end
   local files, manifest_files, rendered = {}, U.array(), {}
   local model_line = string.format("%s (C=%d L=%d NH=%d NKV=%d hd=%d H=%d V=%d Vp=%d; %s, %s, %s)", plan.model.name,
@@ -797,7 +738,7 @@ function M.build(tree, cfg, plan, contrib)
       if #ls > 0 then ops[op] = ls end
     end
   end
-  -- v2166 fusion sites (0-based op indices into plan.forward / plan.backward: the pair a, b)
+  -- fusion sites (0-based op indices into plan.forward / plan.backward: the pair a, b)
   -- and how each launches;
   -- `site.qkv` is the site's pre-RoPE QKV (the forward rope op's input, which the fused backward
   -- rotates again)
@@ -844,35 +785,14 @@ function M.build(tree, cfg, plan, contrib)
   summary.seconds = hyp.clock() - t0
   summary.render_seconds, summary.compile_seconds = t_render, t_compile
   cfg.kernels = summary
-  -- what the specs contributed
-  if cfg.active.v2164 then
-    add_contrib("v2164", string.format("render: %d kernels in %d files specialized to %s's shapes (constexpr dims)", nkernels, #rendered, plan.model.name))
-    if compile then
-      add_contrib("v2164", string.format("compile: NVRTC %s for %s through the content-addressed cache (%d compiled, %d cached)", stats.nvrtc, target.name, ncompiled, ncached))
-    end
+  -- what reached the kernels, for the modules' audit contributions
+  local count = {}
+  for _, l in ipairs({ plan.forward, plan.backward }) do
+    for _, o in ipairs(l) do count[o.op] = (count[o.op] or 0) + 1 end
   end
-  if notes.fusion and #notes.rope_fwd_sites > 0 then
-    add_contrib("v2166", string.format("kernel: RoPE fused into the QKV split/permute (qkv_permute_fwd/bwd with rope=1) at %d forward and %d backward attention sites",
-      #notes.rope_fwd_sites, #notes.rope_bwd_sites))
-  end
-  if notes.fusion then
-    add_contrib("v2166", string.format("kernel: fused residual add + norm (residual_%s_fwd) for %d add+norm pairs, and its backward (residual_%s_bwd_dx) for %d norm-backward+accumulate pairs",
-      plan.model.norm, #notes.fwd_sites, plan.model.norm, #notes.bwd_sites))
-  end
-  if cfg.active.v2166 and v2166_param_true(cfg, "cross_entropy") then
-    add_contrib("v2166", "kernel: fused classifier (softmax + cross-entropy + dlogits in place, online softmax over vocabulary chunks); the output projection stays a cuBLASLt GEMM")
-  end
-  if cfg.active.v2161 then add_contrib("v2161", "kernel: multi-tensor AdamW on bf16 weights (no fp32 master), stochastic rounding from a counter hash of (seed, step, element)" .. (notes.adam.STATES == "bf16" and "; m and v in bf16 too" or "")) end
-  if notes.adam.BF16_COPY then add_contrib("v2102", "kernel: AdamW writes the bf16 weight copy from the fp32 master with stochastic rounding; fp32<->bf16 casts") end
-  if cfg.active.v2160 then
-    local nq = 0
-    for _, list in ipairs({ plan.forward, plan.backward }) do
-      for _, o in ipairs(list) do if o.op == "fp8_quantize" then nq = nq + 1 end end
-    end
-    add_contrib("v2160", "kernel: fp32<->E4M3/E5M2 casts with a per-tensor scale and a fused amax reduction" ..
-      (nq > 0 and string.format("; fake-quantize kernels (bit-exact with the cpu backend) for the plan's %d fp8_quantize ops", nq) or ""))
-  end
-  if cfg.active.v2133 then add_contrib("v2133", "kernel: global gradient norm (deterministic two-pass reduction) writing the clip factor for AdamW") end
+  require("techniques").run(tree, cfg, contrib, "rendered", { count = count, norm = plan.model.norm, files = #rendered,
+    kernels = nkernels, sites = { fwd = notes.fwd_sites, bwd = notes.bwd_sites, rope_fwd = notes.rope_fwd_sites,
+    rope_bwd = notes.rope_bwd_sites } })
   if compile then
     io.write(string.format("gen: kernels: %d files (%d kernels) for %s — %d compiled, %d cached (NVRTC workers: %d), %.3f s (render %.3f, compile/cache %.3f)%s\n",
       #rendered, nkernels, target.name, ncompiled, ncached, stats.workers, summary.seconds, t_render, t_compile,

@@ -123,6 +123,7 @@ function R.resolve(tree, opts)
       "run `gen list " .. tree.path .. "` to see ids, aliases and presets")
   end
 
+  for _, id in ipairs(tree.doc.baseline or {}) do activate(id, "baseline: part of every selection") end
   for _, name in ipairs(opts.enable or {}) do
     cfg.selection[#cfg.selection + 1] = name
     enable(name, "--enable " .. name)

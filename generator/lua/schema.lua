@@ -37,6 +37,7 @@ S.tree = map({
   presets = { t = "mapof", key_pattern = "^[a-z0-9][a-z0-9_-]*$", of = map({
     doc = str, source = str, enable = list(str, 1) }, { "doc", "enable" }) },
   defaults = { t = "mapof", key_pattern = "^v21%d%d%.[a-z_][a-z0-9_]*$", of = { t = "scalar" } },
+  baseline = list(spec_id, 1),
 }, { "version", "name", "branches", "aliases" })
 
 S.param = map({
@@ -47,6 +48,7 @@ S.param = map({
 S.spec = map({
   id = spec_id, name = word, branch = word, title = str, summary = str,
   status = enum("implemented", "partial", "planned", "advisory"),
+  missing = str,
   claims = list(map({ claim = str, source = str }, { "claim", "source" })),
   requires = list(spec_id),
   conflicts = list(map({ id = spec_id, why = str }, { "id", "why" })),

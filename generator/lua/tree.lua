@@ -87,6 +87,12 @@ function T.load(path)
               tree.specs[#tree.specs + 1] = spec
               table.insert(tree.branches[bi].specs, spec.id)
             end
+            if (spec.status == "partial") ~= (spec.missing ~= nil) then
+              errs:add(U.where(spec, spec.missing and "missing" or "status"), spec.status == "partial"
+                and (spec.id .. " is partial but does not say what is missing")
+                or (spec.id .. " says what is missing but its status is " .. spec.status),
+                "a partial spec has `missing: \"...\"` (what a user does not get yet); other statuses have none")
+            end
             if spec.branch ~= b.id then
               errs:add(U.where(spec, "branch"), string.format("%s says branch '%s' but the tree lists it under '%s'",
                 spec.id, spec.branch, b.id), "make the two agree")
@@ -192,6 +198,12 @@ function T.check_references(tree, errs)
           if msg then errs:add(U.where(a.set, pname), string.format("alias '%s': %s.%s %s", name, a.spec, pname, msg), "fix the value") end
         end
       end
+    end
+  end
+  -- baseline specs (active in every selection)
+  for i, id in ipairs(tree.doc.baseline or {}) do
+    if not tree.by_id[id] then
+      errs:add(U.where(tree.doc.baseline, i), "baseline names unknown spec " .. id .. U.did_you_mean(id, ids), "name an existing spec id")
     end
   end
   -- presets

@@ -134,14 +134,14 @@ expect set_inactive_spec 2 "v2105 fsdp is not active" -- "$GEN" audit "$T" --ena
 expect set_overrides_alias 0 "stage=2 \(--set\)" -- "$GEN" audit "$T" --enable zero3 --set v2104.stage=2 --target sm_90
 expect unknown_target 2 "unknown --target 'sm90' \(did you mean 'sm_90'\?\)" -- "$GEN" audit "$T" --enable zero3 --target sm90
 expect unknown_flag 2 "unknown option '--enabel' \(did you mean '--enable'\?\)" -- "$GEN" audit "$T" --enabel zero3
-expect unknown_model 2 "unknown --model 'tiyn' \(did you mean 'tiny'\?\)" -- "$GEN" "$T" --enable zero3 --target sm_90 --model tiyn -o "$TMP/out1"
+expect unknown_model 2 "unknown --model 'tiyn' \(did you mean 'tiny'\?\)" -- "$GEN" "$T" --allow-planned --enable zero3 --target sm_90 --model tiyn -o "$TMP/out1"
 check no_partial_output_on_error test ! -e "$TMP/out1"
 check no_staging_left_behind bash -c "! ls '$TMP' | grep -q 'out1.tmp'"
 
 # an existing output directory survives a failed regeneration untouched
-expect generate_ok 0 "wrote" -- "$GEN" "$T" --enable zero3 --target sm_90 --model tiny -o "$TMP/out2"
+expect generate_ok 0 "wrote" -- "$GEN" "$T" --allow-planned --enable zero3 --target sm_90 --model tiny -o "$TMP/out2"
 before=$(cd "$TMP/out2" && sha1sum * | sha1sum)
-expect failed_regenerate 2 "conflicts" -- "$GEN" "$T" --enable zero3,fsdp --target sm_90 --model tiny -o "$TMP/out2"
+expect failed_regenerate 2 "conflicts" -- "$GEN" "$T" --allow-planned --enable zero3,fsdp --target sm_90 --model tiny -o "$TMP/out2"
 after=$(cd "$TMP/out2" && sha1sum * | sha1sum)
 check existing_output_untouched_after_failure test "$before" = "$after"
 finish

@@ -49,8 +49,9 @@ for p in quick-wins memory data stack-003 fp16-amp; do
 done
 expect "preset advanced resolves on sm_90" 0 'Specs: [0-9]+ active' -- "$GEN" audit "$TREE" --enable advanced --target sm_90 --model tiny
 expect "preset advanced needs sm_89+ for fp8" 2 'v2160' -- "$GEN" audit "$TREE" --enable advanced --target sm_80 --model tiny
-expect "flash picks FA3 on sm_90" 0 'alias flash → v2114' -- "$GEN" audit "$TREE" --enable flash --target sm_90 --model tiny
-expect "flash picks FA2 on sm_80" 0 'alias flash → v2113' -- "$GEN" audit "$TREE" --enable flash --target sm_80 --model tiny
+expect "flash is FA2 on sm_90 (what runs)" 0 'v2113 flash_attention_2\*\* \(partial\) — --enable flash' -- "$GEN" audit "$TREE" --enable flash --target sm_90 --model tiny
+expect "flash is FA2 on sm_80" 0 'v2113 flash_attention_2\*\* \(partial\) — --enable flash' -- "$GEN" audit "$TREE" --enable flash --target sm_80 --model tiny
+expect "fa3 names FlashAttention-3 (planned)" 0 'v2114 flash_attention_3\*\* \(planned\)' -- "$GEN" audit "$TREE" --enable fa3 --target sm_90 --model tiny
 expect "zero3 and fsdp conflict" 2 'v2105' -- "$GEN" audit "$TREE" --enable zero3,fsdp --target cpu --model tiny
 
 finish

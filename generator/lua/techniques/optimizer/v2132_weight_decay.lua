@@ -1,0 +1,28 @@
+-- v2132 decoupled weight decay (AdamW): the decay applies to 2-D weights only; `exclude` may also
+-- exempt the embeddings. The optimizer's betas and eps come from here too (Adam's defaults while
+-- the spec is inactive: the step is then plain Adam with weight_decay 0).
+local M = {
+  id = "v2132",
+  families = { "adamw" },
+  settings = {
+    { "train", "weight_decay", "weight_decay", 0.0, "train.weight_decay" },
+    { "train", "beta1", "beta1", 0.9, "train.beta1", quiet = true },
+    { "train", "beta2", "beta2", 0.95, "train.beta2", quiet = true },
+    { "train", "eps", "eps", 1e-8, "train.eps", quiet = true },
+  },
+}
+
+function M.params(ctx, ps, names)
+  if ctx.param("exclude") ~= "norms_biases_embeddings" then return end
+  for _, p in ipairs(ps) do
+    if p.name == names.wte or p.name == names.wpe or p.name == "model.embed_positions.weight" then p.decay = false end
+  end
+end
+
+function M.sections(ctx, plan)
+  local n = 0
+  for _, p in ipairs(plan.params) do if p.decay then n = n + 1 end end
+  ctx.contribute("AdamW decoupled weight decay on 2-D weights only (" .. n .. " tensors)")
+end
+
+return M
