@@ -380,7 +380,7 @@ function commands.data(args)
 end
 
 function commands.render(args)
-  return require("render").cli(args, parse)
+  return require("template").cli(args, parse)
 end
 
 function commands.size(args)
