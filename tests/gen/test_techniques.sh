@@ -92,4 +92,18 @@ check test_v2181_in_the_plan test "$(plan_val "$TMP/z2" "p['checkpoint']['sharde
 "$GEN" "$T" --enable v2175 --model tiny -o "$TMP/el" >/dev/null 2>&1
 check test_v2175_in_the_plan test "$(plan_val "$TMP/el" "p['checkpoint']['elastic']")" = True
 
+# --- v2142 qk-norm / v2141 rmsnorm: model switches ------------------------------------------------
+"$GEN" "$T" --enable qk-norm --model tiny -o "$TMP/qkn" >/dev/null 2>&1
+check test_v2142_gpt2_plan_has_qknorm_ops test "$(plan_val "$TMP/qkn" "sum(o['op'] == 'qknorm_fwd' for o in p['forward'])")" = "$(plan_val "$TMP/qkn" "p['model']['L']")"
+check test_v2142_gpt2_plan_has_qknorm_bwd_ops test "$(plan_val "$TMP/qkn" "sum(o['op'] == 'qknorm_bwd' for o in p['backward'])")" = "$(plan_val "$TMP/qkn" "p['model']['L']")"
+check test_v2142_gpt2_plan_has_q_norm_params test "$(plan_val "$TMP/qkn" "sum(q['name'].endswith(('attn.q_norm.weight', 'attn.k_norm.weight')) for q in p['params'])")" = "$(plan_val "$TMP/qkn" "2 * p['model']['L']")"
+expect test_v2142_audit_says_what_it_added 0 "QK-norm: [0-9]+ q_norm/k_norm gain weights" -- "$GEN" audit "$TMP/qkn"
+expect test_v2142_on_a_qk_norm_model_warns 0 "warning: v2142 qk_norm: model .* already has qk_norm: true" \
+  -- "$GEN" "$T" --enable qk-norm --model tiny-llama -o "$TMP/qkn2"
+"$GEN" "$T" --enable rmsnorm --model tiny -o "$TMP/rms" >/dev/null 2>&1
+check test_v2141_gpt2_plan_has_no_layernorm test "$(plan_val "$TMP/rms" "sum(o['op'].startswith('layernorm') for o in p['forward'] + p['backward'])")" = 0
+check test_v2141_gpt2_norms_have_no_bias test "$(plan_val "$TMP/rms" "sum('ln_' in q['name'] and q['name'].endswith('.bias') for q in p['params'])")" = 0
+expect test_v2141_on_an_rmsnorm_model_warns 0 "warning: v2141 rmsnorm: model .* already uses norm: rmsnorm" \
+  -- "$GEN" "$T" --enable rmsnorm --model tiny-llama -o "$TMP/rms2"
+
 finish

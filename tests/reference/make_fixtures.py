@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
 """make_fixtures.py — independent PyTorch reference for Hyperion's whole-model tests.
 
-Writes tests/fixtures/ref_gpt2_tiny.safetensors and tests/fixtures/ref_llama_tiny.safetensors:
+Writes tests/fixtures/ref_gpt2_tiny.safetensors and tests/fixtures/ref_llama_tiny.safetensors
+(and the GPT-2 variants ref_gpt2_qknorm_tiny / ref_gpt2_rmsnorm_tiny, see GPT2_QKNORM below):
 fixed seeded weights, one fixed batch, the logits, the loss, the gradient of every parameter, and
 the losses / global gradient norms of 10 AdamW steps on that batch. CI never runs this script;
 the fixtures it wrote are committed. Re-run:
 
     python3 tests/reference/make_fixtures.py            # from the repo root
+    python3 tests/reference/make_fixtures.py --only gpt2_qknorm_tiny   # just that file
     python3 tests/reference/make_fixtures.py --check    # also compare with Hugging Face
                                                         # transformers' GPT2 / Qwen3 (if installed)
 
@@ -222,8 +224,10 @@ def loss_fn(logits, targets):
 GPT2 = dict(V=64, maxT=16, C=32, L=2, NH=4, B=2, T=8)
 
 
-def gpt2_params(g):
+def gpt2_params(g, cfg=GPT2):
     V, maxT, C, L = GPT2["V"], GPT2["maxT"], GPT2["C"], GPT2["L"]
+    hd = C // GPT2["NH"]
+    ln = cfg.get("norm", "layernorm") == "layernorm"
 
     def emb(*shape):
         return torch.randn(*shape, generator=g) * 0.02
@@ -241,40 +245,66 @@ def gpt2_params(g):
     for i in range(L):
         pre = "transformer.h.%d." % i
         p[pre + "ln_1.weight"] = norm_w(C)
-        p[pre + "ln_1.bias"] = bias(C)
+        if ln:
+            p[pre + "ln_1.bias"] = bias(C)
         p[pre + "attn.c_attn.weight"] = w(3 * C, C)
         p[pre + "attn.c_attn.bias"] = bias(3 * C)
+        if cfg.get("qk_norm"):
+            p[pre + "attn.q_norm.weight"] = norm_w(hd)
+            p[pre + "attn.k_norm.weight"] = norm_w(hd)
         p[pre + "attn.c_proj.weight"] = w(C, C)
         p[pre + "attn.c_proj.bias"] = bias(C)
         p[pre + "ln_2.weight"] = norm_w(C)
-        p[pre + "ln_2.bias"] = bias(C)
+        if ln:
+            p[pre + "ln_2.bias"] = bias(C)
         p[pre + "mlp.c_fc.weight"] = w(4 * C, C)
         p[pre + "mlp.c_fc.bias"] = bias(4 * C)
         p[pre + "mlp.c_proj.weight"] = w(C, 4 * C)
         p[pre + "mlp.c_proj.bias"] = bias(C)
     p["transformer.ln_f.weight"] = norm_w(C)
-    p["transformer.ln_f.bias"] = bias(C)
+    if ln:
+        p["transformer.ln_f.bias"] = bias(C)
     return p
 
 
-def gpt2_forward(p, inputs):
+def gpt2_forward(p, inputs, cfg=GPT2):
     C, L, NH = GPT2["C"], GPT2["L"], GPT2["NH"]
     B, T = inputs.shape
     hd = C // NH
+
+    def norm(x, name):  # LayerNorm with bias, or (v2141 variant) RMSNorm with a weight only
+        if cfg.get("norm", "layernorm") == "rmsnorm":
+            return rmsnorm(x, p[name + ".weight"])
+        return layernorm(x, p[name + ".weight"], p[name + ".bias"])
+
     x = p["transformer.wte.weight"][inputs.long()] + p["transformer.wpe.weight"][:T]
     for i in range(L):
         pre = "transformer.h.%d." % i
-        h = layernorm(x, p[pre + "ln_1.weight"], p[pre + "ln_1.bias"])
+        h = norm(x, pre + "ln_1")
         qkv = h @ p[pre + "attn.c_attn.weight"].T + p[pre + "attn.c_attn.bias"]
         q, k, v = qkv.split(C, dim=-1)
         q, k, v = (t.view(B, T, NH, hd).transpose(1, 2) for t in (q, k, v))
+        if cfg.get("qk_norm"):  # v2142 variant: per-head RMSNorm of q and k (after the bias)
+            q, k = rmsnorm(q, p[pre + "attn.q_norm.weight"]), rmsnorm(k, p[pre + "attn.k_norm.weight"])
         y = causal_attention(q, k, v).transpose(1, 2).reshape(B, T, C)
         x = x + y @ p[pre + "attn.c_proj.weight"].T + p[pre + "attn.c_proj.bias"]
-        h = layernorm(x, p[pre + "ln_2.weight"], p[pre + "ln_2.bias"])
+        h = norm(x, pre + "ln_2")
         h = gelu_tanh(h @ p[pre + "mlp.c_fc.weight"].T + p[pre + "mlp.c_fc.bias"])
         x = x + h @ p[pre + "mlp.c_proj.weight"].T + p[pre + "mlp.c_proj.bias"]
-    x = layernorm(x, p["transformer.ln_f.weight"], p["transformer.ln_f.bias"])
+    x = norm(x, "transformer.ln_f")
     return x @ p["transformer.wte.weight"].T
+
+
+# Variants of the tiny GPT-2 for technique tests (same weight scheme, own seeds):
+#   gpt2_qknorm_tiny  (v2142): q_norm/k_norm [hd] gains per layer, per-head RMSNorm (eps 1e-5) of
+#                     q and k after the c_attn bias; "transformer.h.N.attn.{q,k}_norm.weight"
+#   gpt2_rmsnorm_tiny (v2141): ln_1/ln_2/ln_f are RMSNorm (eps 1e-5), weight only, no norm bias
+GPT2_QKNORM = dict(GPT2, qk_norm=True)
+GPT2_RMSNORM = dict(GPT2, norm="rmsnorm")
+
+
+def variant(cfg):
+    return (lambda g: gpt2_params(g, cfg)), (lambda p, inputs: gpt2_forward(p, inputs, cfg))
 
 # ---------------------------------------------------------------------------------------------
 # Llama (Qwen3-style QK-norm)
@@ -508,12 +538,22 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--check", action="store_true",
                     help="also compare the logits with Hugging Face transformers (GPT2, Qwen3)")
+    ap.add_argument("--only", metavar="NAMES",
+                    help="comma-separated fixtures to (re)write, e.g. gpt2_qknorm_tiny (default: all)")
     args = ap.parse_args()
     torch.set_num_threads(1)  # bitwise-reproducible reductions
-    gpt2 = build("gpt2_tiny", gpt2_params, gpt2_forward, GPT2, seed=1234)
-    llama = build("llama_tiny", llama_params, llama_forward, LLAMA, seed=5678)
-    if args.check:
-        check_with_transformers(gpt2, llama)
+    builds = {
+        "gpt2_tiny": lambda: build("gpt2_tiny", gpt2_params, gpt2_forward, GPT2, seed=1234),
+        "llama_tiny": lambda: build("llama_tiny", llama_params, llama_forward, LLAMA, seed=5678),
+        "gpt2_qknorm_tiny": lambda: build("gpt2_qknorm_tiny", *variant(GPT2_QKNORM), GPT2_QKNORM,
+                                          seed=2142),
+        "gpt2_rmsnorm_tiny": lambda: build("gpt2_rmsnorm_tiny", *variant(GPT2_RMSNORM),
+                                           GPT2_RMSNORM, seed=2141),
+    }
+    only = args.only.split(",") if args.only else list(builds)
+    out = {name: builds[name]() for name in only}
+    if args.check and "gpt2_tiny" in out and "llama_tiny" in out:
+        check_with_transformers(out["gpt2_tiny"], out["llama_tiny"])
 
 
 if __name__ == "__main__":
