@@ -39,7 +39,7 @@ cat "$TMP/modcheck.txt"
 
 # --- the pipeline names no spec id (comments aside) ------------------------------------------
 ids_in_pipeline() {
-  for f in generator/lua/plan.lua generator/lua/render.lua generator/lua/techniques.lua generator/lua/audit.lua; do
+  for f in generator/lua/plan.lua generator/lua/render.lua generator/lua/template.lua generator/lua/kcompile.lua generator/lua/techniques.lua generator/lua/audit.lua; do
     sed 's/--.*//' "$ROOT/$f" | grep -nE 'v21[0-9]{2}' | sed "s|^|$f:|"
   done
 }
