@@ -11,7 +11,10 @@ local R = require("resolve")
 local P = {}
 
 P.FORMAT = "hyperion-plan"
-P.VERSION = 1
+P.VERSION = 2
+
+-- bytes per element of each buffer dtype (runtime/core/dtype.h names the same set)
+local DTYPE_BYTES = { f32 = 4, bf16 = 2, f16 = 2, e4m3 = 1, e5m2 = 1, i8 = 1, i32 = 4 }
 
 -- Dims in op attributes may be symbolic: "B", "T" or "N" (= B*T) are bound by the runtime to
 -- the batch actually used (at most the planned one).
@@ -26,7 +29,10 @@ local function builder(maxB, maxT)
       if s == "B" then v = maxB elseif s == "T" then v = maxT elseif s == "N" then v = maxB * maxT end
       numel = numel * v
     end
-    local x = { id = #b.bufs, name = name, kind = kind, shape = U.array(shape), numel = numel, dtype = dtype or "f32" }
+    dtype = dtype or "f32"
+    assert(DTYPE_BYTES[dtype], "unknown dtype " .. tostring(dtype))
+    local x = { id = #b.bufs, name = name, kind = kind, shape = U.array(shape), numel = numel, dtype = dtype,
+      bytes = numel * DTYPE_BYTES[dtype] }
     b.bufs[#b.bufs + 1] = x
     b.by_name[name] = x
     return name
@@ -480,12 +486,6 @@ function P.build(tree, cfg, contrib, opts)
   end
   for _, it in ipairs(items) do b.by_name[it.name].offset = it.offset end
 
-  local buffers = U.array()
-  for _, bf in ipairs(b.bufs) do
-    if bf.kind == "act" and not life[bf.name] then bf.offset = 0 end
-    buffers[#buffers + 1] = { name = bf.name, kind = bf.kind, shape = bf.shape, numel = bf.numel, dtype = bf.dtype, offset = bf.offset or 0 }
-  end
-
   -- training settings from the active specs ----------------------------------------------
   local train = { B = maxB, T = maxT }
   local function from(id, p, dflt, what)
@@ -563,8 +563,7 @@ function P.build(tree, cfg, contrib, opts)
     hw_peak = hw.peak_tflops.fp32 * 1e12
   end
 
-  local plan = {
-    format = P.FORMAT, version = P.VERSION,
+  return P.emit_v2({
     generator = { version = hyp.version },
     model = { name = m.name, arch = m.arch, V = d.V, Vp = d.Vp, C = d.C, L = d.L, NH = d.NH, NKV = d.NKV,
       hd = d.hd, H = d.H, maxT = d.maxT, norm = m.norm, activation = m.activation, position = m.position,
@@ -574,12 +573,58 @@ function P.build(tree, cfg, contrib, opts)
     hardware = { name = hw_name, peak_flops = hw_peak },
     flops_per_token = F.train_flops_per_token(m, maxT),
     flops_attn_coef = F.train_flops_per_token(m, 1) - F.train_flops_per_token(m, 0),
-    train = train,
-    params = params, param_floats = poff,
-    buffers = buffers, act_floats = act_floats, act_floats_unplanned = naive, act_floats_peak_live = peak,
+    train = train, params = params, param_floats = poff, bufs = b.bufs,
+    act_floats = act_floats, act_floats_unplanned = naive, act_floats_peak_live = peak,
     forward = F_, loss = loss_op, backward = bwd, fp8 = fp8,
+  })
+end
+
+-- Plan format v2 (runtime/core/PLAN_FORMAT.md), the one place that shapes plan.json: takes what
+-- P.build decided (offsets in 4-byte units of the arenas, the optimizer's scalars in `train`,
+-- a decay flag per parameter) and writes buffers and parameters with a dtype and BYTE offsets,
+-- the arena sizes in bytes, and the optimizer section (kind, hyper-parameters, state tensors,
+-- parameter groups derived from the decay flags).
+function P.emit_v2(s)
+  local function dbytes(dt) return assert(DTYPE_BYTES[dt], "unknown dtype " .. tostring(dt)) end
+  local buffers = U.array()
+  for _, bf in ipairs(s.bufs) do
+    local off = 0
+    if bf.kind ~= "tokens" then off = (bf.offset or 0) * 4 end
+    buffers[#buffers + 1] = { name = bf.name, kind = bf.kind, dtype = bf.dtype, shape = bf.shape, numel = bf.numel,
+      offset = off, bytes = bf.numel * dbytes(bf.dtype) }
+  end
+  local train = {}
+  for k, v in pairs(s.train) do train[k] = v end
+  local wd = train.weight_decay or 0.0
+  local hyper = { beta1 = train.beta1, beta2 = train.beta2, eps = train.eps }
+  train.weight_decay, train.beta1, train.beta2, train.eps = nil, nil, nil, nil
+  local decay, no_decay = U.array(), U.array()
+  local params = U.array()
+  for _, p in ipairs(s.params) do
+    local group = p.decay and "decay" or "no_decay"
+    local list = p.decay and decay or no_decay
+    list[#list + 1] = p.name
+    params[#params + 1] = { name = p.name, shape = p.shape, numel = p.numel, dtype = "f32", offset = p.offset * 4,
+      bytes = p.numel * 4, init = p.init, group = group }
+  end
+  local groups = U.array()
+  if #decay > 0 then groups[#groups + 1] = { name = "decay", lr_mult = 1.0, weight_decay = wd, params = decay } end
+  if #no_decay > 0 then groups[#groups + 1] = { name = "no_decay", lr_mult = 1.0, weight_decay = 0.0, params = no_decay } end
+  return {
+    format = P.FORMAT, version = P.VERSION,
+    generator = s.generator, model = s.model, target = s.target, backend = s.backend, hardware = s.hardware,
+    flops_per_token = s.flops_per_token, flops_attn_coef = s.flops_attn_coef,
+    train = train,
+    optimizer = {
+      kind = "adamw", hyper = hyper,
+      state = U.array({ { name = "m", dtype = "f32" }, { name = "v", dtype = "f32" } }),
+      shard = "elementwise", groups = groups,
+    },
+    params = params, param_bytes = s.param_floats * 4,
+    buffers = buffers, act_bytes = s.act_floats * 4, act_bytes_unplanned = s.act_floats_unplanned * 4,
+    act_bytes_peak_live = s.act_floats_peak_live * 4,
+    forward = s.forward, loss = s.loss, backward = s.backward, fp8 = s.fp8,
   }
-  return plan
 end
 
 return P
