@@ -283,9 +283,11 @@ static int parse_op(ld *c, const cJSON *j, plan_op *o) {
     hyp_op_arity(k, &nin, &nout);
     o->nin = cJSON_GetArraySize(ins);
     o->nout = cJSON_GetArraySize(outs);
-    if (o->nin != nin || o->nout != nout)
-        return bad(c, "fields '%s.ins'/'outs': op '%s' has %d inputs and %d outputs; it takes %d and %d (%s)", c->at, name,
-                   o->nin, o->nout, nin, nout, hyp_op_get(k)->sig);
+    if (o->nin != nin || o->nout != nout) {
+        int in = o->nin != nin;
+        return bad(c, "field '%s.%s': op '%s' has %d %s; it takes %d (%s)", c->at, in ? "ins" : "outs", name,
+                   in ? o->nin : o->nout, in ? "inputs" : "outputs", in ? nin : nout, hyp_op_get(k)->sig);
+    }
     for (int side = 0; side < 2; side++) {
         const cJSON *arr = side ? outs : ins;
         int i = 0;
@@ -540,7 +542,7 @@ static int load_optimizer(ld *c, const cJSON *root) {
                 break;
             }
             if (owner[pi] >= 0) {
-                rc = bad(c, "field '%s.params[%d]': parameter '%s' is already in group '%s' — each parameter belongs to one group",
+                rc = bad(c, "field '%s.params[%d]': parameter '%s' is already in group '%s'; each parameter belongs to one group",
                          c->at, g->n_params, pn->valuestring, o->groups[owner[pi]].name);
                 break;
             }
@@ -551,7 +553,7 @@ static int load_optimizer(ld *c, const cJSON *root) {
     }
     for (int i = 0; !rc && i < p->n_params_t; i++)
         if (owner[i] < 0)
-            rc = bad(c, "field 'optimizer.groups': parameter '%s' is in no group — each parameter belongs to one group",
+            rc = bad(c, "field 'optimizer.groups': parameter '%s' is in no group; each parameter belongs to one group",
                      p->params[i].name);
     /* each parameter's "group" names the group that lists it */
     const cJSON *pj = cJSON_GetObjectItemCaseSensitive(root, "params");
@@ -751,7 +753,12 @@ int plan_load(const char *path, plan_t *p, hyp_err *e) {
             const cJSON *r;
             cJSON_ArrayForEach(r, slots) {
                 const char *role = cJSON_IsString(r) ? r->valuestring : "";
-                p->fp8_roles[p->fp8_slots++] = !strcmp(role, "weight") ? 0 : !strcmp(role, "activation") ? 1 : 2;
+                int k = !strcmp(role, "weight") ? 0 : !strcmp(role, "activation") ? 1 : !strcmp(role, "gradient") ? 2 : -1;
+                if (k < 0) {
+                    rc = bad(&c, "field 'fp8.slots[%d]' is none of weight, activation, gradient", p->fp8_slots);
+                    goto done;
+                }
+                p->fp8_roles[p->fp8_slots++] = k;
             }
         }
     }
