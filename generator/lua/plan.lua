@@ -585,13 +585,13 @@ end
 -- the arena sizes in bytes, and the optimizer section (kind, hyper-parameters, state tensors,
 -- parameter groups derived from the decay flags).
 function P.emit_v2(s)
-  local function dbytes(dt) return assert(DTYPE_BYTES[dt], "unknown dtype " .. tostring(dt)) end
-  local buffers = U.array()
+  local buffers, by_name = U.array(), {}
   for _, bf in ipairs(s.bufs) do
-    local off = 0
+    local off = 0 -- token arrays are their own; an activation no op touches gets no place
     if bf.kind ~= "tokens" then off = (bf.offset or 0) * 4 end
     buffers[#buffers + 1] = { name = bf.name, kind = bf.kind, dtype = bf.dtype, shape = bf.shape, numel = bf.numel,
-      offset = off, bytes = bf.numel * dbytes(bf.dtype) }
+      offset = off, bytes = bf.bytes }
+    by_name[bf.name] = bf
   end
   local train = {}
   for k, v in pairs(s.train) do train[k] = v end
@@ -604,8 +604,9 @@ function P.emit_v2(s)
     local group = p.decay and "decay" or "no_decay"
     local list = p.decay and decay or no_decay
     list[#list + 1] = p.name
-    params[#params + 1] = { name = p.name, shape = p.shape, numel = p.numel, dtype = "f32", offset = p.offset * 4,
-      bytes = p.numel * 4, init = p.init, group = group }
+    local bf = by_name[p.name]
+    params[#params + 1] = { name = p.name, shape = p.shape, numel = p.numel, dtype = bf.dtype, offset = p.offset * 4,
+      bytes = bf.bytes, init = p.init, group = group }
   end
   local groups = U.array()
   if #decay > 0 then groups[#groups + 1] = { name = "decay", lr_mult = 1.0, weight_decay = wd, params = decay } end
