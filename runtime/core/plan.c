@@ -154,6 +154,33 @@ static int find_param(const plan_t *p, const char *name) {
     return -1;
 }
 
+/* A buffer's "shape": 1 to 4 sizes, each a positive integer or "B", "T", "N" (DIM_*), whose product
+ * at the planned batch and sequence length is its numel. */
+static int get_buf_shape(ld *c, const cJSON *b, plan_buf *pb) {
+    int rc = 0;
+    const cJSON *shape = need(c, b, "shape", cJSON_Array, &rc);
+    if (!shape) return rc;
+    int64_t prod = 1;
+    const cJSON *s;
+    cJSON_ArrayForEach(s, shape) {
+        int64_t d = 0, v = 0;
+        if (cJSON_IsString(s))
+            d = !strcmp(s->valuestring, "B") ? DIM_B : !strcmp(s->valuestring, "T") ? DIM_T : !strcmp(s->valuestring, "N") ? DIM_N : 0;
+        else if (cJSON_IsNumber(s) && s->valuedouble >= 1 && s->valuedouble <= (double)((int64_t)1 << 40) &&
+                 s->valuedouble == (double)(int64_t)s->valuedouble)
+            d = (int64_t)s->valuedouble;
+        if (!d || pb->ndim >= 4) return bad(c, "field '%s.shape' is not a list of 1 to 4 positive sizes or B, T, N", c->at);
+        v = d == DIM_B ? c->p->B : d == DIM_T ? c->p->T : d == DIM_N ? (int64_t)c->p->B * c->p->T : d;
+        if (prod > ((int64_t)1 << 40) / v) return bad(c, "field '%s.shape' is implausibly large", c->at);
+        prod *= v;
+        pb->shape[pb->ndim++] = d;
+    }
+    if (!pb->ndim || prod != pb->numel)
+        return bad(c, "field '%s.shape' holds %lld elements at B=%d, T=%d; numel says %lld", c->at, (long long)prod, c->p->B,
+                   c->p->T, (long long)pb->numel);
+    return 0;
+}
+
 static int load_buffers(ld *c, const cJSON *root) {
     plan_t *p = c->p;
     int rc = 0;
@@ -182,6 +209,7 @@ static int load_buffers(ld *c, const cJSON *root) {
         else return bad(c, "field '%s.kind' = \"%s\" is none of param, grad, act, tokens", c->at, kind);
         TRY(get_dtype(c, b, &pb->dtype));
         TRY(get_int(c, b, "numel", 1, (int64_t)1 << 40, &pb->numel));
+        TRY(get_buf_shape(c, b, pb));
         /* the executors hold token ids as their own i32 arrays and everything else as f32 arenas */
         if ((pb->kind == BUF_TOKENS) != (pb->dtype == HYP_DT_I32))
             return bad(c, "field '%s.dtype' = %s: token buffers are i32 and this runtime holds no other integer buffer",

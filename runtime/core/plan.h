@@ -27,7 +27,7 @@ typedef struct {
     int64_t offset_bytes, bytes; /* in its arena, as plan.json says */
     int64_t numel, offset;       /* offset in elements of its dtype (offset_bytes / its size) */
     int ndim;
-    int64_t shape[4];            /* planned (maximum) shape */
+    int64_t shape[4];            /* sizes, or DIM_B / DIM_T / DIM_N; numel at the planned B, T */
 } plan_buf;
 
 /* Symbolic dims bound at run time. */

@@ -1,6 +1,7 @@
 /* test_plan.c — plan format v2 (runtime/core/PLAN_FORMAT.md) through plan_load: a plan generated
  * by gen loads with its dtypes, byte placements and optimizer section as the file says, and every
- * damaged variant of it — a v1 plan, a missing or unknown dtype, a misaligned or out-of-arena byte
+ * damaged variant of it — a v1 plan, a missing or unknown dtype, a shape that does not multiply to
+ * numel, a misaligned or out-of-arena byte
  * offset, an unknown op, a wrong arity, a dtype an op does not take, unknown or missing attributes,
  * optimizer groups that miss or repeat a parameter, an unknown optimizer kind or state dtype, a
  * truncated file — is refused with HYP_EINPUT and a message naming the field. Also checks the op
@@ -130,6 +131,10 @@ static void test_refusals(void) {
     cJSON_ReplaceItemInObject(cJSON_GetArrayItem(at(r, "buffers"), ix), "dtype", cJSON_CreateString("f64"));
     write_bad(r);
     expect_refusal("refuses_unknown_dtype", "('l0.qkv').dtype", "\"f64\" is no dtype", NULL);
+    r = fresh();
+    cJSON_ReplaceItemInArray(at(cJSON_GetArrayItem(at(r, "buffers"), ix), "shape"), 0, cJSON_CreateString("T"));
+    write_bad(r);
+    expect_refusal("refuses_shape_numel_mismatch", "('l0.qkv').shape", "numel says", NULL);
     /* byte offsets */
     r = fresh();
     cJSON *b = cJSON_GetArrayItem(at(r, "buffers"), ix);
