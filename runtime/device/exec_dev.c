@@ -339,11 +339,11 @@ typedef struct {
     const char *what; /* the op or fusion kind, for messages */
 } bind_ctx;
 
-/* "inK" / "outK" of op o (K from 1): the plan buffer index (-1: an absent optional argument), or
- * -2 when s is not such a name, -3 when o has no such argument. */
 /* Whether op o carries an fp8 scaling slot (its launches may bind fp8.*[slot]). */
 static int has_fp8_slot(const plan_op *o) { return (hyp_op_get(o->op)->flags & HYP_OPF_FP8_SLOT) != 0; }
 
+/* "inK" / "outK" of op o (K from 1): the plan buffer index (-1: an absent optional argument), or
+ * -2 when s is not such a name, -3 when o has no such argument. */
 static int op_arg(const plan_op *o, const char *s) {
     int out = !strncmp(s, "out", 3);
     if (!out && strncmp(s, "in", 2)) return -2;
