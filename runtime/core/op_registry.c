@@ -220,8 +220,9 @@ static int parse_arg(const char *word, hyp_op_arg *a) {
     } else {
         a->dtypes = 1u << HYP_DT_F32;
     }
-    if (!w[0] || strlen(w) >= sizeof a->name) return -1;
-    snprintf(a->name, sizeof a->name, "%s", w);
+    size_t n = strlen(w);
+    if (!n || n >= sizeof a->name) return -1;
+    memcpy(a->name, w, n + 1);
     return 0;
 }
 

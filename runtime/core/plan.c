@@ -4,6 +4,7 @@
 #include "plan.h"
 
 #include <cjson/cJSON.h>
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
