@@ -173,6 +173,7 @@ static const hyp_op_desc OPS[] = {
 };
 
 #define N_OPS ((int)(sizeof OPS / sizeof *OPS))
+_Static_assert(sizeof OPS / sizeof *OPS <= HYP_OP_MAX, "more ops than HYP_OP_MAX: raise it in op_registry.h");
 
 int hyp_op_count(void) { return N_OPS; }
 
@@ -278,8 +279,6 @@ int hyp_op_takes_attr(int id, const char *key, int *optional) {
 }
 
 int hyp_op_registry_check(hyp_err *e) {
-    if (N_OPS > HYP_OP_MAX)
-        return hyp_fail(e, HYP_EFAIL, "op registry: %d ops, HYP_OP_MAX is %d — raise HYP_OP_MAX", N_OPS, HYP_OP_MAX);
     for (int i = 0; i < N_OPS; i++) {
         int nin = 0, nout = 0;
         if (walk_sig(i, &nin, &nout, -1, 0, NULL) || nin > HYP_OP_MAX_IN || nout > HYP_OP_MAX_OUT || nout < 1)

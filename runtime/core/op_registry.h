@@ -49,7 +49,7 @@ typedef struct {
     hyp_op_device device;
 } hyp_op_desc;
 
-#define HYP_OP_MAX 64        /* ids are below this (op_registry.c checks its table against it) */
+#define HYP_OP_MAX 64        /* ids are below this (a static assertion in op_registry.c) */
 #define HYP_OP_MAX_IN 6      /* plan_op.in */
 #define HYP_OP_MAX_OUT 4     /* plan_op.out */
 
@@ -71,7 +71,7 @@ int hyp_op_arg_of(int id, int side, int i, hyp_op_arg *out);
 /* Whether op id lists attribute key; *optional says whether it may be absent. */
 int hyp_op_takes_attr(int id, const char *key, int *optional);
 /* Checks every descriptor (signatures parse, dtypes known, arity within plan_op's arrays, unique
- * names); a failure is a bug in the registry, reported as HYP_EFAIL naming the op. */
+ * names); a failure is a bug in the registry, reported as HYP_EFAIL naming the op (test_plan). */
 int hyp_op_registry_check(hyp_err *e);
 
 #endif
