@@ -10,7 +10,10 @@ local F = require("formulas")
 local P = {}
 
 P.FORMAT = "hyperion-plan"
-P.VERSION = 1
+P.VERSION = 2
+
+-- bytes per element of each buffer dtype (runtime/core/dtype.h names the same set)
+local DTYPE_BYTES = { f32 = 4, bf16 = 2, f16 = 2, e4m3 = 1, e5m2 = 1, i8 = 1, i32 = 4 }
 
 -- Dims in op attributes may be symbolic: "B", "T" or "N" (= B*T) are bound by the runtime to
 -- the batch actually used (at most the planned one). The builder's op/emit are set by P.build
@@ -26,7 +29,10 @@ local function builder(maxB, maxT)
       if s == "B" then v = maxB elseif s == "T" then v = maxT elseif s == "N" then v = maxB * maxT end
       numel = numel * v
     end
-    local x = { id = #g.bufs, name = name, kind = kind, shape = U.array(shape), numel = numel, dtype = dtype or "f32" }
+    dtype = dtype or "f32"
+    assert(DTYPE_BYTES[dtype], "unknown dtype " .. tostring(dtype))
+    local x = { id = #g.bufs, name = name, kind = kind, shape = U.array(shape), numel = numel, dtype = dtype,
+      bytes = numel * DTYPE_BYTES[dtype] }
     g.bufs[#g.bufs + 1] = x
     g.by_name[name] = x
     return name
@@ -424,7 +430,7 @@ function P.build(tree, cfg, contrib, opts)
   local fwd, loss_op, bwd, losses = build_graph(g, m, d, names, layer, attention)
 
   -- the activation arena: a memory hook may lay it out; else every buffer gets its own region
-  local items, life, naive, peak = lifetimes(g, fwd, bwd, losses)
+  local items, _, naive, peak = lifetimes(g, fwd, bwd, losses)
   local mem = { items = items, naive = naive, peak = peak }
   TQ.run(tree, cfg, contrib, "memory", mem)
   if not mem.size then
@@ -433,18 +439,17 @@ function P.build(tree, cfg, contrib, opts)
     decide("plan.memory", "no reuse", string.format("no memory-planning technique active: every activation has its own region (%.2f MiB; enable memory-planning to share)", naive * 4 / 1048576))
   end
   for _, it in ipairs(items) do g.by_name[it.name].offset = it.offset end
-  local buffers = U.array()
-  for _, bf in ipairs(g.bufs) do
-    if bf.kind == "act" and not life[bf.name] then bf.offset = 0 end
-    buffers[#buffers + 1] = { name = bf.name, kind = bf.kind, shape = bf.shape, numel = bf.numel, dtype = bf.dtype, offset = bf.offset or 0 }
-  end
 
-  -- plan sections: the runtime's defaults, the modules' settings, then their section hooks
+  -- plan sections: the runtime's defaults, the modules' settings, then their section hooks.
+  -- The optimizer: Adam with fp32 moments unless a module says otherwise; its parameter groups
+  -- come from the parameters' decay flags (emit_v2).
   local train = { B = maxB, T = maxT, decay_fraction = 0.2, zero_stage = 0,
     zero_prefetch = 1, -- stage 3: layer groups gathered ahead of the one computing
     comm_overlap = 1,  -- device targets: gradient all-reduce per layer bucket during backward
     steps = 1000, eval_every = 100, eval_batches = 8, seed = 1337 }
   train.lr = d.C <= 256 and 2e-3 or 6e-4
+  local optimizer = { kind = "adamw", hyper = { beta1 = 0.9, beta2 = 0.95, eps = 1e-8 }, weight_decay = 0.0,
+    state = U.array({ { name = "m", dtype = "f32" }, { name = "v", dtype = "f32" } }), shard = "elementwise" }
   local plan = {
     format = P.FORMAT, version = P.VERSION,
     generator = { version = hyp.version },
@@ -456,17 +461,58 @@ function P.build(tree, cfg, contrib, opts)
     hardware = hardware(tree, cfg),
     flops_per_token = F.train_flops_per_token(m, maxT),
     flops_attn_coef = F.train_flops_per_token(m, 1) - F.train_flops_per_token(m, 0),
-    train = train,
+    train = train, optimizer = optimizer,
     params = params, param_floats = poff,
-    buffers = buffers, act_floats = mem.size, act_floats_unplanned = naive, act_floats_peak_live = peak,
+    bufs = g.bufs, act_floats = mem.size, act_floats_unplanned = naive, act_floats_peak_live = peak,
     forward = fwd, loss = loss_op, backward = bwd,
   }
-  TQ.apply_settings(tree, cfg, contrib, { train = train })
+  TQ.apply_settings(tree, cfg, contrib, { train = train, optimizer = optimizer, ["optimizer.hyper"] = optimizer.hyper })
   TQ.run(tree, cfg, contrib, "sections", plan)
   if facts.lr == nil then
     decide("train.lr", train.lr, "default peak LR for d_model " .. (d.C <= 256 and "<= 256" or "> 256") .. "; override with train --lr")
   end
-  return plan
+  return P.emit_v2(plan)
+end
+
+-- Plan format v2 (runtime/core/PLAN_FORMAT.md), the one place that shapes plan.json: takes the
+-- plan P.build assembled (offsets in 4-byte units of the arenas, a decay flag per parameter, the
+-- optimizer's weight decay) and writes buffers and parameters with a dtype and BYTE offsets, the
+-- arena sizes in bytes, and the optimizer section's parameter groups from the decay flags. Any
+-- other section a module added (fp8, checkpoint, ...) is passed through.
+local INTERNAL = { bufs = true, params = true, param_floats = true, act_floats = true, act_floats_unplanned = true,
+  act_floats_peak_live = true, optimizer = true }
+
+function P.emit_v2(s)
+  local out = {}
+  for k, v in pairs(s) do if not INTERNAL[k] then out[k] = v end end
+  local buffers, by_name = U.array(), {}
+  for _, bf in ipairs(s.bufs) do
+    local off = 0 -- token arrays are their own; an activation no op touches gets no place
+    if bf.kind ~= "tokens" then off = (bf.offset or 0) * 4 end
+    buffers[#buffers + 1] = { name = bf.name, kind = bf.kind, dtype = bf.dtype, shape = bf.shape, numel = bf.numel,
+      offset = off, bytes = bf.bytes }
+    by_name[bf.name] = bf
+  end
+  local decay, no_decay = U.array(), U.array()
+  local params = U.array()
+  for _, p in ipairs(s.params) do
+    local group = p.decay and "decay" or "no_decay"
+    local list = p.decay and decay or no_decay
+    list[#list + 1] = p.name
+    local bf = by_name[p.name]
+    params[#params + 1] = { name = p.name, shape = p.shape, numel = p.numel, dtype = bf.dtype, offset = p.offset * 4,
+      bytes = bf.bytes, init = p.init, group = group }
+  end
+  local o = s.optimizer
+  local groups = U.array()
+  if #decay > 0 then groups[#groups + 1] = { name = "decay", lr_mult = 1.0, weight_decay = o.weight_decay, params = decay } end
+  if #no_decay > 0 then groups[#groups + 1] = { name = "no_decay", lr_mult = 1.0, weight_decay = 0.0, params = no_decay } end
+  out.optimizer = { kind = o.kind, hyper = o.hyper, state = o.state, shard = o.shard, groups = groups }
+  out.params, out.param_bytes = params, s.param_floats * 4
+  out.buffers = buffers
+  out.act_bytes, out.act_bytes_unplanned, out.act_bytes_peak_live = s.act_floats * 4, s.act_floats_unplanned * 4,
+    s.act_floats_peak_live * 4
+  return out
 end
 
 return P

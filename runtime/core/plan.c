@@ -4,69 +4,63 @@
 #include "plan.h"
 
 #include <cjson/cJSON.h>
+#include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>
 
+#include "op_registry.h"
+
 #define PLAN_FORMAT "hyperion-plan"
-#define PLAN_VERSION 1
-
-typedef struct {
-    const char *name;
-    int nin, nout;
-    int in_optional, out_optional; /* bitmasks of arguments that may be "" */
-} op_info;
-
-static const op_info OPS[OP__COUNT] = {
-    [OP_EMBEDDING_FWD] = {"embedding_fwd", 3, 1, 1 << 2, 0},
-    [OP_EMBEDDING_BWD] = {"embedding_bwd", 2, 2, 0, 1 << 1},
-    [OP_LAYERNORM_FWD] = {"layernorm_fwd", 3, 3, 1 << 2, 0},
-    [OP_LAYERNORM_BWD] = {"layernorm_bwd", 5, 3, 0, 1 << 2},
-    [OP_RMSNORM_FWD] = {"rmsnorm_fwd", 2, 2, 0, 0},
-    [OP_RMSNORM_BWD] = {"rmsnorm_bwd", 4, 2, 0, 0},
-    [OP_MATMUL_FWD] = {"matmul_fwd", 3, 1, 1 << 2, 0},
-    [OP_MATMUL_BWD] = {"matmul_bwd", 3, 3, 0, (1 << 0) | (1 << 2)},
-    [OP_QKNORM_FWD] = {"qknorm_fwd", 3, 2, 0, 0},
-    [OP_QKNORM_BWD] = {"qknorm_bwd", 5, 3, 0, 0},
-    [OP_ROPE_FWD] = {"rope_fwd", 1, 1, 0, 0},
-    [OP_ROPE_BWD] = {"rope_bwd", 1, 1, 0, 0},
-    [OP_ATTENTION_FWD] = {"attention_fwd", 1, 2, 0, 0},
-    [OP_ATTENTION_BWD] = {"attention_bwd", 3, 2, 0, 0},
-    [OP_GELU_FWD] = {"gelu_fwd", 1, 1, 0, 0},
-    [OP_GELU_BWD] = {"gelu_bwd", 2, 1, 0, 0},
-    [OP_SWIGLU_FWD] = {"swiglu_fwd", 1, 1, 0, 0},
-    [OP_SWIGLU_BWD] = {"swiglu_bwd", 2, 1, 0, 0},
-    [OP_ADD_FWD] = {"add_fwd", 2, 1, 0, 0},
-    [OP_ACCUMULATE] = {"accumulate", 1, 1, 0, 0},
-    [OP_ZERO] = {"zero", 0, 1, 0, 0},
-    [OP_CROSSENTROPY] = {"crossentropy", 2, 1, 0, 0},
-    [OP_CROSSENTROPY_FUSED] = {"crossentropy_fused", 1, 2, 0, 0},
-    [OP_FLASH_ATTENTION_FWD] = {"flash_attention_fwd", 1, 2, 0, 0},
-    [OP_FLASH_ATTENTION_BWD] = {"flash_attention_bwd", 4, 2, 0, 0},
-    [OP_FP8_QUANTIZE] = {"fp8_quantize", 1, 1, 0, 0},
-    [OP_ROUND_BF16] = {"round_bf16", 1, 1, 0, 0},
-};
-
-const char *plan_op_name(op_kind k) { return k < OP__COUNT ? OPS[k].name : "?"; }
+#define PLAN_VERSION 2
 
 typedef struct {
     const char *path;
     hyp_err *e;
     plan_t *p;
+    char at[640]; /* the object being read, "optimizer.groups[1]" ("" at the root): prefixes field names */
 } ld;
 
-static int bad(ld *c, const char *what) {
+static int bad(ld *c, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+static int bad(ld *c, const char *fmt, ...) {
+    char what[900];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
     return hyp_fail(c->e, HYP_EINPUT, "%s: %s — the plan is damaged or from another version; regenerate it with gen",
                     c->path, what);
+}
+
+/* c->at + "." + key, the field's full name */
+static const char *field(const ld *c, const char *key, char *buf, size_t n) {
+    snprintf(buf, n, "%s%s%s", c->at, c->at[0] ? "." : "", key);
+    return buf;
+}
+
+static void enter(ld *c, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+static void enter(ld *c, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->at, sizeof c->at, fmt, ap);
+    va_end(ap);
 }
 
 static const cJSON *need(ld *c, const cJSON *obj, const char *key, int type_mask, int *rc) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
     if (!v || !(v->type & type_mask)) {
-        char what[256];
-        snprintf(what, sizeof what, "missing or mistyped field '%s'", key);
-        *rc = bad(c, what);
+        char f[700];
+        *rc = bad(c, "%s field '%s'", v ? "mistyped" : "missing", field(c, key, f, sizeof f));
         return NULL;
     }
     return v;
@@ -78,10 +72,9 @@ static int get_int(ld *c, const cJSON *obj, const char *key, int64_t lo, int64_t
     if (!v) return rc;
     double d = v->valuedouble;
     if (d != (double)(int64_t)d || d < (double)lo || d > (double)hi) {
-        char what[256];
-        snprintf(what, sizeof what, "field '%s' = %g is out of range [%lld, %lld]", key, d, (long long)lo,
-                 (long long)hi);
-        return bad(c, what);
+        char f[700];
+        return bad(c, "field '%s' = %g is out of range [%lld, %lld]", field(c, key, f, sizeof f), d, (long long)lo,
+                   (long long)hi);
     }
     *out = (int64_t)d;
     return 0;
@@ -92,9 +85,8 @@ static int get_num(ld *c, const cJSON *obj, const char *key, double lo, double h
     const cJSON *v = need(c, obj, key, cJSON_Number, &rc);
     if (!v) return rc;
     if (!(v->valuedouble >= lo && v->valuedouble <= hi)) {
-        char what[256];
-        snprintf(what, sizeof what, "field '%s' = %g is out of range", key, v->valuedouble);
-        return bad(c, what);
+        char f[700];
+        return bad(c, "field '%s' = %g is out of range [%g, %g]", field(c, key, f, sizeof f), v->valuedouble, lo, hi);
     }
     *out = v->valuedouble;
     return 0;
@@ -104,8 +96,43 @@ static int get_str(ld *c, const cJSON *obj, const char *key, char *out, size_t n
     int rc = 0;
     const cJSON *v = need(c, obj, key, cJSON_String, &rc);
     if (!v) return rc;
-    if (strlen(v->valuestring) >= n) return bad(c, "a string field is too long");
+    if (strlen(v->valuestring) >= n) {
+        char f[700];
+        return bad(c, "field '%s' is longer than %zu characters", field(c, key, f, sizeof f), n - 1);
+    }
     strcpy(out, v->valuestring);
+    return 0;
+}
+
+/* A "dtype" field: one of core/dtype.h's names. */
+static int get_dtype(ld *c, const cJSON *obj, hyp_dtype *out) {
+    char name[16], f[700];
+    int rc = get_str(c, obj, "dtype", name, sizeof name);
+    if (rc) return rc;
+    int dt = hyp_dtype_parse(name);
+    if (dt < 0) return bad(c, "field '%s' = \"%s\" is no dtype (f32, bf16, f16, e4m3, e5m2, i8, i32)", field(c, "dtype", f, sizeof f), name);
+    *out = (hyp_dtype)dt;
+    return 0;
+}
+
+/* offset and bytes (in bytes) of an object of numel elements of dtype dt inside an arena of
+ * `arena` bytes: bytes = numel * size, offset a multiple of the size, [offset, offset+bytes) inside. */
+static int get_placement(ld *c, const cJSON *obj, hyp_dtype dt, int64_t numel, int64_t arena, const char *arena_name,
+                         int64_t *offset, int64_t *bytes) {
+    char f[700];
+    int64_t size = (int64_t)hyp_dtype_size(dt);
+    int rc;
+    if ((rc = get_int(c, obj, "offset", 0, (int64_t)1 << 50, offset)) || (rc = get_int(c, obj, "bytes", 1, (int64_t)1 << 50, bytes)))
+        return rc;
+    if (*bytes != numel * size)
+        return bad(c, "field '%s' = %lld, but %lld elements of %s take %lld bytes", field(c, "bytes", f, sizeof f),
+                   (long long)*bytes, (long long)numel, hyp_dtype_name(dt), (long long)(numel * size));
+    if (*offset % size)
+        return bad(c, "field '%s' = %lld is not a multiple of the %s size (%lld bytes)", field(c, "offset", f, sizeof f),
+                   (long long)*offset, hyp_dtype_name(dt), (long long)size);
+    if (*offset + *bytes > arena)
+        return bad(c, "field '%s': bytes [%lld, %lld) lie outside the %s of %lld bytes", field(c, "offset", f, sizeof f),
+                   (long long)*offset, (long long)(*offset + *bytes), arena_name, (long long)arena);
     return 0;
 }
 
@@ -122,142 +149,158 @@ static int find_buf(const plan_t *p, const char *name) {
     return -1;
 }
 
+static int find_param(const plan_t *p, const char *name) {
+    for (int i = 0; i < p->n_params_t; i++)
+        if (!strcmp(p->params[i].name, name)) return i;
+    return -1;
+}
+
+/* A buffer's "shape": 1 to 4 sizes, each a positive integer or "B", "T", "N" (DIM_*), whose product
+ * at the planned batch and sequence length is its numel. */
+static int get_buf_shape(ld *c, const cJSON *b, plan_buf *pb) {
+    int rc = 0;
+    const cJSON *shape = need(c, b, "shape", cJSON_Array, &rc);
+    if (!shape) return rc;
+    int64_t prod = 1;
+    const cJSON *s;
+    cJSON_ArrayForEach(s, shape) {
+        int64_t d = 0, v = 0;
+        if (cJSON_IsString(s))
+            d = !strcmp(s->valuestring, "B") ? DIM_B : !strcmp(s->valuestring, "T") ? DIM_T : !strcmp(s->valuestring, "N") ? DIM_N : 0;
+        else if (cJSON_IsNumber(s) && s->valuedouble >= 1 && s->valuedouble <= (double)((int64_t)1 << 40) &&
+                 s->valuedouble == (double)(int64_t)s->valuedouble)
+            d = (int64_t)s->valuedouble;
+        if (!d || pb->ndim >= 4) return bad(c, "field '%s.shape' is not a list of 1 to 4 positive sizes or B, T, N", c->at);
+        v = d == DIM_B ? c->p->B : d == DIM_T ? c->p->T : d == DIM_N ? (int64_t)c->p->B * c->p->T : d;
+        if (prod > ((int64_t)1 << 40) / v) return bad(c, "field '%s.shape' is implausibly large", c->at);
+        prod *= v;
+        pb->shape[pb->ndim++] = d;
+    }
+    if (!pb->ndim || prod != pb->numel)
+        return bad(c, "field '%s.shape' holds %lld elements at B=%d, T=%d; numel says %lld", c->at, (long long)prod, c->p->B,
+                   c->p->T, (long long)pb->numel);
+    return 0;
+}
+
 static int load_buffers(ld *c, const cJSON *root) {
     plan_t *p = c->p;
     int rc = 0;
+    enter(c, "%s", "");
     const cJSON *arr = need(c, root, "buffers", cJSON_Array, &rc);
     if (!arr) return rc;
     int n = cJSON_GetArraySize(arr);
-    if (n < 1 || n > 1000000) return bad(c, "bad number of buffers");
+    if (n < 1 || n > 1000000) return bad(c, "field 'buffers' has %d entries", n);
     p->bufs = calloc((size_t)n, sizeof *p->bufs);
     if (!p->bufs) return hyp_fail(c->e, HYP_EFAIL, "%s: out of memory", c->path);
     const cJSON *b;
     cJSON_ArrayForEach(b, arr) {
         plan_buf *pb = &p->bufs[p->n_bufs];
         char name[512], kind[16];
+        enter(c, "buffers[%d]", p->n_bufs);
         TRY(get_str(c, b, "name", name, sizeof name));
+        enter(c, "buffers[%d] ('%s')", p->n_bufs, name);
         TRY(get_str(c, b, "kind", kind, sizeof kind));
         pb->name = strdup(name);
+        if (!pb->name) return hyp_fail(c->e, HYP_EFAIL, "%s: out of memory", c->path);
         p->n_bufs++;
         if (!strcmp(kind, "param")) pb->kind = BUF_PARAM;
         else if (!strcmp(kind, "grad")) pb->kind = BUF_GRAD;
         else if (!strcmp(kind, "act")) pb->kind = BUF_ACT;
         else if (!strcmp(kind, "tokens")) pb->kind = BUF_TOKENS;
-        else return bad(c, "unknown buffer kind");
+        else return bad(c, "field '%s.kind' = \"%s\" is none of param, grad, act, tokens", c->at, kind);
+        TRY(get_dtype(c, b, &pb->dtype));
         TRY(get_int(c, b, "numel", 1, (int64_t)1 << 40, &pb->numel));
-        TRY(get_int(c, b, "offset", 0, (int64_t)1 << 40, &pb->offset));
-        int64_t limit = pb->kind == BUF_ACT ? p->act_floats
-                        : pb->kind == BUF_TOKENS ? (int64_t)p->B * p->T
-                                                 : p->param_floats;
-        if (pb->kind == BUF_TOKENS && pb->offset != 0) return bad(c, "token buffer with an offset");
-        if (pb->offset + pb->numel > limit) {
-            char what[700];
-            snprintf(what, sizeof what, "buffer '%s' [%lld, %lld) lies outside its arena of %lld elements",
-                     pb->name, (long long)pb->offset, (long long)(pb->offset + pb->numel), (long long)limit);
-            return bad(c, what);
-        }
-        if (find_buf(p, name) != p->n_bufs - 1) {
-            char what[600];
-            snprintf(what, sizeof what, "duplicate buffer '%s'", name);
-            return bad(c, what);
-        }
+        TRY(get_buf_shape(c, b, pb));
+        /* the executors hold token ids as their own i32 arrays and everything else as f32 arenas */
+        if ((pb->kind == BUF_TOKENS) != (pb->dtype == HYP_DT_I32))
+            return bad(c, "field '%s.dtype' = %s: token buffers are i32 and this runtime holds no other integer buffer",
+                       c->at, hyp_dtype_name(pb->dtype));
+        if ((pb->kind == BUF_PARAM || pb->kind == BUF_GRAD) && pb->dtype != HYP_DT_F32)
+            return bad(c, "field '%s.dtype' = %s: parameters and gradients are f32 in this runtime", c->at,
+                       hyp_dtype_name(pb->dtype));
+        int64_t arena = pb->kind == BUF_ACT ? p->act_bytes
+                        : pb->kind == BUF_TOKENS ? (int64_t)p->B * p->T * 4
+                                                 : p->param_bytes;
+        const char *aname = pb->kind == BUF_ACT ? "activation arena (act_bytes)"
+                            : pb->kind == BUF_TOKENS ? "token array (B*T i32)"
+                                                     : "parameter arena (param_bytes)";
+        TRY(get_placement(c, b, pb->dtype, pb->numel, arena, aname, &pb->offset_bytes, &pb->bytes));
+        if (pb->kind == BUF_TOKENS && pb->offset_bytes != 0) return bad(c, "field '%s.offset': a token buffer has no offset", c->at);
+        pb->offset = pb->offset_bytes / (int64_t)hyp_dtype_size(pb->dtype);
+        if (find_buf(p, name) != p->n_bufs - 1) return bad(c, "field '%s.name': duplicate buffer '%s'", c->at, name);
     }
+    enter(c, "%s", "");
     p->tokens_buf = find_buf(p, "tokens");
     p->targets_buf = find_buf(p, "targets");
     p->losses_buf = find_buf(p, "losses");
     if (p->tokens_buf < 0 || p->targets_buf < 0 || p->losses_buf < 0)
-        return bad(c, "the tokens, targets or losses buffer is missing");
+        return bad(c, "field 'buffers': the tokens, targets or losses buffer is missing");
     if (p->bufs[p->tokens_buf].kind != BUF_TOKENS || p->bufs[p->targets_buf].kind != BUF_TOKENS ||
         p->bufs[p->losses_buf].kind != BUF_ACT)
-        return bad(c, "tokens/targets/losses buffers have the wrong kind");
+        return bad(c, "field 'buffers': tokens/targets/losses buffers have the wrong kind");
     return 0;
 }
 
-/* Reads an attribute that may be an integer or one of the symbols "B", "T", "N". */
-static int get_dim(ld *c, const cJSON *attrs, const char *key, int64_t *out) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(attrs, key);
-    *out = 0;
-    if (!v) return 0;
-    if (cJSON_IsString(v)) {
-        if (!strcmp(v->valuestring, "B")) *out = DIM_B;
-        else if (!strcmp(v->valuestring, "T")) *out = DIM_T;
-        else if (!strcmp(v->valuestring, "N")) *out = DIM_N;
-        else return bad(c, "unknown symbolic dimension");
-        return 0;
+/* The attributes an op may carry and where they land in plan_op. */
+enum { A_DIM, A_NUM, A_SLOT };
+static const struct {
+    const char *key;
+    int type;
+    size_t off;
+} ATTRS[] = {
+    {"B", A_DIM, offsetof(plan_op, B)},     {"T", A_DIM, offsetof(plan_op, T)},
+    {"N", A_DIM, offsetof(plan_op, N)},     {"C", A_DIM, offsetof(plan_op, C)},
+    {"IC", A_DIM, offsetof(plan_op, IC)},   {"OC", A_DIM, offsetof(plan_op, OC)},
+    {"NH", A_DIM, offsetof(plan_op, NH)},   {"NKV", A_DIM, offsetof(plan_op, NKV)},
+    {"hd", A_DIM, offsetof(plan_op, hd)},   {"H", A_DIM, offsetof(plan_op, H)},
+    {"V", A_DIM, offsetof(plan_op, V)},     {"Vp", A_DIM, offsetof(plan_op, Vp)},
+    {"n", A_DIM, offsetof(plan_op, n)},     {"eps", A_NUM, offsetof(plan_op, eps)},
+    {"theta", A_NUM, offsetof(plan_op, theta)}, {"slot", A_SLOT, offsetof(plan_op, slot)},
+};
+
+/* Reads attribute v (key) of op o: a dim is a positive integer or one of "B", "T", "N". */
+static int read_attr(ld *c, const cJSON *v, const char *key, plan_op *o) {
+    size_t k;
+    for (k = 0; k < sizeof ATTRS / sizeof *ATTRS; k++)
+        if (!strcmp(ATTRS[k].key, key)) break;
+    char *dst = (char *)o + ATTRS[k].off;
+    if (ATTRS[k].type == A_DIM) {
+        int64_t d = 0;
+        if (cJSON_IsString(v)) {
+            if (!strcmp(v->valuestring, "B")) d = DIM_B;
+            else if (!strcmp(v->valuestring, "T")) d = DIM_T;
+            else if (!strcmp(v->valuestring, "N")) d = DIM_N;
+            else return bad(c, "field '%s.attrs.%s' = \"%s\" is no symbolic dimension (B, T, N)", c->at, key, v->valuestring);
+        } else if (!cJSON_IsNumber(v) || v->valuedouble < 1 || v->valuedouble > (double)((int64_t)1 << 40) ||
+                   v->valuedouble != (double)(int64_t)v->valuedouble) {
+            return bad(c, "field '%s.attrs.%s' is not a positive integer or B, T, N", c->at, key);
+        } else {
+            d = (int64_t)v->valuedouble;
+        }
+        memcpy(dst, &d, sizeof d);
+    } else if (ATTRS[k].type == A_NUM) {
+        if (!cJSON_IsNumber(v) || !(v->valuedouble > 0 && v->valuedouble < 1e30))
+            return bad(c, "field '%s.attrs.%s' is not a positive number", c->at, key);
+        float f = (float)v->valuedouble;
+        memcpy(dst, &f, sizeof f);
+    } else {
+        if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble >= c->p->fp8_slots ||
+            v->valuedouble != (double)(int)v->valuedouble)
+            return bad(c, "field '%s.attrs.slot' names an fp8 scaling slot the plan does not declare (fp8.slots has %d)", c->at,
+                       c->p->fp8_slots);
+        int s = (int)v->valuedouble;
+        memcpy(dst, &s, sizeof s);
     }
-    if (!cJSON_IsNumber(v) || v->valuedouble < 1 || v->valuedouble > (double)((int64_t)1 << 40) ||
-        v->valuedouble != (double)(int64_t)v->valuedouble)
-        return bad(c, "an op attribute is not a positive integer");
-    *out = (int64_t)v->valuedouble;
     return 0;
-}
-
-static int64_t bind(int64_t v, int64_t B, int64_t T) {
-    return v == DIM_B ? B : v == DIM_T ? T : v == DIM_N ? B * T : v;
-}
-
-/* The element count op argument `arg` (inputs 0.., outputs 100..) needs, at batch B, T. */
-static int64_t arg_need(const plan_t *p, const plan_op *o, int arg, int64_t B, int64_t T) {
-    int64_t N = bind(o->N, B, T), n = bind(o->n, B, T), C = o->C ? o->C : 1;
-    int64_t qkv = (o->NH + 2 * o->NKV) * o->hd;
-    int64_t Bb = bind(o->B, B, T), Tb = bind(o->T, B, T);
-    switch (o->kind) {
-    case OP_EMBEDDING_FWD:
-        return arg == 0 ? Bb * Tb : arg == 1 ? (int64_t)p->V * C : arg == 2 ? Tb * C : Bb * Tb * C;
-    case OP_EMBEDDING_BWD:
-        return arg == 0 ? Bb * Tb * C : arg == 1 ? Bb * Tb : arg == 100 ? o->V * C : Tb * C;
-    case OP_LAYERNORM_FWD:
-        return (arg == 0 || arg == 100) ? N * C : (arg == 1 || arg == 2) ? C : N;
-    case OP_LAYERNORM_BWD:
-        return (arg <= 1 || arg == 100) ? N * C : (arg == 2 || arg >= 101) ? C : N;
-    case OP_RMSNORM_FWD: return (arg == 0 || arg == 100) ? N * C : arg == 1 ? C : N;
-    case OP_RMSNORM_BWD: return (arg <= 1 || arg == 100) ? N * C : (arg == 2 || arg == 101) ? C : N;
-    case OP_MATMUL_FWD:
-        return arg == 0 ? N * o->IC : arg == 1 ? o->OC * o->IC : arg == 2 ? o->OC : N * o->OC;
-    case OP_MATMUL_BWD:
-        return arg == 0 ? N * o->OC : arg == 1 || arg == 100 ? N * o->IC : arg == 2 || arg == 101 ? o->OC * o->IC : o->OC;
-    case OP_QKNORM_FWD:
-        return (arg == 0 || arg == 100) ? N * qkv : (arg == 1 || arg == 2) ? o->hd : N * (o->NH + o->NKV);
-    case OP_QKNORM_BWD:
-        return (arg <= 1 || arg == 100) ? N * qkv : (arg == 2 || arg == 3 || arg >= 101) ? o->hd : N * (o->NH + o->NKV);
-    case OP_ROPE_FWD:
-    case OP_ROPE_BWD: return Bb * Tb * qkv;
-    case OP_ATTENTION_FWD:
-        return arg == 0 ? Bb * Tb * qkv : arg == 100 ? Bb * Tb * o->NH * o->hd : Bb * o->NH * Tb * Tb;
-    case OP_ATTENTION_BWD:
-        return arg == 0 ? Bb * Tb * o->NH * o->hd : (arg == 1 || arg == 100) ? Bb * Tb * qkv : Bb * o->NH * Tb * Tb;
-    case OP_FLASH_ATTENTION_FWD: /* qkv -> out, lse [B,NH,T] */
-        return arg == 0 ? Bb * Tb * qkv : arg == 100 ? Bb * Tb * o->NH * o->hd : Bb * o->NH * Tb;
-    case OP_FLASH_ATTENTION_BWD: /* dout, qkv, out, lse -> dqkv, dscratch [B,NH,T] */
-        return (arg == 0 || arg == 2) ? Bb * Tb * o->NH * o->hd : (arg == 1 || arg == 100) ? Bb * Tb * qkv : Bb * o->NH * Tb;
-    case OP_GELU_FWD:
-    case OP_GELU_BWD:
-    case OP_ADD_FWD:
-    case OP_ACCUMULATE: return n * C;
-    case OP_ZERO:
-    case OP_FP8_QUANTIZE:
-    case OP_ROUND_BF16: return n * (o->C ? o->C : 1);
-    case OP_SWIGLU_FWD: return arg == 0 ? N * 2 * o->H : N * o->H;
-    case OP_SWIGLU_BWD: return arg == 0 ? N * o->H : N * 2 * o->H;
-    case OP_CROSSENTROPY: return arg == 0 ? N * o->Vp : N;
-    case OP_CROSSENTROPY_FUSED: return arg == 101 ? N * o->Vp : N;
-    default: return 0;
-    }
 }
 
 static int parse_op(ld *c, const cJSON *j, plan_op *o) {
     plan_t *p = c->p;
     char name[64];
     TRY(get_str(c, j, "op", name, sizeof name));
-    int k;
-    for (k = 0; k < OP__COUNT; k++)
-        if (!strcmp(OPS[k].name, name)) break;
-    if (k == OP__COUNT) {
-        char what[128];
-        snprintf(what, sizeof what, "unknown op '%s'", name);
-        return bad(c, what);
-    }
-    o->kind = (op_kind)k;
+    int k = hyp_op_find(name);
+    if (k < 0) return bad(c, "field '%s.op' = \"%s\" is no op of this runtime's op registry", c->at, name);
+    o->op = k;
     int rc = 0;
     const cJSON *ins = need(c, j, "ins", cJSON_Array, &rc);
     if (!ins) return rc;
@@ -265,64 +308,68 @@ static int parse_op(ld *c, const cJSON *j, plan_op *o) {
     if (!outs) return rc;
     const cJSON *attrs = need(c, j, "attrs", cJSON_Object, &rc);
     if (!attrs) return rc;
+    int nin, nout;
+    hyp_op_arity(k, &nin, &nout);
     o->nin = cJSON_GetArraySize(ins);
     o->nout = cJSON_GetArraySize(outs);
-    if (o->nin != OPS[k].nin || o->nout != OPS[k].nout) {
-        char what[160];
-        snprintf(what, sizeof what, "op '%s' has %d inputs and %d outputs; it takes %d and %d", name, o->nin,
-                 o->nout, OPS[k].nin, OPS[k].nout);
-        return bad(c, what);
+    if (o->nin != nin || o->nout != nout) {
+        int in = o->nin != nin;
+        return bad(c, "field '%s.%s': op '%s' has %d %s; it takes %d (%s)", c->at, in ? "ins" : "outs", name,
+                   in ? o->nin : o->nout, in ? "inputs" : "outputs", in ? nin : nout, hyp_op_get(k)->sig);
     }
     for (int side = 0; side < 2; side++) {
         const cJSON *arr = side ? outs : ins;
         int i = 0;
         const cJSON *a;
         cJSON_ArrayForEach(a, arr) {
-            if (!cJSON_IsString(a)) return bad(c, "an op argument is not a buffer name");
+            hyp_op_arg spec;
+            hyp_op_arg_of(k, side, i, &spec);
+            const char *sname = side ? "outs" : "ins";
+            if (!cJSON_IsString(a)) return bad(c, "field '%s.%s[%d]' is not a buffer name", c->at, sname, i);
             int idx = -1;
             if (a->valuestring[0] == 0) {
-                int opt = side ? OPS[k].out_optional : OPS[k].in_optional;
-                if (!(opt & (1 << i))) return bad(c, "a required op argument is empty");
+                if (!spec.optional)
+                    return bad(c, "field '%s.%s[%d]': op '%s' argument '%s' is required but empty", c->at, sname, i, name,
+                               spec.name);
             } else {
                 idx = find_buf(p, a->valuestring);
-                if (idx < 0) {
-                    char what[600];
-                    snprintf(what, sizeof what, "op '%s' names unknown buffer '%s'", name, a->valuestring);
-                    return bad(c, what);
-                }
+                if (idx < 0)
+                    return bad(c, "field '%s.%s[%d]': op '%s' names unknown buffer '%s'", c->at, sname, i, name, a->valuestring);
+                if (!(spec.dtypes & (1u << p->bufs[idx].dtype)))
+                    return bad(c, "field '%s.%s[%d]': op '%s' argument '%s' does not take buffer '%s' of dtype %s (%s)", c->at,
+                               sname, i, name, spec.name, a->valuestring, hyp_dtype_name(p->bufs[idx].dtype),
+                               hyp_op_get(k)->sig);
             }
             if (side) o->out[i] = idx;
             else o->in[i] = idx;
             i++;
         }
     }
-    int64_t *dims[] = {&o->B, &o->T, &o->N, &o->C, &o->IC, &o->OC, &o->NH, &o->NKV, &o->hd, &o->H, &o->V, &o->Vp, &o->n};
-    const char *keys[] = {"B", "T", "N", "C", "IC", "OC", "NH", "NKV", "hd", "H", "V", "Vp", "n"};
-    for (size_t i = 0; i < sizeof dims / sizeof *dims; i++) TRY(get_dim(c, attrs, keys[i], dims[i]));
-    const cJSON *eps = cJSON_GetObjectItemCaseSensitive(attrs, "eps");
-    const cJSON *theta = cJSON_GetObjectItemCaseSensitive(attrs, "theta");
-    o->eps = cJSON_IsNumber(eps) ? (float)eps->valuedouble : 1e-5f;
-    o->theta = cJSON_IsNumber(theta) ? (float)theta->valuedouble : 10000.0f;
-    if (o->NKV && o->NH % o->NKV) return bad(c, "an op's NH is not a multiple of NKV");
-    if (o->kind == OP_FP8_QUANTIZE) {
-        const cJSON *slot = cJSON_GetObjectItemCaseSensitive(attrs, "slot");
-        if (!cJSON_IsNumber(slot) || slot->valuedouble < 0 || slot->valuedouble >= p->fp8_slots)
-            return bad(c, "an fp8_quantize op names a scaling slot the plan does not declare");
-        o->slot = (int)slot->valuedouble;
+    /* attributes: each one the op takes, none it does not */
+    const cJSON *av;
+    cJSON_ArrayForEach(av, attrs) {
+        if (!hyp_op_takes_attr(k, av->string, NULL))
+            return bad(c, "field '%s.attrs.%s': op '%s' takes no attribute '%s' (it takes %s)", c->at, av->string, name,
+                       av->string, hyp_op_get(k)->attrs);
+        TRY(read_attr(c, av, av->string, o));
     }
+    for (size_t a = 0; a < sizeof ATTRS / sizeof *ATTRS; a++) {
+        int opt = 0;
+        if (hyp_op_takes_attr(k, ATTRS[a].key, &opt) && !opt && !cJSON_GetObjectItemCaseSensitive(attrs, ATTRS[a].key))
+            return bad(c, "missing field '%s.attrs.%s' (op '%s' takes %s)", c->at, ATTRS[a].key, name, hyp_op_get(k)->attrs);
+    }
+    if (o->NKV && o->NH % o->NKV) return bad(c, "field '%s.attrs': NH is not a multiple of NKV", c->at);
     /* every argument big enough at the planned maximum batch */
     for (int side = 0; side < 2; side++) {
         int cnt = side ? o->nout : o->nin;
         for (int i = 0; i < cnt; i++) {
             int idx = side ? o->out[i] : o->in[i];
             if (idx < 0) continue;
-            int64_t needn = arg_need(p, o, side * 100 + i, p->B, p->T);
-            if (needn <= 0 || p->bufs[idx].numel < needn) {
-                char what[700];
-                snprintf(what, sizeof what, "op '%s' needs %lld elements in '%s', which has %lld", name,
-                         (long long)needn, p->bufs[idx].name, (long long)p->bufs[idx].numel);
-                return bad(c, what);
-            }
+            int64_t needn = hyp_op_get(k)->need(o, side * 100 + i, p->B, p->T, p->V);
+            if (needn <= 0 || p->bufs[idx].numel < needn)
+                return bad(c, "field '%s.%s[%d]': op '%s' needs %lld elements in '%s', which has %lld", c->at,
+                           side ? "outs" : "ins", i, name, (long long)needn, p->bufs[idx].name,
+                           (long long)p->bufs[idx].numel);
         }
     }
     return 0;
@@ -330,6 +377,7 @@ static int parse_op(ld *c, const cJSON *j, plan_op *o) {
 
 static int load_ops(ld *c, const cJSON *root, const char *key, plan_op **out, int *n) {
     int rc = 0;
+    enter(c, "%s", "");
     const cJSON *arr = need(c, root, key, cJSON_Array, &rc);
     if (!arr) return rc;
     int cnt = cJSON_GetArraySize(arr);
@@ -337,6 +385,7 @@ static int load_ops(ld *c, const cJSON *root, const char *key, plan_op **out, in
     if (!*out) return hyp_fail(c->e, HYP_EFAIL, "%s: out of memory", c->path);
     const cJSON *j;
     cJSON_ArrayForEach(j, arr) {
+        enter(c, "%s[%d]", key, *n);
         TRY(parse_op(c, j, &(*out)[*n]));
         (*n)++;
     }
@@ -346,6 +395,7 @@ static int load_ops(ld *c, const cJSON *root, const char *key, plan_op **out, in
 static int load_params(ld *c, const cJSON *root) {
     plan_t *p = c->p;
     int rc = 0;
+    enter(c, "%s", "");
     const cJSON *arr = need(c, root, "params", cJSON_Array, &rc);
     if (!arr) return rc;
     int n = cJSON_GetArraySize(arr);
@@ -355,27 +405,35 @@ static int load_params(ld *c, const cJSON *root) {
     cJSON_ArrayForEach(j, arr) {
         plan_param *pp = &p->params[p->n_params_t];
         char name[256];
+        enter(c, "params[%d]", p->n_params_t);
         TRY(get_str(c, j, "name", name, sizeof name));
+        enter(c, "params[%d] ('%s')", p->n_params_t, name);
         pp->name = strdup(name);
+        if (!pp->name) return hyp_fail(c->e, HYP_EFAIL, "%s: out of memory", c->path);
         p->n_params_t++;
-        TRY(get_int(c, j, "offset", 0, p->param_floats, &pp->offset));
-        TRY(get_int(c, j, "numel", 1, p->param_floats, &pp->numel));
-        if (pp->offset + pp->numel > p->param_floats) return bad(c, "a parameter lies outside the parameter arena");
+        if (find_param(p, name) != p->n_params_t - 1) return bad(c, "field '%s.name': duplicate parameter", c->at);
+        TRY(get_dtype(c, j, &pp->dtype));
+        if (pp->dtype != HYP_DT_F32)
+            return bad(c, "field '%s.dtype' = %s: this runtime keeps f32 parameters", c->at, hyp_dtype_name(pp->dtype));
+        TRY(get_int(c, j, "numel", 1, (int64_t)1 << 40, &pp->numel));
+        TRY(get_placement(c, j, pp->dtype, pp->numel, p->param_bytes, "parameter arena (param_bytes)", &pp->offset_bytes,
+                          &pp->bytes));
+        pp->offset = pp->offset_bytes / 4;
         const cJSON *shape = need(c, j, "shape", cJSON_Array, &rc);
         if (!shape) return rc;
         int64_t prod = 1;
         const cJSON *s;
         cJSON_ArrayForEach(s, shape) {
-            if (pp->ndim >= 4 || !cJSON_IsNumber(s) || s->valuedouble < 1) return bad(c, "a parameter has a bad shape");
+            if (pp->ndim >= 4 || !cJSON_IsNumber(s) || s->valuedouble < 1 || s->valuedouble > (double)((int64_t)1 << 40))
+                return bad(c, "field '%s.shape' is not a list of 1 to 4 positive sizes", c->at);
             pp->shape[pp->ndim++] = (int64_t)s->valuedouble;
             prod *= (int64_t)s->valuedouble;
         }
-        if (prod != pp->numel) return bad(c, "a parameter's shape does not match its numel");
-        const cJSON *decay = cJSON_GetObjectItemCaseSensitive(j, "decay");
-        pp->decay = cJSON_IsTrue(decay);
+        if (prod != pp->numel) return bad(c, "field '%s.shape' does not match its numel", c->at);
         const cJSON *init = need(c, j, "init", cJSON_Object, &rc);
         if (!init) return rc;
         char kind[16];
+        enter(c, "params[%d] ('%s').init", p->n_params_t - 1, name);
         TRY(get_str(c, init, "kind", kind, sizeof kind));
         if (!strcmp(kind, "normal")) {
             double std;
@@ -384,12 +442,170 @@ static int load_params(ld *c, const cJSON *root) {
             pp->init_std = (float)std;
         } else if (!strcmp(kind, "ones")) pp->init = PINIT_ONES;
         else if (!strcmp(kind, "zeros")) pp->init = PINIT_ZEROS;
-        else return bad(c, "unknown parameter init");
+        else return bad(c, "field '%s.kind' = \"%s\" is none of normal, ones, zeros", c->at, kind);
     }
     /* parameters must not overlap (each gets its own optimizer state) */
     for (int i = 1; i < p->n_params_t; i++)
-        if (p->params[i].offset < p->params[i - 1].offset + p->params[i - 1].numel)
-            return bad(c, "parameters overlap in the arena");
+        if (p->params[i].offset < p->params[i - 1].offset + p->params[i - 1].numel) {
+            enter(c, "params[%d] ('%s')", i, p->params[i].name);
+            return bad(c, "field '%s.offset': it overlaps the previous parameter in the arena", c->at);
+        }
+    return 0;
+}
+
+/* The optimizer kinds this runtime implements (runtime/train/ runs them): the hyper-parameters
+ * each takes (all required, each in [lo, hi]), its state tensors with the dtypes it keeps them in,
+ * and how it may be sharded. A new optimizer adds one row here and its implementation there. */
+typedef struct {
+    const char *name;
+    double lo, hi;
+} optim_hyper_rule;
+
+static const struct {
+    const char *kind;
+    optim_hyper_rule hyper[HYP_OPT_MAX_HYPER];
+    const char *state[HYP_OPT_MAX_STATE]; /* names, in order */
+    unsigned state_dtypes;                /* bit per accepted dtype */
+    const char *shard;                    /* "elementwise" or "matrix" */
+} OPTIM_KINDS[] = {
+    {"adamw", {{"beta1", 0, 1}, {"beta2", 0, 1}, {"eps", 0, 1}}, {"m", "v"}, 1u << HYP_DT_F32, "elementwise"},
+};
+
+static int load_optimizer(ld *c, const cJSON *root) {
+    plan_t *p = c->p;
+    hyp_optim_cfg *o = &p->optim;
+    int rc = 0;
+    enter(c, "%s", "");
+    const cJSON *opt = need(c, root, "optimizer", cJSON_Object, &rc);
+    if (!opt) return rc;
+    enter(c, "optimizer");
+    TRY(get_str(c, opt, "kind", o->kind, sizeof o->kind));
+    size_t kk, nk = sizeof OPTIM_KINDS / sizeof *OPTIM_KINDS;
+    for (kk = 0; kk < nk; kk++)
+        if (!strcmp(OPTIM_KINDS[kk].kind, o->kind)) break;
+    if (kk == nk) return bad(c, "field 'optimizer.kind' = \"%s\" is no optimizer of this runtime (adamw)", o->kind);
+    /* hyper: exactly the kind's scalars */
+    const cJSON *hy = need(c, opt, "hyper", cJSON_Object, &rc);
+    if (!hy) return rc;
+    enter(c, "optimizer.hyper");
+    const cJSON *h;
+    cJSON_ArrayForEach(h, hy) {
+        int known = 0;
+        for (int r = 0; r < HYP_OPT_MAX_HYPER && OPTIM_KINDS[kk].hyper[r].name; r++)
+            known |= !strcmp(OPTIM_KINDS[kk].hyper[r].name, h->string);
+        if (!known) return bad(c, "field 'optimizer.hyper.%s': %s takes no hyper-parameter '%s'", h->string, o->kind, h->string);
+    }
+    for (int r = 0; r < HYP_OPT_MAX_HYPER && OPTIM_KINDS[kk].hyper[r].name; r++) {
+        const optim_hyper_rule *hr = &OPTIM_KINDS[kk].hyper[r];
+        TRY(get_num(c, hy, hr->name, hr->lo, hr->hi, &o->hyper[o->n_hyper]));
+        snprintf(o->hyper_name[o->n_hyper], sizeof o->hyper_name[0], "%s", hr->name);
+        o->n_hyper++;
+    }
+    /* state: the kind's tensors, in its order, each in a dtype it keeps */
+    enter(c, "optimizer");
+    const cJSON *st = need(c, opt, "state", cJSON_Array, &rc);
+    if (!st) return rc;
+    int want = 0;
+    while (want < HYP_OPT_MAX_STATE && OPTIM_KINDS[kk].state[want]) want++;
+    if (cJSON_GetArraySize(st) != want)
+        return bad(c, "field 'optimizer.state' lists %d tensors; %s keeps %d", cJSON_GetArraySize(st), o->kind, want);
+    const cJSON *sj;
+    cJSON_ArrayForEach(sj, st) {
+        int i = o->n_state;
+        enter(c, "optimizer.state[%d]", i);
+        TRY(get_str(c, sj, "name", o->state_name[i], sizeof o->state_name[i]));
+        if (strcmp(o->state_name[i], OPTIM_KINDS[kk].state[i]))
+            return bad(c, "field '%s.name' = \"%s\": %s's state tensor %d is '%s'", c->at, o->state_name[i], o->kind, i,
+                       OPTIM_KINDS[kk].state[i]);
+        TRY(get_dtype(c, sj, &o->state_dtype[i]));
+        if (!(OPTIM_KINDS[kk].state_dtypes & (1u << o->state_dtype[i])))
+            return bad(c, "field '%s.dtype' = %s: %s keeps this state in f32", c->at, hyp_dtype_name(o->state_dtype[i]),
+                       o->kind);
+        o->n_state++;
+    }
+    enter(c, "optimizer");
+    char shard[16];
+    TRY(get_str(c, opt, "shard", shard, sizeof shard));
+    if (strcmp(shard, "elementwise") && strcmp(shard, "matrix"))
+        return bad(c, "field 'optimizer.shard' = \"%s\" is neither elementwise nor matrix", shard);
+    if (strcmp(shard, OPTIM_KINDS[kk].shard))
+        return bad(c, "field 'optimizer.shard' = \"%s\": %s shards %s", shard, o->kind, OPTIM_KINDS[kk].shard);
+    o->shard_matrix = !strcmp(shard, "matrix");
+    /* groups: every parameter in exactly one */
+    const cJSON *gs = need(c, opt, "groups", cJSON_Array, &rc);
+    if (!gs) return rc;
+    int ng = cJSON_GetArraySize(gs);
+    if (ng < 1 || ng > 1024) return bad(c, "field 'optimizer.groups' has %d groups (1 to 1024)", ng);
+    o->groups = calloc((size_t)ng, sizeof *o->groups);
+    int *owner = malloc(sizeof(int) * (size_t)(p->n_params_t + 1));
+    if (!o->groups || !owner) {
+        free(owner);
+        return hyp_fail(c->e, HYP_EFAIL, "%s: out of memory", c->path);
+    }
+    for (int i = 0; i < p->n_params_t; i++) owner[i] = -1;
+    const cJSON *gj;
+    cJSON_ArrayForEach(gj, gs) {
+        hyp_optim_group *g = &o->groups[o->n_groups];
+        enter(c, "optimizer.groups[%d]", o->n_groups);
+        o->n_groups++;
+        const cJSON *pl = NULL;
+        if ((rc = get_str(c, gj, "name", g->name, sizeof g->name)) || (rc = get_num(c, gj, "lr_mult", 0, 1e6, &g->lr_mult)) ||
+            (rc = get_num(c, gj, "weight_decay", 0, 10, &g->weight_decay)) || !(pl = need(c, gj, "params", cJSON_Array, &rc)))
+            break;
+        for (int q = 0; q < o->n_groups - 1; q++)
+            if (!strcmp(o->groups[q].name, g->name)) {
+                rc = bad(c, "field '%s.name': a second group named '%s'", c->at, g->name);
+                break;
+            }
+        if (rc) break;
+        g->params = malloc(sizeof(int) * (size_t)(cJSON_GetArraySize(pl) + 1));
+        if (!g->params) {
+            rc = hyp_fail(c->e, HYP_EFAIL, "%s: out of memory", c->path);
+            break;
+        }
+        const cJSON *pn;
+        cJSON_ArrayForEach(pn, pl) {
+            int pi = cJSON_IsString(pn) ? find_param(p, pn->valuestring) : -1;
+            if (pi < 0) {
+                rc = bad(c, "field '%s.params[%d]' names no parameter of the plan", c->at, g->n_params);
+                break;
+            }
+            if (owner[pi] >= 0) {
+                rc = bad(c, "field '%s.params[%d]': parameter '%s' is already in group '%s'; each parameter belongs to one group",
+                         c->at, g->n_params, pn->valuestring, o->groups[owner[pi]].name);
+                break;
+            }
+            owner[pi] = o->n_groups - 1;
+            g->params[g->n_params++] = pi;
+        }
+        if (rc) break;
+    }
+    for (int i = 0; !rc && i < p->n_params_t; i++)
+        if (owner[i] < 0)
+            rc = bad(c, "field 'optimizer.groups': parameter '%s' is in no group; each parameter belongs to one group",
+                     p->params[i].name);
+    /* each parameter's "group" names the group that lists it */
+    const cJSON *pj = cJSON_GetObjectItemCaseSensitive(root, "params");
+    for (int i = 0; !rc && i < p->n_params_t; i++) {
+        char gname[32];
+        enter(c, "params[%d] ('%s')", i, p->params[i].name);
+        if ((rc = get_str(c, cJSON_GetArrayItem(pj, i), "group", gname, sizeof gname))) break;
+        if (strcmp(gname, o->groups[owner[i]].name))
+            rc = bad(c, "field '%s.group' = \"%s\", but optimizer group '%s' lists it", c->at, gname, o->groups[owner[i]].name);
+        p->params[i].group = owner[i];
+    }
+    free(owner);
+    if (rc) return rc;
+    /* the scalars the AdamW step reads (plan.h) */
+    for (int i = 0; i < o->n_hyper; i++) {
+        if (!strcmp(o->hyper_name[i], "beta1")) p->beta1 = o->hyper[i];
+        if (!strcmp(o->hyper_name[i], "beta2")) p->beta2 = o->hyper[i];
+        if (!strcmp(o->hyper_name[i], "eps")) p->eps = o->hyper[i];
+    }
+    for (int g = 0; g < o->n_groups; g++)
+        if (o->groups[g].weight_decay > p->weight_decay) p->weight_decay = o->groups[g].weight_decay;
+    for (int i = 0; i < p->n_params_t; i++) p->params[i].decay = o->groups[p->params[i].group].weight_decay > 0;
+    enter(c, "%s", "");
     return 0;
 }
 
@@ -431,26 +647,31 @@ int plan_load(const char *path, plan_t *p, hyp_err *e) {
     }
     XXH128_hash_t h = XXH3_128bits(buf, (size_t)size);
     snprintf(p->hash, sizeof p->hash, "%016llx%016llx", (unsigned long long)h.high64, (unsigned long long)h.low64);
-    cJSON *root = cJSON_ParseWithLength(buf, (size_t)size);
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(buf, (size_t)size, &end, 0);
+    long at = end ? (long)(end - buf) : -1;
     free(buf);
-    ld c = {path, e, p};
-    if (!root) return hyp_fail(e, HYP_EINPUT, "%s: not valid JSON (truncated or edited?) — regenerate it with gen", path);
+    ld c = {path, e, p, ""};
+    if (!root)
+        return hyp_fail(e, HYP_EINPUT, "%s: not valid JSON at byte %ld of %ld (truncated or edited?) — regenerate it with gen",
+                        path, at, size);
     int rc = 0;
     char fmt[32];
     int64_t v;
     if ((rc = get_str(&c, root, "format", fmt, sizeof fmt)) || strcmp(fmt, PLAN_FORMAT)) {
-        if (!rc) rc = bad(&c, "not a Hyperion plan");
+        if (!rc) rc = bad(&c, "field 'format' = \"%s\": not a Hyperion plan (\"%s\")", fmt, PLAN_FORMAT);
         goto done;
     }
     if ((rc = get_int(&c, root, "version", 0, 1 << 20, &v))) goto done;
     if (v != PLAN_VERSION) {
-        rc = hyp_fail(e, HYP_EINPUT, "%s: plan version %lld, this runtime reads version %d — regenerate the trainer with this gen",
+        rc = hyp_fail(e, HYP_EINPUT, "%s: field 'version' = %lld: this runtime reads plan format version %d — regenerate the trainer with this gen",
                       path, (long long)v, PLAN_VERSION);
         goto done;
     }
     const cJSON *m = need(&c, root, "model", cJSON_Object, &rc);
     const cJSON *t = m ? need(&c, root, "train", cJSON_Object, &rc) : NULL;
     if (!t) goto done;
+    enter(&c, "model");
     int64_t x;
 #define GI(obj, key, lo, hi, dst)                                                                  \
     do {                                                                                           \
@@ -476,13 +697,16 @@ int plan_load(const char *path, plan_t *p, hyp_err *e) {
         (rc = get_str(&c, m, "norm", p->norm, sizeof p->norm)) ||
         (rc = get_str(&c, m, "activation", p->activation, sizeof p->activation)) ||
         (rc = get_str(&c, m, "position", p->position, sizeof p->position)) ||
-        (rc = get_str(&c, m, "tokenizer", p->tokenizer, sizeof p->tokenizer)) ||
-        (rc = get_str(&c, root, "target", p->target, sizeof p->target)) ||
+        (rc = get_str(&c, m, "tokenizer", p->tokenizer, sizeof p->tokenizer)))
+        goto done;
+    enter(&c, "%s", "");
+    if ((rc = get_str(&c, root, "target", p->target, sizeof p->target)) ||
         (rc = get_str(&c, root, "backend", p->backend, sizeof p->backend)))
         goto done;
     p->qk_norm = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(m, "qk_norm"));
     p->tied = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(m, "tied"));
     p->bias = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(m, "bias"));
+    enter(&c, "train");
     GI(t, "B", 1, 65536, p->B);
     GI(t, "T", 1, p->maxT, p->T);
     GI(t, "grad_accum", 1, 1 << 20, p->grad_accum);
@@ -497,20 +721,25 @@ int plan_load(const char *path, plan_t *p, hyp_err *e) {
     if ((rc = get_str(&c, t, "schedule", p->schedule, sizeof p->schedule))) goto done;
     if (strcmp(p->schedule, "cosine") && strcmp(p->schedule, "wsd") && strcmp(p->schedule, "constant") &&
         strcmp(p->schedule, "linear")) {
-        rc = bad(&c, "unknown LR schedule");
+        rc = bad(&c, "field 'train.schedule' = \"%s\" is none of cosine, wsd, constant, linear", p->schedule);
         goto done;
     }
     GN(t, "lr", 0, 10, p->lr);
     GN(t, "min_lr_ratio", 0, 1, p->min_lr_ratio);
     GN(t, "decay_fraction", 0, 1, p->decay_fraction);
-    GN(t, "weight_decay", 0, 10, p->weight_decay);
-    GN(t, "beta1", 0, 1, p->beta1);
-    GN(t, "beta2", 0, 1, p->beta2);
-    GN(t, "eps", 0, 1, p->eps);
     GN(t, "max_norm", 0, 1e9, p->max_norm);
-    GI(root, "param_floats", 1, (int64_t)1 << 40, p->param_floats);
-    GI(root, "act_floats", 1, (int64_t)1 << 40, p->act_floats);
-    GI(root, "act_floats_unplanned", 1, (int64_t)1 << 42, p->act_floats_unplanned);
+    enter(&c, "%s", "");
+    GI(root, "param_bytes", 4, (int64_t)1 << 42, p->param_bytes);
+    GI(root, "act_bytes", 4, (int64_t)1 << 42, p->act_bytes);
+    GI(root, "act_bytes_unplanned", 4, (int64_t)1 << 44, p->act_bytes_unplanned);
+    GI(root, "act_bytes_peak_live", 0, (int64_t)1 << 44, p->act_bytes_peak_live);
+    if (p->param_bytes % 4) {
+        rc = bad(&c, "field 'param_bytes' = %lld is not a whole number of f32 parameters", (long long)p->param_bytes);
+        goto done;
+    }
+    p->param_floats = p->param_bytes / 4;
+    p->act_floats = (p->act_bytes + 3) / 4;
+    p->act_floats_unplanned = (p->act_bytes_unplanned + 3) / 4;
     {
         double fpt = 0;
         GN(root, "flops_per_token", 0, 1e30, fpt);
@@ -525,6 +754,7 @@ int plan_load(const char *path, plan_t *p, hyp_err *e) {
     }
     {
         const cJSON *f8 = cJSON_GetObjectItemCaseSensitive(root, "fp8");
+        enter(&c, "fp8");
         if (f8 && cJSON_IsObject(f8)) {
             char recipe[16], scaling[16];
             int64_t hist, margin;
@@ -538,7 +768,7 @@ int plan_load(const char *path, plan_t *p, hyp_err *e) {
             p->fp8_margin = (int)margin;
             const cJSON *gm = cJSON_GetObjectItemCaseSensitive(f8, "gemm");
             if (gm && (!cJSON_IsString(gm) || (strcmp(gm->valuestring, "fp8") && strcmp(gm->valuestring, "fake")))) {
-                rc = bad(&c, "fp8.gemm is neither \"fp8\" nor \"fake\"");
+                rc = bad(&c, "field 'fp8.gemm' is neither \"fp8\" nor \"fake\"");
                 goto done;
             }
             p->fp8_gemm = gm && !strcmp(gm->valuestring, "fp8");
@@ -552,20 +782,27 @@ int plan_load(const char *path, plan_t *p, hyp_err *e) {
             const cJSON *r;
             cJSON_ArrayForEach(r, slots) {
                 const char *role = cJSON_IsString(r) ? r->valuestring : "";
-                p->fp8_roles[p->fp8_slots++] = !strcmp(role, "weight") ? 0 : !strcmp(role, "activation") ? 1 : 2;
+                int k = !strcmp(role, "weight") ? 0 : !strcmp(role, "activation") ? 1 : !strcmp(role, "gradient") ? 2 : -1;
+                if (k < 0) {
+                    rc = bad(&c, "field 'fp8.slots[%d]' is none of weight, activation, gradient", p->fp8_slots);
+                    goto done;
+                }
+                p->fp8_roles[p->fp8_slots++] = k;
             }
         }
     }
-    if ((rc = load_params(&c, root)) || (rc = load_buffers(&c, root)) ||
+    if ((rc = load_params(&c, root)) || (rc = load_optimizer(&c, root)) || (rc = load_buffers(&c, root)) ||
         (rc = load_ops(&c, root, "forward", &p->fwd, &p->n_fwd)) ||
         (rc = load_ops(&c, root, "backward", &p->bwd, &p->n_bwd)))
         goto done;
     {
+        enter(&c, "%s", "");
         const cJSON *lo = need(&c, root, "loss", cJSON_Object, &rc);
         if (!lo) goto done;
+        enter(&c, "loss");
         if ((rc = parse_op(&c, lo, &p->loss))) goto done;
-        if (p->loss.kind != OP_CROSSENTROPY) {
-            rc = bad(&c, "the loss op must be crossentropy");
+        if (!(hyp_op_get(p->loss.op)->flags & HYP_OPF_LOSS)) {
+            rc = bad(&c, "field 'loss.op' = \"%s\" is no loss op (crossentropy)", hyp_op_name(p->loss.op));
             goto done;
         }
     }
@@ -586,5 +823,7 @@ void plan_free(plan_t *p) {
     free(p->fwd);
     free(p->bwd);
     free(p->fp8_roles);
+    for (int g = 0; g < p->optim.n_groups; g++) free(p->optim.groups[g].params);
+    free(p->optim.groups);
     memset(p, 0, sizeof *p);
 }

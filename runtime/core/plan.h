@@ -1,10 +1,13 @@
 /* plan.h — the runtime plan written by `gen` (generator/lua/plan.lua): model dims, parameters,
  * buffers with arena offsets, and the forward / loss / backward op lists.
  *
+ * The file format (version 2) is specified in core/PLAN_FORMAT.md.
+ *
  * plan_load() trusts nothing: the file may be hand-edited, truncated or from another version.
- * It checks the format and version, every name, every op's arity and attributes, and that every
- * buffer an op touches is large enough for that op at the planned (maximum) batch and sequence
- * length and lies inside its arena. After a successful load, executing the plan with B <= maxB
+ * It checks the format and version, every name, every buffer's dtype and byte placement, every
+ * op against the op registry (core/op_registry.h: arity, attributes, dtypes), the optimizer
+ * section, and that every buffer an op touches is large enough for that op at the planned
+ * (maximum) batch and sequence length and lies inside its arena. After a successful load, executing the plan with B <= maxB
  * and T <= maxT cannot read or write outside the arenas.
  */
 #ifndef HYP_PLAN_H
@@ -20,18 +23,12 @@ enum { BUF_PARAM, BUF_GRAD, BUF_ACT, BUF_TOKENS };
 typedef struct {
     char *name;
     int kind;
-    int64_t numel, offset; /* in elements of its arena */
+    hyp_dtype dtype;
+    int64_t offset_bytes, bytes; /* in its arena, as plan.json says */
+    int64_t numel, offset;       /* offset in elements of its dtype (offset_bytes / its size) */
     int ndim;
-    int64_t shape[4];      /* planned (maximum) shape */
+    int64_t shape[4];            /* sizes, or DIM_B / DIM_T / DIM_N; numel at the planned B, T */
 } plan_buf;
-
-typedef enum {
-    OP_EMBEDDING_FWD, OP_EMBEDDING_BWD, OP_LAYERNORM_FWD, OP_LAYERNORM_BWD, OP_RMSNORM_FWD,
-    OP_RMSNORM_BWD, OP_MATMUL_FWD, OP_MATMUL_BWD, OP_QKNORM_FWD, OP_QKNORM_BWD, OP_ROPE_FWD,
-    OP_ROPE_BWD, OP_ATTENTION_FWD, OP_ATTENTION_BWD, OP_GELU_FWD, OP_GELU_BWD, OP_SWIGLU_FWD,
-    OP_SWIGLU_BWD, OP_ADD_FWD, OP_ACCUMULATE, OP_ZERO, OP_CROSSENTROPY, OP_CROSSENTROPY_FUSED,
-    OP_FLASH_ATTENTION_FWD, OP_FLASH_ATTENTION_BWD, OP_FP8_QUANTIZE, OP_ROUND_BF16, OP__COUNT
-} op_kind;
 
 /* Symbolic dims bound at run time. */
 #define DIM_B (-1)
@@ -39,7 +36,7 @@ typedef enum {
 #define DIM_N (-3)
 
 typedef struct {
-    op_kind kind;
+    int op;                /* its id in the op registry (core/op_registry.h) */
     int nin, nout;
     int in[6], out[4];     /* buffer indices; -1 = absent (optional argument "") */
     /* attributes (unused ones are 0); dims may be DIM_B / DIM_T / DIM_N */
@@ -50,7 +47,9 @@ typedef struct {
 
 typedef struct {
     char *name;
-    int64_t offset, numel;
+    hyp_dtype dtype;
+    int64_t offset_bytes, bytes; /* in the parameter arena */
+    int64_t offset, numel;       /* in floats (parameters are f32) */
     int ndim;
     int64_t shape[4];
     int decay;             /* its group's weight_decay != 0 */
@@ -103,8 +102,13 @@ typedef struct {
     int comm_overlap;       /* v2110 overlap: device gradient all-reduce during backward (0/1) */
     uint64_t seed;
     char schedule[16];
-    double lr, min_lr_ratio, decay_fraction, weight_decay, beta1, beta2, eps, max_norm;
-    /* memory */
+    double lr, min_lr_ratio, decay_fraction, max_norm;
+    /* AdamW's scalars as the step reads them today, derived from the optimizer section: beta1,
+     * beta2, eps from optimizer.hyper; weight_decay the largest group weight decay (each
+     * parameter's decay flag says whether it applies). optim holds the section itself. */
+    double weight_decay, beta1, beta2, eps;
+    /* memory: the arenas in bytes as planned, and in floats (rounded up) for the f32 executors */
+    int64_t param_bytes, act_bytes, act_bytes_unplanned, act_bytes_peak_live;
     int64_t param_floats, act_floats, act_floats_unplanned;
     plan_param *params;
     int n_params_t;
@@ -126,6 +130,5 @@ typedef struct {
 /* Loads and validates path. On error returns HYP_EINPUT with "path: what — how to fix". */
 int plan_load(const char *path, plan_t *p, hyp_err *e);
 void plan_free(plan_t *p);
-const char *plan_op_name(op_kind k);
 
 #endif

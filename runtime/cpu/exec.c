@@ -5,8 +5,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ops_cpu.h"
-#include "ops_flash.h"
 #include "rng.h"
 
 static void *alloc_floats(int64_t n, size_t *bytes) {
@@ -86,7 +84,7 @@ static int z3_segments(const exec_z3 *z, const plan_op *ops, int n, exec_seg **o
             if (g >= 0 && bg != g) {
                 free(s);
                 return hyp_fail(e, HYP_EINPUT, "plan: op %d (%s) uses parameters of two layers — ZeRO-3 gathers one layer at a time; use zero2 for this plan",
-                                i, plan_op_name(o->kind));
+                                i, hyp_op_name(o->op));
             }
             g = bg;
         }
@@ -169,6 +167,21 @@ static int init_fp8(exec_t *x, hyp_err *e) {
     return HYP_OK;
 }
 
+/* Resolves the cpu function of every registered op; with check, every op of the plan must have one. */
+static int bind_ops(exec_t *x, int check, hyp_err *e) {
+    const plan_t *p = x->p;
+    for (int id = 0; id < hyp_op_count() && id < HYP_OP_MAX; id++) x->op_fn[id] = exec_cpu_op(hyp_op_name(id));
+    for (int pass = 0; check && pass < 3; pass++) {
+        const plan_op *list = pass == 0 ? p->fwd : pass == 1 ? p->bwd : &p->loss;
+        int n = pass == 0 ? p->n_fwd : pass == 1 ? p->n_bwd : 1;
+        for (int i = 0; i < n; i++)
+            if (!x->op_fn[list[i].op])
+                return hyp_fail(e, HYP_EINPUT, "plan op '%s' has no cpu implementation in this runtime — generate the trainer for a device target, or without the technique that adds it",
+                                hyp_op_name(list[i].op));
+    }
+    return HYP_OK;
+}
+
 /* exec_init_dp, with the activation arena (acts) or without it (exec_init_mirror). */
 static int init_dp(exec_t *x, const plan_t *p, hyp_coll *coll, int stage, int acts, hyp_err *e) {
     memset(x, 0, sizeof *x);
@@ -177,7 +190,11 @@ static int init_dp(exec_t *x, const plan_t *p, hyp_coll *coll, int stage, int ac
     x->rank = coll ? hyp_coll_rank(coll) : 0;
     x->stage = stage;
     x->shard = round16((p->param_floats + x->world - 1) / x->world);
-    int rc = HYP_OK;
+    int rc = bind_ops(x, acts, e);
+    if (rc) {
+        memset(x, 0, sizeof *x);
+        return rc;
+    }
     if (stage >= 3) rc = z3_init(x, coll, e);
     else alloc_replicated(x);
     if (rc) {
@@ -219,6 +236,8 @@ int exec_init_mirror(exec_t *x, const plan_t *p, hyp_coll *coll, int stage, hyp_
 
 int exec_alloc_acts(exec_t *x, hyp_err *e) {
     if (x->acts) return HYP_OK;
+    int rc = bind_ops(x, 1, e);
+    if (rc) return rc;
     size_t before = x->bytes;
     if (!(x->acts = alloc_floats(x->p->act_floats, &x->bytes)))
         return hyp_fail(e, HYP_EFAIL, "out of memory: %.1f MiB of host activations for sampling — use a smaller --batch/--seq at gen time",
@@ -272,10 +291,6 @@ float *exec_buf(exec_t *x, int idx) {
     case BUF_ACT: return x->acts + b->offset;
     default: return NULL;
     }
-}
-
-static const int32_t *tok(exec_t *x, int idx) {
-    return idx == x->p->targets_buf ? x->targets : x->tokens;
 }
 
 int64_t exec_z3_own(const exec_t *x, int64_t off, int64_t n, int64_t *first, int64_t *pos) {
@@ -357,68 +372,16 @@ static int64_t bind_dim(const exec_t *x, int64_t v) {
 }
 
 static void run_op(exec_t *x, const plan_op *o, float dloss) {
-    float *I[6], *O[4];
+    float *I[HYP_OP_MAX_IN], *O[HYP_OP_MAX_OUT];
     for (int i = 0; i < o->nin; i++) I[i] = exec_buf(x, o->in[i]);
     for (int i = 0; i < o->nout; i++) O[i] = exec_buf(x, o->out[i]);
-    int B = (int)bind_dim(x, o->B), T = (int)bind_dim(x, o->T), N = (int)bind_dim(x, o->N);
-    long n = (long)bind_dim(x, o->n) * (o->C ? o->C : 1);
-    int C = (int)o->C;
-    switch (o->kind) {
-    case OP_EMBEDDING_FWD: op_embedding_fwd(O[0], tok(x, o->in[0]), I[1], I[2], B, T, C); break;
-    case OP_EMBEDDING_BWD: op_embedding_bwd(O[0], O[1], I[0], tok(x, o->in[1]), B, T, C, (int)o->V); break;
-    case OP_LAYERNORM_FWD: op_layernorm_fwd(O[0], O[1], O[2], I[0], I[1], I[2], N, C, o->eps); break;
-    case OP_LAYERNORM_BWD: op_layernorm_bwd(O[0], O[1], O[2], I[0], I[1], I[2], I[3], I[4], N, C); break;
-    case OP_RMSNORM_FWD: op_rmsnorm_fwd(O[0], O[1], I[0], I[1], N, C, o->eps); break;
-    case OP_RMSNORM_BWD: op_rmsnorm_bwd(O[0], O[1], I[0], I[1], I[2], I[3], N, C); break;
-    case OP_MATMUL_FWD: op_matmul_fwd(O[0], I[0], I[1], I[2], N, (int)o->IC, (int)o->OC); break;
-    case OP_MATMUL_BWD: op_matmul_bwd(O[0], O[1], O[2], I[0], I[1], I[2], N, (int)o->IC, (int)o->OC); break;
-    case OP_QKNORM_FWD:
-        op_qknorm_fwd(O[0], O[1], I[0], I[1], I[2], N, (int)o->NH, (int)o->NKV, (int)o->hd, o->eps);
-        break;
-    case OP_QKNORM_BWD:
-        op_qknorm_bwd(O[0], O[1], O[2], I[0], I[1], I[2], I[3], I[4], N, (int)o->NH, (int)o->NKV, (int)o->hd);
-        break;
-    case OP_ROPE_FWD: op_rope_fwd(O[0], I[0], B, T, (int)o->NH, (int)o->NKV, (int)o->hd, o->theta); break;
-    case OP_ROPE_BWD: op_rope_bwd(O[0], I[0], B, T, (int)o->NH, (int)o->NKV, (int)o->hd, o->theta); break;
-    case OP_ATTENTION_FWD: op_attention_fwd(O[0], O[1], I[0], B, T, (int)o->NH, (int)o->NKV, (int)o->hd); break;
-    case OP_ATTENTION_BWD:
-        op_attention_bwd(O[0], O[1], I[0], I[1], I[2], B, T, (int)o->NH, (int)o->NKV, (int)o->hd);
-        break;
-    case OP_FLASH_ATTENTION_FWD:
-        op_flash_attention_fwd(O[0], O[1], I[0], B, T, (int)o->NH, (int)o->NKV, (int)o->hd);
-        break;
-    case OP_FLASH_ATTENTION_BWD:
-        op_flash_attention_bwd(O[0], O[1], I[0], I[1], I[2], I[3], B, T, (int)o->NH, (int)o->NKV, (int)o->hd);
-        break;
-    case OP_FP8_QUANTIZE:
-        memcpy(O[0], I[0], sizeof(float) * (size_t)n);
-        hyp_fp8_state_fake_quantize(&x->fp8[o->slot], O[0], n);
-        break;
-    case OP_ROUND_BF16: { /* v2102: round to bf16 (nearest even), kept in fp32 storage */
-        const uint32_t *src = (const uint32_t *)(const void *)I[0];
-        uint32_t *dst = (uint32_t *)(void *)O[0];
-#pragma omp parallel for schedule(static)
-        for (long i = 0; i < n; i++) {
-            uint32_t u = src[i];
-            if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu)) dst[i] = u | 0x00400000u; /* quiet NaN */
-            else dst[i] = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
-        }
-        break;
-    }
-    case OP_GELU_FWD: op_gelu_fwd(O[0], I[0], n); break;
-    case OP_GELU_BWD: op_gelu_bwd(O[0], I[1], I[0], n); break;
-    case OP_SWIGLU_FWD: op_swiglu_fwd(O[0], I[0], N, (int)o->H); break;
-    case OP_SWIGLU_BWD: op_swiglu_bwd(O[0], I[0], I[1], N, (int)o->H); break;
-    case OP_ADD_FWD: op_add_fwd(O[0], I[0], I[1], n); break;
-    case OP_ACCUMULATE: op_accumulate(O[0], I[0], n); break;
-    case OP_ZERO: op_zero(O[0], n); break;
-    case OP_CROSSENTROPY: op_crossentropy_fwd(O[0], I[0], x->targets, N, (int)o->V, (int)o->Vp); break;
-    case OP_CROSSENTROPY_FUSED:
-        op_crossentropy_fused(O[0], O[1], x->targets, dloss, N, (int)o->V, (int)o->Vp);
-        break;
-    default: break;
-    }
+    exec_dims d = {(int)bind_dim(x, o->B), (int)bind_dim(x, o->T), (int)bind_dim(x, o->N),
+                   (long)bind_dim(x, o->n) * (o->C ? o->C : 1)};
+    x->op_fn[o->op](x, o, I, O, &d, dloss);
 }
+
+/* Whether op o's outputs include the step's per-token losses (then the mean loss is readable). */
+static int writes_losses(const plan_op *o) { return (hyp_op_get(o->op)->flags & HYP_OPF_WRITES_LOSSES) != 0; }
 
 static float mean_loss(exec_t *x);
 
@@ -463,7 +426,7 @@ static void z3_run(exec_t *x, const plan_op *ops, int n, const exec_seg *seg, in
         }
         for (int i = seg[s].start; i < end; i++) {
             run_op(x, &ops[i], dloss);
-            if (loss && ops[i].kind == OP_CROSSENTROPY_FUSED) *loss = mean_loss(x);
+            if (loss && writes_losses(&ops[i])) *loss = mean_loss(x);
         }
         if (grads && g >= 0 &&
             z3_fail(z, hyp_coll_reduce_scatter_add_f32(z->coll, x->grads, x->gshard + z->sb[g], (size_t)z->gs[g], &z->err)))
@@ -505,7 +468,7 @@ float exec_backward(exec_t *x, float dloss) {
     }
     for (int i = 0; i < x->p->n_bwd; i++) {
         run_op(x, &x->p->bwd[i], dloss);
-        if (x->p->bwd[i].kind == OP_CROSSENTROPY_FUSED) loss = mean_loss(x);
+        if (writes_losses(&x->p->bwd[i])) loss = mean_loss(x);
     }
     return loss;
 }

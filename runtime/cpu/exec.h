@@ -10,7 +10,23 @@
 #include "coll.h"
 #include "hyp_err.h"
 #include "fp8.h"
+#include "op_registry.h"
 #include "plan.h"
+
+struct exec_t;
+
+/* A plan op's dims bound to the executor's batch: B, T, N = B*T and n = the op's n * C. */
+typedef struct {
+    int B, T, N;
+    long n;
+} exec_dims;
+
+/* The cpu implementation of one registered op (ops_table.c): runs o over its bound inputs I and
+ * outputs O (NULL where an optional argument is absent). dloss: the loss scale of a training step. */
+typedef void (*exec_op_fn)(struct exec_t *x, const plan_op *o, float *const *I, float *const *O, const exec_dims *d,
+                           float dloss);
+/* The cpu function of the registry's op `name` (ops_table.c), or NULL. */
+exec_op_fn exec_cpu_op(const char *name);
 
 /* ZeRO-3 (v2104 stage 3): the parameters are cut into layer groups — the contiguous arena runs of
  * one transformer layer ("h.3." / "layers.3."), of the tensors before the first layer (embeddings)
@@ -43,8 +59,9 @@ typedef struct {
     hyp_err err;
 } exec_z3;
 
-typedef struct {
+typedef struct exec_t {
     const plan_t *p;
+    exec_op_fn op_fn[HYP_OP_MAX];   /* per op registry id: its cpu function (NULL: none) */
     float *params, *grads, *m, *v; /* [param_floats] each */
     float *acts;                    /* [act_floats] */
     int32_t *tokens, *targets;      /* [maxB * maxT] */

@@ -1069,6 +1069,17 @@ void op_zero(float *dst, long n) {
     for (long i = 0; i < n; i++) dst[i] = 0.0f;
 }
 
+void op_round_bf16(float *out, const float *in, long n) {
+    const uint32_t *src = (const uint32_t *)(const void *)in;
+    uint32_t *dst = (uint32_t *)(void *)out;
+#pragma omp parallel for schedule(static)
+    for (long i = 0; i < n; i++) {
+        uint32_t u = src[i];
+        if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu)) dst[i] = u | 0x00400000u; /* quiet NaN */
+        else dst[i] = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    }
+}
+
 void op_scale(float *x, float s, long n) {
 #pragma omp parallel for simd schedule(static) if (n >= HYP_PAR_MIN)
     for (long i = 0; i < n; i++) x[i] *= s;

@@ -93,6 +93,8 @@ void op_add_fwd(float *out, const float *a, const float *b, long n);
 void op_accumulate(float *dst, const float *src, long n);
 /* dst = 0. */
 void op_zero(float *dst, long n);
+/* v2102: out = in rounded to bf16 (round to nearest even; NaN stays a quiet NaN), kept in fp32. */
+void op_round_bf16(float *out, const float *in, long n);
 
 /* Cross-entropy over logits [N, Vp] whose first V columns are valid; targets < 0 are ignored
  * (loss 0, no gradient). losses[N] = logsumexp(row) - row[target]. Never stores probabilities.

@@ -9,6 +9,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "op_registry.h"
 
 /* ---- a small evaluator for the manifest's expressions ("cdiv(N*CV, BLOCK)", "N*C", "2*SEGS*C") */
 
@@ -338,6 +339,9 @@ typedef struct {
     const char *what; /* the op or fusion kind, for messages */
 } bind_ctx;
 
+/* Whether op o carries an fp8 scaling slot (its launches may bind fp8.*[slot]). */
+static int has_fp8_slot(const plan_op *o) { return (hyp_op_get(o->op)->flags & HYP_OPF_FP8_SLOT) != 0; }
+
 /* "inK" / "outK" of op o (K from 1): the plan buffer index (-1: an absent optional argument), or
  * -2 when s is not such a name, -3 when o has no such argument. */
 static int op_arg(const plan_op *o, const char *s) {
@@ -397,14 +401,14 @@ static int bind_arg(exec_dev *x, exec_dev_launch *L, int i, const char *a, const
     int idx = op_arg(ao, ab ? ab : a);
     if (idx == -3)
         return hyp_fail(e, HYP_EINPUT, "kernels.json: %s binds '%s' but op '%s' has %d inputs and %d outputs — regenerate with gen", L->kernel, a,
-                        plan_op_name(ao->kind), ao->nin, ao->nout);
+                        hyp_op_name(ao->op), ao->nin, ao->nout);
     if (idx >= -1) {
         L->bind[i] = AB_BUF;
         L->bidx[i] = idx;
         return HYP_OK;
     }
     if (ab) return hyp_fail(e, HYP_EINPUT, "kernels.json: %s: unknown binding '%s' — regenerate with gen", L->kernel, a);
-    if (!strcmp(a, "fp8.scaled_max[slot]") && ao->kind == OP_FP8_QUANTIZE) { /* a constant of the slot */
+    if (!strcmp(a, "fp8.scaled_max[slot]") && has_fp8_slot(ao)) { /* a constant of the slot */
         char v[32];
         snprintf(v, sizeof v, "%.9g", (double)(hyp_fp8_max(x->fp8[ao->slot].fmt) * powf(2.0f, -(float)x->p->fp8_margin)));
         L->bind[i] = AB_EXPR;
@@ -415,7 +419,7 @@ static int bind_arg(exec_dev *x, exec_dev_launch *L, int i, const char *a, const
         static const char *const f8[] = {"fp8.scale[slot]", "fp8.scale_inv[slot]", "fp8.amax[slot]", "fp8.q[slot]",
                                          "fp8.qt[slot]"};
         for (int k = 0; k < 5; k++)
-            if (!strcmp(a, f8[k]) && ao->kind == OP_FP8_QUANTIZE && (k < 3 || x->fp8_gemm)) {
+            if (!strcmp(a, f8[k]) && has_fp8_slot(ao) && (k < 3 || x->fp8_gemm)) {
                 L->bind[i] = AB_FP8;
                 L->bidx[i] = k;
                 return HYP_OK;
@@ -514,7 +518,7 @@ static int prepare_launches(exec_dev *x, const cJSON *man, const cJSON *ls, cons
  * hybrid)" and the like (current scaling; an E5M2 slot); with gemm, the key of the fp8 byte casts
  * an fp8_quantize op adds for the FP8 GEMMs. */
 static const char *op_key(const plan_t *p, const plan_op *o, int gemm) {
-    if (o->kind != OP_FP8_QUANTIZE) return plan_op_name(o->kind);
+    if (!has_fp8_slot(o)) return hyp_op_name(o->op);
     int e5 = !p->fp8_e4m3_only && p->fp8_roles[o->slot] == HYP_FP8_GRADIENT;
     if (gemm) return e5 ? "fp8_quantize(fp8 gemm, gradient, hybrid)" : "fp8_quantize(fp8 gemm)";
     if (p->fp8_current) return e5 ? "fp8_quantize(current, gradient, hybrid)" : "fp8_quantize(current)";
@@ -529,14 +533,15 @@ static int prepare_op(exec_dev *x, const cJSON *man, const plan_op *o, exec_dev_
     const cJSON *ls = cJSON_GetObjectItemCaseSensitive(ops, name);
     memset(eo, 0, sizeof *eo);
     if (!ls) {
-        if (o->kind == OP_MATMUL_FWD || o->kind == OP_MATMUL_BWD) eo->how = EXD_GEMM;
-        else if (o->kind == OP_ZERO) eo->how = EXD_ZERO;
+        hyp_op_device dv = hyp_op_get(o->op)->device;
+        if (dv == HYP_OPDEV_GEMM_FWD || dv == HYP_OPDEV_GEMM_BWD) eo->how = EXD_GEMM;
+        else if (dv == HYP_OPDEV_ZERO) eo->how = EXD_ZERO;
         else return hyp_fail(e, HYP_EINPUT, "kernels.json: plan op '%s' has no kernel launch — this trainer cannot run it on a device yet (use --target cpu)", name);
         return HYP_OK;
     }
     bind_ctx c = {o, NULL, NULL, name};
     int rc = prepare_launches(x, man, ls, &c, eo, sc, nsc, e);
-    if (rc || o->kind != OP_FP8_QUANTIZE || !x->fp8_gemm) return rc;
+    if (rc || !has_fp8_slot(o) || !x->fp8_gemm) return rc;
     /* the fp8 bytes for the FP8 GEMMs, right after (the op's launches stay contiguous) */
     exec_dev_op more;
     c.what = op_key(x->p, o, 1);
@@ -571,7 +576,7 @@ static int prepare_fusions(exec_dev *x, const cJSON *man, scratch_t *sc, int *ns
             int ok = cJSON_GetArraySize(ops) == 2 && ia >= 0 && ia < ib && ib < n && eol[ia].how == EXD_KERNELS &&
                      eol[ib].how == EXD_KERNELS && !eol[ia].pair && !eol[ib].pair;
             for (int k = ia + 1; ok && k < ib; k++) {
-                ok = list[k].kind == OP_ZERO;
+                ok = hyp_op_get(list[k].op)->device == HYP_OPDEV_ZERO;
                 for (int j = 0; ok && j < list[ia].nout; j++) ok = list[k].out[0] != list[ia].out[j];
             }
             if (!ok)
@@ -676,7 +681,7 @@ static int init_fp8_gemm(exec_dev *x, hyp_err *e) {
     for (int pass = 0; pass < 2; pass++)
         for (int i = 0; i < (pass ? p->n_bwd : p->n_fwd); i++) {
             const plan_op *o = pass ? &p->bwd[i] : &p->fwd[i];
-            if (o->kind != OP_FP8_QUANTIZE || x->fp8_q[o->slot]) continue;
+            if (!has_fp8_slot(o) || x->fp8_q[o->slot]) continue;
             int64_t n = (o->n == DIM_B ? p->B : o->n == DIM_T ? p->T : o->n == DIM_N ? (int64_t)p->B * p->T : o->n) *
                         (o->C ? o->C : 1);
             int rc = dalloc(x, &x->fp8_q[o->slot], n, 1, e);
@@ -796,7 +801,7 @@ static int z3_check_fusions(const exec_dev *x, hyp_err *e) {
                 int b = k < a->nin ? a->in[k] : a->out[k - a->nin], g = b >= 0 ? L->buf_group[b] : -1;
                 if (g >= 0 && g != seg[s].group)
                     return hyp_fail(e, HYP_EINPUT, "kernels.json: a fusion site joins ops of two ZeRO-3 layer groups (%s) — regenerate with zero2, or without that fusion",
-                                    plan_op_name(a->kind));
+                                    hyp_op_name(a->op));
             }
         }
     }
@@ -1106,7 +1111,7 @@ static int run_launch(exec_dev *x, const plan_op *o, const plan_op *pair, const 
     for (int i = 0; i < L->nargs; i++) {
         if (L->bind[i] != AB_EXPR) continue;
         if (eval_list(L->arg[i], &base, &sval[i], 1, what, sizeof what) != 1)
-            return hyp_fail(e, HYP_EINPUT, "%s (%s): %s", L->kernel, plan_op_name(o->kind), what);
+            return hyp_fail(e, HYP_EINPUT, "%s (%s): %s", L->kernel, hyp_op_name(o->op), what);
         env_set(&v, L->pname[i], sval[i]);
     }
     for (int i = 0; i < L->nargs; i++) {
@@ -1132,7 +1137,7 @@ static int run_launch(exec_dev *x, const plan_op *o, const plan_op *pair, const 
     double g[3] = {1, 1, 1}, sm = 0;
     int ng = eval_list(L->grid, &v, g, 3, what, sizeof what);
     if (ng < 1 || eval_list(L->smem, &v, &sm, 1, what, sizeof what) != 1)
-        return hyp_fail(e, HYP_EINPUT, "%s (%s): %s", L->kernel, plan_op_name(o->kind), what);
+        return hyp_fail(e, HYP_EINPUT, "%s (%s): %s", L->kernel, hyp_op_name(o->op), what);
     for (int j = 0; j < 3; j++)
         if (g[j] < 1) return HYP_OK; /* an empty grid: nothing to do */
     return x->dev->launch(x->dev, F->mod, L->kernel, HYP_DIM3((unsigned)g[0], (unsigned)g[1], (unsigned)g[2]),
@@ -1151,8 +1156,9 @@ static int run_op(exec_dev *x, const plan_op *o, const exec_dev_op *eo, float dl
         int64_t n = (o->n == DIM_B ? x->B : o->n == DIM_T ? x->T : o->n == DIM_N ? N : o->n) * (o->C ? o->C : 1);
         return x->dev->memset(x->dev, dbuf(x, o->out[0]), 0, sizeof(float) * (size_t)n, NULL, e);
     }
-    case EXD_GEMM: return o->kind == OP_MATMUL_FWD ? matmul_fwd(x, o, N, e) : matmul_bwd(x, o, N, e);
-    default: return hyp_fail(e, HYP_EINPUT, "plan op '%s' cannot run on the device", plan_op_name(o->kind));
+    case EXD_GEMM:
+        return hyp_op_get(o->op)->device == HYP_OPDEV_GEMM_FWD ? matmul_fwd(x, o, N, e) : matmul_bwd(x, o, N, e);
+    default: return hyp_fail(e, HYP_EINPUT, "plan op '%s' cannot run on the device", hyp_op_name(o->op));
     }
 }
 
@@ -1251,7 +1257,7 @@ static int z3_run(exec_dev *x, const plan_op *ops, const exec_dev_op *eo, int n,
         }
         for (int i = seg[s].start; i < end && !rc; i++) {
             rc = run_op(x, &ops[i], &eo[i], dloss, e);
-            if (!rc && loss && ops[i].kind == OP_CROSSENTROPY_FUSED) rc = mean_loss(x, loss, e);
+            if (!rc && loss && (hyp_op_get(ops[i].op)->flags & HYP_OPF_WRITES_LOSSES)) rc = mean_loss(x, loss, e);
         }
         if (!rc) rc = d->event_record(d, z->freed[k], NULL, e);
         if (!rc && grads && g >= 0) rc = z3_reduce(x, g, k, e);
@@ -1351,7 +1357,7 @@ int exec_dev_backward_each(exec_dev *x, float dloss, float *loss, int (*after)(v
         rc = z3_run(x, x->p->bwd, x->bwd, x->p->n_bwd, x->z3->lay->bwd, x->z3->lay->n_bwd, 1, dloss, loss, e);
     for (int i = 0; i < x->p->n_bwd && !rc && !x->z3; i++) {
         rc = run_op(x, &x->p->bwd[i], &x->bwd[i], dloss, e);
-        if (!rc && x->p->bwd[i].kind == OP_CROSSENTROPY_FUSED) rc = mean_loss(x, loss, e);
+        if (!rc && (hyp_op_get(x->p->bwd[i].op)->flags & HYP_OPF_WRITES_LOSSES)) rc = mean_loss(x, loss, e);
         if (!rc && after) rc = after(ctx, i, e);
     }
     if (!rc && !after) rc = x->dev->stream_synchronize(x->dev, NULL, e);

@@ -198,7 +198,7 @@ expect hw_by_path 0 "testgpu +compute" -- "$GEN" size --tree "$TREE" --model gpt
 # bound of any packing); plan.lua's greedy packer (v2167) lands within a few percent above it (tiny:
 # 26777600 vs 26515456 floats, 1.0%; gpt2-124m: equal). Without v2167 the plan gives every buffer
 # its own region, and the estimate is exact. Model state: params + grads + AdamW m + v in fp32 =
-# 16 B/param vs the runtime's 4 × param_floats floats (param_floats pads every tensor to 16 floats
+# 16 B/param vs the runtime's 4 × param_bytes/4 floats (the parameter arena pads every tensor to 16 floats
 # and the vocabulary to a multiple of 64: +0.03% for gpt2-124m).
 arena_case() { # NAME MODEL BATCH SEQ
   local name=$1 model=$2 b=$3 t=$4
@@ -208,8 +208,8 @@ arena_case() { # NAME MODEL BATCH SEQ
   "$GEN" size --tree "$TREE" --model "$model" --hw host-cpu --batch "$b" --seq "$t" --json > "$TMP/s1.json" 2>&1
   "$GEN" size --tree "$TREE" --model "$model" --hw host-cpu --batch "$b" --seq "$t" --memory-planning off --json > "$TMP/s0.json" 2>&1
   local plan1 plan0 est1 est0 pf state
-  plan1=$(jnum "$TMP/p1/plan.json" act_floats); plan0=$(jnum "$TMP/p0/plan.json" act_floats)
-  pf=$(jnum "$TMP/p1/plan.json" param_floats)
+  plan1=$(( $(jnum "$TMP/p1/plan.json" act_bytes) / 4 )); plan0=$(( $(jnum "$TMP/p0/plan.json" act_bytes) / 4 ))
+  pf=$(( $(jnum "$TMP/p1/plan.json" param_bytes) / 4 ))
   est1=$(awk -v x="$(jnum "$TMP/s1.json" activations)" 'BEGIN { printf "%.0f", x / 4 }')
   est0=$(awk -v x="$(jnum "$TMP/s0.json" activations)" 'BEGIN { printf "%.0f", x / 4 }')
   state=$(awk -v x="$(jnum "$TMP/s1.json" model_state)" 'BEGIN { printf "%.0f", x / 4 }')

@@ -31,9 +31,9 @@ expect sample_from_checkpoint 0 "." -- "$TR" sample --ckpt-dir "$TMP/ck" --sampl
 
 # v2167: the memory plan shrinks the activation arena and changes no number
 expect gen_without_memory_plan 0 "wrote" -- "$GEN" specs/v2500.yaml --enable adamw,warmup,cosine,clip --model tiny --target cpu --batch 4 --seq 64 -o "$TMP/nomp"
-a1=$(grep -oE '"act_floats":[[:space:]]*[0-9]+' "$TMP/t/plan.json" | grep -oE '[0-9]+$')
-a0=$(grep -oE '"act_floats":[[:space:]]*[0-9]+' "$TMP/nomp/plan.json" | grep -oE '[0-9]+$')
-echo "v2167: activation arena $a1 floats with the memory plan, $a0 without"
+a1=$(grep -oE '"act_bytes":[[:space:]]*[0-9]+' "$TMP/t/plan.json" | grep -oE '[0-9]+$')
+a0=$(grep -oE '"act_bytes":[[:space:]]*[0-9]+' "$TMP/nomp/plan.json" | grep -oE '[0-9]+$')
+echo "v2167: activation arena $a1 bytes with the memory plan, $a0 without"
 check test_v2167_memory_plan_shrinks_arena awk -v a="$a1" -v b="$a0" 'BEGIN { exit !(a + 0 > 0 && a + 0 < 0.7 * b) }'
 expect train_without_memory_plan 0 "done" -- "$TMP/nomp/train" "${COMMON[@]}" --steps 5 --metrics "$TMP/nomp.jsonl"
 check test_v2167_same_losses test "$(losses "$TMP/nomp.jsonl")" = "$(losses "$TMP/m20.jsonl" | head -5)"
@@ -108,8 +108,8 @@ expect foreign_shard 2 "train_000000.bin: .*magic" -- "$TR" --data "$TMP/foreign
 # bad input: plan
 cp -r "$TMP/t" "$TMP/badplan"; head -c 3000 "$TMP/t/plan.json" > "$TMP/badplan/plan.json"
 expect truncated_plan 2 "plan.json: not valid JSON" -- "$TMP/badplan/train" --data "$TMP/data" --steps 1
-sed -E 's/"act_floats":[[:space:]]*[0-9]+/"act_floats": 1000/' "$TMP/t/plan.json" > "$TMP/badplan/plan.json"
-expect edited_plan_offsets 2 "outside its arena|needs .* elements" -- "$TMP/badplan/train" --data "$TMP/data" --steps 1
+sed -E 's/"act_bytes":[[:space:]]*[0-9]+/"act_bytes": 1000/' "$TMP/t/plan.json" > "$TMP/badplan/plan.json"
+expect edited_plan_offsets 2 "outside the activation arena|needs .* elements" -- "$TMP/badplan/train" --data "$TMP/data" --steps 1
 # bad input: checkpoints
 cp -r "$TMP/ck" "$TMP/ck2"; st=$(ls -d "$TMP/ck2"/step_* | tail -1)
 printf '\x01' | dd of="$st/model.safetensors" bs=1 seek=5000 conv=notrunc 2>/dev/null

@@ -165,12 +165,12 @@ eq("act saved/layer full", F.activation_memory(tiny, 1, 4, { attention = "naive"
 -- The peak is at the LM head's backward: every layer's saved buffers 4·6299648 = 25198592,
 -- + x4 262144 + lnf 262144 + lnf stats 4096 + logits 2048·256 = 524288 + losses 2048
 -- + d:lnf 262144 = 26515456 floats. The plan's greedy packing of the same lifetimes gives
--- act_floats = 26777600 (1% fragmentation), checked by tests/gen/test_size.sh.
+-- act_bytes / 4 = 26777600 floats (1% fragmentation), checked by tests/gen/test_size.sh.
 a = F.activation_memory(tiny, 8, 256, { attention = "naive", recompute = "none", bytes = fp32 })
 eq("act saved/layer tiny B8 T256", a.saved_per_layer / 4, 6299648)
 eq("act peak tiny B8 T256", a.peak / 4, 26515456)
 eq("act peak at", a.peak_at, "lm head backward")
--- no reuse at all = the plan's act_floats_unplanned (every buffer, its own memory) = 54040576
+-- no reuse at all = the plan's act_bytes_unplanned / 4 (every buffer, its own memory) = 54040576
 eq("act unplanned tiny B8 T256", a.unplanned / 4, 54040576)
 -- recompute never raises the peak; flash never raises it either
 local full = F.activation_memory(tiny, 8, 256, { attention = "naive", recompute = "full", bytes = fp32 })

@@ -42,6 +42,7 @@
 #include "device.h"
 #include "exec.h"
 #include "exec_dev.h"
+#include "op_registry.h"
 #include "plan.h"
 #include "rng.h"
 #include "train.h"
@@ -247,7 +248,7 @@ static int check_fp8_bytes(fp8_side *s, const plan_op *list, int n, int *checked
     int bad = 0, N = s->d.B * s->d.T;
     for (int i = 0; i < n && !bad; i++) {
         const plan_op *o = &list[i];
-        if (o->kind != OP_FP8_QUANTIZE) continue;
+        if (o->op != hyp_op_find("fp8_quantize")) continue;
         long rows = o->n == DIM_N ? N : (long)o->n, cols = o->C ? (long)o->C : 1, cnt = rows * cols;
         float *in = dl(s, o->in[0], cnt), scale = 0;
         uint8_t *q = malloc((size_t)cnt * 3), *qt = q + cnt, *ref = q + 2 * cnt;
@@ -302,7 +303,7 @@ static int check_fp8_gemms(fp8_side *s, double *worst) {
         for (int i = 0; i < (pass ? p->n_bwd : p->n_fwd); i++) {
             const plan_op *o = pass ? &p->bwd[i] : &p->fwd[i];
             long IC = (long)o->IC, OC = (long)o->OC;
-            if (o->kind != (pass ? OP_MATMUL_BWD : OP_MATMUL_FWD) || s->d.fp8_slot_of[o->in[0]] < 0 || IC % 16 ||
+            if (o->op != hyp_op_find(pass ? "matmul_bwd" : "matmul_fwd") || s->d.fp8_slot_of[o->in[0]] < 0 || IC % 16 ||
                 OC % 16 || N % 16)
                 continue;
             double e1 = 0, e2 = 0;
@@ -362,7 +363,7 @@ static void fp8_cases(hyp_device *dev, const char *model, const char *scaling) {
     int noc = 0;
     for (int i = 0; i < S[1].p.n_fwd; i++) {
         plan_op *q = &S[1].p.fwd[i];
-        if (q->kind == OP_FP8_QUANTIZE && q->n > 0) {
+        if (q->op == hyp_op_find("fp8_quantize") && q->n > 0) {
             q->n *= q->C;
             q->C = 0;
             noc++;

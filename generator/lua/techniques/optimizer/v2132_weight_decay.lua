@@ -1,14 +1,15 @@
 -- v2132 decoupled weight decay (AdamW): the decay applies to 2-D weights only; `exclude` may also
 -- exempt the embeddings. The optimizer's betas and eps come from here too (Adam's defaults while
--- the spec is inactive: the step is then plain Adam with weight_decay 0).
+-- the spec is inactive: the step is then plain Adam with weight_decay 0). They go to the plan's
+-- optimizer section: the hyper-parameters and the weight decay of the "decay" group.
 local M = {
   id = "v2132",
   families = { "adamw" },
   settings = {
-    { "train", "weight_decay", "weight_decay", 0.0, "train.weight_decay" },
-    { "train", "beta1", "beta1", 0.9, "train.beta1", quiet = true },
-    { "train", "beta2", "beta2", 0.95, "train.beta2", quiet = true },
-    { "train", "eps", "eps", 1e-8, "train.eps", quiet = true },
+    { "optimizer", "weight_decay", "weight_decay", 0.0, "optimizer.weight_decay" },
+    { "optimizer.hyper", "beta1", "beta1", 0.9, "optimizer.beta1", quiet = true },
+    { "optimizer.hyper", "beta2", "beta2", 0.95, "optimizer.beta2", quiet = true },
+    { "optimizer.hyper", "eps", "eps", 1e-8, "optimizer.eps", quiet = true },
   },
 }
 

@@ -1,0 +1,301 @@
+/* op_registry.c — the descriptors of the plan's ops (op_registry.h): for each, its signature,
+ * attributes, flags, device family and the shape rule plan.c checks every buffer against (how many
+ * elements each argument needs at the planned maximum batch). Pure data and arithmetic: nothing
+ * here allocates, runs an op or knows a backend. */
+#include "op_registry.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* A dim attribute bound at batch B, sequence T (symbols DIM_B, DIM_T, DIM_N = B*T). */
+static int64_t bd(int64_t v, int64_t B, int64_t T) {
+    return v == DIM_B ? B : v == DIM_T ? T : v == DIM_N ? B * T : v;
+}
+
+static int64_t qkv_width(const plan_op *o) { return (o->NH + 2 * o->NKV) * o->hd; }
+
+/* Shape rules, one per op family; arg: inputs 0.., outputs 100.. (the signature's order). */
+
+static int64_t need_embedding_fwd(const plan_op *o, int arg, int64_t B, int64_t T, int64_t V) {
+    int64_t b = bd(o->B, B, T), t = bd(o->T, B, T);
+    return arg == 0 ? b * t : arg == 1 ? V * o->C : arg == 2 ? t * o->C : b * t * o->C;
+}
+
+static int64_t need_embedding_bwd(const plan_op *o, int arg, int64_t B, int64_t T, int64_t V) {
+    (void)V;
+    int64_t b = bd(o->B, B, T), t = bd(o->T, B, T);
+    return arg == 0 ? b * t * o->C : arg == 1 ? b * t : arg == 100 ? o->V * o->C : t * o->C;
+}
+
+static int64_t need_layernorm_fwd(const plan_op *o, int arg, int64_t B, int64_t T, int64_t V) {
+    (void)V;
+    int64_t N = bd(o->N, B, T);
+    return (arg == 0 || arg == 100) ? N * o->C : (arg == 1 || arg == 2) ? o->C : N;
+}
+
+static int64_t need_layernorm_bwd(const plan_op *o, int arg, int64_t B, int64_t T, int64_t V) {
+    (void)V;
+    int64_t N = bd(o->N, B, T);
+    return (arg <= 1 || arg == 100) ? N * o->C : (arg == 2 || arg >= 101) ? o->C : N;
+}
+
+static int64_t need_rmsnorm_fwd(const plan_op *o, int arg, int64_t B, int64_t T, int64_t V) {
+    (void)V;
+    int64_t N = bd(o->N, B, T);
+    return (arg == 0 || arg == 100) ? N * o->C : arg == 1 ? o->C : N;
+}
+
+static int64_t need_rmsnorm_bwd(const plan_op *o, int arg, int64_t B, int64_t T, int64_t V) {
+    (void)V;
+    int64_t N = bd(o->N, B, T);
+    return (arg <= 1 || arg == 100) ? N * o->C : (arg == 2 || arg == 101) ? o->C : N;
+}
+
+static int64_t need_matmul_fwd(const plan_op *o, int arg, int64_t B, int64_t T, int64_t V) {
+    (void)V;
+    int64_t N = bd(o->N, B, T);
+    return arg == 0 ? N * o->IC : arg == 1 ? o->OC * o->IC : arg == 2 ? o->OC : N * o->OC;
+}
+
+static int64_t need_matmul_bwd(const plan_op *o, int arg, int64_t B, int64_t T, int64_t V) {
+    (void)V;
+    int64_t N = bd(o->N, B, T);
+    return arg == 0 ? N * o->OC
+           : arg == 1 || arg == 100 ? N * o->IC
+           : arg == 2 || arg == 101 ? o->OC * o->IC
+                                    : o->OC;
+}
+
+static int64_t need_qknorm_fwd(const plan_op *o, int arg, int64_t B, int64_t T, int64_t V) {
+    (void)V;
+    int64_t N = bd(o->N, B, T);
+    return (arg == 0 || arg == 100) ? N * qkv_width(o) : (arg == 1 || arg == 2) ? o->hd : N * (o->NH + o->NKV);
+}
+
+static int64_t need_qknorm_bwd(const plan_op *o, int arg, int64_t B, int64_t T, int64_t V) {
+    (void)V;
+    int64_t N = bd(o->N, B, T);
+    return (arg <= 1 || arg == 100) ? N * qkv_width(o)
+           : (arg == 2 || arg == 3 || arg >= 101) ? o->hd
+                                                   : N * (o->NH + o->NKV);
+}
+
+static int64_t need_rope(const plan_op *o, int arg, int64_t B, int64_t T, int64_t V) {
+    (void)arg, (void)V;
+    return bd(o->B, B, T) * bd(o->T, B, T) * qkv_width(o);
+}
+
+static int64_t need_attention_fwd(const plan_op *o, int arg, int64_t B, int64_t T, int64_t V) {
+    (void)V;
+    int64_t b = bd(o->B, B, T), t = bd(o->T, B, T);
+    return arg == 0 ? b * t * qkv_width(o) : arg == 100 ? b * t * o->NH * o->hd : b * o->NH * t * t;
+}
+
+static int64_t need_attention_bwd(const plan_op *o, int arg, int64_t B, int64_t T, int64_t V) {
+    (void)V;
+    int64_t b = bd(o->B, B, T), t = bd(o->T, B, T);
+    return arg == 0 ? b * t * o->NH * o->hd : (arg == 1 || arg == 100) ? b * t * qkv_width(o) : b * o->NH * t * t;
+}
+
+/* qkv -> out, lse [B,NH,T] */
+static int64_t need_flash_fwd(const plan_op *o, int arg, int64_t B, int64_t T, int64_t V) {
+    (void)V;
+    int64_t b = bd(o->B, B, T), t = bd(o->T, B, T);
+    return arg == 0 ? b * t * qkv_width(o) : arg == 100 ? b * t * o->NH * o->hd : b * o->NH * t;
+}
+
+/* dout, qkv, out, lse -> dqkv, scratch [B,NH,T] */
+static int64_t need_flash_bwd(const plan_op *o, int arg, int64_t B, int64_t T, int64_t V) {
+    (void)V;
+    int64_t b = bd(o->B, B, T), t = bd(o->T, B, T);
+    return (arg == 0 || arg == 2) ? b * t * o->NH * o->hd : (arg == 1 || arg == 100) ? b * t * qkv_width(o) : b * o->NH * t;
+}
+
+/* n rows of C (C absent: 1) */
+static int64_t need_rows(const plan_op *o, int arg, int64_t B, int64_t T, int64_t V) {
+    (void)arg, (void)V;
+    return bd(o->n, B, T) * (o->C ? o->C : 1);
+}
+
+static int64_t need_swiglu_fwd(const plan_op *o, int arg, int64_t B, int64_t T, int64_t V) {
+    (void)V;
+    int64_t N = bd(o->N, B, T);
+    return arg == 0 ? N * 2 * o->H : N * o->H;
+}
+
+static int64_t need_swiglu_bwd(const plan_op *o, int arg, int64_t B, int64_t T, int64_t V) {
+    (void)V;
+    int64_t N = bd(o->N, B, T);
+    return arg == 0 ? N * o->H : N * 2 * o->H;
+}
+
+static int64_t need_crossentropy(const plan_op *o, int arg, int64_t B, int64_t T, int64_t V) {
+    (void)V;
+    int64_t N = bd(o->N, B, T);
+    return arg == 0 ? N * o->Vp : N;
+}
+
+static int64_t need_crossentropy_fused(const plan_op *o, int arg, int64_t B, int64_t T, int64_t V) {
+    (void)V;
+    int64_t N = bd(o->N, B, T);
+    return arg == 101 ? N * o->Vp : N;
+}
+
+static const hyp_op_desc OPS[] = {
+    {"embedding_fwd", "tokens:i32 wte wpe? -> out", "B T C", need_embedding_fwd, 0, HYP_OPDEV_KERNELS},
+    {"embedding_bwd", "dout tokens:i32 -> dwte dwpe?", "B T C V", need_embedding_bwd, 0, HYP_OPDEV_KERNELS},
+    {"layernorm_fwd", "x w b? -> out mean rstd", "N C eps", need_layernorm_fwd, 0, HYP_OPDEV_KERNELS},
+    {"layernorm_bwd", "dout x w mean rstd -> dx dw db?", "N C", need_layernorm_bwd, 0, HYP_OPDEV_KERNELS},
+    {"rmsnorm_fwd", "x w -> out rstd", "N C eps", need_rmsnorm_fwd, 0, HYP_OPDEV_KERNELS},
+    {"rmsnorm_bwd", "dout x w rstd -> dx dw", "N C", need_rmsnorm_bwd, 0, HYP_OPDEV_KERNELS},
+    {"matmul_fwd", "x w b? -> out", "N IC OC", need_matmul_fwd, 0, HYP_OPDEV_GEMM_FWD},
+    {"matmul_bwd", "dout x w -> dx? dw db?", "N IC OC", need_matmul_bwd, 0, HYP_OPDEV_GEMM_BWD},
+    {"qknorm_fwd", "qkv qw kw -> out rstd", "N NH NKV hd eps", need_qknorm_fwd, 0, HYP_OPDEV_KERNELS},
+    {"qknorm_bwd", "dout qkv qw kw rstd -> dqkv dqw dkw", "N NH NKV hd", need_qknorm_bwd, 0, HYP_OPDEV_KERNELS},
+    {"rope_fwd", "qkv -> out", "B T NH NKV hd theta", need_rope, 0, HYP_OPDEV_KERNELS},
+    {"rope_bwd", "dout -> dqkv", "B T NH NKV hd theta", need_rope, 0, HYP_OPDEV_KERNELS},
+    {"attention_fwd", "qkv -> out att", "B T NH NKV hd", need_attention_fwd, 0, HYP_OPDEV_KERNELS},
+    {"attention_bwd", "dout qkv att -> dqkv datt", "B T NH NKV hd", need_attention_bwd, 0, HYP_OPDEV_KERNELS},
+    {"flash_attention_fwd", "qkv -> out lse", "B T NH NKV hd", need_flash_fwd, 0, HYP_OPDEV_KERNELS},
+    {"flash_attention_bwd", "dout qkv out lse -> dqkv scratch", "B T NH NKV hd", need_flash_bwd, 0, HYP_OPDEV_KERNELS},
+    {"gelu_fwd", "x -> out", "n C", need_rows, 0, HYP_OPDEV_KERNELS},
+    {"gelu_bwd", "dout x -> dx", "n C", need_rows, 0, HYP_OPDEV_KERNELS},
+    {"swiglu_fwd", "x -> out", "N H", need_swiglu_fwd, 0, HYP_OPDEV_KERNELS},
+    {"swiglu_bwd", "dout x -> dx", "N H", need_swiglu_bwd, 0, HYP_OPDEV_KERNELS},
+    {"add_fwd", "a b -> out", "n C", need_rows, 0, HYP_OPDEV_KERNELS},
+    {"accumulate", "x -> acc", "n C", need_rows, 0, HYP_OPDEV_KERNELS},
+    {"zero", "-> out", "n C?", need_rows, 0, HYP_OPDEV_ZERO},
+    {"crossentropy", "logits targets:i32 -> losses", "N V Vp", need_crossentropy, HYP_OPF_LOSS, HYP_OPDEV_KERNELS},
+    {"crossentropy_fused", "targets:i32 -> losses logits", "N V Vp", need_crossentropy_fused, HYP_OPF_WRITES_LOSSES,
+     HYP_OPDEV_KERNELS},
+    {"fp8_quantize", "x -> q", "n C? slot", need_rows, HYP_OPF_FP8_SLOT, HYP_OPDEV_KERNELS},
+    {"round_bf16", "x -> out", "n C?", need_rows, 0, HYP_OPDEV_KERNELS},
+};
+
+#define N_OPS ((int)(sizeof OPS / sizeof *OPS))
+_Static_assert(sizeof OPS / sizeof *OPS <= HYP_OP_MAX, "more ops than HYP_OP_MAX: raise it in op_registry.h");
+
+int hyp_op_count(void) { return N_OPS; }
+
+const hyp_op_desc *hyp_op_get(int id) { return id >= 0 && id < N_OPS ? &OPS[id] : NULL; }
+
+const char *hyp_op_name(int id) { return id >= 0 && id < N_OPS ? OPS[id].name : "?"; }
+
+int hyp_op_find(const char *name) {
+    for (int i = 0; name && i < N_OPS; i++)
+        if (!strcmp(OPS[i].name, name)) return i;
+    return -1;
+}
+
+/* Copies the next space-separated word of *s into w (at most n-1 chars); 0 at the end. */
+static int next_word(const char **s, char *w, size_t n) {
+    const char *p = *s;
+    while (*p == ' ') p++;
+    if (!*p) return 0;
+    size_t k = 0;
+    for (; *p && *p != ' '; p++)
+        if (k + 1 < n) w[k++] = *p;
+    w[k] = 0;
+    *s = p;
+    return 1;
+}
+
+/* Parses one signature word "name[:dt|dt][?]"; -1 if a dtype is unknown or the name is empty. */
+static int parse_arg(const char *word, hyp_op_arg *a) {
+    memset(a, 0, sizeof *a);
+    char w[64];
+    snprintf(w, sizeof w, "%s", word);
+    size_t len = strlen(w);
+    if (len && w[len - 1] == '?') a->optional = 1, w[--len] = 0;
+    char *colon = strchr(w, ':');
+    if (colon) {
+        *colon = 0;
+        for (char *t = colon + 1; *t;) {
+            char *bar = strchr(t, '|');
+            if (bar) *bar = 0;
+            int dt = hyp_dtype_parse(t);
+            if (dt < 0) return -1;
+            a->dtypes |= 1u << dt;
+            t = bar ? bar + 1 : t + strlen(t);
+        }
+    } else {
+        a->dtypes = 1u << HYP_DT_F32;
+    }
+    size_t n = strlen(w);
+    if (!n || n >= sizeof a->name) return -1;
+    memcpy(a->name, w, n + 1);
+    return 0;
+}
+
+/* Walks the signature of op id: counts the arguments of each side and, when want_side >= 0,
+ * parses argument want_i of want_side into a. Returns -1 on a malformed signature or when the
+ * wanted argument does not exist. */
+static int walk_sig(int id, int *nin, int *nout, int want_side, int want_i, hyp_op_arg *a) {
+    const hyp_op_desc *d = hyp_op_get(id);
+    int n[2] = {0, 0}, side = 0, found = want_side < 0;
+    if (!d) return -1;
+    const char *s = d->sig;
+    char w[64];
+    while (next_word(&s, w, sizeof w)) {
+        if (!strcmp(w, "->")) {
+            if (side) return -1;
+            side = 1;
+            continue;
+        }
+        if (side == want_side && n[side] == want_i) {
+            if (parse_arg(w, a)) return -1;
+            found = 1;
+        }
+        n[side]++;
+    }
+    if (!side) return -1;
+    if (nin) *nin = n[0];
+    if (nout) *nout = n[1];
+    return found ? 0 : -1;
+}
+
+void hyp_op_arity(int id, int *nin, int *nout) {
+    *nin = *nout = 0;
+    walk_sig(id, nin, nout, -1, 0, NULL);
+}
+
+int hyp_op_arg_of(int id, int side, int i, hyp_op_arg *out) { return walk_sig(id, NULL, NULL, side, i, out); }
+
+int hyp_op_takes_attr(int id, const char *key, int *optional) {
+    const hyp_op_desc *d = hyp_op_get(id);
+    if (!d) return 0;
+    const char *s = d->attrs;
+    char w[32];
+    while (next_word(&s, w, sizeof w)) {
+        size_t len = strlen(w);
+        int opt = len && w[len - 1] == '?';
+        if (opt) w[len - 1] = 0;
+        if (!strcmp(w, key)) {
+            if (optional) *optional = opt;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+int hyp_op_registry_check(hyp_err *e) {
+    for (int i = 0; i < N_OPS; i++) {
+        int nin = 0, nout = 0;
+        if (walk_sig(i, &nin, &nout, -1, 0, NULL) || nin > HYP_OP_MAX_IN || nout > HYP_OP_MAX_OUT || nout < 1)
+            return hyp_fail(e, HYP_EFAIL, "op registry: op '%s' has a malformed signature '%s' — fix op_registry.c",
+                            OPS[i].name, OPS[i].sig);
+        for (int side = 0; side < 2; side++)
+            for (int k = 0; k < (side ? nout : nin); k++) {
+                hyp_op_arg a;
+                if (hyp_op_arg_of(i, side, k, &a))
+                    return hyp_fail(e, HYP_EFAIL, "op registry: op '%s': argument %d of '%s' names an unknown dtype — fix op_registry.c",
+                                    OPS[i].name, k + 1, OPS[i].sig);
+            }
+        if (!OPS[i].need || !OPS[i].attrs)
+            return hyp_fail(e, HYP_EFAIL, "op registry: op '%s' lacks a shape rule or attribute list — fix op_registry.c", OPS[i].name);
+        for (int j = 0; j < i; j++)
+            if (!strcmp(OPS[i].name, OPS[j].name))
+                return hyp_fail(e, HYP_EFAIL, "op registry: op '%s' is registered twice — fix op_registry.c", OPS[i].name);
+    }
+    return HYP_OK;
+}

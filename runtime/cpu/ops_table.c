@@ -1,0 +1,168 @@
+/* ops_table.c — the cpu backend's half of the op registry: one small adapter per registered op
+ * (core/op_registry.h), binding a plan op's buffers and attributes to the kernel that computes it
+ * (ops_cpu.c, ops_flash.c, fp8.c), and the table that names them. exec.c resolves the table
+ * against the registry once per executor and dispatches through it.
+ *
+ * An adapter only unpacks arguments: no allocation, no checks (plan.c validated every argument,
+ * attribute and size at load), no training policy. */
+#include <string.h>
+
+#include "exec.h"
+#include "ops_cpu.h"
+#include "ops_flash.h"
+
+/* The token array an i32 argument names: the targets or the inputs. */
+static const int32_t *tok(const exec_t *x, int idx) { return idx == x->p->targets_buf ? x->targets : x->tokens; }
+
+#define ADAPTER(fn) static void fn(exec_t *x, const plan_op *o, float *const *I, float *const *O, const exec_dims *d, float dloss)
+#define UNUSED_ARGS (void)x, (void)o, (void)I, (void)O, (void)d, (void)dloss
+
+ADAPTER(cpu_embedding_fwd) {
+    UNUSED_ARGS;
+    op_embedding_fwd(O[0], tok(x, o->in[0]), I[1], I[2], d->B, d->T, (int)o->C);
+}
+ADAPTER(cpu_embedding_bwd) {
+    UNUSED_ARGS;
+    op_embedding_bwd(O[0], O[1], I[0], tok(x, o->in[1]), d->B, d->T, (int)o->C, (int)o->V);
+}
+ADAPTER(cpu_layernorm_fwd) {
+    UNUSED_ARGS;
+    op_layernorm_fwd(O[0], O[1], O[2], I[0], I[1], I[2], d->N, (int)o->C, o->eps);
+}
+ADAPTER(cpu_layernorm_bwd) {
+    UNUSED_ARGS;
+    op_layernorm_bwd(O[0], O[1], O[2], I[0], I[1], I[2], I[3], I[4], d->N, (int)o->C);
+}
+ADAPTER(cpu_rmsnorm_fwd) {
+    UNUSED_ARGS;
+    op_rmsnorm_fwd(O[0], O[1], I[0], I[1], d->N, (int)o->C, o->eps);
+}
+ADAPTER(cpu_rmsnorm_bwd) {
+    UNUSED_ARGS;
+    op_rmsnorm_bwd(O[0], O[1], I[0], I[1], I[2], I[3], d->N, (int)o->C);
+}
+ADAPTER(cpu_matmul_fwd) {
+    UNUSED_ARGS;
+    op_matmul_fwd(O[0], I[0], I[1], I[2], d->N, (int)o->IC, (int)o->OC);
+}
+ADAPTER(cpu_matmul_bwd) {
+    UNUSED_ARGS;
+    op_matmul_bwd(O[0], O[1], O[2], I[0], I[1], I[2], d->N, (int)o->IC, (int)o->OC);
+}
+ADAPTER(cpu_qknorm_fwd) {
+    UNUSED_ARGS;
+    op_qknorm_fwd(O[0], O[1], I[0], I[1], I[2], d->N, (int)o->NH, (int)o->NKV, (int)o->hd, o->eps);
+}
+ADAPTER(cpu_qknorm_bwd) {
+    UNUSED_ARGS;
+    op_qknorm_bwd(O[0], O[1], O[2], I[0], I[1], I[2], I[3], I[4], d->N, (int)o->NH, (int)o->NKV, (int)o->hd);
+}
+ADAPTER(cpu_rope_fwd) {
+    UNUSED_ARGS;
+    op_rope_fwd(O[0], I[0], d->B, d->T, (int)o->NH, (int)o->NKV, (int)o->hd, o->theta);
+}
+ADAPTER(cpu_rope_bwd) {
+    UNUSED_ARGS;
+    op_rope_bwd(O[0], I[0], d->B, d->T, (int)o->NH, (int)o->NKV, (int)o->hd, o->theta);
+}
+ADAPTER(cpu_attention_fwd) {
+    UNUSED_ARGS;
+    op_attention_fwd(O[0], O[1], I[0], d->B, d->T, (int)o->NH, (int)o->NKV, (int)o->hd);
+}
+ADAPTER(cpu_attention_bwd) {
+    UNUSED_ARGS;
+    op_attention_bwd(O[0], O[1], I[0], I[1], I[2], d->B, d->T, (int)o->NH, (int)o->NKV, (int)o->hd);
+}
+ADAPTER(cpu_flash_attention_fwd) {
+    UNUSED_ARGS;
+    op_flash_attention_fwd(O[0], O[1], I[0], d->B, d->T, (int)o->NH, (int)o->NKV, (int)o->hd);
+}
+ADAPTER(cpu_flash_attention_bwd) {
+    UNUSED_ARGS;
+    op_flash_attention_bwd(O[0], O[1], I[0], I[1], I[2], I[3], d->B, d->T, (int)o->NH, (int)o->NKV, (int)o->hd);
+}
+ADAPTER(cpu_gelu_fwd) {
+    UNUSED_ARGS;
+    op_gelu_fwd(O[0], I[0], d->n);
+}
+ADAPTER(cpu_gelu_bwd) {
+    UNUSED_ARGS;
+    op_gelu_bwd(O[0], I[1], I[0], d->n);
+}
+ADAPTER(cpu_swiglu_fwd) {
+    UNUSED_ARGS;
+    op_swiglu_fwd(O[0], I[0], d->N, (int)o->H);
+}
+ADAPTER(cpu_swiglu_bwd) {
+    UNUSED_ARGS;
+    op_swiglu_bwd(O[0], I[0], I[1], d->N, (int)o->H);
+}
+ADAPTER(cpu_add_fwd) {
+    UNUSED_ARGS;
+    op_add_fwd(O[0], I[0], I[1], d->n);
+}
+ADAPTER(cpu_accumulate) {
+    UNUSED_ARGS;
+    op_accumulate(O[0], I[0], d->n);
+}
+ADAPTER(cpu_zero) {
+    UNUSED_ARGS;
+    op_zero(O[0], d->n);
+}
+ADAPTER(cpu_crossentropy) {
+    UNUSED_ARGS;
+    op_crossentropy_fwd(O[0], I[0], tok(x, o->in[1]), d->N, (int)o->V, (int)o->Vp);
+}
+ADAPTER(cpu_crossentropy_fused) {
+    UNUSED_ARGS;
+    op_crossentropy_fused(O[0], O[1], tok(x, o->in[0]), dloss, d->N, (int)o->V, (int)o->Vp);
+}
+/* v2160: a fake-quantized copy (exact fp8 values in fp32) under the op's scaling slot */
+ADAPTER(cpu_fp8_quantize) {
+    UNUSED_ARGS;
+    memcpy(O[0], I[0], sizeof(float) * (size_t)d->n);
+    hyp_fp8_state_fake_quantize(&x->fp8[o->slot], O[0], d->n);
+}
+ADAPTER(cpu_round_bf16) {
+    UNUSED_ARGS;
+    op_round_bf16(O[0], I[0], d->n);
+}
+
+static const struct {
+    const char *name; /* the op registry's name */
+    exec_op_fn fn;
+} CPU_OPS[] = {
+    {"embedding_fwd", cpu_embedding_fwd},
+    {"embedding_bwd", cpu_embedding_bwd},
+    {"layernorm_fwd", cpu_layernorm_fwd},
+    {"layernorm_bwd", cpu_layernorm_bwd},
+    {"rmsnorm_fwd", cpu_rmsnorm_fwd},
+    {"rmsnorm_bwd", cpu_rmsnorm_bwd},
+    {"matmul_fwd", cpu_matmul_fwd},
+    {"matmul_bwd", cpu_matmul_bwd},
+    {"qknorm_fwd", cpu_qknorm_fwd},
+    {"qknorm_bwd", cpu_qknorm_bwd},
+    {"rope_fwd", cpu_rope_fwd},
+    {"rope_bwd", cpu_rope_bwd},
+    {"attention_fwd", cpu_attention_fwd},
+    {"attention_bwd", cpu_attention_bwd},
+    {"flash_attention_fwd", cpu_flash_attention_fwd},
+    {"flash_attention_bwd", cpu_flash_attention_bwd},
+    {"gelu_fwd", cpu_gelu_fwd},
+    {"gelu_bwd", cpu_gelu_bwd},
+    {"swiglu_fwd", cpu_swiglu_fwd},
+    {"swiglu_bwd", cpu_swiglu_bwd},
+    {"add_fwd", cpu_add_fwd},
+    {"accumulate", cpu_accumulate},
+    {"zero", cpu_zero},
+    {"crossentropy", cpu_crossentropy},
+    {"crossentropy_fused", cpu_crossentropy_fused},
+    {"fp8_quantize", cpu_fp8_quantize},
+    {"round_bf16", cpu_round_bf16},
+};
+
+exec_op_fn exec_cpu_op(const char *name) {
+    for (size_t i = 0; i < sizeof CPU_OPS / sizeof *CPU_OPS; i++)
+        if (!strcmp(CPU_OPS[i].name, name)) return CPU_OPS[i].fn;
+    return NULL;
+}
