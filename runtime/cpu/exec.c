@@ -180,14 +180,20 @@ static int init_dp(exec_t *x, const plan_t *p, hyp_coll *coll, int stage, int ac
     int rc = HYP_OK;
     if (stage >= 3) rc = z3_init(x, coll, e);
     else alloc_replicated(x);
+    if (!rc && (!p->optim.kind[0] || p->optim.n_state < 0 || p->optim.n_state > HYP_OPT_MAX_STATE))
+        rc = hyp_fail(e, HYP_EINPUT, "exec: the plan has no optimizer section — regenerate it with gen");
+    if (!rc && stage >= 1 && p->optim.shard_matrix)
+        rc = hyp_fail(e, HYP_EINPUT, "exec: optimizer '%s' updates whole matrices, and ZeRO stage %d shards by floats — generate the trainer without zero1/zero2/zero3",
+                      p->optim.kind, stage);
     if (rc) {
         exec_free(x);
         return rc;
     }
     int64_t optim = stage >= 1 ? x->shard : x->shard * x->world;
     size_t before = x->bytes;
-    x->m = alloc_floats(optim, &x->bytes);
-    x->v = alloc_floats(optim, &x->bytes);
+    int states_ok = 1;
+    x->n_state = p->optim.n_state;
+    for (int k = 0; k < x->n_state; k++) states_ok &= (x->state[k] = alloc_floats(optim, &x->bytes)) != NULL;
     x->bytes_optim = x->bytes - before, before = x->bytes;
     if (acts) x->acts = alloc_floats(p->act_floats, &x->bytes);
     x->bytes_acts = x->bytes - before;
@@ -197,7 +203,7 @@ static int init_dp(exec_t *x, const plan_t *p, hyp_coll *coll, int stage, int ac
         exec_free(x);
         return rc;
     }
-    if (!x->params || !x->grads || !x->m || !x->v || (acts && !x->acts) || !x->tokens || !x->targets ||
+    if (!x->params || !x->grads || !states_ok || (acts && !x->acts) || !x->tokens || !x->targets ||
         (stage >= 2 && !x->gshard)) {
         exec_free(x);
         return hyp_fail(e, HYP_EFAIL, "out of memory: the plan needs %.1f MiB of parameters/optimizer state and %.1f MiB of activations — use a smaller --batch/--seq at gen time",
@@ -242,8 +248,7 @@ void exec_free(exec_t *x) {
     free(x->gshard);
     free(x->params);
     free(x->grads);
-    free(x->m);
-    free(x->v);
+    for (int k = 0; k < x->n_state; k++) free(x->state[k]);
     free(x->acts);
     free(x->tokens);
     free(x->targets);

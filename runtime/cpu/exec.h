@@ -1,5 +1,5 @@
 /* exec.h — the plan executor of the CPU backend: binds a validated plan to memory (one
- * parameter arena, its gradient and AdamW-state twins, one activation arena) and runs the
+ * parameter arena, its gradient and optimizer-state twins, one activation arena) and runs the
  * forward, loss and backward op lists through ops_cpu.h. Holds no training policy: the step
  * (accumulation, clipping, schedule, optimizer) lives in train.c. */
 #ifndef HYP_EXEC_H
@@ -45,7 +45,10 @@ typedef struct {
 
 typedef struct {
     const plan_t *p;
-    float *params, *grads, *m, *v; /* [param_floats] each */
+    float *params, *grads;          /* [param_floats] each */
+    float *state[HYP_OPT_MAX_STATE];/* the optimizer's states (plan optimizer.state), each
+                                       [param_floats], or [shard] for stage >= 1 */
+    int n_state;
     float *acts;                    /* [act_floats] */
     int32_t *tokens, *targets;      /* [maxB * maxT] */
     int B, T;                       /* bound batch shape (<= the plan's) */
@@ -55,7 +58,7 @@ typedef struct {
     int world, rank, stage;
     int64_t shard;
     float *gshard;                  /* [shard] reduced gradients of the own shard (stage >= 2) */
-    exec_z3 *z3;                    /* stage 3 only; then params/m/v/gshard hold the own shards
+    exec_z3 *z3;                    /* stage 3 only; then params/state/gshard hold the own shards
                                        [shard] in the group layout and grads is the one-group
                                        gradient workspace */
     hyp_fp8_state *fp8;             /* [plan fp8_slots] v2160 per-operand scaling states */
@@ -67,11 +70,11 @@ typedef struct {
 
 int exec_init(exec_t *x, const plan_t *p, hyp_err *e);
 /* Like exec_init for this rank of coll's world (coll may be NULL: one rank) under ZeRO stage 0..3:
- * stage >= 1 allocates AdamW moments for the own shard only, stage >= 2 a reduced-gradient
+ * stage >= 1 allocates the optimizer's states for the own shard only, stage >= 2 a reduced-gradient
  * shard, stage 3 only the parameter shards and two layer working buffers (see exec_z3). */
 int exec_init_dp(exec_t *x, const plan_t *p, hyp_coll *coll, int stage, hyp_err *e);
 /* A host mirror of a device run (train_dev.c): exec_init_dp without the activation arena (acts
- * stays NULL) — parameters, moments, FP8 states and tokens/targets only; the device computes. */
+ * stays NULL) — parameters, optimizer states, FP8 states and tokens/targets only; the device computes. */
 int exec_init_mirror(exec_t *x, const plan_t *p, hyp_coll *coll, int stage, hyp_err *e);
 /* Allocates the activation arena if x has none (a mirror about to sample on the host). */
 int exec_alloc_acts(exec_t *x, hyp_err *e);
@@ -97,7 +100,7 @@ int exec_z3_status(const exec_t *x, hyp_err *e);
 int exec_z3_gather_full(exec_t *x, const float *src, float *full, hyp_err *e);
 void exec_z3_scatter_full(const exec_t *x, const float *full, float *dst);
 /* Stage 3: the part of the arena range [off, off+n) this rank owns: returns its length (0: none),
- * its arena offset in *first and its index in the shard arrays (params, gshard, m, v) in *pos. A
+ * its arena offset in *first and its index in the shard arrays (params, gshard, state) in *pos. A
  * tensor lies inside one group, so its own part is one contiguous range. */
 int64_t exec_z3_own(const exec_t *x, int64_t off, int64_t n, int64_t *first, int64_t *pos);
 /* Stage 3: from now on forward reads the parameters from full[param_floats] (owned by x), with no

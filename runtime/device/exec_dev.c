@@ -268,52 +268,53 @@ static int cmp_i64(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-/* The optimizer launch of the manifest (adamw_step over the arena, f32 weights and states) and its
- * tensor table: segments end at every parameter tensor's end (sorted), the last at param_floats,
- * so alignment gaps belong to the following tensor (zero gradients and zero values there). */
+/* The optimizer launch of the manifest (kernels.json ops.optimizer: its kernel, file, parameters
+ * and grid; which optimizer runs it is the plan's, train/optim.h) and the tensor table: segments
+ * end at every parameter tensor's end (sorted), the last at param_floats, so alignment gaps belong
+ * to the following tensor (zero gradients and zero values there). */
 static int prepare_optimizer(exec_dev *x, const cJSON *man, hyp_err *e) {
     const plan_t *p = x->p;
     const cJSON *ls = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(man, "ops"), "optimizer");
     const cJSON *l = cJSON_GetArrayItem(ls, 0);
     const cJSON *kn = cJSON_GetObjectItemCaseSensitive(l, "kernel"), *fn = cJSON_GetObjectItemCaseSensitive(l, "file");
-    if (!cJSON_IsString(kn) || !cJSON_IsString(fn) || strcmp(kn->valuestring, "adamw_step")) return HYP_OK; /* none */
-    const cJSON *decl = find_kernel_decl(cJSON_GetObjectItemCaseSensitive(man, "files"), fn->valuestring, "adamw_step");
+    if (!cJSON_IsString(kn) || !cJSON_IsString(fn)) return HYP_OK; /* none */
+    const cJSON *decl = find_kernel_decl(cJSON_GetObjectItemCaseSensitive(man, "files"), fn->valuestring, kn->valuestring);
     const cJSON *params = cJSON_GetObjectItemCaseSensitive(decl, "params");
     const cJSON *p0 = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(params, 0), "type");
-    if (cJSON_GetArraySize(params) != 17 || !cJSON_IsString(p0) || strcmp(p0->valuestring, "float*"))
-        return HYP_OK; /* bf16 weights/states or a bf16 copy: not driven by this executor yet */
     int fi = find_file(x, fn->valuestring);
     const cJSON *grid = cJSON_GetObjectItemCaseSensitive(decl, "grid");
     if (fi < 0 || !cJSON_IsString(grid)) return HYP_OK;
     snprintf(x->opt_grid, sizeof x->opt_grid, "%s", grid->valuestring);
+    snprintf(x->opt_kernel, sizeof x->opt_kernel, "%s", kn->valuestring);
+    snprintf(x->opt_p0, sizeof x->opt_p0, "%s", cJSON_IsString(p0) ? p0->valuestring : "");
+    x->opt_nparams = cJSON_GetArraySize(params);
     int n = p->n_params_t;
     int64_t (*ends)[2] = calloc((size_t)n + 1, sizeof *ends);
     int64_t *h_end = calloc((size_t)n + 1, sizeof *h_end);
     x->h_seg_wd = calloc((size_t)n + 1, sizeof *x->h_seg_wd);
-    x->seg_decay = calloc((size_t)n + 1, sizeof *x->seg_decay);
-    if (!ends || !h_end || !x->h_seg_wd || !x->seg_decay) {
+    x->seg_group = calloc((size_t)n + 1, sizeof *x->seg_group);
+    if (!ends || !h_end || !x->h_seg_wd || !x->seg_group) {
         free(ends);
         free(h_end);
         return hyp_fail(e, HYP_EFAIL, "out of memory");
     }
     for (int i = 0; i < n; i++) {
         ends[i][0] = p->params[i].offset + p->params[i].numel;
-        ends[i][1] = p->params[i].decay;
+        ends[i][1] = p->params[i].group;
     }
     qsort(ends, (size_t)n, sizeof *ends, cmp_i64);
     for (int i = 0; i < n; i++) {
         h_end[i] = ends[i][0];
-        x->seg_decay[i] = (int)ends[i][1];
+        x->seg_group[i] = (int)ends[i][1];
     }
-    if (n == 0 || h_end[n - 1] < p->param_floats) { /* a tail after the last tensor: no decay */
+    if (n == 0 || h_end[n - 1] < p->param_floats) { /* a tail after the last tensor: padding */
         h_end[n] = p->param_floats;
-        x->seg_decay[n] = 0;
+        x->seg_group[n] = -1;
         n++;
     }
     x->nseg = n;
     int rc = dalloc(x, (void **)&x->seg_end, n, sizeof(int64_t), e);
     if (!rc) rc = dalloc(x, (void **)&x->seg_wd, n, sizeof(float), e);
-    if (!rc) rc = dalloc(x, (void **)&x->gscale, 1, sizeof(float), e);
     if (!rc) rc = x->dev->h2d_sync(x->dev, x->seg_end, h_end, sizeof(int64_t) * (size_t)n, e);
     free(ends);
     free(h_end);
@@ -602,8 +603,7 @@ void exec_dev_free(exec_dev *x) {
     free_z3(x);
     d->mem_free(d, x->params, &e);
     d->mem_free(d, x->grads, &e);
-    d->mem_free(d, x->m, &e);
-    d->mem_free(d, x->v, &e);
+    for (int k = 0; k < HYP_OPT_MAX_STATE; k++) d->mem_free(d, x->state[k], &e);
     d->mem_free(d, x->acts, &e);
     d->mem_free(d, x->tokens, &e);
     d->mem_free(d, x->targets, &e);
@@ -611,12 +611,11 @@ void exec_dev_free(exec_dev *x) {
     d->mem_free(d, x->scratch, &e);
     d->mem_free(d, x->seg_end, &e);
     d->mem_free(d, x->seg_wd, &e);
-    d->mem_free(d, x->gscale, &e);
     d->mem_free(d, x->gshard, &e);
     d->mem_free(d, x->sh_seg_end, &e);
     d->mem_free(d, x->sh_seg_wd, &e);
     free(x->sh_h_wd);
-    free(x->sh_decay);
+    free(x->sh_group);
     d->mem_free(d, x->fp8_scale, &e);
     d->mem_free(d, x->fp8_scale_inv, &e);
     d->mem_free(d, x->fp8_amax, &e);
@@ -630,7 +629,7 @@ void exec_dev_free(exec_dev *x) {
     free(x->fp8);
     free(x->h_fp8);
     free(x->h_seg_wd);
-    free(x->seg_decay);
+    free(x->seg_group);
     for (int i = 0; i < x->n_files; i++) {
         if (x->files[i].mod) d->module_unload(d, x->files[i].mod);
         for (int j = 0; j < x->files[i].consts.n; j++) free(x->files[i].cnames[j]);
@@ -756,6 +755,21 @@ static void free_z3(exec_dev *x) {
     x->z3 = NULL;
 }
 
+/* The optimizer's states (the plan's optimizer.state, fp32), n floats each. */
+static int alloc_states(exec_dev *x, int64_t n, hyp_err *e) {
+    const hyp_optim_cfg *o = &x->p->optim;
+    if (!o->kind[0]) return hyp_fail(e, HYP_EINPUT, "exec_dev: the plan has no optimizer section — regenerate it with gen");
+    x->n_state = o->n_state;
+    int rc = HYP_OK;
+    for (int k = 0; k < o->n_state && !rc; k++) {
+        if (o->state_dtype[k] != HYP_DT_F32)
+            return hyp_fail(e, HYP_EINPUT, "exec_dev: optimizer state '%s' is %s; the device executor keeps fp32 states — regenerate with f32 optimizer states",
+                            o->state_name[k], hyp_dtype_name(o->state_dtype[k]));
+        rc = dalloc(x, (void **)&x->state[k], n, 4, e);
+    }
+    return rc;
+}
+
 /* The arenas: exec.c's data-parallel layout (the arena padded to world equal shards of 16-float
  * multiples), or at stage 3 (lay) the layout of the host mirror. */
 static int alloc_arenas(exec_dev *x, const exec_z3 *lay, int64_t host_shard, hyp_err *e) {
@@ -768,15 +782,14 @@ static int alloc_arenas(exec_dev *x, const exec_z3 *lay, int64_t host_shard, hyp
     if (rc || (!lay && ((rc = dalloc(x, (void **)&x->params, x->arena, 4, e)) ||
                         (rc = dalloc(x, (void **)&x->grads, x->arena, 4, e)) ||
                         (x->stage >= 2 && (rc = dalloc(x, (void **)&x->gshard, x->shard, 4, e))))) ||
-        (rc = dalloc(x, (void **)&x->m, optim, 4, e)) || (rc = dalloc(x, (void **)&x->v, optim, 4, e)) ||
-        (rc = dalloc(x, (void **)&x->acts, p->act_floats, 4, e)) || (rc = dalloc(x, (void **)&x->tokens, maxN, 4, e)) ||
+        (rc = alloc_states(x, optim, e)) || (rc = dalloc(x, (void **)&x->acts, p->act_floats, 4, e)) || (rc = dalloc(x, (void **)&x->tokens, maxN, 4, e)) ||
         (rc = dalloc(x, (void **)&x->targets, maxN, 4, e)) || (rc = dalloc(x, (void **)&x->ones, maxN, 4, e)))
         return rc;
     if (!lay) {
         x->bytes_params = 4 * (size_t)x->arena;
         x->bytes_grads = 4 * (size_t)(x->arena + (x->stage >= 2 ? x->shard : 0));
     }
-    x->bytes_optim = 8 * (size_t)optim;
+    x->bytes_optim = 4 * (size_t)x->n_state * (size_t)optim;
     x->bytes_acts = 4 * (size_t)(p->act_floats > 0 ? p->act_floats : 1);
     return HYP_OK;
 }
@@ -1296,20 +1309,20 @@ int exec_dev_init_z3(exec_dev *x, const plan_t *p, const char *kernels_dir, hyp_
     return init_any(x, p, kernels_dir, dev, host->world, host->rank, 3, host, e);
 }
 
-/* Appends to end/dec the pieces of the full tensor table (ends full[nseg]) inside the arena range
+/* Appends to end/grp the pieces of the full tensor table (ends full[nseg]) inside the arena range
  * [lo, hi), at shard positions pos + (offset - lo); the rest of the range's len floats (padding)
- * joins the last piece, or forms one (decay 0): its values, gradients and moments stay zero. */
+ * joins the last piece, or forms one (group -1): its values, gradients and moments stay zero. */
 static void clip_table(const exec_dev *x, const int64_t *full, int64_t lo, int64_t hi, int64_t len, int64_t pos,
-                       int64_t *end, int *dec, int *n) {
+                       int64_t *end, int *grp, int *n) {
     int first = *n;
     int64_t start = 0;
     for (int s = 0; s < x->nseg; start = full[s++]) {
         int64_t a = start > lo ? start : lo, b = full[s] < hi ? full[s] : hi;
         if (a >= b) continue;
         end[*n] = pos + (b - lo);
-        dec[(*n)++] = x->seg_decay[s];
+        grp[(*n)++] = x->seg_group[s];
     }
-    if (*n == first) dec[(*n)++] = 0;
+    if (*n == first) grp[(*n)++] = -1;
     end[*n - 1] = pos + len;
 }
 
@@ -1321,18 +1334,18 @@ static int prepare_shard(exec_dev *x, hyp_err *e) {
     const exec_z3 *L = x->z3 ? x->z3->lay : NULL;
     size_t cap = (size_t)x->nseg + (L ? (size_t)L->n_groups : 0) + 1;
     int64_t *end = calloc(cap, sizeof *end);
-    x->sh_decay = calloc(cap, sizeof *x->sh_decay);
+    x->sh_group = calloc(cap, sizeof *x->sh_group);
     x->sh_h_wd = calloc(cap, sizeof *x->sh_h_wd);
     int64_t *full = malloc(sizeof(int64_t) * (size_t)x->nseg);
-    int rc = end && x->sh_decay && x->sh_h_wd && full
+    int rc = end && x->sh_group && x->sh_h_wd && full
                  ? x->dev->d2h_sync(x->dev, full, x->seg_end, sizeof(int64_t) * (size_t)x->nseg, e)
                  : hyp_fail(e, HYP_EFAIL, "out of memory");
     int n = 0;
     for (int g = 0; L && g < L->n_groups && !rc; g++) {
         int64_t lo = L->start[g] + x->rank * L->gs[g], hi = L->start[g] + L->len[g];
-        clip_table(x, full, lo, lo + L->gs[g] < hi ? lo + L->gs[g] : hi, L->gs[g], L->sb[g], end, x->sh_decay, &n);
+        clip_table(x, full, lo, lo + L->gs[g] < hi ? lo + L->gs[g] : hi, L->gs[g], L->sb[g], end, x->sh_group, &n);
     }
-    if (!L && !rc) clip_table(x, full, x->shard * x->rank, x->shard * (x->rank + 1), x->shard, 0, end, x->sh_decay, &n);
+    if (!L && !rc) clip_table(x, full, x->shard * x->rank, x->shard * (x->rank + 1), x->shard, 0, end, x->sh_group, &n);
     x->sh_nseg = n;
     if (!rc) rc = dalloc(x, (void **)&x->sh_seg_end, n, sizeof(int64_t), e);
     if (!rc) rc = dalloc(x, (void **)&x->sh_seg_wd, n, sizeof(float), e);
@@ -1401,40 +1414,26 @@ int exec_dev_norm_finish(exec_dev *x, const float *partial, float max_norm, floa
                           NULL, e);
 }
 
-/* adamw_step over the whole arena (shard == 0) or this rank's shard (shard == 1, stage >= 1: the
- * shard's moments, its gradients in gshard (stage >= 2) or in the arena, its tensor table; at
- * stage 3 params itself is the shard). */
-static int launch_adamw(exec_dev *x, int shard, double lr, double beta1, double beta2, double eps, double wd, int t,
-                        const float *gscale, hyp_err *e) {
+int exec_dev_optim_own(exec_dev *x, const char *kernel, const char *p0, int nparams, exec_dev_own *o, hyp_err *e) {
+    if (x->opt_file < 0 || strcmp(x->opt_kernel, kernel) || strcmp(x->opt_p0, p0) || x->opt_nparams != nparams)
+        return hyp_fail(e, HYP_EINPUT, "kernels.json has no %s %s optimizer launch — regenerate with gen, or step on the host",
+                        strcmp(p0, "float*") ? p0 : "f32", kernel);
+    int shard = x->stage >= 1;
     int64_t lo = shard && !x->z3 ? x->shard * x->rank : 0; /* stage 3: params is the shard */
-    int nseg = shard ? x->sh_nseg : x->nseg;
-    const int *decay = shard ? x->sh_decay : x->seg_decay;
-    float *hwd = shard ? x->sh_h_wd : x->h_seg_wd, *dwd = shard ? x->sh_seg_wd : x->seg_wd;
-    for (int s = 0; s < nseg; s++) hwd[s] = decay[s] ? (float)wd : 0.0f;
-    int rc = x->dev->h2d(x->dev, dwd, hwd, sizeof(float) * (size_t)nseg, NULL, e);
-    if (rc) return rc;
-    /* as op_adamw: the bias corrections in double, rounded to float, inverted in float */
-    float ibc1 = 1.0f / (float)(1.0 - pow(beta1, (double)t)), ibc2 = 1.0f / (float)(1.0 - pow(beta2, (double)t));
-    long n = shard ? (long)x->shard : (long)x->p->param_floats;
-    hyp_kargs a;
-    memset(&a, 0, sizeof a);
-    hyp_kargs_ptr(&a, x->params + lo);
-    hyp_kargs_ptr(&a, x->m);
-    hyp_kargs_ptr(&a, x->v);
-    hyp_kargs_ptr(&a, shard && x->stage >= 2 ? x->gshard : x->grads + lo);
-    hyp_kargs_ptr(&a, shard ? x->sh_seg_end : x->seg_end);
-    hyp_kargs_ptr(&a, dwd);
-    hyp_kargs_i32(&a, nseg);
-    hyp_kargs_i64(&a, (int64_t)n);
-    hyp_kargs_f32(&a, (float)lr);
-    hyp_kargs_f32(&a, (float)beta1);
-    hyp_kargs_f32(&a, (float)beta2);
-    hyp_kargs_f32(&a, (float)eps);
-    hyp_kargs_f32(&a, ibc1);
-    hyp_kargs_f32(&a, ibc2);
-    hyp_kargs_ptr(&a, gscale);
-    hyp_kargs_u32(&a, 0u);
-    hyp_kargs_i32(&a, t);
+    memset(o, 0, sizeof *o);
+    o->param = x->params + lo;
+    o->grad = shard && x->stage >= 2 ? x->gshard : x->grads + lo;
+    for (int k = 0; k < x->n_state; k++) o->state[k] = x->state[k];
+    o->n = shard ? x->shard : x->p->param_floats;
+    o->nseg = shard ? x->sh_nseg : x->nseg;
+    o->seg_end = shard ? x->sh_seg_end : x->seg_end;
+    o->seg_group = shard ? x->sh_group : x->seg_group;
+    o->seg_val = shard ? x->sh_seg_wd : x->seg_wd;
+    o->h_seg_val = shard ? x->sh_h_wd : x->h_seg_wd;
+    return HYP_OK;
+}
+
+int exec_dev_optim_launch(exec_dev *x, int64_t n, hyp_kargs *a, hyp_err *e) {
     const exec_dev_file *F = &x->files[x->opt_file];
     env_t v = {0};
     env_set(&v, "n", (double)n);
@@ -1444,16 +1443,10 @@ static int launch_adamw(exec_dev *x, int shard, double lr, double beta1, double 
     int block = 256;
     for (int j = 0; j < F->consts.n; j++)
         if (!strcmp(F->consts.name[j], "BLOCK")) block = (int)F->consts.val[j];
-    if (eval_list(x->opt_grid, &v, &g, 1, what, sizeof what) != 1) return hyp_fail(e, HYP_EINPUT, "adamw_step: %s", what);
-    return x->dev->launch(x->dev, F->mod, "adamw_step", HYP_DIM3((unsigned)g, 1, 1), HYP_DIM3((unsigned)block, 1, 1), 0,
-                          &a, NULL, e);
-}
-
-int exec_dev_adamw_own(exec_dev *x, double lr, double beta1, double beta2, double eps, double wd, int t,
-                       const float *gscale, hyp_err *e) {
-    if (x->opt_file < 0)
-        return hyp_fail(e, HYP_EINPUT, "kernels.json has no f32 adamw_step optimizer launch — regenerate with gen, or step on the host");
-    return launch_adamw(x, x->stage >= 1, lr, beta1, beta2, eps, wd, t, gscale, e);
+    if (eval_list(x->opt_grid, &v, &g, 1, what, sizeof what) != 1)
+        return hyp_fail(e, HYP_EINPUT, "%s: %s", x->opt_kernel, what);
+    return x->dev->launch(x->dev, F->mod, x->opt_kernel, HYP_DIM3((unsigned)g, 1, 1), HYP_DIM3((unsigned)block, 1, 1), 0,
+                          a, NULL, e);
 }
 
 int exec_dev_fp8_step(exec_dev *x, hyp_err *e) {

@@ -97,6 +97,13 @@ static int after_bwd_op(void *ctx, int op, hyp_err *e) {
     return rc;
 }
 
+/* The host's optimizer states into the device's (bytes each). */
+static int upload_states(train_dev *t, const exec_t *x, size_t bytes, hyp_err *e) {
+    int rc = HYP_OK;
+    for (int k = 0; k < x->n_state && !rc; k++) rc = t->dev->h2d_sync(t->dev, t->xd.state[k], x->state[k], bytes, e);
+    return rc;
+}
+
 int train_dev_open(train_dev *t, const plan_t *p, const char *plan_path, exec_t *x, hyp_coll *coll, int stage,
                    int B, int T, hyp_err *e) {
     memset(t, 0, sizeof *t);
@@ -108,6 +115,9 @@ int train_dev_open(train_dev *t, const plan_t *p, const char *plan_path, exec_t 
     if (slash) snprintf(slash, sizeof kdir - (size_t)(slash - kdir), "/kernels");
     else snprintf(kdir, sizeof kdir, "kernels");
     int rc;
+    if ((rc = hyp_optim_open(p, &t->opt, e))) return rc;
+    if (!t->opt->step_device)
+        return hyp_fail(e, HYP_EINPUT, "optimizer '%s' has no device implementation — generate the trainer for --target cpu", t->opt->kind);
     if ((rc = hyp_device_open(!strcmp(p->backend, "cuda") ? "cuda" : "sim", &t->dev, e))) return rc;
     t->on = 1;
     if (t->world > 1 && (rc = t->dev->comm_init(t->dev, coll, e))) return rc;
@@ -126,8 +136,7 @@ int train_dev_open(train_dev *t, const plan_t *p, const char *plan_path, exec_t 
     if ((rc = d->mem_alloc(d, (void **)&t->partial, sizeof(float) * (size_t)parts, e)) ||
         (rc = d->mem_alloc(d, (void **)&t->gnorm, 2 * sizeof(float), e)) ||
         (rc = d->h2d_sync(d, t->xd.params, x->params, params, e)) ||
-        (rc = d->h2d_sync(d, t->xd.m, x->m, optim, e)) || (rc = d->h2d_sync(d, t->xd.v, x->v, optim, e)) ||
-        (rc = exec_dev_fp8_set_states(&t->xd, x->fp8, e))) /* FP8 scaling states (resumed or fresh) */
+        (rc = upload_states(t, x, optim, e)) || (rc = exec_dev_fp8_set_states(&t->xd, x->fp8, e))) /* FP8 scaling states (resumed or fresh) */
         return rc;
     const char *ov = getenv("HYP_COMM_OVERLAP");
     t->overlap = t->world > 1 && stage <= 1 && p->comm_overlap && !(ov && !strcmp(ov, "0"));
@@ -208,7 +217,8 @@ int train_dev_step(train_dev *t, exec_t *x, hyp_loader *train, const train_opts 
     exec_dev *xd = &t->xd;
     int rc = micro_batches(t, x, train, K, loss, e);
     if (!rc) rc = reduce_and_norm(t, (float)o->max_norm, e);
-    if (!rc) rc = exec_dev_adamw_own(xd, lr, o->beta1, o->beta2, o->eps, o->weight_decay, step, t->gnorm + 1, e);
+    hyp_optim_step a = {lr, step, 1.0f};
+    if (!rc) rc = t->opt->step_device(&x->p->optim, xd, &a, t->gnorm + 1, e);
     if (!rc && t->stage >= 1 && t->stage <= 2 && t->world > 1) { /* stage 3: gathered per group */
         float *own = xd->params + xd->shard * t->rank;
         rc = d->all_gather(d, own, xd->params, (size_t)xd->shard, HYP_DT_F32, NULL, e);
@@ -245,8 +255,7 @@ int train_dev_download(train_dev *t, exec_t *x, hyp_err *e) {
     size_t optim = sizeof(float) * (size_t)(t->stage >= 1 ? t->xd.shard : t->xd.arena);
     size_t params = sizeof(float) * (size_t)(t->stage >= 3 ? t->xd.shard : t->xd.arena);
     int rc = d->d2h_sync(d, x->params, t->xd.params, params, e);
-    if (!rc) rc = d->d2h_sync(d, x->m, t->xd.m, optim, e);
-    if (!rc) rc = d->d2h_sync(d, x->v, t->xd.v, optim, e);
+    for (int k = 0; k < x->n_state && !rc; k++) rc = d->d2h_sync(d, x->state[k], t->xd.state[k], optim, e);
     if (!rc && x->p->fp8_slots && x->fp8) /* the FP8 scaling states go into checkpoints too */
         memcpy(x->fp8, t->xd.fp8, sizeof *x->fp8 * (size_t)x->p->fp8_slots);
     return rc;

@@ -32,6 +32,7 @@
 #include "exec_dev.h"
 #include "metrics.h"
 #include "ops_cpu.h"
+#include "optim.h"
 #include "plan.h"
 #include "rng.h"
 #include "train.h"
@@ -299,6 +300,14 @@ static int sample_text(exec_t *x, const args_t *a, uint64_t seed, FILE *out) {
 
 static int run(int argc, char **argv, hyp_coll *coll);
 
+/* The weight decay the banner reports: the largest of the optimizer's groups. */
+static double max_weight_decay(const hyp_optim_cfg *c) {
+    double wd = 0;
+    for (int g = 0; g < c->n_groups; g++)
+        if (c->groups[g].weight_decay > wd) wd = c->groups[g].weight_decay;
+    return wd;
+}
+
 int main(int argc, char **argv) {
 #if defined(__SSE__)
     /* flush denormals to zero (FTZ | DAZ) before any OpenMP thread exists, so every worker
@@ -332,10 +341,17 @@ static int run(int argc, char **argv, hyp_coll *coll) {
         fprintf(stderr, "train: %s\n", e.msg);
         return rc;
     }
+    const hyp_optim_i *optimizer = NULL;
+    if ((rc = optim_cfg_from_v1(&plan, &e)) || (rc = hyp_optim_open(&plan, &optimizer, &e))) {
+        fprintf(stderr, "train: %s\n", e.msg);
+        hyp_optim_cfg_free(&plan);
+        plan_free(&plan);
+        return rc;
+    }
     /* the device backends (train_dev.c) train in the host executor's ZeRO layout (stage 3: its layer
      * groups); the host keeps a mirror (initialization, checkpoints, sampling) without activations */
     int on_device = !strcmp(plan.backend, "sim") || !strcmp(plan.backend, "cuda");
-    dp_t d = {coll, hyp_coll_rank(coll), hyp_coll_world(coll), plan.zero_stage};
+    dp_t d = {coll, hyp_coll_rank(coll), hyp_coll_world(coll), plan.zero_stage, optimizer};
     train_dev dv = {0}; /* the device backend (sim or cuda), opened below when the plan says so */
     int is0 = d.rank == 0;
     int B = a.batch ? a.batch : plan.B, T = a.seq ? a.seq : plan.T;
@@ -354,6 +370,7 @@ static int run(int argc, char **argv, hyp_coll *coll) {
         (rc = exec_bind(&x, B, T, &e))) {
         fprintf(stderr, "train: %s\n", e.msg);
         exec_free(&x);
+        hyp_optim_cfg_free(&plan);
         plan_free(&plan);
         return rc;
     }
@@ -447,7 +464,7 @@ static int run(int argc, char **argv, hyp_coll *coll) {
     printf("data: %llu train tokens (%d shard%s)%s | steps %d | lr %.3g (%s, warmup %d) | clip %g | wd %g\n",
            (unsigned long long)hyp_loader_total_tokens(train), hyp_loader_num_shards(train),
            hyp_loader_num_shards(train) == 1 ? "" : "s", val ? ", with validation" : "", opt.total_steps, opt.lr,
-           opt.schedule, opt.warmup_steps, opt.max_norm, opt.weight_decay);
+           opt.schedule, opt.warmup_steps, opt.max_norm, max_weight_decay(&plan.optim));
     fflush(stdout);
 
     double t_start = now_s(), tok_s = 0;
@@ -482,7 +499,7 @@ static int run(int argc, char **argv, hyp_coll *coll) {
         if ((rc = dp_reduce_grads(&d, &x, &norm, &e))) break;
         scale = train_clip_scale(&opt, norm);
         lr = train_lr_at(&opt, step);
-        if ((rc = dp_step(&d, &x, &opt, lr, step, scale, &e))) break;
+        if ((rc = dp_step(&d, &x, lr, step, scale, &e))) break;
         if ((rc = op_cpu_check(&e))) break;
         if (plan.fp8_slots) { /* every rank must scale with the same amax (TE reduces it too) */
             for (int i = 0; i < plan.fp8_slots && d.world > 1 && !rc; i++)
@@ -567,6 +584,7 @@ static int run(int argc, char **argv, hyp_coll *coll) {
 cleanup_early:
     train_dev_close(&dv);
     exec_free(&x);
+    hyp_optim_cfg_free(&plan);
     plan_free(&plan);
     return rc;
 }

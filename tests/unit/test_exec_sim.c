@@ -52,6 +52,16 @@ static int passed, failed;
 
 static void report(int ok, const char *name, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 #include <stdarg.h>
+
+/* plan_load plus the optimizer section of a version-1 plan (train/optim.h); free_plan undoes both */
+static int load_plan(const char *path, plan_t *p, hyp_err *e) {
+    int rc = plan_load(path, p, e);
+    return rc ? rc : optim_cfg_from_v1(p, e);
+}
+static void free_plan(plan_t *p) {
+    hyp_optim_cfg_free(p);
+    plan_free(p);
+}
 static void report(int ok, const char *name, const char *fmt, ...) {
     char detail[512];
     va_list ap;
@@ -114,7 +124,8 @@ static int device_step(exec_dev *dx, const train_opts *o, double lr, int t, floa
     float *partial = gbuf + 2, h[2] = {0, 0};
     int rc = exec_dev_norm_partial(dx, dx->grads, dx->p->param_floats, partial, e);
     if (!rc) rc = exec_dev_norm_finish(dx, partial, (float)o->max_norm, gbuf, e);
-    if (!rc) rc = exec_dev_adamw_own(dx, lr, o->beta1, o->beta2, o->eps, o->weight_decay, t, gbuf + 1, e);
+    hyp_optim_step a = {lr, t, 1.0f};
+    if (!rc) rc = hyp_optim_find("adamw")->step_device(&dx->p->optim, dx, &a, gbuf + 1, e);
     if (!rc) rc = d->d2h(d, h, gbuf, sizeof h, NULL, e);
     if (!rc) rc = d->stream_synchronize(d, NULL, e);
     *norm = h[0];
@@ -140,14 +151,10 @@ static int train_steps(exec_t *cx, exec_t *hx, exec_dev *dx, hyp_rng *rng, int d
     size_t pb = sizeof(float) * (size_t)pc->param_floats;
     exec_init_params(cx, 1234);
     memcpy(hx->params, cx->params, pb);
-    memset(cx->m, 0, pb);
-    memset(cx->v, 0, pb);
-    memset(hx->m, 0, pb);
-    memset(hx->v, 0, pb);
+    for (int k = 0; k < cx->n_state; k++) memset(cx->state[k], 0, pb), memset(hx->state[k], 0, pb);
     int rc = exec_dev_upload_params(dx, hx->params, &e);
     if (!rc && dev_opt) rc = dx->dev->mem_alloc(dx->dev, (void **)&gbuf, sizeof(float) * (2 + (size_t)exec_dev_norm_parts(dx)), &e);
-    if (!rc) rc = dx->dev->memset_sync(dx->dev, dx->m, 0, pb, &e);
-    if (!rc) rc = dx->dev->memset_sync(dx->dev, dx->v, 0, pb, &e);
+    for (int k = 0; k < dx->n_state && !rc; k++) rc = dx->dev->memset_sync(dx->dev, dx->state[k], 0, pb, &e);
     double wrel = 0, t0 = now();
     int wstep = 0, N = ps->B * ps->T;
     float first_c = 0, last_c = 0, last_s = 0;
@@ -158,7 +165,7 @@ static int train_steps(exec_t *cx, exec_t *hx, exec_dev *dx, hyp_rng *rng, int d
         memset(cx->grads, 0, pb);
         exec_forward(cx);
         float lc = exec_backward(cx, dloss);
-        train_adamw_step(cx, &o, lr, s, train_clip_scale(&o, train_grad_norm(cx)));
+        train_optim_own(cx, hyp_optim_find("adamw"), lr, s, train_clip_scale(&o, train_grad_norm(cx)));
         float ls = 0;
         rc = exec_dev_zero_grads(dx, &e);
         if (!rc) rc = exec_dev_forward(dx, &e);
@@ -172,7 +179,7 @@ static int train_steps(exec_t *cx, exec_t *hx, exec_dev *dx, hyp_rng *rng, int d
             rc = device_step(dx, &o, lr, s, gbuf, &dnorm, &e);
             if (!(fabs(dnorm - hnorm) <= nrel * hnorm)) nrel = fabs(dnorm - hnorm) / hnorm;
         } else {
-            train_adamw_step(hx, &o, lr, s, scale);
+            train_optim_own(hx, hyp_optim_find("adamw"), lr, s, scale);
             rc = exec_dev_upload_params(dx, hx->params, &e);
         }
         double rel = fabs((double)ls - lc) / fabs((double)lc);
@@ -346,9 +353,9 @@ static void fp8_cases(hyp_device *dev, const char *model, const char *scaling) {
     static fp8_side S[2]; /* [0] fp8 GEMMs as planned, [1] the same plan fake-quantized */
     memset(S, 0, sizeof S);
     snprintf(path, sizeof path, "%s/plan.json", dcpu);
-    int rc = plan_load(path, &pc, &e);
+    int rc = load_plan(path, &pc, &e);
     snprintf(path, sizeof path, "%s/plan.json", dsim);
-    for (int k = 0; k < 2 && !rc; k++) rc = plan_load(path, &S[k].p, &e);
+    for (int k = 0; k < 2 && !rc; k++) rc = load_plan(path, &S[k].p, &e);
     if (rc) {
         report(0, tag, "%s", e.msg);
         return;
@@ -382,12 +389,10 @@ static void fp8_cases(hyp_device *dev, const char *model, const char *scaling) {
     o.lr = 1e-2;
     size_t pb = sizeof(float) * (size_t)pc.param_floats;
     exec_init_params(&cx, 99);
-    memset(cx.m, 0, pb);
-    memset(cx.v, 0, pb);
+    for (int j = 0; j < cx.n_state; j++) memset(cx.state[j], 0, pb);
     for (int k = 0; k < 2 && !rc; k++) {
         memcpy(S[k].h.params, cx.params, pb);
-        memset(S[k].h.m, 0, pb);
-        memset(S[k].h.v, 0, pb);
+        for (int j = 0; j < S[k].h.n_state; j++) memset(S[k].h.state[j], 0, pb);
         rc = exec_dev_upload_params(&S[k].d, cx.params, &e);
     }
     hyp_rng rng;
@@ -407,7 +412,7 @@ static void fp8_cases(hyp_device *dev, const char *model, const char *scaling) {
         memset(cx.grads, 0, pb);
         exec_forward(&cx);
         l[0] = exec_backward(&cx, dloss);
-        train_adamw_step(&cx, &o, lr, st, train_clip_scale(&o, train_grad_norm(&cx)));
+        train_optim_own(&cx, hyp_optim_find("adamw"), lr, st, train_clip_scale(&o, train_grad_norm(&cx)));
         exec_fp8_step(&cx);
         for (int k = 0; k < 2 && !rc; k++) {
             fp8_side *s = &S[k];
@@ -422,7 +427,7 @@ static void fp8_cases(hyp_device *dev, const char *model, const char *scaling) {
             if (!rc && k == 0 && st == 2) ngemm = check_fp8_gemms(s, &gerr);
             if (!rc) rc = exec_dev_download_grads(&s->d, s->h.grads, &e);
             if (!rc) { /* AdamW on the host mirror, as on the cpu side */
-                train_adamw_step(&s->h, &o, lr, st, train_clip_scale(&o, train_grad_norm(&s->h)));
+                train_optim_own(&s->h, hyp_optim_find("adamw"), lr, st, train_clip_scale(&o, train_grad_norm(&s->h)));
                 rc = exec_dev_upload_params(&s->d, s->h.params, &e);
             }
             if (!rc) rc = exec_dev_fp8_step(&s->d, &e);
@@ -450,10 +455,10 @@ static void fp8_cases(hyp_device *dev, const char *model, const char *scaling) {
     for (int k = 0; k < 2; k++) {
         exec_dev_free(&S[k].d);
         exec_free(&S[k].h);
-        plan_free(&S[k].p);
+        free_plan(&S[k].p);
     }
     exec_free(&cx);
-    plan_free(&pc);
+    free_plan(&pc);
 }
 
 /* See the header: ZeRO-3 on the device, one rank, against exec.c's stage 3. */
@@ -534,12 +539,12 @@ int main(int argc, char **argv) {
     plan_t ps, pc;
     hyp_err e = {{0}};
     snprintf(path, sizeof path, "%s/plan.json", dsim);
-    if (plan_load(path, &ps, &e)) {
+    if (load_plan(path, &ps, &e)) {
         report(0, "plan (device)", "%s", e.msg);
         return 1;
     }
     snprintf(path, sizeof path, "%s/plan.json", dcpu);
-    if (plan_load(path, &pc, &e)) {
+    if (load_plan(path, &pc, &e)) {
         report(0, "plan (cpu)", "%s", e.msg);
         return 1;
     }
@@ -656,8 +661,8 @@ int main(int argc, char **argv) {
     exec_free(&cx);
     exec_free(&hx);
     dev->close(dev);
-    plan_free(&ps);
-    plan_free(&pc);
+    free_plan(&ps);
+    free_plan(&pc);
     free(logits);
     char cmd[512];
     snprintf(cmd, sizeof cmd, "rm -rf /tmp/hyp-exec-sim-%d", (int)getpid());

@@ -21,6 +21,16 @@
 #include "safetensors.h"
 #include "train.h"
 
+/* plan_load plus the optimizer section of a version-1 plan (train/optim.h); free_plan undoes both */
+static int load_plan(const char *path, plan_t *p, hyp_err *e) {
+    int rc = plan_load(path, p, e);
+    return rc ? rc : optim_cfg_from_v1(p, e);
+}
+static void free_plan(plan_t *p) {
+    hyp_optim_cfg_free(p);
+    plan_free(p);
+}
+
 static int passed, failed;
 
 static void report(int ok, const char *name, const char *detail) {
@@ -101,7 +111,7 @@ static void run_model(const char *model, const char *fixture, const char *varian
     snprintf(path, sizeof path, "%s/plan.json", dir);
     plan_t plan;
     hyp_err e;
-    if (plan_load(path, &plan, &e)) {
+    if (load_plan(path, &plan, &e)) {
         report(0, tag, e.msg);
         return;
     }
@@ -109,7 +119,7 @@ static void run_model(const char *model, const char *fixture, const char *varian
     snprintf(path, sizeof path, "%s/tests/fixtures/%s", HYP_SOURCE_DIR, fixture);
     if (hyp_st_open(path, &f, &e)) {
         report(0, tag, e.msg);
-        plan_free(&plan);
+        free_plan(&plan);
         return;
     }
     exec_t x;
@@ -160,23 +170,25 @@ static void run_model(const char *model, const char *fixture, const char *varian
 
     /* 10 AdamW steps on the same batch (v2132): lr 1e-3, betas (0.9, 0.95), eps 1e-8, wd 0.1 */
     load_weights(&x, f, "");
-    memset(x.m, 0, sizeof(float) * plan.param_floats);
-    memset(x.v, 0, sizeof(float) * plan.param_floats);
-    train_opts o;
-    train_opts_from_plan(&o, &plan);
+    for (int k = 0; k < x.n_state; k++) memset(x.state[k], 0, sizeof(float) * plan.param_floats);
+    const hyp_optim_i *adamw = NULL;
+    if (hyp_optim_open(&plan, &adamw, &e)) {
+        report(0, tag, e.msg);
+        goto out;
+    }
     float losses[10];
     for (int s = 1; s <= 10; s++) {
         memset(x.grads, 0, sizeof(float) * plan.param_floats);
         exec_forward(&x);
         losses[s - 1] = exec_backward(&x, 1.0f / (float)cnt);
-        train_adamw_step(&x, &o, 1e-3, s, 1.0f);
+        train_optim_own(&x, adamw, 1e-3, s, 1.0f);
     }
     snprintf(name, sizeof name, "reference_v2132_%s_adamw_10_steps", tag);
     compare(name, losses, 1, 10, 10, (const float *)al->data, 1e-4, 0);
 out:
     exec_free(&x);
     hyp_st_close(f);
-    plan_free(&plan);
+    free_plan(&plan);
     snprintf(path, sizeof path, "rm -rf %s", dir);
     if (system(path)) {}
 }

@@ -19,6 +19,17 @@
 #include "rng.h"
 
 #include "hyp_test.h"
+#include "optim.h"
+
+/* plan_load plus the optimizer section of a version-1 plan (train/optim.h); free_plan undoes both */
+static int load_plan(const char *path, plan_t *p, hyp_err *e) {
+    int rc = plan_load(path, p, e);
+    return rc ? rc : optim_cfg_from_v1(p, e);
+}
+static void free_plan(plan_t *p) {
+    hyp_optim_cfg_free(p);
+    plan_free(p);
+}
 
 static int gen_plan(const char *model, const char *dir) {
     char cmd[2048];
@@ -45,7 +56,7 @@ static void run_model(const char *model, int tied, hyp_coll *coll, const char *t
     snprintf(path, sizeof path, "%s/plan.json", dir);
     plan_t plan;
     hyp_err e = {{0}};
-    if (gen_plan(model, dir) || plan_load(path, &plan, &e)) {
+    if (gen_plan(model, dir) || load_plan(path, &plan, &e)) {
         CHECK(0, "%s: gen and load the zero3 plan (%s)", model, e.msg);
         return;
     }
@@ -96,7 +107,7 @@ static void run_model(const char *model, int tied, hyp_coll *coll, const char *t
     free(full);
     exec_free(&a);
     exec_free(&b);
-    plan_free(&plan);
+    free_plan(&plan);
 }
 
 int main(int argc, char **argv) {
