@@ -8,6 +8,13 @@
 #include "exec.h"
 #include "optim.h"
 
+/* The data-parallel group a trainer runs in: its ranks, the ZeRO stage, the plan's optimizer. */
+typedef struct {
+    hyp_coll *coll;
+    int rank, world, stage;
+    const hyp_optim_i *opt;     /* hyp_optim_open */
+} dp_t;
+
 typedef struct {
     double lr, min_lr_ratio, decay_fraction, max_norm;
     int warmup_steps, total_steps;

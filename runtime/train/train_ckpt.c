@@ -1,8 +1,7 @@
-/* train_dp.c — the trainer's data-parallel step and checkpoints on the CPU backend (see
- * train_dp.h): gradient reduction and the sharded optimizer step of ZeRO stages 0-3 (v2110, v2104),
- * per-rank memory report, checkpoint save (single file set, or per-rank shards: v2181) and load
- * with re-sharding to the current world size (v2175), FP8 scaling states included (v2160). */
-#include "train_dp.h"
+/* train_ckpt.c — the trainer's checkpoints (see train_ckpt.h): save (a single file set, or
+ * per-rank shards: v2181) and load with re-sharding to the current world size (v2175), optimizer
+ * states as the optimizer declares them, FP8 scaling states included (v2160). Never: the step. */
+#include "train_ckpt.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -39,32 +38,6 @@ static void free_tensors(hyp_ckpt_tensor *t, int n) {
     if (!t) return;
     for (int i = 0; i < n; i++) free((char *)t[i].name);
     free(t);
-}
-
-/* After backward: make every rank's gradients (stage 0/1) or gradient shard (stage >= 2) the sum
- * over ranks, and return the global gradient norm. */
-int dp_reduce_grads(dp_t *d, exec_t *x, double *norm, hyp_err *e) {
-    int rc;
-    if (d->stage >= 2) { /* stage 3 reduce-scattered each layer's gradients during backward */
-        if (d->stage == 2 && (rc = hyp_coll_reduce_scatter_f32(d->coll, x->grads, x->gshard, (size_t)x->shard, e)))
-            return rc;
-        double ss = op_sumsq(x->gshard, x->shard);
-        if ((rc = hyp_coll_allreduce_f64(d->coll, &ss, 1, e))) return rc;
-        *norm = sqrt(ss);
-        return HYP_OK;
-    }
-    if (d->world > 1 && (rc = hyp_coll_allreduce_f32(d->coll, x->grads, (size_t)x->shard * d->world, e))) return rc;
-    *norm = train_grad_norm(x);
-    return HYP_OK;
-}
-
-/* The optimizer step on what this rank owns, then (stage >= 1) all-gather the updated shards. */
-int dp_step(dp_t *d, exec_t *x, double lr, int t, float scale, hyp_err *e) {
-    train_optim_own(x, d->opt, lr, t, scale);
-    /* stage 3: the shards stay sharded, the next forward gathers them per layer */
-    if (d->stage == 0 || d->stage == 3 || d->world == 1) return HYP_OK;
-    int64_t lo = x->shard * d->rank;
-    return hyp_coll_allgather_f32(d->coll, x->params + lo, x->params, (size_t)x->shard, e);
 }
 
 /* v2160 FP8 scaling states as checkpoint tensors, so a resumed run scales exactly like an
@@ -257,7 +230,7 @@ static int save_shards(dp_t *d, exec_t *x, const char *dir, int keep, const hyp_
 }
 
 /* Stage 3: every rank gathers the full weights, and forward reads them with no more collectives. */
-int dp_unshard(exec_t *x, hyp_err *e) {
+int train_unshard(exec_t *x, hyp_err *e) {
     float *full = calloc((size_t)x->p->param_floats, sizeof(float));
     if (!full) return hyp_fail(e, HYP_EFAIL, "out of memory for the full weights to sample with");
     int rc = exec_z3_gather_full(x, x->params, full, e);
@@ -266,27 +239,7 @@ int dp_unshard(exec_t *x, hyp_err *e) {
     return rc;
 }
 
-void dp_print_memory(dp_t *d, exec_t *x, hyp_err *e) {
-    int W = d->world;
-    double *mem = calloc((size_t)W * 5, sizeof(double));
-    if (!mem) return;
-    mem[d->rank * 5 + 0] = (double)x->bytes_params;
-    mem[d->rank * 5 + 1] = (double)x->bytes_grads;
-    mem[d->rank * 5 + 2] = (double)x->bytes_optim;
-    mem[d->rank * 5 + 3] = (double)x->bytes_acts;
-    mem[d->rank * 5 + 4] = (double)x->bytes_grad_workspace;
-    hyp_coll_allreduce_f64(d->coll, mem, (size_t)W * 5, e);
-    for (int r = 0; r < W; r++) {
-        double *m = mem + r * 5;
-        printf("rank %d/%d memory (ZeRO stage %d): params %.0f B | grads %.0f B | optimizer %.0f B | activations %.0f B",
-               r, W, d->stage, m[0], m[1], m[2], m[3]);
-        if (m[4] > 0) printf(" | backward gradient workspace %.0f B", m[4]);
-        printf("  (%.2f + %.2f + %.2f + %.2f MiB)\n", m[0] / 1048576, m[1] / 1048576, m[2] / 1048576, m[3] / 1048576);
-    }
-    free(mem);
-}
-
-int dp_load(dp_t *d, exec_t *x, const char *dir, int for_sampling, const char *plan_hash, hyp_ckpt_state *st,
+int train_ckpt_load(dp_t *d, exec_t *x, const char *dir, int for_sampling, const char *plan_hash, hyp_ckpt_state *st,
             hyp_err *e) {
     ckpt_view cv;
     int rc = view_open(d, x, &cv, e);
@@ -301,6 +254,6 @@ int dp_load(dp_t *d, exec_t *x, const char *dir, int for_sampling, const char *p
     return rc;
 }
 
-int dp_save(dp_t *d, exec_t *x, const char *dir, int keep, const hyp_ckpt_state *st, hyp_err *e) {
+int train_ckpt_save(dp_t *d, exec_t *x, const char *dir, int keep, const hyp_ckpt_state *st, hyp_err *e) {
     return d->stage >= 1 && d->world > 1 ? save_shards(d, x, dir, keep, st, e) : save_full(d, x, dir, keep, st, e);
 }
