@@ -11,32 +11,18 @@
 #include "hyp_err.h"
 #include "fp8.h"
 #include "plan.h"
+#include "zero3.h"
 
-/* ZeRO-3 (v2104 stage 3): the parameters are cut into layer groups — the contiguous arena runs of
- * one transformer layer ("h.3." / "layers.3."), of the tensors before the first layer (embeddings)
- * and of those after the last one (final norm, untied head). Each group is padded and sharded
- * evenly: rank r persistently holds floats [r*gs, (r+1)*gs) of every group. The op lists are cut
- * into segments that each use one group; before a segment runs, its group is all-gathered into one
- * of zero_prefetch + 1 working slots (the gathers of the next zero_prefetch segments are started
- * before the current one computes: prefetch; 0 = gather just in time), and in backward its gradients go to a one-group workspace that is reduce-scattered
- * into the own gradient shard as soon as the segment is done. */
+/* ZeRO-3 (v2104 stage 3) on the cpu: the layout (core/zero3.h: layer groups, shards, segments)
+ * and the executor's side of it: before a segment runs, its group is all-gathered into one of
+ * n_slots working slots (the gathers of the next zero_prefetch segments are started before the
+ * current one computes: prefetch; 0 = gather just in time), and in backward its gradients go to
+ * a one-group workspace that is reduce-scattered into the own gradient shard as soon as the
+ * segment is done. */
 typedef struct {
-    int start, group;               /* first op index; the group its params/grads belong to */
-} exec_seg;
-
-#define EXEC_Z3_MAX_SLOTS 9         /* prefetch of up to 8 groups + the one computing */
-
-typedef struct {
-    int n_groups;
-    int64_t *start, *len, *gs, *sb; /* per group: arena start, floats, shard floats per rank, own
-                                       shard's offset in the rank's shard arrays */
-    int *buf_group;                 /* per plan buffer: group of a param/grad buffer, else -1 */
+    hyp_z3_layout L;
     float **ptr;                    /* per plan buffer: where a param/grad buffer lives now */
-    exec_seg *fwd, *bwd;
-    int n_fwd, n_bwd;
-    float *slot[EXEC_Z3_MAX_SLOTS]; /* working buffers of gathered groups [slot_cap] each */
-    int n_slots;                    /* the plan's zero_prefetch + 1 */
-    int64_t slot_cap;               /* max over groups of world * gs */
+    float *slot[HYP_Z3_MAX_SLOTS];  /* working buffers of gathered groups [L.slot_cap] each */
     float *full;                    /* exec_z3_adopt_full: a full parameter arena, no gathers */
     hyp_coll *coll;
     int rc;                         /* first collective failure (then nothing more runs) */

@@ -713,7 +713,7 @@ static int prepare_shard(exec_dev *x, hyp_err *e);
 /* Stage 3: the shards, (prefetch + 1) working slots and the one-group gradient workspace of the
  * host layout lay (bytes by role measured from the allocations), the buffer pointer table, the
  * communication stream and its events. */
-static int alloc_z3(exec_dev *x, const exec_z3 *lay, hyp_err *e) {
+static int alloc_z3(exec_dev *x, const hyp_z3_layout *lay, hyp_err *e) {
     hyp_device *d = x->dev;
     exec_dev_z3 *z = x->z3 = calloc(1, sizeof *x->z3);
     if (!z || !(z->ptr = calloc((size_t)x->p->n_bufs, sizeof(void *)))) return hyp_fail(e, HYP_EFAIL, "out of memory");
@@ -744,7 +744,7 @@ static void free_z3(exec_dev *x) {
     hyp_event *ev[] = {z->start, z->gdone, z->wsfree, z->done};
     for (int i = 0; i < 4; i++)
         if (ev[i]) d->event_destroy(d, ev[i]);
-    for (int s = 0; s < EXEC_Z3_MAX_SLOTS; s++) {
+    for (int s = 0; s < HYP_Z3_MAX_SLOTS; s++) {
         if (z->ready[s]) d->event_destroy(d, z->ready[s]);
         if (z->freed[s]) d->event_destroy(d, z->freed[s]);
         if (z->slot[s]) d->mem_free(d, z->slot[s], &e);
@@ -772,10 +772,10 @@ static int alloc_states(exec_dev *x, int64_t n, hyp_err *e) {
 
 /* The arenas: exec.c's data-parallel layout (the arena padded to world equal shards of 16-float
  * multiples), or at stage 3 (lay) the layout of the host mirror. */
-static int alloc_arenas(exec_dev *x, const exec_z3 *lay, int64_t host_shard, hyp_err *e) {
+static int alloc_arenas(exec_dev *x, const hyp_z3_layout *lay, hyp_err *e) {
     const plan_t *p = x->p;
     int64_t maxN = (int64_t)p->B * p->T;
-    x->shard = lay ? host_shard : ((p->param_floats + x->world - 1) / x->world + 15) / 16 * 16;
+    x->shard = lay ? lay->shard : ((p->param_floats + x->world - 1) / x->world + 15) / 16 * 16;
     x->arena = x->shard * x->world;
     int64_t optim = x->stage >= 1 ? x->shard : x->arena;
     int rc = lay ? alloc_z3(x, lay, e) : HYP_OK;
@@ -797,10 +797,10 @@ static int alloc_arenas(exec_dev *x, const exec_z3 *lay, int64_t host_shard, hyp
 /* Stage 3: a fusion site does its first op's work at the second op, in the second's segment —
  * the first must use no parameters of another group. */
 static int z3_check_fusions(const exec_dev *x, hyp_err *e) {
-    const exec_z3 *L = x->z3->lay;
+    const hyp_z3_layout *L = x->z3->lay;
     for (int pass = 0; pass < 2; pass++) {
         const exec_dev_op *eo = pass ? x->bwd : x->fwd;
-        const exec_seg *seg = pass ? L->bwd : L->fwd;
+        const hyp_z3_seg *seg = pass ? L->bwd : L->fwd;
         int n = pass ? x->p->n_bwd : x->p->n_fwd, ns = pass ? L->n_bwd : L->n_fwd;
         for (int i = 0, s = 0; i < n; i++) {
             while (s + 1 < ns && seg[s + 1].start <= i) s++;
@@ -817,12 +817,12 @@ static int z3_check_fusions(const exec_dev *x, hyp_err *e) {
 }
 
 static int init_any(exec_dev *x, const plan_t *p, const char *kernels_dir, hyp_device *dev, int world, int rank,
-                    int stage, const exec_t *host, hyp_err *e) {
+                    int stage, const hyp_z3_layout *lay, hyp_err *e) {
     memset(x, 0, sizeof *x);
     if (world < 1 || rank < 0 || rank >= world || stage < 0 || stage > 3)
         return hyp_fail(e, HYP_EINPUT, "exec_dev: rank %d of %d ranks, ZeRO stage %d — need 0 <= rank < world, stage 0..3", rank, world, stage);
-    if (stage == 3 && !(host && host->z3))
-        return hyp_fail(e, HYP_EINPUT, "exec_dev: ZeRO stage 3 takes its layout from a stage-3 host executor — use exec_dev_init_z3");
+    if (stage == 3 && !lay)
+        return hyp_fail(e, HYP_EINPUT, "exec_dev: ZeRO stage 3 takes its layout from core/zero3.h — use exec_dev_init_z3");
     x->p = p;
     x->dev = dev;
     x->opt_file = -1;
@@ -830,7 +830,7 @@ static int init_any(exec_dev *x, const plan_t *p, const char *kernels_dir, hyp_d
     x->T = p->T;
     int64_t maxN = (int64_t)p->B * p->T;
     x->world = world, x->rank = rank, x->stage = stage;
-    int rc = alloc_arenas(x, stage == 3 ? host->z3 : NULL, host ? host->shard : 0, e);
+    int rc = alloc_arenas(x, stage == 3 ? lay : NULL, e);
     if (rc) {
         exec_dev_free(x);
         return rc;
@@ -1190,24 +1190,33 @@ static int mean_loss(exec_dev *x, float *loss, hyp_err *e) {
     return HYP_OK;
 }
 
-/* ---- ZeRO-3 (exec_dev_z3): segments of one group, gathered ahead on the comm stream ---------- */
+/* ---- ZeRO-3 (exec_dev_z3): the schedule of core/zero3.h, gathered ahead on the comm stream ---- */
 
 /* Points group g's buffers of kind (BUF_PARAM or BUF_GRAD) at base, its copy laid out from start[g]. */
 static void z3_bind(exec_dev *x, int g, int kind, float *base) {
-    const exec_z3 *L = x->z3->lay;
+    const hyp_z3_layout *L = x->z3->lay;
     for (int b = 0; b < x->p->n_bufs; b++)
         if (L->buf_group[b] == g && x->p->bufs[b].kind == (int)kind)
             x->z3->ptr[b] = base + (x->p->bufs[b].offset - L->start[g]);
 }
 
-/* On the comm stream: segment j's group all-gathered into slot j % n_slots (one rank: copied) once
- * the ops of segment j - n_slots, which used the slot before, have run; then the slot's ready event. */
-static int z3_gather(exec_dev *x, const exec_seg *seg, int j, hyp_err *e) {
+/* One pass of the ZeRO-3 schedule (core/zero3.h) on the device: gathers and gradient reductions
+ * on the executor's communication stream, ordered against the compute stream by events. */
+typedef struct {
+    exec_dev *x;
+    const plan_op *ops;
+    const exec_dev_op *eo;
+    float dloss, *loss;
+} z3_pass;
+
+/* On the comm stream: segment j's group g all-gathered into slot k (one rank: copied) once the ops
+ * of segment j - n_slots, which used the slot before, have run; then the slot's ready event. */
+static int z3_gather(void *ctx, int j, int g, int k, hyp_err *e) {
+    exec_dev *x = ((z3_pass *)ctx)->x;
     exec_dev_z3 *z = x->z3;
-    const exec_z3 *L = z->lay;
+    const hyp_z3_layout *L = z->lay;
     hyp_device *d = x->dev;
-    int g = seg[j].group, k = j % L->n_slots, rc = HYP_OK;
-    if (g < 0) return HYP_OK;
+    int rc = HYP_OK;
     if (j >= L->n_slots) rc = d->event_wait(d, z->comm, z->freed[k], e);
     if (!rc)
         rc = x->world > 1 ? d->all_gather(d, x->params + L->sb[g], z->slot[k], (size_t)L->gs[g], HYP_DT_F32, z->comm, e)
@@ -1215,12 +1224,43 @@ static int z3_gather(exec_dev *x, const exec_seg *seg, int j, hyp_err *e) {
     return rc ? rc : d->event_record(d, z->ready[k], z->comm, e);
 }
 
+/* The compute stream waits for slot k only. */
+static int z3_acquire(void *ctx, int g, int k, hyp_err *e) {
+    exec_dev *x = ((z3_pass *)ctx)->x;
+    int rc = x->dev->event_wait(x->dev, NULL, x->z3->ready[k], e);
+    z3_bind(x, g, BUF_PARAM, x->z3->slot[k]);
+    return rc;
+}
+
+/* The one-group workspace, free once the previous group's reduction read it, zeroed. */
+static int z3_grads_begin(void *ctx, int g, hyp_err *e) {
+    exec_dev *x = ((z3_pass *)ctx)->x;
+    hyp_device *d = x->dev;
+    int rc = d->event_wait(d, NULL, x->z3->wsfree, e);
+    if (!rc) rc = d->memset(d, x->grads, 0, sizeof(float) * (size_t)(x->world * x->z3->lay->gs[g]), NULL, e);
+    z3_bind(x, g, BUF_GRAD, x->grads);
+    return rc;
+}
+
+static int z3_run_op(void *ctx, int i, hyp_err *e) {
+    z3_pass *c = ctx;
+    int rc = run_op(c->x, &c->ops[i], &c->eo[i], c->dloss, e);
+    if (!rc && c->loss && c->ops[i].kind == OP_CROSSENTROPY_FUSED) rc = mean_loss(c->x, c->loss, e);
+    return rc;
+}
+
+static int z3_release(void *ctx, int k, hyp_err *e) {
+    exec_dev *x = ((z3_pass *)ctx)->x;
+    return x->dev->event_record(x->dev, x->z3->freed[k], NULL, e);
+}
+
 /* After group g's backward ops (gradients in the workspace), on the comm stream: reduce-scatter
  * the workspace into slot k (its ops ran; the next gather into it follows on this stream), then
  * gshard += it (an exact fp32 add: a k = 1 GEMM with beta 1); one rank adds the workspace. */
-static int z3_reduce(exec_dev *x, int g, int k, hyp_err *e) {
+static int z3_reduce(void *ctx, int g, int k, hyp_err *e) {
+    exec_dev *x = ((z3_pass *)ctx)->x;
     exec_dev_z3 *z = x->z3;
-    const exec_z3 *L = z->lay;
+    const hyp_z3_layout *L = z->lay;
     hyp_device *d = x->dev;
     float *part = x->world > 1 ? z->slot[k] : x->grads;
     int rc = d->event_record(d, z->gdone, NULL, e);
@@ -1238,37 +1278,21 @@ static int z3_reduce(exec_dev *x, int g, int k, hyp_err *e) {
     return rc ? rc : d->event_record(d, z->wsfree, z->comm, e);
 }
 
+static const hyp_z3_hooks Z3_DEVICE = {z3_gather, z3_acquire, z3_grads_begin, z3_run_op, z3_release, z3_reduce};
+
 /* Runs ops[0..n) (their prepared eo) segment by segment: gathers started up to n_slots - 1
  * segments ahead after everything enqueued before (the optimizer, the previous pass), the compute
  * stream waiting for its segment's slot only; with grads (backward) each group's gradients go to
  * the zeroed workspace and are reduced into gshard after its ops. The compute stream then waits
  * for the comm stream. */
-static int z3_run(exec_dev *x, const plan_op *ops, const exec_dev_op *eo, int n, const exec_seg *seg, int ns,
+static int z3_run(exec_dev *x, const plan_op *ops, const exec_dev_op *eo, int n, const hyp_z3_seg *seg, int ns,
                   int grads, float dloss, float *loss, hyp_err *e) {
     exec_dev_z3 *z = x->z3;
-    const exec_z3 *L = z->lay;
     hyp_device *d = x->dev;
-    int started = 0, rc = d->event_record(d, z->start, NULL, e);
+    z3_pass c = {x, ops, eo, dloss, loss};
+    int rc = d->event_record(d, z->start, NULL, e);
     if (!rc) rc = d->event_wait(d, z->comm, z->start, e);
-    for (int s = 0; s < ns && !rc; s++) {
-        int g = seg[s].group, k = s % L->n_slots, end = s + 1 < ns ? seg[s + 1].start : n;
-        for (; started < ns && started < s + L->n_slots && !rc; started++) rc = z3_gather(x, seg, started, e);
-        if (!rc && g >= 0) {
-            rc = d->event_wait(d, NULL, z->ready[k], e);
-            z3_bind(x, g, BUF_PARAM, z->slot[k]);
-        }
-        if (!rc && grads && g >= 0) {
-            if (!(rc = d->event_wait(d, NULL, z->wsfree, e)))
-                rc = d->memset(d, x->grads, 0, sizeof(float) * (size_t)(x->world * L->gs[g]), NULL, e);
-            z3_bind(x, g, BUF_GRAD, x->grads);
-        }
-        for (int i = seg[s].start; i < end && !rc; i++) {
-            rc = run_op(x, &ops[i], &eo[i], dloss, e);
-            if (!rc && loss && ops[i].kind == OP_CROSSENTROPY_FUSED) rc = mean_loss(x, loss, e);
-        }
-        if (!rc) rc = d->event_record(d, z->freed[k], NULL, e);
-        if (!rc && grads && g >= 0) rc = z3_reduce(x, g, k, e);
-    }
+    if (!rc) rc = hyp_z3_schedule(z->lay, seg, ns, n, grads, 1, &Z3_DEVICE, &c, e);
     if (!rc) rc = d->event_record(d, z->done, z->comm, e);
     return rc ? rc : d->event_wait(d, NULL, z->done, e);
 }
@@ -1304,9 +1328,9 @@ int exec_dev_init_dp(exec_dev *x, const plan_t *p, const char *kernels_dir, hyp_
     return init_any(x, p, kernels_dir, dev, world, rank, stage, NULL, e);
 }
 
-int exec_dev_init_z3(exec_dev *x, const plan_t *p, const char *kernels_dir, hyp_device *dev, const exec_t *host,
+int exec_dev_init_z3(exec_dev *x, const plan_t *p, const char *kernels_dir, hyp_device *dev, const hyp_z3_layout *lay,
                      hyp_err *e) {
-    return init_any(x, p, kernels_dir, dev, host->world, host->rank, 3, host, e);
+    return init_any(x, p, kernels_dir, dev, lay->world, lay->rank, 3, lay, e);
 }
 
 /* Appends to end/grp the pieces of the full tensor table (ends full[nseg]) inside the arena range
@@ -1328,10 +1352,10 @@ static void clip_table(const exec_dev *x, const int64_t *full, int64_t lo, int64
 
 /* The tensor table of what this rank owns (stage >= 1): its shard [lo, lo + shard) of the arena,
  * offsets relative to lo; at stage 3 every group's own part [start + rank*gs, +gs) at its place sb
- * in the shard (exec_z3). */
+ * in the shard (core/zero3.h). */
 static int prepare_shard(exec_dev *x, hyp_err *e) {
     if (x->opt_file < 0 || x->stage < 1) return HYP_OK;
-    const exec_z3 *L = x->z3 ? x->z3->lay : NULL;
+    const hyp_z3_layout *L = x->z3 ? x->z3->lay : NULL;
     size_t cap = (size_t)x->nseg + (L ? (size_t)L->n_groups : 0) + 1;
     int64_t *end = calloc(cap, sizeof *end);
     x->sh_group = calloc(cap, sizeof *x->sh_group);

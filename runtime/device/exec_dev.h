@@ -7,8 +7,8 @@
  * their op pairs' launches; v2160 FP8 keeps per-slot scaling state on the device and, when the
  * plan says fp8.gemm "fp8", runs the layer GEMMs on fp8 bytes (TN, as cuBLASLt requires).
  *
- * The arenas have exactly exec.c's layout (offsets of plan.h), so a host array laid out like
- * exec_t.params can be uploaded / downloaded as a whole: the CPU initialization and the host
+ * The arenas have exactly the cpu executor's layout (offsets of plan.h), so a host array laid out
+ * like its parameters can be uploaded / downloaded as a whole: the CPU initialization and the host
  * AdamW (train.h) can be reused around the device forward/backward (what the first milestone
  * does). All work is enqueued on the device's default stream (NULL); train_dev.c adds a
  * communication stream around it — except at ZeRO stage 3 (exec_dev_z3), whose per-group gathers
@@ -20,10 +20,10 @@
 #include <stdint.h>
 
 #include "device.h"
-#include "exec.h"
 #include "fp8.h"
 #include "hyp_err.h"
 #include "plan.h"
+#include "zero3.h"
 
 typedef struct exec_dev_launch exec_dev_launch; /* one kernel launch of a plan op (exec_dev.c) */
 typedef struct exec_dev_file exec_dev_file;     /* one rendered module (exec_dev.c) */
@@ -38,8 +38,8 @@ typedef struct {
     const plan_op *pair;            /* a fusion site's first op (its dims bind too), else NULL */
 } exec_dev_op;
 
-/* ZeRO-3 on the device (exec_dev_init_z3), in the host executor's group layout (exec.h's exec_z3:
- * the same groups, shards and segments, so the host mirror and checkpoints agree). The device
+/* ZeRO-3 on the device (exec_dev_init_z3), in the layout of core/zero3.h (the one the host mirror
+ * uses: the same groups, shards and segments, so the host mirror and checkpoints agree). The device
  * keeps its shard of every group (params, gshard, m, v: [shard] each); before a segment's ops,
  * its group is all-gathered on the communication stream into slot s % n_slots (the gathers of
  * the next n_slots - 1 segments are started ahead: prefetch), the compute stream waits only for
@@ -48,11 +48,11 @@ typedef struct {
  * and added to gshard (the slot is free once the group's ops ran; the next gather into it
  * follows on the same stream). */
 typedef struct {
-    const exec_z3 *lay;             /* the host mirror's layout (not owned) */
+    const hyp_z3_layout *lay;       /* the layout (not owned) */
     void **ptr;                     /* per plan buffer: where a group's param/grad buffer lives now */
-    float *slot[EXEC_Z3_MAX_SLOTS]; /* device: [lay->slot_cap] each */
+    float *slot[HYP_Z3_MAX_SLOTS]; /* device: [lay->slot_cap] each */
     hyp_stream *comm;
-    hyp_event *ready[EXEC_Z3_MAX_SLOTS], *freed[EXEC_Z3_MAX_SLOTS]; /* slot gathered; its ops ran */
+    hyp_event *ready[HYP_Z3_MAX_SLOTS], *freed[HYP_Z3_MAX_SLOTS]; /* slot gathered; its ops ran */
     hyp_event *start, *gdone, *wsfree, *done; /* compute so far; a group's grads; workspace free; comm */
 } exec_dev_z3;
 
@@ -122,10 +122,10 @@ typedef struct {
  * matmul or zero) is an error naming it. */
 int exec_dev_init_dp(exec_dev *x, const plan_t *p, const char *kernels_dir, hyp_device *dev, int world, int rank,
                      int stage, hyp_err *e);
-/* ZeRO stage 3 in the layout of host, a stage-3 host mirror (exec_init_mirror / exec_init_dp with
- * stage 3) of this rank: its world, rank, groups and segments; host must outlive x. The device
- * collectives must be initialized (comm_init) when host->world > 1. */
-int exec_dev_init_z3(exec_dev *x, const plan_t *p, const char *kernels_dir, hyp_device *dev, const exec_t *host,
+/* ZeRO stage 3 in layout lay (core/zero3.h, this rank's: its world, rank, groups and segments —
+ * the host mirror's, exec_t.z3->L, so that checkpoints agree); lay must outlive x. The device
+ * collectives must be initialized (comm_init) when lay->world > 1. */
+int exec_dev_init_z3(exec_dev *x, const plan_t *p, const char *kernels_dir, hyp_device *dev, const hyp_z3_layout *lay,
                      hyp_err *e);
 /* One rank, no ZeRO. */
 int exec_dev_init(exec_dev *x, const plan_t *p, const char *kernels_dir, hyp_device *dev, hyp_err *e);

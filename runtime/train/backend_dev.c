@@ -158,7 +158,7 @@ static int open_dev(train_dev *t, const dp_t *dp, const plan_t *p, const char *p
     t->on = 1;
     snprintf(t->title, sizeof t->title, "%s device memory", t->dev->name);
     if (t->world > 1 && (rc = t->dev->comm_init(t->dev, coll, e))) return rc;
-    if ((rc = stage == 3 ? exec_dev_init_z3(&t->xd, p, kdir, t->dev, x, e)
+    if ((rc = stage == 3 ? exec_dev_init_z3(&t->xd, p, kdir, t->dev, &x->z3->L, e)
                          : exec_dev_init_dp(&t->xd, p, kdir, t->dev, t->world, t->rank, stage, e)) ||
         (rc = exec_dev_bind(&t->xd, B, T, e)))
         return rc;

@@ -476,13 +476,13 @@ static void zero3_case(hyp_device *dev, const plan_t *ps, const plan_t *pc, cons
            "mirror %zu B, executor %zu B", hm.bytes, cz.bytes);
     exec_init_params(&hm, 1234);
     exec_init_params(&cz, 1234);
-    if ((rc = exec_dev_init_z3(&dz, ps, kdir, dev, &hm, &e)) ||
+    if ((rc = exec_dev_init_z3(&dz, ps, kdir, dev, &hm.z3->L, &e)) ||
         (rc = dev->h2d_sync(dev, dz.params, hm.params, sizeof(float) * (size_t)hm.shard, &e))) {
         report(0, "zero3: exec_dev_init_z3", "%s", e.msg);
         exec_free(&hm), exec_free(&cz);
         return;
     }
-    const exec_z3 *L = dz.z3->lay;
+    const hyp_z3_layout *L = dz.z3->lay;
     report(dz.shard == hm.shard && dz.bytes_params == 4 * (size_t)(dz.shard + L->n_slots * L->slot_cap) &&
                dz.bytes_grad_workspace == 4 * (size_t)L->slot_cap && dz.bytes_grads == 4 * (size_t)dz.shard,
            "zero3: device params = shard + slots, grads = shard + one-group workspace",
