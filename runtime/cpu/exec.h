@@ -59,7 +59,7 @@ int exec_init(exec_t *x, const plan_t *p, hyp_err *e);
  * stage >= 1 allocates the optimizer's states for the own shard only, stage >= 2 a reduced-gradient
  * shard, stage 3 only the parameter shards and two layer working buffers (see exec_z3). */
 int exec_init_dp(exec_t *x, const plan_t *p, hyp_coll *coll, int stage, hyp_err *e);
-/* A host mirror of a device run (train_dev.c): exec_init_dp without the activation arena (acts
+/* A host mirror of a device run (train/backend_dev.c): exec_init_dp without the activation arena (acts
  * stays NULL) — parameters, optimizer states, FP8 states and tokens/targets only; the device computes. */
 int exec_init_mirror(exec_t *x, const plan_t *p, hyp_coll *coll, int stage, hyp_err *e);
 /* Allocates the activation arena if x has none (a mirror about to sample on the host). */

@@ -970,7 +970,7 @@ int exec_dev_bind(exec_dev *x, int B, int T, hyp_err *e) {
     return HYP_OK;
 }
 
-/* Stage 3 holds no whole arena: the shard arrays are copied by their pointers (train_dev.c). */
+/* Stage 3 holds no whole arena: the shard arrays are copied by their pointers (train/backend_dev.c). */
 static int no_arena(const char *what, hyp_err *e) {
     return hyp_fail(e, HYP_EINPUT, "exec_dev: %s at ZeRO stage 3 — the device holds [shard] arrays in the group layout; copy x->params / x->gshard (x->shard floats)", what);
 }

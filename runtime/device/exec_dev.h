@@ -9,8 +9,8 @@
  *
  * The arenas have exactly the cpu executor's layout (offsets of plan.h), so a host array laid out
  * like its parameters can be uploaded / downloaded as a whole: the CPU initialization and the host
- * AdamW (train.h) can be reused around the device forward/backward (what the first milestone
- * does). All work is enqueued on the device's default stream (NULL); train_dev.c adds a
+ * optimizer (train.h) can be reused around the device forward/backward (what the tests do). All
+ * work is enqueued on the device's default stream (NULL); train/backend_dev.c adds a
  * communication stream around it — except at ZeRO stage 3 (exec_dev_z3), whose per-group gathers
  * and gradient reduce-scatters run on the executor's own communication stream.
  */
@@ -147,7 +147,7 @@ int exec_dev_eval_loss(exec_dev *x, float *loss, hyp_err *e);
  * mean loss of this micro-batch in *loss (losses copied back with d2h). */
 int exec_dev_backward(exec_dev *x, float dloss, float *loss, hyp_err *e);
 
-/* ---- pieces of the device training step (runtime/train_dev.c); all on the default stream, not
+/* ---- pieces of the device training step (train/backend_dev.c); all on the default stream, not
  * synchronized ---- */
 /* exec_dev_backward, calling after(ctx, i) once bwd op i is enqueued (comm overlap hooks); with a
  * hook the default stream is left unsynchronized: the caller synchronizes what the hook started. */
