@@ -409,11 +409,7 @@ int64_t exec_count_targets(const exec_t *x) {
 }
 
 static float mean_loss(exec_t *x) {
-    const float *losses = exec_buf(x, x->p->losses_buf);
-    int64_t n = (int64_t)x->B * x->T, cnt = exec_count_targets(x);
-    double s = 0;
-    for (int64_t i = 0; i < n; i++) s += losses[i];
-    return cnt ? (float)(s / (double)cnt) : 0.0f;
+    return op_mean_loss(exec_buf(x, x->p->losses_buf), x->targets, (long)x->B * x->T);
 }
 
 float exec_eval_loss(exec_t *x) {

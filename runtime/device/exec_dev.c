@@ -9,6 +9,8 @@
 
 #include <cjson/cJSON.h>
 
+#include "ops_cpu.h"
+
 
 /* ---- a small evaluator for the manifest's expressions ("cdiv(N*CV, BLOCK)", "N*C", "2*SEGS*C") */
 
@@ -1177,17 +1179,11 @@ static int upload_batch(exec_dev *x, hyp_err *e) {
 }
 
 static int mean_loss(exec_dev *x, float *loss, hyp_err *e) {
-    int64_t n = (int64_t)x->B * x->T, cnt = 0;
+    int64_t n = (int64_t)x->B * x->T;
     int rc = x->dev->d2h(x->dev, x->h_losses, dbuf(x, x->p->losses_buf), sizeof(float) * (size_t)n, NULL, e);
     if (!rc) rc = x->dev->stream_synchronize(x->dev, NULL, e);
-    if (rc) return rc;
-    double s = 0;
-    for (int64_t i = 0; i < n; i++) {
-        cnt += x->h_targets[i] >= 0;
-        s += x->h_losses[i];
-    }
-    *loss = cnt ? (float)(s / (double)cnt) : 0.0f;
-    return HYP_OK;
+    if (!rc) *loss = op_mean_loss(x->h_losses, x->h_targets, (long)n);
+    return rc;
 }
 
 /* ---- ZeRO-3 (exec_dev_z3): the schedule of core/zero3.h, gathered ahead on the comm stream ---- */
