@@ -3,12 +3,10 @@
  * states as the optimizer declares them, FP8 scaling states included (v2160). Never: the step. */
 #include "train_ckpt.h"
 
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "ops_cpu.h"
 #include "safetensors.h"
 
 /* The plan's tensors as checkpoint tensors "<name><suffix>", data at base's full arena layout. */
@@ -240,7 +238,7 @@ int train_unshard(exec_t *x, hyp_err *e) {
 }
 
 int train_ckpt_load(dp_t *d, exec_t *x, const char *dir, int for_sampling, const char *plan_hash, hyp_ckpt_state *st,
-            hyp_err *e) {
+                    hyp_err *e) {
     ckpt_view cv;
     int rc = view_open(d, x, &cv, e);
     if (rc) return rc;

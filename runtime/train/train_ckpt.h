@@ -18,7 +18,7 @@ int train_ckpt_save(dp_t *d, exec_t *x, const char *dir, int keep, const hyp_ckp
  * any ZeRO stage of the same plan); for_sampling with ZeRO-3 keeps the full weights for forward
  * without collectives. HYP_ENOCKPT when dir has none yet. */
 int train_ckpt_load(dp_t *d, exec_t *x, const char *dir, int for_sampling, const char *plan_hash, hyp_ckpt_state *st,
-            hyp_err *e);
+                    hyp_err *e);
 /* ZeRO-3: gathers the full weights on every rank and forward reads them from then on. */
 int train_unshard(exec_t *x, hyp_err *e);
 
