@@ -3,7 +3,7 @@
 # kernels (issue #5) under the whole ctest suite. Builds BUILD_DIR (default build-cov) with
 # --coverage, runs every ctest test once (serially, niced: 34 min measured on a shared 2-core box,
 # most of it test_train at -O0), then parses `gcov -n` / `gcov -t` (gcovr/lcov are not needed).
-#   host code   runtime/device.c, device_gemm.c, dev_sim.c, sim.c, exec_dev.c, train_dev.c — the
+#   host code   runtime/device.c, device_gemm.c, dev_sim.c, sim.c, exec_dev.c, backend_dev.c — the
 #               shared layer, the sim device, the simulator, the device executor and training step;
 #               runtime/dev_cuda.c separately: without a GPU only its loader and error paths run.
 #   kernels     every .cu the simulator compiled during the suite (tests/device/*.cu, the templates
@@ -54,7 +54,7 @@ lines() { # lines GCOV_ARGS... -> "path executed total" per file
 echo
 echo "device-layer host code (gcov line coverage):"
 tot_e=0 tot_n=0
-for f in device.c device_gemm.c dev_sim.c sim.c exec_dev.c train_dev.c dev_cuda.c; do
+for f in device.c device_reg.c device_gemm.c dev_sim.c sim.c exec_dev.c backend_dev.c dev_cuda.c; do
   read -r _ e n < <(lines -o "$OBJ/$f.o" "$ROOT/runtime/$f" | grep "runtime/$f " || echo "x 0 0")
   pct=$(awk -v e="$e" -v n="$n" 'BEGIN { printf "%.1f", n ? 100 * e / n : 0 }')
   if [ $f = dev_cuda.c ]; then

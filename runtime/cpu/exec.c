@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ops_cpu.h"
 #include "rng.h"
 
 static void *alloc_floats(int64_t n, size_t *bytes) {
@@ -20,86 +21,7 @@ static void *alloc_floats(int64_t n, size_t *bytes) {
 
 int exec_init(exec_t *x, const plan_t *p, hyp_err *e) { return exec_init_dp(x, p, NULL, 0, e); }
 
-/* ".3." in a parameter name: its transformer layer (else -1). */
-static int layer_of(const char *name) {
-    for (const char *s = strchr(name, '.'); s; s = strchr(s + 1, '.')) {
-        char *end;
-        long v = strtol(s + 1, &end, 10);
-        if (end > s + 1 && *end == '.') return (int)v;
-    }
-    return -1;
-}
-
 static int64_t round16(int64_t n) { return (n + 15) / 16 * 16; }
-
-/* Groups: runs of consecutive parameters (arena order) of the same layer; before the first layer
- * "pre" (-1), after it "post" (-2). A group spans its first to its last tensor, alignment gaps
- * included (they stay zero). */
-static int z3_groups(exec_z3 *z, const plan_t *p, int world, hyp_err *e) {
-    int key_prev = -3, seen_layer = 0;
-    z->start = calloc((size_t)p->n_params_t, sizeof(int64_t));
-    z->len = calloc((size_t)p->n_params_t, sizeof(int64_t));
-    z->gs = calloc((size_t)p->n_params_t, sizeof(int64_t));
-    z->sb = calloc((size_t)p->n_params_t, sizeof(int64_t));
-    if (!z->start || !z->len || !z->gs || !z->sb) return hyp_fail(e, HYP_EFAIL, "out of memory");
-    for (int i = 0; i < p->n_params_t; i++) {
-        const plan_param *pp = &p->params[i];
-        int l = layer_of(pp->name), key = l >= 0 ? l : seen_layer ? -2 : -1;
-        seen_layer |= l >= 0;
-        if (i && pp->offset < p->params[i - 1].offset + p->params[i - 1].numel)
-            return hyp_fail(e, HYP_EINPUT, "plan: parameter %s does not follow the previous one in the arena — ZeRO-3 needs the plan's arena order; regenerate the plan", pp->name);
-        if (key != key_prev) z->start[z->n_groups++] = pp->offset;
-        z->len[z->n_groups - 1] = pp->offset + pp->numel - z->start[z->n_groups - 1]; /* alignment gaps included */
-        key_prev = key;
-    }
-    if (!z->n_groups) return hyp_fail(e, HYP_EINPUT, "plan: no parameters — nothing for ZeRO-3 to shard");
-    int64_t sb = 0;
-    for (int g = 0; g < z->n_groups; g++) {
-        z->gs[g] = round16((z->len[g] + world - 1) / world);
-        z->sb[g] = sb;
-        sb += z->gs[g];
-        if (world * z->gs[g] > z->slot_cap) z->slot_cap = world * z->gs[g];
-    }
-    return HYP_OK;
-}
-
-static int z3_group_at(const exec_z3 *z, int64_t offset) {
-    for (int g = 0; g < z->n_groups; g++)
-        if (offset >= z->start[g] && offset < z->start[g] + z->len[g]) return g;
-    return -1;
-}
-
-/* Cuts an op list into segments of one group each; an op must not mix groups. */
-static int z3_segments(const exec_z3 *z, const plan_op *ops, int n, exec_seg **out, int *nout, hyp_err *e) {
-    exec_seg *s = calloc((size_t)(n ? n : 1), sizeof *s);
-    if (!s) return hyp_fail(e, HYP_EFAIL, "out of memory");
-    int ns = 0, cur = -1;
-    for (int i = 0; i < n; i++) {
-        const plan_op *o = &ops[i];
-        int g = -1;
-        for (int k = 0; k < o->nin + o->nout; k++) {
-            int b = k < o->nin ? o->in[k] : o->out[k - o->nin];
-            int bg = b >= 0 ? z->buf_group[b] : -1;
-            if (bg < 0) continue;
-            if (g >= 0 && bg != g) {
-                free(s);
-                return hyp_fail(e, HYP_EINPUT, "plan: op %d (%s) uses parameters of two layers — ZeRO-3 gathers one layer at a time; use zero2 for this plan",
-                                i, hyp_op_name(o->op));
-            }
-            g = bg;
-        }
-        if (g >= 0 && g != cur) {
-            if (ns && s[ns - 1].group < 0) s[ns - 1].group = g; /* leading param-free ops join */
-            else s[ns++] = (exec_seg){i, g};
-            cur = g;
-        } else if (!ns) {
-            s[ns++] = (exec_seg){i, -1};
-        }
-    }
-    *out = s;
-    *nout = ns;
-    return HYP_OK;
-}
 
 static int z3_init(exec_t *x, hyp_coll *coll, hyp_err *e) {
     const plan_t *p = x->p;
@@ -107,29 +29,17 @@ static int z3_init(exec_t *x, hyp_coll *coll, hyp_err *e) {
     exec_z3 *z = x->z3 = calloc(1, sizeof *x->z3);
     if (!z) return hyp_fail(e, HYP_EFAIL, "out of memory");
     z->coll = coll;
-    int rc = z3_groups(z, p, x->world, e);
+    int rc = hyp_z3_layout_init(&z->L, p, x->world, x->rank, e);
     if (rc) return rc;
-    z->buf_group = malloc(sizeof(int) * (size_t)p->n_bufs);
     z->ptr = calloc((size_t)p->n_bufs, sizeof(float *));
-    if (!z->buf_group || !z->ptr) return hyp_fail(e, HYP_EFAIL, "out of memory");
-    for (int b = 0; b < p->n_bufs; b++) {
-        int k = p->bufs[b].kind;
-        z->buf_group[b] = k == BUF_PARAM || k == BUF_GRAD ? z3_group_at(z, p->bufs[b].offset) : -1;
-    }
-    if ((rc = z3_segments(z, p->fwd, p->n_fwd, &z->fwd, &z->n_fwd, e)) ||
-        (rc = z3_segments(z, p->bwd, p->n_bwd, &z->bwd, &z->n_bwd, e)))
-        return rc;
-    for (int k = 0; k < p->loss.nin; k++)
-        if (p->loss.in[k] >= 0 && z->buf_group[p->loss.in[k]] >= 0)
-            return hyp_fail(e, HYP_EINPUT, "plan: the loss op reads a parameter — ZeRO-3 cannot run this plan; use zero2");
-    int64_t shard = z->sb[z->n_groups - 1] + z->gs[z->n_groups - 1];
+    if (!z->ptr) return hyp_fail(e, HYP_EFAIL, "out of memory");
+    int64_t shard = z->L.shard;
     x->shard = shard;
     size_t before = x->bytes;
     int ok = (x->params = alloc_floats(shard, &x->bytes)) != NULL;
-    z->n_slots = p->zero_prefetch + 1;
-    for (int s = 0; s < z->n_slots; s++) ok &= (z->slot[s] = alloc_floats(z->slot_cap, &x->bytes)) != NULL;
+    for (int s = 0; s < z->L.n_slots; s++) ok &= (z->slot[s] = alloc_floats(z->L.slot_cap, &x->bytes)) != NULL;
     x->bytes_params = x->bytes - before, before = x->bytes;
-    x->grads = alloc_floats(z->slot_cap, &x->bytes);
+    x->grads = alloc_floats(z->L.slot_cap, &x->bytes);
     x->bytes_grad_workspace = x->bytes - before, before = x->bytes;
     x->gshard = alloc_floats(shard, &x->bytes);
     x->bytes_grads = x->bytes - before;
@@ -197,14 +107,20 @@ static int init_dp(exec_t *x, const plan_t *p, hyp_coll *coll, int stage, int ac
     }
     if (stage >= 3) rc = z3_init(x, coll, e);
     else alloc_replicated(x);
+    if (!rc && (!p->optim.kind[0] || p->optim.n_state < 0 || p->optim.n_state > HYP_OPT_MAX_STATE))
+        rc = hyp_fail(e, HYP_EINPUT, "exec: the plan has no optimizer section — regenerate it with gen");
+    if (!rc && stage >= 1 && p->optim.shard_matrix)
+        rc = hyp_fail(e, HYP_EINPUT, "exec: optimizer '%s' updates whole matrices, and ZeRO stage %d shards by floats — generate the trainer without zero1/zero2/zero3",
+                      p->optim.kind, stage);
     if (rc) {
         exec_free(x);
         return rc;
     }
     int64_t optim = stage >= 1 ? x->shard : x->shard * x->world;
     size_t before = x->bytes;
-    x->m = alloc_floats(optim, &x->bytes);
-    x->v = alloc_floats(optim, &x->bytes);
+    int states_ok = 1;
+    x->n_state = p->optim.n_state;
+    for (int k = 0; k < x->n_state; k++) states_ok &= (x->state[k] = alloc_floats(optim, &x->bytes)) != NULL;
     x->bytes_optim = x->bytes - before, before = x->bytes;
     if (acts) x->acts = alloc_floats(p->act_floats, &x->bytes);
     x->bytes_acts = x->bytes - before;
@@ -214,7 +130,7 @@ static int init_dp(exec_t *x, const plan_t *p, hyp_coll *coll, int stage, int ac
         exec_free(x);
         return rc;
     }
-    if (!x->params || !x->grads || !x->m || !x->v || (acts && !x->acts) || !x->tokens || !x->targets ||
+    if (!x->params || !x->grads || !states_ok || (acts && !x->acts) || !x->tokens || !x->targets ||
         (stage >= 2 && !x->gshard)) {
         exec_free(x);
         return hyp_fail(e, HYP_EFAIL, "out of memory: the plan needs %.1f MiB of parameters/optimizer state and %.1f MiB of activations — use a smaller --batch/--seq at gen time",
@@ -248,9 +164,9 @@ int exec_alloc_acts(exec_t *x, hyp_err *e) {
 
 static void z3_free(exec_z3 *z) {
     if (!z) return;
-    free(z->start), free(z->len), free(z->gs), free(z->sb);
-    free(z->buf_group), free(z->ptr), free(z->fwd), free(z->bwd);
-    for (int s = 0; s < EXEC_Z3_MAX_SLOTS; s++) free(z->slot[s]);
+    hyp_z3_layout_free(&z->L);
+    free(z->ptr);
+    for (int s = 0; s < HYP_Z3_MAX_SLOTS; s++) free(z->slot[s]);
     free(z->full);
     free(z);
 }
@@ -261,8 +177,7 @@ void exec_free(exec_t *x) {
     free(x->gshard);
     free(x->params);
     free(x->grads);
-    free(x->m);
-    free(x->v);
+    for (int k = 0; k < x->n_state; k++) free(x->state[k]);
     free(x->acts);
     free(x->tokens);
     free(x->targets);
@@ -284,7 +199,7 @@ int exec_bind(exec_t *x, int B, int T, hyp_err *e) {
 float *exec_buf(exec_t *x, int idx) {
     if (idx < 0) return NULL;
     const plan_buf *b = &x->p->bufs[idx];
-    if (x->z3 && x->z3->buf_group[idx] >= 0) return x->z3->ptr[idx];
+    if (x->z3 && x->z3->L.buf_group[idx] >= 0) return x->z3->ptr[idx];
     switch (b->kind) {
     case BUF_PARAM: return x->params + b->offset;
     case BUF_GRAD: return x->grads + b->offset;
@@ -294,14 +209,7 @@ float *exec_buf(exec_t *x, int idx) {
 }
 
 int64_t exec_z3_own(const exec_t *x, int64_t off, int64_t n, int64_t *first, int64_t *pos) {
-    const exec_z3 *z = x->z3;
-    int g = z3_group_at(z, off);
-    if (g < 0) return 0;
-    int64_t lo = z->start[g] + x->rank * z->gs[g], hi = lo + z->gs[g];
-    int64_t a = off > lo ? off : lo, b = off + n < hi ? off + n : hi;
-    *first = a;
-    *pos = z->sb[g] + (a - lo);
-    return b > a ? b - a : 0;
+    return hyp_z3_own(&x->z3->L, off, n, first, pos);
 }
 
 /* Stage 3: the own shard's part of the arena range [off, off+n) of src (src[0] = arena[off]) into
@@ -337,20 +245,20 @@ void exec_init_params(exec_t *x, uint64_t seed) {
 
 int exec_z3_gather_full(exec_t *x, const float *src, float *full, hyp_err *e) {
     exec_z3 *z = x->z3;
-    for (int g = 0; g < z->n_groups; g++) {
+    for (int g = 0; g < z->L.n_groups; g++) {
         int req, rc;
-        if ((rc = hyp_coll_iallgather_f32(z->coll, src + z->sb[g], z->slot[0], (size_t)z->gs[g], &req, e)) ||
+        if ((rc = hyp_coll_iallgather_f32(z->coll, src + z->L.sb[g], z->slot[0], (size_t)z->L.gs[g], &req, e)) ||
             (rc = hyp_coll_wait(z->coll, req, e)))
             return rc;
-        memcpy(full + z->start[g], z->slot[0], sizeof(float) * (size_t)z->len[g]);
+        memcpy(full + z->L.start[g], z->slot[0], sizeof(float) * (size_t)z->L.len[g]);
     }
     return HYP_OK;
 }
 
 void exec_z3_scatter_full(const exec_t *x, const float *full, float *dst) {
     const exec_z3 *z = x->z3;
-    for (int g = 0; g < z->n_groups; g++)
-        z3_keep_own(x, full + z->start[g], z->start[g], z->len[g], dst);
+    for (int g = 0; g < z->L.n_groups; g++)
+        z3_keep_own(x, full + z->L.start[g], z->L.start[g], z->L.len[g], dst);
 }
 
 void exec_z3_adopt_full(exec_t *x, float *full) {
@@ -358,7 +266,7 @@ void exec_z3_adopt_full(exec_t *x, float *full) {
     free(z->full);
     z->full = full;
     for (int b = 0; b < x->p->n_bufs; b++)
-        if (z->buf_group[b] >= 0 && x->p->bufs[b].kind == BUF_PARAM) z->ptr[b] = full + x->p->bufs[b].offset;
+        if (z->L.buf_group[b] >= 0 && x->p->bufs[b].kind == BUF_PARAM) z->ptr[b] = full + x->p->bufs[b].offset;
 }
 
 int exec_z3_status(const exec_t *x, hyp_err *e) {
@@ -388,54 +296,72 @@ static float mean_loss(exec_t *x);
 /* Points group g's param buffers at base (its gathered copy), or its grad buffers. */
 static void z3_bind(exec_z3 *z, const plan_t *p, int g, int kind, float *base) {
     for (int b = 0; b < p->n_bufs; b++)
-        if (z->buf_group[b] == g && p->bufs[b].kind == kind) z->ptr[b] = base + (p->bufs[b].offset - z->start[g]);
+        if (z->L.buf_group[b] == g && p->bufs[b].kind == kind) z->ptr[b] = base + (p->bufs[b].offset - z->L.start[g]);
 }
 
-static int z3_fail(exec_z3 *z, int rc) {
-    if (!z->rc) z->rc = rc;
+/* One pass of the ZeRO-3 schedule (core/zero3.h) on the cpu: nonblocking all-gathers of the
+ * shards into the slots, the gradient workspace reduce-scattered and added into gshard. */
+typedef struct {
+    exec_t *x;
+    const plan_op *ops;
+    float dloss, *loss;
+    int req[HYP_Z3_MAX_SLOTS];      /* each slot's pending gather */
+} z3_pass;
+
+static int z3_gather(void *ctx, int j, int g, int slot, hyp_err *e) {
+    (void)j;
+    z3_pass *c = ctx;
+    exec_z3 *z = c->x->z3;
+    return hyp_coll_iallgather_f32(z->coll, c->x->params + z->L.sb[g], z->slot[slot], (size_t)z->L.gs[g], &c->req[slot], e);
+}
+
+static int z3_acquire(void *ctx, int g, int slot, hyp_err *e) {
+    z3_pass *c = ctx;
+    exec_z3 *z = c->x->z3;
+    int rc = c->req[slot] >= 0 ? hyp_coll_wait(z->coll, c->req[slot], e) : HYP_OK;
+    if (!rc) z3_bind(z, c->x->p, g, BUF_PARAM, z->slot[slot]);
     return rc;
 }
 
-/* Starts the gather of segment s's group into slot s % n_slots. */
-static int z3_prefetch(exec_z3 *z, const exec_seg *seg, int s, const float *shard, int *req) {
-    *req = -1;
-    int g = seg[s].group;
-    if (g < 0) return HYP_OK;
-    return hyp_coll_iallgather_f32(z->coll, shard + z->sb[g], z->slot[s % z->n_slots], (size_t)z->gs[g], req, &z->err);
+static int z3_grads_begin(void *ctx, int g, hyp_err *e) {
+    (void)e;
+    z3_pass *c = ctx;
+    exec_t *x = c->x;
+    memset(x->grads, 0, sizeof(float) * (size_t)(x->world * x->z3->L.gs[g]));
+    z3_bind(x->z3, x->p, g, BUF_GRAD, x->grads);
+    return HYP_OK;
 }
 
-/* Runs ops[0..n) segment by segment: start the gathers up to zero_prefetch segments ahead (into
- * the slots of finished segments), wait for this segment's, compute; in backward (grads) the
- * segment's gradients are then reduce-scattered into gshard. */
-static void z3_run(exec_t *x, const plan_op *ops, int n, const exec_seg *seg, int ns, int grads, float dloss, float *loss) {
+static int z3_run_op(void *ctx, int i, hyp_err *e) {
+    (void)e;
+    z3_pass *c = ctx;
+    run_op(c->x, &c->ops[i], c->dloss);
+    if (c->loss && writes_losses(&c->ops[i])) *c->loss = mean_loss(c->x);
+    return HYP_OK;
+}
+
+static int z3_reduce(void *ctx, int g, int slot, hyp_err *e) {
+    (void)slot;
+    z3_pass *c = ctx;
+    exec_t *x = c->x;
     exec_z3 *z = x->z3;
-    const plan_t *p = x->p;
+    return hyp_coll_reduce_scatter_add_f32(z->coll, x->grads, x->gshard + z->L.sb[g], (size_t)z->L.gs[g], e);
+}
+
+static const hyp_z3_hooks Z3_CPU = {z3_gather, z3_acquire, z3_grads_begin, z3_run_op, NULL, z3_reduce};
+
+/* Runs ops[0..n) segment by segment (the gathers skipped once the full weights are adopted); the
+ * first collective failure is kept in z->rc / z->err and stops every later pass. */
+static void z3_run(exec_t *x, const plan_op *ops, int n, const hyp_z3_seg *seg, int ns, int grads, float dloss, float *loss) {
+    exec_z3 *z = x->z3;
     if (z->rc) return;
-    int req[EXEC_Z3_MAX_SLOTS], started = 0;
-    for (int s = 0; s < ns; s++) {
-        int g = seg[s].group, end = s + 1 < ns ? seg[s + 1].start : n, k = s % z->n_slots;
-        for (; !z->full && started < ns && started < s + z->n_slots; started++)
-            if (z3_fail(z, z3_prefetch(z, seg, started, x->params, &req[started % z->n_slots]))) return;
-        if (!z->full) {
-            if (req[k] >= 0 && z3_fail(z, hyp_coll_wait(z->coll, req[k], &z->err))) return;
-            if (g >= 0) z3_bind(z, p, g, BUF_PARAM, z->slot[k]);
-        }
-        if (grads && g >= 0) {
-            memset(x->grads, 0, sizeof(float) * (size_t)(x->world * z->gs[g]));
-            z3_bind(z, p, g, BUF_GRAD, x->grads);
-        }
-        for (int i = seg[s].start; i < end; i++) {
-            run_op(x, &ops[i], dloss);
-            if (loss && writes_losses(&ops[i])) *loss = mean_loss(x);
-        }
-        if (grads && g >= 0 &&
-            z3_fail(z, hyp_coll_reduce_scatter_add_f32(z->coll, x->grads, x->gshard + z->sb[g], (size_t)z->gs[g], &z->err)))
-            return;
-    }
+    z3_pass c = {x, ops, dloss, loss, {0}};
+    for (int k = 0; k < HYP_Z3_MAX_SLOTS; k++) c.req[k] = -1;
+    z->rc = hyp_z3_schedule(&z->L, seg, ns, n, grads, !z->full, &Z3_CPU, &c, &z->err);
 }
 
 void exec_forward(exec_t *x) {
-    if (x->z3) z3_run(x, x->p->fwd, x->p->n_fwd, x->z3->fwd, x->z3->n_fwd, 0, 0, NULL);
+    if (x->z3) z3_run(x, x->p->fwd, x->p->n_fwd, x->z3->L.fwd, x->z3->L.n_fwd, 0, 0, NULL);
     else
         for (int i = 0; i < x->p->n_fwd; i++) run_op(x, &x->p->fwd[i], 0);
 }
@@ -447,11 +373,7 @@ int64_t exec_count_targets(const exec_t *x) {
 }
 
 static float mean_loss(exec_t *x) {
-    const float *losses = exec_buf(x, x->p->losses_buf);
-    int64_t n = (int64_t)x->B * x->T, cnt = exec_count_targets(x);
-    double s = 0;
-    for (int64_t i = 0; i < n; i++) s += losses[i];
-    return cnt ? (float)(s / (double)cnt) : 0.0f;
+    return op_mean_loss(exec_buf(x, x->p->losses_buf), x->targets, (long)x->B * x->T);
 }
 
 float exec_eval_loss(exec_t *x) {
@@ -463,7 +385,7 @@ float exec_eval_loss(exec_t *x) {
 float exec_backward(exec_t *x, float dloss) {
     float loss = 0;
     if (x->z3) {
-        z3_run(x, x->p->bwd, x->p->n_bwd, x->z3->bwd, x->z3->n_bwd, 1, dloss, &loss);
+        z3_run(x, x->p->bwd, x->p->n_bwd, x->z3->L.bwd, x->z3->L.n_bwd, 1, dloss, &loss);
         return loss;
     }
     for (int i = 0; i < x->p->n_bwd; i++) {

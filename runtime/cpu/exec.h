@@ -1,5 +1,5 @@
 /* exec.h — the plan executor of the CPU backend: binds a validated plan to memory (one
- * parameter arena, its gradient and AdamW-state twins, one activation arena) and runs the
+ * parameter arena, its gradient and optimizer-state twins, one activation arena) and runs the
  * forward, loss and backward op lists through ops_cpu.h. Holds no training policy: the step
  * (accumulation, clipping, schedule, optimizer) lives in train.c. */
 #ifndef HYP_EXEC_H
@@ -12,6 +12,7 @@
 #include "fp8.h"
 #include "op_registry.h"
 #include "plan.h"
+#include "zero3.h"
 
 struct exec_t;
 
@@ -28,31 +29,16 @@ typedef void (*exec_op_fn)(struct exec_t *x, const plan_op *o, float *const *I, 
 /* The cpu function of the registry's op `name` (ops_table.c), or NULL. */
 exec_op_fn exec_cpu_op(const char *name);
 
-/* ZeRO-3 (v2104 stage 3): the parameters are cut into layer groups — the contiguous arena runs of
- * one transformer layer ("h.3." / "layers.3."), of the tensors before the first layer (embeddings)
- * and of those after the last one (final norm, untied head). Each group is padded and sharded
- * evenly: rank r persistently holds floats [r*gs, (r+1)*gs) of every group. The op lists are cut
- * into segments that each use one group; before a segment runs, its group is all-gathered into one
- * of zero_prefetch + 1 working slots (the gathers of the next zero_prefetch segments are started
- * before the current one computes: prefetch; 0 = gather just in time), and in backward its gradients go to a one-group workspace that is reduce-scattered
- * into the own gradient shard as soon as the segment is done. */
+/* ZeRO-3 (v2104 stage 3) on the cpu: the layout (core/zero3.h: layer groups, shards, segments)
+ * and the executor's side of it: before a segment runs, its group is all-gathered into one of
+ * n_slots working slots (the gathers of the next zero_prefetch segments are started before the
+ * current one computes: prefetch; 0 = gather just in time), and in backward its gradients go to
+ * a one-group workspace that is reduce-scattered into the own gradient shard as soon as the
+ * segment is done. */
 typedef struct {
-    int start, group;               /* first op index; the group its params/grads belong to */
-} exec_seg;
-
-#define EXEC_Z3_MAX_SLOTS 9         /* prefetch of up to 8 groups + the one computing */
-
-typedef struct {
-    int n_groups;
-    int64_t *start, *len, *gs, *sb; /* per group: arena start, floats, shard floats per rank, own
-                                       shard's offset in the rank's shard arrays */
-    int *buf_group;                 /* per plan buffer: group of a param/grad buffer, else -1 */
+    hyp_z3_layout L;
     float **ptr;                    /* per plan buffer: where a param/grad buffer lives now */
-    exec_seg *fwd, *bwd;
-    int n_fwd, n_bwd;
-    float *slot[EXEC_Z3_MAX_SLOTS]; /* working buffers of gathered groups [slot_cap] each */
-    int n_slots;                    /* the plan's zero_prefetch + 1 */
-    int64_t slot_cap;               /* max over groups of world * gs */
+    float *slot[HYP_Z3_MAX_SLOTS];  /* working buffers of gathered groups [L.slot_cap] each */
     float *full;                    /* exec_z3_adopt_full: a full parameter arena, no gathers */
     hyp_coll *coll;
     int rc;                         /* first collective failure (then nothing more runs) */
@@ -62,7 +48,10 @@ typedef struct {
 typedef struct exec_t {
     const plan_t *p;
     exec_op_fn op_fn[HYP_OP_MAX];   /* per op registry id: its cpu function (NULL: none) */
-    float *params, *grads, *m, *v; /* [param_floats] each */
+    float *params, *grads;          /* [param_floats] each */
+    float *state[HYP_OPT_MAX_STATE];/* the optimizer's states (plan optimizer.state), each
+                                       [param_floats], or [shard] for stage >= 1 */
+    int n_state;
     float *acts;                    /* [act_floats] */
     int32_t *tokens, *targets;      /* [maxB * maxT] */
     int B, T;                       /* bound batch shape (<= the plan's) */
@@ -72,7 +61,7 @@ typedef struct exec_t {
     int world, rank, stage;
     int64_t shard;
     float *gshard;                  /* [shard] reduced gradients of the own shard (stage >= 2) */
-    exec_z3 *z3;                    /* stage 3 only; then params/m/v/gshard hold the own shards
+    exec_z3 *z3;                    /* stage 3 only; then params/state/gshard hold the own shards
                                        [shard] in the group layout and grads is the one-group
                                        gradient workspace */
     hyp_fp8_state *fp8;             /* [plan fp8_slots] v2160 per-operand scaling states */
@@ -84,11 +73,11 @@ typedef struct exec_t {
 
 int exec_init(exec_t *x, const plan_t *p, hyp_err *e);
 /* Like exec_init for this rank of coll's world (coll may be NULL: one rank) under ZeRO stage 0..3:
- * stage >= 1 allocates AdamW moments for the own shard only, stage >= 2 a reduced-gradient
+ * stage >= 1 allocates the optimizer's states for the own shard only, stage >= 2 a reduced-gradient
  * shard, stage 3 only the parameter shards and two layer working buffers (see exec_z3). */
 int exec_init_dp(exec_t *x, const plan_t *p, hyp_coll *coll, int stage, hyp_err *e);
-/* A host mirror of a device run (train_dev.c): exec_init_dp without the activation arena (acts
- * stays NULL) — parameters, moments, FP8 states and tokens/targets only; the device computes. */
+/* A host mirror of a device run (train/backend_dev.c): exec_init_dp without the activation arena (acts
+ * stays NULL) — parameters, optimizer states, FP8 states and tokens/targets only; the device computes. */
 int exec_init_mirror(exec_t *x, const plan_t *p, hyp_coll *coll, int stage, hyp_err *e);
 /* Allocates the activation arena if x has none (a mirror about to sample on the host). */
 int exec_alloc_acts(exec_t *x, hyp_err *e);
@@ -114,7 +103,7 @@ int exec_z3_status(const exec_t *x, hyp_err *e);
 int exec_z3_gather_full(exec_t *x, const float *src, float *full, hyp_err *e);
 void exec_z3_scatter_full(const exec_t *x, const float *full, float *dst);
 /* Stage 3: the part of the arena range [off, off+n) this rank owns: returns its length (0: none),
- * its arena offset in *first and its index in the shard arrays (params, gshard, m, v) in *pos. A
+ * its arena offset in *first and its index in the shard arrays (params, gshard, state) in *pos. A
  * tensor lies inside one group, so its own part is one contiguous range. */
 int64_t exec_z3_own(const exec_t *x, int64_t off, int64_t n, int64_t *first, int64_t *pos);
 /* Stage 3: from now on forward reads the parameters from full[param_floats] (owned by x), with no

@@ -1173,3 +1173,13 @@ void op_adamw(float *p, const float *g, float *m, float *v, long n, float lr, fl
         p[i] -= lr * (mhat / (sqrtf(vhat) + eps) + wd * p[i]);
     }
 }
+
+float op_mean_loss(const float *losses, const int32_t *targets, long n) {
+    double s = 0;
+    long cnt = 0;
+    for (long i = 0; i < n; i++) {
+        cnt += targets[i] >= 0;
+        s += losses[i];
+    }
+    return cnt ? (float)(s / (double)cnt) : 0.0f;
+}

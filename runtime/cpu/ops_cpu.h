@@ -111,6 +111,9 @@ double op_sumsq(const float *x, long n);
 /* x *= s */
 void op_scale(float *x, float s, long n);
 
+/* The mean loss of a batch: the sum of losses[n] (an ignored target's is 0), in double, over the
+ * count of targets >= 0; 0 when every target is ignored. Both executors' one definition. */
+float op_mean_loss(const float *losses, const int32_t *targets, long n);
 /* One AdamW step over n contiguous values, bias-corrected, step t >= 1.
  * g is multiplied by grad_scale first (global-norm clipping factor); wd is decoupled weight decay
  * (p -= lr * wd * p), pass 0 for tensors that are not decayed. */

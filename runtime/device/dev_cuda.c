@@ -610,6 +610,44 @@ static int open_dev(cu_dev *d, hyp_err *e) {
     return HYP_OK;
 }
 
+/* The cuda device's entries (device.h documents each slot). */
+static const hyp_device CU_TABLE = {
+    .name = "cuda",
+    .close = cu_close,
+    .mem_alloc = cu_mem_alloc,
+    .mem_free = cu_mem_free,
+    .host_alloc = cu_host_alloc,
+    .host_free = cu_host_free,
+    .mem_info = cu_mem_info,
+    .h2d = cu_h2d,
+    .d2h = cu_d2h,
+    .d2d = cu_d2d,
+    .memset = cu_memset,
+    .h2d_sync = cu_h2d_sync,
+    .d2h_sync = cu_d2h_sync,
+    .d2d_sync = cu_d2d_sync,
+    .memset_sync = cu_memset_sync,
+    .module_load = cu_module_load,
+    .module_unload = cu_module_unload,
+    .launch = cu_launch,
+    .stream_create = cu_stream_create,
+    .stream_destroy = cu_stream_destroy,
+    .stream_synchronize = cu_stream_synchronize,
+    .synchronize = cu_synchronize,
+    .event_create = cu_event_create,
+    .event_destroy = cu_event_destroy,
+    .event_record = cu_event_record,
+    .event_wait = cu_event_wait,
+    .event_synchronize = cu_event_synchronize,
+    .event_elapsed_ms = cu_event_elapsed_ms,
+    .gemm = cu_gemm,
+    .comm_init = cu_comm_init,
+    .all_reduce = cu_all_reduce,
+    .reduce_scatter = cu_reduce_scatter,
+    .all_gather = cu_all_gather,
+    .broadcast = cu_broadcast,
+};
+
 int hyp_dev_cuda_open(hyp_device **out, hyp_err *e) {
     *out = NULL;
     cu_dev *d = calloc(1, sizeof *d);
@@ -620,21 +658,9 @@ int hyp_dev_cuda_open(hyp_device **out, hyp_err *e) {
         return rc;
     }
     hyp_device *p = &d->pub;
-    p->name = "cuda";
-    p->close = cu_close;
-    p->mem_alloc = cu_mem_alloc, p->mem_free = cu_mem_free, p->host_alloc = cu_host_alloc;
-    p->host_free = cu_host_free, p->mem_info = cu_mem_info;
-    p->h2d = cu_h2d, p->d2h = cu_d2h, p->d2d = cu_d2d, p->memset = cu_memset;
-    p->h2d_sync = cu_h2d_sync, p->d2h_sync = cu_d2h_sync, p->d2d_sync = cu_d2d_sync, p->memset_sync = cu_memset_sync;
-    p->module_load = cu_module_load, p->module_unload = cu_module_unload, p->launch = cu_launch;
-    p->stream_create = cu_stream_create, p->stream_destroy = cu_stream_destroy;
-    p->stream_synchronize = cu_stream_synchronize, p->synchronize = cu_synchronize;
-    p->event_create = cu_event_create, p->event_destroy = cu_event_destroy, p->event_record = cu_event_record;
-    p->event_wait = cu_event_wait, p->event_synchronize = cu_event_synchronize;
-    p->event_elapsed_ms = cu_event_elapsed_ms;
-    p->gemm = cu_gemm;
-    p->comm_init = cu_comm_init, p->all_reduce = cu_all_reduce, p->reduce_scatter = cu_reduce_scatter;
-    p->all_gather = cu_all_gather, p->broadcast = cu_broadcast;
+    hyp_device_info info = p->info; /* open_dev filled it */
+    *p = CU_TABLE;
+    p->info = info;
     *out = p;
     return HYP_OK;
 }

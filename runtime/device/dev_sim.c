@@ -623,6 +623,44 @@ static void sim_close(hyp_device *dv) {
     free(d);
 }
 
+/* The sim device's entries (device.h documents each slot). */
+static const hyp_device SIM_TABLE = {
+    .name = "sim",
+    .close = sim_close,
+    .mem_alloc = sim_mem_alloc,
+    .mem_free = sim_mem_free,
+    .host_alloc = sim_host_alloc,
+    .host_free = sim_host_free,
+    .mem_info = sim_mem_info,
+    .h2d = sim_h2d,
+    .d2h = sim_d2h,
+    .d2d = sim_d2d,
+    .memset = sim_memset,
+    .h2d_sync = sim_h2d_sync,
+    .d2h_sync = sim_d2h_sync,
+    .d2d_sync = sim_d2d_sync,
+    .memset_sync = sim_memset_sync,
+    .module_load = sim_module_load,
+    .module_unload = sim_module_unload,
+    .launch = sim_launch,
+    .stream_create = sim_stream_create,
+    .stream_destroy = sim_stream_destroy,
+    .stream_synchronize = sim_stream_synchronize,
+    .synchronize = sim_synchronize,
+    .event_create = sim_event_create,
+    .event_destroy = sim_event_destroy,
+    .event_record = sim_event_record,
+    .event_wait = sim_event_wait,
+    .event_synchronize = sim_event_synchronize,
+    .event_elapsed_ms = sim_event_elapsed_ms,
+    .gemm = sim_gemm,
+    .comm_init = sim_comm_init,
+    .all_reduce = sim_all_reduce,
+    .reduce_scatter = sim_reduce_scatter,
+    .all_gather = sim_all_gather,
+    .broadcast = sim_broadcast,
+};
+
 int hyp_dev_sim_open(hyp_device **out, hyp_err *e) {
     *out = NULL;
     sim_dev *d = calloc(1, sizeof *d);
@@ -634,25 +672,11 @@ int hyp_dev_sim_open(hyp_device **out, hyp_err *e) {
     }
     d->order = !ord || !*ord || !strcmp(ord, "reverse") ? ORDER_REVERSE : !strcmp(ord, "forward") ? ORDER_FORWARD : ORDER_EAGER;
     hyp_device *p = &d->pub;
-    p->name = "sim";
+    *p = SIM_TABLE;
     snprintf(p->info.name, sizeof p->info.name, "sim (CPU)");
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     p->info.n_sms = ncpu > 0 ? (int)ncpu : 1;
     p->info.total_mem = (size_t)sysconf(_SC_PHYS_PAGES) * (size_t)sysconf(_SC_PAGESIZE);
-    p->close = sim_close;
-    p->mem_alloc = sim_mem_alloc, p->mem_free = sim_mem_free, p->host_alloc = sim_host_alloc;
-    p->host_free = sim_host_free, p->mem_info = sim_mem_info;
-    p->h2d = sim_h2d, p->d2h = sim_d2h, p->d2d = sim_d2d, p->memset = sim_memset;
-    p->h2d_sync = sim_h2d_sync, p->d2h_sync = sim_d2h_sync, p->d2d_sync = sim_d2d_sync, p->memset_sync = sim_memset_sync;
-    p->module_load = sim_module_load, p->module_unload = sim_module_unload, p->launch = sim_launch;
-    p->stream_create = sim_stream_create, p->stream_destroy = sim_stream_destroy;
-    p->stream_synchronize = sim_stream_synchronize, p->synchronize = sim_synchronize;
-    p->event_create = sim_event_create, p->event_destroy = sim_event_destroy, p->event_record = sim_event_record;
-    p->event_wait = sim_event_wait, p->event_synchronize = sim_event_synchronize;
-    p->event_elapsed_ms = sim_event_elapsed_ms;
-    p->gemm = sim_gemm;
-    p->comm_init = sim_comm_init, p->all_reduce = sim_all_reduce, p->reduce_scatter = sim_reduce_scatter;
-    p->all_gather = sim_all_gather, p->broadcast = sim_broadcast;
     hyp_stream *def;
     if (sim_stream_create(p, &def, e)) {
         free(d);

@@ -1,16 +1,10 @@
-/* device.c — the shared part of the device layer (device.h): opening a device by kind, kernel
- * argument sets, bf16/tf32 rounding, and the GEMM rules both implementations enforce. */
+/* device.c — the shared part of the device layer (device.h): kernel argument sets, bf16/tf32
+ * rounding, and the GEMM rules both implementations enforce. Never names an implementation (the
+ * registry, device_reg.c, opens them): dev_sim.c and dev_cuda.c depend on this file, not back. */
 #include "device.h"
 
 #include <math.h>
 #include <string.h>
-
-int hyp_device_open(const char *kind, hyp_device **out, hyp_err *e) {
-    *out = NULL;
-    if (kind && !strcmp(kind, "sim")) return hyp_dev_sim_open(out, e);
-    if (kind && !strcmp(kind, "cuda")) return hyp_dev_cuda_open(out, e);
-    return hyp_fail(e, HYP_EINPUT, "unknown device kind '%s' — use \"cuda\" or \"sim\"", kind ? kind : "(null)");
-}
 
 const char *hyp_epilogue_name(hyp_epilogue ep) {
     static const char *names[] = {"none",  "bias",        "gelu", "gelu_aux", "gelu_bias", "gelu_aux_bias",

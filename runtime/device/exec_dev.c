@@ -10,6 +10,8 @@
 #include <cjson/cJSON.h>
 
 #include "op_registry.h"
+#include "ops_cpu.h"
+
 
 /* ---- a small evaluator for the manifest's expressions ("cdiv(N*CV, BLOCK)", "N*C", "2*SEGS*C") */
 
@@ -269,52 +271,53 @@ static int cmp_i64(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-/* The optimizer launch of the manifest (adamw_step over the arena, f32 weights and states) and its
- * tensor table: segments end at every parameter tensor's end (sorted), the last at param_floats,
- * so alignment gaps belong to the following tensor (zero gradients and zero values there). */
+/* The optimizer launch of the manifest (kernels.json ops.optimizer: its kernel, file, parameters
+ * and grid; which optimizer runs it is the plan's, train/optim.h) and the tensor table: segments
+ * end at every parameter tensor's end (sorted), the last at param_floats, so alignment gaps belong
+ * to the following tensor (zero gradients and zero values there). */
 static int prepare_optimizer(exec_dev *x, const cJSON *man, hyp_err *e) {
     const plan_t *p = x->p;
     const cJSON *ls = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(man, "ops"), "optimizer");
     const cJSON *l = cJSON_GetArrayItem(ls, 0);
     const cJSON *kn = cJSON_GetObjectItemCaseSensitive(l, "kernel"), *fn = cJSON_GetObjectItemCaseSensitive(l, "file");
-    if (!cJSON_IsString(kn) || !cJSON_IsString(fn) || strcmp(kn->valuestring, "adamw_step")) return HYP_OK; /* none */
-    const cJSON *decl = find_kernel_decl(cJSON_GetObjectItemCaseSensitive(man, "files"), fn->valuestring, "adamw_step");
+    if (!cJSON_IsString(kn) || !cJSON_IsString(fn)) return HYP_OK; /* none */
+    const cJSON *decl = find_kernel_decl(cJSON_GetObjectItemCaseSensitive(man, "files"), fn->valuestring, kn->valuestring);
     const cJSON *params = cJSON_GetObjectItemCaseSensitive(decl, "params");
     const cJSON *p0 = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(params, 0), "type");
-    if (cJSON_GetArraySize(params) != 17 || !cJSON_IsString(p0) || strcmp(p0->valuestring, "float*"))
-        return HYP_OK; /* bf16 weights/states or a bf16 copy: not driven by this executor yet */
     int fi = find_file(x, fn->valuestring);
     const cJSON *grid = cJSON_GetObjectItemCaseSensitive(decl, "grid");
     if (fi < 0 || !cJSON_IsString(grid)) return HYP_OK;
     snprintf(x->opt_grid, sizeof x->opt_grid, "%s", grid->valuestring);
+    snprintf(x->opt_kernel, sizeof x->opt_kernel, "%s", kn->valuestring);
+    snprintf(x->opt_p0, sizeof x->opt_p0, "%s", cJSON_IsString(p0) ? p0->valuestring : "");
+    x->opt_nparams = cJSON_GetArraySize(params);
     int n = p->n_params_t;
     int64_t (*ends)[2] = calloc((size_t)n + 1, sizeof *ends);
     int64_t *h_end = calloc((size_t)n + 1, sizeof *h_end);
     x->h_seg_wd = calloc((size_t)n + 1, sizeof *x->h_seg_wd);
-    x->seg_decay = calloc((size_t)n + 1, sizeof *x->seg_decay);
-    if (!ends || !h_end || !x->h_seg_wd || !x->seg_decay) {
+    x->seg_group = calloc((size_t)n + 1, sizeof *x->seg_group);
+    if (!ends || !h_end || !x->h_seg_wd || !x->seg_group) {
         free(ends);
         free(h_end);
         return hyp_fail(e, HYP_EFAIL, "out of memory");
     }
     for (int i = 0; i < n; i++) {
         ends[i][0] = p->params[i].offset + p->params[i].numel;
-        ends[i][1] = p->params[i].decay;
+        ends[i][1] = p->params[i].group;
     }
     qsort(ends, (size_t)n, sizeof *ends, cmp_i64);
     for (int i = 0; i < n; i++) {
         h_end[i] = ends[i][0];
-        x->seg_decay[i] = (int)ends[i][1];
+        x->seg_group[i] = (int)ends[i][1];
     }
-    if (n == 0 || h_end[n - 1] < p->param_floats) { /* a tail after the last tensor: no decay */
+    if (n == 0 || h_end[n - 1] < p->param_floats) { /* a tail after the last tensor: padding */
         h_end[n] = p->param_floats;
-        x->seg_decay[n] = 0;
+        x->seg_group[n] = -1;
         n++;
     }
     x->nseg = n;
     int rc = dalloc(x, (void **)&x->seg_end, n, sizeof(int64_t), e);
     if (!rc) rc = dalloc(x, (void **)&x->seg_wd, n, sizeof(float), e);
-    if (!rc) rc = dalloc(x, (void **)&x->gscale, 1, sizeof(float), e);
     if (!rc) rc = x->dev->h2d_sync(x->dev, x->seg_end, h_end, sizeof(int64_t) * (size_t)n, e);
     free(ends);
     free(h_end);
@@ -607,8 +610,7 @@ void exec_dev_free(exec_dev *x) {
     free_z3(x);
     d->mem_free(d, x->params, &e);
     d->mem_free(d, x->grads, &e);
-    d->mem_free(d, x->m, &e);
-    d->mem_free(d, x->v, &e);
+    for (int k = 0; k < HYP_OPT_MAX_STATE; k++) d->mem_free(d, x->state[k], &e);
     d->mem_free(d, x->acts, &e);
     d->mem_free(d, x->tokens, &e);
     d->mem_free(d, x->targets, &e);
@@ -616,12 +618,11 @@ void exec_dev_free(exec_dev *x) {
     d->mem_free(d, x->scratch, &e);
     d->mem_free(d, x->seg_end, &e);
     d->mem_free(d, x->seg_wd, &e);
-    d->mem_free(d, x->gscale, &e);
     d->mem_free(d, x->gshard, &e);
     d->mem_free(d, x->sh_seg_end, &e);
     d->mem_free(d, x->sh_seg_wd, &e);
     free(x->sh_h_wd);
-    free(x->sh_decay);
+    free(x->sh_group);
     d->mem_free(d, x->fp8_scale, &e);
     d->mem_free(d, x->fp8_scale_inv, &e);
     d->mem_free(d, x->fp8_amax, &e);
@@ -635,7 +636,7 @@ void exec_dev_free(exec_dev *x) {
     free(x->fp8);
     free(x->h_fp8);
     free(x->h_seg_wd);
-    free(x->seg_decay);
+    free(x->seg_group);
     for (int i = 0; i < x->n_files; i++) {
         if (x->files[i].mod) d->module_unload(d, x->files[i].mod);
         for (int j = 0; j < x->files[i].consts.n; j++) free(x->files[i].cnames[j]);
@@ -719,7 +720,7 @@ static int prepare_shard(exec_dev *x, hyp_err *e);
 /* Stage 3: the shards, (prefetch + 1) working slots and the one-group gradient workspace of the
  * host layout lay (bytes by role measured from the allocations), the buffer pointer table, the
  * communication stream and its events. */
-static int alloc_z3(exec_dev *x, const exec_z3 *lay, hyp_err *e) {
+static int alloc_z3(exec_dev *x, const hyp_z3_layout *lay, hyp_err *e) {
     hyp_device *d = x->dev;
     exec_dev_z3 *z = x->z3 = calloc(1, sizeof *x->z3);
     if (!z || !(z->ptr = calloc((size_t)x->p->n_bufs, sizeof(void *)))) return hyp_fail(e, HYP_EFAIL, "out of memory");
@@ -750,7 +751,7 @@ static void free_z3(exec_dev *x) {
     hyp_event *ev[] = {z->start, z->gdone, z->wsfree, z->done};
     for (int i = 0; i < 4; i++)
         if (ev[i]) d->event_destroy(d, ev[i]);
-    for (int s = 0; s < EXEC_Z3_MAX_SLOTS; s++) {
+    for (int s = 0; s < HYP_Z3_MAX_SLOTS; s++) {
         if (z->ready[s]) d->event_destroy(d, z->ready[s]);
         if (z->freed[s]) d->event_destroy(d, z->freed[s]);
         if (z->slot[s]) d->mem_free(d, z->slot[s], &e);
@@ -761,27 +762,41 @@ static void free_z3(exec_dev *x) {
     x->z3 = NULL;
 }
 
+/* The optimizer's states (the plan's optimizer.state, fp32), n floats each. */
+static int alloc_states(exec_dev *x, int64_t n, hyp_err *e) {
+    const hyp_optim_cfg *o = &x->p->optim;
+    if (!o->kind[0]) return hyp_fail(e, HYP_EINPUT, "exec_dev: the plan has no optimizer section — regenerate it with gen");
+    x->n_state = o->n_state;
+    int rc = HYP_OK;
+    for (int k = 0; k < o->n_state && !rc; k++) {
+        if (o->state_dtype[k] != HYP_DT_F32)
+            return hyp_fail(e, HYP_EINPUT, "exec_dev: optimizer state '%s' is %s; the device executor keeps fp32 states — regenerate with f32 optimizer states",
+                            o->state_name[k], hyp_dtype_name(o->state_dtype[k]));
+        rc = dalloc(x, (void **)&x->state[k], n, 4, e);
+    }
+    return rc;
+}
+
 /* The arenas: exec.c's data-parallel layout (the arena padded to world equal shards of 16-float
  * multiples), or at stage 3 (lay) the layout of the host mirror. */
-static int alloc_arenas(exec_dev *x, const exec_z3 *lay, int64_t host_shard, hyp_err *e) {
+static int alloc_arenas(exec_dev *x, const hyp_z3_layout *lay, hyp_err *e) {
     const plan_t *p = x->p;
     int64_t maxN = (int64_t)p->B * p->T;
-    x->shard = lay ? host_shard : ((p->param_floats + x->world - 1) / x->world + 15) / 16 * 16;
+    x->shard = lay ? lay->shard : ((p->param_floats + x->world - 1) / x->world + 15) / 16 * 16;
     x->arena = x->shard * x->world;
     int64_t optim = x->stage >= 1 ? x->shard : x->arena;
     int rc = lay ? alloc_z3(x, lay, e) : HYP_OK;
     if (rc || (!lay && ((rc = dalloc(x, (void **)&x->params, x->arena, 4, e)) ||
                         (rc = dalloc(x, (void **)&x->grads, x->arena, 4, e)) ||
                         (x->stage >= 2 && (rc = dalloc(x, (void **)&x->gshard, x->shard, 4, e))))) ||
-        (rc = dalloc(x, (void **)&x->m, optim, 4, e)) || (rc = dalloc(x, (void **)&x->v, optim, 4, e)) ||
-        (rc = dalloc(x, (void **)&x->acts, p->act_floats, 4, e)) || (rc = dalloc(x, (void **)&x->tokens, maxN, 4, e)) ||
+        (rc = alloc_states(x, optim, e)) || (rc = dalloc(x, (void **)&x->acts, p->act_floats, 4, e)) || (rc = dalloc(x, (void **)&x->tokens, maxN, 4, e)) ||
         (rc = dalloc(x, (void **)&x->targets, maxN, 4, e)) || (rc = dalloc(x, (void **)&x->ones, maxN, 4, e)))
         return rc;
     if (!lay) {
         x->bytes_params = 4 * (size_t)x->arena;
         x->bytes_grads = 4 * (size_t)(x->arena + (x->stage >= 2 ? x->shard : 0));
     }
-    x->bytes_optim = 8 * (size_t)optim;
+    x->bytes_optim = 4 * (size_t)x->n_state * (size_t)optim;
     x->bytes_acts = 4 * (size_t)(p->act_floats > 0 ? p->act_floats : 1);
     return HYP_OK;
 }
@@ -789,10 +804,10 @@ static int alloc_arenas(exec_dev *x, const exec_z3 *lay, int64_t host_shard, hyp
 /* Stage 3: a fusion site does its first op's work at the second op, in the second's segment —
  * the first must use no parameters of another group. */
 static int z3_check_fusions(const exec_dev *x, hyp_err *e) {
-    const exec_z3 *L = x->z3->lay;
+    const hyp_z3_layout *L = x->z3->lay;
     for (int pass = 0; pass < 2; pass++) {
         const exec_dev_op *eo = pass ? x->bwd : x->fwd;
-        const exec_seg *seg = pass ? L->bwd : L->fwd;
+        const hyp_z3_seg *seg = pass ? L->bwd : L->fwd;
         int n = pass ? x->p->n_bwd : x->p->n_fwd, ns = pass ? L->n_bwd : L->n_fwd;
         for (int i = 0, s = 0; i < n; i++) {
             while (s + 1 < ns && seg[s + 1].start <= i) s++;
@@ -809,12 +824,12 @@ static int z3_check_fusions(const exec_dev *x, hyp_err *e) {
 }
 
 static int init_any(exec_dev *x, const plan_t *p, const char *kernels_dir, hyp_device *dev, int world, int rank,
-                    int stage, const exec_t *host, hyp_err *e) {
+                    int stage, const hyp_z3_layout *lay, hyp_err *e) {
     memset(x, 0, sizeof *x);
     if (world < 1 || rank < 0 || rank >= world || stage < 0 || stage > 3)
         return hyp_fail(e, HYP_EINPUT, "exec_dev: rank %d of %d ranks, ZeRO stage %d — need 0 <= rank < world, stage 0..3", rank, world, stage);
-    if (stage == 3 && !(host && host->z3))
-        return hyp_fail(e, HYP_EINPUT, "exec_dev: ZeRO stage 3 takes its layout from a stage-3 host executor — use exec_dev_init_z3");
+    if (stage == 3 && !lay)
+        return hyp_fail(e, HYP_EINPUT, "exec_dev: ZeRO stage 3 takes its layout from core/zero3.h — use exec_dev_init_z3");
     x->p = p;
     x->dev = dev;
     x->opt_file = -1;
@@ -822,7 +837,7 @@ static int init_any(exec_dev *x, const plan_t *p, const char *kernels_dir, hyp_d
     x->T = p->T;
     int64_t maxN = (int64_t)p->B * p->T;
     x->world = world, x->rank = rank, x->stage = stage;
-    int rc = alloc_arenas(x, stage == 3 ? host->z3 : NULL, host ? host->shard : 0, e);
+    int rc = alloc_arenas(x, stage == 3 ? lay : NULL, e);
     if (rc) {
         exec_dev_free(x);
         return rc;
@@ -962,7 +977,7 @@ int exec_dev_bind(exec_dev *x, int B, int T, hyp_err *e) {
     return HYP_OK;
 }
 
-/* Stage 3 holds no whole arena: the shard arrays are copied by their pointers (train_dev.c). */
+/* Stage 3 holds no whole arena: the shard arrays are copied by their pointers (train/backend_dev.c). */
 static int no_arena(const char *what, hyp_err *e) {
     return hyp_fail(e, HYP_EINPUT, "exec_dev: %s at ZeRO stage 3 — the device holds [shard] arrays in the group layout; copy x->params / x->gshard (x->shard floats)", what);
 }
@@ -1170,37 +1185,40 @@ static int upload_batch(exec_dev *x, hyp_err *e) {
 }
 
 static int mean_loss(exec_dev *x, float *loss, hyp_err *e) {
-    int64_t n = (int64_t)x->B * x->T, cnt = 0;
+    int64_t n = (int64_t)x->B * x->T;
     int rc = x->dev->d2h(x->dev, x->h_losses, dbuf(x, x->p->losses_buf), sizeof(float) * (size_t)n, NULL, e);
     if (!rc) rc = x->dev->stream_synchronize(x->dev, NULL, e);
-    if (rc) return rc;
-    double s = 0;
-    for (int64_t i = 0; i < n; i++) {
-        cnt += x->h_targets[i] >= 0;
-        s += x->h_losses[i];
-    }
-    *loss = cnt ? (float)(s / (double)cnt) : 0.0f;
-    return HYP_OK;
+    if (!rc) *loss = op_mean_loss(x->h_losses, x->h_targets, (long)n);
+    return rc;
 }
 
-/* ---- ZeRO-3 (exec_dev_z3): segments of one group, gathered ahead on the comm stream ---------- */
+/* ---- ZeRO-3 (exec_dev_z3): the schedule of core/zero3.h, gathered ahead on the comm stream ---- */
 
 /* Points group g's buffers of kind (BUF_PARAM or BUF_GRAD) at base, its copy laid out from start[g]. */
 static void z3_bind(exec_dev *x, int g, int kind, float *base) {
-    const exec_z3 *L = x->z3->lay;
+    const hyp_z3_layout *L = x->z3->lay;
     for (int b = 0; b < x->p->n_bufs; b++)
         if (L->buf_group[b] == g && x->p->bufs[b].kind == (int)kind)
             x->z3->ptr[b] = base + (x->p->bufs[b].offset - L->start[g]);
 }
 
-/* On the comm stream: segment j's group all-gathered into slot j % n_slots (one rank: copied) once
- * the ops of segment j - n_slots, which used the slot before, have run; then the slot's ready event. */
-static int z3_gather(exec_dev *x, const exec_seg *seg, int j, hyp_err *e) {
+/* One pass of the ZeRO-3 schedule (core/zero3.h) on the device: gathers and gradient reductions
+ * on the executor's communication stream, ordered against the compute stream by events. */
+typedef struct {
+    exec_dev *x;
+    const plan_op *ops;
+    const exec_dev_op *eo;
+    float dloss, *loss;
+} z3_pass;
+
+/* On the comm stream: segment j's group g all-gathered into slot k (one rank: copied) once the ops
+ * of segment j - n_slots, which used the slot before, have run; then the slot's ready event. */
+static int z3_gather(void *ctx, int j, int g, int k, hyp_err *e) {
+    exec_dev *x = ((z3_pass *)ctx)->x;
     exec_dev_z3 *z = x->z3;
-    const exec_z3 *L = z->lay;
+    const hyp_z3_layout *L = z->lay;
     hyp_device *d = x->dev;
-    int g = seg[j].group, k = j % L->n_slots, rc = HYP_OK;
-    if (g < 0) return HYP_OK;
+    int rc = HYP_OK;
     if (j >= L->n_slots) rc = d->event_wait(d, z->comm, z->freed[k], e);
     if (!rc)
         rc = x->world > 1 ? d->all_gather(d, x->params + L->sb[g], z->slot[k], (size_t)L->gs[g], HYP_DT_F32, z->comm, e)
@@ -1208,12 +1226,43 @@ static int z3_gather(exec_dev *x, const exec_seg *seg, int j, hyp_err *e) {
     return rc ? rc : d->event_record(d, z->ready[k], z->comm, e);
 }
 
+/* The compute stream waits for slot k only. */
+static int z3_acquire(void *ctx, int g, int k, hyp_err *e) {
+    exec_dev *x = ((z3_pass *)ctx)->x;
+    int rc = x->dev->event_wait(x->dev, NULL, x->z3->ready[k], e);
+    z3_bind(x, g, BUF_PARAM, x->z3->slot[k]);
+    return rc;
+}
+
+/* The one-group workspace, free once the previous group's reduction read it, zeroed. */
+static int z3_grads_begin(void *ctx, int g, hyp_err *e) {
+    exec_dev *x = ((z3_pass *)ctx)->x;
+    hyp_device *d = x->dev;
+    int rc = d->event_wait(d, NULL, x->z3->wsfree, e);
+    if (!rc) rc = d->memset(d, x->grads, 0, sizeof(float) * (size_t)(x->world * x->z3->lay->gs[g]), NULL, e);
+    z3_bind(x, g, BUF_GRAD, x->grads);
+    return rc;
+}
+
+static int z3_run_op(void *ctx, int i, hyp_err *e) {
+    z3_pass *c = ctx;
+    int rc = run_op(c->x, &c->ops[i], &c->eo[i], c->dloss, e);
+    if (!rc && c->loss && (hyp_op_get(c->ops[i].op)->flags & HYP_OPF_WRITES_LOSSES)) rc = mean_loss(c->x, c->loss, e);
+    return rc;
+}
+
+static int z3_release(void *ctx, int k, hyp_err *e) {
+    exec_dev *x = ((z3_pass *)ctx)->x;
+    return x->dev->event_record(x->dev, x->z3->freed[k], NULL, e);
+}
+
 /* After group g's backward ops (gradients in the workspace), on the comm stream: reduce-scatter
  * the workspace into slot k (its ops ran; the next gather into it follows on this stream), then
  * gshard += it (an exact fp32 add: a k = 1 GEMM with beta 1); one rank adds the workspace. */
-static int z3_reduce(exec_dev *x, int g, int k, hyp_err *e) {
+static int z3_reduce(void *ctx, int g, int k, hyp_err *e) {
+    exec_dev *x = ((z3_pass *)ctx)->x;
     exec_dev_z3 *z = x->z3;
-    const exec_z3 *L = z->lay;
+    const hyp_z3_layout *L = z->lay;
     hyp_device *d = x->dev;
     float *part = x->world > 1 ? z->slot[k] : x->grads;
     int rc = d->event_record(d, z->gdone, NULL, e);
@@ -1231,37 +1280,21 @@ static int z3_reduce(exec_dev *x, int g, int k, hyp_err *e) {
     return rc ? rc : d->event_record(d, z->wsfree, z->comm, e);
 }
 
+static const hyp_z3_hooks Z3_DEVICE = {z3_gather, z3_acquire, z3_grads_begin, z3_run_op, z3_release, z3_reduce};
+
 /* Runs ops[0..n) (their prepared eo) segment by segment: gathers started up to n_slots - 1
  * segments ahead after everything enqueued before (the optimizer, the previous pass), the compute
  * stream waiting for its segment's slot only; with grads (backward) each group's gradients go to
  * the zeroed workspace and are reduced into gshard after its ops. The compute stream then waits
  * for the comm stream. */
-static int z3_run(exec_dev *x, const plan_op *ops, const exec_dev_op *eo, int n, const exec_seg *seg, int ns,
+static int z3_run(exec_dev *x, const plan_op *ops, const exec_dev_op *eo, int n, const hyp_z3_seg *seg, int ns,
                   int grads, float dloss, float *loss, hyp_err *e) {
     exec_dev_z3 *z = x->z3;
-    const exec_z3 *L = z->lay;
     hyp_device *d = x->dev;
-    int started = 0, rc = d->event_record(d, z->start, NULL, e);
+    z3_pass c = {x, ops, eo, dloss, loss};
+    int rc = d->event_record(d, z->start, NULL, e);
     if (!rc) rc = d->event_wait(d, z->comm, z->start, e);
-    for (int s = 0; s < ns && !rc; s++) {
-        int g = seg[s].group, k = s % L->n_slots, end = s + 1 < ns ? seg[s + 1].start : n;
-        for (; started < ns && started < s + L->n_slots && !rc; started++) rc = z3_gather(x, seg, started, e);
-        if (!rc && g >= 0) {
-            rc = d->event_wait(d, NULL, z->ready[k], e);
-            z3_bind(x, g, BUF_PARAM, z->slot[k]);
-        }
-        if (!rc && grads && g >= 0) {
-            if (!(rc = d->event_wait(d, NULL, z->wsfree, e)))
-                rc = d->memset(d, x->grads, 0, sizeof(float) * (size_t)(x->world * L->gs[g]), NULL, e);
-            z3_bind(x, g, BUF_GRAD, x->grads);
-        }
-        for (int i = seg[s].start; i < end && !rc; i++) {
-            rc = run_op(x, &ops[i], &eo[i], dloss, e);
-            if (!rc && loss && (hyp_op_get(ops[i].op)->flags & HYP_OPF_WRITES_LOSSES)) rc = mean_loss(x, loss, e);
-        }
-        if (!rc) rc = d->event_record(d, z->freed[k], NULL, e);
-        if (!rc && grads && g >= 0) rc = z3_reduce(x, g, k, e);
-    }
+    if (!rc) rc = hyp_z3_schedule(z->lay, seg, ns, n, grads, 1, &Z3_DEVICE, &c, e);
     if (!rc) rc = d->event_record(d, z->done, z->comm, e);
     return rc ? rc : d->event_wait(d, NULL, z->done, e);
 }
@@ -1297,48 +1330,48 @@ int exec_dev_init_dp(exec_dev *x, const plan_t *p, const char *kernels_dir, hyp_
     return init_any(x, p, kernels_dir, dev, world, rank, stage, NULL, e);
 }
 
-int exec_dev_init_z3(exec_dev *x, const plan_t *p, const char *kernels_dir, hyp_device *dev, const exec_t *host,
+int exec_dev_init_z3(exec_dev *x, const plan_t *p, const char *kernels_dir, hyp_device *dev, const hyp_z3_layout *lay,
                      hyp_err *e) {
-    return init_any(x, p, kernels_dir, dev, host->world, host->rank, 3, host, e);
+    return init_any(x, p, kernels_dir, dev, lay->world, lay->rank, 3, lay, e);
 }
 
-/* Appends to end/dec the pieces of the full tensor table (ends full[nseg]) inside the arena range
+/* Appends to end/grp the pieces of the full tensor table (ends full[nseg]) inside the arena range
  * [lo, hi), at shard positions pos + (offset - lo); the rest of the range's len floats (padding)
- * joins the last piece, or forms one (decay 0): its values, gradients and moments stay zero. */
+ * joins the last piece, or forms one (group -1): its values, gradients and moments stay zero. */
 static void clip_table(const exec_dev *x, const int64_t *full, int64_t lo, int64_t hi, int64_t len, int64_t pos,
-                       int64_t *end, int *dec, int *n) {
+                       int64_t *end, int *grp, int *n) {
     int first = *n;
     int64_t start = 0;
     for (int s = 0; s < x->nseg; start = full[s++]) {
         int64_t a = start > lo ? start : lo, b = full[s] < hi ? full[s] : hi;
         if (a >= b) continue;
         end[*n] = pos + (b - lo);
-        dec[(*n)++] = x->seg_decay[s];
+        grp[(*n)++] = x->seg_group[s];
     }
-    if (*n == first) dec[(*n)++] = 0;
+    if (*n == first) grp[(*n)++] = -1;
     end[*n - 1] = pos + len;
 }
 
 /* The tensor table of what this rank owns (stage >= 1): its shard [lo, lo + shard) of the arena,
  * offsets relative to lo; at stage 3 every group's own part [start + rank*gs, +gs) at its place sb
- * in the shard (exec_z3). */
+ * in the shard (core/zero3.h). */
 static int prepare_shard(exec_dev *x, hyp_err *e) {
     if (x->opt_file < 0 || x->stage < 1) return HYP_OK;
-    const exec_z3 *L = x->z3 ? x->z3->lay : NULL;
+    const hyp_z3_layout *L = x->z3 ? x->z3->lay : NULL;
     size_t cap = (size_t)x->nseg + (L ? (size_t)L->n_groups : 0) + 1;
     int64_t *end = calloc(cap, sizeof *end);
-    x->sh_decay = calloc(cap, sizeof *x->sh_decay);
+    x->sh_group = calloc(cap, sizeof *x->sh_group);
     x->sh_h_wd = calloc(cap, sizeof *x->sh_h_wd);
     int64_t *full = malloc(sizeof(int64_t) * (size_t)x->nseg);
-    int rc = end && x->sh_decay && x->sh_h_wd && full
+    int rc = end && x->sh_group && x->sh_h_wd && full
                  ? x->dev->d2h_sync(x->dev, full, x->seg_end, sizeof(int64_t) * (size_t)x->nseg, e)
                  : hyp_fail(e, HYP_EFAIL, "out of memory");
     int n = 0;
     for (int g = 0; L && g < L->n_groups && !rc; g++) {
         int64_t lo = L->start[g] + x->rank * L->gs[g], hi = L->start[g] + L->len[g];
-        clip_table(x, full, lo, lo + L->gs[g] < hi ? lo + L->gs[g] : hi, L->gs[g], L->sb[g], end, x->sh_decay, &n);
+        clip_table(x, full, lo, lo + L->gs[g] < hi ? lo + L->gs[g] : hi, L->gs[g], L->sb[g], end, x->sh_group, &n);
     }
-    if (!L && !rc) clip_table(x, full, x->shard * x->rank, x->shard * (x->rank + 1), x->shard, 0, end, x->sh_decay, &n);
+    if (!L && !rc) clip_table(x, full, x->shard * x->rank, x->shard * (x->rank + 1), x->shard, 0, end, x->sh_group, &n);
     x->sh_nseg = n;
     if (!rc) rc = dalloc(x, (void **)&x->sh_seg_end, n, sizeof(int64_t), e);
     if (!rc) rc = dalloc(x, (void **)&x->sh_seg_wd, n, sizeof(float), e);
@@ -1407,40 +1440,26 @@ int exec_dev_norm_finish(exec_dev *x, const float *partial, float max_norm, floa
                           NULL, e);
 }
 
-/* adamw_step over the whole arena (shard == 0) or this rank's shard (shard == 1, stage >= 1: the
- * shard's moments, its gradients in gshard (stage >= 2) or in the arena, its tensor table; at
- * stage 3 params itself is the shard). */
-static int launch_adamw(exec_dev *x, int shard, double lr, double beta1, double beta2, double eps, double wd, int t,
-                        const float *gscale, hyp_err *e) {
+int exec_dev_optim_own(exec_dev *x, const char *kernel, const char *p0, int nparams, exec_dev_own *o, hyp_err *e) {
+    if (x->opt_file < 0 || strcmp(x->opt_kernel, kernel) || strcmp(x->opt_p0, p0) || x->opt_nparams != nparams)
+        return hyp_fail(e, HYP_EINPUT, "kernels.json has no %s %s optimizer launch — regenerate with gen, or step on the host",
+                        strcmp(p0, "float*") ? p0 : "f32", kernel);
+    int shard = x->stage >= 1;
     int64_t lo = shard && !x->z3 ? x->shard * x->rank : 0; /* stage 3: params is the shard */
-    int nseg = shard ? x->sh_nseg : x->nseg;
-    const int *decay = shard ? x->sh_decay : x->seg_decay;
-    float *hwd = shard ? x->sh_h_wd : x->h_seg_wd, *dwd = shard ? x->sh_seg_wd : x->seg_wd;
-    for (int s = 0; s < nseg; s++) hwd[s] = decay[s] ? (float)wd : 0.0f;
-    int rc = x->dev->h2d(x->dev, dwd, hwd, sizeof(float) * (size_t)nseg, NULL, e);
-    if (rc) return rc;
-    /* as op_adamw: the bias corrections in double, rounded to float, inverted in float */
-    float ibc1 = 1.0f / (float)(1.0 - pow(beta1, (double)t)), ibc2 = 1.0f / (float)(1.0 - pow(beta2, (double)t));
-    long n = shard ? (long)x->shard : (long)x->p->param_floats;
-    hyp_kargs a;
-    memset(&a, 0, sizeof a);
-    hyp_kargs_ptr(&a, x->params + lo);
-    hyp_kargs_ptr(&a, x->m);
-    hyp_kargs_ptr(&a, x->v);
-    hyp_kargs_ptr(&a, shard && x->stage >= 2 ? x->gshard : x->grads + lo);
-    hyp_kargs_ptr(&a, shard ? x->sh_seg_end : x->seg_end);
-    hyp_kargs_ptr(&a, dwd);
-    hyp_kargs_i32(&a, nseg);
-    hyp_kargs_i64(&a, (int64_t)n);
-    hyp_kargs_f32(&a, (float)lr);
-    hyp_kargs_f32(&a, (float)beta1);
-    hyp_kargs_f32(&a, (float)beta2);
-    hyp_kargs_f32(&a, (float)eps);
-    hyp_kargs_f32(&a, ibc1);
-    hyp_kargs_f32(&a, ibc2);
-    hyp_kargs_ptr(&a, gscale);
-    hyp_kargs_u32(&a, 0u);
-    hyp_kargs_i32(&a, t);
+    memset(o, 0, sizeof *o);
+    o->param = x->params + lo;
+    o->grad = shard && x->stage >= 2 ? x->gshard : x->grads + lo;
+    for (int k = 0; k < x->n_state; k++) o->state[k] = x->state[k];
+    o->n = shard ? x->shard : x->p->param_floats;
+    o->nseg = shard ? x->sh_nseg : x->nseg;
+    o->seg_end = shard ? x->sh_seg_end : x->seg_end;
+    o->seg_group = shard ? x->sh_group : x->seg_group;
+    o->seg_val = shard ? x->sh_seg_wd : x->seg_wd;
+    o->h_seg_val = shard ? x->sh_h_wd : x->h_seg_wd;
+    return HYP_OK;
+}
+
+int exec_dev_optim_launch(exec_dev *x, int64_t n, hyp_kargs *a, hyp_err *e) {
     const exec_dev_file *F = &x->files[x->opt_file];
     env_t v = {0};
     env_set(&v, "n", (double)n);
@@ -1450,16 +1469,10 @@ static int launch_adamw(exec_dev *x, int shard, double lr, double beta1, double 
     int block = 256;
     for (int j = 0; j < F->consts.n; j++)
         if (!strcmp(F->consts.name[j], "BLOCK")) block = (int)F->consts.val[j];
-    if (eval_list(x->opt_grid, &v, &g, 1, what, sizeof what) != 1) return hyp_fail(e, HYP_EINPUT, "adamw_step: %s", what);
-    return x->dev->launch(x->dev, F->mod, "adamw_step", HYP_DIM3((unsigned)g, 1, 1), HYP_DIM3((unsigned)block, 1, 1), 0,
-                          &a, NULL, e);
-}
-
-int exec_dev_adamw_own(exec_dev *x, double lr, double beta1, double beta2, double eps, double wd, int t,
-                       const float *gscale, hyp_err *e) {
-    if (x->opt_file < 0)
-        return hyp_fail(e, HYP_EINPUT, "kernels.json has no f32 adamw_step optimizer launch — regenerate with gen, or step on the host");
-    return launch_adamw(x, x->stage >= 1, lr, beta1, beta2, eps, wd, t, gscale, e);
+    if (eval_list(x->opt_grid, &v, &g, 1, what, sizeof what) != 1)
+        return hyp_fail(e, HYP_EINPUT, "%s: %s", x->opt_kernel, what);
+    return x->dev->launch(x->dev, F->mod, x->opt_kernel, HYP_DIM3((unsigned)g, 1, 1), HYP_DIM3((unsigned)block, 1, 1), 0,
+                          a, NULL, e);
 }
 
 int exec_dev_fp8_step(exec_dev *x, hyp_err *e) {

@@ -1,5 +1,5 @@
 /* exec_dev.h — the plan executor of the device backends (issue #5): binds a validated plan to
- * device memory (one parameter arena, its gradient and AdamW-state twins, one activation arena,
+ * device memory (one parameter arena, its gradient and optimizer-state twins, one activation arena,
  * token/target buffers, kernel scratch) and runs the forward, loss and backward op lists through
  * the rendered kernels of out/NAME/kernels (kernels.json says which kernels each plan op
  * launches, with which argument bindings and grid), cuBLASLt-semantics GEMMs for matmul_fwd/bwd
@@ -7,10 +7,10 @@
  * their op pairs' launches; v2160 FP8 keeps per-slot scaling state on the device and, when the
  * plan says fp8.gemm "fp8", runs the layer GEMMs on fp8 bytes (TN, as cuBLASLt requires).
  *
- * The arenas have exactly exec.c's layout (offsets of plan.h), so a host array laid out like
- * exec_t.params can be uploaded / downloaded as a whole: the CPU initialization and the host
- * AdamW (train.h) can be reused around the device forward/backward (what the first milestone
- * does). All work is enqueued on the device's default stream (NULL); train_dev.c adds a
+ * The arenas have exactly the cpu executor's layout (offsets of plan.h), so a host array laid out
+ * like its parameters can be uploaded / downloaded as a whole: the CPU initialization and the host
+ * optimizer (train.h) can be reused around the device forward/backward (what the tests do). All
+ * work is enqueued on the device's default stream (NULL); train/backend_dev.c adds a
  * communication stream around it — except at ZeRO stage 3 (exec_dev_z3), whose per-group gathers
  * and gradient reduce-scatters run on the executor's own communication stream.
  */
@@ -20,10 +20,10 @@
 #include <stdint.h>
 
 #include "device.h"
-#include "exec.h"
 #include "fp8.h"
 #include "hyp_err.h"
 #include "plan.h"
+#include "zero3.h"
 
 typedef struct exec_dev_launch exec_dev_launch; /* one kernel launch of a plan op (exec_dev.c) */
 typedef struct exec_dev_file exec_dev_file;     /* one rendered module (exec_dev.c) */
@@ -38,8 +38,8 @@ typedef struct {
     const plan_op *pair;            /* a fusion site's first op (its dims bind too), else NULL */
 } exec_dev_op;
 
-/* ZeRO-3 on the device (exec_dev_init_z3), in the host executor's group layout (exec.h's exec_z3:
- * the same groups, shards and segments, so the host mirror and checkpoints agree). The device
+/* ZeRO-3 on the device (exec_dev_init_z3), in the layout of core/zero3.h (the one the host mirror
+ * uses: the same groups, shards and segments, so the host mirror and checkpoints agree). The device
  * keeps its shard of every group (params, gshard, m, v: [shard] each); before a segment's ops,
  * its group is all-gathered on the communication stream into slot s % n_slots (the gathers of
  * the next n_slots - 1 segments are started ahead: prefetch), the compute stream waits only for
@@ -48,18 +48,21 @@ typedef struct {
  * and added to gshard (the slot is free once the group's ops ran; the next gather into it
  * follows on the same stream). */
 typedef struct {
-    const exec_z3 *lay;             /* the host mirror's layout (not owned) */
+    const hyp_z3_layout *lay;       /* the layout (not owned) */
     void **ptr;                     /* per plan buffer: where a group's param/grad buffer lives now */
-    float *slot[EXEC_Z3_MAX_SLOTS]; /* device: [lay->slot_cap] each */
+    float *slot[HYP_Z3_MAX_SLOTS]; /* device: [lay->slot_cap] each */
     hyp_stream *comm;
-    hyp_event *ready[EXEC_Z3_MAX_SLOTS], *freed[EXEC_Z3_MAX_SLOTS]; /* slot gathered; its ops ran */
+    hyp_event *ready[HYP_Z3_MAX_SLOTS], *freed[HYP_Z3_MAX_SLOTS]; /* slot gathered; its ops ran */
     hyp_event *start, *gdone, *wsfree, *done; /* compute so far; a group's grads; workspace free; comm */
 } exec_dev_z3;
 
 typedef struct {
     const plan_t *p;
     hyp_device *dev;
-    float *params, *grads, *m, *v;  /* device: [param_floats] each */
+    float *params, *grads;          /* device: [param_floats] each */
+    float *state[HYP_OPT_MAX_STATE];/* device: the optimizer's states (plan optimizer.state), each
+                                       the arena or this rank's shard */
+    int n_state;
     float *acts;                    /* device: [act_floats] */
     int32_t *tokens, *targets;      /* device: [maxB * maxT] */
     float *ones;                    /* device: [maxB * maxT] of 1.0f (bias-gradient GEMMs) */
@@ -74,25 +77,28 @@ typedef struct {
     int n_launches;
     exec_dev_op *fwd, *bwd, loss;   /* per plan op */
     int64_t n_scratch;              /* floats of scratch */
-    /* the optimizer (kernels.json "optimizer": adamw.cu's adamw_step over the whole arena) */
+    /* the optimizer launch of kernels.json (ops.optimizer), run by the plan's optimizer (train/optim.h) */
     int opt_file;                   /* index into files, -1: none */
+    char opt_kernel[64];            /* its kernel */
+    char opt_p0[32];                /* the type of its first parameter ("float*": fp32 weights) */
+    int opt_nparams;                /* its parameter count */
     char opt_grid[64];              /* its grid expression */
     int nseg;                       /* parameter tensors, sorted by offset */
     int64_t *seg_end;               /* device: [nseg] exclusive ends (the last is param_floats) */
-    float *seg_wd, *gscale;         /* device: [nseg] weight decay, [1] gradient scale */
+    float *seg_wd;                  /* device: [nseg] a per-tensor scalar (the weight decay) */
     float *h_seg_wd;                /* host: [nseg] */
-    int *seg_decay;                 /* host: [nseg] the tensor's decay flag */
+    int *seg_group;                 /* host: [nseg] the tensor's optimizer group (-1: padding) */
     /* data parallelism (exec_dev_init_dp): the arena is world equal shards (exec.c's layout) */
     int world, rank, stage;         /* stage: ZeRO 0..3 */
     int64_t shard, arena;           /* floats per rank, world * shard (>= param_floats) */
     float *gshard;                  /* device: [shard] reduce-scattered gradients (stage >= 2) */
     int sh_nseg;                    /* this rank's shard's tensor table (stage >= 1) */
     int64_t *sh_seg_end;            /* device: [sh_nseg] ends relative to the shard's start */
-    float *sh_seg_wd, *sh_h_wd;     /* device, host: [sh_nseg] weight decay */
-    int *sh_decay;                  /* host: [sh_nseg] */
+    float *sh_seg_wd, *sh_h_wd;     /* device, host: [sh_nseg] per-tensor scalar */
+    int *sh_group;                  /* host: [sh_nseg] */
     size_t bytes_params, bytes_grads, bytes_optim, bytes_acts; /* device bytes by role (of bytes) */
     size_t bytes_grad_workspace;    /* stage 3: the one-group gradient workspace (not in bytes_grads) */
-    exec_dev_z3 *z3;                /* stage 3 only; then params/m/v/gshard are [shard] in the group
+    exec_dev_z3 *z3;                /* stage 3 only; then params/state/gshard are [shard] in the group
                                        layout and grads is the one-group workspace */
     /* ---- v2160 FP8 (delayed or current scaling): one scaling state per plan fp8 slot. The cast kernels
      * bind "fp8.scale[slot]", "fp8.scale_inv[slot]", "fp8.amax[slot]"; the amax of every cast in
@@ -109,17 +115,17 @@ typedef struct {
     int *fp8_slot_of;               /* host: [p->n_bufs] slot or -1 */
 } exec_dev;
 
-/* Allocates the device arenas (params and grads: the arena; m and v: the arena, or this rank's
- * shard for stage >= 1; stage >= 2 adds gshard), parses kernels_dir/kernels.json, loads every
+/* Allocates the device arenas (params and grads: the arena; the optimizer's states: the arena, or
+ * this rank's shard for stage >= 1; stage >= 2 adds gshard), parses kernels_dir/kernels.json, loads every
  * module through dev->module_load (the manifest's cubin on cuda, the rendered .cu on sim) and
  * prepares the launches of every plan op. An op with no launch in the manifest (and that is not a
  * matmul or zero) is an error naming it. */
 int exec_dev_init_dp(exec_dev *x, const plan_t *p, const char *kernels_dir, hyp_device *dev, int world, int rank,
                      int stage, hyp_err *e);
-/* ZeRO stage 3 in the layout of host, a stage-3 host mirror (exec_init_mirror / exec_init_dp with
- * stage 3) of this rank: its world, rank, groups and segments; host must outlive x. The device
- * collectives must be initialized (comm_init) when host->world > 1. */
-int exec_dev_init_z3(exec_dev *x, const plan_t *p, const char *kernels_dir, hyp_device *dev, const exec_t *host,
+/* ZeRO stage 3 in layout lay (core/zero3.h, this rank's: its world, rank, groups and segments —
+ * the host mirror's, exec_t.z3->L, so that checkpoints agree); lay must outlive x. The device
+ * collectives must be initialized (comm_init) when lay->world > 1. */
+int exec_dev_init_z3(exec_dev *x, const plan_t *p, const char *kernels_dir, hyp_device *dev, const hyp_z3_layout *lay,
                      hyp_err *e);
 /* One rank, no ZeRO. */
 int exec_dev_init(exec_dev *x, const plan_t *p, const char *kernels_dir, hyp_device *dev, hyp_err *e);
@@ -141,7 +147,7 @@ int exec_dev_eval_loss(exec_dev *x, float *loss, hyp_err *e);
  * mean loss of this micro-batch in *loss (losses copied back with d2h). */
 int exec_dev_backward(exec_dev *x, float dloss, float *loss, hyp_err *e);
 
-/* ---- pieces of the device training step (runtime/train_dev.c); all on the default stream, not
+/* ---- pieces of the device training step (train/backend_dev.c); all on the default stream, not
  * synchronized ---- */
 /* exec_dev_backward, calling after(ctx, i) once bwd op i is enqueued (comm overlap hooks); with a
  * hook the default stream is left unsynchronized: the caller synchronizes what the hook started. */
@@ -153,11 +159,24 @@ int exec_dev_backward_each(exec_dev *x, float dloss, float *loss, int (*after)(v
 int exec_dev_norm_parts(const exec_dev *x);
 int exec_dev_norm_partial(exec_dev *x, const float *g, int64_t n, float *partial, hyp_err *e);
 int exec_dev_norm_finish(exec_dev *x, const float *partial, float max_norm, float *out, hyp_err *e);
-/* AdamW on what this rank owns: the whole arena (stage 0) or its shard (stage >= 1, gradients
- * from gshard for stage >= 2, else from the arena), gradients scaled by the device float
- * *gscale (the clip factor global_norm_finish wrote; NULL: 1). */
-int exec_dev_adamw_own(exec_dev *x, double lr, double beta1, double beta2, double eps, double wd, int t,
-                       const float *gscale, hyp_err *e);
+/* What the optimizer updates on this rank (train/optim.h): the whole arena (stage 0) or the
+ * rank's shard (stage >= 1; gradients from gshard for stage >= 2, else from the arena), and the
+ * tensor table of that range, for kernels that take per-tensor scalars. */
+typedef struct {
+    float *param;                   /* device: [n] */
+    const float *grad;              /* device: [n] */
+    float *state[HYP_OPT_MAX_STATE];/* device: [n] each */
+    int64_t n;
+    int nseg;                       /* segments of one tensor each (or padding) */
+    const int64_t *seg_end;         /* device: [nseg] exclusive ends relative to param */
+    const int *seg_group;           /* host: [nseg] the segment's optimizer group, -1: padding */
+    float *seg_val, *h_seg_val;     /* device, host: [nseg] a per-segment scalar the optimizer fills */
+} exec_dev_own;
+/* HYP_EINPUT naming kernels.json when the manifest has no optimizer launch of that kernel whose
+ * first parameter has type p0 and that takes nparams parameters. */
+int exec_dev_optim_own(exec_dev *x, const char *kernel, const char *p0, int nparams, exec_dev_own *o, hyp_err *e);
+/* Launches the manifest's optimizer kernel over n floats (its grid expression at n, its BLOCK). */
+int exec_dev_optim_launch(exec_dev *x, int64_t n, hyp_kargs *a, hyp_err *e);
 /* v2160 FP8, once per optimizer step (after it), as exec.c's exec_fp8_step: the step's amax of
  * every slot (x->fp8_amax, downloaded) goes into its history, delayed scaling recomputes scale =
  * fp8_max * 2^-margin / max(history) and scale_inv (runtime/fp8.c), both are uploaded and the

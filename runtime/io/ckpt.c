@@ -67,18 +67,22 @@ static void shape_str(int ndim, const int64_t *shape, char *out, size_t cap) {
     if (k < cap) snprintf(out + k, cap - k, "]");
 }
 
-/* Validates the caller's tensors: params[n] (required), m[n] and v[n] (both or neither; each the
- * same shape as its param), with data buffers if need_data. *with_opt = 1 when the moments are
- * given. */
-static int check_names(const char *where, const hyp_ckpt_tensor *params, const hyp_ckpt_tensor *m,
-                       const hyp_ckpt_tensor *v, int n, int *with_opt, int need_data, hyp_err *e) {
+/* Validates the caller's tensors: params[n] (required), states[k][n] for k < n_states (each the
+ * same shape as its param), with data buffers if need_data. */
+static int check_names(const char *where, const hyp_ckpt_tensor *params, hyp_ckpt_tensor *const *states,
+                       int n_states, int n, int need_data, hyp_err *e) {
     if (n < 1 || !params)
         return hyp_fail(e, HYP_EINPUT, "%s: no tensors given to the checkpoint", where);
-    if ((m == NULL) != (v == NULL))
-        return hyp_fail(e, HYP_EINPUT, "%s: give both AdamW moments (m and v) or neither", where);
-    *with_opt = m != NULL;
-    const hyp_ckpt_tensor *sets[3] = {params, m, v};
-    for (int s = 0; s < (*with_opt ? 3 : 1); s++)
+    if (n_states < 0 || n_states > HYP_CKPT_MAX_STATES || (n_states && !states))
+        return hyp_fail(e, HYP_EINPUT, "%s: %d optimizer states given, 0..%d can be saved", where, n_states,
+                        HYP_CKPT_MAX_STATES);
+    for (int k = 0; k < n_states; k++)
+        if (!states[k])
+            return hyp_fail(e, HYP_EINPUT, "%s: optimizer state %d of %d not given — give every state the optimizer keeps, or none",
+                            where, k, n_states);
+    const hyp_ckpt_tensor *sets[1 + HYP_CKPT_MAX_STATES] = {params};
+    for (int k = 0; k < n_states; k++) sets[1 + k] = states[k];
+    for (int s = 0; s < 1 + n_states; s++)
         for (int i = 0; i < n; i++) {
             const hyp_ckpt_tensor *t = &sets[s][i];
             if (!t->name || !t->name[0])
@@ -99,10 +103,9 @@ static int check_names(const char *where, const hyp_ckpt_tensor *params, const h
     return HYP_OK;
 }
 
-static int check_tensors(const char *where, const hyp_ckpt_tensor *params,
-                         const hyp_ckpt_tensor *m, const hyp_ckpt_tensor *v, int n, int *with_opt,
-                         hyp_err *e) {
-    return check_names(where, params, m, v, n, with_opt, 1, e);
+static int check_tensors(const char *where, const hyp_ckpt_tensor *params, hyp_ckpt_tensor *const *states,
+                         int n_states, int n, hyp_err *e) {
+    return check_names(where, params, states, n_states, n, 1, e);
 }
 
 /* ========================================================================================== */
@@ -350,23 +353,22 @@ static int write_aux(const char *tmp, const hyp_ckpt_aux *aux, int n_aux, const 
     return rc;
 }
 
-int hyp_ckpt_save(const char *dir, const hyp_ckpt_tensor *params, const hyp_ckpt_tensor *m,
-                  const hyp_ckpt_tensor *v, int n, const hyp_ckpt_state *st, int keep,
-                  hyp_err *e) {
-    return hyp_ckpt_save_aux(dir, params, m, v, n, NULL, 0, st, keep, e);
+int hyp_ckpt_save(const char *dir, const hyp_ckpt_tensor *params, hyp_ckpt_tensor *const *states, int n_states,
+                  int n, const hyp_ckpt_state *st, int keep, hyp_err *e) {
+    return hyp_ckpt_save_aux(dir, params, states, n_states, n, NULL, 0, st, keep, e);
 }
 
-int hyp_ckpt_save_aux(const char *dir, const hyp_ckpt_tensor *params, const hyp_ckpt_tensor *m,
-                      const hyp_ckpt_tensor *v, int n, const hyp_ckpt_aux *aux, int n_aux,
-                      const hyp_ckpt_state *st, int keep, hyp_err *e) {
+int hyp_ckpt_save_aux(const char *dir, const hyp_ckpt_tensor *params, hyp_ckpt_tensor *const *states,
+                      int n_states, int n, const hyp_ckpt_aux *aux, int n_aux, const hyp_ckpt_state *st,
+                      int keep, hyp_err *e) {
     if (!dir || !dir[0]) return hyp_fail(e, HYP_EINPUT, "(checkpoint): no directory given");
-    int with_opt, rc;
-    if ((rc = check_aux(dir, aux, n_aux, e)) || (rc = check_tensors(dir, params, m, v, n, &with_opt, e)) ||
+    int rc, with_opt = n_states > 0;
+    if ((rc = check_aux(dir, aux, n_aux, e)) || (rc = check_tensors(dir, params, states, n_states, n, e)) ||
         (rc = check_state(dir, st, e)))
         return rc;
     char tmp[PATH_CAP];
     if ((rc = begin_tmp(dir, st->step, tmp, e)) != HYP_OK) return rc;
-    hyp_st_tensor *sts = calloc((size_t)n * 2, sizeof *sts);
+    hyp_st_tensor *sts = calloc((size_t)n * (size_t)(n_states > 1 ? n_states : 1), sizeof *sts);
     char hex[F_STATE][33] = {{0}};
     uint64_t bytes[F_STATE] = {0};
     int have[F_STATE] = {1, with_opt, n_aux > 0};
@@ -375,16 +377,15 @@ int hyp_ckpt_save_aux(const char *dir, const hyp_ckpt_tensor *params, const hyp_
         goto fail;
     }
     for (int f = F_MODEL; f <= F_OPTIM && have[f]; f++) {
-        /* model.safetensors: params; optimizer.safetensors: m then v, interleaved per param */
+        /* model.safetensors: params; optimizer.safetensors: the states, interleaved per param */
         int k = 0;
-        for (int i = 0; i < n; i++) {
-            const hyp_ckpt_tensor *src[2] = {f == F_MODEL ? &params[i] : &m[i], &v[i]};
-            for (int s = 0; s < (f == F_MODEL ? 1 : 2); s++, k++) {
-                sts[k] = (hyp_st_tensor){.name = src[s]->name, .dtype = HYP_ST_F32,
-                                         .ndim = src[s]->ndim, .data = src[s]->data};
-                memcpy(sts[k].shape, src[s]->shape, sizeof src[s]->shape);
+        for (int i = 0; i < n; i++)
+            for (int s = 0; s < (f == F_MODEL ? 1 : n_states); s++, k++) {
+                const hyp_ckpt_tensor *src = f == F_MODEL ? &params[i] : &states[s][i];
+                sts[k] = (hyp_st_tensor){.name = src->name, .dtype = HYP_ST_F32, .ndim = src->ndim,
+                                         .data = src->data};
+                memcpy(sts[k].shape, src->shape, sizeof src->shape);
             }
-        }
         if ((rc = write_file(tmp, FILES[f], sts, k, st, f == F_MODEL, hex[f], &bytes[f], e)) != HYP_OK) goto fail;
     }
     if (n_aux && (rc = write_aux(tmp, aux, n_aux, st, hex[F_AUX], &bytes[F_AUX], e)) != HYP_OK) goto fail;
@@ -418,13 +419,14 @@ int hyp_ckpt_shard_begin(const char *dir, const hyp_ckpt_state *st, char *tmp, s
     return HYP_OK;
 }
 
-int hyp_ckpt_shard_write(const char *tmp, int rank, const hyp_ckpt_tensor *params, const hyp_ckpt_tensor *m,
-                         const hyp_ckpt_tensor *v, int n, const hyp_ckpt_slice *sl, const hyp_ckpt_state *st,
+int hyp_ckpt_shard_write(const char *tmp, int rank, const hyp_ckpt_tensor *params, hyp_ckpt_tensor *const *states,
+                         int n_states, int n, const hyp_ckpt_slice *sl, const hyp_ckpt_state *st,
                          hyp_ckpt_shard_sum *sum, hyp_err *e) {
-    int with_opt, rc = check_names(tmp, params, m, v, n, &with_opt, 0, e);
+    int rc = check_names(tmp, params, states, n_states, n, 0, e);
     if (rc) return rc;
-    if (!with_opt) return hyp_fail(e, HYP_EINPUT, "%s: a sharded checkpoint needs the AdamW moments", tmp);
-    hyp_st_tensor *sts = calloc((size_t)n * 3 + 1, sizeof *sts);
+    if (n_states < 1) return hyp_fail(e, HYP_EINPUT, "%s: a sharded checkpoint needs the optimizer states", tmp);
+    int S = 1 + n_states;
+    hyp_st_tensor *sts = calloc((size_t)n * (size_t)S + 1, sizeof *sts);
     if (!sts) return hyp_fail(e, HYP_EFAIL, "%s: out of memory", tmp);
     int k = 0;
     for (int i = 0; i < n; i++) {
@@ -435,11 +437,9 @@ int hyp_ckpt_shard_write(const char *tmp, int rank, const hyp_ckpt_tensor *param
                             (long long)sl[i].lo, (long long)sl[i].hi, params[i].name, (long long)numel);
         }
         if (sl[i].hi == sl[i].lo) continue;
-        const char *names[3] = {params[i].name, m[i].name, v[i].name};
-        const float *data[3] = {sl[i].p, sl[i].m, sl[i].v};
-        for (int s = 0; s < 3; s++, k++)
-            sts[k] = (hyp_st_tensor){.name = names[s], .dtype = HYP_ST_F32, .ndim = 1, .shape = {sl[i].hi - sl[i].lo},
-                                     .data = data[s]};
+        for (int s = 0; s < S; s++, k++)
+            sts[k] = (hyp_st_tensor){.name = s ? states[s - 1][i].name : params[i].name, .dtype = HYP_ST_F32,
+                                     .ndim = 1, .shape = {sl[i].hi - sl[i].lo}, .data = s ? sl[i].state[s - 1] : sl[i].p};
     }
     char name[64];
     shard_name(name, sizeof name, rank);
@@ -659,7 +659,8 @@ typedef struct {
     int world;
     hyp_st_file **f;                    /* [world] */
     int64_t *rg;                        /* [world][n][2] */
-    const hyp_st_tensor **found;        /* [world][n][3]: param, m, v slices */
+    int S;                              /* tensors per parameter: 1 + the optimizer states */
+    const hyp_st_tensor **found;        /* [world][n][S]: the param's slice, its states' */
 } shards;
 
 static void shards_close(shards *sh) {
@@ -701,7 +702,7 @@ static int shard_ranges(const char *p, const cJSON *ranges, const hyp_ckpt_tenso
 
 /* Opens and verifies every shard: checksums, and each slice F32 1-D of its range's length. */
 static int shards_open(const char *sd, const cJSON *files, const cJSON *lay, const hyp_ckpt_tensor *params,
-                       const hyp_ckpt_tensor *m, const hyp_ckpt_tensor *v, int n, shards *sh, hyp_err *e) {
+                       hyp_ckpt_tensor *const *states, int n_states, int n, shards *sh, hyp_err *e) {
     char p[PATH_CAP];
     pathf(p, "%s/%s", sd, "state.json");
     uint64_t world;
@@ -710,7 +711,8 @@ static int shards_open(const char *sd, const cJSON *files, const cJSON *lay, con
     sh->world = (int)world;
     sh->f = calloc(world, sizeof *sh->f);
     sh->rg = calloc(world * (size_t)n * 2, sizeof *sh->rg);
-    sh->found = calloc(world * (size_t)n * 3, sizeof *sh->found);
+    sh->S = 1 + n_states;
+    sh->found = calloc(world * (size_t)n * (size_t)sh->S, sizeof *sh->found);
     if (!sh->f || !sh->rg || !sh->found) return hyp_fail(e, HYP_EFAIL, "%s: out of memory", sd);
     int rc = shard_ranges(p, cJSON_GetObjectItemCaseSensitive(lay, "ranges"), params, n, sh, e);
     for (int r = 0; r < sh->world && !rc; r++) {
@@ -721,29 +723,30 @@ static int shards_open(const char *sd, const cJSON *files, const cJSON *lay, con
         for (int i = 0; i < n && !rc; i++) {
             const int64_t *q = &sh->rg[((size_t)r * n + i) * 2];
             if (q[1] == q[0]) continue;
-            const char *names[3] = {params[i].name, m ? m[i].name : NULL, v ? v[i].name : NULL};
-            for (int s = 0; s < 3 && !rc; s++, count++) {
-                const hyp_st_tensor *t = names[s] ? hyp_st_find(sh->f[r], names[s]) : NULL;
-                if (names[s] && (!t || t->dtype != HYP_ST_F32 || t->ndim != 1 || t->shape[0] != q[1] - q[0]))
+            for (int s = 0; s < sh->S && !rc; s++, count++) {
+                const char *nm = s ? states[s - 1][i].name : params[i].name;
+                const hyp_st_tensor *t = hyp_st_find(sh->f[r], nm);
+                if (!t || t->dtype != HYP_ST_F32 || t->ndim != 1 || t->shape[0] != q[1] - q[0])
                     rc = hyp_fail(e, HYP_EINPUT, "%s/%s: slice '%.300s' is %s — the checkpoint is damaged or from a different model", sd, name,
-                                  names[s], t ? "not F32 of its range's length" : "missing");
-                sh->found[((size_t)r * n + i) * 3 + s] = t;
+                                  nm, t ? "not F32 of its range's length" : "missing");
+                sh->found[((size_t)r * n + i) * sh->S + s] = t;
             }
         }
-        if (!rc && hyp_st_count(sh->f[r]) != count)
+        if (!rc && n_states && hyp_st_count(sh->f[r]) != count) /* weights only: the states are not read */
             rc = hyp_fail(e, HYP_EINPUT, "%s/%s: holds %d tensors, the layout names %d — the checkpoint is damaged", sd, name,
                           hyp_st_count(sh->f[r]), count);
     }
     return rc;
 }
 
-static void shards_copy(const shards *sh, hyp_ckpt_tensor *params, hyp_ckpt_tensor *m, hyp_ckpt_tensor *v, int n) {
+static void shards_copy(const shards *sh, hyp_ckpt_tensor *params, hyp_ckpt_tensor *const *states, int n) {
     for (int r = 0; r < sh->world; r++)
         for (int i = 0; i < n; i++) {
             const int64_t *q = &sh->rg[((size_t)r * n + i) * 2];
-            hyp_ckpt_tensor *dst[3] = {&params[i], m ? &m[i] : NULL, v ? &v[i] : NULL};
-            for (int s = 0; s < 3 && q[1] > q[0]; s++)
-                if (dst[s]) memcpy(dst[s]->data + q[0], sh->found[((size_t)r * n + i) * 3 + s]->data, sizeof(float) * (size_t)(q[1] - q[0]));
+            for (int s = 0; s < sh->S && q[1] > q[0]; s++) {
+                hyp_ckpt_tensor *dst = s ? &states[s - 1][i] : &params[i];
+                memcpy(dst->data + q[0], sh->found[((size_t)r * n + i) * sh->S + s]->data, sizeof(float) * (size_t)(q[1] - q[0]));
+            }
         }
 }
 
@@ -765,18 +768,17 @@ static int match_aux(const hyp_st_file *f, const hyp_ckpt_aux *aux, int n_aux, c
     return HYP_OK;
 }
 
-int hyp_ckpt_load(const char *dir, const char *step, hyp_ckpt_tensor *params, hyp_ckpt_tensor *m,
-                  hyp_ckpt_tensor *v, int n, const char *expect_config_hash, hyp_ckpt_state *st_out,
-                  hyp_err *e) {
-    return hyp_ckpt_load_aux(dir, step, params, m, v, n, NULL, 0, expect_config_hash, st_out, e);
+int hyp_ckpt_load(const char *dir, const char *step, hyp_ckpt_tensor *params, hyp_ckpt_tensor *const *states,
+                  int n_states, int n, const char *expect_config_hash, hyp_ckpt_state *st_out, hyp_err *e) {
+    return hyp_ckpt_load_aux(dir, step, params, states, n_states, n, NULL, 0, expect_config_hash, st_out, e);
 }
 
-int hyp_ckpt_load_aux(const char *dir, const char *step, hyp_ckpt_tensor *params, hyp_ckpt_tensor *m,
-                      hyp_ckpt_tensor *v, int n, hyp_ckpt_aux *aux, int n_aux,
-                      const char *expect_config_hash, hyp_ckpt_state *st_out, hyp_err *e) {
+int hyp_ckpt_load_aux(const char *dir, const char *step, hyp_ckpt_tensor *params, hyp_ckpt_tensor *const *states,
+                      int n_states, int n, hyp_ckpt_aux *aux, int n_aux, const char *expect_config_hash,
+                      hyp_ckpt_state *st_out, hyp_err *e) {
     if (!dir || !dir[0]) return hyp_fail(e, HYP_EINPUT, "(checkpoint): no directory given");
     if (check_aux(dir, aux, n_aux, e)) return HYP_EINPUT;
-    int with_opt, rc = check_tensors(dir, params, m, v, n, &with_opt, e);
+    int with_opt = n_states > 0, S = 1 + n_states, rc = check_tensors(dir, params, states, n_states, n, e);
     if (rc != HYP_OK) return rc;
     char sd[PATH_CAP], p[PATH_CAP];
     if ((rc = resolve(dir, step, sd, e)) != HYP_OK) return rc;
@@ -852,21 +854,18 @@ int hyp_ckpt_load_aux(const char *dir, const char *step, hyp_ckpt_tensor *params
                       expect_config_hash);
         goto done;
     }
-    found = calloc((size_t)n * 3 + (size_t)n_aux, sizeof *found);
-    want = calloc((size_t)n * 3, sizeof *want);
+    found = calloc((size_t)n * (size_t)S + (size_t)n_aux, sizeof *found);
+    want = calloc((size_t)n * (size_t)S, sizeof *want);
     if (!found || !want) {
         rc = hyp_fail(e, HYP_EFAIL, "%s: out of memory", sd);
         goto done;
     }
     for (int i = 0; i < n; i++) {
         want[i] = &params[i];
-        if (with_opt) {
-            want[n + 2 * i] = &m[i];
-            want[n + 2 * i + 1] = &v[i];
-        }
+        for (int k = 0; k < n_states; k++) want[n + n_states * i + k] = &states[k][i];
     }
     lay = cJSON_GetObjectItemCaseSensitive(j, "layout");
-    if (lay && (rc = shards_open(sd, files, lay, params, m, v, n, &sh, e)) != HYP_OK) goto done;
+    if (lay && (rc = shards_open(sd, files, lay, params, states, n_states, n, &sh, e)) != HYP_OK) goto done;
     if (!lay && (rc = open_verified(sd, FILES[0], files, &fm, e)) != HYP_OK) goto done;
     if (!lay && (rc = match_tensors(fm, want, n, found, e)) != HYP_OK) goto done;
     if (with_opt && !lay) {
@@ -876,7 +875,7 @@ int hyp_ckpt_load_aux(const char *dir, const char *step, hyp_ckpt_tensor *params
             goto done;
         }
         if ((rc = open_verified(sd, FILES[1], files, &fo, e)) != HYP_OK) goto done;
-        if ((rc = match_tensors(fo, want + n, 2 * n, found + n, e)) != HYP_OK) goto done;
+        if ((rc = match_tensors(fo, want + n, n_states * n, found + n, e)) != HYP_OK) goto done;
     }
     if (n_aux) {
         if (!cJSON_GetObjectItemCaseSensitive(files, FILES[F_AUX])) {
@@ -885,13 +884,13 @@ int hyp_ckpt_load_aux(const char *dir, const char *step, hyp_ckpt_tensor *params
             goto done;
         }
         if ((rc = open_verified(sd, FILES[F_AUX], files, &fa, e)) != HYP_OK) goto done;
-        if ((rc = match_aux(fa, aux, n_aux, found + 3 * n, e)) != HYP_OK) goto done;
+        if ((rc = match_aux(fa, aux, n_aux, found + (size_t)S * n, e)) != HYP_OK) goto done;
     }
     /* everything verified: now, and only now, write into the caller's buffers */
-    if (lay) shards_copy(&sh, params, m, v, n);
-    for (int k = 0; k < (lay ? 0 : with_opt ? 3 * n : n); k++)
+    if (lay) shards_copy(&sh, params, states, n);
+    for (int k = 0; k < (lay ? 0 : S * n); k++)
         memcpy(want[k]->data, found[k]->data, found[k]->nbytes);
-    for (int i = 0; i < n_aux; i++) memcpy(aux[i].data, found[3 * n + i]->data, found[3 * n + i]->nbytes);
+    for (int i = 0; i < n_aux; i++) memcpy(aux[i].data, found[(size_t)S * n + i]->data, found[(size_t)S * n + i]->nbytes);
     if (st_out) *st_out = *st;
 done:
     free(found);

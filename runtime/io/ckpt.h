@@ -1,12 +1,13 @@
-/* ckpt.h — training checkpoints: save and bit-exact resume of weights, AdamW state, RNG and data
- * loader position, crash-safe on disk.
+/* ckpt.h — training checkpoints: save and bit-exact resume of weights, optimizer state, RNG and
+ * data loader position, crash-safe on disk.
  *
  * Layout of a checkpoint directory DIR:
  *   DIR/step_00000123/model.safetensors      fp32 weights under the caller's (Hugging Face-style)
  *                                            names; metadata {"format": "pt", ...} so
  *                                            transformers/safetensors load it directly
- *   DIR/step_00000123/optimizer.safetensors  AdamW m and v: "<name>.exp_avg", "<name>.exp_avg_sq"
- *                                            (absent for weights-only checkpoints)
+ *   DIR/step_00000123/optimizer.safetensors  the optimizer's state tensors, named by the optimizer
+ *                                            (AdamW: "<name>.exp_avg", "<name>.exp_avg_sq"; absent
+ *                                            for weights-only checkpoints)
  *   DIR/step_00000123/train_state.safetensors  auxiliary training state (the FP8 scaling states:
  *                                            amax histories, scales, positions), when given
  *   DIR/step_00000123/state.json             format version, step, RNG state, loader state,
@@ -37,15 +38,16 @@
 #define HYP_CKPT_PLAN_MAX 256
 #define HYP_CKPT_PATH_MAX 4096
 #define HYP_CKPT_FORMAT_VERSION 1
+#define HYP_CKPT_MAX_STATES 4          /* optimizer state tensors per parameter */
 
 /* hyp_ckpt_load's answer when the directory holds no checkpoint yet (no DIR, or no DIR/latest):
  * a fresh run for `--resume`, an error for anything that needs weights. e->msg is filled too. */
 #define HYP_ENOCKPT 3
 
-/* One fp32 tensor: a parameter, or one of its AdamW moments. */
+/* One fp32 tensor: a parameter, or one of its optimizer states. */
 typedef struct {
-    const char *name;                   /* params: "transformer.h.0.attn.c_attn.weight"; moments
-                                           by convention "<name>.exp_avg" / "<name>.exp_avg_sq" */
+    const char *name;                   /* params: "transformer.h.0.attn.c_attn.weight"; states
+                                           "<name><suffix>" with the optimizer's suffixes */
     float *data;                        /* [numel]; saved from / loaded into */
     int ndim;                           /* 1..4 */
     int64_t shape[HYP_CKPT_MAX_DIMS];
@@ -68,11 +70,11 @@ typedef struct {
  * names is never deleted; recency rather than step number, so after resuming from an earlier
  * step the new run's checkpoints win over the abandoned run's). Saving a step that exists
  * replaces it. Pruning only deletes directories holding nothing but checkpoint files.
- * params[n] go to model.safetensors; m[n] and v[n] (AdamW moments, same shapes as params) to
- * optimizer.safetensors — pass m = v = NULL for a weights-only checkpoint. */
-int hyp_ckpt_save(const char *dir, const hyp_ckpt_tensor *params, const hyp_ckpt_tensor *m,
-                  const hyp_ckpt_tensor *v, int n, const hyp_ckpt_state *st, int keep,
-                  hyp_err *e);
+ * params[n] go to model.safetensors; states[k][n] for k < n_states (the optimizer's state
+ * tensors, each the shape of its param) to optimizer.safetensors, interleaved per parameter —
+ * n_states = 0 for a weights-only checkpoint. */
+int hyp_ckpt_save(const char *dir, const hyp_ckpt_tensor *params, hyp_ckpt_tensor *const *states, int n_states,
+                  int n, const hyp_ckpt_state *st, int keep, hyp_err *e);
 
 /* An auxiliary tensor of training state (not a model tensor): F32 or I64 (HYP_ST_* of
  * safetensors.h), saved to train_state.safetensors. */
@@ -85,31 +87,30 @@ typedef struct {
 } hyp_ckpt_aux;
 
 /* hyp_ckpt_save plus aux[n_aux] (n_aux = 0: none, no train_state.safetensors). */
-int hyp_ckpt_save_aux(const char *dir, const hyp_ckpt_tensor *params, const hyp_ckpt_tensor *m,
-                      const hyp_ckpt_tensor *v, int n, const hyp_ckpt_aux *aux, int n_aux,
-                      const hyp_ckpt_state *st, int keep, hyp_err *e);
+int hyp_ckpt_save_aux(const char *dir, const hyp_ckpt_tensor *params, hyp_ckpt_tensor *const *states,
+                      int n_states, int n, const hyp_ckpt_aux *aux, int n_aux, const hyp_ckpt_state *st,
+                      int keep, hyp_err *e);
 
 /* Loads a checkpoint into the caller's buffers. step = NULL: the one DIR/latest names (or DIR
  * itself when DIR is a step directory, i.e. holds state.json); else a step directory name inside
  * DIR ("step_00000123"). Returns HYP_ENOCKPT when step is NULL and DIR has no checkpoint yet.
  * expect_config_hash: the running plan's hash; NULL skips the check (e.g. an export tool).
- * m = v = NULL loads weights only. Names, dtypes (F32) and shapes must match the files exactly
+ * n_states = 0 loads weights only. Names, dtypes (F32) and shapes must match the files exactly
  * (no missing, no extra tensors). On success st (may be NULL) holds the saved state and the step
  * directory's path; on any error nothing the caller owns has changed. */
-int hyp_ckpt_load(const char *dir, const char *step, hyp_ckpt_tensor *params, hyp_ckpt_tensor *m,
-                  hyp_ckpt_tensor *v, int n, const char *expect_config_hash, hyp_ckpt_state *st,
-                  hyp_err *e);
+int hyp_ckpt_load(const char *dir, const char *step, hyp_ckpt_tensor *params, hyp_ckpt_tensor *const *states,
+                  int n_states, int n, const char *expect_config_hash, hyp_ckpt_state *st, hyp_err *e);
 
 /* hyp_ckpt_load plus aux[n_aux]: with n_aux > 0 the checkpoint must hold exactly these auxiliary
  * tensors (names, dtypes, shapes), verified like the rest before anything is written. */
-int hyp_ckpt_load_aux(const char *dir, const char *step, hyp_ckpt_tensor *params, hyp_ckpt_tensor *m,
-                      hyp_ckpt_tensor *v, int n, hyp_ckpt_aux *aux, int n_aux,
-                      const char *expect_config_hash, hyp_ckpt_state *st, hyp_err *e);
+int hyp_ckpt_load_aux(const char *dir, const char *step, hyp_ckpt_tensor *params, hyp_ckpt_tensor *const *states,
+                      int n_states, int n, hyp_ckpt_aux *aux, int n_aux, const char *expect_config_hash,
+                      hyp_ckpt_state *st, hyp_err *e);
 
 /* ---- sharded checkpoints (v2181) ------------------------------------------------------------
  * With ZeRO stage >= 1 on several ranks each rank writes the slices it owns, no gathering:
- *   DIR/step_N/shard_RRRRR.safetensors   rank R's slices, 1-D F32: "<name>", "<m name>",
- *                                        "<v name>" = elements [lo, hi) of the flattened tensor
+ *   DIR/step_N/shard_RRRRR.safetensors   rank R's slices, 1-D F32: "<name>" and its states'
+ *                                        names = elements [lo, hi) of the flattened tensor
  *   DIR/step_N/state.json                as above, plus "layout": {"world", "stage", "ranges":
  *                                        {"<name>": [lo_0, hi_0, lo_1, hi_1, ...] per rank}}
  *                                        and the size + xxh3-128 of every shard under "files"
@@ -123,7 +124,8 @@ int hyp_ckpt_load_aux(const char *dir, const char *step, hyp_ckpt_tensor *params
  * before anything is written. */
 typedef struct {
     int64_t lo, hi;                     /* elements [lo, hi) of the flattened tensor; lo == hi: none */
-    const float *p, *m, *v;             /* their values, hi - lo each */
+    const float *p;                     /* their values, hi - lo each: the parameter's */
+    const float *state[HYP_CKPT_MAX_STATES]; /* and its optimizer states' */
 } hyp_ckpt_slice;
 
 typedef struct {
@@ -133,9 +135,10 @@ typedef struct {
 
 /* Rank 0: creates DIR and the temp dir of step st->step; its path into tmp[cap]. */
 int hyp_ckpt_shard_begin(const char *dir, const hyp_ckpt_state *st, char *tmp, size_t cap, hyp_err *e);
-/* Every rank: writes tmp/shard_<rank>.safetensors from sl[n] (names from params/m/v[n]). */
-int hyp_ckpt_shard_write(const char *tmp, int rank, const hyp_ckpt_tensor *params, const hyp_ckpt_tensor *m,
-                         const hyp_ckpt_tensor *v, int n, const hyp_ckpt_slice *sl, const hyp_ckpt_state *st,
+/* Every rank: writes tmp/shard_<rank>.safetensors from sl[n] (names from params[n] and
+ * states[k][n], k < n_states >= 1). */
+int hyp_ckpt_shard_write(const char *tmp, int rank, const hyp_ckpt_tensor *params, hyp_ckpt_tensor *const *states,
+                         int n_states, int n, const hyp_ckpt_slice *sl, const hyp_ckpt_state *st,
                          hyp_ckpt_shard_sum *sum, hyp_err *e);
 /* Rank 0, after every rank wrote: ranges[world][n][2] and sums[world] of all ranks; writes
  * aux[n_aux] and state.json, then installs the step and `latest` like hyp_ckpt_save. */

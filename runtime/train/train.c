@@ -1,4 +1,4 @@
-/* train.c — learning-rate schedules, clipping and the AdamW step (see train.h). */
+/* train.c — learning-rate schedules, clipping and the optimizer on the own part (see train.h). */
 #include "train.h"
 
 #include <math.h>
@@ -12,10 +12,6 @@ void train_opts_from_plan(train_opts *o, const plan_t *p) {
     o->lr = p->lr;
     o->min_lr_ratio = p->min_lr_ratio;
     o->decay_fraction = p->decay_fraction;
-    o->weight_decay = p->weight_decay;
-    o->beta1 = p->beta1;
-    o->beta2 = p->beta2;
-    o->eps = p->eps;
     o->max_norm = p->max_norm;
     o->warmup_steps = p->warmup_steps;
     o->total_steps = p->steps;
@@ -49,32 +45,25 @@ float train_clip_scale(const train_opts *o, double norm) {
     return (float)(o->max_norm / (norm + 1e-6));
 }
 
-void train_adamw_range(exec_t *x, const train_opts *o, double lr, int t, float scale, int64_t lo,
-                       int64_t hi, const float *g, float *m, float *v) {
+void train_optim_own(exec_t *x, const hyp_optim_i *o, double lr, int t, float scale) {
     const plan_t *p = x->p;
-    for (int i = 0; i < p->n_params_t; i++) {
-        const plan_param *pp = &p->params[i];
-        int64_t a = pp->offset > lo ? pp->offset : lo;
-        int64_t b = pp->offset + pp->numel < hi ? pp->offset + pp->numel : hi;
-        if (a >= b) continue;
-        float wd = pp->decay ? (float)o->weight_decay : 0.0f;
-        op_adamw(x->params + a, g + (a - lo), m + (a - lo), v + (a - lo), b - a, (float)lr, (float)o->beta1,
-                 (float)o->beta2, (float)o->eps, wd, t, scale);
+    hyp_optim_step a = {lr, t, scale};
+    if (x->stage == 0) {
+        hyp_optim_step_range(o, p, &a, 0, p->param_floats, x->params, x->grads, x->state);
+        return;
     }
-}
-
-void train_adamw_step(exec_t *x, const train_opts *o, double lr, int t, float scale) {
-    train_adamw_range(x, o, lr, t, scale, 0, x->p->param_floats, x->grads, x->m, x->v);
-}
-
-void train_adamw_zero3(exec_t *x, const train_opts *o, double lr, int t, float scale) {
-    const plan_t *p = x->p;
-    for (int i = 0; i < p->n_params_t; i++) {
+    if (x->stage < 3) {
+        int64_t lo = x->shard * x->rank;
+        const float *g = x->stage >= 2 ? x->gshard : x->grads + lo;
+        hyp_optim_step_range(o, p, &a, lo, lo + x->shard, x->params + lo, g, x->state);
+        return;
+    }
+    for (int i = 0; i < p->n_params_t; i++) { /* stage 3: each tensor's own part, in the group layout */
         const plan_param *pp = &p->params[i];
         int64_t first, pos, n = exec_z3_own(x, pp->offset, pp->numel, &first, &pos);
         if (n <= 0) continue;
-        float wd = pp->decay ? (float)o->weight_decay : 0.0f;
-        op_adamw(x->params + pos, x->gshard + pos, x->m + pos, x->v + pos, n, (float)lr, (float)o->beta1,
-                 (float)o->beta2, (float)o->eps, wd, t, scale);
+        hyp_optim_span s = {x->params + pos, x->gshard + pos, {0}, n, &p->optim.groups[pp->group]};
+        for (int k = 0; k < o->n_state; k++) s.state[k] = x->state[k] + pos;
+        o->step_span(&p->optim, &s, &a);
     }
 }

@@ -1,14 +1,22 @@
 /* train.h — the training step policy shared by the trainer program and the tests: learning-rate
  * schedule (warmup + cosine / warmup-stable-decay / linear / constant), global-norm clipping and
- * the AdamW update over the plan's parameter tensors (decoupled decay on 2-D weights only).
- * Pure functions of the plan and the executor state: no I/O. */
+ * the plan's optimizer (optim.h) on what this rank owns of the host executor.
+ * Pure functions of the plan and the executor state: no I/O, no collectives. */
 #ifndef HYP_TRAIN_H
 #define HYP_TRAIN_H
 
 #include "exec.h"
+#include "optim.h"
+
+/* The data-parallel group a trainer runs in: its ranks, the ZeRO stage, the plan's optimizer. */
+typedef struct {
+    hyp_coll *coll;
+    int rank, world, stage;
+    const hyp_optim_i *opt;     /* hyp_optim_open */
+} dp_t;
 
 typedef struct {
-    double lr, min_lr_ratio, decay_fraction, weight_decay, beta1, beta2, eps, max_norm;
+    double lr, min_lr_ratio, decay_fraction, max_norm;
     int warmup_steps, total_steps;
     char schedule[16];
 } train_opts;
@@ -21,14 +29,9 @@ double train_lr_at(const train_opts *o, int step);
 double train_grad_norm(const exec_t *x);
 /* Clip factor for a gradient norm: min(1, max_norm / norm); 1 when max_norm == 0. */
 float train_clip_scale(const train_opts *o, double norm);
-/* One AdamW step (t = step, 1-based) over every parameter tensor with gradient scale `scale`. */
-void train_adamw_step(exec_t *x, const train_opts *o, double lr, int t, float scale);
-/* The same restricted to the parameter-arena range [lo, hi) (a ZeRO shard): g, m, v point at the
- * gradient / moment values of that range (g[0] is the gradient of params[lo]). Each tensor keeps
- * its own decay flag where it intersects the range. */
-void train_adamw_range(exec_t *x, const train_opts *o, double lr, int t, float scale, int64_t lo,
-                       int64_t hi, const float *g, float *m, float *v);
-/* ZeRO-3: AdamW over this rank's shards (x->params, x->gshard, x->m, x->v in the group layout). */
-void train_adamw_zero3(exec_t *x, const train_opts *o, double lr, int t, float scale);
+/* The optimizer step t (1-based) with gradient scale `scale` on what this rank owns: the whole
+ * arena (stage 0), its shard [rank*shard, +shard) (stages 1-2; gradients from gshard at stage 2)
+ * or each tensor's own part in the ZeRO-3 group layout. */
+void train_optim_own(exec_t *x, const hyp_optim_i *o, double lr, int t, float scale);
 
 #endif

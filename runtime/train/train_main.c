@@ -1,7 +1,8 @@
 /* train_main.c — the generated trainer's program (`out/NAME/train`): loads the plan that `gen`
- * wrote next to it, trains on pre-tokenized shards with the CPU backend (or, for --target sim and
- * sm_XX, the device loop of train_dev.c), evaluates, checkpoints, resumes bit-exactly, logs metrics
- * and samples text. Data parallelism, ZeRO and checkpoints of the CPU backend live in train_dp.c.
+ * wrote next to it and trains on pre-tokenized shards through the plan's backend (backend.h: the
+ * cpu executor, or for --target sim and sm_XX the device layer) with the one step driver,
+ * evaluates, checkpoints (train_ckpt.h), resumes bit-exactly, logs metrics and samples text.
+ * Never: step logic (backend.c) or anything one backend does differently.
  *
  *   train --data DIR [--steps N] [--batch B] [--seq T] [--grad-accum K] [--lr X] [--seed S]
  *         [--ckpt-dir D] [--ckpt-every N] [--resume] [--metrics FILE] [--sample N]
@@ -29,14 +30,14 @@
 #include "coll.h"
 #include "data.h"
 #include "exec.h"
-#include "exec_dev.h"
 #include "metrics.h"
 #include "ops_cpu.h"
+#include "optim.h"
 #include "plan.h"
 #include "rng.h"
+#include "backend.h"
 #include "train.h"
-#include "train_dev.h"
-#include "train_dp.h"
+#include "train_ckpt.h"
 
 typedef struct {
     const char *data, *ckpt_dir, *metrics, *plan, *prompt;
@@ -218,18 +219,6 @@ static void default_plan_path(char *out, size_t n) {
     snprintf(out, n, "%s/plan.json", exe);
 }
 
-static float eval_loss(exec_t *x, hyp_loader *val, int batches, hyp_err *e, int *rc) {
-    /* each rank evaluates its own windows; the caller averages over ranks */
-    hyp_loader_reset(val);
-    double s = 0;
-    *rc = 0;
-    for (int i = 0; i < batches; i++) {
-        if ((*rc = hyp_loader_next(val, x->tokens, x->targets, e))) return NAN;
-        s += exec_eval_loss(x);
-    }
-    return batches ? (float)(s / batches) : NAN;
-}
-
 /* Samples n tokens after the prompt with temperature and top-k; prints bytes for the byte
  * tokenizer, token ids otherwise. */
 static int sample_text(exec_t *x, const args_t *a, uint64_t seed, FILE *out) {
@@ -299,6 +288,14 @@ static int sample_text(exec_t *x, const args_t *a, uint64_t seed, FILE *out) {
 
 static int run(int argc, char **argv, hyp_coll *coll);
 
+/* The weight decay the banner reports: the largest of the optimizer's groups. */
+static double max_weight_decay(const hyp_optim_cfg *c) {
+    double wd = 0;
+    for (int g = 0; g < c->n_groups; g++)
+        if (c->groups[g].weight_decay > wd) wd = c->groups[g].weight_decay;
+    return wd;
+}
+
 int main(int argc, char **argv) {
 #if defined(__SSE__)
     /* flush denormals to zero (FTZ | DAZ) before any OpenMP thread exists, so every worker
@@ -319,254 +316,215 @@ int main(int argc, char **argv) {
     return rc;
 }
 
-static int run(int argc, char **argv, hyp_coll *coll) {
+/* Everything a run holds, so that the pieces of run() below stay small. */
+typedef struct {
     args_t a;
-    int rc = parse_args(argc, argv, &a);
-    if (rc) return rc;
-    hyp_err e = {{0}};
-    char plan_path[PATH_MAX];
-    if (a.plan) snprintf(plan_path, sizeof plan_path, "%s", a.plan);
-    else default_plan_path(plan_path, sizeof plan_path);
     plan_t plan;
-    if ((rc = plan_load(plan_path, &plan, &e))) {
-        fprintf(stderr, "train: %s\n", e.msg);
-        return rc;
-    }
-    /* the device backends (train_dev.c) train in the host executor's ZeRO layout (stage 3: its layer
-     * groups); the host keeps a mirror (initialization, checkpoints, sampling) without activations */
-    int on_device = !strcmp(plan.backend, "sim") || !strcmp(plan.backend, "cuda");
-    dp_t d = {coll, hyp_coll_rank(coll), hyp_coll_world(coll), plan.zero_stage};
-    train_dev dv = {0}; /* the device backend (sim or cuda), opened below when the plan says so */
-    int is0 = d.rank == 0;
-    int B = a.batch ? a.batch : plan.B, T = a.seq ? a.seq : plan.T;
-    int K = a.grad_accum ? a.grad_accum : plan.grad_accum;
+    char plan_path[PATH_MAX];
+    dp_t d;
+    exec_t x;                   /* the host executor (the cpu backend's, or a device run's mirror) */
+    train_backend be;
     train_opts opt;
-    train_opts_from_plan(&opt, &plan);
-    if (a.have_lr) opt.lr = a.lr;
-    if (a.steps) opt.total_steps = a.steps;
-    uint64_t seed = a.have_seed ? (uint64_t)a.seed : plan.seed;
-    int eval_every = a.eval_every >= 0 ? a.eval_every : plan.eval_every;
-    int eval_batches = a.eval_batches >= 0 ? a.eval_batches : plan.eval_batches;
-
-    exec_t x;
-    if ((rc = on_device && !a.sample_mode ? exec_init_mirror(&x, &plan, coll, d.stage, &e)
-                                          : exec_init_dp(&x, &plan, coll, d.stage, &e)) ||
-        (rc = exec_bind(&x, B, T, &e))) {
-        fprintf(stderr, "train: %s\n", e.msg);
-        exec_free(&x);
-        plan_free(&plan);
-        return rc;
-    }
-    exec_init_params(&x, seed); /* same seed on every rank: identical replicas */
     hyp_rng rng;
-    hyp_rng_seed2(&rng, seed, 1);
+    hyp_loader *train, *val;
+    hyp_metrics *mlog;
+    int B, T, K, eval_every, eval_batches, start_step;
+    uint64_t seed;
+    int64_t tokens_per_step;
+    hyp_loader_state lstate;
+} run_t;
 
-    int start_step = 0;
-    hyp_loader_state lstate = {0, 0};
-    if (a.resume || a.sample_mode) {
-        hyp_ckpt_state st;
-        rc = dp_load(&d, &x, a.ckpt_dir, a.sample_mode, plan.state_hash, &st, &e);
-        if (rc == HYP_OK) {
-            start_step = (int)st.step;
-            hyp_rng_set_state(&rng, st.rng);
-            /* the checkpoint counts windows of the whole data-parallel group (elastic resume, v2175):
-             * each of the current ranks continues at its share of them */
-            lstate.epoch = st.loader_epoch;
-            lstate.position = st.loader_position / (uint64_t)d.world;
-            if (st.loader_position % (uint64_t)d.world) {
-                fprintf(stderr, "train: %s: %llu windows of this epoch were consumed, which %d ranks cannot split evenly — resume with a world size dividing it\n",
-                        st.path, (unsigned long long)st.loader_position, d.world);
-                rc = HYP_EINPUT;
-                goto cleanup_early;
-            }
-            printf("resumed from %s at step %d (saved by %s; now %d rank%s)\n", st.path, start_step,
-                   st.plan[0] ? st.plan : "a trainer of this plan", d.world, d.world == 1 ? "" : "s");
-        } else if (rc == HYP_ENOCKPT && a.resume && !a.sample_mode) {
-            printf("no checkpoint in %s yet: starting from step 0\n", a.ckpt_dir);
-            rc = 0;
-        } else {
-            fprintf(stderr, "train: %s\n", e.msg);
-            rc = rc == HYP_ENOCKPT ? HYP_EINPUT : rc;
-            goto cleanup_early;
-        }
+/* --resume / sample: the latest checkpoint into the host executor, the RNG and loader state. */
+static int resume(run_t *r, hyp_err *e) {
+    hyp_ckpt_state st;
+    int rc = train_ckpt_load(&r->d, &r->x, r->a.ckpt_dir, r->a.sample_mode, r->plan.state_hash, &st, e);
+    if (rc == HYP_ENOCKPT && r->a.resume && !r->a.sample_mode) {
+        printf("no checkpoint in %s yet: starting from step 0\n", r->a.ckpt_dir);
+        return HYP_OK;
     }
-    if (a.sample_mode) { /* sampling runs on the host executor: same weights, same numerics */
-        if (is0) rc = sample_text(&x, &a, seed, stdout);
-        goto cleanup_early;
-    }
-    if (on_device) {
-        /* the device loop (train_dev.c); a trainer for sm_XX never falls back to the CPU executor */
-        if ((rc = train_dev_open(&dv, &plan, plan_path, &x, d.coll, plan.zero_stage, B, T, &e))) {
-            fprintf(stderr, "train: %s\n", e.msg);
-            goto cleanup_early;
-        }
-        if (!strcmp(plan.backend, "sim"))
-            printf("backend: sim — the generated CUDA kernels (kernels/ next to the plan) run on the CPU simulator (slow; for tests)\n");
-        else
-            printf("backend: cuda — %s, the compiled kernels (kernels/*.cubin) through the CUDA driver\n", dv.dev->info.name);
-    }
+    if (rc) return rc == HYP_ENOCKPT ? HYP_EINPUT : rc;
+    r->start_step = (int)st.step;
+    hyp_rng_set_state(&r->rng, st.rng);
+    /* the checkpoint counts windows of the whole data-parallel group (elastic resume, v2175):
+     * each of the current ranks continues at its share of them */
+    r->lstate.epoch = st.loader_epoch;
+    r->lstate.position = st.loader_position / (uint64_t)r->d.world;
+    if (st.loader_position % (uint64_t)r->d.world)
+        return hyp_fail(e, HYP_EINPUT, "%s: %llu windows of this epoch were consumed, which %d ranks cannot split evenly — resume with a world size dividing it",
+                        st.path, (unsigned long long)st.loader_position, r->d.world);
+    printf("resumed from %s at step %d (saved by %s; now %d rank%s)\n", st.path, r->start_step,
+           st.plan[0] ? st.plan : "a trainer of this plan", r->d.world, r->d.world == 1 ? "" : "s");
+    return HYP_OK;
+}
 
-    hyp_loader *train = NULL, *val = NULL;
-    if ((rc = hyp_loader_open_rc(a.data, "train", B, T, seed, d.rank, d.world, &train, &e)) ||
-        (rc = hyp_loader_require_vocab(train, plan.V, &e)) ||
-        (rc = hyp_loader_set_state(train, &lstate, &e))) {
-        fprintf(stderr, "train: %s\n", e.msg);
-        hyp_loader_close(train);
-        goto cleanup_early;
-    }
-    if (eval_every > 0 && eval_batches > 0) {
+/* The train split (required), the validation split (optional) and the metrics log. */
+static int open_outputs(run_t *r, hyp_err *e) {
+    const args_t *a = &r->a;
+    int rc;
+    if ((rc = hyp_loader_open_rc(a->data, "train", r->B, r->T, r->seed, r->d.rank, r->d.world, &r->train, e)) ||
+        (rc = hyp_loader_require_vocab(r->train, r->plan.V, e)) || (rc = hyp_loader_set_state(r->train, &r->lstate, e)))
+        return rc;
+    if (r->eval_every > 0 && r->eval_batches > 0) {
         hyp_err ve;
-        if (hyp_loader_open_rc(a.data, "val", B, T, seed, d.rank, d.world, &val, &ve) == HYP_OK)
-            rc = hyp_loader_require_vocab(val, plan.V, &e);
+        if (hyp_loader_open_rc(a->data, "val", r->B, r->T, r->seed, r->d.rank, r->d.world, &r->val, &ve) == HYP_OK)
+            rc = hyp_loader_require_vocab(r->val, r->plan.V, e);
         else
-            printf("note: no validation split in %s (%s); validation is off\n", a.data, ve.msg);
-        if (rc) {
-            fprintf(stderr, "train: %s\n", e.msg);
-            hyp_loader_close(train);
-            hyp_loader_close(val);
-            goto cleanup_early;
-        }
+            printf("note: no validation split in %s (%s); validation is off\n", a->data, ve.msg);
+        if (rc) return rc;
     }
-    hyp_metrics *mlog = NULL;
-    if (is0 && a.metrics && (rc = hyp_metrics_open(&mlog, a.metrics, start_step > 0, &e))) {
-        fprintf(stderr, "train: %s\n", e.msg);
-        hyp_loader_close(train);
-        hyp_loader_close(val);
-        goto cleanup_early;
-    }
+    if (r->d.rank == 0 && a->metrics) rc = hyp_metrics_open(&r->mlog, a->metrics, r->start_step > 0, e);
+    return rc;
+}
 
-    double fpt = plan.flops_per_token; /* at the planned T; attention part scales with T */
-    int64_t tokens_per_step = (int64_t)B * T * K * d.world;
-    printf("hyperion trainer: model %s (%s, %.2fM params) | target %s | plan %s\n", plan.model_name, plan.arch,
-           plan.n_params / 1e6, plan.target, plan.hash);
+static void print_banner(run_t *r, hyp_err *e) {
+    const plan_t *p = &r->plan;
+    printf("hyperion trainer: model %s (%s, %.2fM params) | target %s | plan %s\n", p->model_name, p->arch,
+           p->n_params / 1e6, p->target, p->hash);
     printf("batch %d x seq %d x accum %d x ranks %d = %lld tokens/step | %d threads/rank | activations %.1f MiB (%.1f MiB without the memory plan)\n",
-           B, T, K, d.world, (long long)tokens_per_step, omp_get_max_threads(), 4.0 * plan.act_floats / 1048576.0,
-           4.0 * plan.act_floats_unplanned / 1048576.0);
-    if (dv.on) train_dev_print_memory(&dv, &e); /* the device's arenas (the host mirror only stages) */
-    else dp_print_memory(&d, &x, &e);
+           r->B, r->T, r->K, r->d.world, (long long)r->tokens_per_step, omp_get_max_threads(), 4.0 * p->act_floats / 1048576.0,
+           4.0 * p->act_floats_unplanned / 1048576.0);
+    train_print_memory(&r->be, e); /* a device run: the device's arenas (the host mirror only stages) */
     printf("data: %llu train tokens (%d shard%s)%s | steps %d | lr %.3g (%s, warmup %d) | clip %g | wd %g\n",
-           (unsigned long long)hyp_loader_total_tokens(train), hyp_loader_num_shards(train),
-           hyp_loader_num_shards(train) == 1 ? "" : "s", val ? ", with validation" : "", opt.total_steps, opt.lr,
-           opt.schedule, opt.warmup_steps, opt.max_norm, opt.weight_decay);
+           (unsigned long long)hyp_loader_total_tokens(r->train), hyp_loader_num_shards(r->train),
+           hyp_loader_num_shards(r->train) == 1 ? "" : "s", r->val ? ", with validation" : "", r->opt.total_steps,
+           r->opt.lr, r->opt.schedule, r->opt.warmup_steps, r->opt.max_norm, max_weight_decay(&p->optim));
     fflush(stdout);
+}
 
+/* The checkpoint of step `step`: the backend's state into the host executor, then saved. */
+static int save_checkpoint(run_t *r, int step, hyp_err *e) {
+    int rc = train_sync_host(&r->be, e);
+    if (rc) return rc;
+    hyp_loader_state ls;
+    hyp_loader_get_state(r->train, &ls);
+    hyp_ckpt_state st;
+    memset(&st, 0, sizeof st);
+    st.step = (uint64_t)step;
+    st.tokens_seen = (uint64_t)step * (uint64_t)r->tokens_per_step;
+    hyp_rng_get_state(&r->rng, st.rng);
+    st.loader_epoch = ls.epoch;
+    st.loader_position = ls.position * (uint64_t)r->d.world; /* windows of the whole group */
+    snprintf(st.config_hash, sizeof st.config_hash, "%s", r->plan.state_hash);
+    snprintf(st.plan, sizeof st.plan, "%s on %d rank%s, ZeRO stage %d", r->plan.model_name, r->d.world,
+             r->d.world == 1 ? "" : "s", r->plan.zero_stage);
+    return train_ckpt_save(&r->d, &r->x, r->a.ckpt_dir, r->a.keep, &st, e);
+}
+
+/* The training loop: steps, progress lines, metrics, evaluation, checkpoints. */
+static int train_loop(run_t *r, hyp_err *e) {
+    const plan_t *p = &r->plan;
+    const args_t *a = &r->a;
     double t_start = now_s(), tok_s = 0;
-    int steps_timed = 0;
+    double fpt = p->flops_per_token; /* at the planned T; attention part scales with T */
+    int steps_timed = 0, done_steps = 0, rc = HYP_OK;
     float last_loss = NAN;
-    int last_step = opt.total_steps;
-    if (a.stop_after > 0 && start_step + a.stop_after < last_step) last_step = start_step + a.stop_after;
-    int done_steps = 0;
-    for (int step = start_step + 1; step <= last_step && rc == 0; step++) {
-        double t0 = now_s();
-        double loss = 0;
-        double norm = 0, lr = 0;
+    int last_step = r->opt.total_steps;
+    if (a->stop_after > 0 && r->start_step + a->stop_after < last_step) last_step = r->start_step + a->stop_after;
+    for (int step = r->start_step + 1; step <= last_step && rc == 0; step++) {
+        double t0 = now_s(), loss = 0, norm = 0, lr = train_lr_at(&r->opt, step);
         float scale = 1;
-        if (dv.on) { /* the device backends: train_dev.c */
-            lr = train_lr_at(&opt, step);
-            if ((rc = train_dev_step(&dv, &x, train, &opt, K, step, lr, &loss, &norm, &scale, &e))) break;
-        } else {
-        if (d.stage >= 3) op_zero(x.gshard, x.shard);
-        else op_zero(x.grads, x.shard * d.world);
-        for (int k = 0; k < K; k++) {
-            if ((rc = hyp_loader_next(train, x.tokens, x.targets, &e))) break;
-            exec_forward(&x);
-            double cnt = (double)exec_count_targets(&x), gcnt = cnt;
-            if ((rc = hyp_coll_allreduce_f64(d.coll, &gcnt, 1, &e))) break;
-            /* every token of the global batch weighs 1 / (tokens * K): the sum over ranks is the mean */
-            float mean = exec_backward(&x, gcnt > 0 ? (float)(1.0 / (gcnt * K)) : 0.0f);
-            loss += gcnt > 0 ? mean * cnt / gcnt / K : 0;
-            if ((rc = exec_z3_status(&x, &e))) break;
-        }
-        if (rc) break;
-        if ((rc = hyp_coll_allreduce_f64(d.coll, &loss, 1, &e))) break;
-        if ((rc = dp_reduce_grads(&d, &x, &norm, &e))) break;
-        scale = train_clip_scale(&opt, norm);
-        lr = train_lr_at(&opt, step);
-        if ((rc = dp_step(&d, &x, &opt, lr, step, scale, &e))) break;
-        if ((rc = op_cpu_check(&e))) break;
-        if (plan.fp8_slots) { /* every rank must scale with the same amax (TE reduces it too) */
-            for (int i = 0; i < plan.fp8_slots && d.world > 1 && !rc; i++)
-                rc = hyp_coll_allreduce_max_f32(d.coll, &x.fp8[i].amax_history[x.fp8[i].pos], 1, &e);
-            if (rc) break;
-            exec_fp8_step(&x);
-        }
-        } /* cpu backend */
+        if ((rc = train_step(&r->be, r->train, &r->opt, r->K, step, lr, &loss, &norm, &scale, e))) break;
         double dt = now_s() - t0;
         last_loss = (float)loss;
         if (!isfinite(loss)) {
-            fprintf(stderr, "train: step %d: the loss is %f — lower --lr or enable clipping (--enable clip)\n", step, loss);
-            rc = HYP_EFAIL;
+            rc = hyp_fail(e, HYP_EFAIL, "step %d: the loss is %f — lower --lr or enable clipping (--enable clip)", step, loss);
             break;
         }
-        double tps = tokens_per_step / dt;
-        if (step > start_step + 1) { /* the first step warms caches: keep it out of the average */
+        double tps = r->tokens_per_step / dt;
+        if (step > r->start_step + 1) { /* the first step warms caches: keep it out of the average */
             tok_s += tps;
             steps_timed++;
         }
         double avg_tps = steps_timed ? tok_s / steps_timed : tps;
-        double flops = (fpt - plan.flops_attn_coef * plan.T + plan.flops_attn_coef * T) * tps / d.world;
+        double flops = (fpt - p->flops_attn_coef * p->T + p->flops_attn_coef * r->T) * tps / r->d.world;
         char eta[32];
-        fmt_eta((last_step - step) * tokens_per_step / avg_tps, eta, sizeof eta);
+        fmt_eta((last_step - step) * r->tokens_per_step / avg_tps, eta, sizeof eta);
         float vl = NAN;
-        int do_eval = val && (step % eval_every == 0 || step == last_step);
-        if (do_eval) {
-            double v = dv.on ? train_dev_eval(&dv, &x, val, eval_batches, &e, &rc) : eval_loss(&x, val, eval_batches, &e, &rc);
-            exec_bind(&x, B, T, &e);
-            if (rc || (rc = exec_z3_status(&x, &e))) break;
-            if ((rc = hyp_coll_allreduce_f64(d.coll, &v, 1, &e))) break;
-            vl = (float)(v / d.world);
-        }
+        int do_eval = r->val && (step % r->eval_every == 0 || step == last_step);
+        if (do_eval && (rc = train_eval(&r->be, r->val, r->eval_batches, &vl, e))) break;
         char mfu[16] = "  n/a"; /* no peak for the target (sim) */
-        if (plan.peak_flops > 0) snprintf(mfu, sizeof mfu, "%5.1f%%", 100.0 * flops / plan.peak_flops);
+        if (p->peak_flops > 0) snprintf(mfu, sizeof mfu, "%5.1f%%", 100.0 * flops / p->peak_flops);
         printf("step %5d/%d | loss %.4f | lr %.2e | norm %.3f%s | %7.0f tok/s | MFU %s | ETA %s",
-               step, opt.total_steps, loss, lr, norm, scale < 1 ? " (clipped)" : "", tps, mfu, eta);
+               step, r->opt.total_steps, loss, lr, norm, scale < 1 ? " (clipped)" : "", tps, mfu, eta);
         if (do_eval) printf(" | val %.4f", vl);
         printf("\n");
         fflush(stdout);
-        if (mlog) {
+        if (r->mlog) {
             hyp_metrics_row row = {.step = step, .loss = loss, .lr = lr, .grad_norm = norm, .tokens_per_s = tps,
                                    .val_loss = do_eval ? vl : NAN};
-            if ((rc = hyp_metrics_write(mlog, &row, &e))) break;
+            if ((rc = hyp_metrics_write(r->mlog, &row, e))) break;
         }
         done_steps++;
-        if (a.ckpt_dir && ((a.ckpt_every && step % a.ckpt_every == 0) || step == last_step)) {
-            if (dv.on && (rc = train_dev_download(&dv, &x, &e))) break;
-            {
-                hyp_loader_state ls;
-                hyp_loader_get_state(train, &ls);
-                hyp_ckpt_state st;
-                memset(&st, 0, sizeof st);
-                st.step = (uint64_t)step;
-                st.tokens_seen = (uint64_t)step * (uint64_t)tokens_per_step;
-                hyp_rng_get_state(&rng, st.rng);
-                st.loader_epoch = ls.epoch;
-                st.loader_position = ls.position * (uint64_t)d.world; /* windows of the whole group */
-                snprintf(st.config_hash, sizeof st.config_hash, "%s", plan.state_hash);
-                snprintf(st.plan, sizeof st.plan, "%s on %d rank%s, ZeRO stage %d", plan.model_name, d.world,
-                         d.world == 1 ? "" : "s", plan.zero_stage);
-                rc = dp_save(&d, &x, a.ckpt_dir, a.keep, &st, &e);
-            }
-            if (rc) break;
-        }
+        if (a->ckpt_dir && ((a->ckpt_every && step % a->ckpt_every == 0) || step == last_step) &&
+            (rc = save_checkpoint(r, step, e)))
+            break;
     }
-    if (rc) fprintf(stderr, "train: %s\n", e.msg);
-    else
+    if (!rc)
         printf("done: %d steps in %.1f s, final loss %.4f, mean %.0f tok/s\n", done_steps, now_s() - t_start, last_loss,
                steps_timed ? tok_s / steps_timed : 0.0);
-    if (!rc && dv.on) rc = train_dev_download(&dv, &x, &e); /* sampling below runs on the host */
-    if (!rc && a.sample > 0 && d.stage >= 3) rc = dp_unshard(&x, &e); /* rank 0 samples alone */
-    if (!rc && a.sample > 0 && is0 && (rc = exec_alloc_acts(&x, &e))) /* a device run's mirror has none */
-        fprintf(stderr, "train: %s\n", e.msg);
-    if (!rc && a.sample > 0 && is0) {
-        printf("--- sample (%d tokens, temperature %.2f, top-k %d) ---\n", a.sample, a.temperature, a.top_k);
-        rc = sample_text(&x, &a, seed, stdout);
+    return rc;
+}
+
+/* After training: rank 0 samples on the host executor with the trained weights. */
+static int sample_after(run_t *r, hyp_err *e) {
+    const args_t *a = &r->a;
+    int rc = train_sync_host(&r->be, e); /* a device run's weights to the host mirror */
+    if (!rc && a->sample > 0 && r->d.stage >= 3) rc = train_unshard(&r->x, e); /* rank 0 samples alone */
+    if (!rc && a->sample > 0 && r->d.rank == 0 && !(rc = exec_alloc_acts(&r->x, e))) { /* a mirror has none */
+        printf("--- sample (%d tokens, temperature %.2f, top-k %d) ---\n", a->sample, a->temperature, a->top_k);
+        rc = sample_text(&r->x, a, r->seed, stdout);
     }
-    hyp_metrics_close(mlog);
-    hyp_loader_close(train);
-    hyp_loader_close(val);
-cleanup_early:
-    train_dev_close(&dv);
-    exec_free(&x);
-    plan_free(&plan);
+    return rc;
+}
+
+static int run(int argc, char **argv, hyp_coll *coll) {
+    static run_t r; /* large (paths); one per process */
+    memset(&r, 0, sizeof r);
+    int rc = parse_args(argc, argv, &r.a);
+    if (rc) return rc;
+    const args_t *a = &r.a;
+    hyp_err e = {{0}};
+    if (a->plan) snprintf(r.plan_path, sizeof r.plan_path, "%s", a->plan);
+    else default_plan_path(r.plan_path, sizeof r.plan_path);
+    if ((rc = plan_load(r.plan_path, &r.plan, &e))) {
+        fprintf(stderr, "train: %s\n", e.msg);
+        return rc;
+    }
+    plan_t *p = &r.plan;
+    r.d = (dp_t){coll, hyp_coll_rank(coll), hyp_coll_world(coll), p->zero_stage, NULL};
+    r.B = a->batch ? a->batch : p->B, r.T = a->seq ? a->seq : p->T;
+    r.K = a->grad_accum ? a->grad_accum : p->grad_accum;
+    train_opts_from_plan(&r.opt, p);
+    if (a->have_lr) r.opt.lr = a->lr;
+    if (a->steps) r.opt.total_steps = a->steps;
+    r.seed = a->have_seed ? (uint64_t)a->seed : p->seed;
+    r.eval_every = a->eval_every >= 0 ? a->eval_every : p->eval_every;
+    r.eval_batches = a->eval_batches >= 0 ? a->eval_batches : p->eval_batches;
+    r.tokens_per_step = (int64_t)r.B * r.T * r.K * r.d.world;
+    /* a device backend trains in the host executor's ZeRO layout (stage 3: its layer groups); the
+     * host keeps a mirror (initialization, checkpoints, sampling) without activations */
+    int mirror = strcmp(p->backend, "cpu") && !a->sample_mode;
+    if (!(rc = hyp_optim_open(p, &r.d.opt, &e)) &&
+        !(rc = mirror ? exec_init_mirror(&r.x, p, coll, r.d.stage, &e) : exec_init_dp(&r.x, p, coll, r.d.stage, &e)) &&
+        !(rc = exec_bind(&r.x, r.B, r.T, &e))) {
+        exec_init_params(&r.x, r.seed); /* same seed on every rank: identical replicas */
+        hyp_rng_seed2(&r.rng, r.seed, 1);
+        if (a->resume || a->sample_mode) rc = resume(&r, &e);
+    }
+    if (!rc && a->sample_mode) { /* sampling runs on the host executor: same weights, same numerics */
+        if (r.d.rank == 0) rc = sample_text(&r.x, a, r.seed, stdout);
+    } else if (!rc && !(rc = train_backend_open(&r.be, p, r.plan_path, &r.x, &r.d, r.B, r.T, &e)) &&
+               !(rc = open_outputs(&r, &e))) {
+        print_banner(&r, &e);
+        rc = train_loop(&r, &e);
+        if (!rc) rc = sample_after(&r, &e);
+    }
+    if (rc && e.msg[0]) fprintf(stderr, "train: %s\n", e.msg);
+    hyp_metrics_close(r.mlog);
+    hyp_loader_close(r.train);
+    hyp_loader_close(r.val);
+    train_backend_close(&r.be);
+    exec_free(&r.x);
+    plan_free(p);
     return rc;
 }

@@ -44,7 +44,8 @@ typedef struct {
     float *p[NT], *m[NT], *v[NT];
     hyp_ckpt_tensor t[NT], tm[NT], tv[NT]; /* params, exp_avg, exp_avg_sq */
     char names[2][NT][64];
-    hyp_ckpt_tensor *M, *V;                /* tm, tv, or NULL for weights only */
+    hyp_ckpt_tensor *st[2];                /* the optimizer states: tm, tv */
+    int ns;                                /* 2, or 0 for weights only */
 } model;
 
 static const char *const NAMES[NT] = {"transformer.wte.weight",
@@ -76,17 +77,17 @@ static void model_init(model *M, uint64_t seed, int with_opt) {
         for (int d = 0; d < 2; d++)
             M->t[i].shape[d] = M->tm[i].shape[d] = M->tv[i].shape[d] = SHAPES[i][d];
     }
-    M->M = with_opt ? M->tm : NULL;
-    M->V = with_opt ? M->tv : NULL;
+    M->st[0] = M->tm, M->st[1] = M->tv;
+    M->ns = with_opt ? 2 : 0;
 }
 
 /* save / load with the model's three tensor lists */
 static int save(const char *dir, model *M, const hyp_ckpt_state *st, int keep, hyp_err *e) {
-    return hyp_ckpt_save(dir, M->t, M->M, M->V, NT, st, keep, e);
+    return hyp_ckpt_save(dir, M->t, M->st, M->ns, NT, st, keep, e);
 }
 static int load(const char *dir, const char *step, model *M, const char *hash,
                 hyp_ckpt_state *st, hyp_err *e) {
-    return hyp_ckpt_load(dir, step, M->t, M->M, M->V, NT, hash, st, e);
+    return hyp_ckpt_load(dir, step, M->t, M->st, M->ns, NT, hash, st, e);
 }
 
 static void model_fill(model *M, float value) {
@@ -233,8 +234,9 @@ static void test_round_trip(void) {
     model_free(&W);
 
     /* caller bugs */
-    rc = hyp_ckpt_save(dir2, B.t, B.tm, NULL, NT, &st, 0, &e);
-    CHECK(rc == HYP_EINPUT && strstr(e.msg, "both AdamW moments"),
+    hyp_ckpt_tensor *half[2] = {B.tm, NULL};
+    rc = hyp_ckpt_save(dir2, B.t, half, 2, NT, &st, 0, &e);
+    CHECK(rc == HYP_EINPUT && strstr(e.msg, "optimizer state 1 of 2 not given"),
           "m without v is refused (%s)", e.msg);
     B.tv[2].shape[0] = 9;
     rc = save(dir2, &B, &st, 0, &e);
@@ -325,7 +327,7 @@ static void test_damage(void) {
           "a tensor the model has but the checkpoint lacks is refused (%s)", e.msg);
     B.t[2].name = NAMES[2];
 
-    rc = hyp_ckpt_load(dir, NULL, B.t, B.M, B.V, NT - 1, "sha256:abc123", &got, &e);
+    rc = hyp_ckpt_load(dir, NULL, B.t, B.st, B.ns, NT - 1, "sha256:abc123", &got, &e);
     CHECK(rc == HYP_EINPUT && strstr(e.msg, "transformer.ln_f.bias") &&
               strstr(e.msg, "does not have"),
           "a tensor the checkpoint has but the model lacks is refused (%s)", e.msg);
@@ -487,7 +489,7 @@ static void make_slices(model *M, hyp_ckpt_slice sl[2][NT], int64_t rg[2][NT][2]
         int64_t n = (int64_t)numel(i);
         int64_t b[3] = {0, cut[i], n};
         for (int r = 0; r < 2; r++) {
-            sl[r][i] = (hyp_ckpt_slice){b[r], b[r + 1], M->p[i] + b[r], M->m[i] + b[r], M->v[i] + b[r]};
+            sl[r][i] = (hyp_ckpt_slice){b[r], b[r + 1], M->p[i] + b[r], {M->m[i] + b[r], M->v[i] + b[r]}};
             rg[r][i][0] = b[r], rg[r][i][1] = b[r + 1];
         }
     }
@@ -502,7 +504,7 @@ static int save_sharded(const char *dir, model *M, const hyp_ckpt_state *st, con
     char tmp[HYP_CKPT_PATH_MAX];
     hyp_ckpt_shard_sum sums[2];
     int rc = hyp_ckpt_shard_begin(dir, st, tmp, sizeof tmp, e);
-    for (int r = 0; r < 2 && !rc; r++) rc = hyp_ckpt_shard_write(tmp, r, M->t, M->tm, M->tv, NT, sl[r], st, &sums[r], e);
+    for (int r = 0; r < 2 && !rc; r++) rc = hyp_ckpt_shard_write(tmp, r, M->t, M->st, 2, NT, sl[r], st, &sums[r], e);
     if (rc) return rc;
     return hyp_ckpt_shard_commit(dir, tmp, M->t, NT, 2, 3, &rg[0][0][0], sums, aux, n_aux, st, 0, e);
 }
@@ -525,7 +527,7 @@ static void test_shards_and_aux(void) {
     CHECK(rc == HYP_OK && exists("%s/%s", dir, "step_00000040/shard_00001.safetensors") &&
               !exists("%s/%s", dir, "step_00000040/model.safetensors"),
           "two ranks write a sharded checkpoint (%s)", e.msg);
-    rc = hyp_ckpt_load_aux(dir, NULL, B.t, B.tm, B.tv, NT, aux2, 2, "sha256:abc123", &got, &e);
+    rc = hyp_ckpt_load_aux(dir, NULL, B.t, B.st, 2, NT, aux2, 2, "sha256:abc123", &got, &e);
     CHECK(rc == HYP_OK && model_equal(&A, &B) && got.step == 40,
           "the loader assembles the full tensors from the shards, bit-exact (%s)", e.msg);
     CHECK(!memcmp(hist, hist2, sizeof hist) && !memcmp(cnt, cnt2, sizeof cnt),
@@ -535,12 +537,12 @@ static void test_shards_and_aux(void) {
     model_fill(&B, 9.0f);
     snprintf(p, sizeof p, "%s/step_00000040/shard_00001.safetensors", dir);
     flip_byte(p, 5);
-    rc = hyp_ckpt_load_aux(dir, NULL, B.t, B.tm, B.tv, NT, aux2, 2, "sha256:abc123", &got, &e);
+    rc = hyp_ckpt_load_aux(dir, NULL, B.t, B.st, 2, NT, aux2, 2, "sha256:abc123", &got, &e);
     CHECK(rc == HYP_EINPUT && strstr(e.msg, "shard_00001.safetensors: checksum mismatch") && model_all(&B, 9.0f),
           "a corrupt shard is refused before the caller's buffers change (%s)", e.msg);
     flip_byte(p, 5);
     unlink(p);
-    rc = hyp_ckpt_load_aux(dir, NULL, B.t, B.tm, B.tv, NT, aux2, 2, "sha256:abc123", &got, &e);
+    rc = hyp_ckpt_load_aux(dir, NULL, B.t, B.st, 2, NT, aux2, 2, "sha256:abc123", &got, &e);
     CHECK(rc == HYP_EINPUT && strstr(e.msg, "shard_00001") && model_all(&B, 9.0f), "a missing shard is refused (%s)", e.msg);
 
     /* ranges that overlap do not tile the tensor */
@@ -550,19 +552,19 @@ static void test_shards_and_aux(void) {
     bad[1][0][0] = 40;
     st = make_state(41);
     rc = save_sharded(dir, &A, &st, aux, 2, bad, &e);
-    rc = rc ? rc : hyp_ckpt_load_aux(dir, NULL, B.t, B.tm, B.tv, NT, aux2, 2, "sha256:abc123", &got, &e);
+    rc = rc ? rc : hyp_ckpt_load_aux(dir, NULL, B.t, B.st, 2, NT, aux2, 2, "sha256:abc123", &got, &e);
     CHECK(rc == HYP_EINPUT && strstr(e.msg, "do not tile") && model_all(&B, 9.0f), "overlapping shard ranges are refused (%s)", e.msg);
 
     /* a single-file checkpoint without train_state.safetensors when the trainer wants FP8 state */
     st = make_state(42);
     rc = save(dir, &A, &st, 0, &e);
-    rc = rc ? rc : hyp_ckpt_load_aux(dir, NULL, B.t, B.tm, B.tv, NT, aux2, 2, "sha256:abc123", &got, &e);
+    rc = rc ? rc : hyp_ckpt_load_aux(dir, NULL, B.t, B.st, 2, NT, aux2, 2, "sha256:abc123", &got, &e);
     CHECK(rc == HYP_EINPUT && strstr(e.msg, "train_state.safetensors") && model_all(&B, 9.0f),
           "FP8 state requested from a checkpoint without it is refused (%s)", e.msg);
     aux2[1].shape[1] = 4;
     st = make_state(43);
-    rc = hyp_ckpt_save_aux(dir, A.t, A.tm, A.tv, NT, aux, 2, &st, 0, &e);
-    rc = rc ? rc : hyp_ckpt_load_aux(dir, NULL, B.t, B.tm, B.tv, NT, aux2, 2, "sha256:abc123", &got, &e);
+    rc = hyp_ckpt_save_aux(dir, A.t, A.st, 2, NT, aux, 2, &st, 0, &e);
+    rc = rc ? rc : hyp_ckpt_load_aux(dir, NULL, B.t, B.st, 2, NT, aux2, 2, "sha256:abc123", &got, &e);
     CHECK(rc == HYP_EINPUT && strstr(e.msg, "fp8.counters") && model_all(&B, 9.0f),
           "an auxiliary tensor of another shape is refused (%s)", e.msg);
 

@@ -53,6 +53,7 @@ static int passed, failed;
 
 static void report(int ok, const char *name, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 #include <stdarg.h>
+
 static void report(int ok, const char *name, const char *fmt, ...) {
     char detail[512];
     va_list ap;
@@ -115,7 +116,8 @@ static int device_step(exec_dev *dx, const train_opts *o, double lr, int t, floa
     float *partial = gbuf + 2, h[2] = {0, 0};
     int rc = exec_dev_norm_partial(dx, dx->grads, dx->p->param_floats, partial, e);
     if (!rc) rc = exec_dev_norm_finish(dx, partial, (float)o->max_norm, gbuf, e);
-    if (!rc) rc = exec_dev_adamw_own(dx, lr, o->beta1, o->beta2, o->eps, o->weight_decay, t, gbuf + 1, e);
+    hyp_optim_step a = {lr, t, 1.0f};
+    if (!rc) rc = hyp_optim_find("adamw")->step_device(&dx->p->optim, dx, &a, gbuf + 1, e);
     if (!rc) rc = d->d2h(d, h, gbuf, sizeof h, NULL, e);
     if (!rc) rc = d->stream_synchronize(d, NULL, e);
     *norm = h[0];
@@ -141,14 +143,10 @@ static int train_steps(exec_t *cx, exec_t *hx, exec_dev *dx, hyp_rng *rng, int d
     size_t pb = sizeof(float) * (size_t)pc->param_floats;
     exec_init_params(cx, 1234);
     memcpy(hx->params, cx->params, pb);
-    memset(cx->m, 0, pb);
-    memset(cx->v, 0, pb);
-    memset(hx->m, 0, pb);
-    memset(hx->v, 0, pb);
+    for (int k = 0; k < cx->n_state; k++) memset(cx->state[k], 0, pb), memset(hx->state[k], 0, pb);
     int rc = exec_dev_upload_params(dx, hx->params, &e);
     if (!rc && dev_opt) rc = dx->dev->mem_alloc(dx->dev, (void **)&gbuf, sizeof(float) * (2 + (size_t)exec_dev_norm_parts(dx)), &e);
-    if (!rc) rc = dx->dev->memset_sync(dx->dev, dx->m, 0, pb, &e);
-    if (!rc) rc = dx->dev->memset_sync(dx->dev, dx->v, 0, pb, &e);
+    for (int k = 0; k < dx->n_state && !rc; k++) rc = dx->dev->memset_sync(dx->dev, dx->state[k], 0, pb, &e);
     double wrel = 0, t0 = now();
     int wstep = 0, N = ps->B * ps->T;
     float first_c = 0, last_c = 0, last_s = 0;
@@ -159,7 +157,7 @@ static int train_steps(exec_t *cx, exec_t *hx, exec_dev *dx, hyp_rng *rng, int d
         memset(cx->grads, 0, pb);
         exec_forward(cx);
         float lc = exec_backward(cx, dloss);
-        train_adamw_step(cx, &o, lr, s, train_clip_scale(&o, train_grad_norm(cx)));
+        train_optim_own(cx, hyp_optim_find("adamw"), lr, s, train_clip_scale(&o, train_grad_norm(cx)));
         float ls = 0;
         rc = exec_dev_zero_grads(dx, &e);
         if (!rc) rc = exec_dev_forward(dx, &e);
@@ -173,7 +171,7 @@ static int train_steps(exec_t *cx, exec_t *hx, exec_dev *dx, hyp_rng *rng, int d
             rc = device_step(dx, &o, lr, s, gbuf, &dnorm, &e);
             if (!(fabs(dnorm - hnorm) <= nrel * hnorm)) nrel = fabs(dnorm - hnorm) / hnorm;
         } else {
-            train_adamw_step(hx, &o, lr, s, scale);
+            train_optim_own(hx, hyp_optim_find("adamw"), lr, s, scale);
             rc = exec_dev_upload_params(dx, hx->params, &e);
         }
         double rel = fabs((double)ls - lc) / fabs((double)lc);
@@ -383,12 +381,10 @@ static void fp8_cases(hyp_device *dev, const char *model, const char *scaling) {
     o.lr = 1e-2;
     size_t pb = sizeof(float) * (size_t)pc.param_floats;
     exec_init_params(&cx, 99);
-    memset(cx.m, 0, pb);
-    memset(cx.v, 0, pb);
+    for (int j = 0; j < cx.n_state; j++) memset(cx.state[j], 0, pb);
     for (int k = 0; k < 2 && !rc; k++) {
         memcpy(S[k].h.params, cx.params, pb);
-        memset(S[k].h.m, 0, pb);
-        memset(S[k].h.v, 0, pb);
+        for (int j = 0; j < S[k].h.n_state; j++) memset(S[k].h.state[j], 0, pb);
         rc = exec_dev_upload_params(&S[k].d, cx.params, &e);
     }
     hyp_rng rng;
@@ -408,7 +404,7 @@ static void fp8_cases(hyp_device *dev, const char *model, const char *scaling) {
         memset(cx.grads, 0, pb);
         exec_forward(&cx);
         l[0] = exec_backward(&cx, dloss);
-        train_adamw_step(&cx, &o, lr, st, train_clip_scale(&o, train_grad_norm(&cx)));
+        train_optim_own(&cx, hyp_optim_find("adamw"), lr, st, train_clip_scale(&o, train_grad_norm(&cx)));
         exec_fp8_step(&cx);
         for (int k = 0; k < 2 && !rc; k++) {
             fp8_side *s = &S[k];
@@ -423,7 +419,7 @@ static void fp8_cases(hyp_device *dev, const char *model, const char *scaling) {
             if (!rc && k == 0 && st == 2) ngemm = check_fp8_gemms(s, &gerr);
             if (!rc) rc = exec_dev_download_grads(&s->d, s->h.grads, &e);
             if (!rc) { /* AdamW on the host mirror, as on the cpu side */
-                train_adamw_step(&s->h, &o, lr, st, train_clip_scale(&o, train_grad_norm(&s->h)));
+                train_optim_own(&s->h, hyp_optim_find("adamw"), lr, st, train_clip_scale(&o, train_grad_norm(&s->h)));
                 rc = exec_dev_upload_params(&s->d, s->h.params, &e);
             }
             if (!rc) rc = exec_dev_fp8_step(&s->d, &e);
@@ -472,13 +468,13 @@ static void zero3_case(hyp_device *dev, const plan_t *ps, const plan_t *pc, cons
            "mirror %zu B, executor %zu B", hm.bytes, cz.bytes);
     exec_init_params(&hm, 1234);
     exec_init_params(&cz, 1234);
-    if ((rc = exec_dev_init_z3(&dz, ps, kdir, dev, &hm, &e)) ||
+    if ((rc = exec_dev_init_z3(&dz, ps, kdir, dev, &hm.z3->L, &e)) ||
         (rc = dev->h2d_sync(dev, dz.params, hm.params, sizeof(float) * (size_t)hm.shard, &e))) {
         report(0, "zero3: exec_dev_init_z3", "%s", e.msg);
         exec_free(&hm), exec_free(&cz);
         return;
     }
-    const exec_z3 *L = dz.z3->lay;
+    const hyp_z3_layout *L = dz.z3->lay;
     report(dz.shard == hm.shard && dz.bytes_params == 4 * (size_t)(dz.shard + L->n_slots * L->slot_cap) &&
                dz.bytes_grad_workspace == 4 * (size_t)L->slot_cap && dz.bytes_grads == 4 * (size_t)dz.shard,
            "zero3: device params = shard + slots, grads = shard + one-group workspace",

@@ -22,6 +22,7 @@
 #include "safetensors.h"
 #include "train.h"
 
+
 static int passed, failed;
 
 static void report(int ok, const char *name, const char *detail) {
@@ -162,16 +163,18 @@ static void run_model(const char *model, const char *fixture, const char *varian
 
     /* 10 AdamW steps on the same batch (v2132): lr 1e-3, betas (0.9, 0.95), eps 1e-8, wd 0.1 */
     load_weights(&x, f, "");
-    memset(x.m, 0, sizeof(float) * plan.param_floats);
-    memset(x.v, 0, sizeof(float) * plan.param_floats);
-    train_opts o;
-    train_opts_from_plan(&o, &plan);
+    for (int k = 0; k < x.n_state; k++) memset(x.state[k], 0, sizeof(float) * plan.param_floats);
+    const hyp_optim_i *adamw = NULL;
+    if (hyp_optim_open(&plan, &adamw, &e)) {
+        report(0, tag, e.msg);
+        goto out;
+    }
     float losses[10];
     for (int s = 1; s <= 10; s++) {
         memset(x.grads, 0, sizeof(float) * plan.param_floats);
         exec_forward(&x);
         losses[s - 1] = exec_backward(&x, 1.0f / (float)cnt);
-        train_adamw_step(&x, &o, 1e-3, s, 1.0f);
+        train_optim_own(&x, adamw, 1e-3, s, 1.0f);
     }
     snprintf(name, sizeof name, "reference_v2132_%s_adamw_10_steps", tag);
     compare(name, losses, 1, 10, 10, (const float *)al->data, 1e-4, 0);

@@ -19,6 +19,8 @@
 #include "rng.h"
 
 #include "hyp_test.h"
+#include "optim.h"
+
 
 static int gen_plan(const char *model, const char *dir) {
     char cmd[2048];
@@ -54,7 +56,7 @@ static void run_model(const char *model, int tied, hyp_coll *coll, const char *t
     rc = rc ? rc : exec_init_dp(&b, &plan, coll, 3, &e);
     CHECK(rc == HYP_OK, "%s: stage-0 and stage-3 executors (%s)", model, e.msg);
     if (rc) return;
-    const exec_z3 *z = b.z3;
+    const hyp_z3_layout *z = &b.z3->L;
     CHECK(z->n_groups == plan.L + 2, "%s: %d layer groups = embeddings + %d layers + final (norm%s)", model,
           z->n_groups, plan.L, tied ? "" : ", head");
     /* forward: embeddings, each layer, final norm (+ untied head); a tied head uses the embeddings again */

@@ -1,15 +1,52 @@
-/* train_dev.c — the device training step (sim and cuda) of the generated trainer: micro-batches
- * through exec_dev, data parallelism and ZeRO over the device collectives with the gradient
- * all-reduce overlapping backward, the clip norm on the device (see train_dev.h). */
-#include "train_dev.h"
-
+/* backend_dev.c — the device layer (sim and cuda) as a trainer backend (backend.h): micro-batches
+ * through the rendered kernels (exec_dev.h), data parallelism and ZeRO over the device
+ * collectives (stage 0: all-reduce the gradients; 1: all-reduce, the optimizer on the own shard,
+ * all-gather the parameters; 2: reduce-scatter, the optimizer on the shard, all-gather; 3:
+ * per-layer gathers and reduce-scatters inside forward/backward, the optimizer on the shards),
+ * the global gradient norm on the device with the global_norm kernels (partial sums of squares,
+ * all-reduced across ranks when the gradients are sharded, finish) and the clip factor read by
+ * the optimizer's kernel from device memory: no gradient leaves the device.
+ *
+ * With more than one rank and stage 0/1, the all-reduce of the last micro-batch's gradients
+ * overlaps the backward pass (v2110): the arena is cut into buckets (contiguous parameter tensors
+ * of one layer); after the last backward op that touches a bucket's gradients, an event on the
+ * default (compute) stream orders that bucket's all-reduce on a communication stream; the host
+ * waits for the communication stream's last event before the norm. HYP_COMM_OVERLAP=0 turns
+ * this off (one all-reduce of the whole arena after backward).
+ *
+ * The host executor x is a mirror without activations: it initializes, checkpoints and samples.
+ * Never: the micro-batch loop or loss weighting (the driver, backend.c). */
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend.h"
 #include "coll.h"
+#include "device.h"
+#include "exec_dev.h"
+
+typedef struct {
+    int64_t lo, hi;   /* arena range [lo, hi) */
+    int ready;        /* its all-reduce starts after this backward op */
+    hyp_event *ev;
+} dev_bucket;
+
+typedef struct {
+    int on;           /* the device is open */
+    hyp_device *dev;
+    exec_dev xd;
+    int rank, world, stage;
+    float *partial;   /* device: [PARTS] partial sums of squares */
+    float *gnorm;     /* device: [2] norm, clip factor */
+    float h_gnorm[2];
+    hyp_stream *comm; /* the communication stream (world > 1) */
+    hyp_event *comm_done;
+    dev_bucket *buckets;
+    int n_buckets, overlap;
+    char title[64];   /* "sim device memory" */
+} train_dev;
 
 /* The layer a parameter belongs to: its name up to the first all-digit component
  * ("transformer.h.3.attn.c_attn.weight" -> "transformer.h.3"), else the whole name. */
@@ -63,7 +100,7 @@ static int make_buckets(train_dev *t, hyp_err *e) {
     for (int i = 0; i < n; i++) {
         layer_key(ord[i]->name, key, sizeof key);
         if (t->n_buckets == 0 || strcmp(key, prev)) {
-            train_dev_bucket *b = &t->buckets[t->n_buckets++];
+            dev_bucket *b = &t->buckets[t->n_buckets++];
             b->lo = t->n_buckets == 1 ? 0 : b[-1].hi;
             snprintf(prev, sizeof prev, "%s", key);
         }
@@ -75,7 +112,7 @@ static int make_buckets(train_dev *t, hyp_err *e) {
     int rc = t->dev->stream_create(t->dev, &t->comm, e);
     if (!rc) rc = t->dev->event_create(t->dev, &t->comm_done, e);
     for (int i = 0; i < t->n_buckets && !rc; i++) {
-        train_dev_bucket *b = &t->buckets[i];
+        dev_bucket *b = &t->buckets[i];
         b->ready = last_grad_op(p, b->lo, b->hi);
         if (b->ready < 0) b->ready = p->n_bwd - 1;
         rc = t->dev->event_create(t->dev, &b->ev, e);
@@ -89,7 +126,7 @@ static int after_bwd_op(void *ctx, int op, hyp_err *e) {
     hyp_device *d = t->dev;
     int rc = HYP_OK;
     for (int i = 0; i < t->n_buckets && !rc; i++) {
-        train_dev_bucket *b = &t->buckets[i];
+        dev_bucket *b = &t->buckets[i];
         if (b->ready != op) continue;
         if (!(rc = d->event_record(d, b->ev, NULL, e)) && !(rc = d->event_wait(d, t->comm, b->ev, e)))
             rc = d->all_reduce(d, t->xd.grads + b->lo, (size_t)(b->hi - b->lo), HYP_DT_F32, HYP_RED_SUM, t->comm, e);
@@ -97,21 +134,31 @@ static int after_bwd_op(void *ctx, int op, hyp_err *e) {
     return rc;
 }
 
-int train_dev_open(train_dev *t, const plan_t *p, const char *plan_path, exec_t *x, hyp_coll *coll, int stage,
-                   int B, int T, hyp_err *e) {
-    memset(t, 0, sizeof *t);
-    t->coll = coll;
-    t->rank = hyp_coll_rank(coll), t->world = hyp_coll_world(coll), t->stage = stage;
+/* The host's optimizer states into the device's (bytes each). */
+static int upload_states(train_dev *t, const exec_t *x, size_t bytes, hyp_err *e) {
+    int rc = HYP_OK;
+    for (int k = 0; k < x->n_state && !rc; k++) rc = t->dev->h2d_sync(t->dev, t->xd.state[k], x->state[k], bytes, e);
+    return rc;
+}
+
+static int open_dev(train_dev *t, const dp_t *dp, const plan_t *p, const char *plan_path, exec_t *x, int B, int T,
+                    hyp_err *e) {
+    hyp_coll *coll = dp->coll;
+    int stage = dp->stage;
+    t->rank = dp->rank, t->world = dp->world, t->stage = stage;
     char kdir[PATH_MAX];
     snprintf(kdir, sizeof kdir, "%s", plan_path);
     char *slash = strrchr(kdir, '/');
     if (slash) snprintf(slash, sizeof kdir - (size_t)(slash - kdir), "/kernels");
     else snprintf(kdir, sizeof kdir, "kernels");
     int rc;
+    if (!dp->opt->step_device)
+        return hyp_fail(e, HYP_EINPUT, "optimizer '%s' has no device implementation — generate the trainer for --target cpu", dp->opt->kind);
     if ((rc = hyp_device_open(!strcmp(p->backend, "cuda") ? "cuda" : "sim", &t->dev, e))) return rc;
     t->on = 1;
+    snprintf(t->title, sizeof t->title, "%s device memory", t->dev->name);
     if (t->world > 1 && (rc = t->dev->comm_init(t->dev, coll, e))) return rc;
-    if ((rc = stage == 3 ? exec_dev_init_z3(&t->xd, p, kdir, t->dev, x, e)
+    if ((rc = stage == 3 ? exec_dev_init_z3(&t->xd, p, kdir, t->dev, &x->z3->L, e)
                          : exec_dev_init_dp(&t->xd, p, kdir, t->dev, t->world, t->rank, stage, e)) ||
         (rc = exec_dev_bind(&t->xd, B, T, e)))
         return rc;
@@ -126,15 +173,14 @@ int train_dev_open(train_dev *t, const plan_t *p, const char *plan_path, exec_t 
     if ((rc = d->mem_alloc(d, (void **)&t->partial, sizeof(float) * (size_t)parts, e)) ||
         (rc = d->mem_alloc(d, (void **)&t->gnorm, 2 * sizeof(float), e)) ||
         (rc = d->h2d_sync(d, t->xd.params, x->params, params, e)) ||
-        (rc = d->h2d_sync(d, t->xd.m, x->m, optim, e)) || (rc = d->h2d_sync(d, t->xd.v, x->v, optim, e)) ||
-        (rc = exec_dev_fp8_set_states(&t->xd, x->fp8, e))) /* FP8 scaling states (resumed or fresh) */
+        (rc = upload_states(t, x, optim, e)) || (rc = exec_dev_fp8_set_states(&t->xd, x->fp8, e))) /* FP8 scaling states (resumed or fresh) */
         return rc;
     const char *ov = getenv("HYP_COMM_OVERLAP");
     t->overlap = t->world > 1 && stage <= 1 && p->comm_overlap && !(ov && !strcmp(ov, "0"));
     return t->overlap ? make_buckets(t, e) : HYP_OK;
 }
 
-void train_dev_close(train_dev *t) {
+static void close_dev(train_dev *t) {
     if (!t->on) return;
     hyp_device *d = t->dev;
     hyp_err e;
@@ -149,29 +195,6 @@ void train_dev_close(train_dev *t) {
     exec_dev_free(&t->xd);
     d->close(d);
     memset(t, 0, sizeof *t);
-}
-
-/* K micro-batches: forward/backward accumulating into the gradient arena; the last one's backward
- * starts the bucket all-reduces (overlap). *loss = the global mean loss. */
-static int micro_batches(train_dev *t, exec_t *x, hyp_loader *train, int K, double *loss, hyp_err *e) {
-    size_t n = sizeof(int32_t) * (size_t)x->B * x->T;
-    int rc = exec_dev_zero_grads(&t->xd, e);
-    *loss = 0;
-    for (int k = 0; k < K && !rc; k++) {
-        if ((rc = hyp_loader_next(train, x->tokens, x->targets, e))) return rc;
-        double cnt = (double)exec_count_targets(x), gcnt = cnt;
-        if ((rc = hyp_coll_allreduce_f64(t->coll, &gcnt, 1, e))) return rc;
-        memcpy(t->xd.h_tokens, x->tokens, n);
-        memcpy(t->xd.h_targets, x->targets, n);
-        float mean = 0;
-        /* every token of the global batch weighs 1 / (tokens * K): the sum over ranks is the mean */
-        float dloss = gcnt > 0 ? (float)(1.0 / (gcnt * K)) : 0.0f;
-        int hook = t->overlap && k == K - 1;
-        if (!(rc = exec_dev_forward(&t->xd, e)))
-            rc = exec_dev_backward_each(&t->xd, dloss, &mean, hook ? after_bwd_op : NULL, t, e);
-        *loss += gcnt > 0 ? mean * cnt / gcnt / K : 0;
-    }
-    return rc ? rc : hyp_coll_allreduce_f64(t->coll, loss, 1, e);
 }
 
 /* The summed gradients this rank owns (all of them for stage 0/1, gshard for stage >= 2), then
@@ -202,22 +225,53 @@ static int reduce_and_norm(train_dev *t, float max_norm, hyp_err *e) {
     return rc;
 }
 
-int train_dev_step(train_dev *t, exec_t *x, hyp_loader *train, const train_opts *o, int K, int step, double lr,
-                   double *loss, double *norm, float *scale, hyp_err *e) {
+static int dev_zero_grads(train_backend *b, hyp_err *e) {
+    train_dev *t = b->impl;
+    return exec_dev_zero_grads(&t->xd, e);
+}
+
+/* The batch in the host executor's tokens/targets into the device executor's staging. */
+static void stage_batch(train_dev *t, const exec_t *x) {
+    size_t n = sizeof(int32_t) * (size_t)x->B * x->T;
+    memcpy(t->xd.h_tokens, x->tokens, n);
+    memcpy(t->xd.h_targets, x->targets, n);
+}
+
+/* The last micro-batch's backward starts the bucket all-reduces (overlap). */
+static int dev_micro_batch(train_backend *b, float dloss, int last, float *mean, hyp_err *e) {
+    train_dev *t = b->impl;
+    stage_batch(t, b->x);
+    int hook = t->overlap && last;
+    int rc = exec_dev_forward(&t->xd, e);
+    return rc ? rc : exec_dev_backward_each(&t->xd, dloss, mean, hook ? after_bwd_op : NULL, t, e);
+}
+
+static int dev_reduce_grads(train_backend *b, const train_opts *o, hyp_err *e) {
+    return reduce_and_norm(b->impl, (float)o->max_norm, e);
+}
+
+static int dev_optim_step(train_backend *b, double lr, int t_step, hyp_err *e) {
+    train_dev *t = b->impl;
     hyp_device *d = t->dev;
     exec_dev *xd = &t->xd;
-    int rc = micro_batches(t, x, train, K, loss, e);
-    if (!rc) rc = reduce_and_norm(t, (float)o->max_norm, e);
-    if (!rc) rc = exec_dev_adamw_own(xd, lr, o->beta1, o->beta2, o->eps, o->weight_decay, step, t->gnorm + 1, e);
+    hyp_optim_step a = {lr, t_step, 1.0f}; /* the clip factor is read from the device: gnorm[1] */
+    int rc = b->dp.opt->step_device(&b->x->p->optim, xd, &a, t->gnorm + 1, e);
     if (!rc && t->stage >= 1 && t->stage <= 2 && t->world > 1) { /* stage 3: gathered per group */
         float *own = xd->params + xd->shard * t->rank;
         rc = d->all_gather(d, own, xd->params, (size_t)xd->shard, HYP_DT_F32, NULL, e);
     }
-    if (!rc) rc = d->d2h(d, t->h_gnorm, t->gnorm, sizeof t->h_gnorm, NULL, e); /* 2 floats, for the log */
+    return rc;
+}
+
+static int dev_finish_step(train_backend *b, double *norm, float *scale, hyp_err *e) {
+    train_dev *t = b->impl;
+    hyp_device *d = t->dev;
+    exec_dev *xd = &t->xd;
+    int rc = d->d2h(d, t->h_gnorm, t->gnorm, sizeof t->h_gnorm, NULL, e); /* 2 floats, for the log */
     /* v2160 delayed scaling: every rank must scale with the same amax (TE reduces it too), then the
      * amax histories roll and the next step's scales are uploaded */
-    if (!rc && x->p->fp8_slots && t->world > 1)
-        rc = d->all_reduce(d, xd->fp8_amax, (size_t)x->p->fp8_slots, HYP_DT_F32, HYP_RED_MAX, NULL, e);
+    if (!rc && b->x->p->fp8_slots && t->world > 1)
+        rc = d->all_reduce(d, xd->fp8_amax, (size_t)b->x->p->fp8_slots, HYP_DT_F32, HYP_RED_MAX, NULL, e);
     if (!rc) rc = d->stream_synchronize(d, NULL, e);
     if (!rc) rc = exec_dev_fp8_step(xd, e);
     *norm = t->h_gnorm[0];
@@ -225,54 +279,77 @@ int train_dev_step(train_dev *t, exec_t *x, hyp_loader *train, const train_opts 
     return rc;
 }
 
-float train_dev_eval(train_dev *t, exec_t *x, hyp_loader *val, int batches, hyp_err *e, int *rc) {
-    hyp_loader_reset(val);
-    double sum = 0;
-    size_t n = sizeof(int32_t) * (size_t)x->B * x->T;
-    for (int i = 0; i < batches; i++) {
-        float l = 0;
-        if ((*rc = hyp_loader_next(val, x->tokens, x->targets, e))) return NAN;
-        memcpy(t->xd.h_tokens, x->tokens, n);
-        memcpy(t->xd.h_targets, x->targets, n);
-        if ((*rc = exec_dev_eval_loss(&t->xd, &l, e))) return NAN;
-        sum += l;
-    }
-    return batches ? (float)(sum / batches) : NAN;
+static int dev_eval_batch(train_backend *b, float *loss, hyp_err *e) {
+    train_dev *t = b->impl;
+    stage_batch(t, b->x);
+    return exec_dev_eval_loss(&t->xd, loss, e);
 }
 
-int train_dev_download(train_dev *t, exec_t *x, hyp_err *e) {
+/* Device parameters and this rank's optimizer states into the host mirror (checkpoints,
+ * sampling), and the FP8 scaling states. */
+static int dev_sync_host(train_backend *b, hyp_err *e) {
+    train_dev *t = b->impl;
+    exec_t *x = b->x;
     hyp_device *d = t->dev;
     size_t optim = sizeof(float) * (size_t)(t->stage >= 1 ? t->xd.shard : t->xd.arena);
     size_t params = sizeof(float) * (size_t)(t->stage >= 3 ? t->xd.shard : t->xd.arena);
     int rc = d->d2h_sync(d, x->params, t->xd.params, params, e);
-    if (!rc) rc = d->d2h_sync(d, x->m, t->xd.m, optim, e);
-    if (!rc) rc = d->d2h_sync(d, x->v, t->xd.v, optim, e);
+    for (int k = 0; k < x->n_state && !rc; k++) rc = d->d2h_sync(d, x->state[k], t->xd.state[k], optim, e);
     if (!rc && x->p->fp8_slots && x->fp8) /* the FP8 scaling states go into checkpoints too */
         memcpy(x->fp8, t->xd.fp8, sizeof *x->fp8 * (size_t)x->p->fp8_slots);
     return rc;
 }
 
-void train_dev_print_memory(train_dev *t, hyp_err *e) {
-    int W = t->world;
-    double *mem = calloc((size_t)W * 6, sizeof(double));
-    if (!mem) return;
+static void dev_memory(const train_backend *b, double *m) {
+    const train_dev *t = b->impl;
     const exec_dev *xd = &t->xd;
-    double *m = mem + t->rank * 6;
-    m[0] = (double)xd->bytes_params, m[1] = (double)xd->bytes_grads, m[2] = (double)xd->bytes_optim;
-    m[3] = (double)xd->bytes_acts, m[5] = (double)xd->bytes_grad_workspace;
-    m[4] = (double)xd->bytes - m[0] - m[1] - m[2] - m[3] - m[5] + sizeof(float) * (exec_dev_norm_parts(xd) + 2.0);
-    if (hyp_coll_allreduce_f64(t->coll, mem, (size_t)W * 6, e) == HYP_OK)
-        for (int r = 0; r < W; r++) {
-            m = mem + r * 6;
-            printf("rank %d/%d %s device memory (ZeRO stage %d): params %.0f B | grads %.0f B | optimizer %.0f B | activations %.0f B | other %.0f B",
-                   r, W, t->dev->name, t->stage, m[0], m[1], m[2], m[3], m[4]);
-            if (m[5] > 0) printf(" | backward gradient workspace %.0f B", m[5]);
-            printf("%s\n", t->stage == 3 ? " (params: own shards + the layer working slots)" : "");
-        }
-    free(mem);
-    if (W > 1)
-        printf("gradient communication: %s\n",
-               t->overlap ? "per-layer buckets all-reduced on a comm stream while backward runs (v2110 overlap)"
-               : t->stage >= 2 ? "reduce-scatter after backward (ZeRO stage >= 2: not overlapped)"
-                               : "all-reduce after backward (v2110 overlap off)");
+    m[MEM_PARAMS] = (double)xd->bytes_params, m[MEM_GRADS] = (double)xd->bytes_grads;
+    m[MEM_OPTIM] = (double)xd->bytes_optim, m[MEM_ACTS] = (double)xd->bytes_acts;
+    m[MEM_GRAD_WORKSPACE] = (double)xd->bytes_grad_workspace;
+    m[MEM_OTHER] = (double)xd->bytes - m[MEM_PARAMS] - m[MEM_GRADS] - m[MEM_OPTIM] - m[MEM_ACTS] - m[MEM_GRAD_WORKSPACE] +
+                   sizeof(float) * (exec_dev_norm_parts(xd) + 2.0);
+}
+
+static const char *dev_memory_title(const train_backend *b) { return ((const train_dev *)b->impl)->title; }
+
+static const char *dev_comm_note(const train_backend *b) {
+    const train_dev *t = b->impl;
+    return t->overlap ? "per-layer buckets all-reduced on a comm stream while backward runs (v2110 overlap)"
+           : t->stage >= 2 ? "reduce-scatter after backward (ZeRO stage >= 2: not overlapped)"
+                           : "all-reduce after backward (v2110 overlap off)";
+}
+
+static void dev_close(train_backend *b) {
+    close_dev(b->impl);
+    free(b->impl);
+}
+
+static const train_backend_i DEV_BACKEND = {
+    .name = "device",
+    .zero_grads = dev_zero_grads,
+    .micro_batch = dev_micro_batch,
+    .reduce_grads = dev_reduce_grads,
+    .optim_step = dev_optim_step,
+    .finish_step = dev_finish_step,
+    .eval_batch = dev_eval_batch,
+    .sync_host = dev_sync_host,
+    .memory = dev_memory,
+    .memory_title = dev_memory_title,
+    .reports_other = 1,
+    .comm_note = dev_comm_note,
+    .close = dev_close,
+};
+
+int train_backend_dev_open(train_backend *b, const plan_t *p, const char *plan_path, int B, int T, hyp_err *e) {
+    train_dev *t = calloc(1, sizeof *t);
+    if (!t) return hyp_fail(e, HYP_EFAIL, "out of memory");
+    b->impl = t;
+    b->i = &DEV_BACKEND; /* from here on train_backend_close frees what open made, even half of it */
+    int rc = open_dev(t, &b->dp, p, plan_path, b->x, B, T, e);
+    if (rc) return rc;
+    if (!strcmp(p->backend, "sim"))
+        printf("backend: sim — the generated CUDA kernels (kernels/ next to the plan) run on the CPU simulator (slow; for tests)\n");
+    else
+        printf("backend: cuda — %s, the compiled kernels (kernels/*.cubin) through the CUDA driver\n", t->dev->info.name);
+    return HYP_OK;
 }

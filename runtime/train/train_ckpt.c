@@ -1,15 +1,12 @@
-/* train_dp.c — the trainer's data-parallel step and checkpoints on the CPU backend (see
- * train_dp.h): gradient reduction and the sharded AdamW step of ZeRO stages 0-3 (v2110, v2104),
- * per-rank memory report, checkpoint save (single file set, or per-rank shards: v2181) and load
- * with re-sharding to the current world size (v2175), FP8 scaling states included (v2160). */
-#include "train_dp.h"
+/* train_ckpt.c — the trainer's checkpoints (see train_ckpt.h): save (a single file set, or
+ * per-rank shards: v2181) and load with re-sharding to the current world size (v2175), optimizer
+ * states as the optimizer declares them, FP8 scaling states included (v2160). Never: the step. */
+#include "train_ckpt.h"
 
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "ops_cpu.h"
 #include "safetensors.h"
 
 /* The plan's tensors as checkpoint tensors "<name><suffix>", data at base's full arena layout. */
@@ -39,40 +36,6 @@ static void free_tensors(hyp_ckpt_tensor *t, int n) {
     if (!t) return;
     for (int i = 0; i < n; i++) free((char *)t[i].name);
     free(t);
-}
-
-/* After backward: make every rank's gradients (stage 0/1) or gradient shard (stage >= 2) the sum
- * over ranks, and return the global gradient norm. */
-int dp_reduce_grads(dp_t *d, exec_t *x, double *norm, hyp_err *e) {
-    int rc;
-    if (d->stage >= 2) { /* stage 3 reduce-scattered each layer's gradients during backward */
-        if (d->stage == 2 && (rc = hyp_coll_reduce_scatter_f32(d->coll, x->grads, x->gshard, (size_t)x->shard, e)))
-            return rc;
-        double ss = op_sumsq(x->gshard, x->shard);
-        if ((rc = hyp_coll_allreduce_f64(d->coll, &ss, 1, e))) return rc;
-        *norm = sqrt(ss);
-        return HYP_OK;
-    }
-    if (d->world > 1 && (rc = hyp_coll_allreduce_f32(d->coll, x->grads, (size_t)x->shard * d->world, e))) return rc;
-    *norm = train_grad_norm(x);
-    return HYP_OK;
-}
-
-/* The optimizer step on what this rank owns, then (stage >= 1) all-gather the updated shards. */
-int dp_step(dp_t *d, exec_t *x, const train_opts *o, double lr, int t, float scale, hyp_err *e) {
-    if (d->stage == 0) {
-        train_adamw_step(x, o, lr, t, scale);
-        return HYP_OK;
-    }
-    if (d->stage == 3) { /* the shards stay sharded: the next forward gathers them per layer */
-        train_adamw_zero3(x, o, lr, t, scale);
-        return HYP_OK;
-    }
-    int64_t lo = x->shard * d->rank;
-    const float *g = d->stage >= 2 ? x->gshard : x->grads + lo;
-    train_adamw_range(x, o, lr, t, scale, lo, lo + x->shard, g, x->m, x->v);
-    if (d->world == 1) return HYP_OK;
-    return hyp_coll_allgather_f32(d->coll, x->params + lo, x->params, (size_t)x->shard, e);
 }
 
 /* v2160 FP8 scaling states as checkpoint tensors, so a resumed run scales exactly like an
@@ -129,35 +92,40 @@ static void fp8_aux_unpack(exec_t *x, const fp8_aux *a) {
     }
 }
 
-/* Checkpoints hold every tensor in the plan's full layout. With stage >= 1 the moments (and at
- * stage 3 the weights) are sharded, so a checkpoint goes through temporary full-layout buffers,
- * allocated only while saving or loading. */
+/* The optimizer's state tensors of every parameter, named "<param><suffix>" by the optimizer;
+ * data at base[k]'s full arena layout (base NULL: names and shapes only). */
+static int state_tensors(const dp_t *d, exec_t *x, float *const *base, hyp_ckpt_tensor **ts) {
+    int ok = 1;
+    for (int k = 0; k < d->opt->n_state; k++) ok &= (ts[k] = ckpt_tensors(x, base ? base[k] : NULL, d->opt->ckpt_suffix[k])) != NULL;
+    return ok;
+}
+
+/* Checkpoints hold every tensor in the plan's full layout. With stage >= 1 the optimizer states
+ * (and at stage 3 the weights) are sharded, so a checkpoint goes through temporary full-layout
+ * buffers, allocated only while saving or loading. */
 typedef struct {
-    float *p, *m, *v;           /* full layout: x's own arrays where not sharded */
-    hyp_ckpt_tensor *tp, *tm, *tv;
+    float *p, *s[HYP_OPT_MAX_STATE];      /* full layout: x's own arrays where not sharded */
+    hyp_ckpt_tensor *tp, *ts[HYP_OPT_MAX_STATE];
     fp8_aux fa;                 /* the FP8 scaling states (replicated: identical on every rank) */
 } ckpt_view;
 
 static void view_close(const dp_t *d, exec_t *x, ckpt_view *cv) {
     int n = x->p->n_params_t;
-    free_tensors(cv->tp, n), free_tensors(cv->tm, n), free_tensors(cv->tv, n);
+    free_tensors(cv->tp, n);
+    for (int k = 0; k < d->opt->n_state; k++) free_tensors(cv->ts[k], n);
     fp8_aux_close(&cv->fa);
     if (d->stage >= 3) free(cv->p);
-    if (d->stage >= 1) free(cv->m), free(cv->v);
+    for (int k = 0; k < d->opt->n_state && d->stage >= 1; k++) free(cv->s[k]);
     memset(cv, 0, sizeof *cv);
 }
 
 static int view_open(const dp_t *d, exec_t *x, ckpt_view *cv, hyp_err *e) {
     size_t n = (size_t)(d->stage >= 3 ? x->p->param_floats : x->shard * d->world);
-    cv->p = d->stage >= 3 ? calloc(n, sizeof(float)) : x->params;
-    cv->m = d->stage >= 1 ? calloc(n, sizeof(float)) : x->m;
-    cv->v = d->stage >= 1 ? calloc(n, sizeof(float)) : x->v;
-    if (cv->p && cv->m && cv->v) {
-        cv->tp = ckpt_tensors(x, cv->p, "");
-        cv->tm = ckpt_tensors(x, cv->m, ".exp_avg");
-        cv->tv = ckpt_tensors(x, cv->v, ".exp_avg_sq");
-    }
-    if (!cv->tp || !cv->tm || !cv->tv || fp8_aux_open(x, &cv->fa)) {
+    memset(cv, 0, sizeof *cv);
+    int ok = (cv->p = d->stage >= 3 ? calloc(n, sizeof(float)) : x->params) != NULL;
+    for (int k = 0; k < d->opt->n_state; k++) ok &= (cv->s[k] = d->stage >= 1 ? calloc(n, sizeof(float)) : x->state[k]) != NULL;
+    if (ok) ok = (cv->tp = ckpt_tensors(x, cv->p, "")) != NULL && state_tensors(d, x, cv->s, cv->ts);
+    if (!ok || fp8_aux_open(x, &cv->fa)) {
         view_close(d, x, cv);
         return hyp_fail(e, HYP_EFAIL, "out of memory for the checkpoint buffers");
     }
@@ -168,25 +136,21 @@ static int view_open(const dp_t *d, exec_t *x, ckpt_view *cv, hyp_err *e) {
 static int view_gather(dp_t *d, exec_t *x, ckpt_view *cv, hyp_err *e) {
     int rc;
     fp8_aux_pack(x, &cv->fa);
-    if (d->stage >= 3)
-        return (rc = exec_z3_gather_full(x, x->params, cv->p, e)) || (rc = exec_z3_gather_full(x, x->m, cv->m, e))
-                   ? rc : exec_z3_gather_full(x, x->v, cv->v, e);
-    if (d->stage >= 1 && ((rc = hyp_coll_allgather_f32(d->coll, x->m, cv->m, (size_t)x->shard, e)) ||
-                          (rc = hyp_coll_allgather_f32(d->coll, x->v, cv->v, (size_t)x->shard, e))))
-        return rc;
+    if (d->stage >= 3 && (rc = exec_z3_gather_full(x, x->params, cv->p, e))) return rc;
+    for (int k = 0; k < d->opt->n_state && d->stage >= 1; k++)
+        if ((rc = d->stage >= 3 ? exec_z3_gather_full(x, x->state[k], cv->s[k], e)
+                                : hyp_coll_allgather_f32(d->coll, x->state[k], cv->s[k], (size_t)x->shard, e)))
+            return rc;
     return HYP_OK;
 }
 
 /* Keeps this rank's shards of a loaded view. */
 static void view_scatter(const dp_t *d, exec_t *x, const ckpt_view *cv) {
     fp8_aux_unpack(x, &cv->fa);
-    if (d->stage >= 3) {
-        exec_z3_scatter_full(x, cv->p, x->params);
-        exec_z3_scatter_full(x, cv->m, x->m);
-        exec_z3_scatter_full(x, cv->v, x->v);
-    } else if (d->stage >= 1) {
-        memcpy(x->m, cv->m + x->shard * d->rank, sizeof(float) * (size_t)x->shard);
-        memcpy(x->v, cv->v + x->shard * d->rank, sizeof(float) * (size_t)x->shard);
+    if (d->stage >= 3) exec_z3_scatter_full(x, cv->p, x->params);
+    for (int k = 0; k < d->opt->n_state && d->stage >= 1; k++) {
+        if (d->stage >= 3) exec_z3_scatter_full(x, cv->s[k], x->state[k]);
+        else memcpy(x->state[k], cv->s[k] + x->shard * d->rank, sizeof(float) * (size_t)x->shard);
     }
 }
 
@@ -196,7 +160,7 @@ static int save_full(dp_t *d, exec_t *x, const char *dir, int keep, const hyp_ck
     ckpt_view cv;
     int rc = view_open(d, x, &cv, e);
     if (!rc) rc = view_gather(d, x, &cv, e);
-    if (!rc && d->rank == 0) rc = hyp_ckpt_save_aux(dir, cv.tp, cv.tm, cv.tv, x->p->n_params_t, cv.fa.t, cv.fa.n, st, keep, e);
+    if (!rc && d->rank == 0) rc = hyp_ckpt_save_aux(dir, cv.tp, cv.ts, d->opt->n_state, x->p->n_params_t, cv.fa.t, cv.fa.n, st, keep, e);
     if (cv.tp) view_close(d, x, &cv);
     if (!hyp_coll_all_ok(d->coll, rc == 0) && !rc) rc = hyp_fail(e, HYP_EFAIL, "rank 0 failed to write the checkpoint");
     return rc;
@@ -218,7 +182,8 @@ static void own_slices(const dp_t *d, const exec_t *x, hyp_ckpt_slice *sl, int64
         }
         if (cnt <= 0) first = pp->offset, cnt = 0, pos = 0;
         sl[i] = (hyp_ckpt_slice){first - pp->offset, first - pp->offset + cnt,
-                                 d->stage >= 3 ? x->params + pos : x->params + first, x->m + pos, x->v + pos};
+                                 d->stage >= 3 ? x->params + pos : x->params + first, {0}};
+        for (int k = 0; k < d->opt->n_state; k++) sl[i].state[k] = x->state[k] + pos;
         ranges[2 * i] = sl[i].lo, ranges[2 * i + 1] = sl[i].hi;
     }
 }
@@ -231,15 +196,16 @@ static int save_shards(dp_t *d, exec_t *x, const char *dir, int keep, const hyp_
     if (d->rank == 0) rc = hyp_ckpt_shard_begin(dir, st, tmp, sizeof tmp, e);
     if (!hyp_coll_all_ok(d->coll, rc == 0)) return rc ? rc : hyp_fail(e, HYP_EFAIL, "rank 0 could not start the checkpoint in %s", dir);
     if ((rc = hyp_coll_broadcast(d->coll, tmp, sizeof tmp, 0, e))) return rc;
-    hyp_ckpt_tensor *tp = ckpt_tensors(x, NULL, ""), *tm = ckpt_tensors(x, NULL, ".exp_avg"), *tv = ckpt_tensors(x, NULL, ".exp_avg_sq");
+    hyp_ckpt_tensor *tp = ckpt_tensors(x, NULL, ""), *ts[HYP_OPT_MAX_STATE] = {0};
+    int ts_ok = state_tensors(d, x, NULL, ts);
     hyp_ckpt_slice *sl = calloc((size_t)n, sizeof *sl);
     int64_t *rg = calloc((size_t)n * 2, sizeof *rg), *all_rg = calloc((size_t)n * 2 * W, sizeof *all_rg);
     hyp_ckpt_shard_sum sum = {{0}, 0}, *sums = calloc((size_t)W, sizeof *sums);
     fp8_aux fa = {0};
-    if (!tp || !tm || !tv || !sl || !rg || !all_rg || !sums) rc = hyp_fail(e, HYP_EFAIL, "out of memory for the checkpoint");
+    if (!tp || !ts_ok || !sl || !rg || !all_rg || !sums) rc = hyp_fail(e, HYP_EFAIL, "out of memory for the checkpoint");
     if (!rc) {
         own_slices(d, x, sl, rg);
-        rc = hyp_ckpt_shard_write(tmp, d->rank, tp, tm, tv, n, sl, st, &sum, e);
+        rc = hyp_ckpt_shard_write(tmp, d->rank, tp, ts, d->opt->n_state, n, sl, st, &sum, e);
     }
     int grc = hyp_coll_allgather_bytes(d->coll, &sum, sums, sizeof sum, e);
     if (!grc) grc = hyp_coll_allgather_bytes(d->coll, rg ? rg : all_rg, all_rg, sizeof(int64_t) * 2 * (size_t)n, e);
@@ -255,13 +221,14 @@ static int save_shards(dp_t *d, exec_t *x, const char *dir, int keep, const hyp_
     }
     if (!hyp_coll_all_ok(d->coll, rc == 0) && !rc) rc = hyp_fail(e, HYP_EFAIL, "rank 0 failed to commit the checkpoint");
     fp8_aux_close(&fa);
-    free_tensors(tp, n), free_tensors(tm, n), free_tensors(tv, n);
+    free_tensors(tp, n);
+    for (int k = 0; k < d->opt->n_state; k++) free_tensors(ts[k], n);
     free(sl), free(rg), free(all_rg), free(sums);
     return rc;
 }
 
 /* Stage 3: every rank gathers the full weights, and forward reads them with no more collectives. */
-int dp_unshard(exec_t *x, hyp_err *e) {
+int train_unshard(exec_t *x, hyp_err *e) {
     float *full = calloc((size_t)x->p->param_floats, sizeof(float));
     if (!full) return hyp_fail(e, HYP_EFAIL, "out of memory for the full weights to sample with");
     int rc = exec_z3_gather_full(x, x->params, full, e);
@@ -270,32 +237,12 @@ int dp_unshard(exec_t *x, hyp_err *e) {
     return rc;
 }
 
-void dp_print_memory(dp_t *d, exec_t *x, hyp_err *e) {
-    int W = d->world;
-    double *mem = calloc((size_t)W * 5, sizeof(double));
-    if (!mem) return;
-    mem[d->rank * 5 + 0] = (double)x->bytes_params;
-    mem[d->rank * 5 + 1] = (double)x->bytes_grads;
-    mem[d->rank * 5 + 2] = (double)x->bytes_optim;
-    mem[d->rank * 5 + 3] = (double)x->bytes_acts;
-    mem[d->rank * 5 + 4] = (double)x->bytes_grad_workspace;
-    hyp_coll_allreduce_f64(d->coll, mem, (size_t)W * 5, e);
-    for (int r = 0; r < W; r++) {
-        double *m = mem + r * 5;
-        printf("rank %d/%d memory (ZeRO stage %d): params %.0f B | grads %.0f B | optimizer %.0f B | activations %.0f B",
-               r, W, d->stage, m[0], m[1], m[2], m[3]);
-        if (m[4] > 0) printf(" | backward gradient workspace %.0f B", m[4]);
-        printf("  (%.2f + %.2f + %.2f + %.2f MiB)\n", m[0] / 1048576, m[1] / 1048576, m[2] / 1048576, m[3] / 1048576);
-    }
-    free(mem);
-}
-
-int dp_load(dp_t *d, exec_t *x, const char *dir, int for_sampling, const char *plan_hash, hyp_ckpt_state *st,
-            hyp_err *e) {
+int train_ckpt_load(dp_t *d, exec_t *x, const char *dir, int for_sampling, const char *plan_hash, hyp_ckpt_state *st,
+                    hyp_err *e) {
     ckpt_view cv;
     int rc = view_open(d, x, &cv, e);
     if (rc) return rc;
-    rc = hyp_ckpt_load_aux(dir, NULL, cv.tp, cv.tm, cv.tv, x->p->n_params_t, cv.fa.t, cv.fa.n, plan_hash, st, e);
+    rc = hyp_ckpt_load_aux(dir, NULL, cv.tp, cv.ts, d->opt->n_state, x->p->n_params_t, cv.fa.t, cv.fa.n, plan_hash, st, e);
     if (rc == HYP_OK) view_scatter(d, x, &cv);
     if (rc == HYP_OK && d->stage >= 3 && for_sampling) { /* sampling: the full weights, no gathers */
         exec_z3_adopt_full(x, cv.p);
@@ -305,6 +252,6 @@ int dp_load(dp_t *d, exec_t *x, const char *dir, int for_sampling, const char *p
     return rc;
 }
 
-int dp_save(dp_t *d, exec_t *x, const char *dir, int keep, const hyp_ckpt_state *st, hyp_err *e) {
+int train_ckpt_save(dp_t *d, exec_t *x, const char *dir, int keep, const hyp_ckpt_state *st, hyp_err *e) {
     return d->stage >= 1 && d->world > 1 ? save_shards(d, x, dir, keep, st, e) : save_full(d, x, dir, keep, st, e);
 }

@@ -1,0 +1,80 @@
+/* backend.c — the one step driver (backend.h): a training step, evaluation and the memory
+ * report, written once over the trainer-level backend interface. Never: anything a backend does
+ * differently (that is a slot of train_backend_i), printing progress, checkpoints. */
+#include "backend.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+int train_step(train_backend *b, hyp_loader *train, const train_opts *o, int K, int step, double lr, double *loss,
+               double *norm, float *scale, hyp_err *e) {
+    exec_t *x = b->x;
+    int rc = b->i->zero_grads(b, e);
+    *loss = 0;
+    for (int k = 0; k < K && !rc; k++) {
+        if ((rc = hyp_loader_next(train, x->tokens, x->targets, e))) return rc;
+        double cnt = (double)exec_count_targets(x), gcnt = cnt;
+        if ((rc = hyp_coll_allreduce_f64(b->dp.coll, &gcnt, 1, e))) return rc;
+        float mean = 0;
+        /* every token of the global batch weighs 1 / (tokens * K): the sum over ranks is the mean */
+        rc = b->i->micro_batch(b, gcnt > 0 ? (float)(1.0 / (gcnt * K)) : 0.0f, k == K - 1, &mean, e);
+        *loss += gcnt > 0 ? mean * cnt / gcnt / K : 0;
+    }
+    if (!rc) rc = hyp_coll_allreduce_f64(b->dp.coll, loss, 1, e);
+    if (!rc) rc = b->i->reduce_grads(b, o, e);
+    if (!rc) rc = b->i->optim_step(b, lr, step, e);
+    if (!rc) rc = b->i->finish_step(b, norm, scale, e);
+    return rc;
+}
+
+int train_eval(train_backend *b, hyp_loader *val, int batches, float *loss, hyp_err *e) {
+    exec_t *x = b->x;
+    /* each rank evaluates its own windows; the mean over ranks is the validation loss */
+    hyp_loader_reset(val);
+    double s = 0;
+    int rc = HYP_OK;
+    for (int i = 0; i < batches && !rc; i++) {
+        float l = 0;
+        if (!(rc = hyp_loader_next(val, x->tokens, x->targets, e))) rc = b->i->eval_batch(b, &l, e);
+        s += l;
+    }
+    double v = batches ? (float)(s / batches) : NAN;
+    if (!rc) rc = exec_bind(x, x->B, x->T, e);
+    if (!rc) rc = exec_z3_status(x, e);
+    if (!rc) rc = hyp_coll_allreduce_f64(b->dp.coll, &v, 1, e);
+    *loss = (float)(v / b->dp.world);
+    return rc;
+}
+
+void train_print_memory(train_backend *b, hyp_err *e) {
+    int W = b->dp.world, S = b->dp.stage;
+    double *mem = calloc((size_t)W * MEM__COUNT, sizeof(double));
+    if (!mem) return;
+    b->i->memory(b, mem + b->dp.rank * MEM__COUNT);
+    const char *title = b->i->memory_title(b);
+    if (hyp_coll_allreduce_f64(b->dp.coll, mem, (size_t)W * MEM__COUNT, e) == HYP_OK)
+        for (int r = 0; r < W; r++) {
+            const double *m = mem + r * MEM__COUNT;
+            printf("rank %d/%d %s (ZeRO stage %d): params %.0f B | grads %.0f B | optimizer %.0f B | activations %.0f B",
+                   r, W, title, S, m[MEM_PARAMS], m[MEM_GRADS], m[MEM_OPTIM], m[MEM_ACTS]);
+            if (b->i->reports_other) printf(" | other %.0f B", m[MEM_OTHER]);
+            if (m[MEM_GRAD_WORKSPACE] > 0) printf(" | backward gradient workspace %.0f B", m[MEM_GRAD_WORKSPACE]);
+            if (b->i->reports_other) /* a device: where stage 3's parameters live */
+                printf("%s\n", S == 3 ? " (params: own shards + the layer working slots)" : "");
+            else
+                printf("  (%.2f + %.2f + %.2f + %.2f MiB)\n", m[MEM_PARAMS] / 1048576, m[MEM_GRADS] / 1048576,
+                       m[MEM_OPTIM] / 1048576, m[MEM_ACTS] / 1048576);
+        }
+    free(mem);
+    const char *note = b->i->comm_note ? b->i->comm_note(b) : NULL;
+    if (W > 1 && note) printf("gradient communication: %s\n", note);
+}
+
+int train_sync_host(train_backend *b, hyp_err *e) { return b->i->sync_host ? b->i->sync_host(b, e) : HYP_OK; }
+
+void train_backend_close(train_backend *b) {
+    if (b->i && b->i->close) b->i->close(b);
+    b->i = NULL;
+    b->impl = NULL;
+}

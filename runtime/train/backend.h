@@ -1,0 +1,95 @@
+/* backend.h — the trainer-level backend interface and the one step driver over it.
+ *
+ * A backend runs the pieces of a training step on its hardware: the cpu executor (backend_cpu.c)
+ * and the device layer, sim or cuda (backend_dev.c), are peers behind one `static const`
+ * train_backend_i, as ggml's ggml_backend_i makes the CPU one backend among others. The driver
+ * (backend.c) is written once over it: micro-batches with the global-mean loss weighting, the
+ * gradient reduction per ZeRO stage, clipping, the optimizer (optim.h) on the own shard, the FP8
+ * step, evaluation and the memory report. Checkpoints (train_ckpt.h) read the host executor,
+ * which sync_host brings up to date. The registry (backend_reg.c) opens the plan's backend.
+ *
+ * Every rank calls every function (collectives inside). Never: command-line policy, printing of
+ * progress lines, or I/O besides the memory report.
+ */
+#ifndef HYP_BACKEND_H
+#define HYP_BACKEND_H
+
+#include "coll.h"
+#include "data.h"
+#include "exec.h"
+#include "optim.h"
+#include "train.h"
+
+typedef struct train_backend train_backend;
+
+/* Bytes of one rank by role, for the memory report. */
+enum { MEM_PARAMS, MEM_GRADS, MEM_OPTIM, MEM_ACTS, MEM_OTHER, MEM_GRAD_WORKSPACE, MEM__COUNT };
+
+typedef struct train_backend_i {
+    /* "cpu", "sim" or "cuda" */
+    const char *name;
+    /* zeroes what backward accumulates into (the gradient arena, or the ZeRO-3 gradient shard) */
+    int (*zero_grads)(train_backend *b, hyp_err *e);
+    /* forward + backward of the micro-batch in x->tokens/targets, the loss gradient scaled by
+     * dloss, gradients accumulated; last: the step's last micro-batch (the device starts its
+     * overlapped gradient all-reduce during it); *mean: this rank's mean loss of it */
+    int (*micro_batch)(train_backend *b, float dloss, int last, float *mean, hyp_err *e);
+    /* makes the gradients this rank owns the sum over ranks (all of them at stages 0-1, the own
+     * shard at 2-3) and computes the global norm and the clip factor for o->max_norm, kept by
+     * the backend for optim_step (the device keeps them in device memory) */
+    int (*reduce_grads)(train_backend *b, const train_opts *o, hyp_err *e);
+    /* the optimizer on what this rank owns, gradients scaled by the clip factor, then the
+     * updated parameters to every rank that needs them (stages 1-2: all-gather) */
+    int (*optim_step)(train_backend *b, double lr, int t, hyp_err *e);
+    /* ends the step: the norm and clip factor to the host, the FP8 amax reduced over ranks (max)
+     * and the scaling states advanced */
+    int (*finish_step)(train_backend *b, double *norm, float *scale, hyp_err *e);
+    /* the mean loss of the batch in x->tokens/targets, no gradients */
+    int (*eval_batch)(train_backend *b, float *loss, hyp_err *e);
+    /* the backend's parameters, optimizer and FP8 states into the host executor x (checkpoints,
+     * sampling); NULL where they live there already */
+    int (*sync_host)(train_backend *b, hyp_err *e);
+    /* this rank's bytes by role (MEM_*) */
+    void (*memory)(const train_backend *b, double *mem);
+    /* how the memory report names this rank's memory ("memory", "sim device memory") and whether
+     * it reports MEM_OTHER (device allocations besides the arenas) */
+    const char *(*memory_title)(const train_backend *b);
+    int reports_other;
+    /* one line on how gradients travel between ranks, printed under the memory report with more
+     * than one rank; NULL: nothing to say */
+    const char *(*comm_note)(const train_backend *b);
+    /* frees what open allocated (never x) */
+    void (*close)(train_backend *b);
+} train_backend_i;
+
+struct train_backend {
+    const train_backend_i *i;
+    exec_t *x;          /* the host executor: the cpu backend's, or the device backend's mirror */
+    dp_t dp;            /* the data-parallel group, ZeRO stage and optimizer */
+    void *impl;         /* the backend's own state */
+};
+
+/* Opens the plan's backend (backend_reg.c) over the host executor x (already initialized and,
+ * when resuming, loaded): cpu for the plan's backend "cpu", the device layer for "sim" and
+ * "cuda" (kernels/ next to plan_path, bound to B x T; it uploads x's state and prints which
+ * device runs). Collective. */
+int train_backend_open(train_backend *b, const plan_t *p, const char *plan_path, exec_t *x, const dp_t *dp, int B,
+                       int T, hyp_err *e);
+void train_backend_close(train_backend *b);
+/* The backends (backend_cpu.c, backend_dev.c), for the registry. */
+int train_backend_cpu_open(train_backend *b, const plan_t *p, const char *plan_path, int B, int T, hyp_err *e);
+int train_backend_dev_open(train_backend *b, const plan_t *p, const char *plan_path, int B, int T, hyp_err *e);
+
+/* ---- the step driver (backend.c) ---- */
+/* One optimizer step (t = step) over K micro-batches of the loader: *loss the global mean loss,
+ * *norm the global gradient norm, *scale the clip factor applied. */
+int train_step(train_backend *b, hyp_loader *train, const train_opts *o, int K, int step, double lr, double *loss,
+               double *norm, float *scale, hyp_err *e);
+/* The mean validation loss over `batches` batches of val, averaged over ranks, into *loss. */
+int train_eval(train_backend *b, hyp_loader *val, int batches, float *loss, hyp_err *e);
+/* Prints every rank's memory by role (rank 0's stdout; collective). */
+void train_print_memory(train_backend *b, hyp_err *e);
+/* The backend's state into the host executor (a no-op for the cpu). */
+int train_sync_host(train_backend *b, hyp_err *e);
+
+#endif

@@ -1,0 +1,124 @@
+/* backend_cpu.c — the cpu executor (exec.h) as a trainer backend (backend.h): forward/backward
+ * on the host, gradients made global over the collectives per ZeRO stage (v2110, v2104: an
+ * all-reduce, the reduce-scattered shard at stage 2; stage 3 reduce-scatters each layer during
+ * backward), the norm and clip factor on the host, the optimizer (optim.h) on the own part and
+ * the all-gather of the updated shards (stages 1-2), the FP8 scaling states (v2160).
+ * Never: the micro-batch loop, loss weighting or evaluation loop (the driver, backend.c). */
+#include <math.h>
+#include <stdlib.h>
+
+#include "backend.h"
+#include "ops_cpu.h"
+
+typedef struct {
+    double norm;    /* this step's global gradient norm */
+    float scale;    /* and its clip factor */
+} cpu_state;
+
+static int cpu_zero_grads(train_backend *b, hyp_err *e) {
+    (void)e;
+    exec_t *x = b->x;
+    if (b->dp.stage >= 3) op_zero(x->gshard, x->shard);
+    else op_zero(x->grads, x->shard * b->dp.world);
+    return HYP_OK;
+}
+
+static int cpu_micro_batch(train_backend *b, float dloss, int last, float *mean, hyp_err *e) {
+    (void)last;
+    exec_forward(b->x);
+    *mean = exec_backward(b->x, dloss);
+    return exec_z3_status(b->x, e);
+}
+
+/* Every rank's gradients (stages 0/1) or gradient shard (stage >= 2) become the sum over ranks. */
+static int cpu_reduce_grads(train_backend *b, const train_opts *o, hyp_err *e) {
+    exec_t *x = b->x;
+    const dp_t *d = &b->dp;
+    cpu_state *s = b->impl;
+    int rc;
+    if (d->stage >= 2) { /* stage 3 reduce-scattered each layer's gradients during backward */
+        if (d->stage == 2 && (rc = hyp_coll_reduce_scatter_f32(d->coll, x->grads, x->gshard, (size_t)x->shard, e)))
+            return rc;
+        double ss = op_sumsq(x->gshard, x->shard);
+        if ((rc = hyp_coll_allreduce_f64(d->coll, &ss, 1, e))) return rc;
+        s->norm = sqrt(ss);
+    } else {
+        if (d->world > 1 && (rc = hyp_coll_allreduce_f32(d->coll, x->grads, (size_t)x->shard * d->world, e))) return rc;
+        s->norm = train_grad_norm(x);
+    }
+    s->scale = train_clip_scale(o, s->norm);
+    return HYP_OK;
+}
+
+static int cpu_optim_step(train_backend *b, double lr, int t, hyp_err *e) {
+    exec_t *x = b->x;
+    const dp_t *d = &b->dp;
+    const cpu_state *s = b->impl;
+    train_optim_own(x, d->opt, lr, t, s->scale);
+    /* stage 3: the shards stay sharded, the next forward gathers them per layer */
+    if (d->stage >= 1 && d->stage <= 2 && d->world > 1) {
+        int64_t lo = x->shard * d->rank;
+        int rc = hyp_coll_allgather_f32(d->coll, x->params + lo, x->params, (size_t)x->shard, e);
+        if (rc) return rc;
+    }
+    return op_cpu_check(e);
+}
+
+static int cpu_finish_step(train_backend *b, double *norm, float *scale, hyp_err *e) {
+    exec_t *x = b->x;
+    const cpu_state *s = b->impl;
+    int rc = HYP_OK;
+    if (x->p->fp8_slots) { /* every rank must scale with the same amax (TE reduces it too) */
+        for (int i = 0; i < x->p->fp8_slots && b->dp.world > 1 && !rc; i++)
+            rc = hyp_coll_allreduce_max_f32(b->dp.coll, &x->fp8[i].amax_history[x->fp8[i].pos], 1, e);
+        if (!rc) exec_fp8_step(x);
+    }
+    *norm = s->norm;
+    *scale = s->scale;
+    return rc;
+}
+
+static int cpu_eval_batch(train_backend *b, float *loss, hyp_err *e) {
+    (void)e;
+    *loss = exec_eval_loss(b->x);
+    return HYP_OK;
+}
+
+static void cpu_memory(const train_backend *b, double *m) {
+    const exec_t *x = b->x;
+    m[MEM_PARAMS] = (double)x->bytes_params;
+    m[MEM_GRADS] = (double)x->bytes_grads;
+    m[MEM_OPTIM] = (double)x->bytes_optim;
+    m[MEM_ACTS] = (double)x->bytes_acts;
+    m[MEM_GRAD_WORKSPACE] = (double)x->bytes_grad_workspace;
+}
+
+static const char *cpu_memory_title(const train_backend *b) {
+    (void)b;
+    return "memory";
+}
+
+static void cpu_close(train_backend *b) { free(b->impl); }
+
+static const train_backend_i CPU_BACKEND = {
+    .name = "cpu",
+    .zero_grads = cpu_zero_grads,
+    .micro_batch = cpu_micro_batch,
+    .reduce_grads = cpu_reduce_grads,
+    .optim_step = cpu_optim_step,
+    .finish_step = cpu_finish_step,
+    .eval_batch = cpu_eval_batch,
+    .sync_host = NULL, /* the host executor is the backend */
+    .memory = cpu_memory,
+    .memory_title = cpu_memory_title,
+    .reports_other = 0,
+    .comm_note = NULL,
+    .close = cpu_close,
+};
+
+int train_backend_cpu_open(train_backend *b, const plan_t *p, const char *plan_path, int B, int T, hyp_err *e) {
+    (void)p, (void)plan_path, (void)B, (void)T;
+    if (!(b->impl = calloc(1, sizeof(cpu_state)))) return hyp_fail(e, HYP_EFAIL, "out of memory");
+    b->i = &CPU_BACKEND;
+    return HYP_OK;
+}

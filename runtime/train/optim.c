@@ -1,0 +1,52 @@
+/* optim.c — what every optimizer shares (optim.h): opening the plan's optimizer section against
+ * the registered kind, hyper-parameter lookup, cutting an arena range into per-tensor spans, and
+ * the optimizer section of a version-1 plan. Never: an update rule (one file per optimizer) or
+ * knowledge of ranks and ZeRO stages (the callers choose the ranges). */
+#include "optim.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+int hyp_optim_open(const plan_t *p, const hyp_optim_i **out, hyp_err *e) {
+    const hyp_optim_cfg *c = &p->optim;
+    const hyp_optim_i *o = hyp_optim_find(c->kind);
+    *out = NULL;
+    if (!c->kind[0]) return hyp_fail(e, HYP_EINPUT, "plan: no optimizer section — regenerate the trainer with gen");
+    if (!o) return hyp_fail(e, HYP_EINPUT, "plan: optimizer.kind '%s' is not an optimizer this runtime has — regenerate the trainer with this version of gen", c->kind);
+    if (c->n_state != o->n_state)
+        return hyp_fail(e, HYP_EINPUT, "plan: optimizer '%s' keeps %d state tensors, the plan lists %d — regenerate the trainer with gen",
+                        o->kind, o->n_state, c->n_state);
+    for (int k = 0; k < o->n_state; k++)
+        if (strcmp(c->state_name[k], o->state_name[k]) || c->state_dtype[k] != o->state_dtype[k])
+            return hyp_fail(e, HYP_EINPUT, "plan: optimizer.state[%d] is '%s' %s, optimizer '%s' keeps '%s' %s there — regenerate the trainer with gen",
+                            k, c->state_name[k], hyp_dtype_name(c->state_dtype[k]), o->kind, o->state_name[k],
+                            hyp_dtype_name(o->state_dtype[k]));
+    if (c->shard_matrix != o->shard_matrix)
+        return hyp_fail(e, HYP_EINPUT, "plan: optimizer.shard is \"%s\", optimizer '%s' shards %s — regenerate the trainer with gen",
+                        c->shard_matrix ? "matrix" : "elementwise", o->kind, o->shard_matrix ? "by matrix" : "elementwise");
+    for (int i = 0; i < p->n_params_t; i++)
+        if (p->params[i].group < 0 || p->params[i].group >= c->n_groups)
+            return hyp_fail(e, HYP_EINPUT, "plan: parameter '%s' is in no optimizer group — regenerate the trainer with gen", p->params[i].name);
+    int rc = o->check ? o->check(c, e) : HYP_OK;
+    if (!rc) *out = o;
+    return rc;
+}
+
+double hyp_optim_hyper(const hyp_optim_cfg *cfg, const char *name) {
+    for (int i = 0; i < cfg->n_hyper; i++)
+        if (!strcmp(cfg->hyper_name[i], name)) return cfg->hyper[i];
+    return 0;
+}
+
+void hyp_optim_step_range(const hyp_optim_i *o, const plan_t *p, const hyp_optim_step *a, int64_t lo, int64_t hi,
+                          float *param, const float *grad, float *const *state) {
+    for (int i = 0; i < p->n_params_t; i++) {
+        const plan_param *pp = &p->params[i];
+        int64_t s = pp->offset > lo ? pp->offset : lo;
+        int64_t t = pp->offset + pp->numel < hi ? pp->offset + pp->numel : hi;
+        if (s >= t) continue;
+        hyp_optim_span sp = {param + (s - lo), grad + (s - lo), {0}, t - s, &p->optim.groups[pp->group]};
+        for (int k = 0; k < o->n_state; k++) sp.state[k] = state[k] + (s - lo);
+        o->step_span(&p->optim, &sp, a);
+    }
+}

@@ -1,0 +1,73 @@
+/* optim.h — the optimizer interface: one update rule per file (optim_adamw.c, ...), found by the
+ * plan's optimizer.kind in the registry (optim_reg.c).
+ *
+ * An optimizer declares the state tensors it keeps per parameter (names, dtypes, checkpoint
+ * names) and whether it shards elementwise or needs whole matrices, and updates a span: a
+ * contiguous float range of the parameter arena inside one parameter tensor, with its gradients
+ * and states, under the tensor's group (lr multiplier, weight decay). On a device it updates what
+ * the rank owns by choosing and launching its rendered kernel through exec_dev. Every caller goes
+ * through it: the cpu step (train.c), the device step, ZeRO (the states are allocated and sharded
+ * as declared here) and checkpoints (optimizer.safetensors holds the declared states).
+ *
+ * Never: I/O, collectives, knowledge of ZeRO stages or ranks — the callers cut the spans.
+ */
+#ifndef HYP_OPTIM_H
+#define HYP_OPTIM_H
+
+#include <stdint.h>
+
+#include "exec_dev.h"
+#include "hyp_err.h"
+#include "plan.h"
+
+/* One contiguous piece of a parameter tensor and everything its update touches. */
+typedef struct {
+    float *param;                        /* [n] */
+    const float *grad;                   /* [n] the summed gradients (before grad_scale) */
+    float *state[HYP_OPT_MAX_STATE];     /* [n] each, the optimizer's states in declared order */
+    int64_t n;
+    const hyp_optim_group *group;        /* lr_mult, weight_decay of the tensor's group */
+} hyp_optim_span;
+
+/* What changes from step to step. */
+typedef struct {
+    double lr;                           /* the schedule's learning rate (before lr_mult) */
+    int t;                               /* optimizer step, 1-based */
+    float grad_scale;                    /* the clip factor (host steps) */
+} hyp_optim_step;
+
+typedef struct hyp_optim_i {
+    /* the registry key: the plan's optimizer.kind */
+    const char *kind;
+    /* the state tensors kept per parameter, each of the parameter's shape, in this order: their
+     * names in the plan ("m", "v"), dtypes, and checkpoint names "<param name><suffix>" */
+    int n_state;
+    const char *state_name[HYP_OPT_MAX_STATE];
+    hyp_dtype state_dtype[HYP_OPT_MAX_STATE];
+    const char *ckpt_suffix[HYP_OPT_MAX_STATE];
+    /* 0: any contiguous range updates alone (ZeRO shards by floats); 1: whole tensors only */
+    int shard_matrix;
+    /* checks the plan's section for this kind: hyper-parameters present and in range */
+    int (*check)(const hyp_optim_cfg *cfg, hyp_err *e);
+    /* the host update of one span */
+    void (*step_span)(const hyp_optim_cfg *cfg, const hyp_optim_span *s, const hyp_optim_step *a);
+    /* the device update of what this rank owns (exec_dev_optim_own), gradients scaled by the
+     * device float *d_grad_scale; enqueued on the default stream. NULL: no device kernel */
+    int (*step_device)(const hyp_optim_cfg *cfg, exec_dev *x, const hyp_optim_step *a, const float *d_grad_scale,
+                       hyp_err *e);
+} hyp_optim_i;
+
+/* The registry (optim_reg.c): the optimizer of that kind, or NULL. */
+const hyp_optim_i *hyp_optim_find(const char *kind);
+/* The plan's optimizer, checked: a registered kind, its states as the kind declares them (names,
+ * dtypes), its hyper-parameters; ZeRO stage >= 1 needs an elementwise one. */
+int hyp_optim_open(const plan_t *p, const hyp_optim_i **out, hyp_err *e);
+/* A hyper-parameter of the plan's section by name (the kind's check made sure it is there). */
+double hyp_optim_hyper(const hyp_optim_cfg *cfg, const char *name);
+/* The host update of the arena range [lo, hi), cut at tensor boundaries into spans: param, grad
+ * and state[k] point at the range's first float (element lo of the arena). */
+void hyp_optim_step_range(const hyp_optim_i *o, const plan_t *p, const hyp_optim_step *a, int64_t lo, int64_t hi,
+                          float *param, const float *grad, float *const *state);
+
+
+#endif

@@ -1,0 +1,87 @@
+/* optim_adamw.c — AdamW (Loshchilov & Hutter; torch.optim.AdamW's update) as an optimizer of
+ * optim.h: states m and v (fp32), elementwise, so any contiguous range updates alone. The host
+ * update is ops_cpu.c's op_adamw; the device update is the rendered adamw_step kernel
+ * (templates/adamw.cu.lua) over this rank's range with a per-tensor weight-decay table. Both
+ * compute the bias corrections in double, round them to float and invert in float, so host and
+ * device steps agree bit for bit. Never: scheduling, clipping or ZeRO (the callers do those). */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "ops_cpu.h"
+#include "optim.h"
+
+static int check(const hyp_optim_cfg *c, hyp_err *e) {
+    static const struct { const char *name; double lo, hi; } H[] = {{"beta1", 0, 1}, {"beta2", 0, 1}, {"eps", 0, 1}};
+    for (size_t i = 0; i < sizeof H / sizeof *H; i++) {
+        int found = 0;
+        for (int j = 0; j < c->n_hyper; j++)
+            if (!strcmp(c->hyper_name[j], H[i].name)) {
+                found = 1;
+                if (!(c->hyper[j] >= H[i].lo && c->hyper[j] < H[i].hi))
+                    return hyp_fail(e, HYP_EINPUT, "plan: optimizer.hyper.%s = %g is outside [%g, %g) — regenerate the trainer with a valid value",
+                                    H[i].name, c->hyper[j], H[i].lo, H[i].hi);
+            }
+        if (!found)
+            return hyp_fail(e, HYP_EINPUT, "plan: AdamW needs optimizer.hyper.%s — regenerate the trainer with gen", H[i].name);
+    }
+    return HYP_OK;
+}
+
+static void step_span(const hyp_optim_cfg *c, const hyp_optim_span *s, const hyp_optim_step *a) {
+    op_adamw(s->param, s->grad, s->state[0], s->state[1], (long)s->n, (float)(a->lr * s->group->lr_mult),
+             (float)hyp_optim_hyper(c, "beta1"), (float)hyp_optim_hyper(c, "beta2"), (float)hyp_optim_hyper(c, "eps"),
+             (float)s->group->weight_decay, a->t, a->grad_scale);
+}
+
+/* adamw_step(params, m, v, grads, seg_end, seg_wd, nseg, n, lr, beta1, beta2, eps, ibc1, ibc2,
+ * gscale, seed, t): 17 parameters, fp32 weights and states. */
+static int step_device(const hyp_optim_cfg *c, exec_dev *x, const hyp_optim_step *a, const float *d_grad_scale,
+                       hyp_err *e) {
+    exec_dev_own o;
+    int rc = exec_dev_optim_own(x, "adamw_step", "float*", 17, &o, e);
+    if (rc) return rc;
+    for (int g = 1; g < c->n_groups; g++)
+        if (c->groups[g].lr_mult != c->groups[0].lr_mult)
+            return hyp_fail(e, HYP_EINPUT, "adamw_step: group '%s' has lr_mult %g and '%s' %g; the device kernel takes one learning rate — give every group the same lr_mult",
+                            c->groups[g].name, c->groups[g].lr_mult, c->groups[0].name, c->groups[0].lr_mult);
+    for (int s = 0; s < o.nseg; s++)
+        o.h_seg_val[s] = o.seg_group[s] >= 0 ? (float)c->groups[o.seg_group[s]].weight_decay : 0.0f;
+    if ((rc = x->dev->h2d(x->dev, o.seg_val, o.h_seg_val, sizeof(float) * (size_t)o.nseg, NULL, e))) return rc;
+    double beta1 = hyp_optim_hyper(c, "beta1"), beta2 = hyp_optim_hyper(c, "beta2");
+    double lr = a->lr * (c->n_groups ? c->groups[0].lr_mult : 1.0);
+    /* as op_adamw: the bias corrections in double, rounded to float, inverted in float */
+    float ibc1 = 1.0f / (float)(1.0 - pow(beta1, (double)a->t)), ibc2 = 1.0f / (float)(1.0 - pow(beta2, (double)a->t));
+    hyp_kargs k;
+    memset(&k, 0, sizeof k);
+    hyp_kargs_ptr(&k, o.param);
+    hyp_kargs_ptr(&k, o.state[0]);
+    hyp_kargs_ptr(&k, o.state[1]);
+    hyp_kargs_ptr(&k, o.grad);
+    hyp_kargs_ptr(&k, o.seg_end);
+    hyp_kargs_ptr(&k, o.seg_val);
+    hyp_kargs_i32(&k, o.nseg);
+    hyp_kargs_i64(&k, o.n);
+    hyp_kargs_f32(&k, (float)lr);
+    hyp_kargs_f32(&k, (float)beta1);
+    hyp_kargs_f32(&k, (float)beta2);
+    hyp_kargs_f32(&k, (float)hyp_optim_hyper(c, "eps"));
+    hyp_kargs_f32(&k, ibc1);
+    hyp_kargs_f32(&k, ibc2);
+    hyp_kargs_ptr(&k, d_grad_scale);
+    hyp_kargs_u32(&k, 0u);
+    hyp_kargs_i32(&k, a->t);
+    return exec_dev_optim_launch(x, o.n, &k, e);
+}
+
+const hyp_optim_i hyp_optim_adamw = {
+    .kind = "adamw",
+    .n_state = 2,
+    .state_name = {"m", "v"},
+    .state_dtype = {HYP_DT_F32, HYP_DT_F32},
+    .ckpt_suffix = {".exp_avg", ".exp_avg_sq"}, /* torch.optim.AdamW's state names */
+    .shard_matrix = 0,
+    .check = check,
+    .step_span = step_span,
+    .step_device = step_device,
+};

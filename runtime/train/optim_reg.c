@@ -1,0 +1,18 @@
+/* optim_reg.c — the optimizer registry: every update rule the runtime knows, by the plan's
+ * optimizer.kind. A new optimizer is one file (optim_<kind>.c with its static const table) and
+ * one line here. Never: update rules or plan checks (they live with each optimizer, optim.c). */
+#include <string.h>
+
+#include "optim.h"
+
+extern const hyp_optim_i hyp_optim_adamw;
+
+static const hyp_optim_i *const REGISTRY[] = {
+    &hyp_optim_adamw,
+};
+
+const hyp_optim_i *hyp_optim_find(const char *kind) {
+    for (size_t i = 0; kind && i < sizeof REGISTRY / sizeof *REGISTRY; i++)
+        if (!strcmp(REGISTRY[i]->kind, kind)) return REGISTRY[i];
+    return NULL;
+}

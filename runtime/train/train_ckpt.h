@@ -1,0 +1,25 @@
+/* train_ckpt.h — the trainer's checkpoints over the host executor (the device backend brings it
+ * up to date first: train_sync_host). Checkpoints hold the plan's tensors under their Hugging Face
+ * names, the optimizer's states (named by the optimizer, optim.h) and the FP8 scaling states: with
+ * stage 0 or one rank rank 0 writes one file set; with stage >= 1 on several ranks every rank
+ * writes its own shard (v2181). train_ckpt_load reads either layout, saved at any world size
+ * (v2175), and keeps this rank's shards. All functions are collective over d->coll. */
+#ifndef HYP_TRAIN_CKPT_H
+#define HYP_TRAIN_CKPT_H
+
+#include "ckpt.h"
+#include "coll.h"
+#include "exec.h"
+#include "train.h"
+
+/* Saves step st->step into dir, keeping the `keep` most recent checkpoints. */
+int train_ckpt_save(dp_t *d, exec_t *x, const char *dir, int keep, const hyp_ckpt_state *st, hyp_err *e);
+/* Loads dir's latest checkpoint into x (its config hash must be plan_hash, the plan's state_hash:
+ * any ZeRO stage of the same plan); for_sampling with ZeRO-3 keeps the full weights for forward
+ * without collectives. HYP_ENOCKPT when dir has none yet. */
+int train_ckpt_load(dp_t *d, exec_t *x, const char *dir, int for_sampling, const char *plan_hash, hyp_ckpt_state *st,
+                    hyp_err *e);
+/* ZeRO-3: gathers the full weights on every rank and forward reads them from then on. */
+int train_unshard(exec_t *x, hyp_err *e);
+
+#endif
