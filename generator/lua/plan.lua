@@ -446,6 +446,7 @@ function P.build(tree, cfg, contrib, opts)
   local train = { B = maxB, T = maxT, decay_fraction = 0.2, zero_stage = 0,
     zero_prefetch = 1, -- stage 3: layer groups gathered ahead of the one computing
     comm_overlap = 1,  -- device targets: gradient all-reduce per layer bucket during backward
+    data_parallel = 0, -- one process; a data-parallel technique lets the trainer run under mpirun
     steps = 1000, eval_every = 100, eval_batches = 8, seed = 1337 }
   train.lr = d.C <= 256 and 2e-3 or 6e-4
   local optimizer = { kind = "adamw", hyper = { beta1 = 0.9, beta2 = 0.95, eps = 1e-8 }, weight_decay = 0.0,

@@ -717,6 +717,7 @@ int plan_load(const char *path, plan_t *p, hyp_err *e) {
     GI(t, "zero_stage", 0, 3, p->zero_stage);
     GI(t, "zero_prefetch", 0, 8, p->zero_prefetch);
     GI(t, "comm_overlap", 0, 1, p->comm_overlap);
+    GI(t, "data_parallel", 0, 1, p->data_parallel);
     GI(t, "seed", 0, (int64_t)1 << 52, p->seed);
     if ((rc = get_str(&c, t, "schedule", p->schedule, sizeof p->schedule))) goto done;
     if (strcmp(p->schedule, "cosine") && strcmp(p->schedule, "wsd") && strcmp(p->schedule, "constant") &&
@@ -751,6 +752,25 @@ int plan_load(const char *path, plan_t *p, hyp_err *e) {
         const cJSON *hn = hw ? cJSON_GetObjectItemCaseSensitive(hw, "name") : NULL;
         p->peak_flops = cJSON_IsNumber(pk) ? pk->valuedouble : 0;
         snprintf(p->hardware, sizeof p->hardware, "%s", cJSON_IsString(hn) ? hn->valuestring : "unknown");
+    }
+    {   /* optional: what the checkpoint techniques recorded (absent: neither) */
+        const cJSON *ck = cJSON_GetObjectItemCaseSensitive(root, "checkpoint");
+        enter(&c, "checkpoint");
+        if (ck && !cJSON_IsObject(ck)) {
+            rc = bad(&c, "field 'checkpoint' is not an object");
+            goto done;
+        }
+        const char *flags[2] = {"elastic", "sharded"};
+        int *dst[2] = {&p->ckpt_elastic, &p->ckpt_sharded};
+        for (int i = 0; ck && i < 2; i++) {
+            const cJSON *f = cJSON_GetObjectItemCaseSensitive(ck, flags[i]);
+            if (f && !cJSON_IsBool(f)) {
+                rc = bad(&c, "field 'checkpoint.%s' is not true or false", flags[i]);
+                goto done;
+            }
+            *dst[i] = cJSON_IsTrue(f);
+        }
+        enter(&c, "%s", "");
     }
     {
         const cJSON *f8 = cJSON_GetObjectItemCaseSensitive(root, "fp8");

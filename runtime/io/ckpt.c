@@ -208,6 +208,7 @@ static cJSON *state_json(const hyp_ckpt_state *st) {
         cJSON_AddNumberToObject(ld, "epoch", (double)st->loader_epoch);
         cJSON_AddNumberToObject(ld, "position", (double)st->loader_position);
     }
+    if (st->world) cJSON_AddNumberToObject(j, "world", (double)st->world);
     cJSON_AddNumberToObject(j, "saved_unix", (double)time(NULL));
     return j;
 }
@@ -830,6 +831,11 @@ int hyp_ckpt_load_aux(const char *dir, const char *step, hyp_ckpt_tensor *params
         goto done;
     }
     snprintf(st->config_hash, sizeof st->config_hash, "%s", ch->valuestring);
+    st->world = 0; /* optional: checkpoints that do not record it resume at any world size */
+    if (cJSON_GetObjectItemCaseSensitive(j, "world") && json_u64(j, "world", &st->world) != 0) {
+        rc = hyp_fail(e, HYP_EINPUT, "%s: field 'world' is malformed — the checkpoint is damaged; resume from an earlier one", p);
+        goto done;
+    }
     if (cJSON_IsString(pl)) snprintf(st->plan, sizeof st->plan, "%s", pl->valuestring);
     if (strlen(sd) >= sizeof st->path) {
         rc = hyp_fail(e, HYP_EINPUT, "%.200s...: path too long", sd);

@@ -60,6 +60,7 @@ typedef struct {
     uint64_t rng[4];                     /* hyp_rng_get_state() */
     uint64_t loader_epoch;               /* hyp_loader_get_state() of the train loader: */
     uint64_t loader_position;            /*   .epoch and .position */
+    uint64_t world;                      /* data-parallel ranks that saved it (0: not recorded) */
     char config_hash[HYP_CKPT_HASH_MAX]; /* the plan's hash; load refuses a different one */
     char plan[HYP_CKPT_PLAN_MAX];        /* optional: which plan, for humans ("tiny+bf16 ...") */
     char path[HYP_CKPT_PATH_MAX];        /* load fills it: the step directory loaded */

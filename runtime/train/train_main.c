@@ -343,6 +343,10 @@ static int resume(run_t *r, hyp_err *e) {
         return HYP_OK;
     }
     if (rc) return rc == HYP_ENOCKPT ? HYP_EINPUT : rc;
+    if (st.world && st.world != (uint64_t)r->d.world && !r->plan.ckpt_elastic && !r->a.sample_mode)
+        return hyp_fail(e, HYP_EINPUT, "%s: saved by %llu rank%s, resumed on %d: this trainer was generated without elastic resume — run it on %llu rank%s, or regenerate with --enable v2175 (elastic training)",
+                        st.path, (unsigned long long)st.world, st.world == 1 ? "" : "s", r->d.world,
+                        (unsigned long long)st.world, st.world == 1 ? "" : "s");
     r->start_step = (int)st.step;
     hyp_rng_set_state(&r->rng, st.rng);
     /* the checkpoint counts windows of the whole data-parallel group (elastic resume, v2175):
@@ -404,6 +408,7 @@ static int save_checkpoint(run_t *r, int step, hyp_err *e) {
     hyp_rng_get_state(&r->rng, st.rng);
     st.loader_epoch = ls.epoch;
     st.loader_position = ls.position * (uint64_t)r->d.world; /* windows of the whole group */
+    st.world = (uint64_t)r->d.world;
     snprintf(st.config_hash, sizeof st.config_hash, "%s", r->plan.state_hash);
     snprintf(st.plan, sizeof st.plan, "%s on %d rank%s, ZeRO stage %d", r->plan.model_name, r->d.world,
              r->d.world == 1 ? "" : "s", r->plan.zero_stage);
@@ -492,6 +497,13 @@ static int run(int argc, char **argv, hyp_coll *coll) {
     }
     plan_t *p = &r.plan;
     r.d = (dp_t){coll, hyp_coll_rank(coll), hyp_coll_world(coll), p->zero_stage, NULL};
+    if (r.d.world > 1 && !p->data_parallel) {
+        if (r.d.rank == 0)
+            fprintf(stderr, "train: %s: this trainer was generated without data parallelism, and mpirun started %d ranks — regenerate it with --enable dp (or zero1/zero2/zero3/fsdp), or run one process\n",
+                    r.plan_path, r.d.world);
+        plan_free(p);
+        return HYP_EINPUT;
+    }
     r.B = a->batch ? a->batch : p->B, r.T = a->seq ? a->seq : p->T;
     r.K = a->grad_accum ? a->grad_accum : p->grad_accum;
     train_opts_from_plan(&r.opt, p);

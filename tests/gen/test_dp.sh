@@ -20,7 +20,7 @@ close() { # close FILE_A FILE_B: every loss within 2e-5 relative
   paste <(losses "$1") <(losses "$2") | awk 'BEGIN { n = 0 } { n++; d = $1 - $2; if (d < 0) d = -d; if (d > 2e-5 * $1) bad = 1 } END { exit bad || n < 4 }'
 }
 for stage in 0 1 2 3; do
-  sel="adamw,clip,memory-planning,dp"; [ $stage -gt 0 ] && sel="$sel,zero$stage"
+  sel="adamw,clip,memory-planning,dp,v2175"; [ $stage -gt 0 ] && sel="$sel,zero$stage"
   expect "gen_zero$stage" 0 "wrote" -- "$GEN" specs/v2500.yaml --enable $sel --model tiny --target cpu --batch 4 --seq 64 -o "$TMP/z$stage"
   expect "np1_zero$stage" 0 "done: 4 steps" -- "$TMP/z$stage/train" "${COMMON[@]}" --batch 4 --metrics "$TMP/np1_$stage.jsonl" --ckpt-dir "$TMP/ck1_$stage"
   expect "np2_zero$stage" 0 "rank 1/2 memory \(ZeRO stage $stage\)" -- $MPI "$TMP/z$stage/train" "${COMMON[@]}" --batch 2 --metrics "$TMP/np2_$stage.jsonl" --ckpt-dir "$TMP/ck2_$stage"
@@ -90,10 +90,19 @@ expect np1_8_steps 0 "done: 8 steps" -- "$TMP/z2/train" "${COMMON[@]}" --steps 8
 expect np2_first_4 0 "done: 4 steps" -- $MPI "$TMP/z2/train" "${COMMON[@]}" --steps 8 --stop-after 4 --batch 2 --metrics "$TMP/e2.jsonl" --ckpt-dir "$TMP/eck"
 expect np1_resumes_last_4 0 "resumed from .*now 1 rank" -- "$TMP/z2/train" "${COMMON[@]}" --steps 8 --batch 4 --metrics "$TMP/e2.jsonl" --ckpt-dir "$TMP/eck" --resume
 check "test_v2175_resume_at_other_world_size" close "$TMP/e1.jsonl" "$TMP/e2.jsonl"
+# without v2175 the same checkpoint is refused at another world size (and nothing is lost);
+# without v2110 a trainer refuses to run on several ranks
+expect gen_without_elastic 0 "wrote" -- "$GEN" specs/v2500.yaml --enable adamw,clip,memory-planning,dp --model tiny --target cpu --batch 4 --seq 64 -o "$TMP/noel"
+expect np2_noel_first_4 0 "done: 4 steps" -- $MPI "$TMP/noel/train" "${COMMON[@]}" --steps 8 --stop-after 4 --batch 2 --ckpt-dir "$TMP/nck"
+expect test_v2175_off_refuses_other_world_size 2 "saved by 2 ranks, resumed on 1: this trainer was generated without elastic resume" -- "$TMP/noel/train" "${COMMON[@]}" --steps 8 --batch 4 --ckpt-dir "$TMP/nck" --resume
+check test_v2175_off_refusal_keeps_the_checkpoint test -s "$TMP/nck/step_00000004/model.safetensors"
+expect test_v2175_off_same_world_size_resumes 0 "resumed from .*now 2 ranks" -- $MPI "$TMP/noel/train" "${COMMON[@]}" --steps 8 --batch 2 --ckpt-dir "$TMP/nck" --resume
+expect gen_without_dp 0 "wrote" -- "$GEN" specs/v2500.yaml --enable adamw,clip,memory-planning --model tiny --target cpu --batch 4 --seq 64 -o "$TMP/nodp"
+expect test_v2110_off_refuses_several_ranks 2 "generated without data parallelism, and mpirun started 2 ranks" -- $MPI "$TMP/nodp/train" "${COMMON[@]}" --steps 2 --batch 2
 
 # v2181 elastic resume of a sharded ZeRO-3 checkpoint: saved at np=2 after 3 steps, resumed at
 # np=1 and at np=3 (global batch 6 at every world size), each continues like 8 straight steps
-expect gen_zero3_b6 0 "wrote" -- "$GEN" specs/v2500.yaml --enable adamw,clip,memory-planning,dp,zero3 --model tiny --target cpu --batch 6 --seq 64 -o "$TMP/z36"
+expect gen_zero3_b6 0 "wrote" -- "$GEN" specs/v2500.yaml --enable adamw,clip,memory-planning,dp,v2175,zero3 --model tiny --target cpu --batch 6 --seq 64 -o "$TMP/z36"
 E8=("${COMMON[@]}" --steps 8)
 expect z3_np1_8_steps 0 "done: 8 steps" -- "$TMP/z36/train" "${E8[@]}" --batch 6 --metrics "$TMP/s1.jsonl"
 expect z3_np2_first_3 0 "done: 3 steps" -- $MPI "$TMP/z36/train" "${E8[@]}" --stop-after 3 --batch 3 --metrics "$TMP/s2.jsonl" --ckpt-dir "$TMP/sck"
@@ -106,7 +115,7 @@ check "test_v2181_sharded_resume_np2_to_np3" close "$TMP/s1.jsonl" "$TMP/s3.json
 check "test_v2181_np3_writes_three_shards" test -s "$TMP/sck3/step_00000008/shard_00002.safetensors"
 # ...and under another ZeRO stage of the same plan (the checkpoint's config hash leaves the ZeRO
 # settings out): the np=2 stage-3 shards resumed by a stage-1 trainer at np=2
-expect gen_zero1_b6 0 "wrote" -- "$GEN" specs/v2500.yaml --enable adamw,clip,memory-planning,dp,zero1 --model tiny --target cpu --batch 6 --seq 64 -o "$TMP/z16"
+expect gen_zero1_b6 0 "wrote" -- "$GEN" specs/v2500.yaml --enable adamw,clip,memory-planning,dp,v2175,zero1 --model tiny --target cpu --batch 6 --seq 64 -o "$TMP/z16"
 expect z1_np2_resumes_z3_shards 0 "resumed from .*ZeRO stage 3; now 2 ranks" -- $MPI "$TMP/z16/train" "${E8[@]}" --batch 3 --metrics "$TMP/s4.jsonl" --ckpt-dir "$TMP/sck1" --resume
 check "test_v2181_stage3_shards_resume_at_stage1" close "$TMP/s1.jsonl" "$TMP/s4.jsonl"
 expect "test_v2181_sample_from_sharded_checkpoint" 0 "resumed from .*3 ranks" -- "$TMP/z36/train" sample --ckpt-dir "$TMP/sck3" --sample 20

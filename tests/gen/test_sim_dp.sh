@@ -37,7 +37,7 @@ close() { # close FILE_A FILE_B TOL: every loss and norm within TOL relative, 3 
 # rendered kernels do not depend on the stage, so they compile once (the first run ~30 s)
 OUT="$BUILD/tests/sim_dp_trainer"
 for stage in 0 1 2 3; do
-  sel="adamw,clip,dp"; [ $stage -gt 0 ] && sel="$sel,zero$stage"
+  sel="adamw,clip,dp,v2175"; [ $stage -gt 0 ] && sel="$sel,zero$stage"
   rm -rf "$OUT"
   expect "gen_sim_zero$stage" 0 "rendered for sim" -- "$GEN" specs/v2500.yaml --enable $sel --model tiny --target sim --batch 2 --seq 16 -o "$OUT"
   if [ $stage -eq 0 ] || [ $stage -eq 2 ]; then
@@ -105,10 +105,10 @@ for key in params grads optimizer workspace; do
   check "test_v2104_sim_stage3_${key}_memory_matches_formula" within "$got" "$want"
 done
 check test_v2104_sim_stage3_params_smaller_than_stage2 awk -v a="$(mem 3 params)" -v b="$(mem 2 params)" 'BEGIN { exit !(a < b) }'
-expect gen_cpu_zero0 0 "wrote" -- "$GEN" specs/v2500.yaml --enable adamw,clip,dp --model tiny --target cpu --batch 2 --seq 16 -o "$TMP/cpu"
+expect gen_cpu_zero0 0 "wrote" -- "$GEN" specs/v2500.yaml --enable adamw,clip,dp,v2175 --model tiny --target cpu --batch 2 --seq 16 -o "$TMP/cpu"
 expect cpu_np2 0 "done: 3 steps" -- $MPI "$TMP/cpu/train" "${COMMON[@]}" --batch 1 --metrics "$TMP/cpu2.jsonl"
 check "test_v2110_sim_np2_matches_cpu_np2" close "$TMP/cpu2.jsonl" "$TMP/np2_0.jsonl" 1e-4
-expect gen_cpu_zero3 0 "wrote" -- "$GEN" specs/v2500.yaml --enable adamw,clip,dp,zero3 --model tiny --target cpu --batch 2 --seq 16 -o "$TMP/cpu3"
+expect gen_cpu_zero3 0 "wrote" -- "$GEN" specs/v2500.yaml --enable adamw,clip,dp,v2175,zero3 --model tiny --target cpu --batch 2 --seq 16 -o "$TMP/cpu3"
 expect cpu_np2_zero3 0 "done: 3 steps" -- $MPI "$TMP/cpu3/train" "${COMMON[@]}" --batch 1 --metrics "$TMP/cpu3.jsonl"
 check "test_v2104_sim_zero3_np2_matches_cpu_zero3_np2" close "$TMP/cpu3.jsonl" "$TMP/np2_3.jsonl" 1e-4
 finish

@@ -1,10 +1,12 @@
--- v2110 data parallelism: under mpirun every rank reads disjoint windows and gradients are
+-- v2110 data parallelism: plan.train.data_parallel lets the trainer run under mpirun (without it
+-- a trainer refuses several ranks); every rank reads disjoint windows and gradients are
 -- averaged over the global batch; on device targets the all-reduce runs per layer bucket on a
 -- communication stream while backward continues (plan.train.comm_overlap).
 local M = { id = "v2110" }
 
 function M.sections(ctx, plan)
   local train = plan.train
+  train.data_parallel = 1
   if ctx.param("overlap") == false then
     train.comm_overlap = 0
     ctx.decide("v2110.overlap", false, "the gradient all-reduce runs after backward")
