@@ -651,7 +651,11 @@ static void run_compiles(job_t **todo, int ntodo, int workers, const char **opts
     while (next < ntodo || running > 0) {
         while (running < workers && next < ntodo) {
             job_t *j = todo[next++];
-            snprintf(j->result_path, sizeof j->result_path, "%s/%d.res", tmpdir, next);
+            if (snprintf(j->result_path, sizeof j->result_path, "%s/%d.res", tmpdir, next) >=
+                (int)sizeof j->result_path) { /* no room for the result's path: compile here */
+                compile_one(j, opts, nopts);
+                continue;
+            }
             pid_t pid = fork();
             if (pid == 0) {
 #ifdef __linux__
@@ -689,7 +693,7 @@ static void run_compiles(job_t **todo, int ntodo, int workers, const char **opts
                          j->name, WTERMSIG(st));
             } else {
                 snprintf(j->error, sizeof j->error,
-                         "the NVRTC worker for %s failed (exit %d%s%s) — check free disk space in %s",
+                         "the NVRTC worker for %.64s failed (exit %d%s%.40s) — check free disk space in %.256s",
                          j->name, WIFEXITED(st) ? WEXITSTATUS(st) : -1, *why ? ", result " : "", why,
                          tmpdir);
             }
@@ -802,9 +806,9 @@ static int l_nvrtc_compile(lua_State *L) {
 
         if (cache_root[0]) {
             char dir[PATH_MAX];
-            snprintf(dir, sizeof dir, "%s/%.2s", cache_root, j->key);
-            if (snprintf(j->entry_path, sizeof j->entry_path, "%s/%s.bin", dir, j->key) >=
-                (int)sizeof j->entry_path) {
+            if (snprintf(dir, sizeof dir, "%s/%.2s", cache_root, j->key) >= (int)sizeof dir ||
+                snprintf(j->entry_path, sizeof j->entry_path, "%s/%s.bin", dir, j->key) >=
+                    (int)sizeof j->entry_path) {
                 j->entry_path[0] = 0; /* path too long for the cache: just compile */
                 todo[ntodo++] = j;
                 continue;
@@ -844,9 +848,9 @@ static int l_nvrtc_compile(lua_State *L) {
     for (int i = 0; i < ntodo; i++) {
         job_t *j = todo[i];
         if (j->have && j->res.status == 0 && cache_root[0] && j->entry_path[0]) {
-            char dir[PATH_MAX];
-            snprintf(dir, sizeof dir, "%s/%.2s", cache_root, j->key);
-            if (mkdir_p(dir) || entry_write(j->entry_path, &j->res)) {
+            char dir[PATH_MAX]; /* shorter than entry_path, which fitted */
+            if (snprintf(dir, sizeof dir, "%s/%.2s", cache_root, j->key) >= (int)sizeof dir ||
+                mkdir_p(dir) || entry_write(j->entry_path, &j->res)) {
                 if (!cache_note) cache_note = strerror(errno);
             }
         }

@@ -104,6 +104,7 @@ __asm__(".text\n"
 void __sanitizer_start_switch_fiber(void **fake_stack_save, const void *bottom, size_t size);
 void __sanitizer_finish_switch_fiber(void *fake_stack_save, const void **bottom_old,
                                      size_t *size_old);
+void __asan_unpoison_memory_region(void const volatile *addr, size_t size);
 #endif
 
 /* ------------------------------------------------------------------------------------------ */
@@ -236,8 +237,19 @@ static const char *tid3(const sim_fiber *f, char *buf, size_t n) {
 
 static void fiber_main(sim_fiber *f);
 
+/* A fiber abandoned mid-kernel (fiber_fail) never unwinds, so ASan's redzones of its frames stay
+ * on the stack; a reused stack must start clean or ASan reports its own stale poison. */
+static void stack_fresh(sim_fiber *f) {
+#ifdef SIM_ASAN
+    __asan_unpoison_memory_region(f->stack_lo, (size_t)(f->stack_hi - f->stack_lo));
+#else
+    (void)f;
+#endif
+}
+
 #ifdef SIM_ASM_SWITCH
 static void ctx_arm(sim_fiber *f) {
+    stack_fresh(f);
     uintptr_t top = (uintptr_t)f->stack_hi & ~(uintptr_t)15;
     uint64_t *sp = (uint64_t *)(top - 72); /* the `ret` slot at top-24: 16-aligned after ret */
     sp[0] = 0;                               /* r15 */
@@ -258,6 +270,7 @@ static void fiber_main_uc(unsigned hi, unsigned lo) {
     fiber_main((sim_fiber *)(((uintptr_t)hi << 32) | (uintptr_t)lo));
 }
 static void ctx_arm(sim_fiber *f) {
+    stack_fresh(f);
     getcontext(&f->uc);
     f->uc.uc_stack.ss_sp = f->stack_lo;
     f->uc.uc_stack.ss_size = (size_t)(f->stack_hi - f->stack_lo);
