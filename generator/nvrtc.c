@@ -33,6 +33,7 @@
  */
 #define _GNU_SOURCE /* sched_getaffinity / CPU_COUNT */
 #include "nvrtc.h"
+#include "fsio.h"
 
 #include <lauxlib.h>
 #include <lua.h>
@@ -127,62 +128,6 @@ static double now_s(void) {
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-/* Whole file into a malloc'ed, NUL-terminated buffer; NULL (errno set) on failure. */
-static char *slurp(const char *path, size_t *len) {
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) return NULL;
-    struct stat st;
-    if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
-        close(fd);
-        errno = EISDIR;
-        return NULL;
-    }
-    size_t n = (size_t)st.st_size, got = 0;
-    char *p = malloc(n + 1);
-    if (!p) {
-        close(fd);
-        return NULL;
-    }
-    while (got < n) {
-        ssize_t r = read(fd, p + got, n - got);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) break;
-        got += (size_t)r;
-    }
-    close(fd);
-    p[got] = 0;
-    *len = got;
-    return p;
-}
-
-static int write_all(int fd, const void *p, size_t n) {
-    const char *c = p;
-    while (n) {
-        ssize_t w = write(fd, c, n);
-        if (w < 0) {
-            if (errno == EINTR) continue;
-            return -1;
-        }
-        c += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
-static int mkdir_p(const char *path) {
-    char buf[PATH_MAX];
-    if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf) return -1;
-    for (char *p = buf + 1; *p; p++) {
-        if (*p == '/') {
-            *p = 0;
-            if (mkdir(buf, 0755) && errno != EEXIST) return -1;
-            *p = '/';
-        }
-    }
-    if (mkdir(buf, 0755) && errno != EEXIST) return -1;
-    return 0;
-}
-
 static void hex128(XXH128_hash_t h, char out[33]) {
     XXH128_canonical_t c;
     XXH128_canonicalFromHash(&c, h);
@@ -261,8 +206,8 @@ static hdr_t *hdr_load(incctx_t *c, const char *path) {
     for (hdr_t *h = c->memo; h; h = h->next)
         if (!strcmp(h->path, path)) return h;
     size_t n;
-    char *text = slurp(path, &n);
-    if (!text) return NULL;
+    char *text;
+    if (hyp_fs_read_small(path, SIZE_MAX, &text, &n, NULL) != HYP_OK) return NULL;
     hdr_t *h = calloc(1, sizeof *h);
     if (!h) {
         free(text);
@@ -436,10 +381,10 @@ static int entry_write(const char *path, const entry_t *e) {
     XXH3_freeState(st);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd < 0) return -1;
-    int bad = write_all(fd, head, sizeof head);
+    int bad = hyp_fs_write_all(fd, head, sizeof head);
     for (int i = 0; i < ENTRY_NSEC && !bad; i++)
-        if (e->len[i]) bad = write_all(fd, e->sec[i], e->len[i]);
-    if (!bad) bad = write_all(fd, sum.digest, sizeof sum.digest);
+        if (e->len[i]) bad = hyp_fs_write_all(fd, e->sec[i], e->len[i]);
+    if (!bad) bad = hyp_fs_write_all(fd, sum.digest, sizeof sum.digest);
     if (!bad) bad = fsync(fd);
     if (close(fd)) bad = -1;
     if (!bad) bad = rename(tmp, path);
@@ -455,8 +400,10 @@ static int entry_write(const char *path, const entry_t *e) {
 static int entry_read(const char *path, entry_t *e, const char **why) {
     memset(e, 0, sizeof *e);
     size_t n;
-    unsigned char *p = (unsigned char *)slurp(path, &n);
-    if (!p) return errno == ENOENT ? -1 : (*why = "unreadable", -2);
+    char *raw;
+    if (!hyp_fs_exists(path)) return -1;
+    if (hyp_fs_read_small(path, SIZE_MAX, &raw, &n, NULL) != HYP_OK) return (*why = "unreadable", -2);
+    unsigned char *p = (unsigned char *)raw;
     int rc = -2;
     *why = "too short";
     if (n < ENTRY_HEAD + ENTRY_SUM) goto out;
@@ -766,10 +713,11 @@ static int l_nvrtc_compile(lua_State *L) {
     /* cache directory: CACHE/nvrtc-1; if it cannot be created, compile without a cache */
     char cache_root[PATH_MAX] = "";
     const char *cache_note = NULL;
+    hyp_err cache_err = {"a cache path too long"}; /* cache_note may point into it */
     if (cache_dir && *cache_dir) {
         snprintf(cache_root, sizeof cache_root, "%s/%s", cache_dir, CACHE_SUBDIR);
-        if (mkdir_p(cache_root)) {
-            cache_note = strerror(errno);
+        if (hyp_fs_mkdirs(cache_root, &cache_err) != HYP_OK) {
+            cache_note = cache_err.msg;
             cache_root[0] = 0;
         }
     }
@@ -850,7 +798,9 @@ static int l_nvrtc_compile(lua_State *L) {
         if (j->have && j->res.status == 0 && cache_root[0] && j->entry_path[0]) {
             char dir[PATH_MAX]; /* shorter than entry_path, which fitted */
             if (snprintf(dir, sizeof dir, "%s/%.2s", cache_root, j->key) >= (int)sizeof dir ||
-                mkdir_p(dir) || entry_write(j->entry_path, &j->res)) {
+                hyp_fs_mkdirs(dir, &cache_err) != HYP_OK) {
+                if (!cache_note) cache_note = cache_err.msg;
+            } else if (entry_write(j->entry_path, &j->res)) {
                 if (!cache_note) cache_note = strerror(errno);
             }
         }

@@ -16,6 +16,7 @@
  * kernel bug becomes a HYP_EFAIL with a message. */
 #define _GNU_SOURCE /* REG_RIP, dladdr, MAP_NORESERVE */
 #include "sim.h"
+#include "fsio.h"
 
 #include <dirent.h>
 #include <dlfcn.h>
@@ -1164,24 +1165,6 @@ static void sb_printf(sbuf *b, const char *fmt, ...) {
     if (n > 0) sb_put(b, tmp, (size_t)n < sizeof tmp ? (size_t)n : sizeof tmp - 1);
 }
 
-static char *slurp(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    sbuf b = {0};
-    char chunk[65536];
-    size_t k;
-    while ((k = fread(chunk, 1, sizeof chunk, f)) > 0) sb_put(&b, chunk, k);
-    int err = ferror(f);
-    fclose(f);
-    if (err || b.oom) {
-        free(b.p);
-        return NULL;
-    }
-    if (!b.p) sb_put(&b, "", 0);
-    *len = b.n;
-    return b.p;
-}
-
 static int write_file(const char *path, const char *data, size_t n) {
     FILE *f = fopen(path, "wb");
     if (!f) return -1;
@@ -1537,12 +1520,18 @@ static void first_errors(const char *log, char *buf, size_t n) {
 
 static unsigned g_tmp_counter;
 
+/* The kernel source, whole; errors name it as the kernel source. */
+static int read_source(const char *cu_path, char **src, size_t *len, hyp_err *e) {
+    hyp_err sub;
+    int rc = hyp_fs_read_small(cu_path, SIZE_MAX, src, len, &sub);
+    return rc ? hyp_fail(e, rc, "cannot read the kernel source %s", sub.msg) : HYP_OK;
+}
+
 int hyp_sim_compile(const char *cu_path, const char *so_path, const char *extra_flags, hyp_err *e) {
     size_t len;
-    char *src = slurp(cu_path, &len);
-    if (!src)
-        return hyp_fail(e, HYP_EINPUT, "%s: cannot read the kernel source: %s — check the path",
-                        cu_path, strerror(errno));
+    char *src;
+    int rrc = read_source(cu_path, &src, &len, e);
+    if (rrc) return rrc;
     char kdir[PATH_MAX], prelude[PATH_MAX + 32], cuda_inc[PATH_MAX];
     kernels_dir(kdir, sizeof kdir);
     cuda_include_dir(cuda_inc, sizeof cuda_inc);
@@ -1659,18 +1648,6 @@ int hyp_sim_compile(const char *cu_path, const char *so_path, const char *extra_
 /* ------------------------------------------------------------------------------------------ */
 /* Compile cache */
 
-static int mkdir_p(const char *path) {
-    char buf[PATH_MAX];
-    snprintf(buf, sizeof buf, "%s", path);
-    for (char *p = buf + 1; *p; p++) {
-        if (*p != '/') continue;
-        *p = 0;
-        if (mkdir(buf, 0777) != 0 && errno != EEXIST) return -1;
-        *p = '/';
-    }
-    return mkdir(buf, 0777) != 0 && errno != EEXIST ? -1 : 0;
-}
-
 static int cmp_str(const void *a, const void *b) {
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
@@ -1691,8 +1668,8 @@ static void hash_dir(XXH3_state_t *st, const char *dir) {
         char p[PATH_MAX + 300];
         snprintf(p, sizeof p, "%s/%s", dir, names[i]);
         size_t len;
-        char *data = slurp(p, &len);
-        if (data) {
+        char *data;
+        if (hyp_fs_read_small(p, SIZE_MAX, &data, &len, NULL) == HYP_OK) {
             XXH3_128bits_update(st, names[i], strlen(names[i]) + 1);
             XXH3_128bits_update(st, &len, sizeof len);
             XXH3_128bits_update(st, data, len);
@@ -1705,10 +1682,9 @@ static void hash_dir(XXH3_state_t *st, const char *dir) {
 int hyp_sim_open(const char *cu_path, const char *extra_flags, hyp_sim_module **m, hyp_err *e) {
     *m = NULL;
     size_t len;
-    char *src = slurp(cu_path, &len);
-    if (!src)
-        return hyp_fail(e, HYP_EINPUT, "%s: cannot read the kernel source: %s — check the path",
-                        cu_path, strerror(errno));
+    char *src;
+    int rrc = read_source(cu_path, &src, &len, e);
+    if (rrc) return rrc;
     XXH3_state_t *st = XXH3_createState();
     if (!st) {
         free(src);
@@ -1743,9 +1719,10 @@ int hyp_sim_open(const char *cu_path, const char *extra_flags, hyp_sim_module **
     else if (getenv("HOME") && *getenv("HOME"))
         snprintf(dir, sizeof dir, "%s/.cache/hyperion/sim", getenv("HOME"));
     else snprintf(dir, sizeof dir, "/tmp/hyperion-sim-%ld", (long)getuid());
-    if (mkdir_p(dir) != 0)
-        return hyp_fail(e, HYP_EFAIL, "%s: cannot create the sim cache: %s — set HYP_SIM_CACHE",
-                        dir, strerror(errno));
+    hyp_err mk;
+    if (hyp_fs_mkdirs(dir, &mk) != HYP_OK)
+        return hyp_fail(e, HYP_EFAIL, "cannot create the sim cache: %s; or set HYP_SIM_CACHE",
+                        mk.msg);
     const char *base = strrchr(cu_path, '/');
     base = base ? base + 1 : cu_path;
     char so[PATH_MAX + 200];
