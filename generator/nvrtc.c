@@ -17,12 +17,10 @@
  * most `workers` at a time; a worker writes its result to a private file that the parent reads
  * back and checks. A worker never touches Lua.
  *
- * Cache key (XXH3-128, hex): length-prefixed fields: a format tag, the generator version, the
- * NVRTC version, the arch, every option except --include-path (paths do not change the output;
- * the headers' contents are keyed instead), the source, and for every header the source
- * includes, transitively (resolved like NVRTC does: the including file's directory for "...",
- * then the include dirs in order; every #include line counts, conditional or not), its spelling
- * and the hash of its content. Includes found in none of those are NVRTC built-ins, covered by
+ * Cache key: the compile caches' one rule (runtime/io/ckey.h) over the tag "hyperion nvrtc
+ * cache 1", the generator version, the NVRTC version, the arch, every option except
+ * --include-path (paths do not change the output; the headers' contents are keyed instead), and
+ * the source with its include closure. Includes found nowhere are NVRTC built-ins, covered by
  * the NVRTC version.
  *
  * Entries: CACHE/nvrtc-1/KK/KEY.bin, written to a temp file in the same directory, fsync'ed and
@@ -33,6 +31,7 @@
  */
 #define _GNU_SOURCE /* sched_getaffinity / CPU_COUNT */
 #include "nvrtc.h"
+#include "ckey.h"
 #include "fsio.h"
 
 #include <lauxlib.h>
@@ -128,199 +127,7 @@ static double now_s(void) {
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static void hex128(XXH128_hash_t h, char out[33]) {
-    XXH128_canonical_t c;
-    XXH128_canonicalFromHash(&c, h);
-    for (int i = 0; i < 16; i++) snprintf(out + 2 * i, 3, "%02x", c.digest[i]);
-}
 
-static void feed(XXH3_state_t *st, const void *p, size_t n) {
-    uint64_t len = n;
-    XXH3_128bits_update(st, &len, sizeof len); /* length-prefixed: fields cannot run together */
-    XXH3_128bits_update(st, p, n);
-}
-static void feeds(XXH3_state_t *st, const char *s) { feed(st, s, strlen(s)); }
-
-/* ------------------------------------------------------------------------------------------ */
-/* Header closure: every file a source reaches through #include, with its content hash.
- * Memoized by resolved path for one hyp.nvrtc_compile call (the kernels share their headers). */
-
-typedef struct hdr {
-    char *path;         /* resolved path */
-    XXH128_hash_t hash; /* of the content */
-    char **incs;        /* spellings of its own #includes, each "\"x\"" or "<x>" */
-    int nincs;
-    struct hdr *next;
-} hdr_t;
-
-typedef struct resolved {
-    char *spelling, *from; /* from: "" for the top-level source */
-    hdr_t *hdr;            /* NULL: not found (an NVRTC built-in) */
-    struct resolved *next;
-} resolved_t;
-
-typedef struct {
-    const char *dirs[MAX_INCDIRS];
-    int ndirs;
-    hdr_t *memo;
-    resolved_t *lookups; /* spelling + including dir -> header: the kernels share their includes */
-} incctx_t;
-
-/* The #include spellings of a text: "\"name\"" or "<name>", every line, conditional or not. */
-static int scan_includes(const char *text, char ***out) {
-    char **v = NULL;
-    int n = 0, cap = 0;
-    for (const char *l = text; l && *l;) {
-        const char *e = strchr(l, '\n');
-        const char *p = l;
-        while (*p == ' ' || *p == '\t') p++;
-        if (*p == '#') {
-            p++;
-            while (*p == ' ' || *p == '\t') p++;
-            if (!strncmp(p, "include", 7)) {
-                p += 7;
-                while (*p == ' ' || *p == '\t') p++;
-                char close = *p == '"' ? '"' : *p == '<' ? '>' : 0;
-                if (close) {
-                    const char *q = p + 1;
-                    while (*q && *q != close && *q != '\n') q++;
-                    if (*q == close) {
-                        if (n == cap) {
-                            cap = cap ? 2 * cap : 8;
-                            char **nv = realloc(v, (size_t)cap * sizeof *v);
-                            if (!nv) break;
-                            v = nv;
-                        }
-                        v[n++] = strndup(p, (size_t)(q - p + 1));
-                    }
-                }
-            }
-        }
-        l = e ? e + 1 : NULL;
-    }
-    *out = v;
-    return n;
-}
-
-static hdr_t *hdr_load(incctx_t *c, const char *path) {
-    for (hdr_t *h = c->memo; h; h = h->next)
-        if (!strcmp(h->path, path)) return h;
-    size_t n;
-    char *text;
-    if (hyp_fs_read_small(path, SIZE_MAX, &text, &n, NULL) != HYP_OK) return NULL;
-    hdr_t *h = calloc(1, sizeof *h);
-    if (!h) {
-        free(text);
-        return NULL;
-    }
-    h->path = strdup(path);
-    h->hash = XXH3_128bits(text, n);
-    h->nincs = scan_includes(text, &h->incs);
-    free(text);
-    h->next = c->memo;
-    c->memo = h;
-    return h;
-}
-
-static void hdr_free_all(incctx_t *c) {
-    while (c->lookups) {
-        resolved_t *r = c->lookups;
-        c->lookups = r->next;
-        free(r->spelling);
-        free(r->from);
-        free(r);
-    }
-    while (c->memo) {
-        hdr_t *h = c->memo;
-        c->memo = h->next;
-        for (int i = 0; i < h->nincs; i++) free(h->incs[i]);
-        free(h->incs);
-        free(h->path);
-        free(h);
-    }
-}
-
-/* Resolves one spelling from a file in directory `from` (NULL for the top-level source). */
-static hdr_t *resolve_uncached(incctx_t *c, const char *spelling, const char *from);
-static hdr_t *resolve(incctx_t *c, const char *spelling, const char *from) {
-    const char *f = from ? from : "";
-    for (resolved_t *r = c->lookups; r; r = r->next)
-        if (!strcmp(r->spelling, spelling) && !strcmp(r->from, f)) return r->hdr;
-    hdr_t *h = resolve_uncached(c, spelling, from);
-    resolved_t *r = calloc(1, sizeof *r);
-    if (r && (r->spelling = strdup(spelling)) && (r->from = strdup(f))) {
-        r->hdr = h;
-        r->next = c->lookups;
-        c->lookups = r;
-    } else if (r) {
-        free(r->spelling);
-        free(r);
-    }
-    return h;
-}
-static hdr_t *resolve_uncached(incctx_t *c, const char *spelling, const char *from) {
-    size_t len = strlen(spelling);
-    char name[PATH_MAX], path[PATH_MAX];
-    if (len < 3 || len - 2 >= sizeof name) return NULL;
-    memcpy(name, spelling + 1, len - 2);
-    name[len - 2] = 0;
-    struct stat st;
-    if (spelling[0] == '"' && from) {
-        if (snprintf(path, sizeof path, "%s/%s", from, name) < (int)sizeof path && !stat(path, &st) &&
-            S_ISREG(st.st_mode))
-            return hdr_load(c, path);
-    }
-    for (int i = 0; i < c->ndirs; i++) {
-        if (snprintf(path, sizeof path, "%s/%s", c->dirs[i], name) < (int)sizeof path &&
-            !stat(path, &st) && S_ISREG(st.st_mode))
-            return hdr_load(c, path);
-    }
-    return NULL;
-}
-
-typedef struct {
-    hdr_t **v;
-    int n, cap;
-} seen_t;
-
-static int seen_has(seen_t *s, hdr_t *h) {
-    for (int i = 0; i < s->n; i++)
-        if (s->v[i] == h) return 1;
-    return 0;
-}
-
-/* Feeds the include closure of a file's include list into the key, depth first, each resolved
- * header once: its spelling and content hash, then its own includes. */
-static void feed_includes(XXH3_state_t *st, incctx_t *c, char **incs, int nincs, const char *from,
-                          seen_t *seen, int depth) {
-    for (int i = 0; i < nincs; i++) {
-        feeds(st, incs[i]);
-        hdr_t *h = depth < 64 ? resolve(c, incs[i], from) : NULL;
-        if (!h) {
-            feeds(st, "<builtin>");
-            continue;
-        }
-        if (seen_has(seen, h)) {
-            feeds(st, "<again>");
-            continue;
-        }
-        if (seen->n == seen->cap) {
-            seen->cap = seen->cap ? 2 * seen->cap : 32;
-            hdr_t **nv = realloc(seen->v, (size_t)seen->cap * sizeof *nv);
-            if (!nv) continue;
-            seen->v = nv;
-        }
-        seen->v[seen->n++] = h;
-        XXH128_canonical_t cs;
-        XXH128_canonicalFromHash(&cs, h->hash);
-        feed(st, cs.digest, sizeof cs.digest);
-        char dir[PATH_MAX];
-        snprintf(dir, sizeof dir, "%s", h->path);
-        char *slash = strrchr(dir, '/');
-        if (slash) *slash = 0;
-        feed_includes(st, c, h->incs, h->nincs, slash ? dir : ".", seen, depth + 1);
-    }
-}
 
 /* ------------------------------------------------------------------------------------------ */
 /* Entries: the cache's files, and the files workers hand their results back in. */
@@ -707,8 +514,12 @@ static int l_nvrtc_compile(lua_State *L) {
         free(todo);
         return luaL_error(L, "nvrtc_compile: out of memory");
     }
-    incctx_t ic = {.ndirs = ndirs};
-    for (int i = 0; i < ndirs; i++) ic.dirs[i] = dirs[i];
+    hyp_ckey_headers *hdrs = hyp_ckey_headers_new(dirs, ndirs);
+    if (!hdrs) {
+        free(jobs);
+        free(todo);
+        return luaL_error(L, "nvrtc_compile: out of memory");
+    }
 
     /* cache directory: CACHE/nvrtc-1; if it cannot be created, compile without a cache */
     char cache_root[PATH_MAX] = "";
@@ -733,24 +544,18 @@ static int l_nvrtc_compile(lua_State *L) {
         lua_getfield(L, -1, "source");
         j->source = lua_tostring(L, -1);
         lua_pop(L, 2); /* the strings stay alive in the jobs table */
-        XXH3_state_t *st = XXH3_createState();
-        XXH3_128bits_reset(st);
-        feeds(st, "hyperion nvrtc cache 1");
-        feeds(st, version ? version : "?");
-        feeds(st, nvver);
-        feeds(st, arch);
+        hyp_ckey *key = hyp_ckey_begin(hdrs, "hyperion nvrtc cache 1");
+        if (!key) {
+            snprintf(j->error, sizeof j->error, "out of memory computing the cache key");
+            continue;
+        }
+        hyp_ckey_str(key, version ? version : "?");
+        hyp_ckey_str(key, nvver);
+        hyp_ckey_str(key, arch);
         for (int k = 0; k < nuser; k++)
-            if (strncmp(user[k], "--include-path=", 15) && strncmp(user[k], "-I", 2)) feeds(st, user[k]);
-        feeds(st, j->source);
-        char **incs;
-        int nincs = scan_includes(j->source, &incs);
-        seen_t seen = {0};
-        feed_includes(st, &ic, incs, nincs, NULL, &seen, 0);
-        free(seen.v);
-        for (int k = 0; k < nincs; k++) free(incs[k]);
-        free(incs);
-        hex128(XXH3_128bits_digest(st), j->key);
-        XXH3_freeState(st);
+            if (strncmp(user[k], "--include-path=", 15) && strncmp(user[k], "-I", 2)) hyp_ckey_str(key, user[k]);
+        hyp_ckey_source(key, j->source, strlen(j->source), NULL);
+        hyp_ckey_finish(key, j->key);
 
         if (cache_root[0]) {
             char dir[PATH_MAX];
@@ -777,7 +582,7 @@ static int l_nvrtc_compile(lua_State *L) {
         }
         todo[ntodo++] = j;
     }
-    hdr_free_all(&ic);
+    hyp_ckey_headers_free(hdrs);
 
     /* compile the misses, in parallel; results come back through a private temp directory */
     char tmpdir[PATH_MAX] = "";
