@@ -1,7 +1,7 @@
 -- size_report.lua — what `gen size` prints: the text report (tables with every input and its
 -- source) and the JSON document (--json), from the results size.lua computed, and the number
 -- formats (si, gib, money, duration) the SVG charts share. It computes nothing but presentation
--- (the one formula call, F.train_flops_per_token, is a figure the text quotes) and reads no flag.
+-- (the one formula call, F.train_flops_per_token, is a figure the text quotes) and parses no flag.
 local U = require("util")
 local F = require("formulas")
 local R = {}
