@@ -171,8 +171,7 @@ out:
     exec_free(&x);
     hyp_st_close(f);
     plan_free(&plan);
-    snprintf(path, sizeof path, "rm -rf %s", dir);
-    if (system(path)) {}
+    rm_rf(dir);
 }
 
 int main(void) {
