@@ -14,7 +14,14 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fsio.h"
 #include "gen_host.h"
+
+static int push_err(lua_State *L, const hyp_err *e) {
+    lua_pushnil(L);
+    lua_pushstring(L, e->msg);
+    return 2;
+}
 
 static int push_fail(lua_State *L, const char *what, const char *path) {
     lua_pushnil(L);
@@ -38,19 +45,6 @@ static int l_read_file(lua_State *L) {
     return 1;
 }
 
-static int write_all(int fd, const char *p, size_t n) {
-    while (n) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0) {
-            if (errno == EINTR) continue;
-            return -1;
-        }
-        p += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
 /* hyp.write_file(path, data [, mode [, nosync]]) — temp file + fsync + rename; nosync skips the
  * fsync for files inside a staging directory that hyp.sync_fs flushes once before it is renamed */
 static int l_write_file(lua_State *L) {
@@ -63,7 +57,7 @@ static int l_write_file(lua_State *L) {
     snprintf(tmp, sizeof tmp, "%s.tmp-%d", path, (int)getpid());
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, mode);
     if (fd < 0) return push_fail(L, "cannot create", tmp);
-    if (write_all(fd, data, n) || (!nosync && fsync(fd))) {
+    if (hyp_fs_write_all(fd, data, n) || (!nosync && fsync(fd))) {
         close(fd);
         unlink(tmp);
         return push_fail(L, "cannot write", tmp);
@@ -77,23 +71,11 @@ static int l_write_file(lua_State *L) {
     return 1;
 }
 
-static int mkdir_p(const char *path) {
-    char buf[PATH_MAX];
-    snprintf(buf, sizeof buf, "%s", path);
-    for (char *p = buf + 1; *p; p++) {
-        if (*p == '/') {
-            *p = 0;
-            if (mkdir(buf, 0755) && errno != EEXIST) return -1;
-            *p = '/';
-        }
-    }
-    if (mkdir(buf, 0755) && errno != EEXIST) return -1;
-    return 0;
-}
-
+/* hyp.mkdir_p(path) -> true | nil, message */
 static int l_mkdir_p(lua_State *L) {
     const char *path = luaL_checkstring(L, 1);
-    if (mkdir_p(path)) return push_fail(L, "cannot create directory", path);
+    hyp_err e;
+    if (hyp_fs_mkdirs(path, &e) != HYP_OK) return push_err(L, &e);
     lua_pushboolean(L, 1);
     return 1;
 }
@@ -106,7 +88,8 @@ static int l_mkdtemp(lua_State *L) {
     char *slash = strrchr(buf, '/');
     if (slash && slash != buf) {
         *slash = 0;
-        if (mkdir_p(buf)) return push_fail(L, "cannot create directory", buf);
+        hyp_err e;
+        if (hyp_fs_mkdirs(buf, &e) != HYP_OK) return push_err(L, &e);
         *slash = '/';
     }
     snprintf(buf, sizeof buf, "%s.tmp-XXXXXX", prefix);
@@ -225,7 +208,7 @@ static int l_copy_file(lua_State *L) {
     ssize_t r;
     int bad = 0;
     while ((r = read(in, buf, sizeof buf)) > 0)
-        if (write_all(out, buf, (size_t)r)) {
+        if (hyp_fs_write_all(out, buf, (size_t)r)) {
             bad = 1;
             break;
         }

@@ -17,12 +17,10 @@
  * most `workers` at a time; a worker writes its result to a private file that the parent reads
  * back and checks. A worker never touches Lua.
  *
- * Cache key (XXH3-128, hex): length-prefixed fields: a format tag, the generator version, the
- * NVRTC version, the arch, every option except --include-path (paths do not change the output;
- * the headers' contents are keyed instead), the source, and for every header the source
- * includes, transitively (resolved like NVRTC does: the including file's directory for "...",
- * then the include dirs in order; every #include line counts, conditional or not), its spelling
- * and the hash of its content. Includes found in none of those are NVRTC built-ins, covered by
+ * Cache key: the compile caches' one rule (runtime/io/ckey.h) over the tag "hyperion nvrtc
+ * cache 1", the generator version, the NVRTC version, the arch, every option except
+ * --include-path (paths do not change the output; the headers' contents are keyed instead), and
+ * the source with its include closure. Includes found nowhere are NVRTC built-ins, covered by
  * the NVRTC version.
  *
  * Entries: CACHE/nvrtc-1/KK/KEY.bin, written to a temp file in the same directory, fsync'ed and
@@ -33,6 +31,8 @@
  */
 #define _GNU_SOURCE /* sched_getaffinity / CPU_COUNT */
 #include "nvrtc.h"
+#include "ckey.h"
+#include "fsio.h"
 
 #include <lauxlib.h>
 #include <lua.h>
@@ -127,255 +127,7 @@ static double now_s(void) {
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-/* Whole file into a malloc'ed, NUL-terminated buffer; NULL (errno set) on failure. */
-static char *slurp(const char *path, size_t *len) {
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) return NULL;
-    struct stat st;
-    if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
-        close(fd);
-        errno = EISDIR;
-        return NULL;
-    }
-    size_t n = (size_t)st.st_size, got = 0;
-    char *p = malloc(n + 1);
-    if (!p) {
-        close(fd);
-        return NULL;
-    }
-    while (got < n) {
-        ssize_t r = read(fd, p + got, n - got);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) break;
-        got += (size_t)r;
-    }
-    close(fd);
-    p[got] = 0;
-    *len = got;
-    return p;
-}
 
-static int write_all(int fd, const void *p, size_t n) {
-    const char *c = p;
-    while (n) {
-        ssize_t w = write(fd, c, n);
-        if (w < 0) {
-            if (errno == EINTR) continue;
-            return -1;
-        }
-        c += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
-static int mkdir_p(const char *path) {
-    char buf[PATH_MAX];
-    if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf) return -1;
-    for (char *p = buf + 1; *p; p++) {
-        if (*p == '/') {
-            *p = 0;
-            if (mkdir(buf, 0755) && errno != EEXIST) return -1;
-            *p = '/';
-        }
-    }
-    if (mkdir(buf, 0755) && errno != EEXIST) return -1;
-    return 0;
-}
-
-static void hex128(XXH128_hash_t h, char out[33]) {
-    XXH128_canonical_t c;
-    XXH128_canonicalFromHash(&c, h);
-    for (int i = 0; i < 16; i++) snprintf(out + 2 * i, 3, "%02x", c.digest[i]);
-}
-
-static void feed(XXH3_state_t *st, const void *p, size_t n) {
-    uint64_t len = n;
-    XXH3_128bits_update(st, &len, sizeof len); /* length-prefixed: fields cannot run together */
-    XXH3_128bits_update(st, p, n);
-}
-static void feeds(XXH3_state_t *st, const char *s) { feed(st, s, strlen(s)); }
-
-/* ------------------------------------------------------------------------------------------ */
-/* Header closure: every file a source reaches through #include, with its content hash.
- * Memoized by resolved path for one hyp.nvrtc_compile call (the kernels share their headers). */
-
-typedef struct hdr {
-    char *path;         /* resolved path */
-    XXH128_hash_t hash; /* of the content */
-    char **incs;        /* spellings of its own #includes, each "\"x\"" or "<x>" */
-    int nincs;
-    struct hdr *next;
-} hdr_t;
-
-typedef struct resolved {
-    char *spelling, *from; /* from: "" for the top-level source */
-    hdr_t *hdr;            /* NULL: not found (an NVRTC built-in) */
-    struct resolved *next;
-} resolved_t;
-
-typedef struct {
-    const char *dirs[MAX_INCDIRS];
-    int ndirs;
-    hdr_t *memo;
-    resolved_t *lookups; /* spelling + including dir -> header: the kernels share their includes */
-} incctx_t;
-
-/* The #include spellings of a text: "\"name\"" or "<name>", every line, conditional or not. */
-static int scan_includes(const char *text, char ***out) {
-    char **v = NULL;
-    int n = 0, cap = 0;
-    for (const char *l = text; l && *l;) {
-        const char *e = strchr(l, '\n');
-        const char *p = l;
-        while (*p == ' ' || *p == '\t') p++;
-        if (*p == '#') {
-            p++;
-            while (*p == ' ' || *p == '\t') p++;
-            if (!strncmp(p, "include", 7)) {
-                p += 7;
-                while (*p == ' ' || *p == '\t') p++;
-                char close = *p == '"' ? '"' : *p == '<' ? '>' : 0;
-                if (close) {
-                    const char *q = p + 1;
-                    while (*q && *q != close && *q != '\n') q++;
-                    if (*q == close) {
-                        if (n == cap) {
-                            cap = cap ? 2 * cap : 8;
-                            char **nv = realloc(v, (size_t)cap * sizeof *v);
-                            if (!nv) break;
-                            v = nv;
-                        }
-                        v[n++] = strndup(p, (size_t)(q - p + 1));
-                    }
-                }
-            }
-        }
-        l = e ? e + 1 : NULL;
-    }
-    *out = v;
-    return n;
-}
-
-static hdr_t *hdr_load(incctx_t *c, const char *path) {
-    for (hdr_t *h = c->memo; h; h = h->next)
-        if (!strcmp(h->path, path)) return h;
-    size_t n;
-    char *text = slurp(path, &n);
-    if (!text) return NULL;
-    hdr_t *h = calloc(1, sizeof *h);
-    if (!h) {
-        free(text);
-        return NULL;
-    }
-    h->path = strdup(path);
-    h->hash = XXH3_128bits(text, n);
-    h->nincs = scan_includes(text, &h->incs);
-    free(text);
-    h->next = c->memo;
-    c->memo = h;
-    return h;
-}
-
-static void hdr_free_all(incctx_t *c) {
-    while (c->lookups) {
-        resolved_t *r = c->lookups;
-        c->lookups = r->next;
-        free(r->spelling);
-        free(r->from);
-        free(r);
-    }
-    while (c->memo) {
-        hdr_t *h = c->memo;
-        c->memo = h->next;
-        for (int i = 0; i < h->nincs; i++) free(h->incs[i]);
-        free(h->incs);
-        free(h->path);
-        free(h);
-    }
-}
-
-/* Resolves one spelling from a file in directory `from` (NULL for the top-level source). */
-static hdr_t *resolve_uncached(incctx_t *c, const char *spelling, const char *from);
-static hdr_t *resolve(incctx_t *c, const char *spelling, const char *from) {
-    const char *f = from ? from : "";
-    for (resolved_t *r = c->lookups; r; r = r->next)
-        if (!strcmp(r->spelling, spelling) && !strcmp(r->from, f)) return r->hdr;
-    hdr_t *h = resolve_uncached(c, spelling, from);
-    resolved_t *r = calloc(1, sizeof *r);
-    if (r && (r->spelling = strdup(spelling)) && (r->from = strdup(f))) {
-        r->hdr = h;
-        r->next = c->lookups;
-        c->lookups = r;
-    } else if (r) {
-        free(r->spelling);
-        free(r);
-    }
-    return h;
-}
-static hdr_t *resolve_uncached(incctx_t *c, const char *spelling, const char *from) {
-    size_t len = strlen(spelling);
-    char name[PATH_MAX], path[PATH_MAX];
-    if (len < 3 || len - 2 >= sizeof name) return NULL;
-    memcpy(name, spelling + 1, len - 2);
-    name[len - 2] = 0;
-    struct stat st;
-    if (spelling[0] == '"' && from) {
-        if (snprintf(path, sizeof path, "%s/%s", from, name) < (int)sizeof path && !stat(path, &st) &&
-            S_ISREG(st.st_mode))
-            return hdr_load(c, path);
-    }
-    for (int i = 0; i < c->ndirs; i++) {
-        if (snprintf(path, sizeof path, "%s/%s", c->dirs[i], name) < (int)sizeof path &&
-            !stat(path, &st) && S_ISREG(st.st_mode))
-            return hdr_load(c, path);
-    }
-    return NULL;
-}
-
-typedef struct {
-    hdr_t **v;
-    int n, cap;
-} seen_t;
-
-static int seen_has(seen_t *s, hdr_t *h) {
-    for (int i = 0; i < s->n; i++)
-        if (s->v[i] == h) return 1;
-    return 0;
-}
-
-/* Feeds the include closure of a file's include list into the key, depth first, each resolved
- * header once: its spelling and content hash, then its own includes. */
-static void feed_includes(XXH3_state_t *st, incctx_t *c, char **incs, int nincs, const char *from,
-                          seen_t *seen, int depth) {
-    for (int i = 0; i < nincs; i++) {
-        feeds(st, incs[i]);
-        hdr_t *h = depth < 64 ? resolve(c, incs[i], from) : NULL;
-        if (!h) {
-            feeds(st, "<builtin>");
-            continue;
-        }
-        if (seen_has(seen, h)) {
-            feeds(st, "<again>");
-            continue;
-        }
-        if (seen->n == seen->cap) {
-            seen->cap = seen->cap ? 2 * seen->cap : 32;
-            hdr_t **nv = realloc(seen->v, (size_t)seen->cap * sizeof *nv);
-            if (!nv) continue;
-            seen->v = nv;
-        }
-        seen->v[seen->n++] = h;
-        XXH128_canonical_t cs;
-        XXH128_canonicalFromHash(&cs, h->hash);
-        feed(st, cs.digest, sizeof cs.digest);
-        char dir[PATH_MAX];
-        snprintf(dir, sizeof dir, "%s", h->path);
-        char *slash = strrchr(dir, '/');
-        if (slash) *slash = 0;
-        feed_includes(st, c, h->incs, h->nincs, slash ? dir : ".", seen, depth + 1);
-    }
-}
 
 /* ------------------------------------------------------------------------------------------ */
 /* Entries: the cache's files, and the files workers hand their results back in. */
@@ -436,10 +188,10 @@ static int entry_write(const char *path, const entry_t *e) {
     XXH3_freeState(st);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd < 0) return -1;
-    int bad = write_all(fd, head, sizeof head);
+    int bad = hyp_fs_write_all(fd, head, sizeof head);
     for (int i = 0; i < ENTRY_NSEC && !bad; i++)
-        if (e->len[i]) bad = write_all(fd, e->sec[i], e->len[i]);
-    if (!bad) bad = write_all(fd, sum.digest, sizeof sum.digest);
+        if (e->len[i]) bad = hyp_fs_write_all(fd, e->sec[i], e->len[i]);
+    if (!bad) bad = hyp_fs_write_all(fd, sum.digest, sizeof sum.digest);
     if (!bad) bad = fsync(fd);
     if (close(fd)) bad = -1;
     if (!bad) bad = rename(tmp, path);
@@ -455,8 +207,10 @@ static int entry_write(const char *path, const entry_t *e) {
 static int entry_read(const char *path, entry_t *e, const char **why) {
     memset(e, 0, sizeof *e);
     size_t n;
-    unsigned char *p = (unsigned char *)slurp(path, &n);
-    if (!p) return errno == ENOENT ? -1 : (*why = "unreadable", -2);
+    char *raw;
+    if (!hyp_fs_exists(path)) return -1;
+    if (hyp_fs_read_small(path, SIZE_MAX, &raw, &n, NULL) != HYP_OK) return (*why = "unreadable", -2);
+    unsigned char *p = (unsigned char *)raw;
     int rc = -2;
     *why = "too short";
     if (n < ENTRY_HEAD + ENTRY_SUM) goto out;
@@ -651,7 +405,11 @@ static void run_compiles(job_t **todo, int ntodo, int workers, const char **opts
     while (next < ntodo || running > 0) {
         while (running < workers && next < ntodo) {
             job_t *j = todo[next++];
-            snprintf(j->result_path, sizeof j->result_path, "%s/%d.res", tmpdir, next);
+            if (snprintf(j->result_path, sizeof j->result_path, "%s/%d.res", tmpdir, next) >=
+                (int)sizeof j->result_path) { /* no room for the result's path: compile here */
+                compile_one(j, opts, nopts);
+                continue;
+            }
             pid_t pid = fork();
             if (pid == 0) {
 #ifdef __linux__
@@ -689,7 +447,7 @@ static void run_compiles(job_t **todo, int ntodo, int workers, const char **opts
                          j->name, WTERMSIG(st));
             } else {
                 snprintf(j->error, sizeof j->error,
-                         "the NVRTC worker for %s failed (exit %d%s%s) — check free disk space in %s",
+                         "the NVRTC worker for %.64s failed (exit %d%s%.40s) — check free disk space in %.256s",
                          j->name, WIFEXITED(st) ? WEXITSTATUS(st) : -1, *why ? ", result " : "", why,
                          tmpdir);
             }
@@ -756,16 +514,21 @@ static int l_nvrtc_compile(lua_State *L) {
         free(todo);
         return luaL_error(L, "nvrtc_compile: out of memory");
     }
-    incctx_t ic = {.ndirs = ndirs};
-    for (int i = 0; i < ndirs; i++) ic.dirs[i] = dirs[i];
+    hyp_ckey_headers *hdrs = hyp_ckey_headers_new(dirs, ndirs);
+    if (!hdrs) {
+        free(jobs);
+        free(todo);
+        return luaL_error(L, "nvrtc_compile: out of memory");
+    }
 
     /* cache directory: CACHE/nvrtc-1; if it cannot be created, compile without a cache */
     char cache_root[PATH_MAX] = "";
     const char *cache_note = NULL;
+    hyp_err cache_err = {"a cache path too long"}; /* cache_note may point into it */
     if (cache_dir && *cache_dir) {
         snprintf(cache_root, sizeof cache_root, "%s/%s", cache_dir, CACHE_SUBDIR);
-        if (mkdir_p(cache_root)) {
-            cache_note = strerror(errno);
+        if (hyp_fs_mkdirs(cache_root, &cache_err) != HYP_OK) {
+            cache_note = cache_err.msg;
             cache_root[0] = 0;
         }
     }
@@ -781,30 +544,24 @@ static int l_nvrtc_compile(lua_State *L) {
         lua_getfield(L, -1, "source");
         j->source = lua_tostring(L, -1);
         lua_pop(L, 2); /* the strings stay alive in the jobs table */
-        XXH3_state_t *st = XXH3_createState();
-        XXH3_128bits_reset(st);
-        feeds(st, "hyperion nvrtc cache 1");
-        feeds(st, version ? version : "?");
-        feeds(st, nvver);
-        feeds(st, arch);
+        hyp_ckey *key = hyp_ckey_begin(hdrs, "hyperion nvrtc cache 1");
+        if (!key) {
+            snprintf(j->error, sizeof j->error, "out of memory computing the cache key");
+            continue;
+        }
+        hyp_ckey_str(key, version ? version : "?");
+        hyp_ckey_str(key, nvver);
+        hyp_ckey_str(key, arch);
         for (int k = 0; k < nuser; k++)
-            if (strncmp(user[k], "--include-path=", 15) && strncmp(user[k], "-I", 2)) feeds(st, user[k]);
-        feeds(st, j->source);
-        char **incs;
-        int nincs = scan_includes(j->source, &incs);
-        seen_t seen = {0};
-        feed_includes(st, &ic, incs, nincs, NULL, &seen, 0);
-        free(seen.v);
-        for (int k = 0; k < nincs; k++) free(incs[k]);
-        free(incs);
-        hex128(XXH3_128bits_digest(st), j->key);
-        XXH3_freeState(st);
+            if (strncmp(user[k], "--include-path=", 15) && strncmp(user[k], "-I", 2)) hyp_ckey_str(key, user[k]);
+        hyp_ckey_source(key, j->source, strlen(j->source), NULL);
+        hyp_ckey_finish(key, j->key);
 
         if (cache_root[0]) {
             char dir[PATH_MAX];
-            snprintf(dir, sizeof dir, "%s/%.2s", cache_root, j->key);
-            if (snprintf(j->entry_path, sizeof j->entry_path, "%s/%s.bin", dir, j->key) >=
-                (int)sizeof j->entry_path) {
+            if (snprintf(dir, sizeof dir, "%s/%.2s", cache_root, j->key) >= (int)sizeof dir ||
+                snprintf(j->entry_path, sizeof j->entry_path, "%s/%s.bin", dir, j->key) >=
+                    (int)sizeof j->entry_path) {
                 j->entry_path[0] = 0; /* path too long for the cache: just compile */
                 todo[ntodo++] = j;
                 continue;
@@ -825,7 +582,7 @@ static int l_nvrtc_compile(lua_State *L) {
         }
         todo[ntodo++] = j;
     }
-    hdr_free_all(&ic);
+    hyp_ckey_headers_free(hdrs);
 
     /* compile the misses, in parallel; results come back through a private temp directory */
     char tmpdir[PATH_MAX] = "";
@@ -844,9 +601,11 @@ static int l_nvrtc_compile(lua_State *L) {
     for (int i = 0; i < ntodo; i++) {
         job_t *j = todo[i];
         if (j->have && j->res.status == 0 && cache_root[0] && j->entry_path[0]) {
-            char dir[PATH_MAX];
-            snprintf(dir, sizeof dir, "%s/%.2s", cache_root, j->key);
-            if (mkdir_p(dir) || entry_write(j->entry_path, &j->res)) {
+            char dir[PATH_MAX]; /* shorter than entry_path, which fitted */
+            if (snprintf(dir, sizeof dir, "%s/%.2s", cache_root, j->key) >= (int)sizeof dir ||
+                hyp_fs_mkdirs(dir, &cache_err) != HYP_OK) {
+                if (!cache_note) cache_note = cache_err.msg;
+            } else if (entry_write(j->entry_path, &j->res)) {
                 if (!cache_note) cache_note = strerror(errno);
             }
         }

@@ -25,6 +25,7 @@
 #include <string.h>
 #include <yaml.h>
 
+#include "fsio.h"
 #include "gen_host.h"
 
 #define YL_MAX_DEPTH 64
@@ -287,32 +288,19 @@ static int yl_parse_document(yl_ctx *c) {
 /* hyp.load_yaml(path) -> value | nil, "file:line:col: what — fix" */
 int gen_lua_load_yaml(lua_State *L) {
     const char *path = luaL_checkstring(L, 1);
-    FILE *f = fopen(path, "rb");
-    if (!f) {
+    char *buf;
+    size_t size;
+    hyp_err e;
+    if (hyp_fs_read_small(path, YL_MAX_BYTES, &buf, &size, &e) != HYP_OK) {
+        /* e.msg is "PATH: what — fix"; the loader's errors say "PATH:1:1: what — fix" */
+        size_t n = strlen(path);
+        const char *what = !strncmp(e.msg, path, n) && e.msg[n] == ':' ? e.msg + n + 1 : e.msg;
+        while (*what == ' ') what++;
         lua_pushnil(L);
-        lua_pushfstring(L, "%s:1:1: cannot open: %s — check the path", path, strerror(errno));
+        lua_pushfstring(L, "%s:1:1: %s", path, what);
         return 2;
     }
-    fseek(f, 0, SEEK_END);
-    long size = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    if (size < 0 || (unsigned long)size > YL_MAX_BYTES) {
-        fclose(f);
-        lua_pushnil(L);
-        lua_pushfstring(L, "%s:1:1: file is larger than 4 MiB — spec files are small; check the path",
-                        path);
-        return 2;
-    }
-    unsigned char *buf = malloc((size_t)size + 1);
-    size_t got = buf ? fread(buf, 1, (size_t)size, f) : 0;
-    fclose(f);
-    if (!buf || got != (size_t)size) {
-        free(buf);
-        lua_pushnil(L);
-        lua_pushfstring(L, "%s:1:1: cannot read the file — check permissions", path);
-        return 2;
-    }
-    int n = gen_yaml_parse_buffer(L, path, buf, (size_t)size);
+    int n = gen_yaml_parse_buffer(L, path, (const unsigned char *)buf, size);
     free(buf);
     return n;
 }

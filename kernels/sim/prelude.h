@@ -1,6 +1,6 @@
 /* prelude.h — force-included (g++ -std=c++17 -DHYP_SIM -include kernels/sim/prelude.h) when a
  * rendered CUDA .cu is compiled for the CPU simulator; turns the kernel dialect of
- * kernels/DIALECT.md into host C++ that runs on the fibers of runtime/sim.c.
+ * kernels/DIALECT.md into host C++ that runs on the fibers of runtime/sim/sim.c.
  *
  * What it provides: threadIdx/blockIdx/blockDim/gridDim (fields of the running fiber's context,
  * reached through the thread_local `hyp_sim::cur`), warpSize, __syncthreads(+_count/_and/_or),

@@ -1,4 +1,4 @@
-/* sim_abi.h — the binary interface between the simulator runtime (runtime/sim.c, C11) and a kernel
+/* sim_abi.h — the binary interface between the simulator runtime (runtime/sim/sim.c, C11) and a kernel
  * module (a rendered .cu compiled by the host C++ compiler with kernels/sim/prelude.h).
  *
  * The runtime owns fibers, stacks, barriers and the scheduler; the module owns the CUDA surface

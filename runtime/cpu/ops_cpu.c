@@ -267,11 +267,13 @@ void op_layernorm_fwd(float *out, float *mean, float *rstd, const float *inp, co
     for (int n = 0; n < N; n++) {
         const float *x = inp + (long)n * C;
         float *o = out + (long)n * C;
-        // two passes (mean, then variance of x - mean): no cancellation from E[x^2] - E[x]^2
-        float s = 0.0f;
+        // two passes (mean, then variance of x - mean): no cancellation from E[x^2] - E[x]^2.
+        // The mean's sum is in double: a float sum of an offset row loses ~sqrt(C) ulps of the
+        // sum, and how many depends on whether the compiler vectorized the loop.
+        double s = 0.0;
 #pragma omp simd reduction(+ : s)
         for (int c = 0; c < C; c++) s += x[c];
-        float m = s / C;
+        float m = (float)(s / C);
         float v = 0.0f;
 #pragma omp simd reduction(+ : v)
         for (int c = 0; c < C; c++) {

@@ -1,6 +1,7 @@
 /* sim.h — the `sim` backend's kernel runner: compiles a rendered CUDA .cu with the host C++
  * compiler and the prelude kernels/sim/prelude.h, loads it, and runs a grid on the CPU with every
- * GPU thread as a fiber (runtime/sim.c; how and what it detects: kernels/sim/README.md).
+ * GPU thread as a fiber (the fiber engine: sim.c; the compiler and its cache: sim_compile.c; how
+ * and what it detects: kernels/sim/README.md).
  *
  *   hyp_sim_module *m;
  *   if (hyp_sim_open("out/x/kernels/layernorm.cu", NULL, &m, &e)) ...     // compile (cached) + load
@@ -76,10 +77,13 @@ int hyp_sim_compile(const char *cu_path, const char *so_path, const char *extra_
 int hyp_sim_load(const char *so_path, hyp_sim_module **m, hyp_err *e);
 void hyp_sim_unload(hyp_sim_module *m);
 
-/* Compile through a content-addressed cache, then load: the key hashes the source, extra_flags,
- * $CXX, $HYP_SIM_CXXFLAGS and every file of KERNELS/sim and KERNELS/hyp (not other headers the
- * source may include). Cache dir: $HYP_SIM_CACHE, else $XDG_CACHE_HOME/hyperion/sim, else
- * ~/.cache/hyperion/sim. Concurrent users of one cache are safe (atomic renames). */
+/* Compile through a content-addressed cache, then load. The key is the compile caches' one rule
+ * (runtime/io/ckey.h, shared with gen's NVRTC cache) over the sim ABI version, $CXX,
+ * $HYP_SIM_CXXFLAGS, extra_flags, cu_path, and the prelude and the source with every header they
+ * include (resolved in the source's directory, KERNELS, then CUDA/include). Cache dir:
+ * $HYP_SIM_CACHE, else $HYPERION_CACHE/sim (beside gen's nvrtc-1), else
+ * $XDG_CACHE_HOME/hyperion/sim, else ~/.cache/hyperion/sim. Concurrent users of one cache are
+ * safe (atomic renames). */
 int hyp_sim_open(const char *cu_path, const char *extra_flags, hyp_sim_module **m, hyp_err *e);
 
 /* Runs kernel `kernel` (its stub hyp_sim_entry_<kernel>) over grid x block threads with

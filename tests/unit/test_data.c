@@ -14,6 +14,7 @@
 #include <xxhash.h>
 
 #include "data.h"
+#include "fsio.h"
 #include "rng.h"
 
 #include "hyp_test.h"
@@ -29,17 +30,10 @@ static void write_file(const char *path, const void *data, size_t n) {
     fclose(f);
 }
 
+/* The whole file (NUL-terminated, freed by the caller), or NULL. */
 static void *read_all(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long sz = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc((size_t)sz + 1);
-    *n = fread(b, 1, (size_t)sz, f);
-    b[*n] = 0;
-    fclose(f);
-    return b;
+    char *b;
+    return hyp_fs_read_small(path, SIZE_MAX, &b, n, NULL) == HYP_OK ? b : NULL;
 }
 
 static void path2(char *out, const char *a, const char *b) {

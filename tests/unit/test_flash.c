@@ -337,12 +337,20 @@ static int rss_child(int flash) {
         float *lse = falloc(NL), *dsc = falloc(NL);
         op_flash_attention_fwd(out, lse, qkv, s.B, s.T, s.NH, s.NKV, s.hd);
         op_flash_attention_bwd(dq, dsc, dout, qkv, out, lse, s.B, s.T, s.NH, s.NKV, s.hd);
+        free(lse);
+        free(dsc);
     } else {
         float *att = falloc(NL * s.T), *datt = falloc(NL * s.T);
         op_attention_fwd(out, att, qkv, s.B, s.T, s.NH, s.NKV, s.hd);
         op_attention_bwd(dq, datt, dout, qkv, att, s.B, s.T, s.NH, s.NKV, s.hd);
+        free(att);
+        free(datt);
     }
     printf("%ld\n", max_rss_kb() - before);
+    free(qkv);
+    free(dout);
+    free(out);
+    free(dq);
     return 0;
 }
 

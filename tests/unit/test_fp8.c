@@ -20,6 +20,8 @@
  */
 #include "fp8.h"
 
+#include "hyp_test.h"
+
 #include <float.h>
 #include <math.h>
 #include <omp.h>
@@ -28,27 +30,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#ifndef HYP_SOURCE_DIR
-#define HYP_SOURCE_DIR "."
-#endif
-
-static int g_passed, g_failed;
-
-static void check(int ok, const char *name, const char *fmt, ...) {
-    char detail[512] = "";
-    if (fmt) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(detail, sizeof detail, fmt, ap);
-        va_end(ap);
-    }
-    printf("%s %-56s %s\n", ok ? "PASS" : "FAIL", name, detail);
-    if (ok)
-        g_passed++;
-    else
-        g_failed++;
-}
 
 static uint32_t f2u(float x) {
     uint32_t u;
@@ -567,6 +548,5 @@ int main(void) {
     test_reference_sweep();
     test_roundtrip_and_arrays();
     test_scaling();
-    printf("%d passed, %d failed\n", g_passed, g_failed);
-    return g_failed ? 1 : 0;
+    return hyp_test_finish();
 }

@@ -34,25 +34,9 @@
 #include "ops_flash.h"
 #include "sim.h"
 
-#ifndef HYP_BINARY_DIR
-#define HYP_BINARY_DIR "build"
-#endif
+#include "hyp_test.h"
 
-static int g_passed, g_failed;
 static char g_tmp[320]; /* where the rendered sources go */
-
-static void report(int ok, const char *name, const char *fmt, ...) {
-    char detail[600] = "";
-    if (fmt) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(detail, sizeof detail, fmt, ap);
-        va_end(ap);
-    }
-    printf("%s %s%s%s\n", ok ? "ok  " : "FAIL", name, detail[0] ? ": " : "", detail);
-    if (ok) g_passed++;
-    else g_failed++;
-}
 
 /* ------------------------------------------------------------------------------------------ */
 /* Data */
@@ -116,10 +100,10 @@ static void check_f32(const char *name, const float *got, const float *want, lon
         }
     }
     if (bad)
-        report(0, name, "%ld of %ld values beyond tolerance; first [%ld]: got %.9g want %.9g", bad, n,
+        check(0, name, "%ld of %ld values beyond tolerance; first [%ld]: got %.9g want %.9g", bad, n,
                first_bad, got[first_bad], want[first_bad]);
     else
-        report(1, name, "max |err| %.3g (scale %.3g)", worst, maxw);
+        check(1, name, "max |err| %.3g (scale %.3g)", worst, maxw);
 }
 #define TOL_F32 1e-5, 1e-5
 
@@ -127,8 +111,8 @@ static void check_exact(const char *name, const void *got, const void *want, siz
     const unsigned char *a = got, *b = want;
     size_t i = 0;
     while (i < bytes && a[i] == b[i]) i++;
-    if (i == bytes) report(1, name, "bit-exact (%zu bytes)", bytes);
-    else report(0, name, "first difference at byte %zu of %zu", i, bytes);
+    if (i == bytes) check(1, name, "bit-exact (%zu bytes)", bytes);
+    else check(0, name, "first difference at byte %zu of %zu", i, bytes);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -145,13 +129,13 @@ static int open_family(mod_t *md, const char *family, const char *consts, const 
     snprintf(cu, sizeof cu, "%s/%s_%s.cu", g_tmp, family, tag);
     snprintf(cmd, sizeof cmd, "'%s/generator/gen' render %s %s -o '%s'", HYP_BINARY_DIR, family, consts, cu);
     if (system(cmd) != 0) {
-        report(0, md->what, "gen render failed: %s", cmd);
+        check(0, md->what, "gen render failed: %s", cmd);
         md->m = NULL;
         return -1;
     }
     hyp_err e = {{0}};
     if (hyp_sim_open(cu, NULL, &md->m, &e)) {
-        report(0, md->what, "hyp_sim_open: %s", e.msg);
+        check(0, md->what, "hyp_sim_open: %s", e.msg);
         md->m = NULL;
         return -1;
     }
@@ -185,7 +169,7 @@ static void launch_smem(mod_t *md, const char *kernel, unsigned gx, unsigned gy,
     if (hyp_sim_launch(md->m, kernel, hyp_dim3_of(gx, gy, gz), hyp_dim3_of(bx, 1, 1), smem, args, NULL, &e)) {
         char name[256];
         snprintf(name, sizeof name, "%s %s launch", md->what, kernel);
-        report(0, name, "%s", e.msg);
+        check(0, name, "%s", e.msg);
     }
 }
 
@@ -605,7 +589,7 @@ static void test_flash(const char *tag, int B, int T, int NH, int NKV, int HD, c
     const long smem_dkv = rendered_const("flash_attention", tag, "SMEM_DKV");
     const long smem_dq = rendered_const("flash_attention", tag, "SMEM_DQ");
     if (smem_fwd <= 0 || smem_dkv <= 0 || smem_dq <= 0) {
-        report(0, mf.what, "no SMEM_FWD/SMEM_DKV/SMEM_DQ constants in the rendered file");
+        check(0, mf.what, "no SMEM_FWD/SMEM_DKV/SMEM_DQ constants in the rendered file");
         close_family(&mf);
         return;
     }
@@ -869,9 +853,9 @@ static void test_fp8_edges(void) {
         check_exact(NAME(nm, "%s[nan/inf] = hyp_fp8_from_float", kn), q, q_ref, (size_t)n);
         int nan_ok = (q[1] & 0x7f) == 0x7f && (q[11] & 0x7f) == 0x7f;
         int sat_ok = hyp_fp8_to_float(q[5], fmt) == hyp_fp8_max(fmt) && hyp_fp8_to_float(q[6], fmt) == -hyp_fp8_max(fmt);
-        report(nan_ok && sat_ok, NAME(nm, "%s[nan/inf] NaN -> NaN code, +-inf -> +-max finite", kn),
+        check(nan_ok && sat_ok, NAME(nm, "%s[nan/inf] NaN -> NaN code, +-inf -> +-max finite", kn),
                "q[1]=0x%02x q[5]=0x%02x q[6]=0x%02x", q[1], q[5], q[6]);
-        report(isinf(amax[0]), NAME(nm, "%s[nan/inf] amax skips NaN, records inf", kn), "amax %g", amax[0]);
+        check(isinf(amax[0]), NAME(nm, "%s[nan/inf] amax skips NaN, records inf", kn), "amax %g", amax[0]);
     }
     close_family(&md);
 }
@@ -955,7 +939,7 @@ static void test_adamw(const char *tag, const int *sizes, int nseg) {
         if (copy) {
             long bad = 0;
             for (long i = 0; i < n; i++) bad += !bf16_brackets(pb[i], p[i]);
-            report(bad == 0, NAME(nm, "adamw_step[%s] bf16 copy is a stochastic rounding of the master", t2),
+            check(bad == 0, NAME(nm, "adamw_step[%s] bf16 copy is a stochastic rounding of the master", t2),
                    "%ld of %ld outside [down, up]", bad, n);
         }
         close_family(&md);
@@ -980,7 +964,7 @@ static void test_adamw(const char *tag, const int *sizes, int nseg) {
     }
     long bad = 0;
     for (long i = 0; i < n; i++) bad += !bf16_brackets(p[i], pf[i]) + !bf16_brackets(m[i], mf[i]) + !bf16_brackets(v[i], vf[i]);
-    report(bad == 0, NAME(nm, "adamw_step[%s] bf16 params and states: stochastic roundings of the fp32 update", t3),
+    check(bad == 0, NAME(nm, "adamw_step[%s] bf16 params and states: stochastic roundings of the fp32 update", t3),
            "%ld of %ld outside [down, up]", bad, 3 * n);
     close_family(&mb);
 }
@@ -1009,7 +993,7 @@ static void test_stochastic_rounding(void) {
         else if (pb[i] != 0x3f80) other++;
     }
     double rate = (double)up / n, sigma = sqrt(frac * (1 - frac) / n);
-    report(other == 0 && fabs(rate - frac) < 5 * sigma, "test_v2161_stochastic_rounding_unbiased",
+    check(other == 0 && fabs(rate - frac) < 5 * sigma, "test_v2161_stochastic_rounding_unbiased",
            "rounded up %.4f of the time (want %.2f +- %.4f), %ld other values", rate, frac, 5 * sigma, other);
     /* reproducible: same (seed, step) -> same bits */
     uint16_t *pb2 = zalloc((size_t)n * 2);
@@ -1085,6 +1069,5 @@ int main(void) {
     RUN(test_cast("odd", 1001));
     RUN(test_fp8_edges());
     free_all();
-    printf("%d passed, %d failed\n", g_passed, g_failed);
-    return g_failed ? 1 : 0;
+    return hyp_test_finish();
 }

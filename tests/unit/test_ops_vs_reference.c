@@ -22,6 +22,8 @@
  */
 #include "ops_cpu.h"
 
+#include "hyp_test.h"
+
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdarg.h>
@@ -29,23 +31,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#ifndef HYP_SOURCE_DIR
-#define HYP_SOURCE_DIR "."
-#endif
-
-static int g_passed, g_failed;
-static void check(int ok, const char *name, const char *fmt, ...) {
-    char detail[512] = "";
-    if (fmt) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(detail, sizeof detail, fmt, ap);
-        va_end(ap);
-    }
-    printf("%s %-48s %s\n", ok ? "PASS" : "FAIL", name, detail);
-    if (ok) g_passed++; else g_failed++;
-}
 
 static void *xcalloc(size_t n, size_t sz) {
     void *p = calloc(n ? n : 1, sz);
@@ -505,6 +490,5 @@ static void run_model(const char *tag, const char *file, float (*step)(model_t *
 int main(void) {
     run_model("gpt2_tiny", "ref_gpt2_tiny.safetensors", gpt2_step);
     run_model("llama_tiny", "ref_llama_tiny.safetensors", llama_step);
-    printf("%d passed, %d failed\n", g_passed, g_failed);
-    return g_failed ? 1 : 0;
+    return hyp_test_finish();
 }

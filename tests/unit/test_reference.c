@@ -22,20 +22,13 @@
 #include "safetensors.h"
 #include "train.h"
 
-
-static int passed, failed;
-
-static void report(int ok, const char *name, const char *detail) {
-    printf("%s %s%s%s\n", ok ? "ok  " : "FAIL", name, detail[0] ? ": " : "", detail);
-    if (ok) passed++;
-    else failed++;
-}
+#include "hyp_test.h"
 
 static const hyp_st_tensor *need(hyp_st_file *f, const char *name) {
     const hyp_st_tensor *t = hyp_st_find(f, name);
     if (!t) {
         printf("FAIL fixture has no tensor '%s'\n", name);
-        failed++;
+        g_fail++;
     }
     return t;
 }
@@ -58,7 +51,7 @@ static void compare(const char *what, const float *a, long rows, long cols, long
     double tol = rtol * (refmax > 1 ? refmax : (atol > 0 ? refmax : 1)) + atol;
     char detail[256];
     snprintf(detail, sizeof detail, "max err %.3g (tolerance %.3g, max |ref| %.3g)", worst, tol, refmax);
-    report(worst <= tol, what, detail);
+    check(worst <= tol, what, "%s", detail);
 }
 
 static int gen_plan(const char *model, const char *dir, const char *extra) {
@@ -79,14 +72,14 @@ static void load_weights(exec_t *x, hyp_st_file *f, const char *prefix) {
         const hyp_st_tensor *t = hyp_st_find(f, name);
         if (!t) {
             printf("FAIL fixture lacks '%s'\n", name);
-            failed++;
+            g_fail++;
             continue;
         }
         hyp_err e;
         if ((int64_t)(t->nbytes / 4) != p->params[i].numel || hyp_st_to_f32(f, t, x->params + p->params[i].offset, &e)) {
             printf("FAIL '%s': fixture has %llu floats, plan %lld\n", name, (unsigned long long)(t->nbytes / 4),
                    (long long)p->params[i].numel);
-            failed++;
+            g_fail++;
         }
     }
 }
@@ -98,20 +91,20 @@ static void run_model(const char *model, const char *fixture, const char *varian
     snprintf(tag, sizeof tag, "%s%s", model, label);
     snprintf(dir, sizeof dir, "/tmp/hyp-ref-%s-%d", tag, (int)getpid());
     if (gen_plan(model, dir, variant)) {
-        report(0, tag, "gen failed to generate the plan");
+        check(0, tag, "gen failed to generate the plan");
         return;
     }
     snprintf(path, sizeof path, "%s/plan.json", dir);
     plan_t plan;
     hyp_err e;
     if (plan_load(path, &plan, &e)) {
-        report(0, tag, e.msg);
+        check(0, tag, "%s", e.msg);
         return;
     }
     hyp_st_file *f;
     snprintf(path, sizeof path, "%s/tests/fixtures/%s", HYP_SOURCE_DIR, fixture);
     if (hyp_st_open(path, &f, &e)) {
-        report(0, tag, e.msg);
+        check(0, tag, "%s", e.msg);
         plan_free(&plan);
         return;
     }
@@ -166,7 +159,7 @@ static void run_model(const char *model, const char *fixture, const char *varian
     for (int k = 0; k < x.n_state; k++) memset(x.state[k], 0, sizeof(float) * plan.param_floats);
     const hyp_optim_i *adamw = NULL;
     if (hyp_optim_open(&plan, &adamw, &e)) {
-        report(0, tag, e.msg);
+        check(0, tag, "%s", e.msg);
         goto out;
     }
     float losses[10];
@@ -182,8 +175,7 @@ out:
     exec_free(&x);
     hyp_st_close(f);
     plan_free(&plan);
-    snprintf(path, sizeof path, "rm -rf %s", dir);
-    if (system(path)) {}
+    rm_rf(dir);
 }
 
 int main(void) {
@@ -195,6 +187,5 @@ int main(void) {
      * by v2142 and RMSNorm'd by v2141, each against its own PyTorch fixture */
     run_model("ref-gpt2", "ref_gpt2_qknorm_tiny.safetensors", ",qk-norm", "_v2142_qk_norm");
     run_model("ref-gpt2", "ref_gpt2_rmsnorm_tiny.safetensors", ",rmsnorm", "_v2141_rmsnorm");
-    printf("%d passed, %d failed\n", passed, failed);
-    return failed != 0;
+    return hyp_test_finish();
 }

@@ -10,6 +10,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "fsio.h"
 #include "safetensors.h"
 
 #include "hyp_test.h"
@@ -27,16 +28,10 @@ static int count_entries(const char *dir) {
     return n;
 }
 
+/* The whole file (NUL-terminated, freed by the caller), or NULL. */
 static void *read_all(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long sz = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    void *b = malloc((size_t)sz + 1);
-    *n = fread(b, 1, (size_t)sz, f);
-    fclose(f);
-    return b;
+    char *b;
+    return hyp_fs_read_small(path, SIZE_MAX, &b, n, NULL) == HYP_OK ? b : NULL;
 }
 
 /* Writes [8-byte LE n][header][data_len zero bytes]. n = (uint64)-1 means strlen(header). */
