@@ -106,10 +106,6 @@ typedef struct {
     uint64_t seed;
     char schedule[16];
     double lr, min_lr_ratio, decay_fraction, max_norm;
-    /* AdamW's scalars as the step reads them today, derived from the optimizer section: beta1,
-     * beta2, eps from optimizer.hyper; weight_decay the largest group weight decay (each
-     * parameter's decay flag says whether it applies). optim holds the section itself. */
-    double weight_decay, beta1, beta2, eps;
     /* memory: the arenas in bytes as planned, and in floats (rounded up) for the f32 executors */
     int64_t param_bytes, act_bytes, act_bytes_unplanned, act_bytes_peak_live;
     int64_t param_floats, act_floats, act_floats_unplanned;

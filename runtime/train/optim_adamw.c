@@ -25,6 +25,13 @@ static int check(const hyp_optim_cfg *c, hyp_err *e) {
         if (!found)
             return hyp_fail(e, HYP_EINPUT, "plan: AdamW needs optimizer.hyper.%s — regenerate the trainer with gen", H[i].name);
     }
+    for (int j = 0; j < c->n_hyper; j++) {
+        size_t i = 0;
+        while (i < sizeof H / sizeof *H && strcmp(c->hyper_name[j], H[i].name)) i++;
+        if (i == sizeof H / sizeof *H)
+            return hyp_fail(e, HYP_EINPUT, "plan: optimizer.hyper.%s: AdamW takes no such hyper-parameter (beta1, beta2, eps) — regenerate the trainer with gen",
+                            c->hyper_name[j]);
+    }
     return HYP_OK;
 }
 

@@ -30,7 +30,6 @@ static void make_plan(plan_t *p) {
     p->params = params;
     p->n_params_t = 3;
     p->param_floats = FLOATS;
-    p->weight_decay = 0.1, p->beta1 = 0.9, p->beta2 = 0.95, p->eps = 1e-8;
     /* the optimizer section plan.c would load: AdamW, states m, v (f32), groups decay / no_decay */
     hyp_optim_cfg *c = &p->optim;
     static hyp_optim_group groups[2];
