@@ -1,7 +1,6 @@
 /* exec_dev.c — runs plan op lists on a device through the rendered kernels (see exec_dev.h). */
-#include "exec_dev.h"
+#include "exec_dev_int.h"
 
-#include <ctype.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,595 +10,6 @@
 
 #include "op_registry.h"
 #include "ops_cpu.h"
-
-
-/* ---- a small evaluator for the manifest's expressions ("cdiv(N*CV, BLOCK)", "N*C", "2*SEGS*C") */
-
-#define ENV_MAX 96
-typedef struct {
-    int n;
-    const char *name[ENV_MAX];
-    double val[ENV_MAX];
-} env_t;
-
-static void env_set(env_t *v, const char *name, double val) {
-    for (int i = 0; i < v->n; i++)
-        if (!strcmp(v->name[i], name)) return; /* the first binding wins (priority order) */
-    if (v->n < ENV_MAX) {
-        v->name[v->n] = name;
-        v->val[v->n++] = val;
-    }
-}
-
-typedef struct {
-    const char *s;
-    const env_t *env;
-    int err;
-    char what[96];
-} ev_t;
-
-static void ev_skip(ev_t *q) {
-    while (isspace((unsigned char)*q->s)) q->s++;
-}
-static double ev_expr(ev_t *q);
-
-static int integral(double a) { return a == floor(a) && fabs(a) < 9e15; }
-
-static double ev_primary(ev_t *q) {
-    ev_skip(q);
-    if (*q->s == '(') {
-        q->s++;
-        double v = ev_expr(q);
-        ev_skip(q);
-        if (*q->s != ')') q->err = 1;
-        else q->s++;
-        return v;
-    }
-    if (isdigit((unsigned char)*q->s) || *q->s == '.') {
-        char *end;
-        double v = strtod(q->s, &end);
-        q->s = end;
-        return v;
-    }
-    if (isalpha((unsigned char)*q->s) || *q->s == '_') {
-        const char *b = q->s;
-        while (isalnum((unsigned char)*q->s) || *q->s == '_') q->s++;
-        size_t len = (size_t)(q->s - b);
-        ev_skip(q);
-        if (*q->s == '(') { /* function */
-            q->s++;
-            double a[2] = {0, 0};
-            int na = 0;
-            for (;;) {
-                double v = ev_expr(q);
-                if (na < 2) a[na] = v;
-                na++;
-                ev_skip(q);
-                if (*q->s == ',') { q->s++; continue; }
-                if (*q->s == ')') { q->s++; break; }
-                q->err = 1;
-                return 0;
-            }
-            if (len == 4 && !strncmp(b, "cdiv", 4) && na == 2 && a[1] != 0) return ceil(a[0] / a[1]);
-            if (len == 3 && !strncmp(b, "min", 3) && na == 2) return a[0] < a[1] ? a[0] : a[1];
-            if (len == 3 && !strncmp(b, "max", 3) && na == 2) return a[0] > a[1] ? a[0] : a[1];
-            snprintf(q->what, sizeof q->what, "unknown function %.*s", (int)len, b);
-            q->err = 1;
-            return 0;
-        }
-        for (int i = 0; i < q->env->n; i++)
-            if (strlen(q->env->name[i]) == len && !strncmp(q->env->name[i], b, len)) return q->env->val[i];
-        if (len == 4 && !strncmp(b, "true", 4)) return 1;
-        if (len == 5 && !strncmp(b, "false", 5)) return 0;
-        snprintf(q->what, sizeof q->what, "unknown name %.*s", (int)len, b);
-        q->err = 1;
-        return 0;
-    }
-    q->err = 1;
-    return 0;
-}
-
-static double ev_unary(ev_t *q) {
-    ev_skip(q);
-    if (*q->s == '-') {
-        q->s++;
-        return -ev_unary(q);
-    }
-    double v = ev_primary(q);
-    ev_skip(q);
-    if (*q->s == '^') {
-        q->s++;
-        v = pow(v, ev_unary(q));
-    }
-    return v;
-}
-
-static double ev_term(ev_t *q) {
-    double v = ev_unary(q);
-    for (;;) {
-        ev_skip(q);
-        char c = *q->s;
-        if (c != '*' && c != '/' && c != '%') return v;
-        q->s++;
-        double r = ev_unary(q);
-        if (c == '*') v *= r;
-        else if (r == 0) q->err = 1;
-        else if (c == '%') v = fmod(v, r);
-        else v = integral(v) && integral(r) ? (double)((long long)v / (long long)r) : v / r;
-    }
-}
-
-static double ev_expr(ev_t *q) {
-    double v = ev_term(q);
-    for (;;) {
-        ev_skip(q);
-        if (*q->s == '+') { q->s++; v += ev_term(q); }
-        else if (*q->s == '-') { q->s++; v -= ev_term(q); }
-        else return v;
-    }
-}
-
-/* Evaluates a comma-separated list of up to `max` expressions; returns how many, or -1. */
-static int eval_list(const char *s, const env_t *env, double *out, int max, char *what, size_t wn) {
-    ev_t q = {s, env, 0, ""};
-    int n = 0;
-    for (;;) {
-        double v = ev_expr(&q);
-        if (q.err) break;
-        if (n < max) out[n] = v;
-        n++;
-        ev_skip(&q);
-        if (*q.s == ',') { q.s++; continue; }
-        if (*q.s) q.err = 1;
-        break;
-    }
-    if (q.err || n > max) {
-        snprintf(what, wn, "cannot evaluate '%s'%s%s", s, q.what[0] ? ": " : "", q.what);
-        return -1;
-    }
-    return n;
-}
-
-/* ---- the manifest ---------------------------------------------------------------------------- */
-
-enum { PT_PTR, PT_I32, PT_I64, PT_F32, PT_U32 };
-enum { AB_EXPR, AB_BUF, AB_SCRATCH, AB_FP8 };
-
-struct exec_dev_file {
-    char name[96];
-    hyp_module *mod;
-    env_t consts;
-    char *cnames[ENV_MAX];
-};
-
-#define ARGS_MAX 24
-struct exec_dev_launch {
-    int file;
-    char kernel[96];
-    int nargs;
-    int ptype[ARGS_MAX];
-    char *pname[ARGS_MAX];
-    int bind[ARGS_MAX];     /* AB_* */
-    int bidx[ARGS_MAX];     /* AB_BUF: plan buffer (-1: NULL); AB_FP8: 0 scale, 1 scale_inv, 2 amax, 3 q, 4 qt */
-    int64_t soff[ARGS_MAX]; /* AB_SCRATCH: float offset into the scratch block */
-    char *arg[ARGS_MAX];    /* AB_EXPR: the expression */
-    char *grid, *smem;
-    int block;
-};
-
-static char *xstrdup(const char *s) {
-    size_t n = strlen(s) + 1;
-    char *d = malloc(n);
-    if (d) memcpy(d, s, n);
-    return d;
-}
-
-static int ptype_of(const char *t) {
-    if (strchr(t, '*')) return PT_PTR;
-    if (!strcmp(t, "int") || !strcmp(t, "const int")) return PT_I32;
-    if (!strcmp(t, "long") || !strcmp(t, "long long") || !strcmp(t, "const long")) return PT_I64;
-    if (!strcmp(t, "float") || !strcmp(t, "const float")) return PT_F32;
-    if (!strcmp(t, "unsigned") || !strcmp(t, "unsigned int")) return PT_U32;
-    return -1;
-}
-
-/* Op dimensions bound at the given shape (priority after kernel params and file constants). */
-static void env_op(env_t *v, const plan_op *o, int B, int T) {
-    int64_t N = (int64_t)B * T;
-#define BD(val) ((val) == DIM_B ? B : (val) == DIM_T ? T : (val) == DIM_N ? N : (val))
-    env_set(v, "B", (double)B);
-    env_set(v, "T", (double)T);
-    env_set(v, "N", (double)N);
-    if (o) {
-        if (o->C) env_set(v, "C", (double)o->C);
-        if (o->IC) env_set(v, "IC", (double)o->IC);
-        if (o->OC) env_set(v, "OC", (double)o->OC);
-        if (o->NH) env_set(v, "NH", (double)o->NH);
-        if (o->NKV) env_set(v, "NKV", (double)o->NKV);
-        if (o->hd) env_set(v, "hd", (double)o->hd);
-        if (o->H) env_set(v, "H", (double)o->H);
-        if (o->V) env_set(v, "V", (double)o->V);
-        if (o->Vp) env_set(v, "Vp", (double)o->Vp);
-        if (o->n) env_set(v, "n", (double)BD(o->n));
-    }
-#undef BD
-}
-
-/* The dims of op a, then of b (a fusion site's second op, or NULL); an attribute neither has is
- * plan.c's default: C = 1 (how it sizes e.g. a weight's fp8_quantize, n = OC*IC). */
-static void env_ops(env_t *v, const plan_op *a, const plan_op *b, int B, int T) {
-    env_op(v, a, B, T);
-    if (b) env_op(v, b, B, T);
-    env_set(v, "C", 1.0);
-}
-
-typedef struct {
-    char key[128];
-    int64_t off, n;
-} scratch_t;
-
-static int find_buf_name(const plan_t *p, const char *name) {
-    for (int i = 0; i < p->n_bufs; i++)
-        if (!strcmp(p->bufs[i].name, name)) return i;
-    return -1;
-}
-
-static int find_file(exec_dev *x, const char *name) {
-    for (int i = 0; i < x->n_files; i++)
-        if (!strcmp(x->files[i].name, name)) return i;
-    return -1;
-}
-
-static const cJSON *find_kernel_decl(const cJSON *files, const char *file, const char *kernel) {
-    const cJSON *f;
-    cJSON_ArrayForEach(f, files) {
-        const cJSON *fn = cJSON_GetObjectItemCaseSensitive(f, "file");
-        if (!cJSON_IsString(fn) || strcmp(fn->valuestring, file)) continue;
-        const cJSON *k;
-        cJSON_ArrayForEach(k, cJSON_GetObjectItemCaseSensitive(f, "kernels")) {
-            const cJSON *kn = cJSON_GetObjectItemCaseSensitive(k, "name");
-            if (cJSON_IsString(kn) && !strcmp(kn->valuestring, kernel)) return k;
-        }
-    }
-    return NULL;
-}
-
-static int dalloc(exec_dev *x, void **ptr, int64_t n, size_t elem, hyp_err *e);
-
-static int cmp_i64(const void *a, const void *b) {
-    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return x < y ? -1 : x > y;
-}
-
-/* The optimizer launch of the manifest (kernels.json ops.optimizer: its kernel, file, parameters
- * and grid; which optimizer runs it is the plan's, train/optim.h) and the tensor table: segments
- * end at every parameter tensor's end (sorted), the last at param_floats, so alignment gaps belong
- * to the following tensor (zero gradients and zero values there). */
-static int prepare_optimizer(exec_dev *x, const cJSON *man, hyp_err *e) {
-    const plan_t *p = x->p;
-    const cJSON *ls = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(man, "ops"), "optimizer");
-    const cJSON *l = cJSON_GetArrayItem(ls, 0);
-    const cJSON *kn = cJSON_GetObjectItemCaseSensitive(l, "kernel"), *fn = cJSON_GetObjectItemCaseSensitive(l, "file");
-    if (!cJSON_IsString(kn) || !cJSON_IsString(fn)) return HYP_OK; /* none */
-    const cJSON *decl = find_kernel_decl(cJSON_GetObjectItemCaseSensitive(man, "files"), fn->valuestring, kn->valuestring);
-    const cJSON *params = cJSON_GetObjectItemCaseSensitive(decl, "params");
-    const cJSON *p0 = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(params, 0), "type");
-    int fi = find_file(x, fn->valuestring);
-    const cJSON *grid = cJSON_GetObjectItemCaseSensitive(decl, "grid");
-    if (fi < 0 || !cJSON_IsString(grid)) return HYP_OK;
-    snprintf(x->opt_grid, sizeof x->opt_grid, "%s", grid->valuestring);
-    snprintf(x->opt_kernel, sizeof x->opt_kernel, "%s", kn->valuestring);
-    snprintf(x->opt_p0, sizeof x->opt_p0, "%s", cJSON_IsString(p0) ? p0->valuestring : "");
-    x->opt_nparams = cJSON_GetArraySize(params);
-    int n = p->n_params_t;
-    int64_t (*ends)[2] = calloc((size_t)n + 1, sizeof *ends);
-    int64_t *h_end = calloc((size_t)n + 1, sizeof *h_end);
-    x->h_seg_wd = calloc((size_t)n + 1, sizeof *x->h_seg_wd);
-    x->seg_group = calloc((size_t)n + 1, sizeof *x->seg_group);
-    if (!ends || !h_end || !x->h_seg_wd || !x->seg_group) {
-        free(ends);
-        free(h_end);
-        return hyp_fail(e, HYP_EFAIL, "out of memory");
-    }
-    for (int i = 0; i < n; i++) {
-        ends[i][0] = p->params[i].offset + p->params[i].numel;
-        ends[i][1] = p->params[i].group;
-    }
-    qsort(ends, (size_t)n, sizeof *ends, cmp_i64);
-    for (int i = 0; i < n; i++) {
-        h_end[i] = ends[i][0];
-        x->seg_group[i] = (int)ends[i][1];
-    }
-    if (n == 0 || h_end[n - 1] < p->param_floats) { /* a tail after the last tensor: padding */
-        h_end[n] = p->param_floats;
-        x->seg_group[n] = -1;
-        n++;
-    }
-    x->nseg = n;
-    int rc = dalloc(x, (void **)&x->seg_end, n, sizeof(int64_t), e);
-    if (!rc) rc = dalloc(x, (void **)&x->seg_wd, n, sizeof(float), e);
-    if (!rc) rc = x->dev->h2d_sync(x->dev, x->seg_end, h_end, sizeof(int64_t) * (size_t)n, e);
-    free(ends);
-    free(h_end);
-    if (!rc) x->opt_file = fi;
-    return rc;
-}
-
-static void free_launch(exec_dev_launch *L) {
-    for (int j = 0; j < L->nargs; j++) {
-        free(L->pname[j]);
-        free(L->arg[j]);
-    }
-    free(L->grid);
-    free(L->smem);
-}
-
-/* Where a launch's arguments come from: a (the op, or a fusion site's first op), b (the site's
- * second op) and site (the site's JSON object, for "site.NAME" buffer names). */
-typedef struct {
-    const plan_op *a, *b;
-    const cJSON *site;
-    const char *what; /* the op or fusion kind, for messages */
-} bind_ctx;
-
-/* Whether op o carries an fp8 scaling slot (its launches may bind fp8.*[slot]). */
-static int has_fp8_slot(const plan_op *o) { return (hyp_op_get(o->op)->flags & HYP_OPF_FP8_SLOT) != 0; }
-
-/* "inK" / "outK" of op o (K from 1): the plan buffer index (-1: an absent optional argument), or
- * -2 when s is not such a name, -3 when o has no such argument. */
-static int op_arg(const plan_op *o, const char *s) {
-    int out = !strncmp(s, "out", 3);
-    if (!out && strncmp(s, "in", 2)) return -2;
-    const char *d = s + (out ? 3 : 2);
-    if (!isdigit((unsigned char)d[0]) || d[1]) return -2;
-    int k = d[0] - '1';
-    if (!o || k < 0 || k >= (out ? o->nout : o->nin)) return -3;
-    return out ? o->out[k] : o->in[k];
-}
-
-/* Scratch need (floats, at the plan's maximum shape) of binding a: scratch(EXPR) or scratch.NAME. */
-static int scratch_need(exec_dev *x, int fi, const bind_ctx *c, const char *a, const char *kernel, int64_t *n,
-                        hyp_err *e) {
-    if (a[7] == '.') {
-        int64_t nh = x->p->NH > x->p->NKV ? x->p->NH : x->p->NKV;
-        *n = (int64_t)x->p->B * x->p->T * nh * x->p->hd;
-        return HYP_OK;
-    }
-    if (a[7] != '(') return hyp_fail(e, HYP_EINPUT, "kernels.json: %s: unknown binding '%s' — regenerate with gen", kernel, a);
-    env_t v = x->files[fi].consts;
-    env_ops(&v, c->a, c->b, x->p->B, x->p->T);
-    char tmp[128], what[200];
-    snprintf(tmp, sizeof tmp, "%s", a + 8);
-    char *close = strrchr(tmp, ')');
-    if (close) *close = 0;
-    double d;
-    if (eval_list(tmp, &v, &d, 1, what, sizeof what) != 1)
-        return hyp_fail(e, HYP_EINPUT, "kernels.json: %s: %s — regenerate with gen", kernel, what);
-    *n = (int64_t)d;
-    return HYP_OK;
-}
-
-/* Resolves argument i (manifest binding a) of launch L. */
-static int bind_arg(exec_dev *x, exec_dev_launch *L, int i, const char *a, const bind_ctx *c, scratch_t *sc, int *nsc,
-                    hyp_err *e) {
-    const char *ab = NULL; /* the rest of an "a." / "b." binding */
-    const plan_op *ao = c->a;
-    if (!strncmp(a, "a.", 2) || !strncmp(a, "b.", 2) || !strncmp(a, "site.", 5)) {
-        if (!c->b)
-            return hyp_fail(e, HYP_EINPUT, "kernels.json: %s: fused-pair binding '%s' outside a fusion site — regenerate with gen", L->kernel, a);
-        if (a[0] == 's') {
-            const cJSON *nm = cJSON_GetObjectItemCaseSensitive(c->site, a + 5);
-            int idx = cJSON_IsString(nm) ? find_buf_name(x->p, nm->valuestring) : -1;
-            if (idx < 0)
-                return hyp_fail(e, HYP_EINPUT, "kernels.json: %s (%s): binding '%s' names no plan buffer — regenerate with gen", L->kernel, c->what, a);
-            L->bind[i] = AB_BUF;
-            L->bidx[i] = idx;
-            return HYP_OK;
-        }
-        ab = a + 2;
-        ao = a[0] == 'a' ? c->a : c->b;
-    } else if (c->b && op_arg(ao, a) != -2) {
-        return hyp_fail(e, HYP_EINPUT, "kernels.json: %s (%s): a fusion site binds '%s' without a./b. — regenerate with gen", L->kernel, c->what, a);
-    }
-    int idx = op_arg(ao, ab ? ab : a);
-    if (idx == -3)
-        return hyp_fail(e, HYP_EINPUT, "kernels.json: %s binds '%s' but op '%s' has %d inputs and %d outputs — regenerate with gen", L->kernel, a,
-                        hyp_op_name(ao->op), ao->nin, ao->nout);
-    if (idx >= -1) {
-        L->bind[i] = AB_BUF;
-        L->bidx[i] = idx;
-        return HYP_OK;
-    }
-    if (ab) return hyp_fail(e, HYP_EINPUT, "kernels.json: %s: unknown binding '%s' — regenerate with gen", L->kernel, a);
-    if (!strcmp(a, "fp8.scaled_max[slot]") && has_fp8_slot(ao)) { /* a constant of the slot */
-        char v[32];
-        snprintf(v, sizeof v, "%.9g", (double)(hyp_fp8_max(x->fp8[ao->slot].fmt) * powf(2.0f, -(float)x->p->fp8_margin)));
-        L->bind[i] = AB_EXPR;
-        L->arg[i] = xstrdup(v);
-        return HYP_OK;
-    }
-    if (!strncmp(a, "fp8.", 4)) {
-        static const char *const f8[] = {"fp8.scale[slot]", "fp8.scale_inv[slot]", "fp8.amax[slot]", "fp8.q[slot]",
-                                         "fp8.qt[slot]"};
-        for (int k = 0; k < 5; k++)
-            if (!strcmp(a, f8[k]) && has_fp8_slot(ao) && (k < 3 || x->fp8_gemm)) {
-                L->bind[i] = AB_FP8;
-                L->bidx[i] = k;
-                return HYP_OK;
-            }
-        return hyp_fail(e, HYP_EINPUT, "kernels.json: %s: unknown fp8 binding '%s' (fp8.scale|scale_inv|amax|q|qt[slot] of an fp8_quantize op) — regenerate with gen", L->kernel, a);
-    }
-    if (!strncmp(a, "scratch", 7)) {
-        int64_t n = 0;
-        int rc = scratch_need(x, L->file, c, a, L->kernel, &n, e);
-        if (rc) return rc;
-        int s;
-        for (s = 0; s < *nsc; s++)
-            if (!strcmp(sc[s].key, a)) break;
-        if (s == *nsc) {
-            if (*nsc >= 64) return hyp_fail(e, HYP_EINPUT, "kernels.json: too many scratch buffers");
-            snprintf(sc[s].key, sizeof sc[s].key, "%s", a);
-            sc[s].n = 0;
-            (*nsc)++;
-        }
-        if (n > sc[s].n) sc[s].n = n;
-        L->bind[i] = AB_SCRATCH;
-        L->bidx[i] = s; /* resolved to an offset once every need is known */
-        return HYP_OK;
-    }
-    L->bind[i] = AB_EXPR;
-    L->arg[i] = xstrdup(a);
-    return HYP_OK;
-}
-
-/* Appends the launches of the manifest list ls (one op's, or one fusion site's) to x->launches;
- * scratch needs are merged into sc (at the maximum shape). */
-static int prepare_launches(exec_dev *x, const cJSON *man, const cJSON *ls, const bind_ctx *c, exec_dev_op *eo,
-                            scratch_t *sc, int *nsc, hyp_err *e) {
-    const char *name = c->what;
-    eo->how = EXD_KERNELS;
-    eo->first = x->n_launches;
-    const cJSON *files = cJSON_GetObjectItemCaseSensitive(man, "files");
-    const cJSON *l;
-    cJSON_ArrayForEach(l, ls) {
-        const cJSON *kn = cJSON_GetObjectItemCaseSensitive(l, "kernel");
-        const cJSON *fn = cJSON_GetObjectItemCaseSensitive(l, "file");
-        const cJSON *args = cJSON_GetObjectItemCaseSensitive(l, "args");
-        if (!cJSON_IsString(kn) || !cJSON_IsString(fn) || !cJSON_IsArray(args))
-            return hyp_fail(e, HYP_EINPUT, "kernels.json: op '%s': a launch lacks kernel/file/args — regenerate with gen", name);
-        int fi = find_file(x, fn->valuestring);
-        const cJSON *decl = find_kernel_decl(files, fn->valuestring, kn->valuestring);
-        if (fi < 0 || !decl)
-            return hyp_fail(e, HYP_EINPUT, "kernels.json: op '%s' launches %s of %s, which the manifest does not declare — regenerate with gen", name, kn->valuestring, fn->valuestring);
-        const cJSON *params = cJSON_GetObjectItemCaseSensitive(decl, "params");
-        int np = cJSON_GetArraySize(params);
-        if (np != cJSON_GetArraySize(args) || np > ARGS_MAX)
-            return hyp_fail(e, HYP_EINPUT, "kernels.json: op '%s': %s takes %d arguments, the launch binds %d", name, kn->valuestring, np, cJSON_GetArraySize(args));
-        exec_dev_launch *nl = realloc(x->launches, sizeof *nl * (size_t)(x->n_launches + 1));
-        if (!nl) return hyp_fail(e, HYP_EFAIL, "out of memory");
-        x->launches = nl;
-        exec_dev_launch *L = &x->launches[x->n_launches++];
-        memset(L, 0, sizeof *L);
-        L->file = fi;
-        snprintf(L->kernel, sizeof L->kernel, "%s", kn->valuestring);
-        L->nargs = np;
-        const cJSON *blk = cJSON_GetObjectItemCaseSensitive(decl, "block");
-        const cJSON *grid = cJSON_GetObjectItemCaseSensitive(decl, "grid");
-        const cJSON *smem = cJSON_GetObjectItemCaseSensitive(decl, "smem");
-        L->block = cJSON_IsNumber(blk) ? blk->valueint : 0;
-        char gbuf[32];
-        if (cJSON_IsNumber(grid)) snprintf(gbuf, sizeof gbuf, "%d", grid->valueint);
-        L->grid = xstrdup(cJSON_IsString(grid) ? grid->valuestring : cJSON_IsNumber(grid) ? gbuf : "");
-        if (cJSON_IsNumber(smem)) snprintf(gbuf, sizeof gbuf, "%d", smem->valueint);
-        else snprintf(gbuf, sizeof gbuf, "0");
-        L->smem = xstrdup(cJSON_IsString(smem) ? smem->valuestring : gbuf);
-        if (L->block <= 0 || !L->grid[0])
-            return hyp_fail(e, HYP_EINPUT, "kernels.json: %s has no block/grid — regenerate with gen", L->kernel);
-        for (int i = 0; i < np; i++) {
-            const cJSON *pa = cJSON_GetArrayItem(params, i), *ar = cJSON_GetArrayItem(args, i);
-            const cJSON *pt = cJSON_GetObjectItemCaseSensitive(pa, "type");
-            const cJSON *pn = cJSON_GetObjectItemCaseSensitive(pa, "name");
-            if (!cJSON_IsString(pt) || !cJSON_IsString(pn) || !cJSON_IsString(ar))
-                return hyp_fail(e, HYP_EINPUT, "kernels.json: %s: malformed parameter %d", L->kernel, i + 1);
-            L->ptype[i] = ptype_of(pt->valuestring);
-            if (L->ptype[i] < 0)
-                return hyp_fail(e, HYP_EINPUT, "kernels.json: %s: parameter type '%s' is not supported by the executor", L->kernel, pt->valuestring);
-            L->pname[i] = xstrdup(pn->valuestring);
-            int rc = bind_arg(x, L, i, ar->valuestring, c, sc, nsc, e);
-            if (rc) return rc;
-        }
-        const char *a0 = np > 0 ? cJSON_GetArrayItem(args, 0)->valuestring : "";
-        if (L->bind[0] == AB_BUF && L->bidx[0] < 0 && strstr(a0, "out") == a0 + (a0[1] == '.' ? 2 : 0))
-            free_launch(&x->launches[--x->n_launches]); /* its output is an absent optional one (a llama's
-                                                           embedding_bwd_wpe): nothing to do */
-    }
-    eo->count = x->n_launches - eo->first;
-    return HYP_OK;
-}
-
-/* The manifest key of op o: its name, or for an fp8_quantize op "fp8_quantize(current, gradient,
- * hybrid)" and the like (current scaling; an E5M2 slot); with gemm, the key of the fp8 byte casts
- * an fp8_quantize op adds for the FP8 GEMMs. */
-static const char *op_key(const plan_t *p, const plan_op *o, int gemm) {
-    if (!has_fp8_slot(o)) return hyp_op_name(o->op);
-    int e5 = !p->fp8_e4m3_only && p->fp8_roles[o->slot] == HYP_FP8_GRADIENT;
-    if (gemm) return e5 ? "fp8_quantize(fp8 gemm, gradient, hybrid)" : "fp8_quantize(fp8 gemm)";
-    if (p->fp8_current) return e5 ? "fp8_quantize(current, gradient, hybrid)" : "fp8_quantize(current)";
-    return e5 ? "fp8_quantize(gradient, hybrid)" : "fp8_quantize";
-}
-
-/* Prepares the launches of one plan op. */
-static int prepare_op(exec_dev *x, const cJSON *man, const plan_op *o, exec_dev_op *eo, scratch_t *sc, int *nsc,
-                      hyp_err *e) {
-    const char *name = op_key(x->p, o, 0);
-    const cJSON *ops = cJSON_GetObjectItemCaseSensitive(man, "ops");
-    const cJSON *ls = cJSON_GetObjectItemCaseSensitive(ops, name);
-    memset(eo, 0, sizeof *eo);
-    if (!ls) {
-        hyp_op_device dv = hyp_op_get(o->op)->device;
-        if (dv == HYP_OPDEV_GEMM_FWD || dv == HYP_OPDEV_GEMM_BWD) eo->how = EXD_GEMM;
-        else if (dv == HYP_OPDEV_ZERO) eo->how = EXD_ZERO;
-        else return hyp_fail(e, HYP_EINPUT, "kernels.json: plan op '%s' has no kernel launch — this trainer cannot run it on a device yet (use --target cpu)", name);
-        return HYP_OK;
-    }
-    bind_ctx c = {o, NULL, NULL, name};
-    int rc = prepare_launches(x, man, ls, &c, eo, sc, nsc, e);
-    if (rc || !has_fp8_slot(o) || !x->fp8_gemm) return rc;
-    /* the fp8 bytes for the FP8 GEMMs, right after (the op's launches stay contiguous) */
-    exec_dev_op more;
-    c.what = op_key(x->p, o, 1);
-    if (!(ls = cJSON_GetObjectItemCaseSensitive(ops, c.what)))
-        return hyp_fail(e, HYP_EINPUT, "kernels.json: no '%s' launches for the plan's fp8 GEMMs — regenerate the trainer with gen", c.what);
-    if ((rc = prepare_launches(x, man, ls, &c, &more, sc, nsc, e))) return rc;
-    eo->count += more.count;
-    return HYP_OK;
-}
-
-/* v2166: the manifest's fusion sites. A site names two ops (0-based indices ia < ib into the
- * forward or the backward list, by the kind's _fwd/_bwd suffix) with only zero ops between them
- * that clear none of the first op's outputs; its launches replace both ops' and run at the second
- * (after those zeros: rope_attention_bwd writes the gradient the zero between clears). */
-static int prepare_fusions(exec_dev *x, const cJSON *man, scratch_t *sc, int *nsc, hyp_err *e) {
-    const cJSON *fu;
-    cJSON_ArrayForEach(fu, cJSON_GetObjectItemCaseSensitive(man, "fusions")) {
-        const cJSON *kind = cJSON_GetObjectItemCaseSensitive(fu, "kind");
-        const cJSON *ls = cJSON_GetObjectItemCaseSensitive(fu, "launches");
-        size_t kl = cJSON_IsString(kind) ? strlen(kind->valuestring) : 0;
-        int bwd = kl > 4 && !strcmp(kind->valuestring + kl - 4, "_bwd");
-        if (!kl || (!bwd && strcmp(kind->valuestring + (kl > 4 ? kl - 4 : 0), "_fwd")) || !cJSON_IsArray(ls))
-            return hyp_fail(e, HYP_EINPUT, "kernels.json: a fusion entry lacks a kind (..._fwd/_bwd) or launches — regenerate with gen");
-        const plan_op *list = bwd ? x->p->bwd : x->p->fwd;
-        exec_dev_op *eol = bwd ? x->bwd : x->fwd;
-        int n = bwd ? x->p->n_bwd : x->p->n_fwd;
-        const cJSON *site;
-        cJSON_ArrayForEach(site, cJSON_GetObjectItemCaseSensitive(fu, "sites")) {
-            const cJSON *ops = cJSON_GetObjectItemCaseSensitive(site, "ops");
-            const cJSON *ja = cJSON_GetArrayItem(ops, 0), *jb = cJSON_GetArrayItem(ops, 1);
-            int ia = cJSON_IsNumber(ja) ? ja->valueint : -1, ib = cJSON_IsNumber(jb) ? jb->valueint : -1;
-            int ok = cJSON_GetArraySize(ops) == 2 && ia >= 0 && ia < ib && ib < n && eol[ia].how == EXD_KERNELS &&
-                     eol[ib].how == EXD_KERNELS && !eol[ia].pair && !eol[ib].pair;
-            for (int k = ia + 1; ok && k < ib; k++) {
-                ok = hyp_op_get(list[k].op)->device == HYP_OPDEV_ZERO;
-                for (int j = 0; ok && j < list[ia].nout; j++) ok = list[k].out[0] != list[ia].out[j];
-            }
-            if (!ok)
-                return hyp_fail(e, HYP_EINPUT, "kernels.json: fusion %s: a site's ops do not form a fusable pair of this plan — regenerate the trainer with gen", kind->valuestring);
-            bind_ctx c = {&list[ia], &list[ib], site, kind->valuestring};
-            int rc = prepare_launches(x, man, ls, &c, &eol[ib], sc, nsc, e);
-            if (rc) return rc;
-            eol[ib].pair = &list[ia];
-            eol[ia].how = EXD_SKIP;
-        }
-    }
-    return HYP_OK;
-}
-
-static void free_launches(exec_dev *x) {
-    for (int i = 0; i < x->n_launches; i++) free_launch(&x->launches[i]);
-    free(x->launches);
-    x->launches = NULL;
-    x->n_launches = 0;
-}
 
 static void free_z3(exec_dev *x);
 
@@ -642,7 +52,7 @@ void exec_dev_free(exec_dev *x) {
         for (int j = 0; j < x->files[i].consts.n; j++) free(x->files[i].cnames[j]);
     }
     free(x->files);
-    free_launches(x);
+    exec_dev_free_launches(x);
     free(x->fwd);
     free(x->bwd);
     free(x->h_tokens);
@@ -660,7 +70,7 @@ static int upload_scales(exec_dev *x, hyp_err *e) {
     return rc ? rc : x->dev->h2d_sync(x->dev, x->fp8_scale_inv, x->h_fp8, sizeof(float) * n, e);
 }
 
-static int dalloc(exec_dev *x, void **ptr, int64_t n, size_t elem, hyp_err *e) {
+int exec_dev_alloc(exec_dev *x, void **ptr, int64_t n, size_t elem, hyp_err *e) {
     size_t sz = (size_t)(n > 0 ? n : 1) * elem;
     int rc = x->dev->mem_alloc(x->dev, ptr, sz, e);
     if (rc) return rc;
@@ -685,8 +95,8 @@ static int init_fp8_gemm(exec_dev *x, hyp_err *e) {
             if (!has_fp8_slot(o) || x->fp8_q[o->slot]) continue;
             int64_t n = (o->n == DIM_B ? p->B : o->n == DIM_T ? p->T : o->n == DIM_N ? (int64_t)p->B * p->T : o->n) *
                         (o->C ? o->C : 1);
-            int rc = dalloc(x, &x->fp8_q[o->slot], n, 1, e);
-            if (rc || (rc = dalloc(x, &x->fp8_qt[o->slot], n, 1, e))) return rc;
+            int rc = exec_dev_alloc(x, &x->fp8_q[o->slot], n, 1, e);
+            if (rc || (rc = exec_dev_alloc(x, &x->fp8_qt[o->slot], n, 1, e))) return rc;
             x->fp8_slot_of[o->out[0]] = o->slot;
         }
     return HYP_OK;
@@ -709,8 +119,8 @@ static int init_fp8(exec_dev *x, hyp_err *e) {
                               : hyp_fp8_state_init_role(&x->fp8[i], (hyp_fp8_role)p->fp8_roles[i], &r, e);
         if (rc) return rc;
     }
-    if ((rc = dalloc(x, (void **)&x->fp8_scale, n, 4, e)) || (rc = dalloc(x, (void **)&x->fp8_scale_inv, n, 4, e)) ||
-        (rc = dalloc(x, (void **)&x->fp8_amax, n, 4, e)) || (rc = init_fp8_gemm(x, e)))
+    if ((rc = exec_dev_alloc(x, (void **)&x->fp8_scale, n, 4, e)) || (rc = exec_dev_alloc(x, (void **)&x->fp8_scale_inv, n, 4, e)) ||
+        (rc = exec_dev_alloc(x, (void **)&x->fp8_amax, n, 4, e)) || (rc = init_fp8_gemm(x, e)))
         return rc;
     return upload_scales(x, e);
 }
@@ -726,12 +136,12 @@ static int alloc_z3(exec_dev *x, const hyp_z3_layout *lay, hyp_err *e) {
     if (!z || !(z->ptr = calloc((size_t)x->p->n_bufs, sizeof(void *)))) return hyp_fail(e, HYP_EFAIL, "out of memory");
     z->lay = lay;
     size_t b0 = x->bytes;
-    int rc = dalloc(x, (void **)&x->params, x->shard, 4, e);
-    for (int s = 0; s < lay->n_slots && !rc; s++) rc = dalloc(x, (void **)&z->slot[s], lay->slot_cap, 4, e);
+    int rc = exec_dev_alloc(x, (void **)&x->params, x->shard, 4, e);
+    for (int s = 0; s < lay->n_slots && !rc; s++) rc = exec_dev_alloc(x, (void **)&z->slot[s], lay->slot_cap, 4, e);
     size_t b1 = x->bytes;
-    if (!rc) rc = dalloc(x, (void **)&x->grads, lay->slot_cap, 4, e);
+    if (!rc) rc = exec_dev_alloc(x, (void **)&x->grads, lay->slot_cap, 4, e);
     size_t b2 = x->bytes;
-    if (!rc) rc = dalloc(x, (void **)&x->gshard, x->shard, 4, e);
+    if (!rc) rc = exec_dev_alloc(x, (void **)&x->gshard, x->shard, 4, e);
     x->bytes_params = b1 - b0, x->bytes_grad_workspace = b2 - b1, x->bytes_grads = x->bytes - b2;
     if (!rc) rc = d->stream_create(d, &z->comm, e);
     for (int s = 0; s < lay->n_slots && !rc; s++)
@@ -772,7 +182,7 @@ static int alloc_states(exec_dev *x, int64_t n, hyp_err *e) {
         if (o->state_dtype[k] != HYP_DT_F32)
             return hyp_fail(e, HYP_EINPUT, "exec_dev: optimizer state '%s' is %s; the device executor keeps fp32 states — regenerate with f32 optimizer states",
                             o->state_name[k], hyp_dtype_name(o->state_dtype[k]));
-        rc = dalloc(x, (void **)&x->state[k], n, 4, e);
+        rc = exec_dev_alloc(x, (void **)&x->state[k], n, 4, e);
     }
     return rc;
 }
@@ -786,11 +196,11 @@ static int alloc_arenas(exec_dev *x, const hyp_z3_layout *lay, hyp_err *e) {
     x->arena = x->shard * x->world;
     int64_t optim = x->stage >= 1 ? x->shard : x->arena;
     int rc = lay ? alloc_z3(x, lay, e) : HYP_OK;
-    if (rc || (!lay && ((rc = dalloc(x, (void **)&x->params, x->arena, 4, e)) ||
-                        (rc = dalloc(x, (void **)&x->grads, x->arena, 4, e)) ||
-                        (x->stage >= 2 && (rc = dalloc(x, (void **)&x->gshard, x->shard, 4, e))))) ||
-        (rc = alloc_states(x, optim, e)) || (rc = dalloc(x, (void **)&x->acts, p->act_floats, 4, e)) || (rc = dalloc(x, (void **)&x->tokens, maxN, 4, e)) ||
-        (rc = dalloc(x, (void **)&x->targets, maxN, 4, e)) || (rc = dalloc(x, (void **)&x->ones, maxN, 4, e)))
+    if (rc || (!lay && ((rc = exec_dev_alloc(x, (void **)&x->params, x->arena, 4, e)) ||
+                        (rc = exec_dev_alloc(x, (void **)&x->grads, x->arena, 4, e)) ||
+                        (x->stage >= 2 && (rc = exec_dev_alloc(x, (void **)&x->gshard, x->shard, 4, e))))) ||
+        (rc = alloc_states(x, optim, e)) || (rc = exec_dev_alloc(x, (void **)&x->acts, p->act_floats, 4, e)) || (rc = exec_dev_alloc(x, (void **)&x->tokens, maxN, 4, e)) ||
+        (rc = exec_dev_alloc(x, (void **)&x->targets, maxN, 4, e)) || (rc = exec_dev_alloc(x, (void **)&x->ones, maxN, 4, e)))
         return rc;
     if (!lay) {
         x->bytes_params = 4 * (size_t)x->arena;
@@ -925,8 +335,8 @@ static int init_any(exec_dev *x, const plan_t *p, const char *kernels_dir, hyp_d
             if (cJSON_IsNumber(c)) v = c->valuedouble;
             else if (cJSON_IsBool(c)) v = cJSON_IsTrue(c) ? 1 : 0;
             else continue; /* render-time strings */
-            F->cnames[F->consts.n] = xstrdup(c->string);
-            env_set(&F->consts, F->cnames[F->consts.n], v);
+            F->cnames[F->consts.n] = exec_dev_strdup(c->string);
+            dev_env_set(&F->consts, F->cnames[F->consts.n], v);
         }
         /* a GPU loads the compiled cubin the manifest names; sim the rendered source */
         const cJSON *cubin = cJSON_GetObjectItemCaseSensitive(fe, "cubin");
@@ -939,15 +349,15 @@ static int init_any(exec_dev *x, const plan_t *p, const char *kernels_dir, hyp_d
         snprintf(mpath, sizeof mpath, "%s/%s", kernels_dir, gpu ? cubin->valuestring : F->name);
         if ((rc = dev->module_load(dev, mpath, &F->mod, e))) goto fail;
     }
-    if ((rc = prepare_optimizer(x, man, e)) || (rc = prepare_shard(x, e))) goto fail;
+    if ((rc = exec_dev_bind_optimizer(x, man, e)) || (rc = prepare_shard(x, e))) goto fail;
     scratch_t sc[64];
     int nsc = 0;
     for (int i = 0; i < p->n_fwd; i++)
-        if ((rc = prepare_op(x, man, &p->fwd[i], &x->fwd[i], sc, &nsc, e))) goto fail;
-    if ((rc = prepare_op(x, man, &p->loss, &x->loss, sc, &nsc, e))) goto fail;
+        if ((rc = exec_dev_bind_op(x, man, &p->fwd[i], &x->fwd[i], sc, &nsc, e))) goto fail;
+    if ((rc = exec_dev_bind_op(x, man, &p->loss, &x->loss, sc, &nsc, e))) goto fail;
     for (int i = 0; i < p->n_bwd; i++)
-        if ((rc = prepare_op(x, man, &p->bwd[i], &x->bwd[i], sc, &nsc, e))) goto fail;
-    if ((rc = prepare_fusions(x, man, sc, &nsc, e)) || (x->z3 && (rc = z3_check_fusions(x, e)))) goto fail;
+        if ((rc = exec_dev_bind_op(x, man, &p->bwd[i], &x->bwd[i], sc, &nsc, e))) goto fail;
+    if ((rc = exec_dev_bind_fusions(x, man, sc, &nsc, e)) || (x->z3 && (rc = z3_check_fusions(x, e)))) goto fail;
     cJSON_Delete(man);
     man = NULL;
     int64_t off = 0;
@@ -959,7 +369,7 @@ static int init_any(exec_dev *x, const plan_t *p, const char *kernels_dir, hyp_d
     for (int i = 0; i < x->n_launches; i++)
         for (int j = 0; j < x->launches[i].nargs; j++)
             if (x->launches[i].bind[j] == AB_SCRATCH) x->launches[i].soff[j] = sc[x->launches[i].bidx[j]].off;
-    if ((rc = dalloc(x, (void **)&x->scratch, off, 4, e))) goto fail;
+    if ((rc = exec_dev_alloc(x, (void **)&x->scratch, off, 4, e))) goto fail;
     return HYP_OK;
 fail:
     cJSON_Delete(man);
@@ -1119,15 +529,15 @@ static int run_launch(exec_dev *x, const plan_op *o, const plan_op *pair, const 
     char what[256];
     /* scalar arguments first: the grid may name them */
     env_t base = {0};
-    env_set(&base, "dloss", dloss);
-    for (int j = 0; j < F->consts.n; j++) env_set(&base, F->consts.name[j], F->consts.val[j]);
-    env_ops(&base, pair ? pair : o, pair ? o : NULL, x->B, x->T);
+    dev_env_set(&base, "dloss", dloss);
+    for (int j = 0; j < F->consts.n; j++) dev_env_set(&base, F->consts.name[j], F->consts.val[j]);
+    exec_dev_env_ops(&base, pair ? pair : o, pair ? o : NULL, x->B, x->T);
     double sval[ARGS_MAX] = {0};
     for (int i = 0; i < L->nargs; i++) {
         if (L->bind[i] != AB_EXPR) continue;
-        if (eval_list(L->arg[i], &base, &sval[i], 1, what, sizeof what) != 1)
+        if (dev_eval_list(L->arg[i], &base, &sval[i], 1, what, sizeof what) != 1)
             return hyp_fail(e, HYP_EINPUT, "%s (%s): %s", L->kernel, hyp_op_name(o->op), what);
-        env_set(&v, L->pname[i], sval[i]);
+        dev_env_set(&v, L->pname[i], sval[i]);
     }
     for (int i = 0; i < L->nargs; i++) {
         void *ptr = NULL;
@@ -1148,10 +558,10 @@ static int run_launch(exec_dev *x, const plan_op *o, const plan_op *pair, const 
         default: hyp_kargs_f32(&ka, (float)sval[i]); break;
         }
     }
-    for (int j = 0; j < base.n; j++) env_set(&v, base.name[j], base.val[j]);
+    for (int j = 0; j < base.n; j++) dev_env_set(&v, base.name[j], base.val[j]);
     double g[3] = {1, 1, 1}, sm = 0;
-    int ng = eval_list(L->grid, &v, g, 3, what, sizeof what);
-    if (ng < 1 || eval_list(L->smem, &v, &sm, 1, what, sizeof what) != 1)
+    int ng = dev_eval_list(L->grid, &v, g, 3, what, sizeof what);
+    if (ng < 1 || dev_eval_list(L->smem, &v, &sm, 1, what, sizeof what) != 1)
         return hyp_fail(e, HYP_EINPUT, "%s (%s): %s", L->kernel, hyp_op_name(o->op), what);
     for (int j = 0; j < 3; j++)
         if (g[j] < 1) return HYP_OK; /* an empty grid: nothing to do */
@@ -1373,8 +783,8 @@ static int prepare_shard(exec_dev *x, hyp_err *e) {
     }
     if (!L && !rc) clip_table(x, full, x->shard * x->rank, x->shard * (x->rank + 1), x->shard, 0, end, x->sh_group, &n);
     x->sh_nseg = n;
-    if (!rc) rc = dalloc(x, (void **)&x->sh_seg_end, n, sizeof(int64_t), e);
-    if (!rc) rc = dalloc(x, (void **)&x->sh_seg_wd, n, sizeof(float), e);
+    if (!rc) rc = exec_dev_alloc(x, (void **)&x->sh_seg_end, n, sizeof(int64_t), e);
+    if (!rc) rc = exec_dev_alloc(x, (void **)&x->sh_seg_wd, n, sizeof(float), e);
     if (!rc) rc = x->dev->h2d_sync(x->dev, x->sh_seg_end, end, sizeof(int64_t) * (size_t)n, e);
     free(full);
     free(end);
@@ -1462,14 +872,14 @@ int exec_dev_optim_own(exec_dev *x, const char *kernel, const char *p0, int npar
 int exec_dev_optim_launch(exec_dev *x, int64_t n, hyp_kargs *a, hyp_err *e) {
     const exec_dev_file *F = &x->files[x->opt_file];
     env_t v = {0};
-    env_set(&v, "n", (double)n);
-    for (int j = 0; j < F->consts.n; j++) env_set(&v, F->consts.name[j], F->consts.val[j]);
+    dev_env_set(&v, "n", (double)n);
+    for (int j = 0; j < F->consts.n; j++) dev_env_set(&v, F->consts.name[j], F->consts.val[j]);
     double g = 0;
     char what[200];
     int block = 256;
     for (int j = 0; j < F->consts.n; j++)
         if (!strcmp(F->consts.name[j], "BLOCK")) block = (int)F->consts.val[j];
-    if (eval_list(x->opt_grid, &v, &g, 1, what, sizeof what) != 1)
+    if (dev_eval_list(x->opt_grid, &v, &g, 1, what, sizeof what) != 1)
         return hyp_fail(e, HYP_EINPUT, "%s: %s", x->opt_kernel, what);
     return x->dev->launch(x->dev, F->mod, x->opt_kernel, HYP_DIM3((unsigned)g, 1, 1), HYP_DIM3((unsigned)block, 1, 1), 0,
                           a, NULL, e);
