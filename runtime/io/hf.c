@@ -33,6 +33,12 @@ typedef struct {
     double eps, theta;
 } hf_model;
 
+static const char *fmt7(double v) {
+    static _Thread_local char buf[32];
+    snprintf(buf, sizeof buf, "%.7g", v);
+    return buf;
+}
+
 static int hf_model_of(const plan_t *p, hf_model *m, hyp_err *e) {
     memset(m, 0, sizeof *m);
     int gpt2 = !strcmp(p->arch, "gpt2"), llama = !strcmp(p->arch, "llama");
@@ -51,6 +57,8 @@ static int hf_model_of(const plan_t *p, hf_model *m, hyp_err *e) {
         if (!m->eps && p->fwd[i].eps > 0) m->eps = p->fwd[i].eps;
         if (!m->theta && p->fwd[i].theta > 0) m->theta = p->fwd[i].theta;
     }
+    /* the plan's ops hold floats: 1e-5 reads back as 9.99999974e-06; keep 7 digits */
+    m->eps = strtod(fmt7(m->eps), NULL), m->theta = strtod(fmt7(m->theta), NULL);
     if (!m->eps) m->eps = 1e-5;
     if (!m->theta) m->theta = 10000.0;
     return HYP_OK;

@@ -13,8 +13,9 @@ script, it only reads what it wrote (small: ~150 KB in all) under tests/fixtures
 Each directory is what `save_pretrained(safe_serialization=True)` writes (config.json,
 generation_config.json, model.safetensors) plus `reference.safetensors`:
   inputs  I32 [16]      fixed tokens (seeded)
-  logits  F32 [16, 64]  HF's logits for them, computed in float64 (model.double()) from the
-                        saved weights, so the test's tolerance is ours alone.
+  logits  F32 [16, 64]  HF's logits for them: the saved directory loaded back with
+                        AutoModelForCausalLM.from_pretrained(dtype=float64), so the test's
+                        tolerance is ours alone (and bf16 weights are exact in float64).
 Weights: seeded normal, std 1/sqrt(in_features) for matrices, 0.5 for embeddings, norm gains
 1 + 0.1 N(0,1), biases 0.1 N(0,1) — larger than HF's init so the logits are far from uniform.
 """
@@ -23,7 +24,7 @@ import sys
 
 import torch
 from safetensors.torch import save_file
-from transformers import (GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, Qwen3Config,
+from transformers import (AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, Qwen3Config,
                           Qwen3ForCausalLM)
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -57,7 +58,8 @@ def write(model, name, seed, bf16=False):
     model.save_pretrained(d, safe_serialization=True)
     g = torch.Generator().manual_seed(seed + 1)
     inputs = torch.randint(0, V, (T,), generator=g, dtype=torch.int64)
-    ref = model.to(torch.float64).eval()
+    # the reference reads the saved directory back (as a user would), computing in float64
+    ref = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float64).eval()
     with torch.no_grad():
         logits = ref(inputs[None]).logits[0].to(torch.float32)
     save_file({"inputs": inputs.to(torch.int32), "logits": logits.contiguous()},
