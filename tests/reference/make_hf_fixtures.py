@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """make_hf_fixtures.py — Hugging Face model directories and their logits, for the weight I/O tests
-(tests/unit/test_hf_io.c, tests/gen/test_hf_io.sh): `train --init-from` and `gen export`.
+(tests/unit/test_hf_io.c, tests/gen/test_hf_cli.sh): `train --init-from` and `gen export`.
 
 Made offline with `transformers` (pip install torch transformers safetensors); CI never runs this
 script, it only reads what it wrote (small: ~150 KB in all) under tests/fixtures/:
