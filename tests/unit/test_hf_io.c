@@ -12,6 +12,7 @@
  *            (Conv1D [in, out] for GPT-2, V rows) and values (bit-exact) as the fixture's
  *            model.safetensors; config.json agrees with the fixture's on every key both have
  *   round trip  export -> init-from gives the identical arena (memcmp)
+ *   padding  a vocabulary padded to Vp in the arena exports V rows, imports zero padding rows
  *   sharded  a ZeRO-sharded checkpoint (2 ranks) exports the same tensors; a sharded HF index
  *            imports the same weights
  *   refusals a config mismatch names the key and both values; a tensor shape mismatch names the
@@ -371,6 +372,57 @@ static void run_model(const char *model, const char *fixture_name, const char *l
     plan_free(&p);
 }
 
+/* A vocabulary padded in the arena (V 60, Vp 64): the export has V rows (our first V, bit-exact)
+ * and the import zero-fills the padding rows. */
+static void padded_vocab(void) {
+    char dir[512], path[1024], ck[600], out[600];
+    snprintf(dir, sizeof dir, "%s/v60", g_tmp);
+    snprintf(path, sizeof path, "%s/plan.json", dir);
+    plan_t p;
+    hyp_err e = {{0}};
+    if (gen_plan("ref-gpt2-v60", dir) || plan_load(path, &p, &e)) {
+        check(0, "hf_padded_vocab_plan", "%s", e.msg);
+        return;
+    }
+    exec_t x;
+    if (exec_init(&x, &p, &e)) {
+        check(0, "hf_padded_vocab_plan", "%s", e.msg);
+        plan_free(&p);
+        return;
+    }
+    exec_init_params(&x, 5);
+    const plan_param *wte = NULL;
+    for (int i = 0; i < p.n_params_t; i++)
+        if (!strcmp(p.params[i].name, "transformer.wte.weight")) wte = &p.params[i];
+    float *w = x.params + wte->offset;
+    for (int64_t k = (int64_t)p.V * p.C; k < (int64_t)p.Vp * p.C; k++) w[k] = 7; /* padding: never exported */
+    snprintf(ck, sizeof ck, "%s/ck", dir);
+    snprintf(out, sizeof out, "%s/export", dir);
+    hyp_ckpt_tensor *t = arena(&p, x.params);
+    hyp_ckpt_state st;
+    memset(&st, 0, sizeof st);
+    snprintf(st.config_hash, sizeof st.config_hash, "%s", p.state_hash);
+    int rc = hyp_ckpt_save(ck, t, NULL, 0, p.n_params_t, &st, 0, &e);
+    free(t);
+    if (!rc) rc = hyp_hf_export(ck, &p, out, &e);
+    hyp_st_file *f = NULL;
+    snprintf(path, sizeof path, "%s/model.safetensors", out);
+    if (!rc) rc = hyp_st_open(path, &f, &e);
+    const hyp_st_tensor *hw = f ? hyp_st_find(f, "transformer.wte.weight") : NULL;
+    check(!rc && hw && hw->ndim == 2 && hw->shape[0] == p.V && hw->shape[1] == p.C &&
+              !memcmp(hw->data, w, sizeof(float) * (size_t)(p.V * p.C)) && !hyp_st_find(f, "lm_head.weight"),
+          "hf_padded_vocab_export_has_V_rows", "%s", rc ? e.msg : "wte [V, C], our first V rows, no lm_head (tied)");
+    hyp_st_close(f);
+    float *back = calloc((size_t)p.param_floats, sizeof(float));
+    for (int64_t k = (int64_t)p.V * p.C; k < (int64_t)p.Vp * p.C; k++) w[k] = 0;
+    rc = hyp_hf_init_from(out, &p, back, NULL, 0, &e);
+    check(!rc && !memcmp(back, x.params, sizeof(float) * (size_t)p.param_floats), "hf_padded_vocab_import_zero_pads",
+          "%s", rc ? e.msg : "identical, padding rows zero");
+    free(back);
+    exec_free(&x);
+    plan_free(&p);
+}
+
 /* A config that disagrees with the plan names the key and both values. */
 static void refuse_config(const char *model, const char *fixture_name, const char *want, const char *label) {
     char dir[512], fixture[512], path[1024], name[256];
@@ -400,6 +452,7 @@ int main(void) {
     run_model("ref-llama-tied", "hf_llama_tiny", "llama", "model.layers.0.self_attn.k_proj.weight");
     run_model("ref-llama", "hf_qwen3_tiny", "qwen3", "model.layers.1.mlp.down_proj.weight");
     run_model("ref-llama", "hf_qwen3_tiny_bf16", "qwen3_bf16", "model.layers.0.mlp.up_proj.weight");
+    padded_vocab();
     /* a QK-norm model is Qwen3, never Llama (which would compute something else silently) */
     refuse_config("ref-llama", "hf_llama_tiny", "model_type is 'llama', this trainer's plan is a qwen3 model", "llama_dir_for_qknorm_plan");
     refuse_config("ref-llama-tied", "hf_qwen3_tiny", "model_type is 'qwen3'", "qwen3_dir_for_llama_plan");
