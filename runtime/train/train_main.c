@@ -29,7 +29,6 @@
 #endif
 
 #include "ckpt.h"
-#include "hf.h"
 #include "coll.h"
 #include "data.h"
 #include "exec.h"
@@ -378,7 +377,7 @@ static int resume(run_t *r, hyp_err *e) {
         const char *other = foreign_entry(r->a.ckpt_dir);
         if (other)
             return hyp_fail(e, HYP_EINPUT, "%s: --resume found no checkpoint of ours here, but other files (%s): refusing to train from scratch and write checkpoints into it — give an empty or new --ckpt-dir%s",
-                            r->a.ckpt_dir, other, hyp_hf_is_our_ckpt(r->a.ckpt_dir) || !hf_like(r->a.ckpt_dir) ? "" : ", and --init-from this directory to start from its weights");
+                            r->a.ckpt_dir, other, hf_like(r->a.ckpt_dir) ? ", and --init-from this directory to start from its weights" : "");
         printf("no checkpoint in %s yet: starting from step 0\n", r->a.ckpt_dir);
         return HYP_OK;
     }
