@@ -3,10 +3,12 @@
 # beside the checkpoint, staged + renamed, refusals with exit 2 and nothing written) and
 # `train --init-from` (an exported HF directory, our checkpoint from another plan of the same
 # shape, refusals naming the key), the round trip export -> init-from (lr 0) -> export giving
-# identical tensors, and `--resume` refusing to train into a directory that holds other files.
+# identical tensors (also through ZeRO-3 on 2 ranks and its sharded checkpoint), and `--resume`
+# refusing to train into a directory that holds other files.
 # The numerics against transformers are in tests/unit/test_hf_io.c (same fixtures).
 source "$(dirname "$0")/lib.sh"
 export OMP_NUM_THREADS=2
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 ST_DIFF="$BUILD/tests/st_diff"
 
 head -c 200000 "$ROOT/specs/SCHEMA.md" > "$TMP/corpus.txt"
@@ -56,6 +58,16 @@ expect init_from_other_model 2 "model_type is 'qwen3', this trainer's plan is a 
 expect init_from_other_dims 2 "vocab_size is 64, this trainer's plan has 256" -- "$TMP/t/train" "${COMMON[@]}" --steps 1 --init-from "$ROOT/tests/fixtures/hf_gpt2_tiny"
 expect init_from_missing 2 "not a directory" -- "$TMP/t/train" "${COMMON[@]}" --steps 1 --init-from "$TMP/nope"
 expect init_from_unrelated_dir 2 "neither a Hyperion checkpoint" -- "$TMP/t/train" "${COMMON[@]}" --steps 1 --init-from "$TMP/data/.."
+
+# ZeRO-3 on 2 ranks: --init-from scatters the weights to the shards, the sharded checkpoint
+# (v2181) exports the same tensors (lr 0)
+if command -v mpirun >/dev/null; then
+  expect gen_zero3 0 "wrote" -- "$GEN" specs/v2500.yaml --enable adamw,dp,zero3 --model tiny --target cpu --batch 2 --seq 32 -o "$TMP/z3"
+  expect zero3_np2_init_from_hf 0 "initial weights: Hugging Face" -- env OMP_NUM_THREADS=1 mpirun -np 2 --oversubscribe -x OMP_NUM_THREADS "$TMP/z3/train" "${COMMON[@]}" --batch 1 --steps 1 --lr 0 --init-from "$TMP/hf" --ckpt-dir "$TMP/z3/ck"
+  check zero3_np2_checkpoint_is_sharded test -s "$TMP/z3/ck/step_00000001/shard_00001.safetensors"
+  expect export_sharded 0 "exported" -- "$GEN" export "$TMP/z3/ck" -o "$TMP/hf_z3"
+  expect export_sharded_identical 0 "" -- "$ST_DIFF" "$TMP/hf/model.safetensors" "$TMP/hf_z3/model.safetensors" 0
+fi
 
 # --resume into a directory with other files (an HF save_pretrained dir) refuses, writes nothing
 cp -r "$TMP/hf" "$TMP/hfcopy"
