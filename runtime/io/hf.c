@@ -421,6 +421,11 @@ static int check_key(const char *where, const cJSON *cfg, const char *key, doubl
     return HYP_OK;
 }
 
+static int hf_tied(const cJSON *cfg) {
+    const cJSON *tie = cJSON_GetObjectItemCaseSensitive(cfg, "tie_word_embeddings");
+    return tie ? cJSON_IsTrue(tie) : 1; /* transformers' default */
+}
+
 static int check_config(const char *dir, const cJSON *cfg, const plan_t *p, const hf_model *m, hyp_err *e) {
     char where[4200];
     snprintf(where, sizeof where, "%s/config.json", dir);
@@ -453,11 +458,12 @@ static int check_config(const char *dir, const cJSON *cfg, const plan_t *p, cons
         if (!rc && rs && !cJSON_IsNull(rs))
             rc = hyp_fail(e, HYP_EINPUT, "%s: rope_scaling is set, this trainer computes plain RoPE — use a model without rope scaling", where);
     }
-    const cJSON *tie = cJSON_GetObjectItemCaseSensitive(cfg, "tie_word_embeddings");
-    int tied = tie ? cJSON_IsTrue(tie) : 1; /* transformers' default */
-    if (!rc && tied != p->tied)
-        rc = hyp_fail(e, HYP_EINPUT, "%s: tie_word_embeddings is %s, this trainer's plan is %s — generate the trainer from a model YAML with tied_embeddings: %s",
-                      where, tied ? "true" : "false", p->tied ? "tied" : "untied", tied ? "true" : "false");
+    int tied = hf_tied(cfg);
+    /* a tied model initializes an untied plan (lm_head starts as a copy of the embedding); the
+     * other way round would drop the trained head */
+    if (!rc && !tied && p->tied)
+        rc = hyp_fail(e, HYP_EINPUT, "%s: tie_word_embeddings is false, this trainer's plan is tied — generate the trainer from a model YAML with tied_embeddings: false",
+                      where);
     return rc;
 }
 
@@ -480,6 +486,8 @@ static int load_hf(const char *dir, const plan_t *p, const hf_model *m, float *o
         int fi = 0;
         const hyp_st_tensor *t = hf_find(&h, pp->name, &fi);
         if (!t && !strncmp(pp->name, "transformer.", 12)) t = hf_find(&h, pp->name + 12, &fi);
+        if (!t && !strcmp(pp->name, "lm_head.weight") && hf_tied(h.cfg)) /* tied HF model, untied plan */
+            t = hf_find(&h, m->kind == HF_GPT2 ? "transformer.wte.weight" : "model.embed_tokens.weight", &fi);
         if (!t) {
             char b[64];
             shape_str(l.ndim, l.shape, b, sizeof b);

@@ -12,6 +12,7 @@
  *            (Conv1D [in, out] for GPT-2, V rows) and values (bit-exact) as the fixture's
  *            model.safetensors; config.json agrees with the fixture's on every key both have
  *   round trip  export -> init-from gives the identical arena (memcmp)
+ *   tying    a tied HF Llama initializes an untied plan (lm_head = the embedding, same logits)
  *   padding  a vocabulary padded to Vp in the arena exports V rows, imports zero padding rows
  *   sharded  a ZeRO-sharded checkpoint (2 ranks) exports the same tensors; a sharded HF index
  *            imports the same weights
@@ -225,6 +226,39 @@ static int write_bad_shape(const char *fixture, const char *dir, const char *ten
     return rc;
 }
 
+/* Our forward on the fixture's 16 tokens vs transformers' logits (see the tolerance above). */
+static void logits_vs_hf(const char *label, exec_t *x, const plan_t *pp, const char *fixture) {
+    char path[1024], name[256];
+    hyp_err e = {{0}};
+    const plan_t p = *pp;
+    snprintf(path, sizeof path, "%s/reference.safetensors", fixture);
+    hyp_st_file *ref = NULL;
+    if (hyp_st_open(path, &ref, &e)) {
+        check(0, label, "%s", e.msg);
+        return;
+    }
+    const hyp_st_tensor *in = hyp_st_find(ref, "inputs"), *lg = hyp_st_find(ref, "logits");
+    memcpy(x->tokens, in->data, 16 * sizeof(int32_t));
+    exec_forward(x);
+    int lb = -1;
+    for (int i = 0; i < p.n_bufs; i++)
+        if (!strcmp(p.bufs[i].name, "logits")) lb = i;
+    const float *ours = exec_buf(x, lb);
+    float *hf = malloc(sizeof(float) * 16 * (size_t)p.V);
+    memcpy(hf, lg->data, sizeof(float) * 16 * (size_t)p.V);
+    double worst = 0, mx = 0;
+    for (int t = 0; t < 16; t++)
+        for (int v = 0; v < p.V; v++) {
+            worst = fmax(worst, fabs((double)ours[(size_t)t * p.Vp + v] - hf[t * p.V + v]));
+            mx = fmax(mx, fabs(hf[t * p.V + v]));
+        }
+    double tol = 2e-5 * fmax(1, mx);
+    snprintf(name, sizeof name, "hf_%s_logits_equal_transformers", label);
+    check(worst <= tol, name, "max |ours - HF| %.3g (tolerance %.3g, max |HF| %.3g)", worst, tol, mx);
+    free(hf);
+    hyp_st_close(ref);
+}
+
 static void run_model(const char *model, const char *fixture_name, const char *label, const char *bad_tensor) {
     char dir[512], fixture[512], path[1024], path2[1024], name[256];
     snprintf(dir, sizeof dir, "%s/%s", g_tmp, label);
@@ -254,30 +288,7 @@ static void run_model(const char *model, const char *fixture_name, const char *l
     int rc = hyp_hf_init_from(fixture, &p, x.params, what, sizeof what, &e);
     snprintf(name, sizeof name, "hf_%s_import", label);
     check(rc == 0, name, "%s", rc ? e.msg : what);
-    snprintf(path, sizeof path, "%s/reference.safetensors", fixture);
-    hyp_st_file *ref = NULL;
-    if (!rc && !hyp_st_open(path, &ref, &e)) {
-        const hyp_st_tensor *in = hyp_st_find(ref, "inputs"), *lg = hyp_st_find(ref, "logits");
-        memcpy(x.tokens, in->data, 16 * sizeof(int32_t));
-        exec_forward(&x);
-        int lb = -1;
-        for (int i = 0; i < p.n_bufs; i++)
-            if (!strcmp(p.bufs[i].name, "logits")) lb = i;
-        const float *ours = exec_buf(&x, lb);
-        float *hf = malloc(sizeof(float) * 16 * (size_t)p.V);
-        memcpy(hf, lg->data, sizeof(float) * 16 * (size_t)p.V);
-        double worst = 0, mx = 0;
-        for (int t = 0; t < 16; t++)
-            for (int v = 0; v < p.V; v++) {
-                worst = fmax(worst, fabs((double)ours[(size_t)t * p.Vp + v] - hf[t * p.V + v]));
-                mx = fmax(mx, fabs(hf[t * p.V + v]));
-            }
-        double tol = 2e-5 * fmax(1, mx);
-        snprintf(name, sizeof name, "hf_%s_logits_equal_transformers", label);
-        check(worst <= tol, name, "max |ours - HF| %.3g (tolerance %.3g, max |HF| %.3g)", worst, tol, mx);
-        free(hf);
-        hyp_st_close(ref);
-    }
+    if (!rc) logits_vs_hf(label, &x, &p, fixture);
 
     /* export our checkpoint of those weights: the fixture's layout and values */
     char ck[600], out[600];
@@ -423,6 +434,37 @@ static void padded_vocab(void) {
     plan_free(&p);
 }
 
+/* A tied HF model initializes an untied plan: lm_head starts as the embedding; same logits. */
+static void tied_into_untied(void) {
+    char dir[512], path[1024], fixture[512];
+    snprintf(dir, sizeof dir, "%s/untied", g_tmp);
+    snprintf(path, sizeof path, "%s/plan.json", dir);
+    snprintf(fixture, sizeof fixture, "%s/tests/fixtures/hf_llama_tiny", HYP_SOURCE_DIR);
+    plan_t p;
+    exec_t x;
+    hyp_err e = {{0}};
+    if (gen_plan("ref-llama-untied", dir) || plan_load(path, &p, &e)) {
+        check(0, "hf_tied_into_untied_plan", "%s", e.msg);
+        return;
+    }
+    int rc = exec_init(&x, &p, &e);
+    if (!rc) rc = exec_bind(&x, 1, 16, &e);
+    if (!rc) rc = hyp_hf_init_from(fixture, &p, x.params, NULL, 0, &e);
+    check(rc == 0, "hf_tied_into_untied_import", "%s", rc ? e.msg : "ok");
+    if (!rc) {
+        const plan_param *emb = NULL, *head = NULL;
+        for (int i = 0; i < p.n_params_t; i++) {
+            if (!strcmp(p.params[i].name, "model.embed_tokens.weight")) emb = &p.params[i];
+            if (!strcmp(p.params[i].name, "lm_head.weight")) head = &p.params[i];
+        }
+        check(emb && head && !memcmp(x.params + emb->offset, x.params + head->offset, sizeof(float) * (size_t)emb->numel),
+              "hf_tied_into_untied_lm_head_is_embedding", "memcmp");
+        logits_vs_hf("llama_tied_into_untied", &x, &p, fixture);
+    }
+    if (!rc) exec_free(&x);
+    plan_free(&p);
+}
+
 /* A config that disagrees with the plan names the key and both values. */
 static void refuse_config(const char *model, const char *fixture_name, const char *want, const char *label) {
     char dir[512], fixture[512], path[1024], name[256];
@@ -453,6 +495,7 @@ int main(void) {
     run_model("ref-llama", "hf_qwen3_tiny", "qwen3", "model.layers.1.mlp.down_proj.weight");
     run_model("ref-llama", "hf_qwen3_tiny_bf16", "qwen3_bf16", "model.layers.0.mlp.up_proj.weight");
     padded_vocab();
+    tied_into_untied();
     /* a QK-norm model is Qwen3, never Llama (which would compute something else silently) */
     refuse_config("ref-llama", "hf_llama_tiny", "model_type is 'llama', this trainer's plan is a qwen3 model", "llama_dir_for_qknorm_plan");
     refuse_config("ref-llama-tied", "hf_qwen3_tiny", "model_type is 'qwen3'", "qwen3_dir_for_llama_plan");
