@@ -1,10 +1,14 @@
 /* ext_lua.c — host functions that reach into the runtime library: data preparation for
- * `gen data` (the shard writer lives in runtime/data.c, shared with the trainer's loader). */
+ * `gen data` (the shard writer lives in runtime/data.c, shared with the trainer's loader) and
+ * `gen export` (Hugging Face model directories, runtime/io/hf.c). */
 #include <lauxlib.h>
 #include <lua.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "data.h"
+#include "hf.h"
+#include "plan.h"
 #include "gen_host.h"
 #include "nvrtc.h" /* hyp.nvrtc_compile (issue #4) */
 
@@ -33,9 +37,26 @@ static int l_data_prepare(lua_State *L) {
     return 2;
 }
 
+/* hyp.hf_export(ckpt, plan_path, outdir) -> rc, message: `gen export` (runtime/io/hf.c) */
+static int l_hf_export(lua_State *L) {
+    const char *ckpt = luaL_checkstring(L, 1), *plan_path = luaL_checkstring(L, 2), *out = luaL_checkstring(L, 3);
+    hyp_err e = {{0}};
+    plan_t p;
+    memset(&p, 0, sizeof p);
+    int rc = plan_load(plan_path, &p, &e);
+    if (!rc) rc = hyp_hf_export(ckpt, &p, out, &e);
+    lua_pushinteger(L, rc);
+    if (rc) lua_pushfstring(L, "gen export: %s", e.msg);
+    else lua_pushfstring(L, "gen: exported %s (%s) to %s", ckpt, p.model_name, out);
+    plan_free(&p);
+    return 2;
+}
+
 void gen_register_extra(lua_State *L, int idx) {
     idx = lua_absindex(L, idx);
     lua_pushcfunction(L, l_data_prepare);
     lua_setfield(L, idx, "data_prepare");
+    lua_pushcfunction(L, l_hf_export);
+    lua_setfield(L, idx, "hf_export");
     gen_register_nvrtc(L, idx); /* NVRTC compile + cache (nvrtc.c); no-op without NVRTC */
 }

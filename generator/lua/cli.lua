@@ -16,6 +16,9 @@ usage:
   gen data INPUT... -o DIR [--val-fraction F] [--force]
                                           pre-tokenize text into training shards
   gen size --model M [--hw LIST] [...]    size a training run (see gen size --help)
+  gen export CKPT -o DIR [--plan PLAN]    a checkpoint as a Hugging Face model directory
+                                          (GPT2LMHeadModel, LlamaForCausalLM, Qwen3ForCausalLM);
+                                          PLAN defaults to the plan.json beside or above CKPT
   gen render FAMILY [NAME=VALUE ...] [--kernels LIST] [-o FILE]
                                           render one kernel template (gen render --list)
 options:
@@ -379,6 +382,37 @@ function commands.data(args)
   return 0
 end
 
+-- The plan that describes CKPT's model: --plan, else the first plan.json in CKPT or the three
+-- directories above it (a trainer's --ckpt-dir usually lives inside out/NAME/).
+local function find_plan(ckpt)
+  local dir = ckpt:gsub("/+$", "")
+  for _ = 1, 4 do
+    if hyp.stat(dir .. "/plan.json") == "file" then return dir .. "/plan.json" end
+    local parent = dir:match("^(.*)/[^/]+$")
+    if not parent then
+      if dir ~= "." and hyp.stat("plan.json") == "file" then return "plan.json" end
+      break
+    end
+    dir = parent == "" and "/" or parent
+  end
+  return nil
+end
+
+function commands.export(args)
+  local o = parse(args, { ["-o"] = "value", ["--plan"] = "value" })
+  local example = "e.g. gen export out/tiny/ckpt -o out/tiny-hf [--plan out/tiny/plan.json]"
+  if #o._pos ~= 1 then U.fail("<command line>", "gen export needs one checkpoint directory", example) end
+  if not o["-o"] then U.fail("<command line>", "gen export needs -o DIR", example) end
+  local ckpt = o._pos[1]
+  if hyp.stat(ckpt) ~= "dir" then U.fail(ckpt, "not a directory", "give a trainer's --ckpt-dir or one of its step_* directories") end
+  local plan = o["--plan"] or find_plan(ckpt)
+  if not plan then U.fail(ckpt, "no plan.json beside or above the checkpoint", "say which trainer wrote it: --plan out/NAME/plan.json") end
+  local rc, msg = hyp.hf_export(ckpt, plan, o["-o"])
+  if rc ~= 0 then io.stderr:write(msg, "\n"); return rc end
+  io.write(msg, "\n")
+  return 0
+end
+
 function commands.render(args)
   return require("template").cli(args, parse)
 end
@@ -401,7 +435,7 @@ local function main(args)
   if cmd:sub(1, 1) == "-" or not (cmd:match("%.ya?ml$") or hyp.stat(cmd)) then
     local names = U.sorted_keys(commands)
     U.fail("<command line>", "unknown command '" .. cmd .. "'" .. U.did_you_mean(cmd, names),
-      "use one of list, explain, audit, data, size, render, or give the tree file first")
+      "use one of list, explain, audit, data, export, size, render, or give the tree file first")
   end
   return commands.generate(args)
 end

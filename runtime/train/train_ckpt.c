@@ -1,12 +1,14 @@
 /* train_ckpt.c — the trainer's checkpoints (see train_ckpt.h): save (a single file set, or
  * per-rank shards: v2181) and load with re-sharding to the current world size (v2175), optimizer
- * states as the optimizer declares them, FP8 scaling states included (v2160). Never: the step. */
+ * states as the optimizer declares them, FP8 scaling states included (v2160), and initial weights
+ * (--init-from, hf.h). Never: the step. */
 #include "train_ckpt.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "hf.h"
 #include "safetensors.h"
 
 /* The plan's tensors as checkpoint tensors "<name><suffix>", data at base's full arena layout. */
@@ -249,6 +251,19 @@ int train_ckpt_load(dp_t *d, exec_t *x, const char *dir, int for_sampling, const
         cv.p = NULL;
     }
     view_close(d, x, &cv);
+    return rc;
+}
+
+int train_ckpt_init_from(dp_t *d, exec_t *x, const char *path, char *what, size_t what_cap, hyp_err *e) {
+    /* every rank reads the files (same weights everywhere); stage 3 keeps its own shards */
+    float *full = d->stage >= 3 ? calloc((size_t)x->p->param_floats, sizeof(float)) : x->params;
+    if (!full) return hyp_fail(e, HYP_EFAIL, "out of memory for the initial weights");
+    int rc = hyp_hf_init_from(path, x->p, full, what, what_cap, e);
+    if (d->stage >= 3) {
+        if (!rc) exec_z3_scatter_full(x, full, x->params);
+        free(full);
+    }
+    if (!hyp_coll_all_ok(d->coll, rc == 0) && !rc) rc = hyp_fail(e, HYP_EINPUT, "another rank could not read %s (its message is above)", path);
     return rc;
 }
 

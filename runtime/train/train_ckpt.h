@@ -19,6 +19,10 @@ int train_ckpt_save(dp_t *d, exec_t *x, const char *dir, int keep, const hyp_ckp
  * without collectives. HYP_ENOCKPT when dir has none yet. */
 int train_ckpt_load(dp_t *d, exec_t *x, const char *dir, int for_sampling, const char *plan_hash, hyp_ckpt_state *st,
                     hyp_err *e);
+/* --init-from: the weights at path (an HF model directory or our checkpoint of any plan with this
+ * model's shape, hf.h) into x's parameters on every rank; optimizer, schedule and step stay fresh.
+ * what (may be NULL) receives what was loaded. On error x is untouched. */
+int train_ckpt_init_from(dp_t *d, exec_t *x, const char *path, char *what, size_t what_cap, hyp_err *e);
 /* ZeRO-3: gathers the full weights on every rank and forward reads them from then on. */
 int train_unshard(exec_t *x, hyp_err *e);
 

@@ -7,11 +7,13 @@
  *   train --data DIR [--steps N] [--batch B] [--seq T] [--grad-accum K] [--lr X] [--seed S]
  *         [--ckpt-dir D] [--ckpt-every N] [--resume] [--metrics FILE] [--sample N]
  *         [--eval-every N] [--eval-batches N] [--temperature X] [--top-k K] [--plan FILE]
+ *         [--init-from PATH]
  *   train sample --ckpt-dir D [--sample N] [--prompt TEXT] [--temperature X] [--top-k K]
  *
  * Exit status: 0 done, 1 environment failure, 2 bad input (flags, data, plan, checkpoint) —
  * always with one line "where: what — how to fix". Never leaves a half-written checkpoint.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -40,7 +42,7 @@
 #include "train_ckpt.h"
 
 typedef struct {
-    const char *data, *ckpt_dir, *metrics, *plan, *prompt;
+    const char *data, *ckpt_dir, *metrics, *plan, *prompt, *init_from;
     int steps, batch, seq, grad_accum, ckpt_every, resume, sample, eval_every, eval_batches, top_k;
     int sample_mode, keep, stop_after;
     double lr, temperature;
@@ -51,7 +53,7 @@ typedef struct {
 static const char *FLAGS[] = {"--data", "--steps", "--batch", "--seq", "--grad-accum", "--lr", "--seed",
                               "--ckpt-dir", "--ckpt-every", "--resume", "--metrics", "--sample",
                               "--eval-every", "--eval-batches", "--temperature", "--top-k", "--plan",
-                              "--prompt", "--keep", "--stop-after", "--help", NULL};
+                              "--prompt", "--keep", "--stop-after", "--init-from", "--help", NULL};
 
 static int edit_distance(const char *a, const char *b) {
     int la = (int)strlen(a), lb = (int)strlen(b), d[64][64];
@@ -103,6 +105,10 @@ static const char *USAGE =
     "usage: train --data DIR [--steps N] [--batch B] [--seq T] [--grad-accum K] [--lr X] [--seed S]\n"
     "             [--ckpt-dir D] [--ckpt-every N] [--keep K] [--resume] [--metrics FILE] [--sample N]\n"
     "             [--eval-every N] [--eval-batches N] [--temperature X] [--top-k K] [--plan FILE]\n"
+    "             [--init-from PATH] start from these weights (a Hugging Face model directory of\n"
+    "                                GPT-2, Llama or Qwen3, or a Hyperion checkpoint of any plan of\n"
+    "                                this model's shape); optimizer and schedule start fresh.\n"
+    "                                With --resume, a checkpoint in --ckpt-dir wins\n"
     "             [--stop-after N]   stop (checkpointing) after N steps of this run; the LR schedule\n"
     "                                still spans --steps, so a later --resume continues it exactly\n"
     "       train sample --ckpt-dir D [--sample N] [--prompt TEXT] [--temperature X] [--top-k K]\n";
@@ -154,6 +160,7 @@ static int parse_args(int argc, char **argv, args_t *a) {
         else if (!strcmp(f, "--metrics")) a->metrics = v;
         else if (!strcmp(f, "--plan")) a->plan = v;
         else if (!strcmp(f, "--prompt")) a->prompt = v;
+        else if (!strcmp(f, "--init-from")) a->init_from = v;
         else if (!strcmp(f, "--lr")) rc = parse_num(f, v, 0, 10, &a->lr), a->have_lr = 1;
         else if (!strcmp(f, "--temperature")) rc = parse_num(f, v, 0, 100, &a->temperature);
         else if (!strcmp(f, "--seed")) rc = parse_int(f, v, 0, (1LL << 52), &a->seed), a->have_seed = 1;
@@ -185,6 +192,10 @@ static int parse_args(int argc, char **argv, args_t *a) {
     }
     if ((a->ckpt_every || a->resume) && !a->ckpt_dir) {
         fprintf(stderr, "train: --ckpt-every/--resume need --ckpt-dir D — say where checkpoints live\n");
+        return HYP_EINPUT;
+    }
+    if (a->sample_mode && a->init_from) {
+        fprintf(stderr, "train: sample reads --ckpt-dir; --init-from is for training — drop one of them\n");
         return HYP_EINPUT;
     }
     if (a->grad_accum < 0 || a->batch < 0 || a->seq < 0) return usage_error("%s", "sizes must be positive");
@@ -334,11 +345,39 @@ typedef struct {
     hyp_loader_state lstate;
 } run_t;
 
+/* The first entry of dir that a checkpoint directory of ours would not hold (NULL: none, or no dir):
+ * --resume must not train from scratch into someone else's files (an HF save_pretrained dir...). */
+static const char *foreign_entry(const char *dir) {
+    static char name[256];
+    DIR *d = opendir(dir);
+    if (!d) return NULL;
+    struct dirent *de;
+    const char *found = NULL;
+    while (!found && (de = readdir(d))) {
+        const char *n = de->d_name;
+        if (!strcmp(n, ".") || !strcmp(n, "..") || !strncmp(n, ".tmp-step_", 10)) continue;
+        snprintf(name, sizeof name, "%s", n);
+        found = name;
+    }
+    closedir(d);
+    return found;
+}
+
+static int hf_like(const char *dir) {
+    char p[PATH_MAX];
+    snprintf(p, sizeof p, "%s/config.json", dir);
+    return access(p, F_OK) == 0;
+}
+
 /* --resume / sample: the latest checkpoint into the host executor, the RNG and loader state. */
 static int resume(run_t *r, hyp_err *e) {
     hyp_ckpt_state st;
     int rc = train_ckpt_load(&r->d, &r->x, r->a.ckpt_dir, r->a.sample_mode, r->plan.state_hash, &st, e);
     if (rc == HYP_ENOCKPT && r->a.resume && !r->a.sample_mode) {
+        const char *other = foreign_entry(r->a.ckpt_dir);
+        if (other)
+            return hyp_fail(e, HYP_EINPUT, "%s: --resume found no checkpoint of ours here, but other files (%s): refusing to train from scratch and write checkpoints into it — give an empty or new --ckpt-dir%s",
+                            r->a.ckpt_dir, other, hf_like(r->a.ckpt_dir) ? ", and --init-from this directory to start from its weights" : "");
         printf("no checkpoint in %s yet: starting from step 0\n", r->a.ckpt_dir);
         return HYP_OK;
     }
@@ -521,7 +560,12 @@ static int run(int argc, char **argv, hyp_coll *coll) {
         !(rc = exec_bind(&r.x, r.B, r.T, &e))) {
         exec_init_params(&r.x, r.seed); /* same seed on every rank: identical replicas */
         hyp_rng_seed2(&r.rng, r.seed, 1);
-        if (a->resume || a->sample_mode) rc = resume(&r, &e);
+        if (a->init_from) {
+            char what[4400];
+            if (!(rc = train_ckpt_init_from(&r.d, &r.x, a->init_from, what, sizeof what, &e)))
+                printf("initial weights: %s (optimizer and schedule fresh)\n", what);
+        }
+        if (!rc && (a->resume || a->sample_mode)) rc = resume(&r, &e);
     }
     if (!rc && a->sample_mode) { /* sampling runs on the host executor: same weights, same numerics */
         if (r.d.rank == 0) rc = sample_text(&r.x, a, r.seed, stdout);
