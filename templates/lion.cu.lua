@@ -31,8 +31,9 @@ __device__ __forceinline__ int segment_of(const long* seg_end, int nseg, long i)
 }
 
 % if emit.lion_step then
-// One thread per 4 consecutive elements (16-byte loads; a scalar tail). The float expressions and
-// their order are runtime/train/optim_lion.c's, so the cpu and device steps agree bit for bit.
+// One thread per 4 consecutive elements (16-byte loads; a scalar tail). The float expressions, with
+// every multiply-add an explicit fmaf, are runtime/train/optim_lion.c's: whether a compiler
+// contracts (nvcc, the host C) or not (the simulator's g++), cpu and device agree bit for bit.
 {{ signature("lion_step") }} {
     long i0 = ((long)blockIdx.x * blockDim.x + threadIdx.x) * 4;
     if (i0 >= n) return;
@@ -56,12 +57,12 @@ __device__ __forceinline__ int segment_of(const long* seg_end, int nseg, long i)
 #pragma unroll
     for (int k = 0; k < 4; k++) {
         float w = one_seg ? wd : seg_wd[segment_of(seg_end, nseg, i0 + k)];
-        float decay = 1.0f - lr * w;
+        float decay = fmaf(-lr, w, 1.0f);
         float gi = gv[k] * gs;
-        float ci = beta1 * mv[k] + (1.0f - beta1) * gi;
+        float ci = fmaf(beta1, mv[k], (1.0f - beta1) * gi);
         float u = (float)((ci > 0.0f) - (ci < 0.0f)); // sign, 0 at 0 as torch.sign
-        pv[k] = pv[k] * decay - lr * u;
-        mv[k] = beta2 * mv[k] + (1.0f - beta2) * gi;
+        pv[k] = fmaf(pv[k], decay, -(lr * u));
+        mv[k] = fmaf(beta2, mv[k], (1.0f - beta2) * gi);
     }
     if (cnt == 4) {
         hyp_store128(p + i0, f128(pv[0], pv[1], pv[2], pv[3]));

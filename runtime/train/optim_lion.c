@@ -7,8 +7,10 @@
  *     m  = beta2*m + (1-beta2)*g
  * The host update is the loop below; the device update is the rendered lion_step kernel
  * (templates/lion.cu.lua) over this rank's range with a per-tensor weight-decay table; both
- * evaluate the same float expressions in the same order, so host and device agree bit for bit.
+ * evaluate the same float expressions with the same explicit fmaf's, so host and device agree
+ * bit for bit (test_kernels_sim).
  * Never: scheduling, clipping or ZeRO (the callers do those). */
+#include <math.h>
 #include <string.h>
 
 #include "optim.h"
@@ -38,8 +40,11 @@ static int check(const hyp_optim_cfg *c, hyp_err *e) {
     return HYP_OK;
 }
 
+/* Every multiply-add is an explicit fmaf, so the host (where -ffp-contract=fast would fuse some
+ * and not others), the simulator (no FMA contraction) and nvcc (contraction on) round the same:
+ * bit-identical steps on every backend. */
 static void step_span(const hyp_optim_cfg *c, const hyp_optim_span *s, const hyp_optim_step *a) {
-    const float lr = (float)(a->lr * s->group->lr_mult), decay = 1.0f - lr * (float)s->group->weight_decay;
+    const float lr = (float)(a->lr * s->group->lr_mult), decay = fmaf(-lr, (float)s->group->weight_decay, 1.0f);
     const float beta1 = (float)hyp_optim_hyper(c, "beta1"), beta2 = (float)hyp_optim_hyper(c, "beta2");
     const float gs = a->grad_scale;
     float *p = s->param, *m = s->state[0];
@@ -47,10 +52,10 @@ static void step_span(const hyp_optim_cfg *c, const hyp_optim_span *s, const hyp
 #pragma omp parallel for schedule(static) if (s->n >= 32768)
     for (int64_t i = 0; i < s->n; i++) {
         float gi = g[i] * gs;
-        float ci = beta1 * m[i] + (1.0f - beta1) * gi;
+        float ci = fmaf(beta1, m[i], (1.0f - beta1) * gi);
         float u = (float)((ci > 0.0f) - (ci < 0.0f)); /* sign, 0 at 0 as torch.sign */
-        p[i] = p[i] * decay - lr * u;
-        m[i] = beta2 * m[i] + (1.0f - beta2) * gi;
+        p[i] = fmaf(p[i], decay, -(lr * u));
+        m[i] = fmaf(beta2, m[i], (1.0f - beta2) * gi);
     }
 }
 

@@ -25,9 +25,9 @@ function M.sections(ctx, plan)
   o.shard = "elementwise"
   o.weight_decay = wd
   ctx.decide("optimizer.kind", "lion", "v2134 enabled: replaces " .. from .. " as the plan's optimizer (one fp32 state m instead of Adam's m and v)")
-  if ctx.cfg.active.v2132 then
-    ctx.decide("optimizer.weight_decay", wd, "v2134 Lion: the decay group's weight decay is Lion's weight_decay (v2132's weight_decay, beta1/beta2/eps do not apply to Lion; v2132's exclude still picks the no-decay tensors)")
-  end
+  ctx.decide("optimizer.weight_decay", wd, "v2134 Lion: the decay group's weight decay is Lion's weight_decay" ..
+    (ctx.cfg.active.v2132 and " (v2132's weight_decay, beta1/beta2/eps do not apply to Lion; v2132's exclude still picks the no-decay tensors)"
+      or " (replaces v2132's inactive default)"))
   local n, floats = 0, 0
   for _, p in ipairs(plan.params) do
     if p.decay then n = n + 1; floats = floats + p.numel end
