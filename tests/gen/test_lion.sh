@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # v2134 Lion through the whole trainer: `gen --enable lion` makes the plan's optimizer kind lion
 # (beta1/beta2, one f32 state m, the decay group's weight decay from Lion's own param); on the
-# cpu backend np=2 ZeRO-1 gives np=1's losses and weights, a run stopped and resumed from its
-# checkpoint continues bit for bit; the sim backend (the lion_step kernel) trains like the cpu;
+# cpu backend np=2 ZeRO-1 gives np=1's losses and weights (ZeRO-3: losses), a run stopped and resumed from its
+# checkpoint continues bit for bit; the sim backend (the lion_step kernel) trains like the cpu,
+# alone and under mpirun with ZeRO-1 (np=2 equals np=1, resume bit for bit);
 # and the optimizer-state bytes per parameter of Lion and AdamW are read off the trainer's own
 # memory line (np=1 and np=2 ZeRO-1).
 #
@@ -24,7 +25,7 @@ close() { # close FILE_A FILE_B: every loss within 2e-5 relative
 }
 
 # --- gen: the plan's optimizer section -----------------------------------------------------------
-expect gen_lion 0 "partial: .*per-group LR" -- "$GEN" specs/v2500.yaml --enable lion --model tiny --target cpu -o "$TMP/plain"
+expect gen_lion 0 "partial: .*never run on a GPU" -- "$GEN" specs/v2500.yaml --enable lion --model tiny --target cpu -o "$TMP/plain"
 check test_v2134_plan_optimizer_kind_is_lion test "$(json "$TMP/plain/plan.json" "p['optimizer']['kind']")" = lion
 check test_v2134_plan_hyper_is_beta1_beta2 test "$(json "$TMP/plain/plan.json" "sorted(p['optimizer']['hyper'].items())")" = "[('beta1', 0.9), ('beta2', 0.99)]"
 check test_v2134_plan_one_f32_state_m test "$(json "$TMP/plain/plan.json" "[(s['name'], s['dtype']) for s in p['optimizer']['state']]")" = "[('m', 'f32')]"
@@ -52,6 +53,10 @@ check test_v2134_zero1_np2_resume_losses_bit_exact test "$(losses "$TMP/r2.jsonl
 expect test_v2134_zero1_np2_resume_weights_bit_exact 0 "max" -- "$DIFF" "$TMP/ck2/step_00000008" "$TMP/rk/step_00000008" 0
 check test_v2134_checkpoint_holds_m_as_exp_avg grep -qa "transformer.wte.weight.exp_avg\"" "$TMP/rk/step_00000008/shard_00000.safetensors"
 check test_v2134_checkpoint_has_no_adam_v bash -c "! cat '$TMP'/rk/step_00000008/*.safetensors | grep -qa exp_avg_sq"
+# ZeRO-3 (parameters sharded too): np=2 equals np=1
+expect gen_lion_zero3 0 "wrote" -- "$GEN" specs/v2500.yaml --enable lion,memory-planning,dp,zero3 --model tiny --target cpu --batch 4 --seq 64 -o "$TMP/z3"
+expect np2_zero3 0 "rank 1/2 memory \(ZeRO stage 3\)" -- mpirun -np 2 --oversubscribe -x OMP_NUM_THREADS "$TMP/z3/train" "${COMMON[@]}" --steps 8 --batch 2 --metrics "$TMP/np2z3.jsonl"
+check test_v2134_zero3_np2_losses_equal_np1 close "$TMP/np1.jsonl" "$TMP/np2z3.jsonl"
 
 # --- optimizer-state bytes per parameter, from the trainer's memory line --------------------------
 expect gen_adamw_zero1 0 "wrote" -- "$GEN" specs/v2500.yaml --enable adamw,memory-planning,dp,zero1 --model tiny --target cpu --batch 4 --seq 64 -o "$TMP/a1"
@@ -78,4 +83,12 @@ expect sim_run 0 "done: 4 steps" -- "$TMP/sim/train" "${COMMON[@]}" --steps 4 --
 expect cpu_run 0 "done: 4 steps" -- "$TMP/cpu/train" "${COMMON[@]}" --steps 4 --batch 4 --metrics "$TMP/cpu.jsonl"
 paste <(losses "$TMP/cpu.jsonl") <(losses "$TMP/sim.jsonl")
 check test_v2134_sim_losses_equal_cpu close "$TMP/cpu.jsonl" "$TMP/sim.jsonl"
+# sim under mpirun: ZeRO-1 shards m on the device (2 B/param per rank), np=2 equals np=1, and a
+# stopped np=2 run resumes bit for bit
+expect gen_lion_sim_zero1 0 "wrote" -- "$GEN" specs/v2500.yaml --enable lion,memory-planning,dp,zero1 --model tiny --target sim --batch 4 --seq 64 -o "$TMP/simz"
+expect sim_np2 0 "rank 1/2 sim device memory \(ZeRO stage 1\): .*optimizer 1717760 B" -- mpirun -np 2 --oversubscribe -x OMP_NUM_THREADS "$TMP/simz/train" "${COMMON[@]}" --steps 4 --batch 2 --metrics "$TMP/simz2.jsonl"
+check test_v2134_sim_zero1_np2_losses_equal_np1 close "$TMP/sim.jsonl" "$TMP/simz2.jsonl"
+expect sim_np2_first_2 0 "done: 2 steps" -- mpirun -np 2 --oversubscribe -x OMP_NUM_THREADS "$TMP/simz/train" "${COMMON[@]}" --steps 4 --stop-after 2 --batch 2 --metrics "$TMP/simr.jsonl" --ckpt-dir "$TMP/simck"
+expect sim_np2_resumes 0 "resumed from" -- mpirun -np 2 --oversubscribe -x OMP_NUM_THREADS "$TMP/simz/train" "${COMMON[@]}" --steps 4 --batch 2 --metrics "$TMP/simr.jsonl" --ckpt-dir "$TMP/simck" --resume
+check test_v2134_sim_zero1_np2_resume_bit_exact test "$(losses "$TMP/simr.jsonl")" = "$(losses "$TMP/simz2.jsonl")"
 finish
