@@ -11,6 +11,7 @@ local M = { id = "v2134", families = { "lion" } }
 
 local LR_DIV = 10
 
+-- facts.optimizer: the update rule replacing Adam, for modules that describe the optimizer step
 function M.derive(ctx)
   ctx.facts.optimizer = "lion"
 end
@@ -25,9 +26,7 @@ function M.sections(ctx, plan)
   o.shard = "elementwise"
   o.weight_decay = wd
   ctx.decide("optimizer.kind", "lion", "v2134 enabled: replaces " .. from .. " as the plan's optimizer (one fp32 state m instead of Adam's m and v)")
-  ctx.decide("optimizer.weight_decay", wd, "v2134 Lion: the decay group's weight decay is Lion's weight_decay" ..
-    (ctx.cfg.active.v2132 and " (v2132's weight_decay, beta1/beta2/eps do not apply to Lion; v2132's exclude still picks the no-decay tensors)"
-      or " (replaces v2132's inactive default)"))
+  ctx.decide("optimizer.weight_decay", wd, "v2134 Lion: the decay group's weight decay is Lion's weight_decay (Adam's weight_decay, beta1/beta2/eps settings do not apply to Lion; the parameters' decay flags still pick the no-decay tensors)")
   local n, floats = 0, 0
   for _, p in ipairs(plan.params) do
     if p.decay then n = n + 1; floats = floats + p.numel end
