@@ -177,10 +177,13 @@ function M.instances(tree, cfg, plan, decide, contrib)
   if seen.crossentropy or seen.crossentropy_fused then
     want("classifier", { "crossentropy_fwd", "crossentropy_fused" }, { V = m.V, VP = m.Vp })
   end
-  -- the optimizer step: gradient norm (reported every step, the clip factor) and AdamW (fp32
-  -- parameters and moments)
+  -- the optimizer step: gradient norm (reported every step, the clip factor) and, for the
+  -- default optimizer kind, AdamW (fp32 parameters and moments); a module that sets another kind
+  -- wants that kind's kernel in its `kernels` hook
   want("global_norm", { "global_norm_partial", "global_norm_finish" }, {})
-  want("adamw", { "adamw_step" }, { PARAM = "f32", STATES = "f32", BF16_COPY = false })
+  if plan.optimizer.kind == "adamw" then
+    want("adamw", { "adamw_step" }, { PARAM = "f32", STATES = "f32", BF16_COPY = false })
+  end
   -- the plan's quantization ops
   if seen.fp8_quantize then want("cast", { "fp8_fake_quantize_e4m3", "fp8_fake_quantize_e5m2" }) end
   if seen.round_bf16 then want("cast", { "round_bf16" }) end

@@ -6,9 +6,11 @@
 #include "optim.h"
 
 extern const hyp_optim_i hyp_optim_adamw;
+extern const hyp_optim_i hyp_optim_lion;
 
 static const hyp_optim_i *const REGISTRY[] = {
     &hyp_optim_adamw,
+    &hyp_optim_lion,
 };
 
 const hyp_optim_i *hyp_optim_find(const char *kind) {

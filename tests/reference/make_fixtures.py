@@ -9,6 +9,7 @@ the fixtures it wrote are committed. Re-run:
 
     python3 tests/reference/make_fixtures.py            # from the repo root
     python3 tests/reference/make_fixtures.py --only gpt2_qknorm_tiny   # just that file
+    python3 tests/reference/make_fixtures.py --only gpt2_lion_tiny     # v2134 Lion's 10 steps
     python3 tests/reference/make_fixtures.py --check    # also compare with Hugging Face
                                                         # transformers' GPT2 / Qwen3 (if installed)
 
@@ -39,6 +40,11 @@ Common
     `adamw_losses[i]` is the loss at step i+1 BEFORE that step's update (so adamw_losses[0] ==
     loss), `adamw_grad_norms[i]` the global L2 norm of all gradients at that step.
     `final.<name>`: the weights after the 10 updates (written only if the file stays < ~300 KB).
+  * Lion (ref_gpt2_lion_tiny, v2134): lion-pytorch's Lion (`pip install lion-pytorch`; its
+    update_fn: p *= 1 - lr*wd; p -= lr*sign(beta1*m + (1-beta1)*g); m = beta2*m + (1-beta2)*g),
+    lr 3e-4, betas (0.9, 0.99), weight_decay 1.0 on 2-D tensors only, 0 on 1-D tensors, no
+    clipping, 10 steps from the weights and batch of ref_gpt2_tiny (stored again: the file stands
+    alone). `lion_losses[i]` is the loss before update i+1; `final.<name>` the weights after 10.
 
 GPT-2 (ref_gpt2_tiny): V=64, maxT=16, C=32, L=2, NH=4 (hd=8), MLP 4C=128, B=2, T=8
   x = wte[inputs] + wpe[0..T-1]
@@ -468,6 +474,70 @@ def build(name, param_fn, forward, cfg, seed):
            else "omitted"))
     return params, inputs, targets, logits, loss
 
+
+LION = dict(lr=3e-4, betas=(0.9, 0.99), wd=1.0)
+
+
+def ensure_lion():
+    try:
+        import lion_pytorch  # noqa: F401
+    except ImportError:
+        print("make_fixtures: lion-pytorch not found; installing it from PyPI (pip install lion-pytorch) ...",
+              file=sys.stderr)
+        subprocess.check_call([sys.executable, "-m", "pip", "install", "lion-pytorch"])
+    from lion_pytorch import Lion
+    return Lion
+
+
+def lion_run(forward, params, inputs, targets, steps=10, lr=LION["lr"], betas=LION["betas"], wd=LION["wd"]):
+    """10 steps of lion-pytorch's Lion (the authors' update rule), decay on 2-D tensors only."""
+    Lion = ensure_lion()
+    p = {k: v.detach().clone().requires_grad_(True) for k, v in params.items()}
+    decay = [t for t in p.values() if t.dim() == 2]
+    no_decay = [t for t in p.values() if t.dim() != 2]
+    opt = Lion([{"params": decay, "weight_decay": wd}, {"params": no_decay, "weight_decay": 0.0}],
+               lr=lr, betas=betas)
+    losses = []
+    for _ in range(steps):
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn(forward(p, inputs), targets)
+        loss.backward()
+        losses.append(loss.item())
+        opt.step()
+    return torch.tensor(losses, dtype=DT), {k: v.detach() for k, v in p.items()}
+
+
+def build_lion(name, param_fn, forward, cfg, seed):
+    """The weights and batch of build(seed) again, then 10 Lion steps (v2134)."""
+    g = torch.Generator().manual_seed(seed)
+    params32 = param_fn(g)
+    params = {k: v.to(torch.float32).to(DT) for k, v in params32.items()}
+    inputs, targets = make_batch(g, cfg["V"], cfg["B"], cfg["T"])
+    losses, final = lion_run(forward, params, inputs, targets)
+    print("%s: loss %.6f, after 10 Lion steps %.6f" % (name, losses[0].item(), losses[-1].item()))
+    assert losses[-1] < losses[0], "Lion did not reduce the loss"
+    tensors = [(k, v) for k, v in params.items()]
+    tensors += [("inputs", inputs), ("targets", targets), ("lion_losses", losses)]
+    tensors += [("final." + k, v) for k, v in final.items()]
+    import lion_pytorch
+    meta = {"model": name, "config": json.dumps(cfg), "seed": str(seed),
+            "precision": "computed in float64 from float32 weights, stored F32",
+            "lion": "lion-pytorch Lion lr=%g betas=(%g,%g) wd=%g on 2-D tensors only, no clip, 10 steps, "
+                    "loss recorded before each update" % (LION["lr"], LION["betas"][0], LION["betas"][1], LION["wd"]),
+            "lion_pytorch": getattr(lion_pytorch, "__version__", "?"),
+            "final": "final.* = weights after the 10 Lion steps",
+            "generator": "tests/reference/make_fixtures.py", "torch": torch.__version__}
+    blob = safetensors_bytes(tensors, meta)
+    os.makedirs(FIXTURES, exist_ok=True)
+    path = os.path.join(FIXTURES, "ref_%s.safetensors" % name)
+    with open(path, "wb") as f:
+        f.write(blob)
+    back = read_safetensors(path)
+    for k, v in tensors:
+        want = v.to(torch.float32) if v.dtype.is_floating_point else v
+        assert torch.equal(back[k], want), k
+    print("  wrote %s (%d bytes, %d tensors)" % (os.path.relpath(path, REPO), len(blob), len(back)))
+
 # ---------------------------------------------------------------------------------------------
 # optional cross-check with Hugging Face transformers
 
@@ -549,6 +619,7 @@ def main():
                                           seed=2142),
         "gpt2_rmsnorm_tiny": lambda: build("gpt2_rmsnorm_tiny", *variant(GPT2_RMSNORM),
                                            GPT2_RMSNORM, seed=2141),
+        "gpt2_lion_tiny": lambda: build_lion("gpt2_lion_tiny", gpt2_params, gpt2_forward, GPT2, seed=1234),
     }
     only = args.only.split(",") if args.only else list(builds)
     out = {name: builds[name]() for name in only}

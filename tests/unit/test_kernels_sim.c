@@ -32,6 +32,7 @@
 #include "fp8.h"
 #include "ops_cpu.h"
 #include "ops_flash.h"
+#include "optim.h"
 #include "sim.h"
 
 #include "hyp_test.h"
@@ -894,6 +895,48 @@ static adam_hp adam_params(int t) {
     return h;
 }
 
+/* v2134 lion_step (templates/lion.cu.lua) vs Lion's host step (optim_lion.c through optim.h) per
+ * tensor: weights and m bit for bit (the same float expressions in the same order), with a clip
+ * factor and one tensor without decay. */
+static void test_lion(const char *tag, const int *sizes, int nseg) {
+    char nm[200];
+    long n = 0;
+    long *seg_end = zalloc((size_t)nseg * sizeof *seg_end);
+    float *seg_wd = fbuf(nseg);
+    for (int s = 0; s < nseg; s++) {
+        n += sizes[s];
+        seg_end[s] = n;
+        seg_wd[s] = s % 2 ? 0.0f : 1.0f;
+    }
+    mod_t md;
+    if (open_family(&md, "lion", "", tag)) return;
+    float lr = 3e-4f, b1 = 0.9f, b2 = 0.99f, *gs = fbuf(1);
+    gs[0] = 0.5f;
+    float *p = frandbuf(n, 1.0f), *g = frandbuf(n, 1.0f), *m = frandbuf(n, 0.1f);
+    for (long i = 0; i < n; i += 97) g[i] = m[i] = 0.0f; /* sign(0) = 0: no step, decay only */
+    float *pr = fcopy(p, n), *mr = fcopy(m, n);
+    void *args[] = {&p, &m, &g, &seg_end, &seg_wd, &nseg, &n, &lr, &b1, &b2, &gs};
+    launch(&md, "lion_step", cdiv(n, 1024), 1, 1, 256, args);
+    const hyp_optim_i *o = hyp_optim_find("lion");
+    hyp_optim_cfg c;
+    memset(&c, 0, sizeof c);
+    c.n_hyper = 2;
+    snprintf(c.hyper_name[0], sizeof c.hyper_name[0], "beta1"), c.hyper[0] = b1;
+    snprintf(c.hyper_name[1], sizeof c.hyper_name[1], "beta2"), c.hyper[1] = b2;
+    long off = 0;
+    for (int s = 0; s < nseg; s++) {
+        hyp_optim_group grp = {"t", 1.0, seg_wd[s], 0, NULL};
+        hyp_optim_span sp = {pr + off, g + off, {mr + off}, sizes[s], &grp};
+        hyp_optim_step a = {lr, 1, gs[0]};
+        o->step_span(&c, &sp, &a);
+        off += sizes[s];
+    }
+    check_exact(NAME(nm, "v2134 lion_step[%s] params equal the host step bit for bit (n=%ld, %d tensors)", tag, n, nseg), p, pr,
+                sizeof(float) * (size_t)n);
+    check_exact(NAME(nm, "v2134 lion_step[%s] m equals the host step bit for bit", tag), m, mr, sizeof(float) * (size_t)n);
+    close_family(&md);
+}
+
 static int bf16_brackets(uint16_t got, float exact) {
     uint32_t b = bits_of_f32(exact);
     uint16_t down = (uint16_t)(b >> 16), up = (uint16_t)(down + 1);
@@ -1062,6 +1105,8 @@ int main(void) {
     static const int odd_sizes[] = {13, 487, 501};
     RUN(test_adamw("regular", regular_sizes, 4));
     RUN(test_adamw("odd", odd_sizes, 3));
+    RUN(test_lion("regular", regular_sizes, 4));
+    RUN(test_lion("odd", odd_sizes, 3));
     RUN(test_stochastic_rounding());
     RUN(test_global_norm("regular", 1 << 16));
     RUN(test_global_norm("odd", 100003));

@@ -3,7 +3,9 @@
  * straightforward AdamW loop written here, the same update sharded elementwise into 3 uneven
  * ranges (cutting tensors) bit-identical to the unsharded one, per-group weight decay and lr
  * multipliers, and the refusals (unknown kind, a plan whose states differ from the kind's, ZeRO
- * over an optimizer that needs whole matrices). Plans are built in memory: no gen, no files. */
+ * over an optimizer that needs whole matrices); then Lion (v2134), the second implementation, through
+ * the same interface: its one state, its update against lion-pytorch's written here, 3 uneven
+ * shards bit-identical to the whole arena, its refusals. Plans are built in memory: no gen, no files. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -166,9 +168,9 @@ static void test_optimizer_refusals(plan_t *p) {
     const hyp_optim_i *o;
     hyp_err e = {{0}};
     hyp_optim_cfg keep = p->optim;
-    snprintf(p->optim.kind, sizeof p->optim.kind, "lion");
+    snprintf(p->optim.kind, sizeof p->optim.kind, "sgd");
     int rc = hyp_optim_open(p, &o, &e);
-    CHECK(rc == HYP_EINPUT && strstr(e.msg, "'lion'") && strstr(e.msg, "regenerate"), "an unknown kind is refused (%s)", e.msg);
+    CHECK(rc == HYP_EINPUT && strstr(e.msg, "'sgd'") && strstr(e.msg, "regenerate"), "an unknown kind is refused (%s)", e.msg);
     p->optim = keep;
     p->optim.state_dtype[1] = HYP_DT_BF16;
     rc = hyp_optim_open(p, &o, &e);
@@ -187,6 +189,115 @@ static void test_optimizer_refusals(plan_t *p) {
     p->optim = keep;
 }
 
+/* The plan's section as gen writes it for v2134: Lion, hyper beta1 0.9 / beta2 0.99, one f32
+ * state m, the decay group's weight decay 1.0 (no_decay 0). */
+static void make_lion(plan_t *p) {
+    hyp_optim_cfg *c = &p->optim;
+    snprintf(c->kind, sizeof c->kind, "lion");
+    c->n_hyper = 2;
+    snprintf(c->hyper_name[0], sizeof c->hyper_name[0], "beta1"), c->hyper[0] = 0.9;
+    snprintf(c->hyper_name[1], sizeof c->hyper_name[1], "beta2"), c->hyper[1] = 0.99;
+    c->n_state = 1;
+    snprintf(c->state_name[0], sizeof c->state_name[0], "m");
+    c->state_dtype[0] = HYP_DT_F32;
+    c->groups[0].weight_decay = 1.0;
+}
+
+/* lion-pytorch's update (lion_pytorch.py, update_fn) one element at a time: decay first, the sign
+ * of the interpolation, then the momentum. */
+static void reference_lion(float *p, const float *g, float *m, int64_t n, double lr, double wd, float scale) {
+    const float b1 = 0.9f, b2 = 0.99f;
+    for (int64_t i = 0; i < n; i++) {
+        float gi = g[i] * scale;
+        p[i] *= 1.0f - (float)lr * (float)wd;
+        float c = b1 * m[i] + (1.0f - b1) * gi;
+        p[i] -= (float)lr * (c > 0 ? 1.0f : c < 0 ? -1.0f : 0.0f);
+        m[i] = b2 * m[i] + (1.0f - b2) * gi;
+    }
+}
+
+static void test_v2134_lion_state_layout(plan_t *p) {
+    const hyp_optim_i *o = NULL;
+    hyp_err e = {{0}};
+    int rc = hyp_optim_open(p, &o, &e);
+    CHECK(rc == HYP_OK && o == hyp_optim_find("lion"), "a lion section opens as the registered Lion (%s)", e.msg);
+    if (!o) return;
+    CHECK(o->n_state == 1 && !strcmp(o->state_name[0], "m") && o->state_dtype[0] == HYP_DT_F32,
+          "Lion declares one fp32 state m (half of AdamW's optimizer state)");
+    CHECK(!strcmp(o->ckpt_suffix[0], ".exp_avg"), "its checkpoint name is lion-pytorch's exp_avg");
+    CHECK(!o->shard_matrix && o->step_span && o->step_device, "Lion shards elementwise and has host and device steps");
+}
+
+/* Three steps (one clipped) through the interface vs the reference loop, and in 3 uneven ranges
+ * (cutting tensors) vs the whole arena, bit for bit. */
+static void test_v2134_lion_steps_and_shards(const plan_t *p) {
+    const hyp_optim_i *o = hyp_optim_find("lion");
+    static float w[3][FLOATS], g[FLOATS], st[2][FLOATS];
+    fill(w[0], FLOATS, 3, 0.5f);
+    for (int i = 0; i < FLOATS; i++)
+        if ((i >= 24 && i < 32) || (i >= 39 && i < 48) || i >= 63) w[0][i] = 0;
+    memcpy(w[1], w[0], sizeof w[0]), memcpy(w[2], w[0], sizeof w[0]);
+    memset(st, 0, sizeof st);
+    float rm[FLOATS] = {0};
+    const int64_t cuts[4] = {0, 13, 37, FLOATS};
+    for (int t = 1; t <= 3; t++) {
+        fill(g, FLOATS, 200u + (unsigned)t, 1.0f);
+        double lr = 1e-3 / t;
+        float scale = t == 2 ? 0.5f : 1.0f;
+        hyp_optim_step a = {lr, t, scale};
+        float *s0[1] = {st[0]};
+        hyp_optim_step_range(o, p, &a, 0, FLOATS, w[0], g, s0);
+        for (int k = 0; k < 3; k++) {
+            float *sk[1] = {st[1] + cuts[k]};
+            hyp_optim_step_range(o, p, &a, cuts[k], cuts[k + 1], w[1] + cuts[k], g + cuts[k], sk);
+        }
+        for (int i = 0; i < p->n_params_t; i++) {
+            const plan_param *pp = &p->params[i];
+            reference_lion(w[2] + pp->offset, g + pp->offset, rm + pp->offset, pp->numel, lr, pp->decay ? 1.0 : 0.0, scale);
+        }
+    }
+    double rel = max_rel(w[0], w[2], FLOATS);
+    CHECK(rel < 1e-6, "3 Lion steps through the interface match lion-pytorch's update written here (max rel %.2g)", rel);
+    CHECK(!memcmp(w[0], w[1], sizeof w[0]) && !memcmp(st[0], st[1], sizeof st[0]),
+          "Lion sharded elementwise in 3 uneven ranges equals the unsharded update, bit for bit");
+    /* every coordinate of the no-decay vector b1 moved by at most lr per step (sign updates) */
+    int bounded = 1;
+    float w0[FLOATS];
+    fill(w0, FLOATS, 3, 0.5f);
+    for (int i = 32; i < 39; i++) bounded &= fabs((double)w[0][i] - w0[i]) <= 1e-3 * (1 + 0.5 + 1.0 / 3) + 1e-7;
+    CHECK(bounded, "a no-decay coordinate moves by at most the sum of the step LRs");
+    int gaps_zero = 1;
+    for (int i = 24; i < 32; i++) gaps_zero &= w[0][i] == 0 && st[0][i] == 0;
+    CHECK(gaps_zero, "the alignment gaps between tensors are left alone");
+}
+
+static void test_v2134_lion_refusals(plan_t *p) {
+    const hyp_optim_i *o;
+    hyp_err e = {{0}};
+    hyp_optim_cfg keep = p->optim;
+    snprintf(p->optim.hyper_name[1], sizeof p->optim.hyper_name[1], "eps");
+    int rc = hyp_optim_open(p, &o, &e);
+    CHECK(rc == HYP_EINPUT && strstr(e.msg, "beta2"), "Lion without beta2 is refused (%s)", e.msg);
+    p->optim = keep;
+    p->optim.n_hyper = 3;
+    snprintf(p->optim.hyper_name[2], sizeof p->optim.hyper_name[2], "eps");
+    rc = hyp_optim_open(p, &o, &e);
+    CHECK(rc == HYP_EINPUT && strstr(e.msg, "eps") && strstr(e.msg, "Lion takes no such"), "an Adam hyper-parameter is refused (%s)", e.msg);
+    p->optim = keep;
+    p->optim.hyper[0] = 1.5;
+    rc = hyp_optim_open(p, &o, &e);
+    CHECK(rc == HYP_EINPUT && strstr(e.msg, "beta1"), "beta1 out of range is refused (%s)", e.msg);
+    p->optim = keep;
+    p->optim.n_state = 2;
+    rc = hyp_optim_open(p, &o, &e);
+    CHECK(rc == HYP_EINPUT && strstr(e.msg, "keeps 1 state"), "Adam's two states under kind lion are refused (%s)", e.msg);
+    p->optim = keep;
+    p->optim.groups[0].weight_decay = -1;
+    rc = hyp_optim_open(p, &o, &e);
+    CHECK(rc == HYP_EINPUT && strstr(e.msg, "weight_decay"), "a negative weight decay is refused (%s)", e.msg);
+    p->optim = keep;
+}
+
 int main(void) {
     plan_t p;
     make_plan(&p);
@@ -195,6 +306,10 @@ int main(void) {
         test_v2132_adamw_steps_and_shards(&p);
         test_v2132_adamw_groups(&p);
         test_optimizer_refusals(&p);
+        make_lion(&p);
+        test_v2134_lion_state_layout(&p);
+        test_v2134_lion_steps_and_shards(&p);
+        test_v2134_lion_refusals(&p);
     }
     return hyp_test_finish();
 }

@@ -21,8 +21,8 @@ function M.sections(ctx, plan)
   if given(ctx, "lr") then train.lr = ctx.param("lr"); ctx.facts.lr = train.lr; set[#set + 1] = "train.lr = " .. train.lr end
   if given(ctx, "seed") then train.seed = ctx.param("seed"); set[#set + 1] = "train.seed = " .. train.seed end
   if ctx.facts.batch and ctx.facts.batch == train.B then set[#set + 1] = "plan.batch = " .. train.B end
-  ctx.contribute(string.format("baseline plan: %d forward and %d backward ops over one activation arena, the loss op, Adam(W) in the optimizer step%s",
-    #plan.forward, #plan.backward, #set > 0 and ("; " .. table.concat(set, ", ")) or ""))
+  ctx.contribute(string.format("baseline plan: %d forward and %d backward ops over one activation arena, the loss op, %s in the optimizer step%s",
+    #plan.forward, #plan.backward, ctx.facts.optimizer or "Adam(W)", #set > 0 and ("; " .. table.concat(set, ", ")) or ""))
 end
 
 return M

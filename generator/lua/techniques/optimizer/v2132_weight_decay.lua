@@ -23,7 +23,13 @@ end
 function M.sections(ctx, plan)
   local n = 0
   for _, p in ipairs(plan.params) do if p.decay then n = n + 1 end end
-  ctx.contribute("AdamW decoupled weight decay on 2-D weights only (" .. n .. " tensors)")
+  local other = ctx.facts.optimizer -- a replacement optimizer's module said so in its derive hook
+  if other and other ~= "adamw" then
+    ctx.contribute("decay/no-decay groups for " .. other .. " (" .. n .. " tensors decayed); " .. other ..
+      " sets the decay group's weight decay, and beta1/beta2/eps are not used")
+  else
+    ctx.contribute("AdamW decoupled weight decay on 2-D weights only (" .. n .. " tensors)")
+  end
 end
 
 return M

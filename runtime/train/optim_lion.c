@@ -1,0 +1,105 @@
+/* optim_lion.c — Lion (Chen et al. 2023, "Symbolic Discovery of Optimization Algorithms"; the
+ * update of lion-pytorch) as an optimizer of optim.h: one state m (fp32), elementwise, so any
+ * contiguous range updates alone and ZeRO shards it by floats. Per element, with g the gradient
+ * times the clip factor:
+ *     p *= 1 - lr*wd                      (decoupled decay first, as lion-pytorch)
+ *     p -= lr * sign(beta1*m + (1-beta1)*g)
+ *     m  = beta2*m + (1-beta2)*g
+ * The host update is the loop below; the device update is the rendered lion_step kernel
+ * (templates/lion.cu.lua) over this rank's range with a per-tensor weight-decay table; both
+ * evaluate the same float expressions with the same explicit fmaf's, so host and device agree
+ * bit for bit (test_kernels_sim).
+ * Never: scheduling, clipping or ZeRO (the callers do those). */
+#include <math.h>
+#include <string.h>
+
+#include "optim.h"
+
+static int check(const hyp_optim_cfg *c, hyp_err *e) {
+    static const char *const H[] = {"beta1", "beta2"};
+    for (size_t i = 0; i < sizeof H / sizeof *H; i++) {
+        int found = 0;
+        for (int j = 0; j < c->n_hyper; j++)
+            if (!strcmp(c->hyper_name[j], H[i])) {
+                found = 1;
+                if (!(c->hyper[j] >= 0 && c->hyper[j] <= 1))
+                    return hyp_fail(e, HYP_EINPUT, "plan: optimizer.hyper.%s = %g is outside [0, 1] — regenerate the trainer with a valid value",
+                                    H[i], c->hyper[j]);
+            }
+        if (!found)
+            return hyp_fail(e, HYP_EINPUT, "plan: Lion needs optimizer.hyper.%s — regenerate the trainer with gen", H[i]);
+    }
+    for (int j = 0; j < c->n_hyper; j++)
+        if (strcmp(c->hyper_name[j], "beta1") && strcmp(c->hyper_name[j], "beta2"))
+            return hyp_fail(e, HYP_EINPUT, "plan: optimizer.hyper.%s: Lion takes no such hyper-parameter (beta1, beta2) — regenerate the trainer with gen",
+                            c->hyper_name[j]);
+    for (int g = 0; g < c->n_groups; g++)
+        if (!(c->groups[g].weight_decay >= 0))
+            return hyp_fail(e, HYP_EINPUT, "plan: optimizer group '%s': weight_decay %g is negative — regenerate the trainer with a valid value",
+                            c->groups[g].name, c->groups[g].weight_decay);
+    return HYP_OK;
+}
+
+/* Every multiply-add is an explicit fmaf, so the host (where -ffp-contract=fast would fuse some
+ * and not others), the simulator (no FMA contraction) and nvcc (contraction on) round the same:
+ * bit-identical steps on every backend. */
+static void step_span(const hyp_optim_cfg *c, const hyp_optim_span *s, const hyp_optim_step *a) {
+    const float lr = (float)(a->lr * s->group->lr_mult), decay = fmaf(-lr, (float)s->group->weight_decay, 1.0f);
+    const float beta1 = (float)hyp_optim_hyper(c, "beta1"), beta2 = (float)hyp_optim_hyper(c, "beta2");
+    const float gs = a->grad_scale;
+    float *p = s->param, *m = s->state[0];
+    const float *g = s->grad;
+#pragma omp parallel for schedule(static) if (s->n >= 32768)
+    for (int64_t i = 0; i < s->n; i++) {
+        float gi = g[i] * gs;
+        float ci = fmaf(beta1, m[i], (1.0f - beta1) * gi);
+        float u = (float)((ci > 0.0f) - (ci < 0.0f)); /* sign, 0 at 0 as torch.sign */
+        p[i] = fmaf(p[i], decay, -(lr * u));
+        m[i] = fmaf(beta2, m[i], (1.0f - beta2) * gi);
+    }
+}
+
+/* lion_step(params, m, grads, seg_end, seg_wd, nseg, n, lr, beta1, beta2, gscale): 11
+ * parameters, fp32 weights and state. */
+static int step_device(const hyp_optim_cfg *c, exec_dev *x, const hyp_optim_step *a, const float *d_grad_scale,
+                       hyp_err *e) {
+    exec_dev_own o;
+    int rc = exec_dev_optim_own(x, "lion_step", "float*", 11, &o, e);
+    if (rc) return rc;
+    for (int g = 1; g < c->n_groups; g++)
+        if (c->groups[g].lr_mult != c->groups[0].lr_mult)
+            return hyp_fail(e, HYP_EINPUT, "lion_step: group '%s' has lr_mult %g and '%s' %g; the device kernel takes one learning rate — give every group the same lr_mult",
+                            c->groups[g].name, c->groups[g].lr_mult, c->groups[0].name, c->groups[0].lr_mult);
+    for (int s = 0; s < o.nseg; s++)
+        o.h_seg_val[s] = o.seg_group[s] >= 0 ? (float)c->groups[o.seg_group[s]].weight_decay : 0.0f;
+    if ((rc = x->dev->h2d(x->dev, o.seg_val, o.h_seg_val, sizeof(float) * (size_t)o.nseg, NULL, e))) return rc;
+    double lr = a->lr * (c->n_groups ? c->groups[0].lr_mult : 1.0);
+    hyp_kargs k;
+    memset(&k, 0, sizeof k);
+    hyp_kargs_ptr(&k, o.param);
+    hyp_kargs_ptr(&k, o.state[0]);
+    hyp_kargs_ptr(&k, o.grad);
+    hyp_kargs_ptr(&k, o.seg_end);
+    hyp_kargs_ptr(&k, o.seg_val);
+    hyp_kargs_i32(&k, o.nseg);
+    hyp_kargs_i64(&k, o.n);
+    hyp_kargs_f32(&k, (float)lr);
+    hyp_kargs_f32(&k, (float)hyp_optim_hyper(c, "beta1"));
+    hyp_kargs_f32(&k, (float)hyp_optim_hyper(c, "beta2"));
+    hyp_kargs_ptr(&k, d_grad_scale);
+    return exec_dev_optim_launch(x, o.n, &k, e);
+}
+
+const hyp_optim_i hyp_optim_lion = {
+    .kind = "lion",
+    .n_state = 1,
+    .state_name = {"m"},
+    .state_dtype = {HYP_DT_F32},
+    /* lion-pytorch keeps its one moment as state['exp_avg'], as torch's Adam names m: the same
+     * checkpoint name, so a checkpoint's m reads as the reference's momentum */
+    .ckpt_suffix = {".exp_avg"},
+    .shard_matrix = 0,
+    .check = check,
+    .step_span = step_span,
+    .step_device = step_device,
+};
