@@ -99,6 +99,17 @@ check test_v2177_np2_shard_checkpoint_complete test -s "$d/shard_00000.safetenso
 expect resume_np2 0 "resumed from .* at step $s" -- $MPI "$TMP/t/train" "${C[@]}" --batch 8 --metrics "$TMP/np2.jsonl" --ckpt-dir "$TMP/ck_np2" --resume
 check test_v2177_np2_resume_equals_straight_run_bit_for_bit same_losses "$TMP/np2.jsonl" "$TMP/straight2.jsonl"
 
+# SIGUSR1 to mpirun itself: Open MPI forwards it to every rank (SIGTERM it does not forward)
+$MPI "$TMP/t/train" "${C[@]}" --batch 8 --metrics "$TMP/np2u.jsonl" --ckpt-dir "$TMP/ck_np2u" > "$TMP/np2u.out" 2>&1 &
+mpid=$!
+wait_step "$TMP/np2u.jsonl" 5
+kill -USR1 $mpid
+wait $mpid
+RC=$?
+s=$(stopped_at "$TMP/np2u.out")
+check test_v2177_np2_sigusr1_to_mpirun_exit_status_3 test "$RC" = 3
+check test_v2177_np2_sigusr1_to_mpirun_checkpoint_complete test -s "$TMP/ck_np2u/$(printf 'step_%08d' "${s:-0}")/shard_00001.safetensors"
+
 # --deadline: a budget of 1.5 s (the whole run needs ~4 s) stops before it with a checkpoint
 t0=$(date +%s.%N)
 "$TMP/t/train" "${C[@]}" --batch 16 --metrics "$TMP/dl.jsonl" --ckpt-dir "$TMP/ck_dl" --deadline 1.5 > "$TMP/dl.out" 2>&1
