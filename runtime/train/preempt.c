@@ -4,7 +4,8 @@
  * The three signals are blocked in the calling thread, so in every thread it creates later
  * (OpenMP workers, the data loader): they are delivered to one watcher thread that does nothing
  * but wait for them. A handler that interrupts a compute thread was seen to corrupt the heap
- * inside oneDNN's GEMMs (one run in two, SIGTERM mid-step); and no read, write or fsync of a
+ * inside oneDNN's GEMMs (3 of 6 SIGTERMs mid-step; bench/repro_dnnl_signal.c shows it
+ * with an empty handler); and no read, write or fsync of a
  * save is interrupted either. */
 #include "preempt.h"
 
