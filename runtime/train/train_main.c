@@ -320,7 +320,15 @@ int main(int argc, char **argv) {
 #endif
     hyp_coll *coll = NULL;
     hyp_err e = {{0}};
-    int rc = hyp_coll_init(&argc, &argv, &coll, &e);
+    /* training stops cleanly on SIGTERM/SIGINT/SIGUSR1 (preempt.h); installed before MPI, OpenMP
+     * and the data loader start threads, so that they all inherit the blocked signals and a
+     * notice during setup is kept too. Sampling keeps the default actions. */
+    int rc = argc > 1 && !strcmp(argv[1], "sample") ? HYP_OK : hyp_stop_install(&e);
+    if (rc) {
+        fprintf(stderr, "train: %s\n", e.msg);
+        return rc;
+    }
+    rc = hyp_coll_init(&argc, &argv, &coll, &e);
     if (rc) {
         fprintf(stderr, "train: %s\n", e.msg);
         return rc;
@@ -604,11 +612,6 @@ static int run(int argc, char **argv, hyp_coll *coll) {
     r.tokens_per_step = (int64_t)r.B * r.T * r.K * r.d.world;
     /* a checkpoint holds the parameters and (AdamW) two states; each rank writes at most that */
     hyp_stop_init(&r.stop, a->deadline, 3.0 * (double)p->param_bytes);
-    if (!a->sample_mode && (rc = hyp_stop_install(&e))) {
-        fprintf(stderr, "train: %s\n", e.msg);
-        plan_free(p);
-        return rc;
-    }
     /* a device backend trains in the host executor's ZeRO layout (stage 3: its layer groups); the
      * host keeps a mirror (initialization, checkpoints, sampling) without activations */
     int mirror = strcmp(p->backend, "cpu") && !a->sample_mode;
