@@ -458,8 +458,8 @@ static void report_stop(run_t *r, int done_steps, double secs) {
            why, r->stopped, done_steps, secs, r->a.ckpt_dir, r->stopped, r->stop.ckpt_last);
     if (sig && hyp_stop_notice_time() > 0) {
         double since = hyp_stop_now() - hyp_stop_notice_time();
-        printf("preemption: %s received %.2f s ago%s", hyp_stop_signal_name(sig), since,
-               hyp_stop_signal_count() > 1 ? "; later signals were ignored while saving" : "");
+        printf("preemption: %s received %.2f s ago", hyp_stop_signal_name(sig), since);
+        if (hyp_stop_signal_count() > 1) printf("; %d later signals were ignored", hyp_stop_signal_count() - 1);
         if (r->plan.preempt)
             printf("; %s the plan's grace_seconds %.0f", since <= r->plan.preempt_grace_s ? "within" : "OVER",
                    r->plan.preempt_grace_s);
