@@ -564,13 +564,14 @@ static int load_optimizer(ld *c, const cJSON *root) {
     return 0;
 }
 
-/* p->state_hash: xxh3-128 of the plan without train.zero_stage / zero_prefetch / comm_overlap (consumed: root
- * loses them), so a checkpoint resumes under another ZeRO stage of the same plan (v2175). */
+/* p->state_hash: xxh3-128 of the plan without train.zero_stage / zero_prefetch / comm_overlap and
+ * the preempt section (consumed: root loses them), so a checkpoint resumes under another ZeRO stage of the same plan (v2175). */
 static int state_hash(ld *c, cJSON *root) {
     cJSON *t = cJSON_GetObjectItemCaseSensitive(root, "train");
     cJSON_DeleteItemFromObjectCaseSensitive(t, "zero_stage");
     cJSON_DeleteItemFromObjectCaseSensitive(t, "zero_prefetch");
     cJSON_DeleteItemFromObjectCaseSensitive(t, "comm_overlap");
+    cJSON_DeleteItemFromObjectCaseSensitive(root, "preempt"); /* how a run stops, not its state */
     char *txt = cJSON_PrintUnformatted(root);
     if (!txt) return hyp_fail(c->e, HYP_EFAIL, "%s: out of memory", c->path);
     XXH128_hash_t h = XXH3_128bits(txt, strlen(txt));
@@ -724,6 +725,24 @@ int plan_load(const char *path, plan_t *p, hyp_err *e) {
                 goto done;
             }
             *dst[i] = cJSON_IsTrue(f);
+        }
+        enter(&c, "%s", "");
+    }
+    {   /* optional: a preemptible run (absent: every trainer still stops cleanly on a signal) */
+        const cJSON *pe = cJSON_GetObjectItemCaseSensitive(root, "preempt");
+        enter(&c, "preempt");
+        if (pe && !cJSON_IsObject(pe)) {
+            rc = bad(&c, "field 'preempt' is not an object");
+            goto done;
+        }
+        if (pe) {
+            const cJSON *rq = cJSON_GetObjectItemCaseSensitive(pe, "require_ckpt_dir");
+            if (!cJSON_IsTrue(rq)) {
+                rc = bad(&c, "field 'preempt.require_ckpt_dir' is not true");
+                goto done;
+            }
+            p->preempt = 1;
+            GN(pe, "grace_seconds", 1, 86400, p->preempt_grace_s);
         }
         enter(&c, "%s", "");
     }

@@ -103,6 +103,9 @@ typedef struct {
     int data_parallel;      /* train.data_parallel: the trainer may run on several ranks (0/1) */
     int ckpt_elastic;       /* checkpoint.elastic: resume at another world size (0/1) */
     int ckpt_sharded;       /* checkpoint.sharded: ZeRO ranks write their own shards (0/1) */
+    int preempt;            /* preempt section present: a preemptible run (v2177) — refuses to
+                               start without --ckpt-dir and checks the stop fits the grace time */
+    double preempt_grace_s; /* preempt.grace_seconds: notice-to-kill time of the scheduler */
     uint64_t seed;
     char schedule[16];
     double lr, min_lr_ratio, decay_fraction, max_norm;

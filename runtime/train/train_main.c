@@ -7,11 +7,14 @@
  *   train --data DIR [--steps N] [--batch B] [--seq T] [--grad-accum K] [--lr X] [--seed S]
  *         [--ckpt-dir D] [--ckpt-every N] [--resume] [--metrics FILE] [--sample N]
  *         [--eval-every N] [--eval-batches N] [--temperature X] [--top-k K] [--plan FILE]
- *         [--init-from PATH]
+ *         [--init-from PATH] [--deadline SECONDS]
  *   train sample --ckpt-dir D [--sample N] [--prompt TEXT] [--temperature X] [--top-k K]
  *
  * Exit status: 0 done, 1 environment failure, 2 bad input (flags, data, plan, checkpoint) —
- * always with one line "where: what — how to fix". Never leaves a half-written checkpoint.
+ * always with one line "where: what — how to fix"; 3 stopped early by SIGTERM/SIGINT/SIGUSR1 or
+ * --deadline after a whole step, checkpoint written (--resume continues bit-exactly); 4 stopped
+ * by a signal without --ckpt-dir: nothing saved (preempt.h). Never leaves a half-written
+ * checkpoint.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -38,6 +41,7 @@
 #include "plan.h"
 #include "rng.h"
 #include "backend.h"
+#include "preempt.h"
 #include "train.h"
 #include "train_ckpt.h"
 
@@ -45,7 +49,7 @@ typedef struct {
     const char *data, *ckpt_dir, *metrics, *plan, *prompt, *init_from;
     int steps, batch, seq, grad_accum, ckpt_every, resume, sample, eval_every, eval_batches, top_k;
     int sample_mode, keep, stop_after;
-    double lr, temperature;
+    double lr, temperature, deadline;
     long long seed;
     int have_seed, have_lr;
 } args_t;
@@ -53,7 +57,7 @@ typedef struct {
 static const char *FLAGS[] = {"--data", "--steps", "--batch", "--seq", "--grad-accum", "--lr", "--seed",
                               "--ckpt-dir", "--ckpt-every", "--resume", "--metrics", "--sample",
                               "--eval-every", "--eval-batches", "--temperature", "--top-k", "--plan",
-                              "--prompt", "--keep", "--stop-after", "--init-from", "--help", NULL};
+                              "--prompt", "--keep", "--stop-after", "--init-from", "--deadline", "--help", NULL};
 
 static int edit_distance(const char *a, const char *b) {
     int la = (int)strlen(a), lb = (int)strlen(b), d[64][64];
@@ -111,7 +115,17 @@ static const char *USAGE =
     "                                With --resume, a checkpoint in --ckpt-dir wins\n"
     "             [--stop-after N]   stop (checkpointing) after N steps of this run; the LR schedule\n"
     "                                still spans --steps, so a later --resume continues it exactly\n"
-    "       train sample --ckpt-dir D [--sample N] [--prompt TEXT] [--temperature X] [--top-k K]\n";
+    "             [--deadline S]     stop (checkpointing) before S seconds after the start: at the last\n"
+    "                                step after which another step plus a checkpoint would not fit,\n"
+    "                                from the measured step and checkpoint times (needs --ckpt-dir)\n"
+    "       train sample --ckpt-dir D [--sample N] [--prompt TEXT] [--temperature X] [--top-k K]\n"
+    "\n"
+    "SIGTERM, SIGINT or SIGUSR1 (a preemption notice; mpirun forwards SIGUSR1 to every rank) stop the\n"
+    "run after the step in flight, on every rank at the same step, and write a checkpoint to\n"
+    "--ckpt-dir; further signals during the save are ignored. Exit status:\n"
+    "  0  done             1  environment failure      2  bad input (flags, data, plan, checkpoint)\n"
+    "  3  stopped early (signal or --deadline), checkpoint written: rerun with --resume to continue\n"
+    "  4  stopped by a signal without --ckpt-dir: nothing was saved\n";
 
 static int parse_args(int argc, char **argv, args_t *a) {
     memset(a, 0, sizeof *a);
@@ -162,6 +176,7 @@ static int parse_args(int argc, char **argv, args_t *a) {
         else if (!strcmp(f, "--prompt")) a->prompt = v;
         else if (!strcmp(f, "--init-from")) a->init_from = v;
         else if (!strcmp(f, "--lr")) rc = parse_num(f, v, 0, 10, &a->lr), a->have_lr = 1;
+        else if (!strcmp(f, "--deadline")) rc = parse_num(f, v, 1e-3, 1e9, &a->deadline);
         else if (!strcmp(f, "--temperature")) rc = parse_num(f, v, 0, 100, &a->temperature);
         else if (!strcmp(f, "--seed")) rc = parse_int(f, v, 0, (1LL << 52), &a->seed), a->have_seed = 1;
         else {
@@ -190,8 +205,8 @@ static int parse_args(int argc, char **argv, args_t *a) {
         fprintf(stderr, "train: sample needs --ckpt-dir D — point it at a training run's checkpoint directory\n");
         return HYP_EINPUT;
     }
-    if ((a->ckpt_every || a->resume) && !a->ckpt_dir) {
-        fprintf(stderr, "train: --ckpt-every/--resume need --ckpt-dir D — say where checkpoints live\n");
+    if ((a->ckpt_every || a->resume || a->deadline > 0) && !a->ckpt_dir) {
+        fprintf(stderr, "train: --ckpt-every/--resume/--deadline need --ckpt-dir D — say where checkpoints live\n");
         return HYP_EINPUT;
     }
     if (a->sample_mode && a->init_from) {
@@ -315,7 +330,15 @@ int main(int argc, char **argv) {
 #endif
     hyp_coll *coll = NULL;
     hyp_err e = {{0}};
-    int rc = hyp_coll_init(&argc, &argv, &coll, &e);
+    /* training stops cleanly on SIGTERM/SIGINT/SIGUSR1 (preempt.h); installed before MPI, OpenMP
+     * and the data loader start threads, so that they all inherit the blocked signals and a
+     * notice during setup is kept too. Sampling keeps the default actions. */
+    int rc = argc > 1 && !strcmp(argv[1], "sample") ? HYP_OK : hyp_stop_install(&e);
+    if (rc) {
+        fprintf(stderr, "train: %s\n", e.msg);
+        return rc;
+    }
+    rc = hyp_coll_init(&argc, &argv, &coll, &e);
     if (rc) {
         fprintf(stderr, "train: %s\n", e.msg);
         return rc;
@@ -343,6 +366,9 @@ typedef struct {
     uint64_t seed;
     int64_t tokens_per_step;
     hyp_loader_state lstate;
+    hyp_stop stop;              /* signals and --deadline (preempt.h) */
+    int stopped;                /* 0, or the step after which the run stopped early */
+    int stop_signal, stop_deadline, stop_saved;
 } run_t;
 
 /* The first entry of dir that a checkpoint directory of ours would not hold (NULL: none, or no dir):
@@ -454,13 +480,64 @@ static int save_checkpoint(run_t *r, int step, hyp_err *e) {
     return train_ckpt_save(&r->d, &r->x, r->a.ckpt_dir, r->a.keep, &st, e);
 }
 
-/* The training loop: steps, progress lines, metrics, evaluation, checkpoints. */
+/* What a run that stopped early says: which step, why, where its checkpoint is. */
+static void report_stop(run_t *r, int done_steps, double secs) {
+    int sig = hyp_stop_signal();
+    char why[96];
+    if (r->stop_signal && sig) snprintf(why, sizeof why, "%s", hyp_stop_signal_name(sig));
+    else if (r->stop_signal) snprintf(why, sizeof why, "a signal to another rank");
+    else snprintf(why, sizeof why, "--deadline %.0f s", r->a.deadline);
+    if (!r->stop_saved) {
+        fprintf(stderr, "train: stopped by %s after step %d: no --ckpt-dir was given, so nothing was saved — pass --ckpt-dir D to make a run resumable\n",
+                why, r->stopped);
+        return;
+    }
+    printf("stopped by %s after step %d (%d steps in %.1f s): checkpoint %s/step_%08d written in %.2f s — continue with --resume\n",
+           why, r->stopped, done_steps, secs, r->a.ckpt_dir, r->stopped, r->stop.ckpt_last);
+    if (sig && hyp_stop_notice_time() > 0) {
+        double since = hyp_stop_now() - hyp_stop_notice_time();
+        printf("preemption: %s received %.2f s ago", hyp_stop_signal_name(sig), since);
+        if (hyp_stop_signal_count() > 1) printf("; %d later signals were ignored", hyp_stop_signal_count() - 1);
+        if (r->plan.preempt)
+            printf("; %s the plan's grace_seconds %.0f", since <= r->plan.preempt_grace_s ? "within" : "OVER",
+                   r->plan.preempt_grace_s);
+        printf("\n");
+    }
+    fflush(stdout);
+}
+
+/* Should the run stop after this step? A signal on any rank, or a --deadline that another step
+ * plus a checkpoint would overrun; under mpirun an all-reduce (max) of both, once per step, so
+ * every rank stops after the same step. */
+static int agree_stop(run_t *r, int *by_signal, int *by_deadline, hyp_err *e) {
+    float v[2] = {hyp_stop_signal() ? 1.0f : 0.0f, hyp_stop_deadline_near(&r->stop, hyp_stop_now()) ? 1.0f : 0.0f};
+    if (r->d.world > 1) {
+        int rc = hyp_coll_allreduce_max_f32(r->d.coll, v, 2, e);
+        if (rc) return rc;
+    }
+    *by_signal = v[0] > 0, *by_deadline = v[1] > 0;
+    return HYP_OK;
+}
+
+/* A preemptible trainer (plan.preempt, v2177): says once when a step plus a checkpoint would not
+ * fit the scheduler's grace time, so a notice could not be honoured. */
+static void check_grace(run_t *r, int *warned) {
+    double need = r->stop.step_max + hyp_stop_ckpt_estimate(&r->stop);
+    if (!r->plan.preempt || *warned || need <= r->plan.preempt_grace_s) return;
+    *warned = 1;
+    fprintf(stderr, "train: warning: a step (%.2f s) plus a checkpoint (%s%.2f s) take %.2f s, more than the plan's grace_seconds %.0f: a preemption notice may come too late to save — shorten the step (--batch, --grad-accum) or regenerate with a larger --set v2177.grace_seconds\n",
+            r->stop.step_max, r->stop.ckpt_last > 0 ? "" : "~", hyp_stop_ckpt_estimate(&r->stop), need,
+            r->plan.preempt_grace_s);
+}
+
+/* The training loop: steps, progress lines, metrics, evaluation, checkpoints; stops early after a
+ * whole step on a signal or before --deadline (preempt.h). */
 static int train_loop(run_t *r, hyp_err *e) {
     const plan_t *p = &r->plan;
     const args_t *a = &r->a;
     double t_start = now_s(), tok_s = 0;
     double fpt = p->flops_per_token; /* at the planned T; attention part scales with T */
-    int steps_timed = 0, done_steps = 0, rc = HYP_OK;
+    int steps_timed = 0, done_steps = 0, rc = HYP_OK, grace_warned = 0;
     float last_loss = NAN;
     int last_step = r->opt.total_steps;
     if (a->stop_after > 0 && r->start_step + a->stop_after < last_step) last_step = r->start_step + a->stop_after;
@@ -499,11 +576,24 @@ static int train_loop(run_t *r, hyp_err *e) {
             if ((rc = hyp_metrics_write(r->mlog, &row, e))) break;
         }
         done_steps++;
-        if (a->ckpt_dir && ((a->ckpt_every && step % a->ckpt_every == 0) || step == last_step) &&
-            (rc = save_checkpoint(r, step, e)))
+        hyp_stop_note_step(&r->stop, now_s() - t0); /* the whole iteration: step, eval, logs */
+        int by_signal = 0, by_deadline = 0;
+        if (step < last_step && (rc = agree_stop(r, &by_signal, &by_deadline, e))) break;
+        int stop = by_signal || by_deadline;
+        if (a->ckpt_dir && ((a->ckpt_every && step % a->ckpt_every == 0) || step == last_step || stop)) {
+            double tc = now_s();
+            if ((rc = save_checkpoint(r, step, e))) break;
+            hyp_stop_note_ckpt(&r->stop, now_s() - tc);
+        }
+        check_grace(r, &grace_warned);
+        if (stop) {
+            r->stopped = step, r->stop_signal = by_signal, r->stop_deadline = by_deadline;
+            r->stop_saved = a->ckpt_dir != NULL;
             break;
+        }
     }
-    if (!rc)
+    if (!rc && r->stopped) report_stop(r, done_steps, now_s() - t_start);
+    else if (!rc)
         printf("done: %d steps in %.1f s, final loss %.4f, mean %.0f tok/s\n", done_steps, now_s() - t_start, last_loss,
                steps_timed ? tok_s / steps_timed : 0.0);
     return rc;
@@ -535,6 +625,12 @@ static int run(int argc, char **argv, hyp_coll *coll) {
         return rc;
     }
     plan_t *p = &r.plan;
+    if (p->preempt && !a->ckpt_dir && !a->sample_mode) {
+        fprintf(stderr, "train: %s: this trainer was generated for preemptible machines (v2177 spot_instance): it needs --ckpt-dir D to save when a preemption notice arrives — pass --ckpt-dir\n",
+                r.plan_path);
+        plan_free(p);
+        return HYP_EINPUT;
+    }
     r.d = (dp_t){coll, hyp_coll_rank(coll), hyp_coll_world(coll), p->zero_stage, NULL};
     if (r.d.world > 1 && !p->data_parallel) {
         if (r.d.rank == 0)
@@ -552,6 +648,8 @@ static int run(int argc, char **argv, hyp_coll *coll) {
     r.eval_every = a->eval_every >= 0 ? a->eval_every : p->eval_every;
     r.eval_batches = a->eval_batches >= 0 ? a->eval_batches : p->eval_batches;
     r.tokens_per_step = (int64_t)r.B * r.T * r.K * r.d.world;
+    /* a checkpoint holds the parameters and (AdamW) two states; each rank writes at most that */
+    hyp_stop_init(&r.stop, a->deadline, 3.0 * (double)p->param_bytes);
     /* a device backend trains in the host executor's ZeRO layout (stage 3: its layer groups); the
      * host keeps a mirror (initialization, checkpoints, sampling) without activations */
     int mirror = strcmp(p->backend, "cpu") && !a->sample_mode;
@@ -573,7 +671,8 @@ static int run(int argc, char **argv, hyp_coll *coll) {
                !(rc = open_outputs(&r, &e))) {
         print_banner(&r, &e);
         rc = train_loop(&r, &e);
-        if (!rc) rc = sample_after(&r, &e);
+        if (!rc && !r.stopped) rc = sample_after(&r, &e);
+        if (!rc && r.stopped) rc = r.stop_saved ? HYP_EXIT_STOPPED_SAVED : HYP_EXIT_STOPPED_UNSAVED;
     }
     if (rc && e.msg[0]) fprintf(stderr, "train: %s\n", e.msg);
     hyp_metrics_close(r.mlog);

@@ -233,6 +233,22 @@ static void test_refusals(void) {
     cJSON_AddNumberToObject(at(at(r, "optimizer"), "hyper"), "gamma", 0.5);
     write_bad(r);
     expect_refusal("refuses_unknown_hyper", "optimizer.hyper.gamma: AdamW takes no such hyper-parameter", NULL);
+    /* v2177 plan.preempt */
+    r = fresh();
+    cJSON_AddNumberToObject(r, "preempt", 30);
+    write_bad(r);
+    expect_refusal("refuses_v2177_preempt_not_an_object", "field 'preempt' is not an object", NULL);
+    r = fresh();
+    cJSON *pe = cJSON_AddObjectToObject(r, "preempt");
+    cJSON_AddBoolToObject(pe, "require_ckpt_dir", 1);
+    cJSON_AddNumberToObject(pe, "grace_seconds", -1);
+    write_bad(r);
+    expect_refusal("refuses_v2177_negative_grace_seconds", "preempt", "grace_seconds", NULL);
+    r = fresh();
+    pe = cJSON_AddObjectToObject(r, "preempt");
+    cJSON_AddNumberToObject(pe, "grace_seconds", 30);
+    write_bad(r);
+    expect_refusal("refuses_v2177_preempt_without_require_ckpt_dir", "field 'preempt.require_ckpt_dir' is not true", NULL);
     r = fresh();
     cJSON_ReplaceItemInObject(cJSON_GetArrayItem(at(r, "params"), 0), "group", cJSON_CreateString("no_decay"));
     write_bad(r);
