@@ -348,7 +348,7 @@ end
 
 -- Activation lifetimes over the schedule forward ++ backward: the items the memory hooks lay
 -- out ({name, numel, first, last}), the size without reuse and the peak of live floats.
-local function lifetimes(g, fwd, bwd, losses)
+function P.lifetimes(g, fwd, bwd, losses)
   local sched = {}
   for _, o in ipairs(fwd) do sched[#sched + 1] = o end
   for _, o in ipairs(bwd) do sched[#sched + 1] = o end
@@ -441,7 +441,7 @@ function P.build(tree, cfg, contrib, opts)
   fwd, bwd = sched.fwd, sched.bwd
 
   -- the activation arena: a memory hook may lay it out; else every buffer gets its own region
-  local items, _, naive, peak = lifetimes(g, fwd, bwd, losses)
+  local items, _, naive, peak = P.lifetimes(g, fwd, bwd, losses)
   local mem = { items = items, naive = naive, peak = peak }
   TQ.run(tree, cfg, contrib, "memory", mem)
   if not mem.size then

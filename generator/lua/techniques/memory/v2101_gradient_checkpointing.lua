@@ -15,38 +15,27 @@ local M = { id = "v2101" }
 -- ops whose replay would not be a pure function of their inputs
 local STATEFUL = { fp8_quantize = true }
 
+-- The layers policy all / every_k / first_n checkpoints (budget: see M.schedule).
 local function chosen_layers(ctx, L)
   local policy = ctx.param("policy")
-  local on, why = {}, nil
+  local on = {}
   if policy == "all" then
     for l = 0, L - 1 do on[l] = true end
-    why = "policy all: every layer"
+    return on, "policy all: every layer"
   elseif policy == "every_k" then
     local k = ctx.param("k")
-    if k < 1 then ctx.refuse("policy every_k needs k >= 1 (got " .. k .. ")", "pass --set v2101.k=2") end
     for l = 0, L - 1, k do on[l] = true end
-    why = string.format("policy every_k, k = %d: layers 0, %d, %d, ...", k, k, 2 * k)
-  elseif policy == "first_n" then
+    return on, string.format("policy every_k, k = %d: layers 0, %d, %d, ...", k, k, 2 * k)
+  else
     local n = ctx.param("n_layers")
     if n < 1 then ctx.refuse("policy first_n needs n_layers >= 1", "pass --set v2101.n_layers=N") end
     for l = 0, math.min(n, L) - 1 do on[l] = true end
-    why = string.format("policy first_n: layers 0..%d", math.min(n, L) - 1)
-  else
-    ctx.refuse("policy budget is not implemented (picking the layers for a memory budget)",
-      "use policy all, every_k or first_n (--set v2101.policy=every_k)")
-  end
-  return on, why
-end
-
-function M.derive(ctx)
-  if ctx.param("policy") == "budget" then
-    ctx.refuse("policy budget is not implemented (picking the layers for a memory budget)",
-      "use policy all, every_k or first_n (--set v2101.policy=every_k)")
+    return on, string.format("policy first_n: layers 0..%d", math.min(n, L) - 1)
   end
 end
 
 -- The replay of layer l: the forward ops F (of that layer), the backward ops B (of that layer).
--- Returns the ops to insert before B, and renames in B the buffers the replay recomputes.
+-- Returns the ops to insert before B, and copies of B's ops that read the recomputed buffers.
 local function replay(g, F, B, used_outside)
   -- internal: written by a forward op of the layer and used by nothing outside the layer
   local internal = {}
@@ -95,9 +84,10 @@ local function replay(g, F, B, used_outside)
       ops[#ops + 1] = r
     end
   end
-  for _, o in ipairs(B) do o.ins = rename(o.ins); o.outs = rename(o.outs) end
+  local Bc = {}
+  for i, o in ipairs(B) do Bc[i] = { op = o.op, ins = rename(o.ins), outs = rename(o.outs), attrs = o.attrs, layer = o.layer } end
   for nm in pairs(need) do bytes = bytes + g.by_name[nm].bytes end
-  return ops, bytes
+  return ops, Bc, bytes
 end
 
 function M.schedule(ctx, g, sched)
@@ -105,7 +95,6 @@ function M.schedule(ctx, g, sched)
     ctx.refuse("cannot replay FP8 layers: a recomputed fp8_quantize would update the amax history and scales a second time in the step",
       "drop fp8, or drop recompute")
   end
-  local on, why = chosen_layers(ctx, sched.L)
   local F, B = {}, {}
   local used_outside = {}
   local function note(list, o)
@@ -135,28 +124,63 @@ function M.schedule(ctx, g, sched)
     for _ in pairs(ls) do n = n + 1 end
     if n > 1 then used_outside[nm] = true end
   end
-  local replays, count, nops, saved = {}, 0, 0, 0
-  for l = 0, sched.L - 1 do
-    if on[l] and F[l] and B[l] then
-      local ops, bytes = replay(g, F[l], B[l], used_outside)
-      replays[l] = ops
-      count, nops, saved = count + 1, nops + #ops, saved + bytes
+  local lifetimes = require("plan").lifetimes
+  local losses = sched.loss.outs[1]
+  -- the step with the layers of `on` checkpointed: each replay right before the first op of its
+  -- layer's backward, that backward reading the replayed copies
+  local function build(on)
+    local rep, count, nops, saved = {}, 0, 0, 0
+    for l = 0, sched.L - 1 do
+      if on[l] and F[l] and B[l] then
+        local ops, Bc, bytes = replay(g, F[l], B[l], used_outside)
+        rep[l] = { ops = ops, B = Bc, i = 0 }
+        count, nops, saved = count + 1, nops + #ops, saved + bytes
+      end
     end
-  end
-  -- the backward with each replay right before the first op of its layer's backward
-  local bwd, started = U.array(), {}
-  for _, o in ipairs(sched.bwd) do
-    local l = o.layer
-    if l and replays[l] and not started[l] then
-      started[l] = true
-      for _, r in ipairs(replays[l]) do bwd[#bwd + 1] = r end
+    local bwd = U.array()
+    for _, o in ipairs(sched.bwd) do
+      local r = o.layer and rep[o.layer]
+      if r then
+        if r.i == 0 then for _, x in ipairs(r.ops) do bwd[#bwd + 1] = x end end
+        r.i = r.i + 1
+        bwd[#bwd + 1] = r.B[r.i]
+      else
+        bwd[#bwd + 1] = o
+      end
     end
-    bwd[#bwd + 1] = o
+    local _, _, _, peak = lifetimes(g, sched.fwd, bwd, losses)
+    return { bwd = bwd, count = count, nops = nops, saved = saved, peak = peak * 4 }
   end
-  sched.bwd = bwd
-  ctx.decide("v2101.layers", count, why)
-  ctx.contribute(string.format("%d of %d layers checkpointed (%s): %d forward ops replayed before their layer's backward, recomputing %.2f MiB of activations per step that the forward no longer keeps",
-    count, sched.L, why, nops, saved / 1048576))
+  local base = build({})
+  local on, why, best
+  if ctx.param("policy") == "budget" then
+    -- the fewest layers, checkpointed from the first (their replays come last in backward, when
+    -- the later layers' activations are already freed), whose peak of live activations fits
+    local budget = ctx.param("budget_gb") * 1073741824
+    on = {}
+    best = base
+    local n = 0
+    while best.peak > budget and n < sched.L do
+      on[n] = true
+      n = n + 1
+      best = build(on)
+    end
+    if best.peak > budget then
+      ctx.refuse(string.format("budget_gb %.4g GiB is below the activation peak with every layer checkpointed (%.4g GiB; %.4g GiB without recompute)",
+        ctx.param("budget_gb"), best.peak / 1073741824, base.peak / 1073741824), "raise --set v2101.budget_gb, or lower --batch/--seq")
+    end
+    why = string.format("policy budget %.4g GiB: the first %d layer(s), the fewest whose activation peak (%.4g GiB) fits", ctx.param("budget_gb"), n,
+      best.peak / 1073741824)
+  else
+    on, why = chosen_layers(ctx, sched.L)
+    best = build(on)
+  end
+  sched.bwd = best.bwd
+  ctx.decide("v2101.layers", best.count, why)
+  ctx.contribute(string.format("%d of %d layers checkpointed (%s): %d forward ops replayed before their layer's backward recompute %.2f MiB of activations per step",
+    best.count, sched.L, why, best.nops, best.saved / 1048576))
+  ctx.contribute(string.format("activations live at the step's peak: %.2f MiB with recompute, %.2f MiB without (%.0f%%)",
+    best.peak / 1048576, base.peak / 1048576, 100 * best.peak / base.peak))
 end
 
 return M
