@@ -5,7 +5,9 @@
 -- ("r:" + name). The backward then reads the copies, so the forward's intermediates die inside
 -- the forward of their layer and the copies live only during that layer's backward; the static
 -- memory planner (v2167) packs the shorter lifetimes and the activation arena shrinks. Only the
--- layer's input (the residual stream) is kept from forward to backward.
+-- layer's input (the residual stream) is kept from forward to backward. Policies: all layers,
+-- every k-th (0, k, 2k, ...), the first n, or budget: the fewest layers from the first whose peak
+-- of live activations over the new schedule (plan.lua's lifetimes) fits budget_gb GiB.
 -- The replay is exact: the same ops on the same inputs (the layer input, unchanged weights), no
 -- dropout, no state. Never: replay an op with state (an FP8 quantize updates its amax history;
 -- fp8 with v2101 is refused), or touch an op outside the checkpointed layers.
