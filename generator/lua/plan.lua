@@ -210,6 +210,7 @@ local function build_graph(g, m, d, names, layer, attention)
   for l = 0, d.L - 1 do
     local n, s = layer[l], {}
     local t = "l" .. l
+    g.layer = l
     s.x = x
     s.ln1 = act(t .. ".ln1", { "N", d.C })
     s.ln1s = norm_fwd(F_, s.ln1, x, n.ln1w, n.ln1b, t .. ".ln1")
@@ -257,6 +258,7 @@ local function build_graph(g, m, d, names, layer, attention)
     saved[l] = s
     x = xn
   end
+  g.layer = nil
   local lnf = act("lnf", { "N", d.C })
   local lnfs = norm_fwd(F_, lnf, x, names.lnfw, names.lnfb, "lnf")
   local head = names.head or names.wte
@@ -283,6 +285,7 @@ local function build_graph(g, m, d, names, layer, attention)
   norm_bwd(dx, names.lnfw, names.lnfb, dlnf, x, lnfs)
   for l = d.L - 1, 0, -1 do
     local n, s = layer[l], saved[l]
+    g.layer = l
     local dfca = dact(s.fca)
     g.op(B_, "matmul_bwd", { dx, s.fca, n.pw }, { dfca, G(n.pw), G(n.pb) or "" }, { N = "N", IC = d.H, OC = d.C })
     local dfch = dact(s.fch)
@@ -324,6 +327,7 @@ local function build_graph(g, m, d, names, layer, attention)
     g.op(B_, "accumulate", { dxm }, { dxl }, { n = "N", C = d.C })
     dx = dxl
   end
+  g.layer = nil
   g.op(B_, "embedding_bwd", { dx, "tokens" }, { G(names.wte), G(names.wpe) or "" }, { B = "B", T = "T", C = d.C, V = d.V })
 
   -- gradient buffers of activations accumulate (+=): zero each right before its first write
@@ -334,7 +338,7 @@ local function build_graph(g, m, d, names, layer, attention)
       local bf = g.by_name[out]
       if bf and bf.kind == "act" and out:sub(1, 2) == "d:" and not zeroed[out] then
         zeroed[out] = true
-        bwd[#bwd + 1] = { op = "zero", ins = U.array(), outs = U.array({ out }), attrs = { n = bf.numel } }
+        bwd[#bwd + 1] = { op = "zero", ins = U.array(), outs = U.array({ out }), attrs = { n = bf.numel }, layer = o.layer }
       end
     end
     bwd[#bwd + 1] = o
@@ -344,7 +348,7 @@ end
 
 -- Activation lifetimes over the schedule forward ++ backward: the items the memory hooks lay
 -- out ({name, numel, first, last}), the size without reuse and the peak of live floats.
-local function lifetimes(g, fwd, bwd, losses)
+function P.lifetimes(g, fwd, bwd, losses)
   local sched = {}
   for _, o in ipairs(fwd) do sched[#sched + 1] = o end
   for _, o in ipairs(bwd) do sched[#sched + 1] = o end
@@ -417,20 +421,27 @@ function P.build(tree, cfg, contrib, opts)
   TQ.run(tree, cfg, contrib, "params", ps, names)
   local g = builder(maxB, maxT)
   local rewrite = TQ.rewriter(tree, cfg, contrib)
+  -- every op carries the transformer layer it belongs to (g.layer while build_graph builds that
+  -- layer's forward or backward; nil outside the layers); emit_v2 drops the field
   function g.op(list, name, ins, outs, attrs)
-    local o = { op = name, ins = U.array(ins), outs = U.array(outs), attrs = attrs or {} }
+    local o = { op = name, ins = U.array(ins), outs = U.array(outs), attrs = attrs or {}, layer = g.layer }
     o = rewrite(g, list, o)
+    o.layer = g.layer
     list[#list + 1] = o
   end
   -- ops a rewrite hook inserts go straight into the list (they are not rewritten again)
   function g.emit(list, name, ins, outs, attrs)
-    list[#list + 1] = { op = name, ins = U.array(ins), outs = U.array(outs), attrs = attrs or {} }
+    list[#list + 1] = { op = name, ins = U.array(ins), outs = U.array(outs), attrs = attrs or {}, layer = g.layer }
   end
   local params, poff = place_params(g, ps, d, layer)
   local fwd, loss_op, bwd, losses = build_graph(g, m, d, names, layer, attention)
+  -- the whole schedule, once built: a schedule hook may reorder or add ops (forward replays)
+  local sched = { fwd = fwd, bwd = bwd, loss = loss_op, L = d.L }
+  TQ.run(tree, cfg, contrib, "schedule", g, sched)
+  fwd, bwd = sched.fwd, sched.bwd
 
   -- the activation arena: a memory hook may lay it out; else every buffer gets its own region
-  local items, _, naive, peak = lifetimes(g, fwd, bwd, losses)
+  local items, _, naive, peak = P.lifetimes(g, fwd, bwd, losses)
   local mem = { items = items, naive = naive, peak = peak }
   TQ.run(tree, cfg, contrib, "memory", mem)
   if not mem.size then
@@ -483,9 +494,21 @@ end
 local INTERNAL = { bufs = true, params = true, param_floats = true, act_floats = true, act_floats_unplanned = true,
   act_floats_peak_live = true, optimizer = true }
 
+-- An op as plan.json holds it: the builder's own fields (its layer) left out.
+local function op_v2(o)
+  return { op = o.op, ins = o.ins, outs = o.outs, attrs = o.attrs }
+end
+
+local function ops_v2(list)
+  local out = U.array()
+  for i, o in ipairs(list) do out[i] = op_v2(o) end
+  return out
+end
+
 function P.emit_v2(s)
   local out = {}
   for k, v in pairs(s) do if not INTERNAL[k] then out[k] = v end end
+  out.forward, out.backward, out.loss = ops_v2(s.forward), ops_v2(s.backward), op_v2(s.loss)
   local buffers, by_name = U.array(), {}
   for _, bf in ipairs(s.bufs) do
     local off = 0 -- token arrays are their own; an activation no op touches gets no place

@@ -13,6 +13,11 @@
 --     params   = function(ctx, ps, names) end,  -- the parameter list (init, decay flags)
 --     rewrite  = function(ctx, g, list, op) return op end,  -- op-list rewrite, chained in tree
 --                                         -- order; may emit ops before op with g.emit(list, o)
+--     schedule = function(ctx, g, sched) end,  -- the built step: sched.fwd, sched.bwd (op lists,
+--                                         -- each op with .layer = its transformer layer or nil),
+--                                         -- sched.loss, sched.L; may replace or extend the lists
+--                                         -- (e.g. forward replays before a layer's backward);
+--                                         -- runs before lifetimes, so the memory plan sees it
 --     memory   = function(ctx, mem) end,  -- the activation arena layout (mem.items, lifetimes)
 --     sections = function(ctx, plan) end, -- plan sections: train, optimizer, checkpoint, ...
 --     kernels  = function(ctx, k) end,    -- kernel instances: k.want(family, kernels, K), k.seen
