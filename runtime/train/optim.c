@@ -50,3 +50,17 @@ void hyp_optim_step_range(const hyp_optim_i *o, const plan_t *p, const hyp_optim
         o->step_span(&p->optim, &sp, a);
     }
 }
+
+int hyp_optim_device_begin(const hyp_optim_cfg *c, exec_dev *x, const char *kernel, int nparams, double base_lr,
+                           exec_dev_own *o, double *lr, hyp_err *e) {
+    int rc = exec_dev_optim_own(x, kernel, "float*", nparams, o, e);
+    if (rc) return rc;
+    for (int g = 1; g < c->n_groups; g++)
+        if (c->groups[g].lr_mult != c->groups[0].lr_mult)
+            return hyp_fail(e, HYP_EINPUT, "%s: group '%s' has lr_mult %g and '%s' %g; the device kernel takes one learning rate — give every group the same lr_mult",
+                            kernel, c->groups[g].name, c->groups[g].lr_mult, c->groups[0].name, c->groups[0].lr_mult);
+    for (int s = 0; s < o->nseg; s++)
+        o->h_seg_val[s] = o->seg_group[s] >= 0 ? (float)c->groups[o->seg_group[s]].weight_decay : 0.0f;
+    *lr = base_lr * (c->n_groups ? c->groups[0].lr_mult : 1.0);
+    return x->dev->h2d(x->dev, o->seg_val, o->h_seg_val, sizeof(float) * (size_t)o->nseg, NULL, e);
+}

@@ -64,6 +64,12 @@ const hyp_optim_i *hyp_optim_find(const char *kind);
 int hyp_optim_open(const plan_t *p, const hyp_optim_i **out, hyp_err *e);
 /* A hyper-parameter of the plan's section by name (the kind's check made sure it is there). */
 double hyp_optim_hyper(const hyp_optim_cfg *cfg, const char *name);
+/* What every device step does before binding its own arguments: finds the rank's part and the
+ * manifest's optimizer launch (kernel, nparams: exec_dev_optim_own), refuses groups with different
+ * lr multipliers (a device kernel takes one learning rate), uploads each segment's weight decay
+ * (o->seg_val) and returns in *lr the step's learning rate times that one multiplier. */
+int hyp_optim_device_begin(const hyp_optim_cfg *cfg, exec_dev *x, const char *kernel, int nparams, double base_lr,
+                           exec_dev_own *o, double *lr, hyp_err *e);
 /* The host update of the arena range [lo, hi), cut at tensor boundaries into spans: param, grad
  * and state[k] point at the range's first float (element lo of the arena). */
 void hyp_optim_step_range(const hyp_optim_i *o, const plan_t *p, const hyp_optim_step *a, int64_t lo, int64_t hi,

@@ -46,17 +46,10 @@ static void step_span(const hyp_optim_cfg *c, const hyp_optim_span *s, const hyp
 static int step_device(const hyp_optim_cfg *c, exec_dev *x, const hyp_optim_step *a, const float *d_grad_scale,
                        hyp_err *e) {
     exec_dev_own o;
-    int rc = exec_dev_optim_own(x, "adamw_step", "float*", 17, &o, e);
+    double lr;
+    int rc = hyp_optim_device_begin(c, x, "adamw_step", 17, a->lr, &o, &lr, e);
     if (rc) return rc;
-    for (int g = 1; g < c->n_groups; g++)
-        if (c->groups[g].lr_mult != c->groups[0].lr_mult)
-            return hyp_fail(e, HYP_EINPUT, "adamw_step: group '%s' has lr_mult %g and '%s' %g; the device kernel takes one learning rate — give every group the same lr_mult",
-                            c->groups[g].name, c->groups[g].lr_mult, c->groups[0].name, c->groups[0].lr_mult);
-    for (int s = 0; s < o.nseg; s++)
-        o.h_seg_val[s] = o.seg_group[s] >= 0 ? (float)c->groups[o.seg_group[s]].weight_decay : 0.0f;
-    if ((rc = x->dev->h2d(x->dev, o.seg_val, o.h_seg_val, sizeof(float) * (size_t)o.nseg, NULL, e))) return rc;
     double beta1 = hyp_optim_hyper(c, "beta1"), beta2 = hyp_optim_hyper(c, "beta2");
-    double lr = a->lr * (c->n_groups ? c->groups[0].lr_mult : 1.0);
     /* as op_adamw: the bias corrections in double, rounded to float, inverted in float */
     float ibc1 = 1.0f / (float)(1.0 - pow(beta1, (double)a->t)), ibc2 = 1.0f / (float)(1.0 - pow(beta2, (double)a->t));
     hyp_kargs k;

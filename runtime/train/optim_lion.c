@@ -64,16 +64,9 @@ static void step_span(const hyp_optim_cfg *c, const hyp_optim_span *s, const hyp
 static int step_device(const hyp_optim_cfg *c, exec_dev *x, const hyp_optim_step *a, const float *d_grad_scale,
                        hyp_err *e) {
     exec_dev_own o;
-    int rc = exec_dev_optim_own(x, "lion_step", "float*", 11, &o, e);
+    double lr;
+    int rc = hyp_optim_device_begin(c, x, "lion_step", 11, a->lr, &o, &lr, e);
     if (rc) return rc;
-    for (int g = 1; g < c->n_groups; g++)
-        if (c->groups[g].lr_mult != c->groups[0].lr_mult)
-            return hyp_fail(e, HYP_EINPUT, "lion_step: group '%s' has lr_mult %g and '%s' %g; the device kernel takes one learning rate — give every group the same lr_mult",
-                            c->groups[g].name, c->groups[g].lr_mult, c->groups[0].name, c->groups[0].lr_mult);
-    for (int s = 0; s < o.nseg; s++)
-        o.h_seg_val[s] = o.seg_group[s] >= 0 ? (float)c->groups[o.seg_group[s]].weight_decay : 0.0f;
-    if ((rc = x->dev->h2d(x->dev, o.seg_val, o.h_seg_val, sizeof(float) * (size_t)o.nseg, NULL, e))) return rc;
-    double lr = a->lr * (c->n_groups ? c->groups[0].lr_mult : 1.0);
     hyp_kargs k;
     memset(&k, 0, sizeof k);
     hyp_kargs_ptr(&k, o.param);
