@@ -11,11 +11,8 @@
 -- The replay is exact: the same ops on the same inputs (the layer input, unchanged weights), no
 -- dropout, no state. Never: replay an op with state (an FP8 quantize updates its amax history;
 -- fp8 with v2101 is refused), or touch an op outside the checkpointed layers.
-local U = require("util")
+local R = require("replay") -- the shared replay machinery (split, layer, splice)
 local M = { id = "v2101" }
-
--- ops whose replay would not be a pure function of their inputs
-local STATEFUL = { fp8_quantize = true }
 
 -- The layers policy all / every_k / first_n checkpoints (budget: see M.schedule).
 local function chosen_layers(ctx, L)
@@ -36,96 +33,12 @@ local function chosen_layers(ctx, L)
   end
 end
 
--- The replay of layer l: the forward ops F (of that layer), the backward ops B (of that layer).
--- Returns the ops to insert before B, and copies of B's ops that read the recomputed buffers.
-local function replay(g, F, B, used_outside)
-  -- internal: written by a forward op of the layer and used by nothing outside the layer
-  local internal = {}
-  for _, o in ipairs(F) do
-    for _, nm in ipairs(o.outs) do
-      local bf = g.by_name[nm]
-      if bf and bf.kind == "act" and not used_outside[nm] then internal[nm] = true end
-    end
-  end
-  -- what the backward reads of them, then backwards through F: the ops to replay
-  local need = {}
-  for _, o in ipairs(B) do
-    for _, nm in ipairs(o.ins) do if internal[nm] then need[nm] = true end end
-  end
-  local keep = {}
-  for i = #F, 1, -1 do
-    local o = F[i]
-    for _, nm in ipairs(o.outs) do
-      if need[nm] then keep[i] = true end
-    end
-    if keep[i] then
-      if STATEFUL[o.op] then error("v2101: a stateful op (" .. o.op .. ") in a checkpointed layer") end
-      for _, nm in ipairs(o.ins) do if internal[nm] then need[nm] = true end end
-    end
-  end
-  local function copy_of(nm)
-    local r = "r:" .. nm
-    if not g.by_name[r] then
-      local src = g.by_name[nm]
-      g.buf(r, "act", src.shape, src.dtype)
-    end
-    return r
-  end
-  local function rename(list, all)
-    local out = U.array()
-    for i, nm in ipairs(list) do
-      out[i] = (internal[nm] or (all and g.by_name[nm] and g.by_name[nm].kind == "act")) and copy_of(nm) or nm
-    end
-    return out
-  end
-  local ops, bytes = {}, 0
-  for i, o in ipairs(F) do
-    if keep[i] then
-      -- every activation it writes gets a copy: a replay never overwrites a kept buffer
-      local r = { op = o.op, ins = rename(o.ins), outs = rename(o.outs, true), attrs = o.attrs, layer = o.layer }
-      ops[#ops + 1] = r
-    end
-  end
-  local Bc = {}
-  for i, o in ipairs(B) do Bc[i] = { op = o.op, ins = rename(o.ins), outs = rename(o.outs), attrs = o.attrs, layer = o.layer } end
-  for nm in pairs(need) do bytes = bytes + g.by_name[nm].bytes end
-  return ops, Bc, bytes
-end
-
 function M.schedule(ctx, g, sched)
   if ctx.facts.fp8 then
     ctx.refuse("cannot replay FP8 layers: a recomputed fp8_quantize would update the amax history and scales a second time in the step",
       "drop fp8, or drop recompute")
   end
-  local F, B = {}, {}
-  local used_outside = {}
-  local function note(list, o)
-    for _, k in ipairs({ "ins", "outs" }) do
-      for _, nm in ipairs(o[k]) do
-        if o.layer == nil then used_outside[nm] = true
-        else
-          list[nm] = list[nm] or {}
-          list[nm][o.layer] = true
-        end
-      end
-    end
-  end
-  local layers_of = {}
-  for _, o in ipairs(sched.fwd) do
-    if o.layer then F[o.layer] = F[o.layer] or {}; table.insert(F[o.layer], o) end
-    note(layers_of, o)
-  end
-  for _, o in ipairs(sched.bwd) do
-    if o.layer then B[o.layer] = B[o.layer] or {}; table.insert(B[o.layer], o) end
-    note(layers_of, o)
-  end
-  note(layers_of, sched.loss)
-  -- a buffer touched by two layers (the residual stream between them) is kept too
-  for nm, ls in pairs(layers_of) do
-    local n = 0
-    for _ in pairs(ls) do n = n + 1 end
-    if n > 1 then used_outside[nm] = true end
-  end
+  local F, B, used_outside = R.split(sched)
   local lifetimes = require("plan").lifetimes
   local losses = sched.loss.outs[1]
   -- the step with the layers of `on` checkpointed: each replay right before the first op of its
@@ -134,24 +47,14 @@ function M.schedule(ctx, g, sched)
     local rep, count, nops, saved = {}, 0, 0, 0
     for l = 0, sched.L - 1 do
       if on[l] and F[l] and B[l] then
-        local ops, Bc, bytes = replay(g, F[l], B[l], used_outside)
-        rep[l] = { ops = ops, B = Bc, i = 0 }
+        local ops, Bc, bytes = R.layer(g, F[l], B[l], used_outside)
+        rep[l] = { ops = ops, B = Bc }
         count, nops, saved = count + 1, nops + #ops, saved + bytes
       end
     end
-    local bwd = U.array()
-    for _, o in ipairs(sched.bwd) do
-      local r = o.layer and rep[o.layer]
-      if r then
-        if r.i == 0 then for _, x in ipairs(r.ops) do bwd[#bwd + 1] = x end end
-        r.i = r.i + 1
-        bwd[#bwd + 1] = r.B[r.i]
-      else
-        bwd[#bwd + 1] = o
-      end
-    end
+    local bwd = R.splice(sched, rep)
     local _, _, _, peak = lifetimes(g, sched.fwd, bwd, losses)
-    return { bwd = bwd, count = count, nops = nops, saved = saved, peak = peak * 4 }
+    return { bwd = bwd, on = rep, count = count, nops = nops, saved = saved, peak = peak * 4 }
   end
   local base = build({})
   local on, why, best
@@ -178,6 +81,9 @@ function M.schedule(ctx, g, sched)
     best = build(on)
   end
   sched.bwd = best.bwd
+  -- later recompute (selective) leaves these layers alone: their backward reads only replays
+  sched.recomputed = sched.recomputed or {}
+  for l in pairs(best.on) do sched.recomputed[l] = true end
   ctx.decide("v2101.layers", best.count, why)
   ctx.contribute(string.format("%d of %d layers checkpointed (%s): %d forward ops replayed before their layer's backward recompute %.2f MiB of activations per step",
     best.count, sched.L, why, best.nops, best.saved / 1048576))
