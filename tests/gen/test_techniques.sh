@@ -51,7 +51,7 @@ expect test_planned_tensorboard_refused 2 "v2183 tensorboard \(--enable tensorbo
   -- "$GEN" "$T" --enable tensorboard --model tiny -o "$TMP/planned"
 check test_planned_refusal_writes_nothing test ! -e "$TMP/planned"
 expect test_planned_one_line_per_spec 2 "v2126 .*planned" -- "$GEN" "$T" --enable recompute,packing,tensorboard,rmsnorm --model tiny -o "$TMP/four"
-n=$("$GEN" "$T" --enable selective-recompute,packing,tensorboard --model tiny -o "$TMP/three" 2>&1 | grep -c "planned: contributes nothing yet")
+n=$("$GEN" "$T" --enable pp,packing,tensorboard --model tiny -o "$TMP/three" 2>&1 | grep -c "planned: contributes nothing yet")
 check test_planned_three_specs_three_lines test "$n" = 3
 expect test_allow_planned_generates_with_a_warning 0 "warning: v2183 tensorboard .*planned: contributes nothing yet \(--allow-planned\)" \
   -- "$GEN" "$T" --enable tensorboard --allow-planned --model tiny -o "$TMP/planned2"
