@@ -3,7 +3,7 @@
 # MLP activation and optionally the block norms replayed right before their layer's backward, the
 # GEMM inputs kept): losses and trained weights bit-identical (tolerance 0) to the same trainer
 # without recompute on cpu (tiny GPT-2, tiny-llama, every target, together with v2101 every 2nd
-# layer) and --target sim; the plan's activation arena of gpt2-124m at B=8, T=256 with the
+# layer, bf16 and fp8 policies) and --target sim; the plan's activation arena of gpt2-124m at B=8, T=256 with the
 # attention target equals `gen size --recompute selective` (within 1%), attention + MLP activation
 # is smaller still; flash attention is warned (nothing to recompute there).
 source "$(dirname "$0")/lib.sh"
@@ -41,6 +41,10 @@ pair cpu_llama cpu tiny-llama 5 adamw,clip,memory-planning
 pair cpu_gpt2_all cpu tiny 3 adamw,clip,memory-planning --set v2111.targets=all
 pair cpu_llama_norms cpu tiny-llama 3 adamw,clip,memory-planning --set v2111.targets=norms
 pair cpu_gpt2_with_v2101 cpu tiny 3 adamw,clip,memory-planning --enable recompute --set v2101.policy=every_k --set v2101.k=2
+# bf16 and fp8 policies: the attention probabilities are recomputed (the MLP GEMM reads a rounded
+# copy, which is not); the replayed op has no state, so fp8's amax history is untouched
+pair cpu_gpt2_bf16 cpu tiny 2 adamw,clip,memory-planning,bf16
+pair cpu_gpt2_fp8 cpu tiny 2 adamw,clip,memory-planning,fp8
 expect test_v2111_with_v2101_leaves_checkpointed_layers 0 "v2111.with_v2101 → 2: 2 layer" -- "$GEN" audit "$TMP/cpu_gpt2_with_v2101.sr"
 expect test_v2111_audit_names_targets 0 "selective recompute \(attention \+ mlp_act\) in 4 of 4 layers" -- "$GEN" audit "$TMP/cpu_gpt2.sr"
 
