@@ -141,7 +141,7 @@ size_t hyp_tboard_encode_event(uint8_t *buf, size_t cap, double wall_time, int64
         }
     }
     if (session_start) {
-        put_varint(&w, (6 << 3) | 2); /* session_log { status: START } */
+        put_varint(&w, (7 << 3) | 2); /* session_log (7; 6 is the deprecated log_message) { status: START } */
         put_varint(&w, 2);
         put_varint(&w, (1 << 3) | 0);
         put_varint(&w, 1);

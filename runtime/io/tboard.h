@@ -5,7 +5,7 @@
  *     data[length] | uint32 masked CRC-32C of data
  * (mask: ((c >> 15) | (c << 17)) + 0xa282ead8), each data an Event protobuf encoded by hand:
  *     Event   { double wall_time = 1; int64 step = 2; string file_version = 3;
- *               Summary summary = 5; SessionLog session_log = 6; }
+ *               Summary summary = 5; SessionLog session_log = 7; }
  *     Summary { repeated Value value = 1; }   Value { string tag = 1; float simple_value = 2; }
  *     SessionLog { enum status = 1; }  (START = 1)
  * The first record is {wall_time, file_version: "brain.Event:2"}. A resumed run opens a new file

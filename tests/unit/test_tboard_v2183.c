@@ -3,7 +3,8 @@
  * byte-identical to what TensorBoard's own writer wrote for the same inputs
  * (tests/reference/tb_v2183.json, made offline by tests/reference/make_tb_fixture.py), and our CRC
  * verifies TensorBoard's records; a file written with hyp_tboard_open/scalars parses back
- * (framing, CRCs, file_version first, SessionLog START on resume, scalars, NaN skipped). */
+ * (framing, CRCs, file_version first, SessionLog START on resume, scalars, NaN skipped).
+ * `test_tboard_v2183 --dump FILE` prints a file's scalars (the trainer-level shell test uses it). */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
@@ -71,7 +72,7 @@ static int parse_event(const uint8_t *p, size_t n, ev_t *ev) {
             if (varint(p, n, &i, &L) || i + L > n) return -1;
             const uint8_t *q = p + i;
             if (f == 3 && L < sizeof ev->fv) memcpy(ev->fv, q, L);
-            if (f == 6) ev->start = L == 2 && q[0] == 0x08 && q[1] == 1;
+            if (f == 7) ev->start = L == 2 && q[0] == 0x08 && q[1] == 1;
             if (f == 5) { /* Summary: repeated Value{tag=1, simple_value=2} */
                 size_t j = 0;
                 while (j < L && ev->n < 16) {
@@ -120,7 +121,32 @@ static int read_records(const uint8_t *b, size_t n, ev_t *evs, int max) {
     return k;
 }
 
-int main(void) {
+/* --dump FILE: one line "step tag value" per scalar (and "step START" for a SessionLog START),
+ * for tests/gen/test_tensorboard_v2183.sh; exit 1 on a bad record. */
+static int dump(const char *path) {
+    char *raw = NULL;
+    size_t n = 0;
+    hyp_err e = {{0}};
+    if (hyp_fs_read_small(path, 1 << 28, &raw, &n, &e)) {
+        fprintf(stderr, "%s\n", e.msg);
+        return 1;
+    }
+    static ev_t evs[4096];
+    int k = read_records((const uint8_t *)raw, n, evs, 4096);
+    free(raw);
+    if (k < 1 || strcmp(evs[0].fv, "brain.Event:2")) {
+        fprintf(stderr, "%s: bad record (CRC or protobuf), or no file_version first\n", path);
+        return 1;
+    }
+    for (int i = 1; i < k; i++) {
+        if (evs[i].start) printf("%lld START\n", (long long)evs[i].step);
+        for (int j = 0; j < evs[i].n; j++) printf("%lld %s %.9g\n", (long long)evs[i].step, evs[i].tag[j], evs[i].val[j]);
+    }
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc == 3 && !strcmp(argv[1], "--dump")) return dump(argv[2]);
     /* CRC-32C vectors: RFC 3720 B.4 (iSCSI) and the usual check value */
     uint8_t z[32], o[32], up[32], down[32];
     for (int i = 0; i < 32; i++) z[i] = 0, o[i] = 0xff, up[i] = (uint8_t)i, down[i] = (uint8_t)(31 - i);
