@@ -3,7 +3,7 @@
 # that parses back (CRCs, protobuf; tests/unit/test_tboard_v2183 --dump) with the losses of the
 # metrics log; a trainer generated with v2183 writes into OUT/runs by default every `every` steps,
 # `--tensorboard none` turns that off; a resumed run adds a second file starting with SessionLog
-# START; under mpirun -np 2 only rank 0 writes. When the `tensorboard` Python package is importable,
+# START; the section is outside the checkpoint's state hash; under mpirun -np 2 only rank 0 writes. When the `tensorboard` Python package is importable,
 # its EventAccumulator loads the directory too (skipped otherwise: CI needs no PyPI). ~10 s.
 source "$(dirname "$0")/lib.sh"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
@@ -47,6 +47,9 @@ expect train_resume 0 "done: 6 steps" -- "$TMP/t/train" "${C[@]}" --tensorboard 
 check test_resume_adds_a_file test "$(ls "$TMP"/rs/events.out.tfevents.* | wc -l)" = 2
 R2=$(ls "$TMP"/rs/events.out.tfevents.* | sort | tail -1)
 check test_resumed_file_starts_with_session_start test "$("$DUMP" --dump "$R2" | head -1)" = "7 START"
+
+# the section is outside the checkpoint's state hash: the v2183 trainer resumes the plain one's checkpoint
+expect resume_across_plans 0 "resumed from .*step_00000012 at step 12" -- "$TMP/tb/train" "${C[@]}" --ckpt-dir "$TMP/ck" --resume --steps 14 --tensorboard none
 
 # mpirun -np 2: one file (rank 0)
 MPI="mpirun -np 2 --oversubscribe -x OMP_NUM_THREADS"
