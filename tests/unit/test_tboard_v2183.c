@@ -60,6 +60,7 @@ static int parse_event(const uint8_t *p, size_t n, ev_t *ev) {
         uint64_t key, L;
         if (varint(p, n, &i, &key)) return -1;
         int f = (int)(key >> 3), wt = (int)(key & 7);
+        if ((wt == 1 && i + 8 > n) || (wt == 5 && i + 4 > n)) return -1;
         if (wt == 1) {
             uint64_t u = le(p + i, 8);
             if (f == 1) memcpy(&ev->wall, &u, 8);
@@ -77,17 +78,17 @@ static int parse_event(const uint8_t *p, size_t n, ev_t *ev) {
                 size_t j = 0;
                 while (j < L && ev->n < 16) {
                     uint64_t k2, vl;
-                    if (varint(q, L, &j, &k2) || varint(q, L, &j, &vl) || (k2 >> 3) != 1) return -1;
+                    if (varint(q, L, &j, &k2) || varint(q, L, &j, &vl) || (k2 >> 3) != 1 || j + vl > L) return -1;
                     size_t k = 0, end = j + vl;
                     while (k < vl) {
                         uint64_t k3, tl;
                         const uint8_t *r = q + j;
                         if (varint(r, vl, &k, &k3)) return -1;
                         if (k3 == 0x0a) {
-                            if (varint(r, vl, &k, &tl) || tl >= 64) return -1;
+                            if (varint(r, vl, &k, &tl) || tl >= 64 || k + tl > vl) return -1;
                             memcpy(ev->tag[ev->n], r + k, tl);
                             k += tl;
-                        } else if (k3 == 0x15) {
+                        } else if (k3 == 0x15 && k + 4 <= vl) {
                             uint32_t u = (uint32_t)le(r + k, 4);
                             memcpy(&ev->val[ev->n], &u, 4);
                             k += 4;
