@@ -565,13 +565,14 @@ static int load_optimizer(ld *c, const cJSON *root) {
 }
 
 /* p->state_hash: xxh3-128 of the plan without train.zero_stage / zero_prefetch / comm_overlap and
- * the preempt section (consumed: root loses them), so a checkpoint resumes under another ZeRO stage of the same plan (v2175). */
+ * the preempt and tensorboard sections (consumed: root loses them), so a checkpoint resumes under another ZeRO stage of the same plan (v2175). */
 static int state_hash(ld *c, cJSON *root) {
     cJSON *t = cJSON_GetObjectItemCaseSensitive(root, "train");
     cJSON_DeleteItemFromObjectCaseSensitive(t, "zero_stage");
     cJSON_DeleteItemFromObjectCaseSensitive(t, "zero_prefetch");
     cJSON_DeleteItemFromObjectCaseSensitive(t, "comm_overlap");
     cJSON_DeleteItemFromObjectCaseSensitive(root, "preempt"); /* how a run stops, not its state */
+    cJSON_DeleteItemFromObjectCaseSensitive(root, "tensorboard"); /* what it logs, not its state */
     char *txt = cJSON_PrintUnformatted(root);
     if (!txt) return hyp_fail(c->e, HYP_EFAIL, "%s: out of memory", c->path);
     XXH128_hash_t h = XXH3_128bits(txt, strlen(txt));
@@ -743,6 +744,25 @@ int plan_load(const char *path, plan_t *p, hyp_err *e) {
             }
             p->preempt = 1;
             GN(pe, "grace_seconds", 1, 86400, p->preempt_grace_s);
+        }
+        enter(&c, "%s", "");
+    }
+    p->tb_every = 1;
+    {   /* optional: TensorBoard event files by default (v2183; absent: only with --tensorboard DIR) */
+        const cJSON *tb = cJSON_GetObjectItemCaseSensitive(root, "tensorboard");
+        enter(&c, "tensorboard");
+        if (tb && !cJSON_IsObject(tb)) {
+            rc = bad(&c, "field 'tensorboard' is not an object");
+            goto done;
+        }
+        if (tb) {
+            const cJSON *ld = cJSON_GetObjectItemCaseSensitive(tb, "logdir");
+            if (!cJSON_IsString(ld) || !ld->valuestring[0] || strlen(ld->valuestring) >= sizeof p->tb_logdir) {
+                rc = bad(&c, "field 'tensorboard.logdir' is not a non-empty string (< 256 bytes)");
+                goto done;
+            }
+            snprintf(p->tb_logdir, sizeof p->tb_logdir, "%s", ld->valuestring);
+            GI(tb, "every", 1, 1 << 30, p->tb_every);
         }
         enter(&c, "%s", "");
     }

@@ -106,6 +106,9 @@ typedef struct {
     int preempt;            /* preempt section present: a preemptible run (v2177) — refuses to
                                start without --ckpt-dir and checks the stop fits the grace time */
     double preempt_grace_s; /* preempt.grace_seconds: notice-to-kill time of the scheduler */
+    char tb_logdir[256];    /* tensorboard.logdir (v2183): event files by default, relative to the
+                               plan's directory; "" = no section (only --tensorboard DIR writes) */
+    int tb_every;           /* tensorboard.every: steps between scalar events (1 without section) */
     uint64_t seed;
     char schedule[16];
     double lr, min_lr_ratio, decay_fraction, max_norm;

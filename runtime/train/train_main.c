@@ -7,7 +7,7 @@
  *   train --data DIR [--steps N] [--batch B] [--seq T] [--grad-accum K] [--lr X] [--seed S]
  *         [--ckpt-dir D] [--ckpt-every N] [--resume] [--metrics FILE] [--sample N]
  *         [--eval-every N] [--eval-batches N] [--temperature X] [--top-k K] [--plan FILE]
- *         [--init-from PATH] [--deadline SECONDS]
+ *         [--init-from PATH] [--deadline SECONDS] [--tensorboard DIR|none]
  *   train sample --ckpt-dir D [--sample N] [--prompt TEXT] [--temperature X] [--top-k K]
  *
  * Exit status: 0 done, 1 environment failure, 2 bad input (flags, data, plan, checkpoint) —
@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 #if defined(__SSE__)
@@ -36,6 +37,8 @@
 #include "data.h"
 #include "exec.h"
 #include "metrics.h"
+#include "fsio.h"
+#include "tboard.h"
 #include "ops_cpu.h"
 #include "optim.h"
 #include "plan.h"
@@ -46,7 +49,7 @@
 #include "train_ckpt.h"
 
 typedef struct {
-    const char *data, *ckpt_dir, *metrics, *plan, *prompt, *init_from;
+    const char *data, *ckpt_dir, *metrics, *plan, *prompt, *init_from, *tensorboard;
     int steps, batch, seq, grad_accum, ckpt_every, resume, sample, eval_every, eval_batches, top_k;
     int sample_mode, keep, stop_after;
     double lr, temperature, deadline;
@@ -57,7 +60,8 @@ typedef struct {
 static const char *FLAGS[] = {"--data", "--steps", "--batch", "--seq", "--grad-accum", "--lr", "--seed",
                               "--ckpt-dir", "--ckpt-every", "--resume", "--metrics", "--sample",
                               "--eval-every", "--eval-batches", "--temperature", "--top-k", "--plan",
-                              "--prompt", "--keep", "--stop-after", "--init-from", "--deadline", "--help", NULL};
+                              "--prompt", "--keep", "--stop-after", "--init-from", "--deadline", "--tensorboard",
+                              "--help", NULL};
 
 static int edit_distance(const char *a, const char *b) {
     int la = (int)strlen(a), lb = (int)strlen(b), d[64][64];
@@ -118,6 +122,8 @@ static const char *USAGE =
     "             [--deadline S]     stop (checkpointing) before S seconds after the start: at the last\n"
     "                                step after which another step plus a checkpoint would not fit,\n"
     "                                from the measured step and checkpoint times (needs --ckpt-dir)\n"
+    "             [--tensorboard DIR] TensorBoard event files in DIR (rank 0; a resumed run adds a\n"
+    "                                file); 'none' turns off the plan's default (v2183: OUT/runs)\n"
     "       train sample --ckpt-dir D [--sample N] [--prompt TEXT] [--temperature X] [--top-k K]\n"
     "\n"
     "SIGTERM, SIGINT or SIGUSR1 (a preemption notice; mpirun forwards SIGUSR1 to every rank) stop the\n"
@@ -172,6 +178,7 @@ static int parse_args(int argc, char **argv, args_t *a) {
         if (!strcmp(f, "--data")) a->data = v;
         else if (!strcmp(f, "--ckpt-dir")) a->ckpt_dir = v;
         else if (!strcmp(f, "--metrics")) a->metrics = v;
+        else if (!strcmp(f, "--tensorboard")) a->tensorboard = v;
         else if (!strcmp(f, "--plan")) a->plan = v;
         else if (!strcmp(f, "--prompt")) a->prompt = v;
         else if (!strcmp(f, "--init-from")) a->init_from = v;
@@ -362,6 +369,8 @@ typedef struct {
     hyp_rng rng;
     hyp_loader *train, *val;
     hyp_metrics *mlog;
+    hyp_tboard *tb;             /* TensorBoard events (rank 0; --tensorboard or the plan's v2183) */
+    int tb_every;
     int B, T, K, eval_every, eval_batches, start_step;
     uint64_t seed;
     int64_t tokens_per_step;
@@ -442,6 +451,20 @@ static int open_outputs(run_t *r, hyp_err *e) {
         if (rc) return rc;
     }
     if (r->d.rank == 0 && a->metrics) rc = hyp_metrics_open(&r->mlog, a->metrics, r->start_step > 0, e);
+    if (rc || r->d.rank != 0) return rc;
+    /* TensorBoard: --tensorboard DIR, else the plan's section (v2183) beside plan.json */
+    char dir[PATH_MAX + 256];
+    r->tb_every = a->tensorboard || !r->plan.tb_logdir[0] ? 1 : r->plan.tb_every;
+    if (a->tensorboard && !strcmp(a->tensorboard, "none")) return HYP_OK;
+    if (a->tensorboard) snprintf(dir, sizeof dir, "%s", a->tensorboard);
+    else if (r->plan.tb_logdir[0] == '/') snprintf(dir, sizeof dir, "%s", r->plan.tb_logdir);
+    else if (r->plan.tb_logdir[0]) {
+        char pd[PATH_MAX];
+        hyp_fs_dirname(r->plan_path, pd, sizeof pd);
+        snprintf(dir, sizeof dir, "%s/%s", pd, r->plan.tb_logdir);
+    } else return HYP_OK;
+    if (!(rc = hyp_tboard_open(&r->tb, dir, r->start_step > 0, e)))
+        printf("tensorboard: %s (every %d step%s)\n", hyp_tboard_path(r->tb), r->tb_every, r->tb_every == 1 ? "" : "s");
     return rc;
 }
 
@@ -575,6 +598,15 @@ static int train_loop(run_t *r, hyp_err *e) {
                                    .val_loss = do_eval ? vl : NAN};
             if ((rc = hyp_metrics_write(r->mlog, &row, e))) break;
         }
+        if (r->tb && (step % r->tb_every == 0 || step == last_step || do_eval)) {
+            struct rusage ru;
+            double rss = getrusage(RUSAGE_SELF, &ru) == 0 ? ru.ru_maxrss / 1024.0 : NAN; /* KiB -> MiB */
+            hyp_metric_kv kv[] = {{"train/loss", loss}, {"train/lr", lr}, {"train/grad_norm", norm},
+                                  {"perf/tokens_per_s", tps},
+                                  {"perf/mfu", p->peak_flops > 0 ? flops / p->peak_flops : NAN},
+                                  {"memory/peak_rss_mib", rss}, {"val/loss", do_eval ? vl : NAN}};
+            if ((rc = hyp_tboard_scalars(r->tb, (uint64_t)step, kv, (int)(sizeof kv / sizeof kv[0]), e))) break;
+        }
         done_steps++;
         hyp_stop_note_step(&r->stop, now_s() - t0); /* the whole iteration: step, eval, logs */
         int by_signal = 0, by_deadline = 0;
@@ -676,6 +708,7 @@ static int run(int argc, char **argv, hyp_coll *coll) {
     }
     if (rc && e.msg[0]) fprintf(stderr, "train: %s\n", e.msg);
     hyp_metrics_close(r.mlog);
+    hyp_tboard_close(r.tb);
     hyp_loader_close(r.train);
     hyp_loader_close(r.val);
     train_backend_close(&r.be);
