@@ -1,0 +1,77 @@
+/* peak.c — this machine's fp32 FMA peak (peak.h): independent FMA chains per OpenMP thread, enough
+ * to cover the FMA latency times the FMA ports, so the loop runs at the core's FMA throughput.
+ * The cpu trainer divides its model FLOP/s by this (train_main.c), not by a figure measured on
+ * another machine. */
+/* -std=c11 implies -ffp-contract=off in gcc: a*b+c must be one FMA here. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("O3,fp-contract=fast") /* also in Debug builds: registers, not memory */
+#elif defined(__clang__)
+#pragma clang fp contract(fast)
+#endif
+
+#include "peak.h"
+
+#include <omp.h>
+#include <time.h>
+
+#if defined(__AVX512F__)
+#define PEAK_W 16
+#define PEAK_CONSTRAINT "+v"
+#else
+#define PEAK_W 8
+#define PEAK_CONSTRAINT "+x"
+#endif
+typedef float vec __attribute__((vector_size(PEAK_W * 4)));
+#define PEAK_ACC 12
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* FLOP/s of one round of iters iterations on nthreads threads. */
+static double round_flops(int nthreads, long iters) {
+    float sink = 0.0f;
+    double t0 = now_s();
+#pragma omp parallel num_threads(nthreads) reduction(+ : sink)
+    {
+        vec acc[PEAK_ACC], m, a;
+        for (int l = 0; l < PEAK_W; l++) m[l] = 1.0000001f, a[l] = 1e-7f;
+        for (int k = 0; k < PEAK_ACC; k++) acc[k] = m * (float)k;
+        for (long it = 0; it < iters; it++) {
+            for (int k = 0; k < PEAK_ACC; k++) acc[k] = acc[k] * m + a;
+            __asm__ volatile("" : PEAK_CONSTRAINT(m)); /* keep the loop from being folded */
+        }
+        for (int k = 0; k < PEAK_ACC; k++)
+            for (int l = 0; l < PEAK_W; l++) sink += acc[k][l];
+    }
+    double dt = now_s() - t0;
+    volatile float keep = sink;
+    (void)keep;
+    return 2.0 * PEAK_W * PEAK_ACC * (double)iters * nthreads / (dt > 0 ? dt : 1e-9);
+}
+
+double hyp_cpu_fma_peak(int nthreads, double seconds, int *width) {
+    if (nthreads < 1) nthreads = 1;
+    if (seconds <= 0) seconds = 0.08;
+    /* grow a round until it takes >= 1/8 of the budget (thread start-up and barriers then cost
+     * little), then keep the best round of what is left: a core shared with another process
+     * shows as a slower round, not as a lower peak */
+    long iters = 4096;
+    double t0 = now_s(), best = 0, dt = 0;
+    while (iters < (1L << 40)) {
+        double r0 = now_s();
+        double f = round_flops(nthreads, iters);
+        dt = now_s() - r0;
+        if (f > best) best = f;
+        if (dt >= seconds / 8) break;
+        iters *= 2;
+    }
+    while (now_s() - t0 + dt < seconds) {
+        double f = round_flops(nthreads, iters);
+        if (f > best) best = f;
+    }
+    if (width) *width = PEAK_W;
+    return best;
+}
