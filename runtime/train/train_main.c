@@ -477,6 +477,23 @@ static void choose_peak(run_t *r) {
     }
 }
 
+static int cmp_dbl(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Percentiles of the window's per-step tokens/s (v2186): q[0..2] = p20, p50, p80 (nearest rank).
+ * tmp holds n doubles. */
+static void window_percentiles(const double *dt, int n, double tokens, double *tmp, double q[3]) {
+    memcpy(tmp, dt, (size_t)n * sizeof *tmp);
+    qsort(tmp, (size_t)n, sizeof *tmp, cmp_dbl); /* step times ascending: tokens/s descending */
+    static const double P[3] = {0.2, 0.5, 0.8};
+    for (int i = 0; i < 3; i++) {
+        int k = (int)((1.0 - P[i]) * (n - 1) + 0.5);
+        q[i] = tokens / tmp[k];
+    }
+}
+
 static void print_banner(run_t *r, hyp_err *e) {
     const plan_t *p = &r->plan;
     printf("hyperion trainer: model %s (%s, %.2fM params) | target %s | plan %s\n", p->model_name, p->arch,
@@ -575,7 +592,7 @@ static int train_loop(run_t *r, hyp_err *e) {
     int steps_timed = 0, done_steps = 0, rc = HYP_OK, grace_warned = 0;
     /* v2186: the last `window` timed steps' times, a ring; tokens/s over them = tokens / time */
     int W = p->metrics_window, wn = 0, wpos = 0;
-    double *wdt = calloc((size_t)W, sizeof *wdt), wsum = 0;
+    double *wdt = calloc((size_t)W * 2, sizeof *wdt), wsum = 0, q[3] = {0, 0, 0};
     if (!wdt) return hyp_fail(e, HYP_EFAIL, "out of memory for the tokens/s window (%d steps)", W);
     float last_loss = NAN;
     int last_step = r->opt.total_steps;
@@ -601,6 +618,8 @@ static int train_loop(run_t *r, hyp_err *e) {
         }
         double avg_tps = steps_timed ? tok_s / steps_timed : tps;
         double win_tps = wn ? wn * (double)r->tokens_per_step / wsum : tps;
+        if (wn) window_percentiles(wdt, wn, (double)r->tokens_per_step, wdt + W, q);
+        else q[0] = q[1] = q[2] = tps;
         /* model FLOP/s of this rank over the window (the MFU of one noisy step is not a figure) */
         double flops = (fpt - p->flops_attn_coef * p->T + p->flops_attn_coef * r->T) * win_tps / r->d.world;
         double mfu_v = r->peak > 0 ? flops / r->peak : NAN;
@@ -611,8 +630,8 @@ static int train_loop(run_t *r, hyp_err *e) {
         if (do_eval && (rc = train_eval(&r->be, r->val, r->eval_batches, &vl, e))) break;
         char mfu[16] = "  n/a"; /* no peak for the target (sim) */
         if (r->peak > 0) snprintf(mfu, sizeof mfu, "%5.1f%%", 100.0 * mfu_v);
-        printf("step %5d/%d | loss %.4f | lr %.2e | norm %.3f%s | %7.0f tok/s (last %d: %.0f, mean %.0f) | data %.1f ms",
-               step, r->opt.total_steps, loss, lr, norm, scale < 1 ? " (clipped)" : "", tps, wn, win_tps, avg_tps,
+        printf("step %5d/%d | loss %.4f | lr %.2e | norm %.3f%s | %7.0f tok/s (last %d: %.0f, p50 %.0f; mean %.0f) | data %.1f ms",
+               step, r->opt.total_steps, loss, lr, norm, scale < 1 ? " (clipped)" : "", tps, wn, win_tps, q[1], avg_tps,
                1e3 * tm.data_s);
         if (r->d.world > 1) printf(" | comm %.1f ms", 1e3 * tm.comm_s);
         printf(" | MFU %s | ETA %s", mfu, eta);
@@ -620,11 +639,12 @@ static int train_loop(run_t *r, hyp_err *e) {
         printf("\n");
         fflush(stdout);
         if (r->mlog) {
-            hyp_metric_kv kv[] = {{"tokens_per_s_window", win_tps}, {"tokens_per_s_mean", avg_tps},
+            hyp_metric_kv kv[] = {{"tokens_per_s_window", win_tps}, {"tokens_per_s_p20", q[0]},
+                                  {"tokens_per_s_p50", q[1]}, {"tokens_per_s_p80", q[2]}, {"tokens_per_s_mean", avg_tps},
                                   {"step_s", dt}, {"data_wait_s", tm.data_s}, {"comm_wait_s", tm.comm_s},
                                   {"mfu", mfu_v}};
             hyp_metrics_row row = {.step = step, .loss = loss, .lr = lr, .grad_norm = norm, .tokens_per_s = tps,
-                                   .val_loss = do_eval ? vl : NAN, .extra = kv, .n_extra = 6};
+                                   .val_loss = do_eval ? vl : NAN, .extra = kv, .n_extra = (int)(sizeof kv / sizeof kv[0])};
             if ((rc = hyp_metrics_write(r->mlog, &row, e))) break;
         }
         done_steps++;
