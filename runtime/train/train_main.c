@@ -464,9 +464,19 @@ static void choose_peak(run_t *r) {
         int width = 0;
         double t0 = now_s();
         r->peak = hyp_cpu_fma_peak(threads, 0.08, &width);
+        /* ranks sharing this host (mpirun sets the local size) with more threads than cores: each
+         * rank's share of the cores, not the peak of threads that would each own one */
+        const char *ls = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+        int local = ls ? atoi(ls) : 1;
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        double share = 1;
+        if (local > 1 && cores > 0 && (long)local * threads > cores) share = (double)cores / ((double)local * threads);
+        r->peak *= share;
+        char shared[64] = "";
+        if (share < 1) snprintf(shared, sizeof shared, ", x %.2f: %d ranks on %ld cores", share, local, cores);
         snprintf(r->peak_desc, sizeof r->peak_desc,
-                 "peak %.1f GFLOP/s fp32 measured at start (%d-wide FMA, %d thread%s, %.0f ms)", r->peak * 1e-9,
-                 width, threads, threads == 1 ? "" : "s", 1e3 * (now_s() - t0));
+                 "peak %.1f GFLOP/s fp32 measured at start (%d-wide FMA, %d thread%s, %.0f ms%s)", r->peak * 1e-9,
+                 width, threads, threads == 1 ? "" : "s", 1e3 * (now_s() - t0), shared);
     } else if (p->peak_flops > 0) {
         r->peak = p->peak_flops;
         snprintf(r->peak_desc, sizeof r->peak_desc, "peak %.1f TFLOP/s %s from specs/hardware/%s.yaml", r->peak * 1e-12,
