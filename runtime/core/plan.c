@@ -709,6 +709,19 @@ int plan_load(const char *path, plan_t *p, hyp_err *e) {
         const cJSON *hn = hw ? cJSON_GetObjectItemCaseSensitive(hw, "name") : NULL;
         p->peak_flops = cJSON_IsNumber(pk) ? pk->valuedouble : 0;
         snprintf(p->hardware, sizeof p->hardware, "%s", cJSON_IsString(hn) ? hn->valuestring : "unknown");
+        const cJSON *pd = hw ? cJSON_GetObjectItemCaseSensitive(hw, "peak_dtype") : NULL;
+        const cJSON *pm = hw ? cJSON_GetObjectItemCaseSensitive(hw, "peak_source") : NULL;
+        snprintf(p->peak_dtype, sizeof p->peak_dtype, "%s", cJSON_IsString(pd) ? pd->valuestring : "");
+        p->peak_measure = cJSON_IsString(pm) && !strcmp(pm->valuestring, "measured");
+        const cJSON *fc = cJSON_GetObjectItemCaseSensitive(root, "flops_convention");
+        snprintf(p->flops_convention, sizeof p->flops_convention, "%s",
+                 cJSON_IsString(fc) ? fc->valuestring : "palm");
+        /* optional: v2186's window (absent: 50 steps, the first 1 left out) */
+        const cJSON *tm = cJSON_GetObjectItemCaseSensitive(root, "throughput");
+        const cJSON *w = tm ? cJSON_GetObjectItemCaseSensitive(tm, "window") : NULL;
+        const cJSON *sk = tm ? cJSON_GetObjectItemCaseSensitive(tm, "skip_steps") : NULL;
+        p->metrics_window = cJSON_IsNumber(w) && w->valueint >= 1 && w->valueint <= 100000 ? w->valueint : 50;
+        p->metrics_skip = cJSON_IsNumber(sk) && sk->valueint >= 0 && sk->valueint <= 1000 ? sk->valueint : 1;
     }
     {   /* optional: what the checkpoint techniques recorded (absent: neither) */
         const cJSON *ck = cJSON_GetObjectItemCaseSensitive(root, "checkpoint");
