@@ -20,8 +20,8 @@ fi
 [ -d data/kjv ] || $GEN data data/kjv.txt -o data/kjv
 
 # 2. generate the trainer: AdamW with decoupled decay, warmup + cosine, global-norm clipping,
-#    and the static memory plan
-$GEN specs/v2500.yaml --enable adamw,warmup,cosine,clip,memory-planning --model tiny --target cpu \
+#    the static memory plan, and TensorBoard event files in $OUT/runs (v2183)
+$GEN specs/v2500.yaml --enable adamw,warmup,cosine,clip,memory-planning,tensorboard --model tiny --target cpu \
      --batch 16 --seq 128 -o "$OUT"
 $GEN audit "$OUT" | sed -n '1,12p'
 

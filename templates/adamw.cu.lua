@@ -64,15 +64,7 @@ __device__ __forceinline__ void load4(float* d, const __nv_bfloat16* s, long i) 
     for (int k = 0; k < 4; k++) d[k] = __bfloat162float(s[i + k]);
 }
 
-// The segment holding element i: the first s with seg_end[s] > i (binary search).
-__device__ __forceinline__ int segment_of(const long* seg_end, int nseg, long i) {
-    int lo = 0, hi = nseg - 1;
-    while (lo < hi) {
-        int mid = (lo + hi) >> 1;
-        if (seg_end[mid] > i) hi = mid; else lo = mid + 1;
-    }
-    return lo;
-}
+{{ partial("segments") }}
 
 % if emit.adamw_step then
 // One thread per 4 consecutive elements (16-byte loads of the fp32 arrays; a scalar tail).

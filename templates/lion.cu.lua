@@ -20,15 +20,7 @@ ops = {
 ]]
 {{ partial("common") }}
 
-// The segment holding element i: the first s with seg_end[s] > i (binary search).
-__device__ __forceinline__ int segment_of(const long* seg_end, int nseg, long i) {
-    int lo = 0, hi = nseg - 1;
-    while (lo < hi) {
-        int mid = (lo + hi) >> 1;
-        if (seg_end[mid] > i) hi = mid; else lo = mid + 1;
-    }
-    return lo;
-}
+{{ partial("segments") }}
 
 % if emit.lion_step then
 // One thread per 4 consecutive elements (16-byte loads; a scalar tail). The float expressions, with

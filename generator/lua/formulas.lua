@@ -45,12 +45,21 @@ function F.matmul_params(m)
   return d.L * per_layer + d.V * d.C
 end
 
--- Training FLOPs per token at sequence length T: 6 per matmul weight (forward 2, backward 4)
--- plus causal attention's QK^T and AV (forward 2·2·T·C per layer for full attention; we count
--- the full T like PaLM's MFU definition, 6·L·... = 12·L·C·T per token).
-function F.train_flops_per_token(m, T)
+-- Training FLOPs per token at sequence length T — the one FLOP convention of Hyperion (the plan
+-- carries it to the runtime's MFU, the audit and `gen size` quote it): 6 per matmul weight
+-- (forward 2, backward 4; the embedding lookup costs none, the LM head counts) plus attention's
+-- QK^T and AV, 12·L·NH·hd·T per token. That is PaLM's MFU definition (Chowdhery et al. 2022,
+-- appendix B): the full T, causal masking NOT discounted, recomputation not counted — so MFU
+-- figures compare with published ones. `causal` = true counts only the unmasked half
+-- (6·L·NH·hd·T), a lower bound of the work any causal kernel must do (v2187's attention =
+-- "causal"). Either way MFU <= 100% needs the peak to be the machine's real one.
+F.FLOPS_CONVENTION = {
+  full = "PaLM: 6 x matmul params + 12 x L x NH x hd x T, causal masking not discounted",
+  causal = "6 x matmul params + 6 x L x NH x hd x T, the causal half of attention",
+}
+function F.train_flops_per_token(m, T, causal)
   local d = F.dims(m)
-  return 6 * F.matmul_params(m) + 12 * d.L * d.NH * d.hd * T
+  return 6 * F.matmul_params(m) + (causal and 6 or 12) * d.L * d.NH * d.hd * T
 end
 
 -- ===========================================================================================

@@ -171,14 +171,16 @@ local function place_params(g, ps, d, layer)
   return params, poff
 end
 
--- The hardware the runtime reports MFU against: the host CPU's measured fp32 peak on cpu.
+-- The hardware the runtime reports MFU against. cpu: the trainer measures the running machine's
+-- fp32 FMA peak at start (peak_source "measured"); host-cpu.yaml's figure stays as a record of
+-- another machine. Devices: none here (a module may name the hardware and dtype).
 local function hardware(tree, cfg)
-  local name = cfg.target.kind == "cpu" and "host-cpu" or nil
+  if cfg.target.kind ~= "cpu" then return { peak_source = "none" } end
   local peak = nil
-  if name and hyp.stat(tree.dir .. "/hardware/" .. name .. ".yaml") == "file" then
-    peak = require("tree").load_hardware(tree, name).peak_tflops.fp32 * 1e12
+  if hyp.stat(tree.dir .. "/hardware/host-cpu.yaml") == "file" then
+    peak = require("tree").load_hardware(tree, "host-cpu").peak_tflops.fp32 * 1e12
   end
-  return { name = name, peak_flops = peak }
+  return { name = "host-cpu", peak_flops = peak, peak_dtype = "fp32", peak_source = "measured" }
 end
 
 -- The forward graph of one transformer (the model file after the modules' `model` transforms),
@@ -473,6 +475,7 @@ function P.build(tree, cfg, contrib, opts)
     hardware = hardware(tree, cfg),
     flops_per_token = F.train_flops_per_token(m, maxT),
     flops_attn_coef = F.train_flops_per_token(m, 1) - F.train_flops_per_token(m, 0),
+    flops_convention = F.FLOPS_CONVENTION.full,
     train = train, optimizer = optimizer,
     params = params, param_floats = poff,
     bufs = g.bufs, act_floats = mem.size, act_floats_unplanned = naive, act_floats_peak_live = peak,

@@ -565,13 +565,14 @@ static int load_optimizer(ld *c, const cJSON *root) {
 }
 
 /* p->state_hash: xxh3-128 of the plan without train.zero_stage / zero_prefetch / comm_overlap and
- * the preempt section (consumed: root loses them), so a checkpoint resumes under another ZeRO stage of the same plan (v2175). */
+ * the preempt and tensorboard sections (consumed: root loses them), so a checkpoint resumes under another ZeRO stage of the same plan (v2175). */
 static int state_hash(ld *c, cJSON *root) {
     cJSON *t = cJSON_GetObjectItemCaseSensitive(root, "train");
     cJSON_DeleteItemFromObjectCaseSensitive(t, "zero_stage");
     cJSON_DeleteItemFromObjectCaseSensitive(t, "zero_prefetch");
     cJSON_DeleteItemFromObjectCaseSensitive(t, "comm_overlap");
     cJSON_DeleteItemFromObjectCaseSensitive(root, "preempt"); /* how a run stops, not its state */
+    cJSON_DeleteItemFromObjectCaseSensitive(root, "tensorboard"); /* what it logs, not its state */
     char *txt = cJSON_PrintUnformatted(root);
     if (!txt) return hyp_fail(c->e, HYP_EFAIL, "%s: out of memory", c->path);
     XXH128_hash_t h = XXH3_128bits(txt, strlen(txt));
@@ -708,6 +709,19 @@ int plan_load(const char *path, plan_t *p, hyp_err *e) {
         const cJSON *hn = hw ? cJSON_GetObjectItemCaseSensitive(hw, "name") : NULL;
         p->peak_flops = cJSON_IsNumber(pk) ? pk->valuedouble : 0;
         snprintf(p->hardware, sizeof p->hardware, "%s", cJSON_IsString(hn) ? hn->valuestring : "unknown");
+        const cJSON *pd = hw ? cJSON_GetObjectItemCaseSensitive(hw, "peak_dtype") : NULL;
+        const cJSON *pm = hw ? cJSON_GetObjectItemCaseSensitive(hw, "peak_source") : NULL;
+        snprintf(p->peak_dtype, sizeof p->peak_dtype, "%s", cJSON_IsString(pd) ? pd->valuestring : "");
+        p->peak_measure = cJSON_IsString(pm) && !strcmp(pm->valuestring, "measured");
+        const cJSON *fc = cJSON_GetObjectItemCaseSensitive(root, "flops_convention");
+        snprintf(p->flops_convention, sizeof p->flops_convention, "%s",
+                 cJSON_IsString(fc) ? fc->valuestring : "palm");
+        /* optional: v2186's window (absent: 50 steps, the first 1 left out) */
+        const cJSON *tm = cJSON_GetObjectItemCaseSensitive(root, "throughput");
+        const cJSON *w = tm ? cJSON_GetObjectItemCaseSensitive(tm, "window") : NULL;
+        const cJSON *sk = tm ? cJSON_GetObjectItemCaseSensitive(tm, "skip_steps") : NULL;
+        p->metrics_window = cJSON_IsNumber(w) && w->valueint >= 1 && w->valueint <= 100000 ? w->valueint : 50;
+        p->metrics_skip = cJSON_IsNumber(sk) && sk->valueint >= 0 && sk->valueint <= 1000 ? sk->valueint : 1;
     }
     {   /* optional: what the checkpoint techniques recorded (absent: neither) */
         const cJSON *ck = cJSON_GetObjectItemCaseSensitive(root, "checkpoint");
@@ -743,6 +757,25 @@ int plan_load(const char *path, plan_t *p, hyp_err *e) {
             }
             p->preempt = 1;
             GN(pe, "grace_seconds", 1, 86400, p->preempt_grace_s);
+        }
+        enter(&c, "%s", "");
+    }
+    p->tb_every = 1;
+    {   /* optional: TensorBoard event files by default (v2183; absent: only with --tensorboard DIR) */
+        const cJSON *tb = cJSON_GetObjectItemCaseSensitive(root, "tensorboard");
+        enter(&c, "tensorboard");
+        if (tb && !cJSON_IsObject(tb)) {
+            rc = bad(&c, "field 'tensorboard' is not an object");
+            goto done;
+        }
+        if (tb) {
+            const cJSON *ld = cJSON_GetObjectItemCaseSensitive(tb, "logdir");
+            if (!cJSON_IsString(ld) || !ld->valuestring[0] || strlen(ld->valuestring) >= sizeof p->tb_logdir) {
+                rc = bad(&c, "field 'tensorboard.logdir' is not a non-empty string (< 256 bytes)");
+                goto done;
+            }
+            snprintf(p->tb_logdir, sizeof p->tb_logdir, "%s", ld->valuestring);
+            GI(tb, "every", 1, 1 << 30, p->tb_every);
         }
         enter(&c, "%s", "");
     }

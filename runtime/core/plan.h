@@ -94,6 +94,10 @@ typedef struct {
     char target[32], backend[16];
     double peak_flops;      /* of the hardware the MFU is reported against (0 = unknown) */
     char hardware[64];
+    char peak_dtype[16];    /* the dtype of peak_flops (fp32, tf32, bf16, fp8); "" = unknown */
+    int peak_measure;       /* 1: the cpu trainer measures this machine's peak at start (v2187) */
+    char flops_convention[128]; /* how flops_per_token counts attention (formulas.lua) */
+    int metrics_window, metrics_skip; /* v2186: tokens/s window (steps) and warm-up steps left out */
     double flops_per_token; /* at the planned T */
     double flops_attn_coef; /* FLOPs per token per unit of T (attention): fpt(T) = fpt - coef*(planT - T) */
     /* training defaults */
@@ -106,6 +110,9 @@ typedef struct {
     int preempt;            /* preempt section present: a preemptible run (v2177) — refuses to
                                start without --ckpt-dir and checks the stop fits the grace time */
     double preempt_grace_s; /* preempt.grace_seconds: notice-to-kill time of the scheduler */
+    char tb_logdir[256];    /* tensorboard.logdir (v2183): event files by default, relative to the
+                               plan's directory; "" = no section (only --tensorboard DIR writes) */
+    int tb_every;           /* tensorboard.every: steps between scalar events (1 without section) */
     uint64_t seed;
     char schedule[16];
     double lr, min_lr_ratio, decay_fraction, max_norm;

@@ -1,6 +1,7 @@
 /* safetensors.c — the safetensors reader (mmap + full validation) and atomic writer; the format
  * and the rules enforced are described in safetensors.h. */
 #include "safetensors.h"
+#include "sbuf.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -537,61 +538,37 @@ int hyp_st_to_f32(const hyp_st_file *f, const hyp_st_tensor *t, float *dst, hyp_
 /* ------------------------------------------------------------------------------------------ */
 /* writer                                                                                      */
 
-typedef struct {
-    char *p;
-    size_t n, cap;
-    int oom;
-} sbuf;
-
-static void sb_put(sbuf *b, const char *s, size_t n) {
-    if (b->oom) return;
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->n + n + 1) cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p) {
-            b->oom = 1;
-            return;
-        }
-        b->p = p;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = '\0';
-}
-static void sb_str(sbuf *b, const char *s) { sb_put(b, s, strlen(s)); }
-static void sb_u64(sbuf *b, uint64_t v) {
+static void sb_u64(hyp_sbuf *b, uint64_t v) {
     char tmp[32];
     int k = snprintf(tmp, sizeof tmp, "%llu", (unsigned long long)v);
-    sb_put(b, tmp, (size_t)k);
+    hyp_sbuf_put(b, tmp, (size_t)k);
 }
 /* A JSON string literal, escaped the way serde_json does. */
-static void sb_json_str(sbuf *b, const char *s) {
+static void sb_json_str(hyp_sbuf *b, const char *s) {
     static const char hex[] = "0123456789abcdef";
-    sb_put(b, "\"", 1);
+    hyp_sbuf_put(b, "\"", 1);
     for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
         char esc[7];
         switch (*p) {
-        case '"': sb_put(b, "\\\"", 2); break;
-        case '\\': sb_put(b, "\\\\", 2); break;
-        case '\b': sb_put(b, "\\b", 2); break;
-        case '\f': sb_put(b, "\\f", 2); break;
-        case '\n': sb_put(b, "\\n", 2); break;
-        case '\r': sb_put(b, "\\r", 2); break;
-        case '\t': sb_put(b, "\\t", 2); break;
+        case '"': hyp_sbuf_put(b, "\\\"", 2); break;
+        case '\\': hyp_sbuf_put(b, "\\\\", 2); break;
+        case '\b': hyp_sbuf_put(b, "\\b", 2); break;
+        case '\f': hyp_sbuf_put(b, "\\f", 2); break;
+        case '\n': hyp_sbuf_put(b, "\\n", 2); break;
+        case '\r': hyp_sbuf_put(b, "\\r", 2); break;
+        case '\t': hyp_sbuf_put(b, "\\t", 2); break;
         default:
             if (*p < 0x20) {
                 memcpy(esc, "\\u00", 4);
                 esc[4] = hex[*p >> 4];
                 esc[5] = hex[*p & 15];
-                sb_put(b, esc, 6);
+                hyp_sbuf_put(b, esc, 6);
             } else {
-                sb_put(b, (const char *)p, 1);
+                hyp_sbuf_put(b, (const char *)p, 1);
             }
         }
     }
-    sb_put(b, "\"", 1);
+    hyp_sbuf_put(b, "\"", 1);
 }
 
 static int cmp_layout(const void *a, const void *b) {
@@ -644,43 +621,43 @@ int hyp_st_write(const char *path, const hyp_st_tensor *tensors, int n, const hy
     qsort(order, (size_t)n, sizeof *order, cmp_layout);
 
     /* header JSON, serde_json-compact */
-    sbuf h = {0};
-    sb_str(&h, "{");
+    hyp_sbuf h = {0};
+    hyp_sbuf_str(&h, "{");
     int first = 1;
     if (n_meta > 0) {
-        sb_str(&h, "\"__metadata__\":{");
+        hyp_sbuf_str(&h, "\"__metadata__\":{");
         for (int i = 0; i < n_meta; i++) {
-            if (i) sb_str(&h, ",");
+            if (i) hyp_sbuf_str(&h, ",");
             sb_json_str(&h, meta[i].key);
-            sb_str(&h, ":");
+            hyp_sbuf_str(&h, ":");
             sb_json_str(&h, meta[i].value);
         }
-        sb_str(&h, "}");
+        hyp_sbuf_str(&h, "}");
         first = 0;
     }
     uint64_t offset = 0;
     for (int i = 0; i < n; i++) {
         const hyp_st_tensor *t = order[i];
         uint64_t nb = (uint64_t)hyp_st_numel(t->ndim, t->shape) * hyp_st_dtype_size(t->dtype);
-        if (!first) sb_str(&h, ",");
+        if (!first) hyp_sbuf_str(&h, ",");
         first = 0;
         sb_json_str(&h, t->name);
-        sb_str(&h, ":{\"dtype\":\"");
-        sb_str(&h, hyp_st_dtype_name(t->dtype));
-        sb_str(&h, "\",\"shape\":[");
+        hyp_sbuf_str(&h, ":{\"dtype\":\"");
+        hyp_sbuf_str(&h, hyp_st_dtype_name(t->dtype));
+        hyp_sbuf_str(&h, "\",\"shape\":[");
         for (int d = 0; d < t->ndim; d++) {
-            if (d) sb_str(&h, ",");
+            if (d) hyp_sbuf_str(&h, ",");
             sb_u64(&h, (uint64_t)t->shape[d]);
         }
-        sb_str(&h, "],\"data_offsets\":[");
+        hyp_sbuf_str(&h, "],\"data_offsets\":[");
         sb_u64(&h, offset);
-        sb_str(&h, ",");
+        hyp_sbuf_str(&h, ",");
         sb_u64(&h, offset + nb);
-        sb_str(&h, "]}");
+        hyp_sbuf_str(&h, "]}");
         offset += nb;
     }
-    sb_str(&h, "}");
-    while (h.n % 8) sb_str(&h, " ");
+    hyp_sbuf_str(&h, "}");
+    while (h.n % 8) hyp_sbuf_str(&h, " ");
     if (h.oom) {
         free(h.p);
         free(order);

@@ -9,6 +9,7 @@
 #include "sim.h"
 #include "ckey.h"
 #include "fsio.h"
+#include "sbuf.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -30,64 +31,22 @@ extern char **environ;
 /* ------------------------------------------------------------------------------------------ */
 /* Compiling */
 
-typedef struct {
-    char *p;
-    size_t n, cap;
-    int oom;
-} sbuf;
-
-static void sb_put(sbuf *b, const char *s, size_t n) {
-    if (b->oom) return;
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap * 2 : 4096;
-        while (cap < b->n + n + 1) cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p) {
-            b->oom = 1;
-            return;
-        }
-        b->p = p;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = 0;
-}
-
-static void sb_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sb_printf(sbuf *b, const char *fmt, ...) {
-    char tmp[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    if (n > 0) sb_put(b, tmp, (size_t)n < sizeof tmp ? (size_t)n : sizeof tmp - 1);
-}
-
-static int write_file(const char *path, const char *data, size_t n) {
-    FILE *f = fopen(path, "wb");
-    if (!f) return -1;
-    size_t w = fwrite(data, 1, n, f);
-    int rc = fclose(f);
-    return w == n && rc == 0 ? 0 : -1;
-}
-
 static int is_ident(int c) { return c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'); }
 
-static void sb_line_directive(sbuf *o, unsigned line, const char *path) {
-    sb_printf(o, "\n#line %u \"", line);
+static void sb_line_directive(hyp_sbuf *o, unsigned line, const char *path) {
+    hyp_sbuf_printf(o, "\n#line %u \"", line);
     for (const char *p = path; *p; p++) {
-        if (*p == '"' || *p == '\\') sb_put(o, "\\", 1);
-        sb_put(o, p, 1);
+        if (*p == '"' || *p == '\\') hyp_sbuf_put(o, "\\", 1);
+        hyp_sbuf_put(o, p, 1);
     }
-    sb_put(o, "\"\n", 2);
+    hyp_sbuf_put(o, "\"\n", 2);
 }
 
 /* Rewrites every `extern __shared__ T name[];` into a macro for the block's dynamic shared memory
  * (the prelude's hyp_sim::dynamic_shared), #undef'd where the declaring scope closes: C++ cannot
  * give an extern array per-block storage. Returns 1 and *out when something was rewritten, 0 when
  * nothing needed it, -1 with `why` on a declaration it cannot parse. */
-static int rewrite_extern_shared(const char *src, size_t len, const char *path, sbuf *o, char *why,
+static int rewrite_extern_shared(const char *src, size_t len, const char *path, hyp_sbuf *o, char *why,
                                  size_t whylen) {
     struct {
         unsigned depth;
@@ -100,14 +59,14 @@ static int rewrite_extern_shared(const char *src, size_t len, const char *path, 
     while (i < len) {
         char c = src[i];
         if (c == '\n') {
-            sb_put(o, "\n", 1);
+            hyp_sbuf_put(o, "\n", 1);
             line++;
             bol = 1;
             i++;
             continue;
         }
         if (c == ' ' || c == '\t' || c == '\r' || c == '\f' || c == '\v') {
-            sb_put(o, &c, 1);
+            hyp_sbuf_put(o, &c, 1);
             i++;
             continue;
         }
@@ -128,7 +87,7 @@ static int rewrite_extern_shared(const char *src, size_t len, const char *path, 
                          path, line);
                 return -1;
             }
-            sb_put(o, src + i, j - i);
+            hyp_sbuf_put(o, src + i, j - i);
             i = j;
             continue;
         }
@@ -136,7 +95,7 @@ static int rewrite_extern_shared(const char *src, size_t len, const char *path, 
         if (c == '/' && i + 1 < len && src[i + 1] == '/') {
             size_t j = i;
             while (j < len && src[j] != '\n') j++;
-            sb_put(o, src + i, j - i);
+            hyp_sbuf_put(o, src + i, j - i);
             i = j;
             continue;
         }
@@ -147,7 +106,7 @@ static int rewrite_extern_shared(const char *src, size_t len, const char *path, 
                 j++;
             }
             j = j + 2 <= len ? j + 2 : len;
-            sb_put(o, src + i, j - i);
+            hyp_sbuf_put(o, src + i, j - i);
             i = j;
             continue;
         }
@@ -156,7 +115,7 @@ static int rewrite_extern_shared(const char *src, size_t len, const char *path, 
             while (j < len && src[j] != c && src[j] != '\n') j += src[j] == '\\' ? 2 : 1;
             if (j < len && src[j] == c) j++;
             if (j > len) j = len;
-            sb_put(o, src + i, j - i);
+            hyp_sbuf_put(o, src + i, j - i);
             i = j;
             continue;
         }
@@ -172,7 +131,7 @@ static int rewrite_extern_shared(const char *src, size_t len, const char *path, 
                 const char *end = memmem(src + k, len - k, close, (size_t)cl);
                 size_t stop = end ? (size_t)(end - src) + (size_t)cl : len;
                 for (size_t q = i; q < stop; q++) line += src[q] == '\n';
-                sb_put(o, src + i, stop - i);
+                hyp_sbuf_put(o, src + i, stop - i);
                 i = stop;
                 continue;
             }
@@ -296,7 +255,7 @@ static int rewrite_extern_shared(const char *src, size_t len, const char *path, 
                         return -1;
                     }
                     for (size_t z = i; z < semi; z++) line += src[z] == '\n';
-                    sb_printf(o,
+                    hyp_sbuf_printf(o,
                               "\n#undef %s\n#define %s (reinterpret_cast<%s *>(::hyp_sim::dynamic_shared(%u)))",
                               name, name, type, align);
                     sb_line_directive(o, line, path);
@@ -310,7 +269,7 @@ static int rewrite_extern_shared(const char *src, size_t len, const char *path, 
                     continue;
                 }
             }
-            sb_put(o, src + i, idlen);
+            hyp_sbuf_put(o, src + i, idlen);
             i = j;
             continue;
         }
@@ -318,14 +277,14 @@ static int rewrite_extern_shared(const char *src, size_t len, const char *path, 
         if (c == '}') {
             int any = 0;
             while (npend > 0 && pend[npend - 1].depth == depth) {
-                sb_printf(o, "\n#undef %s", pend[npend - 1].name);
+                hyp_sbuf_printf(o, "\n#undef %s", pend[npend - 1].name);
                 npend--;
                 any = 1;
             }
             if (any) sb_line_directive(o, line, path);
             if (depth > 0) depth--;
         }
-        sb_put(o, &c, 1);
+        hyp_sbuf_put(o, &c, 1);
         i++;
     }
     if (o->oom) {
@@ -385,7 +344,7 @@ static int split_args(const char *s, char **argv, int argc, int max, char **owne
 
 /* Runs argv, collecting stdout+stderr into out; returns the exit status, or -1 (errno) when the
  * program cannot be started. */
-static int run_capture(char **argv, sbuf *out) {
+static int run_capture(char **argv, hyp_sbuf *out) {
     int fds[2];
     if (pipe(fds) != 0) return -1;
     posix_spawn_file_actions_t fa;
@@ -410,7 +369,7 @@ static int run_capture(char **argv, sbuf *out) {
             if (errno == EINTR) continue;
             break;
         }
-        sb_put(out, chunk, (size_t)k);
+        hyp_sbuf_put(out, chunk, (size_t)k);
     }
     close(fds[0]);
     int st;
@@ -470,7 +429,7 @@ int hyp_sim_compile(const char *cu_path, const char *so_path, const char *extra_
     /* extern __shared__ needs a rewrite */
     char why[512] = "";
     const char *compile_src = cu_path;
-    sbuf rw = {0};
+    hyp_sbuf rw = {0};
     int r = rewrite_extern_shared(src, len, cu_path, &rw, why, sizeof why);
     free(src);
     if (r < 0) {
@@ -478,7 +437,7 @@ int hyp_sim_compile(const char *cu_path, const char *so_path, const char *extra_
         return hyp_fail(e, HYP_EINPUT, "%s", why);
     }
     if (r == 1) {
-        if (write_file(sim_tmp, rw.p, rw.n) != 0) {
+        if (hyp_fs_write_atomic(sim_tmp, rw.p, rw.n, NULL) != 0) {
             free(rw.p);
             unlink(sim_tmp);
             return hyp_fail(e, HYP_EFAIL, "%s: cannot write: %s — check the output directory",
@@ -520,7 +479,7 @@ int hyp_sim_compile(const char *cu_path, const char *so_path, const char *extra_
     largv[largc++] = obj;
     largv[largc] = NULL;
 
-    sbuf log = {0};
+    hyp_sbuf log = {0};
     int st = run_capture(argv, &log);
     int saved = errno;
     if (st == 0) {
@@ -531,7 +490,7 @@ int hyp_sim_compile(const char *cu_path, const char *so_path, const char *extra_
     char logpath[PATH_MAX + 8], logtmp[PATH_MAX + 72];
     snprintf(logpath, sizeof logpath, "%s.log", so_path);
     snprintf(logtmp, sizeof logtmp, "%s.log", tmp);
-    if (log.n && write_file(logtmp, log.p, log.n) == 0) rename(logtmp, logpath);
+    if (log.n) hyp_fs_write_atomic(logpath, log.p, log.n, NULL);
     else {
         unlink(logtmp);
         unlink(logpath);

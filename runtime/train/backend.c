@@ -6,25 +6,41 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
 
 int train_step(train_backend *b, hyp_loader *train, const train_opts *o, int K, int step, double lr, double *loss,
-               double *norm, float *scale, hyp_err *e) {
+               double *norm, float *scale, train_step_times *tm, hyp_err *e) {
     exec_t *x = b->x;
+    train_step_times t = {0, 0};
     int rc = b->i->zero_grads(b, e);
     *loss = 0;
     for (int k = 0; k < K && !rc; k++) {
+        double t0 = now_s();
         if ((rc = hyp_loader_next(train, x->tokens, x->targets, e))) return rc;
-        double cnt = (double)exec_count_targets(x), gcnt = cnt;
+        double cnt = (double)exec_count_targets(x), gcnt = cnt, t1 = now_s();
+        t.data_s += t1 - t0;
         if ((rc = hyp_coll_allreduce_f64(b->dp.coll, &gcnt, 1, e))) return rc;
+        t.comm_s += now_s() - t1;
         float mean = 0;
         /* every token of the global batch weighs 1 / (tokens * K): the sum over ranks is the mean */
         rc = b->i->micro_batch(b, gcnt > 0 ? (float)(1.0 / (gcnt * K)) : 0.0f, k == K - 1, &mean, e);
         *loss += gcnt > 0 ? mean * cnt / gcnt / K : 0;
     }
+    double t0 = now_s();
     if (!rc) rc = hyp_coll_allreduce_f64(b->dp.coll, loss, 1, e);
+    double t1 = now_s();
+    t.comm_s += t1 - t0;
     if (!rc) rc = b->i->reduce_grads(b, o, e);
+    if (b->dp.world > 1) t.comm_s += now_s() - t1; /* one rank: a local norm, no waiting */
     if (!rc) rc = b->i->optim_step(b, lr, step, e);
     if (!rc) rc = b->i->finish_step(b, norm, scale, e);
+    if (tm) *tm = t;
     return rc;
 }
 

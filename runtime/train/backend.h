@@ -81,10 +81,18 @@ int train_backend_cpu_open(train_backend *b, const plan_t *p, const char *plan_p
 int train_backend_dev_open(train_backend *b, const plan_t *p, const char *plan_path, int B, int T, hyp_err *e);
 
 /* ---- the step driver (backend.c) ---- */
+/* Where a step waited (v2186 throughput metrics), wall seconds (CLOCK_MONOTONIC): data_s in the
+ * loader (next batch), comm_s in collectives the driver calls (token counts, the loss) and in the
+ * backend's gradient reduction under several ranks (all-reduce / reduce-scatter, which includes
+ * waiting for the slowest rank). Both are parts of the step: data_s + comm_s <= the step's time. */
+typedef struct {
+    double data_s, comm_s;
+} train_step_times;
+
 /* One optimizer step (t = step) over K micro-batches of the loader: *loss the global mean loss,
- * *norm the global gradient norm, *scale the clip factor applied. */
+ * *norm the global gradient norm, *scale the clip factor applied; *tm (may be NULL) where it waited. */
 int train_step(train_backend *b, hyp_loader *train, const train_opts *o, int K, int step, double lr, double *loss,
-               double *norm, float *scale, hyp_err *e);
+               double *norm, float *scale, train_step_times *tm, hyp_err *e);
 /* The mean validation loss over `batches` batches of val, averaged over ranks, into *loss. */
 int train_eval(train_backend *b, hyp_loader *val, int batches, float *loss, hyp_err *e);
 /* Prints every rank's memory by role (rank 0's stdout; collective). */

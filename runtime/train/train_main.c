@@ -2,12 +2,16 @@
  * wrote next to it and trains on pre-tokenized shards through the plan's backend (backend.h: the
  * cpu executor, or for --target sim and sm_XX the device layer) with the one step driver,
  * evaluates, checkpoints (train_ckpt.h), resumes bit-exactly, logs metrics and samples text.
+ * Progress and metrics: tokens/s per step, over a window (v2186: mean, p20/p50/p80) and the run;
+ * data and communication wait per step (backend.c); MFU = the plan's model FLOPs/token (formulas.lua,
+ * PaLM's convention unless v2187 says causal) x windowed tokens/s / the peak: --peak-flops, on the
+ * cpu this machine's FMA peak measured at start (runtime/cpu/peak.c), on a device the plan's.
  * Never: step logic (backend.c) or anything one backend does differently.
  *
  *   train --data DIR [--steps N] [--batch B] [--seq T] [--grad-accum K] [--lr X] [--seed S]
  *         [--ckpt-dir D] [--ckpt-every N] [--resume] [--metrics FILE] [--sample N]
  *         [--eval-every N] [--eval-batches N] [--temperature X] [--top-k K] [--plan FILE]
- *         [--init-from PATH] [--deadline SECONDS]
+ *         [--init-from PATH] [--deadline SECONDS] [--tensorboard DIR|none] [--peak-flops X]
  *   train sample --ckpt-dir D [--sample N] [--prompt TEXT] [--temperature X] [--top-k K]
  *
  * Exit status: 0 done, 1 environment failure, 2 bad input (flags, data, plan, checkpoint) —
@@ -25,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 #if defined(__SSE__)
@@ -36,7 +41,10 @@
 #include "data.h"
 #include "exec.h"
 #include "metrics.h"
+#include "fsio.h"
+#include "tboard.h"
 #include "ops_cpu.h"
+#include "peak.h"
 #include "optim.h"
 #include "plan.h"
 #include "rng.h"
@@ -46,10 +54,10 @@
 #include "train_ckpt.h"
 
 typedef struct {
-    const char *data, *ckpt_dir, *metrics, *plan, *prompt, *init_from;
+    const char *data, *ckpt_dir, *metrics, *plan, *prompt, *init_from, *tensorboard;
     int steps, batch, seq, grad_accum, ckpt_every, resume, sample, eval_every, eval_batches, top_k;
     int sample_mode, keep, stop_after;
-    double lr, temperature, deadline;
+    double lr, temperature, deadline, peak_flops;
     long long seed;
     int have_seed, have_lr;
 } args_t;
@@ -57,7 +65,8 @@ typedef struct {
 static const char *FLAGS[] = {"--data", "--steps", "--batch", "--seq", "--grad-accum", "--lr", "--seed",
                               "--ckpt-dir", "--ckpt-every", "--resume", "--metrics", "--sample",
                               "--eval-every", "--eval-batches", "--temperature", "--top-k", "--plan",
-                              "--prompt", "--keep", "--stop-after", "--init-from", "--deadline", "--help", NULL};
+                              "--prompt", "--keep", "--stop-after", "--init-from", "--deadline", "--tensorboard",
+                              "--peak-flops", "--help", NULL};
 
 static int edit_distance(const char *a, const char *b) {
     int la = (int)strlen(a), lb = (int)strlen(b), d[64][64];
@@ -118,6 +127,10 @@ static const char *USAGE =
     "             [--deadline S]     stop (checkpointing) before S seconds after the start: at the last\n"
     "                                step after which another step plus a checkpoint would not fit,\n"
     "                                from the measured step and checkpoint times (needs --ckpt-dir)\n"
+    "             [--tensorboard DIR] TensorBoard event files in DIR (rank 0; a resumed run adds a\n"
+    "                                file); 'none' turns off the plan's default (v2183: OUT/runs)\n"
+    "             [--peak-flops X]   report MFU against X FLOP/s per rank (default: cpu — this machine's\n"
+    "                                fp32 FMA peak measured at start; a GPU — the plan's hardware peak)\n"
     "       train sample --ckpt-dir D [--sample N] [--prompt TEXT] [--temperature X] [--top-k K]\n"
     "\n"
     "SIGTERM, SIGINT or SIGUSR1 (a preemption notice; mpirun forwards SIGUSR1 to every rank) stop the\n"
@@ -172,11 +185,13 @@ static int parse_args(int argc, char **argv, args_t *a) {
         if (!strcmp(f, "--data")) a->data = v;
         else if (!strcmp(f, "--ckpt-dir")) a->ckpt_dir = v;
         else if (!strcmp(f, "--metrics")) a->metrics = v;
+        else if (!strcmp(f, "--tensorboard")) a->tensorboard = v;
         else if (!strcmp(f, "--plan")) a->plan = v;
         else if (!strcmp(f, "--prompt")) a->prompt = v;
         else if (!strcmp(f, "--init-from")) a->init_from = v;
         else if (!strcmp(f, "--lr")) rc = parse_num(f, v, 0, 10, &a->lr), a->have_lr = 1;
         else if (!strcmp(f, "--deadline")) rc = parse_num(f, v, 1e-3, 1e9, &a->deadline);
+        else if (!strcmp(f, "--peak-flops")) rc = parse_num(f, v, 1e6, 1e20, &a->peak_flops);
         else if (!strcmp(f, "--temperature")) rc = parse_num(f, v, 0, 100, &a->temperature);
         else if (!strcmp(f, "--seed")) rc = parse_int(f, v, 0, (1LL << 52), &a->seed), a->have_seed = 1;
         else {
@@ -362,6 +377,8 @@ typedef struct {
     hyp_rng rng;
     hyp_loader *train, *val;
     hyp_metrics *mlog;
+    hyp_tboard *tb;             /* TensorBoard events (rank 0; --tensorboard or the plan's v2183) */
+    int tb_every;
     int B, T, K, eval_every, eval_batches, start_step;
     uint64_t seed;
     int64_t tokens_per_step;
@@ -369,6 +386,8 @@ typedef struct {
     hyp_stop stop;              /* signals and --deadline (preempt.h) */
     int stopped;                /* 0, or the step after which the run stopped early */
     int stop_signal, stop_deadline, stop_saved;
+    double peak;                /* FLOP/s per rank the MFU is against (0: none, sim) */
+    char peak_desc[160];        /* where it came from, for the banner */
 } run_t;
 
 /* The first entry of dir that a checkpoint directory of ours would not hold (NULL: none, or no dir):
@@ -442,7 +461,74 @@ static int open_outputs(run_t *r, hyp_err *e) {
         if (rc) return rc;
     }
     if (r->d.rank == 0 && a->metrics) rc = hyp_metrics_open(&r->mlog, a->metrics, r->start_step > 0, e);
+    if (rc || r->d.rank != 0) return rc;
+    /* TensorBoard: --tensorboard DIR, else the plan's section (v2183) beside plan.json */
+    char dir[PATH_MAX + 256];
+    r->tb_every = a->tensorboard || !r->plan.tb_logdir[0] ? 1 : r->plan.tb_every;
+    if (a->tensorboard && !strcmp(a->tensorboard, "none")) return HYP_OK;
+    if (a->tensorboard) snprintf(dir, sizeof dir, "%s", a->tensorboard);
+    else if (r->plan.tb_logdir[0] == '/') snprintf(dir, sizeof dir, "%s", r->plan.tb_logdir);
+    else if (r->plan.tb_logdir[0]) {
+        char pd[PATH_MAX];
+        hyp_fs_dirname(r->plan_path, pd, sizeof pd);
+        snprintf(dir, sizeof dir, "%s/%s", pd, r->plan.tb_logdir);
+    } else return HYP_OK;
+    if (!(rc = hyp_tboard_open(&r->tb, dir, r->start_step > 0, e)))
+        printf("tensorboard: %s (every %d step%s)\n", hyp_tboard_path(r->tb), r->tb_every, r->tb_every == 1 ? "" : "s");
     return rc;
+}
+
+/* The MFU denominator (v2187): --peak-flops; on the cpu this machine's fp32 FMA peak measured
+ * now with the threads the run uses (a figure from another machine would be off by the ratio of
+ * the two); on a device the plan's hardware peak for the dtype the GEMMs run in. */
+static void choose_peak(run_t *r) {
+    const plan_t *p = &r->plan;
+    int threads = omp_get_max_threads();
+    if (r->a.peak_flops > 0) {
+        r->peak = r->a.peak_flops;
+        snprintf(r->peak_desc, sizeof r->peak_desc, "peak %.1f GFLOP/s from --peak-flops", r->peak * 1e-9);
+    } else if (!strcmp(p->backend, "cpu")) {
+        int width = 0;
+        double t0 = now_s();
+        r->peak = hyp_cpu_fma_peak(threads, 0.08, &width);
+        /* ranks sharing this host (mpirun sets the local size) with more threads than cores: each
+         * rank's share of the cores, not the peak of threads that would each own one */
+        const char *ls = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+        int local = ls ? atoi(ls) : 1;
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        double share = 1;
+        if (local > 1 && cores > 0 && (long)local * threads > cores) share = (double)cores / ((double)local * threads);
+        r->peak *= share;
+        char shared[64] = "";
+        if (share < 1) snprintf(shared, sizeof shared, ", x %.2f: %d ranks on %ld cores", share, local, cores);
+        snprintf(r->peak_desc, sizeof r->peak_desc,
+                 "peak %.1f GFLOP/s fp32 measured at start (%d-wide FMA, %d thread%s, %.0f ms%s)", r->peak * 1e-9,
+                 width, threads, threads == 1 ? "" : "s", 1e3 * (now_s() - t0), shared);
+    } else if (p->peak_flops > 0) {
+        r->peak = p->peak_flops;
+        snprintf(r->peak_desc, sizeof r->peak_desc, "peak %.1f TFLOP/s %s from specs/hardware/%s.yaml", r->peak * 1e-12,
+                 p->peak_dtype[0] ? p->peak_dtype : "fp32", p->hardware);
+    } else {
+        r->peak = 0;
+        snprintf(r->peak_desc, sizeof r->peak_desc, "no peak for target %s (give --peak-flops)", p->target);
+    }
+}
+
+static int cmp_dbl(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Percentiles of the window's per-step tokens/s (v2186): q[0..2] = p20, p50, p80 (nearest rank).
+ * tmp holds n doubles. */
+static void window_percentiles(const double *dt, int n, double tokens, double *tmp, double q[3]) {
+    memcpy(tmp, dt, (size_t)n * sizeof *tmp);
+    qsort(tmp, (size_t)n, sizeof *tmp, cmp_dbl); /* step times ascending: tokens/s descending */
+    static const double P[3] = {0.2, 0.5, 0.8};
+    for (int i = 0; i < 3; i++) {
+        int k = (int)((1.0 - P[i]) * (n - 1) + 0.5);
+        q[i] = tokens / tmp[k];
+    }
 }
 
 static void print_banner(run_t *r, hyp_err *e) {
@@ -457,6 +543,9 @@ static void print_banner(run_t *r, hyp_err *e) {
            (unsigned long long)hyp_loader_total_tokens(r->train), hyp_loader_num_shards(r->train),
            hyp_loader_num_shards(r->train) == 1 ? "" : "s", r->val ? ", with validation" : "", r->opt.total_steps,
            r->opt.lr, r->opt.schedule, r->opt.warmup_steps, r->opt.max_norm, max_weight_decay(&p->optim));
+    printf("MFU: %.3g model FLOPs/token at T=%d (%s) | %s | tok/s window %d steps\n",
+           p->flops_per_token - p->flops_attn_coef * (p->T - r->T), r->T, p->flops_convention, r->peak_desc,
+           p->metrics_window);
     fflush(stdout);
 }
 
@@ -538,13 +627,18 @@ static int train_loop(run_t *r, hyp_err *e) {
     double t_start = now_s(), tok_s = 0;
     double fpt = p->flops_per_token; /* at the planned T; attention part scales with T */
     int steps_timed = 0, done_steps = 0, rc = HYP_OK, grace_warned = 0;
+    /* v2186: the last `window` timed steps' times, a ring; tokens/s over them = tokens / time */
+    int W = p->metrics_window, wn = 0, wpos = 0;
+    double *wdt = calloc((size_t)W * 2, sizeof *wdt), wsum = 0, q[3] = {0, 0, 0};
+    if (!wdt) return hyp_fail(e, HYP_EFAIL, "out of memory for the tokens/s window (%d steps)", W);
     float last_loss = NAN;
     int last_step = r->opt.total_steps;
     if (a->stop_after > 0 && r->start_step + a->stop_after < last_step) last_step = r->start_step + a->stop_after;
     for (int step = r->start_step + 1; step <= last_step && rc == 0; step++) {
         double t0 = now_s(), loss = 0, norm = 0, lr = train_lr_at(&r->opt, step);
         float scale = 1;
-        if ((rc = train_step(&r->be, r->train, &r->opt, r->K, step, lr, &loss, &norm, &scale, e))) break;
+        train_step_times tm = {0, 0};
+        if ((rc = train_step(&r->be, r->train, &r->opt, r->K, step, lr, &loss, &norm, &scale, &tm, e))) break;
         double dt = now_s() - t0;
         last_loss = (float)loss;
         if (!isfinite(loss)) {
@@ -552,28 +646,52 @@ static int train_loop(run_t *r, hyp_err *e) {
             break;
         }
         double tps = r->tokens_per_step / dt;
-        if (step > r->start_step + 1) { /* the first step warms caches: keep it out of the average */
+        if (step > r->start_step + p->metrics_skip) { /* warm-up steps stay out of the averages */
             tok_s += tps;
             steps_timed++;
+            if (wn == W) wsum -= wdt[wpos];
+            else wn++;
+            wdt[wpos] = dt, wsum += dt, wpos = (wpos + 1) % W;
         }
         double avg_tps = steps_timed ? tok_s / steps_timed : tps;
-        double flops = (fpt - p->flops_attn_coef * p->T + p->flops_attn_coef * r->T) * tps / r->d.world;
+        double win_tps = wn ? wn * (double)r->tokens_per_step / wsum : tps;
+        if (wn) window_percentiles(wdt, wn, (double)r->tokens_per_step, wdt + W, q);
+        else q[0] = q[1] = q[2] = tps;
+        /* model FLOP/s of this rank over the window (the MFU of one noisy step is not a figure) */
+        double flops = (fpt - p->flops_attn_coef * p->T + p->flops_attn_coef * r->T) * win_tps / r->d.world;
+        double mfu_v = r->peak > 0 ? flops / r->peak : NAN;
         char eta[32];
         fmt_eta((last_step - step) * r->tokens_per_step / avg_tps, eta, sizeof eta);
         float vl = NAN;
         int do_eval = r->val && (step % r->eval_every == 0 || step == last_step);
         if (do_eval && (rc = train_eval(&r->be, r->val, r->eval_batches, &vl, e))) break;
         char mfu[16] = "  n/a"; /* no peak for the target (sim) */
-        if (p->peak_flops > 0) snprintf(mfu, sizeof mfu, "%5.1f%%", 100.0 * flops / p->peak_flops);
-        printf("step %5d/%d | loss %.4f | lr %.2e | norm %.3f%s | %7.0f tok/s | MFU %s | ETA %s",
-               step, r->opt.total_steps, loss, lr, norm, scale < 1 ? " (clipped)" : "", tps, mfu, eta);
+        if (r->peak > 0) snprintf(mfu, sizeof mfu, "%5.1f%%", 100.0 * mfu_v);
+        printf("step %5d/%d | loss %.4f | lr %.2e | norm %.3f%s | %7.0f tok/s (last %d: %.0f, p50 %.0f; mean %.0f) | data %.1f ms",
+               step, r->opt.total_steps, loss, lr, norm, scale < 1 ? " (clipped)" : "", tps, wn, win_tps, q[1], avg_tps,
+               1e3 * tm.data_s);
+        if (r->d.world > 1) printf(" | comm %.1f ms", 1e3 * tm.comm_s);
+        printf(" | MFU %s | ETA %s", mfu, eta);
         if (do_eval) printf(" | val %.4f", vl);
         printf("\n");
         fflush(stdout);
         if (r->mlog) {
+            hyp_metric_kv kv[] = {{"tokens_per_s_window", win_tps}, {"tokens_per_s_p20", q[0]},
+                                  {"tokens_per_s_p50", q[1]}, {"tokens_per_s_p80", q[2]}, {"tokens_per_s_mean", avg_tps},
+                                  {"step_s", dt}, {"data_wait_s", tm.data_s}, {"comm_wait_s", tm.comm_s},
+                                  {"mfu", mfu_v}};
             hyp_metrics_row row = {.step = step, .loss = loss, .lr = lr, .grad_norm = norm, .tokens_per_s = tps,
-                                   .val_loss = do_eval ? vl : NAN};
+                                   .val_loss = do_eval ? vl : NAN, .extra = kv, .n_extra = (int)(sizeof kv / sizeof kv[0])};
             if ((rc = hyp_metrics_write(r->mlog, &row, e))) break;
+        }
+        if (r->tb && (step % r->tb_every == 0 || step == last_step || do_eval)) {
+            struct rusage ru;
+            double rss = getrusage(RUSAGE_SELF, &ru) == 0 ? ru.ru_maxrss / 1024.0 : NAN; /* KiB -> MiB */
+            hyp_metric_kv kv[] = {{"train/loss", loss}, {"train/lr", lr}, {"train/grad_norm", norm},
+                                  {"perf/tokens_per_s", tps},
+                                  {"perf/mfu", p->peak_flops > 0 ? flops / p->peak_flops : NAN},
+                                  {"memory/peak_rss_mib", rss}, {"val/loss", do_eval ? vl : NAN}};
+            if ((rc = hyp_tboard_scalars(r->tb, (uint64_t)step, kv, (int)(sizeof kv / sizeof kv[0]), e))) break;
         }
         done_steps++;
         hyp_stop_note_step(&r->stop, now_s() - t0); /* the whole iteration: step, eval, logs */
@@ -594,8 +712,10 @@ static int train_loop(run_t *r, hyp_err *e) {
     }
     if (!rc && r->stopped) report_stop(r, done_steps, now_s() - t_start);
     else if (!rc)
-        printf("done: %d steps in %.1f s, final loss %.4f, mean %.0f tok/s\n", done_steps, now_s() - t_start, last_loss,
-               steps_timed ? tok_s / steps_timed : 0.0);
+        printf("done: %d steps in %.1f s, final loss %.4f, mean %.0f tok/s, last %d steps %.0f tok/s\n", done_steps,
+               now_s() - t_start, last_loss, steps_timed ? tok_s / steps_timed : 0.0, wn,
+               wn ? wn * (double)r->tokens_per_step / wsum : 0.0);
+    free(wdt);
     return rc;
 }
 
@@ -669,6 +789,7 @@ static int run(int argc, char **argv, hyp_coll *coll) {
         if (r.d.rank == 0) rc = sample_text(&r.x, a, r.seed, stdout);
     } else if (!rc && !(rc = train_backend_open(&r.be, p, r.plan_path, &r.x, &r.d, r.B, r.T, &e)) &&
                !(rc = open_outputs(&r, &e))) {
+        choose_peak(&r);
         print_banner(&r, &e);
         rc = train_loop(&r, &e);
         if (!rc && !r.stopped) rc = sample_after(&r, &e);
@@ -676,6 +797,7 @@ static int run(int argc, char **argv, hyp_coll *coll) {
     }
     if (rc && e.msg[0]) fprintf(stderr, "train: %s\n", e.msg);
     hyp_metrics_close(r.mlog);
+    hyp_tboard_close(r.tb);
     hyp_loader_close(r.train);
     hyp_loader_close(r.val);
     train_backend_close(&r.be);

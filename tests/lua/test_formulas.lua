@@ -41,6 +41,8 @@ eq("param_count gpt2-124m", F.param_count(gpt2), 124439808)
 eq("matmul_params tiny", F.matmul_params(tiny), 819200)
 -- FLOPs/token at T = 256: 6·819200 = 4915200, + 12·L·NH·hd·T = 12·4·4·32·256 = 1572864 → 6488064
 eq("train_flops_per_token tiny T=256", F.train_flops_per_token(tiny, 256), 6488064)
+-- the causal half (v2187 attention = "causal"): 4915200 + 6·4·4·32·256 = 4915200 + 786432 = 5701632
+eq("train_flops_per_token tiny T=256 causal", F.train_flops_per_token(tiny, 256, true), 5701632)
 eq("padded_vocab 50257", F.padded_vocab(50257), 50304) -- 786 · 64 = 50304
 
 -- ---- seed 004 throughput model --------------------------------------------------------------
