@@ -515,6 +515,8 @@ static int load_optimizer(ld *c, const cJSON *root) {
         if ((rc = get_str(c, gj, "name", g->name, sizeof g->name)) || (rc = get_num(c, gj, "lr_mult", 0, 1e6, &g->lr_mult)) ||
             (rc = get_num(c, gj, "weight_decay", 0, 10, &g->weight_decay)) || !(pl = need(c, gj, "params", cJSON_Array, &rc)))
             break;
+        const cJSON *rj = cJSON_GetObjectItemCaseSensitive(gj, "rule");
+        if (rj && (rc = get_str(c, gj, "rule", g->rule, sizeof g->rule))) break;
         for (int q = 0; q < o->n_groups - 1; q++)
             if (!strcmp(o->groups[q].name, g->name)) {
                 rc = bad(c, "field '%s.name': a second group named '%s'", c->at, g->name);

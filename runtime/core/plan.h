@@ -71,6 +71,8 @@ typedef struct {
     double lr_mult, weight_decay;
     int n_params;
     int *params;            /* indices into plan_t.params */
+    char rule[16];          /* the update rule of this group's tensors: "" = the kind's own; a kind
+                               with several rules (muon: "muon" and "adamw") names them here */
 } hyp_optim_group;
 
 typedef struct {

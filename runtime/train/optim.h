@@ -27,6 +27,8 @@ typedef struct {
     float *state[HYP_OPT_MAX_STATE];     /* [n] each, the optimizer's states in declared order */
     int64_t n;
     const hyp_optim_group *group;        /* lr_mult, weight_decay of the tensor's group */
+    const plan_param *tensor;            /* the tensor the span lies in (name, shape, numel) */
+    int64_t first;                       /* the span's first element inside that tensor */
 } hyp_optim_span;
 
 /* What changes from step to step. */
@@ -45,8 +47,12 @@ typedef struct hyp_optim_i {
     const char *state_name[HYP_OPT_MAX_STATE];
     hyp_dtype state_dtype[HYP_OPT_MAX_STATE];
     const char *ckpt_suffix[HYP_OPT_MAX_STATE];
-    /* 0: any contiguous range updates alone (ZeRO shards by floats); 1: whole tensors only */
+    /* 0: any contiguous range updates alone (ZeRO shards by floats); 1: whole tensors only (the
+     * span is then always a whole tensor: first == 0, n == tensor->numel) */
     int shard_matrix;
+    /* the group rules ("rule" of a plan group) this kind takes besides "" (its own rule), NULL
+     * ended; hyp_optim_open refuses any other */
+    const char *rules[4];
     /* checks the plan's section for this kind: hyper-parameters present and in range */
     int (*check)(const hyp_optim_cfg *cfg, hyp_err *e);
     /* the host update of one span */

@@ -7,10 +7,12 @@
 
 extern const hyp_optim_i hyp_optim_adamw;
 extern const hyp_optim_i hyp_optim_lion;
+extern const hyp_optim_i hyp_optim_muon;
 
 static const hyp_optim_i *const REGISTRY[] = {
     &hyp_optim_adamw,
     &hyp_optim_lion,
+    &hyp_optim_muon,
 };
 
 const hyp_optim_i *hyp_optim_find(const char *kind) {

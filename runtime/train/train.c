@@ -62,7 +62,7 @@ void train_optim_own(exec_t *x, const hyp_optim_i *o, double lr, int t, float sc
         const plan_param *pp = &p->params[i];
         int64_t first, pos, n = exec_z3_own(x, pp->offset, pp->numel, &first, &pos);
         if (n <= 0) continue;
-        hyp_optim_span s = {x->params + pos, x->gshard + pos, {0}, n, &p->optim.groups[pp->group]};
+        hyp_optim_span s = {x->params + pos, x->gshard + pos, {0}, n, &p->optim.groups[pp->group], pp, first - pp->offset};
         for (int k = 0; k < o->n_state; k++) s.state[k] = x->state[k] + pos;
         o->step_span(&p->optim, &s, &a);
     }

@@ -45,8 +45,8 @@ static void make_plan(plan_t *p) {
     snprintf(c->state_name[1], sizeof c->state_name[1], "v");
     c->state_dtype[0] = c->state_dtype[1] = HYP_DT_F32;
     c->n_state = 2;
-    groups[0] = (hyp_optim_group){"decay", 1.0, 0.1, 2, members[0]};
-    groups[1] = (hyp_optim_group){"no_decay", 1.0, 0.0, 1, members[1]};
+    groups[0] = (hyp_optim_group){"decay", 1.0, 0.1, 2, members[0], ""};
+    groups[1] = (hyp_optim_group){"no_decay", 1.0, 0.0, 1, members[1], ""};
     c->groups = groups;
     c->n_groups = 2;
     for (int i = 0; i < 3; i++) params[i].group = i == 1 ? 1 : 0;
@@ -153,8 +153,8 @@ static void test_v2132_adamw_groups(plan_t *p) {
     p->optim.groups[1].lr_mult = 1.0;
     p->optim.groups[1].weight_decay = 0.0;
     const plan_param *b1 = &p->params[1];
-    hyp_optim_group grp = {"by hand", 0.25, 0.3, 0, NULL};
-    hyp_optim_span sp = {w[1] + b1->offset, g + b1->offset, {s[1][0] + b1->offset, s[1][1] + b1->offset}, b1->numel, &grp};
+    hyp_optim_group grp = {"by hand", 0.25, 0.3, 0, NULL, ""};
+    hyp_optim_span sp = {w[1] + b1->offset, g + b1->offset, {s[1][0] + b1->offset, s[1][1] + b1->offset}, b1->numel, &grp, b1, 0};
     o->step_span(&p->optim, &sp, &a);
     CHECK(!memcmp(w[0] + b1->offset, w[1] + b1->offset, sizeof(float) * (size_t)b1->numel),
           "the no_decay group's lr_mult 0.25 and weight decay 0.3 apply to its tensor");
