@@ -1,0 +1,157 @@
+#!/usr/bin/env python3
+"""make_optim_fixtures.py — reference runs of the replacement optimizers (issue 14) on the tiny
+GPT-2 fixture model of make_fixtures.py: the same seeded weights and batch as
+ref_gpt2_tiny.safetensors (seed 1234), then 10 optimizer steps on that batch, with the loss before
+each step and EVERY parameter after EVERY step stored, so tests/unit/test_reference.c compares the
+trainer step by step. CI never runs this script; the fixtures it wrote are committed. Re-run from
+the repo root:
+
+    python3 tests/reference/make_optim_fixtures.py                 # every fixture below
+    python3 tests/reference/make_optim_fixtures.py --only muon     # just one
+
+Models and conventions are make_fixtures.py's (imported from there); the references run in
+float64 from float32 weights; stored F32. Tensors: the initial weights by name, `inputs`,
+`targets`, `<opt>_losses` [10] (the loss before update i+1) and `step<k>.<name>` (k = 1..10) the
+weights after update k.
+
+  * muon (ref_gpt2_muon_tiny, v2138): KellerJordan/Muon's MuonWithAuxAdam update, written out
+    here from its equations (the package is not on PyPI; github.com/KellerJordan/Muon muon.py:
+    zeropower_via_newtonschulz5, muon_update, adam_update): hidden matrices (c_attn, attn.c_proj,
+    mlp.c_fc, mlp.c_proj weights) on Muon with lr 0.02, momentum 0.95, Nesterov, 5 quintic
+    Newton-Schulz steps (3.4445, -4.7750, 2.0315), scale max(1, rows/cols)^0.5, weight decay 0.1;
+    everything else on the reference's Adam (lr 1e-3, betas (0.9, 0.95), eps 1e-8, weight decay
+    0.1 on the 2-D embeddings, 0 on 1-D tensors). ONE deliberate difference from the reference:
+    Newton-Schulz runs in float64, not bf16 (the reference's bf16 is a GPU speed choice; our cpu
+    step runs fp32 sgemm, and a bf16 reference would differ from both by bf16 rounding, ~4e-3
+    relative per step). `muon_bf16_losses` holds the losses of the same run with bf16
+    Newton-Schulz, as the reference does it, to show the size of that choice.
+    `muonm_losses`: the "match_adamw" scaling (0.2*sqrt(max(rows, cols)),
+    Moonlight, arXiv 2502.16982) with the Muon LR equal to Adam's (1e-3).
+"""
+import argparse
+import json
+import math
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import make_fixtures as mf  # noqa: E402  (torch is ensured there)
+import torch  # noqa: E402
+
+DT = mf.DT
+STEPS = 10
+MUON = dict(lr=0.02, momentum=0.95, ns_steps=5, wd=0.1, adam_lr=1e-3, betas=(0.9, 0.95), eps=1e-8)
+NS_ABC = (3.4445, -4.7750, 2.0315)
+
+
+def is_muon_matrix(name, t):
+    return t.dim() == 2 and not any(s in name for s in ("wte", "wpe", "embed", "lm_head"))
+
+
+def newton_schulz5(G, steps, dtype):
+    """KellerJordan/Muon zeropower_via_newtonschulz5, in `dtype` (the reference: bfloat16)."""
+    a, b, c = NS_ABC
+    X = G.to(dtype)
+    tr = G.size(-2) > G.size(-1)
+    if tr:
+        X = X.mT
+    X = X / (X.norm(dim=(-2, -1), keepdim=True) + 1e-7)
+    for _ in range(steps):
+        A = X @ X.mT
+        B = b * A + c * A @ A
+        X = a * X + B @ X
+    if tr:
+        X = X.mT
+    return X.to(G.dtype)
+
+
+def muon_run(params, inputs, targets, ns_dtype=DT, scale="spectral", muon_lr=MUON["lr"]):
+    p = {k: v.detach().clone().requires_grad_(True) for k, v in params.items()}
+    state = {k: {} for k in p}
+    losses, steps = [], []
+    b1, b2 = MUON["betas"]
+    for t in range(1, STEPS + 1):
+        for v in p.values():
+            v.grad = None
+        loss = mf.loss_fn(mf.gpt2_forward(p, inputs), targets)
+        loss.backward()
+        losses.append(loss.item())
+        with torch.no_grad():
+            for k, v in p.items():
+                g = v.grad.clone()
+                st = state[k]
+                if is_muon_matrix(k, v):
+                    # muon_update: momentum.lerp_(grad, 1-beta); update = grad.lerp_(momentum, beta)
+                    m = st.setdefault("momentum_buffer", torch.zeros_like(v))
+                    m.lerp_(g, 1 - MUON["momentum"])
+                    u = g.lerp_(m, MUON["momentum"])
+                    u = newton_schulz5(u, MUON["ns_steps"], ns_dtype)
+                    R, K = v.shape
+                    u = u * (max(1, R / K) ** 0.5 if scale == "spectral" else 0.2 * math.sqrt(max(R, K)))
+                    v.mul_(1 - muon_lr * MUON["wd"])
+                    v.add_(u, alpha=-muon_lr)
+                else:
+                    # adam_update + MuonWithAuxAdam's decoupled decay
+                    m = st.setdefault("exp_avg", torch.zeros_like(v))
+                    s2 = st.setdefault("exp_avg_sq", torch.zeros_like(v))
+                    m.lerp_(g, 1 - b1)
+                    s2.lerp_(g.square(), 1 - b2)
+                    upd = (m / (1 - b1 ** t)) / ((s2 / (1 - b2 ** t)).sqrt() + MUON["eps"])
+                    wd = MUON["wd"] if v.dim() == 2 else 0.0
+                    v.mul_(1 - MUON["adam_lr"] * wd)
+                    v.add_(upd, alpha=-MUON["adam_lr"])
+        steps.append({k: v.detach().clone() for k, v in p.items()})
+    return torch.tensor(losses, dtype=DT), steps
+
+
+def base():
+    g = torch.Generator().manual_seed(1234)
+    params32 = mf.gpt2_params(g)
+    params = {k: v.to(torch.float32).to(DT) for k, v in params32.items()}
+    inputs, targets = mf.make_batch(g, mf.GPT2["V"], mf.GPT2["B"], mf.GPT2["T"])
+    return params, inputs, targets
+
+
+def write(name, tensors, meta):
+    meta = dict(meta, model="gpt2_tiny", config=json.dumps(mf.GPT2), seed="1234",
+                precision="computed in float64 from float32 weights, stored F32",
+                generator="tests/reference/make_optim_fixtures.py", torch=torch.__version__)
+    blob = mf.safetensors_bytes(tensors, meta)
+    path = os.path.join(mf.FIXTURES, "ref_gpt2_%s_tiny.safetensors" % name)
+    with open(path, "wb") as f:
+        f.write(blob)
+    back = mf.read_safetensors(path)
+    for k, v in tensors:
+        want = v.to(torch.float32) if v.dtype.is_floating_point else v
+        assert torch.equal(back[k], want), k
+    print("  wrote %s (%d bytes, %d tensors)" % (os.path.relpath(path, mf.REPO), len(blob), len(back)))
+
+
+def build_muon():
+    params, inputs, targets = base()
+    losses, steps = muon_run(params, inputs, targets)
+    bf16_losses, _ = muon_run(params, inputs, targets, ns_dtype=torch.bfloat16)
+    m_losses, _ = muon_run(params, inputs, targets, scale="match_adamw", muon_lr=MUON["adam_lr"])
+    print("muon: loss %.6f, after 10 steps %.6f (bf16 Newton-Schulz: %.6f; match_adamw: %.6f)" %
+          (losses[0].item(), losses[-1].item(), bf16_losses[-1].item(), m_losses[-1].item()))
+    assert losses[-1] < losses[0] and m_losses[-1] < m_losses[0], "Muon did not reduce the loss"
+    tensors = list(params.items()) + [("inputs", inputs), ("targets", targets), ("muon_losses", losses),
+                                      ("muon_bf16_losses", bf16_losses), ("muonm_losses", m_losses)]
+    for k, st in enumerate(steps, 1):
+        tensors += [("step%d.%s" % (k, n), v) for n, v in st.items()]
+    write("muon", tensors, {"muon": "MuonWithAuxAdam equations (KellerJordan/Muon), %s; Newton-Schulz in float64 "
+                                    "(muon_bf16_losses: bf16 as the reference)" % json.dumps(MUON)})
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--only", metavar="NAMES", help="comma-separated: muon (default: all)")
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    builds = {"muon": build_muon}
+    for name in (args.only.split(",") if args.only else list(builds)):
+        builds[name]()
+
+
+if __name__ == "__main__":
+    main()
