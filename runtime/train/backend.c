@@ -38,7 +38,7 @@ int train_step(train_backend *b, hyp_loader *train, const train_opts *o, int K, 
     t.comm_s += t1 - t0;
     if (!rc) rc = b->i->reduce_grads(b, o, e);
     if (b->dp.world > 1) t.comm_s += now_s() - t1; /* one rank: a local norm, no waiting */
-    if (!rc) rc = b->i->optim_step(b, lr, step, e);
+    if (!rc) rc = b->i->optim_step(b, o, lr, step, e);
     if (!rc) rc = b->i->finish_step(b, norm, scale, e);
     if (tm) *tm = t;
     return rc;
@@ -50,11 +50,13 @@ int train_eval(train_backend *b, hyp_loader *val, int batches, float *loss, hyp_
     hyp_loader_reset(val);
     double s = 0;
     int rc = HYP_OK;
+    train_eval_point(x, b->dp.opt, 1); /* schedule-free: evaluate the average x, not y */
     for (int i = 0; i < batches && !rc; i++) {
         float l = 0;
         if (!(rc = hyp_loader_next(val, x->tokens, x->targets, e))) rc = b->i->eval_batch(b, &l, e);
         s += l;
     }
+    train_eval_point(x, b->dp.opt, 0);
     double v = batches ? (float)(s / batches) : NAN;
     if (!rc) rc = exec_bind(x, x->B, x->T, e);
     if (!rc) rc = exec_z3_status(x, e);

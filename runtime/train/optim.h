@@ -36,6 +36,9 @@ typedef struct {
     double lr;                           /* the schedule's learning rate (before lr_mult) */
     int t;                               /* optimizer step, 1-based */
     float grad_scale;                    /* the clip factor (host steps) */
+    double avg_weight;                   /* schedule-free averaging weight c_t = lr_max_t^2 / sum over
+                                            steps i <= t of lr_max_i^2 (train_avg_weight); only kinds
+                                            with an eval_point read it */
 } hyp_optim_step;
 
 typedef struct hyp_optim_i {
@@ -57,6 +60,11 @@ typedef struct hyp_optim_i {
     int (*check)(const hyp_optim_cfg *cfg, hyp_err *e);
     /* the host update of one span */
     void (*step_span)(const hyp_optim_cfg *cfg, const hyp_optim_span *s, const hyp_optim_step *a);
+    /* NULL for most kinds. A kind whose parameters hold another point during training than the
+     * one to evaluate (schedule-free: y while training, the average x for evaluation, sampling
+     * and checkpoints) moves one span there (to_eval 1) and back (to_eval 0), in place from its
+     * states; the trainer calls it around evaluation and checkpoint saves, and after a resume */
+    void (*eval_point)(const hyp_optim_cfg *cfg, const hyp_optim_span *s, int to_eval);
     /* the device update of what this rank owns (exec_dev_optim_own), gradients scaled by the
      * device float *d_grad_scale; enqueued on the default stream. NULL: no device kernel */
     int (*step_device)(const hyp_optim_cfg *cfg, exec_dev *x, const hyp_optim_step *a, const float *d_grad_scale,

@@ -45,9 +45,36 @@ float train_clip_scale(const train_opts *o, double norm) {
     return (float)(o->max_norm / (norm + 1e-6));
 }
 
-void train_optim_own(exec_t *x, const hyp_optim_i *o, double lr, int t, float scale) {
+double train_avg_weight(const train_opts *o, int t) {
+    double lr_max = 0, sum = 0, w = 0;
+    for (int i = 1; i <= t; i++) {
+        double lr = train_lr_at(o, i);
+        if (lr > lr_max) lr_max = lr;
+        w = lr_max * lr_max;
+        sum += w;
+    }
+    return sum > 0 ? w / sum : 0;
+}
+
+void train_eval_point(exec_t *x, const hyp_optim_i *o, int to_eval) {
     const plan_t *p = x->p;
-    hyp_optim_step a = {lr, t, scale};
+    if (!o->eval_point || x->stage != 0) return;
+    for (int i = 0; i < p->n_params_t; i++) {
+        const plan_param *pp = &p->params[i];
+        hyp_optim_span s = {x->params + pp->offset, x->grads + pp->offset, {0}, pp->numel, &p->optim.groups[pp->group], pp, 0};
+        for (int k = 0; k < o->n_state; k++) s.state[k] = x->state[k] + pp->offset;
+        o->eval_point(&p->optim, &s, to_eval);
+    }
+}
+
+void train_optim_own(exec_t *x, const hyp_optim_i *o, double lr, int t, float scale) {
+    hyp_optim_step a = {lr, t, scale, 1.0 / t};
+    train_optim_own_a(x, o, &a);
+}
+
+void train_optim_own_a(exec_t *x, const hyp_optim_i *o, const hyp_optim_step *ap) {
+    const plan_t *p = x->p;
+    hyp_optim_step a = *ap;
     if (x->stage == 0) {
         hyp_optim_step_range(o, p, &a, 0, p->param_floats, x->params, x->grads, x->state);
         return;

@@ -432,6 +432,7 @@ static int resume(run_t *r, hyp_err *e) {
                         st.path, (unsigned long long)st.world, st.world == 1 ? "" : "s", r->d.world,
                         (unsigned long long)st.world, st.world == 1 ? "" : "s");
     r->start_step = (int)st.step;
+    if (!r->a.sample_mode) train_eval_point(&r->x, r->d.opt, 0); /* schedule-free: saved x, trains at y */
     hyp_rng_set_state(&r->rng, st.rng);
     /* the checkpoint counts windows of the whole data-parallel group (elastic resume, v2175):
      * each of the current ranks continues at its share of them */
@@ -566,7 +567,10 @@ static int save_checkpoint(run_t *r, int step, hyp_err *e) {
     snprintf(st.config_hash, sizeof st.config_hash, "%s", r->plan.state_hash);
     snprintf(st.plan, sizeof st.plan, "%s on %d rank%s, ZeRO stage %d", r->plan.model_name, r->d.world,
              r->d.world == 1 ? "" : "s", r->plan.zero_stage);
-    return train_ckpt_save(&r->d, &r->x, r->a.ckpt_dir, r->a.keep, &st, e);
+    train_eval_point(&r->x, r->d.opt, 1); /* schedule-free: the checkpoint holds the average x */
+    rc = train_ckpt_save(&r->d, &r->x, r->a.ckpt_dir, r->a.keep, &st, e);
+    train_eval_point(&r->x, r->d.opt, 0);
+    return rc;
 }
 
 /* What a run that stopped early says: which step, why, where its checkpoint is. */
@@ -724,6 +728,7 @@ static int sample_after(run_t *r, hyp_err *e) {
     const args_t *a = &r->a;
     int rc = train_sync_host(&r->be, e); /* a device run's weights to the host mirror */
     if (!rc && a->sample > 0 && r->d.stage >= 3) rc = train_unshard(&r->x, e); /* rank 0 samples alone */
+    if (!rc) train_eval_point(&r->x, r->d.opt, 1); /* schedule-free: sample at the average x */
     if (!rc && a->sample > 0 && r->d.rank == 0 && !(rc = exec_alloc_acts(&r->x, e))) { /* a mirror has none */
         printf("--- sample (%d tokens, temperature %.2f, top-k %d) ---\n", a->sample, a->temperature, a->top_k);
         rc = sample_text(&r->x, a, r->seed, stdout);
@@ -773,7 +778,10 @@ static int run(int argc, char **argv, hyp_coll *coll) {
     /* a device backend trains in the host executor's ZeRO layout (stage 3: its layer groups); the
      * host keeps a mirror (initialization, checkpoints, sampling) without activations */
     int mirror = strcmp(p->backend, "cpu") && !a->sample_mode;
-    if (!(rc = hyp_optim_open(p, &r.d.opt, &e)) &&
+    if (!(rc = hyp_optim_open(p, &r.d.opt, &e)) && r.d.opt->eval_point && r.d.stage >= 1)
+        rc = hyp_fail(&e, HYP_EINPUT, "train: optimizer '%s' evaluates at another point than it trains at, which this runtime moves between only without ZeRO (stage %d here) — generate the trainer without zero1/zero2/zero3",
+                      r.d.opt->kind, r.d.stage);
+    if (!rc &&
         !(rc = mirror ? exec_init_mirror(&r.x, p, coll, r.d.stage, &e) : exec_init_dp(&r.x, p, coll, r.d.stage, &e)) &&
         !(rc = exec_bind(&r.x, r.B, r.T, &e))) {
         exec_init_params(&r.x, r.seed); /* same seed on every rank: identical replicas */

@@ -27,6 +27,12 @@ weights after update k.
     Newton-Schulz, as the reference does it, to show the size of that choice.
     `muonm_losses`: the "match_adamw" scaling (0.2*sqrt(max(rows, cols)),
     Moonlight, arXiv 2502.16982) with the Muon LR equal to Adam's (1e-3).
+  * schedulefree (ref_gpt2_schedulefree_tiny, v2137): PyPI schedulefree's AdamWScheduleFree
+    (`pip install schedulefree`, installed by this script when missing), lr 1e-3 constant
+    (warmup_steps 0, r 0, weight_lr_power 2), betas (0.9, 0.999), eps 1e-8, weight decay 0.1 on
+    2-D tensors, 0 on 1-D; optimizer.train() before the steps. `step<k>.<name>` is y (the
+    parameters in train mode) after step k; `x10.<name>` the average x after step 10
+    (optimizer.eval()), `sf_eval_loss` the loss at x.
 """
 import argparse
 import json
@@ -104,6 +110,62 @@ def muon_run(params, inputs, targets, ns_dtype=DT, scale="spectral", muon_lr=MUO
     return torch.tensor(losses, dtype=DT), steps
 
 
+SF = dict(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, wd=0.1)
+
+
+def ensure(module, package):
+    try:
+        return __import__(module)
+    except ImportError:
+        print("make_optim_fixtures: %s not found; installing it from PyPI (pip install %s) ..." % (module, package),
+              file=sys.stderr)
+        import subprocess
+        subprocess.check_call([sys.executable, "-m", "pip", "install", package])
+        return __import__(module)
+
+
+def sf_run(params, inputs, targets):
+    """schedulefree.AdamWScheduleFree (the authors' package), weight decay on 2-D tensors only."""
+    sf = ensure("schedulefree", "schedulefree")
+    p = {k: v.detach().clone().requires_grad_(True) for k, v in params.items()}
+    decay = [t for t in p.values() if t.dim() == 2]
+    no_decay = [t for t in p.values() if t.dim() != 2]
+    opt = sf.AdamWScheduleFree([{"params": decay, "weight_decay": SF["wd"]}, {"params": no_decay, "weight_decay": 0.0}],
+                               lr=SF["lr"], betas=SF["betas"], eps=SF["eps"], warmup_steps=0, r=0.0,
+                               weight_lr_power=2.0, foreach=False)
+    opt.train()
+    losses, steps = [], []
+    for _ in range(STEPS):
+        opt.zero_grad(set_to_none=True)
+        loss = mf.loss_fn(mf.gpt2_forward(p, inputs), targets)
+        loss.backward()
+        losses.append(loss.item())
+        opt.step()
+        steps.append({k: v.detach().clone() for k, v in p.items()})
+    opt.eval()  # the parameters become the average x, what evaluation and checkpoints see
+    x = {k: v.detach().clone() for k, v in p.items()}
+    with torch.no_grad():
+        eval_loss = mf.loss_fn(mf.gpt2_forward(p, inputs), targets)
+    return torch.tensor(losses, dtype=DT), steps, x, eval_loss, sf
+
+
+def build_sf():
+    params, inputs, targets = base()
+    losses, steps, x, eval_loss, sf = sf_run(params, inputs, targets)
+    print("schedule-free: loss %.6f, after 10 steps %.6f (at y), %.6f at x" %
+          (losses[0].item(), losses[-1].item(), eval_loss.item()))
+    assert losses[-1] < losses[0], "schedule-free AdamW did not reduce the loss"
+    tensors = list(params.items()) + [("inputs", inputs), ("targets", targets), ("sf_losses", losses),
+                                      ("sf_eval_loss", eval_loss)]
+    for k, st in enumerate(steps, 1):
+        tensors += [("step%d.%s" % (k, n), v) for n, v in st.items()]
+    tensors += [("x10.%s" % n, v) for n, v in x.items()]
+    write("schedulefree", tensors, {"schedulefree": "schedulefree %s AdamWScheduleFree %s, warmup_steps=0, r=0, "
+                                                    "weight_lr_power=2, wd on 2-D tensors only; step<k>.* = y after "
+                                                    "step k (train mode), x10.* = x after 10 (eval mode)"
+                                                    % (getattr(sf, "__version__", "?"), json.dumps(SF))})
+
+
 def base():
     g = torch.Generator().manual_seed(1234)
     params32 = mf.gpt2_params(g)
@@ -145,10 +207,10 @@ def build_muon():
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--only", metavar="NAMES", help="comma-separated: muon (default: all)")
+    ap.add_argument("--only", metavar="NAMES", help="comma-separated: muon, schedulefree (default: all)")
     args = ap.parse_args()
     torch.set_num_threads(1)
-    builds = {"muon": build_muon}
+    builds = {"muon": build_muon, "schedulefree": build_sf}
     for name in (args.only.split(",") if args.only else list(builds)):
         builds[name]()
 

@@ -32,6 +32,8 @@
 #define LION_WTOL 1e-5 /* final weights, absolute: see the header */
 #define MUON_LTOL 1e-5 /* v2138: losses, relative to max|ref| */
 #define MUON_WTOL 1e-5 /* v2138: every weight after every step, absolute */
+#define SF_LTOL 1e-5   /* v2137: losses, relative to max|ref| */
+#define SF_WTOL 1e-5   /* v2137: y after every step and x after the last, absolute */
 
 static const hyp_st_tensor *need(hyp_st_file *f, const char *name) {
     const hyp_st_tensor *t = hyp_st_find(f, name);
@@ -363,6 +365,29 @@ static double run_steps(const char *id, const char *sel, const char *fixture, co
             }
         }
     }
+    if (o->eval_point) { /* the average x after the last step (the reference's optimizer.eval()) */
+        train_eval_point(&x, o, 1);
+        double wx = 0;
+        for (int i = 0; i < plan.n_params_t; i++) {
+            char fname[300];
+            snprintf(fname, sizeof fname, "x10.%s", plan.params[i].name);
+            const hyp_st_tensor *t = need(f, fname);
+            if (!t) continue;
+            const float *ref = (const float *)t->data, *a = x.params + plan.params[i].offset;
+            int key_bias = strstr(plan.params[i].name, "attn.c_attn.bias") != NULL;
+            for (int64_t j = 0; j < plan.params[i].numel; j++) {
+                double d = fabs((double)a[j] - ref[j]);
+                if (key_bias && j >= plan.C && j < 2 * plan.C) continue;
+                wx = d > wx || d != d ? (d != d ? INFINITY : d) : wx;
+            }
+        }
+        snprintf(name, sizeof name, "reference_%s_%s_average_x_after_10_steps", id, tag);
+        check(wx <= wtol, name, "max |ours - ref| %.3g (tolerance %.3g)", wx, wtol);
+        const hyp_st_tensor *el = need(f, "sf_eval_loss");
+        float lx = exec_eval_loss(&x);
+        snprintf(name, sizeof name, "reference_%s_%s_loss_at_x", id, tag);
+        if (el) compare(name, &lx, 1, 1, 1, (const float *)el->data, ltol, 0);
+    }
     snprintf(name, sizeof name, "reference_%s_%s_10_steps_losses", id, tag);
     compare(name, losses, 1, 10, 10, (const float *)ll->data, ltol, 0);
     snprintf(name, sizeof name, "reference_%s_%s_every_weight_after_every_step", id, tag);
@@ -400,5 +425,10 @@ int main(void) {
     run_steps("v2138", "muon,adamw --set v2132.weight_decay=0.1 --set v2132.beta1=0.9 --set v2132.beta2=0.95 "
               "--set v2132.eps=1e-8 --set v2138.scale=spectral --set v2138.lr_mult=20",
               "ref_gpt2_muon_tiny.safetensors", "muon", "muon_losses", 1e-3, MUON_LTOL, MUON_WTOL, 1e-3);
+    /* v2137 schedule-free AdamW against PyPI schedulefree's AdamWScheduleFree: y after every
+     * step, the average x after the last, the loss at x */
+    run_steps("v2137", "schedule-free,adamw --set v2132.weight_decay=0.1 --set v2137.beta1=0.9 --set v2137.beta2=0.999 "
+              "--set v2132.eps=1e-8", "ref_gpt2_schedulefree_tiny.safetensors", "schedulefree_adamw", "sf_losses", 1e-3,
+              SF_LTOL, SF_WTOL, 1e-3);
     return hyp_test_finish();
 }
