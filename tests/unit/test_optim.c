@@ -13,6 +13,7 @@
 #include "exec.h"
 #include "hyp_test.h"
 #include "optim.h"
+#include "train.h"
 
 #define FLOATS 64
 
@@ -298,7 +299,28 @@ static void test_v2134_lion_refusals(plan_t *p) {
     p->optim = keep;
 }
 
+/* v2137: the schedule-free averaging weight c_t = lr_max_t^2 / sum_{i<=t} lr_max_i^2 follows the
+ * trainer's schedule as the reference's ckp1 follows its own warmup: 1/t at a constant LR; with a
+ * 4-step linear warmup, step 2 weighs (2/4)^2 / ((1/4)^2 + (2/4)^2) = 0.8; after a peak the LR
+ * may fall (a decay schedule), lr_max stays at the peak. */
+static void test_v2137_avg_weight(void) {
+    train_opts o;
+    memset(&o, 0, sizeof o);
+    o.lr = 1e-3, o.total_steps = 100, o.min_lr_ratio = 0.1;
+    snprintf(o.schedule, sizeof o.schedule, "constant");
+    CHECK(fabs(train_avg_weight(&o, 1) - 1.0) < 1e-15 && fabs(train_avg_weight(&o, 7) - 1.0 / 7) < 1e-15,
+          "constant LR: c_1 = 1, c_7 = 1/7 (%g)", train_avg_weight(&o, 7));
+    o.warmup_steps = 4;
+    CHECK(fabs(train_avg_weight(&o, 2) - 0.8) < 1e-12, "warmup 4: c_2 = 0.8 (%g)", train_avg_weight(&o, 2));
+    double s = 0.0625 + 0.25 + 0.5625 + 1 + 1;
+    CHECK(fabs(train_avg_weight(&o, 5) - 1.0 / s) < 1e-12, "warmup 4: c_5 = 1/%g (%g)", s, train_avg_weight(&o, 5));
+    snprintf(o.schedule, sizeof o.schedule, "cosine");
+    CHECK(fabs(train_avg_weight(&o, 6) - 1.0 / (s + 1)) < 1e-12, "cosine after the peak: lr_max stays 1 (%g)",
+          train_avg_weight(&o, 6));
+}
+
 int main(void) {
+    test_v2137_avg_weight();
     plan_t p;
     make_plan(&p);
     test_v2132_adamw_state_layout(&p);
