@@ -27,7 +27,7 @@ int hyp_optim_open(const plan_t *p, const hyp_optim_i **out, hyp_err *e) {
     for (int g = 0; g < c->n_groups; g++) {
         const char *r = c->groups[g].rule;
         int ok = !r[0];
-        for (int k = 0; !ok && k < 4 && o->rules[k]; k++) ok = !strcmp(r, o->rules[k]);
+        for (int k = 0; !ok && k < 6 && o->rules[k]; k++) ok = !strcmp(r, o->rules[k]);
         if (!ok)
             return hyp_fail(e, HYP_EINPUT, "plan: optimizer group '%s' asks for rule '%s', which optimizer '%s' does not have — regenerate the trainer with gen",
                             c->groups[g].name, r, o->kind);

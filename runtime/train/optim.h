@@ -55,7 +55,7 @@ typedef struct hyp_optim_i {
     int shard_matrix;
     /* the group rules ("rule" of a plan group) this kind takes besides "" (its own rule), NULL
      * ended; hyp_optim_open refuses any other */
-    const char *rules[4];
+    const char *rules[6];
     /* checks the plan's section for this kind: hyper-parameters present and in range */
     int (*check)(const hyp_optim_cfg *cfg, hyp_err *e);
     /* the host update of one span */

@@ -33,6 +33,12 @@ weights after update k.
     2-D tensors, 0 on 1-D; optimizer.train() before the steps. `step<k>.<name>` is y (the
     parameters in train mode) after step k; `x10.<name>` the average x after step 10
     (optimizer.eval()), `sf_eval_loss` the loss at x.
+  * adam_mini (ref_gpt2_adam_mini_tiny, v2136): PyPI adam-mini's Adam_mini (`pip install
+    adam-mini`, installed by this script when missing), lr 1e-3, betas (0.9, 0.95), eps 1e-8,
+    weight decay 0.1 (the package exempts names with norm/ln/bias), dim 32, 4 heads. The fused
+    c_attn weight is given to it as q_proj/k_proj/v_proj leaves (and attn.c_proj as o_proj) so its
+    name rules apply the paper's partition; wte/wpe join its Adam blocks (see am_run).
+    `am_losses`, `step<k>.<name>` as above (c_attn.weight = cat(q, k, v)).
 """
 import argparse
 import json
@@ -166,6 +172,68 @@ def build_sf():
                                                     % (getattr(sf, "__version__", "?"), json.dumps(SF))})
 
 
+AM = dict(lr=1e-3, betas=(0.9, 0.95), eps=1e-8, wd=0.1)
+
+
+def am_run(params, inputs, targets):
+    """adam_mini.Adam_mini (the authors' package) on the GPT-2 with its fused c_attn weight split
+    into q_proj / k_proj / v_proj leaves and attn.c_proj named o_proj, so the package's name rules
+    give the paper's partition (q, k per head; v, attention out, MLP per output neuron; norm gains
+    one block each; biases Adam); wte/wpe added to its Adam blocks (the paper's embeddings on
+    Adam; 1.1.1 would give them one block per token row)."""
+    am = ensure("adam_mini", "adam-mini")
+    C, L = mf.GPT2["C"], mf.GPT2["L"]
+    leaves, named = {}, []
+    for k, v in params.items():
+        if k.endswith("attn.c_attn.weight"):
+            pre = k[: -len("c_attn.weight")]
+            for j, part in enumerate(("q_proj", "k_proj", "v_proj")):
+                t = v[j * C:(j + 1) * C].detach().clone().requires_grad_(True)
+                leaves[pre + part + ".weight"] = t
+                named.append((pre + part + ".weight", t))
+        else:
+            t = v.detach().clone().requires_grad_(True)
+            leaves[k] = t
+            named.append((k.replace("attn.c_proj.weight", "attn.o_proj.weight"), t))
+
+    def full():
+        p = {}
+        for k in params:
+            if k.endswith("attn.c_attn.weight"):
+                pre = k[: -len("c_attn.weight")]
+                p[k] = torch.cat([leaves[pre + part + ".weight"] for part in ("q_proj", "k_proj", "v_proj")])
+            else:
+                p[k] = leaves[k]
+        return p
+
+    opt = am.Adam_mini(named, lr=AM["lr"], betas=AM["betas"], eps=AM["eps"], weight_decay=AM["wd"],
+                       dim=C, n_heads=mf.GPT2["NH"], n_kv_heads=mf.GPT2["NH"], verbose=False)
+    opt.adam_block_names.update({"wte", "wpe"})
+    losses, steps = [], []
+    for _ in range(STEPS):
+        opt.zero_grad(set_to_none=True)
+        loss = mf.loss_fn(mf.gpt2_forward(full(), inputs), targets)
+        loss.backward()
+        losses.append(loss.item())
+        opt.step()
+        steps.append({k: v.detach().clone() for k, v in full().items()})
+    return torch.tensor(losses, dtype=DT), steps, am
+
+
+def build_am():
+    params, inputs, targets = base()
+    losses, steps, am = am_run(params, inputs, targets)
+    print("adam-mini: loss %.6f, after 10 steps %.6f" % (losses[0].item(), losses[-1].item()))
+    assert losses[-1] < losses[0], "Adam-mini did not reduce the loss"
+    tensors = list(params.items()) + [("inputs", inputs), ("targets", targets), ("am_losses", losses)]
+    for k, st in enumerate(steps, 1):
+        tensors += [("step%d.%s" % (k, n), v) for n, v in st.items()]
+    import importlib.metadata as md
+    write("adam_mini", tensors, {"adam_mini": "adam-mini %s Adam_mini %s, partition: q/k per head, v/o/MLP per "
+                                              "row, LN gains one block, biases and wte/wpe Adam; step<k>.* after step k"
+                                              % (md.version("adam-mini"), json.dumps(AM))})
+
+
 def base():
     g = torch.Generator().manual_seed(1234)
     params32 = mf.gpt2_params(g)
@@ -207,10 +275,10 @@ def build_muon():
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--only", metavar="NAMES", help="comma-separated: muon, schedulefree (default: all)")
+    ap.add_argument("--only", metavar="NAMES", help="comma-separated: muon, schedulefree, adam_mini (default: all)")
     args = ap.parse_args()
     torch.set_num_threads(1)
-    builds = {"muon": build_muon, "schedulefree": build_sf}
+    builds = {"muon": build_muon, "schedulefree": build_sf, "adam_mini": build_am}
     for name in (args.only.split(",") if args.only else list(builds)):
         builds[name]()
 

@@ -34,6 +34,8 @@
 #define MUON_WTOL 1e-5 /* v2138: every weight after every step, absolute */
 #define SF_LTOL 1e-5   /* v2137: losses, relative to max|ref| */
 #define SF_WTOL 1e-5   /* v2137: y after every step and x after the last, absolute */
+#define AM_LTOL 1e-5   /* v2136: losses, relative to max|ref| */
+#define AM_WTOL 1e-5   /* v2136: every weight after every step, absolute */
 
 static const hyp_st_tensor *need(hyp_st_file *f, const char *name) {
     const hyp_st_tensor *t = hyp_st_find(f, name);
@@ -430,5 +432,10 @@ int main(void) {
     run_steps("v2137", "schedule-free,adamw --set v2132.weight_decay=0.1 --set v2137.beta1=0.9 --set v2137.beta2=0.999 "
               "--set v2132.eps=1e-8", "ref_gpt2_schedulefree_tiny.safetensors", "schedulefree_adamw", "sf_losses", 1e-3,
               SF_LTOL, SF_WTOL, 1e-3);
+    /* v2136 Adam-mini against PyPI adam-mini's Adam_mini with the paper's partition (q/k per
+     * head, v/attention-out/MLP per row, norm gains per tensor, biases and embeddings on Adam) */
+    run_steps("v2136", "adam-mini,adamw --set v2132.weight_decay=0.1 --set v2136.beta1=0.9 --set v2136.beta2=0.95 "
+              "--set v2132.eps=1e-8", "ref_gpt2_adam_mini_tiny.safetensors", "adam_mini", "am_losses", 1e-3, AM_LTOL,
+              AM_WTOL, 1e-3);
     return hyp_test_finish();
 }
