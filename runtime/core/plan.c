@@ -487,6 +487,28 @@ static int load_optimizer(ld *c, const cJSON *root) {
         TRY(get_str(c, sj, "name", o->state_name[i], sizeof o->state_name[i]));
         TRY(get_dtype(c, sj, &o->state_dtype[i]));
         o->n_state++;
+        o->state_off[i] = malloc(sizeof(int64_t) * (size_t)(p->n_params_t + 1));
+        o->state_n[i] = malloc(sizeof(int64_t) * (size_t)(p->n_params_t + 1));
+        if (!o->state_off[i] || !o->state_n[i]) return hyp_fail(c->e, HYP_EFAIL, "%s: out of memory", c->path);
+        const cJSON *nl = cJSON_GetObjectItemCaseSensitive(sj, "numel");
+        if (nl && (!cJSON_IsArray(nl) || cJSON_GetArraySize(nl) != p->n_params_t))
+            return bad(c, "field 'optimizer.state[%d].numel' must list one count per parameter (%d)", i, p->n_params_t);
+        o->state_compact[i] = nl != NULL;
+        int64_t off = 0;
+        for (int q = 0; q < p->n_params_t; q++) {
+            if (!nl) {
+                o->state_off[i][q] = p->params[q].offset, o->state_n[i][q] = p->params[q].numel;
+                continue;
+            }
+            const cJSON *v = cJSON_GetArrayItem(nl, q);
+            if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble > (double)p->params[q].numel ||
+                v->valuedouble != (double)(int64_t)v->valuedouble)
+                return bad(c, "field 'optimizer.state[%d].numel[%d]' must be a whole number from 0 to parameter '%s''s %lld",
+                           i, q, p->params[q].name, (long long)p->params[q].numel);
+            o->state_off[i][q] = off, o->state_n[i][q] = (int64_t)v->valuedouble;
+            off += (o->state_n[i][q] + 15) / 16 * 16;
+        }
+        o->state_floats[i] = nl ? off : p->param_floats;
     }
     enter(c, "optimizer");
     char shard[16];
@@ -853,6 +875,7 @@ void plan_free(plan_t *p) {
     free(p->bwd);
     free(p->fp8_roles);
     for (int g = 0; g < p->optim.n_groups; g++) free(p->optim.groups[g].params);
+    for (int k = 0; k < HYP_OPT_MAX_STATE; k++) free(p->optim.state_off[k]), free(p->optim.state_n[k]);
     free(p->optim.groups);
     memset(p, 0, sizeof *p);
 }

@@ -84,9 +84,26 @@ typedef struct {
     char state_name[HYP_OPT_MAX_STATE][16];
     hyp_dtype state_dtype[HYP_OPT_MAX_STATE];
     int shard_matrix;       /* 0: "elementwise" (any arena range alone), 1: "matrix" (whole tensors) */
+    /* each state's layout: state k of parameter i is state_n[k][i] floats at state_off[k][i] of
+     * an array of state_floats[k]. Without a "numel" list in the plan (state_compact[k] 0) that
+     * is the parameter arena's layout (offset, numel, param_floats); with one, the tensors are
+     * packed (16-float aligned) and may keep fewer floats than the parameter (Muon's unused v,
+     * Adam-mini's one v per block) — whole tensors only, so ZeRO refuses it */
+    int state_compact[HYP_OPT_MAX_STATE];
+    int64_t *state_off[HYP_OPT_MAX_STATE], *state_n[HYP_OPT_MAX_STATE];
+    int64_t state_floats[HYP_OPT_MAX_STATE];
     int n_groups;
     hyp_optim_group *groups;
 } hyp_optim_cfg;
+
+/* State k of parameter i (pp = &params[i]): its offset and float count; a section built by hand
+ * without the layout arrays has the arena layout. */
+static inline int64_t plan_state_off(const hyp_optim_cfg *c, int k, int i, const plan_param *pp) {
+    return c->state_off[k] ? c->state_off[k][i] : pp->offset;
+}
+static inline int64_t plan_state_n(const hyp_optim_cfg *c, int k, int i, const plan_param *pp) {
+    return c->state_n[k] ? c->state_n[k][i] : pp->numel;
+}
 
 typedef struct {
     /* model */

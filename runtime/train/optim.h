@@ -24,7 +24,9 @@
 typedef struct {
     float *param;                        /* [n] */
     const float *grad;                   /* [n] the summed gradients (before grad_scale) */
-    float *state[HYP_OPT_MAX_STATE];     /* [n] each, the optimizer's states in declared order */
+    float *state[HYP_OPT_MAX_STATE];     /* the optimizer's states in declared order: [n] each in the
+                                            arena layout, or the tensor's packed state (the plan's
+                                            state_n floats, span = whole tensor) */
     int64_t n;
     const hyp_optim_group *group;        /* lr_mult, weight_decay of the tensor's group */
     const plan_param *tensor;            /* the tensor the span lies in (name, shape, numel) */
@@ -56,6 +58,10 @@ typedef struct hyp_optim_i {
     /* the group rules ("rule" of a plan group) this kind takes besides "" (its own rule), NULL
      * ended; hyp_optim_open refuses any other */
     const char *rules[6];
+    /* the floats state k keeps for tensor t (in its group c->groups[t->group]); NULL: t's numel.
+     * hyp_optim_open checks the plan's state layout against it (a kind that keeps fewer floats
+     * than numel needs the plan's packed layout, "numel" lists, which gen writes) */
+    int64_t (*state_numel)(const hyp_optim_cfg *c, const plan_param *t, int k);
     /* checks the plan's section for this kind: hyper-parameters present and in range */
     int (*check)(const hyp_optim_cfg *cfg, hyp_err *e);
     /* the host update of one span */

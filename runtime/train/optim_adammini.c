@@ -9,10 +9,9 @@
  *             rows per output neuron (one block per row)
  *   "neuron"  one block per output neuron = row (v_proj, attention out, MLP in and out)
  *   "block"   the whole tensor one block (norm gains)
- * States m and v (fp32, every parameter): a tensor's block b keeps its v in element b of the
- * tensor's v region (the rest of the region stays 0: the memory of a per-coordinate v is
- * allocated although a few floats per tensor are used). Blocks need whole tensors
- * (shard_matrix = 1): ZeRO is refused. No device kernel. Never: scheduling, clipping or ZeRO. */
+ * States m (fp32, per parameter) and v (fp32, packed per tensor: one float per block, per
+ * coordinate under "adam"; state_numel). Blocks need whole tensors (shard_matrix = 1): ZeRO is
+ * refused. No device kernel. Never: scheduling, clipping or ZeRO. */
 #include <math.h>
 #include <string.h>
 
@@ -107,6 +106,19 @@ static void step_span(const hyp_optim_cfg *c, const hyp_optim_span *s, const hyp
     }
 }
 
+/* the number of blocks of tensor t under its group's rule (as step_span walks them) */
+static int64_t state_numel(const hyp_optim_cfg *c, const plan_param *t, int k) {
+    const char *rule = c->groups[t->group].rule;
+    if (k == 0 || !strcmp(rule, "adam")) return t->numel;
+    const int64_t K = t->ndim == 2 ? t->shape[1] : t->numel, R = t->numel / K;
+    const int64_t hd = (int64_t)hyp_optim_hyper(c, "head_dim"), nh = (int64_t)hyp_optim_hyper(c, "n_head"),
+                  nkv = (int64_t)hyp_optim_hyper(c, "n_kv_head");
+    if (!strcmp(rule, "block")) return 1;
+    if (!strcmp(rule, "head")) return hd > 0 ? R / hd : R;
+    if (!strcmp(rule, "qkv")) return R >= (nh + nkv) * hd ? nh + nkv + (R - (nh + nkv) * hd) : R;
+    return R; /* neuron */
+}
+
 const hyp_optim_i hyp_optim_adammini = {
     .kind = "adam_mini",
     .n_state = 2,
@@ -116,6 +128,7 @@ const hyp_optim_i hyp_optim_adammini = {
     .ckpt_suffix = {".m", ".vmean"},
     .shard_matrix = 1,
     .rules = {"adam", "head", "qkv", "neuron", "block", NULL},
+    .state_numel = state_numel,
     .check = check,
     .step_span = step_span,
     .step_device = NULL,

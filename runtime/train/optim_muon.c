@@ -2,8 +2,8 @@
  * networks"; the update of github.com/KellerJordan/Muon, MuonWithAuxAdam) as an optimizer of
  * optim.h. Two rules, named by the plan's groups: "muon" on the hidden 2-D weight matrices,
  * "adamw" on everything else (embeddings, output head, norm gains, biases). States m and v (fp32,
- * every parameter): on a Muon matrix m is the momentum buffer and v stays 0; on an AdamW tensor
- * they are Adam's moments. A Muon matrix W [R, K] with gradient g (times the clip factor):
+ * packed per tensor): on a Muon matrix m is the momentum buffer and there is no v (0 floats); on
+ * an AdamW tensor they are Adam's moments. A Muon matrix W [R, K] with gradient g (times the clip factor):
  *     m  = beta*m + (1-beta)*g                          (momentum.lerp_(grad, 1 - beta))
  *     u  = nesterov ? beta*m + (1-beta)*g : m           (grad.lerp_(momentum, beta))
  *     O  = NewtonSchulz5(u)                             (quintic, a,b,c = 3.4445, -4.7750, 2.0315)
@@ -100,6 +100,11 @@ static void step_span(const hyp_optim_cfg *c, const hyp_optim_span *s, const hyp
              (float)s->group->weight_decay, a->t, a->grad_scale);
 }
 
+/* m everywhere; v only where the AdamW rule runs (a Muon matrix keeps no second moment) */
+static int64_t state_numel(const hyp_optim_cfg *c, const plan_param *t, int k) {
+    return k == 1 && !strcmp(c->groups[t->group].rule, "muon") ? 0 : t->numel;
+}
+
 const hyp_optim_i hyp_optim_muon = {
     .kind = "muon",
     .n_state = 2,
@@ -110,6 +115,7 @@ const hyp_optim_i hyp_optim_muon = {
     .ckpt_suffix = {".exp_avg", ".exp_avg_sq"},
     .shard_matrix = 1,
     .rules = {"muon", "adamw", NULL},
+    .state_numel = state_numel,
     .check = check,
     .step_span = step_span,
     .step_device = NULL,

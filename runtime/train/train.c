@@ -62,7 +62,7 @@ void train_eval_point(exec_t *x, const hyp_optim_i *o, int to_eval) {
     for (int i = 0; i < p->n_params_t; i++) {
         const plan_param *pp = &p->params[i];
         hyp_optim_span s = {x->params + pp->offset, x->grads + pp->offset, {0}, pp->numel, &p->optim.groups[pp->group], pp, 0};
-        for (int k = 0; k < o->n_state; k++) s.state[k] = x->state[k] + pp->offset;
+        for (int k = 0; k < o->n_state; k++) s.state[k] = x->state[k] + plan_state_off(&p->optim, k, i, pp);
         o->eval_point(&p->optim, &s, to_eval);
     }
 }

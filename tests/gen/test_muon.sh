@@ -70,7 +70,17 @@ bpp() { grep "rank 0/1 memory" "$1" | grep -oE "optimizer [0-9]+ B" | grep -oE "
 "$TMP/dp/train" "${COMMON[@]}" --steps 1 --batch 4 > "$TMP/mem_muon.txt" 2>&1
 "$TMP/a1/train" "${COMMON[@]}" --steps 1 --batch 4 > "$TMP/mem_adamw.txt" 2>&1
 m=$(bpp "$TMP/mem_muon.txt"); a=$(bpp "$TMP/mem_adamw.txt")
-echo "optimizer-state bytes per parameter ($nparams params, tiny, np=1): Muon $m, AdamW $a"
+# m for every parameter, v only for the AdamW tensors (packed layout, 16-float aligned)
+want=$(json "$TMP/dp/plan.json" "round(4 + 4 * sum(q['numel'] for q in p['params'] if q['group'] != 'muon') / sum(q['numel'] for q in p['params']), 3)")
+echo "optimizer-state bytes per parameter ($nparams params, tiny, np=1): Muon $m (m everywhere, v on the AdamW tensors: $want), AdamW $a"
 within() { awk -v a="$1" -v b="$2" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 0.02 * b) }'; }
-check test_v2138_muon_state_8_bytes_per_param within "$m" 8
+check test_v2138_muon_state_bytes_per_param_m_plus_adamw_v within "$m" "$want"
+check test_v2138_adamw_state_8_bytes_per_param within "$a" 8
+# the plan's packed v layout is checked against the optimizer's own count
+python3 - "$TMP/dp/plan.json" "$TMP/badn.json" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1])); i = [q['group'] for q in p['params']].index('muon'); p['optimizer']['state'][1]['numel'][i] = 7
+json.dump(p, open(sys.argv[2], 'w'))
+PY
+expect test_v2138_wrong_packed_layout_refused 2 "keeps 7 floats of .*, optimizer 'muon' keeps 0" -- "$TMP/dp/train" --plan "$TMP/badn.json" "${COMMON[@]}" --steps 1 --batch 4
 finish

@@ -330,7 +330,7 @@ static double run_steps(const char *id, const char *sel, const char *fixture, co
     load_weights(&x, f, "");
     memcpy(x.tokens, in->data, 16 * sizeof(int32_t));
     memcpy(x.targets, tg->data, 16 * sizeof(int32_t));
-    for (int k = 0; k < x.n_state; k++) memset(x.state[k], 0, sizeof(float) * plan.param_floats);
+    for (int k = 0; k < x.n_state; k++) memset(x.state[k], 0, sizeof(float) * (size_t)plan.optim.state_floats[k]);
     int64_t cnt = exec_count_targets(&x);
     float losses[10];
     int worst_step = 0;

@@ -4,8 +4,9 @@
 -- separate q_proj/k_proj, "neuron" for v_proj, attention out and the MLP matrices (one block per
 -- output row), "block" for norm gains (one block per tensor), and "adam" (per-coordinate v, the
 -- default decay/no_decay groups) for biases, embeddings and the output head. Hyper-parameters
--- beta1/beta2 (this spec), eps (v2132), n_head/n_kv_head/head_dim (the model). States m and v
--- (f32, every parameter), sharded by matrix: ZeRO and device targets are refused here, at gen
+-- beta1/beta2 (this spec), eps (v2132), n_head/n_kv_head/head_dim (the model). States m (f32,
+-- every parameter) and v (f32, packed: one float per block, the plan's state "numel" list),
+-- sharded by matrix: ZeRO and device targets are refused here, at gen
 -- time. Never: a second optimizer beside this one.
 local U = require("util")
 local M = { id = "v2136", families = { "adam_mini" } }
@@ -55,21 +56,26 @@ function M.sections(ctx, plan)
     { name = "neuron", lr_mult = 1.0, weight_decay = wd, rule = "neuron" },
     { name = "block", lr_mult = 1.0, weight_decay = 0.0, rule = "block" },
   }
-  local count, blocks, adam = {}, 0, 0
-  for _, p in ipairs(plan.params) do
+  -- v packed per tensor: one float per block (runtime/train/optim_adammini.c state_numel)
+  local count, blocks, adam, vn = {}, 0, 0, U.array()
+  for i, p in ipairs(plan.params) do
     local r = rule_of(p)
+    local nb = p.numel
     if r then
       p.group = r
       count[r] = (count[r] or 0) + 1
       local rows = #p.shape == 2 and p.shape[1] or 1
-      if r == "block" then blocks = blocks + 1
-      elseif r == "head" then blocks = blocks + rows // m.hd
-      elseif r == "qkv" then blocks = blocks + m.NH + m.NKV + m.NKV * m.hd
-      else blocks = blocks + rows end
+      if r == "block" then nb = 1
+      elseif r == "head" then nb = rows // m.hd
+      elseif r == "qkv" then nb = m.NH + m.NKV + (rows - (m.NH + m.NKV) * m.hd)
+      else nb = rows end
+      blocks = blocks + nb
     else
       adam = adam + p.numel
     end
+    vn[i] = nb
   end
+  o.state[2].numel = vn
   ctx.decide("optimizer.kind", "adam_mini", "v2136 enabled: replaces " .. from ..
     " (one second moment per block: heads of q/k, rows of v/out/MLP, whole norm gains; Adam on biases, embeddings, head)")
   ctx.contribute(string.format("optimizer kind adam_mini: beta1 = %s, beta2 = %s, eps = %s; partition: %d qkv, %d head, %d neuron, %d block tensors (%d second-moment blocks), %d floats on per-coordinate Adam",

@@ -6,8 +6,8 @@
 -- momentum, nesterov (0/1), ns_steps, match_adamw (1: scale 0.2*sqrt(max(R,K)) so AdamW's LR and
 -- weight decay carry over; 0: "spectral", the reference's max(1, R/K)^0.5) and beta1/beta2/eps
 -- for the AdamW rule. The Muon group's LR is the schedule's times lr_mult, its weight decay the
--- decay group's. States m and v (f32, every parameter; v stays 0 on Muon matrices), sharded by
--- matrix: ZeRO (which shards by floats) and device targets are refused here, at gen time.
+-- decay group's. States m (f32, every parameter) and v (f32, packed: none for a Muon matrix, the
+-- plan's state "numel" list), sharded by matrix: ZeRO (which shards by floats) and device targets are refused here, at gen time.
 -- Never: a second optimizer beside Muon's own AdamW rule.
 local U = require("util")
 local M = { id = "v2138", families = { "muon" } }
@@ -51,6 +51,10 @@ function M.sections(ctx, plan)
     end
   end
   if n == 0 then ctx.refuse("the model has no hidden 2-D matrix for Muon", "use adamw") end
+  -- v packed per tensor: a Muon matrix keeps none (runtime/train/optim_muon.c state_numel)
+  local vn = U.array()
+  for i, p in ipairs(plan.params) do vn[i] = p.group == "muon" and 0 or p.numel end
+  o.state[2].numel = vn
   ctx.decide("optimizer.kind", "muon", "v2138 enabled: replaces " .. from .. "; hidden matrices on Muon, the rest on AdamW")
   ctx.decide("optimizer.muon.scale", scale, scale == "match_adamw"
     and "v2138 Muon: updates scaled by 0.2*sqrt(max(rows, cols)) (Moonlight) so AdamW's LR and weight decay carry over"
