@@ -290,12 +290,12 @@ out:
  * steps from the fixture's weights on its batch with the schedule's LR `lr`, and after every step
  * every parameter against the reference's (`step<k>.<name>`): max |ours - ref| <= wtol (absolute;
  * the worst over all steps and weights is printed) and each loss |a-b| <= ltol * max|ref|. id
- * names the spec in the case names; kb_lr the largest LR of a rule that moves the c_attn key
+ * names the spec in the case names; weights 0: the losses only; kb_lr the largest LR of a rule that moves the c_attn key
  * biases (see the end). Returns the worst weight error (-1: did not run). */
 static double run_steps(const char *id, const char *sel, const char *fixture, const char *kind, const char *losses_name,
-                        double lr, double ltol, double wtol, double kb_lr) {
+                        double lr, double ltol, double wtol, double kb_lr, int weights) {
     char dir[256], path[512], name[512], tag[96];
-    snprintf(tag, sizeof tag, "ref-gpt2_%s_%s", id, kind);
+    snprintf(tag, sizeof tag, "ref-gpt2_%s_%.*s", id, (int)(strlen(losses_name) - strlen("_losses")), losses_name);
     snprintf(dir, sizeof dir, "/tmp/hyp-ref-%s-%d", tag, (int)getpid());
     double worst = -1;
     if (gen_sel("ref-gpt2", dir, sel)) {
@@ -346,7 +346,7 @@ static double run_steps(const char *id, const char *sel, const char *fixture, co
             check(0, tag, "%s", e.msg);
             goto out;
         }
-        for (int i = 0; i < plan.n_params_t; i++) {
+        for (int i = 0; weights && i < plan.n_params_t; i++) {
             char fname[300];
             snprintf(fname, sizeof fname, "step%d.%s", s, plan.params[i].name);
             const hyp_st_tensor *t = need(f, fname);
@@ -392,6 +392,7 @@ static double run_steps(const char *id, const char *sel, const char *fixture, co
     }
     snprintf(name, sizeof name, "reference_%s_%s_10_steps_losses", id, tag);
     compare(name, losses, 1, 10, 10, (const float *)ll->data, ltol, 0);
+    if (!weights) goto out; /* a losses-only fixture */
     snprintf(name, sizeof name, "reference_%s_%s_every_weight_after_every_step", id, tag);
     check(worst <= wtol, name, "max |ours - ref| %.3g over 10 steps x %lld weights (at step %d, %s; tolerance %.3g)", worst,
           (long long)plan.param_floats, worst_step, worst_name, wtol);
@@ -426,16 +427,20 @@ int main(void) {
      * here): the reference's spectral scaling, Muon LR 0.02 = 20 x Adam's 1e-3 */
     run_steps("v2138", "muon,adamw --set v2132.weight_decay=0.1 --set v2132.beta1=0.9 --set v2132.beta2=0.95 "
               "--set v2132.eps=1e-8 --set v2138.scale=spectral --set v2138.lr_mult=20",
-              "ref_gpt2_muon_tiny.safetensors", "muon", "muon_losses", 1e-3, MUON_LTOL, MUON_WTOL, 1e-3);
+              "ref_gpt2_muon_tiny.safetensors", "muon", "muon_losses", 1e-3, MUON_LTOL, MUON_WTOL, 1e-3, 1);
+    /* the same with the match_adamw scaling (0.2*sqrt(max(rows, cols)), Muon LR = Adam's): losses */
+    run_steps("v2138", "muon,adamw --set v2132.weight_decay=0.1 --set v2132.beta1=0.9 --set v2132.beta2=0.95 "
+              "--set v2132.eps=1e-8 --set v2138.scale=match_adamw --set v2138.lr_mult=1",
+              "ref_gpt2_muon_tiny.safetensors", "muon", "muonm_losses", 1e-3, MUON_LTOL, MUON_WTOL, 1e-3, 0);
     /* v2137 schedule-free AdamW against PyPI schedulefree's AdamWScheduleFree: y after every
      * step, the average x after the last, the loss at x */
     run_steps("v2137", "schedule-free,adamw --set v2132.weight_decay=0.1 --set v2137.beta1=0.9 --set v2137.beta2=0.999 "
               "--set v2132.eps=1e-8", "ref_gpt2_schedulefree_tiny.safetensors", "schedulefree_adamw", "sf_losses", 1e-3,
-              SF_LTOL, SF_WTOL, 1e-3);
+              SF_LTOL, SF_WTOL, 1e-3, 1);
     /* v2136 Adam-mini against PyPI adam-mini's Adam_mini with the paper's partition (q/k per
      * head, v/attention-out/MLP per row, norm gains per tensor, biases and embeddings on Adam) */
     run_steps("v2136", "adam-mini,adamw --set v2132.weight_decay=0.1 --set v2136.beta1=0.9 --set v2136.beta2=0.95 "
               "--set v2132.eps=1e-8", "ref_gpt2_adam_mini_tiny.safetensors", "adam_mini", "am_losses", 1e-3, AM_LTOL,
-              AM_WTOL, 1e-3);
+              AM_WTOL, 1e-3, 1);
     return hyp_test_finish();
 }
