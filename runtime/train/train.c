@@ -45,15 +45,20 @@ float train_clip_scale(const train_opts *o, double norm) {
     return (float)(o->max_norm / (norm + 1e-6));
 }
 
-double train_avg_weight(const train_opts *o, int t) {
-    double lr_max = 0, sum = 0, w = 0;
-    for (int i = 1; i <= t; i++) {
+double train_avg_weight_next(const train_opts *o, int t, train_avg_state *st) {
+    if (st->t >= t) memset(st, 0, sizeof *st); /* not the next step: start over */
+    for (int i = st->t + 1; i <= t; i++) {
         double lr = train_lr_at(o, i);
-        if (lr > lr_max) lr_max = lr;
-        w = lr_max * lr_max;
-        sum += w;
+        if (lr > st->lr_max) st->lr_max = lr;
+        st->sum = fma(st->lr_max, st->lr_max, st->sum); /* explicit: -ffp-contract=fast fuses or not by context */
     }
-    return sum > 0 ? w / sum : 0;
+    st->t = t;
+    return st->sum > 0 ? st->lr_max * st->lr_max / st->sum : 0;
+}
+
+double train_avg_weight(const train_opts *o, int t) {
+    train_avg_state st = {0, 0, 0};
+    return train_avg_weight_next(o, t, &st);
 }
 
 void train_eval_point(exec_t *x, const hyp_optim_i *o, int to_eval) {

@@ -43,8 +43,8 @@ check test_v2137_eval_and_checkpoint_at_the_same_point test "$(vals "$TMP/a.json
 # the checkpoint holds z under the reference's name
 check test_v2137_checkpoint_holds_z grep -qa "transformer.wte.weight.z\"" "$TMP/ca/step_00000008/optimizer.safetensors"
 
-# --- np=2 plain dp; resume ------------------------------------------------------------------------
-expect gen_sf_dp 0 "wrote" -- "$GEN" specs/v2500.yaml --enable schedule-free,adamw,dp --set v2132.weight_decay=0.1 --model tiny --target cpu --batch 4 --seq 64 -o "$TMP/dp"
+# --- np=2 plain dp; resume (with a 3-step warmup: the averaging weight follows the LR) ---------
+expect gen_sf_dp 0 "wrote" -- "$GEN" specs/v2500.yaml --enable schedule-free,adamw,dp,warmup --set v2130.warmup_steps=3 --set v2132.weight_decay=0.1 --model tiny --target cpu --batch 4 --seq 64 -o "$TMP/dp"
 expect np1 0 "done: 8 steps" -- "$TMP/dp/train" "${COMMON[@]}" --eval-every 4 --steps 8 --batch 4 --metrics "$TMP/np1.jsonl" --ckpt-dir "$TMP/ck1" --ckpt-every 4
 expect np2 0 "done: 8 steps" -- mpirun -np 2 --oversubscribe -x OMP_NUM_THREADS "$TMP/dp/train" "${COMMON[@]}" --eval-every 4 --steps 8 --batch 2 --metrics "$TMP/np2.jsonl"
 check test_v2137_dp_np2_losses_equal_np1 close "$TMP/np1.jsonl" "$TMP/np2.jsonl"
