@@ -83,4 +83,10 @@ p = json.load(open(sys.argv[1])); i = [q['group'] for q in p['params']].index('m
 json.dump(p, open(sys.argv[2], 'w'))
 PY
 expect test_v2138_wrong_packed_layout_refused 2 "keeps 7 floats of .*, optimizer 'muon' keeps 0" -- "$TMP/dp/train" --plan "$TMP/badn.json" "${COMMON[@]}" --steps 1 --batch 4
+python3 - "$TMP/dp/plan.json" "$TMP/badn2.json" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1])); p['optimizer']['state'][1]['numel'] = p['optimizer']['state'][1]['numel'][:3]
+json.dump(p, open(sys.argv[2], 'w'))
+PY
+expect test_v2138_short_packed_layout_refused 2 "optimizer.state\[1\].numel' must list one count per parameter" -- "$TMP/dp/train" --plan "$TMP/badn2.json" "${COMMON[@]}" --steps 1 --batch 4
 finish
