@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
 """make_optim_fixtures.py — reference runs of the replacement optimizers (issue 14) on the tiny
-GPT-2 fixture model of make_fixtures.py: the same seeded weights and batch as
-ref_gpt2_tiny.safetensors (seed 1234), then 10 optimizer steps on that batch, with the loss before
+GPT-2 and Llama fixture models of make_fixtures.py: the same seeded weights and batch as
+ref_gpt2_tiny.safetensors (seed 1234) / ref_llama_tiny.safetensors (seed 5678; GQA 4:2, so
+Adam-mini's per-head k_proj blocks are exercised; Muon on its gate/up [48, 32] matrices uses the
+shape scaling), then 10 optimizer steps on that batch, with the loss before
 each step and EVERY parameter after EVERY step stored, so tests/unit/test_reference.c compares the
 trainer step by step. CI never runs this script; the fixtures it wrote are committed. Re-run from
 the repo root:
 
     python3 tests/reference/make_optim_fixtures.py                 # every fixture below
-    python3 tests/reference/make_optim_fixtures.py --only muon     # just one
+    python3 tests/reference/make_optim_fixtures.py --only gpt2_muon    # just one
 
 Models and conventions are make_fixtures.py's (imported from there); the references run in
 float64 from float32 weights; stored F32. Tensors: the initial weights by name, `inputs`,
@@ -85,7 +87,7 @@ def muon_run(params, inputs, targets, ns_dtype=DT, scale="spectral", muon_lr=MUO
     for t in range(1, STEPS + 1):
         for v in p.values():
             v.grad = None
-        loss = mf.loss_fn(mf.gpt2_forward(p, inputs), targets)
+        loss = mf.loss_fn(MODEL['forward'](p, inputs), targets)
         loss.backward()
         losses.append(loss.item())
         with torch.no_grad():
@@ -143,7 +145,7 @@ def sf_run(params, inputs, targets):
     losses, steps = [], []
     for _ in range(STEPS):
         opt.zero_grad(set_to_none=True)
-        loss = mf.loss_fn(mf.gpt2_forward(p, inputs), targets)
+        loss = mf.loss_fn(MODEL['forward'](p, inputs), targets)
         loss.backward()
         losses.append(loss.item())
         opt.step()
@@ -151,7 +153,7 @@ def sf_run(params, inputs, targets):
     opt.eval()  # the parameters become the average x, what evaluation and checkpoints see
     x = {k: v.detach().clone() for k, v in p.items()}
     with torch.no_grad():
-        eval_loss = mf.loss_fn(mf.gpt2_forward(p, inputs), targets)
+        eval_loss = mf.loss_fn(MODEL['forward'](p, inputs), targets)
     return torch.tensor(losses, dtype=DT), steps, x, eval_loss, sf
 
 
@@ -182,7 +184,8 @@ def am_run(params, inputs, targets):
     one block each; biases Adam); wte/wpe added to its Adam blocks (the paper's embeddings on
     Adam; 1.1.1 would give them one block per token row)."""
     am = ensure("adam_mini", "adam-mini")
-    C, L = mf.GPT2["C"], mf.GPT2["L"]
+    cfg = MODEL["cfg"]
+    C = cfg["C"]
     leaves, named = {}, []
     for k, v in params.items():
         if k.endswith("attn.c_attn.weight"):
@@ -207,12 +210,12 @@ def am_run(params, inputs, targets):
         return p
 
     opt = am.Adam_mini(named, lr=AM["lr"], betas=AM["betas"], eps=AM["eps"], weight_decay=AM["wd"],
-                       dim=C, n_heads=mf.GPT2["NH"], n_kv_heads=mf.GPT2["NH"], verbose=False)
-    opt.adam_block_names.update({"wte", "wpe"})
+                       dim=C, n_heads=cfg["NH"], n_kv_heads=cfg.get("NKV", cfg["NH"]), verbose=False)
+    opt.adam_block_names.update({"wte", "wpe", "embed", "lm_head"})
     losses, steps = [], []
     for _ in range(STEPS):
         opt.zero_grad(set_to_none=True)
-        loss = mf.loss_fn(mf.gpt2_forward(full(), inputs), targets)
+        loss = mf.loss_fn(MODEL['forward'](full(), inputs), targets)
         loss.backward()
         losses.append(loss.item())
         opt.step()
@@ -234,20 +237,27 @@ def build_am():
                                               % (md.version("adam-mini"), json.dumps(AM))})
 
 
+MODELS = {"gpt2": dict(name="gpt2", params=mf.gpt2_params, forward=mf.gpt2_forward, cfg=mf.GPT2, seed=1234),
+          "llama": dict(name="llama", params=mf.llama_params, forward=mf.llama_forward, cfg=mf.LLAMA, seed=5678)}
+MODEL = MODELS["gpt2"]  # the model the builders run on (main() sets it)
+
+
 def base():
-    g = torch.Generator().manual_seed(1234)
-    params32 = mf.gpt2_params(g)
+    """The weights and batch of make_fixtures.py's ref_<model>_tiny (same seed, same draws)."""
+    g = torch.Generator().manual_seed(MODEL["seed"])
+    params32 = MODEL["params"](g)
     params = {k: v.to(torch.float32).to(DT) for k, v in params32.items()}
-    inputs, targets = mf.make_batch(g, mf.GPT2["V"], mf.GPT2["B"], mf.GPT2["T"])
+    cfg = MODEL["cfg"]
+    inputs, targets = mf.make_batch(g, cfg["V"], cfg["B"], cfg["T"])
     return params, inputs, targets
 
 
 def write(name, tensors, meta):
-    meta = dict(meta, model="gpt2_tiny", config=json.dumps(mf.GPT2), seed="1234",
+    meta = dict(meta, model=MODEL["name"] + "_tiny", config=json.dumps(MODEL["cfg"]), seed=str(MODEL["seed"]),
                 precision="computed in float64 from float32 weights, stored F32",
                 generator="tests/reference/make_optim_fixtures.py", torch=torch.__version__)
     blob = mf.safetensors_bytes(tensors, meta)
-    path = os.path.join(mf.FIXTURES, "ref_gpt2_%s_tiny.safetensors" % name)
+    path = os.path.join(mf.FIXTURES, "ref_%s_%s_tiny.safetensors" % (MODEL["name"], name))
     with open(path, "wb") as f:
         f.write(blob)
     back = mf.read_safetensors(path)
@@ -275,11 +285,16 @@ def build_muon():
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--only", metavar="NAMES", help="comma-separated: muon, schedulefree, adam_mini (default: all)")
+    ap.add_argument("--only", metavar="NAMES",
+                    help="comma-separated model_optimizer: gpt2_muon, gpt2_schedulefree, gpt2_adam_mini, "
+                         "llama_muon, llama_adam_mini (default: all)")
     args = ap.parse_args()
     torch.set_num_threads(1)
-    builds = {"muon": build_muon, "schedulefree": build_sf, "adam_mini": build_am}
+    builds = {"gpt2_muon": build_muon, "gpt2_schedulefree": build_sf, "gpt2_adam_mini": build_am,
+              "llama_muon": build_muon, "llama_adam_mini": build_am}
+    global MODEL
     for name in (args.only.split(",") if args.only else list(builds)):
+        MODEL = MODELS[name.split("_")[0]]
         builds[name]()
 
 
