@@ -35,8 +35,11 @@ int memprof_build(memprof *m, const plan_t *p, hyp_err *e) {
     for (int b = 0; b < p->n_bufs; b++)
         if (first[b]) m->it[m->n++] = (memprof_item){b, first[b], last[b]};
     free(first), free(last);
-    for (int k = 0; k < m->n; k++)
-        for (int i = m->it[k].first; i <= m->it[k].last; i++) m->live[i] += 4 * p->bufs[m->it[k].buf].numel;
+    for (int k = 0; k < m->n; k++) {
+        const plan_buf *b = &p->bufs[m->it[k].buf];
+        for (int i = m->it[k].first; i <= m->it[k].last; i++) m->live[i] += 4 * b->numel;
+        if (b->offset_bytes + b->bytes > m->top_end) m->top_end = b->offset_bytes + b->bytes;
+    }
     for (int i = 1; i <= n_sched + 1; i++) {
         if (m->live[i] > m->peak) m->peak = m->live[i], m->peak_at = i;
         int64_t *ph = i <= p->n_fwd ? &m->peak_fwd : &m->peak_bwd;
@@ -79,6 +82,13 @@ static void esc(hyp_sbuf *s, const char *t) {
 }
 
 static double mib(double b) { return b / 1048576.0; }
+
+/* "0.250 MiB", "12.0 KiB", "96 B" */
+static void size_txt(double b, char *out, size_t n) {
+    if (b >= 1048576.0 / 10) snprintf(out, n, "%.3f MiB", b / 1048576.0);
+    else if (b >= 1024) snprintf(out, n, "%.1f KiB", b / 1024.0);
+    else snprintf(out, n, "%.0f B", b);
+}
 
 static const char *color_of(const plan_t *p, int b) {
     const char *n = p->bufs[b].name;
@@ -175,17 +185,20 @@ int memprof_write_svg(const memprof *m, const plan_t *p, const memprof_measured 
     /* the peak by buffer */
     hyp_sbuf_printf(&s, "<g id=\"peak\" data-peak-bytes=\"%lld\" data-peak-op=\"%d\">\n<text x=\"%.0f\" y=\"%.0f\" font-weight=\"bold\">the %d buffers live at the peak (op %d), largest first</text>\n",
                     (long long)m->peak, m->peak_at, X0, PK_Y, np, m->peak_at);
+    double biggest = np ? 4.0 * (double)p->bufs[peak[0]].numel : 1;
     for (int j = 0; j < np; j++) {
         const plan_buf *b = &p->bufs[peak[j]];
+        char sz[32];
         double y = PK_Y + 10 + ROW * j, bytes = 4.0 * (double)b->numel;
         hyp_sbuf_printf(&s, "<rect data-buf=\"");
         esc(&s, b->name);
         hyp_sbuf_printf(&s, "\" data-bytes=\"%.0f\" x=\"%.0f\" y=\"%.2f\" width=\"%.2f\" height=\"%.0f\" fill=\"%s\"/>", bytes, X0 + 260, y,
-                        600 * bytes / (m->peak ? (double)m->peak : 1), ROW - 3, color_of(p, peak[j]));
+                        600 * bytes / biggest, ROW - 3, color_of(p, peak[j]));
         hyp_sbuf_printf(&s, "<text x=\"%.0f\" y=\"%.2f\">", X0, y + ROW - 5);
         esc(&s, b->name);
-        hyp_sbuf_printf(&s, "</text><text x=\"%.0f\" y=\"%.2f\" text-anchor=\"end\">%.3f MiB</text>\n", X0 + 250, y + ROW - 5,
-                        mib(bytes));
+        size_txt(bytes, sz, sizeof sz);
+        hyp_sbuf_printf(&s, "</text><text x=\"%.0f\" y=\"%.2f\" text-anchor=\"end\">%s (%.1f%%)</text>\n", X0 + 250, y + ROW - 5,
+                        sz, 100 * bytes / (m->peak ? (double)m->peak : 1));
     }
     hyp_sbuf_str(&s, "</g>\n</svg>\n");
     free(peak);

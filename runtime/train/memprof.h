@@ -29,6 +29,7 @@ typedef struct {
     int64_t peak;          /* the largest live[i] */
     int peak_at;           /* its first position */
     int64_t peak_fwd, peak_bwd; /* the peak over forward positions, over backward positions */
+    int64_t top_end;       /* the end of the highest buffer in the arena (act_bytes adds its alignment) */
 } memprof;
 
 /* The lifetimes of p's activation buffers (those an op of forward or backward touches). */

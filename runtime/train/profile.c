@@ -65,7 +65,7 @@ int train_prof_open(train_prof *t, const char *profile, const char *steps, const
         if (errno || *end || a < 1 || b < a || b - a >= 1000)
             return hyp_fail(e, HYP_EINPUT, "train: --profile-steps '%s' is not A:B with 1 <= A <= B < A + 1000 — e.g. --profile-steps 5:7", steps);
         if (!t->want_trace && !t->want_svg)
-            return hyp_fail(e, HYP_EINPUT, "train: --profile-steps needs --profile FILE or --memory-profile FILE (or a trainer generated with --enable profiling / memory-profiling) — add one");
+            return hyp_fail(e, HYP_EINPUT, "train: --profile-steps needs --profile FILE or --memory-profile FILE (or a trainer generated with --enable profile / memory-profile) — add one");
         t->first = (int)a, t->last = (int)b, t->have_window = t->from_flag = 1;
     } else if (p->prof_steps > 0) {
         t->first = p->prof_start > 0 ? p->prof_start : 1, t->last = t->first + p->prof_steps - 1, t->have_window = 1;
@@ -328,7 +328,7 @@ static int write_outputs(train_prof *t, train_backend *b, hyp_err *e) {
     hyp_prof_flush(&t->rec);
     if (hyp_prof_cur == &t->rec) hyp_prof_cur = NULL;
     t->written = 1;
-    const char *device = b->i->name;
+    const char *device = t->p->backend; /* cpu, sim, cuda */
     int rc = HYP_OK;
     if (t->want_trace) {
         if ((rc = write_trace(t, device, e))) return rc;
@@ -348,8 +348,9 @@ static int write_outputs(train_prof *t, train_backend *b, hyp_err *e) {
                t->svg, t->p->act_bytes / 1048576.0, t->p->act_bytes_unplanned / 1048576.0, m->peak / 1048576.0, m->peak_at,
                m->n_sched, np, t->p->act_bytes_peak_live / 1048576.0);
         if (t->hw >= 0)
-            printf("  measured arena high-water %.3f MiB = %.2f%% of planned (%.3f MiB written in step %d)\n", t->hw / 1048576.0,
-                   100.0 * (double)t->hw / (double)(t->p->act_bytes ? t->p->act_bytes : 1), t->written_bytes / 1048576.0, t->first);
+            printf("  measured arena high-water %lld B = %.2f%% of the planned arena %lld B (its highest buffer ends at %lld B; the rest is alignment); %.3f MiB written in step %d\n",
+                   (long long)t->hw, 100.0 * (double)t->hw / (double)(t->p->act_bytes ? t->p->act_bytes : 1),
+                   (long long)t->p->act_bytes, (long long)t->mem.top_end, t->written_bytes / 1048576.0, t->first);
         else
             printf("  arena high-water: not measured on %s (the activation arena is device memory)\n", device);
         printf("  peak RSS %.1f MiB = %.1f MiB before the executors + %.1f MiB; planned executor bytes %.1f MiB (measured/planned %.3f)\n",
