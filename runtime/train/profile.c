@@ -353,9 +353,10 @@ static int write_outputs(train_prof *t, train_backend *b, hyp_err *e) {
                    (long long)t->p->act_bytes, (long long)t->mem.top_end, t->written_bytes / 1048576.0, t->first);
         else
             printf("  arena high-water: not measured on %s (the activation arena is device memory)\n", device);
-        printf("  peak RSS %.1f MiB = %.1f MiB before the executors + %.1f MiB; planned executor bytes %.1f MiB (measured/planned %.3f)\n",
-               ms.rss_peak_mib, ms.rss_base_mib, ms.rss_peak_mib - ms.rss_base_mib, ms.planned_mib,
-               ms.planned_mib > 0 ? (ms.rss_peak_mib - ms.rss_base_mib) / ms.planned_mib : 0.0);
+        double grown = ms.rss_peak_mib - ms.rss_base_mib;
+        printf("  peak RSS %.1f MiB = %.1f MiB before the executors + %.1f MiB measured vs %.1f MiB planned executor bytes (ratio %.3f; %+.1f MiB not in the plan: the loader, libraries, thread stacks)\n",
+               ms.rss_peak_mib, ms.rss_base_mib, grown, ms.planned_mib, ms.planned_mib > 0 ? grown / ms.planned_mib : 0.0,
+               grown - ms.planned_mib);
     }
     fflush(stdout);
     return rc;
