@@ -130,6 +130,44 @@ static int one_step(exec_t *x, float *loss) {
     return 0;
 }
 
+/* The plan's profile / memory_profile sections: read when valid, refused naming the field when not. */
+static void check_sections(const char *plan_path, const char *dir) {
+    char *txt = NULL, bad[300];
+    size_t n = 0;
+    hyp_err e = {{0}};
+    if (hyp_fs_read_small(plan_path, (size_t)1 << 30, &txt, &n, &e)) return;
+    snprintf(bad, sizeof bad, "%s/edited.json", dir);
+    const char *cases[][3] = {
+        {"profile", "{\"start_step\":4,\"num_steps\":2,\"trace\":\"trace.json\"}", NULL},
+        {"memory_profile", "{\"svg\":\"memory.svg\"}", NULL},
+        {"profile", "5", "field 'profile' is not an object"},
+        {"profile", "{\"start_step\":4,\"num_steps\":0,\"trace\":\"t.json\"}", "num_steps"},
+        {"profile", "{\"start_step\":4,\"num_steps\":2,\"trace\":\"\"}", "is empty"},
+        {"memory_profile", "{}", "svg"},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        cJSON *root = cJSON_Parse(txt), *v = cJSON_Parse(cases[c][1]);
+        cJSON_AddItemToObject(root, cases[c][0], v);
+        char *out = cJSON_PrintUnformatted(root);
+        hyp_fs_write_atomic(bad, out, strlen(out), &e);
+        free(out);
+        cJSON_Delete(root);
+        plan_t q;
+        memset(&e, 0, sizeof e);
+        int rc = plan_load(bad, &q, &e);
+        if (!cases[c][2]) {
+            int ok = rc == HYP_OK && (strcmp(cases[c][0], "profile")
+                                          ? !strcmp(q.memprof_svg, "memory.svg")
+                                          : q.prof_start == 4 && q.prof_steps == 2 && !strcmp(q.prof_trace, "trace.json"));
+            CHECK(ok, "plan.json %s section %s is read", cases[c][0], cases[c][1]);
+        } else {
+            CHECK(rc == HYP_EINPUT && strstr(e.msg, cases[c][2]), "plan.json %s = %s refused: %s", cases[c][0], cases[c][1], e.msg);
+        }
+        if (rc == HYP_OK) plan_free(&q);
+    }
+    free(txt);
+}
+
 int main(int argc, char **argv) {
     if (argc == 4 && !strcmp(argv[1], "--check")) return check_trace(argv[2], argv[3]);
     char dir[] = "/tmp/hyp-prof-XXXXXX";
@@ -228,6 +266,7 @@ int main(int argc, char **argv) {
     memprof_free(&m);
     exec_free(&x);
     plan_free(&p);
+    check_sections(plan_path, dir);
     rm_rf(dir);
     return hyp_test_finish();
 }
