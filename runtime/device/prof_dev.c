@@ -29,29 +29,31 @@ static void pool_free(void *v) {
     free(q);
 }
 
-/* Resolves every pending pair into a span: times relative to the first event, placed so that the
- * last event ends now (the caller synchronized the stream just before). */
+static int record(prof_dev *q);
+
+/* Resolves every pending pair into a span. The clock: an anchor event recorded now on the idle
+ * stream and synchronized completes at the host's now (sim runs it at the synchronize; a GPU
+ * whose stream has drained runs it at once), so an op starts elapsed(its start, anchor) before. */
 static int pool_flush(hyp_prof *p) {
     prof_dev *q = p->dev;
     if (!q || !q->n_pend) return 0;
     hyp_err e;
-    int last = q->pend[q->n_pend - 1].ev1;
-    float total = 0;
-    if (q->d->event_synchronize(q->d, q->ev[last], &e) || q->d->event_elapsed_ms(q->d, q->ev[0], q->ev[last], &total, &e)) {
+    int anchor = record(q);
+    if (anchor < 0 || q->d->event_synchronize(q->d, q->ev[anchor], &e)) {
         p->dropped += q->n_pend;
         q->n_pend = q->used = 0;
         return -1;
     }
-    double anchor = hyp_prof_now_us() - 1e3 * total;
+    double now = hyp_prof_now_us();
     for (int i = 0; i < q->n_pend; i++) {
         pending *pd = &q->pend[i];
         float a = 0, b = 0;
-        if (q->d->event_elapsed_ms(q->d, q->ev[0], q->ev[pd->ev0], &a, &e) ||
+        if (q->d->event_elapsed_ms(q->d, q->ev[pd->ev0], q->ev[anchor], &a, &e) ||
             q->d->event_elapsed_ms(q->d, q->ev[pd->ev0], q->ev[pd->ev1], &b, &e)) {
             p->dropped++;
             continue;
         }
-        pd->s.ts_us = anchor + 1e3 * a;
+        pd->s.ts_us = now - 1e3 * a;
         pd->s.dur_us = 1e3 * b;
         hyp_prof_add(p, &pd->s);
     }

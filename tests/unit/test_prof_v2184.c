@@ -104,6 +104,27 @@ static int check_trace(const char *trace, const char *plan_path) {
         if (k < ns) seen[(size_t)k * nops + (pi ? p.n_fwd : 0) + i] = 1;
     }
     CHECK(bad == 0, "every one of %d complete events has name, cat, ts, dur >= 0, pid, tid, args.step (%d malformed)", nx, bad);
+    /* the leaf spans of the steps (ops and phases, any track) never overlap: their sum is time the
+     * step spent, counted once (1 us of slack for the device clock's float milliseconds) */
+    double (*iv)[2] = calloc((size_t)nx + 1, sizeof *iv);
+    int ni = 0, overlaps = 0;
+    cJSON_ArrayForEach(x, ev) {
+        const cJSON *ph = cJSON_GetObjectItemCaseSensitive(x, "ph"), *cat = cJSON_GetObjectItemCaseSensitive(x, "cat");
+        const cJSON *a = cJSON_GetObjectItemCaseSensitive(x, "args");
+        double ts, dur, st;
+        if (iv && cJSON_IsString(ph) && !strcmp(ph->valuestring, "X") && cJSON_IsString(cat) && strcmp(cat->valuestring, "step") &&
+            num(x, "ts", &ts) && num(x, "dur", &dur) && a && num(a, "step", &st) && st > 0)
+            iv[ni][0] = ts, iv[ni][1] = ts + dur, ni++;
+    }
+    for (int i = 1; iv && i < ni; i++) { /* insertion sort by start: the lists are short */
+        double t0 = iv[i][0], t1 = iv[i][1];
+        int j = i;
+        while (j > 0 && iv[j - 1][0] > t0) iv[j][0] = iv[j - 1][0], iv[j][1] = iv[j - 1][1], j--;
+        iv[j][0] = t0, iv[j][1] = t1;
+    }
+    for (int i = 1; iv && i < ni; i++) overlaps += iv[i][0] < iv[i - 1][1] - 1.0;
+    CHECK(iv && overlaps == 0, "the %d op and phase spans of the steps never overlap (%d overlaps)", ni, overlaps);
+    free(iv);
     int missing = 0, first_missing = -1;
     for (int k = 0; k < ns; k++)
         for (int i = 0; i < nops; i++)
