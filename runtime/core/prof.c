@@ -47,15 +47,22 @@ void hyp_prof_phase(const char *name, hyp_prof_cat cat, int leaf, double t0_us) 
     hyp_prof_add(p, &s);
 }
 
-double hyp_prof_op_flops(const plan_op *o, int64_t N) {
+static double bind(int64_t v, int64_t B, int64_t T) {
+    return (double)(v == DIM_B ? B : v == DIM_T ? T : v == DIM_N ? B * T : v);
+}
+
+double hyp_prof_op_flops(const plan_op *o, int64_t B, int64_t T) {
     const char *n = hyp_op_name(o->op);
-    double mm = 2.0 * (double)N * (double)o->IC * (double)o->OC;
+    double mm = 2.0 * bind(o->N, B, T) * (double)o->IC * (double)o->OC;
+    double att = 4.0 * bind(o->B, B, T) * (double)o->NH * bind(o->T, B, T) * bind(o->T, B, T) * (double)o->hd;
     if (!strcmp(n, "matmul_fwd")) return mm;
     if (!strcmp(n, "matmul_bwd")) return mm * ((o->out[0] >= 0) + (o->out[1] >= 0));
+    if (!strcmp(n, "attention_fwd") || !strcmp(n, "flash_attention_fwd")) return att;
+    if (!strcmp(n, "attention_bwd") || !strcmp(n, "flash_attention_bwd")) return 2 * att;
     return 0;
 }
 
-void hyp_prof_op_span(const plan_t *p, const plan_op *o, int64_t N, hyp_prof_span *s) {
+void hyp_prof_op_span(const plan_t *p, const plan_op *o, int64_t B, int64_t T, hyp_prof_span *s) {
     memset(s, 0, sizeof *s);
     snprintf(s->name, sizeof s->name, "%s", hyp_op_name(o->op));
     if (o->nout > 0 && o->out[0] >= 0) snprintf(s->detail, sizeof s->detail, "%s", p->bufs[o->out[0]].name);
@@ -64,14 +71,14 @@ void hyp_prof_op_span(const plan_t *p, const plan_op *o, int64_t N, hyp_prof_spa
     if (o >= p->fwd && o < p->fwd + p->n_fwd) s->pass = 0, s->index = (int32_t)(o - p->fwd);
     else if (o >= p->bwd && o < p->bwd + p->n_bwd) s->pass = 1, s->index = (int32_t)(o - p->bwd);
     else s->pass = 2, s->index = 0;
-    s->cat = s->pass == 0 ? HYP_PROF_FORWARD : s->pass == 1 ? HYP_PROF_BACKWARD : HYP_PROF_FORWARD;
-    s->flops = hyp_prof_op_flops(o, N);
+    s->cat = s->pass == 1 ? HYP_PROF_BACKWARD : HYP_PROF_FORWARD;
+    s->flops = hyp_prof_op_flops(o, B, T);
 }
 
-void hyp_prof_op(const plan_t *p, const plan_op *o, int64_t N, double t0_us) {
+void hyp_prof_op(const plan_t *p, const plan_op *o, int64_t B, int64_t T, double t0_us) {
     if (!hyp_prof_cur || t0_us <= 0) return;
     hyp_prof_span s;
-    hyp_prof_op_span(p, o, N, &s);
+    hyp_prof_op_span(p, o, B, T, &s);
     s.tid = HYP_PROF_TID_HOST;
     s.step = hyp_prof_cur->step;
     s.ts_us = t0_us;

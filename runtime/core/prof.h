@@ -69,13 +69,14 @@ void hyp_prof_add(hyp_prof *p, const hyp_prof_span *s);
 /* A host phase from t0_us (hyp_prof_t() before it) to now: a no-op outside the window. */
 void hyp_prof_phase(const char *name, hyp_prof_cat cat, int leaf, double t0_us);
 /* Fills s for plan op o of p (its pass and index found from where o lies in p's op lists, its
- * name, first output and FLOPs at N = B*T rows); the caller sets tid, ts and dur. */
-void hyp_prof_op_span(const plan_t *p, const plan_op *o, int64_t N, hyp_prof_span *s);
-/* The host executor's hook: op o of p ran from t0_us to now over N rows. */
-void hyp_prof_op(const plan_t *p, const plan_op *o, int64_t N, double t0_us);
-/* Model FLOPs of op o over N rows (matmul_fwd 2·N·IC·OC; matmul_bwd 2·N·IC·OC per gradient it
- * writes, dx and dw); 0 where the op's FLOPs are not counted. */
-double hyp_prof_op_flops(const plan_op *o, int64_t N);
+ * name, first output and FLOPs at the bound batch B x T); the caller sets tid, ts and dur. */
+void hyp_prof_op_span(const plan_t *p, const plan_op *o, int64_t B, int64_t T, hyp_prof_span *s);
+/* The host executor's hook: op o of p ran from t0_us to now at the bound batch B x T. */
+void hyp_prof_op(const plan_t *p, const plan_op *o, int64_t B, int64_t T, double t0_us);
+/* Model FLOPs of op o at batch B x T, the plan's convention (formulas.lua, PaLM: causal masking not
+ * discounted): matmul_fwd 2·N·IC·OC, matmul_bwd 2·N·IC·OC per gradient it writes (dx, dw);
+ * attention forward (naive or flash) 4·B·NH·T²·hd, backward 8·B·NH·T²·hd; 0 for other ops. */
+double hyp_prof_op_flops(const plan_op *o, int64_t B, int64_t T);
 /* Resolves the device layer's pending spans (after its stream was synchronized). */
 int hyp_prof_flush(hyp_prof *p);
 void hyp_prof_free(hyp_prof *p);

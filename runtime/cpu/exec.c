@@ -288,7 +288,7 @@ static void run_op(exec_t *x, const plan_op *o, float dloss) {
                    (long)bind_dim(x, o->n) * (o->C ? o->C : 1)};
     double t0 = hyp_prof_t(); /* v2184: 0 outside the profiled window */
     x->op_fn[o->op](x, o, I, O, &d, dloss);
-    if (t0 > 0) hyp_prof_op(x->p, o, d.N, t0);
+    if (t0 > 0) hyp_prof_op(x->p, o, x->B, x->T, t0);
 }
 
 /* Whether op o's outputs include the step's per-token losses (then the mean loss is readable). */

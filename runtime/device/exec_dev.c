@@ -594,8 +594,7 @@ static int run_op(exec_dev *x, const plan_op *o, const exec_dev_op *eo, float dl
     if (!hyp_prof_cur) return run_op_work(x, o, eo, dloss, e);
     int h = hyp_prof_dev_begin(x->dev);
     int rc = run_op_work(x, o, eo, dloss, e);
-    int64_t N = o->N == DIM_N ? (int64_t)x->B * x->T : o->N == DIM_B ? x->B : o->N == DIM_T ? x->T : o->N;
-    hyp_prof_dev_end(x->dev, h, x->p, o, N);
+    hyp_prof_dev_end(x->dev, h, x->p, o, x->B, x->T);
     return rc;
 }
 

@@ -90,7 +90,7 @@ int hyp_prof_dev_begin(hyp_device *d) {
     return h;
 }
 
-void hyp_prof_dev_end(hyp_device *d, int h, const plan_t *p, const plan_op *o, int64_t N) {
+void hyp_prof_dev_end(hyp_device *d, int h, const plan_t *p, const plan_op *o, int64_t B, int64_t T) {
     hyp_prof *r = hyp_prof_cur;
     prof_dev *q = r ? r->dev : NULL;
     if (!q || h < 0 || q->d != d) return;
@@ -105,7 +105,7 @@ void hyp_prof_dev_end(hyp_device *d, int h, const plan_t *p, const plan_op *o, i
         return;
     }
     pending *pd = &q->pend[q->n_pend++];
-    hyp_prof_op_span(p, o, N, &pd->s);
+    hyp_prof_op_span(p, o, B, T, &pd->s);
     pd->s.tid = HYP_PROF_TID_DEVICE;
     pd->s.step = r->step;
     pd->ev0 = h, pd->ev1 = h1;

@@ -18,7 +18,7 @@
 /* Records the start event of op o (on d's default stream) while profiling; returns a handle for
  * hyp_prof_dev_end, -1 when not profiling or when the event could not be recorded. */
 int hyp_prof_dev_begin(hyp_device *d);
-/* Records the end event of the op begun as h, op o of p over N rows. */
-void hyp_prof_dev_end(hyp_device *d, int h, const plan_t *p, const plan_op *o, int64_t N);
+/* Records the end event of the op begun as h, op o of p at the bound batch B x T. */
+void hyp_prof_dev_end(hyp_device *d, int h, const plan_t *p, const plan_op *o, int64_t B, int64_t T);
 
 #endif

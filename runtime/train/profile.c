@@ -34,10 +34,10 @@ static int check_out(const char *flag, const char *path, hyp_err *e) {
     char dir[PATH_MAX];
     hyp_fs_dirname(path, dir, sizeof dir);
     if (!*path || !hyp_fs_is_dir(dir))
-        return hyp_fail(e, HYP_EINPUT, "train: %s '%s': the directory '%s' does not exist — create it or give another path", flag,
+        return hyp_fail(e, HYP_EINPUT, "%s '%s': the directory '%s' does not exist — create it or give another path", flag,
                         path, dir);
     if (hyp_fs_is_dir(path))
-        return hyp_fail(e, HYP_EINPUT, "train: %s '%s' is a directory — give a file name", flag, path);
+        return hyp_fail(e, HYP_EINPUT, "%s '%s' is a directory — give a file name", flag, path);
     return HYP_OK;
 }
 
@@ -63,9 +63,9 @@ int train_prof_open(train_prof *t, const char *profile, const char *steps, const
         long a = strtol(steps, &end, 10), b = -1;
         if (*end == ':') b = strtol(end + 1, &end, 10);
         if (errno || *end || a < 1 || b < a || b - a >= 1000)
-            return hyp_fail(e, HYP_EINPUT, "train: --profile-steps '%s' is not A:B with 1 <= A <= B < A + 1000 — e.g. --profile-steps 5:7", steps);
+            return hyp_fail(e, HYP_EINPUT, "--profile-steps '%s' is not A:B with 1 <= A <= B < A + 1000 — e.g. --profile-steps 5:7", steps);
         if (!t->want_trace && !t->want_svg)
-            return hyp_fail(e, HYP_EINPUT, "train: --profile-steps needs --profile FILE or --memory-profile FILE (or a trainer generated with --enable profile / memory-profile) — add one");
+            return hyp_fail(e, HYP_EINPUT, "--profile-steps needs --profile FILE or --memory-profile FILE (or a trainer generated with --enable profile / memory-profile) — add one");
         t->first = (int)a, t->last = (int)b, t->have_window = t->from_flag = 1;
     } else if (p->prof_steps > 0) {
         t->first = p->prof_start > 0 ? p->prof_start : 1, t->last = t->first + p->prof_steps - 1, t->have_window = 1;
@@ -89,7 +89,7 @@ static int resolve(train_prof *t, int start, int last, hyp_err *e) {
     int lo = start + 1;
     if (t->have_window && (t->last < lo || t->first > last)) {
         if (t->from_flag)
-            return hyp_fail(e, HYP_EINPUT, "train: --profile-steps %d:%d: this run trains steps %d..%d — choose steps inside them",
+            return hyp_fail(e, HYP_EINPUT, "--profile-steps %d:%d: this run trains steps %d..%d — choose steps inside them",
                             t->first, t->last, lo, last);
         if (t->rank == 0)
             fprintf(stderr, "train: warning: the plan's profile window (steps %d..%d) lies outside this run's steps %d..%d: profiling the default window instead\n",
@@ -254,7 +254,7 @@ static int write_trace(train_prof *t, const char *device, hyp_err *e) {
     cJSON_AddNumberToObject(o, "dropped", (double)r->dropped);
     char *txt = cJSON_PrintUnformatted(root);
     cJSON_Delete(root);
-    if (!txt) return hyp_fail(e, HYP_EFAIL, "train: --profile: out of memory writing the trace");
+    if (!txt) return hyp_fail(e, HYP_EFAIL, "--profile: out of memory writing the trace");
     int rc = hyp_fs_write_atomic(t->trace, txt, strlen(txt), e);
     free(txt);
     return rc;

@@ -763,7 +763,7 @@ static int run(int argc, char **argv, hyp_coll *coll) {
     if (!a->sample_mode &&
         (rc = train_prof_open(&r.prof, a->profile, a->profile_steps, a->memory_profile, p, r.plan_path, hyp_coll_rank(coll),
                               hyp_coll_world(coll), &e))) {
-        fprintf(stderr, "%s\n", e.msg);
+        fprintf(stderr, "train: %s\n", e.msg);
         train_prof_close(&r.prof);
         plan_free(p);
         return rc;

@@ -228,7 +228,7 @@ int main(int argc, char **argv) {
     double wall = hyp_prof_now_us() - t0;
     hyp_prof_cur = NULL;
     CHECK(rec.n == p.n_fwd + p.n_bwd, "v2184: %d spans for %d forward + %d backward ops", rec.n, p.n_fwd, p.n_bwd);
-    int order = 1, flops_ok = 1, nmm = 0;
+    int order = 1, flops_ok = 1, nmm = 0, natt = 0;
     double sum = 0;
     for (int i = 0; i < rec.n && i < p.n_fwd + p.n_bwd; i++) {
         const hyp_prof_span *s = &rec.spans[i];
@@ -236,14 +236,21 @@ int main(int argc, char **argv) {
         int pass = i < p.n_fwd ? 0 : 1, idx = i < p.n_fwd ? i : i - p.n_fwd;
         order &= s->pass == pass && s->index == idx && s->step == 3 && s->leaf && !strcmp(s->name, hyp_op_name(o->op)) &&
                  (o->out[0] < 0 || !strcmp(s->detail, p.bufs[o->out[0]].name)) && s->dur_us >= 0 && s->ts_us >= t0;
-        double want = 0, N = (double)p.B * p.T;
+        double want = 0, N = (double)p.B * p.T, att = 4.0 * p.B * p.NH * (double)p.T * p.T * p.hd;
         if (!strcmp(s->name, "matmul_fwd")) want = 2 * N * o->IC * o->OC, nmm++;
         if (!strcmp(s->name, "matmul_bwd")) want = 2 * N * o->IC * o->OC * ((o->out[0] >= 0) + (o->out[1] >= 0)), nmm++;
+        if (!strcmp(s->name, "attention_fwd")) want = att, natt++;
+        if (!strcmp(s->name, "attention_bwd")) want = 2 * att, natt++;
         flops_ok &= fabs(s->flops - want) <= 1e-9 * want;
         sum += s->dur_us;
     }
     CHECK(order, "v2184: spans follow the plan's ops (pass, index, name, first output, step)");
-    CHECK(flops_ok && nmm > 0, "v2184: %d GEMM spans carry 2*N*IC*OC FLOPs per product, other ops 0", nmm);
+    CHECK(flops_ok && nmm > 0 && natt == 2 * p.L, "v2184: %d GEMM spans carry 2*N*IC*OC FLOPs per product, %d attention spans 4*B*NH*T^2*hd (x2 backward), other ops 0", nmm, natt);
+    /* the FLOPs of a step's spans: the plan's flops_per_token x tokens (the same convention) */
+    double tot = 0;
+    for (int i = 0; i < rec.n; i++) tot += rec.spans[i].flops;
+    CHECK(fabs(tot - p.flops_per_token * p.B * p.T) <= 1e-6 * tot, "v2184: the spans' FLOPs %.6g = flops_per_token x B x T %.6g", tot,
+          p.flops_per_token * p.B * p.T);
     CHECK(sum <= wall && sum > 0.5 * wall, "v2184: op times %.0f us within the %.0f us of forward+backward", sum, wall);
     CHECK(l1 == l0 && isfinite(l1), "v2184: profiling leaves the loss bit-identical (%.7f)", l1);
 
@@ -253,7 +260,7 @@ int main(int argc, char **argv) {
     hyp_prof_cur = &cost;
     int reps = 200000;
     double c0 = now_s();
-    for (int i = 0; i < reps; i++) hyp_prof_op(&p, &p.fwd[i % p.n_fwd], p.B * p.T, hyp_prof_now_us());
+    for (int i = 0; i < reps; i++) hyp_prof_op(&p, &p.fwd[i % p.n_fwd], p.B, p.T, hyp_prof_now_us());
     double per = (now_s() - c0) / reps * 1e9;
     hyp_prof_cur = NULL;
     CHECK(cost.n == reps && per < 2000, "v2184: one recorded op costs %.0f ns (bound 2000 ns)", per);

@@ -10,7 +10,7 @@ local M = { id = "v2184" }
 function M.sections(ctx, plan)
   local start, n = ctx.param("start_step"), ctx.param("num_steps")
   plan.profile = { start_step = start, num_steps = n, trace = "trace.json" }
-  ctx.contribute(string.format("profile: steps %d..%d timed per plan op (%d forward, %d backward) and per phase (data, communication, optimizer, checkpoint) into trace.json beside plan.json, with a per-op table (calls, ms, %% of step, GFLOP/s of the GEMMs); %s; train --profile FILE|none, --profile-steps A:B override",
+  ctx.contribute(string.format("profile: steps %d..%d timed per plan op (%d forward, %d backward) and per phase (data, communication, optimizer, checkpoint) into trace.json beside plan.json, with a per-op table (calls, ms, %% of step, GFLOP/s of the GEMMs and attention); %s; train --profile FILE|none, --profile-steps A:B override",
     math.max(start, 1), math.max(start, 1) + n - 1, #plan.forward, #plan.backward,
     plan.backend == "cpu" and "host timers" or "device events on the compute stream"))
 end
