@@ -344,9 +344,9 @@ static int write_outputs(train_prof *t, train_backend *b, hyp_err *e) {
         const memprof *m = &t->mem;
         int np = 0;
         for (int k = 0; k < m->n; k++) np += memprof_live_at(m, k, m->peak_at);
-        printf("memory profile: %s — activation arena planned %.3f MiB (v2167 plan; %.3f MiB without reuse), peak live %.3f MiB at op %d of %d (%d buffers; plan: %.3f MiB)\n",
+        printf("memory profile: %s — activation arena planned %.3f MiB (v2167 plan; %.3f MiB without reuse), peak live %.3f MiB at op %d of %d (%d buffers; plan: %.3f MiB; forward peak %.3f, backward peak %.3f MiB)\n",
                t->svg, t->p->act_bytes / 1048576.0, t->p->act_bytes_unplanned / 1048576.0, m->peak / 1048576.0, m->peak_at,
-               m->n_sched, np, t->p->act_bytes_peak_live / 1048576.0);
+               m->n_sched, np, t->p->act_bytes_peak_live / 1048576.0, m->peak_fwd / 1048576.0, m->peak_bwd / 1048576.0);
         if (t->hw >= 0)
             printf("  measured arena high-water %lld B = %.2f%% of the planned arena %lld B (its highest buffer ends at %lld B; the rest is alignment); %.3f MiB written in step %d\n",
                    (long long)t->hw, 100.0 * (double)t->hw / (double)(t->p->act_bytes ? t->p->act_bytes : 1),
