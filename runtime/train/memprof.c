@@ -127,10 +127,10 @@ int memprof_write_svg(const memprof *m, const plan_t *p, const memprof_measured 
                         "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" viewBox=\"0 0 %.0f %.0f\" "
                         "font-family=\"sans-serif\" font-size=\"11\">\n",
                     W, H, W, H);
-    hyp_sbuf_printf(&s, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n<text x=\"%.0f\" y=\"22\" font-size=\"15\" font-weight=\"bold\">memory profile: ",
+    hyp_sbuf_printf(&s, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n<text x=\"%.0f\" y=\"22\" font-size=\"13\" font-weight=\"bold\">memory profile: ",
                     X0);
     esc(&s, p->model_name);
-    hyp_sbuf_printf(&s, " (%s, B=%d, T=%d) — activation arena %.2f MiB planned (%.2f MiB without reuse), peak live %.2f MiB</text>\n",
+    hyp_sbuf_printf(&s, " (%s, B=%d, T=%d) — activation arena %.2f MiB planned (%.2f without reuse), peak live %.2f MiB</text>\n",
                     p->target, p->B, p->T, mib((double)p->act_bytes), mib((double)p->act_bytes_unplanned), mib((double)m->peak));
     hyp_sbuf_printf(&s, "<text x=\"%.0f\" y=\"42\">", X0);
     if (ms && ms->arena_high_water >= 0)
