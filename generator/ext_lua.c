@@ -59,4 +59,5 @@ void gen_register_extra(lua_State *L, int idx) {
     lua_pushcfunction(L, l_hf_export);
     lua_setfield(L, idx, "hf_export");
     gen_register_nvrtc(L, idx); /* NVRTC compile + cache (nvrtc.c); no-op without NVRTC */
+    gen_register_tokenizer(L, idx); /* gen tokenizer (tok_lua.c) */
 }
