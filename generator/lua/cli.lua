@@ -373,13 +373,13 @@ function commands.generate(args)
 end
 
 function commands.data(args)
-  local o = parse(args, { ["-o"] = "value", ["--val-fraction"] = "value", ["--force"] = "flag" })
+  local o = parse(args, { ["-o"] = "value", ["--val-fraction"] = "value", ["--force"] = "flag", ["--tokenizer"] = "value" })
   if #o._pos == 0 then U.fail("<command line>", "gen data needs at least one input text file", "e.g. gen data corpus.txt -o data/corpus") end
   if not o["-o"] then U.fail("<command line>", "gen data needs -o DIR", "e.g. gen data corpus.txt -o data/corpus") end
   local vf = tonumber(o["--val-fraction"] or "0.05")
   if not vf or vf < 0 or vf >= 1 then U.fail("<command line>", "--val-fraction must be in [0, 1)", "e.g. --val-fraction 0.05") end
   if not hyp.data_prepare then U.fail("<command line>", "this gen was built without the data pipeline", "rebuild") end
-  local rc, msg = hyp.data_prepare(o._pos, o["-o"], vf, o["--force"] and true or false)
+  local rc, msg = hyp.data_prepare(o._pos, o["-o"], vf, o["--force"] and true or false, o["--tokenizer"])
   if rc ~= 0 then io.stderr:write(msg, "\n"); return rc end
   io.write(msg, "\n")
   return 0

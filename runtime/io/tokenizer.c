@@ -275,10 +275,11 @@ int hyp_tok_read_file(const char *path, uint8_t **buf, size_t *n, hyp_err *e) {
         int r = gzread(g, b + len, want);
         if (r < 0) {
             int ze;
-            const char *msg = gzerror(g, &ze);
+            (void)gzerror(g, &ze);
             gzclose(g);
             free(b);
-            return hyp_fail(e, HYP_EINPUT, "%s: cannot read: %s — the file is corrupt (a truncated .gz?)", path, msg);
+            return hyp_fail(e, HYP_EINPUT, "%s: cannot read: %s — the file is corrupt (a truncated or damaged .gz?)", path,
+                            ze == Z_ERRNO ? strerror(errno) : "not a valid gzip stream");
         }
         if (r == 0) break;
         len += (size_t)r;

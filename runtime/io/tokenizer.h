@@ -65,4 +65,26 @@ int hyp_tok_train(const char *const *files, int n_files, int vocab_size, const c
  * tokenizer files and training text. HYP_EINPUT for a missing or unreadable file. */
 int hyp_tok_read_file(const char *path, uint8_t **buf, size_t *n, hyp_err *e);
 
+/* ---- A data directory's tokenizer (meta.json written by gen data, data.h) ---- */
+
+typedef struct {
+    char kind[16];   /* "byte" | "bpe" | "tiktoken"; "" when unknown (no meta.json, llm.c shards) */
+    char hash[17];   /* tokenizer_xxh3_64, "" for byte */
+    char source[256];/* tokenizer_source: the basename the user gave gen data */
+    int vocab, eot;  /* vocab_size; eot_id or -1 */
+    char file[4096]; /* the tokenizer copy in the directory (absolute path), "" for byte */
+} hyp_data_tok;
+
+/* Reads dir/meta.json's tokenizer fields. HYP_OK with kind "" when there is no meta.json;
+ * HYP_EINPUT when meta.json is damaged or its tokenizer file is missing. */
+int hyp_data_tok_read(const char *dir, hyp_data_tok *t, hyp_err *e);
+
+/* Can a model whose plan says tokenizer model_tokenizer ("byte" | "gpt2" | "bpe") with vocab
+ * model_vocab train on this data? "byte" needs byte data; "gpt2" data of GPT-2's vocabulary
+ * (50257, EOT 50256); "bpe" a BPE vocabulary of exactly model_vocab. Unknown data and byte data
+ * (ids 0..255, which any model embeds: the loader checks vocab_size) pass.
+ * HYP_EINPUT with "dir: what — how to fix" otherwise. */
+int hyp_data_tok_check_model(const char *dir, const hyp_data_tok *t, const char *model_tokenizer,
+                             int model_vocab, hyp_err *e);
+
 #endif
