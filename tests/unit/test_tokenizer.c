@@ -184,10 +184,10 @@ bytes_done:;
     if (mkdtemp(dir)) {
         bad_open(dir, "broken.json", "{\"model\": {\"type\": \"BPE\", ", 26, "not valid JSON");
         bad_open(dir, "wordpiece.json", "{\"model\": {\"type\": \"WordPiece\", \"vocab\": {}}}", SIZE_MAX, "not \"BPE\"");
-        bad_open(dir, "meta.json", "{\"model\": {\"type\": \"BPE\", \"vocab\": {}, \"merges\": []}, \"pre_tokenizer\": {\"type\": \"Metaspace\"}}", SIZE_MAX, "ByteLevel");
+        bad_open(dir, "metaspace.json", "{\"model\": {\"type\": \"BPE\", \"vocab\": {}, \"merges\": []}, \"pre_tokenizer\": {\"type\": \"Metaspace\"}}", SIZE_MAX, "ByteLevel");
         bad_open(dir, "ranks.tiktoken", "IQ== 0\nthis is not base64\n", SIZE_MAX, "BASE64 RANK");
         bad_open(dir, "empty.tiktoken", "", 0, "empty");
-        bad_open(dir, "binary.bin", "\x1f\x8b\0\0garbage", 11, "");
+        bad_open(dir, "binary.bin", "\x1f\x8b\0\0garbage", 11, "gzip");
         bad_open(dir, "few.tiktoken", "IQ== 0\nIg== 1\n", SIZE_MAX, "no rank");
         char p[512];
         snprintf(p, sizeof p, "%s/missing.json", dir);
