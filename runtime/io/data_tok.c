@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ckpt.h"
 #include "fsio.h"
 #include "tokenizer.h"
 
@@ -75,4 +76,29 @@ int hyp_data_tok_check_model(const char *dir, const hyp_data_tok *t, const char 
         return hyp_fail(e, HYP_EINPUT, "%s: made with tokenizer %s (%s) of vocab %d but the model's vocab_size is %d — %s",
                         dir, t->kind, t->source, t->vocab, model_vocab, fix_bpe);
     return HYP_OK;
+}
+
+int hyp_data_tok_check_init(const char *path, const hyp_data_tok *t, hyp_err *e) {
+    if (!t->kind[0]) return HYP_OK;
+    char state[8400], step[4096] = "";
+    snprintf(state, sizeof state, "%s/state.json", path);
+    if (!hyp_fs_exists(state)) {
+        hyp_err le;
+        if (hyp_ckpt_latest(path, step, sizeof step, &le) != HYP_OK || !step[0]) return HYP_OK; /* HF dir */
+        snprintf(state, sizeof state, "%s/state.json", step);
+    }
+    char *txt = NULL;
+    if (hyp_fs_read_small(state, 16u << 20, &txt, NULL, NULL) != HYP_OK) return HYP_OK; /* the loader reports it */
+    cJSON *j = cJSON_Parse(txt);
+    free(txt);
+    const cJSON *tk = cJSON_GetObjectItemCaseSensitive(j, "data_tokenizer");
+    const cJSON *k = cJSON_GetObjectItemCaseSensitive(tk, "kind");
+    const cJSON *h = cJSON_GetObjectItemCaseSensitive(tk, "xxh3_64");
+    int rc = HYP_OK;
+    if (cJSON_IsString(k) && cJSON_IsString(h) &&
+        (strcmp(k->valuestring, t->kind) != 0 || strcmp(h->valuestring, t->hash) != 0))
+        rc = hyp_fail(e, HYP_EINPUT, "%s: --init-from weights trained on data of tokenizer %s %s, but this data was made with %s %s (%s) — continue on data made with that tokenizer, or start from scratch",
+                      state, k->valuestring, h->valuestring, t->kind, t->hash, t->source[0] ? t->source : "bytes");
+    cJSON_Delete(j);
+    return rc;
 }

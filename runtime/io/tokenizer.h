@@ -87,4 +87,9 @@ int hyp_data_tok_read(const char *dir, hyp_data_tok *t, hyp_err *e);
 int hyp_data_tok_check_model(const char *dir, const hyp_data_tok *t, const char *model_tokenizer,
                              int model_vocab, hyp_err *e);
 
+/* --init-from PATH (a checkpoint directory or step directory of ours): HYP_EINPUT when its
+ * state.json records a data tokenizer other than t's. Hugging Face directories and checkpoints
+ * that record none pass. */
+int hyp_data_tok_check_init(const char *path, const hyp_data_tok *t, hyp_err *e);
+
 #endif

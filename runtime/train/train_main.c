@@ -795,7 +795,8 @@ static int run(int argc, char **argv, hyp_coll *coll) {
     }
     /* v2125: data made for another vocabulary is refused before anything starts */
     if (!a->sample_mode && a->data &&
-        ((rc = hyp_data_tok_read(a->data, &r.dtok, &e)) || (rc = hyp_data_tok_check_model(a->data, &r.dtok, p->tokenizer, p->V, &e)))) {
+        ((rc = hyp_data_tok_read(a->data, &r.dtok, &e)) || (rc = hyp_data_tok_check_model(a->data, &r.dtok, p->tokenizer, p->V, &e)) ||
+         (a->init_from && (rc = hyp_data_tok_check_init(a->init_from, &r.dtok, &e))))) {
         fprintf(stderr, "train: %s\n", e.msg);
         plan_free(p);
         return rc;

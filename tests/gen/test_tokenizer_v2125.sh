@@ -51,7 +51,7 @@ check test_v2125_gpt2_meta python3 -c "import json,sys; m=json.load(open('$TMP/d
 printf '{"model": {"type": "BPE", ' > "$TMP/broken.json"
 printf 'abc\0def' > "$TMP/bin.txt"
 : > "$TMP/empty.txt"
-expect test_v2125_broken_tokenizer_refused 2 "^[^\n]*broken.json: not valid JSON .* — " -- "$GEN" data "$TMP/a.txt" -o "$TMP/dbad" --tokenizer "$TMP/broken.json"
+expect test_v2125_broken_tokenizer_refused 2 "^/.*broken.json: not valid JSON .* — " -- "$GEN" data "$TMP/a.txt" -o "$TMP/dbad" --tokenizer "$TMP/broken.json"
 check test_v2125_broken_tokenizer_writes_nothing test ! -e "$TMP/dbad"
 expect test_v2125_missing_tokenizer_refused 2 "nope.json: No such file" -- "$GEN" data "$TMP/a.txt" -o "$TMP/dbad" --tokenizer "$TMP/nope.json"
 expect test_v2125_binary_source_refused 2 "bin.txt: NUL byte at offset 3" -- "$GEN" data "$TMP/bin.txt" -o "$TMP/dbad" --tokenizer "$TMP/tk/tokenizer.json"
@@ -71,7 +71,9 @@ expect test_v2125_gen_sizes_model 0 "" -- "$GEN" "$T" --enable adamw,bpe --set v
 expect test_v2125_audit_vocab_and_bytes_per_token 0 "vocab_size 256 -> 512 .*bytes/token" -- "$GEN" audit "$TMP/g"
 TR=(--batch 2 --seq 32 --eval-every 0 --lr 3e-3)
 expect test_v2125_train_on_bpe_data 0 "done: 4 steps" -- "$TMP/g/train" --data "$TMP/d" --steps 4 "${TR[@]}" --ckpt-dir "$TMP/ck" --ckpt-every 4 --sample 0
-expect test_v2125_sample_decodes_text 0 "^Hyperion[^0-9]" -- "$TMP/g/train" sample --ckpt-dir "$TMP/ck" --sample 12 --prompt Hyperion
+expect test_v2125_sample_runs 0 "^Hyperion" -- "$TMP/g/train" sample --ckpt-dir "$TMP/ck" --sample 12 --prompt Hyperion
+"$TMP/g/train" sample --ckpt-dir "$TMP/ck" --sample 12 --prompt Hyperion > "$TMP/sample.txt" 2>&1
+check test_v2125_sample_is_text_not_ids bash -c "! grep -Eq '^Hyperion ?[0-9]+ [0-9]+ ' '$TMP/sample.txt'"
 check test_v2125_checkpoint_records_tokenizer grep -q "\"xxh3_64\":[[:space:]]*\"$hash\"" "$TMP/ck/step_00000004/state.json"
 
 # --- data made with another tokenizer --------------------------------------------------------------
@@ -82,6 +84,8 @@ expect test_v2125_bpe_model_refuses_byte_data 2 "byte-level data, but the model 
 "$GEN" data "$TMP/a.txt" -o "$TMP/d2" --tokenizer "$TMP/tk2/tokenizer.json" >/dev/null
 expect test_v2125_resume_refuses_other_tokenizer 2 "trained on data of tokenizer bpe $hash but --data $TMP/d2 was made with bpe" \
   -- "$TMP/g/train" --data "$TMP/d2" --steps 5 "${TR[@]}" --ckpt-dir "$TMP/ck" --resume
+expect test_v2125_init_from_refuses_other_tokenizer 2 "init-from weights trained on data of tokenizer bpe $hash, but this data was made with bpe" \
+  -- "$TMP/g/train" --data "$TMP/d2" --steps 1 "${TR[@]}" --init-from "$TMP/ck"
 cp "$TMP/tk2/tokenizer.json" "$TMP/d/tokenizer.json"
 expect test_v2125_sample_refuses_replaced_tokenizer 2 "tokenizer.json: xxh3 .* but the checkpoint was trained with tokenizer $hash" \
   -- "$TMP/g/train" sample --ckpt-dir "$TMP/ck" --sample 4
