@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#define XXH_INLINE_ALL /* the hash of every lookup: inlined, not a library call */
 #include <xxhash.h>
 #include <zlib.h>
 
@@ -655,6 +656,10 @@ static int encode_piece(hyp_tok *t, const uint8_t *p, size_t n, int32_t **ids, s
     if (grow_ids(ids, cap, *len + n)) return -1;
     int32_t *out = *ids + *len;
     if (n == 1) { out[0] = t->byte_id[p[0]]; (*len)++; return 0; }
+    if (t->mode == MODE_RANKS) { /* tiktoken's own shortcut: a pre-token that is a token is it */
+        int32_t id = tmap_get(t, p, n);
+        if (id >= 0) { out[0] = id; (*len)++; return 0; }
+    }
     if (n > CACHE_MAX_BYTES) {
         if (scratch(t, n)) return -1;
         *len += bpe_word(t, p, n, out);
