@@ -263,13 +263,7 @@ static int write_meta(const char *tmpdir, const hyp_data_opts *o, const hyp_tok 
     cJSON_AddNumberToObject(m, "format_version", 1);
     cJSON_AddStringToObject(m, "tokenizer", hyp_tok_kind(tok));
     cJSON_AddNumberToObject(m, "vocab_size", o->vocab_size);
-    if (tok_file) { /* v2125: what the trainer and `train sample` check and decode with */
-        const char *base = strrchr(o->tokenizer, '/');
-        cJSON_AddStringToObject(m, "tokenizer_file", tok_file);
-        cJSON_AddStringToObject(m, "tokenizer_source", base ? base + 1 : o->tokenizer);
-        cJSON_AddStringToObject(m, "tokenizer_xxh3_64", hyp_tok_hash(tok));
-    }
-    if (hyp_tok_eot(tok) >= 0) cJSON_AddNumberToObject(m, "eot_id", hyp_tok_eot(tok));
+    hyp_data_tok_meta(m, tok, o->tokenizer, tok_file); /* v2125: tokenizer_*, eot_id */
     cJSON_AddNumberToObject(m, "shard_version", tokbytes == 2 ? 1 : 2);
     cJSON_AddStringToObject(m, "token_dtype", tokbytes == 2 ? "uint16" : "uint32");
     cJSON_AddNumberToObject(m, "val_fraction", o->val_fraction);
@@ -422,10 +416,7 @@ static int encode_sources(hyp_tok *tok, const char *spec, const char *tok_file, 
     char path[4200];
     uint8_t *buf = NULL;
     size_t n = 0;
-    int rc = hyp_tok_read_file(spec, &buf, &n, e);
-    join(path, sizeof path, dir, tok_file);
-    if (!rc) rc = hyp_fs_write_atomic(path, buf, n, e);
-    free(buf);
+    int rc = hyp_data_tok_copy(spec, dir, tok_file, e);
     if (rc) return rc;
     join(path, sizeof path, dir, ".tokens");
     int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
@@ -479,9 +470,7 @@ int hyp_data_prepare(const char *const *inputs, int n_inputs, const char *outdir
 
 static int prepare(const char *const *inputs, int n_inputs, const char *outdir, hyp_data_opts o,
                    hyp_tok *tok, hyp_err *e) {
-    const char *tok_file = !o.tokenizer ? NULL
-                           : !strcmp(hyp_tok_kind(tok), "bpe") ? HYP_DATA_TOK_JSON
-                                                               : HYP_DATA_TOK_TIKTOKEN;
+    const char *tok_file = o.tokenizer ? hyp_data_tok_file(tok) : NULL;
     if (!outdir || !outdir[0])
         return hyp_fail(e, HYP_EINPUT, "gen data: no output directory given — pass --out DIR");
     if (n_inputs <= 0 || !inputs)

@@ -8,8 +8,39 @@
 #include <string.h>
 
 #include "ckpt.h"
+#include "data.h"
 #include "fsio.h"
 #include "tokenizer.h"
+
+/* ---- gen data's side (data.c calls these; kept here so the shard writer stays tokenizer-blind) */
+
+const char *hyp_data_tok_file(const hyp_tok *tok) {
+    if (!strcmp(hyp_tok_kind(tok), "byte")) return NULL;
+    return !strcmp(hyp_tok_kind(tok), "bpe") ? HYP_DATA_TOK_JSON : HYP_DATA_TOK_TIKTOKEN;
+}
+
+int hyp_data_tok_copy(const char *spec, const char *dir, const char *name, hyp_err *e) {
+    uint8_t *buf = NULL;
+    size_t n = 0;
+    char path[4200];
+    int rc = hyp_tok_read_file(spec, &buf, &n, e); /* decompressed: its xxh3 is the recorded hash */
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    if (!rc) rc = hyp_fs_write_atomic(path, buf, n, e);
+    free(buf);
+    return rc;
+}
+
+void hyp_data_tok_meta(cJSON *m, const hyp_tok *tok, const char *spec, const char *name) {
+    if (name && spec) {
+        const char *base = strrchr(spec, '/');
+        cJSON_AddStringToObject(m, "tokenizer_file", name);
+        cJSON_AddStringToObject(m, "tokenizer_source", base ? base + 1 : spec);
+        cJSON_AddStringToObject(m, "tokenizer_xxh3_64", hyp_tok_hash(tok));
+    }
+    if (hyp_tok_eot(tok) >= 0) cJSON_AddNumberToObject(m, "eot_id", hyp_tok_eot(tok));
+}
+
+/* ---- the trainer's side */
 
 int hyp_data_tok_read(const char *dir, hyp_data_tok *t, hyp_err *e) {
     memset(t, 0, sizeof *t);

@@ -65,7 +65,16 @@ int hyp_tok_train(const char *const *files, int n_files, int vocab_size, const c
  * tokenizer files and training text. HYP_EINPUT for a missing or unreadable file. */
 int hyp_tok_read_file(const char *path, uint8_t **buf, size_t *n, hyp_err *e);
 
-/* ---- A data directory's tokenizer (meta.json written by gen data, data.h) ---- */
+/* ---- A data directory's tokenizer (meta.json written by gen data, data.h; data_tok.c) ---- */
+
+/* gen data's side. The name of the tokenizer's copy in a data directory (HYP_DATA_TOK_JSON or
+ * HYP_DATA_TOK_TIKTOKEN), NULL for byte; the copy (decompressed) of file spec into dir/name;
+ * meta.json's tokenizer_file, tokenizer_source, tokenizer_xxh3_64 (when name) and eot_id (when
+ * the tokenizer has one) added to the cJSON object m. */
+struct cJSON;
+const char *hyp_data_tok_file(const hyp_tok *tok);
+int hyp_data_tok_copy(const char *spec, const char *dir, const char *name, hyp_err *e);
+void hyp_data_tok_meta(struct cJSON *m, const hyp_tok *tok, const char *spec, const char *name);
 
 typedef struct {
     char kind[16];   /* "byte" | "bpe" | "tiktoken"; "" when unknown (no meta.json, llm.c shards) */
