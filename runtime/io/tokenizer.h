@@ -15,7 +15,8 @@
  * Merge semantics. A tokenizer.json merges the adjacent pair with the lowest merge index (the
  * `tokenizers` rule); a tiktoken file merges the adjacent pair whose concatenation has the lowest
  * rank (tiktoken's rule). Both run per pre-token with a binary heap (O(n log n) in its length)
- * and are memoized per pre-token. */
+ * and are memoized per pre-token. A hyp_tok is not thread-safe (its cache and scratch are
+ * shared by calls): one per thread. */
 #ifndef HYP_TOKENIZER_H
 #define HYP_TOKENIZER_H
 
