@@ -56,7 +56,8 @@ typedef struct {
 void hyp_data_opts_default(hyp_data_opts *o);
 
 /* Tokenizes the concatenation of inputs (plain text files; "-" = stdin) with the byte tokenizer
- * (token = byte value) and writes outdir/{train,val}_NNNNNN.bin + outdir/meta.json. The output
+ * (token = byte value), or opts->tokenizer (each input one document, after its EOT), and writes
+ * outdir/{train,val}_NNNNNN.bin + outdir/meta.json (+ the tokenizer's copy). The output
  * is built in a sibling "outdir.tmp-XXXXXX" and renamed into place, so outdir is either absent,
  * the old one, or complete. opts may be NULL for the defaults. Errors (HYP_EINPUT, message names
  * the file): a missing, unreadable, empty or non-text (NUL bytes) input, an existing non-empty
