@@ -1,5 +1,6 @@
 /* data.c — the shard writer (hyp_data_prepare: the byte tokenizer, or a BPE one from
- * tokenizer.c through encode_document), the shard verifier, and the batch loader. Formats, sampling and guarantees are documented in data.h. */
+ * tokenizer.c through encode_document), the shard verifier, and the batch loader. Formats,
+ * sampling and guarantees are documented in data.h. */
 #include "data.h"
 
 #include <cjson/cJSON.h>
