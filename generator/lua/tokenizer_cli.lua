@@ -21,6 +21,10 @@ function M.main(args, parse)
     local irc, info = hyp.tok_info(o["-o"] .. "/tokenizer.json")
     if irc ~= 0 then io.stderr:write(info, "\n"); return irc end
     io.write(msg, string.format("; vocab %d, <|endoftext|> = %d, xxh3 %s\n", info.vocab, info.eot, info.hash))
+    if info.vocab < v then
+      io.write(string.format("gen: note: vocab %d < --vocab %d: every pre-token of the corpus is already one token (no pair left to merge)\n",
+        info.vocab, math.tointeger(v)))
+    end
     return 0
   elseif sub == "encode" or sub == "decode" or sub == "info" then
     local o = parse(rest, {})
