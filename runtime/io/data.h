@@ -4,11 +4,17 @@
  * On disk (a data directory, e.g. data/tiny/):
  *   train_000000.bin, train_000001.bin, ...   token shards, llm.c format (below)
  *   val_000000.bin, ...                       (absent when val_fraction is 0)
+ *   train_000000.docs, ...                    document starts of each shard (below)
  *   meta.json                                 tokenizer, vocab_size, token counts, sources,
- *                                             and an xxh3-64 checksum of every shard
+ *                                             documents, and an xxh3-64 checksum of every
+ *                                             shard and sidecar
+ *   report.json                               what each data-preparation stage did (docs.h)
  * A shard is 256 int32 (little-endian) then the tokens:
  *   header[0] = 20240520 (magic), header[1] = version: 1 = uint16 tokens (llm.c),
  *   2 = uint32 tokens (our extension for vocabularies above 65536), header[2] = token count.
+ * A sidecar S.docs is 256 int32 (header[0] = 20240521, header[1] = 1, header[2] = n documents)
+ * then n uint64 token offsets within S.bin, ascending, the first 0: where each document starts
+ * (a document cut by a shard boundary starts again at offset 0 of the next shard).
  * The loader also reads llm.c's own shards (fineweb_train_000001.bin, tiny_shakespeare_val.bin):
  * a file belongs to split S when its name ends in ".bin" and contains S as an '_'-separated word.
  *
@@ -31,6 +37,9 @@
 
 #define HYP_SHARD_MAGIC 20240520
 #define HYP_SHARD_HEADER_INTS 256
+#define HYP_DOCS_MAGIC 20240521 /* S.docs sidecars: document starts in shard S.bin */
+
+struct hyp_stages_s;
 
 /* ---- Writing shards: `gen data` ---- */
 
@@ -41,13 +50,17 @@ typedef struct {
     int vocab_size;        /* default 256 (the byte tokenizer); > 65536 writes uint32 shards */
     int overwrite;         /* replace an existing, non-empty outdir (only if it holds nothing
                               but a previous gen data's files); default 0 = refuse */
+    const char *doc_sep;   /* plain-text inputs: a line equal to this separates documents;
+                              NULL = each file is one document (docs.h) */
+    const struct hyp_stages_s *stages; /* filter/dedup/mix/curriculum (docs.h); NULL = none */
 } hyp_data_opts;
 
 /* Fills the defaults above. */
 void hyp_data_opts_default(hyp_data_opts *o);
 
-/* Tokenizes the concatenation of inputs (plain text files; "-" = stdin) with the byte tokenizer
- * (token = byte value) and writes outdir/{train,val}_NNNNNN.bin + outdir/meta.json. The output
+/* Reads the documents of the inputs (docs.h: .jsonl, plain text, .gz; "-" = stdin), runs the
+ * stages (opts->stages), tokenizes each document with the byte tokenizer (token = byte value) and
+ * writes the stream, split train/val by tokens, as outdir/{train,val}_NNNNNN.bin + outdir/meta.json. The output
  * is built in a sibling "outdir.tmp-XXXXXX" and renamed into place, so outdir is either absent,
  * the old one, or complete. opts may be NULL for the defaults. Errors (HYP_EINPUT, message names
  * the file): a missing, unreadable, empty or non-text (NUL bytes) input, an existing non-empty

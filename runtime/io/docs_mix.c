@@ -1,0 +1,151 @@
+/* docs_mix.c — domain mixing (v2121): every input is a domain; the output stream draws each
+ * document's domain at random with the target proportions (given weights, or domain sizes
+ * flattened by a temperature), then takes that domain's next document (domains are shuffled and,
+ * when one runs out, reshuffled and repeated — the report counts repeats). The realized counts
+ * are Multinomial(size, p), which is what the tests check. Never: changes a document. */
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "docs.h"
+#include "rng.h"
+
+static void shuffle(uint32_t *v, size_t n, hyp_rng *r) {
+    for (size_t i = n; i > 1; i--) {
+        size_t j = (size_t)hyp_rng_below(r, i);
+        uint32_t t = v[i - 1];
+        v[i - 1] = v[j];
+        v[j] = t;
+    }
+}
+
+int hyp_mix_run(const hyp_docs *d, int S, const hyp_mix_opts *o, uint32_t **ids_io, size_t *n,
+                cJSON *rep, hyp_err *e) {
+    uint32_t *ids = *ids_io;
+    if (o->n_weights && o->n_weights != S)
+        return hyp_fail(e, HYP_EINPUT, "mixing: %d weight%s for %d input%s — give one weight per "
+                        "input, in the order of the inputs (e.g. --set mixing.weights=0.7,0.3)",
+                        o->n_weights, o->n_weights == 1 ? "" : "s", S, S == 1 ? "" : "s");
+    double *p = calloc((size_t)S, sizeof *p);
+    size_t *cnt = calloc((size_t)S, sizeof *cnt), *pos = calloc((size_t)S, sizeof *pos);
+    size_t *drawn = calloc((size_t)S, sizeof *drawn), *rep_n = calloc((size_t)S, sizeof *rep_n);
+    uint64_t *bytes = calloc((size_t)S, sizeof *bytes);
+    uint32_t **dom = calloc((size_t)S, sizeof *dom);
+    uint32_t *out = NULL;
+    int rc = HYP_OK;
+    if (!p || !cnt || !pos || !drawn || !rep_n || !bytes || !dom) {
+        rc = hyp_fail(e, HYP_EFAIL, "mixing: out of memory");
+        goto done;
+    }
+    for (size_t i = 0; i < *n; i++) cnt[d->source[ids[i]]]++;
+    for (int s = 0; s < S; s++) {
+        dom[s] = malloc((cnt[s] + 1) * sizeof **dom);
+        if (!dom[s]) {
+            rc = hyp_fail(e, HYP_EFAIL, "mixing: out of memory");
+            goto done;
+        }
+        cnt[s] = 0;
+    }
+    for (size_t i = 0; i < *n; i++) {
+        int s = d->source[ids[i]];
+        dom[s][cnt[s]++] = ids[i];
+    }
+    double sum = 0;
+    for (int s = 0; s < S; s++) {
+        double w = o->n_weights ? o->weights[s] : pow((double)cnt[s], 1.0 / o->temperature);
+        if (!(w >= 0) || !isfinite(w)) {
+            rc = hyp_fail(e, HYP_EINPUT, "mixing: weight %d is %g — weights are finite numbers "
+                          ">= 0", s + 1, w);
+            goto done;
+        }
+        p[s] = w;
+        sum += w;
+    }
+    if (!(sum > 0)) {
+        rc = hyp_fail(e, HYP_EINPUT, "mixing: the weights sum to 0 — give at least one positive "
+                      "weight");
+        goto done;
+    }
+    double limit = INFINITY;
+    for (int s = 0; s < S; s++) {
+        p[s] /= sum;
+        if (p[s] > 0 && cnt[s] == 0) {
+            rc = hyp_fail(e, HYP_EINPUT, "mixing: input %d has weight %g but no document left "
+                          "(after filter/dedup) — drop it or give it weight 0", s + 1, p[s]);
+            goto done;
+        }
+        if (p[s] > 0 && (double)cnt[s] / p[s] < limit) limit = (double)cnt[s] / p[s];
+    }
+    uint64_t size = o->size ? o->size : (uint64_t)floor(limit + 1e-9);
+    if (size == 0) size = 1;
+    if (size > 0xffffffffull) {
+        rc = hyp_fail(e, HYP_EINPUT, "mixing: size %llu is too large — at most 2^32 - 1 "
+                      "documents", (unsigned long long)size);
+        goto done;
+    }
+    out = malloc((size_t)size * sizeof *out);
+    if (!out) {
+        rc = hyp_fail(e, HYP_EFAIL, "mixing: out of memory for %llu documents",
+                      (unsigned long long)size);
+        goto done;
+    }
+    hyp_rng r;
+    hyp_rng_seed2(&r, o->seed, 0x6d6978); /* "mix" */
+    for (int s = 0; s < S; s++) shuffle(dom[s], cnt[s], &r);
+    for (uint64_t k = 0; k < size; k++) {
+        double u = hyp_rng_uniform_f64(&r), c = 0;
+        int s = -1;
+        for (int q = 0; q < S; q++) {
+            if (p[q] <= 0) continue;
+            s = q;
+            c += p[q];
+            if (u < c) break;
+        }
+        if (pos[s] == cnt[s]) { /* domain exhausted: reshuffle and repeat */
+            shuffle(dom[s], cnt[s], &r);
+            pos[s] = 0;
+        }
+        if (drawn[s] >= cnt[s]) rep_n[s]++;
+        uint32_t id = dom[s][pos[s]++];
+        out[k] = id;
+        drawn[s]++;
+        bytes[s] += d->len[id];
+    }
+    cJSON_AddNumberToObject(rep, "documents_in", (double)*n);
+    cJSON_AddNumberToObject(rep, "documents_out", (double)size);
+    cJSON_AddStringToObject(rep, "proportions", o->n_weights ? "weights" : "sizes^(1/temperature)");
+    cJSON_AddNumberToObject(rep, "temperature", o->temperature);
+    cJSON_AddNumberToObject(rep, "seed", (double)o->seed);
+    uint64_t total_bytes = 0;
+    for (int s = 0; s < S; s++) total_bytes += bytes[s];
+    cJSON *arr = cJSON_AddArrayToObject(rep, "sources");
+    for (int s = 0; s < S; s++) {
+        cJSON *x = cJSON_CreateObject();
+        cJSON_AddNumberToObject(x, "source", s);
+        cJSON_AddNumberToObject(x, "documents_available", (double)cnt[s]);
+        cJSON_AddNumberToObject(x, "target_share", p[s]);
+        cJSON_AddNumberToObject(x, "documents_drawn", (double)drawn[s]);
+        cJSON_AddNumberToObject(x, "realized_share", (double)drawn[s] / (double)size);
+        cJSON_AddNumberToObject(x, "repeated", (double)rep_n[s]);
+        cJSON_AddNumberToObject(x, "bytes", (double)bytes[s]);
+        cJSON_AddNumberToObject(x, "byte_share", total_bytes ? (double)bytes[s] / (double)total_bytes : 0);
+        cJSON_AddItemToArray(arr, x);
+    }
+    free(*ids_io);
+    *ids_io = out;
+    out = NULL;
+    *n = (size_t)size;
+done:
+    free(out);
+    if (dom)
+        for (int s = 0; s < S; s++) free(dom[s]);
+    free(dom);
+    free(p);
+    free(cnt);
+    free(pos);
+    free(drawn);
+    free(rep_n);
+    free(bytes);
+    return rc;
+}
