@@ -13,8 +13,11 @@ usage:
   gen explain TREE NAME [--json]          one spec (id, name or alias) in full
   gen audit TREE --enable LIST [--target T] [--model M] [--json]
   gen audit OUTDIR [--json]               the audit of a generated trainer
-  gen data INPUT... -o DIR [--val-fraction F] [--force]
-                                          pre-tokenize text into training shards
+  gen data INPUT... -o DIR [--val-fraction F] [--force] [--doc-sep SEP]
+           [--enable dedup,filter,mixing,curriculum] [--set NAME.p=v ...]
+                                          documents (.jsonl "text", .txt, SEP-separated, .gz)
+                                          through the data stages into training shards with
+                                          .docs sidecars and DIR/report.json
   gen size --model M [--hw LIST] [...]    size a training run (see gen size --help)
   gen export CKPT -o DIR [--plan PLAN]    a checkpoint as a Hugging Face model directory
                                           (GPT2LMHeadModel, LlamaForCausalLM, Qwen3ForCausalLM);
@@ -24,7 +27,8 @@ usage:
 options:
   --enable LIST   comma-separated aliases, spec ids or names, and presets (repeatable)
   --target T      cpu | sim | sm_80 | sm_86 | sm_89 | sm_90 | ... (default cpu)
-  --set K=V       override a parameter of an active spec, e.g. --set v2104.stage=2
+  --set K=V       override a parameter of an active spec, e.g. --set v2104.stage=2 (or by spec name
+                  or alias: --set dedup.threshold=0.7, --set mixing.weights=0.7,0.3)
   --allow-planned generate even though the selection activates planned specs (they contribute
                   nothing: each is named in a warning and in the audit)
 A selection that activates a planned spec is refused (exit 2); a partial spec is named in a
@@ -370,16 +374,7 @@ function commands.generate(args)
 end
 
 function commands.data(args)
-  local o = parse(args, { ["-o"] = "value", ["--val-fraction"] = "value", ["--force"] = "flag" })
-  if #o._pos == 0 then U.fail("<command line>", "gen data needs at least one input text file", "e.g. gen data corpus.txt -o data/corpus") end
-  if not o["-o"] then U.fail("<command line>", "gen data needs -o DIR", "e.g. gen data corpus.txt -o data/corpus") end
-  local vf = tonumber(o["--val-fraction"] or "0.05")
-  if not vf or vf < 0 or vf >= 1 then U.fail("<command line>", "--val-fraction must be in [0, 1)", "e.g. --val-fraction 0.05") end
-  if not hyp.data_prepare then U.fail("<command line>", "this gen was built without the data pipeline", "rebuild") end
-  local rc, msg = hyp.data_prepare(o._pos, o["-o"], vf, o["--force"] and true or false)
-  if rc ~= 0 then io.stderr:write(msg, "\n"); return rc end
-  io.write(msg, "\n")
-  return 0
+  return require("data_cli").main(args, parse, check_statuses)
 end
 
 -- The plan that describes CKPT's model: --plan, else the first plan.json in CKPT or the three
