@@ -76,9 +76,10 @@ typedef struct {
 } hyp_dedup_opts;
 
 void hyp_dedup_opts_default(hyp_dedup_opts *o);
-/* The permutation family, datasketch's "legacy" scheme (its default before 2.0.0): h_i(x) = ((a_i * x + b_i) mod 2^64) mod (2^61 - 1)
- * masked to 32 bits, with x = the low 32 bits of XXH3_64 of the shingle's bytes; (a_i, b_i)
- * drawn from splitmix64(seed): a in [1, 2^61 - 2], b in [0, 2^61 - 2]. */
+/* The permutation family, datasketch's "legacy" scheme (its default before 2.0.0):
+ * h_i(x) = ((a_i * x + b_i) mod 2^64) mod (2^61 - 1) masked to 32 bits, with x = the low 32
+ * bits of XXH3_64 of the shingle's bytes; (a_i, b_i) drawn from splitmix64(seed): a in
+ * [1, 2^61 - 2], b in [0, 2^61 - 2]. */
 void hyp_minhash_perms(uint64_t seed, int num_perm, uint64_t *a, uint64_t *b);
 /* The MinHash signature (num_perm values) of a document: its shingles are the sequences of
  * ngram consecutive words of the normalized text (lowercase ASCII, words split at whitespace)

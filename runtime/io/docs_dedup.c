@@ -5,10 +5,9 @@
  * their estimated Jaccard similarity (share of equal signature values) is >= threshold (near);
  * its cluster representative (the report's "kept") is that kept document (for near: the
  * candidate of highest estimate, the earliest on ties). Removed documents never represent.
- * The permutation family is datasketch's legacy scheme (docs.h), so datasketch.MinHash(scheme=
- * "legacy", hashfunc=low 32 bits of
- * XXH3_64, permutations=(a, b)) reproduces every signature bit for bit
- * (tests/reference/make_dedup_fixture.py). Never: changes bytes or order of kept documents. */
+ * The permutation family is datasketch's legacy scheme (docs.h), so datasketch.MinHash(
+ * scheme="legacy", hashfunc=low 32 bits of XXH3_64, permutations=(a, b)) reproduces every
+ * signature bit for bit (tests/reference/make_dedup_fixture.py). Never: changes bytes or order of kept documents. */
 #include <cjson/cJSON.h>
 #include <stdlib.h>
 #include <string.h>
