@@ -23,7 +23,6 @@ local function stages(o, n_inputs, check_statuses)
   local tree_path = o["--tree"] or (hyp.home .. "/specs/v2500.yaml")
   local tree = require("tree").load(tree_path)
   local cfg = require("resolve").resolve(tree, { enable = o["--enable"], set = o["--set"] or {}, target = "cpu" })
-  check_statuses(tree, cfg, o["--allow-planned"])
   local T = require("techniques")
   local mods = T.all()
   local contrib = {}
@@ -38,6 +37,8 @@ local function stages(o, n_inputs, check_statuses)
         table.concat(a.reasons, ", ")), "enable it when generating the trainer (gen TREE --enable ...); gen data takes the data-preparation stages dedup, filter, mixing, curriculum")
     end
   end
+  -- refusals above come first, so a bad selection prints its one line and no warnings
+  check_statuses(tree, cfg, o["--allow-planned"])
   return pipe
 end
 

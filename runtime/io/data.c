@@ -567,9 +567,11 @@ int hyp_data_prepare(const char *const *inputs, int n_inputs, const char *outdir
     rc = hyp_stages_select(&docs, n_inputs, st, &ids, &n_items, stages, e);
     if (rc != HYP_OK) goto done;
     if (n_items == 0) {
-        rc = hyp_fail(e, HYP_EINPUT, "%s: no document is left after the stages (%llu read) — "
+        char why[160];
+        hyp_stages_why_empty(stages, why, sizeof why);
+        rc = hyp_fail(e, HYP_EINPUT, "%s: no document is left after the stages (%llu read%s) — "
                       "loosen the filter thresholds (see --set) or give more text", src[0].path,
-                      (unsigned long long)docs.n);
+                      (unsigned long long)docs.n, why);
         goto done;
     }
 

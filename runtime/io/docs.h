@@ -137,6 +137,9 @@ struct cJSON;
  * the report array `stages`. n_sources: inputs (the mixing domains). */
 int hyp_stages_select(const hyp_docs *d, int n_sources, const hyp_stages *s, uint32_t **ids,
                       size_t *n, struct cJSON *stages, hyp_err *e);
+/* "; the filter's rule R removed N" (the rule that removed most), or "" — for the message when
+ * no document is left. */
+void hyp_stages_why_empty(const struct cJSON *stages, char *out, size_t cap);
 /* Appends {"stage": stage, "spec": spec} to the report array and returns it for the stage to fill. */
 struct cJSON *hyp_stage_report(struct cJSON *stages, const char *stage, const char *spec);
 

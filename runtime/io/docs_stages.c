@@ -3,6 +3,7 @@
  * Never: runs a stage that is off, or reorders the stages (filtering first keeps dedup cheap;
  * dedup before mixing keeps duplicates across domains out of the mixture). */
 #include <cjson/cJSON.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "docs.h"
@@ -39,4 +40,17 @@ int hyp_stages_select(const hyp_docs *d, int n_sources, const hyp_stages *s, uin
     if (rc == HYP_OK && s->mix_on)
         rc = hyp_mix_run(d, n_sources, &s->mix, ids, n, hyp_stage_report(stages, "mixing", s->mix_spec), e);
     return rc;
+}
+
+void hyp_stages_why_empty(const cJSON *stages, char *out, size_t cap) {
+    out[0] = '\0';
+    const cJSON *st;
+    cJSON_ArrayForEach(st, stages) {
+        const cJSON *rr = cJSON_GetObjectItem(st, "removed_by_rule");
+        if (!rr) continue;
+        const cJSON *best = NULL, *r;
+        cJSON_ArrayForEach(r, rr) if (!best || r->valuedouble > best->valuedouble) best = r;
+        if (best && best->valuedouble > 0)
+            snprintf(out, cap, "; the filter's rule %s removed %.0f", best->string, best->valuedouble);
+    }
 }
