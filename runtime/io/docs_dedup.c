@@ -102,8 +102,13 @@ static void minhash_norm(const uint8_t *norm, size_t nlen, const size_t *ws, siz
         size_t end = lastw < nw ? ws[lastw] - 1 : nlen;                 /* drop the space */
         uint64_t x = XXH3_64bits(norm + start, end - start) & 0xffffffffull;
         for (int i = 0; i < num_perm; i++) {
-            uint64_t v = ((a[i] * x + b[i]) % MERSENNE61) & 0xffffffffull;
-            if (v < sig[i]) sig[i] = (uint32_t)v;
+            /* (a x + b) mod 2^64, then mod 2^61 - 1 without a division: y = hi 2^61 + lo gives
+             * y = hi + lo (mod 2^61 - 1), and hi + lo < 2 (2^61 - 1) */
+            uint64_t y = a[i] * x + b[i];
+            uint64_t v = (y & MERSENNE61) + (y >> 61);
+            v = v >= MERSENNE61 ? v - MERSENNE61 : v;
+            v &= 0xffffffffull;
+            sig[i] = v < sig[i] ? (uint32_t)v : sig[i];
         }
     }
 }
