@@ -297,6 +297,7 @@ static int write_meta(const char *tmpdir, const hyp_data_opts *o, int tokbytes, 
     cJSON_AddNumberToObject(m, "shard_tokens", (double)o->shard_tokens);
     cJSON_AddNumberToObject(m, "train_tokens", (double)n_train);
     cJSON_AddNumberToObject(m, "val_tokens", (double)n_val);
+    if (o->stages && o->stages->curriculum_on) cJSON_AddStringToObject(m, "train_order", "curriculum");
     uint64_t docs = 0;
     for (int i = 0; i < n_sh; i++) docs += sh[i].docs;
     cJSON_AddNumberToObject(m, "documents", (double)docs);
@@ -731,6 +732,7 @@ struct hyp_loader {
     uint64_t limit;        /* tokens must be < limit */
     const char *limit_why; /* for messages */
     uint32_t *perm;        /* train: the permutation of epoch perm_epoch */
+    int ordered_epoch0;    /* meta.json train_order "curriculum": epoch 0 keeps the file order */
     uint64_t perm_epoch;
     int perm_valid;
     hyp_loader_state st;
@@ -836,6 +838,8 @@ static int check_meta(hyp_loader *L, const char *split, hyp_err *e) {
         }
         L->meta_vocab = (int)v->valuedouble;
     }
+    const cJSON *order = cJSON_GetObjectItemCaseSensitive(m, "train_order");
+    L->ordered_epoch0 = L->is_train && cJSON_IsString(order) && !strcmp(order->valuestring, "curriculum");
     const cJSON *shards = cJSON_GetObjectItemCaseSensitive(m, "shards");
     const cJSON *s;
     cJSON_ArrayForEach(s, shards) {
@@ -998,10 +1002,16 @@ hyp_loader *hyp_loader_open(const char *dir, const char *split, int B, int T, ui
     return hyp_loader_open_rc(dir, split, B, T, seed, rank, world, &L, e) == HYP_OK ? L : NULL;
 }
 
-/* The permutation of `epoch` (train only): Fisher–Yates from hyp_rng(seed, epoch). */
+/* The permutation of `epoch` (train only): Fisher–Yates from hyp_rng(seed, epoch); the identity
+ * for epoch 0 of data written in curriculum order (v2120). */
 static void ensure_perm(hyp_loader *L, uint64_t epoch) {
     if (L->perm_valid && L->perm_epoch == epoch) return;
     for (uint64_t i = 0; i < L->W; i++) L->perm[i] = (uint32_t)i;
+    if (L->ordered_epoch0 && epoch == 0) {
+        L->perm_epoch = epoch;
+        L->perm_valid = 1;
+        return;
+    }
     hyp_rng r;
     hyp_rng_seed2(&r, L->seed, epoch);
     for (uint64_t i = L->W - 1; i > 0; i--) {

@@ -21,7 +21,9 @@
  * Sampling. The split's shards, in name order, form one token stream of n tokens; it is cut into
  * W = (n - 1) / T windows of T + 1 tokens with stride T (window w = tokens [w*T, w*T + T]; a
  * window may span two shards). An epoch is a permutation of the W windows: Fisher–Yates driven
- * by hyp_rng seeded from (seed, epoch) for "train", the identity for "val". With data parallelism
+ * by hyp_rng seeded from (seed, epoch) for "train", the identity for "val" — and for the first
+ * epoch of "train" when meta.json says "train_order": "curriculum" (gen data's v2120 stage wrote
+ * the documents easy to hard: the first pass keeps that order, later epochs are shuffled). With data parallelism
  * the permutation is dealt round-robin: rank r takes permutation slots r, r + world, r + 2*world...
  * so ranks never overlap; each rank gets W_r = W / world windows per epoch (the last W % world
  * slots of each epoch are skipped, different windows each epoch). Batches draw B consecutive

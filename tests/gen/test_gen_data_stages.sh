@@ -59,6 +59,7 @@ check test_v2121_realized_mix_within_binomial_interval test "$(report "$TMP/mix"
 check test_v2121_mix_reaches_the_shards test "$(report "$TMP/mix" "r['output']['documents']")" = 8000
 "$GEN" data "$TMP/fortunes.txt" --doc-sep % --enable curriculum --set curriculum.metric=length --set curriculum.pacing=root -o "$TMP/cur" >/dev/null 2>&1
 check test_v2120_curriculum_easy_to_hard test "$(report "$TMP/cur" "st['curriculum']['mean_score_by_tenth'][0] < st['curriculum']['mean_score_by_tenth'][4] < st['curriculum']['mean_score_by_tenth'][9] and st['curriculum']['pacing'] == 'root'")" = True
+check test_v2120_meta_train_order test "$(meta "$TMP/cur" "m['train_order']")" = curriculum
 # the same selection, stage by stage, by id and alias alike
 "$GEN" data "$TMP/other.jsonl.gz" --enable v2122 --set v2122.near=false -o "$TMP/exact" >/dev/null 2>&1
 check test_v2122_params_by_id test "$(report "$TMP/exact" "st['dedup']['params']['near']")" = False

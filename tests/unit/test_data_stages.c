@@ -648,6 +648,84 @@ static void test_v2120_curriculum(void) {
     hyp_docs_free(&d);
 }
 
+/* v2120 through the pipeline: the shard holds the documents in curriculum order, and the
+ * trainer's loader reads that order in the first epoch (meta.json train_order). */
+static void test_v2120_prepare_and_loader(void) {
+    char p[1024], out[1024];
+    path2(p, g_dir, "cur.jsonl");
+    FILE *f = fopen(p, "w");
+    hyp_rng r;
+    hyp_rng_seed(&r, 99);
+    size_t lens[50];
+    for (int i = 0; i < 50; i++) {
+        lens[i] = 10 + (size_t)hyp_rng_below(&r, 490);
+        fprintf(f, "{\"text\": \"");
+        for (size_t k = 0; k < lens[i]; k++) fputc('a' + (int)hyp_rng_below(&r, 26), f);
+        fprintf(f, "\"}\n");
+    }
+    fclose(f);
+    hyp_stages st;
+    hyp_stages_default(&st);
+    st.curriculum_on = 1;
+    st.curriculum.metric = HYP_METRIC_LENGTH;
+    st.curriculum_spec = "v2120";
+    hyp_data_opts o;
+    hyp_data_opts_default(&o);
+    o.val_fraction = 0;
+    o.stages = &st;
+    path2(out, g_dir, "cur-out");
+    hyp_err e = {{0}};
+    const char *in[1] = {p};
+    int rc = hyp_data_prepare(in, 1, out, &o, &e);
+    CHECK(rc == HYP_OK, "v2120: gen data with the curriculum stage (%s)", e.msg);
+    char sp[1100], dp[1100];
+    snprintf(sp, sizeof sp, "%s/train_000000.bin", out);
+    snprintf(dp, sizeof dp, "%s/train_000000.docs", out);
+    size_t sn, dn;
+    unsigned char *sb = read_all(sp, &sn), *db = read_all(dp, &dn);
+    /* document lengths in file order, from the sidecar */
+    int ok = sb && db && rd32(db + 8) == 50;
+    size_t sorted[50], first_len = 0, under = 0;
+    for (int i = 0; i < 50; i++) sorted[i] = lens[i];
+    for (int i = 0; i < 50; i++)
+        for (int j = i + 1; j < 50; j++)
+            if (sorted[j] < sorted[i]) {
+                size_t t = sorted[i];
+                sorted[i] = sorted[j], sorted[j] = t;
+            }
+    if (ok) {
+        uint64_t o0 = rd32(db + 1024), o1 = rd32(db + 1032);
+        first_len = (size_t)(o1 - o0);
+        for (int k = 0; k < 5; k++) /* c(4/50) = 0.244: the first 5 are among the 13 shortest */
+            under += (size_t)(rd32(db + 1024 + 8 * (k + 1)) - rd32(db + 1024 + 8 * k)) <= sorted[12];
+    }
+    CHECK(ok && first_len <= sorted[4] && under == 5, "v2120: the shard starts with easy documents "
+          "(first %zu bytes, 5 shortest <= %zu; the first 5 written all among the 13 shortest)",
+          first_len, sorted[4]);
+    /* the loader's first epoch follows the file order; the second is shuffled */
+    int T = 16;
+    hyp_loader *L = hyp_loader_open(out, "train", 1, T, 1, 0, 1, &e);
+    int in_order = L != NULL, shuffled = 0;
+    int32_t x[16], y[16];
+    uint64_t W = L ? hyp_loader_windows(L) : 0;
+    for (uint64_t w = 0; L && w < W; w++) {
+        hyp_loader_next(L, x, y, &e);
+        for (int t = 0; t < T; t++)
+            if ((uint32_t)x[t] != (uint32_t)(sb[1024 + 2 * (w * (uint64_t)T + (uint64_t)t)] |
+                                             sb[1025 + 2 * (w * (uint64_t)T + (uint64_t)t)] << 8))
+                in_order = 0;
+    }
+    for (uint64_t w = 0; L && w < 8; w++) {
+        hyp_loader_next(L, x, y, &e);
+        shuffled += x[0] != (int32_t)sb[1024 + 2 * (w * (uint64_t)T)];
+    }
+    CHECK(in_order && shuffled > 0, "v2120: the trainer's loader reads epoch 0 in the written "
+          "(curriculum) order (%llu windows) and shuffles epoch 1", (unsigned long long)W);
+    hyp_loader_close(L);
+    free(sb);
+    free(db);
+}
+
 int main(void) {
     snprintf(g_dir, sizeof g_dir, "/tmp/hyp_test_stages_XXXXXX");
     if (!mkdtemp(g_dir)) {
@@ -660,6 +738,7 @@ int main(void) {
     test_v2122_datasketch();
     test_v2121_mixing();
     test_v2120_curriculum();
+    test_v2120_prepare_and_loader();
     rm_rf(g_dir);
     return hyp_test_finish();
 }

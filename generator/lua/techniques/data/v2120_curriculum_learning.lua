@@ -1,6 +1,7 @@
 -- v2120 curriculum learning: turns the spec's params into gen data's curriculum stage settings
--- (runtime/io/docs_order.c: difficulty score + pacing over the training documents). Never:
--- accepts metric=loss (not implemented) or claims the trainer follows the order (it shuffles).
+-- (runtime/io/docs_order.c: difficulty score + pacing over the training documents; meta.json's
+-- train_order makes the loader read the first epoch in that order). Never: accepts metric=loss
+-- (not implemented).
 local M = { id = "v2120" }
 
 function M.data(ctx, pipe)
@@ -14,7 +15,7 @@ function M.data(ctx, pipe)
 end
 
 function M.derive(ctx)
-  ctx.contribute("data-preparation stage: `gen data --enable curriculum` writes the training documents easy to hard under a pacing function (DIR/report.json); this trainer's loader still shuffles windows")
+  ctx.contribute("data-preparation stage: `gen data --enable curriculum` writes the training documents easy to hard under a pacing function (DIR/report.json); the loader reads the first epoch of such data in that order, later epochs shuffled")
 end
 
 return M
