@@ -1127,6 +1127,47 @@ int hyp_loader_num_shards(const hyp_loader *L) { return L->n_shards; }
 /* ========================================================================================== */
 /* hyp_data_verify                                                                             */
 
+/* The .docs sidecar of a meta.json shard entry that lists one ("docs_xxh3_64"): checksum, header
+ * (magic, version, count = "docs") and offsets (first 0, ascending, below the shard's tokens). */
+static int verify_sidecar(const char *dir, const cJSON *entry, const char *file, uint64_t ntok,
+                          hyp_err *e) {
+    const cJSON *h = cJSON_GetObjectItemCaseSensitive(entry, "docs_xxh3_64");
+    const cJSON *nd = cJSON_GetObjectItemCaseSensitive(entry, "docs");
+    if (!cJSON_IsString(h)) return HYP_OK; /* written before sidecars existed */
+    char name[512], path[4200];
+    size_t fl = strlen(file);
+    snprintf(name, sizeof name, "%.*s.docs", (int)(fl > 4 ? fl - 4 : fl), file);
+    join(path, sizeof path, dir, name);
+    char *buf = NULL;
+    size_t n = 0;
+    int rc = hyp_fs_read_small(path, (size_t)1 << 34, &buf, &n, e);
+    if (rc != HYP_OK) return rc;
+    const uint8_t *b = (const uint8_t *)buf;
+    char hex[17];
+    snprintf(hex, sizeof hex, "%016llx", (unsigned long long)XXH3_64bits(b, n));
+    uint32_t cnt = n >= HEADER_BYTES ? rd32(b + 8) : 0;
+    if (strcmp(hex, h->valuestring) != 0)
+        rc = hyp_fail(e, HYP_EINPUT, "%s: checksum mismatch (xxh3_64 %s, meta.json says %.20s) — "
+                      "the file is corrupt; re-run gen data", path, hex, h->valuestring);
+    else if (n < HEADER_BYTES || rd32(b) != HYP_DOCS_MAGIC || rd32(b + 4) != 1 ||
+             n != HEADER_BYTES + 8 * (size_t)cnt || (cJSON_IsNumber(nd) && nd->valuedouble != cnt))
+        rc = hyp_fail(e, HYP_EINPUT, "%s: not a document sidecar of %u entries (bad header or "
+                      "size) — re-run gen data", path, cnt);
+    for (uint32_t i = 0; rc == HYP_OK && i < cnt; i++) {
+        uint64_t off = rd32(b + HEADER_BYTES + 8 * (size_t)i) |
+                       (uint64_t)rd32(b + HEADER_BYTES + 8 * (size_t)i + 4) << 32;
+        uint64_t prev = i ? rd32(b + HEADER_BYTES + 8 * (size_t)(i - 1)) |
+                                (uint64_t)rd32(b + HEADER_BYTES + 8 * (size_t)(i - 1) + 4) << 32
+                          : 0;
+        if ((i == 0 && off != 0) || (i > 0 && off <= prev) || off >= ntok)
+            rc = hyp_fail(e, HYP_EINPUT, "%s: document offset %u is %llu, out of order or past "
+                          "the shard's %llu tokens — re-run gen data", path, i,
+                          (unsigned long long)off, (unsigned long long)ntok);
+    }
+    free(buf);
+    return rc;
+}
+
 int hyp_data_verify(const char *dir, hyp_err *e) {
     char path[4200];
     join(path, sizeof path, dir, "meta.json");
@@ -1180,6 +1221,7 @@ int hyp_data_verify(const char *dir, hyp_err *e) {
                               "— re-run gen data", sp, tok, (unsigned long long)k,
                               (unsigned long long)vocab);
         }
+        if (rc == HYP_OK) rc = verify_sidecar(dir, s, f->valuestring, sh.ntok, e);
         if (sh.map) munmap((void *)sh.map, sh.map_size);
         if (rc != HYP_OK) break;
     }

@@ -71,7 +71,8 @@ int hyp_data_prepare(const char *const *inputs, int n_inputs, const char *outdir
                      const hyp_data_opts *opts, hyp_err *e);
 
 /* Re-hashes every shard listed in dir/meta.json and compares with the recorded xxh3-64 and
- * token counts; checks every token is < vocab_size. Reads all data: for `gen data --verify`
+ * token counts; checks every token is < vocab_size; checks each listed .docs sidecar (checksum,
+ * header, ascending offsets below the shard's token count). Reads all data: for `gen data --verify`
  * and tests, not for every trainer start. */
 int hyp_data_verify(const char *dir, hyp_err *e);
 

@@ -227,6 +227,22 @@ static void test_sidecars(void) {
     CHECK(docs_total >= 60 + (uint64_t)n_shards - 1 && docs_total <= 60 + (uint64_t)n_shards,
           "60 documents give %llu sidecar entries over %d shards (+1 per document cut by a shard)",
           (unsigned long long)docs_total, n_shards);
+    rc = hyp_data_verify(out, &e);
+    CHECK(rc == HYP_OK, "hyp_data_verify accepts the sidecars (%s)", e.msg);
+    {
+        char dp[1200];
+        snprintf(dp, sizeof dp, "%s/train_000001.docs", out);
+        size_t dn;
+        unsigned char *db = read_all(dp, &dn);
+        if (db && dn > 1024 + 16) {
+            db[1024 + 8] ^= 1; /* the second offset */
+            write_file(dp, db, dn);
+        }
+        free(db);
+        rc = hyp_data_verify(out, &e);
+        CHECK(rc == HYP_EINPUT && strstr(e.msg, "train_000001.docs") && strstr(e.msg, "checksum"),
+              "hyp_data_verify detects a changed sidecar (%s)", e.msg);
+    }
     /* the loader ignores the sidecars */
     hyp_loader *L = hyp_loader_open(out, "train", 1, 8, 0, 0, 1, &e);
     CHECK(L && hyp_loader_total_tokens(L) == n_train, "the loader reads the shards beside the "
