@@ -77,6 +77,8 @@ int gen_data_pipe(lua_State *L, int idx, hyp_data_opts *o, hyp_stages *s, double
         s->mix_on = 1;
         s->mix_spec = str(L, t, "spec");
         m->temperature = num(L, t, "temperature", m->temperature);
+        const char *unit = str(L, t, "unit");
+        m->by_bytes = unit && !strcmp(unit, "bytes");
         m->size = (uint64_t)num(L, t, "size", 0);
         m->seed = (uint64_t)num(L, t, "seed", (double)m->seed);
         int w = sub(L, t, "weights");

@@ -95,8 +95,10 @@ typedef struct {
     int n_weights;       /* 0 = proportions from source sizes with temperature */
     const double *weights;
     double temperature;  /* p_i proportional to n_i^(1/temperature) when n_weights == 0 */
+    int by_bytes;        /* 0: weights are shares of documents; 1: shares of bytes (domain i is
+                            drawn with probability q_i ~ p_i / mean document bytes of i) */
     uint64_t size;       /* documents to draw; 0 = as many as the sources hold without
-                            repeating any in expectation: min_i n_i / p_i */
+                            repeating any in expectation: min_i n_i / q_i */
     uint64_t seed;
 } hyp_mix_opts;
 

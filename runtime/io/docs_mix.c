@@ -1,6 +1,8 @@
 /* docs_mix.c — domain mixing (v2121): every input is a domain; the output stream draws each
  * document's domain at random with the target proportions (given weights, or domain sizes
- * flattened by a temperature), then takes that domain's next document (domains are shuffled and,
+ * flattened by a temperature; shares of documents, or of bytes: then domain i is drawn with
+ * probability q_i proportional to p_i / its mean document bytes), then takes that domain's next
+ * document (domains are shuffled and,
  * when one runs out, reshuffled and repeated — the report counts repeats). The realized counts
  * are Multinomial(size, p), which is what the tests check. Never: changes a document. */
 #include <cjson/cJSON.h>
@@ -27,14 +29,15 @@ int hyp_mix_run(const hyp_docs *d, int S, const hyp_mix_opts *o, uint32_t **ids_
         return hyp_fail(e, HYP_EINPUT, "mixing: %d weight%s for %d input%s — give one weight per "
                         "input, in the order of the inputs (e.g. --set mixing.weights=0.7,0.3)",
                         o->n_weights, o->n_weights == 1 ? "" : "s", S, S == 1 ? "" : "s");
-    double *p = calloc((size_t)S, sizeof *p);
+    double *p = calloc((size_t)S, sizeof *p), *q = calloc((size_t)S, sizeof *q);
     size_t *cnt = calloc((size_t)S, sizeof *cnt), *pos = calloc((size_t)S, sizeof *pos);
     size_t *drawn = calloc((size_t)S, sizeof *drawn), *rep_n = calloc((size_t)S, sizeof *rep_n);
     uint64_t *bytes = calloc((size_t)S, sizeof *bytes);
     uint32_t **dom = calloc((size_t)S, sizeof *dom);
     uint32_t *out = NULL;
     int rc = HYP_OK;
-    if (!p || !cnt || !pos || !drawn || !rep_n || !bytes || !dom) {
+    uint64_t *avail_bytes = calloc((size_t)S, sizeof *avail_bytes);
+    if (!p || !q || !cnt || !pos || !drawn || !rep_n || !bytes || !dom || !avail_bytes) {
         rc = hyp_fail(e, HYP_EFAIL, "mixing: out of memory");
         goto done;
     }
@@ -50,6 +53,7 @@ int hyp_mix_run(const hyp_docs *d, int S, const hyp_mix_opts *o, uint32_t **ids_
     for (size_t i = 0; i < *n; i++) {
         int s = d->source[ids[i]];
         dom[s][cnt[s]++] = ids[i];
+        avail_bytes[s] += d->len[ids[i]];
     }
     double sum = 0;
     for (int s = 0; s < S; s++) {
@@ -67,7 +71,7 @@ int hyp_mix_run(const hyp_docs *d, int S, const hyp_mix_opts *o, uint32_t **ids_
                       "weight");
         goto done;
     }
-    double limit = INFINITY;
+    double limit = INFINITY, qsum = 0;
     for (int s = 0; s < S; s++) {
         p[s] /= sum;
         if (p[s] > 0 && cnt[s] == 0) {
@@ -75,7 +79,13 @@ int hyp_mix_run(const hyp_docs *d, int S, const hyp_mix_opts *o, uint32_t **ids_
                           "(after filter/dedup) — drop it or give it weight 0", s + 1, p[s]);
             goto done;
         }
-        if (p[s] > 0 && (double)cnt[s] / p[s] < limit) limit = (double)cnt[s] / p[s];
+        /* draw probabilities: the target shares, or (bytes) shares over mean document bytes */
+        q[s] = !o->by_bytes || p[s] == 0 ? p[s] : p[s] * (double)cnt[s] / (double)avail_bytes[s];
+        qsum += q[s];
+    }
+    for (int s = 0; s < S; s++) {
+        q[s] /= qsum;
+        if (q[s] > 0 && (double)cnt[s] / q[s] < limit) limit = (double)cnt[s] / q[s];
     }
     uint64_t size = o->size ? o->size : (uint64_t)floor(limit + 1e-9);
     if (size == 0) size = 1;
@@ -96,10 +106,10 @@ int hyp_mix_run(const hyp_docs *d, int S, const hyp_mix_opts *o, uint32_t **ids_
     for (uint64_t k = 0; k < size; k++) {
         double u = hyp_rng_uniform_f64(&r), c = 0;
         int s = -1;
-        for (int q = 0; q < S; q++) {
-            if (p[q] <= 0) continue;
-            s = q;
-            c += p[q];
+        for (int k2 = 0; k2 < S; k2++) {
+            if (q[k2] <= 0) continue;
+            s = k2;
+            c += q[k2];
             if (u < c) break;
         }
         if (pos[s] == cnt[s]) { /* domain exhausted: reshuffle and repeat */
@@ -115,6 +125,7 @@ int hyp_mix_run(const hyp_docs *d, int S, const hyp_mix_opts *o, uint32_t **ids_
     cJSON_AddNumberToObject(rep, "documents_in", (double)*n);
     cJSON_AddNumberToObject(rep, "documents_out", (double)size);
     cJSON_AddStringToObject(rep, "proportions", o->n_weights ? "weights" : "sizes^(1/temperature)");
+    cJSON_AddStringToObject(rep, "unit", o->by_bytes ? "bytes" : "documents");
     cJSON_AddNumberToObject(rep, "temperature", o->temperature);
     cJSON_AddNumberToObject(rep, "seed", (double)o->seed);
     uint64_t total_bytes = 0;
@@ -125,6 +136,7 @@ int hyp_mix_run(const hyp_docs *d, int S, const hyp_mix_opts *o, uint32_t **ids_
         cJSON_AddNumberToObject(x, "source", s);
         cJSON_AddNumberToObject(x, "documents_available", (double)cnt[s]);
         cJSON_AddNumberToObject(x, "target_share", p[s]);
+        cJSON_AddNumberToObject(x, "draw_probability", q[s]);
         cJSON_AddNumberToObject(x, "documents_drawn", (double)drawn[s]);
         cJSON_AddNumberToObject(x, "realized_share", (double)drawn[s] / (double)size);
         cJSON_AddNumberToObject(x, "repeated", (double)rep_n[s]);
@@ -142,6 +154,8 @@ done:
         for (int s = 0; s < S; s++) free(dom[s]);
     free(dom);
     free(p);
+    free(q);
+    free(avail_bytes);
     free(cnt);
     free(pos);
     free(drawn);

@@ -57,6 +57,8 @@ check test_v2122_report_names_cluster_representatives test "$(report "$TMP/mix" 
 # v2121: realized share of each domain within the 99.9% binomial interval of 8000 draws
 check test_v2121_realized_mix_within_binomial_interval test "$(report "$TMP/mix" "all(abs(s['documents_drawn'] - 8000 * p) <= 3.29 * (8000 * p * (1 - p)) ** 0.5 for s, p in zip(st['mixing']['sources'], (0.7, 0.3))) and st['mixing']['documents_out'] == 8000")" = True
 check test_v2121_mix_reaches_the_shards test "$(report "$TMP/mix" "r['output']['documents']")" = 8000
+"$GEN" data "$TMP/fortunes.txt" "$TMP/other.jsonl.gz" --doc-sep % --enable mixing --set mixing.unit=bytes --set mixing.weights=1,1 -o "$TMP/mixb" >/dev/null 2>&1
+check test_v2121_unit_bytes_draws_by_mean_document_bytes test "$(report "$TMP/mixb" "st['mixing']['unit'] == 'bytes' and abs(sum(s['draw_probability'] for s in st['mixing']['sources']) - 1) < 1e-9 and all(abs(s['byte_share'] - 0.5) < 0.05 for s in st['mixing']['sources'])")" = True
 "$GEN" data "$TMP/fortunes.txt" --doc-sep % --enable curriculum --set curriculum.metric=length --set curriculum.pacing=root -o "$TMP/cur" >/dev/null 2>&1
 check test_v2120_curriculum_easy_to_hard test "$(report "$TMP/cur" "st['curriculum']['mean_score_by_tenth'][0] < st['curriculum']['mean_score_by_tenth'][4] < st['curriculum']['mean_score_by_tenth'][9] and st['curriculum']['pacing'] == 'root'")" = True
 check test_v2120_meta_train_order test "$(meta "$TMP/cur" "m['train_order']")" = curriculum

@@ -570,6 +570,45 @@ static void test_v2121_mixing(void) {
     cJSON_Delete(rep);
     free(ids);
 
+    hyp_docs_free(&d);
+
+    /* unit bytes: documents of 10, 100 and 1000 bytes; byte shares 0.5 / 0.3 / 0.2 */
+    memset(&d, 0, sizeof d);
+    char big[1000];
+    memset(big, 'b', sizeof big);
+    size_t blen[3] = {10, 100, 1000};
+    for (int s = 0; s < 3; s++)
+        for (size_t i = 0; i < 2000; i++) add_doc(&d, big, blen[s], s);
+    ids = malloc(sizeof *ids * d.n);
+    for (size_t i = 0; i < d.n; i++) ids[i] = (uint32_t)i;
+    n = d.n;
+    hyp_mix_opts by = {.n_weights = 3, .weights = w, .by_bytes = 1, .temperature = 1, .size = 20000, .seed = 9};
+    rep = cJSON_CreateObject();
+    rc = hyp_mix_run(&d, 3, &by, &ids, &n, rep, &e);
+    /* q_i ~ p_i / len_i */
+    double qz = 0.5 / 10 + 0.3 / 100 + 0.2 / 1000, qs[3] = {0.5 / 10 / qz, 0.3 / 100 / qz, 0.2 / 1000 / qz};
+    ok = rc == HYP_OK && n == 20000;
+    memset(cnt, 0, sizeof cnt);
+    for (size_t i = 0; ok && i < n; i++) cnt[d.source[ids[i]]]++;
+    double tb = 0, worst_share = 0;
+    for (int s = 0; s < 3; s++) tb += (double)cnt[s] * (double)blen[s];
+    for (int s = 0; s < 3 && ok; s++) {
+        cJSON *src = cJSON_GetArrayItem(cJSON_GetObjectItem(rep, "sources"), s);
+        double share = (double)cnt[s] * (double)blen[s] / tb;
+        if (fabs(share - w[s] / 10) > worst_share) worst_share = fabs(share - w[s] / 10);
+        ok = fabs(cJSON_GetObjectItem(src, "draw_probability")->valuedouble - qs[s]) < 1e-12 &&
+             fabs((double)cnt[s] - 20000 * qs[s]) <= 3.29 * sqrt(20000 * qs[s] * (1 - qs[s])) &&
+             fabs(cJSON_GetObjectItem(src, "byte_share")->valuedouble - share) < 1e-12;
+    }
+    /* the expected byte share under q is the target exactly: q_i len_i / sum_j q_j len_j = p_i */
+    double eb = qs[0] * 10 + qs[1] * 100 + qs[2] * 1000;
+    for (int s = 0; s < 3; s++) ok = ok && fabs(qs[s] * (double)blen[s] / eb - w[s] / 10) < 1e-12;
+    CHECK(ok, "v2121 unit bytes: draws with q_i ~ p_i / mean bytes, whose expected byte shares are "
+          "0.5/0.3/0.2; counts within the 99.9%% interval (realized byte shares off by at most %.4f)",
+          worst_share);
+    cJSON_Delete(rep);
+    free(ids);
+
     ids = malloc(sizeof *ids * d.n);
     n = d.n;
     for (size_t i = 0; i < d.n; i++) ids[i] = (uint32_t)i;

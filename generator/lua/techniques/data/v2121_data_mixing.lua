@@ -23,7 +23,7 @@ function M.data(ctx, pipe)
     for _, w in ipairs(weights) do sum = sum + w end
     if sum <= 0 then ctx.refuse("weights '" .. text .. "' sum to 0", "give at least one positive weight") end
   end
-  pipe.mix = { spec = ctx.id, weights = weights, temperature = ctx.param("temperature"), size = ctx.param("size"),
+  pipe.mix = { spec = ctx.id, weights = weights, unit = ctx.param("unit"), temperature = ctx.param("temperature"), size = ctx.param("size"),
     seed = ctx.param("seed") }
 end
 
