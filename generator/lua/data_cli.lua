@@ -55,6 +55,12 @@ function D.main(args, parse, check_statuses)
   local rc, msg = hyp.data_prepare(o._pos, o["-o"], vf, o["--force"] and true or false, pipe)
   if rc ~= 0 then io.stderr:write(msg, "\n"); return rc end
   io.write(msg, "\n")
+  -- one line per stage from the report the pipeline wrote
+  local rep = hyp.json_decode(hyp.read_file(o["-o"] .. "/report.json") or "")
+  for _, st in ipairs(rep and rep.stages or {}) do
+    io.write(string.format("gen data: %-10s %s %d -> %d documents\n", st.stage, st.spec or "", st.documents_in or 0,
+      st.documents_out or 0))
+  end
   return 0
 end
 
