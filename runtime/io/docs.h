@@ -134,9 +134,10 @@ typedef struct hyp_stages_s {
 void hyp_stages_default(hyp_stages *s); /* every stage off, every option at its default */
 
 struct cJSON;
-/* Runs filter, then dedup, then mix over the documents ids[0..*n) (in/out: ids is rewritten,
- * *n shrinks or — mix may repeat documents — grows up to cap). Each stage appends an object to
- * the report array `stages`. n_sources: inputs (the mixing domains). */
+/* Runs filter, then dedup, then mix over the documents ids[0..*n) (in/out: filter and dedup
+ * compact *ids in place; mix replaces the malloc'd *ids by its draws, which may repeat documents
+ * and outnumber the input). Each stage appends an object to the report array `stages`.
+ * n_sources: inputs (the mixing domains). */
 int hyp_stages_select(const hyp_docs *d, int n_sources, const hyp_stages *s, uint32_t **ids,
                       size_t *n, struct cJSON *stages, hyp_err *e);
 /* "; the filter's rule R removed N" (the rule that removed most), or "" — for the message when
@@ -151,7 +152,8 @@ int hyp_dedup_run(const hyp_docs *d, const hyp_dedup_opts *o, uint32_t *ids, siz
                   struct cJSON *report, hyp_err *e);
 int hyp_mix_run(const hyp_docs *d, int n_sources, const hyp_mix_opts *o, uint32_t **ids,
                 size_t *n, struct cJSON *report, hyp_err *e);
-/* perm[0..n): the order (indices into piece_doc) in which the pieces are written. */
+/* Each stage: ids[0..*n) in, the survivors (in order) out; its report object filled.
+ * Curriculum: perm[0..n) gets the order (indices into piece_doc) in which pieces are written. */
 int hyp_curriculum_run(const hyp_docs *d, const hyp_curriculum_opts *o, const uint32_t *piece_doc,
                        size_t n, uint32_t *perm, struct cJSON *report, hyp_err *e);
 
