@@ -35,13 +35,29 @@ static int sub(lua_State *L, int t, const char *k) {
 }
 
 int gen_data_pipe(lua_State *L, int idx, hyp_data_opts *o, hyp_stages *s, double **weights,
-                  char *err, size_t cap) {
+                  const char ***names, int n_inputs, char *err, size_t cap) {
     idx = lua_absindex(L, idx);
     hyp_stages_default(s);
     *weights = NULL;
+    *names = NULL;
     o->doc_sep = str(L, idx, "doc_sep");
     o->stages = s;
     int t;
+    if ((t = sub(L, idx, "names"))) {
+        *names = calloc((size_t)n_inputs + 1, sizeof **names);
+        if (!*names) {
+            snprintf(err, cap, "out of memory");
+            lua_pop(L, 1);
+            return -1;
+        }
+        for (int i = 0; i < n_inputs; i++) {
+            lua_rawgeti(L, t, i + 1);
+            (*names)[i] = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
+            lua_pop(L, 1);
+        }
+        o->input_names = *names;
+        lua_pop(L, 1);
+    }
     if ((t = sub(L, idx, "filter"))) {
         hyp_filter_opts *f = &s->filter;
         s->filter_on = 1;
@@ -77,6 +93,9 @@ int gen_data_pipe(lua_State *L, int idx, hyp_data_opts *o, hyp_stages *s, double
         s->mix_on = 1;
         s->mix_spec = str(L, t, "spec");
         m->temperature = num(L, t, "temperature", m->temperature);
+        lua_getfield(L, t, "last_share");
+        if (lua_isnumber(L, -1)) m->fixed_last = 1, m->last_share = lua_tonumber(L, -1);
+        lua_pop(L, 1);
         const char *unit = str(L, t, "unit");
         m->by_bytes = unit && !strcmp(unit, "bytes");
         m->size = (uint64_t)num(L, t, "size", 0);

@@ -8,10 +8,11 @@
 #include "data.h"
 #include "docs.h"
 
-/* Fills s (and o->doc_sep, o->stages) from the table at idx; *weights is malloc'd (the caller
- * frees it). Strings stay owned by the Lua table, which must stay on the stack while o is used.
- * Returns 0, or -1 with a message in err (a bug in data_cli.lua, not user input). */
+/* Fills s (and o->doc_sep, o->stages, o->input_names from the array `names`) from the table at
+ * idx; *weights and *names are malloc'd (the caller frees them). Strings stay owned by the Lua
+ * table, which must stay on the stack while o is used. Returns 0, or -1 with a message in err (a
+ * bug in data_cli.lua, not user input). */
 int gen_data_pipe(lua_State *L, int idx, hyp_data_opts *o, hyp_stages *s, double **weights,
-                  char *err, size_t cap);
+                  const char ***names, int n_inputs, char *err, size_t cap);
 
 #endif

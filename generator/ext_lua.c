@@ -32,15 +32,20 @@ static int l_data_prepare(lua_State *L) {
     o.overwrite = lua_toboolean(L, 4);
     hyp_stages stages;
     double *weights = NULL;
+    const char **names = NULL;
     char perr[256];
-    if (lua_istable(L, 5) && gen_data_pipe(L, 5, &o, &stages, &weights, perr, sizeof perr) != 0) {
+    if (lua_istable(L, 5) &&
+        gen_data_pipe(L, 5, &o, &stages, &weights, &names, n, perr, sizeof perr) != 0) {
         free(inputs);
+        free(weights);
+        free(names);
         return luaL_error(L, "gen data: %s", perr);
     }
     hyp_err e = {{0}};
     int rc = hyp_data_prepare(inputs, n, outdir, &o, &e);
     free(inputs);
     free(weights);
+    free(names);
     lua_pushinteger(L, rc);
     if (rc) lua_pushstring(L, e.msg);
     else lua_pushfstring(L, "gen: wrote shards to %s", outdir);

@@ -26,12 +26,15 @@ local function stages(o, n_inputs, check_statuses)
   local T = require("techniques")
   local mods = T.all()
   local contrib = {}
+  pipe.hooks = {}
   for _, id in ipairs(cfg.order) do
     local a = cfg.active[id]
     local baseline_only = #a.reasons == 1 and a.reasons[1]:match("^baseline") ~= nil
     local e = mods[id]
     if e and e.module.data then
-      e.module.data(T.ctx(cfg, e.module, contrib), pipe)
+      local ctx = T.ctx(cfg, e.module, contrib)
+      e.module.data(ctx, pipe)
+      if e.module.data_inputs then pipe.hooks[#pipe.hooks + 1] = { module = e.module, ctx = ctx } end
     elseif not baseline_only and e then
       U.fail("<command line>", string.format("%s %s (%s) does not act in gen data: it shapes the trainer", id, a.name,
         table.concat(a.reasons, ", ")), "enable it when generating the trainer (gen TREE --enable ...); gen data takes the data-preparation stages dedup, filter, mixing, curriculum")
@@ -52,7 +55,24 @@ function D.main(args, parse, check_statuses)
   if not hyp.data_prepare then U.fail("<command line>", "this gen was built without the data pipeline", "rebuild") end
   local pipe = stages(o, #o._pos, check_statuses)
   pipe.doc_sep = o["--doc-sep"]
-  local rc, msg = hyp.data_prepare(o._pos, o["-o"], vf, o["--force"] and true or false, pipe)
+  -- inputs a module adds (synthetic documents), after the real ones; removed when done
+  local inputs, cleanup = { table.unpack(o._pos) }, {}
+  pipe.names = {}
+  for _, h in ipairs(pipe.hooks or {}) do
+    local ok, added = pcall(h.module.data_inputs, h.ctx, pipe, o["-o"])
+    if not ok then
+      for _, d in ipairs(cleanup) do hyp.rm_rf(d) end
+      error(added, 0)
+    end
+    for _, x in ipairs(added) do
+      inputs[#inputs + 1] = x.path
+      pipe.names[#inputs] = x.name
+      cleanup[#cleanup + 1] = x.cleanup
+    end
+  end
+  pipe.hooks = nil
+  local rc, msg = hyp.data_prepare(inputs, o["-o"], vf, o["--force"] and true or false, pipe)
+  for _, d in ipairs(cleanup) do hyp.rm_rf(d) end
   if rc ~= 0 then io.stderr:write(msg, "\n"); return rc end
   io.write(msg, "\n")
   -- one line per stage from the report the pipeline wrote

@@ -83,6 +83,7 @@ void hyp_data_opts_default(hyp_data_opts *o) {
     o->overwrite = 0;
     o->doc_sep = NULL;
     o->stages = NULL;
+    o->input_names = NULL;
 }
 
 typedef struct {
@@ -543,7 +544,10 @@ int hyp_data_prepare(const char *const *inputs, int n_inputs, const char *outdir
                           "once");
             break;
         }
-        snprintf(src[i].path, sizeof src[i].path, "%s", is_stdin ? "<stdin>" : inputs[i]);
+        snprintf(src[i].path, sizeof src[i].path, "%s",
+                 o.input_names && o.input_names[i] ? o.input_names[i]
+                 : is_stdin                        ? "<stdin>"
+                                                   : inputs[i]);
         size_t nd = 0;
         rc = hyp_docs_read(&docs, inputs[i], src[i].path, i, o.doc_sep, &nd, &src[i].bytes, e);
         src[i].docs = nd;

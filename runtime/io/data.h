@@ -55,6 +55,8 @@ typedef struct {
     const char *doc_sep;   /* plain-text inputs: a line equal to this separates documents;
                               NULL = each file is one document (docs.h) */
     const struct hyp_stages_s *stages; /* filter/dedup/mix/curriculum (docs.h); NULL = none */
+    const char *const *input_names; /* names of the inputs in messages, meta.json and the report
+                                       (NULL or a NULL entry = the path) */
 } hyp_data_opts;
 
 /* Fills the defaults above. */

@@ -93,6 +93,10 @@ uint64_t hyp_text_hash(const uint8_t *text, size_t len);
 /* ---- v2121 mixing ---- */
 typedef struct {
     int n_weights;       /* 0 = proportions from source sizes with temperature */
+    int fixed_last;      /* 1: the last source is added data (v2124's synthetic documents) with
+                            the fixed share last_share; weights / sizes split the rest among the
+                            others (n_weights is then the number of sources - 1) */
+    double last_share;
     const double *weights;
     double temperature;  /* p_i proportional to n_i^(1/temperature) when n_weights == 0 */
     int by_bytes;        /* 0: weights are shares of documents; 1: shares of bytes (domain i is

@@ -25,10 +25,15 @@ static void shuffle(uint32_t *v, size_t n, hyp_rng *r) {
 int hyp_mix_run(const hyp_docs *d, int S, const hyp_mix_opts *o, uint32_t **ids_io, size_t *n,
                 cJSON *rep, hyp_err *e) {
     uint32_t *ids = *ids_io;
-    if (o->n_weights && o->n_weights != S)
+    int fixed_last = o->fixed_last != 0; /* the last source has a fixed share */
+    int S_w = S - fixed_last;            /* sources the weights apply to */
+    if (fixed_last && (!(o->last_share >= 0 && o->last_share <= 1) || S < 2))
+        return hyp_fail(e, HYP_EINPUT, "mixing: a fixed share %g for added documents needs a "
+                        "share <= 1 and at least one other input", o->last_share);
+    if (o->n_weights && o->n_weights != S_w)
         return hyp_fail(e, HYP_EINPUT, "mixing: %d weight%s for %d input%s — give one weight per "
                         "input, in the order of the inputs (e.g. --set mixing.weights=0.7,0.3)",
-                        o->n_weights, o->n_weights == 1 ? "" : "s", S, S == 1 ? "" : "s");
+                        o->n_weights, o->n_weights == 1 ? "" : "s", S_w, S_w == 1 ? "" : "s");
     double *p = calloc((size_t)S, sizeof *p), *q = calloc((size_t)S, sizeof *q);
     size_t *cnt = calloc((size_t)S, sizeof *cnt), *pos = calloc((size_t)S, sizeof *pos);
     size_t *drawn = calloc((size_t)S, sizeof *drawn), *rep_n = calloc((size_t)S, sizeof *rep_n);
@@ -56,7 +61,7 @@ int hyp_mix_run(const hyp_docs *d, int S, const hyp_mix_opts *o, uint32_t **ids_
         avail_bytes[s] += d->len[ids[i]];
     }
     double sum = 0;
-    for (int s = 0; s < S; s++) {
+    for (int s = 0; s < S_w; s++) {
         double w = o->n_weights ? o->weights[s] : pow((double)cnt[s], 1.0 / o->temperature);
         if (!(w >= 0) || !isfinite(w)) {
             rc = hyp_fail(e, HYP_EINPUT, "mixing: weight %d is %g — weights are finite numbers "
@@ -72,8 +77,9 @@ int hyp_mix_run(const hyp_docs *d, int S, const hyp_mix_opts *o, uint32_t **ids_
         goto done;
     }
     double limit = INFINITY, qsum = 0;
+    for (int s = 0; s < S_w; s++) p[s] = p[s] / sum * (fixed_last ? 1 - o->last_share : 1);
+    if (fixed_last) p[S - 1] = o->last_share;
     for (int s = 0; s < S; s++) {
-        p[s] /= sum;
         if (p[s] > 0 && cnt[s] == 0) {
             rc = hyp_fail(e, HYP_EINPUT, "mixing: input %d has weight %g but no document left "
                           "(after filter/dedup) — drop it or give it weight 0", s + 1, p[s]);

@@ -74,6 +74,19 @@ check test_v2122_planted_recall_1_above_jaccard_0.9 test "$(pl "all(b['recall'] 
 check test_v2122_planted_nothing_removed_below_threshold_minus_0.15 test "$(pl "r['removed_below_threshold_minus_0.15']")" = 0
 pl "'planted: %d docs, %d true duplicates, precision %.3f recall %.3f' % (r['documents'], r['true_duplicates'], r['precision'], r['recall'])"
 
+# --- v2124 augmentation: samples of a briefly trained tiny trainer, mixed in at a fixed share ------
+"$GEN" "$T" --enable adamw --model tiny -o "$TMP/tr" >/dev/null 2>&1
+OMP_NUM_THREADS=1 "$TMP/tr/train" --data "$TMP/fort" --steps 4 --batch 2 --seq 64 --eval-every 0 --ckpt-dir "$TMP/tr/ckpt" >/dev/null 2>&1
+expect test_v2124_samples_mixed_in 0 "wrote shards" -- "$GEN" data "$TMP/fortunes.txt" --doc-sep % --enable augmentation,dedup \
+  --set augmentation.trainer="$TMP/tr" --set augmentation.documents=8 --set augmentation.length=64 --set augmentation.weight=0.2 \
+  --set mixing.size=2000 -o "$TMP/aug"
+check test_v2124_synthetic_input_in_the_report test "$(report "$TMP/aug" "r['inputs'][1]['documents'] == 8 and r['inputs'][1]['path'].startswith('<synthetic: 8 samples')")" = True
+check test_v2124_share_within_binomial_interval test "$(report "$TMP/aug" "abs(st['mixing']['sources'][1]['documents_drawn'] - 400) <= 3.29 * (2000 * 0.2 * 0.8) ** 0.5 and st['mixing']['sources'][1]['target_share'] == 0.2 and st['mixing']['sources'][0]['target_share'] == 0.8")" = True
+check test_v2124_no_samples_file_left test -z "$(ls "$TMP" | grep synthetic)"
+bad_aug() { expect "$1" 2 "$2" -- "$GEN" data "$TMP/other.jsonl" --enable augmentation "${@:3}" -o "$TMP/never"; check "${1}_writes_nothing" test ! -e "$TMP/never"; }
+bad_aug test_bad_v2124_no_trainer "augmentation.trainer is empty"
+bad_aug test_bad_v2124_no_checkpoint "no checkpoint directory '$TMP/other/ckpt'" --set augmentation.trainer="$TMP/tr" --set augmentation.ckpt="$TMP/other/ckpt"
+
 # --- the data preset in the main command --------------------------------------------------------------
 expect test_data_preset_without_allow_planned 0 "wrote" -- "$GEN" "$T" --enable data --model tiny -o "$TMP/trainer"
 expect test_data_specs_say_where_they_act 0 "data-preparation stage: .gen data --enable dedup" -- "$GEN" audit "$TMP/trainer"
