@@ -612,6 +612,25 @@ static void test_v2121_mixing(void) {
     ids = malloc(sizeof *ids * d.n);
     n = d.n;
     for (size_t i = 0; i < d.n; i++) ids[i] = (uint32_t)i;
+    hyp_mix_opts fixed = {.n_weights = 2, .weights = w, .fixed_last = 1, .last_share = 0.25,
+                          .temperature = 1, .size = 20000, .seed = 4};
+    rep = cJSON_CreateObject();
+    rc = hyp_mix_run(&d, 3, &fixed, &ids, &n, rep, &e);
+    double want[3] = {0.75 * 5 / 8, 0.75 * 3 / 8, 0.25};
+    ok = rc == HYP_OK && n == 20000;
+    memset(cnt, 0, sizeof cnt);
+    for (size_t i = 0; ok && i < n; i++) cnt[d.source[ids[i]]]++;
+    for (int s = 0; s < 3 && ok; s++)
+        ok = fabs(cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(rep, "sources"), s),
+                                      "target_share")->valuedouble - want[s]) < 1e-12 &&
+             fabs((double)cnt[s] - 20000 * want[s]) <= 3.29 * sqrt(20000 * want[s] * (1 - want[s]));
+    CHECK(ok, "v2121/v2124 fixed share 0.25 for the last input (added documents), weights 5:3 "
+          "splitting the rest: target shares 0.469/0.281/0.25, counts within the 99.9%% interval");
+    cJSON_Delete(rep);
+    free(ids);
+    ids = malloc(sizeof *ids * d.n);
+    n = d.n;
+    for (size_t i = 0; i < d.n; i++) ids[i] = (uint32_t)i;
     hyp_mix_opts bad = {.n_weights = 2, .weights = w, .temperature = 1, .seed = 1};
     rep = cJSON_CreateObject();
     rc = hyp_mix_run(&d, 3, &bad, &ids, &n, rep, &e);
