@@ -13,11 +13,14 @@ usage:
   gen explain TREE NAME [--json]          one spec (id, name or alias) in full
   gen audit TREE --enable LIST [--target T] [--model M] [--json]
   gen audit OUTDIR [--json]               the audit of a generated trainer
-  gen data INPUT... -o DIR [--val-fraction F] [--force] [--doc-sep SEP]
-           [--enable dedup,filter,mixing,curriculum] [--set NAME.p=v ...]
+  gen data INPUT... -o DIR [--val-fraction F] [--force] [--tokenizer byte|PATH] [--doc-sep SEP]
+           [--enable dedup,filter,mixing,curriculum,augmentation] [--set NAME.p=v ...]
                                           documents (.jsonl "text", .txt, SEP-separated, .gz)
                                           through the data stages into training shards with
                                           .docs sidecars and DIR/report.json
+  gen tokenizer train FILE... --vocab N -o DIR   train a byte-level BPE: DIR/tokenizer.json
+  gen tokenizer encode|decode TOKENIZER [FILE]   text -> ids (one per line) / ids -> text
+  gen tokenizer info TOKENIZER            kind, vocabulary size, EOT id and hash
   gen size --model M [--hw LIST] [...]    size a training run (see gen size --help)
   gen export CKPT -o DIR [--plan PLAN]    a checkpoint as a Hugging Face model directory
                                           (GPT2LMHeadModel, LlamaForCausalLM, Qwen3ForCausalLM);
@@ -377,6 +380,11 @@ function commands.data(args)
   return require("data_cli").main(args, parse, check_statuses)
 end
 
+-- gen tokenizer train|encode|decode|info (v2125): generator/lua/tokenizer_cli.lua
+function commands.tokenizer(args)
+  return require("tokenizer_cli").main(args, parse)
+end
+
 -- The plan that describes CKPT's model: --plan, else the first plan.json in CKPT or the three
 -- directories above it (a trainer's --ckpt-dir usually lives inside out/NAME/).
 local function find_plan(ckpt)
@@ -430,7 +438,7 @@ local function main(args)
   if cmd:sub(1, 1) == "-" or not (cmd:match("%.ya?ml$") or hyp.stat(cmd)) then
     local names = U.sorted_keys(commands)
     U.fail("<command line>", "unknown command '" .. cmd .. "'" .. U.did_you_mean(cmd, names),
-      "use one of list, explain, audit, data, export, size, render, or give the tree file first")
+      "use one of list, explain, audit, data, tokenizer, export, size, render, or give the tree file first")
   end
   return commands.generate(args)
 end

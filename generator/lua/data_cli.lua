@@ -9,6 +9,7 @@ local D = {}
 D.FLAGS = {
   ["-o"] = "value", ["--val-fraction"] = "value", ["--force"] = "flag", ["--enable"] = "list",
   ["--set"] = "multi", ["--doc-sep"] = "value", ["--tree"] = "value", ["--allow-planned"] = "flag",
+  ["--tokenizer"] = "value",
 }
 
 local EXAMPLE = "e.g. gen data corpus.txt -o data/corpus, or gen data a.jsonl b.txt --enable dedup,filter,mixing --set mixing.weights=0.7,0.3 -o data/mix"
@@ -71,7 +72,7 @@ function D.main(args, parse, check_statuses)
     end
   end
   pipe.hooks = nil
-  local rc, msg = hyp.data_prepare(inputs, o["-o"], vf, o["--force"] and true or false, pipe)
+  local rc, msg = hyp.data_prepare(inputs, o["-o"], vf, o["--force"] and true or false, o["--tokenizer"], pipe)
   for _, d in ipairs(cleanup) do hyp.rm_rf(d) end
   if rc ~= 0 then io.stderr:write(msg, "\n"); return rc end
   io.write(msg, "\n")

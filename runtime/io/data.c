@@ -1,6 +1,6 @@
-/* data.c — the byte tokenizer (encode_document) + shard writer with document sidecars
- * (hyp_data_prepare; reading and the stages are in docs*.c), the shard verifier, and the
- * batch loader. Formats, sampling and guarantees are documented in data.h. */
+/* data.c — the shard writer with document sidecars (hyp_data_prepare: documents from docs.c
+ * through the stages of docs_*.c, tokenized by encode_document with the byte tokenizer or a BPE
+ * one from tokenizer.c), the shard verifier, and the batch loader. Formats, sampling and guarantees are documented in data.h. */
 #include "data.h"
 
 #include <cjson/cJSON.h>
@@ -19,6 +19,7 @@
 #include "docs.h"
 #include "fsio.h"
 #include "rng.h"
+#include "tokenizer.h"
 
 #define HEADER_BYTES (HYP_SHARD_HEADER_INTS * 4)
 #define META_MAX_BYTES (64u << 20)
@@ -61,9 +62,10 @@ static int shard_name_matches(const char *name, const char *split) {
 }
 
 /* What hyp_data_prepare writes: meta.json, report.json, train_NNNNNN.bin, val_NNNNNN.bin and
- * their .docs sidecars. */
+ * their .docs sidecars, the tokenizer's copy. */
 static int is_prepare_output(const char *name) {
     if (!strcmp(name, "meta.json") || !strcmp(name, "report.json")) return 1;
+    if (!strcmp(name, HYP_DATA_TOK_JSON) || !strcmp(name, HYP_DATA_TOK_TIKTOKEN)) return 1; /* v2125 */
     const char *p = NULL;
     if (!strncmp(name, "train_", 6)) p = name + 6;
     else if (!strncmp(name, "val_", 4)) p = name + 4;
@@ -84,6 +86,7 @@ void hyp_data_opts_default(hyp_data_opts *o) {
     o->doc_sep = NULL;
     o->stages = NULL;
     o->input_names = NULL;
+    o->tokenizer = NULL;
 }
 
 typedef struct {
@@ -250,35 +253,35 @@ static int sw_put(shard_writer *w, const uint8_t *enc, uint64_t n, hyp_err *e) {
     return HYP_OK;
 }
 
-/* Token ids of the documents, back to back (tok_off[k] .. tok_off[k + 1] is stream item k). */
+/* Token ids of the documents, back to back (item_off[k] .. item_off[k + 1] is stream item k). */
 typedef struct {
-    uint32_t *v;
+    int32_t *v;
     size_t n, cap;
 } token_buf;
 
-static int tb_reserve(token_buf *t, size_t more) {
-    if (t->n + more <= t->cap) return 0;
-    size_t cap = t->cap ? t->cap : 1 << 16;
-    while (cap < t->n + more) cap *= 2;
-    uint32_t *v = realloc(t->v, cap * sizeof *v);
-    if (!v) return -1;
-    t->v = v;
-    t->cap = cap;
-    return 0;
-}
-
-/* The one place tokenization happens (docs_contract): appends the token ids of one document's
- * bytes to out. Today the byte tokenizer: token = byte value. */
-static int encode_document(const uint8_t *text, size_t len, token_buf *out, hyp_err *e) {
-    if (tb_reserve(out, len) != 0) return hyp_fail(e, HYP_EFAIL, "tokenizer: out of memory");
-    for (size_t i = 0; i < len; i++) out->v[out->n++] = text[i];
-    return HYP_OK;
+/* encode_document — the one place text becomes tokens (the data helpers' contract): the
+ * selected tokenizer's ids of one document, after an EOT when the tokenizer has one (llm.c's
+ * fineweb convention: every document starts with EOT). Appends to out. */
+static int encode_document(hyp_tok *tok, const uint8_t *doc, size_t n, token_buf *out,
+                           hyp_err *e) {
+    int eot = hyp_tok_eot(tok);
+    if (eot >= 0) {
+        if (out->n == out->cap) {
+            size_t c = out->cap ? out->cap * 2 : 1024;
+            int32_t *p = realloc(out->v, c * sizeof *p);
+            if (!p) return hyp_fail(e, HYP_EFAIL, "gen data: out of memory");
+            out->v = p, out->cap = c;
+        }
+        out->v[out->n++] = eot;
+    }
+    return hyp_tok_encode(tok, doc, n, &out->v, &out->n, &out->cap, e);
 }
 
 /* meta.json for the directory being built. */
-static int write_meta(const char *tmpdir, const hyp_data_opts *o, int tokbytes, int eot_id,
-                      const source *src, int n_src, const shard_info *sh, int n_sh,
-                      uint64_t n_train, uint64_t n_val, hyp_err *e) {
+static int write_meta(const char *tmpdir, const hyp_data_opts *o, const hyp_tok *tok,
+                      const char *tok_file, int tokbytes, const source *src, int n_src,
+                      const shard_info *sh, int n_sh, uint64_t n_train, uint64_t n_val,
+                      hyp_err *e) {
     cJSON *m = cJSON_CreateObject();
     cJSON *srcs = cJSON_CreateArray(), *shards = cJSON_CreateArray();
     if (!m || !srcs || !shards) {
@@ -289,9 +292,9 @@ static int write_meta(const char *tmpdir, const hyp_data_opts *o, int tokbytes, 
     }
     cJSON_AddStringToObject(m, "format", "hyperion-data");
     cJSON_AddNumberToObject(m, "format_version", 1);
-    cJSON_AddStringToObject(m, "tokenizer", "byte");
+    cJSON_AddStringToObject(m, "tokenizer", hyp_tok_kind(tok));
     cJSON_AddNumberToObject(m, "vocab_size", o->vocab_size);
-    if (eot_id >= 0) cJSON_AddNumberToObject(m, "eot_id", eot_id);
+    hyp_data_tok_meta(m, tok, o->tokenizer, tok_file); /* v2125: tokenizer_*, eot_id */
     cJSON_AddNumberToObject(m, "shard_version", tokbytes == 2 ? 1 : 2);
     cJSON_AddStringToObject(m, "token_dtype", tokbytes == 2 ? "uint16" : "uint32");
     cJSON_AddNumberToObject(m, "val_fraction", o->val_fraction);
@@ -452,7 +455,7 @@ typedef struct {
 } piece;
 
 /* Writes the pieces in order (order == NULL: as listed), each one starting a document. */
-static int write_pieces(shard_writer *w, const token_buf *tok, const piece *pc, size_t n,
+static int write_pieces(shard_writer *w, const token_buf *tb, const piece *pc, size_t n,
                         const uint32_t *order, uint8_t *enc, size_t enc_tokens, hyp_err *e) {
     for (size_t i = 0; i < n; i++) {
         const piece *p = &pc[order ? order[i] : i];
@@ -460,7 +463,7 @@ static int write_pieces(shard_writer *w, const token_buf *tok, const piece *pc, 
         for (uint64_t s = p->start; s < p->end;) {
             size_t k = p->end - s < enc_tokens ? (size_t)(p->end - s) : enc_tokens;
             for (size_t j = 0; j < k; j++) {
-                uint32_t t = tok->v[s + j];
+                uint32_t t = (uint32_t)tb->v[s + j];
                 if (w->tokbytes == 2) {
                     enc[2 * j] = (uint8_t)t;
                     enc[2 * j + 1] = (uint8_t)(t >> 8);
@@ -476,11 +479,29 @@ static int write_pieces(shard_writer *w, const token_buf *tok, const piece *pc, 
     return HYP_OK;
 }
 
+static int prepare(const char *const *inputs, int n_inputs, const char *outdir, hyp_data_opts o,
+                   hyp_tok *tok, hyp_err *e);
+
 int hyp_data_prepare(const char *const *inputs, int n_inputs, const char *outdir,
                      const hyp_data_opts *opts, hyp_err *e) {
     hyp_data_opts o;
     if (opts) o = *opts;
     else hyp_data_opts_default(&o);
+    if (o.tokenizer && !o.tokenizer[0])
+        return hyp_fail(e, HYP_EINPUT, "--tokenizer: empty — give byte, a tokenizer.json or a "
+                        "tiktoken ranks file");
+    if (o.tokenizer && !strcmp(o.tokenizer, "byte")) o.tokenizer = NULL;
+    hyp_tok *tok = hyp_tok_open(o.tokenizer ? o.tokenizer : "byte", e);
+    if (!tok) return HYP_EINPUT;
+    if (o.tokenizer) o.vocab_size = hyp_tok_vocab_size(tok);
+    int rc = prepare(inputs, n_inputs, outdir, o, tok, e);
+    hyp_tok_free(tok);
+    return rc;
+}
+
+static int prepare(const char *const *inputs, int n_inputs, const char *outdir, hyp_data_opts o,
+                   hyp_tok *tok, hyp_err *e) {
+    const char *tok_file = o.tokenizer ? hyp_data_tok_file(tok) : NULL;
     if (!outdir || !outdir[0])
         return hyp_fail(e, HYP_EINPUT, "gen data: no output directory given — pass --out DIR");
     if (n_inputs <= 0 || !inputs)
@@ -497,7 +518,6 @@ int hyp_data_prepare(const char *const *inputs, int n_inputs, const char *outdir
         return hyp_fail(e, HYP_EINPUT, "%s: vocab_size %d is below 256, but the byte tokenizer "
                         "emits tokens 0..255 — use vocab_size >= 256", outdir, o.vocab_size);
     int tokbytes = o.vocab_size <= 65536 ? 2 : 4;
-    int eot_id = -1; /* the byte tokenizer has no end-of-text token */
     hyp_stages no_stages;
     hyp_stages_default(&no_stages);
     const hyp_stages *st = o.stages ? o.stages : &no_stages;
@@ -519,7 +539,7 @@ int hyp_data_prepare(const char *const *inputs, int n_inputs, const char *outdir
     uint32_t *ids = NULL, *order = NULL, *piece_doc = NULL;
     size_t *item_off = NULL;
     piece *pieces = NULL;
-    token_buf tok = {0};
+    token_buf tb = {0};
     cJSON *report = cJSON_CreateObject();
     cJSON *stages = report ? cJSON_AddArrayToObject(report, "stages") : NULL;
     shard_info *infos = NULL;
@@ -587,26 +607,21 @@ int hyp_data_prepare(const char *const *inputs, int n_inputs, const char *outdir
         goto done;
     }
     for (size_t k = 0; k < n_items && rc == HYP_OK; k++) {
-        item_off[k] = tok.n;
-        if (eot_id >= 0) {
-            if (tb_reserve(&tok, 1) != 0) rc = hyp_fail(e, HYP_EFAIL, "%s: out of memory", out);
-            else tok.v[tok.n++] = (uint32_t)eot_id;
-        }
-        if (rc == HYP_OK)
-            rc = encode_document(docs.text + docs.off[ids[k]], docs.len[ids[k]], &tok, e);
+        item_off[k] = tb.n;
+        rc = encode_document(tok, docs.text + docs.off[ids[k]], docs.len[ids[k]], &tb, e);
     }
     if (rc != HYP_OK) goto done;
-    item_off[n_items] = tok.n;
-    uint64_t total = tok.n;
+    item_off[n_items] = tb.n;
+    uint64_t total = tb.n;
     uint64_t n_val = 0;
     if (o.val_fraction > 0) {
         n_val = (uint64_t)llround((double)total * o.val_fraction);
         if (n_val == 0) n_val = 1;
     }
     if (n_val >= total) {
-        rc = hyp_fail(e, HYP_EINPUT, "%s: the corpus has %llu tokens, too few to hold out "
+        rc = hyp_fail(e, HYP_EINPUT, "%s: the corpus has %llu %s, too few to hold out "
                       "val_fraction %g for validation — give more text", src[0].path,
-                      (unsigned long long)total, o.val_fraction);
+                      (unsigned long long)total, tok_file ? "tokens" : "bytes", o.val_fraction);
         goto done;
     }
     uint64_t n_train = total - n_val;
@@ -650,6 +665,7 @@ int hyp_data_prepare(const char *const *inputs, int n_inputs, const char *outdir
         goto done;
     }
     (void)chmod(tmpdir, 0755);
+    if (tok_file && (rc = hyp_data_tok_copy(o.tokenizer, tmpdir, tok_file, e)) != HYP_OK) goto fail;
 
     size_t max_shards = (size_t)((n_train + o.shard_tokens - 1) / o.shard_tokens +
                                  (n_val + o.shard_tokens - 1) / o.shard_tokens) + 1;
@@ -665,12 +681,12 @@ int hyp_data_prepare(const char *const *inputs, int n_inputs, const char *outdir
     w = (shard_writer){.dir = tmpdir, .split = "train", .split_left = n_train, .fd = -1,
                        .shard_tokens = o.shard_tokens, .tokbytes = tokbytes, .xs = xs,
                        .infos = infos, .n_infos = &n_infos};
-    rc = write_pieces(&w, &tok, pieces, n_train_pieces, order, enc, CHUNK, e);
+    rc = write_pieces(&w, &tb, pieces, n_train_pieces, order, enc, CHUNK, e);
     if (rc == HYP_OK && n_val > 0) {
         w.split = "val";
         w.split_left = n_val;
         w.index = 0;
-        rc = write_pieces(&w, &tok, pieces + n_train_pieces, n_pieces - n_train_pieces, NULL,
+        rc = write_pieces(&w, &tb, pieces + n_train_pieces, n_pieces - n_train_pieces, NULL,
                           enc, CHUNK, e);
     }
     if (rc != HYP_OK) goto fail;
@@ -679,7 +695,8 @@ int hyp_data_prepare(const char *const *inputs, int n_inputs, const char *outdir
     cJSON_AddNumberToObject(ro, "train_tokens", (double)n_train);
     cJSON_AddNumberToObject(ro, "val_tokens", (double)n_val);
     cJSON_AddNumberToObject(ro, "shards", n_infos);
-    rc = write_meta(tmpdir, &o, tokbytes, eot_id, src, n_inputs, infos, n_infos, n_train, n_val, e);
+    rc = write_meta(tmpdir, &o, tok, tok_file, tokbytes, src, n_inputs, infos, n_infos, n_train,
+                    n_val, e);
     if (rc == HYP_OK) rc = write_report(tmpdir, report, e);
     if (rc != HYP_OK) goto fail;
     if (hyp_fs_fsync_dir(tmpdir) != 0) {
@@ -705,7 +722,7 @@ done:
     free(piece_doc);
     free(item_off);
     free(pieces);
-    free(tok.v);
+    free(tb.v);
     hyp_docs_free(&docs);
     cJSON_Delete(report);
     return rc;

@@ -57,14 +57,25 @@ typedef struct {
     const struct hyp_stages_s *stages; /* filter/dedup/mix/curriculum (docs.h); NULL = none */
     const char *const *input_names; /* names of the inputs in messages, meta.json and the report
                                        (NULL or a NULL entry = the path) */
+    const char *tokenizer; /* NULL or "byte" (default): token = byte; else a tokenizer.json or a
+                              tiktoken ranks file (tokenizer.h, v2125): every document is encoded
+                              after the tokenizer's EOT; vocab_size becomes the tokenizer's; the
+                              file is copied into outdir (HYP_DATA_TOK_*) and meta.json records
+                              tokenizer, tokenizer_file, tokenizer_source, tokenizer_xxh3_64 and
+                              eot_id */
 } hyp_data_opts;
+
+#define HYP_DATA_TOK_JSON "tokenizer.json"         /* the copy of a tokenizer.json in outdir */
+#define HYP_DATA_TOK_TIKTOKEN "tokenizer.tiktoken" /* the copy (decompressed) of tiktoken ranks */
 
 /* Fills the defaults above. */
 void hyp_data_opts_default(hyp_data_opts *o);
 
 /* Reads the documents of the inputs (docs.h: .jsonl, plain text, .gz; "-" = stdin), runs the
- * stages (opts->stages), tokenizes each document with the byte tokenizer (token = byte value) and
- * writes the stream, split train/val by tokens, as outdir/{train,val}_NNNNNN.bin + outdir/meta.json. The output
+ * stages (opts->stages), tokenizes each document with the byte tokenizer (token = byte value) or
+ * opts->tokenizer (after its EOT), and writes the stream, split train/val by tokens, as
+ * outdir/{train,val}_NNNNNN.bin + .docs sidecars + outdir/meta.json + outdir/report.json (+ the
+ * tokenizer's copy). The output
  * is built in a sibling "outdir.tmp-XXXXXX" and renamed into place, so outdir is either absent,
  * the old one, or complete. opts may be NULL for the defaults. Errors (HYP_EINPUT, message names
  * the file): a missing, unreadable, empty or non-text (NUL bytes) input, an existing non-empty
