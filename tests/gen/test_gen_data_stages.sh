@@ -46,6 +46,23 @@ check test_fortunes_sidecars_written test -s "$TMP/fort/train_000000.docs" -a -s
 expect test_jsonl_gz_input 0 "wrote shards" -- "$GEN" data "$TMP/other.jsonl.gz" -o "$TMP/gz"
 check test_jsonl_gz_400_documents test "$(report "$TMP/gz" "r['documents_read']")" = 400
 
+# with GPT-2's tokenizer: EOT before every document, sidecar offsets pointing at it (docs contract)
+expect test_stages_with_gpt2_tokenizer 0 "wrote shards" -- "$GEN" data "$FORT/fortunes" --doc-sep % --enable dedup \
+  --tokenizer "$ROOT/assets/tokenizers/gpt2.tiktoken.gz" -o "$TMP/gpt2"
+python3 - "$TMP/gpt2" > "$TMP/eot.txt" <<'EOF2'
+import json, os, struct, sys
+d = sys.argv[1]; m = json.load(open(d + "/meta.json")); off_eot = cut = 0
+for s in m["shards"]:
+    b = open(os.path.join(d, s["file"]), "rb").read(); w = 2 if struct.unpack("<i", b[4:8])[0] == 1 else 4
+    x = open(os.path.join(d, s["file"][:-4] + ".docs"), "rb").read(); n = struct.unpack("<i", x[8:12])[0]
+    for o in struct.unpack("<%dQ" % n, x[1024:1024 + 8 * n]):
+        if int.from_bytes(b[1024 + o * w:1024 + (o + 1) * w], "little") == m["eot_id"]: off_eot += 1
+        else: cut += 1
+print(m["eot_id"], off_eot, cut, len(m["shards"]), m["documents"])
+EOF2
+read -r eot at_eot cut n_shards n_docs < "$TMP/eot.txt"
+check test_sidecar_offsets_point_at_eot test "$eot" = 50256 -a "$at_eot" -gt 400 -a "$cut" -le "$n_shards" -a "$((at_eot + cut))" = "$n_docs"
+
 # --- the stages, selected like every technique ------------------------------------------------------
 expect test_data_preset_in_gen_data 0 "wrote shards" -- "$GEN" data "$TMP/fortunes.txt" "$TMP/other.jsonl.gz" --doc-sep % \
   --enable data --set filter.min_words=5 --set v2121.weights=0.7,0.3 --set mixing.size=8000 -o "$TMP/mix"
