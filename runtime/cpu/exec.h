@@ -54,6 +54,8 @@ typedef struct exec_t {
     int n_state;
     float *acts;                    /* [act_floats] */
     int32_t *tokens, *targets;      /* [maxB * maxT] */
+    const float *row_scale;         /* NULL, or [B*T]: the fused loss's gradient row n is scaled by
+                                       row_scale[n] (per-token loss weights: train/pref.c) */
     int B, T;                       /* bound batch shape (<= the plan's) */
     size_t bytes;                   /* total bytes allocated */
     /* data parallelism / ZeRO (v2104): the parameter arena is cut into `world` equal shards of

@@ -49,6 +49,7 @@
 #include "plan.h"
 #include "rng.h"
 #include "backend.h"
+#include "pref.h"
 #include "preempt.h"
 #include "train.h"
 #include "train_ckpt.h"
@@ -731,6 +732,27 @@ static int sample_after(run_t *r, hyp_err *e) {
     return rc;
 }
 
+/* v2195-v2198: the plan's preference objective trains instead of the token loop (train/pref.c). */
+static int run_pref(run_t *r, const post_cfg *pc, hyp_err *e) {
+    int rc = r->d.rank == 0 && r->a.metrics ? hyp_metrics_open(&r->mlog, r->a.metrics, 0, e) : HYP_OK;
+    pref_run pr = {&r->be, pc, &r->opt, r->a.data, r->a.ckpt_dir, r->B, r->T, r->K, r->eval_every, r->a.ckpt_every,
+                   r->a.keep, r->seed, r->mlog, r->plan.state_hash, r->plan.model_name};
+    return rc ? rc : pref_train(&pr, e);
+}
+
+/* v2193: SFT trains on the loss-masked shards of gen data --chat (mask_prompt), or on every token. */
+static int check_sft(run_t *r, const post_cfg *pc, hyp_err *e) {
+    if (!pc->sft) return HYP_OK;
+    if (pc->mask_prompt && !hyp_loader_masked(r->train))
+        return hyp_fail(e, HYP_EINPUT, "%s: this trainer was generated with v2193 SFT (mask_prompt), and the data has no loss masks (S.mask) — prepare it with gen data --chat CHATS.jsonl -o DIR",
+                        r->a.data);
+    if (!pc->mask_prompt) {
+        hyp_loader_set_masked(r->train, 0);
+        if (r->val) hyp_loader_set_masked(r->val, 0);
+    }
+    return HYP_OK;
+}
+
 static int run(int argc, char **argv, hyp_coll *coll) {
     static run_t r; /* large (paths); one per process */
     memset(&r, 0, sizeof r);
@@ -745,6 +767,18 @@ static int run(int argc, char **argv, hyp_coll *coll) {
         return rc;
     }
     plan_t *p = &r.plan;
+    post_cfg post;
+    if ((rc = post_cfg_load(r.plan_path, &post, &e))) {
+        fprintf(stderr, "train: %s\n", e.msg);
+        plan_free(p);
+        return rc;
+    }
+    if (post.objective >= POST_DPO && a->resume && !a->sample_mode) {
+        fprintf(stderr, "train: %s: resuming a preference run (%s) is not supported yet — start a new run with --init-from %s/latest\n",
+                r.plan_path, post_objective_name(post.objective), a->ckpt_dir);
+        plan_free(p);
+        return HYP_EINPUT;
+    }
     if (p->preempt && !a->ckpt_dir && !a->sample_mode) {
         fprintf(stderr, "train: %s: this trainer was generated for preemptible machines (v2177 spot_instance): it needs --ckpt-dir D to save when a preemption notice arrives — pass --ckpt-dir\n",
                 r.plan_path);
@@ -787,8 +821,10 @@ static int run(int argc, char **argv, hyp_coll *coll) {
     }
     if (!rc && a->sample_mode) { /* sampling runs on the host executor: same weights, same numerics */
         if (r.d.rank == 0) rc = sample_text(&r.x, a, r.seed, stdout);
+    } else if (!rc && post.objective >= POST_DPO) {
+        if (!(rc = train_backend_open(&r.be, p, r.plan_path, &r.x, &r.d, r.B, r.T, &e))) rc = run_pref(&r, &post, &e);
     } else if (!rc && !(rc = train_backend_open(&r.be, p, r.plan_path, &r.x, &r.d, r.B, r.T, &e)) &&
-               !(rc = open_outputs(&r, &e))) {
+               !(rc = open_outputs(&r, &e)) && !(rc = check_sft(&r, &post, &e))) {
         choose_peak(&r);
         print_banner(&r, &e);
         rc = train_loop(&r, &e);
