@@ -7,7 +7,7 @@
  *     and the gradient at every masked position's logits is exactly zero.
  *   v2195: the per-token path — after the fused loss with row_scale, each scored position's logits
  *     gradient equals -(d loss / d logp of its sequence) * (softmax - onehot), by hand, to 1e-6.
- * Never: training runs (tests/gen/test_post_training.sh). */
+ * Never: training runs (tests/gen/test_post_train.sh). */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdlib.h>

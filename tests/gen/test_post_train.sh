@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# test_post_train.sh — post-training end to end on the cpu (README "Post-training"):
+#   v2193 SFT: gen data --chat writes shards + S.mask; an SFT trainer's assistant-token val loss
+#     falls over 40 steps; refusals (unmasked data, bad JSONL with file:line).
+#   v2195 DPO, v2196 ORPO, v2197 SimPO, v2198 KTO: 12 steps each from random weights on a learnable
+#     preference: held-out accuracy >= 0.9 and reward margin > 0 (both 0 before training); the
+#     metrics JSONL holds pref_accuracy, reward_margin, kl, logps_chosen/rejected, val_*.
+#   Refusals: conflicting objectives at gen time, odd --batch, KTO on pair data, --resume.
+source "$(dirname "$0")/lib.sh"
+export OMP_NUM_THREADS=1
+TRAIN="$BUILD/runtime/hyperion-train"
+
+bash "$ROOT/scripts/post_corpus.sh" "$ROOT/README.md" "$TMP/sets" 160 3 >/dev/null
+check "post_corpus_made_sets" test -s "$TMP/sets/pref.jsonl" -a -s "$TMP/sets/chat.jsonl" -a -s "$TMP/sets/kto.jsonl"
+
+# ---- v2193 SFT ----
+expect "v2193_gen_data_chat" 0 "loss masks" -- "$GEN" data --chat "$TMP/sets/chat.jsonl" -o "$TMP/sft"
+check "v2193_mask_sidecars" test -s "$TMP/sft/train_000000.mask" -a -s "$TMP/sft/val_000000.mask" -a -s "$TMP/sft/train_000000.docs"
+printf '{"messages": [{"role": "user", "content": "hi"}]}\n' > "$TMP/noasst.jsonl"
+expect "v2193_refuses_conversation_without_assistant" 2 "noasst.jsonl:1: .*no assistant" -- "$GEN" data --chat "$TMP/noasst.jsonl" -o "$TMP/x1"
+printf '{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}\nnot json\n' > "$TMP/bad.jsonl"
+expect "v2193_refuses_bad_json_line" 2 "bad.jsonl:2: " -- "$GEN" data --chat "$TMP/bad.jsonl" -o "$TMP/x2"
+check "v2193_no_partial_output" test ! -e "$TMP/x2"
+expect "v2193_gen_sft" 0 "wrote" -- "$GEN" specs/v2500.yaml --enable adamw,sft --model tiny --target cpu --batch 8 --seq 64 -o "$TMP/sftt"
+expect "v2193_sft_trains" 0 "done" -- "$TMP/sftt/train" --data "$TMP/sft" --steps 40 --lr 3e-3 --eval-every 10 --eval-batches 4 --sample 0 --metrics "$TMP/sft.jsonl"
+v0=$(metric "$TMP/sft.jsonl" val_loss | head -1); v1=$(metric "$TMP/sft.jsonl" val_loss | tail -1)
+check "v2193_assistant_token_val_loss_falls ($v0 -> $v1)" awk -v a="$v0" -v b="$v1" 'BEGIN { exit !(b < a - 0.1) }'
+"$GEN" data "$ROOT/README.md" -o "$TMP/plain" >/dev/null
+expect "v2193_refuses_unmasked_data" 2 "no loss masks .*gen data --chat" -- "$TMP/sftt/train" --data "$TMP/plain" --steps 1 --sample 0
+
+# ---- preference objectives ----
+# a learnable preference (a fixed polite answer over a fixed rude one): each objective must move
+# the held-out reward margin up from 0 and rank every held-out pair right — a sign or scale error
+# in a loss's backward does not
+for i in $(seq 1 60); do
+  echo "{\"prompt\": \"Question $i: is it good?\", \"chosen\": \" yes, it is good.\", \"rejected\": \" no, never bad!\"}" >> "$TMP/syn.jsonl"
+  echo "{\"prompt\": \"Question $i: is it good?\", \"completion\": \" yes, it is good.\", \"label\": true}" >> "$TMP/synk.jsonl"
+  echo "{\"prompt\": \"Question $i: is it good?\", \"completion\": \" no, never bad!\", \"label\": false}" >> "$TMP/synk.jsonl"
+done
+expect "v2195_gen_data_pref" 0 "preference examples" -- "$GEN" data --pref "$TMP/syn.jsonl" -o "$TMP/pref"
+expect "v2198_gen_data_pref_kto" 0 "preference examples" -- "$GEN" data --pref "$TMP/synk.jsonl" -o "$TMP/kto"
+expect "gen_data_pref_corpus" 0 "preference examples" -- "$GEN" data --pref "$TMP/sets/pref.jsonl" -o "$TMP/prefc"
+printf '{"prompt": "a", "chosen": "b"}\n' > "$TMP/badpref.jsonl"
+expect "v2195_refuses_incomplete_pair" 2 "badpref.jsonl:1: expected" -- "$GEN" data --pref "$TMP/badpref.jsonl" -o "$TMP/x3"
+expect "v2195_v2196_conflict_refused_at_gen" 2 "conflicts with v2196" -- "$GEN" specs/v2500.yaml --enable adamw,dpo,orpo --model tiny --target cpu -o "$TMP/x4"
+declare -A ID=([dpo]=v2195 [orpo]=v2196 [simpo]=v2197 [kto]=v2198)
+for o in dpo orpo simpo kto; do
+  expect "gen_$o" 0 "wrote" -- "$GEN" specs/v2500.yaml --enable adamw,$o --model tiny --target cpu --batch 8 --seq 48 -o "$TMP/t_$o"
+  d="$TMP/pref"; [ $o = kto ] && d="$TMP/kto"
+  expect "${ID[$o]}_${o}_trains" 0 "done: 12 $o steps" -- "$TMP/t_$o/train" --data "$d" --steps 12 --lr 2e-3 --eval-every 12 --metrics "$TMP/$o.jsonl"
+  acc=$(last_metric "$TMP/$o.jsonl" val_pref_accuracy); mar=$(last_metric "$TMP/$o.jsonl" val_reward_margin)
+  check "${ID[$o]}_${o}_heldout_accuracy_and_margin_rise (accuracy $acc, margin $mar; both 0 before)" \
+    awk -v a="$acc" -v m="$mar" 'BEGIN { exit !(a >= 0.9 && m > 0) }'
+  check "${ID[$o]}_${o}_losses_finite" awk '/"loss":null/ { bad = 1 } END { exit bad }' "$TMP/$o.jsonl"
+done
+for k in pref_accuracy reward_margin kl logps_chosen logps_rejected val_pref_accuracy val_reward_margin val_kl; do
+  check "v2195_metrics_has_$k" grep -q "\"$k\":" "$TMP/dpo.jsonl"
+done
+expect "v2195_dpo_runs_on_corpus_pairs" 0 "done: 2 dpo steps" -- "$TMP/t_dpo/train" --data "$TMP/prefc" --steps 2
+expect "v2195_refuses_odd_batch" 2 "even --batch" -- "$TMP/t_dpo/train" --data "$TMP/pref" --steps 1 --batch 3
+expect "v2198_refuses_pair_data" 2 "KTO examples" -- "$TMP/t_kto/train" --data "$TMP/pref" --steps 1
+expect "v2195_refuses_chat_data" 2 "no preference examples here" -- "$TMP/t_dpo/train" --data "$TMP/sft" --steps 1
+expect "v2195_refuses_resume" 2 "not supported yet" -- "$TMP/t_dpo/train" --data "$TMP/pref" --steps 1 --ckpt-dir "$TMP/ck" --resume
+finish
