@@ -47,10 +47,12 @@ declare -A ID=([dpo]=v2195 [orpo]=v2196 [simpo]=v2197 [kto]=v2198)
 for o in dpo orpo simpo kto; do
   expect "gen_$o" 0 "wrote" -- "$GEN" specs/v2500.yaml --enable adamw,$o --model tiny --target cpu --batch 8 --seq 48 -o "$TMP/t_$o"
   d="$TMP/pref"; [ $o = kto ] && d="$TMP/kto"
-  expect "${ID[$o]}_${o}_trains" 0 "done: 12 $o steps" -- "$TMP/t_$o/train" --data "$d" --steps 12 --lr 2e-3 --eval-every 12 --metrics "$TMP/$o.jsonl"
+  "$TMP/t_$o/train" --data "$d" --steps 12 --lr 2e-3 --eval-every 12 --metrics "$TMP/$o.jsonl" > "$TMP/$o.log" 2>&1
+  check "${ID[$o]}_${o}_trains" grep -q "done: 12 $o steps" "$TMP/$o.log"
+  m0=$(sed -n 's/^eval step 0 .*reward_margin \([-0-9.e]*\).*/\1/p' "$TMP/$o.log") # the starting weights
   acc=$(last_metric "$TMP/$o.jsonl" val_pref_accuracy); mar=$(last_metric "$TMP/$o.jsonl" val_reward_margin)
-  check "${ID[$o]}_${o}_heldout_accuracy_and_margin_rise (accuracy $acc, margin $mar; both 0 before)" \
-    awk -v a="$acc" -v m="$mar" 'BEGIN { exit !(a >= 0.9 && m > 0) }'
+  check "${ID[$o]}_${o}_heldout_accuracy_and_margin_rise (accuracy $acc, margin ${m0:-?} -> $mar)" \
+    awk -v a="$acc" -v m="$mar" -v m0="${m0:-nan}" 'BEGIN { exit !(a >= 0.9 && m > m0 + 0.1) }'
   check "${ID[$o]}_${o}_losses_finite" awk '/"loss":null/ { bad = 1 } END { exit bad }' "$TMP/$o.jsonl"
 done
 for k in pref_accuracy reward_margin kl logps_chosen logps_rejected val_pref_accuracy val_reward_margin val_kl; do
