@@ -740,16 +740,14 @@ static int run_pref(run_t *r, const post_cfg *pc, hyp_err *e) {
     return rc ? rc : pref_train(&pr, e);
 }
 
-/* v2193: SFT trains on the loss-masked shards of gen data --chat (mask_prompt), or on every token. */
+/* v2193: SFT trains on the loss-masked shards of gen data --chat (mask_prompt), or on every token;
+ * validation always scores the assistant tokens (where the data has masks). */
 static int check_sft(run_t *r, const post_cfg *pc, hyp_err *e) {
     if (!pc->sft) return HYP_OK;
     if (pc->mask_prompt && !hyp_loader_masked(r->train))
         return hyp_fail(e, HYP_EINPUT, "%s: this trainer was generated with v2193 SFT (mask_prompt), and the data has no loss masks (S.mask) — prepare it with gen data --chat CHATS.jsonl -o DIR",
                         r->a.data);
-    if (!pc->mask_prompt) {
-        hyp_loader_set_masked(r->train, 0);
-        if (r->val) hyp_loader_set_masked(r->val, 0);
-    }
+    if (!pc->mask_prompt) hyp_loader_set_masked(r->train, 0); /* val stays the assistant-token loss */
     return HYP_OK;
 }
 
