@@ -14,8 +14,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <xxhash.h>
 
 #include "fsio.h"
+#include "preempt.h"
 #include "rng.h"
 #include "train_ckpt.h"
 
@@ -280,10 +282,67 @@ static double now_s(void) {
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static int save(const pref_run *r, int step, hyp_err *e) {
+/* ---- the reference log-probs beside the checkpoints: "HYPREF01", n_train, n_val (uint64), the
+ * xxh3-64 of both example sets' token arrays, then 2 * n_train + 2 * n_val doubles ---- */
+typedef struct {
+    char magic[8];
+    uint64_t n_train, n_val, sum;
+} ref_header;
+
+static uint64_t sets_sum(const hyp_pref_set *a, const hyp_pref_set *b) {
+    uint64_t h = XXH3_64bits(a->tok, sizeof(int32_t) * (size_t)(a->n ? a->off[a->n - 1] + a->len[a->n - 1][0] + a->len[a->n - 1][1] + (a->kind == HYP_PREF_PAIRS ? a->len[a->n - 1][2] : 0) : 0));
+    if (b->n) h ^= XXH3_64bits(b->tok, sizeof(int32_t) * (size_t)(b->off[b->n - 1] + b->len[b->n - 1][0] + b->len[b->n - 1][1] + (b->kind == HYP_PREF_PAIRS ? b->len[b->n - 1][2] : 0))) * 31;
+    return h;
+}
+
+static int ref_path(const pref_run *r, char *path, size_t cap) { return snprintf(path, cap, "%s/reference_logps.bin", r->ckpt_dir) >= (int)cap; }
+
+static int ref_save(const pref_run *r, const hyp_pref_set *tr, const hyp_pref_set *va, const double *rt, const double *rv, hyp_err *e) {
+    char path[4200];
+    ref_path(r, path, sizeof path);
+    size_t nt = 2 * (size_t)tr->n, nv = 2 * (size_t)va->n, sz = sizeof(ref_header) + sizeof(double) * (nt + nv);
+    char *buf = malloc(sz);
+    if (!buf) return hyp_fail(e, HYP_EFAIL, "out of memory");
+    ref_header h = {"HYPREF01", (uint64_t)tr->n, (uint64_t)va->n, sets_sum(tr, va)};
+    memcpy(buf, &h, sizeof h);
+    memcpy(buf + sizeof h, rt, sizeof(double) * nt);
+    if (nv) memcpy(buf + sizeof h + sizeof(double) * nt, rv, sizeof(double) * nv);
+    int rc = hyp_fs_mkdirs(r->ckpt_dir, e);
+    if (!rc) rc = hyp_fs_write_atomic(path, buf, sz, e);
+    free(buf);
+    return rc;
+}
+
+static int ref_load(const pref_run *r, const hyp_pref_set *tr, const hyp_pref_set *va, double *rt, double *rv, hyp_err *e) {
+    char path[4200], *buf = NULL;
+    size_t n = 0;
+    ref_path(r, path, sizeof path);
+    size_t nt = 2 * (size_t)tr->n, nv = 2 * (size_t)va->n;
+    if (!hyp_fs_exists(path) || hyp_fs_read_small(path, (size_t)1 << 31, &buf, &n, e))
+        return hyp_fail(e, HYP_EINPUT, "%s: a resumed preference run needs the reference log-probs its first checkpoint wrote here — resume with the --ckpt-dir of that run, or start anew with --init-from",
+                        path);
+    ref_header h;
+    int rc = HYP_OK;
+    if (n != sizeof h + sizeof(double) * (nt + nv)) rc = 1;
+    else {
+        memcpy(&h, buf, sizeof h);
+        rc = memcmp(h.magic, "HYPREF01", 8) || h.n_train != (uint64_t)tr->n || h.n_val != (uint64_t)va->n || h.sum != sets_sum(tr, va);
+    }
+    if (!rc) {
+        memcpy(rt, buf + sizeof h, sizeof(double) * nt);
+        if (nv) memcpy(rv, buf + sizeof h + sizeof(double) * nt, sizeof(double) * nv);
+    }
+    free(buf);
+    return rc ? hyp_fail(e, HYP_EINPUT, "%s: the reference log-probs belong to other examples than %s holds — resume with the data of that run",
+                         path, r->data)
+              : HYP_OK;
+}
+
+static int save(const pref_run *r, int step, uint64_t epoch, uint64_t pos, hyp_err *e) {
     hyp_ckpt_state st;
     memset(&st, 0, sizeof st);
     st.step = (uint64_t)step;
+    st.loader_epoch = epoch, st.loader_position = pos;
     st.world = 1;
     snprintf(st.config_hash, sizeof st.config_hash, "%s", r->plan_hash);
     snprintf(st.plan, sizeof st.plan, "%s", r->plan_desc);
@@ -336,6 +395,17 @@ static void kto_micro(const pref_run *r, const hyp_pref_set *s, const double *re
     x->row_scale = NULL;
 }
 
+/* The order of epoch `epoch`: Fisher-Yates driven by hyp_rng(seed, epoch). */
+static void build_perm(int *perm, int n, uint64_t seed, uint64_t epoch) {
+    hyp_rng rng;
+    for (int i = 0; i < n; i++) perm[i] = i;
+    hyp_rng_seed2(&rng, seed ^ 0x9e3779b97f4a7c15ULL, epoch);
+    for (int i = n - 1; i > 0; i--) {
+        int j = (int)hyp_rng_below(&rng, (uint64_t)i + 1), t = perm[i];
+        perm[i] = perm[j], perm[j] = t;
+    }
+}
+
 static int check_setup(const pref_run *r, const hyp_pref_set *s, hyp_err *e) {
     const exec_t *x = r->be->x;
     int obj = r->cfg->objective, want = obj == POST_KTO ? HYP_PREF_KTO : HYP_PREF_PAIRS;
@@ -378,9 +448,14 @@ int pref_train(pref_run *r, hyp_err *e) {
     int *perm = malloc(sizeof(int) * (size_t)tr.n), *ex = malloc(sizeof(int) * (size_t)per);
     if (!rc && (!ref_tr || !ref_va || !scale || !perm || !ex)) rc = hyp_fail(e, HYP_EFAIL, "out of memory");
     double t0 = now_s();
-    if (!rc) rc = set_logps(x, &tr, 2, tr.kind == HYP_PREF_PAIRS ? PAIR : KTO, ref_tr, NULL, e);
-    if (!rc && have_val) rc = va.kind == HYP_PREF_PAIRS ? set_logps(x, &va, 2, PAIR, ref_va, NULL, e) : set_logps(x, &va, 1, KTO, ref_va, NULL, e);
-    if (!rc) {
+    if (!rc && r->start_step > 0) {
+        if (!(rc = ref_load(r, &tr, &va, ref_tr, ref_va, e)))
+            printf("%s: reference log-probs of the starting weights read from %s/reference_logps.bin\n", post_objective_name(c->objective), r->ckpt_dir);
+    } else {
+        if (!rc) rc = set_logps(x, &tr, 2, tr.kind == HYP_PREF_PAIRS ? PAIR : KTO, ref_tr, NULL, e);
+        if (!rc && have_val) rc = va.kind == HYP_PREF_PAIRS ? set_logps(x, &va, 2, PAIR, ref_va, NULL, e) : set_logps(x, &va, 1, KTO, ref_va, NULL, e);
+    }
+    if (!rc && r->start_step == 0) {
         printf("%s: %d train %s, %d val; reference log-probs precomputed with the starting weights in %.2f s (%d forward rows)\n",
                post_objective_name(c->objective), tr.n, tr.kind == HYP_PREF_PAIRS ? "pairs" : "KTO examples", va.n, now_s() - t0,
                2 * (tr.n + va.n));
@@ -389,12 +464,12 @@ int pref_train(pref_run *r, hyp_err *e) {
     pref_eval ev;
     if (!rc && have_val) {
         eval_set(r, &va, ref_va, &ev, e, &rc);
-        if (!rc) print_eval(r, 0, &ev);
+        if (!rc) print_eval(r, r->start_step, &ev);
     }
-    hyp_rng rng;
-    uint64_t epoch = 0;
-    int pos = tr.n;
-    for (int step = 1; step <= r->opt->total_steps && !rc; step++) {
+    uint64_t epoch = r->epoch;
+    int pos = (int)r->position, perm_ok = 0, ref_saved = r->start_step > 0;
+    if (pos > tr.n) rc = hyp_fail(e, HYP_EINPUT, "%s: the checkpoint consumed %d examples of an epoch of %d — resume with the data of that run", r->ckpt_dir, pos, tr.n);
+    for (int step = r->start_step + 1; step <= r->opt->total_steps && !rc; step++) {
         double ts = now_s(), lr = train_lr_at(r->opt, step), norm = 0;
         float clip = 1;
         pref_stats sum, st;
@@ -402,14 +477,10 @@ int pref_train(pref_run *r, hyp_err *e) {
         rc = r->be->i->zero_grads(r->be, e);
         for (int k = 0; k < r->K && !rc; k++) {
             for (int j = 0; j < per; j++) {
-                if (pos >= tr.n) { /* a new epoch: a fresh permutation of the examples */
-                    for (int i = 0; i < tr.n; i++) perm[i] = i;
-                    hyp_rng_seed2(&rng, r->seed ^ 0x9e3779b97f4a7c15ULL, epoch++);
-                    for (int i = tr.n - 1; i > 0; i--) {
-                        int jj = (int)hyp_rng_below(&rng, (uint64_t)i + 1), tmp = perm[i];
-                        perm[i] = perm[jj], perm[jj] = tmp;
-                    }
-                    pos = 0;
+                if (!perm_ok || pos >= tr.n) { /* the epoch's permutation; the next epoch's once it is used up */
+                    if (pos >= tr.n) epoch++, pos = 0;
+                    build_perm(perm, tr.n, r->seed, epoch);
+                    perm_ok = 1;
                 }
                 ex[j] = perm[pos++];
             }
@@ -451,10 +522,20 @@ int pref_train(pref_run *r, hyp_err *e) {
                                    .extra = kv, .n_extra = (int)(sizeof kv / sizeof kv[0])};
             rc = hyp_metrics_write(r->mlog, &row, e);
         }
-        if (!rc && r->ckpt_dir && ((r->ckpt_every && step % r->ckpt_every == 0) || step == r->opt->total_steps))
-            rc = save(r, step, e);
+        /* SIGTERM/SIGINT/SIGUSR1 (preempt.h): stop after this whole step, checkpointed when possible */
+        int stop = hyp_stop_signal() != 0 && step < r->opt->total_steps;
+        if (!rc && r->ckpt_dir && ((r->ckpt_every && step % r->ckpt_every == 0) || step == r->opt->total_steps || stop)) {
+            if (!ref_saved && !(rc = ref_save(r, &tr, &va, ref_tr, ref_va, e))) ref_saved = 1;
+            if (!rc) rc = save(r, step, epoch, (uint64_t)pos, e);
+        }
+        if (!rc && stop) {
+            printf("stopped by %s after step %d%s\n", hyp_stop_signal_name(hyp_stop_signal()), step,
+                   r->ckpt_dir ? ": checkpoint written — continue with --resume" : ": no --ckpt-dir, nothing saved");
+            rc = r->ckpt_dir ? HYP_EXIT_STOPPED_SAVED : HYP_EXIT_STOPPED_UNSAVED;
+            break;
+        }
     }
-    if (!rc) printf("done: %d %s steps\n", r->opt->total_steps, post_objective_name(c->objective));
+    if (!rc) printf("done: %d %s steps\n", r->opt->total_steps - r->start_step, post_objective_name(c->objective));
     free(ref_tr), free(ref_va), free(scale), free(perm), free(ex);
     hyp_pref_free(&tr), hyp_pref_free(&va);
     return rc;

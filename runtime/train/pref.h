@@ -58,13 +58,18 @@ typedef struct {
     uint64_t seed;
     hyp_metrics *mlog;          /* may be NULL */
     const char *plan_hash, *plan_desc;
+    int start_step;             /* > 0: resumed (weights and optimizer already loaded into x) */
+    uint64_t epoch, position;   /* resumed: the example order's epoch and examples consumed in it */
 } pref_run;
 
 /* Trains r->opt->total_steps optimizer steps of the plan's preference objective from the weights in
  * r->be->x (the reference = those starting weights), evaluating the val examples before the first
  * step and every eval_every steps, checkpointing to ckpt_dir (when given) every ckpt_every steps
- * and at the end. HYP_EINPUT with a one-line reason for data of the wrong kind, B odd for pairs,
- * a device backend or several ranks. */
+ * and at the end. The reference log-probs go to ckpt_dir/reference_logps.bin with the first
+ * checkpoint (with a checksum of the examples they belong to); a resumed run (start_step > 0)
+ * reads them back instead of recomputing them from the resumed weights, and continues the
+ * example order at (epoch, position). HYP_EINPUT with a one-line reason for data of the wrong
+ * kind, B odd for pairs, a device backend, several ranks, or a resume without its reference file. */
 int pref_train(pref_run *r, hyp_err *e);
 
 #endif

@@ -734,9 +734,10 @@ static int sample_after(run_t *r, hyp_err *e) {
 
 /* v2195-v2198: the plan's preference objective trains instead of the token loop (train/pref.c). */
 static int run_pref(run_t *r, const post_cfg *pc, hyp_err *e) {
-    int rc = r->d.rank == 0 && r->a.metrics ? hyp_metrics_open(&r->mlog, r->a.metrics, 0, e) : HYP_OK;
+    int rc = r->d.rank == 0 && r->a.metrics ? hyp_metrics_open(&r->mlog, r->a.metrics, r->start_step > 0, e) : HYP_OK;
     pref_run pr = {&r->be, pc, &r->opt, r->a.data, r->a.ckpt_dir, r->B, r->T, r->K, r->eval_every, r->a.ckpt_every,
-                   r->a.keep, r->seed, r->mlog, r->plan.state_hash, r->plan.model_name};
+                   r->a.keep, r->seed, r->mlog, r->plan.state_hash, r->plan.model_name, r->start_step,
+                   r->lstate.epoch, r->lstate.position};
     return rc ? rc : pref_train(&pr, e);
 }
 
@@ -770,12 +771,6 @@ static int run(int argc, char **argv, hyp_coll *coll) {
         fprintf(stderr, "train: %s\n", e.msg);
         plan_free(p);
         return rc;
-    }
-    if (post.objective >= POST_DPO && a->resume && !a->sample_mode) {
-        fprintf(stderr, "train: %s: resuming a preference run (%s) is not supported yet — start a new run with --init-from %s/latest\n",
-                r.plan_path, post_objective_name(post.objective), a->ckpt_dir);
-        plan_free(p);
-        return HYP_EINPUT;
     }
     if (p->preempt && !a->ckpt_dir && !a->sample_mode) {
         fprintf(stderr, "train: %s: this trainer was generated for preemptible machines (v2177 spot_instance): it needs --ckpt-dir D to save when a preemption notice arrives — pass --ckpt-dir\n",

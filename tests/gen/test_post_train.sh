@@ -62,5 +62,13 @@ expect "v2195_dpo_runs_on_corpus_pairs" 0 "done: 2 dpo steps" -- "$TMP/t_dpo/tra
 expect "v2195_refuses_odd_batch" 2 "even --batch" -- "$TMP/t_dpo/train" --data "$TMP/pref" --steps 1 --batch 3
 expect "v2198_refuses_pair_data" 2 "KTO examples" -- "$TMP/t_kto/train" --data "$TMP/pref" --steps 1
 expect "v2195_refuses_chat_data" 2 "no preference examples here" -- "$TMP/t_dpo/train" --data "$TMP/sft" --steps 1
-expect "v2195_refuses_resume" 2 "not supported yet" -- "$TMP/t_dpo/train" --data "$TMP/pref" --steps 1 --ckpt-dir "$TMP/ck" --resume
+# v2195 resume: 6 steps straight vs 3 + resume from step 3 (reference log-probs read back, not
+# recomputed from the resumed weights): the last 3 steps' losses are identical
+"$TMP/t_dpo/train" --data "$TMP/pref" --steps 6 --metrics "$TMP/straight.jsonl" >/dev/null 2>&1
+"$TMP/t_dpo/train" --data "$TMP/pref" --steps 6 --ckpt-dir "$TMP/ck" --ckpt-every 3 >/dev/null 2>&1
+rm -rf "$TMP/ck/step_00000006"; echo step_00000003 > "$TMP/ck/latest"
+expect "v2195_resume_reads_reference" 0 "read from .*reference_logps.bin" -- "$TMP/t_dpo/train" --data "$TMP/pref" --steps 6 --ckpt-dir "$TMP/ck" --resume --metrics "$TMP/resumed.jsonl"
+check "v2195_resume_bit_exact" test "$(losses "$TMP/straight.jsonl" | tail -3)" = "$(losses "$TMP/resumed.jsonl")" -a -n "$(losses "$TMP/resumed.jsonl")"
+rm -f "$TMP/ck/reference_logps.bin"
+expect "v2195_resume_refuses_without_reference" 2 "needs the reference log-probs" -- "$TMP/t_dpo/train" --data "$TMP/pref" --steps 6 --ckpt-dir "$TMP/ck" --resume
 finish
