@@ -15,7 +15,7 @@ usage:
   gen audit OUTDIR [--json]               the audit of a generated trainer
   gen data INPUT... -o DIR [--val-fraction F] [--force]
   gen data --chat CHATS.jsonl -o DIR [--template chatml|plain|T.json] [--val-fraction F] [--force]
-  gen data --pref PREFS.jsonl -o DIR [--val-fraction F] [--force]
+  gen data --pref PREFS.jsonl -o DIR [--template chatml|plain|T.json] [--val-fraction F] [--force]
                                           pre-tokenize text into training shards
   gen size --model M [--hw LIST] [...]    size a training run (see gen size --help)
   gen export CKPT -o DIR [--plan PLAN]    a checkpoint as a Hugging Face model directory
@@ -375,12 +375,12 @@ end
 local function post_data(o)
   if #o._pos > 0 then U.fail("<command line>", "gen data --chat/--pref takes its one input as the flag's value, not " .. o._pos[1], "e.g. gen data --chat chats.jsonl -o data/sft") end
   if o["--chat"] and o["--pref"] then U.fail("<command line>", "gen data takes --chat or --pref, not both", "run gen data once per kind") end
-  if o["--template"] and not o["--chat"] then U.fail("<command line>", "--template applies to --chat data only", "drop --template") end
+  if o["--template"] and not (o["--chat"] or o["--pref"]) then U.fail("<command line>", "--template applies to --chat or --pref data", "add --chat FILE or --pref FILE") end
   local vf = tonumber(o["--val-fraction"] or "0.1")
   if not vf or vf < 0 or vf >= 1 then U.fail("<command line>", "--val-fraction must be in [0, 1)", "e.g. --val-fraction 0.1") end
   local rc, msg
   if o["--chat"] then rc, msg = hyp.chat_prepare(o["--chat"], o["--template"], o["-o"], vf, o["--force"] and true or false)
-  else rc, msg = hyp.pref_prepare(o["--pref"], o["-o"], vf, o["--force"] and true or false) end
+  else rc, msg = hyp.pref_prepare(o["--pref"], o["--template"], o["-o"], vf, o["--force"] and true or false) end
   if rc ~= 0 then io.stderr:write(msg, "\n"); return rc end
   io.write(msg, "\n")
   return 0

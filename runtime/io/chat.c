@@ -404,13 +404,18 @@ static int pref_str(const cJSON *j, const char *key, const char **out) {
     return 0;
 }
 
-int hyp_pref_prepare(const char *jsonl, const char *outdir, double val_fraction, int overwrite, hyp_err *e) {
+int hyp_pref_prepare(const char *jsonl, const char *template_spec, const char *outdir, double val_fraction, int overwrite,
+                     hyp_err *e) {
     if (!(val_fraction >= 0 && val_fraction < 1))
         return hyp_fail(e, HYP_EINPUT, "gen data: --val-fraction %g is outside [0, 1) — give e.g. 0.1", val_fraction);
     int rc = check_out(outdir, overwrite, e);
-    if (rc) return rc;
+    chat_tpl t = {0};
+    if (rc || (template_spec && (rc = tpl_load(&t, template_spec, e)))) return rc;
     lines L;
-    if ((rc = lines_open(&L, jsonl, e))) return rc;
+    if ((rc = lines_open(&L, jsonl, e))) {
+        tpl_free(&t);
+        return rc;
+    }
     /* records as int32: 3 lengths then tokens; example starts in starts[] */
     seqbuf b = {0};
     size_t *starts = NULL, ns = 0, cap = 0;
@@ -448,11 +453,16 @@ int hyp_pref_prepare(const char *jsonl, const char *outdir, double val_fraction,
             else {
                 b.n += 3;
                 size_t n0 = b.n;
-                if (sb_text(&b, p, 0)) rc = 1;
+                /* with a template: the prompt as a user turn plus the assistant's prefix (the
+                 * generation prompt), each completion as assistant content plus its suffix */
+                const char *asuf = template_spec ? t.suf[R_ASSISTANT] : "";
+                if (template_spec && (sb_text(&b, t.bos, 0) || sb_text(&b, t.pre[R_USER], 0))) rc = 1;
+                if (!rc && sb_text(&b, p, 0)) rc = 1;
+                if (!rc && template_spec && (sb_text(&b, t.suf[R_USER], 0) || sb_text(&b, t.pre[R_ASSISTANT], 0))) rc = 1;
                 size_t n1 = b.n;
-                if (!rc && sb_text(&b, c, 1)) rc = 1;
+                if (!rc && (sb_text(&b, c, 1) || sb_text(&b, asuf, 1))) rc = 1;
                 size_t n2 = b.n;
-                if (!rc && k == HYP_PREF_PAIRS && sb_text(&b, r, 1)) rc = 1;
+                if (!rc && k == HYP_PREF_PAIRS && (sb_text(&b, r, 1) || sb_text(&b, asuf, 1))) rc = 1;
                 if (rc) rc = hyp_fail(e, HYP_EFAIL, "out of memory");
                 else {
                     b.tok[at] = (int32_t)(n1 - n0), b.tok[at + 1] = (int32_t)(n2 - n1);
@@ -481,6 +491,7 @@ int hyp_pref_prepare(const char *jsonl, const char *outdir, double val_fraction,
         cJSON_AddStringToObject(m, "kind", kind == HYP_PREF_PAIRS ? "pairs" : "kto");
         cJSON_AddStringToObject(m, "tokenizer", "byte");
         cJSON_AddNumberToObject(m, "vocab_size", hyp_post_vocab());
+        cJSON_AddStringToObject(m, "template", template_spec ? template_spec : "none (strings concatenated)");
         cJSON_AddNumberToObject(m, "train_examples", (double)ntr);
         cJSON_AddNumberToObject(m, "val_examples", (double)nv);
         if (!rc) cJSON_AddStringToObject(m, "train_xxh3_64", hx[0]);
@@ -493,6 +504,7 @@ int hyp_pref_prepare(const char *jsonl, const char *outdir, double val_fraction,
     free(starts);
     free(L.txt);
     sb_free(&b);
+    tpl_free(&t);
     return rc;
 }
 

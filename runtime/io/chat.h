@@ -20,10 +20,11 @@
  *             token i is trained on as a target (the loader sets targets to -1 where it is 0).
  *   and meta.json ("format": "hyperion-chat", counts, xxh3_64 of every file).
  *
- * `gen data --pref FILE.jsonl -o DIR [--val-fraction F]`
+ * `gen data --pref FILE.jsonl -o DIR [--template chatml|plain|T.json] [--val-fraction F]`
  *   Pairs: each line {"prompt": "...", "chosen": "...", "rejected": "..."}; KTO: each line
  *   {"prompt": "...", "completion": "...", "label": true|false}. Strings are concatenated as they
- *   are (TRL's "standard" format: prompt + completion), tokenized through hyp_post_encode().
+ *   are (TRL's "standard" format: prompt + completion), or with --template through the chat template
+ *   (see hyp_pref_prepare), tokenized through hyp_post_encode().
  *   Writes DIR/train.pref and DIR/val.pref (the last --val-fraction of the examples):
  *     256 int32 header: [0] = 20240524 magic, [1] = 1 version, [2] = kind (1 pairs, 2 KTO),
  *     [3] = example count n, [4] = vocab size, rest 0; then n records, each 3 int32
@@ -53,8 +54,11 @@ int hyp_post_vocab(void);
 int hyp_chat_prepare(const char *jsonl, const char *template_spec, const char *outdir, double val_fraction,
                      int overwrite, hyp_err *e);
 
-/* gen data --pref: preference JSONL -> outdir/train.pref, val.pref. */
-int hyp_pref_prepare(const char *jsonl, const char *outdir, double val_fraction, int overwrite, hyp_err *e);
+/* gen data --pref: preference JSONL -> outdir/train.pref, val.pref. template_spec NULL: strings
+ * concatenated as they are; else (v2193) the prompt rendered as bos + a user turn + the assistant
+ * prefix, each completion as the assistant content + suffix (suffix tokens scored too). */
+int hyp_pref_prepare(const char *jsonl, const char *template_spec, const char *outdir, double val_fraction, int overwrite,
+                     hyp_err *e);
 
 /* The loss-mask sidecar of shard_path (S.bin -> S.mask), mapped read-only: *map = the n flag
  * bytes (after the header), *map_base and *map_size what to munmap. Absent sidecar: HYP_OK with

@@ -58,6 +58,9 @@ done
 for k in pref_accuracy reward_margin kl logps_chosen logps_rejected val_pref_accuracy val_reward_margin val_kl; do
   check "v2195_metrics_has_$k" grep -q "\"$k\":" "$TMP/dpo.jsonl"
 done
+expect "v2193_pref_data_through_chat_template" 0 "preference examples" -- "$GEN" data --pref "$TMP/syn.jsonl" --template chatml -o "$TMP/preft"
+check "v2193_pref_meta_names_template" grep -q '"template":.*"chatml"' "$TMP/preft/meta.json"
+expect "v2195_dpo_runs_on_templated_pairs" 0 "done: 2 dpo steps" -- "$TMP/t_dpo/train" --data "$TMP/preft" --steps 2
 expect "v2195_dpo_runs_on_corpus_pairs" 0 "done: 2 dpo steps" -- "$TMP/t_dpo/train" --data "$TMP/prefc" --steps 2
 expect "v2195_refuses_odd_batch" 2 "even --batch" -- "$TMP/t_dpo/train" --data "$TMP/pref" --steps 1 --batch 3
 expect "v2198_refuses_pair_data" 2 "KTO examples" -- "$TMP/t_kto/train" --data "$TMP/pref" --steps 1
