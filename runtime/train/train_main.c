@@ -49,6 +49,7 @@
 #include "plan.h"
 #include "rng.h"
 #include "backend.h"
+#include "distill.h"
 #include "pref.h"
 #include "preempt.h"
 #include "train.h"
@@ -812,11 +813,14 @@ static int run(int argc, char **argv, hyp_coll *coll) {
         }
         if (!rc && (a->resume || a->sample_mode)) rc = resume(&r, &e);
     }
+    distill *dist = NULL; /* v2149: a teacher inside the fused loss (cpu, train/distill.c) */
     if (!rc && a->sample_mode) { /* sampling runs on the host executor: same weights, same numerics */
         if (r.d.rank == 0) rc = sample_text(&r.x, a, r.seed, stdout);
-    } else if (!rc && post.objective >= POST_DPO) {
+    } else if (!rc && !(rc = distill_open(&dist, r.plan_path, &r.x, p->backend, r.d.world, &e)) && dist)
+        printf("%s\n", distill_describe(dist));
+    if (!rc && !a->sample_mode && post.objective >= POST_DPO) {
         if (!(rc = train_backend_open(&r.be, p, r.plan_path, &r.x, &r.d, r.B, r.T, &e))) rc = run_pref(&r, &post, &e);
-    } else if (!rc && !(rc = train_backend_open(&r.be, p, r.plan_path, &r.x, &r.d, r.B, r.T, &e)) &&
+    } else if (!rc && !a->sample_mode && !(rc = train_backend_open(&r.be, p, r.plan_path, &r.x, &r.d, r.B, r.T, &e)) &&
                !(rc = open_outputs(&r, &e)) && !(rc = check_sft(&r, &post, &e))) {
         choose_peak(&r);
         print_banner(&r, &e);
@@ -829,6 +833,7 @@ static int run(int argc, char **argv, hyp_coll *coll) {
     hyp_tboard_close(r.tb);
     hyp_loader_close(r.train);
     hyp_loader_close(r.val);
+    distill_close(dist, &r.x);
     train_backend_close(&r.be);
     exec_free(&r.x);
     plan_free(p);

@@ -14,6 +14,10 @@
         sigmoid(beta * (p - r - kl)), undesirable: 1 - sigmoid(beta * (kl - (p - r))), weighted;
         loss = mean over all examples.
 
+  Distillation (v2149, Hinton et al.; DistilBERT's loss): per token alpha * T^2 *
+        KL(softmax(teacher / T) || softmax(student / T)) + (1 - alpha) * CE(student, y), the gradient
+        w.r.t. the student's logits ("distill" cases).
+
 Per-sequence log-probs are random float64 inputs; torch autograd gives d loss / d (summed policy
 log-prob) of every sequence. Writes tests/fixtures/pref_losses.json (committed; CI never runs
 this). Needs torch (pip install torch). Run from the repo root:
@@ -105,6 +109,18 @@ cases = [
     kto_case(8, beta=0.1, desirable_weight=1.0, undesirable_weight=1.0),
     kto_case(9, beta=0.5, desirable_weight=1.33, undesirable_weight=0.7, kl_shift=-4.0),
 ]
+def distill_case(V, T, alpha):
+    z = (torch.randn(V, dtype=D) * 3).requires_grad_()
+    zt = torch.randn(V, dtype=D) * 3
+    y = int(torch.randint(0, V, (1,)))
+    kl = F.kl_div(F.log_softmax(z / T, -1), F.log_softmax(zt / T, -1), log_target=True, reduction="sum")
+    loss = alpha * T * T * kl + (1 - alpha) * F.cross_entropy(z[None], torch.tensor([y]))
+    loss.backward()
+    return {"objective": "distill", "params": {"temperature": T, "alpha": alpha}, "n": V, "z": z.detach().tolist(),
+            "zt": zt.tolist(), "y": y, "loss": loss.item(), "g": z.grad.tolist()}
+
+
+cases += [distill_case(37, 2.0, 0.5), distill_case(64, 1.0, 1.0), distill_case(50, 4.0, 0.2)]
 out = os.path.join(os.path.dirname(__file__), "..", "fixtures", "pref_losses.json")
 with open(out, "w") as f:
     json.dump({"made_by": "tests/reference/make_pref_fixture.py (torch %s, float64)" % torch.__version__,

@@ -5,6 +5,8 @@
  *   v2193 SFT: a tiny model's loss with masked targets (-1, what the loader writes where S.mask is
  *     0) equals the mean cross-entropy over the unmasked tokens computed by hand from its logits,
  *     and the gradient at every masked position's logits is exactly zero.
+ *   v2149 distillation: distill_row's loss and logits gradient against torch (F.kl_div on
+ *     temperature-scaled log-softmaxes + cross-entropy), same fixture.
  *   v2195: the per-token path — after the fused loss with row_scale, each scored position's logits
  *     gradient equals -(d loss / d logp of its sequence) * (softmax - onehot), by hand, to 1e-6.
  * Never: training runs (tests/gen/test_post_train.sh). */
@@ -12,6 +14,7 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "distill.h"
 #include "exec.h"
 #include "fsio.h"
 #include "hyp_test.h"
@@ -50,6 +53,23 @@ static void test_fixture(void) {
         const char *obj = cJSON_GetObjectItemCaseSensitive(c, "objective")->valuestring;
         const cJSON *pa = cJSON_GetObjectItemCaseSensitive(c, "params");
         int n = (int)num(c, "n", 0);
+        if (!strcmp(obj, "distill")) { /* v2149: one row's loss and logits gradient */
+            double z[128], zt[128], g[128];
+            float zf[128], ztf[128];
+            int bad = n > 128 || arr(c, "z", z, n) | arr(c, "zt", zt, n) | arr(c, "g", g, n);
+            for (int i = 0; i < n && !bad; i++) zf[i] = (float)z[i], ztf[i] = (float)zt[i];
+            float loss = bad ? NAN : distill_row(zf, ztf, (int)num(c, "y", 0), n, num(pa, "temperature", 1), num(pa, "alpha", 0), 1.0f);
+            double worst = 0;
+            for (int i = 0; i < n && !bad; i++) worst = fmax(worst, rel(zf[i], g[i]));
+            char name[96];
+            snprintf(name, sizeof name, "v2149_distill_case%d_loss_and_grad_match_torch", k);
+            /* inputs rounded to f32: 1e-5 relative */
+            check(!bad && rel(loss, num(c, "loss", NAN)) <= 1e-5 && worst <= 1e-5, name,
+                  "T %g alpha %g: loss %.7f (torch %.7f), max relative gradient error %.3g over V = %d", num(pa, "temperature", 1),
+                  num(pa, "alpha", 0), loss, num(c, "loss", NAN), worst, n);
+            k++;
+            continue;
+        }
         post_cfg cfg = {0};
         cfg.objective = !strcmp(obj, "dpo") ? POST_DPO : !strcmp(obj, "orpo") ? POST_ORPO : !strcmp(obj, "simpo") ? POST_SIMPO : POST_KTO;
         cfg.beta = num(pa, "beta", 0.1), cfg.gamma = num(pa, "gamma", 0), cfg.lambda = num(pa, "lambda", 0.1);
@@ -86,7 +106,7 @@ static void test_fixture(void) {
         check(!bad && worst <= TOL, name, "max relative error of d loss / d logp %.3g over %d sequences", worst, n);
         k++;
     }
-    check(k == 8, "pref_fixture_cases", "%d cases", k);
+    check(k == 11, "pref_fixture_cases", "%d cases", k);
     cJSON_Delete(root);
 }
 

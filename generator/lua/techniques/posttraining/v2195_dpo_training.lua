@@ -4,6 +4,11 @@
 -- (the spec conflicts with v2196-v2198, refused at resolve time).
 local M = { id = "v2195" }
 
+-- the objective other modules must agree with (v2149 distillation replaces the loss: refused)
+function M.derive(ctx)
+  ctx.facts.objective = { kind = "dpo", by = ctx.id }
+end
+
 function M.sections(ctx, plan)
   if ctx.param("reference") ~= "precomputed" then
     local U = require("util")

@@ -3,6 +3,11 @@
 -- no reference model). Never: a second objective (conflicts with v2195, v2197, v2198).
 local M = { id = "v2196" }
 
+-- the objective other modules must agree with (v2149 distillation replaces the loss: refused)
+function M.derive(ctx)
+  ctx.facts.objective = { kind = "orpo", by = ctx.id }
+end
+
 function M.sections(ctx, plan)
   plan.post = plan.post or {}
   plan.post.objective = "orpo"

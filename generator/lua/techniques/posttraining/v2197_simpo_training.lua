@@ -3,6 +3,11 @@
 -- gamma); no reference model). Never: a second objective (conflicts with v2195, v2196, v2198).
 local M = { id = "v2197" }
 
+-- the objective other modules must agree with (v2149 distillation replaces the loss: refused)
+function M.derive(ctx)
+  ctx.facts.objective = { kind = "simpo", by = ctx.id }
+end
+
 function M.sections(ctx, plan)
   plan.post = plan.post or {}
   plan.post.objective = "simpo"

@@ -4,6 +4,11 @@
 -- (conflicts with v2195-v2197).
 local M = { id = "v2198" }
 
+-- the objective other modules must agree with (v2149 distillation replaces the loss: refused)
+function M.derive(ctx)
+  ctx.facts.objective = { kind = "kto", by = ctx.id }
+end
+
 function M.sections(ctx, plan)
   if ctx.param("reference") ~= "precomputed" then
     local U = require("util")
