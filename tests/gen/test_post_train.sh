@@ -5,7 +5,10 @@
 #   v2195 DPO, v2196 ORPO, v2197 SimPO, v2198 KTO: 12 steps each from random weights on a learnable
 #     preference: held-out accuracy >= 0.9 and reward margin > 0 (both 0 before training); the
 #     metrics JSONL holds pref_accuracy, reward_margin, kl, logps_chosen/rejected, val_*.
-#   Refusals: conflicting objectives at gen time, odd --batch, KTO on pair data, --resume.
+#   Resume of a preference run is bit-exact (reference log-probs read back from the checkpoint dir).
+#   v2149 distillation: alpha = 0 equals the plain trainer (the CE half of the loss path); the KL
+#     half against torch is in test_post_training.
+#   Refusals: conflicting objectives at gen time, odd --batch, KTO on pair data, no teacher.
 source "$(dirname "$0")/lib.sh"
 export OMP_NUM_THREADS=1
 TRAIN="$BUILD/runtime/hyperion-train"
@@ -74,4 +77,20 @@ expect "v2195_resume_reads_reference" 0 "read from .*reference_logps.bin" -- "$T
 check "v2195_resume_bit_exact" test "$(losses "$TMP/straight.jsonl" | tail -3)" = "$(losses "$TMP/resumed.jsonl")" -a -n "$(losses "$TMP/resumed.jsonl")"
 rm -f "$TMP/ck/reference_logps.bin"
 expect "v2195_resume_refuses_without_reference" 2 "needs the reference log-probs" -- "$TMP/t_dpo/train" --data "$TMP/pref" --steps 6 --ckpt-dir "$TMP/ck" --resume
+# ---- v2149 distillation ----
+"$GEN" data "$ROOT/README.md" -o "$TMP/rd" >/dev/null
+expect "gen_teacher" 0 "wrote" -- "$GEN" specs/v2500.yaml --enable adamw --model tiny --target cpu --batch 8 --seq 48 -o "$TMP/teacher"
+expect "v2149_teacher_trains" 0 "done" -- "$TMP/teacher/train" --data "$TMP/rd" --steps 20 --lr 3e-3 --ckpt-dir "$TMP/teacher/ck" --sample 0
+TCH="$TMP/teacher/ck/step_00000020"
+expect "v2149_refuses_without_teacher" 2 "needs a teacher checkpoint" -- "$GEN" specs/v2500.yaml --enable adamw,distill --model tiny --target cpu -o "$TMP/x5"
+expect "v2149_refuses_with_dpo" 2 "both replace the loss" -- "$GEN" specs/v2500.yaml --enable adamw,distill,dpo --set v2149.teacher="$TCH" --model tiny --target cpu -o "$TMP/x6"
+expect "gen_distill" 0 "wrote" -- "$GEN" specs/v2500.yaml --enable adamw,distill --set v2149.teacher="$TCH" --model tiny --target cpu --batch 8 --seq 48 -o "$TMP/dist"
+expect "gen_distill_alpha0" 0 "wrote" -- "$GEN" specs/v2500.yaml --enable adamw,distill --set v2149.teacher="$TCH" --set v2149.alpha=0 --model tiny --target cpu --batch 8 --seq 48 -o "$TMP/dist0"
+expect "v2149_distill_trains" 0 "distillation \\(v2149\\): teacher" -- "$TMP/dist/train" --data "$TMP/rd" --steps 6 --sample 0 --metrics "$TMP/dist.jsonl"
+"$TMP/dist0/train" --data "$TMP/rd" --steps 6 --sample 0 --metrics "$TMP/dist0.jsonl" >/dev/null 2>&1
+"$TMP/teacher/train" --data "$TMP/rd" --steps 6 --sample 0 --metrics "$TMP/plain.jsonl" >/dev/null 2>&1
+# alpha = 0: the distillation loss path (teacher forward, double-precision row) is the plain cross-entropy
+check "v2149_alpha0_equals_plain_trainer (6 steps, 1e-5 relative)" awk 'NR == FNR { a[FNR] = $1; next } { d = a[FNR] - $1; if (d < 0) d = -d; if (d > 1e-5 * $1) bad = 1; n++ } END { exit bad || n != 6 }' \
+  <(losses "$TMP/dist0.jsonl") <(losses "$TMP/plain.jsonl")
+check "v2149_distill_loss_differs_from_plain" test "$(losses "$TMP/dist.jsonl" | tail -1)" != "$(losses "$TMP/plain.jsonl" | tail -1)"
 finish
