@@ -51,6 +51,7 @@ static int sb_reserve(seqbuf *b, size_t more) {
 /* Appends the tokens of s with loss flag `train`. */
 static int sb_text(seqbuf *b, const char *s, int train) {
     size_t n = strlen(s);
+    if (!n) return 0;
     if (sb_reserve(b, n)) return -1;
     size_t k = hyp_post_encode((const uint8_t *)s, n, b->tok + b->n);
     memset(b->mask + b->n, train ? 1 : 0, k);
