@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # test_post_train.sh — post-training end to end on the cpu (README "Post-training"):
-#   v2193 SFT: gen data --chat writes shards + S.mask; an SFT trainer's assistant-token val loss
-#     falls over 40 steps; refusals (unmasked data, bad JSONL with file:line).
+#   v2193 SFT: gen data --chat writes shards + S.mask; the assistant-token loss falls from the
+#     first step's by > 1 nat on held-out conversations after 40 steps; refusals (unmasked data,
+#     bad JSONL with file:line).
 #   v2195 DPO, v2196 ORPO, v2197 SimPO, v2198 KTO: 12 steps each from random weights on a learnable
-#     preference: held-out accuracy >= 0.9 and reward margin > 0 (both 0 before training); the
+#     preference: held-out accuracy >= 0.9 and the reward margin up by > 0.1 from the starting
+#     weights' evaluation; the
 #     metrics JSONL holds pref_accuracy, reward_margin, kl, logps_chosen/rejected, val_*.
 #   Resume of a preference run is bit-exact (reference log-probs read back from the checkpoint dir).
 #   v2149 distillation: alpha = 0 equals the plain trainer (the CE half of the loss path); the KL
@@ -26,8 +28,10 @@ expect "v2193_refuses_bad_json_line" 2 "bad.jsonl:2: " -- "$GEN" data --chat "$T
 check "v2193_no_partial_output" test ! -e "$TMP/x2"
 expect "v2193_gen_sft" 0 "wrote" -- "$GEN" specs/v2500.yaml --enable adamw,sft --model tiny --target cpu --batch 8 --seq 64 -o "$TMP/sftt"
 expect "v2193_sft_trains" 0 "done" -- "$TMP/sftt/train" --data "$TMP/sft" --steps 40 --lr 3e-3 --eval-every 10 --eval-batches 4 --sample 0 --metrics "$TMP/sft.jsonl"
-v0=$(metric "$TMP/sft.jsonl" val_loss | head -1); v1=$(metric "$TMP/sft.jsonl" val_loss | tail -1)
-check "v2193_assistant_token_val_loss_falls ($v0 -> $v1)" awk -v a="$v0" -v b="$v1" 'BEGIN { exit !(b < a - 0.1) }'
+# the first step's loss is the random weights' loss on assistant tokens (~ln 256); the last
+# validation loss is the held-out conversations' assistant-token loss after 40 steps
+v0=$(first_metric "$TMP/sft.jsonl" loss); v1=$(metric "$TMP/sft.jsonl" val_loss | tail -1)
+check "v2193_assistant_token_loss_falls ($v0 at step 1 -> val $v1)" awk -v a="$v0" -v b="$v1" 'BEGIN { exit !(b < a - 1.0) }'
 "$GEN" data "$ROOT/README.md" -o "$TMP/plain" >/dev/null
 expect "v2193_refuses_unmasked_data" 2 "no loss masks .*gen data --chat" -- "$TMP/sftt/train" --data "$TMP/plain" --steps 1 --sample 0
 
