@@ -42,6 +42,7 @@ int main(int argc, char **argv) {
     lua_setfield(L, -2, "null");
     gen_register_fs(L, -1);
     gen_register_extra(L, -1);
+    gen_register_post(L, -1);
     lua_pushstring(L, home);
     lua_setfield(L, -2, "home");
     lua_pushstring(L, HYP_VERSION);

@@ -18,6 +18,10 @@ usage:
                                           documents (.jsonl "text", .txt, SEP-separated, .gz)
                                           through the data stages into training shards with
                                           .docs sidecars and DIR/report.json
+  gen data --chat CHATS.jsonl -o DIR [--template chatml|plain|T.json] [--val-fraction F] [--force]
+  gen data --pref PREFS.jsonl -o DIR [--template chatml|plain|T.json] [--val-fraction F] [--force]
+                                          post-training data: conversations through a chat
+                                          template into shards + loss masks / preference examples
   gen tokenizer train FILE... --vocab N -o DIR   train a byte-level BPE: DIR/tokenizer.json
   gen tokenizer encode|decode TOKENIZER [FILE]   text -> ids (one per line) / ids -> text
   gen tokenizer info TOKENIZER            kind, vocabulary size, EOT id and hash
@@ -376,7 +380,32 @@ function commands.generate(args)
   return 0
 end
 
+-- gen data --chat FILE.jsonl / --pref FILE.jsonl: post-training data (runtime/io/chat.h).
+local function post_data(o)
+  if #o._pos > 0 then U.fail("<command line>", "gen data --chat/--pref takes its one input as the flag's value, not " .. o._pos[1], "e.g. gen data --chat chats.jsonl -o data/sft") end
+  if o["--chat"] and o["--pref"] then U.fail("<command line>", "gen data takes --chat or --pref, not both", "run gen data once per kind") end
+  if o["--template"] and not (o["--chat"] or o["--pref"]) then U.fail("<command line>", "--template applies to --chat or --pref data", "add --chat FILE or --pref FILE") end
+  local vf = tonumber(o["--val-fraction"] or "0.1")
+  if not vf or vf < 0 or vf >= 1 then U.fail("<command line>", "--val-fraction must be in [0, 1)", "e.g. --val-fraction 0.1") end
+  local rc, msg
+  if o["--chat"] then rc, msg = hyp.chat_prepare(o["--chat"], o["--template"], o["-o"], vf, o["--force"] and true or false)
+  else rc, msg = hyp.pref_prepare(o["--pref"], o["--template"], o["-o"], vf, o["--force"] and true or false) end
+  if rc ~= 0 then io.stderr:write(msg, "\n"); return rc end
+  io.write(msg, "\n")
+  return 0
+end
+
 function commands.data(args)
+  -- post-training data (--chat / --pref) has its own flags: runtime/io/chat.h
+  for _, a in ipairs(args) do
+    local name = a:match("^(%-%-[%w-]+)")
+    if name == "--chat" or name == "--pref" then
+      local o = parse(args, { ["-o"] = "value", ["--val-fraction"] = "value", ["--force"] = "flag",
+        ["--chat"] = "value", ["--pref"] = "value", ["--template"] = "value" })
+      if not o["-o"] then U.fail("<command line>", "gen data needs -o DIR", "e.g. gen data --chat chats.jsonl -o data/sft") end
+      return post_data(o)
+    end
+  end
   return require("data_cli").main(args, parse, check_statuses)
 end
 

@@ -54,6 +54,13 @@ typedef struct exec_t {
     int n_state;
     float *acts;                    /* [act_floats] */
     int32_t *tokens, *targets;      /* [maxB * maxT] */
+    const float *row_scale;         /* NULL, or [B*T]: the fused loss's gradient row n is scaled by
+                                       row_scale[n] (per-token loss weights: train/pref.c) */
+    /* NULL, or what the fused loss op computes instead of cross-entropy (v2149 distillation,
+     * train/distill.c): losses[N] and, in place, logits[N, Vp] -> d loss / d logits * dloss */
+    void (*loss_fused)(struct exec_t *x, float *losses, float *logits, const int32_t *targets, float dloss, int N, int V,
+                       int Vp);
+    void *loss_ctx;
     int B, T;                       /* bound batch shape (<= the plan's) */
     size_t bytes;                   /* total bytes allocated */
     /* data parallelism / ZeRO (v2104): the parameter arena is cut into `world` equal shards of

@@ -115,7 +115,11 @@ ADAPTER(cpu_crossentropy) {
 }
 ADAPTER(cpu_crossentropy_fused) {
     UNUSED_ARGS;
-    op_crossentropy_fused(O[0], O[1], tok(x, o->in[0]), dloss, d->N, (int)o->V, (int)o->Vp);
+    if (x->loss_fused) x->loss_fused(x, O[0], O[1], tok(x, o->in[0]), dloss, d->N, (int)o->V, (int)o->Vp);
+    else op_crossentropy_fused(O[0], O[1], tok(x, o->in[0]), dloss, d->N, (int)o->V, (int)o->Vp);
+    if (x->row_scale) /* per-token loss weights (preference objectives, train/pref.c) */
+        for (int n = 0; n < d->N; n++)
+            for (int i = 0; i < (int)o->Vp; i++) O[1][(long)n * o->Vp + i] *= x->row_scale[n];
 }
 /* v2160: a fake-quantized copy (exact fp8 values in fp32) under the op's scaling slot */
 ADAPTER(cpu_fp8_quantize) {

@@ -16,6 +16,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "chat.h"
 #include "docs.h"
 #include "fsio.h"
 #include "rng.h"
@@ -738,6 +739,9 @@ typedef struct {
     int version;        /* 1: uint16, 2: uint32 */
     uint64_t ntok;
     uint64_t start;     /* index of its first token in the split's stream */
+    const uint8_t *mask; /* v2193 loss-mask sidecar S.mask (chat.h): [ntok] flags, or NULL */
+    void *mask_base;
+    size_t mask_size;
 } shard;
 
 struct hyp_loader {
@@ -758,17 +762,21 @@ struct hyp_loader {
     int perm_valid;
     hyp_loader_state st;
     uint32_t *win;         /* T+1 scratch */
+    uint8_t *winmask;      /* T+1 loss flags of the window (shards with a .mask sidecar) */
+    int masked;            /* some shard has a loss mask: targets where it is 0 become -1 */
 };
 
 void hyp_loader_close(hyp_loader *L) {
     if (!L) return;
     for (int i = 0; i < L->n_shards; i++) {
         if (L->shards[i].map) munmap((void *)L->shards[i].map, L->shards[i].map_size);
+        if (L->shards[i].mask_base) munmap(L->shards[i].mask_base, L->shards[i].mask_size);
         free(L->shards[i].path);
     }
     free(L->shards);
     free(L->perm);
     free(L->win);
+    free(L->winmask);
     free(L->dir);
     free(L);
 }
@@ -969,6 +977,8 @@ int hyp_loader_open_rc(const char *dir, const char *split, int B, int T, uint64_
         join(s->path, len, dir, names[i]);
         L->n_shards = i + 1;
         rc = open_shard(s, e);
+        if (rc == HYP_OK) rc = hyp_mask_open(s->path, s->ntok, &s->mask, &s->mask_base, &s->mask_size, e);
+        L->masked |= s->mask != NULL;
         s->start = L->total;
         L->total += s->ntok;
     }
@@ -1004,6 +1014,8 @@ int hyp_loader_open_rc(const char *dir, const char *split, int B, int T, uint64_
     }
     if (rc == HYP_OK) {
         L->win = malloc(sizeof *L->win * ((size_t)T + 1));
+        L->winmask = malloc((size_t)T + 1);
+        if (!L->winmask) L->win = (free(L->win), NULL);
         if (L->is_train) L->perm = malloc(sizeof *L->perm * (size_t)L->W);
         if (!L->win || (L->is_train && !L->perm))
             rc = hyp_fail(e, HYP_EFAIL, "%s: out of memory for %llu windows", dir,
@@ -1073,6 +1085,7 @@ static int read_window(hyp_loader *L, uint64_t w, hyp_err *e) {
                             "re-run gen data", s->path, tok, (unsigned long long)k,
                             (unsigned long long)L->limit, L->limit_why);
         L->win[t] = tok;
+        L->winmask[t] = !s->mask || s->mask[k];
     }
     return HYP_OK;
 }
@@ -1098,7 +1111,7 @@ int hyp_loader_next(hyp_loader *L, int32_t *inputs, int32_t *targets, hyp_err *e
         }
         for (int t = 0; t < T; t++) {
             inputs[(size_t)b * T + t] = (int32_t)L->win[t];
-            targets[(size_t)b * T + t] = (int32_t)L->win[t + 1];
+            targets[(size_t)b * T + t] = L->masked && !L->winmask[t + 1] ? -1 : (int32_t)L->win[t + 1];
         }
         L->st.position++;
     }
@@ -1144,6 +1157,12 @@ uint64_t hyp_loader_total_tokens(const hyp_loader *L) { return L->total; }
 uint64_t hyp_loader_windows(const hyp_loader *L) { return L->W; }
 uint64_t hyp_loader_windows_per_rank(const hyp_loader *L) { return L->Wr; }
 int hyp_loader_num_shards(const hyp_loader *L) { return L->n_shards; }
+int hyp_loader_masked(const hyp_loader *L) { return L->masked; }
+void hyp_loader_set_masked(hyp_loader *L, int on) {
+    int any = 0;
+    for (int i = 0; i < L->n_shards; i++) any |= L->shards[i].mask != NULL;
+    L->masked = on && any;
+}
 
 /* ========================================================================================== */
 /* hyp_data_verify                                                                             */

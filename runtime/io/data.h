@@ -17,6 +17,10 @@
  * (a document cut by a shard boundary starts again at offset 0 of the next shard).
  * The loader also reads llm.c's own shards (fineweb_train_000001.bin, tiny_shakespeare_val.bin):
  * a file belongs to split S when its name ends in ".bin" and contains S as an '_'-separated word.
+ * Loss masks (v2193 SFT, written by `gen data --chat`, format in chat.h): a shard S.bin may have
+ * a sidecar S.mask, 256 int32 header (20240523, version 1, token count) then one uint8 per token;
+ * a token whose flag is 0 is never a loss target: the loader writes target -1 for it (the loss
+ * ops ignore it, so it gets exactly zero gradient and stays out of the mean's count).
  *
  * Sampling. The split's shards, in name order, form one token stream of n tokens; it is cut into
  * W = (n - 1) / T windows of T + 1 tokens with stride T (window w = tokens [w*T, w*T + T]; a
@@ -140,5 +144,9 @@ uint64_t hyp_loader_total_tokens(const hyp_loader *L);     /* tokens in the spli
 uint64_t hyp_loader_windows(const hyp_loader *L);          /* W: windows per epoch, all ranks */
 uint64_t hyp_loader_windows_per_rank(const hyp_loader *L); /* W / world */
 int hyp_loader_num_shards(const hyp_loader *L);
+/* 1 when some shard of the split has a loss-mask sidecar (S.mask). */
+int hyp_loader_masked(const hyp_loader *L);
+/* on = 0: train on every token even where a loss mask says 0 (v2193 mask_prompt: false). */
+void hyp_loader_set_masked(hyp_loader *L, int on);
 
 #endif

@@ -51,6 +51,8 @@
 #include "plan.h"
 #include "rng.h"
 #include "backend.h"
+#include "distill.h"
+#include "pref.h"
 #include "preempt.h"
 #include "profile.h"
 #include "train.h"
@@ -785,6 +787,26 @@ static int sample_after(run_t *r, hyp_err *e) {
     return rc;
 }
 
+/* v2195-v2198: the plan's preference objective trains instead of the token loop (train/pref.c). */
+static int run_pref(run_t *r, const post_cfg *pc, hyp_err *e) {
+    int rc = r->d.rank == 0 && r->a.metrics ? hyp_metrics_open(&r->mlog, r->a.metrics, r->start_step > 0, e) : HYP_OK;
+    pref_run pr = {&r->be, pc, &r->opt, r->a.data, r->a.ckpt_dir, r->B, r->T, r->K, r->eval_every, r->a.ckpt_every,
+                   r->a.keep, r->seed, r->mlog, r->plan.state_hash, r->plan.model_name, r->start_step,
+                   r->lstate.epoch, r->lstate.position};
+    return rc ? rc : pref_train(&pr, e);
+}
+
+/* v2193: SFT trains on the loss-masked shards of gen data --chat (mask_prompt), or on every token;
+ * validation always scores the assistant tokens (where the data has masks). */
+static int check_sft(run_t *r, const post_cfg *pc, hyp_err *e) {
+    if (!pc->sft) return HYP_OK;
+    if (pc->mask_prompt && !hyp_loader_masked(r->train))
+        return hyp_fail(e, HYP_EINPUT, "%s: this trainer was generated with v2193 SFT (mask_prompt), and the data has no loss masks (S.mask) — prepare it with gen data --chat CHATS.jsonl -o DIR",
+                        r->a.data);
+    if (!pc->mask_prompt) hyp_loader_set_masked(r->train, 0); /* val stays the assistant-token loss */
+    return HYP_OK;
+}
+
 static int run(int argc, char **argv, hyp_coll *coll) {
     static run_t r; /* large (paths); one per process */
     memset(&r, 0, sizeof r);
@@ -799,6 +821,12 @@ static int run(int argc, char **argv, hyp_coll *coll) {
         return rc;
     }
     plan_t *p = &r.plan;
+    post_cfg post;
+    if ((rc = post_cfg_load(r.plan_path, &post, &e))) {
+        fprintf(stderr, "train: %s\n", e.msg);
+        plan_free(p);
+        return rc;
+    }
     if (!a->sample_mode &&
         (rc = train_prof_open(&r.prof, a->profile, a->profile_steps, a->memory_profile, p, r.plan_path, hyp_coll_rank(coll),
                               hyp_coll_world(coll), &e))) {
@@ -858,6 +886,7 @@ static int run(int argc, char **argv, hyp_coll *coll) {
         }
         if (!rc && (a->resume || a->sample_mode)) rc = resume(&r, &e);
     }
+    distill *dist = NULL; /* v2149: a teacher inside the fused loss (cpu, train/distill.c) */
     if (!rc && a->sample_mode) { /* sampling runs on the host executor: same weights, same numerics */
         hyp_tok *tok = NULL; /* the checkpoint's data tokenizer (v2125), checked against its hash */
         if (r.ck_tok_file[0] && !(tok = hyp_tok_open(r.ck_tok_file, &e)))
@@ -867,8 +896,12 @@ static int run(int argc, char **argv, hyp_coll *coll) {
                           r.ck_tok_file, hyp_tok_hash(tok), r.ck_tok_hash);
         if (!rc && r.d.rank == 0) rc = sample_text(&r.x, a, tok, r.seed, stdout);
         hyp_tok_free(tok);
-    } else if (!rc && !(rc = train_backend_open(&r.be, p, r.plan_path, &r.x, &r.d, r.B, r.T, &e)) &&
-               !(rc = open_outputs(&r, &e))) {
+    } else if (!rc && !(rc = distill_open(&dist, r.plan_path, &r.x, p->backend, r.d.world, &e)) && dist)
+        printf("%s\n", distill_describe(dist));
+    if (!rc && !a->sample_mode && post.objective >= POST_DPO) {
+        if (!(rc = train_backend_open(&r.be, p, r.plan_path, &r.x, &r.d, r.B, r.T, &e))) rc = run_pref(&r, &post, &e);
+    } else if (!rc && !a->sample_mode && !(rc = train_backend_open(&r.be, p, r.plan_path, &r.x, &r.d, r.B, r.T, &e)) &&
+               !(rc = open_outputs(&r, &e)) && !(rc = check_sft(&r, &post, &e))) {
         choose_peak(&r);
         print_banner(&r, &e);
         rc = train_loop(&r, &e);
@@ -882,6 +915,7 @@ static int run(int argc, char **argv, hyp_coll *coll) {
     train_prof_close(&r.prof);
     hyp_loader_close(r.train);
     hyp_loader_close(r.val);
+    distill_close(dist, &r.x);
     train_backend_close(&r.be);
     exec_free(&r.x);
     plan_free(p);

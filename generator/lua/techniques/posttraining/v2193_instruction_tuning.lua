@@ -1,0 +1,18 @@
+-- v2193 SFT: writes the plan's post section {objective = "sft" (unless a preference objective
+-- sets its own), template, mask_prompt}. The trainer (runtime/train/train_main.c) then requires
+-- loss-masked shards from `gen data --chat` (runtime/io/chat.c) when mask_prompt is on; the loader
+-- turns masked targets into -1, which the loss ops ignore (zero gradient, out of the mean).
+-- Never: numerics of its own — the mask is data, the loss is the plan's cross-entropy.
+local M = { id = "v2193" }
+
+function M.sections(ctx, plan)
+  local tpl, mask = ctx.param("template"), ctx.param("mask_prompt")
+  plan.post = plan.post or {}
+  plan.post.objective = plan.post.objective or "sft"
+  plan.post.template = tpl
+  plan.post.mask_prompt = mask and true or false
+  ctx.contribute(string.format("post: %s (prepare data with gen data --chat FILE.jsonl --template %s); %s",
+    plan.post.objective, tpl, mask and "loss on assistant tokens only (S.mask sidecars; prompt targets -1)" or "loss on every token"))
+end
+
+return M

@@ -1,0 +1,27 @@
+-- v2149 distillation: writes the plan's distill section {teacher, temperature, alpha}; the cpu
+-- trainer (runtime/train/distill.c) loads the teacher checkpoint with its own plan.json and runs
+-- it forward inside the student's fused loss op, mixing alpha * T^2 * KL on temperature-scaled
+-- logits with (1 - alpha) * cross-entropy, row by row. Never: a preference objective at the same
+-- time (both replace the loss: refused here).
+local U = require("util")
+local M = { id = "v2149" }
+
+function M.sections(ctx, plan)
+  local teacher = ctx.param("teacher")
+  if teacher == nil or teacher == "" then
+    U.fail("v2149.teacher", "distillation needs a teacher checkpoint", "add --set v2149.teacher=out/BIG/ckpt/step_00001000 (a checkpoint of a trainer gen wrote, same tokenizer)")
+  end
+  local obj = ctx.facts.objective
+  if obj then
+    U.fail("v2149", "distillation and the " .. obj.kind .. " objective (" .. obj.by .. ") both replace the loss; a run trains one objective",
+      "drop one of them from --enable")
+  end
+  if ctx.target.kind ~= "cpu" then
+    U.fail("v2149", "distillation runs on the cpu target only (the sim/cuda path is missing)", "generate with --target cpu")
+  end
+  plan.distill = { teacher = teacher, temperature = ctx.param("temperature"), alpha = ctx.param("alpha") }
+  ctx.contribute(string.format("distill: teacher %s forward inside the fused loss; loss = %g * T^2 * KL(teacher/T || student/T) + %g * CE, T = %g, row by row over the vocabulary",
+    teacher, plan.distill.alpha, 1 - plan.distill.alpha, plan.distill.temperature))
+end
+
+return M

@@ -1,0 +1,145 @@
+/* distill.c — v2149 knowledge distillation (distill.h): the teacher's forward and the mixed
+ * KL + cross-entropy loss with its gradient, row by row. */
+#include "distill.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fsio.h"
+#include "hf.h"
+
+struct distill {
+    plan_t tp;          /* the teacher's plan */
+    exec_t tx;          /* its executor (forward only) */
+    int logits;         /* its logits buffer */
+    double temperature, alpha;
+    char desc[1200];
+};
+
+float distill_row(float *z, const float *zt, int y, int V, double temperature, double alpha, float dloss) {
+    if (y < 0 || y >= V) {
+        for (int i = 0; i < V; i++) z[i] = 0.0f;
+        return y < 0 ? 0.0f : NAN;
+    }
+    double m = z[0], mt = zt[0], T = temperature;
+    for (int i = 1; i < V; i++) m = fmax(m, z[i]), mt = fmax(mt, zt[i]);
+    double s1 = 0, s2 = 0, s3 = 0;
+    for (int i = 0; i < V; i++) {
+        s1 += exp(z[i] - m);
+        s2 += exp((z[i] - m) / T);
+        s3 += exp((zt[i] - mt) / T);
+    }
+    /* log softmax(z)_i = z_i - lz; log softmax(z/T)_i = (z_i - m)/T - la; teacher: (zt_i - mt)/T - lb */
+    double lz = m + log(s1), la = log(s2), lb = log(s3), kl = 0, ce = lz - z[y];
+    for (int i = 0; i < V; i++) {
+        double lps = (z[i] - m) / T - la, lpt = (zt[i] - mt) / T - lb, pt = exp(lpt);
+        kl += pt * (lpt - lps);
+        double g = (1 - alpha) * (exp(z[i] - lz) - (i == y)) + alpha * T * (exp(lps) - pt);
+        z[i] = (float)(dloss * g);
+    }
+    return (float)((1 - alpha) * ce + alpha * T * T * kl);
+}
+
+static void loss_fused(exec_t *x, float *losses, float *logits, const int32_t *targets, float dloss, int N, int V, int Vp) {
+    distill *d = x->loss_ctx;
+    (void)exec_bind(&d->tx, x->B, x->T, NULL); /* checked against the student's plan at open */
+    memcpy(d->tx.tokens, x->tokens, sizeof(int32_t) * (size_t)N);
+    exec_forward(&d->tx);
+    const float *zt = exec_buf(&d->tx, d->logits);
+    int tVp = (int)d->tp.Vp;
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        float *z = logits + (size_t)n * Vp;
+        losses[n] = distill_row(z, zt + (size_t)n * tVp, targets[n], V, d->temperature, d->alpha, dloss);
+        for (int i = V; i < Vp; i++) z[i] = 0.0f;
+    }
+}
+
+/* plan.json in dir or the three directories above it */
+static int find_plan(const char *dir, char *out, size_t cap) {
+    char cur[4096];
+    snprintf(cur, sizeof cur, "%s", dir);
+    for (int k = 0; k < 4; k++) {
+        size_t L = strlen(cur);
+        while (L > 1 && cur[L - 1] == '/') cur[--L] = 0;
+        snprintf(out, cap, "%s/plan.json", cur);
+        if (hyp_fs_exists(out)) return 0;
+        char *slash = strrchr(cur, '/');
+        if (!slash) {
+            if (!strcmp(cur, ".")) return -1;
+            snprintf(cur, sizeof cur, ".");
+        } else if (slash == cur) cur[1] = 0;
+        else *slash = 0;
+    }
+    return -1;
+}
+
+const char *distill_describe(const distill *d) { return d->desc; }
+
+void distill_close(distill *d, exec_t *x) {
+    if (!d) return;
+    if (x && x->loss_ctx == d) x->loss_fused = NULL, x->loss_ctx = NULL;
+    exec_free(&d->tx);
+    plan_free(&d->tp);
+    free(d);
+}
+
+int distill_open(distill **out, const char *plan_path, exec_t *x, const char *backend, int world, hyp_err *e) {
+    *out = NULL;
+    char *txt = NULL;
+    int rc = hyp_fs_read_small(plan_path, (size_t)256 << 20, &txt, NULL, e);
+    if (rc) return rc;
+    cJSON *root = cJSON_Parse(txt);
+    free(txt);
+    const cJSON *s = cJSON_GetObjectItemCaseSensitive(root, "distill");
+    if (!s) {
+        cJSON_Delete(root);
+        return HYP_OK;
+    }
+    const cJSON *te = cJSON_GetObjectItemCaseSensitive(s, "teacher"), *tt = cJSON_GetObjectItemCaseSensitive(s, "temperature"),
+                *al = cJSON_GetObjectItemCaseSensitive(s, "alpha");
+    char teacher[4096] = "";
+    if (!cJSON_IsString(te) || !te->valuestring[0] || !cJSON_IsNumber(tt) || !cJSON_IsNumber(al))
+        rc = hyp_fail(e, HYP_EINPUT, "%s: the distill section needs teacher, temperature and alpha — regenerate with gen --set v2149.teacher=CKPT", plan_path);
+    else snprintf(teacher, sizeof teacher, "%s", te->valuestring);
+    double T = cJSON_IsNumber(tt) ? tt->valuedouble : 1, alpha = cJSON_IsNumber(al) ? al->valuedouble : 0;
+    cJSON_Delete(root);
+    if (rc) return rc;
+    if (strcmp(backend, "cpu") || world > 1)
+        return hyp_fail(e, HYP_EINPUT, "%s: distillation (v2149) runs on the cpu backend and one rank (the %s path is missing) — generate the trainer with --target cpu and run one process",
+                        plan_path, strcmp(backend, "cpu") ? backend : "data-parallel");
+    int fused = 0;
+    for (int i = 0; i < x->p->n_bwd; i++) fused |= !strcmp(hyp_op_name(x->p->bwd[i].op), "crossentropy_fused");
+    if (!fused) return hyp_fail(e, HYP_EINPUT, "%s: the plan's backward has no crossentropy_fused op for the distillation loss — generate the trainer without the technique that replaces it", plan_path);
+    distill *d = calloc(1, sizeof *d);
+    if (!d) return hyp_fail(e, HYP_EFAIL, "out of memory");
+    d->temperature = T, d->alpha = alpha;
+    char tplan[4200], what[4400] = "";
+    if (find_plan(teacher, tplan, sizeof tplan))
+        rc = hyp_fail(e, HYP_EINPUT, "%s: no plan.json in the teacher's checkpoint directory or the three above it — give a checkpoint of a trainer gen wrote (out/NAME/ckpt/step_N)", teacher);
+    if (!rc) rc = plan_load(tplan, &d->tp, e);
+    if (!rc && d->tp.V != x->p->V)
+        rc = hyp_fail(e, HYP_EINPUT, "%s: the teacher's vocabulary is %d, the student's %d — distill from a teacher with the student's tokenizer", teacher, (int)d->tp.V, (int)x->p->V);
+    if (!rc && (d->tp.B < x->B || d->tp.T < x->T))
+        rc = hyp_fail(e, HYP_EINPUT, "%s: the teacher's plan (%s) takes batches up to %d x %d, the student runs %d x %d — regenerate the teacher's plan with gen --batch %d --seq %d",
+                      teacher, tplan, (int)d->tp.B, (int)d->tp.T, x->B, x->T, x->B, x->T);
+    if (!rc) rc = exec_init(&d->tx, &d->tp, e);
+    if (!rc) rc = exec_bind(&d->tx, x->B, x->T, e);
+    if (!rc) rc = hyp_hf_init_from(teacher, &d->tp, d->tx.params, what, sizeof what, e);
+    d->logits = -1;
+    for (int i = 0; !rc && i < d->tp.n_bufs; i++)
+        if (!strcmp(d->tp.bufs[i].name, "logits")) d->logits = i;
+    if (!rc && d->logits < 0) rc = hyp_fail(e, HYP_EINPUT, "%s: the teacher's plan has no logits buffer — regenerate it with gen", tplan);
+    if (rc) {
+        distill_close(d, NULL);
+        return rc;
+    }
+    snprintf(d->desc, sizeof d->desc, "distillation (v2149): teacher %s (%s, %.3g M params), temperature %g, alpha %g",
+             what, d->tp.model_name, d->tp.param_floats / 1e6, T, alpha);
+    x->loss_fused = loss_fused, x->loss_ctx = d;
+    *out = d;
+    return HYP_OK;
+}

@@ -1,0 +1,30 @@
+/* distill.h — v2149 knowledge distillation on the cpu backend: a frozen teacher (a checkpoint of
+ * ours with the plan.json it was trained under, any model with the student's vocabulary) runs
+ * forward on each micro-batch inside the student's fused loss op (exec_t.loss_fused), and the loss
+ * per token becomes alpha * T^2 * KL(softmax(teacher / T) || softmax(student / T)) + (1 - alpha) *
+ * cross-entropy, with its gradient alpha * T * (softmax(student / T) - softmax(teacher / T)) +
+ * (1 - alpha) * (softmax(student) - onehot), computed row by row (one token at a time, two
+ * softmaxes streamed over the vocabulary in place: the B x T x V probabilities are never stored).
+ * Never: the training loop, or a device path (sim/cuda are refused).
+ */
+#ifndef HYP_DISTILL_H
+#define HYP_DISTILL_H
+
+#include "exec.h"
+
+typedef struct distill distill;
+
+/* The plan's "distill" section (absent: *out = NULL, HYP_OK). Otherwise loads the teacher named
+ * there (a checkpoint directory; its plan.json is the first one found in it or the three
+ * directories above) for batches up to B x T of the student x, and hooks it into x. */
+int distill_open(distill **out, const char *plan_path, exec_t *x, const char *backend, int world, hyp_err *e);
+void distill_close(distill *d, exec_t *x);
+/* One line for the banner: teacher, temperature, alpha. */
+const char *distill_describe(const distill *d);
+
+/* The per-row loss and gradient (exposed for the tests): student logits z[V] (turned into the
+ * gradient in place, scaled by dloss), teacher logits zt[V], target y (< 0: only the KL term);
+ * returns the row's loss. */
+float distill_row(float *z, const float *zt, int y, int V, double temperature, double alpha, float dloss);
+
+#endif

@@ -1,0 +1,542 @@
+/* pref.c — the plan's post section, the preference losses and the preference trainer (pref.h).
+ *
+ * Per-token gradient. A sequence's log-probability is logp = sum over its scored completion
+ * tokens t of log softmax(z_t)[y_t] = -sum_t CE_t. For a loss L(logp_1..logp_n) the logits of
+ * token t of sequence s get dL/dz_t = (dL/dlogp_s) * (onehot - softmax) = -(dL/dlogp_s) *
+ * dCE_t/dz_t: the fused cross-entropy's gradient (dloss = 1) with its row scaled by
+ * -(dL/dlogp_s) — exec_t.row_scale. Prompt and padding positions have target -1: zero gradient.
+ */
+#include "pref.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <xxhash.h>
+
+#include "fsio.h"
+#include "preempt.h"
+#include "rng.h"
+#include "train_ckpt.h"
+
+/* ---- the plan's post section ---- */
+static const char *OBJ[] = {"none", "sft", "dpo", "orpo", "simpo", "kto"};
+
+const char *post_objective_name(int objective) {
+    return objective >= 0 && objective <= POST_KTO ? OBJ[objective] : "?";
+}
+
+static double num(const cJSON *o, const char *k, double dflt) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    return cJSON_IsNumber(v) ? v->valuedouble : dflt;
+}
+
+int post_cfg_load(const char *plan_path, post_cfg *c, hyp_err *e) {
+    memset(c, 0, sizeof *c);
+    c->mask_prompt = 1;
+    char *txt = NULL;
+    int rc = hyp_fs_read_small(plan_path, (size_t)256 << 20, &txt, NULL, e);
+    if (rc) return rc;
+    cJSON *root = cJSON_Parse(txt);
+    free(txt);
+    const cJSON *p = cJSON_GetObjectItemCaseSensitive(root, "post");
+    if (p && !cJSON_IsObject(p)) rc = hyp_fail(e, HYP_EINPUT, "%s: field 'post' is not an object — regenerate the plan with gen", plan_path);
+    if (!rc && p) {
+        const cJSON *o = cJSON_GetObjectItemCaseSensitive(p, "objective"), *t = cJSON_GetObjectItemCaseSensitive(p, "template");
+        const cJSON *m = cJSON_GetObjectItemCaseSensitive(p, "mask_prompt");
+        c->objective = -1;
+        for (int i = 0; i <= POST_KTO && cJSON_IsString(o); i++)
+            if (!strcmp(o->valuestring, OBJ[i])) c->objective = i;
+        if (c->objective < 0)
+            rc = hyp_fail(e, HYP_EINPUT, "%s: post.objective is none of sft, dpo, orpo, simpo, kto — regenerate the plan with gen", plan_path);
+        c->sft = cJSON_IsString(t);
+        if (c->sft) snprintf(c->template_name, sizeof c->template_name, "%s", t->valuestring);
+        if (cJSON_IsBool(m)) c->mask_prompt = cJSON_IsTrue(m);
+        c->beta = num(p, "beta", 0.1), c->gamma = num(p, "gamma", 0), c->lambda = num(p, "lambda", 0.1);
+        c->label_smoothing = num(p, "label_smoothing", 0);
+        c->desirable_weight = num(p, "desirable_weight", 1), c->undesirable_weight = num(p, "undesirable_weight", 1);
+    }
+    cJSON_Delete(root);
+    return rc;
+}
+
+/* ---- losses on per-sequence log-probabilities ---- */
+static double sigmoid(double z) { return z >= 0 ? 1 / (1 + exp(-z)) : exp(z) / (1 + exp(z)); }
+static double log_sigmoid(double z) { return z >= 0 ? -log1p(exp(-z)) : z - log1p(exp(z)); }
+
+double pref_pair_loss(const post_cfg *c, int n, const double *pc, const double *pr, const double *rc, const double *rr,
+                      const int *lc, const int *lr, double *gc, double *gr, pref_stats *st) {
+    memset(st, 0, sizeof *st);
+    double loss = 0, b = c->beta, ls = c->label_smoothing, nll_tokens = 0, nll = 0;
+    for (int i = 0; i < n; i++) nll_tokens += lc[i] > 0 ? lc[i] : 1;
+    for (int i = 0; i < n; i++) {
+        double nc = lc[i] > 0 ? lc[i] : 1, nr = lr[i] > 0 ? lr[i] : 1;
+        double ac = pc[i] / nc, ar = pr[i] / nr, z, dz_c, dz_r, cw, rw;
+        if (c->objective == POST_ORPO) {
+            /* log odds(y) = log p - log(1 - p) with p = exp(avg logp): TRL ORPOTrainer.odds_ratio_loss */
+            double lo = (ac - ar) - (log(-expm1(ac)) - log(-expm1(ar)));
+            loss -= c->lambda * log_sigmoid(lo) / n;
+            double dlo = -c->lambda * sigmoid(-lo) / n;
+            gc[i] = dlo / -expm1(ac) / nc;  /* d lo / d ac = 1 / (1 - exp(ac)) */
+            gr[i] = -dlo / -expm1(ar) / nr;
+            nll -= pc[i] / nll_tokens;      /* the SFT term: mean NLL of the chosen tokens */
+            gc[i] -= 1 / nll_tokens;
+            cw = c->lambda * ac, rw = c->lambda * ar; /* TRL: rewards = beta * avg logp, its beta = our lambda */
+        } else {
+            if (c->objective == POST_SIMPO) { /* CPOTrainer loss_type="simpo", cpo_alpha = 0 */
+                z = b * (ac - ar) - c->gamma;
+                dz_c = b / nc, dz_r = -b / nr;
+                cw = b * ac, rw = b * ar;
+            } else { /* DPO, sigmoid loss with label smoothing (DPOTrainer loss_type="sigmoid") */
+                z = b * ((pc[i] - pr[i]) - (rc[i] - rr[i]));
+                dz_c = b, dz_r = -b;
+                cw = b * (pc[i] - rc[i]), rw = b * (pr[i] - rr[i]);
+            }
+            loss += (-(1 - ls) * log_sigmoid(z) - ls * log_sigmoid(-z)) / n;
+            double dz = (-(1 - ls) * sigmoid(-z) + ls * sigmoid(z)) / n;
+            gc[i] = dz * dz_c, gr[i] = dz * dz_r;
+        }
+        st->accuracy += (cw > rw) / (double)n;
+        st->margin += (cw - rw) / n;
+        st->chosen_reward += cw / n, st->rejected_reward += rw / n;
+        st->logp_chosen += pc[i] / n, st->logp_rejected += pr[i] / n;
+        if (rc && rr) st->kl += ((pc[i] - rc[i]) + (pr[i] - rr[i])) / (2.0 * n);
+    }
+    st->loss = loss + nll;
+    return st->loss;
+}
+
+double pref_kto_loss(const post_cfg *c, int n, const double *p, const double *r, const int *label, int nk, const double *pk,
+                     const double *rk, double *g, pref_stats *st) {
+    memset(st, 0, sizeof *st);
+    double kl = 0, b = c->beta, loss = 0;
+    for (int i = 0; i < nk; i++) kl += (pk[i] - rk[i]) / nk;
+    if (kl < 0) kl = 0; /* TRL: .mean().clamp(min=0), detached */
+    int nd = 0, nu = 0;
+    for (int i = 0; i < n; i++) {
+        double lr = p[i] - r[i];
+        if (label[i]) {
+            double s = sigmoid(b * (lr - kl));
+            loss += c->desirable_weight * (1 - s) / n;
+            g[i] = -c->desirable_weight * b * s * (1 - s) / n;
+            st->chosen_reward += b * lr, st->logp_chosen += p[i], nd++;
+            st->accuracy += lr > 0;
+        } else {
+            double s = sigmoid(b * (kl - lr));
+            loss += c->undesirable_weight * (1 - s) / n;
+            g[i] = c->undesirable_weight * b * s * (1 - s) / n;
+            st->rejected_reward += b * lr, st->logp_rejected += p[i], nu++;
+            st->accuracy += lr < 0;
+        }
+    }
+    st->accuracy /= n > 0 ? n : 1;
+    if (nd) st->chosen_reward /= nd, st->logp_chosen /= nd;
+    if (nu) st->rejected_reward /= nu, st->logp_rejected /= nu;
+    st->margin = st->chosen_reward - st->rejected_reward;
+    st->kl = kl;
+    st->loss = loss;
+    return loss;
+}
+
+/* ---- rows ---- */
+enum { PART_CHOSEN, PART_REJECTED, PART_KL };
+typedef struct {
+    int ex, part;
+} rowspec;
+
+/* Row b of x->tokens/targets: prompt + completion, at most T + 1 tokens (the completion cut to T on
+ * the right, then the prompt to what is left from the left); targets -1 except the completion's.
+ * Returns the number of scored completion tokens. */
+static int fill_row(exec_t *x, int b, const int32_t *pr, int lp, const int32_t *cp, int lc) {
+    int T = x->T;
+    int32_t *in = x->tokens + (size_t)b * T, *tg = x->targets + (size_t)b * T;
+    if (lc > T) lc = T;
+    int keep = lp < T + 1 - lc ? lp : T + 1 - lc, len = keep + lc, n = 0;
+    for (int t = 0; t < T; t++) {
+        in[t] = t < len ? (t < keep ? pr[lp - keep + t] : cp[t - keep]) : 0;
+        int nx = t + 1;
+        tg[t] = nx < len && nx >= keep ? cp[nx - keep] : -1;
+        n += tg[t] >= 0;
+    }
+    return n;
+}
+
+static int row_of(const hyp_pref_set *s, rowspec r, exec_t *x, int b) {
+    const int32_t *base = s->tok + s->off[r.ex];
+    int lp = s->len[r.ex][0];
+    if (r.part == PART_KL) { /* this prompt with the next example's completion: a mismatched pair */
+        int o = (r.ex + 1) % s->n;
+        return fill_row(x, b, base, lp, s->tok + s->off[o] + s->len[o][0], s->len[o][1]);
+    }
+    const int32_t *cp = base + lp + (r.part == PART_REJECTED ? s->len[r.ex][1] : 0);
+    return fill_row(x, b, base, lp, cp, s->len[r.ex][1 + r.part]);
+}
+
+/* Forward (no gradients) over m <= B rows: logp[k], n[k] the summed log-prob and scored tokens of
+ * row k. Rows m..B-1 are padding (no targets). */
+static void forward_rows(exec_t *x, const hyp_pref_set *s, const rowspec *rows, int m, double *logp, int *n) {
+    int T = x->T;
+    for (int k = 0; k < x->B; k++) {
+        if (k < m) n[k] = row_of(s, rows[k], x, k);
+        else
+            for (int t = 0; t < T; t++) x->tokens[(size_t)k * T + t] = 0, x->targets[(size_t)k * T + t] = -1;
+    }
+    exec_eval_loss(x);
+    const float *L = exec_buf(x, x->p->losses_buf);
+    for (int k = 0; k < m; k++) {
+        double sum = 0;
+        for (int t = 0; t < T; t++)
+            if (x->targets[(size_t)k * T + t] >= 0) sum -= L[(size_t)k * T + t];
+        logp[k] = sum;
+    }
+}
+
+/* Log-probs of every row of a set (part by part), batch by batch: out[ex * parts + part]. */
+static int set_logps(exec_t *x, const hyp_pref_set *s, int parts, const int *part_of, double *out, int *nout, hyp_err *e) {
+    int B = x->B, total = s->n * parts;
+    rowspec *rows = malloc(sizeof *rows * (size_t)B);
+    double *lp = malloc(sizeof *lp * (size_t)B);
+    int *n = malloc(sizeof *n * (size_t)B);
+    if (!rows || !lp || !n) {
+        free(rows), free(lp), free(n);
+        return hyp_fail(e, HYP_EFAIL, "out of memory");
+    }
+    for (int at = 0; at < total; at += B) {
+        int m = total - at < B ? total - at : B;
+        for (int k = 0; k < m; k++) rows[k] = (rowspec){(at + k) / parts, part_of[(at + k) % parts]};
+        forward_rows(x, s, rows, m, lp, n);
+        for (int k = 0; k < m; k++) {
+            out[at + k] = lp[k];
+            if (nout) nout[at + k] = n[k];
+        }
+    }
+    free(rows), free(lp), free(n);
+    return HYP_OK;
+}
+
+/* ---- evaluation ---- */
+typedef struct {
+    double loss, accuracy, margin, kl, logratio_accuracy, avg_logp_accuracy;
+} pref_eval;
+
+static void eval_set(const pref_run *r, const hyp_pref_set *v, const double *ref, pref_eval *out, hyp_err *e, int *rc) {
+    exec_t *x = r->be->x;
+    memset(out, 0, sizeof *out);
+    int pairs = v->kind == HYP_PREF_PAIRS, parts = pairs ? 2 : 1, n = v->n;
+    static const int P2[2] = {PART_CHOSEN, PART_REJECTED}, P1[1] = {PART_CHOSEN};
+    double *lp = malloc(sizeof *lp * (size_t)n * parts + 8), *g = malloc(sizeof *g * (size_t)n * 2 + 16);
+    int *cnt = malloc(sizeof *cnt * (size_t)n * parts + 8), *lab = malloc(sizeof *lab * (size_t)n + 8);
+    if (!lp || !g || !cnt || !lab || (*rc = set_logps(x, v, parts, pairs ? P2 : P1, lp, cnt, e))) {
+        if (!*rc) *rc = hyp_fail(e, HYP_EFAIL, "out of memory");
+        free(lp), free(g), free(cnt), free(lab);
+        return;
+    }
+    pref_stats st;
+    post_cfg c = *r->cfg;
+    if (pairs) {
+        double *pc = malloc(sizeof *pc * (size_t)n * 4);
+        int *lc = malloc(sizeof *lc * (size_t)n * 2);
+        if (!pc || !lc) *rc = hyp_fail(e, HYP_EFAIL, "out of memory");
+        for (int i = 0; i < n && !*rc; i++) {
+            pc[i] = lp[2 * i], pc[n + i] = lp[2 * i + 1], pc[2 * n + i] = ref[2 * i], pc[3 * n + i] = ref[2 * i + 1];
+            lc[i] = cnt[2 * i], lc[n + i] = cnt[2 * i + 1];
+            out->logratio_accuracy += ((pc[i] - pc[2 * n + i]) > (pc[n + i] - pc[3 * n + i])) / (double)n;
+            out->avg_logp_accuracy += (pc[i] / (lc[i] ? lc[i] : 1) > pc[n + i] / (lc[n + i] ? lc[n + i] : 1)) / (double)n;
+        }
+        if (!*rc) {
+            if (c.objective == POST_KTO) c.objective = POST_DPO; /* KTO's implied reward: beta * log ratio */
+            pref_pair_loss(&c, n, pc, pc + n, pc + 2 * n, pc + 3 * n, lc, lc + n, g, g + n, &st);
+            out->loss = st.loss, out->accuracy = st.accuracy, out->margin = st.margin, out->kl = st.kl;
+        }
+        free(pc), free(lc);
+    } else {
+        for (int i = 0; i < n; i++) lab[i] = v->len[i][2];
+        c.objective = POST_KTO;
+        double *rr = malloc(sizeof *rr * (size_t)n + 8);
+        if (!rr) *rc = hyp_fail(e, HYP_EFAIL, "out of memory");
+        for (int i = 0; i < n && !*rc; i++) rr[i] = ref[i];
+        if (!*rc) {
+            pref_kto_loss(&c, n, lp, rr, lab, 0, NULL, NULL, g, &st);
+            out->loss = st.loss, out->accuracy = st.accuracy, out->margin = st.margin;
+            for (int i = 0; i < n; i++) out->kl += (lp[i] - rr[i]) / n;
+            out->logratio_accuracy = st.accuracy, out->avg_logp_accuracy = NAN;
+        }
+        free(rr);
+    }
+    free(lp), free(g), free(cnt), free(lab);
+}
+
+static void print_eval(const pref_run *r, int step, const pref_eval *v) {
+    printf("eval step %d | val pref_accuracy %.4f | reward_margin %.4f | kl %.4f | logratio_accuracy %.4f | avg_logp_accuracy %.4f | val %s loss %.4f\n",
+           step, v->accuracy, v->margin, v->kl, v->logratio_accuracy, v->avg_logp_accuracy,
+           post_objective_name(r->cfg->objective), v->loss);
+    fflush(stdout);
+}
+
+/* ---- training ---- */
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* ---- the reference log-probs beside the checkpoints: "HYPREF01", n_train, n_val (uint64), the
+ * xxh3-64 of both example sets' token arrays, then 2 * n_train + 2 * n_val doubles ---- */
+typedef struct {
+    char magic[8];
+    uint64_t n_train, n_val, sum;
+} ref_header;
+
+static uint64_t sets_sum(const hyp_pref_set *a, const hyp_pref_set *b) {
+    uint64_t h = XXH3_64bits(a->tok, sizeof(int32_t) * (size_t)(a->n ? a->off[a->n - 1] + a->len[a->n - 1][0] + a->len[a->n - 1][1] + (a->kind == HYP_PREF_PAIRS ? a->len[a->n - 1][2] : 0) : 0));
+    if (b->n) h ^= XXH3_64bits(b->tok, sizeof(int32_t) * (size_t)(b->off[b->n - 1] + b->len[b->n - 1][0] + b->len[b->n - 1][1] + (b->kind == HYP_PREF_PAIRS ? b->len[b->n - 1][2] : 0))) * 31;
+    return h;
+}
+
+static int ref_path(const pref_run *r, char *path, size_t cap) { return snprintf(path, cap, "%s/reference_logps.bin", r->ckpt_dir) >= (int)cap; }
+
+static int ref_save(const pref_run *r, const hyp_pref_set *tr, const hyp_pref_set *va, const double *rt, const double *rv, hyp_err *e) {
+    char path[4200];
+    ref_path(r, path, sizeof path);
+    size_t nt = 2 * (size_t)tr->n, nv = 2 * (size_t)va->n, sz = sizeof(ref_header) + sizeof(double) * (nt + nv);
+    char *buf = malloc(sz);
+    if (!buf) return hyp_fail(e, HYP_EFAIL, "out of memory");
+    ref_header h = {"HYPREF01", (uint64_t)tr->n, (uint64_t)va->n, sets_sum(tr, va)};
+    memcpy(buf, &h, sizeof h);
+    memcpy(buf + sizeof h, rt, sizeof(double) * nt);
+    if (nv) memcpy(buf + sizeof h + sizeof(double) * nt, rv, sizeof(double) * nv);
+    int rc = hyp_fs_mkdirs(r->ckpt_dir, e);
+    if (!rc) rc = hyp_fs_write_atomic(path, buf, sz, e);
+    free(buf);
+    return rc;
+}
+
+static int ref_load(const pref_run *r, const hyp_pref_set *tr, const hyp_pref_set *va, double *rt, double *rv, hyp_err *e) {
+    char path[4200], *buf = NULL;
+    size_t n = 0;
+    ref_path(r, path, sizeof path);
+    size_t nt = 2 * (size_t)tr->n, nv = 2 * (size_t)va->n;
+    if (!hyp_fs_exists(path) || hyp_fs_read_small(path, (size_t)1 << 31, &buf, &n, e))
+        return hyp_fail(e, HYP_EINPUT, "%s: a resumed preference run needs the reference log-probs its first checkpoint wrote here — resume with the --ckpt-dir of that run, or start anew with --init-from",
+                        path);
+    ref_header h;
+    int rc = HYP_OK;
+    if (n != sizeof h + sizeof(double) * (nt + nv)) rc = 1;
+    else {
+        memcpy(&h, buf, sizeof h);
+        rc = memcmp(h.magic, "HYPREF01", 8) || h.n_train != (uint64_t)tr->n || h.n_val != (uint64_t)va->n || h.sum != sets_sum(tr, va);
+    }
+    if (!rc) {
+        memcpy(rt, buf + sizeof h, sizeof(double) * nt);
+        if (nv) memcpy(rv, buf + sizeof h + sizeof(double) * nt, sizeof(double) * nv);
+    }
+    free(buf);
+    return rc ? hyp_fail(e, HYP_EINPUT, "%s: the reference log-probs belong to other examples than %s holds — resume with the data of that run",
+                         path, r->data)
+              : HYP_OK;
+}
+
+static int save(const pref_run *r, int step, uint64_t epoch, uint64_t pos, hyp_err *e) {
+    hyp_ckpt_state st;
+    memset(&st, 0, sizeof st);
+    st.step = (uint64_t)step;
+    st.loader_epoch = epoch, st.loader_position = pos;
+    st.world = 1;
+    snprintf(st.config_hash, sizeof st.config_hash, "%s", r->plan_hash);
+    snprintf(st.plan, sizeof st.plan, "%s", r->plan_desc);
+    return train_ckpt_save(&r->be->dp, r->be->x, r->ckpt_dir, r->keep, &st, e);
+}
+
+/* One micro-batch of pairs ex[0..P): chosen rows 2j, rejected 2j+1; gradients accumulated with
+ * weight 1/K. Returns its stats in *st. */
+static void pairs_micro(const pref_run *r, const hyp_pref_set *s, const double *ref, const int *ex, int P, float *scale,
+                        pref_stats *st) {
+    exec_t *x = r->be->x;
+    int T = x->T, B = x->B, lc[B], lr[B], cnt[B];
+    double pc[B], pr[B], rc[B], rr[B], gc[B], gr[B], lp[B];
+    rowspec rows[B];
+    for (int j = 0; j < P; j++) rows[2 * j] = (rowspec){ex[j], PART_CHOSEN}, rows[2 * j + 1] = (rowspec){ex[j], PART_REJECTED};
+    forward_rows(x, s, rows, 2 * P, lp, cnt);
+    for (int j = 0; j < P; j++) {
+        pc[j] = lp[2 * j], pr[j] = lp[2 * j + 1], lc[j] = cnt[2 * j], lr[j] = cnt[2 * j + 1];
+        rc[j] = ref[2 * ex[j]], rr[j] = ref[2 * ex[j] + 1];
+    }
+    pref_pair_loss(r->cfg, P, pc, pr, rc, rr, lc, lr, gc, gr, st);
+    for (int k = 0; k < B; k++) {
+        float w = k < 2 * P ? (float)(-(k % 2 ? gr[k / 2] : gc[k / 2]) / r->K) : 0.0f;
+        for (int t = 0; t < T; t++) scale[(size_t)k * T + t] = w;
+    }
+    x->row_scale = scale;
+    exec_backward(x, 1.0f);
+    x->row_scale = NULL;
+}
+
+/* One micro-batch of KTO examples ex[0..n): the KL rows (mismatched, no gradient) first. */
+static void kto_micro(const pref_run *r, const hyp_pref_set *s, const double *ref, const int *ex, int n, float *scale,
+                      pref_stats *st) {
+    exec_t *x = r->be->x;
+    int T = x->T, B = x->B, cnt[B], lab[B];
+    double p[B], rf[B], pk[B], rk[B], g[B];
+    rowspec rows[B];
+    for (int j = 0; j < n; j++) rows[j] = (rowspec){ex[j], PART_KL};
+    forward_rows(x, s, rows, n, pk, cnt);
+    for (int j = 0; j < n; j++) rk[j] = ref[2 * ex[j] + 1], rows[j].part = PART_CHOSEN;
+    forward_rows(x, s, rows, n, p, cnt);
+    for (int j = 0; j < n; j++) rf[j] = ref[2 * ex[j]], lab[j] = s->len[ex[j]][2];
+    pref_kto_loss(r->cfg, n, p, rf, lab, n, pk, rk, g, st);
+    for (int k = 0; k < B; k++) {
+        float w = k < n ? (float)(-g[k] / r->K) : 0.0f;
+        for (int t = 0; t < T; t++) scale[(size_t)k * T + t] = w;
+    }
+    x->row_scale = scale;
+    exec_backward(x, 1.0f);
+    x->row_scale = NULL;
+}
+
+/* The order of epoch `epoch`: Fisher-Yates driven by hyp_rng(seed, epoch). */
+static void build_perm(int *perm, int n, uint64_t seed, uint64_t epoch) {
+    hyp_rng rng;
+    for (int i = 0; i < n; i++) perm[i] = i;
+    hyp_rng_seed2(&rng, seed ^ 0x9e3779b97f4a7c15ULL, epoch);
+    for (int i = n - 1; i > 0; i--) {
+        int j = (int)hyp_rng_below(&rng, (uint64_t)i + 1), t = perm[i];
+        perm[i] = perm[j], perm[j] = t;
+    }
+}
+
+static int check_setup(const pref_run *r, const hyp_pref_set *s, hyp_err *e) {
+    const exec_t *x = r->be->x;
+    int obj = r->cfg->objective, want = obj == POST_KTO ? HYP_PREF_KTO : HYP_PREF_PAIRS;
+    if (strcmp(r->be->i->name, "cpu"))
+        return hyp_fail(e, HYP_EINPUT, "%s: preference objectives run on the cpu backend only (the %s path is missing) — generate the trainer with --target cpu",
+                        post_objective_name(obj), r->be->i->name);
+    if (r->be->dp.world > 1 || r->be->dp.stage > 0)
+        return hyp_fail(e, HYP_EINPUT, "%s: preference objectives run on one rank without ZeRO — run one process, generate without dp/zero", post_objective_name(obj));
+    if (s->kind != want)
+        return hyp_fail(e, HYP_EINPUT, "%s/train.pref holds %s examples, and %s trains on %s — prepare the data with gen data --pref from %s JSONL",
+                        r->data, s->kind == HYP_PREF_KTO ? "KTO (prompt, completion, label)" : "pair (prompt, chosen, rejected)",
+                        post_objective_name(obj), want == HYP_PREF_KTO ? "KTO examples" : "pairs", want == HYP_PREF_KTO ? "{prompt, completion, label}" : "{prompt, chosen, rejected}");
+    if (want == HYP_PREF_PAIRS && (x->B < 2 || x->B % 2))
+        return hyp_fail(e, HYP_EINPUT, "%s: --batch %d is not an even number of rows (each pair takes two) — give an even --batch", post_objective_name(obj), x->B);
+    if (s->vocab > x->p->V)
+        return hyp_fail(e, HYP_EINPUT, "%s/train.pref: vocabulary %d is larger than the model's %d — prepare the data with the model's tokenizer", r->data, s->vocab, x->p->V);
+    int fused = 0;
+    for (int i = 0; i < x->p->n_bwd; i++) fused |= !strcmp(hyp_op_name(x->p->bwd[i].op), "crossentropy_fused");
+    if (!fused) return hyp_fail(e, HYP_EINPUT, "%s: the plan's backward has no crossentropy_fused op to weight per token — generate the trainer without the technique that replaces it", post_objective_name(obj));
+    return HYP_OK;
+}
+
+int pref_train(pref_run *r, hyp_err *e) {
+    exec_t *x = r->be->x;
+    const post_cfg *c = r->cfg;
+    hyp_pref_set tr, va;
+    memset(&va, 0, sizeof va);
+    int rc = hyp_pref_load(r->data, "train", &tr, e);
+    if (rc) return rc;
+    char vpath[4200];
+    snprintf(vpath, sizeof vpath, "%s/val.pref", r->data);
+    int have_val = hyp_fs_exists(vpath);
+    if (!(rc = check_setup(r, &tr, e)) && have_val && !(rc = hyp_pref_load(r->data, "val", &va, e)) && va.vocab > x->p->V)
+        rc = hyp_fail(e, HYP_EINPUT, "%s: vocabulary %d is larger than the model's %d — prepare the data with the model's tokenizer", vpath, va.vocab, x->p->V);
+    int B = x->B, T = x->T, per = tr.kind == HYP_PREF_PAIRS ? B / 2 : B;
+    /* the reference: the starting weights' log-probs of every row, one forward pass (precomputed) */
+    static const int PAIR[2] = {PART_CHOSEN, PART_REJECTED}, KTO[2] = {PART_CHOSEN, PART_KL};
+    double *ref_tr = malloc(sizeof(double) * 2 * (size_t)tr.n), *ref_va = malloc(sizeof(double) * 2 * ((size_t)va.n + 1));
+    float *scale = malloc(sizeof(float) * (size_t)B * T);
+    int *perm = malloc(sizeof(int) * (size_t)tr.n), *ex = malloc(sizeof(int) * (size_t)per);
+    if (!rc && (!ref_tr || !ref_va || !scale || !perm || !ex)) rc = hyp_fail(e, HYP_EFAIL, "out of memory");
+    double t0 = now_s();
+    if (!rc && r->start_step > 0) {
+        if (!(rc = ref_load(r, &tr, &va, ref_tr, ref_va, e)))
+            printf("%s: reference log-probs of the starting weights read from %s/reference_logps.bin\n", post_objective_name(c->objective), r->ckpt_dir);
+    } else {
+        if (!rc) rc = set_logps(x, &tr, 2, tr.kind == HYP_PREF_PAIRS ? PAIR : KTO, ref_tr, NULL, e);
+        if (!rc && have_val) rc = va.kind == HYP_PREF_PAIRS ? set_logps(x, &va, 2, PAIR, ref_va, NULL, e) : set_logps(x, &va, 1, KTO, ref_va, NULL, e);
+    }
+    if (!rc && r->start_step == 0) {
+        printf("%s: %d train %s, %d val; reference log-probs precomputed with the starting weights in %.2f s (%d forward rows)\n",
+               post_objective_name(c->objective), tr.n, tr.kind == HYP_PREF_PAIRS ? "pairs" : "KTO examples", va.n, now_s() - t0,
+               2 * (tr.n + va.n));
+        fflush(stdout);
+    }
+    pref_eval ev;
+    if (!rc && have_val) {
+        eval_set(r, &va, ref_va, &ev, e, &rc);
+        if (!rc) print_eval(r, r->start_step, &ev);
+    }
+    uint64_t epoch = r->epoch;
+    int pos = (int)r->position, perm_ok = 0, ref_saved = r->start_step > 0;
+    if (pos > tr.n) rc = hyp_fail(e, HYP_EINPUT, "%s: the checkpoint consumed %d examples of an epoch of %d — resume with the data of that run", r->ckpt_dir, pos, tr.n);
+    for (int step = r->start_step + 1; step <= r->opt->total_steps && !rc; step++) {
+        double ts = now_s(), lr = train_lr_at(r->opt, step), norm = 0;
+        float clip = 1;
+        pref_stats sum, st;
+        memset(&sum, 0, sizeof sum);
+        rc = r->be->i->zero_grads(r->be, e);
+        for (int k = 0; k < r->K && !rc; k++) {
+            for (int j = 0; j < per; j++) {
+                if (!perm_ok || pos >= tr.n) { /* the epoch's permutation; the next epoch's once it is used up */
+                    if (pos >= tr.n) epoch++, pos = 0;
+                    build_perm(perm, tr.n, r->seed, epoch);
+                    perm_ok = 1;
+                }
+                ex[j] = perm[pos++];
+            }
+            if (tr.kind == HYP_PREF_PAIRS) pairs_micro(r, &tr, ref_tr, ex, per, scale, &st);
+            else kto_micro(r, &tr, ref_tr, ex, per, scale, &st);
+            double *a = &sum.loss, *b = &st.loss;
+            for (size_t i = 0; i < sizeof sum / sizeof(double); i++) a[i] += b[i] / r->K;
+        }
+        if (!rc) rc = r->be->i->reduce_grads(r->be, r->opt, e);
+        if (!rc) rc = r->be->i->optim_step(r->be, lr, step, e);
+        if (!rc) rc = r->be->i->finish_step(r->be, &norm, &clip, e);
+        if (rc) break;
+        if (!isfinite(sum.loss)) {
+            rc = hyp_fail(e, HYP_EFAIL, "step %d: the %s loss is %f — lower --lr", step, post_objective_name(c->objective), sum.loss);
+            break;
+        }
+        double dt = now_s() - ts;
+        int do_eval = have_val && r->eval_every > 0 && (step % r->eval_every == 0 || step == r->opt->total_steps);
+        printf("step %5d/%d | %s loss %.4f | pref_accuracy %.3f | reward_margin %.4f | kl %.4f | logp chosen %.2f rejected %.2f | lr %.2e | norm %.3f | %.2f s\n",
+               step, r->opt->total_steps, post_objective_name(c->objective), sum.loss, sum.accuracy, sum.margin, sum.kl,
+               sum.logp_chosen, sum.logp_rejected, lr, norm, dt);
+        if (do_eval) {
+            eval_set(r, &va, ref_va, &ev, e, &rc);
+            if (rc) break;
+            print_eval(r, step, &ev);
+        }
+        fflush(stdout);
+        if (r->mlog) {
+            hyp_metric_kv kv[] = {{"pref_accuracy", sum.accuracy},  {"reward_margin", sum.margin},
+                                  {"kl", sum.kl},                    {"logps_chosen", sum.logp_chosen},
+                                  {"logps_rejected", sum.logp_rejected}, {"rewards_chosen", sum.chosen_reward},
+                                  {"rewards_rejected", sum.rejected_reward},
+                                  {"val_pref_accuracy", do_eval ? ev.accuracy : NAN},
+                                  {"val_reward_margin", do_eval ? ev.margin : NAN},
+                                  {"val_kl", do_eval ? ev.kl : NAN},
+                                  {"val_logratio_accuracy", do_eval ? ev.logratio_accuracy : NAN}};
+            hyp_metrics_row row = {.step = (uint64_t)step, .loss = sum.loss, .lr = lr, .grad_norm = norm,
+                                   .tokens_per_s = (double)r->K * B * T / dt, .val_loss = do_eval ? ev.loss : NAN,
+                                   .extra = kv, .n_extra = (int)(sizeof kv / sizeof kv[0])};
+            rc = hyp_metrics_write(r->mlog, &row, e);
+        }
+        /* SIGTERM/SIGINT/SIGUSR1 (preempt.h): stop after this whole step, checkpointed when possible */
+        int stop = hyp_stop_signal() != 0 && step < r->opt->total_steps;
+        if (!rc && r->ckpt_dir && ((r->ckpt_every && step % r->ckpt_every == 0) || step == r->opt->total_steps || stop)) {
+            if (!ref_saved && !(rc = ref_save(r, &tr, &va, ref_tr, ref_va, e))) ref_saved = 1;
+            if (!rc) rc = save(r, step, epoch, (uint64_t)pos, e);
+        }
+        if (!rc && stop) {
+            printf("stopped by %s after step %d%s\n", hyp_stop_signal_name(hyp_stop_signal()), step,
+                   r->ckpt_dir ? ": checkpoint written — continue with --resume" : ": no --ckpt-dir, nothing saved");
+            rc = r->ckpt_dir ? HYP_EXIT_STOPPED_SAVED : HYP_EXIT_STOPPED_UNSAVED;
+            break;
+        }
+    }
+    if (!rc) printf("done: %d %s steps\n", r->opt->total_steps - r->start_step, post_objective_name(c->objective));
+    free(ref_tr), free(ref_va), free(scale), free(perm), free(ex);
+    hyp_pref_free(&tr), hyp_pref_free(&va);
+    return rc;
+}

@@ -1,0 +1,75 @@
+/* pref.h — post-training objectives: the plan's "post" section (v2193 SFT, v2195 DPO, v2196 ORPO,
+ * v2197 SimPO, v2198 KTO), the preference losses on per-sequence log-probabilities with their
+ * gradients (written after TRL's DPOTrainer / ORPOTrainer / CPOTrainer(loss_type="simpo") / KTOTrainer
+ * loss functions; tests/reference/make_pref_fixture.py checks them to 1e-6), and the preference
+ * trainer: examples from gen data --pref (io/chat.h) as rows of B x T, the reference model's
+ * log-probabilities from one precomputed forward pass of the starting weights (held in memory, 16
+ * bytes per example), the per-token loss gradient through the executor's row_scale (exec.h).
+ * Never: the SFT data path (that is the loader's loss mask, io/data.h), device backends (the
+ * preference trainer runs on the cpu backend, one rank), or progress policy of the main program
+ * beyond its own step lines.
+ */
+#ifndef HYP_PREF_H
+#define HYP_PREF_H
+
+#include "backend.h"
+#include "chat.h"
+#include "metrics.h"
+
+typedef enum { POST_NONE = 0, POST_SFT, POST_DPO, POST_ORPO, POST_SIMPO, POST_KTO } post_objective;
+
+typedef struct {
+    int objective;              /* post_objective: what the plan's post.objective names */
+    int sft;                    /* v2193 active (post.template present) */
+    int mask_prompt;            /* post.mask_prompt: loss on response tokens only (default 1) */
+    char template_name[64];     /* post.template (what gen data --chat should use) */
+    double beta, gamma, lambda, label_smoothing, desirable_weight, undesirable_weight;
+} post_cfg;
+
+/* The "post" section of the plan file at plan_path (absent: objective POST_NONE, mask_prompt 1). */
+int post_cfg_load(const char *plan_path, post_cfg *c, hyp_err *e);
+const char *post_objective_name(int objective);
+
+/* What a batch of preference losses reports (means over its pairs / examples). */
+typedef struct {
+    double loss, accuracy, margin, chosen_reward, rejected_reward, kl, logp_chosen, logp_rejected;
+} pref_stats;
+
+/* Pairs (DPO, ORPO, SimPO): n pairs; pc, pr the policy's summed log-probs of the chosen and
+ * rejected completions, rc, rr the reference's (DPO; may be NULL otherwise), lc, lr the completion
+ * token counts. The loss is the mean over pairs (ORPO adds the NLL of the chosen tokens, mean over
+ * all of them). gc[i], gr[i] receive d loss / d pc[i], d pr[i]. Returns the loss. */
+double pref_pair_loss(const post_cfg *c, int n, const double *pc, const double *pr, const double *rc, const double *rr,
+                      const int *lc, const int *lr, double *gc, double *gr, pref_stats *st);
+
+/* KTO: n examples; p, r the policy's and reference's summed log-probs of each completion, label[i]
+ * 1 desirable / 0 undesirable; pk, rk the policy's and reference's log-probs of the mismatched
+ * (KL) completions, nk of them. g[i] receives d loss / d p[i] (the KL estimate is detached). */
+double pref_kto_loss(const post_cfg *c, int n, const double *p, const double *r, const int *label, int nk, const double *pk,
+                     const double *rk, double *g, pref_stats *st);
+
+/* The preference trainer's inputs: the opened cpu backend over x, the run's shape and outputs. */
+typedef struct {
+    train_backend *be;
+    const post_cfg *cfg;
+    const train_opts *opt;
+    const char *data, *ckpt_dir;
+    int B, T, K, eval_every, ckpt_every, keep;
+    uint64_t seed;
+    hyp_metrics *mlog;          /* may be NULL */
+    const char *plan_hash, *plan_desc;
+    int start_step;             /* > 0: resumed (weights and optimizer already loaded into x) */
+    uint64_t epoch, position;   /* resumed: the example order's epoch and examples consumed in it */
+} pref_run;
+
+/* Trains r->opt->total_steps optimizer steps of the plan's preference objective from the weights in
+ * r->be->x (the reference = those starting weights), evaluating the val examples before the first
+ * step and every eval_every steps, checkpointing to ckpt_dir (when given) every ckpt_every steps
+ * and at the end. The reference log-probs go to ckpt_dir/reference_logps.bin with the first
+ * checkpoint (with a checksum of the examples they belong to); a resumed run (start_step > 0)
+ * reads them back instead of recomputing them from the resumed weights, and continues the
+ * example order at (epoch, position). HYP_EINPUT with a one-line reason for data of the wrong
+ * kind, B odd for pairs, a device backend, several ranks, or a resume without its reference file. */
+int pref_train(pref_run *r, hyp_err *e);
+
+#endif
