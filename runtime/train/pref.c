@@ -490,7 +490,7 @@ int pref_train(pref_run *r, hyp_err *e) {
             for (size_t i = 0; i < sizeof sum / sizeof(double); i++) a[i] += b[i] / r->K;
         }
         if (!rc) rc = r->be->i->reduce_grads(r->be, r->opt, e);
-        if (!rc) rc = r->be->i->optim_step(r->be, lr, step, e);
+        if (!rc) rc = r->be->i->optim_step(r->be, r->opt, lr, step, e);
         if (!rc) rc = r->be->i->finish_step(r->be, &norm, &clip, e);
         if (rc) break;
         if (!isfinite(sum.loss)) {
