@@ -16,6 +16,11 @@ static double now_s(void) {
 
 int train_step(train_backend *b, hyp_loader *train, const train_opts *o, int K, int step, double lr, double *loss,
                double *norm, float *scale, train_step_times *tm, hyp_err *e) {
+    return train_step_guarded(b, train, o, K, step, lr, loss, norm, scale, tm, NULL, e);
+}
+
+int train_step_guarded(train_backend *b, hyp_loader *train, const train_opts *o, int K, int step, double lr,
+                       double *loss, double *norm, float *scale, train_step_times *tm, int *skipped, hyp_err *e) {
     exec_t *x = b->x;
     train_step_times t = {0, 0};
     int rc = b->i->zero_grads(b, e);
@@ -36,9 +41,18 @@ int train_step(train_backend *b, hyp_loader *train, const train_opts *o, int K, 
     if (!rc) rc = hyp_coll_allreduce_f64(b->dp.coll, loss, 1, e);
     double t1 = now_s();
     t.comm_s += t1 - t0;
+    const train_hooks *h = b->hooks;
+    if (!rc && h && h->before_reduce) rc = h->before_reduce(b->hooks_ctx, b, step, e);
     if (!rc) rc = b->i->reduce_grads(b, o, e);
     if (b->dp.world > 1) t.comm_s += now_s() - t1; /* one rank: a local norm, no waiting */
-    if (!rc) rc = b->i->optim_step(b, lr, step, e);
+    int skip = 0;
+    if (!rc && h && h->gate) {
+        double gn = 0;
+        if (!b->i->peek_norm) rc = hyp_fail(e, HYP_EINPUT, "the %s backend cannot show the gradient norm before the update, which the guard (v2176) needs", b->i->name);
+        else if (!(rc = b->i->peek_norm(b, &gn, e))) rc = h->gate(b->hooks_ctx, b, step, loss, gn, &skip, e);
+    }
+    if (skipped) *skipped = skip;
+    if (!rc && !skip) rc = b->i->optim_step(b, lr, step, e);
     if (!rc) rc = b->i->finish_step(b, norm, scale, e);
     if (tm) *tm = t;
     return rc;

@@ -52,6 +52,7 @@
 #include "preempt.h"
 #include "train.h"
 #include "train_ckpt.h"
+#include "train_guard.h"
 
 typedef struct {
     const char *data, *ckpt_dir, *metrics, *plan, *prompt, *init_from, *tensorboard;
@@ -144,7 +145,8 @@ static int parse_args(int argc, char **argv, args_t *a) {
     memset(a, 0, sizeof *a);
     a->temperature = 0.8;
     a->top_k = 40;
-    a->keep = 3;
+    a->keep = -1;       /* -1: the plan's checkpoint.keep (v2178), else 3 */
+    a->ckpt_every = -1; /* -1: the plan's checkpoint.every, else only at the end */
     a->eval_every = -1;
     a->eval_batches = -1;
     int i = 1;
@@ -218,10 +220,6 @@ static int parse_args(int argc, char **argv, args_t *a) {
     }
     if (a->sample_mode && !a->ckpt_dir) {
         fprintf(stderr, "train: sample needs --ckpt-dir D — point it at a training run's checkpoint directory\n");
-        return HYP_EINPUT;
-    }
-    if ((a->ckpt_every || a->resume || a->deadline > 0) && !a->ckpt_dir) {
-        fprintf(stderr, "train: --ckpt-every/--resume/--deadline need --ckpt-dir D — say where checkpoints live\n");
         return HYP_EINPUT;
     }
     if (a->sample_mode && a->init_from) {
@@ -386,6 +384,10 @@ typedef struct {
     hyp_stop stop;              /* signals and --deadline (preempt.h) */
     int stopped;                /* 0, or the step after which the run stopped early */
     int stop_signal, stop_deadline, stop_saved;
+    train_guard guard;          /* v2176: skip bad steps, roll back (train_guard.h) */
+    double lr0;                 /* the peak LR before any rollback lowered it */
+    int stop_bad;               /* stopped right after a bad step: no checkpoint written then */
+    char ckpt_dir[PATH_MAX + 256]; /* the plan's checkpoint.dir resolved (v2178) */
     double peak;                /* FLOP/s per rank the MFU is against (0: none, sim) */
     char peak_desc[160];        /* where it came from, for the banner */
 } run_t;
@@ -576,6 +578,12 @@ static void report_stop(run_t *r, int done_steps, double secs) {
     if (r->stop_signal && sig) snprintf(why, sizeof why, "%s", hyp_stop_signal_name(sig));
     else if (r->stop_signal) snprintf(why, sizeof why, "a signal to another rank");
     else snprintf(why, sizeof why, "--deadline %.0f s", r->a.deadline);
+    if (r->stop_bad) {
+        printf("stopped by %s after step %d, a bad step (v2176): no checkpoint written; --resume continues from the last good one in %s\n",
+               why, r->stopped, r->a.ckpt_dir);
+        fflush(stdout);
+        return;
+    }
     if (!r->stop_saved) {
         fprintf(stderr, "train: stopped by %s after step %d: no --ckpt-dir was given, so nothing was saved — pass --ckpt-dir D to make a run resumable\n",
                 why, r->stopped);
@@ -619,6 +627,44 @@ static void check_grace(run_t *r, int *warned) {
             r->plan.preempt_grace_s);
 }
 
+/* v2176: back to the last good checkpoint (weights, optimizer, RNG, data position) with the LR
+ * times lr_factor; *step becomes its step (the loop goes on from the next). Exit status 5 when
+ * there is nothing to roll back to or the rollbacks are used up. */
+static int rollback(run_t *r, int at, int *step, hyp_err *e) {
+    train_guard *tg = &r->guard;
+    const hyp_guard_cfg *c = &tg->g.cfg;
+    int ok = hyp_guard_rolled_back(&tg->g);
+    if (!r->a.ckpt_dir)
+        return hyp_fail(e, HYP_EXIT_DIVERGED, "step %d: %d bad steps in a row (last: %s) and no --ckpt-dir to roll back to — lower --lr (now %.3g), or pass --ckpt-dir D --ckpt-every N",
+                        at, c->max_bad, tg->reason, r->opt.lr);
+    if (!ok)
+        return hyp_fail(e, HYP_EXIT_DIVERGED, "step %d: still diverging after %d rollbacks (last: %s) — lower --lr (now %.3g) or check the data; the last good checkpoint is in %s",
+                        at, c->max_rollbacks, tg->reason, r->opt.lr, r->a.ckpt_dir);
+    hyp_ckpt_state st;
+    int rc = train_ckpt_load(&r->d, &r->x, r->a.ckpt_dir, 0, r->plan.state_hash, &st, e);
+    if (rc == HYP_ENOCKPT)
+        return hyp_fail(e, HYP_EXIT_DIVERGED, "step %d: %d bad steps in a row (last: %s) and no checkpoint in %s yet to roll back to — checkpoint more often (--ckpt-every) or lower --lr",
+                        at, c->max_bad, tg->reason, r->a.ckpt_dir);
+    if (rc) return rc;
+    if (strcmp(r->plan.backend, "cpu")) { /* a device backend uploads the host's state when it opens */
+        train_backend_close(&r->be);
+        if ((rc = train_backend_open(&r->be, &r->plan, r->plan_path, &r->x, &r->d, r->B, r->T, e))) return rc;
+        train_guard_attach(tg, &r->be);
+    }
+    hyp_rng_set_state(&r->rng, st.rng);
+    hyp_loader_state ls = {0};
+    ls.epoch = st.loader_epoch;
+    ls.position = st.loader_position / (uint64_t)r->d.world;
+    if ((rc = hyp_loader_set_state(r->train, &ls, e))) return rc;
+    r->opt.lr = r->lr0 * tg->g.lr_scale;
+    printf("rollback %lld of at most %d: %d bad steps in a row up to step %d (last: %s): back to %s (step %llu), lr x %g = %.3g\n",
+           (long long)tg->g.rollbacks, c->max_rollbacks, c->max_bad, at, tg->reason, st.path,
+           (unsigned long long)st.step, tg->g.lr_scale, r->opt.lr);
+    fflush(stdout);
+    *step = (int)st.step;
+    return HYP_OK;
+}
+
 /* The training loop: steps, progress lines, metrics, evaluation, checkpoints; stops early after a
  * whole step on a signal or before --deadline (preempt.h). */
 static int train_loop(run_t *r, hyp_err *e) {
@@ -626,7 +672,7 @@ static int train_loop(run_t *r, hyp_err *e) {
     const args_t *a = &r->a;
     double t_start = now_s(), tok_s = 0;
     double fpt = p->flops_per_token; /* at the planned T; attention part scales with T */
-    int steps_timed = 0, done_steps = 0, rc = HYP_OK, grace_warned = 0;
+    int steps_timed = 0, done_steps = 0, rc = HYP_OK, grace_warned = 0, ckpt_deferred = 0;
     /* v2186: the last `window` timed steps' times, a ring; tokens/s over them = tokens / time */
     int W = p->metrics_window, wn = 0, wpos = 0;
     double *wdt = calloc((size_t)W * 2, sizeof *wdt), wsum = 0, q[3] = {0, 0, 0};
@@ -638,10 +684,16 @@ static int train_loop(run_t *r, hyp_err *e) {
         double t0 = now_s(), loss = 0, norm = 0, lr = train_lr_at(&r->opt, step);
         float scale = 1;
         train_step_times tm = {0, 0};
-        if ((rc = train_step(&r->be, r->train, &r->opt, r->K, step, lr, &loss, &norm, &scale, &tm, e))) break;
+        int skipped = 0, warn = 0;
+        if ((rc = train_step_guarded(&r->be, r->train, &r->opt, r->K, step, lr, &loss, &norm, &scale, &tm, &skipped, e)))
+            break;
         double dt = now_s() - t0;
         last_loss = (float)loss;
-        if (!isfinite(loss)) {
+        int roll = train_guard_after(&r->guard, loss, norm, skipped, &warn);
+        if (warn)
+            fprintf(stderr, "train: warning: step %d: the loss %.4g is above %.3g x ln(vocab) = %.4g, worse than guessing uniformly: the run is diverging — lower --lr, or regenerate with --enable fault-tolerance (v2176) to skip such steps and roll back\n",
+                    step, loss, r->guard.g.cfg.loss_ceiling, r->guard.g.ceiling);
+        if (!isfinite(loss) && !r->guard.active) {
             rc = hyp_fail(e, HYP_EFAIL, "step %d: the loss is %f — lower --lr or enable clipping (--enable clip)", step, loss);
             break;
         }
@@ -673,15 +725,20 @@ static int train_loop(run_t *r, hyp_err *e) {
         if (r->d.world > 1) printf(" | comm %.1f ms", 1e3 * tm.comm_s);
         printf(" | MFU %s | ETA %s", mfu, eta);
         if (do_eval) printf(" | val %.4f", vl);
+        if (skipped) printf(" | SKIPPED: %s", r->guard.reason);
+        if (r->guard.g.skipped || r->guard.g.rollbacks)
+            printf(" | skipped %lld, rollbacks %lld", (long long)r->guard.g.skipped, (long long)r->guard.g.rollbacks);
         printf("\n");
         fflush(stdout);
         if (r->mlog) {
             hyp_metric_kv kv[] = {{"tokens_per_s_window", win_tps}, {"tokens_per_s_p20", q[0]},
                                   {"tokens_per_s_p50", q[1]}, {"tokens_per_s_p80", q[2]}, {"tokens_per_s_mean", avg_tps},
                                   {"step_s", dt}, {"data_wait_s", tm.data_s}, {"comm_wait_s", tm.comm_s},
-                                  {"mfu", mfu_v}};
+                                  {"mfu", mfu_v}, {"skipped", skipped},
+                                  {"skipped_steps", (double)r->guard.g.skipped}, {"rollbacks", (double)r->guard.g.rollbacks}};
+            int n_kv = (int)(sizeof kv / sizeof kv[0]) - (r->guard.active || r->guard.f.n ? 0 : 3);
             hyp_metrics_row row = {.step = step, .loss = loss, .lr = lr, .grad_norm = norm, .tokens_per_s = tps,
-                                   .val_loss = do_eval ? vl : NAN, .extra = kv, .n_extra = (int)(sizeof kv / sizeof kv[0])};
+                                   .val_loss = do_eval ? vl : NAN, .extra = kv, .n_extra = n_kv};
             if ((rc = hyp_metrics_write(r->mlog, &row, e))) break;
         }
         if (r->tb && (step % r->tb_every == 0 || step == last_step || do_eval)) {
@@ -694,11 +751,21 @@ static int train_loop(run_t *r, hyp_err *e) {
             if ((rc = hyp_tboard_scalars(r->tb, (uint64_t)step, kv, (int)(sizeof kv / sizeof kv[0]), e))) break;
         }
         done_steps++;
+        if (roll) { /* v2176: max_bad_steps bad steps in a row */
+            if ((rc = rollback(r, step, &step, e))) break;
+            continue;
+        }
         hyp_stop_note_step(&r->stop, now_s() - t0); /* the whole iteration: step, eval, logs */
         int by_signal = 0, by_deadline = 0;
         if (step < last_step && (rc = agree_stop(r, &by_signal, &by_deadline, e))) break;
         int stop = by_signal || by_deadline;
-        if (a->ckpt_dir && ((a->ckpt_every && step % a->ckpt_every == 0) || step == last_step || stop)) {
+        int due = a->ckpt_dir && ((a->ckpt_every && step % a->ckpt_every == 0) || step == last_step || stop);
+        if ((due || ckpt_deferred) && train_guard_bad(&r->guard)) { /* never save a state the guard doubts */
+            if (due) printf("checkpoint of step %d deferred: the step was bad (%s); the last good one stays latest\n", step, r->guard.reason);
+            ckpt_deferred = !stop && step < last_step;
+            r->stop_bad = stop;
+        } else if (due || (ckpt_deferred && a->ckpt_dir)) {
+            ckpt_deferred = 0;
             double tc = now_s();
             if ((rc = save_checkpoint(r, step, e))) break;
             hyp_stop_note_ckpt(&r->stop, now_s() - tc);
@@ -731,6 +798,29 @@ static int sample_after(run_t *r, hyp_err *e) {
     return rc;
 }
 
+/* v2178: the plan's checkpoint section gives --ckpt-dir (relative to the plan's directory),
+ * --ckpt-every and --keep their defaults; then the flags that need a directory are checked. */
+static int ckpt_defaults(run_t *r) {
+    args_t *a = &r->a;
+    const plan_t *p = &r->plan;
+    if (!a->ckpt_dir && p->ckpt_dir[0] && !a->sample_mode) {
+        if (p->ckpt_dir[0] == '/') snprintf(r->ckpt_dir, sizeof r->ckpt_dir, "%s", p->ckpt_dir);
+        else {
+            char pd[PATH_MAX];
+            hyp_fs_dirname(r->plan_path, pd, sizeof pd);
+            snprintf(r->ckpt_dir, sizeof r->ckpt_dir, "%s/%s", pd, p->ckpt_dir);
+        }
+        a->ckpt_dir = r->ckpt_dir;
+    }
+    if (a->ckpt_every < 0) a->ckpt_every = p->ckpt_every;
+    if (a->keep < 0) a->keep = p->ckpt_keep ? p->ckpt_keep : 3;
+    if ((a->ckpt_every || a->resume || a->deadline > 0) && !a->ckpt_dir) {
+        fprintf(stderr, "train: --ckpt-every/--resume/--deadline need --ckpt-dir D — say where checkpoints live (or regenerate with --enable ckpt: v2178 puts a directory in the plan)\n");
+        return HYP_EINPUT;
+    }
+    return HYP_OK;
+}
+
 static int run(int argc, char **argv, hyp_coll *coll) {
     static run_t r; /* large (paths); one per process */
     memset(&r, 0, sizeof r);
@@ -745,6 +835,10 @@ static int run(int argc, char **argv, hyp_coll *coll) {
         return rc;
     }
     plan_t *p = &r.plan;
+    if ((rc = ckpt_defaults(&r))) {
+        plan_free(p);
+        return rc;
+    }
     if (p->preempt && !a->ckpt_dir && !a->sample_mode) {
         fprintf(stderr, "train: %s: this trainer was generated for preemptible machines (v2177 spot_instance): it needs --ckpt-dir D to save when a preemption notice arrives — pass --ckpt-dir\n",
                 r.plan_path);
@@ -763,6 +857,7 @@ static int run(int argc, char **argv, hyp_coll *coll) {
     r.K = a->grad_accum ? a->grad_accum : p->grad_accum;
     train_opts_from_plan(&r.opt, p);
     if (a->have_lr) r.opt.lr = a->lr;
+    r.lr0 = r.opt.lr;
     if (a->steps) r.opt.total_steps = a->steps;
     r.seed = a->have_seed ? (uint64_t)a->seed : p->seed;
     r.eval_every = a->eval_every >= 0 ? a->eval_every : p->eval_every;
@@ -788,7 +883,8 @@ static int run(int argc, char **argv, hyp_coll *coll) {
     if (!rc && a->sample_mode) { /* sampling runs on the host executor: same weights, same numerics */
         if (r.d.rank == 0) rc = sample_text(&r.x, a, r.seed, stdout);
     } else if (!rc && !(rc = train_backend_open(&r.be, p, r.plan_path, &r.x, &r.d, r.B, r.T, &e)) &&
-               !(rc = open_outputs(&r, &e))) {
+               !(rc = open_outputs(&r, &e)) && !(rc = train_guard_open(&r.guard, p, &r.d, &e))) {
+        train_guard_attach(&r.guard, &r.be);
         choose_peak(&r);
         print_banner(&r, &e);
         rc = train_loop(&r, &e);
