@@ -386,6 +386,8 @@ typedef struct {
     int stop_signal, stop_deadline, stop_saved;
     train_guard guard;          /* v2176: skip bad steps, roll back (train_guard.h) */
     double lr0;                 /* the peak LR before any rollback lowered it */
+    hyp_ckpt_async *ckpt_async; /* v2179: rank 0's background checkpoint writer (NULL: blocking) */
+    double ckpt_s;              /* how long the last checkpoint held up training (metrics ckpt_s) */
     int stop_bad;               /* stopped right after a bad step: no checkpoint written then */
     char ckpt_dir[PATH_MAX + 256]; /* the plan's checkpoint.dir resolved (v2178) */
     double peak;                /* FLOP/s per rank the MFU is against (0: none, sim) */
@@ -568,7 +570,15 @@ static int save_checkpoint(run_t *r, int step, hyp_err *e) {
     snprintf(st.config_hash, sizeof st.config_hash, "%s", r->plan.state_hash);
     snprintf(st.plan, sizeof st.plan, "%s on %d rank%s, ZeRO stage %d", r->plan.model_name, r->d.world,
              r->d.world == 1 ? "" : "s", r->plan.zero_stage);
-    return train_ckpt_save(&r->d, &r->x, r->a.ckpt_dir, r->a.keep, &st, e);
+    return train_ckpt_save_async(&r->d, &r->x, r->a.ckpt_dir, r->a.keep, &st, r->ckpt_async, e);
+}
+
+/* v2179: until rank 0's background writes are on disk (every rank waits for rank 0). */
+static int ckpt_drain(run_t *r, hyp_err *e) {
+    int rc = hyp_ckpt_async_wait(r->ckpt_async, e);
+    if (r->d.world > 1 && !hyp_coll_all_ok(r->d.coll, rc == 0) && !rc)
+        rc = hyp_fail(e, HYP_EFAIL, "rank 0 failed to write a checkpoint in the background (its message is above)");
+    return rc;
 }
 
 /* What a run that stopped early says: which step, why, where its checkpoint is. */
@@ -641,7 +651,9 @@ static int rollback(run_t *r, int at, int *step, hyp_err *e) {
         return hyp_fail(e, HYP_EXIT_DIVERGED, "step %d: still diverging after %d rollbacks (last: %s) — lower --lr (now %.3g) or check the data; the last good checkpoint is in %s",
                         at, c->max_rollbacks, tg->reason, r->opt.lr, r->a.ckpt_dir);
     hyp_ckpt_state st;
-    int rc = train_ckpt_load(&r->d, &r->x, r->a.ckpt_dir, 0, r->plan.state_hash, &st, e);
+    int rc = ckpt_drain(r, e);
+    if (rc) return rc;
+    rc = train_ckpt_load(&r->d, &r->x, r->a.ckpt_dir, 0, r->plan.state_hash, &st, e);
     if (rc == HYP_ENOCKPT)
         return hyp_fail(e, HYP_EXIT_DIVERGED, "step %d: %d bad steps in a row (last: %s) and no checkpoint in %s yet to roll back to — checkpoint more often (--ckpt-every) or lower --lr",
                         at, c->max_bad, tg->reason, r->a.ckpt_dir);
@@ -734,7 +746,7 @@ static int train_loop(run_t *r, hyp_err *e) {
             hyp_metric_kv kv[] = {{"tokens_per_s_window", win_tps}, {"tokens_per_s_p20", q[0]},
                                   {"tokens_per_s_p50", q[1]}, {"tokens_per_s_p80", q[2]}, {"tokens_per_s_mean", avg_tps},
                                   {"step_s", dt}, {"data_wait_s", tm.data_s}, {"comm_wait_s", tm.comm_s},
-                                  {"mfu", mfu_v}, {"skipped", skipped},
+                                  {"mfu", mfu_v}, {"ckpt_s", r->ckpt_s}, {"skipped", skipped},
                                   {"skipped_steps", (double)r->guard.g.skipped}, {"rollbacks", (double)r->guard.g.rollbacks}};
             int n_kv = (int)(sizeof kv / sizeof kv[0]) - (r->guard.active || r->guard.f.n ? 0 : 3);
             hyp_metrics_row row = {.step = step, .loss = loss, .lr = lr, .grad_norm = norm, .tokens_per_s = tps,
@@ -768,6 +780,9 @@ static int train_loop(run_t *r, hyp_err *e) {
             ckpt_deferred = 0;
             double tc = now_s();
             if ((rc = save_checkpoint(r, step, e))) break;
+            r->ckpt_s = now_s() - tc;
+            /* the last one and a stop's are on disk before the run says so (v2179) */
+            if ((stop || step == last_step) && (rc = ckpt_drain(r, e))) break;
             hyp_stop_note_ckpt(&r->stop, now_s() - tc);
         }
         check_grace(r, &grace_warned);
@@ -819,6 +834,19 @@ static int ckpt_defaults(run_t *r) {
         return HYP_EINPUT;
     }
     return HYP_OK;
+}
+
+/* v2179: rank 0's writer thread when the plan asks for async checkpoints and rank 0 writes the
+ * whole checkpoint (sharded ZeRO saves under mpirun stay blocking). */
+static int open_async(run_t *r, hyp_err *e) {
+    const plan_t *p = &r->plan;
+    if (!p->ckpt_async || !r->a.ckpt_dir || r->d.rank != 0) return HYP_OK;
+    if (r->d.stage >= 1 && r->d.world > 1) {
+        printf("note: async checkpoints (v2179) are off for sharded ZeRO saves on %d ranks: each rank writes its shard while training waits\n",
+               r->d.world);
+        return HYP_OK;
+    }
+    return hyp_ckpt_async_open(&r->ckpt_async, p->ckpt_async, e);
 }
 
 static int run(int argc, char **argv, hyp_coll *coll) {
@@ -883,7 +911,8 @@ static int run(int argc, char **argv, hyp_coll *coll) {
     if (!rc && a->sample_mode) { /* sampling runs on the host executor: same weights, same numerics */
         if (r.d.rank == 0) rc = sample_text(&r.x, a, r.seed, stdout);
     } else if (!rc && !(rc = train_backend_open(&r.be, p, r.plan_path, &r.x, &r.d, r.B, r.T, &e)) &&
-               !(rc = open_outputs(&r, &e)) && !(rc = train_guard_open(&r.guard, p, &r.d, &e))) {
+               !(rc = open_outputs(&r, &e)) && !(rc = train_guard_open(&r.guard, p, &r.d, &e)) &&
+               !(rc = open_async(&r, &e))) {
         train_guard_attach(&r.guard, &r.be);
         choose_peak(&r);
         print_banner(&r, &e);
@@ -892,6 +921,7 @@ static int run(int argc, char **argv, hyp_coll *coll) {
         if (!rc && r.stopped) rc = r.stop_saved ? HYP_EXIT_STOPPED_SAVED : HYP_EXIT_STOPPED_UNSAVED;
     }
     if (rc && e.msg[0]) fprintf(stderr, "train: %s\n", e.msg);
+    hyp_ckpt_async_close(r.ckpt_async); /* drains: nothing queued is lost on an error exit */
     hyp_metrics_close(r.mlog);
     hyp_tboard_close(r.tb);
     hyp_loader_close(r.train);
