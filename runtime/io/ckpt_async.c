@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "ckpt_delta.h"
 #include "safetensors.h"
 
 /* One queued save: a deep copy of everything hyp_ckpt_save_aux reads. */
@@ -17,6 +18,7 @@ typedef struct {
     uint64_t seq;                   /* queue order */
     char dir[HYP_CKPT_PATH_MAX];
     int n, n_states, n_aux, keep;
+    char delta_base[64];            /* v2180: "" for a full checkpoint */
     hyp_ckpt_state st;
     hyp_ckpt_tensor *t;             /* [(1 + n_states) * n]: params, then each state's */
     hyp_ckpt_tensor *states[HYP_CKPT_MAX_STATES];
@@ -58,7 +60,8 @@ static void *writer(void *arg) {
         }
         pthread_mutex_unlock(&a->mu);
         hyp_err e = {{0}};
-        int rc = hyp_ckpt_save_aux(s->dir, s->t, s->states, s->n_states, s->n, s->aux, s->n_aux, &s->st, s->keep, &e);
+        int rc = hyp_ckpt_save_inc(s->dir, s->t, s->states, s->n_states, s->n, s->aux, s->n_aux, &s->st, s->keep,
+                                   s->delta_base, NULL, &e);
         pthread_mutex_lock(&a->mu);
         if (rc && !a->failed) a->failed = rc, a->err = e;
         s->busy = 0;
@@ -168,6 +171,12 @@ static int take_failure(hyp_ckpt_async *a, hyp_err *e) {
 int hyp_ckpt_async_save(hyp_ckpt_async *a, const char *dir, const hyp_ckpt_tensor *params,
                         hyp_ckpt_tensor *const *states, int n_states, int n, const hyp_ckpt_aux *aux, int n_aux,
                         const hyp_ckpt_state *st, int keep, double *stall_s, hyp_err *e) {
+    return hyp_ckpt_async_save_inc(a, dir, params, states, n_states, n, aux, n_aux, st, keep, NULL, stall_s, e);
+}
+
+int hyp_ckpt_async_save_inc(hyp_ckpt_async *a, const char *dir, const hyp_ckpt_tensor *params,
+                            hyp_ckpt_tensor *const *states, int n_states, int n, const hyp_ckpt_aux *aux, int n_aux,
+                            const hyp_ckpt_state *st, int keep, const char *delta_base, double *stall_s, hyp_err *e) {
     if (n_states > HYP_CKPT_MAX_STATES || n < 0 || n_aux < 0)
         return hyp_fail(e, HYP_EINPUT, "async checkpoint: %d states, %d tensors, %d aux is out of range", n_states, n, n_aux);
     double t0 = now_s();
@@ -186,6 +195,7 @@ int hyp_ckpt_async_save(hyp_ckpt_async *a, const char *dir, const hyp_ckpt_tenso
     /* the slot is free: nobody else touches it until it is queued */
     if (snapshot(s, dir, params, states, n_states, n, aux, n_aux, st, keep))
         return hyp_fail(e, HYP_EFAIL, "async checkpoint: out of memory for the snapshot of step %llu", (unsigned long long)st->step);
+    snprintf(s->delta_base, sizeof s->delta_base, "%s", delta_base ? delta_base : "");
     pthread_mutex_lock(&a->mu);
     s->seq = a->next_seq++;
     s->busy = 1;

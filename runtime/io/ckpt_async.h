@@ -28,6 +28,11 @@ int hyp_ckpt_async_open(hyp_ckpt_async **a, int max_inflight, hyp_err *e);
 int hyp_ckpt_async_save(hyp_ckpt_async *a, const char *dir, const hyp_ckpt_tensor *params,
                         hyp_ckpt_tensor *const *states, int n_states, int n, const hyp_ckpt_aux *aux, int n_aux,
                         const hyp_ckpt_state *st, int keep, double *stall_s, hyp_err *e);
+/* The same with v2180: the step is turned into a delta against DIR/delta_base (NULL or "": full),
+ * hyp_ckpt_save_inc. */
+int hyp_ckpt_async_save_inc(hyp_ckpt_async *a, const char *dir, const hyp_ckpt_tensor *params,
+                            hyp_ckpt_tensor *const *states, int n_states, int n, const hyp_ckpt_aux *aux, int n_aux,
+                            const hyp_ckpt_state *st, int keep, const char *delta_base, double *stall_s, hyp_err *e);
 /* Waits until every queued write is on disk; the first background failure (then cleared). */
 int hyp_ckpt_async_wait(hyp_ckpt_async *a, hyp_err *e);
 /* Waits, stops the thread, frees the buffers (NULL: nothing). */

@@ -388,6 +388,8 @@ typedef struct {
     double lr0;                 /* the peak LR before any rollback lowered it */
     hyp_ckpt_async *ckpt_async; /* v2179: rank 0's background checkpoint writer (NULL: blocking) */
     double ckpt_s;              /* how long the last checkpoint held up training (metrics ckpt_s) */
+    char ckpt_base[64];         /* v2180: the last full checkpoint this run saved ("" none yet) */
+    int ckpt_saves;             /* saves so far in this run */
     int stop_bad;               /* stopped right after a bad step: no checkpoint written then */
     char ckpt_dir[PATH_MAX + 256]; /* the plan's checkpoint.dir resolved (v2178) */
     double peak;                /* FLOP/s per rank the MFU is against (0: none, sim) */
@@ -570,7 +572,13 @@ static int save_checkpoint(run_t *r, int step, hyp_err *e) {
     snprintf(st.config_hash, sizeof st.config_hash, "%s", r->plan.state_hash);
     snprintf(st.plan, sizeof st.plan, "%s on %d rank%s, ZeRO stage %d", r->plan.model_name, r->d.world,
              r->d.world == 1 ? "" : "s", r->plan.zero_stage);
-    return train_ckpt_save_async(&r->d, &r->x, r->a.ckpt_dir, r->a.keep, &st, r->ckpt_async, e);
+    /* v2180: every full_every-th save of this run is full (the first one too), the others deltas */
+    int fe = r->plan.ckpt_full_every, full = !fe || train_ckpt_sharded(&r->d) || !r->ckpt_base[0] || r->ckpt_saves % fe == 0;
+    char base[64];
+    snprintf(base, sizeof base, "%s", full ? "" : r->ckpt_base);
+    if (full) snprintf(r->ckpt_base, sizeof r->ckpt_base, "step_%08d", step);
+    r->ckpt_saves = full ? 1 : r->ckpt_saves + 1;
+    return train_ckpt_save_async(&r->d, &r->x, r->a.ckpt_dir, r->a.keep, &st, r->ckpt_async, base, e);
 }
 
 /* v2179: until rank 0's background writes are on disk (every rank waits for rank 0). */
