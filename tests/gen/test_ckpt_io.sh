@@ -6,8 +6,12 @@
 # eight XOR+zstd deltas) against 10 full ones — the size ratio measured (du), at the plan's LR and
 # at a fine-tuning LR (1e-5); a resume from a delta continues bit-exactly; keep=3 keeps the full
 # base of the kept deltas too.
-# Tiny model, B=16 x T=64, one thread; ~25 s.
+# v2181: a ZeRO-1 checkpoint of mpirun -np 2 (two shards) merged by `gen consolidate` into one
+# file set; resuming from it under np=2 gives the same losses as resuming from the shards and as
+# the straight run (the merge is lossless), and it resumes on one rank (v2175 elastic plan).
+# Tiny model, B=16 x T=64, one thread; ~35 s.
 source "$(dirname "$0")/lib.sh"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 export OMP_NUM_THREADS=1
 unset HYP_FAULT_INJECT
 cat "$ROOT"/specs/*/*.yaml > "$TMP/corpus.txt"
@@ -65,4 +69,26 @@ check test_v2180_resume_from_delta_bit_exact test "$(losses "$TMP/res.jsonl")" =
 check test_v2180_no_restore_temp_left test -z "$(ls -A "$TMP/res" | grep tmp)"
 expect v2180_keep3 0 "done: 10 steps" -- "$TMP/i/train" "${C[@]}" --steps 10 --ckpt-dir "$TMP/k3" --ckpt-every 1 --keep 3
 check test_v2180_keep3_keeps_the_base test "$(ls "$TMP/k3" | tr '\n' ' ')" = "latest step_00000006 step_00000008 step_00000009 step_00000010 "
+
+# v2181
+MPI="mpirun -np 2 --oversubscribe -x OMP_NUM_THREADS"
+expect gen_v2181 0 "wrote" -- "$GEN" specs/v2500.yaml --model tiny --target cpu --batch 8 --seq 64 --enable $SEL,dp,zero1,v2175 -o "$TMP/z"
+expect v2181_straight_np2 0 "done: 12 steps" -- $MPI "$TMP/z/train" "${C[@]}" --batch 8 --steps 12 --metrics "$TMP/z12.jsonl"
+expect v2181_sharded_np2 0 "done: 6 steps" -- $MPI "$TMP/z/train" "${C[@]}" --batch 8 --steps 6 --ckpt-dir "$TMP/zs" --metrics "$TMP/z6.jsonl"
+check test_v2181_two_shards test -e "$TMP/zs/step_00000006/shard_00001.safetensors" -a ! -e "$TMP/zs/step_00000006/model.safetensors"
+expect v2181_consolidate 0 "consolidated .*2 shards \(ZeRO stage 1\) -> 52 tensors with 2 optimizer states" -- "$GEN" consolidate "$TMP/zs" -o "$TMP/zc" --plan "$TMP/z/plan.json"
+check test_v2181_one_file_set test -e "$TMP/zc/step_00000006/model.safetensors" -a -e "$TMP/zc/step_00000006/optimizer.safetensors" -a ! -e "$TMP/zc/step_00000006/shard_00000.safetensors" -a "$(cat "$TMP/zc/latest")" = step_00000006
+cp "$TMP/z6.jsonl" "$TMP/rs.jsonl"; cp "$TMP/z6.jsonl" "$TMP/rc.jsonl"
+cp -r "$TMP/zc" "$TMP/zc_np2"; cp -r "$TMP/zc" "$TMP/zc_np1" # each resume writes its own checkpoints
+expect v2181_resume_shards_np2 0 "resumed from .*zs/step_00000006 at step 6" -- $MPI "$TMP/z/train" "${C[@]}" --batch 8 --steps 12 --ckpt-dir "$TMP/zs" --resume --metrics "$TMP/rs.jsonl"
+expect v2181_resume_consolidated_np2 0 "resumed from .*zc_np2/step_00000006 at step 6" -- $MPI "$TMP/z/train" "${C[@]}" --batch 8 --steps 12 --ckpt-dir "$TMP/zc_np2" --resume --metrics "$TMP/rc.jsonl"
+check test_v2181_consolidated_resume_equals_shards_and_straight bash -c "test \"\$(grep -o '\"loss\":[^,]*' '$TMP/rc.jsonl')\" = \"\$(grep -o '\"loss\":[^,]*' '$TMP/rs.jsonl')\" && test \"\$(grep -o '\"loss\":[^,]*' '$TMP/rc.jsonl')\" = \"\$(grep -o '\"loss\":[^,]*' '$TMP/z12.jsonl')\""
+expect v2181_consolidated_resumes_on_1_rank 0 "resumed from .*zc/step_00000006 at step 6 .*now 1 rank\)" -- "$TMP/z/train" "${C[@]}" --batch 8 --steps 8 --ckpt-dir "$TMP/zc" --resume
+expect v2181_consolidate_plan_beside 0 "consolidated" -- bash -c "cp -r '$TMP/zs' '$TMP/z/ckpt' && '$GEN' consolidate '$TMP/z/ckpt' -o '$TMP/zc2'"
+expect v2181_consolidate_full_refused 2 "not a sharded checkpoint .*one file set already" -- "$GEN" consolidate "$TMP/zc" -o "$TMP/zc3" --plan "$TMP/z/plan.json"
+check test_v2181_refusal_wrote_nothing test ! -e "$TMP/zc3"
+expect v2181_consolidate_no_o 2 "needs -o DIR" -- "$GEN" consolidate "$TMP/zs"
+expect gen_other_model 0 "wrote" -- "$GEN" specs/v2500.yaml --model tiny-llama --target cpu --batch 8 --seq 64 --enable $SEL -o "$TMP/ol"
+expect v2181_consolidate_wrong_plan 2 "gen consolidate: .*(different model|no optimizer state tensors named after a parameter of the plan)" -- "$GEN" consolidate "$TMP/zs" -o "$TMP/zc4" --plan "$TMP/ol/plan.json"
+check test_v2181_wrong_plan_wrote_nothing test ! -e "$TMP/zc4/latest"
 finish
