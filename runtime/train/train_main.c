@@ -50,6 +50,7 @@
 #include "rng.h"
 #include "backend.h"
 #include "preempt.h"
+#include "progress.h"
 #include "train.h"
 #include "train_ckpt.h"
 #include "train_guard.h"
@@ -57,7 +58,7 @@
 typedef struct {
     const char *data, *ckpt_dir, *metrics, *plan, *prompt, *init_from, *tensorboard;
     int steps, batch, seq, grad_accum, ckpt_every, resume, sample, eval_every, eval_batches, top_k;
-    int sample_mode, keep, stop_after;
+    int sample_mode, keep, stop_after, log_every;
     double lr, temperature, deadline, peak_flops;
     long long seed;
     int have_seed, have_lr;
@@ -67,7 +68,7 @@ static const char *FLAGS[] = {"--data", "--steps", "--batch", "--seq", "--grad-a
                               "--ckpt-dir", "--ckpt-every", "--resume", "--metrics", "--sample",
                               "--eval-every", "--eval-batches", "--temperature", "--top-k", "--plan",
                               "--prompt", "--keep", "--stop-after", "--init-from", "--deadline", "--tensorboard",
-                              "--peak-flops", "--help", NULL};
+                              "--peak-flops", "--log-every", "--help", NULL};
 
 static int edit_distance(const char *a, const char *b) {
     int la = (int)strlen(a), lb = (int)strlen(b), d[64][64];
@@ -130,6 +131,8 @@ static const char *USAGE =
     "                                from the measured step and checkpoint times (needs --ckpt-dir)\n"
     "             [--tensorboard DIR] TensorBoard event files in DIR (rank 0; a resumed run adds a\n"
     "                                file); 'none' turns off the plan's default (v2183: OUT/runs)\n"
+    "             [--log-every N]    a log line every N steps (and at evaluations, skipped steps and\n"
+    "                                the end) instead of the progress line a terminal gets by default\n"
     "             [--peak-flops X]   report MFU against X FLOP/s per rank (default: cpu — this machine's\n"
     "                                fp32 FMA peak measured at start; a GPU — the plan's hardware peak)\n"
     "       train sample --ckpt-dir D [--sample N] [--prompt TEXT] [--temperature X] [--top-k K]\n"
@@ -210,6 +213,7 @@ static int parse_args(int argc, char **argv, args_t *a) {
                 else if (!strcmp(f, "--top-k")) a->top_k = (int)n;
                 else if (!strcmp(f, "--keep")) a->keep = (int)n;
                 else if (!strcmp(f, "--stop-after")) a->stop_after = (int)n;
+                else if (!strcmp(f, "--log-every")) a->log_every = (int)n;
             }
         }
         if (rc) return rc;
@@ -385,6 +389,7 @@ typedef struct {
     int stopped;                /* 0, or the step after which the run stopped early */
     int stop_signal, stop_deadline, stop_saved;
     train_guard guard;          /* v2176: skip bad steps, roll back (train_guard.h) */
+    hyp_progress pg;            /* the progress line on a terminal, log lines elsewhere */
     double lr0;                 /* the peak LR before any rollback lowered it */
     hyp_ckpt_async *ckpt_async; /* v2179: rank 0's background checkpoint writer (NULL: blocking) */
     double ckpt_s;              /* how long the last checkpoint held up training (metrics ckpt_s) */
@@ -677,6 +682,7 @@ static int rollback(run_t *r, int at, int *step, hyp_err *e) {
     ls.position = st.loader_position / (uint64_t)r->d.world;
     if ((rc = hyp_loader_set_state(r->train, &ls, e))) return rc;
     r->opt.lr = r->lr0 * tg->g.lr_scale;
+    hyp_progress_break(&r->pg);
     printf("rollback %lld of at most %d: %d bad steps in a row up to step %d (last: %s): back to %s (step %llu), lr x %g = %.3g\n",
            (long long)tg->g.rollbacks, c->max_rollbacks, c->max_bad, at, tg->reason, st.path,
            (unsigned long long)st.step, tg->g.lr_scale, r->opt.lr);
@@ -710,6 +716,7 @@ static int train_loop(run_t *r, hyp_err *e) {
         double dt = now_s() - t0;
         last_loss = (float)loss;
         int roll = train_guard_after(&r->guard, loss, norm, skipped, &warn);
+        if (warn) hyp_progress_break(&r->pg);
         if (warn)
             fprintf(stderr, "train: warning: step %d: the loss %.4g is above %.3g x ln(vocab) = %.4g, worse than guessing uniformly: the run is diverging — lower --lr, or regenerate with --enable fault-tolerance (v2176) to skip such steps and roll back\n",
                     step, loss, r->guard.g.cfg.loss_ceiling, r->guard.g.ceiling);
@@ -739,17 +746,22 @@ static int train_loop(run_t *r, hyp_err *e) {
         if (do_eval && (rc = train_eval(&r->be, r->val, r->eval_batches, &vl, e))) break;
         char mfu[16] = "  n/a"; /* no peak for the target (sim) */
         if (r->peak > 0) snprintf(mfu, sizeof mfu, "%5.1f%%", 100.0 * mfu_v);
-        printf("step %5d/%d | loss %.4f | lr %.2e | norm %.3f%s | %7.0f tok/s (last %d: %.0f, p50 %.0f; mean %.0f) | data %.1f ms",
+        int log_line = hyp_progress_log_due(&r->pg, step, do_eval || skipped || step == last_step);
+        if (log_line) hyp_progress_break(&r->pg);
+        if (log_line) printf("step %5d/%d | loss %.4f | lr %.2e | norm %.3f%s | %7.0f tok/s (last %d: %.0f, p50 %.0f; mean %.0f) | data %.1f ms",
                step, r->opt.total_steps, loss, lr, norm, scale < 1 ? " (clipped)" : "", tps, wn, win_tps, q[1], avg_tps,
                1e3 * tm.data_s);
-        if (r->d.world > 1) printf(" | comm %.1f ms", 1e3 * tm.comm_s);
-        printf(" | MFU %s | ETA %s", mfu, eta);
-        if (do_eval) printf(" | val %.4f", vl);
-        if (skipped) printf(" | SKIPPED: %s", r->guard.reason);
-        if (r->guard.g.skipped || r->guard.g.rollbacks)
-            printf(" | skipped %lld, rollbacks %lld", (long long)r->guard.g.skipped, (long long)r->guard.g.rollbacks);
-        printf("\n");
-        fflush(stdout);
+        if (log_line) {
+            if (r->d.world > 1) printf(" | comm %.1f ms", 1e3 * tm.comm_s);
+            printf(" | MFU %s | ETA %s", mfu, eta);
+            if (do_eval) printf(" | val %.4f", vl);
+            if (skipped) printf(" | SKIPPED: %s", r->guard.reason);
+            if (r->guard.g.skipped || r->guard.g.rollbacks)
+                printf(" | skipped %lld, rollbacks %lld", (long long)r->guard.g.skipped, (long long)r->guard.g.rollbacks);
+            printf("\n");
+            fflush(stdout);
+        }
+        hyp_progress_bar(&r->pg, step, r->opt.total_steps, loss, win_tps, eta, 0);
         if (r->mlog) {
             hyp_metric_kv kv[] = {{"tokens_per_s_window", win_tps}, {"tokens_per_s_p20", q[0]},
                                   {"tokens_per_s_p50", q[1]}, {"tokens_per_s_p80", q[2]}, {"tokens_per_s_mean", avg_tps},
@@ -781,6 +793,7 @@ static int train_loop(run_t *r, hyp_err *e) {
         int stop = by_signal || by_deadline;
         int due = a->ckpt_dir && ((a->ckpt_every && step % a->ckpt_every == 0) || step == last_step || stop);
         if ((due || ckpt_deferred) && train_guard_bad(&r->guard)) { /* never save a state the guard doubts */
+            if (due) hyp_progress_break(&r->pg);
             if (due) printf("checkpoint of step %d deferred: the step was bad (%s); the last good one stays latest\n", step, r->guard.reason);
             ckpt_deferred = !stop && step < last_step;
             r->stop_bad = stop;
@@ -800,6 +813,7 @@ static int train_loop(run_t *r, hyp_err *e) {
             break;
         }
     }
+    hyp_progress_break(&r->pg);
     if (!rc && r->stopped) report_stop(r, done_steps, now_s() - t_start);
     else if (!rc)
         printf("done: %d steps in %.1f s, final loss %.4f, mean %.0f tok/s, last %d steps %.0f tok/s\n", done_steps,
@@ -922,6 +936,7 @@ static int run(int argc, char **argv, hyp_coll *coll) {
                !(rc = open_outputs(&r, &e)) && !(rc = train_guard_open(&r.guard, p, &r.d, &e)) &&
                !(rc = open_async(&r, &e))) {
         train_guard_attach(&r.guard, &r.be);
+        hyp_progress_init(&r.pg, stdout, a->log_every);
         choose_peak(&r);
         print_banner(&r, &e);
         rc = train_loop(&r, &e);
