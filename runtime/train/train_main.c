@@ -18,8 +18,9 @@
  * Exit status: 0 done, 1 environment failure, 2 bad input (flags, data, plan, checkpoint) —
  * always with one line "where: what — how to fix"; 3 stopped early by SIGTERM/SIGINT/SIGUSR1 or
  * --deadline after a whole step, checkpoint written (--resume continues bit-exactly); 4 stopped
- * by a signal without --ckpt-dir: nothing saved (preempt.h). Never leaves a half-written
- * checkpoint.
+ * by a signal without --ckpt-dir: nothing saved (preempt.h); 5 kept diverging under the v2176
+ * guard (train_guard.h): nothing to roll back to, or the rollbacks used up. Never leaves a
+ * half-written checkpoint, and never saves right after a step the guard judged bad.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -151,7 +152,8 @@ static const char *USAGE =
     "--ckpt-dir; further signals during the save are ignored. Exit status:\n"
     "  0  done             1  environment failure      2  bad input (flags, data, plan, checkpoint)\n"
     "  3  stopped early (signal or --deadline), checkpoint written: rerun with --resume to continue\n"
-    "  4  stopped by a signal without --ckpt-dir: nothing was saved\n";
+    "  4  stopped by a signal without --ckpt-dir: nothing was saved\n"
+    "  5  kept diverging (v2176 guard): bad steps with no checkpoint to roll back to, or too many rollbacks\n";
 
 static int parse_args(int argc, char **argv, args_t *a) {
     memset(a, 0, sizeof *a);
