@@ -102,6 +102,12 @@ static const char *cpu_memory_title(const train_backend *b) {
 
 static void cpu_close(train_backend *b) { free(b->impl); }
 
+static int cpu_peek_norm(train_backend *b, double *norm, hyp_err *e) {
+    (void)e;
+    *norm = ((const cpu_state *)b->impl)->norm;
+    return HYP_OK;
+}
+
 static const train_backend_i CPU_BACKEND = {
     .name = "cpu",
     .zero_grads = cpu_zero_grads,
@@ -116,6 +122,7 @@ static const train_backend_i CPU_BACKEND = {
     .reports_other = 0,
     .comm_note = NULL,
     .close = cpu_close,
+    .peek_norm = cpu_peek_norm,
 };
 
 int train_backend_cpu_open(train_backend *b, const plan_t *p, const char *plan_path, int B, int T, hyp_err *e) {

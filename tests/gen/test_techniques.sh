@@ -87,7 +87,7 @@ expect test_v2105_hybrid_shard_refused 2 "v2105 fsdp: sharding=hybrid_shard .* i
   -- "$GEN" "$T" --enable fsdp --set v2105.sharding=hybrid_shard --model tiny -o "$TMP/fsdph"
 
 # --- v2181 comes with ZeRO; v2175 records elastic resume ----------------------------------------------
-expect test_v2181_required_by_zero 0 "v2181 sharded_checkpoint\*\* \(partial\) — required by v2104" -- "$GEN" audit "$TMP/z2"
+expect test_v2181_required_by_zero 0 "v2181 sharded_checkpoint\*\* \(implemented\) — required by v2104" -- "$GEN" audit "$TMP/z2"
 check test_v2181_in_the_plan test "$(plan_val "$TMP/z2" "p['checkpoint']['sharded']")" = True
 "$GEN" "$T" --enable v2175 --model tiny -o "$TMP/el" >/dev/null 2>&1
 check test_v2175_in_the_plan test "$(plan_val "$TMP/el" "p['checkpoint']['elastic']")" = True
