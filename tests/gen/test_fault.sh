@@ -16,7 +16,7 @@ source "$(dirname "$0")/lib.sh"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 export OMP_NUM_THREADS=1
 unset HYP_FAULT_INJECT
-cat "$ROOT"/specs/*/*.yaml > "$TMP/corpus.txt"
+head -c 400000 "$ROOT/data/kjv.txt" > "$TMP/corpus.txt" # fixed text: the clean run must not depend on spec wording
 "$GEN" data "$TMP/corpus.txt" -o "$TMP/data" >/dev/null
 SEL=adamw,clip
 G=(specs/v2500.yaml --model tiny --target cpu --batch 16 --seq 64)
@@ -24,7 +24,7 @@ cd "$ROOT"
 expect gen_plain 0 "wrote" -- "$GEN" "${G[@]}" --enable $SEL -o "$TMP/b"
 expect gen_v2176 0 "wrote" -- "$GEN" "${G[@]}" --enable $SEL,fault-tolerance -o "$TMP/g"
 check test_v2176_plan_has_guard grep -q '"guard"' "$TMP/g/plan.json"
-C=(--data "$TMP/data" --seq 64 --eval-every 0)
+C=(--data "$TMP/data" --seq 64 --eval-every 0 --lr 1e-3)
 
 # no false positive, no change to good steps
 expect v2176_clean 0 "done: 60 steps" -- "$TMP/g/train" "${C[@]}" --steps 60 --metrics "$TMP/clean.jsonl"
@@ -45,7 +45,7 @@ check test_v2176_no_checkpoint_of_a_bad_step test ! -e "$TMP/ck/step_00000015" -
 # step 17 ran twice: on the same weights (step 16's checkpoint) and data, so the same loss
 l17=$(grep '"step":17,' "$TMP/f.jsonl" | grep -oE '"loss":[^,]*' | sort -u | wc -l)
 check test_v2176_rollback_restores_state_bit_exact test "$(grep -c '"step":17,' "$TMP/f.jsonl"),$l17" = "2,1"
-check test_v2176_lr_halved_after_rollback bash -c "tail -1 '$TMP/f.jsonl' | grep -q '\"lr\":0.001[,}]'"
+check test_v2176_lr_halved_after_rollback bash -c "tail -1 '$TMP/f.jsonl' | grep -q '\"lr\":0.0005[,}]'"
 fin=$(last_metric "$TMP/f.jsonl" loss); ref=$(sed -n 30p "$TMP/plain.jsonl" | grep -oE '"loss":[^,]*' | cut -d: -f2)
 echo "final loss after the faults $fin, fault-free run at step 30 $ref"
 check test_v2176_run_recovers awk -v a="$fin" -v b="$ref" 'BEGIN { exit !(a == a + 0 && a < b + 0.25) }'
