@@ -22,7 +22,7 @@ int train_step(train_backend *b, hyp_loader *train, const train_opts *o, int K, 
     *loss = 0;
     for (int k = 0; k < K && !rc; k++) {
         double t0 = now_s();
-        if ((rc = hyp_loader_next(train, x->tokens, x->targets, e))) return rc;
+        if ((rc = hyp_loader_next_pos(train, x->tokens, x->targets, x->positions, e))) return rc;
         double cnt = (double)exec_count_targets(x), gcnt = cnt, t1 = now_s();
         t.data_s += t1 - t0;
         if ((rc = hyp_coll_allreduce_f64(b->dp.coll, &gcnt, 1, e))) return rc;
@@ -52,7 +52,7 @@ int train_eval(train_backend *b, hyp_loader *val, int batches, float *loss, hyp_
     int rc = HYP_OK;
     for (int i = 0; i < batches && !rc; i++) {
         float l = 0;
-        if (!(rc = hyp_loader_next(val, x->tokens, x->targets, e))) rc = b->i->eval_batch(b, &l, e);
+        if (!(rc = hyp_loader_next_pos(val, x->tokens, x->targets, x->positions, e))) rc = b->i->eval_batch(b, &l, e);
         s += l;
     }
     double v = batches ? (float)(s / batches) : NAN;
