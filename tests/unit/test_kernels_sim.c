@@ -253,7 +253,8 @@ static void test_embedding(const char *tag, int B, int T, int C, int V, int wpe)
     for (int i = 0; i < N; i++) tok[i] = irand(V < 8 ? V : V / 4); /* repeats: buckets with several rows */
     float *wte = frandbuf((long)V * C, 1.0f), *wpe_ = wpe ? frandbuf((long)T * C, 1.0f) : NULL;
     float *out = fbuf((long)N * C), *ref = fbuf((long)N * C);
-    void *a1[] = {&out, &tok, &wte, &wpe_, &N, &T};
+    int32_t *nopos = NULL; /* no document positions (v2126): plain t */
+    void *a1[] = {&out, &tok, &wte, &wpe_, &nopos, &N, &T};
     launch(&md, "embedding_fwd", cdiv((long)N * CV, 256), 1, 1, 256, a1);
     op_embedding_fwd(ref, tok, wte, wpe_, B, T, C);
     check_exact(NAME(nm, "embedding_fwd[%s] B=%d T=%d C=%d V=%d", tag, B, T, C, V), out, ref, (size_t)N * C * 4);
@@ -266,7 +267,7 @@ static void test_embedding(const char *tag, int B, int T, int C, int V, int wpe)
     void *a2[] = {&dwte, &dout, &tok, &N};
     launch(&md, "embedding_bwd_wte", cdiv(V, 64), cdiv(CV, 256), 1, 256, a2);
     if (wpe) {
-        void *a3[] = {&dwpe, &dout, &B, &T};
+        void *a3[] = {&dwpe, &dout, &nopos, &B, &T};
         launch(&md, "embedding_bwd_wpe", cdiv((long)T * CV, 256), 1, 1, 256, a3);
     }
     op_embedding_bwd(dwte_ref, dwpe_ref, dout, tok, B, T, C, V);
@@ -459,12 +460,13 @@ static void test_rope(const char *tag, int B, int T, int NH, int NKV, int HD, in
     float *x = frandbuf(nr, 1.0f);
     if (rope) {
         float *y = fbuf(nr), *yref = fbuf(nr);
-        void *a1[] = {&y, &x, &N, &T};
+        int32_t *nopos = NULL;
+        void *a1[] = {&y, &x, &nopos, &N, &T};
         launch(&md, "rope_fwd", cdiv((long)N * half, 256), 1, 1, 256, a1);
         op_rope_fwd(yref, x, B, T, NH, NKV, HD, theta);
         check_f32(NAME(nm, "rope_fwd[%s] B=%d T=%d NH=%d NKV=%d HD=%d", tag, B, T, NH, NKV, HD), y, yref, nr, TOL_F32);
         float *d = frandbuf(nr, 1.0f), *dx = frandbuf(nr, 1.0f), *dx_ref = fcopy(dx, nr);
-        void *a2[] = {&dx, &d, &N, &T};
+        void *a2[] = {&dx, &d, &nopos, &N, &T};
         launch(&md, "rope_bwd", cdiv((long)N * half, 256), 1, 1, 256, a2);
         op_rope_bwd(dx_ref, d, B, T, NH, NKV, HD, theta);
         check_f32(NAME(nm, "rope_bwd[%s] accumulates", tag), dx, dx_ref, nr, TOL_F32);
@@ -525,7 +527,8 @@ static void test_attention(const char *tag, int B, int T, int NH, int NKV, int H
     launch(&mr, "qkv_permute_fwd", cdiv((long)N * pairs, 256), 1, 1, 256, p1);
     void *s1[] = {&att, &q, &k, &T};
     launch(&ma, "attention_scores", cdiv(T, TQ), cdiv(T, 32), B * NH, 256, s1);
-    void *s2[] = {&att, &B, &T};
+    int32_t *nopos = NULL;
+    void *s2[] = {&att, &nopos, &B, &T};
     launch(&ma, "attention_softmax_fwd", cdiv((long)B * NH * T, 8), 1, 1, 256, s2);
     void *s3[] = {&out, &att, &v, &T};
     launch(&ma, "attention_value", cdiv(T, 32), B * NH, 1, 256, s3);
@@ -597,7 +600,8 @@ static void test_flash(const char *tag, int B, int T, int NH, int NKV, int HD, c
     int N = B * T, R = (NH + 2 * NKV) * HD, OC = NH * HD;
     long nr = (long)N * R, no = (long)N * OC, nl = (long)B * NH * T;
     float *qkv = frandbuf(nr, 1.5f), *out = fbuf(no), *lse = fbuf(nl), *out_ref = fbuf(no), *lse_ref = fbuf(nl);
-    void *f1[] = {&out, &lse, &qkv, &T};
+    int32_t *nopos = NULL;
+    void *f1[] = {&out, &lse, &qkv, &nopos, &T};
     launch_smem(&mf, "flash_attention_fwd", cdiv(T, 64), B * NH, 1, 128, (size_t)smem_fwd, f1);
     op_flash_attention_fwd(out_ref, lse_ref, qkv, B, T, NH, NKV, HD);
     check_f32(NAME(nm, "test_v2112_flash_fwd[%s] B=%d T=%d NH=%d NKV=%d HD=%d %s out", tag, B, T, NH, NKV, HD, prec), out, out_ref, no, tol, tol);
@@ -607,7 +611,7 @@ static void test_flash(const char *tag, int B, int T, int NH, int NKV, int HD, c
     float *dqkv = frandbuf(nr, 1.0f), *dqkv_ref = fcopy(dqkv, nr), *dqkv0 = fcopy(dqkv, nr);
     void *b1[] = {&D, &dout, &out_ref, &B, &T};
     launch(&mf, "flash_attention_bwd_d", cdiv((long)B * NH * T, 4), 1, 1, 128, b1);
-    void *b2[] = {&dqkv, &dout, &qkv, &lse_ref, &D, &T};
+    void *b2[] = {&dqkv, &dout, &qkv, &lse_ref, &D, &nopos, &T};
     launch_smem(&mf, "flash_attention_bwd_dkv", cdiv(T, 64), B * NKV, 1, 128, (size_t)smem_dkv, b2);
     launch_smem(&mf, "flash_attention_bwd_dq", cdiv(T, 64), B * NH, 1, 128, (size_t)smem_dq, b2);
     op_flash_attention_bwd(dqkv_ref, D_ref, dout, qkv, out_ref, lse_ref, B, T, NH, NKV, HD);
@@ -615,7 +619,7 @@ static void test_flash(const char *tag, int B, int T, int NH, int NKV, int HD, c
     check_f32(NAME(nm, "test_v2113_flash_bwd[%s] dqkv accumulates", tag), dqkv, dqkv_ref, nr, tol, tol);
     if (again) { /* deterministic: one writer per element, fixed order (blocks run on 2 OS threads) */
         float *dqkv2 = fcopy(dqkv0, nr);
-        void *b3[] = {&dqkv2, &dout, &qkv, &lse_ref, &D, &T};
+        void *b3[] = {&dqkv2, &dout, &qkv, &lse_ref, &D, &nopos, &T};
         launch_smem(&mf, "flash_attention_bwd_dkv", cdiv(T, 64), B * NKV, 1, 128, (size_t)smem_dkv, b3);
         launch_smem(&mf, "flash_attention_bwd_dq", cdiv(T, 64), B * NH, 1, 128, (size_t)smem_dq, b3);
         check_exact(NAME(nm, "test_v2113_flash_bwd[%s] deterministic (second run bit-identical)", tag), dqkv2, dqkv, (size_t)nr * sizeof(float));

@@ -4,7 +4,8 @@
 -- token array. This module adds that array and hands it to the attention ops (the mask hook:
 -- query t sees only keys [t - positions[t], t], its own document) and, with reset_positions, to
 -- the position ops (learned wpe rows and RoPE angles restart at each document). Never: a second
--- attention kernel (the mask is an optional input of the existing ops), a change to the loss.
+-- attention kernel (the mask is an optional input of the existing ops and of their CUDA templates:
+-- flash_attention, attention_naive, rope, embedding), a change to the loss.
 local M = { id = "v2126" }
 
 -- the plan op -> the index (1-based) of its optional positions input (op_registry.c)
@@ -13,10 +14,6 @@ local POS_ARG = { attention_fwd = 2, attention_bwd = 4, flash_attention_fwd = 2,
 local POSITION_OPS = { rope_fwd = true, rope_bwd = true, embedding_fwd = true, embedding_bwd = true }
 
 function M.derive(ctx)
-  if ctx.target.kind ~= "cpu" then
-    ctx.refuse("document masking runs in the cpu target's attention ops only (the CUDA flash template has no mask hook yet)",
-      "use --target cpu, or drop packing")
-  end
   ctx.facts.doc_mask = { reset_positions = ctx.param("reset_positions") ~= false, by = ctx.id }
   ctx.decide(ctx.id .. ".max_docs_per_seq", "not applied", "rows are contiguous T-token windows of the document stream (no bin packing): a row holds as many documents as fit, a document longer than the rest of a row continues in another row")
 end
