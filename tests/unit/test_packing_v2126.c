@@ -14,6 +14,9 @@
  *      0 (and non-zero inside k); the same trainer without packing is checked to leak (so the
  *      check can fail).
  * For gpt2 (learned positions) and llama (RoPE, GQA, QK-norm), naive and flash attention.
+ *   5. the same 2-4 on the "sim" device (gen --target sim: the CUDA templates' mask hook in
+ *      flash_attention and attention_naive, positions in rope and embedding, run by the
+ *      simulator), and the sim packed row's per-token losses against the cpu trainer's.
  *
  * Tolerances (fp32; the packed and the alone runs do the same arithmetic per token except the
  * GEMMs' blocking over a different number of rows and the masked terms added as exact zeros):
@@ -21,6 +24,8 @@
  *   gradients                       max|a-b| <= 1e-5 * max|ref| + 1e-9 per tensor
  *   flash vs naive op               max|a-b| <= 2e-5 * max(1, max|ref|)
  *   cross-document gradient         exactly 0
+ *   sim (flash: bf16x3 mma, ~2^-16 per product; naive: fp32 SIMT): per-token losses 2e-5
+ *   relative (alone and vs cpu), gradients 1e-4 * max|ref| + 1e-8 per tensor
  */
 #include <math.h>
 #include <stdio.h>
@@ -28,7 +33,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "device.h"
 #include "exec.h"
+#include "exec_dev.h"
 #include "ops_cpu.h"
 #include "ops_flash.h"
 #include "plan.h"
@@ -259,7 +266,7 @@ static void cross_grad(exec_t *x, const plan_t *p, int k, const int32_t *tok, co
 
 static void isolation_case(const char *model, const char *sel, const char *tag) {
     trainer tr, base;
-    char tagb[64], name[160];
+    char tagb[96], name[160];
     snprintf(tagb, sizeof tagb, "%s_nopack", tag);
     char selb[256];
     snprintf(selb, sizeof selb, "%s", sel);
@@ -291,6 +298,159 @@ static void isolation_case(const char *model, const char *sel, const char *tag) 
     close_trainer(&base);
 }
 
+/* ---- 5. on the sim device ------------------------------------------------------------ */
+
+typedef struct {
+    plan_t p;
+    exec_t host; /* initializes the parameters (the cpu's rule and seed) */
+    exec_dev x;
+    hyp_device *dev;
+    int ok;
+} dev_trainer;
+
+static int open_dev(dev_trainer *t, const char *model, const char *sel, const char *tag) {
+    char dir[512], path[600];
+    snprintf(dir, sizeof dir, "%s/%s", g_tmp, tag);
+    memset(t, 0, sizeof *t);
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd,
+             "cd %s && %s/generator/gen specs/v2500.yaml --enable adamw%s --model tests/fixtures/models/%s.yaml "
+             "--target sim --batch 1 --seq %d -o %s >/dev/null 2>&1",
+             HYP_SOURCE_DIR, HYP_BINARY_DIR, sel, model, T_ROW, dir);
+    hyp_err e;
+    if (system(cmd) != 0) {
+        check(0, "gen --target sim", "%s %s failed", model, sel);
+        return 0;
+    }
+    snprintf(path, sizeof path, "%s/plan.json", dir);
+    if (plan_load(path, &t->p, &e) || exec_init(&t->host, &t->p, &e) || hyp_device_open("sim", &t->dev, &e)) {
+        check(0, "sim trainer", "%s", e.msg);
+        return 0;
+    }
+    snprintf(path, sizeof path, "%s/kernels", dir);
+    if (exec_dev_init(&t->x, &t->p, path, t->dev, &e)) {
+        check(0, "exec_dev_init", "%s", e.msg);
+        return 0;
+    }
+    exec_init_params(&t->host, 1234);
+    if (exec_dev_upload_params(&t->x, t->host.params, &e)) {
+        check(0, "upload", "%s", e.msg);
+        return 0;
+    }
+    t->ok = 1;
+    return 1;
+}
+
+static void close_dev(dev_trainer *t) {
+    if (!t->ok) return;
+    exec_dev_free(&t->x);
+    exec_free(&t->host);
+    plan_free(&t->p);
+}
+
+/* forward + backward of the bound batch on the device; returns the mean loss (NAN on error) */
+static float dev_fwd_bwd(dev_trainer *t, float dloss) {
+    hyp_err e;
+    float loss = NAN;
+    if (exec_dev_forward(&t->x, &e) || exec_dev_backward(&t->x, dloss, &loss, &e)) {
+        check(0, "device step", "%s", e.msg);
+        return NAN;
+    }
+    return loss;
+}
+
+static void sim_case(const char *model, const char *sel, const char *tag) {
+    dev_trainer t;
+    char name[160];
+    if (!open_dev(&t, model, sel, tag)) return;
+    exec_dev *x = &t.x;
+    const plan_t *p = &t.p;
+    hyp_err e;
+    long P = p->param_floats;
+    int32_t tok[T_ROW], tgt[T_ROW], pos[T_ROW];
+    make_row(tok, tgt, pos, p->V);
+    float *lp = malloc(sizeof(float) * T_ROW), *la = malloc(sizeof(float) * T_ROW);
+    float *gp = malloc(sizeof(float) * (size_t)P), *ga = malloc(sizeof(float) * (size_t)P);
+    /* packed */
+    exec_dev_bind(x, 1, T_ROW, &e);
+    memcpy(x->h_tokens, tok, sizeof tok);
+    memcpy(x->h_targets, tgt, sizeof tgt);
+    memcpy(x->h_positions, pos, sizeof pos);
+    exec_dev_zero_grads(x, &e);
+    float packed_mean = dev_fwd_bwd(&t, 1.0f / T_ROW);
+    exec_dev_download_buf(x, p->losses_buf, lp, T_ROW, &e);
+    exec_dev_download_grads(x, gp, &e);
+    /* alone, gradients accumulated over the documents */
+    exec_dev_zero_grads(x, &e);
+    double weighted = 0;
+    int s = 0;
+    for (int d = 0; d < N_DOCS; d++) {
+        int L = DOC_LEN[d];
+        exec_dev_bind(x, 1, L, &e);
+        memcpy(x->h_tokens, tok + s, sizeof(int32_t) * L);
+        memcpy(x->h_targets, tgt + s, sizeof(int32_t) * L);
+        weighted += (double)dev_fwd_bwd(&t, 1.0f / T_ROW) * L;
+        exec_dev_download_buf(x, p->losses_buf, la + s, L, &e);
+        s += L;
+    }
+    weighted /= T_ROW;
+    exec_dev_download_grads(x, ga, &e);
+    double wl = 0;
+    for (int i = 0; i < T_ROW; i++) wl = fmax(wl, fabs((double)lp[i] - la[i]) / fmax(1, fabs(la[i])));
+    snprintf(name, sizeof name, "test_v2126_sim_packed_row_loss_equals_documents_alone_%s", tag);
+    check(wl <= 2e-5 && fabs(weighted - packed_mean) <= 2e-5 * fmax(1, fabs(weighted)), name,
+          "per-token max rel err %.3g; packed mean %.9g vs token-weighted %.9g", wl, packed_mean, weighted);
+    int ok = 1;
+    double worst = 0;
+    for (int i = 0; i < p->n_params_t; i++) {
+        double rm, w = max_abs_diff(gp + p->params[i].offset, ga + p->params[i].offset, p->params[i].numel, &rm);
+        if (w > 1e-4 * rm + 1e-8) ok = 0;
+        if (rm > 0) worst = fmax(worst, w / rm);
+    }
+    snprintf(name, sizeof name, "test_v2126_sim_packed_row_gradients_equal_documents_alone_%s", tag);
+    check(ok, name, "%d tensors, worst relative err %.3g", p->n_params_t, worst);
+    /* the same packed row on the cpu trainer (same parameters) */
+    exec_t *c = &t.host;
+    if (exec_alloc_acts(c, &e) == HYP_OK && exec_bind(c, 1, T_ROW, &e) == HYP_OK) {
+        memcpy(c->tokens, tok, sizeof tok);
+        memcpy(c->targets, tgt, sizeof tgt);
+        memcpy(c->positions, pos, sizeof pos);
+        exec_eval_loss(c);
+        const float *lc = exec_buf(c, p->losses_buf);
+        double wc = 0;
+        for (int i = 0; i < T_ROW; i++) wc = fmax(wc, fabs((double)lp[i] - lc[i]) / fmax(1, fabs(lc[i])));
+        snprintf(name, sizeof name, "test_v2126_sim_packed_row_matches_cpu_%s", tag);
+        check(wc <= 2e-5, name, "per-token losses, max rel err %.3g", wc);
+    }
+    /* no gradient across documents */
+    int dx0 = find_buf(p, "d:x0");
+    float *dx = malloc(sizeof(float) * T_ROW * p->C);
+    double outside = 0, inside = 1e30;
+    s = 0;
+    for (int k = 0; k < N_DOCS; k++) {
+        exec_dev_bind(x, 1, T_ROW, &e);
+        memcpy(x->h_tokens, tok, sizeof tok);
+        memcpy(x->h_positions, pos, sizeof pos);
+        for (int i = 0; i < T_ROW; i++) x->h_targets[i] = (i >= s && i < s + DOC_LEN[k]) ? tgt[i] : -1;
+        exec_dev_zero_grads(x, &e);
+        dev_fwd_bwd(&t, 1.0f);
+        exec_dev_download_buf(x, dx0, dx, (int64_t)T_ROW * p->C, &e);
+        double in = 0;
+        for (int i = 0; i < T_ROW; i++)
+            for (int ch = 0; ch < p->C; ch++) {
+                double v = fabs(dx[(long)i * p->C + ch]);
+                if (i >= s && i < s + DOC_LEN[k]) in = fmax(in, v);
+                else outside = fmax(outside, v);
+            }
+        inside = fmin(inside, in);
+        s += DOC_LEN[k];
+    }
+    snprintf(name, sizeof name, "test_v2126_sim_no_gradient_across_documents_%s", tag);
+    check(outside == 0.0 && inside > 0, name, "max |d loss_k / d x0| outside document k = %g (inside: >= %.3g)", outside, inside);
+    free(dx), free(lp), free(la), free(gp), free(ga);
+    close_dev(&t);
+}
+
 int main(void) {
     snprintf(g_tmp, sizeof g_tmp, "/tmp/hyp_test_packing_%d", (int)getpid());
     mkdir(g_tmp, 0755);
@@ -310,6 +470,12 @@ int main(void) {
         snprintf(tag, sizeof tag, "%s_iso", C[i].tag);
         isolation_case(C[i].model, C[i].sel, tag);
     }
+    char cache[1024];
+    snprintf(cache, sizeof cache, "%s/sim-cache", HYP_BINARY_DIR);
+    setenv("HYP_SIM_CACHE", cache, 0);
+    sim_case("pack-gpt2", ",packing,flash", "sim_gpt2_flash");
+    sim_case("pack-llama", ",packing,flash", "sim_llama_flash");
+    sim_case("pack-gpt2", ",packing", "sim_gpt2_naive");
     rm_rf(g_tmp);
     printf("%d passed, %d failed\n", g_pass, g_fail);
     return g_fail ? 1 : 0;
