@@ -316,14 +316,6 @@ static int parse_op(ld *c, const cJSON *j, plan_op *o) {
     hyp_op_arity(k, &nin, &nout);
     o->nin = cJSON_GetArraySize(ins);
     o->nout = cJSON_GetArraySize(outs);
-    /* trailing optional inputs may be left out (a plan written before they existed) */
-    for (int i = o->nin; i < nin; i++) {
-        hyp_op_arg spec;
-        hyp_op_arg_of(k, 0, i, &spec);
-        if (!spec.optional) break;
-        o->in[i] = -1;
-        if (i == nin - 1) o->nin = nin;
-    }
     if (o->nin != nin || o->nout != nout) {
         int in = o->nin != nin;
         return bad(c, "field '%s.%s': op '%s' has %d %s; it takes %d (%s)", c->at, in ? "ins" : "outs", name,

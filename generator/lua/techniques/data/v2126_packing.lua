@@ -29,8 +29,7 @@ function M.rewrite(ctx, g, list, op)
     if op.op == "embedding_bwd" and (op.outs[2] or "") == "" then return op end
   end
   if not g.by_name.positions then g.buf("positions", "tokens", { "B", "T" }, "i32") end
-  for i = #op.ins + 1, at - 1 do op.ins[i] = "" end
-  op.ins[at] = "positions"
+  op.ins[at] = "positions" -- plan.lua leaves that optional input "" for this
   dm.ops = (dm.ops or 0) + 1
   dm.kinds = dm.kinds or {}
   dm.kinds[op.op] = true
