@@ -12,7 +12,7 @@
 #include "gen_host.h"
 #include "nvrtc.h" /* hyp.nvrtc_compile (issue #4) */
 
-/* hyp.data_prepare({inputs...}, outdir, val_fraction, overwrite) -> rc, message */
+/* hyp.data_prepare({inputs...}, outdir, val_fraction, overwrite, tokenizer) -> rc, message */
 static int l_data_prepare(lua_State *L) {
     luaL_checktype(L, 1, LUA_TTABLE);
     const char *outdir = luaL_checkstring(L, 2);
@@ -28,6 +28,7 @@ static int l_data_prepare(lua_State *L) {
     hyp_data_opts_default(&o);
     o.val_fraction = luaL_optnumber(L, 3, 0.05);
     o.overwrite = lua_toboolean(L, 4);
+    o.tokenizer = luaL_optstring(L, 5, NULL); /* v2125: byte | tokenizer.json | tiktoken ranks */
     hyp_err e = {{0}};
     int rc = hyp_data_prepare(inputs, n, outdir, &o, &e);
     free(inputs);
@@ -59,4 +60,5 @@ void gen_register_extra(lua_State *L, int idx) {
     lua_pushcfunction(L, l_hf_export);
     lua_setfield(L, idx, "hf_export");
     gen_register_nvrtc(L, idx); /* NVRTC compile + cache (nvrtc.c); no-op without NVRTC */
+    gen_register_tokenizer(L, idx); /* gen tokenizer (tok_lua.c) */
 }

@@ -1,5 +1,6 @@
-/* data.c — the byte tokenizer + shard writer (hyp_data_prepare), the shard verifier, and the
- * batch loader. Formats, sampling and guarantees are documented in data.h. */
+/* data.c — the shard writer (hyp_data_prepare: the byte tokenizer, or a BPE one from
+ * tokenizer.c through encode_document), the shard verifier, and the batch loader. Formats,
+ * sampling and guarantees are documented in data.h. */
 #include "data.h"
 
 #include <cjson/cJSON.h>
@@ -19,6 +20,7 @@
 
 #include "fsio.h"
 #include "rng.h"
+#include "tokenizer.h"
 
 #define HEADER_BYTES (HYP_SHARD_HEADER_INTS * 4)
 #define META_MAX_BYTES (64u << 20)
@@ -63,6 +65,7 @@ static int shard_name_matches(const char *name, const char *split) {
 /* What hyp_data_prepare writes: meta.json, train_NNNNNN.bin, val_NNNNNN.bin. */
 static int is_prepare_output(const char *name) {
     if (!strcmp(name, "meta.json")) return 1;
+    if (!strcmp(name, HYP_DATA_TOK_JSON) || !strcmp(name, HYP_DATA_TOK_TIKTOKEN)) return 1; /* v2125 */
     const char *p = NULL;
     if (!strncmp(name, "train_", 6)) p = name + 6;
     else if (!strncmp(name, "val_", 4)) p = name + 4;
@@ -80,6 +83,7 @@ void hyp_data_opts_default(hyp_data_opts *o) {
     o->shard_tokens = 100000000ULL;
     o->vocab_size = 256;
     o->overwrite = 0;
+    o->tokenizer = NULL;
 }
 
 typedef struct {
@@ -246,9 +250,10 @@ static int stat_source(source *s, hyp_err *e) {
 }
 
 /* meta.json for the directory being built. */
-static int write_meta(const char *tmpdir, const hyp_data_opts *o, int tokbytes,
-                      const source *src, int n_src, const shard_info *sh, int n_sh,
-                      uint64_t n_train, uint64_t n_val, hyp_err *e) {
+static int write_meta(const char *tmpdir, const hyp_data_opts *o, const hyp_tok *tok,
+                      const char *tok_file, int tokbytes, const source *src, int n_src,
+                      const shard_info *sh, int n_sh, uint64_t n_train, uint64_t n_val,
+                      hyp_err *e) {
     cJSON *m = cJSON_CreateObject();
     cJSON *srcs = cJSON_CreateArray(), *shards = cJSON_CreateArray();
     if (!m || !srcs || !shards) {
@@ -259,8 +264,9 @@ static int write_meta(const char *tmpdir, const hyp_data_opts *o, int tokbytes,
     }
     cJSON_AddStringToObject(m, "format", "hyperion-data");
     cJSON_AddNumberToObject(m, "format_version", 1);
-    cJSON_AddStringToObject(m, "tokenizer", "byte");
+    cJSON_AddStringToObject(m, "tokenizer", hyp_tok_kind(tok));
     cJSON_AddNumberToObject(m, "vocab_size", o->vocab_size);
+    hyp_data_tok_meta(m, tok, o->tokenizer, tok_file); /* v2125: tokenizer_*, eot_id */
     cJSON_AddNumberToObject(m, "shard_version", tokbytes == 2 ? 1 : 2);
     cJSON_AddStringToObject(m, "token_dtype", tokbytes == 2 ? "uint16" : "uint32");
     cJSON_AddNumberToObject(m, "val_fraction", o->val_fraction);
@@ -388,11 +394,86 @@ static int install_dir(const char *tmpdir, const char *outdir, int exists, hyp_e
     return HYP_OK;
 }
 
+/* encode_document — the one place text becomes tokens (the data helpers' contract): the
+ * selected tokenizer's ids of one document, after an EOT when the tokenizer has one (llm.c's
+ * fineweb convention: every document starts with EOT). Appends to *ids. */
+static int encode_document(hyp_tok *tok, const uint8_t *doc, size_t n, int32_t **ids, size_t *len,
+                           size_t *cap, hyp_err *e) {
+    int eot = hyp_tok_eot(tok);
+    if (eot >= 0) {
+        if (*len == *cap) {
+            size_t c = *cap ? *cap * 2 : 1024;
+            int32_t *p = realloc(*ids, c * sizeof *p);
+            if (!p) return hyp_fail(e, HYP_EFAIL, "gen data: out of memory");
+            *ids = p, *cap = c;
+        }
+        (*ids)[(*len)++] = eot;
+    }
+    return hyp_tok_encode(tok, doc, n, ids, len, cap, e);
+}
+
+/* A BPE tokenizer's pass over the sources (each one document): ids into dir/.tokens (uint32 LE),
+ * their count into *n_tokens, and the tokenizer file (decompressed) into dir/tok_file. */
+static int encode_sources(hyp_tok *tok, const char *spec, const char *tok_file, source *src,
+                          int n_src, const char *dir, uint64_t *n_tokens, hyp_err *e) {
+    char path[4200];
+    uint8_t *buf = NULL;
+    size_t n = 0;
+    int rc = hyp_data_tok_copy(spec, dir, tok_file, e);
+    if (rc) return rc;
+    join(path, sizeof path, dir, ".tokens");
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return hyp_fail(e, hyp_fs_errcode(errno), "%s: cannot create: %s", path, strerror(errno));
+    int32_t *ids = NULL;
+    size_t cap = 0;
+    *n_tokens = 0;
+    for (int i = 0; i < n_src && rc == HYP_OK; i++) {
+        size_t len = 0;
+        if ((rc = hyp_tok_read_file(src[i].open_path, &buf, &n, e)) != HYP_OK) break;
+        const uint8_t *nul = memchr(buf, 0, n);
+        if (nul)
+            rc = hyp_fail(e, HYP_EINPUT, "%s: NUL byte at offset %zu — this is not a text file "
+                          "(binary data?); give plain UTF-8 text", src[i].path, (size_t)(nul - buf));
+        else if (n == 0)
+            rc = hyp_fail(e, HYP_EINPUT, "%s: input is empty — give a non-empty text file or drop "
+                          "it from the list", src[i].path);
+        if (!rc) rc = encode_document(tok, buf, n, &ids, &len, &cap, e);
+        free(buf);
+        for (size_t k = 0; k < len && !rc; k++) wr32((uint8_t *)(ids + k), (uint32_t)ids[k]);
+        if (!rc && hyp_fs_write_all(fd, ids, len * 4) != 0)
+            rc = hyp_fail(e, hyp_fs_errcode(errno), "%s: write failed: %s — check free disk space",
+                          path, strerror(errno));
+        *n_tokens += len;
+    }
+    free(ids);
+    if (close(fd) != 0 && !rc) rc = hyp_fail(e, HYP_EFAIL, "%s: close failed: %s", path, strerror(errno));
+    return rc;
+}
+
+static int prepare(const char *const *inputs, int n_inputs, const char *outdir, hyp_data_opts o,
+                   hyp_tok *tok, hyp_err *e);
+
 int hyp_data_prepare(const char *const *inputs, int n_inputs, const char *outdir,
                      const hyp_data_opts *opts, hyp_err *e) {
     hyp_data_opts o;
     if (opts) o = *opts;
     else hyp_data_opts_default(&o);
+    if (o.tokenizer && !o.tokenizer[0])
+        return hyp_fail(e, HYP_EINPUT, "--tokenizer: empty — give byte, a tokenizer.json or a "
+                        "tiktoken ranks file");
+    if (o.tokenizer && !strcmp(o.tokenizer, "byte")) o.tokenizer = NULL;
+    hyp_tok *tok = hyp_tok_open(o.tokenizer ? o.tokenizer : "byte", e);
+    if (!tok) return HYP_EINPUT;
+    if (o.tokenizer) o.vocab_size = hyp_tok_vocab_size(tok);
+    int rc = prepare(inputs, n_inputs, outdir, o, tok, e);
+    hyp_tok_free(tok);
+    return rc;
+}
+
+static int prepare(const char *const *inputs, int n_inputs, const char *outdir, hyp_data_opts o,
+                   hyp_tok *tok, hyp_err *e) {
+    const char *tok_file = o.tokenizer ? hyp_data_tok_file(tok) : NULL;
     if (!outdir || !outdir[0])
         return hyp_fail(e, HYP_EINPUT, "gen data: no output directory given — pass --out DIR");
     if (n_inputs <= 0 || !inputs)
@@ -478,15 +559,18 @@ int hyp_data_prepare(const char *const *inputs, int n_inputs, const char *outdir
 
     uint64_t total = 0;
     for (int i = 0; i < n_inputs; i++) total += src[i].bytes;
+    if (tok_file && (rc = encode_sources(tok, o.tokenizer, tok_file, src, n_inputs, tmpdir, &total,
+                                         e)) != HYP_OK)
+        goto fail;
     uint64_t n_val = 0;
     if (o.val_fraction > 0) {
         n_val = (uint64_t)llround((double)total * o.val_fraction);
         if (n_val == 0) n_val = 1;
     }
     if (n_val >= total) {
-        rc = hyp_fail(e, HYP_EINPUT, "%s: the corpus has %llu bytes, too few to hold out "
+        rc = hyp_fail(e, HYP_EINPUT, "%s: the corpus has %llu %s, too few to hold out "
                       "val_fraction %g for validation — give more text", src[0].path,
-                      (unsigned long long)total, o.val_fraction);
+                      (unsigned long long)total, tok_file ? "tokens" : "bytes", o.val_fraction);
         goto fail;
     }
     uint64_t n_train = total - n_val;
@@ -507,7 +591,45 @@ int hyp_data_prepare(const char *const *inputs, int n_inputs, const char *outdir
                        .shard_tokens = o.shard_tokens, .tokbytes = tokbytes, .xs = xs,
                        .infos = infos, .n_infos = &n_infos};
 
-    for (int i = 0; i < n_inputs && rc == HYP_OK; i++) {
+    if (tok_file) { /* v2125: the encoded ids, re-read from .tokens into the split writer */
+        char tp[4200];
+        join(tp, sizeof tp, tmpdir, ".tokens");
+        fd_in = open(tp, O_RDONLY | O_CLOEXEC);
+        if (fd_in < 0) rc = hyp_fail(e, HYP_EFAIL, "%s: cannot open: %s", tp, strerror(errno));
+        uint64_t off = 0;
+        while (rc == HYP_OK && off < total) {
+            size_t want = total - off < CHUNK / 4 ? (size_t)(total - off) : CHUNK / 4;
+            long long got = hyp_fs_read_full(fd_in, enc, want * 4);
+            if (got != (long long)(want * 4)) {
+                rc = hyp_fail(e, HYP_EFAIL, "%s: short read — re-run", tp);
+                break;
+            }
+            if (tokbytes == 2)
+                for (size_t k = 0; k < want; k++) {
+                    uint32_t v = rd32(enc + 4 * k);
+                    enc[2 * k] = (uint8_t)v;
+                    enc[2 * k + 1] = (uint8_t)(v >> 8);
+                }
+            const uint8_t *p = enc;
+            uint64_t left = want;
+            while (left > 0 && rc == HYP_OK) {
+                if (w.split_left == 0) {
+                    w.split = "val";
+                    w.split_left = n_val;
+                    w.index = 0;
+                }
+                uint64_t k = left < w.split_left ? left : w.split_left;
+                rc = sw_put(&w, p, k, e);
+                p += k * (uint64_t)tokbytes;
+                left -= k;
+            }
+            off += want;
+        }
+        if (fd_in >= 0) close(fd_in);
+        fd_in = -1;
+        unlink(tp);
+    }
+    for (int i = 0; i < n_inputs && rc == HYP_OK && !tok_file; i++) {
         fd_in = open(src[i].open_path, O_RDONLY | O_CLOEXEC);
         if (fd_in < 0) {
             int err = errno;
@@ -566,7 +688,8 @@ int hyp_data_prepare(const char *const *inputs, int n_inputs, const char *outdir
         join(p, sizeof p, tmpdir, ".stdin");
         unlink(p);
     }
-    rc = write_meta(tmpdir, &o, tokbytes, src, n_inputs, infos, n_infos, n_train, n_val, e);
+    rc = write_meta(tmpdir, &o, tok, tok_file, tokbytes, src, n_inputs, infos, n_infos, n_train,
+                    n_val, e);
     if (rc != HYP_OK) goto fail;
     if (hyp_fs_fsync_dir(tmpdir) != 0) {
         rc = hyp_fail(e, HYP_EFAIL, "%s: fsync failed: %s", tmpdir, strerror(errno));

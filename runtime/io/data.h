@@ -47,13 +47,23 @@ typedef struct {
     int vocab_size;        /* default 256 (the byte tokenizer); > 65536 writes uint32 shards */
     int overwrite;         /* replace an existing, non-empty outdir (only if it holds nothing
                               but a previous gen data's files); default 0 = refuse */
+    const char *tokenizer; /* NULL or "byte" (default): token = byte; else a tokenizer.json or a
+                              tiktoken ranks file (tokenizer.h, v2125): each input is one document,
+                              encoded after the tokenizer's EOT; vocab_size becomes the
+                              tokenizer's; the file is copied into outdir (HYP_DATA_TOK_*) and
+                              meta.json records tokenizer, tokenizer_file, tokenizer_source,
+                              tokenizer_xxh3_64 and eot_id */
 } hyp_data_opts;
+
+#define HYP_DATA_TOK_JSON "tokenizer.json"         /* the copy of a tokenizer.json in outdir */
+#define HYP_DATA_TOK_TIKTOKEN "tokenizer.tiktoken" /* the copy (decompressed) of tiktoken ranks */
 
 /* Fills the defaults above. */
 void hyp_data_opts_default(hyp_data_opts *o);
 
 /* Tokenizes the concatenation of inputs (plain text files; "-" = stdin) with the byte tokenizer
- * (token = byte value) and writes outdir/{train,val}_NNNNNN.bin + outdir/meta.json. The output
+ * (token = byte value), or opts->tokenizer (each input one document, after its EOT), and writes
+ * outdir/{train,val}_NNNNNN.bin + outdir/meta.json (+ the tokenizer's copy). The output
  * is built in a sibling "outdir.tmp-XXXXXX" and renamed into place, so outdir is either absent,
  * the old one, or complete. opts may be NULL for the defaults. Errors (HYP_EINPUT, message names
  * the file): a missing, unreadable, empty or non-text (NUL bytes) input, an existing non-empty

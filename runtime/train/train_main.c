@@ -43,6 +43,7 @@
 #include "metrics.h"
 #include "fsio.h"
 #include "tboard.h"
+#include "tokenizer.h"
 #include "ops_cpu.h"
 #include "peak.h"
 #include "optim.h"
@@ -260,9 +261,10 @@ static void default_plan_path(char *out, size_t n) {
     snprintf(out, n, "%s/plan.json", exe);
 }
 
-/* Samples n tokens after the prompt with temperature and top-k; prints bytes for the byte
- * tokenizer, token ids otherwise. */
-static int sample_text(exec_t *x, const args_t *a, uint64_t seed, FILE *out) {
+/* Samples n tokens after the prompt with temperature and top-k; prints text decoded with tok (the
+ * data's tokenizer, v2125: the prompt is encoded with it too), else bytes for the byte tokenizer,
+ * token ids otherwise. */
+static int sample_text(exec_t *x, const args_t *a, hyp_tok *tok, uint64_t seed, FILE *out) {
     const plan_t *p = x->p;
     int logits_buf = -1;
     for (int i = 0; i < p->n_bufs; i++)
@@ -278,7 +280,18 @@ static int sample_text(exec_t *x, const args_t *a, uint64_t seed, FILE *out) {
         return HYP_EFAIL;
     }
     int len = 0;
-    if (a->prompt && *a->prompt)
+    if (tok) { /* the prompt's ids (a newline without one), as the model saw text in training */
+        int32_t *pids = NULL;
+        size_t pn = 0, pcap = 0;
+        hyp_err pe;
+        const char *pr = a->prompt && *a->prompt ? a->prompt : "\n";
+        if (hyp_tok_encode(tok, (const uint8_t *)pr, strlen(pr), &pids, &pn, &pcap, &pe) || (int)pn > cap - n) {
+            free(pids), free(ctx), free(probs), free(idx);
+            return HYP_EFAIL;
+        }
+        for (size_t i = 0; i < pn; i++) ctx[len++] = pids[i];
+        free(pids);
+    } else if (a->prompt && *a->prompt)
         for (const unsigned char *s = (const unsigned char *)a->prompt; *s; s++) ctx[len++] = *s;
     else ctx[len++] = '\n';
     if (a->prompt) fputs(a->prompt, out);
@@ -319,7 +332,10 @@ static int sample_text(exec_t *x, const args_t *a, uint64_t seed, FILE *out) {
             }
         }
         ctx[len++] = next;
-        if (is_byte) fputc(next, out);
+        size_t nb;
+        const uint8_t *b = tok ? hyp_tok_token_bytes(tok, next, &nb) : NULL;
+        if (b) fwrite(b, 1, nb, out);
+        else if (is_byte) fputc(next, out);
         else fprintf(out, "%d ", next);
     }
     fputc('\n', out);
@@ -388,6 +404,8 @@ typedef struct {
     int stop_signal, stop_deadline, stop_saved;
     double peak;                /* FLOP/s per rank the MFU is against (0: none, sim) */
     char peak_desc[160];        /* where it came from, for the banner */
+    hyp_data_tok dtok;          /* the --data directory's tokenizer (v2125; kind "" unknown) */
+    char ck_tok[16], ck_tok_hash[17], ck_tok_file[PATH_MAX]; /* the loaded checkpoint's record */
 } run_t;
 
 /* The first entry of dir that a checkpoint directory of ours would not hold (NULL: none, or no dir):
@@ -431,6 +449,16 @@ static int resume(run_t *r, hyp_err *e) {
         return hyp_fail(e, HYP_EINPUT, "%s: saved by %llu rank%s, resumed on %d: this trainer was generated without elastic resume — run it on %llu rank%s, or regenerate with --enable v2175 (elastic training)",
                         st.path, (unsigned long long)st.world, st.world == 1 ? "" : "s", r->d.world,
                         (unsigned long long)st.world, st.world == 1 ? "" : "s");
+    snprintf(r->ck_tok, sizeof r->ck_tok, "%s", st.tokenizer);
+    snprintf(r->ck_tok_hash, sizeof r->ck_tok_hash, "%s", st.tokenizer_hash);
+    snprintf(r->ck_tok_file, sizeof r->ck_tok_file, "%s", st.tokenizer_file);
+    /* v2125: the weights learned one tokenizer's ids; data of another would be read as noise */
+    if (!r->a.sample_mode && st.tokenizer[0] && r->dtok.kind[0] &&
+        (strcmp(st.tokenizer, r->dtok.kind) != 0 || strcmp(st.tokenizer_hash, r->dtok.hash) != 0))
+        return hyp_fail(e, HYP_EINPUT, "%s: trained on data of tokenizer %s%s%s but --data %s was made with %s%s%s (%s) — resume on data made with the checkpoint's tokenizer (gen data --tokenizer %s), or start a new --ckpt-dir",
+                        st.path, st.tokenizer, st.tokenizer_hash[0] ? " " : "", st.tokenizer_hash, r->a.data, r->dtok.kind,
+                        r->dtok.hash[0] ? " " : "", r->dtok.hash, r->dtok.source[0] ? r->dtok.source : "bytes",
+                        st.tokenizer_file[0] ? st.tokenizer_file : "byte");
     r->start_step = (int)st.step;
     hyp_rng_set_state(&r->rng, st.rng);
     /* the checkpoint counts windows of the whole data-parallel group (elastic resume, v2175):
@@ -574,6 +602,9 @@ static int save_checkpoint(run_t *r, int step, hyp_err *e) {
     snprintf(st.config_hash, sizeof st.config_hash, "%s", r->plan.state_hash);
     snprintf(st.plan, sizeof st.plan, "%s on %d rank%s, ZeRO stage %d", r->plan.model_name, r->d.world,
              r->d.world == 1 ? "" : "s", r->plan.zero_stage);
+    snprintf(st.tokenizer, sizeof st.tokenizer, "%s", r->dtok.kind);
+    snprintf(st.tokenizer_hash, sizeof st.tokenizer_hash, "%s", r->dtok.hash);
+    snprintf(st.tokenizer_file, sizeof st.tokenizer_file, "%s", r->dtok.file);
     return train_ckpt_save(&r->d, &r->x, r->a.ckpt_dir, r->a.keep, &st, e);
 }
 
@@ -734,7 +765,10 @@ static int sample_after(run_t *r, hyp_err *e) {
     if (!rc && a->sample > 0 && r->d.stage >= 3) rc = train_unshard(&r->x, e); /* rank 0 samples alone */
     if (!rc && a->sample > 0 && r->d.rank == 0 && !(rc = exec_alloc_acts(&r->x, e))) { /* a mirror has none */
         printf("--- sample (%d tokens, temperature %.2f, top-k %d) ---\n", a->sample, a->temperature, a->top_k);
-        rc = sample_text(&r->x, a, r->seed, stdout);
+        hyp_tok *tok = r->dtok.file[0] ? hyp_tok_open(r->dtok.file, e) : NULL;
+        if (r->dtok.file[0] && !tok) return HYP_EINPUT;
+        rc = sample_text(&r->x, a, tok, r->seed, stdout);
+        hyp_tok_free(tok);
     }
     return rc;
 }
@@ -767,6 +801,14 @@ static int run(int argc, char **argv, hyp_coll *coll) {
         plan_free(p);
         return HYP_EINPUT;
     }
+    /* v2125: data made for another vocabulary is refused before anything starts */
+    if (!a->sample_mode && a->data &&
+        ((rc = hyp_data_tok_read(a->data, &r.dtok, &e)) || (rc = hyp_data_tok_check_model(a->data, &r.dtok, p->tokenizer, p->V, &e)) ||
+         (a->init_from && (rc = hyp_data_tok_check_init(a->init_from, &r.dtok, &e))))) {
+        fprintf(stderr, "train: %s\n", e.msg);
+        plan_free(p);
+        return rc;
+    }
     r.B = a->batch ? a->batch : p->B, r.T = a->seq ? a->seq : p->T;
     r.K = a->grad_accum ? a->grad_accum : p->grad_accum;
     train_opts_from_plan(&r.opt, p);
@@ -794,7 +836,14 @@ static int run(int argc, char **argv, hyp_coll *coll) {
         if (!rc && (a->resume || a->sample_mode)) rc = resume(&r, &e);
     }
     if (!rc && a->sample_mode) { /* sampling runs on the host executor: same weights, same numerics */
-        if (r.d.rank == 0) rc = sample_text(&r.x, a, r.seed, stdout);
+        hyp_tok *tok = NULL; /* the checkpoint's data tokenizer (v2125), checked against its hash */
+        if (r.ck_tok_file[0] && !(tok = hyp_tok_open(r.ck_tok_file, &e)))
+            rc = hyp_fail(&e, HYP_EINPUT, "%s (the tokenizer of the checkpoint's training data) — restore it, or re-create the data directory it names", e.msg);
+        else if (tok && strcmp(hyp_tok_hash(tok), r.ck_tok_hash) != 0)
+            rc = hyp_fail(&e, HYP_EINPUT, "%s: xxh3 %s, but the checkpoint was trained with tokenizer %s — this file was replaced; restore the original",
+                          r.ck_tok_file, hyp_tok_hash(tok), r.ck_tok_hash);
+        if (!rc && r.d.rank == 0) rc = sample_text(&r.x, a, tok, r.seed, stdout);
+        hyp_tok_free(tok);
     } else if (!rc && !(rc = train_backend_open(&r.be, p, r.plan_path, &r.x, &r.d, r.B, r.T, &e)) &&
                !(rc = open_outputs(&r, &e))) {
         choose_peak(&r);
