@@ -10,7 +10,8 @@
  *     state after each are identical to direct reads; set_state in the middle restarts the
  *     thread there; an error (a token outside the model's vocabulary) comes back at its batch
  *     with the state unchanged; with HYP_DATA_SLOW_READ_MS=20 and 50 ms of "compute" between
- *     batches the mean wait for a batch drops from >= 20 ms (direct) to < 5 ms (prefetch).
+ *     batches the mean wait for a batch drops from >= 20 ms (direct) to under a fifth of it (~0.02
+ *     ms unloaded; the margin is for a loaded machine, where the thread waits to be scheduled).
  */
 #include <fcntl.h>
 #include <stdint.h>
@@ -283,7 +284,7 @@ static void prefetch_cases(void) {
         hyp_loader_close(S);
     }
     unsetenv("HYP_DATA_SLOW_READ_MS");
-    check(wait[0] >= 0.019 && wait[1] < 0.005, "test_v2128_prefetch_hides_a_slow_read", "mean wait per batch: direct %.2f ms, prefetch %.3f ms",
+    check(wait[0] >= 0.019 && wait[1] < 0.2 * wait[0], "test_v2128_prefetch_hides_a_slow_read", "mean wait per batch: direct %.2f ms, prefetch %.3f ms",
           1e3 * wait[0], 1e3 * wait[1]);
 }
 

@@ -344,6 +344,7 @@ static int open_dev(dev_trainer *t, const char *model, const char *sel, const ch
 static void close_dev(dev_trainer *t) {
     if (!t->ok) return;
     exec_dev_free(&t->x);
+    t->dev->close(t->dev);
     exec_free(&t->host);
     plan_free(&t->p);
 }
