@@ -8,6 +8,7 @@ constants = {
   PREC = { "enum", values = { "bf16", "bf16x3" }, default = "bf16x3",
     doc = "operands of the mma: bf16 (each fp32 operand rounded once, ~2^-8 relative) or bf16x3 (hi + lo bf16 split, hi*hi + hi*lo + lo*hi: ~fp32 accuracy, 3x the mma work)" },
   BLOCK = { "int", default = 128, doc = "threads per block (4 warps, 16 tile rows each)" },
+  DOCMASK = { "bool", default = false, doc = "the document mask hook (v2126 packing): query q sees keys from q - pos[q] (its document's start); false: plain causal, pos unused" },
 }
 derive = function(K, decide)
   if K.NH % K.NKV ~= 0 then error("NH (" .. K.NH .. ") must be a multiple of NKV (" .. K.NKV .. ")") end
@@ -52,6 +53,7 @@ kernels = {
                "const float* __restrict__ D", "const int* __restrict__ pos", "int T" },
     block = "BLOCK", grid = "cdiv(T, BQ), B*NH", smem = "SMEM_DQ" },
 }
+spill_reasons = { flash_attention_bwd_dkv = "at HD >= 64 the kernel sits at the 168-register cap (3 blocks of 4 warps per SM): measured at sm_90, 32 bytes for llama-176m-qknorm without DOCMASK (as before the mask hook), 16 bytes with DOCMASK (its per-key visible-query counts) for gpt2-124m and llama-176m-qknorm; gpt2-124m and llama3-8b without DOCMASK: none" }
 -- flash_attention_fwd: ins qkv, positions?; outs atty, lse. flash_attention_bwd: ins datty, qkv,
 -- atty, lse, positions?; outs dqkv (accumulated), the [B,NH,T] scratch that holds D. positions
 -- absent: pos = NULL, plain causal.
@@ -85,14 +87,14 @@ static constexpr int OC = NH * HD;
 // document); without pos (NULL) it is 0 and the kernels are plain causal. Tiles of keys entirely
 // before every query's document are skipped. Clamped to [0, q] as the cpu op does.
 __device__ __forceinline__ int fa_lo(const int* pos, int b, int T, int q) {
-    if (pos == nullptr || q >= T) return 0;
+    if (!DOCMASK || pos == nullptr || q >= T) return 0;
     const int v = q - pos[(long)b * T + q];
     return v < 0 ? 0 : v > q ? q : v;
 }
 
 // The smallest lo over the rows [q0, q0 + n) (n <= T - q0), for the block-level tile skip.
 __device__ __forceinline__ int fa_lo_min(const int* pos, int b, int T, int q0, int n) {
-    if (pos == nullptr) return 0;
+    if (!DOCMASK || pos == nullptr) return 0;
     int m = q0 + n;
     for (int q = q0; q < q0 + n; q++) m = min(m, fa_lo(pos, b, T, q));
     return m;
@@ -358,24 +360,36 @@ __device__ __forceinline__ void fa_pds(float& s, float& dp, bool visible, float 
             for (int i = threadIdx.x; i < BQB; i += BLOCK) {
                 Ls[i] = q0 + i < T ? lse[bh * T + q0 + i] : 0.0f;
                 Ds[i] = q0 + i < T ? D[bh * T + q0 + i] : 0.0f;
-                Lo[i] = q0 + i < T ? fa_lo(pos, b, T, q0 + i) : T;
+                if (DOCMASK) Lo[i] = q0 + i < T ? fa_lo(pos, b, T, q0 + i) : T;
             }
             __syncthreads();
             if (q0 + BQB - 1 < k0 + wr) continue; // every query of the tile is before this warp's keys
-            int qlo = T; // the tile's smallest first visible key: all of it after this warp's keys?
-            for (int i = 0; i < BQB; i++) qlo = min(qlo, Lo[i]);
-            if (qlo > k0 + wr + 15) continue;
+            // the document mask: positions restart at 0 at a document start and grow by 1
+            // otherwise, so lo is non-decreasing in q. Every query of the tile starts its document
+            // after this warp's keys: skip. Else the queries that may see key k form a prefix of
+            // the tile: qi < nvis[r] (k = this lane's key ka + 8r; two registers, not a mask).
+            if (DOCMASK && Lo[0] > k0 + wr + 15) continue;
             float st[BQB / 8][4], dpt[BQB / 8][4];
             fa_zero<BQB / 8>(st);
             fa_zero<BQB / 8>(dpt);
             fa_xyt<BQB / 8>(st, Ks, BKV, wr, Qs, BQB);
             fa_xyt<BQB / 8>(dpt, Vs, BKV, wr, Os, BQB);
+            int nvis[2] = { BQB, BQB }; // counted after the products: two live registers less there
+% if DOCMASK then
+            nvis[0] = nvis[1] = 0;
+#pragma unroll 1
+            for (int i = 0; i < BQB; i++) {
+                const int l = Lo[i];
+                nvis[0] += l <= ka;
+                nvis[1] += l <= ka + 8;
+            }
+% end
 #pragma unroll
             for (int j = 0; j < BQB / 8; j++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     const int qi = 8 * j + 2 * tq + (e & 1), q = q0 + qi, key = ka + 8 * (e >> 1);
-                    fa_pds(st[j][e], dpt[j][e], key <= q && q < T && key < T && key >= Lo[qi], Ls[qi], Ds[qi]);
+                    fa_pds(st[j][e], dpt[j][e], key <= q && q < T && key < T && qi < nvis[e >> 1], Ls[qi], Ds[qi]);
                 }
             fa_py<BQB / 8>(dv, st, Os, BQB);
             fa_py<BQB / 8>(dk, dpt, Qs, BQB);

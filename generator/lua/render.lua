@@ -172,8 +172,11 @@ function M.instances(tree, cfg, plan, decide, contrib)
     if rope then
       want("rope", { "rope_fwd", "rope_bwd" }, { NH = m.NH, NKV = m.NKV, HD = m.hd, ROPE = true, THETA = rope.attrs.theta or 10000.0 })
     end
+    -- the mask hook is compiled in only where the plan's attention reads per-token positions
+    local fa = first_op(plan, "flash_attention_fwd")
     want("flash_attention", { "flash_attention_fwd", "flash_attention_bwd_d", "flash_attention_bwd_dkv", "flash_attention_bwd_dq" },
-      { NH = m.NH, NKV = m.NKV, HD = m.hd, PREC = facts.attention and facts.attention.precision or "bf16x3" })
+      { NH = m.NH, NKV = m.NKV, HD = m.hd, PREC = facts.attention and facts.attention.precision or "bf16x3",
+        DOCMASK = (fa.ins[2] or "") ~= "" })
   end
   if seen.gelu_fwd then want("gelu", { "gelu_fwd", "gelu_bwd" }, {}) end
   if seen.swiglu_fwd then want("swiglu", { "swiglu_fwd", "swiglu_bwd" }, { H = m.H }) end
