@@ -523,19 +523,31 @@ function P.emit_v2(s)
     by_name[bf.name] = bf
   end
   local decay, no_decay = U.array(), U.array()
+  local o = s.optimizer
+  -- a module may put parameters in groups of its own: p.group names one of o.extra_groups
+  -- ({name, lr_mult, weight_decay, rule}); the rest go to decay/no_decay by their decay flag,
+  -- with o.rule (if any) as those groups' update rule
+  local extra = {}
+  for _, eg in ipairs(o.extra_groups or {}) do extra[eg.name] = U.array() end
   local params = U.array()
   for _, p in ipairs(s.params) do
-    local group = p.decay and "decay" or "no_decay"
-    local list = p.decay and decay or no_decay
+    local group = p.group or (p.decay and "decay" or "no_decay")
+    local list = p.group and extra[p.group] or (p.decay and decay or no_decay)
+    assert(list, "plan: parameter " .. p.name .. " names an optimizer group no module declared: " .. tostring(p.group))
     list[#list + 1] = p.name
     local bf = by_name[p.name]
     params[#params + 1] = { name = p.name, shape = p.shape, numel = p.numel, dtype = bf.dtype, offset = p.offset * 4,
       bytes = bf.bytes, init = p.init, group = group }
   end
-  local o = s.optimizer
   local groups = U.array()
-  if #decay > 0 then groups[#groups + 1] = { name = "decay", lr_mult = 1.0, weight_decay = o.weight_decay, params = decay } end
-  if #no_decay > 0 then groups[#groups + 1] = { name = "no_decay", lr_mult = 1.0, weight_decay = 0.0, params = no_decay } end
+  for _, eg in ipairs(o.extra_groups or {}) do
+    if #extra[eg.name] > 0 then
+      groups[#groups + 1] = { name = eg.name, lr_mult = eg.lr_mult, weight_decay = eg.weight_decay, rule = eg.rule,
+        params = extra[eg.name] }
+    end
+  end
+  if #decay > 0 then groups[#groups + 1] = { name = "decay", lr_mult = 1.0, weight_decay = o.weight_decay, rule = o.rule, params = decay } end
+  if #no_decay > 0 then groups[#groups + 1] = { name = "no_decay", lr_mult = 1.0, weight_decay = 0.0, rule = o.rule, params = no_decay } end
   out.optimizer = { kind = o.kind, hyper = o.hyper, state = o.state, shard = o.shard, groups = groups }
   out.params, out.param_bytes = params, s.param_floats * 4
   out.buffers = buffers

@@ -491,6 +491,28 @@ static int load_optimizer(ld *c, const cJSON *root) {
         TRY(get_str(c, sj, "name", o->state_name[i], sizeof o->state_name[i]));
         TRY(get_dtype(c, sj, &o->state_dtype[i]));
         o->n_state++;
+        o->state_off[i] = malloc(sizeof(int64_t) * (size_t)(p->n_params_t + 1));
+        o->state_n[i] = malloc(sizeof(int64_t) * (size_t)(p->n_params_t + 1));
+        if (!o->state_off[i] || !o->state_n[i]) return hyp_fail(c->e, HYP_EFAIL, "%s: out of memory", c->path);
+        const cJSON *nl = cJSON_GetObjectItemCaseSensitive(sj, "numel");
+        if (nl && (!cJSON_IsArray(nl) || cJSON_GetArraySize(nl) != p->n_params_t))
+            return bad(c, "field 'optimizer.state[%d].numel' must list one count per parameter (%d)", i, p->n_params_t);
+        o->state_compact[i] = nl != NULL;
+        int64_t off = 0;
+        for (int q = 0; q < p->n_params_t; q++) {
+            if (!nl) {
+                o->state_off[i][q] = p->params[q].offset, o->state_n[i][q] = p->params[q].numel;
+                continue;
+            }
+            const cJSON *v = cJSON_GetArrayItem(nl, q);
+            if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble > (double)p->params[q].numel ||
+                v->valuedouble != (double)(int64_t)v->valuedouble)
+                return bad(c, "field 'optimizer.state[%d].numel[%d]' must be a whole number from 0 to parameter '%s''s %lld",
+                           i, q, p->params[q].name, (long long)p->params[q].numel);
+            o->state_off[i][q] = off, o->state_n[i][q] = (int64_t)v->valuedouble;
+            off += (o->state_n[i][q] + 15) / 16 * 16;
+        }
+        o->state_floats[i] = nl ? off : p->param_floats;
     }
     enter(c, "optimizer");
     char shard[16];
@@ -519,6 +541,8 @@ static int load_optimizer(ld *c, const cJSON *root) {
         if ((rc = get_str(c, gj, "name", g->name, sizeof g->name)) || (rc = get_num(c, gj, "lr_mult", 0, 1e6, &g->lr_mult)) ||
             (rc = get_num(c, gj, "weight_decay", 0, 10, &g->weight_decay)) || !(pl = need(c, gj, "params", cJSON_Array, &rc)))
             break;
+        const cJSON *rj = cJSON_GetObjectItemCaseSensitive(gj, "rule");
+        if (rj && (rc = get_str(c, gj, "rule", g->rule, sizeof g->rule))) break;
         for (int q = 0; q < o->n_groups - 1; q++)
             if (!strcmp(o->groups[q].name, g->name)) {
                 rc = bad(c, "field '%s.name': a second group named '%s'", c->at, g->name);
@@ -569,7 +593,7 @@ static int load_optimizer(ld *c, const cJSON *root) {
 }
 
 /* p->state_hash: xxh3-128 of the plan without train.zero_stage / zero_prefetch / comm_overlap and
- * the preempt and tensorboard sections (consumed: root loses them), so a checkpoint resumes under another ZeRO stage of the same plan (v2175). */
+ * the preempt, tensorboard, profile and memory_profile sections (consumed: root loses them), so a checkpoint resumes under another ZeRO stage of the same plan (v2175). */
 static int state_hash(ld *c, cJSON *root) {
     cJSON *t = cJSON_GetObjectItemCaseSensitive(root, "train");
     cJSON_DeleteItemFromObjectCaseSensitive(t, "zero_stage");
@@ -578,6 +602,8 @@ static int state_hash(ld *c, cJSON *root) {
     cJSON_DeleteItemFromObjectCaseSensitive(t, "prefetch"); /* how batches are read, not which */
     cJSON_DeleteItemFromObjectCaseSensitive(root, "preempt"); /* how a run stops, not its state */
     cJSON_DeleteItemFromObjectCaseSensitive(root, "tensorboard"); /* what it logs, not its state */
+    cJSON_DeleteItemFromObjectCaseSensitive(root, "profile");        /* v2184/v2185: what it measures */
+    cJSON_DeleteItemFromObjectCaseSensitive(root, "memory_profile");
     char *txt = cJSON_PrintUnformatted(root);
     if (!txt) return hyp_fail(c->e, HYP_EFAIL, "%s: out of memory", c->path);
     XXH128_hash_t h = XXH3_128bits(txt, strlen(txt));
@@ -786,6 +812,29 @@ int plan_load(const char *path, plan_t *p, hyp_err *e) {
         }
         enter(&c, "%s", "");
     }
+    {   /* optional: v2184 profiling / v2185 memory profile by default (absent: only with the flags) */
+        const char *secs[2] = {"profile", "memory_profile"}, *keys[2] = {"trace", "svg"};
+        char *dst[2] = {p->prof_trace, p->memprof_svg};
+        for (int i = 0; i < 2 && !rc; i++) {
+            const cJSON *sec = cJSON_GetObjectItemCaseSensitive(root, secs[i]);
+            enter(&c, "%s", secs[i]);
+            if (sec && !cJSON_IsObject(sec)) {
+                rc = bad(&c, "field '%s' is not an object", secs[i]);
+                goto done;
+            }
+            if (!sec) continue;
+            if ((rc = get_str(&c, sec, keys[i], dst[i], sizeof p->prof_trace))) goto done;
+            if (!dst[i][0]) {
+                rc = bad(&c, "field '%s.%s' is empty", secs[i], keys[i]);
+                goto done;
+            }
+            if (i == 0) {
+                GI(sec, "start_step", 0, 1 << 30, p->prof_start);
+                GI(sec, "num_steps", 1, 1000, p->prof_steps);
+            }
+        }
+        enter(&c, "%s", "");
+    }
     {
         const cJSON *f8 = cJSON_GetObjectItemCaseSensitive(root, "fp8");
         enter(&c, "fp8");
@@ -858,6 +907,7 @@ void plan_free(plan_t *p) {
     free(p->bwd);
     free(p->fp8_roles);
     for (int g = 0; g < p->optim.n_groups; g++) free(p->optim.groups[g].params);
+    for (int k = 0; k < HYP_OPT_MAX_STATE; k++) free(p->optim.state_off[k]), free(p->optim.state_n[k]);
     free(p->optim.groups);
     memset(p, 0, sizeof *p);
 }

@@ -71,6 +71,8 @@ typedef struct {
     double lr_mult, weight_decay;
     int n_params;
     int *params;            /* indices into plan_t.params */
+    char rule[16];          /* the update rule of this group's tensors: "" = the kind's own; a kind
+                               with several rules (muon: "muon" and "adamw") names them here */
 } hyp_optim_group;
 
 typedef struct {
@@ -82,9 +84,26 @@ typedef struct {
     char state_name[HYP_OPT_MAX_STATE][16];
     hyp_dtype state_dtype[HYP_OPT_MAX_STATE];
     int shard_matrix;       /* 0: "elementwise" (any arena range alone), 1: "matrix" (whole tensors) */
+    /* each state's layout: state k of parameter i is state_n[k][i] floats at state_off[k][i] of
+     * an array of state_floats[k]. Without a "numel" list in the plan (state_compact[k] 0) that
+     * is the parameter arena's layout (offset, numel, param_floats); with one, the tensors are
+     * packed (16-float aligned) and may keep fewer floats than the parameter (Muon's unused v,
+     * Adam-mini's one v per block) — whole tensors only, so ZeRO refuses it */
+    int state_compact[HYP_OPT_MAX_STATE];
+    int64_t *state_off[HYP_OPT_MAX_STATE], *state_n[HYP_OPT_MAX_STATE];
+    int64_t state_floats[HYP_OPT_MAX_STATE];
     int n_groups;
     hyp_optim_group *groups;
 } hyp_optim_cfg;
+
+/* State k of parameter i (pp = &params[i]): its offset and float count; a section built by hand
+ * without the layout arrays has the arena layout. */
+static inline int64_t plan_state_off(const hyp_optim_cfg *c, int k, int i, const plan_param *pp) {
+    return c->state_off[k] ? c->state_off[k][i] : pp->offset;
+}
+static inline int64_t plan_state_n(const hyp_optim_cfg *c, int k, int i, const plan_param *pp) {
+    return c->state_n[k] ? c->state_n[k][i] : pp->numel;
+}
 
 typedef struct {
     /* model */
@@ -113,6 +132,10 @@ typedef struct {
     char tb_logdir[256];    /* tensorboard.logdir (v2183): event files by default, relative to the
                                plan's directory; "" = no section (only --tensorboard DIR writes) */
     int tb_every;           /* tensorboard.every: steps between scalar events (1 without section) */
+    char prof_trace[256];   /* profile.trace (v2184): the Chrome trace written by default, relative to
+                               the plan's directory; "" = no section (only train --profile FILE) */
+    int prof_start, prof_steps; /* profile.start_step, num_steps: the profiled window */
+    char memprof_svg[256];  /* memory_profile.svg (v2185): the memory profile written by default; "" = none */
     uint64_t seed;
     char schedule[16];
     double lr, min_lr_ratio, decay_fraction, max_norm;

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "ops_cpu.h"
+#include "prof.h"
 #include "rng.h"
 
 static void *alloc_floats(int64_t n, size_t *bytes) {
@@ -109,6 +110,10 @@ static int init_dp(exec_t *x, const plan_t *p, hyp_coll *coll, int stage, int ac
     else alloc_replicated(x);
     if (!rc && (!p->optim.kind[0] || p->optim.n_state < 0 || p->optim.n_state > HYP_OPT_MAX_STATE))
         rc = hyp_fail(e, HYP_EINPUT, "exec: the plan has no optimizer section — regenerate it with gen");
+    for (int k = 0; !rc && stage >= 1 && k < p->optim.n_state; k++)
+        if (p->optim.state_compact[k])
+            rc = hyp_fail(e, HYP_EINPUT, "exec: optimizer '%s' packs state '%s' per tensor, and ZeRO stage %d shards the parameter arena's layout — generate the trainer without zero1/zero2/zero3",
+                          p->optim.kind, p->optim.state_name[k], stage);
     if (!rc && stage >= 1 && p->optim.shard_matrix)
         rc = hyp_fail(e, HYP_EINPUT, "exec: optimizer '%s' updates whole matrices, and ZeRO stage %d shards by floats — generate the trainer without zero1/zero2/zero3",
                       p->optim.kind, stage);
@@ -120,7 +125,8 @@ static int init_dp(exec_t *x, const plan_t *p, hyp_coll *coll, int stage, int ac
     size_t before = x->bytes;
     int states_ok = 1;
     x->n_state = p->optim.n_state;
-    for (int k = 0; k < x->n_state; k++) states_ok &= (x->state[k] = alloc_floats(optim, &x->bytes)) != NULL;
+    for (int k = 0; k < x->n_state; k++) /* a packed state (stage 0 only): its own layout */
+        states_ok &= (x->state[k] = alloc_floats(p->optim.state_compact[k] ? p->optim.state_floats[k] : optim, &x->bytes)) != NULL;
     x->bytes_optim = x->bytes - before, before = x->bytes;
     if (acts) x->acts = alloc_floats(p->act_floats, &x->bytes);
     x->bytes_acts = x->bytes - before;
@@ -290,7 +296,9 @@ static void run_op(exec_t *x, const plan_op *o, float dloss) {
     for (int i = 0; i < o->nout; i++) O[i] = exec_buf(x, o->out[i]);
     exec_dims d = {(int)bind_dim(x, o->B), (int)bind_dim(x, o->T), (int)bind_dim(x, o->N),
                    (long)bind_dim(x, o->n) * (o->C ? o->C : 1)};
+    double t0 = hyp_prof_t(); /* v2184: 0 outside the profiled window */
     x->op_fn[o->op](x, o, I, O, &d, dloss);
+    if (t0 > 0) hyp_prof_op(x->p, o, x->B, x->T, t0);
 }
 
 /* Whether op o's outputs include the step's per-token losses (then the mean loss is readable). */

@@ -57,6 +57,8 @@ static void record_failure(const char *where, int status) {
     }
 }
 
+void op_cpu_fail(const char *where) { record_failure(where, (int)dnnl_out_of_memory); }
+
 int op_cpu_check(hyp_err *e) {
     int st = atomic_exchange(&g_op_status, 0);
     if (st == 0) return HYP_OK;
@@ -1230,6 +1232,39 @@ void op_adamw(float *p, const float *g, float *m, float *v, long n, float lr, fl
         v[i] = vi;
         float mhat = mi * ibc1, vhat = vi * ibc2;
         p[i] -= lr * (mhat / (sqrtf(vhat) + eps) + wd * p[i]);
+    }
+}
+
+void op_newton_schulz5(float *out, const float *G, long R, long K, int steps, float a, float b, float c,
+                       float *work) {
+    int tr = R > K;
+    long r = tr ? K : R, k = tr ? R : K;
+    float *X = work, *Y = work + r * k, *A = work + 2 * r * k, *Bm = A + r * r;
+    if (tr) {
+        for (long i = 0; i < R; i++)
+            for (long j = 0; j < K; j++) X[j * R + i] = G[i * K + j];
+    } else {
+        memcpy(X, G, sizeof(float) * (size_t)(r * k));
+    }
+    double ss = 0;
+    for (long i = 0; i < r * k; i++) ss += (double)X[i] * X[i];
+    float inv = 1.0f / ((float)sqrt(ss) + 1e-7f);
+    for (long i = 0; i < r * k; i++) X[i] *= inv;
+    for (int s = 0; s < steps; s++) {
+        sgemm("newton_schulz A = X X^T", 'N', 'T', r, r, k, 1.0f, X, k, X, k, 0.0f, A, r);
+        for (long i = 0; i < r * r; i++) Bm[i] = b * A[i];
+        sgemm("newton_schulz B = bA + cAA", 'N', 'N', r, r, r, c, A, r, A, r, 1.0f, Bm, r);
+        for (long i = 0; i < r * k; i++) Y[i] = a * X[i];
+        sgemm("newton_schulz X = aX + BX", 'N', 'N', r, k, r, 1.0f, Bm, r, X, k, 1.0f, Y, k);
+        float *t = X;
+        X = Y;
+        Y = t;
+    }
+    if (tr) {
+        for (long i = 0; i < R; i++)
+            for (long j = 0; j < K; j++) out[i * K + j] = X[j * R + i];
+    } else {
+        memcpy(out, X, sizeof(float) * (size_t)(r * k));
     }
 }
 

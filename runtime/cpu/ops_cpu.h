@@ -26,6 +26,9 @@
  * unspecified) and the executor asks once per step: op_cpu_check returns HYP_OK, or HYP_EFAIL
  * with a message in *e, and clears the record. */
 int op_cpu_check(hyp_err *e);
+/* Records a failure outside oneDNN (a workspace that could not be allocated, a call that broke a
+ * kernel's precondition) the same way: the next op_cpu_check reports it, naming `where`. */
+void op_cpu_fail(const char *where);
 
 /* out[B,T,C] = wte[tokens] (+ wpe[t] when wpe != NULL). */
 void op_embedding_fwd(float *out, const int32_t *tokens, const float *wte, const float *wpe,
@@ -139,5 +142,12 @@ float op_mean_loss(const float *losses, const int32_t *targets, long n);
  * (p -= lr * wd * p), pass 0 for tensors that are not decayed. */
 void op_adamw(float *p, const float *g, float *m, float *v, long n, float lr, float beta1,
               float beta2, float eps, float wd, int t, float grad_scale);
+/* Muon's orthogonalization (v2138; Keller Jordan's zeropower_via_newtonschulz5, in fp32):
+ * out[R,K] ~ U V^T of G[R,K] = U S V^T. With X = G (or G^T when R > K, so X is r x k, r <= k),
+ * X /= ||X||_F + 1e-7, then `steps` times: A = X X^T, B = b A + c A A, X = a X + B X; out is X
+ * (transposed back). The GEMMs go through oneDNN's sgemm. work: 2*R*K + 2*r*r floats, r =
+ * min(R, K); out may not alias G. */
+void op_newton_schulz5(float *out, const float *G, long R, long K, int steps, float a, float b, float c,
+                       float *work);
 
 #endif

@@ -40,7 +40,7 @@ typedef struct train_backend_i {
     int (*reduce_grads)(train_backend *b, const train_opts *o, hyp_err *e);
     /* the optimizer on what this rank owns, gradients scaled by the clip factor, then the
      * updated parameters to every rank that needs them (stages 1-2: all-gather) */
-    int (*optim_step)(train_backend *b, double lr, int t, hyp_err *e);
+    int (*optim_step)(train_backend *b, const train_opts *o, double lr, int t, hyp_err *e);
     /* ends the step: the norm and clip factor to the host, the FP8 amax reduced over ranks (max)
      * and the scaling states advanced */
     int (*finish_step)(train_backend *b, double *norm, float *scale, hyp_err *e);

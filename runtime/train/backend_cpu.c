@@ -13,6 +13,7 @@
 typedef struct {
     double norm;    /* this step's global gradient norm */
     float scale;    /* and its clip factor */
+    train_avg_state avg; /* schedule-free averaging weight sums (train_avg_weight_next) */
 } cpu_state;
 
 static int cpu_zero_grads(train_backend *b, hyp_err *e) {
@@ -50,11 +51,12 @@ static int cpu_reduce_grads(train_backend *b, const train_opts *o, hyp_err *e) {
     return HYP_OK;
 }
 
-static int cpu_optim_step(train_backend *b, double lr, int t, hyp_err *e) {
+static int cpu_optim_step(train_backend *b, const train_opts *o, double lr, int t, hyp_err *e) {
     exec_t *x = b->x;
     const dp_t *d = &b->dp;
-    const cpu_state *s = b->impl;
-    train_optim_own(x, d->opt, lr, t, s->scale);
+    cpu_state *s = b->impl;
+    hyp_optim_step a = {lr, t, s->scale, d->opt->eval_point ? train_avg_weight_next(o, t, &s->avg) : 1.0 / t};
+    train_optim_own_a(x, d->opt, &a);
     /* stage 3: the shards stay sharded, the next forward gathers them per layer */
     if (d->stage >= 1 && d->stage <= 2 && d->world > 1) {
         int64_t lo = x->shard * d->rank;

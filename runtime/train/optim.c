@@ -24,6 +24,22 @@ int hyp_optim_open(const plan_t *p, const hyp_optim_i **out, hyp_err *e) {
     if (c->shard_matrix != o->shard_matrix)
         return hyp_fail(e, HYP_EINPUT, "plan: optimizer.shard is \"%s\", optimizer '%s' shards %s — regenerate the trainer with gen",
                         c->shard_matrix ? "matrix" : "elementwise", o->kind, o->shard_matrix ? "by matrix" : "elementwise");
+    for (int g = 0; g < c->n_groups; g++) {
+        const char *r = c->groups[g].rule;
+        int ok = !r[0];
+        for (int k = 0; !ok && k < 6 && o->rules[k]; k++) ok = !strcmp(r, o->rules[k]);
+        if (!ok)
+            return hyp_fail(e, HYP_EINPUT, "plan: optimizer group '%s' asks for rule '%s', which optimizer '%s' does not have — regenerate the trainer with gen",
+                            c->groups[g].name, r, o->kind);
+    }
+    for (int k = 0; k < o->n_state; k++)
+        for (int i = 0; i < p->n_params_t; i++) {
+            const plan_param *t = &p->params[i];
+            int64_t want = o->state_numel && t->group >= 0 && t->group < c->n_groups ? o->state_numel(c, t, k) : t->numel;
+            if (plan_state_n(c, k, i, t) != want)
+                return hyp_fail(e, HYP_EINPUT, "plan: optimizer.state[%d] ('%s') keeps %lld floats of '%s', optimizer '%s' keeps %lld — regenerate the trainer with gen",
+                                k, c->state_name[k], (long long)plan_state_n(c, k, i, t), t->name, o->kind, (long long)want);
+        }
     for (int i = 0; i < p->n_params_t; i++)
         if (p->params[i].group < 0 || p->params[i].group >= c->n_groups)
             return hyp_fail(e, HYP_EINPUT, "plan: parameter '%s' is in no optimizer group — regenerate the trainer with gen", p->params[i].name);
@@ -45,8 +61,9 @@ void hyp_optim_step_range(const hyp_optim_i *o, const plan_t *p, const hyp_optim
         int64_t s = pp->offset > lo ? pp->offset : lo;
         int64_t t = pp->offset + pp->numel < hi ? pp->offset + pp->numel : hi;
         if (s >= t) continue;
-        hyp_optim_span sp = {param + (s - lo), grad + (s - lo), {0}, t - s, &p->optim.groups[pp->group]};
-        for (int k = 0; k < o->n_state; k++) sp.state[k] = state[k] + (s - lo);
+        hyp_optim_span sp = {param + (s - lo), grad + (s - lo), {0}, t - s, &p->optim.groups[pp->group], pp, s - pp->offset};
+        /* the arena layout: state_off = the parameter's offset; a packed state: lo == 0 (stage 0) */
+        for (int k = 0; k < o->n_state; k++) sp.state[k] = state[k] + (plan_state_off(&p->optim, k, i, pp) - lo) + (s - pp->offset);
         o->step_span(&p->optim, &sp, a);
     }
 }

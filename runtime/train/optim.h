@@ -24,9 +24,13 @@
 typedef struct {
     float *param;                        /* [n] */
     const float *grad;                   /* [n] the summed gradients (before grad_scale) */
-    float *state[HYP_OPT_MAX_STATE];     /* [n] each, the optimizer's states in declared order */
+    float *state[HYP_OPT_MAX_STATE];     /* the optimizer's states in declared order: [n] each in the
+                                            arena layout, or the tensor's packed state (the plan's
+                                            state_n floats, span = whole tensor) */
     int64_t n;
     const hyp_optim_group *group;        /* lr_mult, weight_decay of the tensor's group */
+    const plan_param *tensor;            /* the tensor the span lies in (name, shape, numel) */
+    int64_t first;                       /* the span's first element inside that tensor */
 } hyp_optim_span;
 
 /* What changes from step to step. */
@@ -34,6 +38,9 @@ typedef struct {
     double lr;                           /* the schedule's learning rate (before lr_mult) */
     int t;                               /* optimizer step, 1-based */
     float grad_scale;                    /* the clip factor (host steps) */
+    double avg_weight;                   /* schedule-free averaging weight c_t = lr_max_t^2 / sum over
+                                            steps i <= t of lr_max_i^2 (train_avg_weight); only kinds
+                                            with an eval_point read it */
 } hyp_optim_step;
 
 typedef struct hyp_optim_i {
@@ -45,12 +52,25 @@ typedef struct hyp_optim_i {
     const char *state_name[HYP_OPT_MAX_STATE];
     hyp_dtype state_dtype[HYP_OPT_MAX_STATE];
     const char *ckpt_suffix[HYP_OPT_MAX_STATE];
-    /* 0: any contiguous range updates alone (ZeRO shards by floats); 1: whole tensors only */
+    /* 0: any contiguous range updates alone (ZeRO shards by floats); 1: whole tensors only (the
+     * span is then always a whole tensor: first == 0, n == tensor->numel) */
     int shard_matrix;
+    /* the group rules ("rule" of a plan group) this kind takes besides "" (its own rule), NULL
+     * ended; hyp_optim_open refuses any other */
+    const char *rules[6];
+    /* the floats state k keeps for tensor t (in its group c->groups[t->group]); NULL: t's numel.
+     * hyp_optim_open checks the plan's state layout against it (a kind that keeps fewer floats
+     * than numel needs the plan's packed layout, "numel" lists, which gen writes) */
+    int64_t (*state_numel)(const hyp_optim_cfg *c, const plan_param *t, int k);
     /* checks the plan's section for this kind: hyper-parameters present and in range */
     int (*check)(const hyp_optim_cfg *cfg, hyp_err *e);
     /* the host update of one span */
     void (*step_span)(const hyp_optim_cfg *cfg, const hyp_optim_span *s, const hyp_optim_step *a);
+    /* NULL for most kinds. A kind whose parameters hold another point during training than the
+     * one to evaluate (schedule-free: y while training, the average x for evaluation, sampling
+     * and checkpoints) moves one span there (to_eval 1) and back (to_eval 0), in place from its
+     * states; the trainer calls it around evaluation and checkpoint saves, and after a resume */
+    void (*eval_point)(const hyp_optim_cfg *cfg, const hyp_optim_span *s, int to_eval);
     /* the device update of what this rank owns (exec_dev_optim_own), gradients scaled by the
      * device float *d_grad_scale; enqueued on the default stream. NULL: no device kernel */
     int (*step_device)(const hyp_optim_cfg *cfg, exec_dev *x, const hyp_optim_step *a, const float *d_grad_scale,

@@ -7,10 +7,16 @@
 
 extern const hyp_optim_i hyp_optim_adamw;
 extern const hyp_optim_i hyp_optim_lion;
+extern const hyp_optim_i hyp_optim_muon;
+extern const hyp_optim_i hyp_optim_sfadamw;
+extern const hyp_optim_i hyp_optim_adammini;
 
 static const hyp_optim_i *const REGISTRY[] = {
     &hyp_optim_adamw,
     &hyp_optim_lion,
+    &hyp_optim_muon,
+    &hyp_optim_sfadamw,
+    &hyp_optim_adammini,
 };
 
 const hyp_optim_i *hyp_optim_find(const char *kind) {

@@ -45,9 +45,41 @@ float train_clip_scale(const train_opts *o, double norm) {
     return (float)(o->max_norm / (norm + 1e-6));
 }
 
-void train_optim_own(exec_t *x, const hyp_optim_i *o, double lr, int t, float scale) {
+double train_avg_weight_next(const train_opts *o, int t, train_avg_state *st) {
+    if (st->t >= t) memset(st, 0, sizeof *st); /* not the next step: start over */
+    for (int i = st->t + 1; i <= t; i++) {
+        double lr = train_lr_at(o, i);
+        if (lr > st->lr_max) st->lr_max = lr;
+        st->sum = fma(st->lr_max, st->lr_max, st->sum); /* explicit: -ffp-contract=fast fuses or not by context */
+    }
+    st->t = t;
+    return st->sum > 0 ? st->lr_max * st->lr_max / st->sum : 0;
+}
+
+double train_avg_weight(const train_opts *o, int t) {
+    train_avg_state st = {0, 0, 0};
+    return train_avg_weight_next(o, t, &st);
+}
+
+void train_eval_point(exec_t *x, const hyp_optim_i *o, int to_eval) {
     const plan_t *p = x->p;
-    hyp_optim_step a = {lr, t, scale};
+    if (!o->eval_point || x->stage != 0) return;
+    for (int i = 0; i < p->n_params_t; i++) {
+        const plan_param *pp = &p->params[i];
+        hyp_optim_span s = {x->params + pp->offset, x->grads + pp->offset, {0}, pp->numel, &p->optim.groups[pp->group], pp, 0};
+        for (int k = 0; k < o->n_state; k++) s.state[k] = x->state[k] + plan_state_off(&p->optim, k, i, pp);
+        o->eval_point(&p->optim, &s, to_eval);
+    }
+}
+
+void train_optim_own(exec_t *x, const hyp_optim_i *o, double lr, int t, float scale) {
+    hyp_optim_step a = {lr, t, scale, 1.0 / t};
+    train_optim_own_a(x, o, &a);
+}
+
+void train_optim_own_a(exec_t *x, const hyp_optim_i *o, const hyp_optim_step *ap) {
+    const plan_t *p = x->p;
+    hyp_optim_step a = *ap;
     if (x->stage == 0) {
         hyp_optim_step_range(o, p, &a, 0, p->param_floats, x->params, x->grads, x->state);
         return;
@@ -62,7 +94,7 @@ void train_optim_own(exec_t *x, const hyp_optim_i *o, double lr, int t, float sc
         const plan_param *pp = &p->params[i];
         int64_t first, pos, n = exec_z3_own(x, pp->offset, pp->numel, &first, &pos);
         if (n <= 0) continue;
-        hyp_optim_span s = {x->params + pos, x->gshard + pos, {0}, n, &p->optim.groups[pp->group]};
+        hyp_optim_span s = {x->params + pos, x->gshard + pos, {0}, n, &p->optim.groups[pp->group], pp, first - pp->offset};
         for (int k = 0; k < o->n_state; k++) s.state[k] = x->state[k] + pos;
         o->step_span(&p->optim, &s, &a);
     }

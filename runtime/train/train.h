@@ -33,5 +33,18 @@ float train_clip_scale(const train_opts *o, double norm);
  * arena (stage 0), its shard [rank*shard, +shard) (stages 1-2; gradients from gshard at stage 2)
  * or each tensor's own part in the ZeRO-3 group layout. */
 void train_optim_own(exec_t *x, const hyp_optim_i *o, double lr, int t, float scale);
+/* The same with every field of the step given (avg_weight for schedule-free kinds). */
+void train_optim_own_a(exec_t *x, const hyp_optim_i *o, const hyp_optim_step *a);
+/* The schedule-free averaging weight of step t under the schedule o (the reference's ckp1 with
+ * r = 0, weight_lr_power = 2): lr_max_t^2 / sum_{i<=t} lr_max_i^2, lr_max_i the largest LR of
+ * steps 1..i. O(t); 1/t under a constant LR. */
+double train_avg_weight(const train_opts *o, int t);
+/* The same, O(1) per step when called for t = 1, 2, 3, ... (or resumed at any t: one O(t) pass
+ * then): st carries the sums between calls (zero it before the first), adding the same terms in
+ * the same order as train_avg_weight, so both return the same bits. */
+typedef struct { int t; double lr_max, sum; } train_avg_state;
+double train_avg_weight_next(const train_opts *o, int t, train_avg_state *st);
+/* Stage 0 only: the optimizer's eval_point over the whole arena (nothing when it has none). */
+void train_eval_point(exec_t *x, const hyp_optim_i *o, int to_eval);
 
 #endif

@@ -12,7 +12,7 @@
 #include "safetensors.h"
 
 /* The plan's tensors as checkpoint tensors "<name><suffix>", data at base's full arena layout. */
-static hyp_ckpt_tensor *ckpt_tensors(exec_t *x, float *base, const char *suffix) {
+static hyp_ckpt_tensor *ckpt_tensors(exec_t *x, float *base, const char *suffix, int k) {
     const plan_t *p = x->p;
     hyp_ckpt_tensor *t = calloc((size_t)p->n_params_t, sizeof *t);
     char **names = calloc((size_t)p->n_params_t, sizeof *names);
@@ -29,6 +29,11 @@ static hyp_ckpt_tensor *ckpt_tensors(exec_t *x, float *base, const char *suffix)
         t[i].data = base ? base + pp->offset : NULL; /* NULL: names and shapes only */
         t[i].ndim = pp->ndim;
         for (int d = 0; d < pp->ndim; d++) t[i].shape[d] = pp->shape[d];
+        if (k >= 0 && p->optim.state_compact[k]) { /* a packed state (stage 0): 1-D, its own floats */
+            t[i].data = base ? base + p->optim.state_off[k][i] : NULL;
+            t[i].ndim = 1;
+            t[i].shape[0] = p->optim.state_n[k][i];
+        }
     }
     free(names); /* the strings live on in t[i].name; freed by free_tensors */
     return t;
@@ -98,7 +103,7 @@ static void fp8_aux_unpack(exec_t *x, const fp8_aux *a) {
  * data at base[k]'s full arena layout (base NULL: names and shapes only). */
 static int state_tensors(const dp_t *d, exec_t *x, float *const *base, hyp_ckpt_tensor **ts) {
     int ok = 1;
-    for (int k = 0; k < d->opt->n_state; k++) ok &= (ts[k] = ckpt_tensors(x, base ? base[k] : NULL, d->opt->ckpt_suffix[k])) != NULL;
+    for (int k = 0; k < d->opt->n_state; k++) ok &= (ts[k] = ckpt_tensors(x, base ? base[k] : NULL, d->opt->ckpt_suffix[k], k)) != NULL;
     return ok;
 }
 
@@ -126,7 +131,7 @@ static int view_open(const dp_t *d, exec_t *x, ckpt_view *cv, hyp_err *e) {
     memset(cv, 0, sizeof *cv);
     int ok = (cv->p = d->stage >= 3 ? calloc(n, sizeof(float)) : x->params) != NULL;
     for (int k = 0; k < d->opt->n_state; k++) ok &= (cv->s[k] = d->stage >= 1 ? calloc(n, sizeof(float)) : x->state[k]) != NULL;
-    if (ok) ok = (cv->tp = ckpt_tensors(x, cv->p, "")) != NULL && state_tensors(d, x, cv->s, cv->ts);
+    if (ok) ok = (cv->tp = ckpt_tensors(x, cv->p, "", -1)) != NULL && state_tensors(d, x, cv->s, cv->ts);
     if (!ok || fp8_aux_open(x, &cv->fa)) {
         view_close(d, x, cv);
         return hyp_fail(e, HYP_EFAIL, "out of memory for the checkpoint buffers");
@@ -198,7 +203,7 @@ static int save_shards(dp_t *d, exec_t *x, const char *dir, int keep, const hyp_
     if (d->rank == 0) rc = hyp_ckpt_shard_begin(dir, st, tmp, sizeof tmp, e);
     if (!hyp_coll_all_ok(d->coll, rc == 0)) return rc ? rc : hyp_fail(e, HYP_EFAIL, "rank 0 could not start the checkpoint in %s", dir);
     if ((rc = hyp_coll_broadcast(d->coll, tmp, sizeof tmp, 0, e))) return rc;
-    hyp_ckpt_tensor *tp = ckpt_tensors(x, NULL, ""), *ts[HYP_OPT_MAX_STATE] = {0};
+    hyp_ckpt_tensor *tp = ckpt_tensors(x, NULL, "", -1), *ts[HYP_OPT_MAX_STATE] = {0};
     int ts_ok = state_tensors(d, x, NULL, ts);
     hyp_ckpt_slice *sl = calloc((size_t)n, sizeof *sl);
     int64_t *rg = calloc((size_t)n * 2, sizeof *rg), *all_rg = calloc((size_t)n * 2 * W, sizeof *all_rg);

@@ -12,6 +12,7 @@
  *         [--ckpt-dir D] [--ckpt-every N] [--resume] [--metrics FILE] [--sample N]
  *         [--eval-every N] [--eval-batches N] [--temperature X] [--top-k K] [--plan FILE]
  *         [--init-from PATH] [--deadline SECONDS] [--tensorboard DIR|none] [--peak-flops X]
+ *         [--profile FILE|none] [--profile-steps A:B] [--memory-profile FILE|none]
  *   train sample --ckpt-dir D [--sample N] [--prompt TEXT] [--temperature X] [--top-k K]
  *
  * Exit status: 0 done, 1 environment failure, 2 bad input (flags, data, plan, checkpoint) —
@@ -51,11 +52,13 @@
 #include "rng.h"
 #include "backend.h"
 #include "preempt.h"
+#include "profile.h"
 #include "train.h"
 #include "train_ckpt.h"
 
 typedef struct {
     const char *data, *ckpt_dir, *metrics, *plan, *prompt, *init_from, *tensorboard;
+    const char *profile, *profile_steps, *memory_profile; /* v2184, v2185 (profile.h) */
     int steps, batch, seq, grad_accum, ckpt_every, resume, sample, eval_every, eval_batches, top_k;
     int sample_mode, keep, stop_after;
     double lr, temperature, deadline, peak_flops;
@@ -67,7 +70,7 @@ static const char *FLAGS[] = {"--data", "--steps", "--batch", "--seq", "--grad-a
                               "--ckpt-dir", "--ckpt-every", "--resume", "--metrics", "--sample",
                               "--eval-every", "--eval-batches", "--temperature", "--top-k", "--plan",
                               "--prompt", "--keep", "--stop-after", "--init-from", "--deadline", "--tensorboard",
-                              "--peak-flops", "--help", NULL};
+                              "--peak-flops", "--profile", "--profile-steps", "--memory-profile", "--help", NULL};
 
 static int edit_distance(const char *a, const char *b) {
     int la = (int)strlen(a), lb = (int)strlen(b), d[64][64];
@@ -132,6 +135,11 @@ static const char *USAGE =
     "                                file); 'none' turns off the plan's default (v2183: OUT/runs)\n"
     "             [--peak-flops X]   report MFU against X FLOP/s per rank (default: cpu — this machine's\n"
     "                                fp32 FMA peak measured at start; a GPU — the plan's hardware peak)\n"
+    "             [--profile FILE]   a Chrome/Perfetto trace of steps --profile-steps A:B (default: the\n"
+    "                                3 after warm-up) and a per-op table; 'none' turns off the plan's\n"
+    "                                default (v2184: OUT/trace.json)\n"
+    "             [--memory-profile FILE.svg] the arena timeline and peak by buffer, measured peak vs\n"
+    "                                planned; 'none' turns off the plan's default (v2185: OUT/memory.svg)\n"
     "       train sample --ckpt-dir D [--sample N] [--prompt TEXT] [--temperature X] [--top-k K]\n"
     "\n"
     "SIGTERM, SIGINT or SIGUSR1 (a preemption notice; mpirun forwards SIGUSR1 to every rank) stop the\n"
@@ -187,6 +195,9 @@ static int parse_args(int argc, char **argv, args_t *a) {
         else if (!strcmp(f, "--ckpt-dir")) a->ckpt_dir = v;
         else if (!strcmp(f, "--metrics")) a->metrics = v;
         else if (!strcmp(f, "--tensorboard")) a->tensorboard = v;
+        else if (!strcmp(f, "--profile")) a->profile = v;
+        else if (!strcmp(f, "--profile-steps")) a->profile_steps = v;
+        else if (!strcmp(f, "--memory-profile")) a->memory_profile = v;
         else if (!strcmp(f, "--plan")) a->plan = v;
         else if (!strcmp(f, "--prompt")) a->prompt = v;
         else if (!strcmp(f, "--init-from")) a->init_from = v;
@@ -404,6 +415,7 @@ typedef struct {
     int stop_signal, stop_deadline, stop_saved;
     double peak;                /* FLOP/s per rank the MFU is against (0: none, sim) */
     char peak_desc[160];        /* where it came from, for the banner */
+    train_prof prof;            /* v2184 trace / v2185 memory profile (profile.h) */
     hyp_data_tok dtok;          /* the --data directory's tokenizer (v2125; kind "" unknown) */
     char ck_tok[16], ck_tok_hash[17], ck_tok_file[PATH_MAX]; /* the loaded checkpoint's record */
 } run_t;
@@ -460,6 +472,7 @@ static int resume(run_t *r, hyp_err *e) {
                         r->dtok.hash[0] ? " " : "", r->dtok.hash, r->dtok.source[0] ? r->dtok.source : "bytes",
                         st.tokenizer_file[0] ? st.tokenizer_file : "byte");
     r->start_step = (int)st.step;
+    if (!r->a.sample_mode) train_eval_point(&r->x, r->d.opt, 0); /* schedule-free: saved x, trains at y */
     hyp_rng_set_state(&r->rng, st.rng);
     /* the checkpoint counts windows of the whole data-parallel group (elastic resume, v2175):
      * each of the current ranks continues at its share of them */
@@ -605,7 +618,10 @@ static int save_checkpoint(run_t *r, int step, hyp_err *e) {
     snprintf(st.tokenizer, sizeof st.tokenizer, "%s", r->dtok.kind);
     snprintf(st.tokenizer_hash, sizeof st.tokenizer_hash, "%s", r->dtok.hash);
     snprintf(st.tokenizer_file, sizeof st.tokenizer_file, "%s", r->dtok.file);
-    return train_ckpt_save(&r->d, &r->x, r->a.ckpt_dir, r->a.keep, &st, e);
+    train_eval_point(&r->x, r->d.opt, 1); /* schedule-free: the checkpoint holds the average x */
+    rc = train_ckpt_save(&r->d, &r->x, r->a.ckpt_dir, r->a.keep, &st, e);
+    train_eval_point(&r->x, r->d.opt, 0);
+    return rc;
 }
 
 /* What a run that stopped early says: which step, why, where its checkpoint is. */
@@ -674,11 +690,13 @@ static int train_loop(run_t *r, hyp_err *e) {
     int last_step = r->opt.total_steps;
     if (a->stop_after > 0 && r->start_step + a->stop_after < last_step) last_step = r->start_step + a->stop_after;
     for (int step = r->start_step + 1; step <= last_step && rc == 0; step++) {
+        if ((rc = train_prof_step_begin(&r->prof, &r->be, step, r->start_step, last_step, e))) break;
         double t0 = now_s(), loss = 0, norm = 0, lr = train_lr_at(&r->opt, step);
         float scale = 1;
         train_step_times tm = {0, 0};
         if ((rc = train_step(&r->be, r->train, &r->opt, r->K, step, lr, &loss, &norm, &scale, &tm, e))) break;
         double dt = now_s() - t0;
+        if ((rc = train_prof_step_end(&r->prof, &r->be, step, dt, e))) break;
         last_loss = (float)loss;
         if (!isfinite(loss)) {
             rc = hyp_fail(e, HYP_EFAIL, "step %d: the loss is %f — lower --lr or enable clipping (--enable clip)", step, loss);
@@ -738,8 +756,9 @@ static int train_loop(run_t *r, hyp_err *e) {
         if (step < last_step && (rc = agree_stop(r, &by_signal, &by_deadline, e))) break;
         int stop = by_signal || by_deadline;
         if (a->ckpt_dir && ((a->ckpt_every && step % a->ckpt_every == 0) || step == last_step || stop)) {
-            double tc = now_s();
+            double tc = now_s(), pc = hyp_prof_t();
             if ((rc = save_checkpoint(r, step, e))) break;
+            hyp_prof_phase("checkpoint_save", HYP_PROF_CHECKPOINT, 1, pc);
             hyp_stop_note_ckpt(&r->stop, now_s() - tc);
         }
         check_grace(r, &grace_warned);
@@ -763,6 +782,7 @@ static int sample_after(run_t *r, hyp_err *e) {
     const args_t *a = &r->a;
     int rc = train_sync_host(&r->be, e); /* a device run's weights to the host mirror */
     if (!rc && a->sample > 0 && r->d.stage >= 3) rc = train_unshard(&r->x, e); /* rank 0 samples alone */
+    if (!rc) train_eval_point(&r->x, r->d.opt, 1); /* schedule-free: sample at the average x */
     if (!rc && a->sample > 0 && r->d.rank == 0 && !(rc = exec_alloc_acts(&r->x, e))) { /* a mirror has none */
         printf("--- sample (%d tokens, temperature %.2f, top-k %d) ---\n", a->sample, a->temperature, a->top_k);
         hyp_tok *tok = r->dtok.file[0] ? hyp_tok_open(r->dtok.file, e) : NULL;
@@ -787,6 +807,14 @@ static int run(int argc, char **argv, hyp_coll *coll) {
         return rc;
     }
     plan_t *p = &r.plan;
+    if (!a->sample_mode &&
+        (rc = train_prof_open(&r.prof, a->profile, a->profile_steps, a->memory_profile, p, r.plan_path, hyp_coll_rank(coll),
+                              hyp_coll_world(coll), &e))) {
+        fprintf(stderr, "train: %s\n", e.msg);
+        train_prof_close(&r.prof);
+        plan_free(p);
+        return rc;
+    }
     if (p->preempt && !a->ckpt_dir && !a->sample_mode) {
         fprintf(stderr, "train: %s: this trainer was generated for preemptible machines (v2177 spot_instance): it needs --ckpt-dir D to save when a preemption notice arrives — pass --ckpt-dir\n",
                 r.plan_path);
@@ -823,7 +851,10 @@ static int run(int argc, char **argv, hyp_coll *coll) {
     /* a device backend trains in the host executor's ZeRO layout (stage 3: its layer groups); the
      * host keeps a mirror (initialization, checkpoints, sampling) without activations */
     int mirror = strcmp(p->backend, "cpu") && !a->sample_mode;
-    if (!(rc = hyp_optim_open(p, &r.d.opt, &e)) &&
+    if (!(rc = hyp_optim_open(p, &r.d.opt, &e)) && r.d.opt->eval_point && r.d.stage >= 1)
+        rc = hyp_fail(&e, HYP_EINPUT, "train: optimizer '%s' evaluates at another point than it trains at, which this runtime moves between only without ZeRO (stage %d here) — generate the trainer without zero1/zero2/zero3",
+                      r.d.opt->kind, r.d.stage);
+    if (!rc &&
         !(rc = mirror ? exec_init_mirror(&r.x, p, coll, r.d.stage, &e) : exec_init_dp(&r.x, p, coll, r.d.stage, &e)) &&
         !(rc = exec_bind(&r.x, r.B, r.T, &e))) {
         exec_init_params(&r.x, r.seed); /* same seed on every rank: identical replicas */
@@ -849,12 +880,14 @@ static int run(int argc, char **argv, hyp_coll *coll) {
         choose_peak(&r);
         print_banner(&r, &e);
         rc = train_loop(&r, &e);
+        if (!rc) rc = train_prof_finish(&r.prof, &r.be, &e);
         if (!rc && !r.stopped) rc = sample_after(&r, &e);
         if (!rc && r.stopped) rc = r.stop_saved ? HYP_EXIT_STOPPED_SAVED : HYP_EXIT_STOPPED_UNSAVED;
     }
     if (rc && e.msg[0]) fprintf(stderr, "train: %s\n", e.msg);
     hyp_metrics_close(r.mlog);
     hyp_tboard_close(r.tb);
+    train_prof_close(&r.prof);
     hyp_loader_close(r.train);
     hyp_loader_close(r.val);
     train_backend_close(&r.be);

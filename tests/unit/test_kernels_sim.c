@@ -948,9 +948,9 @@ static void test_lion(const char *tag, const int *sizes, int nseg) {
     snprintf(c.hyper_name[1], sizeof c.hyper_name[1], "beta2"), c.hyper[1] = b2;
     long off = 0;
     for (int s = 0; s < nseg; s++) {
-        hyp_optim_group grp = {"t", 1.0, seg_wd[s], 0, NULL};
-        hyp_optim_span sp = {pr + off, g + off, {mr + off}, sizes[s], &grp};
-        hyp_optim_step a = {lr, 1, gs[0]};
+        hyp_optim_group grp = {"t", 1.0, seg_wd[s], 0, NULL, ""};
+        hyp_optim_span sp = {pr + off, g + off, {mr + off}, sizes[s], &grp, NULL, 0};
+        hyp_optim_step a = {lr, 1, gs[0], 0};
         o->step_span(&c, &sp, &a);
         off += sizes[s];
     }

@@ -13,6 +13,7 @@
 #include "exec.h"
 #include "hyp_test.h"
 #include "optim.h"
+#include "train.h"
 
 #define FLOATS 64
 
@@ -45,8 +46,8 @@ static void make_plan(plan_t *p) {
     snprintf(c->state_name[1], sizeof c->state_name[1], "v");
     c->state_dtype[0] = c->state_dtype[1] = HYP_DT_F32;
     c->n_state = 2;
-    groups[0] = (hyp_optim_group){"decay", 1.0, 0.1, 2, members[0]};
-    groups[1] = (hyp_optim_group){"no_decay", 1.0, 0.0, 1, members[1]};
+    groups[0] = (hyp_optim_group){"decay", 1.0, 0.1, 2, members[0], ""};
+    groups[1] = (hyp_optim_group){"no_decay", 1.0, 0.0, 1, members[1], ""};
     c->groups = groups;
     c->n_groups = 2;
     for (int i = 0; i < 3; i++) params[i].group = i == 1 ? 1 : 0;
@@ -115,7 +116,7 @@ static void test_v2132_adamw_steps_and_shards(const plan_t *p) {
         fill(g, FLOATS, 100u + (unsigned)t, 1.0f);
         double lr = 1e-2 / t;
         float scale = t == 2 ? 0.5f : 1.0f; /* a clipped step */
-        hyp_optim_step a = {lr, t, scale};
+        hyp_optim_step a = {lr, t, scale, 0};
         float *s0[2] = {st[0][0], st[0][1]};
         hyp_optim_step_range(o, p, &a, 0, FLOATS, w[0], g, s0);
         for (int k = 0; k < 3; k++) {
@@ -147,14 +148,14 @@ static void test_v2132_adamw_groups(plan_t *p) {
     memset(s, 0, sizeof s);
     p->optim.groups[1].lr_mult = 0.25;
     p->optim.groups[1].weight_decay = 0.3;
-    hyp_optim_step a = {1e-2, 1, 1.0f};
+    hyp_optim_step a = {1e-2, 1, 1.0f, 0};
     float *s0[2] = {s[0][0], s[0][1]};
     hyp_optim_step_range(o, p, &a, 0, FLOATS, w[0], g, s0);
     p->optim.groups[1].lr_mult = 1.0;
     p->optim.groups[1].weight_decay = 0.0;
     const plan_param *b1 = &p->params[1];
-    hyp_optim_group grp = {"by hand", 0.25, 0.3, 0, NULL};
-    hyp_optim_span sp = {w[1] + b1->offset, g + b1->offset, {s[1][0] + b1->offset, s[1][1] + b1->offset}, b1->numel, &grp};
+    hyp_optim_group grp = {"by hand", 0.25, 0.3, 0, NULL, ""};
+    hyp_optim_span sp = {w[1] + b1->offset, g + b1->offset, {s[1][0] + b1->offset, s[1][1] + b1->offset}, b1->numel, &grp, b1, 0};
     o->step_span(&p->optim, &sp, &a);
     CHECK(!memcmp(w[0] + b1->offset, w[1] + b1->offset, sizeof(float) * (size_t)b1->numel),
           "the no_decay group's lr_mult 0.25 and weight decay 0.3 apply to its tensor");
@@ -244,7 +245,7 @@ static void test_v2134_lion_steps_and_shards(const plan_t *p) {
         fill(g, FLOATS, 200u + (unsigned)t, 1.0f);
         double lr = 1e-3 / t;
         float scale = t == 2 ? 0.5f : 1.0f;
-        hyp_optim_step a = {lr, t, scale};
+        hyp_optim_step a = {lr, t, scale, 0};
         float *s0[1] = {st[0]};
         hyp_optim_step_range(o, p, &a, 0, FLOATS, w[0], g, s0);
         for (int k = 0; k < 3; k++) {
@@ -298,7 +299,39 @@ static void test_v2134_lion_refusals(plan_t *p) {
     p->optim = keep;
 }
 
+/* v2137: the schedule-free averaging weight c_t = lr_max_t^2 / sum_{i<=t} lr_max_i^2 follows the
+ * trainer's schedule as the reference's ckp1 follows its own warmup: 1/t at a constant LR; with a
+ * 4-step linear warmup, step 2 weighs (2/4)^2 / ((1/4)^2 + (2/4)^2) = 0.8; after a peak the LR
+ * may fall (a decay schedule), lr_max stays at the peak. */
+static void test_v2137_avg_weight(void) {
+    train_opts o;
+    memset(&o, 0, sizeof o);
+    o.lr = 1e-3, o.total_steps = 100, o.min_lr_ratio = 0.1;
+    snprintf(o.schedule, sizeof o.schedule, "constant");
+    CHECK(fabs(train_avg_weight(&o, 1) - 1.0) < 1e-15 && fabs(train_avg_weight(&o, 7) - 1.0 / 7) < 1e-15,
+          "constant LR: c_1 = 1, c_7 = 1/7 (%g)", train_avg_weight(&o, 7));
+    o.warmup_steps = 4;
+    CHECK(fabs(train_avg_weight(&o, 2) - 0.8) < 1e-12, "warmup 4: c_2 = 0.8 (%g)", train_avg_weight(&o, 2));
+    double s = 0.0625 + 0.25 + 0.5625 + 1 + 1;
+    CHECK(fabs(train_avg_weight(&o, 5) - 1.0 / s) < 1e-12, "warmup 4: c_5 = 1/%g (%g)", s, train_avg_weight(&o, 5));
+    snprintf(o.schedule, sizeof o.schedule, "cosine");
+    CHECK(fabs(train_avg_weight(&o, 6) - 1.0 / (s + 1)) < 1e-12, "cosine after the peak: lr_max stays 1 (%g)",
+          train_avg_weight(&o, 6));
+    /* step by step (the trainer's O(1) path) gives the one-pass bits at every step: a resumed run
+     * recomputes them in one pass */
+    train_avg_state st = {0, 0, 0};
+    int bad = 0;
+    double wa = 0, wb = 0;
+    for (int t = 1; t <= 100 && !bad; t++) {
+        wa = train_avg_weight_next(&o, t, &st), wb = train_avg_weight(&o, t);
+        if (wa != wb) bad = t;
+    }
+    CHECK(!bad, "incremental averaging weights equal the one-pass ones bit for bit over 100 steps (first difference at %d: %.17g vs %.17g)",
+          bad, wa, wb);
+}
+
 int main(void) {
+    test_v2137_avg_weight();
     plan_t p;
     make_plan(&p);
     test_v2132_adamw_state_layout(&p);

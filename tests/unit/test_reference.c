@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "exec.h"
+#include "ops_cpu.h"
 #include "plan.h"
 #include "safetensors.h"
 #include "train.h"
@@ -29,6 +30,12 @@
 
 #define LION_LR 3e-4   /* the fixture's Lion learning rate (make_fixtures.py LION) */
 #define LION_WTOL 1e-5 /* final weights, absolute: see the header */
+#define MUON_LTOL 1e-5 /* v2138: losses, relative to max|ref| */
+#define MUON_WTOL 1e-5 /* v2138: every weight after every step, absolute */
+#define SF_LTOL 1e-5   /* v2137: losses, relative to max|ref| */
+#define SF_WTOL 1e-5   /* v2137: y after every step and x after the last, absolute */
+#define AM_LTOL 1e-5   /* v2136: losses, relative to max|ref| */
+#define AM_WTOL 1e-5   /* v2136: every weight after every step, absolute */
 
 static const hyp_st_tensor *need(hyp_st_file *f, const char *name) {
     const hyp_st_tensor *t = hyp_st_find(f, name);
@@ -279,6 +286,133 @@ out:
     rm_rf(dir);
 }
 
+/* A replacement optimizer step by step (issue 14): `gen --enable <sel>` on the fixture model, 10
+ * steps from the fixture's weights on its batch with the schedule's LR `lr`, and after every step
+ * every parameter against the reference's (`step<k>.<name>`): max |ours - ref| <= wtol (absolute;
+ * the worst over all steps and weights is printed) and each loss |a-b| <= ltol * max|ref|. id
+ * names the spec in the case names; weights 0: the losses only; kb_lr the largest LR of a rule that moves the c_attn key
+ * biases (see the end). Returns the worst weight error (-1: did not run). */
+static double run_steps(const char *model, const char *id, const char *sel, const char *fixture, const char *kind, const char *losses_name,
+                        double lr, double ltol, double wtol, double kb_lr, int weights) {
+    char dir[256], path[512], name[512], tag[96];
+    snprintf(tag, sizeof tag, "%s_%s_%.*s", model, id, (int)(strlen(losses_name) - strlen("_losses")), losses_name);
+    snprintf(dir, sizeof dir, "/tmp/hyp-ref-%s-%d", tag, (int)getpid());
+    double worst = -1;
+    if (gen_sel(model, dir, sel)) {
+        check(0, tag, "gen failed to generate the plan");
+        return worst;
+    }
+    snprintf(path, sizeof path, "%s/plan.json", dir);
+    plan_t plan;
+    hyp_err e;
+    if (plan_load(path, &plan, &e)) {
+        check(0, tag, "%s", e.msg);
+        return worst;
+    }
+    hyp_st_file *f;
+    snprintf(path, sizeof path, "%s/tests/fixtures/%s", HYP_SOURCE_DIR, fixture);
+    if (hyp_st_open(path, &f, &e)) {
+        check(0, tag, "%s", e.msg);
+        plan_free(&plan);
+        return worst;
+    }
+    exec_t x;
+    exec_init(&x, &plan, &e);
+    exec_bind(&x, 2, 8, &e);
+    const hyp_optim_i *o = NULL;
+    const hyp_st_tensor *in = need(f, "inputs"), *tg = need(f, "targets"), *ll = need(f, losses_name);
+    if (!in || !tg || !ll) goto out;
+    snprintf(name, sizeof name, "reference_%s_plan_optimizer_is_%s", id, kind);
+    if (hyp_optim_open(&plan, &o, &e) || strcmp(o->kind, kind)) {
+        check(0, name, "%s", o ? o->kind : e.msg);
+        goto out;
+    }
+    load_weights(&x, f, "");
+    memcpy(x.tokens, in->data, 16 * sizeof(int32_t));
+    memcpy(x.targets, tg->data, 16 * sizeof(int32_t));
+    for (int k = 0; k < x.n_state; k++) memset(x.state[k], 0, sizeof(float) * (size_t)plan.optim.state_floats[k]);
+    int64_t cnt = exec_count_targets(&x);
+    float losses[10];
+    int worst_step = 0;
+    const char *worst_name = "";
+    double worst_kb = 0;
+    long n_kb = 0; /* key-bias coordinates seen (GPT-2's c_attn bias; none in a model without biases) */
+    worst = 0;
+    for (int s = 1; s <= 10; s++) {
+        memset(x.grads, 0, sizeof(float) * plan.param_floats);
+        exec_forward(&x);
+        losses[s - 1] = exec_backward(&x, 1.0f / (float)cnt);
+        train_optim_own(&x, o, lr, s, 1.0f);
+        if (op_cpu_check(&e)) {
+            check(0, tag, "%s", e.msg);
+            goto out;
+        }
+        for (int i = 0; weights && i < plan.n_params_t; i++) {
+            char fname[300];
+            snprintf(fname, sizeof fname, "step%d.%s", s, plan.params[i].name);
+            const hyp_st_tensor *t = need(f, fname);
+            if (!t) continue;
+            const float *ref = (const float *)t->data, *a = x.params + plan.params[i].offset;
+            int key_bias = strstr(plan.params[i].name, "attn.c_attn.bias") != NULL;
+            for (int64_t j = 0; j < plan.params[i].numel; j++) {
+                double d = fabs((double)a[j] - ref[j]);
+                if (key_bias && j >= plan.C && j < 2 * plan.C) { /* see below */
+                    worst_kb = d > worst_kb || d != d ? (d != d ? INFINITY : d) : worst_kb;
+                    n_kb++;
+                    continue;
+                }
+                if (d > worst || d != d) {
+                    worst = d != d ? INFINITY : d;
+                    worst_step = s;
+                    worst_name = plan.params[i].name;
+                }
+            }
+        }
+    }
+    if (o->eval_point) { /* the average x after the last step (the reference's optimizer.eval()) */
+        train_eval_point(&x, o, 1);
+        double wx = 0;
+        for (int i = 0; i < plan.n_params_t; i++) {
+            char fname[300];
+            snprintf(fname, sizeof fname, "x10.%s", plan.params[i].name);
+            const hyp_st_tensor *t = need(f, fname);
+            if (!t) continue;
+            const float *ref = (const float *)t->data, *a = x.params + plan.params[i].offset;
+            int key_bias = strstr(plan.params[i].name, "attn.c_attn.bias") != NULL;
+            for (int64_t j = 0; j < plan.params[i].numel; j++) {
+                double d = fabs((double)a[j] - ref[j]);
+                if (key_bias && j >= plan.C && j < 2 * plan.C) continue;
+                wx = d > wx || d != d ? (d != d ? INFINITY : d) : wx;
+            }
+        }
+        snprintf(name, sizeof name, "reference_%s_%s_average_x_after_10_steps", id, tag);
+        check(wx <= wtol, name, "max |ours - ref| %.3g (tolerance %.3g)", wx, wtol);
+        const hyp_st_tensor *el = need(f, "sf_eval_loss");
+        float lx = exec_eval_loss(&x);
+        snprintf(name, sizeof name, "reference_%s_%s_loss_at_x", id, tag);
+        if (el) compare(name, &lx, 1, 1, 1, (const float *)el->data, ltol, 0);
+    }
+    snprintf(name, sizeof name, "reference_%s_%s_10_steps_losses", id, tag);
+    compare(name, losses, 1, 10, 10, (const float *)ll->data, ltol, 0);
+    if (!weights) goto out; /* a losses-only fixture */
+    snprintf(name, sizeof name, "reference_%s_%s_every_weight_after_every_step", id, tag);
+    check(worst <= wtol, name, "max |ours - ref| %.3g over 10 steps x %lld weights (at step %d, %s; tolerance %.3g)", worst,
+          (long long)plan.param_floats, worst_step, worst_name, wtol);
+    /* the key part of each c_attn bias (columns C..2C-1) has a true gradient of 0 (a key bias
+     * shifts every score of a row alike): its gradient is rounding noise in both runs, which an
+     * Adam-style normalized step turns into moves of up to ~lr each; two runs can end 10 steps x
+     * 2 x kb_lr apart */
+    snprintf(name, sizeof name, "reference_%s_%s_key_bias_within_noise_bound", id, tag);
+    if (n_kb) check(worst_kb <= 20 * kb_lr, name, "max |ours - ref| %.3g on the key-bias coordinates (bound 10 x 2 x %g = %.3g)",
+          worst_kb, kb_lr, 20 * kb_lr);
+out:
+    exec_free(&x);
+    hyp_st_close(f);
+    plan_free(&plan);
+    rm_rf(dir);
+    return worst;
+}
+
 int main(void) {
     run_model("ref-gpt2", "ref_gpt2_tiny.safetensors", "", "");
     run_model("ref-llama", "ref_llama_tiny.safetensors", "", "");
@@ -290,5 +424,33 @@ int main(void) {
     run_model("ref-gpt2", "ref_gpt2_rmsnorm_tiny.safetensors", ",rmsnorm", "_v2141_rmsnorm");
     /* v2134 Lion replaces AdamW: 10 steps against lion-pytorch */
     run_lion();
+    /* v2138 Muon (hidden matrices; AdamW rule on embeddings, gains, biases) against the
+     * MuonWithAuxAdam equations of KellerJordan/Muon (Newton-Schulz in float64 there, fp32 sgemm
+     * here): the reference's spectral scaling, Muon LR 0.02 = 20 x Adam's 1e-3 */
+    run_steps("ref-gpt2", "v2138", "muon,adamw --set v2132.weight_decay=0.1 --set v2132.beta1=0.9 --set v2132.beta2=0.95 "
+              "--set v2132.eps=1e-8 --set v2138.scale=spectral --set v2138.lr_mult=20",
+              "ref_gpt2_muon_tiny.safetensors", "muon", "muon_losses", 1e-3, MUON_LTOL, MUON_WTOL, 1e-3, 1);
+    /* the same with the match_adamw scaling (0.2*sqrt(max(rows, cols)), Muon LR = Adam's): losses */
+    run_steps("ref-gpt2", "v2138", "muon,adamw --set v2132.weight_decay=0.1 --set v2132.beta1=0.9 --set v2132.beta2=0.95 "
+              "--set v2132.eps=1e-8 --set v2138.scale=match_adamw --set v2138.lr_mult=1",
+              "ref_gpt2_muon_tiny.safetensors", "muon", "muonm_losses", 1e-3, MUON_LTOL, MUON_WTOL, 1e-3, 0);
+    /* v2137 schedule-free AdamW against PyPI schedulefree's AdamWScheduleFree: y after every
+     * step, the average x after the last, the loss at x */
+    run_steps("ref-gpt2", "v2137", "schedule-free,adamw --set v2132.weight_decay=0.1 --set v2137.beta1=0.9 --set v2137.beta2=0.999 "
+              "--set v2132.eps=1e-8", "ref_gpt2_schedulefree_tiny.safetensors", "schedulefree_adamw", "sf_losses", 1e-3,
+              SF_LTOL, SF_WTOL, 1e-3, 1);
+    /* v2136 Adam-mini against PyPI adam-mini's Adam_mini with the paper's partition (q/k per
+     * head, v/attention-out/MLP per row, norm gains per tensor, biases and embeddings on Adam) */
+    run_steps("ref-gpt2", "v2136", "adam-mini,adamw --set v2132.weight_decay=0.1 --set v2136.beta1=0.9 --set v2136.beta2=0.95 "
+              "--set v2132.eps=1e-8", "ref_gpt2_adam_mini_tiny.safetensors", "adam_mini", "am_losses", 1e-3, AM_LTOL,
+              AM_WTOL, 1e-3, 1);
+    /* the Llama fixture (GQA 4:2, untied head, SwiGLU, QK-norm): Muon on q/k/v/o/gate/up/down,
+     * AdamW on the embeddings and head; Adam-mini's per-head q_proj/k_proj blocks */
+    run_steps("ref-llama", "v2138", "muon,adamw --set v2132.weight_decay=0.1 --set v2132.beta1=0.9 --set v2132.beta2=0.95 "
+              "--set v2132.eps=1e-8 --set v2138.scale=spectral --set v2138.lr_mult=20",
+              "ref_llama_muon_tiny.safetensors", "muon", "muon_losses", 1e-3, MUON_LTOL, MUON_WTOL, 1e-3, 1);
+    run_steps("ref-llama", "v2136", "adam-mini,adamw --set v2132.weight_decay=0.1 --set v2136.beta1=0.9 --set v2136.beta2=0.95 "
+              "--set v2132.eps=1e-8", "ref_llama_adam_mini_tiny.safetensors", "adam_mini", "am_losses", 1e-3, AM_LTOL,
+              AM_WTOL, 1e-3, 1);
     return hyp_test_finish();
 }

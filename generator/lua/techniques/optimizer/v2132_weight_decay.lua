@@ -25,8 +25,8 @@ function M.sections(ctx, plan)
   for _, p in ipairs(plan.params) do if p.decay then n = n + 1 end end
   local other = ctx.facts.optimizer -- a replacement optimizer's module said so in its derive hook
   if other and other ~= "adamw" then
-    ctx.contribute("decay/no-decay groups for " .. other .. " (" .. n .. " tensors decayed); " .. other ..
-      " sets the decay group's weight decay, and beta1/beta2/eps are not used")
+    ctx.contribute("decay/no-decay groups for " .. other .. " (" .. n .. " tensors decayed; " .. other ..
+      " may set its own weight decay, see its line); beta1/beta2/eps apply only where " .. other .. " keeps an Adam rule")
   else
     ctx.contribute("AdamW decoupled weight decay on 2-D weights only (" .. n .. " tensors)")
   end

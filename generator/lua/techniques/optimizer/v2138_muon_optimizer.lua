@@ -1,0 +1,69 @@
+-- v2138 Muon: the plan's optimizer becomes kind "muon" (runtime/train/optim_muon.c, cpu only)
+-- with two update rules named by the parameter groups: group "muon" (rule muon) holds the hidden
+-- 2-D weight matrices of the blocks (fused QKV, attention out, MLP in/out), orthogonalized by
+-- Newton-Schulz; the embeddings, the output head, norm gains and biases stay in the decay /
+-- no_decay groups with rule adamw and v2132's betas, eps and weight decay. Hyper-parameters:
+-- momentum, nesterov (0/1), ns_steps, match_adamw (1: scale 0.2*sqrt(max(R,K)) so AdamW's LR and
+-- weight decay carry over; 0: "spectral", the reference's max(1, R/K)^0.5) and beta1/beta2/eps
+-- for the AdamW rule. The Muon group's LR is the schedule's times lr_mult, its weight decay the
+-- decay group's. States m (f32, every parameter) and v (f32, packed: none for a Muon matrix, the
+-- plan's state "numel" list), sharded by matrix: ZeRO (which shards by floats) and device targets are refused here, at gen time.
+-- Never: a second optimizer beside Muon's own AdamW rule.
+local U = require("util")
+local M = { id = "v2138", families = { "muon" } }
+
+-- the tensors Muon leaves to AdamW although they are 2-D: token/position embeddings, output head
+local function embedding_or_head(name)
+  return name:find("wte", 1, true) or name:find("wpe", 1, true) or name:find("embed", 1, true)
+    or name:find("lm_head", 1, true)
+end
+
+function M.derive(ctx)
+  ctx.facts.optimizer = "muon"
+  if ctx.target.kind ~= "cpu" then
+    ctx.refuse("Muon has no device kernel (Newton-Schulz runs on the cpu backend's sgemm only)",
+      "generate the trainer with --target cpu, or use adamw/lion on " .. tostring(ctx.target.kind))
+  end
+end
+
+function M.sections(ctx, plan)
+  local z = ctx.facts.zero
+  if z and (z.stage or 0) >= 1 then
+    ctx.refuse(string.format("Muon updates whole matrices, and ZeRO stage %d shards the optimizer state by floats (matrix-wise ownership is not implemented)", z.stage),
+      "drop zero1/zero2/zero3/fsdp (plain dp replicates Muon's state on every rank)")
+  end
+  local o = plan.optimizer
+  local scale = ctx.param("scale")
+  local from = o.kind
+  o.kind = "muon"
+  o.hyper = { momentum = ctx.param("momentum"), nesterov = ctx.param("nesterov") and 1 or 0,
+    ns_steps = ctx.param("ns_steps"), match_adamw = scale == "match_adamw" and 1 or 0,
+    beta1 = o.hyper.beta1, beta2 = o.hyper.beta2, eps = o.hyper.eps }
+  o.state = U.array({ { name = "m", dtype = "f32" }, { name = "v", dtype = "f32" } })
+  o.shard = "matrix"
+  o.rule = "adamw"
+  o.extra_groups = { { name = "muon", lr_mult = ctx.param("lr_mult"), weight_decay = o.weight_decay, rule = "muon" } }
+  local n, floats = 0, 0
+  for _, p in ipairs(plan.params) do
+    if #p.shape == 2 and not embedding_or_head(p.name) then
+      p.group = "muon"
+      n = n + 1; floats = floats + p.numel
+    end
+  end
+  if n == 0 then ctx.refuse("the model has no hidden 2-D matrix for Muon", "use adamw") end
+  -- v packed per tensor: a Muon matrix keeps none (runtime/train/optim_muon.c state_numel)
+  local vn = U.array()
+  for i, p in ipairs(plan.params) do vn[i] = p.group == "muon" and 0 or p.numel end
+  o.state[2].numel = vn
+  ctx.decide("optimizer.kind", "muon", "v2138 enabled: replaces " .. from .. "; hidden matrices on Muon, the rest on AdamW")
+  ctx.decide("optimizer.muon.scale", scale, scale == "match_adamw"
+    and "v2138 Muon: updates scaled by 0.2*sqrt(max(rows, cols)) (Moonlight) so AdamW's LR and weight decay carry over"
+    or "v2138 Muon: updates scaled by max(1, rows/cols)^0.5 (KellerJordan/Muon); the Muon group's LR is lr_mult x the schedule's")
+  ctx.contribute(string.format("optimizer kind muon: momentum %s%s, %d quintic Newton-Schulz steps (fp32 sgemm), %s scaling, lr_mult %s, weight decay %s",
+    U.fmt_value(ctx.param("momentum")), ctx.param("nesterov") and " (Nesterov)" or "", ctx.param("ns_steps"), scale,
+    U.fmt_value(ctx.param("lr_mult")), U.fmt_value(o.weight_decay)))
+  ctx.contribute(string.format("Muon group: %d hidden matrices (%d floats); embeddings, head, gains and biases on AdamW (beta1 %s, beta2 %s, eps %s)",
+    n, floats, U.fmt_value(o.hyper.beta1), U.fmt_value(o.hyper.beta2), U.fmt_value(o.hyper.eps)))
+end
+
+return M

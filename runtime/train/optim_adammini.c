@@ -1,0 +1,135 @@
+/* optim_adammini.c — Adam-mini (Zhang et al. 2024, "Adam-mini: Use Fewer Learning Rates To Gain
+ * More"; the update of PyPI adam-mini 1.1.1, Adam_mini.step) as an optimizer of optim.h: the
+ * first moment m per parameter, the second moment one scalar per block, the EMA of the block's
+ * mean g^2; the update is p -= lr/bc1 * m / (sqrt(v_block)/sqrt(bc2) + eps) after the decoupled
+ * decay p *= 1 - lr*wd. The plan's groups name the partition of their tensors (the rule):
+ *   "adam"    per coordinate (biases, token/position embeddings, output head: as the paper)
+ *   "head"    one block per attention head: head_dim consecutive rows (separate q_proj / k_proj)
+ *   "qkv"     a fused QKV weight [(n_head + 2 n_kv_head) head_dim, C]: q and k rows per head, v
+ *             rows per output neuron (one block per row)
+ *   "neuron"  one block per output neuron = row (v_proj, attention out, MLP in and out)
+ *   "block"   the whole tensor one block (norm gains)
+ * States m (fp32, per parameter) and v (fp32, packed per tensor: one float per block, per
+ * coordinate under "adam"; state_numel). Blocks need whole tensors (shard_matrix = 1): ZeRO is
+ * refused. No device kernel. Never: scheduling, clipping or ZeRO. */
+#include <math.h>
+#include <string.h>
+
+#include "ops_cpu.h"
+#include "optim.h"
+
+static const struct { const char *name; double lo, hi; } H[] = {
+    {"beta1", 0, 0.999999}, {"beta2", 0, 0.999999}, {"eps", 0, 1},
+    {"n_head", 1, 65536}, {"n_kv_head", 1, 65536}, {"head_dim", 1, 65536},
+};
+#define NHYP ((int)(sizeof H / sizeof *H))
+
+static int check(const hyp_optim_cfg *c, hyp_err *e) {
+    for (int i = 0; i < NHYP; i++) {
+        int found = 0;
+        for (int j = 0; j < c->n_hyper; j++)
+            if (!strcmp(c->hyper_name[j], H[i].name)) {
+                found = 1;
+                if (!(c->hyper[j] >= H[i].lo && c->hyper[j] <= H[i].hi))
+                    return hyp_fail(e, HYP_EINPUT, "plan: optimizer.hyper.%s = %g is outside [%g, %g] — regenerate the trainer with a valid value",
+                                    H[i].name, c->hyper[j], H[i].lo, H[i].hi);
+            }
+        if (!found)
+            return hyp_fail(e, HYP_EINPUT, "plan: Adam-mini needs optimizer.hyper.%s — regenerate the trainer with gen", H[i].name);
+    }
+    for (int j = 0; j < c->n_hyper; j++) {
+        int i = 0;
+        while (i < NHYP && strcmp(c->hyper_name[j], H[i].name)) i++;
+        if (i == NHYP)
+            return hyp_fail(e, HYP_EINPUT, "plan: optimizer.hyper.%s: Adam-mini takes no such hyper-parameter — regenerate the trainer with gen",
+                            c->hyper_name[j]);
+    }
+    for (int g = 0; g < c->n_groups; g++)
+        if (!c->groups[g].rule[0])
+            return hyp_fail(e, HYP_EINPUT, "plan: optimizer group '%s' names no rule; Adam-mini's groups say adam, head, qkv, neuron or block — regenerate the trainer with gen",
+                            c->groups[g].name);
+    return HYP_OK;
+}
+
+/* rows [r0, r0 + nr) of a [R, K] tensor as one block with second moment *vb */
+static void block_step(float *p, const float *g, float *m, float *vb, long n, float gs, float beta1, float beta2,
+                       float lr_bc1, float isbc2, float eps, float decay) {
+    double ss = 0;
+    for (long i = 0; i < n; i++) {
+        float gi = g[i] * gs;
+        ss += (double)gi * gi;
+    }
+    *vb = beta2 * *vb + (1.0f - beta2) * (float)(ss / (double)n);
+    float h = sqrtf(*vb) * isbc2 + eps, step = lr_bc1 / h;
+    for (long i = 0; i < n; i++) {
+        float gi = g[i] * gs;
+        m[i] = beta1 * m[i] + (1.0f - beta1) * gi;
+        p[i] = p[i] * decay - step * m[i];
+    }
+}
+
+static void step_span(const hyp_optim_cfg *c, const hyp_optim_span *s, const hyp_optim_step *a) {
+    const char *rule = s->group->rule;
+    const float beta1 = (float)hyp_optim_hyper(c, "beta1"), beta2 = (float)hyp_optim_hyper(c, "beta2");
+    const float eps = (float)hyp_optim_hyper(c, "eps"), lr = (float)(a->lr * s->group->lr_mult);
+    if (!strcmp(rule, "adam")) {
+        op_adamw(s->param, s->grad, s->state[0], s->state[1], (long)s->n, lr, beta1, beta2, eps,
+                 (float)s->group->weight_decay, a->t, a->grad_scale);
+        return;
+    }
+    const plan_param *t = s->tensor;
+    if (!t || s->first != 0 || s->n != t->numel) {
+        op_cpu_fail("adam-mini: a block rule needs whole tensors (a sharded span reached it)");
+        return;
+    }
+    const long K = t->ndim == 2 ? (long)t->shape[1] : (long)t->numel, R = (long)(t->numel / K);
+    const long hd = (long)hyp_optim_hyper(c, "head_dim"), nh = (long)hyp_optim_hyper(c, "n_head"),
+               nkv = (long)hyp_optim_hyper(c, "n_kv_head");
+    const float lr_bc1 = lr / (float)(1.0 - pow((double)beta1, (double)a->t));
+    const float isbc2 = 1.0f / (float)sqrt(1.0 - pow((double)beta2, (double)a->t));
+    const float decay = 1.0f - lr * (float)s->group->weight_decay;
+    float *p = s->param, *m = s->state[0], *v = s->state[1];
+    const float *g = s->grad;
+    /* the blocks as row counts: rows[b] rows each, in order */
+    long b = 0, r = 0;
+    while (r < R) {
+        long nr = 1;
+        if (!strcmp(rule, "block")) nr = R;
+        else if (!strcmp(rule, "head")) nr = hd;
+        else if (!strcmp(rule, "qkv")) nr = r < (nh + nkv) * hd ? hd : 1;
+        if (nr <= 0 || r + nr > R) {
+            op_cpu_fail("adam-mini: a tensor's rows are not a whole number of heads (head_dim does not divide them)");
+            return;
+        }
+        block_step(p + r * K, g + r * K, m + r * K, v + b, nr * K, a->grad_scale, beta1, beta2, lr_bc1, isbc2, eps, decay);
+        r += nr, b++;
+    }
+}
+
+/* the number of blocks of tensor t under its group's rule (as step_span walks them) */
+static int64_t state_numel(const hyp_optim_cfg *c, const plan_param *t, int k) {
+    const char *rule = c->groups[t->group].rule;
+    if (k == 0 || !strcmp(rule, "adam")) return t->numel;
+    const int64_t K = t->ndim == 2 ? t->shape[1] : t->numel, R = t->numel / K;
+    const int64_t hd = (int64_t)hyp_optim_hyper(c, "head_dim"), nh = (int64_t)hyp_optim_hyper(c, "n_head"),
+                  nkv = (int64_t)hyp_optim_hyper(c, "n_kv_head");
+    if (!strcmp(rule, "block")) return 1;
+    if (!strcmp(rule, "head")) return hd > 0 ? R / hd : R;
+    if (!strcmp(rule, "qkv")) return R >= (nh + nkv) * hd ? nh + nkv + (R - (nh + nkv) * hd) : R;
+    return R; /* neuron */
+}
+
+const hyp_optim_i hyp_optim_adammini = {
+    .kind = "adam_mini",
+    .n_state = 2,
+    .state_name = {"m", "v"},
+    .state_dtype = {HYP_DT_F32, HYP_DT_F32},
+    /* the reference keeps state["m"], and state["vmean"] per block (state["v"] on Adam blocks) */
+    .ckpt_suffix = {".m", ".vmean"},
+    .shard_matrix = 1,
+    .rules = {"adam", "head", "qkv", "neuron", "block", NULL},
+    .state_numel = state_numel,
+    .check = check,
+    .step_span = step_span,
+    .step_device = NULL,
+};
