@@ -3,7 +3,7 @@
 # fortune; `apt-get install -y fortunes`), byte tokens, model tiny, cpu trainer, T in {128, 256} (tiny's context is 256).
 #
 # What it measures, side by side in one run:
-#   * the document length histogram (from the .docs sidecars written by tests/tools/make_docs),
+#   * the document length histogram (from the .docs sidecars `gen data --doc-sep %` writes),
 #   * padding fraction: packing (this trainer: rows are T-token windows of the document stream)
 #     wastes none; a padding trainer (each document alone in a row of T, the rest padding with the
 #     loss masked; a document longer than T takes ceil(len/T) rows) wastes 1 - sum(len) /
@@ -22,7 +22,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build}; STEPS=${2:-20}; REPS=${3:-5}
-GEN="$BUILD/generator/gen"; MD="$BUILD/tests/make_docs"
+GEN="$BUILD/generator/gen"
 FORT=/usr/share/games/fortunes
 [ -d "$FORT" ] || { echo "bench_packing: $FORT missing — apt-get install -y fortunes" >&2; exit 2; }
 TMP=$(mktemp -d /tmp/hyp-bench-packing.XXXXXX)
@@ -35,9 +35,7 @@ for f in "$FORT"/*; do
   [ -f "$f" ] || continue
   cat "$f"; tail -c1 "$f" | grep -q . && echo; echo "%"
 done > "$TMP/fortunes.txt"
-"$GEN" data "$TMP/fortunes.txt" -o "$TMP/data" --val-fraction 0.02 >/dev/null
-"$MD" "$TMP/data/train_000000.bin" --sep '\n%\n' >/dev/null
-"$MD" "$TMP/data/val_000000.bin" --sep '\n%\n' >/dev/null
+"$GEN" data "$TMP/fortunes.txt" -o "$TMP/data" --val-fraction 0.02 --doc-sep % >/dev/null  # writes the .docs
 
 # document lengths (tokens) from the train sidecar and shard header
 python3 - "$TMP/data/train_000000.docs" "$TMP/data/train_000000.bin" > "$TMP/lens.txt" <<'EOF'

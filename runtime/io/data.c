@@ -974,22 +974,24 @@ static int check_meta(hyp_loader *L, const char *split, hyp_err *e) {
         const shard *fs = &L->shards[found];
         const cJSON *nd = cJSON_GetObjectItemCaseSensitive(s, "docs");
         const cJSON *dh = cJSON_GetObjectItemCaseSensitive(s, "docs_xxh3_64");
+        char dp[4200];
+        sidecar_path(dp, sizeof dp, fs->path);
         if (fs->has_docs && cJSON_IsNumber(nd) && nd->valuedouble != (double)fs->n_docs) {
-            rc = hyp_fail(e, HYP_EINPUT, "%s: its .docs sidecar lists %llu documents but meta.json "
-                          "says %.0f — the directory mixes files of two gen data runs; re-run gen "
-                          "data", fs->path, (unsigned long long)fs->n_docs, nd->valuedouble);
+            rc = hyp_fail(e, HYP_EINPUT, "%s: lists %llu documents but meta.json says %.0f — the "
+                          "directory mixes files of two gen data runs; re-run gen data", dp,
+                          (unsigned long long)fs->n_docs, nd->valuedouble);
             break;
         }
         if (fs->has_docs && cJSON_IsString(dh) && strcmp(dh->valuestring, fs->docs_xxh3) != 0) {
-            rc = hyp_fail(e, HYP_EINPUT, "%s: its .docs sidecar's xxh3_64 is %s but meta.json says "
-                          "%.20s — the sidecar is corrupt or from another run; re-run gen data",
-                          fs->path, fs->docs_xxh3, dh->valuestring);
+            rc = hyp_fail(e, HYP_EINPUT, "%s: xxh3_64 is %s but meta.json says %.20s — the "
+                          "sidecar is corrupt or from another run; re-run gen data", dp,
+                          fs->docs_xxh3, dh->valuestring);
             break;
         }
         if (!fs->has_docs && cJSON_IsNumber(nd)) {
-            rc = hyp_fail(e, HYP_EINPUT, "%s: meta.json lists %.0f documents for it but its .docs "
-                          "sidecar is missing — the directory is incomplete; re-run gen data",
-                          fs->path, nd->valuedouble);
+            rc = hyp_fail(e, HYP_EINPUT, "%s: missing, but meta.json lists %.0f documents for %s — "
+                          "the directory is incomplete; re-run gen data", dp, nd->valuedouble,
+                          fs->path);
             break;
         }
         if (cJSON_IsNumber(nt) && nt->valuedouble != (double)L->shards[found].ntok) {

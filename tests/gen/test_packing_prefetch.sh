@@ -11,12 +11,18 @@ source "$(dirname "$0")/lib.sh"
 export OMP_NUM_THREADS=2
 MD="$BUILD/tests/make_docs"
 
-# short documents: every 4 lines of the spec tree's YAML, separated by '%' lines (fortune style)
+# short documents: every 4 lines of the spec tree's YAML, separated by '%' lines (fortune style);
+# gen data --doc-sep writes the .docs sidecars and meta.json's counts and hashes (docs_contract)
 cat "$ROOT"/specs/*/*.yaml | awk '{print} NR % 4 == 0 {print "%"}' > "$TMP/corpus.txt"
-expect gen_data 0 "wrote shards" -- "$GEN" data "$TMP/corpus.txt" -o "$TMP/data" --val-fraction 0.1
-cp -r "$TMP/data" "$TMP/nodocs"
-expect make_docs_train 0 "documents" -- "$MD" "$TMP/data/train_000000.bin" --sep '\n%\n'
-expect make_docs_val 0 "documents" -- "$MD" "$TMP/data/val_000000.bin" --sep '\n%\n'
+expect gen_data 0 "wrote shards" -- "$GEN" data "$TMP/corpus.txt" -o "$TMP/data" --val-fraction 0.1 --doc-sep %
+check gen_data_wrote_sidecars test -s "$TMP/data/train_000000.docs" -a -s "$TMP/data/val_000000.docs"
+# one stream: the same shards without sidecars (nor meta.json, which would list them)
+cp -r "$TMP/data" "$TMP/nodocs" && rm -f "$TMP"/nodocs/*.docs "$TMP/nodocs/meta.json"
+# make_docs: sidecars for shards of data made without them (here: the '%' lines kept as text, no
+# meta.json), which the packed trainer then reads
+"$GEN" data "$TMP/corpus.txt" -o "$TMP/md" --val-fraction 0.1 >/dev/null 2>&1
+rm -f "$TMP"/md/*.docs "$TMP/md/meta.json"
+expect make_docs_train 0 "train_000000.docs: [0-9]{3,} documents" -- "$MD" "$TMP/md/train_000000.bin" --sep '\n%\n'
 
 gen_t() { "$GEN" specs/v2500.yaml --enable "$1" --model tiny --target cpu --batch 8 --seq 128 -o "$TMP/$2" >/dev/null 2>&1; }
 gen_t adamw base && gen_t adamw,prefetch pf && gen_t adamw,packing pk && gen_t adamw,packing,flash,prefetch pkf
@@ -33,6 +39,8 @@ check test_v2126_flash_mask_matches_naive_mask_in_training same_losses "$TMP/pk.
 check test_v2126_packing_changes_the_losses test "$(losses "$TMP/pk.jsonl" | tail -1)" != "$("$TMP/base/train" "${COMMON[@]}" --steps 4 | grep -o 'final loss [0-9.]*' | cut -d' ' -f3)"
 expect test_v2126_no_sidecars_is_one_stream 0 "none: one stream, plain causal attention" \
   -- "$TMP/pk/train" --data "$TMP/nodocs" --batch 8 --seq 128 --eval-every 0 --steps 2
+expect test_v2126_make_docs_sidecars_read 0 "attention masked per document" \
+  -- "$TMP/pk/train" --data "$TMP/md" --batch 8 --seq 128 --eval-every 0 --steps 2
 expect test_v2126_sidecar_ignored_without_packing 0 "not used: this trainer has no document mask" \
   -- "$TMP/pf/train" "${COMMON[@]}" --steps 2
 

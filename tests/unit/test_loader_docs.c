@@ -190,17 +190,17 @@ static void bad_sidecar_cases(void) {
     fprintf(f, "{\"vocab_size\": 256, \"shards\": [{\"file\": \"val_000000.bin\", \"split\": \"val\", \"tokens\": 300, "
                "\"docs\": 4}]}\n");
     fclose(f);
-    expect_refused("meta_count", "lists 5 documents but meta.json says 4");
+    expect_refused("meta_count", "val_000000.docs: lists 5 documents but meta.json says 4");
     f = fopen(p, "w");
     fprintf(f, "{\"vocab_size\": 256, \"shards\": [{\"file\": \"val_000000.bin\", \"split\": \"val\", \"tokens\": 300, "
                "\"docs\": 5, \"docs_xxh3_64\": \"0123456789abcdef\"}]}\n");
     fclose(f);
-    expect_refused("meta_hash", "xxh3_64 is");
+    expect_refused("meta_hash", "val_000000.docs: xxh3_64 is");
     f = fopen(p, "w");
     fprintf(f, "{\"vocab_size\": 256, \"shards\": [{\"file\": \"val_000001.bin\", \"split\": \"val\", \"tokens\": 200, "
                "\"docs\": 2}]}\n");
     fclose(f);
-    expect_refused("meta_lists_missing_sidecar", "sidecar is missing");
+    expect_refused("meta_lists_missing_sidecar", "val_000001.docs: missing, but meta.json lists 2");
     unlink(p);
 }
 
