@@ -238,6 +238,10 @@ static int load_buffers(ld *c, const cJSON *root) {
     if (p->bufs[p->tokens_buf].kind != BUF_TOKENS || p->bufs[p->targets_buf].kind != BUF_TOKENS ||
         p->bufs[p->losses_buf].kind != BUF_ACT)
         return bad(c, "field 'buffers': tokens/targets/losses buffers have the wrong kind");
+    /* optional (v2126): each input token's position in its document, filled by the loader */
+    p->positions_buf = find_buf(p, "positions");
+    if (p->positions_buf >= 0 && (p->bufs[p->positions_buf].kind != BUF_TOKENS || p->bufs[p->positions_buf].dtype != HYP_DT_I32))
+        return bad(c, "field 'buffers': the positions buffer must be a token array (kind tokens, i32)");
     return 0;
 }
 
@@ -597,6 +601,7 @@ static int state_hash(ld *c, cJSON *root) {
     cJSON_DeleteItemFromObjectCaseSensitive(t, "zero_stage");
     cJSON_DeleteItemFromObjectCaseSensitive(t, "zero_prefetch");
     cJSON_DeleteItemFromObjectCaseSensitive(t, "comm_overlap");
+    cJSON_DeleteItemFromObjectCaseSensitive(t, "prefetch"); /* how batches are read, not which */
     cJSON_DeleteItemFromObjectCaseSensitive(root, "preempt"); /* how a run stops, not its state */
     cJSON_DeleteItemFromObjectCaseSensitive(root, "tensorboard"); /* what it logs, not its state */
     cJSON_DeleteItemFromObjectCaseSensitive(root, "profile");        /* v2184/v2185: what it measures */
@@ -708,6 +713,8 @@ int plan_load(const char *path, plan_t *p, hyp_err *e) {
     GI(t, "zero_prefetch", 0, 8, p->zero_prefetch);
     GI(t, "comm_overlap", 0, 1, p->comm_overlap);
     GI(t, "data_parallel", 0, 1, p->data_parallel);
+    if (cJSON_GetObjectItemCaseSensitive(t, "prefetch")) /* optional (v2128; absent: 0 = none) */
+        GI(t, "prefetch", 0, 64, p->prefetch);
     GI(t, "seed", 0, (int64_t)1 << 52, p->seed);
     if ((rc = get_str(&c, t, "schedule", p->schedule, sizeof p->schedule))) goto done;
     if (strcmp(p->schedule, "cosine") && strcmp(p->schedule, "wsd") && strcmp(p->schedule, "constant") &&

@@ -132,11 +132,12 @@ static int init_dp(exec_t *x, const plan_t *p, hyp_coll *coll, int stage, int ac
     x->bytes_acts = x->bytes - before;
     x->tokens = calloc((size_t)p->B * p->T, sizeof(int32_t));
     x->targets = calloc((size_t)p->B * p->T, sizeof(int32_t));
+    if (p->positions_buf >= 0) x->positions = calloc((size_t)p->B * p->T, sizeof(int32_t));
     if (p->fp8_slots && (rc = init_fp8(x, e))) {
         exec_free(x);
         return rc;
     }
-    if (!x->params || !x->grads || !states_ok || (acts && !x->acts) || !x->tokens || !x->targets ||
+    if (!x->params || !x->grads || !states_ok || (acts && !x->acts) || !x->tokens || !x->targets || (p->positions_buf >= 0 && !x->positions) ||
         (stage >= 2 && !x->gshard)) {
         exec_free(x);
         return hyp_fail(e, HYP_EFAIL, "out of memory: the plan needs %.1f MiB of parameters/optimizer state and %.1f MiB of activations — use a smaller --batch/--seq at gen time",
@@ -187,6 +188,7 @@ void exec_free(exec_t *x) {
     free(x->acts);
     free(x->tokens);
     free(x->targets);
+    free(x->positions);
     memset(x, 0, sizeof *x);
 }
 
@@ -199,6 +201,9 @@ int exec_bind(exec_t *x, int B, int T, hyp_err *e) {
                         T, x->p->T, T);
     x->B = B;
     x->T = T;
+    /* one document per row until the loader says otherwise (sampling, evaluation without one) */
+    if (x->positions)
+        for (long n = 0; n < (long)B * T; n++) x->positions[n] = (int32_t)(n % T);
     return HYP_OK;
 }
 

@@ -61,6 +61,9 @@ typedef struct exec_t {
     void (*loss_fused)(struct exec_t *x, float *losses, float *logits, const int32_t *targets, float dloss, int N, int V,
                        int Vp);
     void *loss_ctx;
+    int32_t *positions;             /* [maxB * maxT] v2126: each input token's position in its
+                                       document (plan buffer "positions"), or NULL when the plan
+                                       has none; exec_bind sets row positions 0..T-1 */
     int B, T;                       /* bound batch shape (<= the plan's) */
     size_t bytes;                   /* total bytes allocated */
     /* data parallelism / ZeRO (v2104): the parameter arena is cut into `world` equal shards of

@@ -31,7 +31,7 @@ int train_step_guarded(train_backend *b, hyp_loader *train, const train_opts *o,
     for (int k = 0; k < K && !rc; k++) {
         double t0 = now_s();
         pt = hyp_prof_t();
-        if ((rc = hyp_loader_next(train, x->tokens, x->targets, e))) return rc;
+        if ((rc = hyp_loader_next_pos(train, x->tokens, x->targets, x->positions, e))) return rc;
         double cnt = (double)exec_count_targets(x), gcnt = cnt, t1 = now_s();
         t.data_s += t1 - t0;
         hyp_prof_phase("data_next", HYP_PROF_DATA, 1, pt);
@@ -84,7 +84,7 @@ int train_eval(train_backend *b, hyp_loader *val, int batches, float *loss, hyp_
     train_eval_point(x, b->dp.opt, 1); /* schedule-free: evaluate the average x, not y */
     for (int i = 0; i < batches && !rc; i++) {
         float l = 0;
-        if (!(rc = hyp_loader_next(val, x->tokens, x->targets, e))) rc = b->i->eval_batch(b, &l, e);
+        if (!(rc = hyp_loader_next_pos(val, x->tokens, x->targets, x->positions, e))) rc = b->i->eval_batch(b, &l, e);
         s += l;
     }
     train_eval_point(x, b->dp.opt, 0);

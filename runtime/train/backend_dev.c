@@ -235,6 +235,7 @@ static void stage_batch(train_dev *t, const exec_t *x) {
     size_t n = sizeof(int32_t) * (size_t)x->B * x->T;
     memcpy(t->xd.h_tokens, x->tokens, n);
     memcpy(t->xd.h_targets, x->targets, n);
+    if (t->xd.h_positions && x->positions) memcpy(t->xd.h_positions, x->positions, n);
 }
 
 /* The last micro-batch's backward starts the bucket all-reduces (overlap). */

@@ -508,6 +508,8 @@ static int open_outputs(run_t *r, hyp_err *e) {
     if ((rc = hyp_loader_open_rc(a->data, "train", r->B, r->T, r->seed, r->d.rank, r->d.world, &r->train, e)) ||
         (rc = hyp_loader_require_vocab(r->train, r->plan.V, e)) || (rc = hyp_loader_set_state(r->train, &r->lstate, e)))
         return rc;
+    /* v2128: the plan's prefetch depth (the batches are the same either way) */
+    if (r->plan.prefetch > 0 && (rc = hyp_loader_prefetch(r->train, r->plan.prefetch, e))) return rc;
     if (r->eval_every > 0 && r->eval_batches > 0) {
         hyp_err ve;
         if (hyp_loader_open_rc(a->data, "val", r->B, r->T, r->seed, r->d.rank, r->d.world, &r->val, &ve) == HYP_OK)
@@ -599,6 +601,12 @@ static void print_banner(run_t *r, hyp_err *e) {
            (unsigned long long)hyp_loader_total_tokens(r->train), hyp_loader_num_shards(r->train),
            hyp_loader_num_shards(r->train) == 1 ? "" : "s", r->val ? ", with validation" : "", r->opt.total_steps,
            r->opt.lr, r->opt.schedule, r->opt.warmup_steps, r->opt.max_norm, max_weight_decay(&p->optim));
+    if (p->positions_buf >= 0 || hyp_loader_has_docs(r->train) || p->prefetch > 0)
+        printf("data: %llu documents (.docs sidecars)%s | prefetch %d\n", (unsigned long long)hyp_loader_num_docs(r->train),
+               p->positions_buf < 0 ? ", not used: this trainer has no document mask (packing)"
+               : hyp_loader_has_docs(r->train) ? ", attention masked per document (packing)"
+                                               : ", none: one stream, plain causal attention",
+               p->prefetch);
     printf("MFU: %.3g model FLOPs/token at T=%d (%s) | %s | tok/s window %d steps\n",
            p->flops_per_token - p->flops_attn_coef * (p->T - r->T), r->T, p->flops_convention, r->peak_desc,
            p->metrics_window);
