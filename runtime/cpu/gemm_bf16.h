@@ -41,9 +41,11 @@ void gemm_bf16(const char *where, int ta, int tb, int M, int N, int K, const uin
 /* HYP_OK, or HYP_EFAIL with the first oneDNN failure since the last call (then clears it). */
 int gemm_bf16_check(hyp_err *e);
 
-/* This machine's bf16 GEMM peak in FLOP/s: the best of a few oneDNN bf16 matmuls of a large
- * square shape on the current OpenMP threads, over about `seconds` (the bf16 counterpart of
- * peak.c's fp32 FMA loop; MFU of a bf16 trainer is reported against it). 0 on failure. */
+/* This machine's bf16 GEMM peak in FLOP/s: the best of oneDNN bf16 matmuls of a 1536^3 shape
+ * on the current OpenMP threads over about `seconds`, each timed by the process's CPU time over
+ * the thread count (the bf16 counterpart of peak.c's fp32 FMA loop; MFU of a bf16 trainer is
+ * reported against it). An achieved rate, not the instruction peak: MFU against it is an upper
+ * estimate of the instruction-level figure. 0 on failure. */
 double gemm_bf16_peak(double seconds);
 
 #endif
