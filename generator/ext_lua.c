@@ -7,12 +7,14 @@
 #include <string.h>
 
 #include "data.h"
+#include "data_lua.h"
 #include "hf.h"
 #include "plan.h"
 #include "gen_host.h"
 #include "nvrtc.h" /* hyp.nvrtc_compile (issue #4) */
 
-/* hyp.data_prepare({inputs...}, outdir, val_fraction, overwrite) -> rc, message */
+/* hyp.data_prepare({inputs...}, outdir, val_fraction, overwrite, tokenizer[, pipe]) -> rc, message;
+ * pipe: the stage settings of data_cli.lua (data_lua.h) */
 static int l_data_prepare(lua_State *L) {
     luaL_checktype(L, 1, LUA_TTABLE);
     const char *outdir = luaL_checkstring(L, 2);
@@ -28,9 +30,23 @@ static int l_data_prepare(lua_State *L) {
     hyp_data_opts_default(&o);
     o.val_fraction = luaL_optnumber(L, 3, 0.05);
     o.overwrite = lua_toboolean(L, 4);
+    o.tokenizer = luaL_optstring(L, 5, NULL); /* v2125: byte | tokenizer.json | tiktoken ranks */
+    hyp_stages stages;
+    double *weights = NULL;
+    const char **names = NULL;
+    char perr[256];
+    if (lua_istable(L, 6) &&
+        gen_data_pipe(L, 6, &o, &stages, &weights, &names, n, perr, sizeof perr) != 0) {
+        free(inputs);
+        free(weights);
+        free(names);
+        return luaL_error(L, "gen data: %s", perr);
+    }
     hyp_err e = {{0}};
     int rc = hyp_data_prepare(inputs, n, outdir, &o, &e);
     free(inputs);
+    free(weights);
+    free(names);
     lua_pushinteger(L, rc);
     if (rc) lua_pushstring(L, e.msg);
     else lua_pushfstring(L, "gen: wrote shards to %s", outdir);
@@ -59,4 +75,5 @@ void gen_register_extra(lua_State *L, int idx) {
     lua_pushcfunction(L, l_hf_export);
     lua_setfield(L, idx, "hf_export");
     gen_register_nvrtc(L, idx); /* NVRTC compile + cache (nvrtc.c); no-op without NVRTC */
+    gen_register_tokenizer(L, idx); /* gen tokenizer (tok_lua.c) */
 }

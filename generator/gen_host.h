@@ -11,4 +11,5 @@ int gen_lua_json_encode(lua_State *L);     /* json_lua.c */
 int gen_lua_json_decode(lua_State *L);     /* json_lua.c */
 void gen_register_fs(lua_State *L, int idx);   /* fs_lua.c: adds file functions to table at idx */
 void gen_register_extra(lua_State *L, int idx); /* ext_lua.c: data prep, NVRTC, ... */
+void gen_register_tokenizer(lua_State *L, int idx); /* tok_lua.c: gen tokenizer (v2125) */
 #endif

@@ -3,10 +3,10 @@
 # Why each one is chosen is in README.md ("Dependencies").
 set -euo pipefail
 PKGS=(build-essential cmake pkg-config git
-      libyaml-dev liblua5.4-dev lua5.4 libcjson-dev libxxhash-dev
+      libyaml-dev liblua5.4-dev lua5.4 libcjson-dev libxxhash-dev libpcre2-dev zlib1g-dev
       libdnnl-dev libomp-dev libopenmpi-dev openmpi-bin
       clang libclang-rt-14-dev
-      bible-kjv)
+      bible-kjv fortunes)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -13,8 +13,14 @@ usage:
   gen explain TREE NAME [--json]          one spec (id, name or alias) in full
   gen audit TREE --enable LIST [--target T] [--model M] [--json]
   gen audit OUTDIR [--json]               the audit of a generated trainer
-  gen data INPUT... -o DIR [--val-fraction F] [--force]
-                                          pre-tokenize text into training shards
+  gen data INPUT... -o DIR [--val-fraction F] [--force] [--tokenizer byte|PATH] [--doc-sep SEP]
+           [--enable dedup,filter,mixing,curriculum,augmentation] [--set NAME.p=v ...]
+                                          documents (.jsonl "text", .txt, SEP-separated, .gz)
+                                          through the data stages into training shards with
+                                          .docs sidecars and DIR/report.json
+  gen tokenizer train FILE... --vocab N -o DIR   train a byte-level BPE: DIR/tokenizer.json
+  gen tokenizer encode|decode TOKENIZER [FILE]   text -> ids (one per line) / ids -> text
+  gen tokenizer info TOKENIZER            kind, vocabulary size, EOT id and hash
   gen size --model M [--hw LIST] [...]    size a training run (see gen size --help)
   gen export CKPT -o DIR [--plan PLAN]    a checkpoint as a Hugging Face model directory
                                           (GPT2LMHeadModel, LlamaForCausalLM, Qwen3ForCausalLM);
@@ -24,7 +30,8 @@ usage:
 options:
   --enable LIST   comma-separated aliases, spec ids or names, and presets (repeatable)
   --target T      cpu | sim | sm_80 | sm_86 | sm_89 | sm_90 | ... (default cpu)
-  --set K=V       override a parameter of an active spec, e.g. --set v2104.stage=2
+  --set K=V       override a parameter of an active spec, e.g. --set v2104.stage=2 (or by spec name
+                  or alias: --set dedup.threshold=0.7, --set mixing.weights=0.7,0.3)
   --allow-planned generate even though the selection activates planned specs (they contribute
                   nothing: each is named in a warning and in the audit)
 A selection that activates a planned spec is refused (exit 2); a partial spec is named in a
@@ -370,16 +377,12 @@ function commands.generate(args)
 end
 
 function commands.data(args)
-  local o = parse(args, { ["-o"] = "value", ["--val-fraction"] = "value", ["--force"] = "flag" })
-  if #o._pos == 0 then U.fail("<command line>", "gen data needs at least one input text file", "e.g. gen data corpus.txt -o data/corpus") end
-  if not o["-o"] then U.fail("<command line>", "gen data needs -o DIR", "e.g. gen data corpus.txt -o data/corpus") end
-  local vf = tonumber(o["--val-fraction"] or "0.05")
-  if not vf or vf < 0 or vf >= 1 then U.fail("<command line>", "--val-fraction must be in [0, 1)", "e.g. --val-fraction 0.05") end
-  if not hyp.data_prepare then U.fail("<command line>", "this gen was built without the data pipeline", "rebuild") end
-  local rc, msg = hyp.data_prepare(o._pos, o["-o"], vf, o["--force"] and true or false)
-  if rc ~= 0 then io.stderr:write(msg, "\n"); return rc end
-  io.write(msg, "\n")
-  return 0
+  return require("data_cli").main(args, parse, check_statuses)
+end
+
+-- gen tokenizer train|encode|decode|info (v2125): generator/lua/tokenizer_cli.lua
+function commands.tokenizer(args)
+  return require("tokenizer_cli").main(args, parse)
 end
 
 -- The plan that describes CKPT's model: --plan, else the first plan.json in CKPT or the three
@@ -435,7 +438,7 @@ local function main(args)
   if cmd:sub(1, 1) == "-" or not (cmd:match("%.ya?ml$") or hyp.stat(cmd)) then
     local names = U.sorted_keys(commands)
     U.fail("<command line>", "unknown command '" .. cmd .. "'" .. U.did_you_mean(cmd, names),
-      "use one of list, explain, audit, data, export, size, render, or give the tree file first")
+      "use one of list, explain, audit, data, tokenizer, export, size, render, or give the tree file first")
   end
   return commands.generate(args)
 end

@@ -193,6 +193,21 @@ function R.resolve(tree, opts)
   end
   for _, item in ipairs(opts.set or {}) do
     local id, p, v = item:match("^(v%d+)%.([%w_]+)=(.*)$")
+    local name, np, nv = item:match("^([%a][%w_%-]*)%.([%w_]+)=(.*)$")
+    if not id and name then -- a spec name or alias instead of the id: the active spec it names
+      local s, al = tree.by_name[name], tree.aliases[name]
+      if s then id = s.id
+      elseif al and al.spec then id = al.spec
+      elseif al and al.choose then
+        id = al.choose[1].spec
+        for _, rule in ipairs(al.choose) do if cfg.active[rule.spec] then id = rule.spec; break end end
+      end
+      if id then p, v = np, nv else
+        errs:add("<command line>", string.format("--set '%s': unknown spec '%s'%s", item, name,
+          U.did_you_mean(name, require("tree").selectable_names(tree))), "use an id, name or alias from `gen list`")
+        goto continue
+      end
+    end
     if not id then
       errs:add("<command line>", "--set '" .. item .. "' is not of the form vNNNN.param=value", "e.g. --set v2104.stage=2")
     elseif not tree.by_id[id] then
@@ -216,6 +231,7 @@ function R.resolve(tree, opts)
         end
       end
     end
+    ::continue::
   end
   errs:raise_if_any()
 

@@ -565,7 +565,7 @@ static int load_optimizer(ld *c, const cJSON *root) {
 }
 
 /* p->state_hash: xxh3-128 of the plan without train.zero_stage / zero_prefetch / comm_overlap and
- * the preempt and tensorboard sections (consumed: root loses them), so a checkpoint resumes under another ZeRO stage of the same plan (v2175). */
+ * the preempt, tensorboard, profile and memory_profile sections (consumed: root loses them), so a checkpoint resumes under another ZeRO stage of the same plan (v2175). */
 static int state_hash(ld *c, cJSON *root) {
     cJSON *t = cJSON_GetObjectItemCaseSensitive(root, "train");
     cJSON_DeleteItemFromObjectCaseSensitive(t, "zero_stage");
@@ -573,6 +573,8 @@ static int state_hash(ld *c, cJSON *root) {
     cJSON_DeleteItemFromObjectCaseSensitive(t, "comm_overlap");
     cJSON_DeleteItemFromObjectCaseSensitive(root, "preempt"); /* how a run stops, not its state */
     cJSON_DeleteItemFromObjectCaseSensitive(root, "tensorboard"); /* what it logs, not its state */
+    cJSON_DeleteItemFromObjectCaseSensitive(root, "profile");        /* v2184/v2185: what it measures */
+    cJSON_DeleteItemFromObjectCaseSensitive(root, "memory_profile");
     char *txt = cJSON_PrintUnformatted(root);
     if (!txt) return hyp_fail(c->e, HYP_EFAIL, "%s: out of memory", c->path);
     XXH128_hash_t h = XXH3_128bits(txt, strlen(txt));
@@ -776,6 +778,29 @@ int plan_load(const char *path, plan_t *p, hyp_err *e) {
             }
             snprintf(p->tb_logdir, sizeof p->tb_logdir, "%s", ld->valuestring);
             GI(tb, "every", 1, 1 << 30, p->tb_every);
+        }
+        enter(&c, "%s", "");
+    }
+    {   /* optional: v2184 profiling / v2185 memory profile by default (absent: only with the flags) */
+        const char *secs[2] = {"profile", "memory_profile"}, *keys[2] = {"trace", "svg"};
+        char *dst[2] = {p->prof_trace, p->memprof_svg};
+        for (int i = 0; i < 2 && !rc; i++) {
+            const cJSON *sec = cJSON_GetObjectItemCaseSensitive(root, secs[i]);
+            enter(&c, "%s", secs[i]);
+            if (sec && !cJSON_IsObject(sec)) {
+                rc = bad(&c, "field '%s' is not an object", secs[i]);
+                goto done;
+            }
+            if (!sec) continue;
+            if ((rc = get_str(&c, sec, keys[i], dst[i], sizeof p->prof_trace))) goto done;
+            if (!dst[i][0]) {
+                rc = bad(&c, "field '%s.%s' is empty", secs[i], keys[i]);
+                goto done;
+            }
+            if (i == 0) {
+                GI(sec, "start_step", 0, 1 << 30, p->prof_start);
+                GI(sec, "num_steps", 1, 1000, p->prof_steps);
+            }
         }
         enter(&c, "%s", "");
     }

@@ -113,6 +113,10 @@ typedef struct {
     char tb_logdir[256];    /* tensorboard.logdir (v2183): event files by default, relative to the
                                plan's directory; "" = no section (only --tensorboard DIR writes) */
     int tb_every;           /* tensorboard.every: steps between scalar events (1 without section) */
+    char prof_trace[256];   /* profile.trace (v2184): the Chrome trace written by default, relative to
+                               the plan's directory; "" = no section (only train --profile FILE) */
+    int prof_start, prof_steps; /* profile.start_step, num_steps: the profiled window */
+    char memprof_svg[256];  /* memory_profile.svg (v2185): the memory profile written by default; "" = none */
     uint64_t seed;
     char schedule[16];
     double lr, min_lr_ratio, decay_fraction, max_norm;

@@ -7,6 +7,7 @@
 
 #include "ops_bf16.h"
 #include "ops_cpu.h"
+#include "prof.h"
 #include "rng.h"
 
 static void *alloc_floats(int64_t n, size_t *bytes) {
@@ -294,7 +295,9 @@ static void run_op(exec_t *x, const plan_op *o, float dloss) {
     for (int i = 0; i < o->nout; i++) O[i] = exec_buf(x, o->out[i]);
     exec_dims d = {(int)bind_dim(x, o->B), (int)bind_dim(x, o->T), (int)bind_dim(x, o->N),
                    (long)bind_dim(x, o->n) * (o->C ? o->C : 1)};
+    double t0 = hyp_prof_t(); /* v2184: 0 outside the profiled window */
     (x->lowp && exec_op_is_lowp(x, o) ? x->lowp_fn : x->op_fn)[o->op](x, o, I, O, &d, dloss);
+    if (t0 > 0) hyp_prof_op(x->p, o, x->B, x->T, t0);
 }
 
 /* Whether op o's outputs include the step's per-token losses (then the mean loss is readable). */

@@ -10,6 +10,8 @@
 
 #include "op_registry.h"
 #include "ops_cpu.h"
+#include "prof.h"
+#include "prof_dev.h"
 
 static void free_z3(exec_dev *x);
 
@@ -573,7 +575,7 @@ static int run_launch(exec_dev *x, const plan_op *o, const plan_op *pair, const 
                           HYP_DIM3((unsigned)L->block, 1, 1), (size_t)sm, &ka, NULL, e);
 }
 
-static int run_op(exec_dev *x, const plan_op *o, const exec_dev_op *eo, float dloss, hyp_err *e) {
+static int run_op_work(exec_dev *x, const plan_op *o, const exec_dev_op *eo, float dloss, hyp_err *e) {
     int64_t N = (int64_t)x->B * x->T;
     int rc = HYP_OK;
     switch (eo->how) {
@@ -589,6 +591,15 @@ static int run_op(exec_dev *x, const plan_op *o, const exec_dev_op *eo, float dl
         return hyp_op_get(o->op)->device == HYP_OPDEV_GEMM_FWD ? matmul_fwd(x, o, N, e) : matmul_bwd(x, o, N, e);
     default: return hyp_fail(e, HYP_EINPUT, "plan op '%s' cannot run on the device", hyp_op_name(o->op));
     }
+}
+
+/* Op o; inside the profiled window (v2184) between two events on the compute stream. */
+static int run_op(exec_dev *x, const plan_op *o, const exec_dev_op *eo, float dloss, hyp_err *e) {
+    if (!hyp_prof_cur) return run_op_work(x, o, eo, dloss, e);
+    int h = hyp_prof_dev_begin(x->dev);
+    int rc = run_op_work(x, o, eo, dloss, e);
+    hyp_prof_dev_end(x->dev, h, x->p, o, x->B, x->T);
+    return rc;
 }
 
 static int upload_batch(exec_dev *x, hyp_err *e) {

@@ -209,6 +209,14 @@ static cJSON *state_json(const hyp_ckpt_state *st) {
         cJSON_AddNumberToObject(ld, "position", (double)st->loader_position);
     }
     if (st->world) cJSON_AddNumberToObject(j, "world", (double)st->world);
+    if (st->tokenizer[0]) { /* v2125: resuming on data of another tokenizer is refused */
+        cJSON *tk = cJSON_AddObjectToObject(j, "data_tokenizer");
+        if (tk) {
+            cJSON_AddStringToObject(tk, "kind", st->tokenizer);
+            cJSON_AddStringToObject(tk, "xxh3_64", st->tokenizer_hash);
+            cJSON_AddStringToObject(tk, "file", st->tokenizer_file);
+        }
+    }
     cJSON_AddNumberToObject(j, "saved_unix", (double)time(NULL));
     return j;
 }
@@ -837,6 +845,21 @@ int hyp_ckpt_load_aux(const char *dir, const char *step, hyp_ckpt_tensor *params
         goto done;
     }
     if (cJSON_IsString(pl)) snprintf(st->plan, sizeof st->plan, "%s", pl->valuestring);
+    st->tokenizer[0] = st->tokenizer_hash[0] = st->tokenizer_file[0] = '\0';
+    const cJSON *tk = cJSON_GetObjectItemCaseSensitive(j, "data_tokenizer"); /* optional */
+    if (tk) {
+        const cJSON *k = cJSON_GetObjectItemCaseSensitive(tk, "kind");
+        const cJSON *h = cJSON_GetObjectItemCaseSensitive(tk, "xxh3_64");
+        const cJSON *f = cJSON_GetObjectItemCaseSensitive(tk, "file");
+        if (!cJSON_IsString(k) || !cJSON_IsString(h) || strlen(k->valuestring) >= sizeof st->tokenizer ||
+            strlen(h->valuestring) >= sizeof st->tokenizer_hash) {
+            rc = hyp_fail(e, HYP_EINPUT, "%s: field 'data_tokenizer' is malformed — the checkpoint is damaged; resume from an earlier one", p);
+            goto done;
+        }
+        snprintf(st->tokenizer, sizeof st->tokenizer, "%s", k->valuestring);
+        snprintf(st->tokenizer_hash, sizeof st->tokenizer_hash, "%s", h->valuestring);
+        if (cJSON_IsString(f)) snprintf(st->tokenizer_file, sizeof st->tokenizer_file, "%s", f->valuestring);
+    }
     if (strlen(sd) >= sizeof st->path) {
         rc = hyp_fail(e, HYP_EINPUT, "%.200s...: path too long", sd);
         goto done;

@@ -63,6 +63,9 @@ typedef struct {
     uint64_t world;                      /* data-parallel ranks that saved it (0: not recorded) */
     char config_hash[HYP_CKPT_HASH_MAX]; /* the plan's hash; load refuses a different one */
     char plan[HYP_CKPT_PLAN_MAX];        /* optional: which plan, for humans ("tiny+bf16 ...") */
+    char tokenizer[16];                  /* optional (v2125): the training data's tokenizer kind */
+    char tokenizer_hash[17];             /*   its file's xxh3_64 ("" for byte / not recorded) */
+    char tokenizer_file[HYP_CKPT_PATH_MAX]; /* its file when saved (absolute), for `train sample` */
     char path[HYP_CKPT_PATH_MAX];        /* load fills it: the step directory loaded */
 } hyp_ckpt_state;
 

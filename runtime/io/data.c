@@ -1,5 +1,6 @@
-/* data.c — the byte tokenizer + shard writer (hyp_data_prepare), the shard verifier, and the
- * batch loader. Formats, sampling and guarantees are documented in data.h. */
+/* data.c — the shard writer with document sidecars (hyp_data_prepare: documents from docs.c
+ * through the stages of docs_*.c, tokenized by encode_document with the byte tokenizer or a BPE
+ * one from tokenizer.c), the shard verifier, and the batch loader. Formats, sampling and guarantees are documented in data.h. */
 #include "data.h"
 
 #include <cjson/cJSON.h>
@@ -15,8 +16,10 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "docs.h"
 #include "fsio.h"
 #include "rng.h"
+#include "tokenizer.h"
 
 #define HEADER_BYTES (HYP_SHARD_HEADER_INTS * 4)
 #define META_MAX_BYTES (64u << 20)
@@ -58,16 +61,18 @@ static int shard_name_matches(const char *name, const char *split) {
     return 0;
 }
 
-/* What hyp_data_prepare writes: meta.json, train_NNNNNN.bin, val_NNNNNN.bin. */
+/* What hyp_data_prepare writes: meta.json, report.json, train_NNNNNN.bin, val_NNNNNN.bin and
+ * their .docs sidecars, the tokenizer's copy. */
 static int is_prepare_output(const char *name) {
-    if (!strcmp(name, "meta.json")) return 1;
+    if (!strcmp(name, "meta.json") || !strcmp(name, "report.json")) return 1;
+    if (!strcmp(name, HYP_DATA_TOK_JSON) || !strcmp(name, HYP_DATA_TOK_TIKTOKEN)) return 1; /* v2125 */
     const char *p = NULL;
     if (!strncmp(name, "train_", 6)) p = name + 6;
     else if (!strncmp(name, "val_", 4)) p = name + 4;
     if (!p) return 0;
     int digits = 0;
     while (p[digits] >= '0' && p[digits] <= '9') digits++;
-    return digits >= 6 && !strcmp(p + digits, ".bin");
+    return digits >= 6 && (!strcmp(p + digits, ".bin") || !strcmp(p + digits, ".docs"));
 }
 
 /* ========================================================================================== */
@@ -78,12 +83,16 @@ void hyp_data_opts_default(hyp_data_opts *o) {
     o->shard_tokens = 100000000ULL;
     o->vocab_size = 256;
     o->overwrite = 0;
+    o->doc_sep = NULL;
+    o->stages = NULL;
+    o->input_names = NULL;
+    o->tokenizer = NULL;
 }
 
 typedef struct {
     char path[4096];     /* the name the user gave ("-" shows as "<stdin>") */
-    char open_path[4096];
-    uint64_t bytes;
+    uint64_t bytes;      /* bytes read (decompressed) */
+    uint64_t docs;       /* documents read */
 } source;
 
 typedef struct {
@@ -91,14 +100,19 @@ typedef struct {
     const char *split;
     uint64_t tokens;
     char xxh3[17];
+    uint64_t docs;       /* documents starting in this shard (its .docs sidecar) */
+    char docs_xxh3[17];
 } shard_info;
 
-/* Streams tokens into consecutive shards of one split. */
+/* Streams tokens into consecutive shards of one split, and each shard's document starts into its
+ * .docs sidecar (docs_contract: a document cut by a shard boundary starts again at offset 0 of
+ * the next shard). */
 typedef struct {
     const char *dir;     /* the temp dir being built */
     const char *split;
     uint64_t split_left; /* tokens still to write in this split */
     uint64_t shard_left; /* tokens still to write in the open shard */
+    uint64_t shard_n;    /* tokens of the open shard */
     uint64_t shard_tokens;
     int tokbytes;
     int index;
@@ -107,7 +121,22 @@ typedef struct {
     XXH3_state_t *xs;
     shard_info *infos;
     int *n_infos;
+    uint64_t *doc_off;   /* document starts in the open shard */
+    size_t n_doc, cap_doc;
+    int doc_pending;     /* the next token starts a document */
 } shard_writer;
+
+static int sw_doc_mark(shard_writer *w, uint64_t off) {
+    if (w->n_doc == w->cap_doc) {
+        size_t cap = w->cap_doc ? w->cap_doc * 2 : 1024;
+        uint64_t *p = realloc(w->doc_off, cap * sizeof *p);
+        if (!p) return -1;
+        w->doc_off = p;
+        w->cap_doc = cap;
+    }
+    w->doc_off[w->n_doc++] = off;
+    return 0;
+}
 
 static int sw_open_shard(shard_writer *w, hyp_err *e) {
     uint64_t n = w->split_left < w->shard_tokens ? w->split_left : w->shard_tokens;
@@ -134,8 +163,44 @@ static int sw_open_shard(shard_writer *w, hyp_err *e) {
                         w->path, strerror(err));
     }
     w->shard_left = n;
+    w->shard_n = n;
     (*w->n_infos)++;
+    /* a new shard always starts a document: a new one, or the rest of a cut one */
+    w->n_doc = 0;
+    w->doc_pending = 0;
+    if (sw_doc_mark(w, 0) != 0) return hyp_fail(e, HYP_EFAIL, "%s: out of memory", w->path);
     return HYP_OK;
+}
+
+/* S.docs beside S.bin: 256 int32 header (HYP_DOCS_MAGIC, version 1, n), n uint64 offsets. */
+static int sw_write_sidecar(shard_writer *w, shard_info *si, hyp_err *e) {
+    char name[64], path[4200];
+    snprintf(name, sizeof name, "%.*s.docs", (int)(strlen(si->name) - 4), si->name);
+    join(path, sizeof path, w->dir, name);
+    size_t nb = HEADER_BYTES + w->n_doc * 8;
+    uint8_t *buf = calloc(1, nb);
+    if (!buf) return hyp_fail(e, HYP_EFAIL, "%s: out of memory", path);
+    wr32(buf + 0, HYP_DOCS_MAGIC);
+    wr32(buf + 4, 1);
+    wr32(buf + 8, (uint32_t)w->n_doc);
+    for (size_t i = 0; i < w->n_doc; i++) {
+        wr32(buf + HEADER_BYTES + 8 * i, (uint32_t)w->doc_off[i]);
+        wr32(buf + HEADER_BYTES + 8 * i + 4, (uint32_t)(w->doc_off[i] >> 32));
+    }
+    snprintf(si->docs_xxh3, sizeof si->docs_xxh3, "%016llx",
+             (unsigned long long)XXH3_64bits(buf, nb));
+    si->docs = w->n_doc;
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    int rc = HYP_OK;
+    if (fd < 0 || hyp_fs_write_all(fd, buf, nb) != 0 || fsync(fd) != 0) {
+        int err = errno;
+        rc = hyp_fail(e, hyp_fs_errcode(err), "%s: write failed: %s — check free disk space",
+                      path, strerror(err));
+    }
+    if (fd >= 0 && close(fd) != 0 && rc == HYP_OK)
+        rc = hyp_fail(e, HYP_EFAIL, "%s: close failed: %s", path, strerror(errno));
+    free(buf);
+    return rc;
 }
 
 static int sw_close_shard(shard_writer *w, hyp_err *e) {
@@ -152,7 +217,7 @@ static int sw_close_shard(shard_writer *w, hyp_err *e) {
     if (rc != 0)
         return hyp_fail(e, HYP_EFAIL, "%s: fsync/close failed: %s — check free disk space",
                         w->path, strerror(err));
-    return HYP_OK;
+    return sw_write_sidecar(w, si, e);
 }
 
 /* Writes n tokens (already encoded, tokbytes each) — the split must have room for them. */
@@ -161,6 +226,12 @@ static int sw_put(shard_writer *w, const uint8_t *enc, uint64_t n, hyp_err *e) {
         if (w->fd < 0) {
             int rc = sw_open_shard(w, e);
             if (rc != HYP_OK) return rc;
+        }
+        if (w->doc_pending) {
+            w->doc_pending = 0;
+            uint64_t at = w->shard_n - w->shard_left;
+            if (at > 0 && sw_doc_mark(w, at) != 0)
+                return hyp_fail(e, HYP_EFAIL, "%s: out of memory", w->path);
         }
         uint64_t k = n < w->shard_left ? n : w->shard_left;
         size_t nb = (size_t)k * (size_t)w->tokbytes;
@@ -182,71 +253,35 @@ static int sw_put(shard_writer *w, const uint8_t *enc, uint64_t n, hyp_err *e) {
     return HYP_OK;
 }
 
-/* Copies stdin into dir/.stdin so it can be sized and streamed like a file. */
-static int spool_stdin(const char *dir, source *s, hyp_err *e) {
-    join(s->open_path, sizeof s->open_path, dir, ".stdin");
-    int fd = open(s->open_path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-    if (fd < 0) {
-        int err = errno;
-        return hyp_fail(e, hyp_fs_errcode(err), "%s: cannot create: %s", s->open_path,
-                        strerror(err));
-    }
-    enum { BUF = 1 << 16 };
-    uint8_t *buf = malloc(BUF);
-    if (!buf) {
-        close(fd);
-        return hyp_fail(e, HYP_EFAIL, "<stdin>: out of memory");
-    }
-    for (;;) {
-        ssize_t r = read(STDIN_FILENO, buf, BUF);
-        if (r < 0 && errno == EINTR) continue;
-        if (r < 0) {
-            int err = errno;
-            close(fd);
-            free(buf);
-            return hyp_fail(e, HYP_EINPUT, "<stdin>: read failed: %s — pipe text into gen data "
-                            "or give a file", strerror(err));
-        }
-        if (r == 0) break;
-        if (hyp_fs_write_all(fd, buf, (size_t)r) != 0) {
-            int err = errno;
-            close(fd);
-            free(buf);
-            return hyp_fail(e, HYP_EFAIL, "%s: write failed: %s", s->open_path, strerror(err));
-        }
-    }
-    free(buf);
-    if (close(fd) != 0)
-        return hyp_fail(e, HYP_EFAIL, "%s: close failed: %s", s->open_path, strerror(errno));
-    return HYP_OK;
-}
+/* Token ids of the documents, back to back (item_off[k] .. item_off[k + 1] is stream item k). */
+typedef struct {
+    int32_t *v;
+    size_t n, cap;
+} token_buf;
 
-static int stat_source(source *s, hyp_err *e) {
-    struct stat st;
-    if (stat(s->open_path, &st) != 0) {
-        int err = errno;
-        if (err == ENOENT)
-            return hyp_fail(e, HYP_EINPUT, "%s: no such file — check the input path", s->path);
-        return hyp_fail(e, hyp_fs_errcode(err), "%s: cannot read: %s — check the input path",
-                        s->path, strerror(err));
+/* encode_document — the one place text becomes tokens (the data helpers' contract): the
+ * selected tokenizer's ids of one document, after an EOT when the tokenizer has one (llm.c's
+ * fineweb convention: every document starts with EOT). Appends to out. */
+static int encode_document(hyp_tok *tok, const uint8_t *doc, size_t n, token_buf *out,
+                           hyp_err *e) {
+    int eot = hyp_tok_eot(tok);
+    if (eot >= 0) {
+        if (out->n == out->cap) {
+            size_t c = out->cap ? out->cap * 2 : 1024;
+            int32_t *p = realloc(out->v, c * sizeof *p);
+            if (!p) return hyp_fail(e, HYP_EFAIL, "gen data: out of memory");
+            out->v = p, out->cap = c;
+        }
+        out->v[out->n++] = eot;
     }
-    if (S_ISDIR(st.st_mode))
-        return hyp_fail(e, HYP_EINPUT, "%s: is a directory — give the text files inside it",
-                        s->path);
-    if (!S_ISREG(st.st_mode))
-        return hyp_fail(e, HYP_EINPUT, "%s: not a regular file — give plain text files (or \"-\" "
-                        "for stdin)", s->path);
-    if (st.st_size == 0)
-        return hyp_fail(e, HYP_EINPUT, "%s: input is empty — give a non-empty text file or drop "
-                        "it from the list", s->path);
-    s->bytes = (uint64_t)st.st_size;
-    return HYP_OK;
+    return hyp_tok_encode(tok, doc, n, &out->v, &out->n, &out->cap, e);
 }
 
 /* meta.json for the directory being built. */
-static int write_meta(const char *tmpdir, const hyp_data_opts *o, int tokbytes,
-                      const source *src, int n_src, const shard_info *sh, int n_sh,
-                      uint64_t n_train, uint64_t n_val, hyp_err *e) {
+static int write_meta(const char *tmpdir, const hyp_data_opts *o, const hyp_tok *tok,
+                      const char *tok_file, int tokbytes, const source *src, int n_src,
+                      const shard_info *sh, int n_sh, uint64_t n_train, uint64_t n_val,
+                      hyp_err *e) {
     cJSON *m = cJSON_CreateObject();
     cJSON *srcs = cJSON_CreateArray(), *shards = cJSON_CreateArray();
     if (!m || !srcs || !shards) {
@@ -257,19 +292,25 @@ static int write_meta(const char *tmpdir, const hyp_data_opts *o, int tokbytes,
     }
     cJSON_AddStringToObject(m, "format", "hyperion-data");
     cJSON_AddNumberToObject(m, "format_version", 1);
-    cJSON_AddStringToObject(m, "tokenizer", "byte");
+    cJSON_AddStringToObject(m, "tokenizer", hyp_tok_kind(tok));
     cJSON_AddNumberToObject(m, "vocab_size", o->vocab_size);
+    hyp_data_tok_meta(m, tok, o->tokenizer, tok_file); /* v2125: tokenizer_*, eot_id */
     cJSON_AddNumberToObject(m, "shard_version", tokbytes == 2 ? 1 : 2);
     cJSON_AddStringToObject(m, "token_dtype", tokbytes == 2 ? "uint16" : "uint32");
     cJSON_AddNumberToObject(m, "val_fraction", o->val_fraction);
     cJSON_AddNumberToObject(m, "shard_tokens", (double)o->shard_tokens);
     cJSON_AddNumberToObject(m, "train_tokens", (double)n_train);
     cJSON_AddNumberToObject(m, "val_tokens", (double)n_val);
+    if (o->stages && o->stages->curriculum_on) cJSON_AddStringToObject(m, "train_order", "curriculum");
+    uint64_t docs = 0;
+    for (int i = 0; i < n_sh; i++) docs += sh[i].docs;
+    cJSON_AddNumberToObject(m, "documents", (double)docs);
     cJSON_AddStringToObject(m, "checksum", "xxh3_64 of the whole shard file, hex");
     for (int i = 0; i < n_src; i++) {
         cJSON *s = cJSON_CreateObject();
         cJSON_AddStringToObject(s, "path", src[i].path);
         cJSON_AddNumberToObject(s, "bytes", (double)src[i].bytes);
+        cJSON_AddNumberToObject(s, "documents", (double)src[i].docs);
         cJSON_AddItemToArray(srcs, s);
     }
     cJSON_AddItemToObject(m, "sources", srcs);
@@ -279,6 +320,8 @@ static int write_meta(const char *tmpdir, const hyp_data_opts *o, int tokbytes,
         cJSON_AddStringToObject(s, "split", sh[i].split);
         cJSON_AddNumberToObject(s, "tokens", (double)sh[i].tokens);
         cJSON_AddStringToObject(s, "xxh3_64", sh[i].xxh3);
+        cJSON_AddNumberToObject(s, "docs", (double)sh[i].docs);
+        cJSON_AddStringToObject(s, "docs_xxh3_64", sh[i].docs_xxh3);
         cJSON_AddItemToArray(shards, s);
     }
     cJSON_AddItemToObject(m, "shards", shards);
@@ -287,6 +330,25 @@ static int write_meta(const char *tmpdir, const hyp_data_opts *o, int tokbytes,
     if (!txt) return hyp_fail(e, HYP_EFAIL, "meta.json: out of memory");
     char path[4200];
     join(path, sizeof path, tmpdir, "meta.json");
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    int rc = HYP_OK;
+    if (fd < 0 || hyp_fs_write_all(fd, txt, strlen(txt)) != 0 ||
+        hyp_fs_write_all(fd, "\n", 1) != 0 || fsync(fd) != 0) {
+        int err = errno;
+        rc = hyp_fail(e, hyp_fs_errcode(err), "%s: write failed: %s", path, strerror(err));
+    }
+    if (fd >= 0 && close(fd) != 0 && rc == HYP_OK)
+        rc = hyp_fail(e, HYP_EFAIL, "%s: close failed: %s", path, strerror(errno));
+    free(txt);
+    return rc;
+}
+
+/* report.json: what each stage did (docs.h), written beside meta.json. */
+static int write_report(const char *tmpdir, cJSON *report, hyp_err *e) {
+    char *txt = cJSON_Print(report);
+    if (!txt) return hyp_fail(e, HYP_EFAIL, "report.json: out of memory");
+    char path[4200];
+    join(path, sizeof path, tmpdir, "report.json");
     int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     int rc = HYP_OK;
     if (fd < 0 || hyp_fs_write_all(fd, txt, strlen(txt)) != 0 ||
@@ -386,11 +448,60 @@ static int install_dir(const char *tmpdir, const char *outdir, int exists, hyp_e
     return HYP_OK;
 }
 
+/* A piece of the token stream written as one document: tokens [start, end) of stream item item. */
+typedef struct {
+    uint64_t start, end;
+    uint32_t item;
+} piece;
+
+/* Writes the pieces in order (order == NULL: as listed), each one starting a document. */
+static int write_pieces(shard_writer *w, const token_buf *tb, const piece *pc, size_t n,
+                        const uint32_t *order, uint8_t *enc, size_t enc_tokens, hyp_err *e) {
+    for (size_t i = 0; i < n; i++) {
+        const piece *p = &pc[order ? order[i] : i];
+        w->doc_pending = 1;
+        for (uint64_t s = p->start; s < p->end;) {
+            size_t k = p->end - s < enc_tokens ? (size_t)(p->end - s) : enc_tokens;
+            for (size_t j = 0; j < k; j++) {
+                uint32_t t = (uint32_t)tb->v[s + j];
+                if (w->tokbytes == 2) {
+                    enc[2 * j] = (uint8_t)t;
+                    enc[2 * j + 1] = (uint8_t)(t >> 8);
+                } else {
+                    wr32(enc + 4 * j, t);
+                }
+            }
+            int rc = sw_put(w, enc, k, e);
+            if (rc != HYP_OK) return rc;
+            s += k;
+        }
+    }
+    return HYP_OK;
+}
+
+static int prepare(const char *const *inputs, int n_inputs, const char *outdir, hyp_data_opts o,
+                   hyp_tok *tok, hyp_err *e);
+
 int hyp_data_prepare(const char *const *inputs, int n_inputs, const char *outdir,
                      const hyp_data_opts *opts, hyp_err *e) {
     hyp_data_opts o;
     if (opts) o = *opts;
     else hyp_data_opts_default(&o);
+    if (o.tokenizer && !o.tokenizer[0])
+        return hyp_fail(e, HYP_EINPUT, "--tokenizer: empty — give byte, a tokenizer.json or a "
+                        "tiktoken ranks file");
+    if (o.tokenizer && !strcmp(o.tokenizer, "byte")) o.tokenizer = NULL;
+    hyp_tok *tok = hyp_tok_open(o.tokenizer ? o.tokenizer : "byte", e);
+    if (!tok) return HYP_EINPUT;
+    if (o.tokenizer) o.vocab_size = hyp_tok_vocab_size(tok);
+    int rc = prepare(inputs, n_inputs, outdir, o, tok, e);
+    hyp_tok_free(tok);
+    return rc;
+}
+
+static int prepare(const char *const *inputs, int n_inputs, const char *outdir, hyp_data_opts o,
+                   hyp_tok *tok, hyp_err *e) {
+    const char *tok_file = o.tokenizer ? hyp_data_tok_file(tok) : NULL;
     if (!outdir || !outdir[0])
         return hyp_fail(e, HYP_EINPUT, "gen data: no output directory given — pass --out DIR");
     if (n_inputs <= 0 || !inputs)
@@ -407,6 +518,9 @@ int hyp_data_prepare(const char *const *inputs, int n_inputs, const char *outdir
         return hyp_fail(e, HYP_EINPUT, "%s: vocab_size %d is below 256, but the byte tokenizer "
                         "emits tokens 0..255 — use vocab_size >= 256", outdir, o.vocab_size);
     int tokbytes = o.vocab_size <= 65536 ? 2 : 4;
+    hyp_stages no_stages;
+    hyp_stages_default(&no_stages);
+    const hyp_stages *st = o.stages ? o.stages : &no_stages;
 
     size_t olen = strlen(outdir);
     while (olen > 1 && outdir[olen - 1] == '/') olen--;
@@ -419,152 +533,171 @@ int hyp_data_prepare(const char *const *inputs, int n_inputs, const char *outdir
     int exists, rc = check_outdir(out, o.overwrite, &exists, e);
     if (rc != HYP_OK) return rc;
 
+    /* read every input before creating anything, so a bad one fails fast and leaves nothing */
     source *src = calloc((size_t)n_inputs, sizeof *src);
-    if (!src) return hyp_fail(e, HYP_EFAIL, "%s: out of memory", out);
-    /* size every input before creating anything, so a typo fails fast and leaves nothing */
-    int n_stdin = 0;
-    for (int i = 0; i < n_inputs; i++) {
-        if (!inputs[i] || !inputs[i][0]) {
-            free(src);
-            return hyp_fail(e, HYP_EINPUT, "input %d: empty path — give a text file", i + 1);
-        }
-        if (!strcmp(inputs[i], "-")) {
-            if (n_stdin++) {
-                free(src);
-                return hyp_fail(e, HYP_EINPUT, "<stdin>: \"-\" given twice — stdin can be read "
-                                "only once");
-            }
-            snprintf(src[i].path, sizeof src[i].path, "<stdin>");
-            continue;
-        }
-        snprintf(src[i].path, sizeof src[i].path, "%s", inputs[i]);
-        snprintf(src[i].open_path, sizeof src[i].open_path, "%s", inputs[i]);
-        if ((rc = stat_source(&src[i], e)) != HYP_OK) {
-            free(src);
-            return rc;
-        }
-    }
-
-    char parent[4096];
-    hyp_fs_dirname(out, parent, sizeof parent);
-    if ((rc = hyp_fs_mkdirs(parent, e)) != HYP_OK) {
-        free(src);
-        return rc;
-    }
-    char tmpdir[4200];
-    snprintf(tmpdir, sizeof tmpdir, "%s.tmp-XXXXXX", out);
-    if (!mkdtemp(tmpdir)) {
-        int err = errno;
-        free(src);
-        return hyp_fail(e, hyp_fs_errcode(err), "%s: cannot create the output directory: %s — "
-                        "choose a writable --out", out, strerror(err));
-    }
-    (void)chmod(tmpdir, 0755);
-
+    hyp_docs docs = {0};
+    uint32_t *ids = NULL, *order = NULL, *piece_doc = NULL;
+    size_t *item_off = NULL;
+    piece *pieces = NULL;
+    token_buf tb = {0};
+    cJSON *report = cJSON_CreateObject();
+    cJSON *stages = report ? cJSON_AddArrayToObject(report, "stages") : NULL;
     shard_info *infos = NULL;
-    uint8_t *inbuf = NULL, *enc = NULL;
+    uint8_t *enc = NULL;
     XXH3_state_t *xs = NULL;
-    int fd_in = -1;
     shard_writer w = {.fd = -1};
-
-    for (int i = 0; i < n_inputs && rc == HYP_OK; i++)
-        if (!strcmp(inputs[i], "-")) {
-            rc = spool_stdin(tmpdir, &src[i], e);
-            if (rc == HYP_OK) rc = stat_source(&src[i], e);
+    char tmpdir[4200] = "";
+    if (!src || !stages) {
+        rc = hyp_fail(e, HYP_EFAIL, "%s: out of memory", out);
+        goto done;
+    }
+    int n_stdin = 0;
+    cJSON *rin = cJSON_AddArrayToObject(report, "inputs");
+    for (int i = 0; i < n_inputs && rc == HYP_OK; i++) {
+        if (!inputs[i] || !inputs[i][0]) {
+            rc = hyp_fail(e, HYP_EINPUT, "input %d: empty path — give a text file", i + 1);
+            break;
         }
-    if (rc != HYP_OK) goto fail;
+        int is_stdin = !strcmp(inputs[i], "-");
+        if (is_stdin && n_stdin++) {
+            rc = hyp_fail(e, HYP_EINPUT, "<stdin>: \"-\" given twice — stdin can be read only "
+                          "once");
+            break;
+        }
+        snprintf(src[i].path, sizeof src[i].path, "%s",
+                 o.input_names && o.input_names[i] ? o.input_names[i]
+                 : is_stdin                        ? "<stdin>"
+                                                   : inputs[i]);
+        size_t nd = 0;
+        rc = hyp_docs_read(&docs, inputs[i], src[i].path, i, o.doc_sep, &nd, &src[i].bytes, e);
+        src[i].docs = nd;
+        cJSON *ri = cJSON_CreateObject();
+        cJSON_AddStringToObject(ri, "path", src[i].path);
+        cJSON_AddNumberToObject(ri, "documents", (double)nd);
+        cJSON_AddNumberToObject(ri, "bytes", (double)src[i].bytes);
+        cJSON_AddItemToArray(rin, ri);
+    }
+    if (rc != HYP_OK) goto done;
+    cJSON_AddNumberToObject(report, "documents_read", (double)docs.n);
+    if (o.doc_sep) cJSON_AddStringToObject(report, "doc_sep", o.doc_sep);
 
-    uint64_t total = 0;
-    for (int i = 0; i < n_inputs; i++) total += src[i].bytes;
+    /* the stages choose which documents, in which order (repeats allowed with mixing) */
+    size_t n_items = docs.n;
+    ids = malloc((n_items + 1) * sizeof *ids);
+    if (!ids) {
+        rc = hyp_fail(e, HYP_EFAIL, "%s: out of memory", out);
+        goto done;
+    }
+    for (size_t i = 0; i < n_items; i++) ids[i] = (uint32_t)i;
+    rc = hyp_stages_select(&docs, n_inputs, st, &ids, &n_items, stages, e);
+    if (rc != HYP_OK) goto done;
+    if (n_items == 0) {
+        char why[160];
+        hyp_stages_why_empty(stages, why, sizeof why);
+        rc = hyp_fail(e, HYP_EINPUT, "%s: no document is left after the stages (%llu read%s) — "
+                      "loosen the filter thresholds (see --set) or give more text", src[0].path,
+                      (unsigned long long)docs.n, why);
+        goto done;
+    }
+
+    /* encode every item of the stream */
+    item_off = malloc((n_items + 1) * sizeof *item_off);
+    if (!item_off) {
+        rc = hyp_fail(e, HYP_EFAIL, "%s: out of memory", out);
+        goto done;
+    }
+    for (size_t k = 0; k < n_items && rc == HYP_OK; k++) {
+        item_off[k] = tb.n;
+        rc = encode_document(tok, docs.text + docs.off[ids[k]], docs.len[ids[k]], &tb, e);
+    }
+    if (rc != HYP_OK) goto done;
+    item_off[n_items] = tb.n;
+    uint64_t total = tb.n;
     uint64_t n_val = 0;
     if (o.val_fraction > 0) {
         n_val = (uint64_t)llround((double)total * o.val_fraction);
         if (n_val == 0) n_val = 1;
     }
     if (n_val >= total) {
-        rc = hyp_fail(e, HYP_EINPUT, "%s: the corpus has %llu bytes, too few to hold out "
+        rc = hyp_fail(e, HYP_EINPUT, "%s: the corpus has %llu %s, too few to hold out "
                       "val_fraction %g for validation — give more text", src[0].path,
-                      (unsigned long long)total, o.val_fraction);
-        goto fail;
+                      (unsigned long long)total, tok_file ? "tokens" : "bytes", o.val_fraction);
+        goto done;
     }
     uint64_t n_train = total - n_val;
+
+    /* pieces: the stream cut at the train/val boundary (the document there becomes two) */
+    pieces = malloc((n_items + 1) * sizeof *pieces);
+    order = malloc((n_items + 1) * sizeof *order);
+    piece_doc = malloc((n_items + 1) * sizeof *piece_doc);
+    if (!pieces || !order || !piece_doc) {
+        rc = hyp_fail(e, HYP_EFAIL, "%s: out of memory", out);
+        goto done;
+    }
+    size_t n_pieces = 0, n_train_pieces = 0;
+    for (size_t k = 0; k < n_items; k++) {
+        uint64_t a = item_off[k], b = item_off[k + 1];
+        if (a < n_train) {
+            pieces[n_pieces++] = (piece){a, b < n_train ? b : n_train, (uint32_t)k};
+            n_train_pieces = n_pieces;
+        }
+        if (b > n_train && b > a) pieces[n_pieces++] = (piece){a > n_train ? a : n_train, b, (uint32_t)k};
+    }
+    for (size_t i = 0; i < n_pieces; i++) {
+        order[i] = (uint32_t)i;
+        piece_doc[i] = ids[pieces[i].item];
+    }
+    if (st->curriculum_on) { /* orders the training pieces only: val stays a plain sample */
+        rc = hyp_curriculum_run(&docs, &st->curriculum, piece_doc, n_train_pieces, order,
+                                hyp_stage_report(stages, "curriculum", st->curriculum_spec), e);
+        if (rc != HYP_OK) goto done;
+    }
+
+    char parent[4096];
+    hyp_fs_dirname(out, parent, sizeof parent);
+    if ((rc = hyp_fs_mkdirs(parent, e)) != HYP_OK) goto done;
+    snprintf(tmpdir, sizeof tmpdir, "%s.tmp-XXXXXX", out);
+    if (!mkdtemp(tmpdir)) {
+        int err = errno;
+        tmpdir[0] = '\0';
+        rc = hyp_fail(e, hyp_fs_errcode(err), "%s: cannot create the output directory: %s — "
+                      "choose a writable --out", out, strerror(err));
+        goto done;
+    }
+    (void)chmod(tmpdir, 0755);
+    if (tok_file && (rc = hyp_data_tok_copy(o.tokenizer, tmpdir, tok_file, e)) != HYP_OK) goto fail;
 
     size_t max_shards = (size_t)((n_train + o.shard_tokens - 1) / o.shard_tokens +
                                  (n_val + o.shard_tokens - 1) / o.shard_tokens) + 1;
     int n_infos = 0;
     enum { CHUNK = 1 << 20 };
     infos = calloc(max_shards, sizeof *infos);
-    inbuf = malloc(CHUNK);
     enc = malloc((size_t)CHUNK * 4);
     xs = XXH3_createState();
-    if (!infos || !inbuf || !enc || !xs) {
+    if (!infos || !enc || !xs) {
         rc = hyp_fail(e, HYP_EFAIL, "%s: out of memory", out);
         goto fail;
     }
     w = (shard_writer){.dir = tmpdir, .split = "train", .split_left = n_train, .fd = -1,
                        .shard_tokens = o.shard_tokens, .tokbytes = tokbytes, .xs = xs,
                        .infos = infos, .n_infos = &n_infos};
-
-    for (int i = 0; i < n_inputs && rc == HYP_OK; i++) {
-        fd_in = open(src[i].open_path, O_RDONLY | O_CLOEXEC);
-        if (fd_in < 0) {
-            int err = errno;
-            rc = hyp_fail(e, hyp_fs_errcode(err), "%s: cannot open: %s — check the input path",
-                          src[i].path, strerror(err));
-            break;
-        }
-        uint64_t off = 0;
-        while (off < src[i].bytes && rc == HYP_OK) {
-            size_t want = src[i].bytes - off < CHUNK ? (size_t)(src[i].bytes - off) : CHUNK;
-            long long got = hyp_fs_read_full(fd_in, inbuf, want);
-            if (got < 0 || (size_t)got != want) {
-                rc = hyp_fail(e, HYP_EINPUT, "%s: %s at byte %llu — the file changed while gen "
-                              "data read it; re-run", src[i].path,
-                              got < 0 ? strerror(errno) : "unexpected end of file",
-                              (unsigned long long)(off + (got > 0 ? (uint64_t)got : 0)));
-                break;
-            }
-            const uint8_t *nul = memchr(inbuf, 0, want);
-            if (nul) {
-                rc = hyp_fail(e, HYP_EINPUT, "%s: NUL byte at offset %llu — this is not a text "
-                              "file (binary data?); give plain UTF-8 text", src[i].path,
-                              (unsigned long long)(off + (uint64_t)(nul - inbuf)));
-                break;
-            }
-            /* byte tokenizer: token = byte value, little-endian uint16 / uint32 */
-            for (size_t k = 0; k < want; k++) {
-                if (tokbytes == 2) {
-                    enc[2 * k] = inbuf[k];
-                    enc[2 * k + 1] = 0;
-                } else {
-                    wr32(enc + 4 * k, inbuf[k]);
-                }
-            }
-            const uint8_t *p = enc;
-            uint64_t left = want;
-            while (left > 0 && rc == HYP_OK) {
-                if (w.split_left == 0) { /* train is full: switch to val */
-                    w.split = "val";
-                    w.split_left = n_val;
-                    w.index = 0;
-                }
-                uint64_t k = left < w.split_left ? left : w.split_left;
-                rc = sw_put(&w, p, k, e);
-                p += k * (uint64_t)tokbytes;
-                left -= k;
-            }
-            off += want;
-        }
-        close(fd_in);
-        fd_in = -1;
+    rc = write_pieces(&w, &tb, pieces, n_train_pieces, order, enc, CHUNK, e);
+    if (rc == HYP_OK && n_val > 0) {
+        w.split = "val";
+        w.split_left = n_val;
+        w.index = 0;
+        rc = write_pieces(&w, &tb, pieces + n_train_pieces, n_pieces - n_train_pieces, NULL,
+                          enc, CHUNK, e);
     }
     if (rc != HYP_OK) goto fail;
-    if (n_stdin) {
-        char p[4200];
-        join(p, sizeof p, tmpdir, ".stdin");
-        unlink(p);
-    }
-    rc = write_meta(tmpdir, &o, tokbytes, src, n_inputs, infos, n_infos, n_train, n_val, e);
+    cJSON *ro = cJSON_AddObjectToObject(report, "output");
+    cJSON_AddNumberToObject(ro, "documents", (double)n_items);
+    cJSON_AddNumberToObject(ro, "train_tokens", (double)n_train);
+    cJSON_AddNumberToObject(ro, "val_tokens", (double)n_val);
+    cJSON_AddNumberToObject(ro, "shards", n_infos);
+    rc = write_meta(tmpdir, &o, tok, tok_file, tokbytes, src, n_inputs, infos, n_infos, n_train,
+                    n_val, e);
+    if (rc == HYP_OK) rc = write_report(tmpdir, report, e);
     if (rc != HYP_OK) goto fail;
     if (hyp_fs_fsync_dir(tmpdir) != 0) {
         rc = hyp_fail(e, HYP_EFAIL, "%s: fsync failed: %s", tmpdir, strerror(errno));
@@ -572,21 +705,26 @@ int hyp_data_prepare(const char *const *inputs, int n_inputs, const char *outdir
     }
     rc = install_dir(tmpdir, out, exists, e);
     if (rc != HYP_OK) goto fail;
-    if (hyp_fs_fsync_dir(parent) != 0) {
+    if (hyp_fs_fsync_dir(parent) != 0)
         rc = hyp_fail(e, HYP_EFAIL, "%s: fsync failed: %s", parent, strerror(errno));
-        goto done;
-    }
     goto done;
 fail:
     if (w.fd >= 0) close(w.fd);
-    (void)hyp_fs_remove_flat(tmpdir, allow_any);
+    if (tmpdir[0]) (void)hyp_fs_remove_flat(tmpdir, allow_any);
 done:
-    if (fd_in >= 0) close(fd_in);
     if (xs) XXH3_freeState(xs);
+    free(w.doc_off);
     free(infos);
-    free(inbuf);
     free(enc);
     free(src);
+    free(ids);
+    free(order);
+    free(piece_doc);
+    free(item_off);
+    free(pieces);
+    free(tb.v);
+    hyp_docs_free(&docs);
+    cJSON_Delete(report);
     return rc;
 }
 
@@ -615,6 +753,7 @@ struct hyp_loader {
     uint64_t limit;        /* tokens must be < limit */
     const char *limit_why; /* for messages */
     uint32_t *perm;        /* train: the permutation of epoch perm_epoch */
+    int ordered_epoch0;    /* meta.json train_order "curriculum": epoch 0 keeps the file order */
     uint64_t perm_epoch;
     int perm_valid;
     hyp_loader_state st;
@@ -720,6 +859,8 @@ static int check_meta(hyp_loader *L, const char *split, hyp_err *e) {
         }
         L->meta_vocab = (int)v->valuedouble;
     }
+    const cJSON *order = cJSON_GetObjectItemCaseSensitive(m, "train_order");
+    L->ordered_epoch0 = L->is_train && cJSON_IsString(order) && !strcmp(order->valuestring, "curriculum");
     const cJSON *shards = cJSON_GetObjectItemCaseSensitive(m, "shards");
     const cJSON *s;
     cJSON_ArrayForEach(s, shards) {
@@ -882,10 +1023,16 @@ hyp_loader *hyp_loader_open(const char *dir, const char *split, int B, int T, ui
     return hyp_loader_open_rc(dir, split, B, T, seed, rank, world, &L, e) == HYP_OK ? L : NULL;
 }
 
-/* The permutation of `epoch` (train only): Fisher–Yates from hyp_rng(seed, epoch). */
+/* The permutation of `epoch` (train only): Fisher–Yates from hyp_rng(seed, epoch); the identity
+ * for epoch 0 of data written in curriculum order (v2120). */
 static void ensure_perm(hyp_loader *L, uint64_t epoch) {
     if (L->perm_valid && L->perm_epoch == epoch) return;
     for (uint64_t i = 0; i < L->W; i++) L->perm[i] = (uint32_t)i;
+    if (L->ordered_epoch0 && epoch == 0) {
+        L->perm_epoch = epoch;
+        L->perm_valid = 1;
+        return;
+    }
     hyp_rng r;
     hyp_rng_seed2(&r, L->seed, epoch);
     for (uint64_t i = L->W - 1; i > 0; i--) {
@@ -1001,6 +1148,47 @@ int hyp_loader_num_shards(const hyp_loader *L) { return L->n_shards; }
 /* ========================================================================================== */
 /* hyp_data_verify                                                                             */
 
+/* The .docs sidecar of a meta.json shard entry that lists one ("docs_xxh3_64"): checksum, header
+ * (magic, version, count = "docs") and offsets (first 0, ascending, below the shard's tokens). */
+static int verify_sidecar(const char *dir, const cJSON *entry, const char *file, uint64_t ntok,
+                          hyp_err *e) {
+    const cJSON *h = cJSON_GetObjectItemCaseSensitive(entry, "docs_xxh3_64");
+    const cJSON *nd = cJSON_GetObjectItemCaseSensitive(entry, "docs");
+    if (!cJSON_IsString(h)) return HYP_OK; /* written before sidecars existed */
+    char name[512], path[4200];
+    size_t fl = strlen(file);
+    snprintf(name, sizeof name, "%.*s.docs", (int)(fl > 4 ? fl - 4 : fl), file);
+    join(path, sizeof path, dir, name);
+    char *buf = NULL;
+    size_t n = 0;
+    int rc = hyp_fs_read_small(path, (size_t)1 << 34, &buf, &n, e);
+    if (rc != HYP_OK) return rc;
+    const uint8_t *b = (const uint8_t *)buf;
+    char hex[17];
+    snprintf(hex, sizeof hex, "%016llx", (unsigned long long)XXH3_64bits(b, n));
+    uint32_t cnt = n >= HEADER_BYTES ? rd32(b + 8) : 0;
+    if (strcmp(hex, h->valuestring) != 0)
+        rc = hyp_fail(e, HYP_EINPUT, "%s: checksum mismatch (xxh3_64 %s, meta.json says %.20s) — "
+                      "the file is corrupt; re-run gen data", path, hex, h->valuestring);
+    else if (n < HEADER_BYTES || rd32(b) != HYP_DOCS_MAGIC || rd32(b + 4) != 1 ||
+             n != HEADER_BYTES + 8 * (size_t)cnt || (cJSON_IsNumber(nd) && nd->valuedouble != cnt))
+        rc = hyp_fail(e, HYP_EINPUT, "%s: not a document sidecar of %u entries (bad header or "
+                      "size) — re-run gen data", path, cnt);
+    for (uint32_t i = 0; rc == HYP_OK && i < cnt; i++) {
+        uint64_t off = rd32(b + HEADER_BYTES + 8 * (size_t)i) |
+                       (uint64_t)rd32(b + HEADER_BYTES + 8 * (size_t)i + 4) << 32;
+        uint64_t prev = i ? rd32(b + HEADER_BYTES + 8 * (size_t)(i - 1)) |
+                                (uint64_t)rd32(b + HEADER_BYTES + 8 * (size_t)(i - 1) + 4) << 32
+                          : 0;
+        if ((i == 0 && off != 0) || (i > 0 && off <= prev) || off >= ntok)
+            rc = hyp_fail(e, HYP_EINPUT, "%s: document offset %u is %llu, out of order or past "
+                          "the shard's %llu tokens — re-run gen data", path, i,
+                          (unsigned long long)off, (unsigned long long)ntok);
+    }
+    free(buf);
+    return rc;
+}
+
 int hyp_data_verify(const char *dir, hyp_err *e) {
     char path[4200];
     join(path, sizeof path, dir, "meta.json");
@@ -1054,6 +1242,7 @@ int hyp_data_verify(const char *dir, hyp_err *e) {
                               "— re-run gen data", sp, tok, (unsigned long long)k,
                               (unsigned long long)vocab);
         }
+        if (rc == HYP_OK) rc = verify_sidecar(dir, s, f->valuestring, sh.ntok, e);
         if (sh.map) munmap((void *)sh.map, sh.map_size);
         if (rc != HYP_OK) break;
     }

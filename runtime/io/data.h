@@ -4,18 +4,26 @@
  * On disk (a data directory, e.g. data/tiny/):
  *   train_000000.bin, train_000001.bin, ...   token shards, llm.c format (below)
  *   val_000000.bin, ...                       (absent when val_fraction is 0)
+ *   train_000000.docs, ...                    document starts of each shard (below)
  *   meta.json                                 tokenizer, vocab_size, token counts, sources,
- *                                             and an xxh3-64 checksum of every shard
+ *                                             documents, and an xxh3-64 checksum of every
+ *                                             shard and sidecar
+ *   report.json                               what each data-preparation stage did (docs.h)
  * A shard is 256 int32 (little-endian) then the tokens:
  *   header[0] = 20240520 (magic), header[1] = version: 1 = uint16 tokens (llm.c),
  *   2 = uint32 tokens (our extension for vocabularies above 65536), header[2] = token count.
+ * A sidecar S.docs is 256 int32 (header[0] = 20240521, header[1] = 1, header[2] = n documents)
+ * then n uint64 token offsets within S.bin, ascending, the first 0: where each document starts
+ * (a document cut by a shard boundary starts again at offset 0 of the next shard).
  * The loader also reads llm.c's own shards (fineweb_train_000001.bin, tiny_shakespeare_val.bin):
  * a file belongs to split S when its name ends in ".bin" and contains S as an '_'-separated word.
  *
  * Sampling. The split's shards, in name order, form one token stream of n tokens; it is cut into
  * W = (n - 1) / T windows of T + 1 tokens with stride T (window w = tokens [w*T, w*T + T]; a
  * window may span two shards). An epoch is a permutation of the W windows: Fisher–Yates driven
- * by hyp_rng seeded from (seed, epoch) for "train", the identity for "val". With data parallelism
+ * by hyp_rng seeded from (seed, epoch) for "train", the identity for "val" — and for the first
+ * epoch of "train" when meta.json says "train_order": "curriculum" (gen data's v2120 stage wrote
+ * the documents easy to hard: the first pass keeps that order, later epochs are shuffled). With data parallelism
  * the permutation is dealt round-robin: rank r takes permutation slots r, r + world, r + 2*world...
  * so ranks never overlap; each rank gets W_r = W / world windows per epoch (the last W % world
  * slots of each epoch are skipped, different windows each epoch). Batches draw B consecutive
@@ -31,6 +39,9 @@
 
 #define HYP_SHARD_MAGIC 20240520
 #define HYP_SHARD_HEADER_INTS 256
+#define HYP_DOCS_MAGIC 20240521 /* S.docs sidecars: document starts in shard S.bin */
+
+struct hyp_stages_s;
 
 /* ---- Writing shards: `gen data` ---- */
 
@@ -41,13 +52,30 @@ typedef struct {
     int vocab_size;        /* default 256 (the byte tokenizer); > 65536 writes uint32 shards */
     int overwrite;         /* replace an existing, non-empty outdir (only if it holds nothing
                               but a previous gen data's files); default 0 = refuse */
+    const char *doc_sep;   /* plain-text inputs: a line equal to this separates documents;
+                              NULL = each file is one document (docs.h) */
+    const struct hyp_stages_s *stages; /* filter/dedup/mix/curriculum (docs.h); NULL = none */
+    const char *const *input_names; /* names of the inputs in messages, meta.json and the report
+                                       (NULL or a NULL entry = the path) */
+    const char *tokenizer; /* NULL or "byte" (default): token = byte; else a tokenizer.json or a
+                              tiktoken ranks file (tokenizer.h, v2125): every document is encoded
+                              after the tokenizer's EOT; vocab_size becomes the tokenizer's; the
+                              file is copied into outdir (HYP_DATA_TOK_*) and meta.json records
+                              tokenizer, tokenizer_file, tokenizer_source, tokenizer_xxh3_64 and
+                              eot_id */
 } hyp_data_opts;
+
+#define HYP_DATA_TOK_JSON "tokenizer.json"         /* the copy of a tokenizer.json in outdir */
+#define HYP_DATA_TOK_TIKTOKEN "tokenizer.tiktoken" /* the copy (decompressed) of tiktoken ranks */
 
 /* Fills the defaults above. */
 void hyp_data_opts_default(hyp_data_opts *o);
 
-/* Tokenizes the concatenation of inputs (plain text files; "-" = stdin) with the byte tokenizer
- * (token = byte value) and writes outdir/{train,val}_NNNNNN.bin + outdir/meta.json. The output
+/* Reads the documents of the inputs (docs.h: .jsonl, plain text, .gz; "-" = stdin), runs the
+ * stages (opts->stages), tokenizes each document with the byte tokenizer (token = byte value) or
+ * opts->tokenizer (after its EOT), and writes the stream, split train/val by tokens, as
+ * outdir/{train,val}_NNNNNN.bin + .docs sidecars + outdir/meta.json + outdir/report.json (+ the
+ * tokenizer's copy). The output
  * is built in a sibling "outdir.tmp-XXXXXX" and renamed into place, so outdir is either absent,
  * the old one, or complete. opts may be NULL for the defaults. Errors (HYP_EINPUT, message names
  * the file): a missing, unreadable, empty or non-text (NUL bytes) input, an existing non-empty
@@ -56,7 +84,8 @@ int hyp_data_prepare(const char *const *inputs, int n_inputs, const char *outdir
                      const hyp_data_opts *opts, hyp_err *e);
 
 /* Re-hashes every shard listed in dir/meta.json and compares with the recorded xxh3-64 and
- * token counts; checks every token is < vocab_size. Reads all data: for `gen data --verify`
+ * token counts; checks every token is < vocab_size; checks each listed .docs sidecar (checksum,
+ * header, ascending offsets below the shard's token count). Reads all data: for `gen data --verify`
  * and tests, not for every trainer start. */
 int hyp_data_verify(const char *dir, hyp_err *e);
 

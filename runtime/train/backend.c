@@ -2,6 +2,7 @@
  * report, written once over the trainer-level backend interface. Never: anything a backend does
  * differently (that is a slot of train_backend_i), printing progress, checkpoints. */
 #include "backend.h"
+#include "prof.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -18,28 +19,44 @@ int train_step(train_backend *b, hyp_loader *train, const train_opts *o, int K, 
                double *norm, float *scale, train_step_times *tm, hyp_err *e) {
     exec_t *x = b->x;
     train_step_times t = {0, 0};
+    double pt = hyp_prof_t(); /* v2184 phase spans: no-ops outside the profiled window */
     int rc = b->i->zero_grads(b, e);
+    hyp_prof_phase("zero_grads", HYP_PROF_BACKWARD, 1, pt);
     *loss = 0;
     for (int k = 0; k < K && !rc; k++) {
         double t0 = now_s();
+        pt = hyp_prof_t();
         if ((rc = hyp_loader_next(train, x->tokens, x->targets, e))) return rc;
         double cnt = (double)exec_count_targets(x), gcnt = cnt, t1 = now_s();
         t.data_s += t1 - t0;
+        hyp_prof_phase("data_next", HYP_PROF_DATA, 1, pt);
+        pt = hyp_prof_t();
         if ((rc = hyp_coll_allreduce_f64(b->dp.coll, &gcnt, 1, e))) return rc;
         t.comm_s += now_s() - t1;
+        hyp_prof_phase("allreduce_token_count", HYP_PROF_COMM, 1, pt);
+        pt = hyp_prof_t();
         float mean = 0;
         /* every token of the global batch weighs 1 / (tokens * K): the sum over ranks is the mean */
         rc = b->i->micro_batch(b, gcnt > 0 ? (float)(1.0 / (gcnt * K)) : 0.0f, k == K - 1, &mean, e);
         *loss += gcnt > 0 ? mean * cnt / gcnt / K : 0;
+        hyp_prof_phase("micro_batch", HYP_PROF_STEP, 0, pt);
     }
     double t0 = now_s();
+    pt = hyp_prof_t();
     if (!rc) rc = hyp_coll_allreduce_f64(b->dp.coll, loss, 1, e);
     double t1 = now_s();
     t.comm_s += t1 - t0;
+    hyp_prof_phase("allreduce_loss", HYP_PROF_COMM, 1, pt);
+    pt = hyp_prof_t();
     if (!rc) rc = b->i->reduce_grads(b, o, e);
     if (b->dp.world > 1) t.comm_s += now_s() - t1; /* one rank: a local norm, no waiting */
+    hyp_prof_phase("grad_reduce_norm", b->dp.world > 1 ? HYP_PROF_COMM : HYP_PROF_OPTIMIZER, 1, pt);
+    pt = hyp_prof_t();
     if (!rc) rc = b->i->optim_step(b, lr, step, e);
+    hyp_prof_phase("optimizer_step", HYP_PROF_OPTIMIZER, 1, pt);
+    pt = hyp_prof_t();
     if (!rc) rc = b->i->finish_step(b, norm, scale, e);
+    hyp_prof_phase("finish_step", HYP_PROF_OPTIMIZER, 1, pt);
     if (tm) *tm = t;
     return rc;
 }
@@ -48,7 +65,7 @@ int train_eval(train_backend *b, hyp_loader *val, int batches, float *loss, hyp_
     exec_t *x = b->x;
     /* each rank evaluates its own windows; the mean over ranks is the validation loss */
     hyp_loader_reset(val);
-    double s = 0;
+    double s = 0, pt = hyp_prof_t();
     int rc = HYP_OK;
     for (int i = 0; i < batches && !rc; i++) {
         float l = 0;
@@ -60,6 +77,7 @@ int train_eval(train_backend *b, hyp_loader *val, int batches, float *loss, hyp_
     if (!rc) rc = exec_z3_status(x, e);
     if (!rc) rc = hyp_coll_allreduce_f64(b->dp.coll, &v, 1, e);
     *loss = (float)(v / b->dp.world);
+    hyp_prof_phase("eval", HYP_PROF_STEP, 0, pt);
     return rc;
 }
 

@@ -12,6 +12,7 @@
  *         [--ckpt-dir D] [--ckpt-every N] [--resume] [--metrics FILE] [--sample N]
  *         [--eval-every N] [--eval-batches N] [--temperature X] [--top-k K] [--plan FILE]
  *         [--init-from PATH] [--deadline SECONDS] [--tensorboard DIR|none] [--peak-flops X]
+ *         [--profile FILE|none] [--profile-steps A:B] [--memory-profile FILE|none]
  *   train sample --ckpt-dir D [--sample N] [--prompt TEXT] [--temperature X] [--top-k K]
  *
  * Exit status: 0 done, 1 environment failure, 2 bad input (flags, data, plan, checkpoint) —
@@ -44,6 +45,7 @@
 #include "metrics.h"
 #include "fsio.h"
 #include "tboard.h"
+#include "tokenizer.h"
 #include "ops_cpu.h"
 #include "peak.h"
 #include "optim.h"
@@ -51,11 +53,13 @@
 #include "rng.h"
 #include "backend.h"
 #include "preempt.h"
+#include "profile.h"
 #include "train.h"
 #include "train_ckpt.h"
 
 typedef struct {
     const char *data, *ckpt_dir, *metrics, *plan, *prompt, *init_from, *tensorboard;
+    const char *profile, *profile_steps, *memory_profile; /* v2184, v2185 (profile.h) */
     int steps, batch, seq, grad_accum, ckpt_every, resume, sample, eval_every, eval_batches, top_k;
     int sample_mode, keep, stop_after;
     double lr, temperature, deadline, peak_flops;
@@ -67,7 +71,7 @@ static const char *FLAGS[] = {"--data", "--steps", "--batch", "--seq", "--grad-a
                               "--ckpt-dir", "--ckpt-every", "--resume", "--metrics", "--sample",
                               "--eval-every", "--eval-batches", "--temperature", "--top-k", "--plan",
                               "--prompt", "--keep", "--stop-after", "--init-from", "--deadline", "--tensorboard",
-                              "--peak-flops", "--help", NULL};
+                              "--peak-flops", "--profile", "--profile-steps", "--memory-profile", "--help", NULL};
 
 static int edit_distance(const char *a, const char *b) {
     int la = (int)strlen(a), lb = (int)strlen(b), d[64][64];
@@ -132,6 +136,11 @@ static const char *USAGE =
     "                                file); 'none' turns off the plan's default (v2183: OUT/runs)\n"
     "             [--peak-flops X]   report MFU against X FLOP/s per rank (default: cpu — this machine's\n"
     "                                fp32 FMA peak measured at start; a GPU — the plan's hardware peak)\n"
+    "             [--profile FILE]   a Chrome/Perfetto trace of steps --profile-steps A:B (default: the\n"
+    "                                3 after warm-up) and a per-op table; 'none' turns off the plan's\n"
+    "                                default (v2184: OUT/trace.json)\n"
+    "             [--memory-profile FILE.svg] the arena timeline and peak by buffer, measured peak vs\n"
+    "                                planned; 'none' turns off the plan's default (v2185: OUT/memory.svg)\n"
     "       train sample --ckpt-dir D [--sample N] [--prompt TEXT] [--temperature X] [--top-k K]\n"
     "\n"
     "SIGTERM, SIGINT or SIGUSR1 (a preemption notice; mpirun forwards SIGUSR1 to every rank) stop the\n"
@@ -187,6 +196,9 @@ static int parse_args(int argc, char **argv, args_t *a) {
         else if (!strcmp(f, "--ckpt-dir")) a->ckpt_dir = v;
         else if (!strcmp(f, "--metrics")) a->metrics = v;
         else if (!strcmp(f, "--tensorboard")) a->tensorboard = v;
+        else if (!strcmp(f, "--profile")) a->profile = v;
+        else if (!strcmp(f, "--profile-steps")) a->profile_steps = v;
+        else if (!strcmp(f, "--memory-profile")) a->memory_profile = v;
         else if (!strcmp(f, "--plan")) a->plan = v;
         else if (!strcmp(f, "--prompt")) a->prompt = v;
         else if (!strcmp(f, "--init-from")) a->init_from = v;
@@ -261,9 +273,10 @@ static void default_plan_path(char *out, size_t n) {
     snprintf(out, n, "%s/plan.json", exe);
 }
 
-/* Samples n tokens after the prompt with temperature and top-k; prints bytes for the byte
- * tokenizer, token ids otherwise. */
-static int sample_text(exec_t *x, const args_t *a, uint64_t seed, FILE *out) {
+/* Samples n tokens after the prompt with temperature and top-k; prints text decoded with tok (the
+ * data's tokenizer, v2125: the prompt is encoded with it too), else bytes for the byte tokenizer,
+ * token ids otherwise. */
+static int sample_text(exec_t *x, const args_t *a, hyp_tok *tok, uint64_t seed, FILE *out) {
     const plan_t *p = x->p;
     int logits_buf = -1;
     for (int i = 0; i < p->n_bufs; i++)
@@ -279,7 +292,18 @@ static int sample_text(exec_t *x, const args_t *a, uint64_t seed, FILE *out) {
         return HYP_EFAIL;
     }
     int len = 0;
-    if (a->prompt && *a->prompt)
+    if (tok) { /* the prompt's ids (a newline without one), as the model saw text in training */
+        int32_t *pids = NULL;
+        size_t pn = 0, pcap = 0;
+        hyp_err pe;
+        const char *pr = a->prompt && *a->prompt ? a->prompt : "\n";
+        if (hyp_tok_encode(tok, (const uint8_t *)pr, strlen(pr), &pids, &pn, &pcap, &pe) || (int)pn > cap - n) {
+            free(pids), free(ctx), free(probs), free(idx);
+            return HYP_EFAIL;
+        }
+        for (size_t i = 0; i < pn; i++) ctx[len++] = pids[i];
+        free(pids);
+    } else if (a->prompt && *a->prompt)
         for (const unsigned char *s = (const unsigned char *)a->prompt; *s; s++) ctx[len++] = *s;
     else ctx[len++] = '\n';
     if (a->prompt) fputs(a->prompt, out);
@@ -320,7 +344,10 @@ static int sample_text(exec_t *x, const args_t *a, uint64_t seed, FILE *out) {
             }
         }
         ctx[len++] = next;
-        if (is_byte) fputc(next, out);
+        size_t nb;
+        const uint8_t *b = tok ? hyp_tok_token_bytes(tok, next, &nb) : NULL;
+        if (b) fwrite(b, 1, nb, out);
+        else if (is_byte) fputc(next, out);
         else fprintf(out, "%d ", next);
     }
     fputc('\n', out);
@@ -389,6 +416,9 @@ typedef struct {
     int stop_signal, stop_deadline, stop_saved;
     double peak;                /* FLOP/s per rank the MFU is against (0: none, sim) */
     char peak_desc[160];        /* where it came from, for the banner */
+    train_prof prof;            /* v2184 trace / v2185 memory profile (profile.h) */
+    hyp_data_tok dtok;          /* the --data directory's tokenizer (v2125; kind "" unknown) */
+    char ck_tok[16], ck_tok_hash[17], ck_tok_file[PATH_MAX]; /* the loaded checkpoint's record */
 } run_t;
 
 /* The first entry of dir that a checkpoint directory of ours would not hold (NULL: none, or no dir):
@@ -432,6 +462,16 @@ static int resume(run_t *r, hyp_err *e) {
         return hyp_fail(e, HYP_EINPUT, "%s: saved by %llu rank%s, resumed on %d: this trainer was generated without elastic resume — run it on %llu rank%s, or regenerate with --enable v2175 (elastic training)",
                         st.path, (unsigned long long)st.world, st.world == 1 ? "" : "s", r->d.world,
                         (unsigned long long)st.world, st.world == 1 ? "" : "s");
+    snprintf(r->ck_tok, sizeof r->ck_tok, "%s", st.tokenizer);
+    snprintf(r->ck_tok_hash, sizeof r->ck_tok_hash, "%s", st.tokenizer_hash);
+    snprintf(r->ck_tok_file, sizeof r->ck_tok_file, "%s", st.tokenizer_file);
+    /* v2125: the weights learned one tokenizer's ids; data of another would be read as noise */
+    if (!r->a.sample_mode && st.tokenizer[0] && r->dtok.kind[0] &&
+        (strcmp(st.tokenizer, r->dtok.kind) != 0 || strcmp(st.tokenizer_hash, r->dtok.hash) != 0))
+        return hyp_fail(e, HYP_EINPUT, "%s: trained on data of tokenizer %s%s%s but --data %s was made with %s%s%s (%s) — resume on data made with the checkpoint's tokenizer (gen data --tokenizer %s), or start a new --ckpt-dir",
+                        st.path, st.tokenizer, st.tokenizer_hash[0] ? " " : "", st.tokenizer_hash, r->a.data, r->dtok.kind,
+                        r->dtok.hash[0] ? " " : "", r->dtok.hash, r->dtok.source[0] ? r->dtok.source : "bytes",
+                        st.tokenizer_file[0] ? st.tokenizer_file : "byte");
     r->start_step = (int)st.step;
     hyp_rng_set_state(&r->rng, st.rng);
     /* the checkpoint counts windows of the whole data-parallel group (elastic resume, v2175):
@@ -573,6 +613,9 @@ static int save_checkpoint(run_t *r, int step, hyp_err *e) {
     snprintf(st.config_hash, sizeof st.config_hash, "%s", r->plan.state_hash);
     snprintf(st.plan, sizeof st.plan, "%s on %d rank%s, ZeRO stage %d", r->plan.model_name, r->d.world,
              r->d.world == 1 ? "" : "s", r->plan.zero_stage);
+    snprintf(st.tokenizer, sizeof st.tokenizer, "%s", r->dtok.kind);
+    snprintf(st.tokenizer_hash, sizeof st.tokenizer_hash, "%s", r->dtok.hash);
+    snprintf(st.tokenizer_file, sizeof st.tokenizer_file, "%s", r->dtok.file);
     return train_ckpt_save(&r->d, &r->x, r->a.ckpt_dir, r->a.keep, &st, e);
 }
 
@@ -642,11 +685,13 @@ static int train_loop(run_t *r, hyp_err *e) {
     int last_step = r->opt.total_steps;
     if (a->stop_after > 0 && r->start_step + a->stop_after < last_step) last_step = r->start_step + a->stop_after;
     for (int step = r->start_step + 1; step <= last_step && rc == 0; step++) {
+        if ((rc = train_prof_step_begin(&r->prof, &r->be, step, r->start_step, last_step, e))) break;
         double t0 = now_s(), loss = 0, norm = 0, lr = train_lr_at(&r->opt, step);
         float scale = 1;
         train_step_times tm = {0, 0};
         if ((rc = train_step(&r->be, r->train, &r->opt, r->K, step, lr, &loss, &norm, &scale, &tm, e))) break;
         double dt = now_s() - t0;
+        if ((rc = train_prof_step_end(&r->prof, &r->be, step, dt, e))) break;
         last_loss = (float)loss;
         if (!isfinite(loss)) {
             rc = hyp_fail(e, HYP_EFAIL, "step %d: the loss is %f — lower --lr or enable clipping (--enable clip)", step, loss);
@@ -706,8 +751,9 @@ static int train_loop(run_t *r, hyp_err *e) {
         if (step < last_step && (rc = agree_stop(r, &by_signal, &by_deadline, e))) break;
         int stop = by_signal || by_deadline;
         if (a->ckpt_dir && ((a->ckpt_every && step % a->ckpt_every == 0) || step == last_step || stop)) {
-            double tc = now_s();
+            double tc = now_s(), pc = hyp_prof_t();
             if ((rc = save_checkpoint(r, step, e))) break;
+            hyp_prof_phase("checkpoint_save", HYP_PROF_CHECKPOINT, 1, pc);
             hyp_stop_note_ckpt(&r->stop, now_s() - tc);
         }
         check_grace(r, &grace_warned);
@@ -733,7 +779,10 @@ static int sample_after(run_t *r, hyp_err *e) {
     if (!rc && a->sample > 0 && r->d.stage >= 3) rc = train_unshard(&r->x, e); /* rank 0 samples alone */
     if (!rc && a->sample > 0 && r->d.rank == 0 && !(rc = exec_alloc_acts(&r->x, e))) { /* a mirror has none */
         printf("--- sample (%d tokens, temperature %.2f, top-k %d) ---\n", a->sample, a->temperature, a->top_k);
-        rc = sample_text(&r->x, a, r->seed, stdout);
+        hyp_tok *tok = r->dtok.file[0] ? hyp_tok_open(r->dtok.file, e) : NULL;
+        if (r->dtok.file[0] && !tok) return HYP_EINPUT;
+        rc = sample_text(&r->x, a, tok, r->seed, stdout);
+        hyp_tok_free(tok);
     }
     return rc;
 }
@@ -752,6 +801,14 @@ static int run(int argc, char **argv, hyp_coll *coll) {
         return rc;
     }
     plan_t *p = &r.plan;
+    if (!a->sample_mode &&
+        (rc = train_prof_open(&r.prof, a->profile, a->profile_steps, a->memory_profile, p, r.plan_path, hyp_coll_rank(coll),
+                              hyp_coll_world(coll), &e))) {
+        fprintf(stderr, "train: %s\n", e.msg);
+        train_prof_close(&r.prof);
+        plan_free(p);
+        return rc;
+    }
     if (p->preempt && !a->ckpt_dir && !a->sample_mode) {
         fprintf(stderr, "train: %s: this trainer was generated for preemptible machines (v2177 spot_instance): it needs --ckpt-dir D to save when a preemption notice arrives — pass --ckpt-dir\n",
                 r.plan_path);
@@ -765,6 +822,14 @@ static int run(int argc, char **argv, hyp_coll *coll) {
                     r.plan_path, r.d.world);
         plan_free(p);
         return HYP_EINPUT;
+    }
+    /* v2125: data made for another vocabulary is refused before anything starts */
+    if (!a->sample_mode && a->data &&
+        ((rc = hyp_data_tok_read(a->data, &r.dtok, &e)) || (rc = hyp_data_tok_check_model(a->data, &r.dtok, p->tokenizer, p->V, &e)) ||
+         (a->init_from && (rc = hyp_data_tok_check_init(a->init_from, &r.dtok, &e))))) {
+        fprintf(stderr, "train: %s\n", e.msg);
+        plan_free(p);
+        return rc;
     }
     r.B = a->batch ? a->batch : p->B, r.T = a->seq ? a->seq : p->T;
     r.K = a->grad_accum ? a->grad_accum : p->grad_accum;
@@ -793,18 +858,27 @@ static int run(int argc, char **argv, hyp_coll *coll) {
         if (!rc && (a->resume || a->sample_mode)) rc = resume(&r, &e);
     }
     if (!rc && a->sample_mode) { /* sampling runs on the host executor: same weights, same numerics */
-        if (r.d.rank == 0) rc = sample_text(&r.x, a, r.seed, stdout);
+        hyp_tok *tok = NULL; /* the checkpoint's data tokenizer (v2125), checked against its hash */
+        if (r.ck_tok_file[0] && !(tok = hyp_tok_open(r.ck_tok_file, &e)))
+            rc = hyp_fail(&e, HYP_EINPUT, "%s (the tokenizer of the checkpoint's training data) — restore it, or re-create the data directory it names", e.msg);
+        else if (tok && strcmp(hyp_tok_hash(tok), r.ck_tok_hash) != 0)
+            rc = hyp_fail(&e, HYP_EINPUT, "%s: xxh3 %s, but the checkpoint was trained with tokenizer %s — this file was replaced; restore the original",
+                          r.ck_tok_file, hyp_tok_hash(tok), r.ck_tok_hash);
+        if (!rc && r.d.rank == 0) rc = sample_text(&r.x, a, tok, r.seed, stdout);
+        hyp_tok_free(tok);
     } else if (!rc && !(rc = train_backend_open(&r.be, p, r.plan_path, &r.x, &r.d, r.B, r.T, &e)) &&
                !(rc = open_outputs(&r, &e))) {
         choose_peak(&r);
         print_banner(&r, &e);
         rc = train_loop(&r, &e);
+        if (!rc) rc = train_prof_finish(&r.prof, &r.be, &e);
         if (!rc && !r.stopped) rc = sample_after(&r, &e);
         if (!rc && r.stopped) rc = r.stop_saved ? HYP_EXIT_STOPPED_SAVED : HYP_EXIT_STOPPED_UNSAVED;
     }
     if (rc && e.msg[0]) fprintf(stderr, "train: %s\n", e.msg);
     hyp_metrics_close(r.mlog);
     hyp_tboard_close(r.tb);
+    train_prof_close(&r.prof);
     hyp_loader_close(r.train);
     hyp_loader_close(r.val);
     train_backend_close(&r.be);

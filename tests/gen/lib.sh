@@ -43,6 +43,34 @@ first_metric() { metric "$1" "$2" | head -1; }
 last_metric() { metric "$1" "$2" | tail -1; }
 losses() { metric "$1" loss; }
 
+# Recompute equivalence (v2101, v2111): PAIR_SPEC (test-name prefix) and PAIR_ENABLE (the alias
+# added to the second trainer) set by the caller; $T the tree, $TMP/data the corpus, $DIFF st_diff.
+# recompute_pair NAME TARGET MODEL STEPS SELECTION [gen args for the second trainer...]: a trainer
+# without and one with PAIR_ENABLE ($BOTH: gen args for both) trained side by side; losses equal,
+# weights equal to the last bit, the activation arena smaller.
+act_bytes() { tr -d ' \n\t' < "$1/plan.json" | grep -oE '"act_bytes":[0-9]+' | cut -d: -f2; }
+same_losses() { # same_losses A.jsonl B.jsonl STEPS: every loss printed identically
+  [ "$(losses "$1" | wc -l)" = "$3" ] && [ "$(losses "$1")" = "$(losses "$2")" ]
+}
+BOTH=()
+recompute_pair() {
+  local name=$1 target=$2 model=$3 steps=$4 sel=$5; shift 5
+  local shape=(--batch 4 --seq 32)
+  [ "$target" = sim ] && shape=(--batch 2 --seq 16)
+  "$GEN" "$T" --enable "$sel" --model "$model" --target "$target" "${shape[@]}" ${BOTH[@]+"${BOTH[@]}"} -o "$TMP/$name.base" >/dev/null 2>&1
+  expect "gen_${name}" 0 "wrote" -- "$GEN" "$T" --enable "$sel,$PAIR_ENABLE" "$@" ${BOTH[@]+"${BOTH[@]}"} --model "$model" --target "$target" "${shape[@]}" -o "$TMP/$name.rc"
+  for v in base rc; do
+    "$TMP/$name.$v/train" --data "$TMP/data" --steps "$steps" --eval-every 0 --lr 3e-3 \
+      --metrics "$TMP/$name.$v.jsonl" --ckpt-dir "$TMP/$name.$v.ck" > "$TMP/$name.$v.log" 2>&1
+  done
+  check "test_${PAIR_SPEC}_${name}_losses_bit_identical" same_losses "$TMP/$name.base.jsonl" "$TMP/$name.rc.jsonl" "$steps"
+  local ck; ck=$(printf "step_%08d/model.safetensors" "$steps")
+  expect "test_${PAIR_SPEC}_${name}_weights_bit_identical" 0 "max \|a-b\| = 0 " -- "$DIFF" "$TMP/$name.base.ck/$ck" "$TMP/$name.rc.ck/$ck" 0
+  local a b; a=$(act_bytes "$TMP/$name.base"); b=$(act_bytes "$TMP/$name.rc")
+  echo "    $name: activation arena $a B without, $b B with $PAIR_ENABLE"
+  check "test_${PAIR_SPEC}_${name}_arena_smaller" test "$b" -lt "$a"
+}
+
 finish() {
   echo "$PASS passed, $FAIL failed"
   [ "$FAIL" -eq 0 ]

@@ -16,41 +16,17 @@ T="$ROOT/specs/v2500.yaml"
 head -c 40000 "$ROOT/specs/SCHEMA.md" > "$TMP/c.txt"; cat "$ROOT"/specs/memory/*.yaml >> "$TMP/c.txt"
 "$GEN" data "$TMP/c.txt" -o "$TMP/data" >/dev/null
 
-act_bytes() { tr -d ' \n\t' < "$1/plan.json" | grep -oE '"act_bytes":[0-9]+' | cut -d: -f2; }
-same_losses() { # same_losses A.jsonl B.jsonl STEPS: every loss printed identically
-  [ "$(losses "$1" | wc -l)" = "$3" ] && [ "$(losses "$1")" = "$(losses "$2")" ]
-}
-
-# pair NAME TARGET MODEL STEPS SELECTION [gen args...]: a trainer without and one with recompute
-# (the gen args, and $BOTH for both) trained side by side; losses equal, weights equal to the last bit
-BOTH=()
-pair() {
-  local name=$1 target=$2 model=$3 steps=$4 sel=$5; shift 5
-  local shape=(--batch 4 --seq 32)
-  [ "$target" = sim ] && shape=(--batch 2 --seq 16)
-  "$GEN" "$T" --enable "$sel" --model "$model" --target "$target" "${shape[@]}" ${BOTH[@]+"${BOTH[@]}"} -o "$TMP/$name.base" >/dev/null 2>&1
-  expect "gen_${name}" 0 "wrote" -- "$GEN" "$T" --enable "$sel,recompute" "$@" ${BOTH[@]+"${BOTH[@]}"} --model "$model" --target "$target" "${shape[@]}" -o "$TMP/$name.rc"
-  for v in base rc; do
-    "$TMP/$name.$v/train" --data "$TMP/data" --steps "$steps" --eval-every 0 --lr 3e-3 \
-      --metrics "$TMP/$name.$v.jsonl" --ckpt-dir "$TMP/$name.$v.ck" > "$TMP/$name.$v.log" 2>&1
-  done
-  check "test_v2101_${name}_losses_bit_identical" same_losses "$TMP/$name.base.jsonl" "$TMP/$name.rc.jsonl" "$steps"
-  local ck; ck=$(printf "step_%08d/model.safetensors" "$steps")
-  expect "test_v2101_${name}_weights_bit_identical" 0 "max \|a-b\| = 0 " -- "$DIFF" "$TMP/$name.base.ck/$ck" "$TMP/$name.rc.ck/$ck" 0
-  local a b; a=$(act_bytes "$TMP/$name.base"); b=$(act_bytes "$TMP/$name.rc")
-  echo "    $name: activation arena $a B without recompute, $b B with"
-  check "test_v2101_${name}_arena_smaller" test "$b" -lt "$a"
-}
+PAIR_SPEC=v2101 PAIR_ENABLE=recompute
 
 # --- (a) cpu, fp32: bit-identical ---------------------------------------------------------------
-pair cpu_gpt2_all cpu tiny 5 adamw,clip,memory-planning
-pair cpu_llama_all cpu tiny-llama 5 adamw,clip,memory-planning
-pair cpu_gpt2_every2 cpu tiny 5 adamw,clip,memory-planning --set v2101.policy=every_k --set v2101.k=2
-pair cpu_llama_first1_flash cpu tiny-llama 5 adamw,clip,memory-planning,flash --set v2101.policy=first_n --set v2101.n_layers=1
+recompute_pair cpu_gpt2_all cpu tiny 5 adamw,clip,memory-planning
+recompute_pair cpu_llama_all cpu tiny-llama 5 adamw,clip,memory-planning
+recompute_pair cpu_gpt2_every2 cpu tiny 5 adamw,clip,memory-planning --set v2101.policy=every_k --set v2101.k=2
+recompute_pair cpu_llama_first1_flash cpu tiny-llama 5 adamw,clip,memory-planning,flash --set v2101.policy=first_n --set v2101.n_layers=1
 BOTH=(--set v2103.steps=2)
-pair cpu_gpt2_accum2 cpu tiny 3 adamw,clip,memory-planning,accum
+recompute_pair cpu_gpt2_accum2 cpu tiny 3 adamw,clip,memory-planning,accum
 BOTH=()
-pair cpu_llama_bf16 cpu tiny-llama 3 adamw,clip,memory-planning,bf16
+recompute_pair cpu_llama_bf16 cpu tiny-llama 3 adamw,clip,memory-planning,bf16
 # ZeRO-3 over 2 ranks: each replay runs inside its layer's gathered parameters
 if command -v mpirun >/dev/null; then
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
@@ -68,9 +44,9 @@ grep -q "activations $(act_bytes "$TMP/cpu_gpt2_all.rc") B" "$TMP/cpu_gpt2_all.r
 check test_v2101_trainer_memory_line_reports_the_plan_arena test $? = 0
 
 # --- (b) sim: the generated kernels, bit-identical too -------------------------------------------
-pair sim_gpt2_all sim tiny 2 adamw,clip,memory-planning
-pair sim_llama_all sim tiny-llama 2 adamw,clip,memory-planning
-pair sim_gpt2_fusion sim tiny 2 adamw,clip,memory-planning,fusion
+recompute_pair sim_gpt2_all sim tiny 2 adamw,clip,memory-planning
+recompute_pair sim_llama_all sim tiny-llama 2 adamw,clip,memory-planning
+recompute_pair sim_gpt2_fusion sim tiny 2 adamw,clip,memory-planning,fusion
 
 # --- (c) activation memory: the plan against gen size ------------------------------------------
 declare -A AT_MOST=([tiny]=0.35 [gpt2-124m]=0.30) # tiny: 4 layers, the logits weigh more

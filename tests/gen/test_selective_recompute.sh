@@ -13,44 +13,24 @@ T="$ROOT/specs/v2500.yaml"
 head -c 40000 "$ROOT/specs/SCHEMA.md" > "$TMP/c.txt"; cat "$ROOT"/specs/memory/*.yaml >> "$TMP/c.txt"
 "$GEN" data "$TMP/c.txt" -o "$TMP/data" >/dev/null
 
-act_bytes() { tr -d ' \n\t' < "$1/plan.json" | grep -oE '"act_bytes":[0-9]+' | cut -d: -f2; }
-same_losses() { [ "$(losses "$1" | wc -l)" = "$3" ] && [ "$(losses "$1")" = "$(losses "$2")" ]; }
-
-# pair NAME TARGET MODEL STEPS SELECTION [gen args for the selective trainer...]
-pair() {
-  local name=$1 target=$2 model=$3 steps=$4 sel=$5; shift 5
-  local shape=(--batch 4 --seq 32)
-  [ "$target" = sim ] && shape=(--batch 2 --seq 16)
-  "$GEN" "$T" --enable "$sel" --model "$model" --target "$target" "${shape[@]}" -o "$TMP/$name.base" >/dev/null 2>&1
-  expect "gen_${name}" 0 "wrote" -- "$GEN" "$T" --enable "$sel,selective-recompute" "$@" --model "$model" --target "$target" "${shape[@]}" -o "$TMP/$name.sr"
-  for v in base sr; do
-    "$TMP/$name.$v/train" --data "$TMP/data" --steps "$steps" --eval-every 0 --lr 3e-3 \
-      --metrics "$TMP/$name.$v.jsonl" --ckpt-dir "$TMP/$name.$v.ck" > "$TMP/$name.$v.log" 2>&1
-  done
-  check "test_v2111_${name}_losses_bit_identical" same_losses "$TMP/$name.base.jsonl" "$TMP/$name.sr.jsonl" "$steps"
-  local ck; ck=$(printf "step_%08d/model.safetensors" "$steps")
-  expect "test_v2111_${name}_weights_bit_identical" 0 "max \|a-b\| = 0 " -- "$DIFF" "$TMP/$name.base.ck/$ck" "$TMP/$name.sr.ck/$ck" 0
-  local a b; a=$(act_bytes "$TMP/$name.base"); b=$(act_bytes "$TMP/$name.sr")
-  echo "    $name: activation arena $a B without recompute, $b B with"
-  check "test_v2111_${name}_arena_smaller" test "$b" -lt "$a"
-}
+PAIR_SPEC=v2111 PAIR_ENABLE=selective-recompute
 
 # --- cpu, fp32 ------------------------------------------------------------------------------------
-pair cpu_gpt2 cpu tiny 5 adamw,clip,memory-planning
-pair cpu_llama cpu tiny-llama 5 adamw,clip,memory-planning
-pair cpu_gpt2_all cpu tiny 3 adamw,clip,memory-planning --set v2111.targets=all
-pair cpu_llama_norms cpu tiny-llama 3 adamw,clip,memory-planning --set v2111.targets=norms
-pair cpu_gpt2_with_v2101 cpu tiny 3 adamw,clip,memory-planning --enable recompute --set v2101.policy=every_k --set v2101.k=2
+recompute_pair cpu_gpt2 cpu tiny 5 adamw,clip,memory-planning
+recompute_pair cpu_llama cpu tiny-llama 5 adamw,clip,memory-planning
+recompute_pair cpu_gpt2_all cpu tiny 3 adamw,clip,memory-planning --set v2111.targets=all
+recompute_pair cpu_llama_norms cpu tiny-llama 3 adamw,clip,memory-planning --set v2111.targets=norms
+recompute_pair cpu_gpt2_with_v2101 cpu tiny 3 adamw,clip,memory-planning --enable recompute --set v2101.policy=every_k --set v2101.k=2
 # bf16 and fp8 policies: the attention probabilities are recomputed (the MLP GEMM reads a rounded
 # copy, which is not); the replayed op has no state, so fp8's amax history is untouched
-pair cpu_gpt2_bf16 cpu tiny 2 adamw,clip,memory-planning,bf16
-pair cpu_gpt2_fp8 cpu tiny 2 adamw,clip,memory-planning,fp8
-expect test_v2111_with_v2101_leaves_checkpointed_layers 0 "v2111.with_v2101 → 2: 2 layer" -- "$GEN" audit "$TMP/cpu_gpt2_with_v2101.sr"
-expect test_v2111_audit_names_targets 0 "selective recompute \(attention \+ mlp_act\) in 4 of 4 layers" -- "$GEN" audit "$TMP/cpu_gpt2.sr"
+recompute_pair cpu_gpt2_bf16 cpu tiny 2 adamw,clip,memory-planning,bf16
+recompute_pair cpu_gpt2_fp8 cpu tiny 2 adamw,clip,memory-planning,fp8
+expect test_v2111_with_v2101_leaves_checkpointed_layers 0 "v2111.with_v2101 → 2: 2 layer" -- "$GEN" audit "$TMP/cpu_gpt2_with_v2101.rc"
+expect test_v2111_audit_names_targets 0 "selective recompute \(attention \+ mlp_act\) in 4 of 4 layers" -- "$GEN" audit "$TMP/cpu_gpt2.rc"
 
 # --- sim: the generated kernels ------------------------------------------------------------------
-pair sim_gpt2 sim tiny 2 adamw,clip,memory-planning
-pair sim_llama sim tiny-llama 2 adamw,clip,memory-planning
+recompute_pair sim_gpt2 sim tiny 2 adamw,clip,memory-planning
+recompute_pair sim_llama sim tiny-llama 2 adamw,clip,memory-planning
 
 # --- flash attention: nothing to recompute for the attention target --------------------------------
 expect test_v2111_flash_attention_warned 0 "v2111 activation_recomputation: flash attention saves only the log-sum-exp" \
