@@ -351,7 +351,8 @@ local function build_graph(g, m, d, names, layer, attention)
 end
 
 -- Activation lifetimes over the schedule forward ++ backward: the items the memory hooks lay
--- out ({name, numel, first, last}), the size without reuse and the peak of live floats.
+-- out ({name, numel, first, last}; numel counts 4-byte units: the buffer's bytes / 4, rounded
+-- up), the size without reuse and the peak of live units.
 function P.lifetimes(g, fwd, bwd, losses)
   local sched = {}
   for _, o in ipairs(fwd) do sched[#sched + 1] = o end
@@ -363,7 +364,8 @@ function P.lifetimes(g, fwd, bwd, losses)
         local bf = g.by_name[nm]
         if bf and bf.kind == "act" then
           local lt = life[nm]
-          if not lt then lt = { name = nm, numel = bf.numel, first = i, last = i }; life[nm] = lt end
+          -- sizes in 4-byte units of the arena (a bf16 buffer takes half the units of an f32 one)
+          if not lt then lt = { name = nm, numel = (bf.bytes + 3) // 4, first = i, last = i }; life[nm] = lt end
           lt.last = math.max(lt.last, i)
         end
       end

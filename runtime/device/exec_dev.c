@@ -245,6 +245,10 @@ static int init_any(exec_dev *x, const plan_t *p, const char *kernels_dir, hyp_d
         return hyp_fail(e, HYP_EINPUT, "exec_dev: rank %d of %d ranks, ZeRO stage %d — need 0 <= rank < world, stage 0..3", rank, world, stage);
     if (stage == 3 && !lay)
         return hyp_fail(e, HYP_EINPUT, "exec_dev: ZeRO stage 3 takes its layout from core/zero3.h — use exec_dev_init_z3");
+    for (int b = 0; b < p->n_bufs; b++) /* v2102 bf16 storage is the cpu executor's (cpu/ops_bf16.c) */
+        if (p->bufs[b].kind == BUF_ACT && p->bufs[b].dtype != HYP_DT_F32)
+            return hyp_fail(e, HYP_EINPUT, "exec_dev: buffer '%s' is stored in %s, and the device executor holds f32 activations — generate the trainer with --set v2102.storage=fp32 for a device target",
+                            p->bufs[b].name, hyp_dtype_name(p->bufs[b].dtype));
     x->p = p;
     x->dev = dev;
     x->opt_file = -1;

@@ -108,7 +108,7 @@ void train_print_memory(train_backend *b, hyp_err *e) {
             const double *m = mem + r * MEM__COUNT;
             printf("rank %d/%d %s (ZeRO stage %d): params %.0f B | grads %.0f B | optimizer %.0f B | activations %.0f B",
                    r, W, title, S, m[MEM_PARAMS], m[MEM_GRADS], m[MEM_OPTIM], m[MEM_ACTS]);
-            if (b->i->reports_other) printf(" | other %.0f B", m[MEM_OTHER]);
+            if (b->i->reports_other || m[MEM_OTHER] > 0) printf(" | other %.0f B", m[MEM_OTHER]); /* cpu: v2102's bf16 weight copy + scratch */
             if (m[MEM_GRAD_WORKSPACE] > 0) printf(" | backward gradient workspace %.0f B", m[MEM_GRAD_WORKSPACE]);
             if (b->i->reports_other) /* a device: where stage 3's parameters live */
                 printf("%s\n", S == 3 ? " (params: own shards + the layer working slots)" : "");

@@ -263,6 +263,7 @@ int train_ckpt_load(dp_t *d, exec_t *x, const char *dir, int for_sampling, const
         cv.p = NULL;
     }
     view_close(d, x, &cv);
+    exec_params_changed(x);
     return rc;
 }
 
@@ -276,6 +277,7 @@ int train_ckpt_init_from(dp_t *d, exec_t *x, const char *path, char *what, size_
         free(full);
     }
     if (!hyp_coll_all_ok(d->coll, rc == 0) && !rc) rc = hyp_fail(e, HYP_EINPUT, "another rank could not read %s (its message is above)", path);
+    exec_params_changed(x);
     return rc;
 }
 
