@@ -12,7 +12,9 @@
 #   - replay forgets less: A's validation loss after the replay run is at least 0.05 below the run
 #     without replay (measured here: 2.02 vs 2.16, pretrained 1.93); B's loss for both is printed;
 #   - the mixing report gives the replayed corpus a byte share within 0.05 of 0.25;
-#   - refusals (one line, exit 2, nothing written): no mixing, no replay_data, a missing file.
+#   - refusals (one line, exit 2, nothing written): no mixing, no replay_data, a missing file;
+#     augmentation too (both take mixing's last share); --init-from a checkpoint of another model
+#     (tiny-llama trainer, tiny checkpoint).
 source "$(dirname "$0")/lib.sh"
 # one thread: on this shared 2-core machine OpenMP's spinning made 100 steps take 6.9 s on two
 # threads and 0.5 s on one
@@ -52,6 +54,9 @@ check "v2192_plan_rewarm_steps" grep -Eq '"warmup_steps":[[:space:]]*20,' "$TMP/
 "$TMP/tp/train" --data "$TMP/dA" --steps 400 --lr 3e-3 --ckpt-dir "$TMP/ckA" --sample 0 --eval-every 0 > "$TMP/pre.log" 2>&1
 PRE="$TMP/ckA/step_00000400"
 check "v2192_pretrained" test -s "$PRE/model.safetensors"
+expect "v2192_refuses_with_augmentation" 2 "already takes the last mixing share" -- "$GEN" data "$TMP/B_tr.txt" --enable mixing,augmentation,continual \
+  --set augmentation.trainer="$TMP/tp" --set augmentation.ckpt="$TMP/ckA" --set continual.replay_data="$TMP/A_tr.txt" -o "$TMP/x4"
+check "v2192_refusal_with_augmentation_writes_nothing" test ! -e "$TMP/x4"
 ev() { # ev DATA CKPT: validation loss of those weights on DATA's val split (one step at lr 0)
   "$TMP/tc/train" --data "$1" --init-from "$2" --steps 1 --lr 0 --eval-every 1 --eval-batches 16 --sample 0 2>&1 | sed -n 's/.*| val \([0-9.]*\).*/\1/p'
 }
@@ -74,6 +79,9 @@ check "v2192_rewarms_from_step_0 (lr step 1 $lr1, step 20 $lr20)" \
   awk -v a="$lr1" -v b="$lr20" 'BEGIN { exit !(a > 0.99 * 1.5e-4 && a < 1.01 * 1.5e-4 && b > 0.99 * 3e-3 && b < 1.01 * 3e-3) }'
 check "v2192_replay_forgets_less (A: replay $aR vs no replay $aB, margin 0.05)" \
   awk -v r="$aR" -v n="$aB" 'BEGIN { exit !(r != "" && n != "" && r < n - 0.05) }'
+# the weights of another model are refused before training: one line, exit 2
+"$GEN" "$T" --enable adamw,continual --model tiny-llama --target cpu --batch 8 --seq 64 -o "$TMP/tl" >/dev/null 2>&1
+expect "v2192_refuses_checkpoint_of_another_model" 2 "tensor .* is missing .*different model" -- "$TMP/tl/train" --data "$TMP/dB" --init-from "$PRE" --steps 1 --sample 0
 check "v2192_both_learn_B (B: pretrained $preB, no replay $bB, replay $bR)" \
   awk -v p="$preB" -v n="$bB" -v r="$bR" 'BEGIN { exit !(n < p - 0.3 && r < p - 0.3) }'
 finish
