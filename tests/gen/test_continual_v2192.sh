@@ -8,7 +8,9 @@
 #   - the continued run starts from the pretrained weights: its first loss (a B batch) is within
 #     0.5 of the pretrained model's B validation loss and far below ln 256 (random weights);
 #   - re-warmup: the LR of step 1 is peak / rewarm_steps and reaches the peak at rewarm_steps (the
-#     schedule restarts at step 0, the optimizer fresh), whatever step the checkpoint was at;
+#     schedule restarts at step 0), whatever step the checkpoint was at;
+#   - the optimizer is fresh: after one constant-lr step, > 90 % of the parameters moved by lr
+#     within 2 % (Adam's first step; the checkpoint's own moments give 0 %);
 #   - replay forgets less: A's validation loss after the replay run is at least 0.05 below the run
 #     without replay (measured here: 2.02 vs 2.16, pretrained 1.93); B's loss for both is printed;
 #   - the mixing report gives the replayed corpus a byte share within 0.05 of 0.25;
@@ -79,6 +81,30 @@ check "v2192_rewarms_from_step_0 (lr step 1 $lr1, step 20 $lr20)" \
   awk -v a="$lr1" -v b="$lr20" 'BEGIN { exit !(a > 0.99 * 1.5e-4 && a < 1.01 * 1.5e-4 && b > 0.99 * 3e-3 && b < 1.01 * 3e-3) }'
 check "v2192_replay_forgets_less (A: replay $aR vs no replay $aB, margin 0.05)" \
   awk -v r="$aR" -v n="$aB" 'BEGIN { exit !(r != "" && n != "" && r < n - 0.05) }'
+# optimizer fresh: one step at a constant lr from the checkpoint; with fresh Adam moments every
+# parameter with a gradient moves by lr * |m^/sqrt(v^)| = lr (bias-corrected step 1), while the
+# checkpoint's moments (a --resume of the same checkpoint) move none of them by exactly lr (measured: 0.942 vs 0)
+expect "v2192_gen_constant_lr" 0 "wrote" -- "$GEN" "$T" --enable adamw,continual --set continual.rewarm_steps=0 --model tiny --target cpu --batch 8 --seq 64 -o "$TMP/t0"
+"$TMP/t0/train" --data "$TMP/dB" --init-from "$PRE" --steps 1 --lr 1e-3 --ckpt-dir "$TMP/ck1" --sample 0 --eval-every 0 >/dev/null 2>&1
+unit=$(python3 - "$PRE/model.safetensors" "$TMP/ck1/step_00000001/model.safetensors" 1e-3 <<'PY'
+# share of parameters whose update |dw| / lr is within 2 % of 1
+import json, struct, sys
+from array import array
+def load(p):
+    b = open(p, 'rb').read(); n = struct.unpack('<Q', b[:8])[0]; h = json.loads(b[8:8 + n]); out = {}
+    for k, v in h.items():
+        if k != '__metadata__' and v['dtype'] == 'F32':
+            s, e = v['data_offsets']; a = array('f'); a.frombytes(b[8 + n + s:8 + n + e]); out[k] = a
+    return out
+a, b, lr = load(sys.argv[1]), load(sys.argv[2]), float(sys.argv[3])
+tot = hit = 0
+for k in a:
+    for x, y in zip(a[k], b[k]):
+        tot += 1; hit += abs(abs(y - x) / lr - 1) < 0.02
+print('%.4f' % (hit / tot))
+PY
+)
+check "v2192_optimizer_fresh (share of parameters moved by exactly lr: $unit)" awk -v u="$unit" 'BEGIN { exit !(u > 0.9) }'
 # the weights of another model are refused before training: one line, exit 2
 "$GEN" "$T" --enable adamw,continual --model tiny-llama --target cpu --batch 8 --seq 64 -o "$TMP/tl" >/dev/null 2>&1
 expect "v2192_refuses_checkpoint_of_another_model" 2 "tensor .* is missing .*different model" -- "$TMP/tl/train" --data "$TMP/dB" --init-from "$PRE" --steps 1 --sample 0
