@@ -38,8 +38,8 @@ def ids_of(path, dtype):
     b = open(path, "rb").read()[1024:]
     return list(b) if dtype == "u1" else list(struct.unpack("<%dH" % (len(b) // 2), b))
 def decode(ids):
-    open(d + "/.ids", "w").write(" ".join(map(str, ids)))
-    return subprocess.run([gen, "tokenizer", "decode", tok, d + "/.ids"], capture_output=True, check=True).stdout.decode()
+    open(d + ".ids", "w").write(" ".join(map(str, ids)))
+    return subprocess.run([gen, "tokenizer", "decode", tok, d + ".ids"], capture_output=True, check=True).stdout.decode()
 convs = [json.loads(l) for l in open(jsonl)]
 k = n_runs = 0
 for split in ("train", "val"):
