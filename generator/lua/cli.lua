@@ -29,6 +29,9 @@ usage:
   gen export CKPT -o DIR [--plan PLAN]    a checkpoint as a Hugging Face model directory
                                           (GPT2LMHeadModel, LlamaForCausalLM, Qwen3ForCausalLM);
                                           PLAN defaults to the plan.json beside or above CKPT
+  gen consolidate CKPT -o DIR [--plan PLAN]
+                                          merge a sharded (ZeRO, mpirun) checkpoint into one
+                                          file set in DIR/step_N that resumes at any world size
   gen render FAMILY [NAME=VALUE ...] [--kernels LIST] [-o FILE]
                                           render one kernel template (gen render --list)
 options:
@@ -446,6 +449,21 @@ function commands.export(args)
   return 0
 end
 
+function commands.consolidate(args)
+  local o = parse(args, { ["-o"] = "value", ["--plan"] = "value" })
+  local example = "e.g. gen consolidate out/tiny/ckpt -o out/tiny/ckpt-one [--plan out/tiny/plan.json]"
+  if #o._pos ~= 1 then U.fail("<command line>", "gen consolidate needs one checkpoint directory", example) end
+  if not o["-o"] then U.fail("<command line>", "gen consolidate needs -o DIR", example) end
+  local ckpt = o._pos[1]
+  if hyp.stat(ckpt) ~= "dir" then U.fail(ckpt, "not a directory", "give a trainer's --ckpt-dir or one of its step_* directories") end
+  local plan = o["--plan"] or find_plan(ckpt)
+  if not plan then U.fail(ckpt, "no plan.json beside or above the checkpoint", "say which trainer wrote it: --plan out/NAME/plan.json") end
+  local rc, msg = hyp.ckpt_consolidate(ckpt, plan, o["-o"])
+  if rc ~= 0 then io.stderr:write(msg, "\n"); return rc end
+  io.write(msg, "\n")
+  return 0
+end
+
 function commands.render(args)
   return require("template").cli(args, parse)
 end
@@ -468,7 +486,7 @@ local function main(args)
   if cmd:sub(1, 1) == "-" or not (cmd:match("%.ya?ml$") or hyp.stat(cmd)) then
     local names = U.sorted_keys(commands)
     U.fail("<command line>", "unknown command '" .. cmd .. "'" .. U.did_you_mean(cmd, names),
-      "use one of list, explain, audit, data, tokenizer, export, size, render, or give the tree file first")
+      "use one of list, explain, audit, data, tokenizer, export, consolidate, size, render, or give the tree file first")
   end
   return commands.generate(args)
 end
