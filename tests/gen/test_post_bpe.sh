@@ -8,7 +8,8 @@
 #   ChatML text; ChatML markers become one special token when the tokenizer has them (an
 #   added_tokens entry), and "<|im_end|>" typed inside a message stays plain text;
 #   SFT and DPO trainers sized to the tokenizer (--enable bpe --set v2125.data=DIR) train on that
-#   data (assistant-token loss falls; held-out preference accuracy rises);
+#   data (assistant-token loss falls; held-out preference accuracy rises), KTO runs on BPE examples;
+#   --tokenizer byte equals the default;
 #   mismatched data is refused (BPE data for a byte model, another BPE's data, byte data for a
 #   BPE-sized model).
 source "$(dirname "$0")/lib.sh"
@@ -88,6 +89,11 @@ expect "v2193_chatml_markers_are_special_tokens" 0 "aligned: 40 conversations" -
 # GPT-2's ranks (tiktoken, EOT 50256): the markers are text there, still aligned
 expect "v2193_chat_data_with_gpt2" 0 "loss masks" -- "$GEN" data --chat "$TMP/chat.jsonl" --tokenizer "$GPT2" -o "$TMP/sftg"
 expect "v2193_gpt2_mask_aligns" 0 "aligned: 40 conversations, 80 assistant spans" -- python3 "$TMP/align.py" "$TMP/sftg" "$GPT2" "$TMP/chat.jsonl" 0 "$GEN"
+"$GEN" data --chat "$TMP/chat.jsonl" -o "$TMP/sftd" >/dev/null
+expect "v2193_chat_data_tokenizer_byte" 0 "loss masks" -- "$GEN" data --chat "$TMP/chat.jsonl" --tokenizer byte -o "$TMP/sftb"
+check "v2193_tokenizer_byte_is_the_default (same shards, masks, no tokenizer copy)" \
+  bash -c "cmp -s '$TMP/sftd/train_000000.bin' '$TMP/sftb/train_000000.bin' && cmp -s '$TMP/sftd/train_000000.mask' '$TMP/sftb/train_000000.mask' && test ! -e '$TMP/sftb/tokenizer.json' && grep -q '\"tokenizer\":.*\"byte\"' '$TMP/sftb/meta.json'"
+expect "v2193_refuses_empty_tokenizer" 2 "--tokenizer: empty" -- "$GEN" data --chat "$TMP/chat.jsonl" --tokenizer "" -o "$TMP/x0"
 expect "v2193_refuses_bad_tokenizer" 2 "nope.json" -- "$GEN" data --chat "$TMP/chat.jsonl" --tokenizer "$TMP/nope.json" -o "$TMP/x1"
 check "v2193_bad_tokenizer_no_output" test ! -e "$TMP/x1"
 
@@ -113,6 +119,15 @@ acc=$(last_metric "$TMP/dpo.jsonl" val_pref_accuracy); mar=$(last_metric "$TMP/d
 check "v2195_bpe_heldout_accuracy_and_margin_rise (accuracy $acc, margin ${m0:-?} -> $mar)" \
   awk -v a="$acc" -v m="$mar" -v m0="${m0:-nan}" 'BEGIN { exit !(a >= 0.9 && m > m0 + 0.1) }'
 expect "v2195_dpo_runs_on_bpe_chatml_pairs" 0 "done: 2 dpo steps" -- "$TMP/t_dpo/train" --data "$TMP/preft" --steps 2
+
+# v2198 KTO examples with the BPE
+for i in $(seq 1 30); do
+  echo "{\"prompt\": \"Question $i: is it good?\", \"completion\": \" yes, it is good.\", \"label\": true}" >> "$TMP/synk.jsonl"
+  echo "{\"prompt\": \"Question $i: is it good?\", \"completion\": \" no, never bad!\", \"label\": false}" >> "$TMP/synk.jsonl"
+done
+expect "v2198_kto_data_with_bpe" 0 "preference examples" -- "$GEN" data --pref "$TMP/synk.jsonl" --tokenizer "$K1024" -o "$TMP/kto"
+expect "gen_kto_bpe" 0 "wrote" -- "$GEN" specs/v2500.yaml --enable adamw,kto,bpe --set v2125.data="$TMP/kto" --model tiny --target cpu --batch 8 --seq 48 -o "$TMP/t_kto"
+expect "v2198_kto_runs_on_bpe_examples" 0 "done: 2 kto steps" -- "$TMP/t_kto/train" --data "$TMP/kto" --steps 2
 
 # refusals: the trainer's v2125 checks apply to chat and preference directories
 expect "gen_sft_byte" 0 "wrote" -- "$GEN" specs/v2500.yaml --enable adamw,sft --model tiny --target cpu --batch 8 --seq 64 -o "$TMP/t_sftb"
