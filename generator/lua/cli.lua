@@ -18,8 +18,8 @@ usage:
                                           documents (.jsonl "text", .txt, SEP-separated, .gz)
                                           through the data stages into training shards with
                                           .docs sidecars and DIR/report.json
-  gen data --chat CHATS.jsonl -o DIR [--template chatml|plain|T.json] [--val-fraction F] [--force]
-  gen data --pref PREFS.jsonl -o DIR [--template chatml|plain|T.json] [--val-fraction F] [--force]
+  gen data --chat CHATS.jsonl -o DIR [--template chatml|plain|T.json] [--tokenizer byte|PATH] [--val-fraction F] [--force]
+  gen data --pref PREFS.jsonl -o DIR [--template chatml|plain|T.json] [--tokenizer byte|PATH] [--val-fraction F] [--force]
                                           post-training data: conversations through a chat
                                           template into shards + loss masks / preference examples
   gen tokenizer train FILE... --vocab N -o DIR   train a byte-level BPE: DIR/tokenizer.json
@@ -391,8 +391,9 @@ local function post_data(o)
   local vf = tonumber(o["--val-fraction"] or "0.1")
   if not vf or vf < 0 or vf >= 1 then U.fail("<command line>", "--val-fraction must be in [0, 1)", "e.g. --val-fraction 0.1") end
   local rc, msg
-  if o["--chat"] then rc, msg = hyp.chat_prepare(o["--chat"], o["--template"], o["-o"], vf, o["--force"] and true or false)
-  else rc, msg = hyp.pref_prepare(o["--pref"], o["--template"], o["-o"], vf, o["--force"] and true or false) end
+  local force = o["--force"] and true or false
+  if o["--chat"] then rc, msg = hyp.chat_prepare(o["--chat"], o["--template"], o["-o"], vf, force, o["--tokenizer"])
+  else rc, msg = hyp.pref_prepare(o["--pref"], o["--template"], o["-o"], vf, force, o["--tokenizer"]) end
   if rc ~= 0 then io.stderr:write(msg, "\n"); return rc end
   io.write(msg, "\n")
   return 0
@@ -404,7 +405,7 @@ function commands.data(args)
     local name = a:match("^(%-%-[%w-]+)")
     if name == "--chat" or name == "--pref" then
       local o = parse(args, { ["-o"] = "value", ["--val-fraction"] = "value", ["--force"] = "flag",
-        ["--chat"] = "value", ["--pref"] = "value", ["--template"] = "value" })
+        ["--chat"] = "value", ["--pref"] = "value", ["--template"] = "value", ["--tokenizer"] = "value" })
       if not o["-o"] then U.fail("<command line>", "gen data needs -o DIR", "e.g. gen data --chat chats.jsonl -o data/sft") end
       return post_data(o)
     end
