@@ -18,7 +18,10 @@ void hyp_progress_init(hyp_progress *pg, FILE *out, int log_every) {
     memset(pg, 0, sizeof *pg);
     pg->out = out;
     const char *term = getenv("TERM"), *force = getenv("HYP_PROGRESS");
-    pg->bar = log_every <= 0 && isatty(fileno(out)) && !(term && !strcmp(term, "dumb"));
+    /* under an MPI launcher stdout is often a pseudo-terminal of mpirun's even when mpirun's own
+     * output goes to a file or a scheduler's log: log lines there, unless HYP_PROGRESS=bar */
+    int launched = getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK");
+    pg->bar = log_every <= 0 && isatty(fileno(out)) && !launched && !(term && !strcmp(term, "dumb"));
     if (force && !strcmp(force, "bar")) pg->bar = log_every <= 0;
     if (force && !strcmp(force, "log")) pg->bar = 0;
     pg->every = log_every > 0 ? log_every : 1;

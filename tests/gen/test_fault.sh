@@ -66,6 +66,24 @@ expect v2176_np2 0 "rollback 1 of at most 3.*step_00000010" -- env HYP_FAULT_INJ
   --ckpt-dir "$TMP/ck2" --ckpt-every 5 --metrics "$TMP/np2.jsonl"
 check test_v2176_np2_counts test "$(skipped_at "$TMP/np2.jsonl")|$(last_metric "$TMP/np2.jsonl" rollbacks)" = "8 12 13 14 |1"
 
+# a dead rank (kill -9 of rank 1 mid-run): the surviving rank never hangs in a collective — the job
+# ends within 30 s (measured ~2 s: mpirun aborts it) with a message naming the dead rank, and the
+# progress output in mpirun's log file is plain log lines (no terminal escapes under a launcher)
+( mpirun -np 2 --oversubscribe -x OMP_NUM_THREADS "$TMP/g2/train" "${C[@]}" --batch 8 --steps 100000 > "$TMP/dead.out" 2>&1
+  echo "rc=$?" >> "$TMP/dead.out" ) &
+dead_job=$!
+for _ in $(seq 600); do grep -q "step  *3/" "$TMP/dead.out" 2>/dev/null && break; sleep 0.05; done
+victim=$(pgrep -f "^$TMP/g2/train" | sort -n | tail -1)
+t0=$(date +%s)
+[ -n "$victim" ] && kill -9 "$victim"
+for _ in $(seq 300); do grep -q "^rc=" "$TMP/dead.out" && break; sleep 0.1; done
+waited=$(( $(date +%s) - t0 ))
+echo "    dead rank: the job ended $waited s after kill -9 ($(grep -o 'rc=.*' "$TMP/dead.out"))"
+check test_v2176_dead_rank_ends_the_job_within_30s grep -q "^rc=[1-9]" "$TMP/dead.out"
+check test_v2176_dead_rank_is_named grep -q "exited on signal 9" "$TMP/dead.out"
+check test_v2176_no_terminal_escapes_under_mpirun bash -c "! grep -q $'\\e\\[K' '$TMP/dead.out'"
+kill "$dead_job" 2>/dev/null; pkill -9 -f "^$TMP/g2/train" 2>/dev/null; wait "$dead_job" 2>/dev/null
+
 # v2178: the plan's every/keep/dir
 expect gen_v2178 0 "wrote" -- "$GEN" "${G[@]}" --enable $SEL,ckpt --set v2178.every=4 --set v2178.keep=2 --set v2178.dir=ckpts -o "$TMP/c"
 check test_v2178_plan_has_settings grep -q '"dir":	"ckpts"' "$TMP/c/plan.json"
