@@ -51,7 +51,7 @@ weights after update k.
     0.99), rho 0.04, k 2 (five refreshes in 10 steps), weight decay 0.1 on 2-D tensors, 0 on 1-D.
     The sampled labels are stored (`gnb_labels<t>`, t = 2, 4, ..., -1 where the target is
     ignored) so the test feeds the trainer's GNB backward the same labels; the trainer's own
-    sampler is tested separately (test_sophia.c). `h10.<name>` = bs * hess after the last
+    sampler is tested separately (tests/unit/test_gnb.c). `h10.<name>` = bs * hess after the last
     refresh (the trainer's state h holds the bs-scaled estimate). The reference's trainer uses
     the next batch for the estimate; here (one fixed batch) it is the same batch, as ours.
 """
