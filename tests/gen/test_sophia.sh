@@ -60,6 +60,12 @@ expect test_v2135_conflicts_with_adam_mini 2 "conflicts with" -- "$GEN" specs/v2
 expect test_v2135_sim_refused_with_the_reason 2 "Sophia-G has no device kernel .* — generate the trainer with --target cpu" -- "$GEN" specs/v2500.yaml --enable sophia --model tiny --target sim -o "$TMP/x4"
 check test_v2135_refusal_writes_nothing test ! -e "$TMP/x4"
 expect test_v2135_bad_interval_refused 2 "hessian_interval" -- "$GEN" specs/v2500.yaml --enable sophia --set v2135.hessian_interval=0 --model tiny -o "$TMP/x5"
+# a damaged plan: the trainer refuses it in one line, exit 2
+cp -r "$TMP/plain" "$TMP/bad"
+python3 -c "import json,sys; f=sys.argv[1]; p=json.load(open(f)); p['optimizer']['hyper']['rho']=0; json.dump(p, open(f, 'w'))" "$TMP/bad/plan.json"
+expect test_v2135_trainer_refuses_rho_0 2 "optimizer.hyper.rho = 0 must be > 0 — regenerate" -- "$TMP/bad/train" "${COMMON[@]}" --steps 1
+python3 -c "import json,sys; f=sys.argv[1]; p=json.load(open(f)); p['optimizer']['hyper']['rho']=0.04; del p['optimizer']['hyper']['hess_every']; json.dump(p, open(f, 'w'))" "$TMP/bad/plan.json"
+expect test_v2135_trainer_refuses_missing_interval 2 "Sophia needs optimizer.hyper.hess_every — regenerate" -- "$TMP/bad/train" "${COMMON[@]}" --steps 1
 
 # --- cpu: the GNB pass fills h and changes the run -----------------------------------------------
 expect gen_sophia_zero1 0 "wrote" -- "$GEN" specs/v2500.yaml --enable sophia,memory-planning,dp,zero1 "${K3[@]}" --model tiny --target cpu --batch 4 --seq 64 -o "$TMP/z1"
