@@ -1,5 +1,7 @@
 /* gnb.c — the Gauss-Newton-Bartlett pass of Sophia-G (gnb.h): the sampled-label loss as the
- * executor's fused loss hook (exec_t.loss_fused) and the pass over the backend's slots. */
+ * executor's fused loss hook (exec_t.loss_fused) and the pass over the backend's slots.
+ * Never: the update rule (optim_sophia.c), printing, or state kept between steps (the labels are
+ * a function of seed, step and row, which is what makes resume bit-exact). */
 #include "gnb.h"
 
 #include <math.h>
