@@ -1,11 +1,13 @@
 /* ext_lua.c — host functions that reach into the runtime library: data preparation for
  * `gen data` (the shard writer lives in runtime/data.c, shared with the trainer's loader) and
- * `gen export` (Hugging Face model directories, runtime/io/hf.c). */
+ * `gen export` (Hugging Face model directories, runtime/io/hf.c) and `gen consolidate` (sharded
+ * checkpoints merged into one file set, runtime/io/ckpt_consolidate.c). */
 #include <lauxlib.h>
 #include <lua.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "ckpt_consolidate.h"
 #include "data.h"
 #include "data_lua.h"
 #include "hf.h"
@@ -68,12 +70,30 @@ static int l_hf_export(lua_State *L) {
     return 2;
 }
 
+/* hyp.ckpt_consolidate(ckpt, plan_path, outdir) -> rc, message: `gen consolidate` (v2181) */
+static int l_ckpt_consolidate(lua_State *L) {
+    const char *ckpt = luaL_checkstring(L, 1), *plan_path = luaL_checkstring(L, 2), *out = luaL_checkstring(L, 3);
+    hyp_err e = {{0}};
+    plan_t p;
+    memset(&p, 0, sizeof p);
+    char what[512] = "";
+    int rc = plan_load(plan_path, &p, &e);
+    if (!rc) rc = hyp_ckpt_consolidate(ckpt, &p, out, what, sizeof what, &e);
+    lua_pushinteger(L, rc);
+    if (rc) lua_pushfstring(L, "gen consolidate: %s", e.msg);
+    else lua_pushfstring(L, "gen: consolidated %s (%s) into %s", ckpt, what, out);
+    plan_free(&p);
+    return 2;
+}
+
 void gen_register_extra(lua_State *L, int idx) {
     idx = lua_absindex(L, idx);
     lua_pushcfunction(L, l_data_prepare);
     lua_setfield(L, idx, "data_prepare");
     lua_pushcfunction(L, l_hf_export);
     lua_setfield(L, idx, "hf_export");
+    lua_pushcfunction(L, l_ckpt_consolidate);
+    lua_setfield(L, idx, "ckpt_consolidate");
     gen_register_nvrtc(L, idx); /* NVRTC compile + cache (nvrtc.c); no-op without NVRTC */
     gen_register_tokenizer(L, idx); /* gen tokenizer (tok_lua.c) */
 }

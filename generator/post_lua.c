@@ -7,22 +7,22 @@
 #include "chat.h"
 #include "gen_host.h"
 
-/* hyp.chat_prepare(jsonl, template|nil, outdir, val_fraction, overwrite) -> rc, message */
+/* hyp.chat_prepare(jsonl, template|nil, outdir, val_fraction, overwrite, tokenizer|nil) -> rc, message */
 static int l_chat_prepare(lua_State *L) {
     const char *in = luaL_checkstring(L, 1), *tpl = luaL_optstring(L, 2, NULL), *out = luaL_checkstring(L, 3);
     hyp_err e = {{0}};
-    int rc = hyp_chat_prepare(in, tpl, out, luaL_optnumber(L, 4, 0.1), lua_toboolean(L, 5), &e);
+    int rc = hyp_chat_prepare(in, tpl, luaL_optstring(L, 6, NULL), out, luaL_optnumber(L, 4, 0.1), lua_toboolean(L, 5), &e);
     lua_pushinteger(L, rc);
     if (rc) lua_pushstring(L, e.msg);
     else lua_pushfstring(L, "gen: wrote chat shards with loss masks to %s", out);
     return 2;
 }
 
-/* hyp.pref_prepare(jsonl, template|nil, outdir, val_fraction, overwrite) -> rc, message */
+/* hyp.pref_prepare(jsonl, template|nil, outdir, val_fraction, overwrite, tokenizer|nil) -> rc, message */
 static int l_pref_prepare(lua_State *L) {
     const char *in = luaL_checkstring(L, 1), *tpl = luaL_optstring(L, 2, NULL), *out = luaL_checkstring(L, 3);
     hyp_err e = {{0}};
-    int rc = hyp_pref_prepare(in, tpl, out, luaL_optnumber(L, 4, 0.1), lua_toboolean(L, 5), &e);
+    int rc = hyp_pref_prepare(in, tpl, luaL_optstring(L, 6, NULL), out, luaL_optnumber(L, 4, 0.1), lua_toboolean(L, 5), &e);
     lua_pushinteger(L, rc);
     if (rc) lua_pushstring(L, e.msg);
     else lua_pushfstring(L, "gen: wrote preference examples to %s", out);

@@ -25,6 +25,8 @@ $GEN specs/v2500.yaml --enable adamw,warmup,cosine,clip,memory-planning,tensorbo
      --batch 16 --seq 128 -o "$OUT"
 $GEN audit "$OUT" | sed -n '1,12p'
 
-# 3. train, evaluate, checkpoint, sample
+# 3. train, evaluate, checkpoint, sample: on a terminal one progress line updated in place (bar, loss,
+#    tokens/s, ETA) with the evaluation steps kept as log lines; piped to a file, a log line per
+#    step (or --log-every N)
 "$OUT/train" --data data/kjv --steps "$STEPS" --eval-every 100 --eval-batches 16 \
    --metrics "$OUT/metrics.jsonl" --ckpt-dir "$OUT/ckpt" --ckpt-every 500 --sample 400

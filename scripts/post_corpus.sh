@@ -14,7 +14,7 @@ CORPUS=$1 OUT=$2 N=${3:-600} SEED=${4:-1}
 [ -s "$CORPUS" ] || { echo "$CORPUS: missing or empty corpus — give a text file" >&2; exit 2; }
 mkdir -p "$OUT"
 awk -v n="$N" -v seed="$SEED" -v out="$OUT" '
-function esc(s) { gsub(/\\/, "\\\\", s); gsub(/"/, "\\\"", s); gsub(/\t/, " ", s); return s }
+function esc(s) { gsub(/\\/, "\\\\\\\\", s); gsub(/"/, "\\\"", s); gsub(/\t/, " ", s); return s }
 length($0) >= 90 { line[++L] = $0 }
 END {
   srand(seed)

@@ -24,8 +24,8 @@ kernels = {
   { name = "attention_scores", doc = "att[b,h,t,t2] = q_t . k_t2 / sqrt(HD) for t2 <= t (entries above the diagonal are left for the softmax)",
     params = { "float* __restrict__ att", "const float* __restrict__ q", "const float* __restrict__ k", "int T" },
     block = "BLOCK", grid = "cdiv(T, TQ), cdiv(T, 32), B*NH" },
-  { name = "attention_softmax_fwd", doc = "in place, per row t: softmax over t2 <= t, zeros above",
-    params = { "float* __restrict__ att", "int B", "int T" },
+  { name = "attention_softmax_fwd", doc = "in place, per row t: softmax over lo <= t2 <= t, zeros elsewhere (lo = t - pos[b,t], the start of t's document (v2126), 0 without pos)",
+    params = { "float* __restrict__ att", "const int* __restrict__ pos", "int B", "int T" },
     block = "BLOCK", grid = "cdiv(B*NH*T, 8)" },
   { name = "attention_value", doc = "out[b, t, h*HD + i] = sum_t2 att[b,h,t,t2] v[b, h/G, t2, i]  (written in the [B, T, NH*HD] layout)",
     params = { "float* __restrict__ out", "const float* __restrict__ att", "const float* __restrict__ v", "int T" },
@@ -48,7 +48,7 @@ kernels = {
 ops = {
   attention_fwd = { { "qkv_permute_fwd", "scratch.q", "scratch.k", "scratch.v", "in1", "N", "T", "0" },
                     { "attention_scores", "out2", "scratch.q", "scratch.k", "T" },
-                    { "attention_softmax_fwd", "out2", "B", "T" },
+                    { "attention_softmax_fwd", "out2", "in2", "B", "T" },
                     { "attention_value", "out1", "out2", "scratch.v", "T" } },
   attention_bwd = { { "qkv_permute_fwd", "scratch.q", "scratch.k", "scratch.v", "in2", "N", "T", "0" },
                     { "attention_bwd_datt", "out2", "in1", "scratch.v", "T" },
@@ -118,13 +118,21 @@ __device__ __forceinline__ void score_tile(float* S, const float* A, const float
     if (row >= (long)B * NH * T) return;
     const int t = (int)(row % T), lane = threadIdx.x & 31;
     float* a = att + row * T;
+    // the mask hook (v2126): keys before the start of t's document get p = 0, so the backward
+    // (which multiplies by p) sends no gradient across documents
+    int lo = 0;
+    if (pos != nullptr) {
+        const long b = row / ((long)NH * T);
+        lo = t - pos[b * T + t];
+        lo = lo < 0 ? 0 : lo > t ? t : lo;
+    }
     float mx = __int_as_float(0xff800000);
-    for (int j = lane; j <= t; j += 32) mx = fmaxf(mx, a[j]);
+    for (int j = lo + lane; j <= t; j += 32) mx = fmaxf(mx, a[j]);
     mx = hyp_warp_max(mx);
     float sum = 0.0f;
-    for (int j = lane; j <= t; j += 32) sum += expf(a[j] - mx);
+    for (int j = lo + lane; j <= t; j += 32) sum += expf(a[j] - mx);
     float inv = 1.0f / hyp_warp_sum(sum);
-    for (int j = lane; j < T; j += 32) a[j] = j <= t ? expf(a[j] - mx) * inv : 0.0f;
+    for (int j = lane; j < T; j += 32) a[j] = (j >= lo && j <= t) ? expf(a[j] - mx) * inv : 0.0f;
 }
 % end
 

@@ -15,20 +15,20 @@ derive = function(K, decide)
   decide("dwte_rows_per_block", K.VROWS, "each block owns VROWS vocabulary rows and scans all tokens in order: deterministic, no atomics")
 end
 kernels = {
-  { name = "embedding_fwd", doc = "out[n, :] = wte[tokens[n], :] (+ wpe[n % T, :]); an id outside 0..V-1 gives a zero row",
+  { name = "embedding_fwd", doc = "out[n, :] = wte[tokens[n], :] (+ wpe[t, :], t = pos[n] (v2126: the position in its document) or n % T without pos); an id outside 0..V-1 gives a zero row",
     params = { "float* __restrict__ out", "const int* __restrict__ tokens", "const float* __restrict__ wte",
-               "const float* __restrict__ wpe", "int N", "int T" },
+               "const float* __restrict__ wpe", "const int* __restrict__ pos", "int N", "int T" },
     block = "BLOCK", grid = "cdiv(N*CV, BLOCK)" },
   { name = "embedding_bwd_wte", doc = "dwte[v, :] += sum over n with tokens[n] == v of dout[n, :], n ascending",
     params = { "float* __restrict__ dwte", "const float* __restrict__ dout", "const int* __restrict__ tokens", "int N" },
     block = "BLOCK", grid = "cdiv(V, VROWS), cdiv(CV, BLOCK)" },
-  { name = "embedding_bwd_wpe", doc = "dwpe[t, :] += sum_b dout[b, t, :], b ascending",
-    params = { "float* __restrict__ dwpe", "const float* __restrict__ dout", "int B", "int T" },
+  { name = "embedding_bwd_wpe", doc = "dwpe[t, :] += sum_b dout[b, t, :], b ascending; with pos (v2126): the sum over the rows n with pos[n] = t, n ascending",
+    params = { "float* __restrict__ dwpe", "const float* __restrict__ dout", "const int* __restrict__ pos", "int B", "int T" },
     block = "BLOCK", grid = "cdiv(T*CV, BLOCK)" },
 }
 ops = {
-  embedding_fwd = { { "embedding_fwd", "out1", "in1", "in2", "in3", "N", "T" } },
-  embedding_bwd = { { "embedding_bwd_wte", "out1", "in1", "in2", "N" }, { "embedding_bwd_wpe", "out2", "in1", "B", "T" } },
+  embedding_fwd = { { "embedding_fwd", "out1", "in1", "in2", "in3", "in4", "N", "T" } },
+  embedding_bwd = { { "embedding_bwd_wte", "out1", "in1", "in2", "N" }, { "embedding_bwd_wpe", "out2", "in1", "in3", "B", "T" } },
 }
 ]]
 {{ partial("common") }}
@@ -45,13 +45,13 @@ ops = {
 % if VEC == 4 then
     hyp_f128 x = ok ? hyp_load128(wte + (long)tok * C + c) : f128(0.0f, 0.0f, 0.0f, 0.0f);
     if (WPE && ok) {
-        hyp_f128 p = hyp_load128(wpe + (long)(n % T) * C + c);
+        hyp_f128 p = hyp_load128(wpe + (long)(pos != nullptr ? pos[n] : n % T) * C + c);
         x[0] += p[0]; x[1] += p[1]; x[2] += p[2]; x[3] += p[3];
     }
     hyp_store128(o, x);
 % else
     float x = ok ? wte[(long)tok * C + c] : 0.0f;
-    if (WPE && ok) x += wpe[(long)(n % T) * C + c];
+    if (WPE && ok) x += wpe[(long)(pos != nullptr ? pos[n] : n % T) * C + c];
     o[0] = x;
 % end
 }
@@ -102,12 +102,21 @@ ops = {
 % end
 
 % if emit.embedding_bwd_wpe then
-// One thread per (t, channel vector): sums the B rows in order.
+// One thread per (t, channel vector): sums the B rows in order. With pos (v2126: positions restart
+// at each document) it scans all B*T rows in order and adds those at position t: the cpu op's
+// order, deterministic; O(B*T) reads of pos per thread, a cost only packed runs pay.
 {{ signature("embedding_bwd_wpe") }} {
     long e = (long)blockIdx.x * blockDim.x + threadIdx.x;
     if (e >= (long)T * CV) return;
     int t = (int)(e / CV), c = (int)(e - (long)t * CV) * VEC;
     float* dp = dwpe + (long)t * C + c;
+    if (pos != nullptr) {
+        for (long n = 0; n < (long)B * T; n++) {
+            if (pos[n] != t) continue;
+            for (int k = 0; k < VEC; k++) dp[k] += dout[n * C + c + k];
+        }
+        return;
+    }
 % if VEC == 4 then
     hyp_f128 acc = hyp_load128(dp);
     for (int b = 0; b < B; b++) {

@@ -1,6 +1,6 @@
 --[[ hyperion template
 family = "flash_attention"
-doc = "FlashAttention-2 causal attention on tensor cores (mma.sync m16n8k16 bf16, fp32 accumulation): online softmax saving only the log-sum-exp; deterministic backward; grouped-query heads"
+doc = "FlashAttention-2 causal attention on tensor cores (mma.sync m16n8k16 bf16, fp32 accumulation): online softmax saving only the log-sum-exp; deterministic backward; grouped-query heads; optional document mask (v2126 packing)"
 constants = {
   NH = { "int", doc = "query heads" },
   NKV = { "int", doc = "key/value heads (NH % NKV == 0)" },
@@ -8,6 +8,7 @@ constants = {
   PREC = { "enum", values = { "bf16", "bf16x3" }, default = "bf16x3",
     doc = "operands of the mma: bf16 (each fp32 operand rounded once, ~2^-8 relative) or bf16x3 (hi + lo bf16 split, hi*hi + hi*lo + lo*hi: ~fp32 accuracy, 3x the mma work)" },
   BLOCK = { "int", default = 128, doc = "threads per block (4 warps, 16 tile rows each)" },
+  DOCMASK = { "bool", default = false, doc = "the document mask hook (v2126 packing): query q sees keys from q - pos[q] (its document's start); false: plain causal, pos unused" },
 }
 derive = function(K, decide)
   if K.NH % K.NKV ~= 0 then error("NH (" .. K.NH .. ") must be a multiple of NKV (" .. K.NKV .. ")") end
@@ -25,7 +26,7 @@ derive = function(K, decide)
   -- registers (HD 128 bf16x3 with 32-query tiles spilled 32 B at sm_90)
   K.BKV, K.BQB = 64, (K.NS * K.HD > 128) and 16 or 32
   K.SMEM_FWD = K.NS * (K.BQ + 2 * K.BK) * K.LD * 2
-  K.SMEM_DKV = K.NS * (2 * K.BKV + 2 * K.BQB) * K.LD * 2 + 2 * K.BQB * 4
+  K.SMEM_DKV = K.NS * (2 * K.BKV + 2 * K.BQB) * K.LD * 2 + 3 * K.BQB * 4
   -- dQ's key tiles: 16 when HD x parts > 128, which keeps its shared memory under the 99 KB a
   -- block may have on sm_86/sm_89 (HD 128 bf16x3: 85 KB instead of 102 KB)
   K.BKQ = (K.NS * K.HD > 128) and 16 or 32
@@ -38,27 +39,29 @@ derive = function(K, decide)
 end
 kernels = {
   { name = "flash_attention_fwd", doc = "out [B,T,NH*HD] = softmax(q k^T / sqrt(HD), causal) v, lse [B,NH,T] = log of each row's sum of exp (natural log)",
-    params = { "float* __restrict__ out", "float* __restrict__ lse", "const float* __restrict__ qkv", "int T" },
+    params = { "float* __restrict__ out", "float* __restrict__ lse", "const float* __restrict__ qkv", "const int* __restrict__ pos", "int T" },
     block = "BLOCK", grid = "cdiv(T, BQ), B*NH", smem = "SMEM_FWD" },
   { name = "flash_attention_bwd_d", doc = "D[b,h,t] = dout_t . out_t over head h (the softmax backward's row term); one warp per row",
     params = { "float* __restrict__ D", "const float* __restrict__ dout", "const float* __restrict__ out", "int B", "int T" },
     block = "BLOCK", grid = "cdiv(B*NH*T, 4)" },
   { name = "flash_attention_bwd_dkv", doc = "dk, dv of 64 keys of kv head (b, g) += sums over the group's G query heads and the query tiles at or after the keys (one writer per row: no atomics)",
     params = { "float* __restrict__ dqkv", "const float* __restrict__ dout", "const float* __restrict__ qkv", "const float* __restrict__ lse",
-               "const float* __restrict__ D", "int T" },
+               "const float* __restrict__ D", "const int* __restrict__ pos", "int T" },
     block = "BLOCK", grid = "cdiv(T, BKV), B*NKV", smem = "SMEM_DKV" },
   { name = "flash_attention_bwd_dq", doc = "dq of 64 queries of head (b, h) += dS K over the key tiles up to the diagonal",
     params = { "float* __restrict__ dqkv", "const float* __restrict__ dout", "const float* __restrict__ qkv", "const float* __restrict__ lse",
-               "const float* __restrict__ D", "int T" },
+               "const float* __restrict__ D", "const int* __restrict__ pos", "int T" },
     block = "BLOCK", grid = "cdiv(T, BQ), B*NH", smem = "SMEM_DQ" },
 }
--- flash_attention_fwd: ins qkv; outs atty, lse. flash_attention_bwd: ins datty, qkv, atty, lse;
--- outs dqkv (accumulated), the [B,NH,T] scratch that holds D.
+spill_reasons = { flash_attention_bwd_dkv = "at HD >= 64 the kernel sits at the 168-register cap (3 blocks of 4 warps per SM): measured at sm_90, 32 bytes for llama-176m-qknorm without DOCMASK (as before the mask hook), 16 bytes with DOCMASK (its per-key visible-query counts) for gpt2-124m and llama-176m-qknorm; gpt2-124m and llama3-8b without DOCMASK: none" }
+-- flash_attention_fwd: ins qkv, positions?; outs atty, lse. flash_attention_bwd: ins datty, qkv,
+-- atty, lse, positions?; outs dqkv (accumulated), the [B,NH,T] scratch that holds D. positions
+-- absent: pos = NULL, plain causal.
 ops = {
-  flash_attention_fwd = { { "flash_attention_fwd", "out1", "out2", "in1", "T" } },
+  flash_attention_fwd = { { "flash_attention_fwd", "out1", "out2", "in1", "in2", "T" } },
   flash_attention_bwd = { { "flash_attention_bwd_d", "out2", "in1", "in3", "B", "T" },
-                          { "flash_attention_bwd_dkv", "out1", "in1", "in2", "in4", "out2", "T" },
-                          { "flash_attention_bwd_dq", "out1", "in1", "in2", "in4", "out2", "T" } },
+                          { "flash_attention_bwd_dkv", "out1", "in1", "in2", "in4", "out2", "in5", "T" },
+                          { "flash_attention_bwd_dq", "out1", "in1", "in2", "in4", "out2", "in5", "T" } },
 }
 ]]
 {{ partial("common") }}
@@ -78,6 +81,31 @@ ops = {
 // n-tile j (kernels/hyp/mma.cuh).
 static constexpr float SCALE = {{ f32(1.0 / math.sqrt(HD)) }}; // 1/sqrt(HD), as the CPU op's 1.0f / sqrtf(hd)
 static constexpr int OC = NH * HD;
+
+// The mask hook (v2126 document masking, FlashInfer-style): the first key query q of row b may
+// see is the start of its document, q - pos[b*T + q] (pos: each token's position in its
+// document); without pos (NULL) it is 0 and the kernels are plain causal. Tiles of keys entirely
+// before every query's document are skipped. Clamped to [0, q] as the cpu op does.
+__device__ __forceinline__ int fa_lo(const int* pos, int b, int T, int q) {
+    if (!DOCMASK || pos == nullptr || q >= T) return 0;
+    const int v = q - pos[(long)b * T + q];
+    return v < 0 ? 0 : v > q ? q : v;
+}
+
+// The smallest lo over the rows [q0, q0 + n) (n <= T - q0), for the block-level tile skip.
+__device__ __forceinline__ int fa_lo_min(const int* pos, int b, int T, int q0, int n) {
+    if (!DOCMASK || pos == nullptr) return 0;
+    int m = q0 + n;
+    for (int q = q0; q < q0 + n; q++) m = min(m, fa_lo(pos, b, T, q));
+    return m;
+}
+
+// The smallest of v over the warp.
+__device__ __forceinline__ int fa_warp_min(int v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = min(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
 
 // fp32 pair -> packed bf16 hi (and lo = the rounding remainder, for bf16x3)
 __device__ __forceinline__ void fa_split2(float x, float y, unsigned& hi, unsigned& lo) {
@@ -211,12 +239,16 @@ __device__ __forceinline__ void fa_py(float (*acc)[4], float (*p)[4], const hyp_
     float o[HD / 8][4], m[2] = { -HYP_INF, -HYP_INF }, l[2] = { 0.0f, 0.0f };
     fa_zero<HD / 8>(o);
     const int kend = min(T, q0 + BQ);
-    for (int k0 = 0; k0 < kend; k0 += BK) {
+    const int lo[2] = { fa_lo(pos, b, T, qa), fa_lo(pos, b, T, qa + 8) };
+    const int wlo = fa_warp_min(min(qa < T ? lo[0] : T, qa + 8 < T ? lo[1] : T)); // this warp's first key
+    const int kstart = fa_lo_min(pos, b, T, q0, min(BQ, T - q0)) / BK * BK;    // the block's
+    for (int k0 = kstart; k0 < kend; k0 += BK) {
         __syncthreads(); // the previous tile is no longer read
         fa_stage(Ks, BK, base + (long)k0 * R + (NH + g) * HD, R, min(BK, T - k0));
         fa_stage(Vs, BK, base + (long)k0 * R + (NH + NKV + g) * HD, R, min(BK, T - k0));
         __syncthreads();
         if (k0 > q0 + wr + 15) continue; // every key of the tile is above this warp's rows
+        if (k0 + BK <= wlo) continue;    // every key of the tile is before this warp's documents
         float s[BK / 8][4];
         fa_zero<BK / 8>(s);
         fa_xyt<BK / 8>(s, Qs, BQ, wr, Ks, BK);
@@ -226,16 +258,19 @@ __device__ __forceinline__ void fa_py(float (*acc)[4], float (*p)[4], const hyp_
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const int key = k0 + 8 * j + 2 * tq + (e & 1), q = qa + 8 * (e >> 1);
-                const float x = (key <= q && key < T) ? s[j][e] * SCALE : -HYP_INF;
+                const float x = (key <= q && key < T && key >= lo[e >> 1]) ? s[j][e] * SCALE : -HYP_INF;
                 s[j][e] = x;
                 mx[e >> 1] = fmaxf(mx[e >> 1], x);
             }
-        float al[2];
+        float al[2], mu[2];
 #pragma unroll
-        for (int r = 0; r < 2; r++) { // key 0 is in the first tile: the max is finite from there on
+        for (int r = 0; r < 2; r++) {
             mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
             mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-            al[r] = expf(m[r] - mx[r]);
+            // a row with no visible key yet (document mask) keeps m = -inf: exponents relative to
+            // 0 then give p = 0 and al = 0 instead of exp(-inf + inf) = NaN
+            mu[r] = mx[r] == -HYP_INF ? 0.0f : mx[r];
+            al[r] = expf(m[r] - mu[r]);
             m[r] = mx[r];
             l[r] *= al[r];
         }
@@ -243,7 +278,7 @@ __device__ __forceinline__ void fa_py(float (*acc)[4], float (*p)[4], const hyp_
         for (int j = 0; j < BK / 8; j++)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
-                const float p = expf(s[j][e] - m[e >> 1]);
+                const float p = expf(s[j][e] - mu[e >> 1]);
                 s[j][e] = p;
                 l[e >> 1] += p;
             }
@@ -306,6 +341,7 @@ __device__ __forceinline__ void fa_pds(float& s, float& dp, bool visible, float 
     hyp_bf16* Os = Qs + NS * BQB * LD;
     float* Ls = (float*)(Os + NS * BQB * LD);
     float* Ds = Ls + BQB;
+    int* Lo = (int*)(Ds + BQB); // the query tile's first visible keys (mask hook)
     const int bg = blockIdx.y, b = bg / NKV, g = bg - b * NKV;
     const int k0 = blockIdx.x * BKV, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int wr = 16 * warp, ka = k0 + wr + (lane >> 2), tq = lane & 3;
@@ -324,20 +360,36 @@ __device__ __forceinline__ void fa_pds(float& s, float& dp, bool visible, float 
             for (int i = threadIdx.x; i < BQB; i += BLOCK) {
                 Ls[i] = q0 + i < T ? lse[bh * T + q0 + i] : 0.0f;
                 Ds[i] = q0 + i < T ? D[bh * T + q0 + i] : 0.0f;
+                if (DOCMASK) Lo[i] = q0 + i < T ? fa_lo(pos, b, T, q0 + i) : T;
             }
             __syncthreads();
             if (q0 + BQB - 1 < k0 + wr) continue; // every query of the tile is before this warp's keys
+            // the document mask: positions restart at 0 at a document start and grow by 1
+            // otherwise, so lo is non-decreasing in q. Every query of the tile starts its document
+            // after this warp's keys: skip. Else the queries that may see key k form a prefix of
+            // the tile: qi < nvis[r] (k = this lane's key ka + 8r; two registers, not a mask).
+            if (DOCMASK && Lo[0] > k0 + wr + 15) continue;
             float st[BQB / 8][4], dpt[BQB / 8][4];
             fa_zero<BQB / 8>(st);
             fa_zero<BQB / 8>(dpt);
             fa_xyt<BQB / 8>(st, Ks, BKV, wr, Qs, BQB);
             fa_xyt<BQB / 8>(dpt, Vs, BKV, wr, Os, BQB);
+            int nvis[2] = { BQB, BQB }; // counted after the products: two live registers less there
+% if DOCMASK then
+            nvis[0] = nvis[1] = 0;
+#pragma unroll 1
+            for (int i = 0; i < BQB; i++) {
+                const int l = Lo[i];
+                nvis[0] += l <= ka;
+                nvis[1] += l <= ka + 8;
+            }
+% end
 #pragma unroll
             for (int j = 0; j < BQB / 8; j++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     const int qi = 8 * j + 2 * tq + (e & 1), q = q0 + qi, key = ka + 8 * (e >> 1);
-                    fa_pds(st[j][e], dpt[j][e], key <= q && q < T && key < T, Ls[qi], Ds[qi]);
+                    fa_pds(st[j][e], dpt[j][e], key <= q && q < T && key < T && qi < nvis[e >> 1], Ls[qi], Ds[qi]);
                 }
             fa_py<BQB / 8>(dv, st, Os, BQB);
             fa_py<BQB / 8>(dk, dpt, Qs, BQB);
@@ -385,12 +437,16 @@ __device__ __forceinline__ void fa_pds(float& s, float& dp, bool visible, float 
     float dq[HD / 8][4];
     fa_zero<HD / 8>(dq);
     const int kend = min(T, q0 + BQ);
-    for (int k0 = 0; k0 < kend; k0 += BKQ) {
+    const int lo[2] = { fa_lo(pos, b, T, qa), fa_lo(pos, b, T, qa + 8) };
+    const int wlo = fa_warp_min(min(qa < T ? lo[0] : T, qa + 8 < T ? lo[1] : T));
+    const int kstart = fa_lo_min(pos, b, T, q0, min(BQ, T - q0)) / BKQ * BKQ;
+    for (int k0 = kstart; k0 < kend; k0 += BKQ) {
         __syncthreads(); // the previous key tile is no longer read
         fa_stage(Ks, BKQ, base + (long)k0 * R + (NH + g) * HD, R, min(BKQ, T - k0));
         fa_stage(Vs, BKQ, base + (long)k0 * R + (NH + NKV + g) * HD, R, min(BKQ, T - k0));
         __syncthreads();
         if (k0 > q0 + wr + 15) continue; // every key of the tile is above this warp's rows
+        if (k0 + BKQ <= wlo) continue;   // every key of the tile is before this warp's documents
         float s[BKQ / 8][4], dp[BKQ / 8][4];
         fa_zero<BKQ / 8>(s);
         fa_zero<BKQ / 8>(dp);
@@ -401,7 +457,7 @@ __device__ __forceinline__ void fa_pds(float& s, float& dp, bool visible, float 
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const int key = k0 + 8 * j + 2 * tq + (e & 1), r = e >> 1, q = qa + 8 * r;
-                fa_pds(s[j][e], dp[j][e], key <= q && q < T && key < T, lr[r], dr[r]);
+                fa_pds(s[j][e], dp[j][e], key <= q && q < T && key < T && key >= lo[r], lr[r], dr[r]);
             }
         fa_py<BKQ / 8>(dq, dp, Ks, BKQ);
     }

@@ -19,11 +19,11 @@ derive = function(K, decide)
 end
 local function rope(K) return K.ROPE end
 kernels = {
-  { name = "rope_fwd", when = rope, doc = "out = R(t) inp on the q and k heads of every [N, R] row (t = n % T); v copied",
-    params = { "float* __restrict__ out", "const float* __restrict__ inp", "int N", "int T" },
+  { name = "rope_fwd", when = rope, doc = "out = R(t) inp on the q and k heads of every [N, R] row (t = pos[n], the token's position in its document (v2126), or n % T without pos); v copied",
+    params = { "float* __restrict__ out", "const float* __restrict__ inp", "const int* __restrict__ pos", "int N", "int T" },
     block = "BLOCK", grid = "cdiv(N*HALF, BLOCK)" },
   { name = "rope_bwd", when = rope, doc = "dinp += R(t)^T dout (the inverse rotation); v: dinp += dout",
-    params = { "float* __restrict__ dinp", "const float* __restrict__ dout", "int N", "int T" },
+    params = { "float* __restrict__ dinp", "const float* __restrict__ dout", "const int* __restrict__ pos", "int N", "int T" },
     block = "BLOCK", grid = "cdiv(N*HALF, BLOCK)" },
   { name = "qkv_permute_fwd", doc = "qkv [B, T, R] -> q [B, NH, T, HD], k and v [B, NKV, T, HD]; rotates q and k when rope != 0",
     params = { "float* __restrict__ q", "float* __restrict__ k", "float* __restrict__ v",
@@ -35,8 +35,8 @@ kernels = {
     block = "BLOCK", grid = "cdiv(N*PAIRS, BLOCK)" },
 }
 ops = {
-  rope_fwd = { { "rope_fwd", "out1", "in1", "N", "T" } },
-  rope_bwd = { { "rope_bwd", "out1", "in1", "N", "T" } },
+  rope_fwd = { { "rope_fwd", "out1", "in1", "in2", "N", "T" } },
+  rope_bwd = { { "rope_bwd", "out1", "in1", "in2", "N", "T" } },
 }
 ]]
 // Rotation of the pair (x[i], x[i + HALF]) by angle(t, i) = t * THETA^(-2i/HD):
@@ -53,12 +53,12 @@ __device__ __forceinline__ void rope_cs(int t, int i, float sign, float& cs, flo
 // One thread per (row n, pair i): rotates pair i of every q and k head of the row, and copies
 // (or, backward, accumulates) elements i and i + HALF of the v part.
 template <bool BACKWARD>
-__device__ __forceinline__ void rope_rows(float* y, const float* x, int N, int T) {
+__device__ __forceinline__ void rope_rows(float* y, const float* x, const int* pos, int N, int T) {
     long e = (long)blockIdx.x * blockDim.x + threadIdx.x;
     if (e >= (long)N * HALF) return;
     int n = (int)(e / HALF), i = (int)(e - (long)n * HALF);
     float cs, sn;
-    rope_cs(n % T, i, BACKWARD ? -1.0f : 1.0f, cs, sn);
+    rope_cs(pos != nullptr ? pos[n] : n % T, i, BACKWARD ? -1.0f : 1.0f, cs, sn);
     const float* xr = x + (long)n * R;
     float* yr = y + (long)n * R;
     for (int j = 0; j < NQK; j++) {
@@ -78,10 +78,10 @@ __device__ __forceinline__ void rope_rows(float* y, const float* x, int N, int T
 % end
 
 % if emit.rope_fwd then
-{{ signature("rope_fwd") }} { rope_rows<false>(out, inp, N, T); }
+{{ signature("rope_fwd") }} { rope_rows<false>(out, inp, pos, N, T); }
 % end
 % if emit.rope_bwd then
-{{ signature("rope_bwd") }} { rope_rows<true>(dinp, dout, N, T); }
+{{ signature("rope_bwd") }} { rope_rows<true>(dinp, dout, pos, N, T); }
 % end
 
 // The permuted layouts: head j of row n = b*T + t lives at ((b*HEADS + j) * T + t) * HD.

@@ -18,8 +18,8 @@ usage:
                                           documents (.jsonl "text", .txt, SEP-separated, .gz)
                                           through the data stages into training shards with
                                           .docs sidecars and DIR/report.json
-  gen data --chat CHATS.jsonl -o DIR [--template chatml|plain|T.json] [--val-fraction F] [--force]
-  gen data --pref PREFS.jsonl -o DIR [--template chatml|plain|T.json] [--val-fraction F] [--force]
+  gen data --chat CHATS.jsonl -o DIR [--template chatml|plain|T.json] [--tokenizer byte|PATH] [--val-fraction F] [--force]
+  gen data --pref PREFS.jsonl -o DIR [--template chatml|plain|T.json] [--tokenizer byte|PATH] [--val-fraction F] [--force]
                                           post-training data: conversations through a chat
                                           template into shards + loss masks / preference examples
   gen tokenizer train FILE... --vocab N -o DIR   train a byte-level BPE: DIR/tokenizer.json
@@ -29,6 +29,9 @@ usage:
   gen export CKPT -o DIR [--plan PLAN]    a checkpoint as a Hugging Face model directory
                                           (GPT2LMHeadModel, LlamaForCausalLM, Qwen3ForCausalLM);
                                           PLAN defaults to the plan.json beside or above CKPT
+  gen consolidate CKPT -o DIR [--plan PLAN]
+                                          merge a sharded (ZeRO, mpirun) checkpoint into one
+                                          file set in DIR/step_N that resumes at any world size
   gen render FAMILY [NAME=VALUE ...] [--kernels LIST] [-o FILE]
                                           render one kernel template (gen render --list)
 options:
@@ -388,8 +391,9 @@ local function post_data(o)
   local vf = tonumber(o["--val-fraction"] or "0.1")
   if not vf or vf < 0 or vf >= 1 then U.fail("<command line>", "--val-fraction must be in [0, 1)", "e.g. --val-fraction 0.1") end
   local rc, msg
-  if o["--chat"] then rc, msg = hyp.chat_prepare(o["--chat"], o["--template"], o["-o"], vf, o["--force"] and true or false)
-  else rc, msg = hyp.pref_prepare(o["--pref"], o["--template"], o["-o"], vf, o["--force"] and true or false) end
+  local force = o["--force"] and true or false
+  if o["--chat"] then rc, msg = hyp.chat_prepare(o["--chat"], o["--template"], o["-o"], vf, force, o["--tokenizer"])
+  else rc, msg = hyp.pref_prepare(o["--pref"], o["--template"], o["-o"], vf, force, o["--tokenizer"]) end
   if rc ~= 0 then io.stderr:write(msg, "\n"); return rc end
   io.write(msg, "\n")
   return 0
@@ -401,7 +405,7 @@ function commands.data(args)
     local name = a:match("^(%-%-[%w-]+)")
     if name == "--chat" or name == "--pref" then
       local o = parse(args, { ["-o"] = "value", ["--val-fraction"] = "value", ["--force"] = "flag",
-        ["--chat"] = "value", ["--pref"] = "value", ["--template"] = "value" })
+        ["--chat"] = "value", ["--pref"] = "value", ["--template"] = "value", ["--tokenizer"] = "value" })
       if not o["-o"] then U.fail("<command line>", "gen data needs -o DIR", "e.g. gen data --chat chats.jsonl -o data/sft") end
       return post_data(o)
     end
@@ -445,6 +449,21 @@ function commands.export(args)
   return 0
 end
 
+function commands.consolidate(args)
+  local o = parse(args, { ["-o"] = "value", ["--plan"] = "value" })
+  local example = "e.g. gen consolidate out/tiny/ckpt -o out/tiny/ckpt-one [--plan out/tiny/plan.json]"
+  if #o._pos ~= 1 then U.fail("<command line>", "gen consolidate needs one checkpoint directory", example) end
+  if not o["-o"] then U.fail("<command line>", "gen consolidate needs -o DIR", example) end
+  local ckpt = o._pos[1]
+  if hyp.stat(ckpt) ~= "dir" then U.fail(ckpt, "not a directory", "give a trainer's --ckpt-dir or one of its step_* directories") end
+  local plan = o["--plan"] or find_plan(ckpt)
+  if not plan then U.fail(ckpt, "no plan.json beside or above the checkpoint", "say which trainer wrote it: --plan out/NAME/plan.json") end
+  local rc, msg = hyp.ckpt_consolidate(ckpt, plan, o["-o"])
+  if rc ~= 0 then io.stderr:write(msg, "\n"); return rc end
+  io.write(msg, "\n")
+  return 0
+end
+
 function commands.render(args)
   return require("template").cli(args, parse)
 end
@@ -467,7 +486,7 @@ local function main(args)
   if cmd:sub(1, 1) == "-" or not (cmd:match("%.ya?ml$") or hyp.stat(cmd)) then
     local names = U.sorted_keys(commands)
     U.fail("<command line>", "unknown command '" .. cmd .. "'" .. U.did_you_mean(cmd, names),
-      "use one of list, explain, audit, data, tokenizer, export, size, render, or give the tree file first")
+      "use one of list, explain, audit, data, tokenizer, export, consolidate, size, render, or give the tree file first")
   end
   return commands.generate(args)
 end

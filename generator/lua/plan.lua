@@ -195,8 +195,10 @@ local function build_graph(g, m, d, names, layer, attention)
   local flash = attention == "flash"
 
   -- forward ------------------------------------------------------------------------------
+  -- the last "" of the position and attention ops is their optional per-token positions input
+  -- (a technique module's rewrite may name a "positions" token array there)
   local x = act("x0", { "N", d.C })
-  g.op(F_, "embedding_fwd", { "tokens", names.wte, names.wpe or "" }, { x }, { B = "B", T = "T", C = d.C })
+  g.op(F_, "embedding_fwd", { "tokens", names.wte, names.wpe or "", "" }, { x }, { B = "B", T = "T", C = d.C })
   local saved = {}
   local function norm_fwd(list, out, inp, w, bias, tag)
     if ln then
@@ -227,17 +229,17 @@ local function build_graph(g, m, d, names, layer, attention)
     end
     if m.position == "rope" then
       s.qkvr = act(t .. ".qkvr", { "N", d.qkv })
-      g.op(F_, "rope_fwd", { q }, { s.qkvr }, { B = "B", T = "T", NH = d.NH, NKV = d.NKV, hd = d.hd, theta = m.rope_theta or 10000.0 })
+      g.op(F_, "rope_fwd", { q, "" }, { s.qkvr }, { B = "B", T = "T", NH = d.NH, NKV = d.NKV, hd = d.hd, theta = m.rope_theta or 10000.0 })
       q = s.qkvr
     end
     s.qin = q
     s.atty = act(t .. ".atty", { "N", d.NH * d.hd })
     if flash then
       s.lse = act(t .. ".lse", { "B", d.NH, "T" })
-      g.op(F_, "flash_attention_fwd", { q }, { s.atty, s.lse }, { B = "B", T = "T", NH = d.NH, NKV = d.NKV, hd = d.hd })
+      g.op(F_, "flash_attention_fwd", { q, "" }, { s.atty, s.lse }, { B = "B", T = "T", NH = d.NH, NKV = d.NKV, hd = d.hd })
     else
       s.att = act(t .. ".att", { "B", d.NH, "T", "T" })
-      g.op(F_, "attention_fwd", { q }, { s.atty, s.att }, { B = "B", T = "T", NH = d.NH, NKV = d.NKV, hd = d.hd })
+      g.op(F_, "attention_fwd", { q, "" }, { s.atty, s.att }, { B = "B", T = "T", NH = d.NH, NKV = d.NKV, hd = d.hd })
     end
     s.attp = act(t .. ".attproj", { "N", d.C })
     g.op(F_, "matmul_fwd", { s.atty, n.ow, n.ob or "" }, { s.attp }, { N = "N", IC = d.NH * d.hd, OC = d.C })
@@ -306,15 +308,15 @@ local function build_graph(g, m, d, names, layer, attention)
     local dq = dact(s.qin)
     if flash then
       local dsc = g.buf("scratch:" .. s.lse, "act", g.by_name[s.lse].shape)
-      g.op(B_, "flash_attention_bwd", { datty, s.qin, s.atty, s.lse }, { dq, dsc }, { B = "B", T = "T", NH = d.NH, NKV = d.NKV, hd = d.hd })
+      g.op(B_, "flash_attention_bwd", { datty, s.qin, s.atty, s.lse, "" }, { dq, dsc }, { B = "B", T = "T", NH = d.NH, NKV = d.NKV, hd = d.hd })
     else
       local datt = g.buf("scratch:" .. s.att, "act", g.by_name[s.att].shape)
-      g.op(B_, "attention_bwd", { datty, s.qin, s.att }, { dq, datt }, { B = "B", T = "T", NH = d.NH, NKV = d.NKV, hd = d.hd })
+      g.op(B_, "attention_bwd", { datty, s.qin, s.att, "" }, { dq, datt }, { B = "B", T = "T", NH = d.NH, NKV = d.NKV, hd = d.hd })
     end
     if m.position == "rope" then
       local src = m.qk_norm and s.qkvn or s.qkv
       local dsrc = dact(src)
-      g.op(B_, "rope_bwd", { dq }, { dsrc }, { B = "B", T = "T", NH = d.NH, NKV = d.NKV, hd = d.hd, theta = m.rope_theta or 10000.0 })
+      g.op(B_, "rope_bwd", { dq, "" }, { dsrc }, { B = "B", T = "T", NH = d.NH, NKV = d.NKV, hd = d.hd, theta = m.rope_theta or 10000.0 })
       dq = dsrc
     end
     if m.qk_norm then
@@ -330,7 +332,7 @@ local function build_graph(g, m, d, names, layer, attention)
     dx = dxl
   end
   g.layer = nil
-  g.op(B_, "embedding_bwd", { dx, "tokens" }, { G(names.wte), G(names.wpe) or "" }, { B = "B", T = "T", C = d.C, V = d.V })
+  g.op(B_, "embedding_bwd", { dx, "tokens", "" }, { G(names.wte), G(names.wpe) or "" }, { B = "B", T = "T", C = d.C, V = d.V })
 
   -- gradient buffers of activations accumulate (+=): zero each right before its first write
   local zeroed = {}
@@ -349,7 +351,8 @@ local function build_graph(g, m, d, names, layer, attention)
 end
 
 -- Activation lifetimes over the schedule forward ++ backward: the items the memory hooks lay
--- out ({name, numel, first, last}), the size without reuse and the peak of live floats.
+-- out ({name, numel, first, last}; numel counts 4-byte units: the buffer's bytes / 4, rounded
+-- up), the size without reuse and the peak of live units.
 function P.lifetimes(g, fwd, bwd, losses)
   local sched = {}
   for _, o in ipairs(fwd) do sched[#sched + 1] = o end
@@ -361,7 +364,8 @@ function P.lifetimes(g, fwd, bwd, losses)
         local bf = g.by_name[nm]
         if bf and bf.kind == "act" then
           local lt = life[nm]
-          if not lt then lt = { name = nm, numel = bf.numel, first = i, last = i }; life[nm] = lt end
+          -- sizes in 4-byte units of the arena (a bf16 buffer takes half the units of an f32 one)
+          if not lt then lt = { name = nm, numel = (bf.bytes + 3) // 4, first = i, last = i }; life[nm] = lt end
           lt.last = math.max(lt.last, i)
         end
       end

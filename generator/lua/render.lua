@@ -65,7 +65,10 @@ local function rope_attention_sites(plan)
   for i = 1, #F - 1 do
     local r, a = F[i], F[i + 1]
     if r.op == "rope_fwd" then pre_rope[r.outs[1]] = r.ins[1] end
-    if r.op == "rope_fwd" and a.op == "attention_fwd" and a.ins[1] == r.outs[1] then
+    -- a RoPE with per-token positions (document packing) stays a plain launch: the fused permute
+    -- rotates by the row index
+    local plain = (r.ins[2] or "") ~= ""
+    if r.op == "rope_fwd" and not plain and a.op == "attention_fwd" and a.ins[1] == r.outs[1] then
       fwd[#fwd + 1] = { ops = U.array({ i - 1, i }), qkv = r.ins[1] }
     end
   end
@@ -74,7 +77,7 @@ local function rope_attention_sites(plan)
     local a, j = Bk[i], i + 1
     while Bk[j] and Bk[j].op == "zero" do j = j + 1 end -- the zeroing of rope_bwd's output stays
     local r = Bk[j]
-    if a.op == "attention_bwd" and r and r.op == "rope_bwd" and r.ins[1] == a.outs[1] then
+    if a.op == "attention_bwd" and r and r.op == "rope_bwd" and (r.ins[2] or "") == "" and r.ins[1] == a.outs[1] then
       bwd[#bwd + 1] = { ops = U.array({ i - 1, j - 1 }), dqkv = r.outs[1], qkv = pre_rope[a.ins[2]] }
     end
   end
@@ -93,7 +96,7 @@ local FUSED_LAUNCHES = {
     { "rmsnorm_bwd_dw", "scratch(SEGS*C)", "a.in1", "a.in2", "a.in4", "N" },
     { "rmsnorm_bwd_dw_finish", "a.out2", "scratch(SEGS*C)" } },
   rope_attention_fwd = { { "qkv_permute_fwd", "scratch.q", "scratch.k", "scratch.v", "a.in1", "N", "T", "1" },
-    { "attention_scores", "b.out2", "scratch.q", "scratch.k", "T" }, { "attention_softmax_fwd", "b.out2", "B", "T" },
+    { "attention_scores", "b.out2", "scratch.q", "scratch.k", "T" }, { "attention_softmax_fwd", "b.out2", "b.in2", "B", "T" },
     { "attention_value", "b.out1", "b.out2", "scratch.v", "T" } },
   rope_attention_bwd = { { "qkv_permute_fwd", "scratch.q", "scratch.k", "scratch.v", "site.qkv", "N", "T", "1" },
     { "attention_bwd_datt", "a.out2", "a.in1", "scratch.v", "T" }, { "attention_softmax_bwd", "a.out2", "a.in3", "B", "T" },
@@ -169,8 +172,11 @@ function M.instances(tree, cfg, plan, decide, contrib)
     if rope then
       want("rope", { "rope_fwd", "rope_bwd" }, { NH = m.NH, NKV = m.NKV, HD = m.hd, ROPE = true, THETA = rope.attrs.theta or 10000.0 })
     end
+    -- the mask hook is compiled in only where the plan's attention reads per-token positions
+    local fa = first_op(plan, "flash_attention_fwd")
     want("flash_attention", { "flash_attention_fwd", "flash_attention_bwd_d", "flash_attention_bwd_dkv", "flash_attention_bwd_dq" },
-      { NH = m.NH, NKV = m.NKV, HD = m.hd, PREC = facts.attention and facts.attention.precision or "bf16x3" })
+      { NH = m.NH, NKV = m.NKV, HD = m.hd, PREC = facts.attention and facts.attention.precision or "bf16x3",
+        DOCMASK = (fa.ins[2] or "") ~= "" })
   end
   if seen.gelu_fwd then want("gelu", { "gelu_fwd", "gelu_bwd" }, {}) end
   if seen.swiglu_fwd then want("swiglu", { "swiglu_fwd", "swiglu_bwd" }, { H = m.H }) end

@@ -18,13 +18,13 @@ static int64_t qkv_width(const plan_op *o) { return (o->NH + 2 * o->NKV) * o->hd
 
 static int64_t need_embedding_fwd(const plan_op *o, int arg, int64_t B, int64_t T, int64_t V) {
     int64_t b = bd(o->B, B, T), t = bd(o->T, B, T);
-    return arg == 0 ? b * t : arg == 1 ? V * o->C : arg == 2 ? t * o->C : b * t * o->C;
+    return (arg == 0 || arg == 3) ? b * t : arg == 1 ? V * o->C : arg == 2 ? t * o->C : b * t * o->C;
 }
 
 static int64_t need_embedding_bwd(const plan_op *o, int arg, int64_t B, int64_t T, int64_t V) {
     (void)V;
     int64_t b = bd(o->B, B, T), t = bd(o->T, B, T);
-    return arg == 0 ? b * t * o->C : arg == 1 ? b * t : arg == 100 ? o->V * o->C : t * o->C;
+    return arg == 0 ? b * t * o->C : (arg == 1 || arg == 2) ? b * t : arg == 100 ? o->V * o->C : t * o->C;
 }
 
 static int64_t need_layernorm_fwd(const plan_op *o, int arg, int64_t B, int64_t T, int64_t V) {
@@ -81,34 +81,34 @@ static int64_t need_qknorm_bwd(const plan_op *o, int arg, int64_t B, int64_t T, 
 }
 
 static int64_t need_rope(const plan_op *o, int arg, int64_t B, int64_t T, int64_t V) {
-    (void)arg, (void)V;
-    return bd(o->B, B, T) * bd(o->T, B, T) * qkv_width(o);
+    (void)V;
+    return bd(o->B, B, T) * bd(o->T, B, T) * (arg == 1 ? 1 : qkv_width(o));
 }
 
 static int64_t need_attention_fwd(const plan_op *o, int arg, int64_t B, int64_t T, int64_t V) {
     (void)V;
     int64_t b = bd(o->B, B, T), t = bd(o->T, B, T);
-    return arg == 0 ? b * t * qkv_width(o) : arg == 100 ? b * t * o->NH * o->hd : b * o->NH * t * t;
+    return arg == 0 ? b * t * qkv_width(o) : arg == 1 ? b * t : arg == 100 ? b * t * o->NH * o->hd : b * o->NH * t * t;
 }
 
 static int64_t need_attention_bwd(const plan_op *o, int arg, int64_t B, int64_t T, int64_t V) {
     (void)V;
     int64_t b = bd(o->B, B, T), t = bd(o->T, B, T);
-    return arg == 0 ? b * t * o->NH * o->hd : (arg == 1 || arg == 100) ? b * t * qkv_width(o) : b * o->NH * t * t;
+    return arg == 0 ? b * t * o->NH * o->hd : (arg == 1 || arg == 100) ? b * t * qkv_width(o) : arg == 3 ? b * t : b * o->NH * t * t;
 }
 
 /* qkv -> out, lse [B,NH,T] */
 static int64_t need_flash_fwd(const plan_op *o, int arg, int64_t B, int64_t T, int64_t V) {
     (void)V;
     int64_t b = bd(o->B, B, T), t = bd(o->T, B, T);
-    return arg == 0 ? b * t * qkv_width(o) : arg == 100 ? b * t * o->NH * o->hd : b * o->NH * t;
+    return arg == 0 ? b * t * qkv_width(o) : arg == 1 ? b * t : arg == 100 ? b * t * o->NH * o->hd : b * o->NH * t;
 }
 
 /* dout, qkv, out, lse -> dqkv, scratch [B,NH,T] */
 static int64_t need_flash_bwd(const plan_op *o, int arg, int64_t B, int64_t T, int64_t V) {
     (void)V;
     int64_t b = bd(o->B, B, T), t = bd(o->T, B, T);
-    return (arg == 0 || arg == 2) ? b * t * o->NH * o->hd : (arg == 1 || arg == 100) ? b * t * qkv_width(o) : b * o->NH * t;
+    return (arg == 0 || arg == 2) ? b * t * o->NH * o->hd : (arg == 1 || arg == 100) ? b * t * qkv_width(o) : arg == 4 ? b * t : b * o->NH * t;
 }
 
 /* n rows of C (C absent: 1) */
@@ -141,35 +141,38 @@ static int64_t need_crossentropy_fused(const plan_op *o, int arg, int64_t B, int
     return arg == 101 ? N * o->Vp : N;
 }
 
+/* Activation arguments take f32 or bf16 buffers (v2102 bf16 storage: the cpu executor converts
+ * at the op's boundary, cpu/ops_bf16.c); parameters, their gradients, norm statistics, the
+ * attention log-sum-exp, the per-token losses and fp8 operands are f32 only. */
 static const hyp_op_desc OPS[] = {
-    {"embedding_fwd", "tokens:i32 wte wpe? -> out", "B T C", need_embedding_fwd, 0, HYP_OPDEV_KERNELS},
-    {"embedding_bwd", "dout tokens:i32 -> dwte dwpe?", "B T C V", need_embedding_bwd, 0, HYP_OPDEV_KERNELS},
-    {"layernorm_fwd", "x w b? -> out mean rstd", "N C eps", need_layernorm_fwd, 0, HYP_OPDEV_KERNELS},
-    {"layernorm_bwd", "dout x w mean rstd -> dx dw db?", "N C", need_layernorm_bwd, 0, HYP_OPDEV_KERNELS},
-    {"rmsnorm_fwd", "x w -> out rstd", "N C eps", need_rmsnorm_fwd, 0, HYP_OPDEV_KERNELS},
-    {"rmsnorm_bwd", "dout x w rstd -> dx dw", "N C", need_rmsnorm_bwd, 0, HYP_OPDEV_KERNELS},
-    {"matmul_fwd", "x w b? -> out", "N IC OC", need_matmul_fwd, 0, HYP_OPDEV_GEMM_FWD},
-    {"matmul_bwd", "dout x w -> dx? dw db?", "N IC OC", need_matmul_bwd, 0, HYP_OPDEV_GEMM_BWD},
-    {"qknorm_fwd", "qkv qw kw -> out rstd", "N NH NKV hd eps", need_qknorm_fwd, 0, HYP_OPDEV_KERNELS},
-    {"qknorm_bwd", "dout qkv qw kw rstd -> dqkv dqw dkw", "N NH NKV hd", need_qknorm_bwd, 0, HYP_OPDEV_KERNELS},
-    {"rope_fwd", "qkv -> out", "B T NH NKV hd theta", need_rope, 0, HYP_OPDEV_KERNELS},
-    {"rope_bwd", "dout -> dqkv", "B T NH NKV hd theta", need_rope, 0, HYP_OPDEV_KERNELS},
-    {"attention_fwd", "qkv -> out att", "B T NH NKV hd", need_attention_fwd, 0, HYP_OPDEV_KERNELS},
-    {"attention_bwd", "dout qkv att -> dqkv datt", "B T NH NKV hd", need_attention_bwd, 0, HYP_OPDEV_KERNELS},
-    {"flash_attention_fwd", "qkv -> out lse", "B T NH NKV hd", need_flash_fwd, 0, HYP_OPDEV_KERNELS},
-    {"flash_attention_bwd", "dout qkv out lse -> dqkv scratch", "B T NH NKV hd", need_flash_bwd, 0, HYP_OPDEV_KERNELS},
-    {"gelu_fwd", "x -> out", "n C", need_rows, 0, HYP_OPDEV_KERNELS},
-    {"gelu_bwd", "dout x -> dx", "n C", need_rows, 0, HYP_OPDEV_KERNELS},
-    {"swiglu_fwd", "x -> out", "N H", need_swiglu_fwd, 0, HYP_OPDEV_KERNELS},
-    {"swiglu_bwd", "dout x -> dx", "N H", need_swiglu_bwd, 0, HYP_OPDEV_KERNELS},
-    {"add_fwd", "a b -> out", "n C", need_rows, 0, HYP_OPDEV_KERNELS},
-    {"accumulate", "x -> acc", "n C", need_rows, 0, HYP_OPDEV_KERNELS},
-    {"zero", "-> out", "n C?", need_rows, 0, HYP_OPDEV_ZERO},
-    {"crossentropy", "logits targets:i32 -> losses", "N V Vp", need_crossentropy, HYP_OPF_LOSS, HYP_OPDEV_KERNELS},
-    {"crossentropy_fused", "targets:i32 -> losses logits", "N V Vp", need_crossentropy_fused, HYP_OPF_WRITES_LOSSES,
+    {"embedding_fwd", "tokens:i32 wte wpe? positions:i32? -> out:f32|bf16", "B T C", need_embedding_fwd, 0, HYP_OPDEV_KERNELS},
+    {"embedding_bwd", "dout:f32|bf16 tokens:i32 positions:i32? -> dwte dwpe?", "B T C V", need_embedding_bwd, 0, HYP_OPDEV_KERNELS},
+    {"layernorm_fwd", "x:f32|bf16 w b? -> out:f32|bf16 mean rstd", "N C eps", need_layernorm_fwd, 0, HYP_OPDEV_KERNELS},
+    {"layernorm_bwd", "dout:f32|bf16 x:f32|bf16 w mean rstd -> dx:f32|bf16 dw db?", "N C", need_layernorm_bwd, 0, HYP_OPDEV_KERNELS},
+    {"rmsnorm_fwd", "x:f32|bf16 w -> out:f32|bf16 rstd", "N C eps", need_rmsnorm_fwd, 0, HYP_OPDEV_KERNELS},
+    {"rmsnorm_bwd", "dout:f32|bf16 x:f32|bf16 w rstd -> dx:f32|bf16 dw", "N C", need_rmsnorm_bwd, 0, HYP_OPDEV_KERNELS},
+    {"matmul_fwd", "x:f32|bf16 w b? -> out:f32|bf16", "N IC OC", need_matmul_fwd, 0, HYP_OPDEV_GEMM_FWD},
+    {"matmul_bwd", "dout:f32|bf16 x:f32|bf16 w -> dx:f32|bf16? dw db?", "N IC OC", need_matmul_bwd, 0, HYP_OPDEV_GEMM_BWD},
+    {"qknorm_fwd", "qkv:f32|bf16 qw kw -> out:f32|bf16 rstd", "N NH NKV hd eps", need_qknorm_fwd, 0, HYP_OPDEV_KERNELS},
+    {"qknorm_bwd", "dout:f32|bf16 qkv:f32|bf16 qw kw rstd -> dqkv:f32|bf16 dqw dkw", "N NH NKV hd", need_qknorm_bwd, 0, HYP_OPDEV_KERNELS},
+    {"rope_fwd", "qkv:f32|bf16 positions:i32? -> out:f32|bf16", "B T NH NKV hd theta", need_rope, 0, HYP_OPDEV_KERNELS},
+    {"rope_bwd", "dout:f32|bf16 positions:i32? -> dqkv:f32|bf16", "B T NH NKV hd theta", need_rope, 0, HYP_OPDEV_KERNELS},
+    {"attention_fwd", "qkv:f32|bf16 positions:i32? -> out:f32|bf16 att:f32|bf16", "B T NH NKV hd", need_attention_fwd, 0, HYP_OPDEV_KERNELS},
+    {"attention_bwd", "dout:f32|bf16 qkv:f32|bf16 att:f32|bf16 positions:i32? -> dqkv:f32|bf16 datt:f32|bf16", "B T NH NKV hd", need_attention_bwd, 0, HYP_OPDEV_KERNELS},
+    {"flash_attention_fwd", "qkv:f32|bf16 positions:i32? -> out:f32|bf16 lse", "B T NH NKV hd", need_flash_fwd, 0, HYP_OPDEV_KERNELS},
+    {"flash_attention_bwd", "dout:f32|bf16 qkv:f32|bf16 out:f32|bf16 lse positions:i32? -> dqkv:f32|bf16 scratch", "B T NH NKV hd", need_flash_bwd, 0, HYP_OPDEV_KERNELS},
+    {"gelu_fwd", "x:f32|bf16 -> out:f32|bf16", "n C", need_rows, 0, HYP_OPDEV_KERNELS},
+    {"gelu_bwd", "dout:f32|bf16 x:f32|bf16 -> dx:f32|bf16", "n C", need_rows, 0, HYP_OPDEV_KERNELS},
+    {"swiglu_fwd", "x:f32|bf16 -> out:f32|bf16", "N H", need_swiglu_fwd, 0, HYP_OPDEV_KERNELS},
+    {"swiglu_bwd", "dout:f32|bf16 x:f32|bf16 -> dx:f32|bf16", "N H", need_swiglu_bwd, 0, HYP_OPDEV_KERNELS},
+    {"add_fwd", "a:f32|bf16 b:f32|bf16 -> out:f32|bf16", "n C", need_rows, 0, HYP_OPDEV_KERNELS},
+    {"accumulate", "x:f32|bf16 -> acc:f32|bf16", "n C", need_rows, 0, HYP_OPDEV_KERNELS},
+    {"zero", "-> out:f32|bf16", "n C?", need_rows, 0, HYP_OPDEV_ZERO},
+    {"crossentropy", "logits:f32|bf16 targets:i32 -> losses", "N V Vp", need_crossentropy, HYP_OPF_LOSS, HYP_OPDEV_KERNELS},
+    {"crossentropy_fused", "targets:i32 -> losses logits:f32|bf16", "N V Vp", need_crossentropy_fused, HYP_OPF_WRITES_LOSSES,
      HYP_OPDEV_KERNELS},
     {"fp8_quantize", "x -> q", "n C? slot", need_rows, HYP_OPF_FP8_SLOT, HYP_OPDEV_KERNELS},
-    {"round_bf16", "x -> out", "n C?", need_rows, 0, HYP_OPDEV_KERNELS},
+    {"round_bf16", "x:f32|bf16 -> out:f32|bf16", "n C?", need_rows, 0, HYP_OPDEV_KERNELS},
 };
 
 #define N_OPS ((int)(sizeof OPS / sizeof *OPS))

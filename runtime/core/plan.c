@@ -238,6 +238,10 @@ static int load_buffers(ld *c, const cJSON *root) {
     if (p->bufs[p->tokens_buf].kind != BUF_TOKENS || p->bufs[p->targets_buf].kind != BUF_TOKENS ||
         p->bufs[p->losses_buf].kind != BUF_ACT)
         return bad(c, "field 'buffers': tokens/targets/losses buffers have the wrong kind");
+    /* optional (v2126): each input token's position in its document, filled by the loader */
+    p->positions_buf = find_buf(p, "positions");
+    if (p->positions_buf >= 0 && (p->bufs[p->positions_buf].kind != BUF_TOKENS || p->bufs[p->positions_buf].dtype != HYP_DT_I32))
+        return bad(c, "field 'buffers': the positions buffer must be a token array (kind tokens, i32)");
     return 0;
 }
 
@@ -589,16 +593,24 @@ static int load_optimizer(ld *c, const cJSON *root) {
 }
 
 /* p->state_hash: xxh3-128 of the plan without train.zero_stage / zero_prefetch / comm_overlap and
- * the preempt, tensorboard, profile and memory_profile sections (consumed: root loses them), so a checkpoint resumes under another ZeRO stage of the same plan (v2175). */
+ * the preempt, tensorboard, profile, memory_profile and guard sections and
+ * checkpoint.every/keep/dir/async/full_every (consumed: root loses them), so a checkpoint resumes
+ * under another ZeRO stage of the same plan (v2175). */
 static int state_hash(ld *c, cJSON *root) {
     cJSON *t = cJSON_GetObjectItemCaseSensitive(root, "train");
     cJSON_DeleteItemFromObjectCaseSensitive(t, "zero_stage");
     cJSON_DeleteItemFromObjectCaseSensitive(t, "zero_prefetch");
     cJSON_DeleteItemFromObjectCaseSensitive(t, "comm_overlap");
+    cJSON_DeleteItemFromObjectCaseSensitive(t, "prefetch"); /* how batches are read, not which */
     cJSON_DeleteItemFromObjectCaseSensitive(root, "preempt"); /* how a run stops, not its state */
     cJSON_DeleteItemFromObjectCaseSensitive(root, "tensorboard"); /* what it logs, not its state */
     cJSON_DeleteItemFromObjectCaseSensitive(root, "profile");        /* v2184/v2185: what it measures */
     cJSON_DeleteItemFromObjectCaseSensitive(root, "memory_profile");
+    cJSON_DeleteItemFromObjectCaseSensitive(root, "guard"); /* v2176: when it skips, not the state */
+    cJSON *ck = cJSON_GetObjectItemCaseSensitive(root, "checkpoint"); /* where and how often it saves */
+    static const char *ckio[] = {"every", "keep", "dir", "async", "full_every"};
+    for (size_t i = 0; ck && i < sizeof ckio / sizeof *ckio; i++) cJSON_DeleteItemFromObjectCaseSensitive(ck, ckio[i]);
+    if (ck && !ck->child) cJSON_DeleteItemFromObjectCaseSensitive(root, "checkpoint"); /* nothing else in it */
     char *txt = cJSON_PrintUnformatted(root);
     if (!txt) return hyp_fail(c->e, HYP_EFAIL, "%s: out of memory", c->path);
     XXH128_hash_t h = XXH3_128bits(txt, strlen(txt));
@@ -701,6 +713,8 @@ int plan_load(const char *path, plan_t *p, hyp_err *e) {
     GI(t, "zero_prefetch", 0, 8, p->zero_prefetch);
     GI(t, "comm_overlap", 0, 1, p->comm_overlap);
     GI(t, "data_parallel", 0, 1, p->data_parallel);
+    if (cJSON_GetObjectItemCaseSensitive(t, "prefetch")) /* optional (v2128; absent: 0 = none) */
+        GI(t, "prefetch", 0, 64, p->prefetch);
     GI(t, "seed", 0, (int64_t)1 << 52, p->seed);
     if ((rc = get_str(&c, t, "schedule", p->schedule, sizeof p->schedule))) goto done;
     if (strcmp(p->schedule, "cosine") && strcmp(p->schedule, "wsd") && strcmp(p->schedule, "constant") &&
@@ -765,6 +779,37 @@ int plan_load(const char *path, plan_t *p, hyp_err *e) {
                 goto done;
             }
             *dst[i] = cJSON_IsTrue(f);
+        }
+        /* v2178 settings (every, keep, dir), v2179 async, v2180 incremental: each optional */
+        if (ck && cJSON_HasObjectItem(ck, "every")) GI(ck, "every", 1, 1 << 30, p->ckpt_every);
+        if (ck && cJSON_HasObjectItem(ck, "keep")) GI(ck, "keep", 1, 1000000, p->ckpt_keep);
+        if (ck && cJSON_HasObjectItem(ck, "async")) GI(ck, "async", 0, 16, p->ckpt_async);
+        if (ck && cJSON_HasObjectItem(ck, "full_every")) GI(ck, "full_every", 1, 1000000, p->ckpt_full_every);
+        if (ck && cJSON_HasObjectItem(ck, "dir")) {
+            if ((rc = get_str(&c, ck, "dir", p->ckpt_dir, sizeof p->ckpt_dir))) goto done;
+            if (!p->ckpt_dir[0]) {
+                rc = bad(&c, "field 'checkpoint.dir' is empty");
+                goto done;
+            }
+        }
+        enter(&c, "%s", "");
+    }
+    {   /* optional: the v2176 loss / gradient-norm guard (absent: a non-finite loss stops the run) */
+        const cJSON *gd = cJSON_GetObjectItemCaseSensitive(root, "guard");
+        enter(&c, "guard");
+        if (gd && !cJSON_IsObject(gd)) {
+            rc = bad(&c, "field 'guard' is not an object");
+            goto done;
+        }
+        if (gd) {
+            p->guard = 1;
+            GN(gd, "z_threshold", 1, 1e6, p->guard_z);
+            GN(gd, "ema", 0.5, 0.99999, p->guard_ema);
+            GI(gd, "warmup_steps", 0, 1 << 30, p->guard_warmup);
+            GN(gd, "loss_ceiling", 0, 1e6, p->guard_loss_ceiling);
+            GI(gd, "max_bad_steps", 1, 1 << 20, p->guard_max_bad);
+            GN(gd, "lr_factor", 1e-6, 1, p->guard_lr_factor);
+            GI(gd, "max_rollbacks", 0, 1 << 20, p->guard_max_rollbacks);
         }
         enter(&c, "%s", "");
     }

@@ -126,6 +126,17 @@ typedef struct {
     int data_parallel;      /* train.data_parallel: the trainer may run on several ranks (0/1) */
     int ckpt_elastic;       /* checkpoint.elastic: resume at another world size (0/1) */
     int ckpt_sharded;       /* checkpoint.sharded: ZeRO ranks write their own shards (0/1) */
+    int ckpt_every, ckpt_keep; /* checkpoint.every / keep (v2178): the defaults of --ckpt-every and
+                               --keep (0: not in the plan) */
+    char ckpt_dir[256];     /* checkpoint.dir (v2178): --ckpt-dir's default, relative to the plan's
+                               directory unless absolute ("" = not in the plan) */
+    int ckpt_async;         /* checkpoint.async (v2179): max checkpoints written in the background
+                               at once (0: blocking saves) */
+    int ckpt_full_every;    /* checkpoint.incremental.full_every (v2180): every n-th save is full,
+                               the others XOR deltas against it (0: every save full) */
+    int guard;              /* guard section present (v2176): skip bad steps, roll back */
+    double guard_z, guard_ema, guard_loss_ceiling, guard_lr_factor;
+    int guard_warmup, guard_max_bad, guard_max_rollbacks;
     int preempt;            /* preempt section present: a preemptible run (v2177) — refuses to
                                start without --ckpt-dir and checks the stop fits the grace time */
     double preempt_grace_s; /* preempt.grace_seconds: notice-to-kill time of the scheduler */
@@ -150,6 +161,9 @@ typedef struct {
     plan_op *fwd, *bwd, loss;
     int n_fwd, n_bwd;
     int tokens_buf, targets_buf, losses_buf;
+    int positions_buf;      /* v2126 document masking: "positions" (i32 [B,T], each input token's
+                               position in its document, from the loader), or -1 */
+    int prefetch;           /* train.prefetch (v2128): batches the loader thread reads ahead, 0 = none */
     /* v2160 FP8: one scaling state per quantized GEMM operand (0 slots = FP8 off) */
     int fp8_slots;
     int *fp8_roles;        /* per slot: 0 weight, 1 activation, 2 gradient (hyp_fp8_role) */

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ops_bf16.h"
 #include "ops_cpu.h"
 #include "prof.h"
 #include "rng.h"
@@ -81,12 +82,15 @@ static int init_fp8(exec_t *x, hyp_err *e) {
 /* Resolves the cpu function of every registered op; with check, every op of the plan must have one. */
 static int bind_ops(exec_t *x, int check, hyp_err *e) {
     const plan_t *p = x->p;
-    for (int id = 0; id < hyp_op_count() && id < HYP_OP_MAX; id++) x->op_fn[id] = exec_cpu_op(hyp_op_name(id));
+    for (int id = 0; id < hyp_op_count() && id < HYP_OP_MAX; id++) {
+        x->op_fn[id] = exec_cpu_op(hyp_op_name(id));
+        x->lowp_fn[id] = exec_lowp_op(hyp_op_name(id));
+    }
     for (int pass = 0; check && pass < 3; pass++) {
         const plan_op *list = pass == 0 ? p->fwd : pass == 1 ? p->bwd : &p->loss;
         int n = pass == 0 ? p->n_fwd : pass == 1 ? p->n_bwd : 1;
         for (int i = 0; i < n; i++)
-            if (!x->op_fn[list[i].op])
+            if (exec_op_is_lowp(x, &list[i]) ? !x->lowp_fn[list[i].op] : !x->op_fn[list[i].op])
                 return hyp_fail(e, HYP_EINPUT, "plan op '%s' has no cpu implementation in this runtime — generate the trainer for a device target, or without the technique that adds it",
                                 hyp_op_name(list[i].op));
     }
@@ -132,11 +136,12 @@ static int init_dp(exec_t *x, const plan_t *p, hyp_coll *coll, int stage, int ac
     x->bytes_acts = x->bytes - before;
     x->tokens = calloc((size_t)p->B * p->T, sizeof(int32_t));
     x->targets = calloc((size_t)p->B * p->T, sizeof(int32_t));
-    if (p->fp8_slots && (rc = init_fp8(x, e))) {
+    if (p->positions_buf >= 0) x->positions = calloc((size_t)p->B * p->T, sizeof(int32_t));
+    if ((p->fp8_slots && (rc = init_fp8(x, e))) || (acts && x->acts && (rc = exec_lowp_init(x, e)))) {
         exec_free(x);
         return rc;
     }
-    if (!x->params || !x->grads || !states_ok || (acts && !x->acts) || !x->tokens || !x->targets ||
+    if (!x->params || !x->grads || !states_ok || (acts && !x->acts) || !x->tokens || !x->targets || (p->positions_buf >= 0 && !x->positions) ||
         (stage >= 2 && !x->gshard)) {
         exec_free(x);
         return hyp_fail(e, HYP_EFAIL, "out of memory: the plan needs %.1f MiB of parameters/optimizer state and %.1f MiB of activations — use a smaller --batch/--seq at gen time",
@@ -165,7 +170,7 @@ int exec_alloc_acts(exec_t *x, hyp_err *e) {
         return hyp_fail(e, HYP_EFAIL, "out of memory: %.1f MiB of host activations for sampling — use a smaller --batch/--seq at gen time",
                         4.0 * x->p->act_floats / 1048576.0);
     x->bytes_acts = x->bytes - before;
-    return HYP_OK;
+    return exec_lowp_init(x, e);
 }
 
 static void z3_free(exec_z3 *z) {
@@ -185,8 +190,10 @@ void exec_free(exec_t *x) {
     free(x->grads);
     for (int k = 0; k < x->n_state; k++) free(x->state[k]);
     free(x->acts);
+    exec_lowp_free(x);
     free(x->tokens);
     free(x->targets);
+    free(x->positions);
     memset(x, 0, sizeof *x);
 }
 
@@ -199,6 +206,9 @@ int exec_bind(exec_t *x, int B, int T, hyp_err *e) {
                         T, x->p->T, T);
     x->B = B;
     x->T = T;
+    /* one document per row until the loader says otherwise (sampling, evaluation without one) */
+    if (x->positions)
+        for (long n = 0; n < (long)B * T; n++) x->positions[n] = (int32_t)(n % T);
     return HYP_OK;
 }
 
@@ -209,7 +219,7 @@ float *exec_buf(exec_t *x, int idx) {
     switch (b->kind) {
     case BUF_PARAM: return x->params + b->offset;
     case BUF_GRAD: return x->grads + b->offset;
-    case BUF_ACT: return x->acts + b->offset;
+    case BUF_ACT: return (float *)(void *)((char *)x->acts + b->offset_bytes);
     default: return NULL;
     }
 }
@@ -225,8 +235,11 @@ static void z3_keep_own(const exec_t *x, const float *src, int64_t off, int64_t 
     if (cnt > 0) memcpy(dst + pos, src + (first - off), sizeof(float) * (size_t)cnt);
 }
 
+void exec_params_changed(exec_t *x) { exec_lowp_weights_changed(x); }
+
 void exec_init_params(exec_t *x, uint64_t seed) {
     const plan_t *p = x->p;
+    exec_params_changed(x);
     hyp_rng rng;
     hyp_rng_seed(&rng, seed);
     /* stage 3: each tensor is drawn whole (the same random stream on every rank) into a working
@@ -271,6 +284,7 @@ void exec_z3_adopt_full(exec_t *x, float *full) {
     exec_z3 *z = x->z3;
     free(z->full);
     z->full = full;
+    exec_params_changed(x);
     for (int b = 0; b < x->p->n_bufs; b++)
         if (z->L.buf_group[b] >= 0 && x->p->bufs[b].kind == BUF_PARAM) z->ptr[b] = full + x->p->bufs[b].offset;
 }
@@ -292,7 +306,7 @@ static void run_op(exec_t *x, const plan_op *o, float dloss) {
     exec_dims d = {(int)bind_dim(x, o->B), (int)bind_dim(x, o->T), (int)bind_dim(x, o->N),
                    (long)bind_dim(x, o->n) * (o->C ? o->C : 1)};
     double t0 = hyp_prof_t(); /* v2184: 0 outside the profiled window */
-    x->op_fn[o->op](x, o, I, O, &d, dloss);
+    (x->lowp && exec_op_is_lowp(x, o) ? x->lowp_fn : x->op_fn)[o->op](x, o, I, O, &d, dloss);
     if (t0 > 0) hyp_prof_op(x->p, o, x->B, x->T, t0);
 }
 

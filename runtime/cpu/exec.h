@@ -52,7 +52,11 @@ typedef struct exec_t {
     float *state[HYP_OPT_MAX_STATE];/* the optimizer's states (plan optimizer.state), each
                                        [param_floats], or [shard] for stage >= 1 */
     int n_state;
-    float *acts;                    /* [act_floats] */
+    float *acts;                    /* [act_floats]: the activation arena; a buffer lives at its
+                                       byte offset, in its dtype (f32, or bf16: v2102 storage) */
+    struct exec_lowp *lowp;         /* bf16 storage (cpu/ops_bf16.h): weight copy, scratch; NULL
+                                       when every activation is f32 */
+    exec_op_fn lowp_fn[HYP_OP_MAX]; /* per op registry id: its function on bf16 buffers (NULL: none) */
     int32_t *tokens, *targets;      /* [maxB * maxT] */
     const float *row_scale;         /* NULL, or [B*T]: the fused loss's gradient row n is scaled by
                                        row_scale[n] (per-token loss weights: train/pref.c) */
@@ -61,6 +65,9 @@ typedef struct exec_t {
     void (*loss_fused)(struct exec_t *x, float *losses, float *logits, const int32_t *targets, float dloss, int N, int V,
                        int Vp);
     void *loss_ctx;
+    int32_t *positions;             /* [maxB * maxT] v2126: each input token's position in its
+                                       document (plan buffer "positions"), or NULL when the plan
+                                       has none; exec_bind sets row positions 0..T-1 */
     int B, T;                       /* bound batch shape (<= the plan's) */
     size_t bytes;                   /* total bytes allocated */
     /* data parallelism / ZeRO (v2104): the parameter arena is cut into `world` equal shards of
@@ -116,8 +123,11 @@ int64_t exec_z3_own(const exec_t *x, int64_t off, int64_t n, int64_t *first, int
 /* Stage 3: from now on forward reads the parameters from full[param_floats] (owned by x), with no
  * collectives — for sampling on one rank after training. */
 void exec_z3_adopt_full(exec_t *x, float *full);
-/* Pointer to a buffer by index. */
+/* Pointer to a buffer by index (a bf16 buffer's pointer is to its uint16_t elements). */
 float *exec_buf(exec_t *x, int idx);
+/* The parameters changed outside the executor (an optimizer step, a checkpoint load): whatever
+ * the executor derived from them (the bf16 weight copy of v2102 storage) is refreshed on use. */
+void exec_params_changed(exec_t *x);
 /* Counts targets >= 0 of the bound batch. */
 int64_t exec_count_targets(const exec_t *x);
 

@@ -208,11 +208,16 @@ static void row_scale(float *x, int n, float s) {
 
 void op_embedding_fwd(float *out, const int32_t *tokens, const float *wte, const float *wpe,
                       int B, int T, int C) {
-    // out [B,T,C], tokens [B,T], wte [V,C], wpe [maxT,C] or NULL
+    op_embedding_fwd_pos(out, tokens, wte, wpe, NULL, B, T, C);
+}
+
+void op_embedding_fwd_pos(float *out, const int32_t *tokens, const float *wte, const float *wpe,
+                          const int32_t *positions, int B, int T, int C) {
+    // out [B,T,C], tokens [B,T], wte [V,C], wpe [maxT,C] or NULL, positions [B,T] or NULL (= t)
     long N = (long)B * T;
 #pragma omp parallel for schedule(static) if (N * C >= HYP_PAR_MIN)
     for (long n = 0; n < N; n++) {
-        int t = (int)(n % T);
+        int t = positions ? positions[n] : (int)(n % T);
         float *o = out + n * C;
         const float *we = wte + (long)tokens[n] * C;
         if (wpe) {
@@ -226,6 +231,11 @@ void op_embedding_fwd(float *out, const int32_t *tokens, const float *wte, const
 
 void op_embedding_bwd(float *dwte, float *dwpe, const float *dout, const int32_t *tokens,
                       int B, int T, int C, int V) {
+    op_embedding_bwd_pos(dwte, dwpe, dout, tokens, NULL, B, T, C, V);
+}
+
+void op_embedding_bwd_pos(float *dwte, float *dwpe, const float *dout, const int32_t *tokens,
+                          const int32_t *positions, int B, int T, int C, int V) {
     // dwte [V,C], dwpe [maxT,C] or NULL, dout [B,T,C]
     // Deterministic scatter-add: every thread owns a block of channels [c0, c0+64) of ALL rows
     // of dwte and walks the tokens in order n = 0..N-1, so each dwte[v,c] receives its
@@ -246,7 +256,19 @@ void op_embedding_bwd(float *dwte, float *dwpe, const float *dout, const int32_t
             }
         }
     }
-    if (dwpe) {
+    if (dwpe && positions) {
+        // v2126: dwpe[p] += sum of dout[b,t] with positions[b,t] = p. Parallel over channel
+        // blocks, tokens walked in order: a fixed summation order whatever the thread count.
+#pragma omp parallel for schedule(static) if (N * C >= HYP_PAR_MIN)
+        for (int blk = 0; blk < nblk; blk++) {
+            int c0 = blk * HYP_CBLK, c1 = c0 + HYP_CBLK < C ? c0 + HYP_CBLK : C;
+            for (long n = 0; n < N; n++) {
+                float *dp = dwpe + (long)positions[n] * C;
+                const float *d = dout + n * C;
+                for (int c = c0; c < c1; c++) dp[c] += d[c];
+            }
+        }
+    } else if (dwpe) {
         // dwpe[t] += sum_b dout[b,t]: parallel over t, b summed in order
 #pragma omp parallel for schedule(static) if (N * C >= HYP_PAR_MIN)
         for (int t = 0; t < T; t++) {
@@ -533,8 +555,8 @@ void op_qknorm_bwd(float *dinp, float *dqw, float *dkw, const float *dout, const
 
 #define ROPE_CHUNK 128
 
-static void rope_apply(float *out, const float *inp, int accumulate, float sign, int B, int T,
-                       int NH, int NKV, int hd, float theta) {
+static void rope_apply(float *out, const float *inp, const int32_t *positions, int accumulate,
+                       float sign, int B, int T, int NH, int NKV, int hd, float theta) {
     int R = (NH + 2 * NKV) * hd;
     int NQK = NH + NKV;
     int half = hd / 2;
@@ -544,12 +566,18 @@ static void rope_apply(float *out, const float *inp, int accumulate, float sign,
         float cs[ROPE_CHUNK], sn[ROPE_CHUNK];
         for (int i0 = 0; i0 < half; i0 += ROPE_CHUNK) {
             int m = half - i0 < ROPE_CHUNK ? half - i0 : ROPE_CHUNK;
-            for (int i = 0; i < m; i++) {
-                double ang = (double)t * exp(-(2.0 * (i0 + i) / hd) * log_theta);
-                cs[i] = (float)cos(ang);
-                sn[i] = sign * (float)sin(ang);
-            }
+            long have = -1; /* the position cs/sn hold */
             for (int b = 0; b < B; b++) {
+                /* v2126: the token's position in its document when given, else t */
+                long pos = positions ? positions[(long)b * T + t] : t;
+                if (pos != have) {
+                    for (int i = 0; i < m; i++) {
+                        double ang = (double)pos * exp(-(2.0 * (i0 + i) / hd) * log_theta);
+                        cs[i] = (float)cos(ang);
+                        sn[i] = sign * (float)sin(ang);
+                    }
+                    have = pos;
+                }
                 const float *xr = inp + ((long)b * T + t) * R;
                 float *yr = out + ((long)b * T + t) * R;
                 for (int j = 0; j < NQK; j++) {
@@ -584,15 +612,25 @@ static void rope_apply(float *out, const float *inp, int accumulate, float sign,
     }
 }
 
+void op_rope_fwd_pos(float *out, const float *inp, const int32_t *positions, int B, int T, int NH,
+                     int NKV, int hd, float theta) {
+    // out, inp [B,T,(NH+2*NKV)*hd]; positions [B,T] or NULL (= t)
+    rope_apply(out, inp, positions, 0, 1.0f, B, T, NH, NKV, hd, theta);
+}
+
+void op_rope_bwd_pos(float *dinp, const float *dout, const int32_t *positions, int B, int T,
+                     int NH, int NKV, int hd, float theta) {
+    // dinp, dout [B,T,(NH+2*NKV)*hd]; dinp += R(-angle) dout
+    rope_apply(dinp, dout, positions, 1, -1.0f, B, T, NH, NKV, hd, theta);
+}
+
 void op_rope_fwd(float *out, const float *inp, int B, int T, int NH, int NKV, int hd, float theta) {
-    // out, inp [B,T,(NH+2*NKV)*hd]
-    rope_apply(out, inp, 0, 1.0f, B, T, NH, NKV, hd, theta);
+    op_rope_fwd_pos(out, inp, NULL, B, T, NH, NKV, hd, theta);
 }
 
 void op_rope_bwd(float *dinp, const float *dout, int B, int T, int NH, int NKV, int hd,
                  float theta) {
-    // dinp, dout [B,T,(NH+2*NKV)*hd]; dinp += R(-angle) dout
-    rope_apply(dinp, dout, 1, -1.0f, B, T, NH, NKV, hd, theta);
+    op_rope_bwd_pos(dinp, dout, NULL, B, T, NH, NKV, hd, theta);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -849,7 +887,22 @@ static void att_accum_cols(float *O, long ldo, const float *A, int T, int c0, in
 
 void op_attention_fwd(float *out, float *att, const float *qkv, int B, int T, int NH, int NKV,
                       int hd) {
-    // out [B,T,NH*hd]; att [B,NH,T,T]; qkv [B,T,(NH+2*NKV)*hd]
+    op_attention_fwd_doc(out, att, qkv, NULL, B, T, NH, NKV, hd);
+}
+
+void op_attention_bwd_doc(float *dqkv, float *datt, const float *dout, const float *qkv,
+                          const float *att, const int32_t *positions, int B, int T, int NH,
+                          int NKV, int hd) {
+    // The document mask lives in att: the forward wrote exact zeros for the keys outside the
+    // query's document, so dscore = att * (...) is exactly 0 there and dq, dk, dv get nothing
+    // across documents; the plain backward is already the masked one.
+    (void)positions;
+    op_attention_bwd(dqkv, datt, dout, qkv, att, B, T, NH, NKV, hd);
+}
+
+void op_attention_fwd_doc(float *out, float *att, const float *qkv, const int32_t *positions,
+                          int B, int T, int NH, int NKV, int hd) {
+    // out [B,T,NH*hd]; att [B,NH,T,T]; qkv [B,T,(NH+2*NKV)*hd]; positions [B,T] or NULL
     int R = (NH + 2 * NKV) * hd;
     int G = NH / NKV; // query heads per kv head
     int OC = NH * hd;
@@ -873,9 +926,13 @@ void op_attention_fwd(float *out, float *att, const float *qkv, int B, int T, in
                 att_scores_rows(A, T, r0, r1, q, R, k, R, hd, scale, buf);
                 for (int t = r0; t < r1; t++) {
                     float *arow = A + (long)t * T;
-                    float maxv = row_max(arow, t + 1);
-                    float sum = row_exp_inplace(arow, t + 1, maxv);
-                    row_scale(arow, t + 1, 1.0f / sum);
+                    // keys [lo, t]: the query's document (v2126 mask hook), else all of [0, t]
+                    int lo = positions ? t - positions[(long)b * T + t] : 0;
+                    lo = lo < 0 ? 0 : lo > t ? t : lo;
+                    float maxv = row_max(arow + lo, t + 1 - lo);
+                    float sum = row_exp_inplace(arow + lo, t + 1 - lo, maxv);
+                    row_scale(arow + lo, t + 1 - lo, 1.0f / sum);
+                    for (int t2 = 0; t2 < lo; t2++) arow[t2] = 0.0f;
                     for (int t2 = t + 1; t2 < T; t2++) arow[t2] = 0.0f;
                     memset(o + (long)t * OC, 0, (size_t)hd * sizeof(float));
                 }

@@ -36,6 +36,12 @@ void op_embedding_fwd(float *out, const int32_t *tokens, const float *wte, const
 /* dwte[tok] += dout (deterministic: no float atomics, fixed summation order); dwpe may be NULL. */
 void op_embedding_bwd(float *dwte, float *dwpe, const float *dout, const int32_t *tokens,
                       int B, int T, int C, int V);
+/* v2126: the same with wpe[positions[b,t]] instead of wpe[t] (positions NULL: t), positions in
+ * [0, T): each token's position in its document. */
+void op_embedding_fwd_pos(float *out, const int32_t *tokens, const float *wte, const float *wpe,
+                          const int32_t *positions, int B, int T, int C);
+void op_embedding_bwd_pos(float *dwte, float *dwpe, const float *dout, const int32_t *tokens,
+                          const int32_t *positions, int B, int T, int C, int V);
 
 /* LayerNorm over the last dim. mean, rstd: [N] saved for backward. bias may be NULL. */
 void op_layernorm_fwd(float *out, float *mean, float *rstd, const float *inp, const float *w,
@@ -71,6 +77,12 @@ void op_rope_fwd(float *out, const float *inp, int B, int T, int NH, int NKV, in
 /* dinp += R^T dout (the rotation is linear, nothing is saved). */
 void op_rope_bwd(float *dinp, const float *dout, int B, int T, int NH, int NKV, int hd,
                  float theta);
+/* v2126: angles from positions[b,t] (each token's position in its document) instead of t;
+ * positions NULL: t. */
+void op_rope_fwd_pos(float *out, const float *inp, const int32_t *positions, int B, int T, int NH,
+                     int NKV, int hd, float theta);
+void op_rope_bwd_pos(float *dinp, const float *dout, const int32_t *positions, int B, int T,
+                     int NH, int NKV, int hd, float theta);
 
 /* Naive causal attention (the baseline: materializes [B,NH,T,T]). scale = 1/sqrt(hd).
  * Query head h reads key/value head h / (NH/NKV) (grouped-query attention).
@@ -81,6 +93,14 @@ void op_attention_fwd(float *out, float *att, const float *qkv, int B, int T, in
  * d loss / d score, 0 above the diagonal). dqkv accumulated. */
 void op_attention_bwd(float *dqkv, float *datt, const float *dout, const float *qkv,
                       const float *att, int B, int T, int NH, int NKV, int hd);
+/* v2126 document masking: query t of row b sees only the keys [t - positions[b,t], t] — its own
+ * document (positions: each token's position in its document, 0 at a document start; NULL =
+ * plain causal). att is exactly 0 outside, so no gradient crosses a document. */
+void op_attention_fwd_doc(float *out, float *att, const float *qkv, const int32_t *positions,
+                          int B, int T, int NH, int NKV, int hd);
+void op_attention_bwd_doc(float *dqkv, float *datt, const float *dout, const float *qkv,
+                          const float *att, const int32_t *positions, int B, int T, int NH,
+                          int NKV, int hd);
 
 /* GELU, tanh approximation (GPT-2). */
 void op_gelu_fwd(float *out, const float *inp, long n);

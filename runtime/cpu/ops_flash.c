@@ -270,6 +270,26 @@ static inline int round_up(int a, int m) { return (a + m - 1) / m * m; }
 
 void op_flash_attention_fwd(float *out, float *lse, const float *qkv, int B, int T, int NH,
                             int NKV, int hd) {
+    op_flash_attention_fwd_doc(out, lse, qkv, NULL, B, T, NH, NKV, hd);
+}
+
+/* lo[r] = the first key query q0 + r may see: the start of its document (v2126: q - position),
+ * 0 without positions; clamped to [0, q]. Returns the tile's smallest and largest lo. */
+static void fa_doc_lo(int *lo, const int32_t *pos, int q0, int nq, int *lomin, int *lomax) {
+    int mn = q0 + nq, mx = 0;
+    for (int r = 0; r < nq; r++) {
+        int q = q0 + r, v = pos ? q - pos[q] : 0;
+        v = v < 0 ? 0 : v > q ? q : v;
+        lo[r] = v;
+        mn = v < mn ? v : mn;
+        mx = v > mx ? v : mx;
+    }
+    *lomin = mn;
+    *lomax = mx;
+}
+
+void op_flash_attention_fwd_doc(float *out, float *lse, const float *qkv, const int32_t *positions,
+                                int B, int T, int NH, int NKV, int hd) {
     if (B <= 0 || T <= 0 || NH <= 0 || NKV <= 0 || hd <= 0) return;
     const long R = (long)(NH + 2 * NKV) * hd;
     const long OC = (long)NH * hd;
@@ -282,6 +302,7 @@ void op_flash_attention_fwd(float *out, float *lse, const float *qkv, int B, int
 #pragma omp parallel
     {
         float QT[hd * BT], O[BT * hd], ST[BT * BT], KP[BT * hd], VP[BT * hd], m[BT], l[BT], al[BT];
+        int lo[BT];
         /* task = (b, h, query tile): (b, h)-major, and within a head the query tiles from the
          * last (most causal work) down, so a thread's consecutive tasks mostly re-read the same
          * head's K/V (from L2: measured ~10-15% faster than tile-major) and the dynamic schedule
@@ -300,7 +321,11 @@ void op_flash_attention_fwd(float *out, float *lse, const float *qkv, int B, int
             fa_transpose(QT, BT, q, R, nq, hd, cl);
             for (int r = 0; r < BT; r++) { m[r] = -INFINITY; l[r] = 0.0f; }
             memset(O, 0, sizeof(float) * (size_t)BT * (size_t)hd);
-            for (int j = 0; j <= i; j++) {
+            /* the mask hook (v2126): keys before lo[r] are another document's; key tiles that
+             * end before the smallest lo are skipped whole */
+            int lomin, lomax;
+            fa_doc_lo(lo, positions ? positions + (long)b * T : NULL, q0, nq, &lomin, &lomax);
+            for (int j = lomin / BT; j <= i; j++) {
                 const int k0 = j * BT, nk = imin(BT, T - k0);
                 const int diag = (j == i);
                 fa_pack(KP, k + (long)k0 * R, R, nk, hd);
@@ -315,8 +340,13 @@ void op_flash_attention_fwd(float *out, float *lse, const float *qkv, int B, int
                 if (diag) /* causal mask: query r sees keys c <= r */
                     for (int c = 0; c < nk; c++)
                         for (int r = 0; r < imin(c, nqr); r++) ST[(long)c * BT + r] = -INFINITY;
-                /* online softmax, element-wise over the query columns */
-                float mn[BT];
+                if (k0 < lomax) /* document mask: query r sees keys >= lo[r] */
+                    for (int c = 0; c < nk && k0 + c < lomax; c++)
+                        for (int r = 0; r < nq; r++)
+                            if (k0 + c < lo[r]) ST[(long)c * BT + r] = -INFINITY;
+                /* online softmax, element-wise over the query columns; a row with no visible key
+                 * yet (m = mn = -inf, document mask) takes exponents relative to 0: p = 0, al = 0 */
+                float mn[BT], mu[BT];
                 for (int r = 0; r < nqr; r++) mn[r] = m[r];
                 for (int c = 0; c < nk; c++) {
                     const float *s = ST + (long)c * BT;
@@ -325,12 +355,16 @@ void op_flash_attention_fwd(float *out, float *lse, const float *qkv, int B, int
                 }
                 float ls[BT];
 #pragma omp simd
-                for (int r = 0; r < nqr; r++) { al[r] = fa_exp2(m[r] - mn[r]); ls[r] = 0.0f; }
+                for (int r = 0; r < nqr; r++) {
+                    mu[r] = mn[r] == -INFINITY ? 0.0f : mn[r];
+                    al[r] = fa_exp2(m[r] - mu[r]);
+                    ls[r] = 0.0f;
+                }
                 for (int c = 0; c < nk; c++) {
                     float *s = ST + (long)c * BT;
 #pragma omp simd
                     for (int r = 0; r < nqr; r++) {
-                        float p = fa_exp2(s[r] - mn[r]);
+                        float p = fa_exp2(s[r] - mu[r]);
                         s[r] = p;
                         ls[r] += p;
                     }
@@ -364,6 +398,12 @@ void op_flash_attention_fwd(float *out, float *lse, const float *qkv, int B, int
 void op_flash_attention_bwd(float *dqkv, float *dscratch, const float *dout, const float *qkv,
                             const float *out, const float *lse, int B, int T, int NH, int NKV,
                             int hd) {
+    op_flash_attention_bwd_doc(dqkv, dscratch, dout, qkv, out, lse, NULL, B, T, NH, NKV, hd);
+}
+
+void op_flash_attention_bwd_doc(float *dqkv, float *dscratch, const float *dout, const float *qkv,
+                                const float *out, const float *lse, const int32_t *positions,
+                                int B, int T, int NH, int NKV, int hd) {
     if (B <= 0 || T <= 0 || NH <= 0 || NKV <= 0 || hd <= 0) return;
     const long R = (long)(NH + 2 * NKV) * hd;
     const long OC = (long)NH * hd;
@@ -397,6 +437,7 @@ void op_flash_attention_bwd(float *dqkv, float *dscratch, const float *dout, con
         float KT[hd * BT], VT[hd * BT], DK[BT * hd], DV[BT * hd], S[BT * BT], DS[BT * BT];
         float KP[BT * hd], QP[BT * hd], OP[BT * hd];
         float L2[BT], Dl[BT];
+        int lo[BT];
 #pragma omp for schedule(dynamic, 1)
         for (long task = 0; task < ntasks; task++) {
             const int b = (int)(task / NKV), g = (int)(task % NKV);
@@ -424,6 +465,12 @@ void op_flash_attention_bwd(float *dqkv, float *dscratch, const float *dout, con
                     for (int i = j; i < NKT; i++) {
                         const int q0 = i * BT, nq = imin(BT, T - q0);
                         const int diag = (i == j);
+                        /* the mask hook (v2126): a query tile whose rows all start their
+                         * document after this key tile gets nothing from it: skipped */
+                        int lomin, lomax;
+                        fa_doc_lo(lo, positions ? positions + (long)b * T : NULL, q0, nq, &lomin,
+                                  &lomax);
+                        if (lomin >= k0 + nk) continue;
                         fa_pack(QP, q + (long)q0 * R, R, nq, hd);
                         fa_pack(OP, dO + (long)q0 * OC, OC, nq, hd);
                         const float *qi = QP, *doi = OP;
@@ -449,9 +496,10 @@ void op_flash_attention_bwd(float *dqkv, float *dscratch, const float *dout, con
                             float *s = S + (long)r * BT, *ds = DS + (long)r * BT;
                             const float lr = L2[r], dr = Dl[r];
                             const int cmax = diag ? r : BT; /* keys c <= cmax are visible */
+                            const int cmin = lo[r] - k0;    /* and keys c >= cmin (document) */
 #pragma omp simd
                             for (int c = 0; c < cend; c++) {
-                                float p = c <= cmax ? fa_exp2(s[c] - lr) : 0.0f;
+                                float p = (c <= cmax && c >= cmin) ? fa_exp2(s[c] - lr) : 0.0f;
                                 s[c] = p;
                                 ds[c] = scale * p * (ds[c] - dr);
                             }

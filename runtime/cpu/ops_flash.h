@@ -40,6 +40,7 @@
 #define HYP_OPS_FLASH_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 /* out [B,T,NH*hd] (overwritten), lse [B,NH,T] (overwritten, saved for backward). */
 void op_flash_attention_fwd(float *out, float *lse, const float *qkv, int B, int T, int NH,
@@ -50,6 +51,17 @@ void op_flash_attention_fwd(float *out, float *lse, const float *qkv, int B, int
 void op_flash_attention_bwd(float *dqkv, float *dscratch, const float *dout, const float *qkv,
                             const float *out, const float *lse, int B, int T, int NH, int NKV,
                             int hd);
+
+/* v2126 document masking through one mask hook (FlashInfer-style): query t of row b sees only
+ * the keys [t - positions[b,t], t], its own document (positions: [B,T] each token's position in
+ * its document; NULL = plain causal, bit-identical to the functions above). Key tiles entirely
+ * before a query tile's documents are skipped in forward and backward; masked probabilities are
+ * exactly 0, so no gradient crosses a document. */
+void op_flash_attention_fwd_doc(float *out, float *lse, const float *qkv, const int32_t *positions,
+                                int B, int T, int NH, int NKV, int hd);
+void op_flash_attention_bwd_doc(float *dqkv, float *dscratch, const float *dout, const float *qkv,
+                                const float *out, const float *lse, const int32_t *positions,
+                                int B, int T, int NH, int NKV, int hd);
 
 /* The tile edge BT used for head dim hd (64 or 32). */
 int op_flash_attention_tile(int hd);

@@ -12,18 +12,20 @@
 #include "ops_flash.h"
 
 /* The token array an i32 argument names: the targets or the inputs. */
-static const int32_t *tok(const exec_t *x, int idx) { return idx == x->p->targets_buf ? x->targets : x->tokens; }
+static const int32_t *tok(const exec_t *x, int idx) {
+    return idx < 0 ? NULL : idx == x->p->targets_buf ? x->targets : idx == x->p->positions_buf ? x->positions : x->tokens;
+}
 
 #define ADAPTER(fn) static void fn(exec_t *x, const plan_op *o, float *const *I, float *const *O, const exec_dims *d, float dloss)
 #define UNUSED_ARGS (void)x, (void)o, (void)I, (void)O, (void)d, (void)dloss
 
 ADAPTER(cpu_embedding_fwd) {
     UNUSED_ARGS;
-    op_embedding_fwd(O[0], tok(x, o->in[0]), I[1], I[2], d->B, d->T, (int)o->C);
+    op_embedding_fwd_pos(O[0], tok(x, o->in[0]), I[1], I[2], tok(x, o->in[3]), d->B, d->T, (int)o->C);
 }
 ADAPTER(cpu_embedding_bwd) {
     UNUSED_ARGS;
-    op_embedding_bwd(O[0], O[1], I[0], tok(x, o->in[1]), d->B, d->T, (int)o->C, (int)o->V);
+    op_embedding_bwd_pos(O[0], O[1], I[0], tok(x, o->in[1]), tok(x, o->in[2]), d->B, d->T, (int)o->C, (int)o->V);
 }
 ADAPTER(cpu_layernorm_fwd) {
     UNUSED_ARGS;
@@ -59,27 +61,27 @@ ADAPTER(cpu_qknorm_bwd) {
 }
 ADAPTER(cpu_rope_fwd) {
     UNUSED_ARGS;
-    op_rope_fwd(O[0], I[0], d->B, d->T, (int)o->NH, (int)o->NKV, (int)o->hd, o->theta);
+    op_rope_fwd_pos(O[0], I[0], tok(x, o->in[1]), d->B, d->T, (int)o->NH, (int)o->NKV, (int)o->hd, o->theta);
 }
 ADAPTER(cpu_rope_bwd) {
     UNUSED_ARGS;
-    op_rope_bwd(O[0], I[0], d->B, d->T, (int)o->NH, (int)o->NKV, (int)o->hd, o->theta);
+    op_rope_bwd_pos(O[0], I[0], tok(x, o->in[1]), d->B, d->T, (int)o->NH, (int)o->NKV, (int)o->hd, o->theta);
 }
 ADAPTER(cpu_attention_fwd) {
     UNUSED_ARGS;
-    op_attention_fwd(O[0], O[1], I[0], d->B, d->T, (int)o->NH, (int)o->NKV, (int)o->hd);
+    op_attention_fwd_doc(O[0], O[1], I[0], tok(x, o->in[1]), d->B, d->T, (int)o->NH, (int)o->NKV, (int)o->hd);
 }
 ADAPTER(cpu_attention_bwd) {
     UNUSED_ARGS;
-    op_attention_bwd(O[0], O[1], I[0], I[1], I[2], d->B, d->T, (int)o->NH, (int)o->NKV, (int)o->hd);
+    op_attention_bwd_doc(O[0], O[1], I[0], I[1], I[2], tok(x, o->in[3]), d->B, d->T, (int)o->NH, (int)o->NKV, (int)o->hd);
 }
 ADAPTER(cpu_flash_attention_fwd) {
     UNUSED_ARGS;
-    op_flash_attention_fwd(O[0], O[1], I[0], d->B, d->T, (int)o->NH, (int)o->NKV, (int)o->hd);
+    op_flash_attention_fwd_doc(O[0], O[1], I[0], tok(x, o->in[1]), d->B, d->T, (int)o->NH, (int)o->NKV, (int)o->hd);
 }
 ADAPTER(cpu_flash_attention_bwd) {
     UNUSED_ARGS;
-    op_flash_attention_bwd(O[0], O[1], I[0], I[1], I[2], I[3], d->B, d->T, (int)o->NH, (int)o->NKV, (int)o->hd);
+    op_flash_attention_bwd_doc(O[0], O[1], I[0], I[1], I[2], I[3], tok(x, o->in[4]), d->B, d->T, (int)o->NH, (int)o->NKV, (int)o->hd);
 }
 ADAPTER(cpu_gelu_fwd) {
     UNUSED_ARGS;

@@ -26,6 +26,7 @@ void exec_dev_free(exec_dev *x) {
     d->mem_free(d, x->acts, &e);
     d->mem_free(d, x->tokens, &e);
     d->mem_free(d, x->targets, &e);
+    d->mem_free(d, x->positions, &e);
     d->mem_free(d, x->ones, &e);
     d->mem_free(d, x->scratch, &e);
     d->mem_free(d, x->seg_end, &e);
@@ -59,6 +60,7 @@ void exec_dev_free(exec_dev *x) {
     free(x->bwd);
     free(x->h_tokens);
     free(x->h_targets);
+    free(x->h_positions);
     free(x->h_losses);
     memset(x, 0, sizeof *x);
 }
@@ -202,7 +204,8 @@ static int alloc_arenas(exec_dev *x, const hyp_z3_layout *lay, hyp_err *e) {
                         (rc = exec_dev_alloc(x, (void **)&x->grads, x->arena, 4, e)) ||
                         (x->stage >= 2 && (rc = exec_dev_alloc(x, (void **)&x->gshard, x->shard, 4, e))))) ||
         (rc = alloc_states(x, optim, e)) || (rc = exec_dev_alloc(x, (void **)&x->acts, p->act_floats, 4, e)) || (rc = exec_dev_alloc(x, (void **)&x->tokens, maxN, 4, e)) ||
-        (rc = exec_dev_alloc(x, (void **)&x->targets, maxN, 4, e)) || (rc = exec_dev_alloc(x, (void **)&x->ones, maxN, 4, e)))
+        (rc = exec_dev_alloc(x, (void **)&x->targets, maxN, 4, e)) || (rc = exec_dev_alloc(x, (void **)&x->ones, maxN, 4, e)) ||
+        (p->positions_buf >= 0 && (rc = exec_dev_alloc(x, (void **)&x->positions, maxN, 4, e))))
         return rc;
     if (!lay) {
         x->bytes_params = 4 * (size_t)x->arena;
@@ -242,6 +245,10 @@ static int init_any(exec_dev *x, const plan_t *p, const char *kernels_dir, hyp_d
         return hyp_fail(e, HYP_EINPUT, "exec_dev: rank %d of %d ranks, ZeRO stage %d — need 0 <= rank < world, stage 0..3", rank, world, stage);
     if (stage == 3 && !lay)
         return hyp_fail(e, HYP_EINPUT, "exec_dev: ZeRO stage 3 takes its layout from core/zero3.h — use exec_dev_init_z3");
+    for (int b = 0; b < p->n_bufs; b++) /* v2102 bf16 storage is the cpu executor's (cpu/ops_bf16.c) */
+        if (p->bufs[b].kind == BUF_ACT && p->bufs[b].dtype != HYP_DT_F32)
+            return hyp_fail(e, HYP_EINPUT, "exec_dev: buffer '%s' is stored in %s, and the device executor holds f32 activations — generate the trainer with --set v2102.storage=fp32 for a device target",
+                            p->bufs[b].name, hyp_dtype_name(p->bufs[b].dtype));
     x->p = p;
     x->dev = dev;
     x->opt_file = -1;
@@ -256,10 +263,11 @@ static int init_any(exec_dev *x, const plan_t *p, const char *kernels_dir, hyp_d
     }
     x->h_tokens = calloc((size_t)maxN, sizeof(int32_t));
     x->h_targets = calloc((size_t)maxN, sizeof(int32_t));
+    if (p->positions_buf >= 0) x->h_positions = calloc((size_t)maxN, sizeof(int32_t));
     x->h_losses = calloc((size_t)maxN, sizeof(float));
     x->fwd = calloc((size_t)p->n_fwd + 1, sizeof *x->fwd);
     x->bwd = calloc((size_t)p->n_bwd + 1, sizeof *x->bwd);
-    if (!x->h_tokens || !x->h_targets || !x->h_losses || !x->fwd || !x->bwd) {
+    if (!x->h_tokens || !x->h_targets || (p->positions_buf >= 0 && !x->h_positions) || !x->h_losses || !x->fwd || !x->bwd) {
         exec_dev_free(x);
         return hyp_fail(e, HYP_EFAIL, "out of memory");
     }
@@ -386,6 +394,8 @@ int exec_dev_bind(exec_dev *x, int B, int T, hyp_err *e) {
         return hyp_fail(e, HYP_EINPUT, "--seq %d: this trainer was planned for sequences <= %d — use a smaller --seq or regenerate with gen --seq %d", T, x->p->T, T);
     x->B = B;
     x->T = T;
+    if (x->h_positions) /* one document per row until the caller says otherwise */
+        for (long n = 0; n < (long)B * T; n++) x->h_positions[n] = (int32_t)(n % T);
     return HYP_OK;
 }
 
@@ -419,7 +429,7 @@ static void *dbuf(exec_dev *x, int idx) {
     case BUF_PARAM: return x->params + b->offset;
     case BUF_GRAD: return x->grads + b->offset;
     case BUF_ACT: return x->acts + b->offset;
-    case BUF_TOKENS: return idx == x->p->targets_buf ? x->targets : x->tokens;
+    case BUF_TOKENS: return idx == x->p->targets_buf ? x->targets : idx == x->p->positions_buf ? x->positions : x->tokens;
     default: return NULL;
     }
 }
@@ -602,6 +612,7 @@ static int upload_batch(exec_dev *x, hyp_err *e) {
     size_t n = sizeof(int32_t) * (size_t)x->B * x->T;
     int rc = x->dev->h2d(x->dev, x->tokens, x->h_tokens, n, NULL, e);
     if (!rc) rc = x->dev->h2d(x->dev, x->targets, x->h_targets, n, NULL, e);
+    if (!rc && x->positions) rc = x->dev->h2d(x->dev, x->positions, x->h_positions, n, NULL, e);
     return rc;
 }
 

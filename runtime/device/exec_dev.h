@@ -65,9 +65,13 @@ typedef struct {
     int n_state;
     float *acts;                    /* device: [act_floats] */
     int32_t *tokens, *targets;      /* device: [maxB * maxT] */
+    int32_t *positions;             /* device: [maxB * maxT] v2126 document positions, or NULL
+                                       when the plan has no "positions" buffer */
     float *ones;                    /* device: [maxB * maxT] of 1.0f (bias-gradient GEMMs) */
     float *scratch;                 /* device: kernel scratch (kernels.json scratch bindings) */
     int32_t *h_tokens, *h_targets;  /* host: filled by the caller, uploaded by forward */
+    int32_t *h_positions;           /* host: likewise (NULL without the buffer); exec_dev_bind sets
+                                       row positions 0..T-1 */
     float *h_losses;                /* host: [maxB * maxT] */
     int B, T;                       /* bound batch shape (<= the plan's) */
     size_t bytes;                   /* device bytes allocated */
@@ -139,7 +143,7 @@ int exec_dev_download_grads(exec_dev *x, float *host, hyp_err *e);
 int exec_dev_zero_grads(exec_dev *x, hyp_err *e);
 /* Copies a plan buffer (by index) to the host: n floats from its start. */
 int exec_dev_download_buf(exec_dev *x, int idx, float *host, int64_t n, hyp_err *e);
-/* Uploads h_tokens/h_targets, then runs the forward pass up to the logits. */
+/* Uploads h_tokens/h_targets (and h_positions), then runs the forward pass up to the logits. */
 int exec_dev_forward(exec_dev *x, hyp_err *e);
 /* Forward + loss (no gradients): the mean loss over non-ignored targets in *loss. */
 int exec_dev_eval_loss(exec_dev *x, float *loss, hyp_err *e);

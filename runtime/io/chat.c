@@ -1,6 +1,6 @@
 /* chat.c — post-training data: chat JSONL through a chat template into shards + loss masks,
- * preference JSONL into example files (formats in chat.h). Never: training, or tokenization
- * anywhere but hyp_post_encode(). */
+ * preference JSONL into example files (formats in chat.h), tokenized with the byte tokenizer or a
+ * v2125 BPE (tokenizer.h). Never: training, or tokenization anywhere but hyp_post_encode(). */
 #include "chat.h"
 
 #include <cjson/cJSON.h>
@@ -16,15 +16,49 @@
 
 #include "data.h"
 #include "fsio.h"
+#include "tokenizer.h"
 
 #define INPUT_MAX ((size_t)1 << 31) /* a JSONL input larger than this is refused */
 
-size_t hyp_post_encode(const uint8_t *s, size_t n, int32_t *out) {
-    for (size_t i = 0; i < n; i++) out[i] = s[i];
-    return n;
+/* A template marker: "<|" then up to 64 bytes of [A-Za-z0-9_] then "|>". Its length, or 0. */
+static size_t marker_len(const char *s, size_t n) {
+    if (n < 4 || s[0] != '<' || s[1] != '|') return 0;
+    for (size_t i = 2; i < n && i < 68; i++) {
+        char c = s[i];
+        if (c == '|') return i > 2 && i + 1 < n && s[i + 1] == '>' ? i + 2 : 0;
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_')) return 0;
+    }
+    return 0;
 }
 
-int hyp_post_vocab(void) { return 256; }
+int hyp_post_encode(hyp_tok *tok, const char *s, size_t n, int markers, int32_t **ids, size_t *len, size_t *cap,
+                    hyp_err *e) {
+    size_t i = 0, seg = 0;
+    while (markers && i < n) {
+        size_t m = marker_len(s + i, n - i);
+        if (!m) {
+            i++;
+            continue;
+        }
+        int rc = i > seg ? hyp_tok_encode(tok, (const uint8_t *)s + seg, i - seg, ids, len, cap, e) : HYP_OK;
+        if (rc) return rc;
+        int id = hyp_tok_special_id(tok, s + i, m);
+        if (id < 0) {
+            /* the marker alone, as text: the same ids wherever it stands */
+            if ((rc = hyp_tok_encode(tok, (const uint8_t *)s + i, m, ids, len, cap, e))) return rc;
+        } else {
+            if (*len == *cap) {
+                size_t c = *cap ? *cap * 2 : 64;
+                int32_t *p = realloc(*ids, c * sizeof *p);
+                if (!p) return hyp_fail(e, HYP_EFAIL, "out of memory");
+                *ids = p, *cap = c;
+            }
+            (*ids)[(*len)++] = id;
+        }
+        i += m, seg = i;
+    }
+    return n > seg ? hyp_tok_encode(tok, (const uint8_t *)s + seg, n - seg, ids, len, cap, e) : HYP_OK;
+}
 
 /* ---- growable token + mask buffers ---- */
 typedef struct {
@@ -33,6 +67,9 @@ typedef struct {
     size_t n, cap;
     uint64_t *docs; /* document starts */
     size_t nd, dcap;
+    hyp_tok *tk;    /* the tokenizer */
+    int32_t *scr;   /* hyp_post_encode's output before it is appended */
+    size_t scr_cap;
 } seqbuf;
 
 static int sb_reserve(seqbuf *b, size_t more) {
@@ -48,14 +85,27 @@ static int sb_reserve(seqbuf *b, size_t more) {
     return 0;
 }
 
-/* Appends the tokens of s with loss flag `train`. */
-static int sb_text(seqbuf *b, const char *s, int train) {
-    size_t n = strlen(s);
+/* Appends the tokens of s with loss flag `train`; markers: s is template text, whose <|...|>
+ * markers become special tokens (hyp_post_encode). */
+static int sb_text_m(seqbuf *b, const char *s, int train, int markers) {
+    size_t n = strlen(s), k = 0;
+    hyp_err e;
     if (!n) return 0;
-    if (sb_reserve(b, n)) return -1;
-    size_t k = hyp_post_encode((const uint8_t *)s, n, b->tok + b->n);
+    if (hyp_post_encode(b->tk, s, n, markers, &b->scr, &k, &b->scr_cap, &e) || sb_reserve(b, k)) return -1;
+    memcpy(b->tok + b->n, b->scr, k * sizeof *b->tok);
     memset(b->mask + b->n, train ? 1 : 0, k);
     b->n += k;
+    return 0;
+}
+static int sb_text(seqbuf *b, const char *s, int train) { return sb_text_m(b, s, train, 0); }
+static int sb_tpl(seqbuf *b, const char *s, int train) { return sb_text_m(b, s, train, 1); }
+
+/* The tokenizer's EOT (the data contract: before every document), mask 0; nothing without one. */
+static int sb_eot(seqbuf *b) {
+    int eot = hyp_tok_eot(b->tk);
+    if (eot < 0) return 0;
+    if (sb_reserve(b, 1)) return -1;
+    b->tok[b->n] = eot, b->mask[b->n++] = 0;
     return 0;
 }
 
@@ -71,7 +121,8 @@ static int sb_doc(seqbuf *b) {
 }
 
 static void sb_free(seqbuf *b) {
-    free(b->tok), free(b->mask), free(b->docs);
+    free(b->tok), free(b->mask), free(b->docs), free(b->scr);
+    hyp_tok_free(b->tk);
     memset(b, 0, sizeof *b);
 }
 
@@ -207,7 +258,9 @@ static void header(uint8_t *h, uint32_t magic, uint32_t v1, uint32_t v2, uint32_
 
 static int is_post_output(const char *name) {
     const char *ext = strrchr(name, '.');
-    if (!strcmp(name, "meta.json") || !strcmp(name, "train.pref") || !strcmp(name, "val.pref")) return 1;
+    if (!strcmp(name, "meta.json") || !strcmp(name, "train.pref") || !strcmp(name, "val.pref") ||
+        !strcmp(name, HYP_DATA_TOK_JSON) || !strcmp(name, HYP_DATA_TOK_TIKTOKEN))
+        return 1;
     return ext && (!strncmp(name, "train_", 6) || !strncmp(name, "val_", 4)) &&
            (!strcmp(ext, ".bin") || !strcmp(ext, ".mask") || !strcmp(ext, ".docs"));
 }
@@ -257,7 +310,7 @@ static int write_chat_split(const char *dir, const char *split, const seqbuf *b,
     uint64_t n = t1 - t0, nd = d1 - d0;
     if (n > 0x7fffffffu) return hyp_fail(e, HYP_EINPUT, "%s split: %llu tokens, more than one shard holds (2^31 - 1) — split the input file",
                                          split, (unsigned long long)n);
-    int wide = hyp_post_vocab() > 65536;
+    int wide = hyp_tok_vocab_size(b->tk) > 65536;
     size_t tb = wide ? 4 : 2;
     uint8_t h[HYP_SHARD_HEADER_INTS * 4];
     uint8_t *body = malloc(n * tb + nd * 8 + 1);
@@ -318,7 +371,7 @@ static int render_line(const char *path, int line, const char *s, const chat_tpl
     if (!cJSON_IsObject(j) || !cJSON_IsArray(msgs) || cJSON_GetArraySize(msgs) == 0)
         rc = hyp_fail(e, HYP_EINPUT, "%s:%d: not a JSON object with a non-empty \"messages\" array — write one {\"messages\": [{\"role\": ..., \"content\": ...}, ...]} per line",
                       path, line);
-    if (!rc && (sb_doc(b) || sb_text(b, t->bos, 0))) rc = hyp_fail(e, HYP_EFAIL, "out of memory");
+    if (!rc && (sb_doc(b) || sb_eot(b) || sb_tpl(b, t->bos, 0))) rc = hyp_fail(e, HYP_EFAIL, "out of memory");
     const cJSON *m;
     int k = 0;
     cJSON_ArrayForEach(m, msgs) {
@@ -333,8 +386,8 @@ static int render_line(const char *path, int line, const char *s, const chat_tpl
             break;
         }
         n_asst += r == R_ASSISTANT;
-        if (sb_text(b, t->pre[r], 0) || sb_text(b, content->valuestring, r == R_ASSISTANT) ||
-            sb_text(b, t->suf[r], r == R_ASSISTANT))
+        if (sb_tpl(b, t->pre[r], 0) || sb_text(b, content->valuestring, r == R_ASSISTANT) ||
+            sb_tpl(b, t->suf[r], r == R_ASSISTANT))
             rc = hyp_fail(e, HYP_EFAIL, "out of memory");
         k++;
     }
@@ -345,6 +398,26 @@ static int render_line(const char *path, int line, const char *s, const chat_tpl
     return rc;
 }
 
+/* --tokenizer: NULL or "byte" = bytes, else a tokenizer file (tokenizer.h). */
+static int open_tok(const char **spec, hyp_tok **tk, hyp_err *e) {
+    if (*spec && !**spec)
+        return hyp_fail(e, HYP_EINPUT, "--tokenizer: empty — give byte, a tokenizer.json or a tiktoken ranks file");
+    if (*spec && !strcmp(*spec, "byte")) *spec = NULL;
+    *tk = hyp_tok_open(*spec ? *spec : "byte", e);
+    return *tk ? HYP_OK : HYP_EINPUT;
+}
+
+/* meta.json's tokenizer fields (as gen data writes them) and the tokenizer's copy in dir. */
+static int tok_meta(cJSON *m, hyp_tok *tk, const char *spec, const char *dir, hyp_err *e) {
+    const char *name = spec ? hyp_data_tok_file(tk) : NULL;
+    cJSON_AddStringToObject(m, "tokenizer", hyp_tok_kind(tk));
+    cJSON_AddNumberToObject(m, "vocab_size", hyp_tok_vocab_size(tk));
+    hyp_data_tok_meta(m, tk, spec, name);
+    cJSON_AddStringToObject(m, "template_markers",
+                            "<|...|> in the template: the tokenizer's special token when it has one, else encoded alone as text");
+    return name ? hyp_data_tok_copy(spec, dir, name, e) : HYP_OK;
+}
+
 static size_t val_count(size_t n, double vf) {
     if (vf <= 0 || n < 2) return 0;
     size_t v = (size_t)(n * vf + 0.5);
@@ -353,17 +426,22 @@ static size_t val_count(size_t n, double vf) {
     return v;
 }
 
-int hyp_chat_prepare(const char *jsonl, const char *template_spec, const char *outdir, double val_fraction, int overwrite,
-                     hyp_err *e) {
+int hyp_chat_prepare(const char *jsonl, const char *template_spec, const char *tokenizer, const char *outdir,
+                     double val_fraction, int overwrite, hyp_err *e) {
     if (!(val_fraction >= 0 && val_fraction < 1))
         return hyp_fail(e, HYP_EINPUT, "gen data: --val-fraction %g is outside [0, 1) — give e.g. 0.1", val_fraction);
     chat_tpl t;
-    int rc = check_out(outdir, overwrite, e);
-    if (rc || (rc = tpl_load(&t, template_spec, e))) return rc;
-    lines L;
     seqbuf b = {0};
+    int rc = check_out(outdir, overwrite, e);
+    if (rc || (rc = open_tok(&tokenizer, &b.tk, e))) return rc;
+    if ((rc = tpl_load(&t, template_spec, e))) {
+        sb_free(&b);
+        return rc;
+    }
+    lines L;
     if ((rc = lines_open(&L, jsonl, e))) {
         tpl_free(&t);
+        sb_free(&b);
         return rc;
     }
     char *s;
@@ -376,15 +454,14 @@ int hyp_chat_prepare(const char *jsonl, const char *template_spec, const char *o
         cJSON *m = cJSON_CreateObject(), *shards = cJSON_CreateArray();
         cJSON_AddStringToObject(m, "format", "hyperion-chat");
         cJSON_AddNumberToObject(m, "format_version", 1);
-        cJSON_AddStringToObject(m, "tokenizer", "byte");
-        cJSON_AddNumberToObject(m, "vocab_size", hyp_post_vocab());
+        rc = tok_meta(m, b.tk, tokenizer, tmp, e);
         cJSON_AddStringToObject(m, "template", template_spec ? template_spec : "chatml");
         cJSON_AddNumberToObject(m, "documents", (double)b.nd);
         cJSON_AddNumberToObject(m, "train_tokens", (double)cut);
         cJSON_AddNumberToObject(m, "val_tokens", (double)(b.n - cut));
         cJSON_AddStringToObject(m, "mask", "S.mask: uint8 per token, 1 = loss target (chat.h)");
         cJSON_AddItemToObject(m, "shards", shards);
-        rc = write_chat_split(tmp, "train", &b, 0, cut, 0, ntr, shards, e);
+        if (!rc) rc = write_chat_split(tmp, "train", &b, 0, cut, 0, ntr, shards, e);
         if (!rc && nv) rc = write_chat_split(tmp, "val", &b, cut, b.n, ntr, b.nd, shards, e);
         if (!rc) rc = write_meta(tmp, m, e);
         cJSON_Delete(m);
@@ -405,20 +482,25 @@ static int pref_str(const cJSON *j, const char *key, const char **out) {
     return 0;
 }
 
-int hyp_pref_prepare(const char *jsonl, const char *template_spec, const char *outdir, double val_fraction, int overwrite,
-                     hyp_err *e) {
+int hyp_pref_prepare(const char *jsonl, const char *template_spec, const char *tokenizer, const char *outdir,
+                     double val_fraction, int overwrite, hyp_err *e) {
     if (!(val_fraction >= 0 && val_fraction < 1))
         return hyp_fail(e, HYP_EINPUT, "gen data: --val-fraction %g is outside [0, 1) — give e.g. 0.1", val_fraction);
+    /* records as int32: 3 lengths then tokens; example starts in starts[] */
+    seqbuf b = {0};
     int rc = check_out(outdir, overwrite, e);
     chat_tpl t = {0};
-    if (rc || (template_spec && (rc = tpl_load(&t, template_spec, e)))) return rc;
+    if (rc || (rc = open_tok(&tokenizer, &b.tk, e))) return rc;
+    if (template_spec && (rc = tpl_load(&t, template_spec, e))) {
+        sb_free(&b);
+        return rc;
+    }
     lines L;
     if ((rc = lines_open(&L, jsonl, e))) {
         tpl_free(&t);
+        sb_free(&b);
         return rc;
     }
-    /* records as int32: 3 lengths then tokens; example starts in starts[] */
-    seqbuf b = {0};
     size_t *starts = NULL, ns = 0, cap = 0;
     int kind = 0;
     char *s;
@@ -457,13 +539,15 @@ int hyp_pref_prepare(const char *jsonl, const char *template_spec, const char *o
                 /* with a template: the prompt as a user turn plus the assistant's prefix (the
                  * generation prompt), each completion as assistant content plus its suffix */
                 const char *asuf = template_spec ? t.suf[R_ASSISTANT] : "";
-                if (template_spec && (sb_text(&b, t.bos, 0) || sb_text(&b, t.pre[R_USER], 0))) rc = 1;
+                /* the tokenizer's EOT first (every document starts with it in pretraining data) */
+                if (sb_eot(&b)) rc = 1;
+                if (!rc && template_spec && (sb_tpl(&b, t.bos, 0) || sb_tpl(&b, t.pre[R_USER], 0))) rc = 1;
                 if (!rc && sb_text(&b, p, 0)) rc = 1;
-                if (!rc && template_spec && (sb_text(&b, t.suf[R_USER], 0) || sb_text(&b, t.pre[R_ASSISTANT], 0))) rc = 1;
+                if (!rc && template_spec && (sb_tpl(&b, t.suf[R_USER], 0) || sb_tpl(&b, t.pre[R_ASSISTANT], 0))) rc = 1;
                 size_t n1 = b.n;
-                if (!rc && (sb_text(&b, c, 1) || sb_text(&b, asuf, 1))) rc = 1;
+                if (!rc && (sb_text(&b, c, 1) || sb_tpl(&b, asuf, 1))) rc = 1;
                 size_t n2 = b.n;
-                if (!rc && k == HYP_PREF_PAIRS && (sb_text(&b, r, 1) || sb_text(&b, asuf, 1))) rc = 1;
+                if (!rc && k == HYP_PREF_PAIRS && (sb_text(&b, r, 1) || sb_tpl(&b, asuf, 1))) rc = 1;
                 if (rc) rc = hyp_fail(e, HYP_EFAIL, "out of memory");
                 else {
                     b.tok[at] = (int32_t)(n1 - n0), b.tok[at + 1] = (int32_t)(n2 - n1);
@@ -480,18 +564,17 @@ int hyp_pref_prepare(const char *jsonl, const char *template_spec, const char *o
         size_t cut = nv ? starts[ntr] : b.n;
         uint8_t h[HYP_SHARD_HEADER_INTS * 4];
         char hx[2][17];
-        header(h, HYP_PREF_MAGIC, 1, (uint32_t)kind, (uint32_t)ntr, (uint32_t)hyp_post_vocab());
+        header(h, HYP_PREF_MAGIC, 1, (uint32_t)kind, (uint32_t)ntr, (uint32_t)hyp_tok_vocab_size(b.tk));
         rc = put_file(tmp, "train.pref", h, sizeof h, b.tok, cut * 4, hx[0], e);
         if (!rc && nv) {
-            header(h, HYP_PREF_MAGIC, 1, (uint32_t)kind, (uint32_t)nv, (uint32_t)hyp_post_vocab());
+            header(h, HYP_PREF_MAGIC, 1, (uint32_t)kind, (uint32_t)nv, (uint32_t)hyp_tok_vocab_size(b.tk));
             rc = put_file(tmp, "val.pref", h, sizeof h, b.tok + cut, (b.n - cut) * 4, hx[1], e);
         }
         cJSON *m = cJSON_CreateObject();
         cJSON_AddStringToObject(m, "format", "hyperion-pref");
         cJSON_AddNumberToObject(m, "format_version", 1);
         cJSON_AddStringToObject(m, "kind", kind == HYP_PREF_PAIRS ? "pairs" : "kto");
-        cJSON_AddStringToObject(m, "tokenizer", "byte");
-        cJSON_AddNumberToObject(m, "vocab_size", hyp_post_vocab());
+        if (!rc) rc = tok_meta(m, b.tk, tokenizer, tmp, e);
         cJSON_AddStringToObject(m, "template", template_spec ? template_spec : "none (strings concatenated)");
         cJSON_AddNumberToObject(m, "train_examples", (double)ntr);
         cJSON_AddNumberToObject(m, "val_examples", (double)nv);

@@ -3,6 +3,12 @@
  * JSONL into example files the preference trainer (train/pref.c) reads.
  * Never: training, or a tokenizer of its own beyond the one seam hyp_post_encode().
  *
+ * Both commands take `--tokenizer byte|PATH` as plain gen data does (v2125, tokenizer.h): meta.json
+ * records tokenizer, vocab_size, eot_id, tokenizer_file / _source / _xxh3_64 and the tokenizer is
+ * copied into DIR, so the trainer's vocabulary / tokenizer refusals (data_tok.c) apply. When the
+ * tokenizer has an EOT, it starts every conversation (mask 0; the .docs offset points at it) and
+ * every preference prompt (the data contract's convention).
+ *
  * `gen data --chat FILE.jsonl -o DIR [--template chatml|plain|T.json] [--val-fraction F]`
  *   Each line is {"messages": [{"role": "system"|"user"|"assistant", "content": "..."}, ...]}
  *   with at least one assistant message. Each message is rendered as prefix + content + suffix
@@ -43,22 +49,29 @@
 #define HYP_PREF_MAGIC 20240524
 enum { HYP_PREF_PAIRS = 1, HYP_PREF_KTO = 2 };
 
-/* The tokenization seam of post-training data: bytes -> token ids (today the byte tokenizer:
- * token = byte). out has room for n ids; returns how many were written. */
-size_t hyp_post_encode(const uint8_t *s, size_t n, int32_t *out);
-/* The vocabulary hyp_post_encode produces ids below. */
-int hyp_post_vocab(void);
+/* The tokenization seam of post-training data: n bytes of s -> ids of tok (byte or a v2125 BPE),
+ * appended to *ids (realloc'd; *len, *cap updated). markers = 0 (message content, prompts,
+ * completions): ordinary encoding, so "<|im_end|>" typed by a user is plain text. markers = 1
+ * (chat-template text): each "<|NAME|>" marker is its own segment, encoded as the tokenizer's
+ * special token of that text when it has one (hyp_tok_special_id: an added token of a
+ * tokenizer.json, <|endoftext|>), else as the marker's text alone, so a marker gets the same ids
+ * wherever it stands and never merges with its neighbours. Callers encode template prefix,
+ * content and suffix separately, so token boundaries fall on the loss mask's boundaries.
+ * HYP_OK or HYP_EFAIL (out of memory). */
+struct hyp_tok;
+int hyp_post_encode(struct hyp_tok *tok, const char *s, size_t n, int markers, int32_t **ids, size_t *len, size_t *cap,
+                    hyp_err *e);
 
 /* gen data --chat: JSONL of conversations -> outdir (see above). template_spec: "chatml", "plain"
  * or a JSON template file; NULL = chatml. Errors name the file and line. */
-int hyp_chat_prepare(const char *jsonl, const char *template_spec, const char *outdir, double val_fraction,
-                     int overwrite, hyp_err *e);
+int hyp_chat_prepare(const char *jsonl, const char *template_spec, const char *tokenizer, const char *outdir,
+                     double val_fraction, int overwrite, hyp_err *e);
 
 /* gen data --pref: preference JSONL -> outdir/train.pref, val.pref. template_spec NULL: strings
  * concatenated as they are; else (v2193) the prompt rendered as bos + a user turn + the assistant
  * prefix, each completion as the assistant content + suffix (suffix tokens scored too). */
-int hyp_pref_prepare(const char *jsonl, const char *template_spec, const char *outdir, double val_fraction, int overwrite,
-                     hyp_err *e);
+int hyp_pref_prepare(const char *jsonl, const char *template_spec, const char *tokenizer, const char *outdir,
+                     double val_fraction, int overwrite, hyp_err *e);
 
 /* The loss-mask sidecar of shard_path (S.bin -> S.mask), mapped read-only: *map = the n flag
  * bytes (after the header), *map_base and *map_size what to munmap. Absent sidecar: HYP_OK with

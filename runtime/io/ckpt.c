@@ -17,6 +17,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "ckpt_delta.h"
 #include "fsio.h"
 #include "safetensors.h"
 
@@ -37,8 +38,9 @@ static int is_ckpt_file(const char *name) {
         return 1;
     for (int i = 0; i < N_FILES; i++) {
         size_t n = strlen(FILES[i]);
-        if (!strncmp(name, FILES[i], n) && (name[n] == '\0' || !strncmp(name + n, ".tmp-", 5)))
-            return 1;
+        if (strncmp(name, FILES[i], n)) continue;
+        if (i < F_AUX && !strncmp(name + n, ".zdelta", 7)) n += 7; /* v2180 deltas (ckpt_delta.h) */
+        if (name[n] == '\0' || !strncmp(name + n, ".tmp-", 5)) return 1;
     }
     return 0;
 }
@@ -173,11 +175,28 @@ static void prune(const char *dir, int keep, const char *latest_name) {
     closedir(d);
     if (v) qsort(v, (size_t)n, sizeof *v, cmp_recent);
     char p[PATH_CAP];
+    /* v2180: the full bases of the kept incremental checkpoints stay too */
+    char (*bases)[64] = calloc((size_t)(keep < n ? keep : n) + 1, sizeof *bases);
+    for (int i = 0; bases && i < n; i++)
+        if ((i < keep || !strcmp(v[i].name, latest_name)) && pathf(p, "%s/%s", dir, v[i].name) == 0)
+            hyp_ckpt_delta_base(p, bases[i < keep ? i : keep], sizeof bases[0]);
     for (int i = keep; i < n; i++) {
         if (!strcmp(v[i].name, latest_name)) continue;
+        int needed = 0;
+        for (int k = 0; bases && k <= (keep < n ? keep : n); k++) needed |= !strcmp(bases[k], v[i].name);
+        if (needed || !bases) continue;
         if (pathf(p, "%s/%s", dir, v[i].name) == 0) (void)hyp_fs_remove_flat(p, is_ckpt_file);
     }
+    free(bases);
     free(v);
+}
+
+void hyp_ckpt_prune(const char *dir, int keep) {
+    char latest[PATH_CAP], *slash;
+    hyp_err e;
+    if (hyp_ckpt_latest(dir, latest, sizeof latest, &e) != HYP_OK) return;
+    slash = strrchr(latest, '/');
+    prune(dir, keep, slash ? slash + 1 : latest);
 }
 
 static int file_size(const char *path, uint64_t *size) {
@@ -716,7 +735,7 @@ static int shard_ranges(const char *p, const cJSON *ranges, const hyp_ckpt_tenso
 static int shards_open(const char *sd, const cJSON *files, const cJSON *lay, const hyp_ckpt_tensor *params,
                        hyp_ckpt_tensor *const *states, int n_states, int n, shards *sh, hyp_err *e) {
     char p[PATH_CAP];
-    pathf(p, "%s/%s", sd, "state.json");
+    if (pathf(p, "%s/%s", sd, "state.json") != 0) return hyp_fail(e, HYP_EINPUT, "%s: path too long", sd);
     uint64_t world;
     if (json_u64(lay, "world", &world) != 0 || world < 1 || world > 65536)
         return hyp_fail(e, HYP_EINPUT, "%s: layout.world is not a rank count — the checkpoint is damaged", p);
@@ -792,12 +811,21 @@ int hyp_ckpt_load_aux(const char *dir, const char *step, hyp_ckpt_tensor *params
     if (check_aux(dir, aux, n_aux, e)) return HYP_EINPUT;
     int with_opt = n_states > 0, S = 1 + n_states, rc = check_tensors(dir, params, states, n_states, n, e);
     if (rc != HYP_OK) return rc;
-    char sd[PATH_CAP], p[PATH_CAP];
+    char sd[PATH_CAP], p[PATH_CAP], orig[PATH_CAP], restored[PATH_CAP] = "";
     if ((rc = resolve(dir, step, sd, e)) != HYP_OK) return rc;
-    if (pathf(p, "%s/%s", sd, "state.json") != 0)
+    memcpy(orig, sd, sizeof orig);
+    /* v2180: an incremental checkpoint's full files, rebuilt next to it and verified below */
+    if ((rc = hyp_ckpt_delta_restore(orig, restored, sizeof restored, e)) != HYP_OK) return rc;
+    if (restored[0]) memcpy(sd, restored, sizeof sd); /* both PATH_CAP */
+    if (pathf(p, "%s/%s", sd, "state.json") != 0) {
+        hyp_ckpt_delta_cleanup(restored);
         return hyp_fail(e, HYP_EINPUT, "%s: path too long", sd);
+    }
     char *txt = NULL;
-    if ((rc = hyp_fs_read_small(p, STATE_MAX_BYTES, &txt, NULL, e)) != HYP_OK) return rc;
+    if ((rc = hyp_fs_read_small(p, STATE_MAX_BYTES, &txt, NULL, e)) != HYP_OK) {
+        hyp_ckpt_delta_cleanup(restored);
+        return rc;
+    }
     cJSON *j = cJSON_Parse(txt);
     free(txt);
     hyp_st_file *fm = NULL, *fo = NULL, *fa = NULL;
@@ -808,6 +836,7 @@ int hyp_ckpt_load_aux(const char *dir, const char *step, hyp_ckpt_tensor *params
     hyp_ckpt_state *st = calloc(1, sizeof *st); /* ~4.5 KB: not on the stack */
     if (!st) {
         cJSON_Delete(j);
+        hyp_ckpt_delta_cleanup(restored);
         return hyp_fail(e, HYP_EFAIL, "%s: out of memory", sd);
     }
     if (!j || !cJSON_IsObject(j)) {
@@ -863,11 +892,11 @@ int hyp_ckpt_load_aux(const char *dir, const char *step, hyp_ckpt_tensor *params
         snprintf(st->tokenizer_hash, sizeof st->tokenizer_hash, "%s", h->valuestring);
         if (cJSON_IsString(f)) snprintf(st->tokenizer_file, sizeof st->tokenizer_file, "%s", f->valuestring);
     }
-    if (strlen(sd) >= sizeof st->path) {
-        rc = hyp_fail(e, HYP_EINPUT, "%.200s...: path too long", sd);
+    if (strlen(orig) >= sizeof st->path) {
+        rc = hyp_fail(e, HYP_EINPUT, "%.200s...: path too long", orig);
         goto done;
     }
-    memcpy(st->path, sd, strlen(sd) + 1);
+    memcpy(st->path, orig, strlen(orig) + 1);
     for (int i = 0; i < 4; i++) {
         const cJSON *w = cJSON_GetArrayItem(rng, i);
         char *endp = NULL;
@@ -933,5 +962,6 @@ done:
     hyp_st_close(fa);
     shards_close(&sh);
     cJSON_Delete(j);
+    hyp_ckpt_delta_cleanup(restored);
     return rc;
 }

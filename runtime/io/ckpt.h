@@ -152,6 +152,10 @@ int hyp_ckpt_shard_commit(const char *dir, const char *tmp, const hyp_ckpt_tenso
 /* Rank 0: removes the temp dir of a save that failed on some rank. */
 void hyp_ckpt_shard_abort(const char *tmp);
 
+/* Deletes all but the `keep` most recently saved step directories of DIR, as hyp_ckpt_save does
+ * (never the one `latest` names, nor a full checkpoint that a kept v2180 delta is based on). */
+void hyp_ckpt_prune(const char *dir, int keep);
+
 /* The step directory DIR/latest names, as a path in out (cap bytes); out = "" (and HYP_OK) when
  * DIR has no checkpoint yet (no DIR or no DIR/latest). HYP_EINPUT when `latest` is malformed or
  * names a missing directory. */

@@ -8,10 +8,12 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -742,7 +744,12 @@ typedef struct {
     const uint8_t *mask; /* v2193 loss-mask sidecar S.mask (chat.h): [ntok] flags, or NULL */
     void *mask_base;
     size_t mask_size;
+    int has_docs;       /* a .docs sidecar was read */
+    uint64_t n_docs;    /* its documents */
+    char docs_xxh3[17]; /* its xxh3_64, hex */
 } shard;
+
+typedef struct hyp_prefetch hyp_prefetch;
 
 struct hyp_loader {
     char *dir;
@@ -764,10 +771,22 @@ struct hyp_loader {
     uint32_t *win;         /* T+1 scratch */
     uint8_t *winmask;      /* T+1 loss flags of the window (shards with a .mask sidecar) */
     int masked;            /* some shard has a loss mask: targets where it is 0 become -1 */
+    /* document starts (the .docs sidecars, docs_contract): global token indices, ascending;
+     * n_docs == 0 when no shard of the split has a sidecar (one stream: today's behaviour) */
+    uint64_t *doc_start;
+    uint64_t n_docs;
+    int n_sidecars;
+    long slow_read_ms;     /* HYP_DATA_SLOW_READ_MS test hook (0: off) */
+    int pf_depth;          /* v2128: batches prefetched by the producer thread (0: none) */
+    hyp_prefetch *pf;      /* the running producer, or NULL; while it runs, st is the state of
+                              the last batch handed out and the producer keeps its own */
 };
+
+static void pf_stop(hyp_loader *L);
 
 void hyp_loader_close(hyp_loader *L) {
     if (!L) return;
+    pf_stop(L);
     for (int i = 0; i < L->n_shards; i++) {
         if (L->shards[i].map) munmap((void *)L->shards[i].map, L->shards[i].map_size);
         if (L->shards[i].mask_base) munmap(L->shards[i].mask_base, L->shards[i].mask_size);
@@ -777,6 +796,7 @@ void hyp_loader_close(hyp_loader *L) {
     free(L->perm);
     free(L->win);
     free(L->winmask);
+    free(L->doc_start);
     free(L->dir);
     free(L);
 }
@@ -842,6 +862,76 @@ static int open_shard(shard *s, hyp_err *e) {
     return HYP_OK;
 }
 
+/* The sidecar path of a shard: S.bin -> S.docs. */
+static void sidecar_path(char *out, size_t cap, const char *shard_path) {
+    size_t n = strlen(shard_path);
+    if (n < 4 || n + 2 > cap) {
+        if (cap) out[0] = '\0';
+        return;
+    }
+    memcpy(out, shard_path, n - 4);
+    memcpy(out + n - 4, ".docs", 6);
+}
+
+/* Reads shard si's sidecar when it exists (docs_contract.md: 256 int32 header, magic 20240521,
+ * version 1, n; then n uint64 offsets, ascending, the first 0, each < the shard's tokens) and
+ * appends its document starts, as global token indices, to L->doc_start. */
+static int read_sidecar(hyp_loader *L, int si, hyp_err *e) {
+    shard *s = &L->shards[si];
+    char path[4200];
+    sidecar_path(path, sizeof path, s->path);
+    if (!path[0] || !hyp_fs_exists(path)) return HYP_OK;
+    char *buf = NULL;
+    size_t size = 0;
+    int rc = hyp_fs_read_small(path, (size_t)1 << 34, &buf, &size, e);
+    if (rc != HYP_OK) return rc;
+    const uint8_t *p = (const uint8_t *)buf;
+    uint64_t n = size >= HEADER_BYTES ? rd32(p + 8) : 0;
+    if (size < HEADER_BYTES || rd32(p) != HYP_DOCS_MAGIC || rd32(p + 4) != 1)
+        rc = hyp_fail(e, HYP_EINPUT, "%s: not a document sidecar (%zu bytes; need a %d-byte header "
+                      "with magic %d, version 1) — remove it or re-run gen data", path, size,
+                      HEADER_BYTES, HYP_DOCS_MAGIC);
+    else if ((uint64_t)(size - HEADER_BYTES) != n * 8)
+        rc = hyp_fail(e, HYP_EINPUT, "%s: header says %llu documents (%llu bytes of offsets) but "
+                      "the file has %zu bytes after the header — truncated or corrupt; re-run gen "
+                      "data", path, (unsigned long long)n, (unsigned long long)(n * 8),
+                      size - HEADER_BYTES);
+    else if (n == 0 && s->ntok > 0)
+        rc = hyp_fail(e, HYP_EINPUT, "%s: lists no document for a shard of %llu tokens — corrupt; "
+                      "re-run gen data", path, (unsigned long long)s->ntok);
+    uint64_t *grown = NULL;
+    if (rc == HYP_OK && n > 0) {
+        grown = realloc(L->doc_start, sizeof *grown * (size_t)(L->n_docs + n));
+        if (!grown) rc = hyp_fail(e, HYP_EFAIL, "%s: out of memory for %llu documents", path,
+                                  (unsigned long long)n);
+        else L->doc_start = grown;
+    }
+    for (uint64_t i = 0; rc == HYP_OK && i < n; i++) {
+        const uint8_t *q = p + HEADER_BYTES + 8 * i;
+        uint64_t off = (uint64_t)rd32(q) | (uint64_t)rd32(q + 4) << 32;
+        uint64_t prev = i ? L->doc_start[L->n_docs + i - 1] - s->start : 0;
+        if ((i == 0 && off != 0) || (i > 0 && off <= prev) || off >= s->ntok)
+            rc = hyp_fail(e, HYP_EINPUT, "%s: document %llu starts at token %llu, which is not "
+                          "%s — the sidecar does not belong to %s; re-run gen data", path,
+                          (unsigned long long)i, (unsigned long long)off,
+                          i == 0 ? "0 (the first document starts the shard)"
+                          : off >= s->ntok ? "inside the shard" : "after the previous one",
+                          s->path);
+        else
+            L->doc_start[L->n_docs + i] = s->start + off;
+    }
+    if (rc == HYP_OK) {
+        L->n_docs += n;
+        L->n_sidecars++;
+        s->has_docs = 1;
+        s->n_docs = n;
+        snprintf(s->docs_xxh3, sizeof s->docs_xxh3, "%016llx",
+                 (unsigned long long)XXH3_64bits(buf, size));
+    }
+    free(buf);
+    return rc;
+}
+
 /* meta.json: vocab_size and (when listed) per-shard token counts of this split. */
 static int check_meta(hyp_loader *L, const char *split, hyp_err *e) {
     char path[4200];
@@ -889,6 +979,29 @@ static int check_meta(hyp_loader *L, const char *split, hyp_err *e) {
                           L->dir);
             break;
         }
+        const shard *fs = &L->shards[found];
+        const cJSON *nd = cJSON_GetObjectItemCaseSensitive(s, "docs");
+        const cJSON *dh = cJSON_GetObjectItemCaseSensitive(s, "docs_xxh3_64");
+        char dp[4200];
+        sidecar_path(dp, sizeof dp, fs->path);
+        if (fs->has_docs && cJSON_IsNumber(nd) && nd->valuedouble != (double)fs->n_docs) {
+            rc = hyp_fail(e, HYP_EINPUT, "%s: lists %llu documents but meta.json says %.0f — the "
+                          "directory mixes files of two gen data runs; re-run gen data", dp,
+                          (unsigned long long)fs->n_docs, nd->valuedouble);
+            break;
+        }
+        if (fs->has_docs && cJSON_IsString(dh) && strcmp(dh->valuestring, fs->docs_xxh3) != 0) {
+            rc = hyp_fail(e, HYP_EINPUT, "%s: xxh3_64 is %s but meta.json says %.20s — the "
+                          "sidecar is corrupt or from another run; re-run gen data", dp,
+                          fs->docs_xxh3, dh->valuestring);
+            break;
+        }
+        if (!fs->has_docs && cJSON_IsNumber(nd)) {
+            rc = hyp_fail(e, HYP_EINPUT, "%s: missing, but meta.json lists %.0f documents for %s — "
+                          "the directory is incomplete; re-run gen data", dp, nd->valuedouble,
+                          fs->path);
+            break;
+        }
         if (cJSON_IsNumber(nt) && nt->valuedouble != (double)L->shards[found].ntok) {
             rc = hyp_fail(e, HYP_EINPUT, "%s: header says %llu tokens but meta.json says %.0f — "
                           "the directory mixes files of two gen data runs; re-run gen data",
@@ -933,6 +1046,8 @@ int hyp_loader_open_rc(const char *dir, const char *split, int B, int T, uint64_
     L->seed = seed;
     L->rank = rank;
     L->world = world;
+    const char *slow = getenv("HYP_DATA_SLOW_READ_MS");
+    L->slow_read_ms = slow ? strtol(slow, NULL, 10) : 0;
     int rc = HYP_OK;
 
     /* list the split's shards in name order */
@@ -984,6 +1099,7 @@ int hyp_loader_open_rc(const char *dir, const char *split, int B, int T, uint64_
     }
     for (int i = 0; i < n; i++) free(names[i]);
     free(names);
+    for (int i = 0; rc == HYP_OK && i < L->n_shards; i++) rc = read_sidecar(L, i, e);
     if (rc == HYP_OK) rc = check_meta(L, split, e);
     if (rc == HYP_OK) {
         if (L->meta_vocab > 0) {
@@ -1090,37 +1206,247 @@ static int read_window(hyp_loader *L, uint64_t w, hyp_err *e) {
     return HYP_OK;
 }
 
-int hyp_loader_next(hyp_loader *L, int32_t *inputs, int32_t *targets, hyp_err *e) {
-    hyp_loader_state saved = L->st;
+/* positions[t] for the window starting at global token g0: t minus the start of its document,
+ * a document that began before the window counting from the window's first token. */
+static void window_positions(const hyp_loader *L, uint64_t g0, int32_t *positions) {
+    uint64_t lo = 0, hi = L->n_docs; /* j = the first document start > g0 */
+    while (lo < hi) {
+        uint64_t mid = lo + (hi - lo) / 2;
+        if (L->doc_start[mid] <= g0) lo = mid + 1;
+        else hi = mid;
+    }
+    uint64_t j = lo, cur = g0;
+    for (int t = 0; t < L->T; t++) {
+        uint64_t g = g0 + (uint64_t)t;
+        while (j < L->n_docs && L->doc_start[j] <= g) cur = L->doc_start[j++];
+        positions[t] = (int32_t)(g - cur);
+    }
+}
+
+/* Test hook: HYP_DATA_SLOW_READ_MS=N makes every batch read sleep N ms (a slow disk). */
+static void slow_read_hook(const hyp_loader *L) {
+    if (L->slow_read_ms <= 0) return;
+    struct timespec ts = {L->slow_read_ms / 1000, (long)(L->slow_read_ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
+}
+
+/* One batch from state *st (advanced on success; unchanged on error). */
+static int produce(hyp_loader *L, hyp_loader_state *st, int32_t *inputs, int32_t *targets,
+                   int32_t *positions, hyp_err *e) {
+    hyp_loader_state saved = *st;
     const int T = L->T;
+    slow_read_hook(L);
     for (int b = 0; b < L->B; b++) {
-        if (L->st.position >= L->Wr) {
-            L->st.epoch++;
-            L->st.position = 0;
+        if (st->position >= L->Wr) {
+            st->epoch++;
+            st->position = 0;
         }
-        uint64_t slot = L->st.position * (uint64_t)L->world + (uint64_t)L->rank;
+        uint64_t slot = st->position * (uint64_t)L->world + (uint64_t)L->rank;
         uint64_t w = slot;
         if (L->is_train) {
-            ensure_perm(L, L->st.epoch);
+            ensure_perm(L, st->epoch);
             w = L->perm[slot];
         }
         int rc = read_window(L, w, e);
         if (rc != HYP_OK) {
-            L->st = saved;
+            *st = saved;
             return rc;
         }
         for (int t = 0; t < T; t++) {
             inputs[(size_t)b * T + t] = (int32_t)L->win[t];
             targets[(size_t)b * T + t] = L->masked && !L->winmask[t + 1] ? -1 : (int32_t)L->win[t + 1];
         }
-        L->st.position++;
+        if (positions) window_positions(L, w * (uint64_t)T, positions + (size_t)b * T);
+        st->position++;
     }
     return HYP_OK;
+}
+
+/* ---- v2128 prefetch: one producer thread, a ring of `depth` batches ---- */
+
+typedef struct {
+    int32_t *inputs, *targets, *positions; /* [B*T] each */
+    hyp_loader_state after;                /* the stream's state once this batch is consumed */
+    int rc;
+    hyp_err err;
+} pf_slot;
+
+struct hyp_prefetch {
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t not_empty, not_full;
+    pf_slot *slot;
+    int depth, head, count, stop, failed;
+    hyp_loader_state st; /* the producer's state */
+};
+
+static void *pf_main(void *arg) {
+    hyp_loader *L = arg;
+    hyp_prefetch *q = L->pf;
+    pthread_mutex_lock(&q->mu);
+    for (;;) {
+        while (!q->stop && (q->count == q->depth || q->failed)) pthread_cond_wait(&q->not_full, &q->mu);
+        if (q->stop) break;
+        pf_slot *s = &q->slot[(q->head + q->count) % q->depth];
+        hyp_loader_state st = q->st;
+        pthread_mutex_unlock(&q->mu); /* the consumer never touches a slot outside [head, head+count) */
+        s->err.msg[0] = 0;
+        s->rc = produce(L, &st, s->inputs, s->targets, s->positions, &s->err);
+        s->after = st;
+        pthread_mutex_lock(&q->mu);
+        q->st = st;
+        q->failed = s->rc != HYP_OK;
+        q->count++;
+        pthread_cond_signal(&q->not_empty);
+    }
+    pthread_mutex_unlock(&q->mu);
+    return NULL;
+}
+
+static void pf_stop(hyp_loader *L) {
+    hyp_prefetch *q = L->pf;
+    if (!q) return;
+    pthread_mutex_lock(&q->mu);
+    q->stop = 1;
+    pthread_cond_broadcast(&q->not_full);
+    pthread_mutex_unlock(&q->mu);
+    pthread_join(q->thread, NULL);
+    pthread_mutex_destroy(&q->mu);
+    pthread_cond_destroy(&q->not_empty);
+    pthread_cond_destroy(&q->not_full);
+    for (int i = 0; i < q->depth; i++) {
+        free(q->slot[i].inputs);
+        free(q->slot[i].targets);
+        free(q->slot[i].positions);
+    }
+    free(q->slot);
+    free(q);
+    L->pf = NULL;
+}
+
+/* Starts the producer at the loader's state with a fresh queue. */
+static int pf_start(hyp_loader *L, int depth, hyp_err *e) {
+    hyp_prefetch *q = calloc(1, sizeof *q);
+    size_t n = (size_t)L->B * (size_t)L->T;
+    int ok = q && (q->slot = calloc((size_t)depth, sizeof *q->slot)) != NULL;
+    for (int i = 0; ok && i < depth; i++) {
+        q->slot[i].inputs = malloc(n * sizeof(int32_t));
+        q->slot[i].targets = malloc(n * sizeof(int32_t));
+        q->slot[i].positions = malloc(n * sizeof(int32_t));
+        ok = q->slot[i].inputs && q->slot[i].targets && q->slot[i].positions;
+    }
+    if (q) q->depth = depth;
+    if (!ok) {
+        if (q && q->slot)
+            for (int i = 0; i < depth; i++) {
+                free(q->slot[i].inputs);
+                free(q->slot[i].targets);
+                free(q->slot[i].positions);
+            }
+        if (q) free(q->slot);
+        free(q);
+        return hyp_fail(e, HYP_EFAIL, "%s: out of memory for %d prefetched batches", L->dir, depth);
+    }
+    q->st = L->st;
+    pthread_mutex_init(&q->mu, NULL);
+    pthread_cond_init(&q->not_empty, NULL);
+    pthread_cond_init(&q->not_full, NULL);
+    L->pf = q;
+    int err = pthread_create(&q->thread, NULL, pf_main, L);
+    if (err != 0) {
+        pthread_mutex_destroy(&q->mu);
+        pthread_cond_destroy(&q->not_empty);
+        pthread_cond_destroy(&q->not_full);
+        for (int i = 0; i < depth; i++) {
+            free(q->slot[i].inputs);
+            free(q->slot[i].targets);
+            free(q->slot[i].positions);
+        }
+        free(q->slot);
+        free(q);
+        L->pf = NULL;
+        return hyp_fail(e, HYP_EFAIL, "%s: cannot start the prefetch thread: %s", L->dir,
+                        strerror(err));
+    }
+    return HYP_OK;
+}
+
+int hyp_loader_prefetch(hyp_loader *L, int depth, hyp_err *e) {
+    if (depth < 0 || depth > 64)
+        return hyp_fail(e, HYP_EINPUT, "%s: prefetch depth %d is outside 0..64", L->dir, depth);
+    pf_stop(L);
+    L->pf_depth = depth;
+    return depth > 0 ? pf_start(L, depth, e) : HYP_OK;
+}
+
+int hyp_loader_prefetch_depth(const hyp_loader *L) { return L->pf_depth; }
+
+/* The next prefetched batch; an error is returned at the batch where it happened, and the state
+ * stays at the last good batch (then the queue restarts from there on the next call). */
+static int pf_next(hyp_loader *L, int32_t *inputs, int32_t *targets, int32_t *positions,
+                   hyp_err *e) {
+    hyp_prefetch *q = L->pf;
+    size_t n = (size_t)L->B * (size_t)L->T * sizeof(int32_t);
+    pthread_mutex_lock(&q->mu);
+    while (q->count == 0) pthread_cond_wait(&q->not_empty, &q->mu);
+    pf_slot *s = &q->slot[q->head];
+    int rc = s->rc;
+    if (rc == HYP_OK) {
+        memcpy(inputs, s->inputs, n);
+        memcpy(targets, s->targets, n);
+        if (positions) memcpy(positions, s->positions, n);
+        L->st = s->after;
+        q->head = (q->head + 1) % q->depth;
+        q->count--;
+        pthread_cond_signal(&q->not_full);
+    } else if (e) {
+        *e = s->err;
+    }
+    pthread_mutex_unlock(&q->mu);
+    if (rc != HYP_OK) { /* drop the queue: the next call retries from the last good batch */
+        int depth = q->depth;
+        pf_stop(L);
+        hyp_err e2;
+        if (pf_start(L, depth, &e2) != HYP_OK) L->pf_depth = 0;
+    }
+    return rc;
+}
+
+int hyp_loader_next_pos(hyp_loader *L, int32_t *inputs, int32_t *targets, int32_t *positions,
+                        hyp_err *e) {
+    if (L->pf) return pf_next(L, inputs, targets, positions, e);
+    return produce(L, &L->st, inputs, targets, positions, e);
+}
+
+int hyp_loader_next(hyp_loader *L, int32_t *inputs, int32_t *targets, hyp_err *e) {
+    return hyp_loader_next_pos(L, inputs, targets, NULL, e);
+}
+
+/* The state changes under a running producer: drop its queue and restart it from there. */
+static void pf_restart(hyp_loader *L) {
+    if (!L->pf) return;
+    pf_stop(L);
+    hyp_err e;
+    if (pf_start(L, L->pf_depth, &e) != HYP_OK) L->pf_depth = 0; /* fall back to direct reads */
+}
+
+/* Batches already prefetched were cut with the old setting: the producer restarts from st. */
+void hyp_loader_set_masked(hyp_loader *L, int on) {
+    int any = 0;
+    for (int i = 0; i < L->n_shards; i++) any |= L->shards[i].mask != NULL;
+    int running = L->pf != NULL;
+    pf_stop(L);
+    L->masked = on && any;
+    if (running) {
+        hyp_err e;
+        if (pf_start(L, L->pf_depth, &e) != HYP_OK) L->pf_depth = 0; /* fall back to direct reads */
+    }
 }
 
 void hyp_loader_reset(hyp_loader *L) {
     L->st.epoch = 0;
     L->st.position = 0;
+    pf_restart(L);
 }
 
 void hyp_loader_get_state(const hyp_loader *L, hyp_loader_state *s) { *s = L->st; }
@@ -1132,8 +1458,12 @@ int hyp_loader_set_state(hyp_loader *L, const hyp_loader_state *s, hyp_err *e) {
                         "world size", L->dir, (unsigned long long)s->position,
                         (unsigned long long)L->Wr);
     L->st = *s;
+    pf_restart(L);
     return HYP_OK;
 }
+
+int hyp_loader_has_docs(const hyp_loader *L) { return L->n_sidecars > 0; }
+uint64_t hyp_loader_num_docs(const hyp_loader *L) { return L->n_docs; }
 
 int hyp_loader_vocab_size(const hyp_loader *L) { return L->meta_vocab; }
 
@@ -1158,11 +1488,7 @@ uint64_t hyp_loader_windows(const hyp_loader *L) { return L->W; }
 uint64_t hyp_loader_windows_per_rank(const hyp_loader *L) { return L->Wr; }
 int hyp_loader_num_shards(const hyp_loader *L) { return L->n_shards; }
 int hyp_loader_masked(const hyp_loader *L) { return L->masked; }
-void hyp_loader_set_masked(hyp_loader *L, int on) {
-    int any = 0;
-    for (int i = 0; i < L->n_shards; i++) any |= L->shards[i].mask != NULL;
-    L->masked = on && any;
-}
+
 
 /* ========================================================================================== */
 /* hyp_data_verify                                                                             */

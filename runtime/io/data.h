@@ -22,6 +22,11 @@
  * a token whose flag is 0 is never a loss target: the loader writes target -1 for it (the loss
  * ops ignore it, so it gets exactly zero gradient and stays out of the mean's count).
  *
+ * S.docs (optional, docs_contract): the document starts of S.bin — 256 int32 (magic 20240521,
+ * version 1, n documents), then n uint64 token offsets, ascending, the first 0. Without any
+ * sidecar the split is one stream of unknown documents (positions run 0..T-1 in every row).
+ * Test hook: HYP_DATA_SLOW_READ_MS=N sleeps N ms in every batch read (a slow disk).
+ *
  * Sampling. The split's shards, in name order, form one token stream of n tokens; it is cut into
  * W = (n - 1) / T windows of T + 1 tokens with stride T (window w = tokens [w*T, w*T + T]; a
  * window may span two shards). An epoch is a permutation of the W windows: Fisher–Yates driven
@@ -122,6 +127,24 @@ void hyp_loader_close(hyp_loader *L);
  * >= the vocabulary limit (the message names the shard and the token's index); the state
  * does not advance on error. */
 int hyp_loader_next(hyp_loader *L, int32_t *inputs, int32_t *targets, hyp_err *e);
+
+/* Like hyp_loader_next, and positions[B*T] (may be NULL): each input token's position in its
+ * document — 0 at a document start (from the shards' .docs sidecars) and at the row's first
+ * token, +1 per token otherwise. Without sidecars positions[b*T + t] = t (one stream). A token
+ * may attend to the keys [t - positions[t], t] of its row: its own document (v2126). */
+int hyp_loader_next_pos(hyp_loader *L, int32_t *inputs, int32_t *targets, int32_t *positions,
+                        hyp_err *e);
+
+/* v2128: from now on a thread reads the next `depth` batches ahead into a bounded queue
+ * (0 = stop it: direct reads). The batches and the state (get/set_state) are exactly those of
+ * direct reads: the state is that of the last batch handed out; set_state and reset drop the
+ * queue and restart the thread there. An error is returned at the batch where it happened. */
+int hyp_loader_prefetch(hyp_loader *L, int depth, hyp_err *e);
+int hyp_loader_prefetch_depth(const hyp_loader *L);
+
+/* Whether any shard of the split has a .docs sidecar, and the documents they list. */
+int hyp_loader_has_docs(const hyp_loader *L);
+uint64_t hyp_loader_num_docs(const hyp_loader *L);
 
 /* Back to the start of epoch 0 (for "val": the same sequence every evaluation). */
 void hyp_loader_reset(hyp_loader *L);

@@ -116,6 +116,8 @@ struct hyp_tok {
     uint32_t *pstart;
     struct hent { int32_t rank, i, j, a, b; } *heap;
     size_t scratch_cap, heap_cap;
+    int32_t *added;        /* a tokenizer.json's added_tokens ids (special tokens) */
+    int n_added;
 };
 
 static uint64_t hbytes(const uint8_t *b, size_t n) { return XXH3_64bits(b, n); }
@@ -234,6 +236,7 @@ void hyp_tok_free(hyp_tok *t) {
     if (t->re) pcre2_code_free(t->re);
     free(t->ce), free(t->cslot), free(t->carena);
     free(t->pid), free(t->pnext), free(t->pprev), free(t->pstart), free(t->heap);
+    free(t->added);
     free(t);
 }
 
@@ -241,6 +244,15 @@ int hyp_tok_vocab_size(const hyp_tok *t) { return t->vocab; }
 int hyp_tok_eot(const hyp_tok *t) { return t->eot; }
 const char *hyp_tok_kind(const hyp_tok *t) { return t->kind; }
 const char *hyp_tok_hash(const hyp_tok *t) { return t->hash; }
+
+int hyp_tok_special_id(const hyp_tok *t, const char *s, size_t n) {
+    size_t k;
+    const uint8_t *b;
+    if (t->eot >= 0 && (b = hyp_tok_token_bytes(t, t->eot, &k)) && k == n && !memcmp(b, s, n)) return t->eot;
+    for (int i = 0; i < t->n_added; i++)
+        if ((b = hyp_tok_token_bytes(t, t->added[i], &k)) && k == n && !memcmp(b, s, n)) return t->added[i];
+    return -1;
+}
 
 const uint8_t *hyp_tok_token_bytes(const hyp_tok *t, int id, size_t *n) {
     if (id < 0 || id >= t->vocab) { *n = 0; return NULL; }
@@ -361,8 +373,13 @@ static int load_json(hyp_tok *t, const char *path, const uint8_t *buf, size_t n,
         if (tok_set(t, it->valueint, tmp, (size_t)k)) { rc = hyp_fail(e, HYP_EFAIL, "%s: out of memory", path); goto out; }
     }
     t->eot = -1;
+    if (cJSON_GetArraySize(added) > 0 && !(t->added = malloc(sizeof *t->added * (size_t)cJSON_GetArraySize(added)))) {
+        rc = hyp_fail(e, HYP_EFAIL, "%s: out of memory", path);
+        goto out;
+    }
     cJSON_ArrayForEach(it, added) {
         int id = cJSON_GetObjectItemCaseSensitive(it, "id")->valueint;
+        t->added[t->n_added++] = id;
         const char *c = cJSON_GetObjectItemCaseSensitive(it, "content")->valuestring;
         if (tok_set(t, id, (const uint8_t *)c, strlen(c))) { rc = hyp_fail(e, HYP_EFAIL, "%s: out of memory", path); goto out; }
         if (!strcmp(c, EOT_TEXT)) t->eot = id;

@@ -45,6 +45,12 @@ const char *hyp_tok_hash(const hyp_tok *t);
 int hyp_tok_encode(hyp_tok *t, const uint8_t *text, size_t n, int32_t **ids, size_t *len,
                    size_t *cap, hyp_err *e);
 
+/* The id of the special token whose text is exactly s[0..n) (<|endoftext|>, or any added_tokens
+ * entry of a tokenizer.json, e.g. ChatML's <|im_start|>), -1 when the tokenizer has none
+ * (always -1 for byte). Encoding never produces these ids from text; callers that render
+ * templates (chat.c) emit them explicitly. */
+int hyp_tok_special_id(const hyp_tok *t, const char *s, size_t n);
+
 /* The bytes of token id (NULL, *n = 0 for an id out of range; special tokens give their text). */
 const uint8_t *hyp_tok_token_bytes(const hyp_tok *t, int id, size_t *n);
 

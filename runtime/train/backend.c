@@ -18,6 +18,11 @@ static double now_s(void) {
 
 int train_step(train_backend *b, hyp_loader *train, const train_opts *o, int K, int step, double lr, double *loss,
                double *norm, float *scale, train_step_times *tm, hyp_err *e) {
+    return train_step_guarded(b, train, o, K, step, lr, loss, norm, scale, tm, NULL, e);
+}
+
+int train_step_guarded(train_backend *b, hyp_loader *train, const train_opts *o, int K, int step, double lr,
+                       double *loss, double *norm, float *scale, train_step_times *tm, int *skipped, hyp_err *e) {
     exec_t *x = b->x;
     train_step_times t = {0, 0};
     double pt = hyp_prof_t(); /* v2184 phase spans: no-ops outside the profiled window */
@@ -27,7 +32,7 @@ int train_step(train_backend *b, hyp_loader *train, const train_opts *o, int K, 
     for (int k = 0; k < K && !rc; k++) {
         double t0 = now_s();
         pt = hyp_prof_t();
-        if ((rc = hyp_loader_next(train, x->tokens, x->targets, e))) return rc;
+        if ((rc = hyp_loader_next_pos(train, x->tokens, x->targets, x->positions, e))) return rc;
         double cnt = (double)exec_count_targets(x), gcnt = cnt, t1 = now_s();
         t.data_s += t1 - t0;
         hyp_prof_phase("data_next", HYP_PROF_DATA, 1, pt);
@@ -49,11 +54,20 @@ int train_step(train_backend *b, hyp_loader *train, const train_opts *o, int K, 
     t.comm_s += t1 - t0;
     hyp_prof_phase("allreduce_loss", HYP_PROF_COMM, 1, pt);
     pt = hyp_prof_t();
+    const train_hooks *h = b->hooks;
+    if (!rc && h && h->before_reduce) rc = h->before_reduce(b->hooks_ctx, b, step, e);
     if (!rc) rc = b->i->reduce_grads(b, o, e);
     if (b->dp.world > 1) t.comm_s += now_s() - t1; /* one rank: a local norm, no waiting */
     hyp_prof_phase("grad_reduce_norm", b->dp.world > 1 ? HYP_PROF_COMM : HYP_PROF_OPTIMIZER, 1, pt);
+    int skip = 0;
+    if (!rc && h && h->gate) { /* v2176: the guard's verdict before the update */
+        double gn = 0;
+        if (!b->i->peek_norm) rc = hyp_fail(e, HYP_EINPUT, "the %s backend cannot show the gradient norm before the update, which the guard (v2176) needs", b->i->name);
+        else if (!(rc = b->i->peek_norm(b, &gn, e))) rc = h->gate(b->hooks_ctx, b, step, loss, gn, &skip, e);
+    }
+    if (skipped) *skipped = skip;
     pt = hyp_prof_t();
-    if (!rc) rc = b->i->optim_step(b, o, lr, step, e);
+    if (!rc && !skip) rc = b->i->optim_step(b, o, lr, step, e);
     hyp_prof_phase("optimizer_step", HYP_PROF_OPTIMIZER, 1, pt);
     pt = hyp_prof_t();
     if (!rc) rc = b->i->finish_step(b, norm, scale, e);
@@ -76,7 +90,7 @@ int train_eval(train_backend *b, hyp_loader *val, int batches, float *loss, hyp_
     train_eval_point(x, b->dp.opt, 1); /* schedule-free: evaluate the average x, not y */
     for (int i = 0; i < batches && !rc; i++) {
         float l = 0;
-        if (!(rc = hyp_loader_next(val, x->tokens, x->targets, e))) rc = b->i->eval_batch(b, &l, e);
+        if (!(rc = hyp_loader_next_pos(val, x->tokens, x->targets, x->positions, e))) rc = b->i->eval_batch(b, &l, e);
         s += l;
     }
     train_eval_point(x, b->dp.opt, 0);
@@ -100,7 +114,7 @@ void train_print_memory(train_backend *b, hyp_err *e) {
             const double *m = mem + r * MEM__COUNT;
             printf("rank %d/%d %s (ZeRO stage %d): params %.0f B | grads %.0f B | optimizer %.0f B | activations %.0f B",
                    r, W, title, S, m[MEM_PARAMS], m[MEM_GRADS], m[MEM_OPTIM], m[MEM_ACTS]);
-            if (b->i->reports_other) printf(" | other %.0f B", m[MEM_OTHER]);
+            if (b->i->reports_other || m[MEM_OTHER] > 0) printf(" | other %.0f B", m[MEM_OTHER]); /* cpu: v2102's bf16 weight copy + scratch */
             if (m[MEM_GRAD_WORKSPACE] > 0) printf(" | backward gradient workspace %.0f B", m[MEM_GRAD_WORKSPACE]);
             if (b->i->reports_other) /* a device: where stage 3's parameters live */
                 printf("%s\n", S == 3 ? " (params: own shards + the layer working slots)" : "");

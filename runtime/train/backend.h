@@ -64,13 +64,28 @@ typedef struct train_backend_i {
     const char *(*comm_note)(const train_backend *b);
     /* frees what open allocated (never x) */
     void (*close)(train_backend *b);
+    /* the global gradient norm that reduce_grads computed, to the host before the update (the
+     * v2176 guard judges it; on a device a 4-byte copy and a wait); NULL: not available */
+    int (*peek_norm)(train_backend *b, double *norm, hyp_err *e);
 } train_backend_i;
+
+/* Optional hooks of the trainer into train_step (v2176 fault tolerance, guard.h); every rank
+ * calls them at the same point. before_reduce: after the micro-batches, before the gradient
+ * reduction (the fault-injection test hook corrupts gradients there); gate: after the reduction
+ * with the global loss and norm, *skip = 1 skips this step's update (the caller agrees on it
+ * across ranks; may change *loss: an injected loss fault). */
+typedef struct {
+    int (*before_reduce)(void *ctx, train_backend *b, int step, hyp_err *e);
+    int (*gate)(void *ctx, train_backend *b, int step, double *loss, double norm, int *skip, hyp_err *e);
+} train_hooks;
 
 struct train_backend {
     const train_backend_i *i;
     exec_t *x;          /* the host executor: the cpu backend's, or the device backend's mirror */
     dp_t dp;            /* the data-parallel group, ZeRO stage and optimizer */
     void *impl;         /* the backend's own state */
+    const train_hooks *hooks; /* NULL: none; set by the trainer after train_backend_open */
+    void *hooks_ctx;
 };
 
 /* Opens the plan's backend (backend_reg.c) over the host executor x (already initialized and,
@@ -94,9 +109,12 @@ typedef struct {
 } train_step_times;
 
 /* One optimizer step (t = step) over K micro-batches of the loader: *loss the global mean loss,
- * *norm the global gradient norm, *scale the clip factor applied; *tm (may be NULL) where it waited. */
+ * *norm the global gradient norm, *scale the clip factor applied; *tm (may be NULL) where it waited.
+ * With hooks whose gate says skip, the update is not applied and *skipped (may be NULL) is 1. */
 int train_step(train_backend *b, hyp_loader *train, const train_opts *o, int K, int step, double lr, double *loss,
                double *norm, float *scale, train_step_times *tm, hyp_err *e);
+int train_step_guarded(train_backend *b, hyp_loader *train, const train_opts *o, int K, int step, double lr,
+                       double *loss, double *norm, float *scale, train_step_times *tm, int *skipped, hyp_err *e);
 /* The mean validation loss over `batches` batches of val, averaged over ranks, into *loss. */
 int train_eval(train_backend *b, hyp_loader *val, int batches, float *loss, hyp_err *e);
 /* Prints every rank's memory by role (rank 0's stdout; collective). */

@@ -8,6 +8,8 @@
 #include <stdlib.h>
 
 #include "backend.h"
+#include "gemm_bf16.h"
+#include "ops_bf16.h"
 #include "ops_cpu.h"
 
 typedef struct {
@@ -19,6 +21,7 @@ typedef struct {
 static int cpu_zero_grads(train_backend *b, hyp_err *e) {
     (void)e;
     exec_t *x = b->x;
+    exec_params_changed(x); /* a checkpoint may have been loaded since the last forward */
     if (b->dp.stage >= 3) op_zero(x->gshard, x->shard);
     else op_zero(x->grads, x->shard * b->dp.world);
     return HYP_OK;
@@ -57,13 +60,15 @@ static int cpu_optim_step(train_backend *b, const train_opts *o, double lr, int 
     cpu_state *s = b->impl;
     hyp_optim_step a = {lr, t, s->scale, d->opt->eval_point ? train_avg_weight_next(o, t, &s->avg) : 1.0 / t, 0};
     train_optim_own_a(x, d->opt, &a);
+    exec_params_changed(x); /* v2102 bf16 storage: the weight copy is refreshed on its next use */
     /* stage 3: the shards stay sharded, the next forward gathers them per layer */
     if (d->stage >= 1 && d->stage <= 2 && d->world > 1) {
         int64_t lo = x->shard * d->rank;
         int rc = hyp_coll_allgather_f32(d->coll, x->params + lo, x->params, (size_t)x->shard, e);
         if (rc) return rc;
     }
-    return op_cpu_check(e);
+    int rc = op_cpu_check(e);
+    return rc ? rc : gemm_bf16_check(e);
 }
 
 static int cpu_finish_step(train_backend *b, double *norm, float *scale, hyp_err *e) {
@@ -98,6 +103,7 @@ static void cpu_memory(const train_backend *b, double *m) {
     m[MEM_GRADS] = (double)x->bytes_grads;
     m[MEM_OPTIM] = (double)x->bytes_optim;
     m[MEM_ACTS] = (double)x->bytes_acts;
+    m[MEM_OTHER] = (double)(exec_lowp_weight_bytes(x) + exec_lowp_scratch_bytes(x)); /* v2102 bf16 storage */
     m[MEM_GRAD_WORKSPACE] = (double)x->bytes_grad_workspace;
 }
 
@@ -107,6 +113,12 @@ static const char *cpu_memory_title(const train_backend *b) {
 }
 
 static void cpu_close(train_backend *b) { free(b->impl); }
+
+static int cpu_peek_norm(train_backend *b, double *norm, hyp_err *e) {
+    (void)e;
+    *norm = ((const cpu_state *)b->impl)->norm;
+    return HYP_OK;
+}
 
 static const train_backend_i CPU_BACKEND = {
     .name = "cpu",
@@ -123,6 +135,7 @@ static const train_backend_i CPU_BACKEND = {
     .reports_other = 0,
     .comm_note = NULL,
     .close = cpu_close,
+    .peek_norm = cpu_peek_norm,
 };
 
 int train_backend_cpu_open(train_backend *b, const plan_t *p, const char *plan_path, int B, int T, hyp_err *e) {

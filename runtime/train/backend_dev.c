@@ -235,6 +235,7 @@ static void stage_batch(train_dev *t, const exec_t *x) {
     size_t n = sizeof(int32_t) * (size_t)x->B * x->T;
     memcpy(t->xd.h_tokens, x->tokens, n);
     memcpy(t->xd.h_targets, x->targets, n);
+    if (t->xd.h_positions && x->positions) memcpy(t->xd.h_positions, x->positions, n);
 }
 
 /* The last micro-batch's backward starts the bucket all-reduces (overlap). */
@@ -277,6 +278,16 @@ static int dev_finish_step(train_backend *b, double *norm, float *scale, hyp_err
     if (!rc) rc = exec_dev_fp8_step(xd, e);
     *norm = t->h_gnorm[0];
     *scale = t->h_gnorm[1];
+    return rc;
+}
+
+/* The norm for the guard before the update (v2176): the 2 floats to the host, waited for. */
+static int dev_peek_norm(train_backend *b, double *norm, hyp_err *e) {
+    train_dev *t = b->impl;
+    hyp_device *d = t->dev;
+    int rc = d->d2h(d, t->h_gnorm, t->gnorm, sizeof t->h_gnorm, NULL, e);
+    if (!rc) rc = d->stream_synchronize(d, NULL, e);
+    *norm = t->h_gnorm[0];
     return rc;
 }
 
@@ -339,6 +350,7 @@ static const train_backend_i DEV_BACKEND = {
     .reports_other = 1,
     .comm_note = dev_comm_note,
     .close = dev_close,
+    .peek_norm = dev_peek_norm,
 };
 
 int train_backend_dev_open(train_backend *b, const plan_t *p, const char *plan_path, int B, int T, hyp_err *e) {

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ckpt_delta.h"
 #include "hf.h"
 #include "safetensors.h"
 
@@ -163,11 +164,17 @@ static void view_scatter(const dp_t *d, exec_t *x, const ckpt_view *cv) {
 
 /* The checkpoint of one step: with stage 0 or one rank a single file set written by rank 0 from
  * full-layout views (HF-compatible model.safetensors); else sharded (v2181, see save_shards). */
-static int save_full(dp_t *d, exec_t *x, const char *dir, int keep, const hyp_ckpt_state *st, hyp_err *e) {
+static int save_full(dp_t *d, exec_t *x, const char *dir, int keep, const hyp_ckpt_state *st, hyp_ckpt_async *async,
+                     const char *delta_base, hyp_err *e) {
     ckpt_view cv;
     int rc = view_open(d, x, &cv, e);
     if (!rc) rc = view_gather(d, x, &cv, e);
-    if (!rc && d->rank == 0) rc = hyp_ckpt_save_aux(dir, cv.tp, cv.ts, d->opt->n_state, x->p->n_params_t, cv.fa.t, cv.fa.n, st, keep, e);
+    if (!rc && d->rank == 0 && async) /* v2179: a snapshot now, the files from the writer thread */
+        rc = hyp_ckpt_async_save_inc(async, dir, cv.tp, cv.ts, d->opt->n_state, x->p->n_params_t, cv.fa.t, cv.fa.n, st,
+                                     keep, delta_base, NULL, e);
+    else if (!rc && d->rank == 0) /* v2180: a delta against delta_base when given */
+        rc = hyp_ckpt_save_inc(dir, cv.tp, cv.ts, d->opt->n_state, x->p->n_params_t, cv.fa.t, cv.fa.n, st, keep,
+                               delta_base, NULL, e);
     if (cv.tp) view_close(d, x, &cv);
     if (!hyp_coll_all_ok(d->coll, rc == 0) && !rc) rc = hyp_fail(e, HYP_EFAIL, "rank 0 failed to write the checkpoint");
     return rc;
@@ -256,6 +263,7 @@ int train_ckpt_load(dp_t *d, exec_t *x, const char *dir, int for_sampling, const
         cv.p = NULL;
     }
     view_close(d, x, &cv);
+    exec_params_changed(x);
     return rc;
 }
 
@@ -269,9 +277,18 @@ int train_ckpt_init_from(dp_t *d, exec_t *x, const char *path, char *what, size_
         free(full);
     }
     if (!hyp_coll_all_ok(d->coll, rc == 0) && !rc) rc = hyp_fail(e, HYP_EINPUT, "another rank could not read %s (its message is above)", path);
+    exec_params_changed(x);
     return rc;
 }
 
 int train_ckpt_save(dp_t *d, exec_t *x, const char *dir, int keep, const hyp_ckpt_state *st, hyp_err *e) {
-    return d->stage >= 1 && d->world > 1 ? save_shards(d, x, dir, keep, st, e) : save_full(d, x, dir, keep, st, e);
+    return train_ckpt_save_async(d, x, dir, keep, st, NULL, NULL, e);
+}
+
+int train_ckpt_sharded(const dp_t *d) { return d->stage >= 1 && d->world > 1; }
+
+int train_ckpt_save_async(dp_t *d, exec_t *x, const char *dir, int keep, const hyp_ckpt_state *st,
+                          hyp_ckpt_async *async, const char *delta_base, hyp_err *e) {
+    return train_ckpt_sharded(d) ? save_shards(d, x, dir, keep, st, e)
+                                 : save_full(d, x, dir, keep, st, async, delta_base, e);
 }

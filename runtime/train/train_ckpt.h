@@ -8,12 +8,21 @@
 #define HYP_TRAIN_CKPT_H
 
 #include "ckpt.h"
+#include "ckpt_async.h"
 #include "coll.h"
 #include "exec.h"
 #include "train.h"
 
 /* Saves step st->step into dir, keeping the `keep` most recent checkpoints. */
 int train_ckpt_save(dp_t *d, exec_t *x, const char *dir, int keep, const hyp_ckpt_state *st, hyp_err *e);
+/* The same with v2179 async writes: rank 0 snapshots into async's buffers and its writer thread
+ * writes the files (async NULL, or a sharded save: blocking); and v2180: delta_base (NULL: full)
+ * names the full checkpoint in dir the new one is stored as a delta against (ignored when
+ * sharded). */
+int train_ckpt_save_async(dp_t *d, exec_t *x, const char *dir, int keep, const hyp_ckpt_state *st,
+                          hyp_ckpt_async *async, const char *delta_base, hyp_err *e);
+/* 1 when this group's checkpoints are sharded (ZeRO stage >= 1 on several ranks, v2181). */
+int train_ckpt_sharded(const dp_t *d);
 /* Loads dir's latest checkpoint into x (its config hash must be plan_hash, the plan's state_hash:
  * any ZeRO stage of the same plan); for_sampling with ZeRO-3 keeps the full weights for forward
  * without collectives. HYP_ENOCKPT when dir has none yet. */

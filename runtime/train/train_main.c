@@ -18,8 +18,9 @@
  * Exit status: 0 done, 1 environment failure, 2 bad input (flags, data, plan, checkpoint) —
  * always with one line "where: what — how to fix"; 3 stopped early by SIGTERM/SIGINT/SIGUSR1 or
  * --deadline after a whole step, checkpoint written (--resume continues bit-exactly); 4 stopped
- * by a signal without --ckpt-dir: nothing saved (preempt.h). Never leaves a half-written
- * checkpoint.
+ * by a signal without --ckpt-dir: nothing saved (preempt.h); 5 kept diverging under the v2176
+ * guard (train_guard.h): nothing to roll back to, or the rollbacks used up. Never leaves a
+ * half-written checkpoint, and never saves right after a step the guard judged bad.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -41,6 +42,7 @@
 #include "coll.h"
 #include "data.h"
 #include "exec.h"
+#include "gemm_bf16.h"
 #include "metrics.h"
 #include "fsio.h"
 #include "tboard.h"
@@ -55,14 +57,16 @@
 #include "pref.h"
 #include "preempt.h"
 #include "profile.h"
+#include "progress.h"
 #include "train.h"
 #include "train_ckpt.h"
+#include "train_guard.h"
 
 typedef struct {
     const char *data, *ckpt_dir, *metrics, *plan, *prompt, *init_from, *tensorboard;
     const char *profile, *profile_steps, *memory_profile; /* v2184, v2185 (profile.h) */
     int steps, batch, seq, grad_accum, ckpt_every, resume, sample, eval_every, eval_batches, top_k;
-    int sample_mode, keep, stop_after;
+    int sample_mode, keep, stop_after, log_every;
     double lr, temperature, deadline, peak_flops;
     long long seed;
     int have_seed, have_lr;
@@ -72,7 +76,7 @@ static const char *FLAGS[] = {"--data", "--steps", "--batch", "--seq", "--grad-a
                               "--ckpt-dir", "--ckpt-every", "--resume", "--metrics", "--sample",
                               "--eval-every", "--eval-batches", "--temperature", "--top-k", "--plan",
                               "--prompt", "--keep", "--stop-after", "--init-from", "--deadline", "--tensorboard",
-                              "--peak-flops", "--profile", "--profile-steps", "--memory-profile", "--help", NULL};
+                              "--peak-flops", "--profile", "--profile-steps", "--memory-profile", "--log-every", "--help", NULL};
 
 static int edit_distance(const char *a, const char *b) {
     int la = (int)strlen(a), lb = (int)strlen(b), d[64][64];
@@ -135,6 +139,8 @@ static const char *USAGE =
     "                                from the measured step and checkpoint times (needs --ckpt-dir)\n"
     "             [--tensorboard DIR] TensorBoard event files in DIR (rank 0; a resumed run adds a\n"
     "                                file); 'none' turns off the plan's default (v2183: OUT/runs)\n"
+    "             [--log-every N]    a log line every N steps (and at evaluations, skipped steps and\n"
+    "                                the end) instead of the progress line a terminal gets by default\n"
     "             [--peak-flops X]   report MFU against X FLOP/s per rank (default: cpu — this machine's\n"
     "                                fp32 FMA peak measured at start; a GPU — the plan's hardware peak)\n"
     "             [--profile FILE]   a Chrome/Perfetto trace of steps --profile-steps A:B (default: the\n"
@@ -149,13 +155,15 @@ static const char *USAGE =
     "--ckpt-dir; further signals during the save are ignored. Exit status:\n"
     "  0  done             1  environment failure      2  bad input (flags, data, plan, checkpoint)\n"
     "  3  stopped early (signal or --deadline), checkpoint written: rerun with --resume to continue\n"
-    "  4  stopped by a signal without --ckpt-dir: nothing was saved\n";
+    "  4  stopped by a signal without --ckpt-dir: nothing was saved\n"
+    "  5  kept diverging (v2176 guard): bad steps with no checkpoint to roll back to, or too many rollbacks\n";
 
 static int parse_args(int argc, char **argv, args_t *a) {
     memset(a, 0, sizeof *a);
     a->temperature = 0.8;
     a->top_k = 40;
-    a->keep = 3;
+    a->keep = -1;       /* -1: the plan's checkpoint.keep (v2178), else 3 */
+    a->ckpt_every = -1; /* -1: the plan's checkpoint.every, else only at the end */
     a->eval_every = -1;
     a->eval_batches = -1;
     int i = 1;
@@ -222,6 +230,7 @@ static int parse_args(int argc, char **argv, args_t *a) {
                 else if (!strcmp(f, "--top-k")) a->top_k = (int)n;
                 else if (!strcmp(f, "--keep")) a->keep = (int)n;
                 else if (!strcmp(f, "--stop-after")) a->stop_after = (int)n;
+                else if (!strcmp(f, "--log-every")) a->log_every = (int)n;
             }
         }
         if (rc) return rc;
@@ -232,10 +241,6 @@ static int parse_args(int argc, char **argv, args_t *a) {
     }
     if (a->sample_mode && !a->ckpt_dir) {
         fprintf(stderr, "train: sample needs --ckpt-dir D — point it at a training run's checkpoint directory\n");
-        return HYP_EINPUT;
-    }
-    if ((a->ckpt_every || a->resume || a->deadline > 0) && !a->ckpt_dir) {
-        fprintf(stderr, "train: --ckpt-every/--resume/--deadline need --ckpt-dir D — say where checkpoints live\n");
         return HYP_EINPUT;
     }
     if (a->sample_mode && a->init_from) {
@@ -415,6 +420,15 @@ typedef struct {
     hyp_stop stop;              /* signals and --deadline (preempt.h) */
     int stopped;                /* 0, or the step after which the run stopped early */
     int stop_signal, stop_deadline, stop_saved;
+    train_guard guard;          /* v2176: skip bad steps, roll back (train_guard.h) */
+    hyp_progress pg;            /* the progress line on a terminal, log lines elsewhere */
+    double lr0;                 /* the peak LR before any rollback lowered it */
+    hyp_ckpt_async *ckpt_async; /* v2179: rank 0's background checkpoint writer (NULL: blocking) */
+    double ckpt_s;              /* how long the last checkpoint held up training (metrics ckpt_s) */
+    char ckpt_base[64];         /* v2180: the last full checkpoint this run saved ("" none yet) */
+    int ckpt_saves;             /* saves so far in this run */
+    int stop_bad;               /* stopped right after a bad step: no checkpoint written then */
+    char ckpt_dir[PATH_MAX + 256]; /* the plan's checkpoint.dir resolved (v2178) */
     double peak;                /* FLOP/s per rank the MFU is against (0: none, sim) */
     char peak_desc[160];        /* where it came from, for the banner */
     train_prof prof;            /* v2184 trace / v2185 memory profile (profile.h) */
@@ -495,6 +509,8 @@ static int open_outputs(run_t *r, hyp_err *e) {
     if ((rc = hyp_loader_open_rc(a->data, "train", r->B, r->T, r->seed, r->d.rank, r->d.world, &r->train, e)) ||
         (rc = hyp_loader_require_vocab(r->train, r->plan.V, e)) || (rc = hyp_loader_set_state(r->train, &r->lstate, e)))
         return rc;
+    /* v2128: the plan's prefetch depth (the batches are the same either way) */
+    if (r->plan.prefetch > 0 && (rc = hyp_loader_prefetch(r->train, r->plan.prefetch, e))) return rc;
     if (r->eval_every > 0 && r->eval_batches > 0) {
         hyp_err ve;
         if (hyp_loader_open_rc(a->data, "val", r->B, r->T, r->seed, r->d.rank, r->d.world, &r->val, &ve) == HYP_OK)
@@ -531,9 +547,10 @@ static void choose_peak(run_t *r) {
         r->peak = r->a.peak_flops;
         snprintf(r->peak_desc, sizeof r->peak_desc, "peak %.1f GFLOP/s from --peak-flops", r->peak * 1e-9);
     } else if (!strcmp(p->backend, "cpu")) {
-        int width = 0;
+        int width = 0, bf16 = !strcmp(p->peak_dtype, "bf16");
         double t0 = now_s();
-        r->peak = hyp_cpu_fma_peak(threads, 0.08, &width);
+        /* v2102 bf16 GEMMs: the best of oneDNN bf16 matmuls on this machine (gemm_bf16.h) */
+        r->peak = bf16 ? gemm_bf16_peak(0.3) : hyp_cpu_fma_peak(threads, 0.08, &width);
         /* ranks sharing this host (mpirun sets the local size) with more threads than cores: each
          * rank's share of the cores, not the peak of threads that would each own one */
         const char *ls = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
@@ -544,9 +561,14 @@ static void choose_peak(run_t *r) {
         r->peak *= share;
         char shared[64] = "";
         if (share < 1) snprintf(shared, sizeof shared, ", x %.2f: %d ranks on %ld cores", share, local, cores);
-        snprintf(r->peak_desc, sizeof r->peak_desc,
-                 "peak %.1f GFLOP/s fp32 measured at start (%d-wide FMA, %d thread%s, %.0f ms%s)", r->peak * 1e-9,
-                 width, threads, threads == 1 ? "" : "s", 1e3 * (now_s() - t0), shared);
+        if (bf16)
+            snprintf(r->peak_desc, sizeof r->peak_desc,
+                     "peak %.1f GFLOP/s bf16 measured at start (oneDNN bf16 matmul 1536^3, %d thread%s, %.0f ms%s)",
+                     r->peak * 1e-9, threads, threads == 1 ? "" : "s", 1e3 * (now_s() - t0), shared);
+        else
+            snprintf(r->peak_desc, sizeof r->peak_desc,
+                     "peak %.1f GFLOP/s fp32 measured at start (%d-wide FMA, %d thread%s, %.0f ms%s)", r->peak * 1e-9,
+                     width, threads, threads == 1 ? "" : "s", 1e3 * (now_s() - t0), shared);
     } else if (p->peak_flops > 0) {
         r->peak = p->peak_flops;
         snprintf(r->peak_desc, sizeof r->peak_desc, "peak %.1f TFLOP/s %s from specs/hardware/%s.yaml", r->peak * 1e-12,
@@ -586,6 +608,12 @@ static void print_banner(run_t *r, hyp_err *e) {
            (unsigned long long)hyp_loader_total_tokens(r->train), hyp_loader_num_shards(r->train),
            hyp_loader_num_shards(r->train) == 1 ? "" : "s", r->val ? ", with validation" : "", r->opt.total_steps,
            r->opt.lr, r->opt.schedule, r->opt.warmup_steps, r->opt.max_norm, max_weight_decay(&p->optim));
+    if (p->positions_buf >= 0 || hyp_loader_has_docs(r->train) || p->prefetch > 0)
+        printf("data: %llu documents (.docs sidecars)%s | prefetch %d\n", (unsigned long long)hyp_loader_num_docs(r->train),
+               p->positions_buf < 0 ? ", not used: this trainer has no document mask (packing)"
+               : hyp_loader_has_docs(r->train) ? ", attention masked per document (packing)"
+                                               : ", none: one stream, plain causal attention",
+               p->prefetch);
     printf("MFU: %.3g model FLOPs/token at T=%d (%s) | %s | tok/s window %d steps\n",
            p->flops_per_token - p->flops_attn_coef * (p->T - r->T), r->T, p->flops_convention, r->peak_desc,
            p->metrics_window);
@@ -613,8 +641,22 @@ static int save_checkpoint(run_t *r, int step, hyp_err *e) {
     snprintf(st.tokenizer_hash, sizeof st.tokenizer_hash, "%s", r->dtok.hash);
     snprintf(st.tokenizer_file, sizeof st.tokenizer_file, "%s", r->dtok.file);
     train_eval_point(&r->x, r->d.opt, 1); /* schedule-free: the checkpoint holds the average x */
-    rc = train_ckpt_save(&r->d, &r->x, r->a.ckpt_dir, r->a.keep, &st, e);
+    /* v2180: every full_every-th save of this run is full (the first one too), the others deltas */
+    int fe = r->plan.ckpt_full_every, full = !fe || train_ckpt_sharded(&r->d) || !r->ckpt_base[0] || r->ckpt_saves % fe == 0;
+    char base[64];
+    snprintf(base, sizeof base, "%s", full ? "" : r->ckpt_base);
+    if (full) snprintf(r->ckpt_base, sizeof r->ckpt_base, "step_%08d", step);
+    r->ckpt_saves = full ? 1 : r->ckpt_saves + 1;
+    rc = train_ckpt_save_async(&r->d, &r->x, r->a.ckpt_dir, r->a.keep, &st, r->ckpt_async, base, e);
     train_eval_point(&r->x, r->d.opt, 0);
+    return rc;
+}
+
+/* v2179: until rank 0's background writes are on disk (every rank waits for rank 0). */
+static int ckpt_drain(run_t *r, hyp_err *e) {
+    int rc = hyp_ckpt_async_wait(r->ckpt_async, e);
+    if (r->d.world > 1 && !hyp_coll_all_ok(r->d.coll, rc == 0) && !rc)
+        rc = hyp_fail(e, HYP_EFAIL, "rank 0 failed to write a checkpoint in the background (its message is above)");
     return rc;
 }
 
@@ -625,6 +667,12 @@ static void report_stop(run_t *r, int done_steps, double secs) {
     if (r->stop_signal && sig) snprintf(why, sizeof why, "%s", hyp_stop_signal_name(sig));
     else if (r->stop_signal) snprintf(why, sizeof why, "a signal to another rank");
     else snprintf(why, sizeof why, "--deadline %.0f s", r->a.deadline);
+    if (r->stop_bad) {
+        printf("stopped by %s after step %d, a bad step (v2176): no checkpoint written; --resume continues from the last good one in %s\n",
+               why, r->stopped, r->a.ckpt_dir);
+        fflush(stdout);
+        return;
+    }
     if (!r->stop_saved) {
         fprintf(stderr, "train: stopped by %s after step %d: no --ckpt-dir was given, so nothing was saved — pass --ckpt-dir D to make a run resumable\n",
                 why, r->stopped);
@@ -668,6 +716,47 @@ static void check_grace(run_t *r, int *warned) {
             r->plan.preempt_grace_s);
 }
 
+/* v2176: back to the last good checkpoint (weights, optimizer, RNG, data position) with the LR
+ * times lr_factor; *step becomes its step (the loop goes on from the next). Exit status 5 when
+ * there is nothing to roll back to or the rollbacks are used up. */
+static int rollback(run_t *r, int at, int *step, hyp_err *e) {
+    train_guard *tg = &r->guard;
+    const hyp_guard_cfg *c = &tg->g.cfg;
+    int ok = hyp_guard_rolled_back(&tg->g);
+    if (!r->a.ckpt_dir)
+        return hyp_fail(e, HYP_EXIT_DIVERGED, "step %d: %d bad steps in a row (last: %s) and no --ckpt-dir to roll back to — lower --lr (now %.3g), or pass --ckpt-dir D --ckpt-every N",
+                        at, c->max_bad, tg->reason, r->opt.lr);
+    if (!ok)
+        return hyp_fail(e, HYP_EXIT_DIVERGED, "step %d: still diverging after %d rollbacks (last: %s) — lower --lr (now %.3g) or check the data; the last good checkpoint is in %s",
+                        at, c->max_rollbacks, tg->reason, r->opt.lr, r->a.ckpt_dir);
+    hyp_ckpt_state st;
+    int rc = ckpt_drain(r, e);
+    if (rc) return rc;
+    rc = train_ckpt_load(&r->d, &r->x, r->a.ckpt_dir, 0, r->plan.state_hash, &st, e);
+    if (rc == HYP_ENOCKPT)
+        return hyp_fail(e, HYP_EXIT_DIVERGED, "step %d: %d bad steps in a row (last: %s) and no checkpoint in %s yet to roll back to — checkpoint more often (--ckpt-every) or lower --lr",
+                        at, c->max_bad, tg->reason, r->a.ckpt_dir);
+    if (rc) return rc;
+    if (strcmp(r->plan.backend, "cpu")) { /* a device backend uploads the host's state when it opens */
+        train_backend_close(&r->be);
+        if ((rc = train_backend_open(&r->be, &r->plan, r->plan_path, &r->x, &r->d, r->B, r->T, e))) return rc;
+        train_guard_attach(tg, &r->be);
+    }
+    hyp_rng_set_state(&r->rng, st.rng);
+    hyp_loader_state ls = {0};
+    ls.epoch = st.loader_epoch;
+    ls.position = st.loader_position / (uint64_t)r->d.world;
+    if ((rc = hyp_loader_set_state(r->train, &ls, e))) return rc;
+    r->opt.lr = r->lr0 * tg->g.lr_scale;
+    hyp_progress_break(&r->pg);
+    printf("rollback %lld of at most %d: %d bad steps in a row up to step %d (last: %s): back to %s (step %llu), lr x %g = %.3g\n",
+           (long long)tg->g.rollbacks, c->max_rollbacks, c->max_bad, at, tg->reason, st.path,
+           (unsigned long long)st.step, tg->g.lr_scale, r->opt.lr);
+    fflush(stdout);
+    *step = (int)st.step;
+    return HYP_OK;
+}
+
 /* The training loop: steps, progress lines, metrics, evaluation, checkpoints; stops early after a
  * whole step on a signal or before --deadline (preempt.h). */
 static int train_loop(run_t *r, hyp_err *e) {
@@ -675,7 +764,7 @@ static int train_loop(run_t *r, hyp_err *e) {
     const args_t *a = &r->a;
     double t_start = now_s(), tok_s = 0;
     double fpt = p->flops_per_token; /* at the planned T; attention part scales with T */
-    int steps_timed = 0, done_steps = 0, rc = HYP_OK, grace_warned = 0;
+    int steps_timed = 0, done_steps = 0, rc = HYP_OK, grace_warned = 0, ckpt_deferred = 0;
     /* v2186: the last `window` timed steps' times, a ring; tokens/s over them = tokens / time */
     int W = p->metrics_window, wn = 0, wpos = 0;
     double *wdt = calloc((size_t)W * 2, sizeof *wdt), wsum = 0, q[3] = {0, 0, 0};
@@ -688,11 +777,18 @@ static int train_loop(run_t *r, hyp_err *e) {
         double t0 = now_s(), loss = 0, norm = 0, lr = train_lr_at(&r->opt, step);
         float scale = 1;
         train_step_times tm = {0, 0};
-        if ((rc = train_step(&r->be, r->train, &r->opt, r->K, step, lr, &loss, &norm, &scale, &tm, e))) break;
+        int skipped = 0, warn = 0;
+        if ((rc = train_step_guarded(&r->be, r->train, &r->opt, r->K, step, lr, &loss, &norm, &scale, &tm, &skipped, e)))
+            break;
         double dt = now_s() - t0;
         if ((rc = train_prof_step_end(&r->prof, &r->be, step, dt, e))) break;
         last_loss = (float)loss;
-        if (!isfinite(loss)) {
+        int roll = train_guard_after(&r->guard, loss, norm, skipped, &warn);
+        if (warn) hyp_progress_break(&r->pg);
+        if (warn)
+            fprintf(stderr, "train: warning: step %d: the loss %.4g is above %.3g x ln(vocab) = %.4g, worse than guessing uniformly: the run is diverging — lower --lr, or regenerate with --enable fault-tolerance (v2176) to skip such steps and roll back\n",
+                    step, loss, r->guard.g.cfg.loss_ceiling, r->guard.g.ceiling);
+        if (!isfinite(loss) && !r->guard.active) {
             rc = hyp_fail(e, HYP_EFAIL, "step %d: the loss is %f — lower --lr or enable clipping (--enable clip)", step, loss);
             break;
         }
@@ -718,21 +814,31 @@ static int train_loop(run_t *r, hyp_err *e) {
         if (do_eval && (rc = train_eval(&r->be, r->val, r->eval_batches, &vl, e))) break;
         char mfu[16] = "  n/a"; /* no peak for the target (sim) */
         if (r->peak > 0) snprintf(mfu, sizeof mfu, "%5.1f%%", 100.0 * mfu_v);
-        printf("step %5d/%d | loss %.4f | lr %.2e | norm %.3f%s | %7.0f tok/s (last %d: %.0f, p50 %.0f; mean %.0f) | data %.1f ms",
+        int log_line = hyp_progress_log_due(&r->pg, step, do_eval || skipped || step == last_step);
+        if (log_line) hyp_progress_break(&r->pg);
+        if (log_line) printf("step %5d/%d | loss %.4f | lr %.2e | norm %.3f%s | %7.0f tok/s (last %d: %.0f, p50 %.0f; mean %.0f) | data %.1f ms",
                step, r->opt.total_steps, loss, lr, norm, scale < 1 ? " (clipped)" : "", tps, wn, win_tps, q[1], avg_tps,
                1e3 * tm.data_s);
-        if (r->d.world > 1) printf(" | comm %.1f ms", 1e3 * tm.comm_s);
-        printf(" | MFU %s | ETA %s", mfu, eta);
-        if (do_eval) printf(" | val %.4f", vl);
-        printf("\n");
-        fflush(stdout);
+        if (log_line) {
+            if (r->d.world > 1) printf(" | comm %.1f ms", 1e3 * tm.comm_s);
+            printf(" | MFU %s | ETA %s", mfu, eta);
+            if (do_eval) printf(" | val %.4f", vl);
+            if (skipped) printf(" | SKIPPED: %s", r->guard.reason);
+            if (r->guard.g.skipped || r->guard.g.rollbacks)
+                printf(" | skipped %lld, rollbacks %lld", (long long)r->guard.g.skipped, (long long)r->guard.g.rollbacks);
+            printf("\n");
+            fflush(stdout);
+        }
+        hyp_progress_bar(&r->pg, step, r->opt.total_steps, loss, win_tps, eta, 0);
         if (r->mlog) {
             hyp_metric_kv kv[] = {{"tokens_per_s_window", win_tps}, {"tokens_per_s_p20", q[0]},
                                   {"tokens_per_s_p50", q[1]}, {"tokens_per_s_p80", q[2]}, {"tokens_per_s_mean", avg_tps},
                                   {"step_s", dt}, {"data_wait_s", tm.data_s}, {"comm_wait_s", tm.comm_s},
-                                  {"mfu", mfu_v}};
+                                  {"mfu", mfu_v}, {"ckpt_s", r->ckpt_s}, {"skipped", skipped},
+                                  {"skipped_steps", (double)r->guard.g.skipped}, {"rollbacks", (double)r->guard.g.rollbacks}};
+            int n_kv = (int)(sizeof kv / sizeof kv[0]) - (r->guard.active || r->guard.f.n ? 0 : 3);
             hyp_metrics_row row = {.step = step, .loss = loss, .lr = lr, .grad_norm = norm, .tokens_per_s = tps,
-                                   .val_loss = do_eval ? vl : NAN, .extra = kv, .n_extra = (int)(sizeof kv / sizeof kv[0])};
+                                   .val_loss = do_eval ? vl : NAN, .extra = kv, .n_extra = n_kv};
             if ((rc = hyp_metrics_write(r->mlog, &row, e))) break;
         }
         if (r->tb && (step % r->tb_every == 0 || step == last_step || do_eval)) {
@@ -745,13 +851,27 @@ static int train_loop(run_t *r, hyp_err *e) {
             if ((rc = hyp_tboard_scalars(r->tb, (uint64_t)step, kv, (int)(sizeof kv / sizeof kv[0]), e))) break;
         }
         done_steps++;
+        if (roll) { /* v2176: max_bad_steps bad steps in a row */
+            if ((rc = rollback(r, step, &step, e))) break;
+            continue;
+        }
         hyp_stop_note_step(&r->stop, now_s() - t0); /* the whole iteration: step, eval, logs */
         int by_signal = 0, by_deadline = 0;
         if (step < last_step && (rc = agree_stop(r, &by_signal, &by_deadline, e))) break;
         int stop = by_signal || by_deadline;
-        if (a->ckpt_dir && ((a->ckpt_every && step % a->ckpt_every == 0) || step == last_step || stop)) {
+        int due = a->ckpt_dir && ((a->ckpt_every && step % a->ckpt_every == 0) || step == last_step || stop);
+        if ((due || ckpt_deferred) && train_guard_bad(&r->guard)) { /* never save a state the guard doubts */
+            if (due) hyp_progress_break(&r->pg);
+            if (due) printf("checkpoint of step %d deferred: the step was bad (%s); the last good one stays latest\n", step, r->guard.reason);
+            ckpt_deferred = !stop && step < last_step;
+            r->stop_bad = stop;
+        } else if (due || (ckpt_deferred && a->ckpt_dir)) {
+            ckpt_deferred = 0;
             double tc = now_s(), pc = hyp_prof_t();
             if ((rc = save_checkpoint(r, step, e))) break;
+            r->ckpt_s = now_s() - tc;
+            /* the last one and a stop's are on disk before the run says so (v2179) */
+            if ((stop || step == last_step) && (rc = ckpt_drain(r, e))) break;
             hyp_prof_phase("checkpoint_save", HYP_PROF_CHECKPOINT, 1, pc);
             hyp_stop_note_ckpt(&r->stop, now_s() - tc);
         }
@@ -762,6 +882,7 @@ static int train_loop(run_t *r, hyp_err *e) {
             break;
         }
     }
+    hyp_progress_break(&r->pg);
     if (!rc && r->stopped) report_stop(r, done_steps, now_s() - t_start);
     else if (!rc)
         printf("done: %d steps in %.1f s, final loss %.4f, mean %.0f tok/s, last %d steps %.0f tok/s\n", done_steps,
@@ -807,6 +928,42 @@ static int check_sft(run_t *r, const post_cfg *pc, hyp_err *e) {
     return HYP_OK;
 }
 
+/* v2178: the plan's checkpoint section gives --ckpt-dir (relative to the plan's directory),
+ * --ckpt-every and --keep their defaults; then the flags that need a directory are checked. */
+static int ckpt_defaults(run_t *r) {
+    args_t *a = &r->a;
+    const plan_t *p = &r->plan;
+    if (!a->ckpt_dir && p->ckpt_dir[0] && !a->sample_mode) {
+        if (p->ckpt_dir[0] == '/') snprintf(r->ckpt_dir, sizeof r->ckpt_dir, "%s", p->ckpt_dir);
+        else {
+            char pd[PATH_MAX];
+            hyp_fs_dirname(r->plan_path, pd, sizeof pd);
+            snprintf(r->ckpt_dir, sizeof r->ckpt_dir, "%s/%s", pd, p->ckpt_dir);
+        }
+        a->ckpt_dir = r->ckpt_dir;
+    }
+    if (a->ckpt_every < 0) a->ckpt_every = p->ckpt_every;
+    if (a->keep < 0) a->keep = p->ckpt_keep ? p->ckpt_keep : 3;
+    if ((a->ckpt_every || a->resume || a->deadline > 0) && !a->ckpt_dir) {
+        fprintf(stderr, "train: --ckpt-every/--resume/--deadline need --ckpt-dir D — say where checkpoints live (or regenerate with --enable ckpt: v2178 puts a directory in the plan)\n");
+        return HYP_EINPUT;
+    }
+    return HYP_OK;
+}
+
+/* v2179: rank 0's writer thread when the plan asks for async checkpoints and rank 0 writes the
+ * whole checkpoint (sharded ZeRO saves under mpirun stay blocking). */
+static int open_async(run_t *r, hyp_err *e) {
+    const plan_t *p = &r->plan;
+    if (!p->ckpt_async || !r->a.ckpt_dir || r->d.rank != 0) return HYP_OK;
+    if (r->d.stage >= 1 && r->d.world > 1) {
+        printf("note: async checkpoints (v2179) are off for sharded ZeRO saves on %d ranks: each rank writes its shard while training waits\n",
+               r->d.world);
+        return HYP_OK;
+    }
+    return hyp_ckpt_async_open(&r->ckpt_async, p->ckpt_async, e);
+}
+
 static int run(int argc, char **argv, hyp_coll *coll) {
     static run_t r; /* large (paths); one per process */
     memset(&r, 0, sizeof r);
@@ -824,6 +981,10 @@ static int run(int argc, char **argv, hyp_coll *coll) {
     post_cfg post;
     if ((rc = post_cfg_load(r.plan_path, &post, &e))) {
         fprintf(stderr, "train: %s\n", e.msg);
+        plan_free(p);
+        return rc;
+    }
+    if ((rc = ckpt_defaults(&r))) {
         plan_free(p);
         return rc;
     }
@@ -861,6 +1022,7 @@ static int run(int argc, char **argv, hyp_coll *coll) {
     r.K = a->grad_accum ? a->grad_accum : p->grad_accum;
     train_opts_from_plan(&r.opt, p);
     if (a->have_lr) r.opt.lr = a->lr;
+    r.lr0 = r.opt.lr;
     if (a->steps) r.opt.total_steps = a->steps;
     r.seed = a->have_seed ? (uint64_t)a->seed : p->seed;
     r.opt.seed = r.seed;
@@ -902,7 +1064,10 @@ static int run(int argc, char **argv, hyp_coll *coll) {
     if (!rc && !a->sample_mode && post.objective >= POST_DPO) {
         if (!(rc = train_backend_open(&r.be, p, r.plan_path, &r.x, &r.d, r.B, r.T, &e))) rc = run_pref(&r, &post, &e);
     } else if (!rc && !a->sample_mode && !(rc = train_backend_open(&r.be, p, r.plan_path, &r.x, &r.d, r.B, r.T, &e)) &&
-               !(rc = open_outputs(&r, &e)) && !(rc = check_sft(&r, &post, &e))) {
+               !(rc = open_outputs(&r, &e)) && !(rc = check_sft(&r, &post, &e)) && !(rc = train_guard_open(&r.guard, p, &r.d, &e)) &&
+               !(rc = open_async(&r, &e))) {
+        train_guard_attach(&r.guard, &r.be);
+        hyp_progress_init(&r.pg, stdout, a->log_every);
         choose_peak(&r);
         print_banner(&r, &e);
         rc = train_loop(&r, &e);
@@ -911,6 +1076,7 @@ static int run(int argc, char **argv, hyp_coll *coll) {
         if (!rc && r.stopped) rc = r.stop_saved ? HYP_EXIT_STOPPED_SAVED : HYP_EXIT_STOPPED_UNSAVED;
     }
     if (rc && e.msg[0]) fprintf(stderr, "train: %s\n", e.msg);
+    hyp_ckpt_async_close(r.ckpt_async); /* drains: nothing queued is lost on an error exit */
     hyp_metrics_close(r.mlog);
     hyp_tboard_close(r.tb);
     train_prof_close(&r.prof);

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Data parallelism and ZeRO on the CPU backend over MPI (v2110, v2104): for stages 0-3, 2 ranks
 # with half the batch each give the losses and the weights of 1 rank with the whole batch (fp32
-# tolerance 2e-5 relative on losses; 1e-4 absolute on weights: the ranks sum gradients in another
+# tolerance 2e-5 relative on losses; 2e-4 absolute on weights: the ranks sum gradients in another
 # order, and Adam's normalized update turns those last-bit differences into up to ~1% of one
-# step's update, 4 steps x lr 3e-3 x 1% = 1.2e-4); per-rank model-state memory at
+# step's update, 4 steps x lr 3e-3 x 1% = 1.2e-4, so the bound is 2e-4: the spec text the data is made of moves it); per-rank model-state memory at
 # np=2 matches the stage formula of generator/lua/formulas.lua (via `gen size --json`); ZeRO-3
 # at np=3 (uneven per-layer padding) equals np=1; a
 # checkpoint written at 2 ranks resumes at 1 rank and continues like an uninterrupted run (v2175).
@@ -27,7 +27,7 @@ for stage in 0 1 2 3; do
   check "test_v2104_stage${stage}_np2_losses_equal_np1" close "$TMP/np1_$stage.jsonl" "$TMP/np2_$stage.jsonl"
   # np=2 with ZeRO >= 1 writes a sharded checkpoint (v2181): st_diff assembles the shards
   ck2="$TMP/ck2_$stage/step_00000004"; [ $stage -eq 0 ] && ck2="$ck2/model.safetensors"
-  expect "test_v2104_stage${stage}_np2_weights_equal_np1" 0 "max" -- "$DIFF" "$TMP/ck1_$stage/step_00000004/model.safetensors" "$ck2" 1e-4
+  expect "test_v2104_stage${stage}_np2_weights_equal_np1" 0 "max" -- "$DIFF" "$TMP/ck1_$stage/step_00000004/model.safetensors" "$ck2" 2e-4
 done
 for stage in 1 2 3; do
   d="$TMP/ck2_$stage/step_00000004"
@@ -83,7 +83,7 @@ done
 expect np1_zero3_b3 0 "done: 4 steps" -- "$TMP/z3/train" "${COMMON[@]}" --batch 3 --metrics "$TMP/np1b3.jsonl" --ckpt-dir "$TMP/ck1b3"
 expect np3_zero3 0 "rank 2/3 memory \(ZeRO stage 3\)" -- mpirun -np 3 --oversubscribe -x OMP_NUM_THREADS "$TMP/z3/train" "${COMMON[@]}" --batch 1 --metrics "$TMP/np3.jsonl" --ckpt-dir "$TMP/ck3"
 check "test_v2104_stage3_np3_losses_equal_np1" close "$TMP/np1b3.jsonl" "$TMP/np3.jsonl"
-expect "test_v2104_stage3_np3_weights_equal_np1" 0 "max" -- "$DIFF" "$TMP/ck1b3/step_00000004/model.safetensors" "$TMP/ck3/step_00000004" 1e-4
+expect "test_v2104_stage3_np3_weights_equal_np1" 0 "max" -- "$DIFF" "$TMP/ck1b3/step_00000004/model.safetensors" "$TMP/ck3/step_00000004" 2e-4
 
 # elastic resume (v2175 / v2181): 2 ranks for 4 steps, then 1 rank for 4 more == 8 steps at 1 rank
 expect np1_8_steps 0 "done: 8 steps" -- "$TMP/z2/train" "${COMMON[@]}" --steps 8 --batch 4 --metrics "$TMP/e1.jsonl"

@@ -50,14 +50,14 @@ ids_in_pipeline
 expect test_planned_shampoo_refused 2 "v2139 shampoo \(--enable shampoo \(alias shampoo\)\): planned: contributes nothing yet — drop it, or pass --allow-planned" \
   -- "$GEN" "$T" --enable shampoo --model tiny -o "$TMP/planned"
 check test_planned_refusal_writes_nothing test ! -e "$TMP/planned"
-expect test_planned_one_line_per_spec 2 "v2126 .*planned" -- "$GEN" "$T" --enable recompute,packing,shampoo,rmsnorm --model tiny -o "$TMP/four"
-n=$("$GEN" "$T" --enable pp,packing,shampoo --model tiny -o "$TMP/three" 2>&1 | grep -c "planned: contributes nothing yet")
+expect test_planned_one_line_per_spec 2 "v2162 .*planned" -- "$GEN" "$T" --enable recompute,loss-scaling,shampoo,rmsnorm --model tiny -o "$TMP/four"
+n=$("$GEN" "$T" --enable pp,loss-scaling,shampoo --model tiny -o "$TMP/three" 2>&1 | grep -c "planned: contributes nothing yet")
 check test_planned_three_specs_three_lines test "$n" = 3
 expect test_allow_planned_generates_with_a_warning 0 "warning: v2139 shampoo .*planned: contributes nothing yet \(--allow-planned\)" \
   -- "$GEN" "$T" --enable shampoo --allow-planned --model tiny -o "$TMP/planned2"
 expect test_allow_planned_recorded_in_the_audit 0 "v2139 → planned: enabled with --allow-planned" -- "$GEN" audit "$TMP/planned2"
-expect test_preset_with_planned_specs_refused 2 "v2126 packing \(preset memory" -- "$GEN" "$T" --enable memory --model tiny -o "$TMP/mem"
-expect test_list_says_which_preset_parts_are_planned 0 "memory .*\[planned: v2126 — needs --allow-planned\]" -- "$GEN" list "$T"
+expect test_preset_with_planned_specs_refused 2 "v2162 loss_scaling \(preset fp16-amp" -- "$GEN" "$T" --enable fp16-amp --model tiny -o "$TMP/mem"
+expect test_list_says_which_preset_parts_are_planned 0 "fp16-amp .*\[planned: v2162 — needs --allow-planned\]" -- "$GEN" list "$T"
 expect test_partial_spec_warns_what_is_missing 0 "warning: v2104 zero_optimizer is partial: stage-2 gradient communication" \
   -- "$GEN" "$T" --enable zero2 --model tiny -o "$TMP/z2"
 expect test_advisory_spec_warns 0 "warning: v2164 compile_optimization .*advisory: documentation and estimates only" \
@@ -87,7 +87,7 @@ expect test_v2105_hybrid_shard_refused 2 "v2105 fsdp: sharding=hybrid_shard .* i
   -- "$GEN" "$T" --enable fsdp --set v2105.sharding=hybrid_shard --model tiny -o "$TMP/fsdph"
 
 # --- v2181 comes with ZeRO; v2175 records elastic resume ----------------------------------------------
-expect test_v2181_required_by_zero 0 "v2181 sharded_checkpoint\*\* \(partial\) — required by v2104" -- "$GEN" audit "$TMP/z2"
+expect test_v2181_required_by_zero 0 "v2181 sharded_checkpoint\*\* \(implemented\) — required by v2104" -- "$GEN" audit "$TMP/z2"
 check test_v2181_in_the_plan test "$(plan_val "$TMP/z2" "p['checkpoint']['sharded']")" = True
 "$GEN" "$T" --enable v2175 --model tiny -o "$TMP/el" >/dev/null 2>&1
 check test_v2175_in_the_plan test "$(plan_val "$TMP/el" "p['checkpoint']['elastic']")" = True
@@ -105,5 +105,12 @@ check test_v2141_gpt2_plan_has_no_layernorm test "$(plan_val "$TMP/rms" "sum(o['
 check test_v2141_gpt2_norms_have_no_bias test "$(plan_val "$TMP/rms" "sum('ln_' in q['name'] and q['name'].endswith('.bias') for q in p['params'])")" = 0
 expect test_v2141_on_an_rmsnorm_model_warns 0 "warning: v2141 rmsnorm: model .* already uses norm: rmsnorm" \
   -- "$GEN" "$T" --enable rmsnorm --model tiny-llama -o "$TMP/rms2"
+
+# --- the README's status lists are the specs' statuses ------------------------------------------------
+spec_ids() { grep -l "^status: $1\$" "$ROOT"/specs/*/v21*.yaml | xargs -n1 basename | cut -c1-5 | sort | tr '\n' ' '; }
+readme_ids() { sed -n '/^Status in the specs is honest/,/means a tested part exists/p' "$ROOT/README.md" | tr -d '\n' |
+  grep -oE "\`$1\` \([^)]*\)" | grep -oE 'v[0-9]{4}' | sort | tr '\n' ' '; }
+check test_readme_lists_the_implemented_specs test "$(spec_ids implemented)" = "$(readme_ids implemented)"
+check test_readme_lists_the_partial_specs test "$(spec_ids partial)" = "$(readme_ids partial)"
 
 finish

@@ -76,14 +76,24 @@ expect fp8_resume_10_more 0 "resumed from .*step_0*10" -- "$TMP/f8/train" "${F8R
 check fp8_checkpoint_holds_scaling_state test -s "$TMP/ck8/step_00000010/train_state.safetensors"
 check test_v2160_fp8_resume_is_bit_exact test "$(losses "$TMP/f8_20.jsonl")" = "$(losses "$TMP/f8_r.jsonl")"
 check fp8_resume_ran_20_steps test "$(losses "$TMP/f8_r.jsonl" | wc -l)" -eq 20
-# v2102 bf16 policy (GEMM operands rounded to bf16, fp32 accumulation): not fp32 either, and the
+# v2102 bf16 policy (on cpu: activations and their gradients stored in bf16, oneDNN bf16 GEMMs
+# with fp32 accumulation, fp32 master weights, norms, softmax and loss): not fp32 either, and the
 # fp8 run stays within the same written margin of the bf16 run
 expect gen_bf16 0 "wrote" -- "$GEN" specs/v2500.yaml --enable adamw,clip,memory-planning,bf16 --model tiny --target cpu --batch 8 --seq 64 -o "$TMP/bf16"
-check bf16_plan_rounds_gemm_operands grep -q '"round_bf16"' "$TMP/bf16/plan.json"
+check bf16_plan_stores_bf16_activations grep -q '"dtype":[[:space:]]*"bf16"' "$TMP/bf16/plan.json"
 expect train_bf16 0 "done: 100 steps" -- "$TMP/bf16/train" "${F8ARGS[@]}" --metrics "$TMP/bf16.jsonl"
 check test_v2102_bf16_is_not_fp32 test "$(first_metric "$TMP/bf16.jsonl" loss)" != "$(first_metric "$TMP/f32.jsonl" loss)"
 vb=$(last_metric "$TMP/bf16.jsonl" val_loss)
 echo "v2102/v2160: validation loss after 100 steps: bf16 $vb, fp8 $v8"
+# v2102: bf16 storage tracks the fp32 run step by step (same seed and data) until this corpus's first
+# loss spike (lr 2e-3 without warmup; at step 10-12 depending on the spec text this corpus is made
+# of), after which the two diverge the way two seeds do. Written margins: the first 5 steps within
+# 0.01 (measured at most 0.001; a GEMM or a conversion that drops or misplaces values is off by
+# tenths from step 1), and the validation loss after 100 steps no more than 0.3 nats above fp32's,
+# the fp8 margin above (measured: +0.256 here; the previous bf16 policy with f32 storage,
+# --set v2102.storage=fp32, +0.231; fp32 with --seed 7, +0.38).
+check test_v2102_bf16_storage_tracks_fp32 bash -c "paste <(grep -o '\"loss\":[^,]*' '$TMP/f32.jsonl' | cut -d: -f2) <(grep -o '\"loss\":[^,]*' '$TMP/bf16.jsonl' | cut -d: -f2) | head -5 | awk '{ d = \$1 - \$2; if (d < 0) d = -d; if (d > 0.01) bad = 1; n++ } END { exit bad || n != 5 }'"
+check test_v2102_bf16_val_within_margin_of_fp32 awk -v a="$vb" -v b="$v32" 'BEGIN { exit !(a + 0 > 0 && b + 0 > 0 && a - b < 0.3) }'
 check test_v2160_fp8_within_margin_of_bf16 awk -v a="$v8" -v b="$vb" 'BEGIN { exit !(a + 0 > 0 && b + 0 > 0 && a - b < 0.3) }'
 
 # a trainer generated for a GPU never falls back silently to the CPU: without a driver it says what to do

@@ -243,10 +243,27 @@ static void test_sidecars(void) {
         CHECK(rc == HYP_EINPUT && strstr(e.msg, "train_000001.docs") && strstr(e.msg, "checksum"),
               "hyp_data_verify detects a changed sidecar (%s)", e.msg);
     }
-    /* the loader ignores the sidecars */
+    /* the loader reads the sidecars (v2126): it refuses the changed one, and reads the documents
+     * once it is restored */
     hyp_loader *L = hyp_loader_open(out, "train", 1, 8, 0, 0, 1, &e);
-    CHECK(L && hyp_loader_total_tokens(L) == n_train, "the loader reads the shards beside the "
-          "sidecars (%s)", L ? "" : e.msg);
+    CHECK(!L && strstr(e.msg, "train_000001.docs") != NULL, "the loader refuses the changed sidecar (%s)",
+          L ? "opened" : e.msg);
+    hyp_loader_close(L);
+    {
+        char dp[1200];
+        snprintf(dp, sizeof dp, "%s/train_000001.docs", out);
+        size_t dn;
+        unsigned char *db = read_all(dp, &dn);
+        if (db && dn > 1024 + 16) {
+            db[1024 + 8] ^= 1; /* back to the original */
+            write_file(dp, db, dn);
+        }
+        free(db);
+    }
+    L = hyp_loader_open(out, "train", 1, 8, 0, 0, 1, &e);
+    CHECK(L && hyp_loader_total_tokens(L) == n_train && hyp_loader_has_docs(L) && hyp_loader_num_docs(L) > 0 &&
+              hyp_loader_num_docs(L) <= docs_total,
+          "the loader reads the shards and their sidecars (%s)", L ? "" : e.msg);
     hyp_loader_close(L);
     cJSON_Delete(meta);
     free(mt);

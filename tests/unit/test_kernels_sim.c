@@ -253,7 +253,8 @@ static void test_embedding(const char *tag, int B, int T, int C, int V, int wpe)
     for (int i = 0; i < N; i++) tok[i] = irand(V < 8 ? V : V / 4); /* repeats: buckets with several rows */
     float *wte = frandbuf((long)V * C, 1.0f), *wpe_ = wpe ? frandbuf((long)T * C, 1.0f) : NULL;
     float *out = fbuf((long)N * C), *ref = fbuf((long)N * C);
-    void *a1[] = {&out, &tok, &wte, &wpe_, &N, &T};
+    int32_t *nopos = NULL; /* no document positions (v2126): plain t */
+    void *a1[] = {&out, &tok, &wte, &wpe_, &nopos, &N, &T};
     launch(&md, "embedding_fwd", cdiv((long)N * CV, 256), 1, 1, 256, a1);
     op_embedding_fwd(ref, tok, wte, wpe_, B, T, C);
     check_exact(NAME(nm, "embedding_fwd[%s] B=%d T=%d C=%d V=%d", tag, B, T, C, V), out, ref, (size_t)N * C * 4);
@@ -266,7 +267,7 @@ static void test_embedding(const char *tag, int B, int T, int C, int V, int wpe)
     void *a2[] = {&dwte, &dout, &tok, &N};
     launch(&md, "embedding_bwd_wte", cdiv(V, 64), cdiv(CV, 256), 1, 256, a2);
     if (wpe) {
-        void *a3[] = {&dwpe, &dout, &B, &T};
+        void *a3[] = {&dwpe, &dout, &nopos, &B, &T};
         launch(&md, "embedding_bwd_wpe", cdiv((long)T * CV, 256), 1, 1, 256, a3);
     }
     op_embedding_bwd(dwte_ref, dwpe_ref, dout, tok, B, T, C, V);
@@ -459,12 +460,13 @@ static void test_rope(const char *tag, int B, int T, int NH, int NKV, int HD, in
     float *x = frandbuf(nr, 1.0f);
     if (rope) {
         float *y = fbuf(nr), *yref = fbuf(nr);
-        void *a1[] = {&y, &x, &N, &T};
+        int32_t *nopos = NULL;
+        void *a1[] = {&y, &x, &nopos, &N, &T};
         launch(&md, "rope_fwd", cdiv((long)N * half, 256), 1, 1, 256, a1);
         op_rope_fwd(yref, x, B, T, NH, NKV, HD, theta);
         check_f32(NAME(nm, "rope_fwd[%s] B=%d T=%d NH=%d NKV=%d HD=%d", tag, B, T, NH, NKV, HD), y, yref, nr, TOL_F32);
         float *d = frandbuf(nr, 1.0f), *dx = frandbuf(nr, 1.0f), *dx_ref = fcopy(dx, nr);
-        void *a2[] = {&dx, &d, &N, &T};
+        void *a2[] = {&dx, &d, &nopos, &N, &T};
         launch(&md, "rope_bwd", cdiv((long)N * half, 256), 1, 1, 256, a2);
         op_rope_bwd(dx_ref, d, B, T, NH, NKV, HD, theta);
         check_f32(NAME(nm, "rope_bwd[%s] accumulates", tag), dx, dx_ref, nr, TOL_F32);
@@ -525,7 +527,8 @@ static void test_attention(const char *tag, int B, int T, int NH, int NKV, int H
     launch(&mr, "qkv_permute_fwd", cdiv((long)N * pairs, 256), 1, 1, 256, p1);
     void *s1[] = {&att, &q, &k, &T};
     launch(&ma, "attention_scores", cdiv(T, TQ), cdiv(T, 32), B * NH, 256, s1);
-    void *s2[] = {&att, &B, &T};
+    int32_t *nopos = NULL;
+    void *s2[] = {&att, &nopos, &B, &T};
     launch(&ma, "attention_softmax_fwd", cdiv((long)B * NH * T, 8), 1, 1, 256, s2);
     void *s3[] = {&out, &att, &v, &T};
     launch(&ma, "attention_value", cdiv(T, 32), B * NH, 1, 256, s3);
@@ -578,10 +581,12 @@ static void test_attention(const char *tag, int B, int T, int NH, int NKV, int H
  *           relative each); a score's error is ~2^-9 * |q||k|/sqrt(HD) and goes through exp into
  *           P, and the gradients compound two such roundings (observed 8.4e-3 at scale 3.6,
  *           i.e. ~2.4e-3 of the scale). */
-static void test_flash(const char *tag, int B, int T, int NH, int NKV, int HD, const char *prec, int again) {
+/* doc (v2126): DOCMASK=true and rows of several documents (positions restarting at 0), against
+ * the cpu op's mask hook (op_flash_attention_*_doc); else plain causal, no positions. */
+static void flash_case(const char *tag, int B, int T, int NH, int NKV, int HD, const char *prec, int again, int doc) {
     char consts[160], nm[240];
     mod_t mf;
-    snprintf(consts, sizeof consts, "NH=%d NKV=%d HD=%d PREC=%s", NH, NKV, HD, prec);
+    snprintf(consts, sizeof consts, "NH=%d NKV=%d HD=%d PREC=%s%s", NH, NKV, HD, prec, doc ? " DOCMASK=true" : "");
     if (open_family(&mf, "flash_attention", consts, tag)) return;
     const int x3 = !strcmp(prec, "bf16x3");
     const double tol = x3 ? 1e-4 : 1e-2;
@@ -597,9 +602,18 @@ static void test_flash(const char *tag, int B, int T, int NH, int NKV, int HD, c
     int N = B * T, R = (NH + 2 * NKV) * HD, OC = NH * HD;
     long nr = (long)N * R, no = (long)N * OC, nl = (long)B * NH * T;
     float *qkv = frandbuf(nr, 1.5f), *out = fbuf(no), *lse = fbuf(nl), *out_ref = fbuf(no), *lse_ref = fbuf(nl);
-    void *f1[] = {&out, &lse, &qkv, &T};
+    int32_t *nopos = NULL;
+    if (doc) { /* documents of 1..80 tokens: some rows cross several 32/64 tiles, some tiles hold several */
+        nopos = zalloc((size_t)N * sizeof *nopos);
+        for (int bb = 0; bb < B; bb++)
+            for (int t = 0, left = 0, p = 0; t < T; t++, p++, left--) {
+                if (left <= 0) left = 1 + irand(80), p = 0;
+                nopos[bb * T + t] = p;
+            }
+    }
+    void *f1[] = {&out, &lse, &qkv, &nopos, &T};
     launch_smem(&mf, "flash_attention_fwd", cdiv(T, 64), B * NH, 1, 128, (size_t)smem_fwd, f1);
-    op_flash_attention_fwd(out_ref, lse_ref, qkv, B, T, NH, NKV, HD);
+    op_flash_attention_fwd_doc(out_ref, lse_ref, qkv, nopos, B, T, NH, NKV, HD);
     check_f32(NAME(nm, "test_v2112_flash_fwd[%s] B=%d T=%d NH=%d NKV=%d HD=%d %s out", tag, B, T, NH, NKV, HD, prec), out, out_ref, no, tol, tol);
     check_f32(NAME(nm, "test_v2112_flash_fwd[%s] lse", tag), lse, lse_ref, nl, tol, tol);
 
@@ -607,20 +621,29 @@ static void test_flash(const char *tag, int B, int T, int NH, int NKV, int HD, c
     float *dqkv = frandbuf(nr, 1.0f), *dqkv_ref = fcopy(dqkv, nr), *dqkv0 = fcopy(dqkv, nr);
     void *b1[] = {&D, &dout, &out_ref, &B, &T};
     launch(&mf, "flash_attention_bwd_d", cdiv((long)B * NH * T, 4), 1, 1, 128, b1);
-    void *b2[] = {&dqkv, &dout, &qkv, &lse_ref, &D, &T};
+    void *b2[] = {&dqkv, &dout, &qkv, &lse_ref, &D, &nopos, &T};
     launch_smem(&mf, "flash_attention_bwd_dkv", cdiv(T, 64), B * NKV, 1, 128, (size_t)smem_dkv, b2);
     launch_smem(&mf, "flash_attention_bwd_dq", cdiv(T, 64), B * NH, 1, 128, (size_t)smem_dq, b2);
-    op_flash_attention_bwd(dqkv_ref, D_ref, dout, qkv, out_ref, lse_ref, B, T, NH, NKV, HD);
+    op_flash_attention_bwd_doc(dqkv_ref, D_ref, dout, qkv, out_ref, lse_ref, nopos, B, T, NH, NKV, HD);
     check_f32(NAME(nm, "test_v2113_flash_bwd[%s] D = rowsum(dout*out)", tag), D, D_ref, nl, TOL_F32);
     check_f32(NAME(nm, "test_v2113_flash_bwd[%s] dqkv accumulates", tag), dqkv, dqkv_ref, nr, tol, tol);
     if (again) { /* deterministic: one writer per element, fixed order (blocks run on 2 OS threads) */
         float *dqkv2 = fcopy(dqkv0, nr);
-        void *b3[] = {&dqkv2, &dout, &qkv, &lse_ref, &D, &T};
+        void *b3[] = {&dqkv2, &dout, &qkv, &lse_ref, &D, &nopos, &T};
         launch_smem(&mf, "flash_attention_bwd_dkv", cdiv(T, 64), B * NKV, 1, 128, (size_t)smem_dkv, b3);
         launch_smem(&mf, "flash_attention_bwd_dq", cdiv(T, 64), B * NH, 1, 128, (size_t)smem_dq, b3);
         check_exact(NAME(nm, "test_v2113_flash_bwd[%s] deterministic (second run bit-identical)", tag), dqkv2, dqkv, (size_t)nr * sizeof(float));
     }
     close_family(&mf);
+}
+
+static void test_flash(const char *tag, int B, int T, int NH, int NKV, int HD, const char *prec, int again) {
+    flash_case(tag, B, T, NH, NKV, HD, prec, again, 0);
+}
+
+/* v2126: the template's document mask hook against the cpu op's */
+static void test_flash_doc(const char *tag, int B, int T, int NH, int NKV, int HD, const char *prec, int again) {
+    flash_case(tag, B, T, NH, NKV, HD, prec, again, 1);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -1098,6 +1121,8 @@ int main(void) {
     RUN(test_flash("odd_hd128", 1, 70, 2, 2, 128, "bf16x3", 0));
     RUN(test_flash("bf16", 1, 50, 4, 2, 64, "bf16", 0));
     RUN(test_flash("odd_hd48_bf16", 1, 33, 2, 1, 48, "bf16", 0));
+    RUN(test_flash_doc("v2126_doc_g2", 2, 150, 4, 2, 64, "bf16x3", 1));
+    RUN(test_flash_doc("v2126_doc_bf16", 1, 97, 2, 1, 32, "bf16", 0));
     RUN(test_classifier("regular", 16, 256, 256));
     RUN(test_classifier("odd", 13, 61, 64));
     RUN(test_classifier("gpt2_vocab", 4, 50257, 50304));

@@ -180,10 +180,10 @@ static void test_refusals(void) {
     expect_refusal("refuses_wrong_arity", want, "op 'matmul_fwd' has 2 inputs", "it takes 3", NULL);
     r = fresh();
     b = cJSON_GetArrayItem(at(r, "buffers"), ix);
-    cJSON_ReplaceItemInObject(b, "dtype", cJSON_CreateString("bf16"));
-    cJSON_ReplaceItemInObject(b, "bytes", cJSON_CreateNumber(at(b, "numel")->valuedouble * 2));
+    cJSON_ReplaceItemInObject(b, "dtype", cJSON_CreateString("e4m3")); /* activations: f32 or bf16 */
+    cJSON_ReplaceItemInObject(b, "bytes", cJSON_CreateNumber(at(b, "numel")->valuedouble));
     write_bad(r);
-    expect_refusal("refuses_dtype_the_op_does_not_take", "op 'matmul_fwd'", "'l0.qkv' of dtype bf16", NULL);
+    expect_refusal("refuses_dtype_the_op_does_not_take", "op 'matmul_fwd'", "'l0.qkv' of dtype e4m3", NULL);
     r = fresh();
     cJSON_AddNumberToObject(at(cJSON_GetArrayItem(at(r, "forward"), mm), "attrs"), "alpha", 2);
     write_bad(r);

@@ -170,8 +170,14 @@ bytes_done:;
     memset(run + big / 2, 'a', big / 2);
     CHECK(roundtrip(tk[0], run, big) && roundtrip(tk[1], run, big), "a 100k-space run and a 100k-letter word round trip");
     free(run);
+    /* hyp_tok_special_id (chat templates, chat.c): <|endoftext|> of both; other text is not special */
+    CHECK(hyp_tok_special_id(tk[0], "<|endoftext|>", 13) == 50256 && hyp_tok_special_id(tk[1], "<|endoftext|>", 13) == 1023 &&
+              hyp_tok_special_id(tk[0], "<|im_start|>", 12) == -1 && hyp_tok_special_id(tk[1], "the", 3) == -1 &&
+              hyp_tok_special_id(tk[1], "<|endoftext|>", 12) == -1,
+          "special ids: <|endoftext|> found in GPT-2 and the trained BPE; <|im_start|> and ordinary tokens are not special");
     hyp_tok *byte = hyp_tok_open("byte", &e);
-    CHECK(byte && hyp_tok_vocab_size(byte) == 256 && hyp_tok_eot(byte) == -1 && roundtrip(byte, (const uint8_t *)"h\xffi", 3),
+    CHECK(byte && hyp_tok_vocab_size(byte) == 256 && hyp_tok_eot(byte) == -1 && roundtrip(byte, (const uint8_t *)"h\xffi", 3) &&
+              hyp_tok_special_id(byte, "a", 1) == -1,
           "the byte tokenizer: vocab 256, no EOT, token = byte");
     hyp_tok_free(byte);
     int32_t badid = 1 << 20;

@@ -1,18 +1,50 @@
--- v2102 mixed precision. The bf16 policy: every GEMM reads its input, weight and output gradient
--- rounded to bf16 (round_bf16 ops, round to nearest even) with fp32 accumulation; fp32 master
--- weights, norms, softmax and loss. Beside FP8 (which covers the layer GEMMs) it covers the GEMM
--- FP8 leaves out: the LM head. dtype fp16 is not emulated yet: such a trainer computes in fp32,
--- which gen says on stderr and in the audit.
+-- v2102 mixed precision. Two ways to run the bf16 policy (param storage):
+--  * storage "bf16" (the default on cpu): every activation buffer and activation gradient of the
+--    arena is stored in bf16 (the plan's buffer dtypes; the arena is laid out in bytes, so it
+--    halves), except the fp32 statistics (norm mean/rstd, attention log-sum-exp, per-token
+--    losses); the cpu runtime runs the GEMMs as oneDNN bf16 matmuls (bf16 inputs, fp32
+--    accumulation) on a bf16 copy of the fp32 master weights refreshed once per step, and every
+--    other op computes in fp32 between bf16 loads and stores.
+--  * storage "fp32" (sim and cuda targets, whose executors hold f32 arenas; on cpu on request):
+--    every GEMM reads its input, weight and output gradient rounded to bf16 (round_bf16 ops,
+--    round to nearest even) with fp32 accumulation; no memory saved.
+-- Either way fp32 master weights, norms, softmax and loss. Beside FP8 (which covers the layer
+-- GEMMs) the rounding covers the GEMM FP8 leaves out: the LM head (FP8 keeps fp32 storage). dtype
+-- fp16 is not emulated yet: such a trainer computes in fp32, which gen says on stderr and in the audit.
 local M = { id = "v2102", families = { "flash_attention", "adamw", "cast" } }
+
+-- Outputs (1-based) of ops that hold fp32 statistics, never stored in bf16.
+local STATS = { layernorm_fwd = { 2, 3 }, rmsnorm_fwd = { 2 }, qknorm_fwd = { 2 }, flash_attention_fwd = { 2 },
+  flash_attention_bwd = { 2 }, crossentropy = { 1 }, crossentropy_fused = { 1 } }
 
 function M.derive(ctx)
   local dtype = ctx.param("dtype")
   ctx.facts.precision = { dtype = dtype, bf16 = dtype == "bf16" }
+  local want = ctx.param("storage") or "auto"
+  if dtype == "bf16" and want == "bf16" and ctx.target.kind ~= "cpu" then
+    ctx.refuse("storage bf16 needs --target cpu (the " .. tostring(ctx.target.kind) .. " executor holds f32 arenas)",
+      "use --set v2102.storage=fp32 (GEMM operands rounded to bf16) or --target cpu")
+  end
+  ctx.facts.precision.want_storage = want
   if dtype ~= "bf16" then
     ctx.decide("precision", "fp32", "v2102 dtype " .. tostring(dtype) ..
       ": only the bf16 policy is emulated on the cpu backend so far; this trainer computes in fp32")
     ctx.warn("dtype " .. tostring(dtype) .. " is not emulated yet: this trainer computes in fp32 (use bf16)")
   end
+end
+
+-- The storage mode, once every module has derived (FP8, a later module, keeps fp32 storage).
+local function storage(ctx)
+  local p = ctx.facts.precision
+  if p.storage then return p.storage end
+  local want = p.want_storage
+  p.storage = "fp32"
+  if p.bf16 and not ctx.facts.fp8 and (want == "bf16" or (want == "auto" and ctx.target.kind == "cpu")) then
+    p.storage = "bf16"
+  elseif p.bf16 and ctx.facts.fp8 and want == "bf16" then
+    ctx.refuse("storage bf16 with fp8: FP8 GEMMs read fp32 activations in this runtime", "use --set v2102.storage=fp32, or drop fp8")
+  end
+  return p.storage
 end
 
 local quantized = setmetatable({}, { __mode = "k" }) -- per graph: "input|weight" -> {input', weight'}
@@ -24,7 +56,7 @@ local function round(g, list, src, attrs, tag)
 end
 
 function M.rewrite(ctx, g, list, op)
-  if not ctx.facts.precision.bf16 then return op end
+  if not ctx.facts.precision.bf16 or storage(ctx) == "bf16" then return op end
   local q = quantized[g] or {}
   quantized[g] = q
   local head = op.outs[1] == "logits"
@@ -44,9 +76,43 @@ function M.rewrite(ctx, g, list, op)
   return op
 end
 
-function M.sections(ctx)
+-- storage bf16: every activation buffer but the statistics becomes bf16 (before lifetimes, so
+-- the memory plan lays out half the bytes).
+function M.schedule(ctx, g, sched)
+  local p = ctx.facts.precision
+  if storage(ctx) ~= "bf16" then return end
+  local stat = {}
+  local function scan(o)
+    for _, i in ipairs(STATS[o.op] or {}) do if o.outs[i] and o.outs[i] ~= "" then stat[o.outs[i]] = true end end
+  end
+  for _, o in ipairs(sched.fwd) do scan(o) end
+  for _, o in ipairs(sched.bwd) do scan(o) end
+  scan(sched.loss)
+  local n, bytes32, bytes16 = 0, 0, 0
+  for _, bf in ipairs(g.bufs) do
+    if bf.kind == "act" and not stat[bf.name] then
+      bytes32 = bytes32 + bf.bytes
+      bf.dtype, bf.bytes = "bf16", bf.numel * 2
+      bytes16 = bytes16 + bf.bytes
+      n = n + 1
+    end
+  end
+  p.bf16_buffers = n
+  ctx.contribute(string.format("bf16 storage: %d activation and activation-gradient buffers stored in bf16 (%.2f MiB instead of %.2f MiB before reuse); norm statistics, log-sum-exp and losses stay fp32",
+    n, bytes16 / 1048576, bytes32 / 1048576))
+end
+
+function M.sections(ctx, plan)
   local p = ctx.facts.precision
   if not p.bf16 then return end
+  if storage(ctx) == "bf16" then
+    ctx.decide("precision", "bf16 storage + bf16 GEMMs", "v2102 dtype bf16 on cpu: activations and their gradients stored in bf16, GEMMs as oneDNN bf16 matmuls (fp32 accumulation) on a bf16 copy of the fp32 master weights refreshed once per step; norms, softmax and loss in fp32; fp32 optimizer state")
+    if plan.hardware and plan.hardware.peak_source == "measured" then
+      plan.hardware.peak_dtype = "bf16"
+      ctx.decide("hardware.peak_dtype", "bf16", "v2102 bf16 GEMMs on cpu: the trainer measures this machine's bf16 matmul peak at start and reports MFU against it")
+    end
+    return
+  end
   if ctx.facts.fp8 then
     ctx.contribute("bf16 policy beside FP8: the LM head GEMM (outside the FP8 recipe) reads bf16-rounded (RNE) input, weight and output gradient with fp32 accumulation; fp32 master weights, norms, softmax and loss")
   else
