@@ -2,6 +2,7 @@
  * report, written once over the trainer-level backend interface. Never: anything a backend does
  * differently (that is a slot of train_backend_i), printing progress, checkpoints. */
 #include "backend.h"
+#include "gnb.h"
 #include "prof.h"
 
 #include <math.h>
@@ -71,6 +72,11 @@ int train_step_guarded(train_backend *b, hyp_loader *train, const train_opts *o,
     pt = hyp_prof_t();
     if (!rc) rc = b->i->finish_step(b, norm, scale, e);
     hyp_prof_phase("finish_step", HYP_PROF_OPTIMIZER, 1, pt);
+    if (!rc && gnb_due(b, step)) { /* Sophia-G: the Hessian estimate from sampled labels (gnb.h) */
+        pt = hyp_prof_t();
+        rc = gnb_pass(b, o, step, e);
+        hyp_prof_phase("hessian_gnb_pass", HYP_PROF_OPTIMIZER, 1, pt);
+    }
     if (tm) *tm = t;
     return rc;
 }

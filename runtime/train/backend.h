@@ -44,6 +44,10 @@ typedef struct train_backend_i {
     /* ends the step: the norm and clip factor to the host, the FP8 amax reduced over ranks (max)
      * and the scaling states advanced */
     int (*finish_step)(train_backend *b, double *norm, float *scale, hyp_err *e);
+    /* the optimizer's hess_span (optim.h) on what this rank owns, its reduced gradients being
+     * those of the sampled-label loss over `tokens` tokens (gnb.h); NULL: the backend cannot run
+     * such an optimizer (train_backend_open refuses it) */
+    int (*hess_step)(train_backend *b, double tokens, int t, hyp_err *e);
     /* the mean loss of the batch in x->tokens/targets, no gradients */
     int (*eval_batch)(train_backend *b, float *loss, hyp_err *e);
     /* the backend's parameters, optimizer and FP8 states into the host executor x (checkpoints,

@@ -58,7 +58,7 @@ static int cpu_optim_step(train_backend *b, const train_opts *o, double lr, int 
     exec_t *x = b->x;
     const dp_t *d = &b->dp;
     cpu_state *s = b->impl;
-    hyp_optim_step a = {lr, t, s->scale, d->opt->eval_point ? train_avg_weight_next(o, t, &s->avg) : 1.0 / t};
+    hyp_optim_step a = {lr, t, s->scale, d->opt->eval_point ? train_avg_weight_next(o, t, &s->avg) : 1.0 / t, 0};
     train_optim_own_a(x, d->opt, &a);
     exec_params_changed(x); /* v2102 bf16 storage: the weight copy is refreshed on its next use */
     /* stage 3: the shards stay sharded, the next forward gathers them per layer */
@@ -83,6 +83,12 @@ static int cpu_finish_step(train_backend *b, double *norm, float *scale, hyp_err
     *norm = s->norm;
     *scale = s->scale;
     return rc;
+}
+
+static int cpu_hess_step(train_backend *b, double tokens, int t, hyp_err *e) {
+    hyp_optim_step a = {0, t, 1.0f, 0, tokens};
+    train_hess_own(b->x, b->dp.opt, &a);
+    return op_cpu_check(e);
 }
 
 static int cpu_eval_batch(train_backend *b, float *loss, hyp_err *e) {
@@ -121,6 +127,7 @@ static const train_backend_i CPU_BACKEND = {
     .reduce_grads = cpu_reduce_grads,
     .optim_step = cpu_optim_step,
     .finish_step = cpu_finish_step,
+    .hess_step = cpu_hess_step,
     .eval_batch = cpu_eval_batch,
     .sync_host = NULL, /* the host executor is the backend */
     .memory = cpu_memory,

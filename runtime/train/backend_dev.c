@@ -256,7 +256,7 @@ static int dev_optim_step(train_backend *b, const train_opts *o, double lr, int 
     train_dev *t = b->impl;
     hyp_device *d = t->dev;
     exec_dev *xd = &t->xd;
-    hyp_optim_step a = {lr, t_step, 1.0f, 1.0 / t_step}; /* the clip factor is read from the device: gnorm[1] */
+    hyp_optim_step a = {lr, t_step, 1.0f, 1.0 / t_step, 0}; /* the clip factor is read from the device: gnorm[1] */
     int rc = b->dp.opt->step_device(&b->x->p->optim, xd, &a, t->gnorm + 1, e);
     if (!rc && t->stage >= 1 && t->stage <= 2 && t->world > 1) { /* stage 3: gathered per group */
         float *own = xd->params + xd->shard * t->rank;

@@ -19,7 +19,15 @@ int train_backend_open(train_backend *b, const plan_t *p, const char *plan_path,
     b->x = x;
     b->dp = *dp;
     for (size_t i = 0; i < sizeof BACKENDS / sizeof *BACKENDS; i++)
-        if (!strcmp(BACKENDS[i].backend, p->backend)) return BACKENDS[i].open(b, p, plan_path, B, T, e);
+        if (!strcmp(BACKENDS[i].backend, p->backend)) {
+            int rc = BACKENDS[i].open(b, p, plan_path, B, T, e);
+            if (!rc && dp->opt && dp->opt->hess_span && !b->i->hess_step) {
+                rc = hyp_fail(e, HYP_EINPUT, "plan: optimizer '%s' refreshes a Hessian estimate with a sampled-label pass, which the %s backend does not run — generate the trainer with --target cpu",
+                              dp->opt->kind, b->i->name);
+                train_backend_close(b);
+            }
+            return rc;
+        }
     return hyp_fail(e, HYP_EINPUT, "plan: backend '%s' has no trainer backend — generate the trainer for --target cpu, sim or sm_XX",
                     p->backend);
 }

@@ -56,6 +56,11 @@ double hyp_optim_hyper(const hyp_optim_cfg *cfg, const char *name) {
 
 void hyp_optim_step_range(const hyp_optim_i *o, const plan_t *p, const hyp_optim_step *a, int64_t lo, int64_t hi,
                           float *param, const float *grad, float *const *state) {
+    hyp_optim_range_fn(o, o->step_span, p, a, lo, hi, param, grad, state);
+}
+
+void hyp_optim_range_fn(const hyp_optim_i *o, hyp_optim_span_fn fn, const plan_t *p, const hyp_optim_step *a, int64_t lo,
+                        int64_t hi, float *param, const float *grad, float *const *state) {
     for (int i = 0; i < p->n_params_t; i++) {
         const plan_param *pp = &p->params[i];
         int64_t s = pp->offset > lo ? pp->offset : lo;
@@ -64,7 +69,7 @@ void hyp_optim_step_range(const hyp_optim_i *o, const plan_t *p, const hyp_optim
         hyp_optim_span sp = {param + (s - lo), grad + (s - lo), {0}, t - s, &p->optim.groups[pp->group], pp, s - pp->offset};
         /* the arena layout: state_off = the parameter's offset; a packed state: lo == 0 (stage 0) */
         for (int k = 0; k < o->n_state; k++) sp.state[k] = state[k] + (plan_state_off(&p->optim, k, i, pp) - lo) + (s - pp->offset);
-        o->step_span(&p->optim, &sp, a);
+        fn(&p->optim, &sp, a);
     }
 }
 

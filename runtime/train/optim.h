@@ -41,6 +41,8 @@ typedef struct {
     double avg_weight;                   /* schedule-free averaging weight c_t = lr_max_t^2 / sum over
                                             steps i <= t of lr_max_i^2 (train_avg_weight); only kinds
                                             with an eval_point read it */
+    double tokens;                       /* hess_span only: the tokens B the sampled-label loss
+                                            averaged over (its gradient is the mean over them) */
 } hyp_optim_step;
 
 typedef struct hyp_optim_i {
@@ -71,6 +73,15 @@ typedef struct hyp_optim_i {
      * and checkpoints) moves one span there (to_eval 1) and back (to_eval 0), in place from its
      * states; the trainer calls it around evaluation and checkpoint saves, and after a resume */
     void (*eval_point)(const hyp_optim_cfg *cfg, const hyp_optim_span *s, int to_eval);
+    /* NULL for most kinds. A kind that keeps a curvature estimate refreshed from the gradient of
+     * the loss on labels sampled from the model's own softmax (Sophia-G's Gauss-Newton-Bartlett
+     * estimator): after every step t with t % hess_every(cfg) == 0 the trainer runs one more
+     * forward and backward on the step's last micro-batch with sampled labels (train/gnb.c),
+     * reduces those gradients over ranks as a step's, and calls hess_span on each span it owns,
+     * s->grad then holding the mean gradient of the sampled loss over a->tokens tokens (no clip:
+     * a->grad_scale is 1). Host only: a device backend refuses such a kind. */
+    int (*hess_every)(const hyp_optim_cfg *cfg);
+    void (*hess_span)(const hyp_optim_cfg *cfg, const hyp_optim_span *s, const hyp_optim_step *a);
     /* the device update of what this rank owns (exec_dev_optim_own), gradients scaled by the
      * device float *d_grad_scale; enqueued on the default stream. NULL: no device kernel */
     int (*step_device)(const hyp_optim_cfg *cfg, exec_dev *x, const hyp_optim_step *a, const float *d_grad_scale,
@@ -94,6 +105,10 @@ int hyp_optim_device_begin(const hyp_optim_cfg *cfg, exec_dev *x, const char *ke
  * and state[k] point at the range's first float (element lo of the arena). */
 void hyp_optim_step_range(const hyp_optim_i *o, const plan_t *p, const hyp_optim_step *a, int64_t lo, int64_t hi,
                           float *param, const float *grad, float *const *state);
+/* The same with another per-span function of o (its hess_span). */
+typedef void (*hyp_optim_span_fn)(const hyp_optim_cfg *cfg, const hyp_optim_span *s, const hyp_optim_step *a);
+void hyp_optim_range_fn(const hyp_optim_i *o, hyp_optim_span_fn fn, const plan_t *p, const hyp_optim_step *a, int64_t lo,
+                        int64_t hi, float *param, const float *grad, float *const *state);
 
 
 #endif

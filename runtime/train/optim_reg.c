@@ -10,6 +10,7 @@ extern const hyp_optim_i hyp_optim_lion;
 extern const hyp_optim_i hyp_optim_muon;
 extern const hyp_optim_i hyp_optim_sfadamw;
 extern const hyp_optim_i hyp_optim_adammini;
+extern const hyp_optim_i hyp_optim_sophia;
 
 static const hyp_optim_i *const REGISTRY[] = {
     &hyp_optim_adamw,
@@ -17,6 +18,7 @@ static const hyp_optim_i *const REGISTRY[] = {
     &hyp_optim_muon,
     &hyp_optim_sfadamw,
     &hyp_optim_adammini,
+    &hyp_optim_sophia,
 };
 
 const hyp_optim_i *hyp_optim_find(const char *kind) {

@@ -73,21 +73,21 @@ void train_eval_point(exec_t *x, const hyp_optim_i *o, int to_eval) {
 }
 
 void train_optim_own(exec_t *x, const hyp_optim_i *o, double lr, int t, float scale) {
-    hyp_optim_step a = {lr, t, scale, 1.0 / t};
+    hyp_optim_step a = {lr, t, scale, 1.0 / t, 0};
     train_optim_own_a(x, o, &a);
 }
 
-void train_optim_own_a(exec_t *x, const hyp_optim_i *o, const hyp_optim_step *ap) {
+static void own_fn(exec_t *x, const hyp_optim_i *o, hyp_optim_span_fn fn, const hyp_optim_step *ap) {
     const plan_t *p = x->p;
     hyp_optim_step a = *ap;
     if (x->stage == 0) {
-        hyp_optim_step_range(o, p, &a, 0, p->param_floats, x->params, x->grads, x->state);
+        hyp_optim_range_fn(o, fn, p, &a, 0, p->param_floats, x->params, x->grads, x->state);
         return;
     }
     if (x->stage < 3) {
         int64_t lo = x->shard * x->rank;
         const float *g = x->stage >= 2 ? x->gshard : x->grads + lo;
-        hyp_optim_step_range(o, p, &a, lo, lo + x->shard, x->params + lo, g, x->state);
+        hyp_optim_range_fn(o, fn, p, &a, lo, lo + x->shard, x->params + lo, g, x->state);
         return;
     }
     for (int i = 0; i < p->n_params_t; i++) { /* stage 3: each tensor's own part, in the group layout */
@@ -96,6 +96,12 @@ void train_optim_own_a(exec_t *x, const hyp_optim_i *o, const hyp_optim_step *ap
         if (n <= 0) continue;
         hyp_optim_span s = {x->params + pos, x->gshard + pos, {0}, n, &p->optim.groups[pp->group], pp, first - pp->offset};
         for (int k = 0; k < o->n_state; k++) s.state[k] = x->state[k] + pos;
-        o->step_span(&p->optim, &s, &a);
+        fn(&p->optim, &s, &a);
     }
+}
+
+void train_optim_own_a(exec_t *x, const hyp_optim_i *o, const hyp_optim_step *a) { own_fn(x, o, o->step_span, a); }
+
+void train_hess_own(exec_t *x, const hyp_optim_i *o, const hyp_optim_step *a) {
+    if (o->hess_span) own_fn(x, o, o->hess_span, a);
 }

@@ -19,6 +19,7 @@ typedef struct {
     double lr, min_lr_ratio, decay_fraction, max_norm;
     int warmup_steps, total_steps;
     char schedule[16];
+    uint64_t seed;              /* the run's seed (sampled labels of the GNB pass, gnb.h) */
 } train_opts;
 
 /* The plan's defaults. */
@@ -35,6 +36,9 @@ float train_clip_scale(const train_opts *o, double norm);
 void train_optim_own(exec_t *x, const hyp_optim_i *o, double lr, int t, float scale);
 /* The same with every field of the step given (avg_weight for schedule-free kinds). */
 void train_optim_own_a(exec_t *x, const hyp_optim_i *o, const hyp_optim_step *a);
+/* The optimizer's hess_span (nothing when it has none) on what this rank owns, as train_optim_own_a:
+ * x->grads (gshard at stages 2-3) hold the reduced gradients of the sampled-label loss (gnb.h). */
+void train_hess_own(exec_t *x, const hyp_optim_i *o, const hyp_optim_step *a);
 /* The schedule-free averaging weight of step t under the schedule o (the reference's ckp1 with
  * r = 0, weight_lr_power = 2): lr_max_t^2 / sum_{i<=t} lr_max_i^2, lr_max_i the largest LR of
  * steps 1..i. O(t); 1/t under a constant LR. */

@@ -1025,6 +1025,7 @@ static int run(int argc, char **argv, hyp_coll *coll) {
     r.lr0 = r.opt.lr;
     if (a->steps) r.opt.total_steps = a->steps;
     r.seed = a->have_seed ? (uint64_t)a->seed : p->seed;
+    r.opt.seed = r.seed;
     r.eval_every = a->eval_every >= 0 ? a->eval_every : p->eval_every;
     r.eval_batches = a->eval_batches >= 0 ? a->eval_batches : p->eval_batches;
     r.tokens_per_step = (int64_t)r.B * r.T * r.K * r.d.world;

@@ -41,6 +41,19 @@ weights after update k.
     c_attn weight is given to it as q_proj/k_proj/v_proj leaves (and attn.c_proj as o_proj) so its
     name rules apply the paper's partition; wte/wpe join its Adam blocks (see am_run).
     `am_losses`, `step<k>.<name>` as above (c_attn.weight = cat(q, k, v)).
+  * sophia (ref_gpt2_sophia_tiny, v2135): Sophia-G, the SophiaG class of github.com/Liuhong99/Sophia
+    (sophia.py, not on PyPI; the PyPI "Sophia" packages are other people's variants) written out
+    here from its equations in the rho/bs form of the paper: p *= 1 - lr*wd; m = b1*m + (1-b1)*g;
+    p -= lr * sign(m) * min(|m| / (rho*bs*hess + 1e-15), 1); and every k steps, after the step
+    (train_sophiag.py: iter_num % k == k - 1), update_hessian: hess = b2*hess + (1-b2)*g_hat^2
+    with g_hat the gradient of the mean cross-entropy on labels sampled from the model's softmax
+    (torch.multinomial, seeded) over bs = the batch's counted tokens. lr 1e-3, betas (0.965,
+    0.99), rho 0.04, k 2 (five refreshes in 10 steps), weight decay 0.1 on 2-D tensors, 0 on 1-D.
+    The sampled labels are stored (`gnb_labels<t>`, t = 2, 4, ..., -1 where the target is
+    ignored) so the test feeds the trainer's GNB backward the same labels; the trainer's own
+    sampler is tested separately (tests/unit/test_gnb.c). `h10.<name>` = bs * hess after the last
+    refresh (the trainer's state h holds the bs-scaled estimate). The reference's trainer uses
+    the next batch for the estimate; here (one fixed batch) it is the same batch, as ours.
 """
 import argparse
 import json
@@ -283,15 +296,72 @@ def build_muon():
                                     "(muon_bf16_losses: bf16 as the reference)" % json.dumps(MUON)})
 
 
+SOPHIA = dict(lr=1e-3, betas=(0.965, 0.99), rho=0.04, k=2, wd=0.1, sample_seed=2135)
+
+
+def sophia_run(params, inputs, targets):
+    """SophiaG's equations (rho/bs form) with the GNB estimate every k steps on sampled labels."""
+    p = {k: v.detach().clone().requires_grad_(True) for k, v in params.items()}
+    m = {k: torch.zeros_like(v) for k, v in p.items()}
+    h = {k: torch.zeros_like(v) for k, v in p.items()}  # the reference's hess (EMA of g_hat^2)
+    b1, b2 = SOPHIA["betas"]
+    lr, rho, k = SOPHIA["lr"], SOPHIA["rho"], SOPHIA["k"]
+    bs = int((targets >= 0).sum().item())
+    gen = torch.Generator().manual_seed(SOPHIA["sample_seed"])
+    losses, steps, labels = [], [], {}
+    for t in range(1, STEPS + 1):
+        for v in p.values():
+            v.grad = None
+        loss = mf.loss_fn(MODEL['forward'](p, inputs), targets)
+        loss.backward()
+        losses.append(loss.item())
+        with torch.no_grad():
+            for n, v in p.items():
+                wd = SOPHIA["wd"] if v.dim() == 2 else 0.0
+                v.mul_(1 - lr * wd)
+                m[n].mul_(b1).add_(v.grad, alpha=1 - b1)
+                ratio = (m[n].abs() / (rho * bs * h[n] + 1e-15)).clamp(None, 1)
+                v.addcmul_(m[n].sign(), ratio, value=-lr)
+        steps.append({n: v.detach().clone() for n, v in p.items()})
+        if t % k == 0:  # update_hessian after this step, on labels sampled from the model
+            for v in p.values():
+                v.grad = None
+            logits = MODEL['forward'](p, inputs)
+            probs = torch.softmax(logits.detach().reshape(-1, logits.shape[-1]), dim=-1)
+            y = torch.multinomial(probs, 1, generator=gen).reshape(targets.shape).to(torch.int32)
+            y = torch.where(targets >= 0, y, torch.full_like(y, -1))
+            labels[t] = y
+            mf.loss_fn(logits, y).backward()
+            with torch.no_grad():
+                for n, v in p.items():
+                    h[n].mul_(b2).addcmul_(v.grad, v.grad, value=1 - b2)
+    return torch.tensor(losses, dtype=DT), steps, labels, {n: bs * v for n, v in h.items()}
+
+
+def build_sophia():
+    params, inputs, targets = base()
+    losses, steps, labels, h = sophia_run(params, inputs, targets)
+    print("sophia: loss %.6f, after 10 steps %.6f" % (losses[0].item(), losses[-1].item()))
+    assert losses[-1] < losses[0], "Sophia did not reduce the loss"
+    tensors = list(params.items()) + [("inputs", inputs), ("targets", targets), ("sophia_losses", losses)]
+    tensors += [("gnb_labels%d" % t, y) for t, y in sorted(labels.items())]
+    for k, st in enumerate(steps, 1):
+        tensors += [("step%d.%s" % (k, n), v) for n, v in st.items()]
+    tensors += [("h10.%s" % n, v) for n, v in h.items()]
+    write("sophia", tensors, {"sophia": "SophiaG equations (Liuhong99/Sophia sophia.py, rho/bs form) %s; GNB every k "
+                                        "steps after the step on sampled labels gnb_labels<t>; h10.* = bs * hess"
+                                        % json.dumps(SOPHIA)})
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--only", metavar="NAMES",
                     help="comma-separated model_optimizer: gpt2_muon, gpt2_schedulefree, gpt2_adam_mini, "
-                         "llama_muon, llama_adam_mini (default: all)")
+                         "llama_muon, llama_adam_mini, gpt2_sophia (default: all)")
     args = ap.parse_args()
     torch.set_num_threads(1)
     builds = {"gpt2_muon": build_muon, "gpt2_schedulefree": build_sf, "gpt2_adam_mini": build_am,
-              "llama_muon": build_muon, "llama_adam_mini": build_am}
+              "llama_muon": build_muon, "llama_adam_mini": build_am, "gpt2_sophia": build_sophia}
     global MODEL
     for name in (args.only.split(",") if args.only else list(builds)):
         MODEL = MODELS[name.split("_")[0]]

@@ -105,7 +105,7 @@ static int device_step(exec_dev *dx, const train_opts *o, double lr, int t, floa
     float *partial = gbuf + 2, h[2] = {0, 0};
     int rc = exec_dev_norm_partial(dx, dx->grads, dx->p->param_floats, partial, e);
     if (!rc) rc = exec_dev_norm_finish(dx, partial, (float)o->max_norm, gbuf, e);
-    hyp_optim_step a = {lr, t, 1.0f, 0};
+    hyp_optim_step a = {lr, t, 1.0f, 0, 0};
     if (!rc) rc = hyp_optim_find("adamw")->step_device(&dx->p->optim, dx, &a, gbuf + 1, e);
     if (!rc) rc = d->d2h(d, h, gbuf, sizeof h, NULL, e);
     if (!rc) rc = d->stream_synchronize(d, NULL, e);

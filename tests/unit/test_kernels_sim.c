@@ -950,7 +950,7 @@ static void test_lion(const char *tag, const int *sizes, int nseg) {
     for (int s = 0; s < nseg; s++) {
         hyp_optim_group grp = {"t", 1.0, seg_wd[s], 0, NULL, ""};
         hyp_optim_span sp = {pr + off, g + off, {mr + off}, sizes[s], &grp, NULL, 0};
-        hyp_optim_step a = {lr, 1, gs[0], 0};
+        hyp_optim_step a = {lr, 1, gs[0], 0, 0};
         o->step_span(&c, &sp, &a);
         off += sizes[s];
     }

@@ -116,7 +116,7 @@ static void test_v2132_adamw_steps_and_shards(const plan_t *p) {
         fill(g, FLOATS, 100u + (unsigned)t, 1.0f);
         double lr = 1e-2 / t;
         float scale = t == 2 ? 0.5f : 1.0f; /* a clipped step */
-        hyp_optim_step a = {lr, t, scale, 0};
+        hyp_optim_step a = {lr, t, scale, 0, 0};
         float *s0[2] = {st[0][0], st[0][1]};
         hyp_optim_step_range(o, p, &a, 0, FLOATS, w[0], g, s0);
         for (int k = 0; k < 3; k++) {
@@ -148,7 +148,7 @@ static void test_v2132_adamw_groups(plan_t *p) {
     memset(s, 0, sizeof s);
     p->optim.groups[1].lr_mult = 0.25;
     p->optim.groups[1].weight_decay = 0.3;
-    hyp_optim_step a = {1e-2, 1, 1.0f, 0};
+    hyp_optim_step a = {1e-2, 1, 1.0f, 0, 0};
     float *s0[2] = {s[0][0], s[0][1]};
     hyp_optim_step_range(o, p, &a, 0, FLOATS, w[0], g, s0);
     p->optim.groups[1].lr_mult = 1.0;
@@ -245,7 +245,7 @@ static void test_v2134_lion_steps_and_shards(const plan_t *p) {
         fill(g, FLOATS, 200u + (unsigned)t, 1.0f);
         double lr = 1e-3 / t;
         float scale = t == 2 ? 0.5f : 1.0f;
-        hyp_optim_step a = {lr, t, scale, 0};
+        hyp_optim_step a = {lr, t, scale, 0, 0};
         float *s0[1] = {st[0]};
         hyp_optim_step_range(o, p, &a, 0, FLOATS, w[0], g, s0);
         for (int k = 0; k < 3; k++) {

@@ -10,6 +10,10 @@
  *   logits, loss       max |a-b| <= 2e-5 * max(1, max|ref|)   — a few ulps through 2 layers
  *   gradients          max |a-b| <= 1e-4 * max|ref| + 1e-7     — per tensor; sums of N*C products
  *   AdamW losses       |a-b| <= 1e-4 * |ref|                    — 10 steps amplify rounding a little
+ *   Sophia-G (v2135, SophiaG's equations, 10 steps, GNB every 2 on the reference's sampled labels):
+ *                      losses <= 1e-5 * max|ref| (observed 2.4e-7); every weight after every step
+ *                      <= 5e-5 (observed 1.8e-5, see SOPHIA_WTOL); h after the 5th refresh <= 1e-4
+ *                      * max|ref| (observed 7.1e-8 of 0.039)
  *   Lion (v2134, lion-pytorch, 10 steps): losses |a-b| <= 1e-5 * max|ref| (observed 4.8e-7);
  *                      final weights |a-b| <= 1e-5 (observed 4.8e-7) except the key part of the
  *                      c_attn biases, whose true gradient is 0: <= 10 x 2 x lr (see run_lion)
@@ -36,6 +40,12 @@
 #define SF_WTOL 1e-5   /* v2137: y after every step and x after the last, absolute */
 #define AM_LTOL 1e-5   /* v2136: losses, relative to max|ref| */
 #define AM_WTOL 1e-5   /* v2136: every weight after every step, absolute */
+#define SOPHIA_LTOL 1e-5 /* v2135: losses, relative to max|ref| */
+#define SOPHIA_WTOL 5e-5 /* v2135: every weight after every step, absolute: 5% of one step (lr 1e-3). An
+                          * unclipped coordinate moves lr * |m| / (rho * h), a quotient of two fp32
+                          * estimates (m sums gradients, h squares them) whose small entries carry
+                          * relative rounding of ~1e-3 against the float64 reference (observed 1.8e-5) */
+#define SOPHIA_HTOL 1e-4 /* v2135: h after the 5th GNB refresh, relative to max|ref| (squares of gradients) */
 
 static const hyp_st_tensor *need(hyp_st_file *f, const char *name) {
     const hyp_st_tensor *t = hyp_st_find(f, name);
@@ -335,6 +345,8 @@ static double run_steps(const char *model, const char *id, const char *sel, cons
     float losses[10];
     int worst_step = 0;
     const char *worst_name = "";
+    char fname_l[32];
+    int n_hess = 0;
     double worst_kb = 0;
     long n_kb = 0; /* key-bias coordinates seen (GPT-2's c_attn bias; none in a model without biases) */
     worst = 0;
@@ -346,6 +358,22 @@ static double run_steps(const char *model, const char *id, const char *sel, cons
         if (op_cpu_check(&e)) {
             check(0, tag, "%s", e.msg);
             goto out;
+        }
+        /* v2135 Sophia-G: after a step t with t % k == 0, the GNB refresh on the reference's
+         * sampled labels (gnb_labels<t>): the trainer's backward on them, then hess_span */
+        snprintf(fname_l, sizeof fname_l, "gnb_labels%d", s);
+        if (o->hess_span && o->hess_every && s % o->hess_every(&plan.optim) == 0) {
+            const hyp_st_tensor *yl = need(f, fname_l);
+            if (!yl) goto out;
+            memcpy(x.targets, yl->data, 16 * sizeof(int32_t));
+            int64_t ny = exec_count_targets(&x);
+            memset(x.grads, 0, sizeof(float) * plan.param_floats);
+            exec_forward(&x);
+            exec_backward(&x, 1.0f / (float)ny);
+            hyp_optim_step ha = {0, s, 1.0f, 0, (double)ny};
+            train_hess_own(&x, o, &ha);
+            memcpy(x.targets, tg->data, 16 * sizeof(int32_t));
+            n_hess++;
         }
         for (int i = 0; weights && i < plan.n_params_t; i++) {
             char fname[300];
@@ -391,6 +419,24 @@ static double run_steps(const char *model, const char *id, const char *sel, cons
         float lx = exec_eval_loss(&x);
         snprintf(name, sizeof name, "reference_%s_%s_loss_at_x", id, tag);
         if (el) compare(name, &lx, 1, 1, 1, (const float *)el->data, ltol, 0);
+    }
+    if (o->hess_span) { /* the Hessian estimate after the last refresh: h10.<name> = bs * hess */
+        double wh = 0, hmax = 0;
+        for (int i = 0; i < plan.n_params_t; i++) {
+            char fname[300];
+            snprintf(fname, sizeof fname, "h10.%s", plan.params[i].name);
+            const hyp_st_tensor *t = need(f, fname);
+            if (!t) continue;
+            const float *ref = (const float *)t->data, *a = x.state[1] + plan_state_off(&plan.optim, 1, i, &plan.params[i]);
+            for (int64_t j = 0; j < plan.params[i].numel; j++) {
+                double d = fabs((double)a[j] - ref[j]);
+                wh = d > wh || d != d ? (d != d ? INFINITY : d) : wh;
+                hmax = fabs(ref[j]) > hmax ? fabs(ref[j]) : hmax;
+            }
+        }
+        snprintf(name, sizeof name, "reference_%s_%s_gnb_hessian_after_%d_refreshes", id, tag, n_hess);
+        check(n_hess == 5 && wh <= SOPHIA_HTOL * hmax, name, "max |ours - ref| %.3g, max|ref| %.3g (tolerance %.3g relative)", wh, hmax,
+              SOPHIA_HTOL);
     }
     snprintf(name, sizeof name, "reference_%s_%s_10_steps_losses", id, tag);
     compare(name, losses, 1, 10, 10, (const float *)ll->data, ltol, 0);
@@ -444,6 +490,11 @@ int main(void) {
     run_steps("ref-gpt2", "v2136", "adam-mini,adamw --set v2132.weight_decay=0.1 --set v2136.beta1=0.9 --set v2136.beta2=0.95 "
               "--set v2132.eps=1e-8", "ref_gpt2_adam_mini_tiny.safetensors", "adam_mini", "am_losses", 1e-3, AM_LTOL,
               AM_WTOL, 1e-3, 1);
+    /* v2135 Sophia-G against SophiaG's equations (Liuhong99/Sophia, rho/bs form): hessian_interval
+     * 2, the GNB backward on the reference's sampled labels; every weight, the losses, and h */
+    run_steps("ref-gpt2", "v2135", "sophia --set v2135.beta1=0.965 --set v2135.beta2=0.99 --set v2135.rho=0.04 "
+              "--set v2135.hessian_interval=2 --set v2135.weight_decay=0.1", "ref_gpt2_sophia_tiny.safetensors", "sophia",
+              "sophia_losses", 1e-3, SOPHIA_LTOL, SOPHIA_WTOL, 1e-3, 1);
     /* the Llama fixture (GQA 4:2, untied head, SwiGLU, QK-norm): Muon on q/k/v/o/gate/up/down,
      * AdamW on the embeddings and head; Adam-mini's per-head q_proj/k_proj blocks */
     run_steps("ref-llama", "v2138", "muon,adamw --set v2132.weight_decay=0.1 --set v2132.beta1=0.9 --set v2132.beta2=0.95 "

@@ -1,0 +1,92 @@
+/* optim_sophia.c — Sophia-G (Liu et al. 2023, "Sophia: A Scalable Stochastic Second-order
+ * Optimizer for Language Model Pre-training"; the SophiaG class of github.com/Liuhong99/Sophia in
+ * its rho/bs form) as an optimizer of optim.h: states m (the gradient EMA) and h (the EMA of the
+ * Gauss-Newton-Bartlett diagonal Hessian estimate), fp32, elementwise, so any contiguous range
+ * updates alone and ZeRO shards both by floats. Per element, g the gradient times the clip factor:
+ *     p *= 1 - lr*wd                                   (decoupled decay first, as SophiaG)
+ *     m  = beta1*m + (1-beta1)*g                       (no bias correction, as SophiaG)
+ *     p -= lr * sign(m) * min(|m| / (rho*h + 1e-15), 1)
+ * and every hessian_interval steps (hess_span, after that step's update), with g_hat the mean
+ * gradient of the loss on labels sampled from the model's softmax over B tokens (train/gnb.c):
+ *     h  = beta2*h + (1-beta2) * B * g_hat^2
+ * h holds the paper's h (B * g_hat^2 averaged); the reference keeps the EMA of g_hat^2 and
+ * multiplies by bs in the step (rho*bs*hess): the same number when bs is the estimate's B.
+ * Never: scheduling, clipping, ZeRO or the sampled-label pass (the callers do those). */
+#include <math.h>
+#include <string.h>
+
+#include "optim.h"
+
+static const char *const HYPER[] = {"beta1", "beta2", "rho", "hess_every"};
+
+static int check(const hyp_optim_cfg *c, hyp_err *e) {
+    for (size_t i = 0; i < sizeof HYPER / sizeof *HYPER; i++) {
+        int found = 0;
+        for (int j = 0; j < c->n_hyper; j++)
+            if (!strcmp(c->hyper_name[j], HYPER[i])) found = 1;
+        if (!found) return hyp_fail(e, HYP_EINPUT, "plan: Sophia needs optimizer.hyper.%s — regenerate the trainer with gen", HYPER[i]);
+    }
+    for (int j = 0; j < c->n_hyper; j++) {
+        const char *n = c->hyper_name[j];
+        double v = c->hyper[j];
+        int known = 0;
+        for (size_t i = 0; i < sizeof HYPER / sizeof *HYPER; i++) known |= !strcmp(n, HYPER[i]);
+        if (!known)
+            return hyp_fail(e, HYP_EINPUT, "plan: optimizer.hyper.%s: Sophia takes no such hyper-parameter (beta1, beta2, rho, hess_every) — regenerate the trainer with gen", n);
+        if ((!strcmp(n, "beta1") || !strcmp(n, "beta2")) && !(v >= 0 && v < 1))
+            return hyp_fail(e, HYP_EINPUT, "plan: optimizer.hyper.%s = %g is outside [0, 1) — regenerate the trainer with a valid value", n, v);
+        if (!strcmp(n, "rho") && !(v > 0))
+            return hyp_fail(e, HYP_EINPUT, "plan: optimizer.hyper.rho = %g must be > 0 — regenerate the trainer with a valid value", v);
+        if (!strcmp(n, "hess_every") && !(v >= 1 && v <= 1e6 && v == floor(v)))
+            return hyp_fail(e, HYP_EINPUT, "plan: optimizer.hyper.hess_every = %g must be a whole number >= 1 — regenerate the trainer with a valid value", v);
+    }
+    for (int g = 0; g < c->n_groups; g++)
+        if (!(c->groups[g].weight_decay >= 0))
+            return hyp_fail(e, HYP_EINPUT, "plan: optimizer group '%s': weight_decay %g is negative — regenerate the trainer with a valid value",
+                            c->groups[g].name, c->groups[g].weight_decay);
+    return HYP_OK;
+}
+
+/* Explicit fmaf's: the same rounding whatever -ffp-contract does. */
+static void step_span(const hyp_optim_cfg *c, const hyp_optim_span *s, const hyp_optim_step *a) {
+    const float lr = (float)(a->lr * s->group->lr_mult), decay = fmaf(-lr, (float)s->group->weight_decay, 1.0f);
+    const float beta1 = (float)hyp_optim_hyper(c, "beta1"), rho = (float)hyp_optim_hyper(c, "rho");
+    const float gs = a->grad_scale;
+    float *p = s->param, *m = s->state[0];
+    const float *h = s->state[1], *g = s->grad;
+#pragma omp parallel for schedule(static) if (s->n >= 32768)
+    for (int64_t i = 0; i < s->n; i++) {
+        float gi = g[i] * gs;
+        float mi = fmaf(beta1, m[i], (1.0f - beta1) * gi);
+        float ratio = fabsf(mi) / fmaf(rho, h[i], 1e-15f);
+        if (ratio > 1.0f) ratio = 1.0f;
+        float u = (float)((mi > 0.0f) - (mi < 0.0f)); /* sign, 0 at 0 as torch.sign */
+        p[i] = fmaf(p[i], decay, -(lr * (u * ratio)));
+        m[i] = mi;
+    }
+}
+
+/* The GNB refresh: s->grad holds the mean gradient of the sampled-label loss over a->tokens. */
+static void hess_span(const hyp_optim_cfg *c, const hyp_optim_span *s, const hyp_optim_step *a) {
+    const float beta2 = (float)hyp_optim_hyper(c, "beta2"), B = (float)a->tokens;
+    float *h = s->state[1];
+    const float *g = s->grad;
+#pragma omp parallel for schedule(static) if (s->n >= 32768)
+    for (int64_t i = 0; i < s->n; i++) h[i] = fmaf(beta2, h[i], (1.0f - beta2) * (B * (g[i] * g[i])));
+}
+
+static int hess_every(const hyp_optim_cfg *c) { return (int)hyp_optim_hyper(c, "hess_every"); }
+
+const hyp_optim_i hyp_optim_sophia = {
+    .kind = "sophia",
+    .n_state = 2,
+    .state_name = {"m", "h"},
+    .state_dtype = {HYP_DT_F32, HYP_DT_F32},
+    /* SophiaG's state names: exp_avg, hessian (ours holds B times the reference's, see above) */
+    .ckpt_suffix = {".exp_avg", ".hessian"},
+    .shard_matrix = 0,
+    .check = check,
+    .step_span = step_span,
+    .hess_every = hess_every,
+    .hess_span = hess_span,
+};
