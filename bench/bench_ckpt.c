@@ -95,7 +95,9 @@ int main(int argc, char **argv) {
         size_t off = 0;
         for (int i = 0; i < n; i++) {
             if (s) {
-                snprintf(names[s][i], 96, "%.80s.%s", names[0][i], s == 1 ? "exp_avg" : "exp_avg_sq");
+                char nm[96]; /* names[s] and names[0] are rows of one array: format apart, then copy */
+                snprintf(nm, sizeof nm, "%.80s.%s", names[0][i], s == 1 ? "exp_avg" : "exp_avg_sq");
+                memcpy(names[s][i], nm, sizeof nm);
                 t[s][i] = t[0][i];
                 t[s][i].name = names[s][i];
             }

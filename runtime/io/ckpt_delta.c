@@ -166,8 +166,8 @@ int hyp_ckpt_delta_make(const char *dir, const char *step, const char *base, int
         free(txt);
     }
     for (int f = 0; f < 2; f++) {
-        snprintf(p, sizeof p, "%s/%s%s", sd, DELTA_FILES[f], rc ? ".zdelta" : "");
-        if (done[f]) (void)unlink(p); /* success: the full file goes; failure: the stray delta */
+        int n = snprintf(p, sizeof p, "%s/%s%s", sd, DELTA_FILES[f], rc ? ".zdelta" : "");
+        if (n > 0 && (size_t)n < sizeof p && done[f]) (void)unlink(p); /* success: the full file goes; failure: the stray delta */
     }
     if (!rc) (void)hyp_fs_fsync_dir(sd);
     cJSON_Delete(delta);

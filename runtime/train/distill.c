@@ -137,7 +137,7 @@ int distill_open(distill **out, const char *plan_path, exec_t *x, const char *ba
         distill_close(d, NULL);
         return rc;
     }
-    snprintf(d->desc, sizeof d->desc, "distillation (v2149): teacher %s (%s, %.3g M params), temperature %g, alpha %g",
+    snprintf(d->desc, sizeof d->desc, "distillation (v2149): teacher %.900s (%s, %.3g M params), temperature %g, alpha %g",
              what, d->tp.model_name, d->tp.param_floats / 1e6, T, alpha);
     x->loss_fused = loss_fused, x->loss_ctx = d;
     *out = d;
