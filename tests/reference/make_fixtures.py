@@ -303,18 +303,20 @@ def gpt2_forward(p, inputs, cfg=GPT2):
         if cfg.get("qk_norm"):  # v2142 variant: per-head RMSNorm of q and k (after the bias)
             q, k = rmsnorm(q, p[pre + "attn.q_norm.weight"]), rmsnorm(k, p[pre + "attn.k_norm.weight"])
         y = causal_attention(q, k, v).transpose(1, 2).reshape(B, T, C)
-        a = y @ p[pre + "attn.c_proj.weight"].T + p[pre + "attn.c_proj.bias"]
-        if placement == "sandwich":
-            a = norm(a, pre + "ln_attn_out")
-        x = x + a
+        if placement == "pre":  # the original expression (same rounding as the committed fixtures)
+            x = x + y @ p[pre + "attn.c_proj.weight"].T + p[pre + "attn.c_proj.bias"]
+        else:
+            a = y @ p[pre + "attn.c_proj.weight"].T + p[pre + "attn.c_proj.bias"]
+            x = x + (norm(a, pre + "ln_attn_out") if placement == "sandwich" else a)
         if placement == "post":
             x = norm(x, pre + "ln_1")
         h = x if placement == "post" else norm(x, pre + "ln_2")
         h = gelu_tanh(h @ p[pre + "mlp.c_fc.weight"].T + p[pre + "mlp.c_fc.bias"])
-        f = h @ p[pre + "mlp.c_proj.weight"].T + p[pre + "mlp.c_proj.bias"]
-        if placement == "sandwich":
-            f = norm(f, pre + "ln_mlp_out")
-        x = x + f
+        if placement == "pre":
+            x = x + h @ p[pre + "mlp.c_proj.weight"].T + p[pre + "mlp.c_proj.bias"]
+        else:
+            f = h @ p[pre + "mlp.c_proj.weight"].T + p[pre + "mlp.c_proj.bias"]
+            x = x + (norm(f, pre + "ln_mlp_out") if placement == "sandwich" else f)
         if placement == "post":
             x = norm(x, pre + "ln_2")
     x = norm(x, "transformer.ln_f")
