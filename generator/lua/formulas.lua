@@ -28,7 +28,7 @@ function F.param_count(m)
   local C, L = d.C, d.L
   local per_layer = d.qkv * C + C * d.NH * d.hd + d.fc * C + C * d.H
   local norms = (m.norm == "layernorm" and (d.bias and 2 or 1) or 1) * C
-  per_layer = per_layer + 2 * norms
+  per_layer = per_layer + (m.norm_placement == "sandwich" and 4 or 2) * norms
   if d.bias then per_layer = per_layer + d.qkv + C + d.fc + C end
   if m.qk_norm then per_layer = per_layer + 2 * d.hd end
   local n = L * per_layer + d.V * C + norms
@@ -167,7 +167,7 @@ end
 function F.layer_params(m)
   local d = F.dims(m)
   local n = d.qkv * d.C + d.C * d.NH * d.hd + d.fc * d.C + d.C * d.H
-  n = n + 2 * (m.norm == "layernorm" and (d.bias and 2 or 1) or 1) * d.C
+  n = n + (m.norm_placement == "sandwich" and 4 or 2) * (m.norm == "layernorm" and (d.bias and 2 or 1) or 1) * d.C
   if d.bias then n = n + d.qkv + d.C + d.fc + d.C end
   if m.qk_norm then n = n + 2 * d.hd end
   return n

@@ -63,6 +63,15 @@ local function tensor_params(m, d)
     local pre = gpt and ("transformer.h." .. l .. ".") or ("model.layers." .. l .. ".")
     local ln1 = gpt and "ln_1" or "input_layernorm"
     local ln2 = gpt and "ln_2" or "post_attention_layernorm"
+    local sandwich = m.norm_placement == "sandwich"
+    -- sandwich: a second norm on each sublayer's output (Gemma-2 names for Llama-style models,
+    -- where post_attention_layernorm is the attention output's norm and the MLP's pre-norm is
+    -- pre_feedforward_layernorm)
+    if sandwich and not gpt then ln2 = "pre_feedforward_layernorm" end
+    local function sandwich_norm(key, nm)
+      n[key .. "w"] = pre .. nm .. ".weight"; p(n[key .. "w"], { d.C }, ones, false)
+      if m.norm == "layernorm" and d.bias then n[key .. "b"] = pre .. nm .. ".bias"; p(n[key .. "b"], { d.C }, zeros, false) end
+    end
     n.ln1w = pre .. ln1 .. ".weight"; p(n.ln1w, { d.C }, ones, false)
     if m.norm == "layernorm" and d.bias then n.ln1b = pre .. ln1 .. ".bias"; p(n.ln1b, { d.C }, zeros, false) end
     if gpt then
@@ -84,6 +93,7 @@ local function tensor_params(m, d)
     end
     n.ow = pre .. (gpt and "attn.c_proj.weight" or "self_attn.o_proj.weight"); p(n.ow, { d.C, d.NH * d.hd }, small, true)
     if d.bias then n.ob = pre .. (gpt and "attn.c_proj.bias" or "self_attn.o_proj.bias"); p(n.ob, { d.C }, zeros, false) end
+    if sandwich then sandwich_norm("lnao", gpt and "ln_attn_out" or "post_attention_layernorm") end
     n.ln2w = pre .. ln2 .. ".weight"; p(n.ln2w, { d.C }, ones, false)
     if m.norm == "layernorm" and d.bias then n.ln2b = pre .. ln2 .. ".bias"; p(n.ln2b, { d.C }, zeros, false) end
     if m.activation == "swiglu" then
@@ -97,6 +107,7 @@ local function tensor_params(m, d)
     if d.bias then n.fcb = pre .. (gpt and "mlp.c_fc.bias" or "mlp.up_proj.bias"); p(n.fcb, { d.fc }, zeros, false) end
     n.pw = pre .. (gpt and "mlp.c_proj.weight" or "mlp.down_proj.weight"); p(n.pw, { d.C, d.H }, small, true)
     if d.bias then n.pb = pre .. (gpt and "mlp.c_proj.bias" or "mlp.down_proj.bias"); p(n.pb, { d.C }, zeros, false) end
+    if sandwich then sandwich_norm("lnmo", gpt and "ln_mlp_out" or "post_feedforward_layernorm") end
     layer[l] = n
   end
   names.lnfw = gpt and "transformer.ln_f.weight" or "model.norm.weight"
@@ -211,13 +222,21 @@ local function build_graph(g, m, d, names, layer, attention)
       return { rstd = rstd }
     end
   end
+  -- norm placement (m.norm_placement): pre (default) x + f(norm(x)); post norm(x + f(x));
+  -- sandwich x + norm_out(f(norm(x))). The final norm before the head is there in all three.
+  local placement = m.norm_placement or "pre"
+  local post, sandwich = placement == "post", placement == "sandwich"
   for l = 0, d.L - 1 do
     local n, s = layer[l], {}
     local t = "l" .. l
     g.layer = l
     s.x = x
-    s.ln1 = act(t .. ".ln1", { "N", d.C })
-    s.ln1s = norm_fwd(F_, s.ln1, x, n.ln1w, n.ln1b, t .. ".ln1")
+    if post then
+      s.ln1 = x
+    else
+      s.ln1 = act(t .. ".ln1", { "N", d.C })
+      s.ln1s = norm_fwd(F_, s.ln1, x, n.ln1w, n.ln1b, t .. ".ln1")
+    end
     s.qkv = act(t .. ".qkv", { "N", d.qkv })
     g.op(F_, "matmul_fwd", { s.ln1, n.qkvw, n.qkvb or "" }, { s.qkv }, { N = "N", IC = d.C, OC = d.qkv })
     local q = s.qkv
@@ -243,10 +262,24 @@ local function build_graph(g, m, d, names, layer, attention)
     end
     s.attp = act(t .. ".attproj", { "N", d.C })
     g.op(F_, "matmul_fwd", { s.atty, n.ow, n.ob or "" }, { s.attp }, { N = "N", IC = d.NH * d.hd, OC = d.C })
-    s.xm = act(t .. ".xmid", { "N", d.C })
-    g.op(F_, "add_fwd", { x, s.attp }, { s.xm }, { n = "N", C = d.C })
-    s.ln2 = act(t .. ".ln2", { "N", d.C })
-    s.ln2s = norm_fwd(F_, s.ln2, s.xm, n.ln2w, n.ln2b, t .. ".ln2")
+    local attout = s.attp
+    if sandwich then
+      s.attn_o = act(t .. ".attproj_norm", { "N", d.C })
+      s.attn_os = norm_fwd(F_, s.attn_o, s.attp, n.lnaow, n.lnaob, t .. ".attproj_norm")
+      attout = s.attn_o
+    end
+    if post then
+      s.h1 = act(t .. ".xres1", { "N", d.C })
+      g.op(F_, "add_fwd", { x, attout }, { s.h1 }, { n = "N", C = d.C })
+      s.xm = act(t .. ".xmid", { "N", d.C })
+      s.ln1s = norm_fwd(F_, s.xm, s.h1, n.ln1w, n.ln1b, t .. ".ln1")
+      s.ln2 = s.xm
+    else
+      s.xm = act(t .. ".xmid", { "N", d.C })
+      g.op(F_, "add_fwd", { x, attout }, { s.xm }, { n = "N", C = d.C })
+      s.ln2 = act(t .. ".ln2", { "N", d.C })
+      s.ln2s = norm_fwd(F_, s.ln2, s.xm, n.ln2w, n.ln2b, t .. ".ln2")
+    end
     s.fch = act(t .. ".fch", { "N", d.fc })
     g.op(F_, "matmul_fwd", { s.ln2, n.fcw, n.fcb or "" }, { s.fch }, { N = "N", IC = d.C, OC = d.fc })
     s.fca = act(t .. ".fch_act", { "N", d.H })
@@ -257,8 +290,20 @@ local function build_graph(g, m, d, names, layer, attention)
     end
     s.fcp = act(t .. ".fcproj", { "N", d.C })
     g.op(F_, "matmul_fwd", { s.fca, n.pw, n.pb or "" }, { s.fcp }, { N = "N", IC = d.H, OC = d.C })
+    local mlpout = s.fcp
+    if sandwich then
+      s.mlp_o = act(t .. ".fcproj_norm", { "N", d.C })
+      s.mlp_os = norm_fwd(F_, s.mlp_o, s.fcp, n.lnmow, n.lnmob, t .. ".fcproj_norm")
+      mlpout = s.mlp_o
+    end
     local xn = act("x" .. (l + 1), { "N", d.C })
-    g.op(F_, "add_fwd", { s.xm, s.fcp }, { xn }, { n = "N", C = d.C })
+    if post then
+      s.h2 = act(t .. ".xres2", { "N", d.C })
+      g.op(F_, "add_fwd", { s.xm, mlpout }, { s.h2 }, { n = "N", C = d.C })
+      s.ln2s = norm_fwd(F_, xn, s.h2, n.ln2w, n.ln2b, t .. ".ln2")
+    else
+      g.op(F_, "add_fwd", { s.xm, mlpout }, { xn }, { n = "N", C = d.C })
+    end
     saved[l] = s
     x = xn
   end
@@ -290,8 +335,19 @@ local function build_graph(g, m, d, names, layer, attention)
   for l = d.L - 1, 0, -1 do
     local n, s = layer[l], saved[l]
     g.layer = l
+    -- dx: the gradient of this block's output
+    local dh2 = dx
+    if post then
+      dh2 = dact(s.h2)
+      norm_bwd(dh2, n.ln2w, n.ln2b, dx, s.h2, s.ln2s)
+    end
+    local dmlp = dh2
+    if sandwich then
+      dmlp = dact(s.fcp)
+      norm_bwd(dmlp, n.lnmow, n.lnmob, dh2, s.fcp, s.mlp_os)
+    end
     local dfca = dact(s.fca)
-    g.op(B_, "matmul_bwd", { dx, s.fca, n.pw }, { dfca, G(n.pw), G(n.pb) or "" }, { N = "N", IC = d.H, OC = d.C })
+    g.op(B_, "matmul_bwd", { dmlp, s.fca, n.pw }, { dfca, G(n.pw), G(n.pb) or "" }, { N = "N", IC = d.H, OC = d.C })
     local dfch = dact(s.fch)
     if m.activation == "swiglu" then
       g.op(B_, "swiglu_bwd", { dfca, s.fch }, { dfch }, { N = "N", H = d.H })
@@ -300,11 +356,24 @@ local function build_graph(g, m, d, names, layer, attention)
     end
     local dln2 = dact(s.ln2)
     g.op(B_, "matmul_bwd", { dfch, s.ln2, n.fcw }, { dln2, G(n.fcw), G(n.fcb) or "" }, { N = "N", IC = d.C, OC = d.fc })
-    local dxm = dact(s.xm)
-    norm_bwd(dxm, n.ln2w, n.ln2b, dln2, s.xm, s.ln2s)
-    g.op(B_, "accumulate", { dx }, { dxm }, { n = "N", C = d.C })
+    local dxm = dln2
+    if not post then
+      dxm = dact(s.xm)
+      norm_bwd(dxm, n.ln2w, n.ln2b, dln2, s.xm, s.ln2s)
+    end
+    g.op(B_, "accumulate", { dh2 }, { dxm }, { n = "N", C = d.C })
+    local dh1 = dxm
+    if post then
+      dh1 = dact(s.h1)
+      norm_bwd(dh1, n.ln1w, n.ln1b, dxm, s.h1, s.ln1s)
+    end
+    local dattn = dh1
+    if sandwich then
+      dattn = dact(s.attp)
+      norm_bwd(dattn, n.lnaow, n.lnaob, dh1, s.attp, s.attn_os)
+    end
     local datty = dact(s.atty)
-    g.op(B_, "matmul_bwd", { dxm, s.atty, n.ow }, { datty, G(n.ow), G(n.ob) or "" }, { N = "N", IC = d.NH * d.hd, OC = d.C })
+    g.op(B_, "matmul_bwd", { dattn, s.atty, n.ow }, { datty, G(n.ow), G(n.ob) or "" }, { N = "N", IC = d.NH * d.hd, OC = d.C })
     local dq = dact(s.qin)
     if flash then
       local dsc = g.buf("scratch:" .. s.lse, "act", g.by_name[s.lse].shape)
@@ -326,9 +395,12 @@ local function build_graph(g, m, d, names, layer, attention)
     end
     local dln1 = dact(s.ln1)
     g.op(B_, "matmul_bwd", { dq, s.ln1, n.qkvw }, { dln1, G(n.qkvw), G(n.qkvb) or "" }, { N = "N", IC = d.C, OC = d.qkv })
-    local dxl = dact(s.x)
-    norm_bwd(dxl, n.ln1w, n.ln1b, dln1, s.x, s.ln1s)
-    g.op(B_, "accumulate", { dxm }, { dxl }, { n = "N", C = d.C })
+    local dxl = dln1
+    if not post then
+      dxl = dact(s.x)
+      norm_bwd(dxl, n.ln1w, n.ln1b, dln1, s.x, s.ln1s)
+    end
+    g.op(B_, "accumulate", { dh1 }, { dxl }, { n = "N", C = d.C })
     dx = dxl
   end
   g.layer = nil

@@ -2,7 +2,8 @@
 """make_fixtures.py — independent PyTorch reference for Hyperion's whole-model tests.
 
 Writes tests/fixtures/ref_gpt2_tiny.safetensors and tests/fixtures/ref_llama_tiny.safetensors
-(and the GPT-2 variants ref_gpt2_qknorm_tiny / ref_gpt2_rmsnorm_tiny, see GPT2_QKNORM below):
+(and the GPT-2 variants ref_gpt2_qknorm_tiny / ref_gpt2_rmsnorm_tiny / ref_gpt2_postln_tiny /
+ref_gpt2_sandwich_tiny, see GPT2_QKNORM below):
 fixed seeded weights, one fixed batch, the logits, the loss, the gradient of every parameter, and
 the losses / global gradient norms of 10 AdamW steps on that batch. CI never runs this script;
 the fixtures it wrote are committed. Re-run:
@@ -260,6 +261,10 @@ def gpt2_params(g, cfg=GPT2):
             p[pre + "attn.k_norm.weight"] = norm_w(hd)
         p[pre + "attn.c_proj.weight"] = w(C, C)
         p[pre + "attn.c_proj.bias"] = bias(C)
+        if cfg.get("placement") == "sandwich":  # v2140: the attention output's norm
+            p[pre + "ln_attn_out.weight"] = norm_w(C)
+            if ln:
+                p[pre + "ln_attn_out.bias"] = bias(C)
         p[pre + "ln_2.weight"] = norm_w(C)
         if ln:
             p[pre + "ln_2.bias"] = bias(C)
@@ -267,6 +272,10 @@ def gpt2_params(g, cfg=GPT2):
         p[pre + "mlp.c_fc.bias"] = bias(4 * C)
         p[pre + "mlp.c_proj.weight"] = w(C, 4 * C)
         p[pre + "mlp.c_proj.bias"] = bias(C)
+        if cfg.get("placement") == "sandwich":  # v2140: the MLP output's norm
+            p[pre + "ln_mlp_out.weight"] = norm_w(C)
+            if ln:
+                p[pre + "ln_mlp_out.bias"] = bias(C)
     p["transformer.ln_f.weight"] = norm_w(C)
     if ln:
         p["transformer.ln_f.bias"] = bias(C)
@@ -284,19 +293,32 @@ def gpt2_forward(p, inputs, cfg=GPT2):
         return layernorm(x, p[name + ".weight"], p[name + ".bias"])
 
     x = p["transformer.wte.weight"][inputs.long()] + p["transformer.wpe.weight"][:T]
+    placement = cfg.get("placement", "pre")  # v2140: pre x+f(n(x)), post n(x+f(x)), sandwich x+n'(f(n(x)))
     for i in range(L):
         pre = "transformer.h.%d." % i
-        h = norm(x, pre + "ln_1")
+        h = x if placement == "post" else norm(x, pre + "ln_1")
         qkv = h @ p[pre + "attn.c_attn.weight"].T + p[pre + "attn.c_attn.bias"]
         q, k, v = qkv.split(C, dim=-1)
         q, k, v = (t.view(B, T, NH, hd).transpose(1, 2) for t in (q, k, v))
         if cfg.get("qk_norm"):  # v2142 variant: per-head RMSNorm of q and k (after the bias)
             q, k = rmsnorm(q, p[pre + "attn.q_norm.weight"]), rmsnorm(k, p[pre + "attn.k_norm.weight"])
         y = causal_attention(q, k, v).transpose(1, 2).reshape(B, T, C)
-        x = x + y @ p[pre + "attn.c_proj.weight"].T + p[pre + "attn.c_proj.bias"]
-        h = norm(x, pre + "ln_2")
+        if placement == "pre":  # the original expression (same rounding as the committed fixtures)
+            x = x + y @ p[pre + "attn.c_proj.weight"].T + p[pre + "attn.c_proj.bias"]
+        else:
+            a = y @ p[pre + "attn.c_proj.weight"].T + p[pre + "attn.c_proj.bias"]
+            x = x + (norm(a, pre + "ln_attn_out") if placement == "sandwich" else a)
+        if placement == "post":
+            x = norm(x, pre + "ln_1")
+        h = x if placement == "post" else norm(x, pre + "ln_2")
         h = gelu_tanh(h @ p[pre + "mlp.c_fc.weight"].T + p[pre + "mlp.c_fc.bias"])
-        x = x + h @ p[pre + "mlp.c_proj.weight"].T + p[pre + "mlp.c_proj.bias"]
+        if placement == "pre":
+            x = x + h @ p[pre + "mlp.c_proj.weight"].T + p[pre + "mlp.c_proj.bias"]
+        else:
+            f = h @ p[pre + "mlp.c_proj.weight"].T + p[pre + "mlp.c_proj.bias"]
+            x = x + (norm(f, pre + "ln_mlp_out") if placement == "sandwich" else f)
+        if placement == "post":
+            x = norm(x, pre + "ln_2")
     x = norm(x, "transformer.ln_f")
     return x @ p["transformer.wte.weight"].T
 
@@ -307,6 +329,12 @@ def gpt2_forward(p, inputs, cfg=GPT2):
 #   gpt2_rmsnorm_tiny (v2141): ln_1/ln_2/ln_f are RMSNorm (eps 1e-5), weight only, no norm bias
 GPT2_QKNORM = dict(GPT2, qk_norm=True)
 GPT2_RMSNORM = dict(GPT2, norm="rmsnorm")
+#   gpt2_postln_tiny  (v2140 post): x = LN(x + f(x)) with ln_1 after the attention residual and
+#                     ln_2 after the MLP residual; ln_f kept before the head
+#   gpt2_sandwich_tiny (v2140 sandwich): x = x + LN_out(f(LN(x))), extra
+#                     "transformer.h.N.ln_attn_out" / "ln_mlp_out" .weight/.bias per layer
+GPT2_POSTLN = dict(GPT2, placement="post")
+GPT2_SANDWICH = dict(GPT2, placement="sandwich")
 
 
 def variant(cfg):
@@ -619,6 +647,9 @@ def main():
                                           seed=2142),
         "gpt2_rmsnorm_tiny": lambda: build("gpt2_rmsnorm_tiny", *variant(GPT2_RMSNORM),
                                            GPT2_RMSNORM, seed=2141),
+        "gpt2_postln_tiny": lambda: build("gpt2_postln_tiny", *variant(GPT2_POSTLN), GPT2_POSTLN, seed=2140),
+        "gpt2_sandwich_tiny": lambda: build("gpt2_sandwich_tiny", *variant(GPT2_SANDWICH), GPT2_SANDWICH,
+                                            seed=21400),
         "gpt2_lion_tiny": lambda: build_lion("gpt2_lion_tiny", gpt2_params, gpt2_forward, GPT2, seed=1234),
     }
     only = args.only.split(",") if args.only else list(builds)

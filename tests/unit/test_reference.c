@@ -468,6 +468,11 @@ int main(void) {
      * by v2142 and RMSNorm'd by v2141, each against its own PyTorch fixture */
     run_model("ref-gpt2", "ref_gpt2_qknorm_tiny.safetensors", ",qk-norm", "_v2142_qk_norm");
     run_model("ref-gpt2", "ref_gpt2_rmsnorm_tiny.safetensors", ",rmsnorm", "_v2141_rmsnorm");
+    /* v2140 norm placement: post-LN (x = LN(x + f(x))) and sandwich (x = x + LN_out(f(LN(x))))
+     * on the tiny GPT-2, each against its own PyTorch fixture */
+    run_model("ref-gpt2", "ref_gpt2_postln_tiny.safetensors", ",norm-placement --set v2140.placement=post", "_v2140_post_ln");
+    run_model("ref-gpt2", "ref_gpt2_sandwich_tiny.safetensors", ",norm-placement --set v2140.placement=sandwich",
+              "_v2140_sandwich_ln");
     /* v2134 Lion replaces AdamW: 10 steps against lion-pytorch */
     run_lion();
     /* v2138 Muon (hidden matrices; AdamW rule on embeddings, gains, biases) against the
