@@ -1165,9 +1165,17 @@ static float round_fp16_one(float f) {
     return f;
 }
 
-void op_round_fp16(float *out, const float *in, long n) {
-#pragma omp parallel for schedule(static)
-    for (long i = 0; i < n; i++) out[i] = round_fp16_one(in[i]);
+void op_round_fp16(float *out, const float *in, long n, long long *flushed, long long *nonzero) {
+    long long fl = 0, nz = 0;
+#pragma omp parallel for schedule(static) reduction(+ : fl, nz)
+    for (long i = 0; i < n; i++) {
+        float v = in[i], r = round_fp16_one(v);
+        nz += v != 0.0f;
+        fl += v != 0.0f && r == 0.0f;
+        out[i] = r;
+    }
+    *flushed += fl;
+    *nonzero += nz;
 }
 
 void op_scale(float *x, float s, long n) {

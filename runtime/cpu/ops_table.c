@@ -135,7 +135,7 @@ ADAPTER(cpu_round_bf16) {
 }
 ADAPTER(cpu_round_fp16) {
     UNUSED_ARGS;
-    op_round_fp16(O[0], I[0], d->n);
+    op_round_fp16(O[0], I[0], d->n, &x->fp16_flushed, &x->fp16_nonzero);
 }
 
 static const struct {

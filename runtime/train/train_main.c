@@ -808,6 +808,7 @@ static int train_loop(run_t *r, hyp_err *e) {
         train_step_times tm = {0, 0};
         int skipped = 0, warn = 0;
         double ls_used = r->be.ls.scale; /* v2162: the scale this step ran under */
+        r->x.fp16_flushed = r->x.fp16_nonzero = 0;
         if ((rc = train_step_guarded(&r->be, r->train, &r->opt, r->K, step, lr, &loss, &norm, &scale, &tm, &skipped, e)))
             break;
         int ovf = r->be.ls.on && r->be.ls.skipped; /* a loss-scale overflow: not the guard's skip */
@@ -877,8 +878,12 @@ static int train_loop(run_t *r, hyp_err *e) {
                 kv2[n_kv++] = (hyp_metric_kv){"skipped_overflow", ovf};
                 kv2[n_kv++] = (hyp_metric_kv){"overflow_steps", (double)r->be.ls.overflows};
             }
+            hyp_metric_kv kv3[sizeof kv2 / sizeof kv2[0] + 1];
+            memcpy(kv3, kv2, sizeof kv2);
+            if (r->x.fp16_nonzero) /* v2102 fp16: the share of nonzero GEMM operands this step that underflowed */
+                kv3[n_kv++] = (hyp_metric_kv){"fp16_flush_frac", (double)r->x.fp16_flushed / (double)r->x.fp16_nonzero};
             hyp_metrics_row row = {.step = step, .loss = loss, .lr = lr, .grad_norm = norm, .tokens_per_s = tps,
-                                   .val_loss = do_eval ? vl : NAN, .extra = kv2, .n_extra = n_kv};
+                                   .val_loss = do_eval ? vl : NAN, .extra = kv3, .n_extra = n_kv};
             if ((rc = hyp_metrics_write(r->mlog, &row, e))) break;
         }
         if (r->tb && (step % r->tb_every == 0 || step == last_step || do_eval)) {
