@@ -33,8 +33,8 @@ function M.derive(ctx)
   ctx.facts.precision.want_storage = want
   if dtype ~= "bf16" and not ctx.facts.precision.fp16 then
     ctx.decide("precision", "fp32", "v2102 dtype " .. tostring(dtype) ..
-      ": only the bf16 policy is emulated on the cpu backend so far; this trainer computes in fp32")
-    ctx.warn("dtype " .. tostring(dtype) .. " is not emulated yet: this trainer computes in fp32 (use bf16)")
+      ": fp16 is emulated in the cpu trainer only so far; this " .. tostring(ctx.target.kind) .. " trainer computes in fp32")
+    ctx.warn("dtype " .. tostring(dtype) .. " is emulated on cpu only: this " .. tostring(ctx.target.kind) .. " trainer computes in fp32 (use bf16, or --target cpu)")
   end
 end
 

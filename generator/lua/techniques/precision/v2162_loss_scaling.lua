@@ -4,13 +4,15 @@
 -- the update and multiplies S by backoff (an overflow; not a v2176 guard bad step) or divides the
 -- gradients by S before clipping and the optimizer, multiplying S by growth after growth_interval
 -- clean steps in a row (runtime/train/backend.c). S and the clean-step counter are checkpointed.
--- Never: a trainer on sim/cuda (the device step has no scaler yet: refused at gen time).
+-- On sim/cuda the device step has no scaler yet and v2102 fp16 computes in fp32 there: no section is
+-- written (gen warns and the audit says so), so such a trainer trains in fp32 unscaled.
 local M = { id = "v2162" }
 
 function M.derive(ctx)
-  if ctx.target.kind ~= "cpu" then
-    ctx.refuse("loss scaling runs in the cpu trainer only so far (the " .. tostring(ctx.target.kind) .. " step has no scaler)",
-      "use --target cpu, or drop v2162")
+  ctx.facts.loss_scale = ctx.target.kind == "cpu"
+  if not ctx.facts.loss_scale then
+    ctx.warn("loss scaling runs in the cpu trainer only so far: this " .. tostring(ctx.target.kind) .. " trainer computes in fp32 without it (use --target cpu)")
+    ctx.decide("loss_scale", "none", "v2162 on " .. tostring(ctx.target.kind) .. ": the device step has no scaler yet (and v2102 fp16 computes in fp32 there); no loss scaling")
   end
   local p = ctx.facts.precision
   if p and p.dtype ~= "fp16" then
@@ -19,6 +21,7 @@ function M.derive(ctx)
 end
 
 function M.sections(ctx, plan)
+  if not ctx.facts.loss_scale then return end
   local s = {
     init_scale = ctx.param("init_scale"),
     growth = ctx.param("growth"),
