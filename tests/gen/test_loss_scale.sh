@@ -33,6 +33,8 @@ expect gen_v2162_huge 0 "wrote" -- "$GEN" "${G[@]}" --enable $SEL,v2102,v2162,fa
 check test_v2162_plan_has_round_fp16 grep -q '"round_fp16"' "$TMP/s/plan.json"
 expect v2162_sim_warns 0 "warning: v2162 loss_scaling: loss scaling runs in the cpu trainer only so far" -- "$GEN" specs/v2500.yaml --model tiny --target sim "${F16[@]}" -o "$TMP/sim"
 check test_v2162_sim_plan_has_no_loss_scale bash -c "! grep -q '\"loss_scale\"' '$TMP/sim/plan.json'"
+expect v2102_fp16_storage_bf16_refused 2 "storage bf16 with dtype fp16" -- "$GEN" "${G[@]}" "${F16[@]}" --set v2102.storage=bf16 -o "$TMP/bad"
+check test_v2102_fp16_refusal_writes_nothing test ! -e "$TMP/bad"
 C=(--data "$TMP/data" --seq 64 --eval-every 0 --lr 1e-3)
 expect fp32_50 0 "done: 50 steps" -- "$TMP/f32/train" "${C[@]}" --steps 50 --metrics "$TMP/f32.jsonl"
 expect v2162_noscale_50 0 "done: 50 steps" -- "$TMP/ns/train" "${C[@]}" --steps 50 --metrics "$TMP/ns.jsonl"
