@@ -20,10 +20,10 @@ M.OP_FAMILY = {
   flash_attention_fwd = "flash_attention", flash_attention_bwd = "flash_attention",
   gelu_fwd = "gelu", gelu_bwd = "gelu", swiglu_fwd = "swiglu", swiglu_bwd = "swiglu",
   crossentropy = "classifier", crossentropy_fused = "classifier", fp8_quantize = "cast", round_bf16 = "cast",
-  matmul_fwd = false, matmul_bwd = false, zero = false,
+  round_fp16 = false, matmul_fwd = false, matmul_bwd = false, zero = false,
 }
 local NOT_TEMPLATE = { matmul_fwd = "cuBLASLt (runtime)", matmul_bwd = "cuBLASLt (runtime)",
-  zero = "cudaMemsetAsync (runtime)" }
+  zero = "cudaMemsetAsync (runtime)", round_fp16 = "cpu executor only (no device kernel yet)" }
 
 ------------------------------------------------------------------------------------------------
 -- The render pass: plan -> families with constants

@@ -173,6 +173,7 @@ static const hyp_op_desc OPS[] = {
      HYP_OPDEV_KERNELS},
     {"fp8_quantize", "x -> q", "n C? slot", need_rows, HYP_OPF_FP8_SLOT, HYP_OPDEV_KERNELS},
     {"round_bf16", "x:f32|bf16 -> out:f32|bf16", "n C?", need_rows, 0, HYP_OPDEV_KERNELS},
+    {"round_fp16", "x -> out", "n C?", need_rows, 0, HYP_OPDEV_KERNELS},
 };
 
 #define N_OPS ((int)(sizeof OPS / sizeof *OPS))

@@ -813,6 +813,22 @@ int plan_load(const char *path, plan_t *p, hyp_err *e) {
         }
         enter(&c, "%s", "");
     }
+    {   /* optional: v2162 dynamic loss scaling (absent: no scaling) */
+        const cJSON *ls = cJSON_GetObjectItemCaseSensitive(root, "loss_scale");
+        enter(&c, "loss_scale");
+        if (ls && !cJSON_IsObject(ls)) {
+            rc = bad(&c, "field 'loss_scale' is not an object");
+            goto done;
+        }
+        if (ls) {
+            p->loss_scale = 1;
+            GN(ls, "init_scale", 1, 1e30, p->ls_init);
+            GN(ls, "growth", 1, 16, p->ls_growth);
+            GN(ls, "backoff", 0.01, 1, p->ls_backoff);
+            GI(ls, "growth_interval", 1, 1 << 30, p->ls_interval);
+        }
+        enter(&c, "%s", "");
+    }
     {   /* optional: a preemptible run (absent: every trainer still stops cleanly on a signal) */
         const cJSON *pe = cJSON_GetObjectItemCaseSensitive(root, "preempt");
         enter(&c, "preempt");

@@ -134,6 +134,9 @@ typedef struct {
                                at once (0: blocking saves) */
     int ckpt_full_every;    /* checkpoint.incremental.full_every (v2180): every n-th save is full,
                                the others XOR deltas against it (0: every save full) */
+    int loss_scale;         /* loss_scale section present (v2162): dynamic loss scaling */
+    double ls_init, ls_growth, ls_backoff;
+    int ls_interval;
     int guard;              /* guard section present (v2176): skip bad steps, roll back */
     double guard_z, guard_ema, guard_loss_ceiling, guard_lr_factor;
     int guard_warmup, guard_max_bad, guard_max_rollbacks;

@@ -83,6 +83,7 @@ typedef struct exec_t {
      * backward pass's accumulation workspace (bytes_grad_workspace) and the gradients kept for the
      * optimizer are the reduced shard (bytes_grads) */
     size_t bytes_params, bytes_grads, bytes_grad_workspace, bytes_optim, bytes_acts;
+    long long fp16_flushed, fp16_nonzero; /* v2102 fp16: round_fp16 operands that underflowed to 0 / were nonzero */
 } exec_t;
 
 int exec_init(exec_t *x, const plan_t *p, hyp_err *e);

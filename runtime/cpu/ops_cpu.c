@@ -1141,6 +1141,43 @@ void op_round_bf16(float *out, const float *in, long n) {
     }
 }
 
+/* v2162 fp16 emulation: float(half(x)) exactly as IEEE binary16 rounds — to nearest even, beyond
+ * 65504 (from 65520 up) to inf, below 2^-14 to the subnormal grid 2^-24 (so 2^-25 and less flush
+ * to a signed zero), NaN kept a quiet NaN. */
+static float round_fp16_one(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    uint32_t sign = u & 0x80000000u, a = u & 0x7fffffffu;
+    if (a > 0x7f800000u) u |= 0x00400000u;               /* NaN: quiet */
+    else if (a >= 0x477ff000u) u = sign | 0x7f800000u;   /* >= 65520 (or inf): inf */
+    else if (a >= 0x38800000u) {                         /* normal fp16: drop 13 mantissa bits, RNE */
+        a = (a + 0xfffu + ((a >> 13) & 1u)) & ~0x1fffu;
+        u = sign | a;
+    } else {                                             /* subnormal fp16: multiples of 2^-24 */
+        float y = fabsf(f) * 16777216.0f;                /* exact: < 1024 */
+        float i = floorf(y), fr = y - i;                 /* exact */
+        if (fr > 0.5f || (fr == 0.5f && fmodf(i, 2.0f) != 0.0f)) i += 1.0f;
+        float r = i / 16777216.0f;
+        memcpy(&a, &r, 4);
+        u = sign | a;
+    }
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+void op_round_fp16(float *out, const float *in, long n, long long *flushed, long long *nonzero) {
+    long long fl = 0, nz = 0;
+#pragma omp parallel for schedule(static) reduction(+ : fl, nz)
+    for (long i = 0; i < n; i++) {
+        float v = in[i], r = round_fp16_one(v);
+        nz += v != 0.0f;
+        fl += v != 0.0f && r == 0.0f;
+        out[i] = r;
+    }
+    *flushed += fl;
+    *nonzero += nz;
+}
+
 void op_scale(float *x, float s, long n) {
 #pragma omp parallel for simd schedule(static) if (n >= HYP_PAR_MIN)
     for (long i = 0; i < n; i++) x[i] *= s;

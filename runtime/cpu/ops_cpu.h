@@ -118,6 +118,9 @@ void op_accumulate(float *dst, const float *src, long n);
 void op_zero(float *dst, long n);
 /* v2102: out = in rounded to bf16 (round to nearest even; NaN stays a quiet NaN), kept in fp32. */
 void op_round_bf16(float *out, const float *in, long n);
+/* out = float(fp16(in)): IEEE binary16 round to nearest even, overflow to inf, fp16 subnormals (v2162); out may be
+ * in; adds to *flushed the nonzero inputs that became zero (fp16 underflow) and to *nonzero the nonzero inputs */
+void op_round_fp16(float *out, const float *in, long n, long long *flushed, long long *nonzero);
 
 /* Cross-entropy over logits [N, Vp] whose first V columns are valid; targets < 0 are ignored
  * (loss 0, no gradient). losses[N] = logsumexp(row) - row[target]. Never stores probabilities.

@@ -133,6 +133,10 @@ ADAPTER(cpu_round_bf16) {
     UNUSED_ARGS;
     op_round_bf16(O[0], I[0], d->n);
 }
+ADAPTER(cpu_round_fp16) {
+    UNUSED_ARGS;
+    op_round_fp16(O[0], I[0], d->n, &x->fp16_flushed, &x->fp16_nonzero);
+}
 
 static const struct {
     const char *name; /* the op registry's name */
@@ -165,6 +169,7 @@ static const struct {
     {"crossentropy_fused", cpu_crossentropy_fused},
     {"fp8_quantize", cpu_fp8_quantize},
     {"round_bf16", cpu_round_bf16},
+    {"round_fp16", cpu_round_fp16},
 };
 
 exec_op_fn exec_cpu_op(const char *name) {

@@ -231,6 +231,13 @@ static cJSON *state_json(const hyp_ckpt_state *st) {
         cJSON_AddNumberToObject(ld, "position", (double)st->loader_position);
     }
     if (st->world) cJSON_AddNumberToObject(j, "world", (double)st->world);
+    if (st->has_loss_scale) { /* v2162: a power of two in practice, written exactly (%.17g) */
+        cJSON *ls = cJSON_AddObjectToObject(j, "loss_scale");
+        if (ls) {
+            cJSON_AddNumberToObject(ls, "scale", st->loss_scale);
+            cJSON_AddNumberToObject(ls, "good_steps", (double)st->loss_scale_good);
+        }
+    }
     if (st->tokenizer[0]) { /* v2125: resuming on data of another tokenizer is refused */
         cJSON *tk = cJSON_AddObjectToObject(j, "data_tokenizer");
         if (tk) {
@@ -877,6 +884,18 @@ int hyp_ckpt_load_aux(const char *dir, const char *step, hyp_ckpt_tensor *params
         goto done;
     }
     if (cJSON_IsString(pl)) snprintf(st->plan, sizeof st->plan, "%s", pl->valuestring);
+    st->has_loss_scale = 0;
+    const cJSON *lsj = cJSON_GetObjectItemCaseSensitive(j, "loss_scale"); /* optional (v2162) */
+    if (lsj) {
+        const cJSON *sc = cJSON_GetObjectItemCaseSensitive(lsj, "scale");
+        if (!cJSON_IsNumber(sc) || !(sc->valuedouble > 0) || !isfinite(sc->valuedouble) ||
+            json_u64(lsj, "good_steps", &st->loss_scale_good) != 0) {
+            rc = hyp_fail(e, HYP_EINPUT, "%s: field 'loss_scale' is malformed — the checkpoint is damaged; resume from an earlier one", p);
+            goto done;
+        }
+        st->has_loss_scale = 1;
+        st->loss_scale = sc->valuedouble;
+    }
     st->tokenizer[0] = st->tokenizer_hash[0] = st->tokenizer_file[0] = '\0';
     const cJSON *tk = cJSON_GetObjectItemCaseSensitive(j, "data_tokenizer"); /* optional */
     if (tk) {

@@ -67,6 +67,9 @@ typedef struct {
     char tokenizer_hash[17];             /*   its file's xxh3_64 ("" for byte / not recorded) */
     char tokenizer_file[HYP_CKPT_PATH_MAX]; /* its file when saved (absolute), for `train sample` */
     char path[HYP_CKPT_PATH_MAX];        /* load fills it: the step directory loaded */
+    int has_loss_scale;                  /* optional (v2162): the dynamic loss scaler's state */
+    double loss_scale;                   /*   its scale */
+    uint64_t loss_scale_good;            /*   clean steps since the scale last changed */
 } hyp_ckpt_state;
 
 /* Saves DIR/step_<st->step>/ (DIR is created if missing), points DIR/latest at it, then deletes

@@ -21,6 +21,34 @@ int train_step(train_backend *b, hyp_loader *train, const train_opts *o, int K, 
     return train_step_guarded(b, train, o, K, step, lr, loss, norm, scale, tm, NULL, e);
 }
 
+/* v2162: inf/NaN in this rank's gradients (all ranks agree); clean: the gradients / S, the
+ * growth counter advanced; overflow: S x backoff. Gradients are the cpu executor's fp32 arena. */
+static int loss_scale_check(train_backend *b, int *overflow, hyp_err *e) {
+    train_loss_scaler *ls = &b->ls;
+    exec_t *x = b->x;
+    long n = (long)x->p->param_floats;
+    const float *g = x->grads;
+    int bad = 0;
+    for (long i = 0; i < n; i++) bad |= !isfinite(g[i]);
+    double v = bad;
+    int rc = hyp_coll_allreduce_f64(b->dp.coll, &v, 1, e);
+    if (rc) return rc;
+    *overflow = ls->skipped = v > 0;
+    if (*overflow) {
+        ls->scale *= ls->backoff;
+        ls->good = 0;
+        ls->overflows++;
+        return HYP_OK;
+    }
+    float inv = (float)(1.0 / ls->scale);
+    for (long i = 0; i < n; i++) x->grads[i] *= inv;
+    if (++ls->good >= ls->interval) {
+        ls->scale *= ls->growth;
+        ls->good = 0;
+    }
+    return HYP_OK;
+}
+
 int train_step_guarded(train_backend *b, hyp_loader *train, const train_opts *o, int K, int step, double lr,
                        double *loss, double *norm, float *scale, train_step_times *tm, int *skipped, hyp_err *e) {
     exec_t *x = b->x;
@@ -43,7 +71,9 @@ int train_step_guarded(train_backend *b, hyp_loader *train, const train_opts *o,
         pt = hyp_prof_t();
         float mean = 0;
         /* every token of the global batch weighs 1 / (tokens * K): the sum over ranks is the mean */
-        rc = b->i->micro_batch(b, gcnt > 0 ? (float)(1.0 / (gcnt * K)) : 0.0f, k == K - 1, &mean, e);
+        float dl = gcnt > 0 ? (float)(1.0 / (gcnt * K)) : 0.0f;
+        if (b->ls.on) dl = (float)(dl * b->ls.scale); /* v2162: the loss x S */
+        rc = b->i->micro_batch(b, dl, k == K - 1, &mean, e);
         *loss += gcnt > 0 ? mean * cnt / gcnt / K : 0;
         hyp_prof_phase("micro_batch", HYP_PROF_STEP, 0, pt);
     }
@@ -56,11 +86,13 @@ int train_step_guarded(train_backend *b, hyp_loader *train, const train_opts *o,
     pt = hyp_prof_t();
     const train_hooks *h = b->hooks;
     if (!rc && h && h->before_reduce) rc = h->before_reduce(b->hooks_ctx, b, step, e);
+    int overflow = 0;
+    if (!rc && b->ls.on) rc = loss_scale_check(b, &overflow, e);
     if (!rc) rc = b->i->reduce_grads(b, o, e);
     if (b->dp.world > 1) t.comm_s += now_s() - t1; /* one rank: a local norm, no waiting */
     hyp_prof_phase("grad_reduce_norm", b->dp.world > 1 ? HYP_PROF_COMM : HYP_PROF_OPTIMIZER, 1, pt);
-    int skip = 0;
-    if (!rc && h && h->gate) { /* v2176: the guard's verdict before the update */
+    int skip = overflow; /* v2162: an overflow skips the update; the guard does not judge it */
+    if (!rc && h && h->gate && !overflow) { /* v2176: the guard's verdict before the update */
         double gn = 0;
         if (!b->i->peek_norm) rc = hyp_fail(e, HYP_EINPUT, "the %s backend cannot show the gradient norm before the update, which the guard (v2176) needs", b->i->name);
         else if (!(rc = b->i->peek_norm(b, &gn, e))) rc = h->gate(b->hooks_ctx, b, step, loss, gn, &skip, e);

@@ -79,6 +79,20 @@ typedef struct {
     int (*gate)(void *ctx, train_backend *b, int step, double *loss, double norm, int *skip, hyp_err *e);
 } train_hooks;
 
+/* v2162 dynamic loss scaling (PyTorch GradScaler semantics), driven by train_step_guarded: the
+ * loss gradient is multiplied by scale; after the micro-batches the gradients are checked for
+ * inf/NaN (all ranks agree): an overflow skips the update (skipped = 1, not a guard bad step) and
+ * multiplies scale by backoff, else the gradients are divided by scale before the reduction,
+ * clipping and the update, and after interval clean steps in a row scale is multiplied by growth.
+ * on = 0: no scaling. scale and good are the checkpointed state. cpu backend only. */
+typedef struct {
+    int on;
+    double scale, growth, backoff;
+    long long interval, good; /* clean steps since the last change */
+    int skipped;              /* the last step overflowed and was skipped */
+    long long overflows;      /* skipped steps so far in this process */
+} train_loss_scaler;
+
 struct train_backend {
     const train_backend_i *i;
     exec_t *x;          /* the host executor: the cpu backend's, or the device backend's mirror */
@@ -86,6 +100,7 @@ struct train_backend {
     void *impl;         /* the backend's own state */
     const train_hooks *hooks; /* NULL: none; set by the trainer after train_backend_open */
     void *hooks_ctx;
+    train_loss_scaler ls; /* v2162; zero: off (the trainer sets it from the plan after open) */
 };
 
 /* Opens the plan's backend (backend_reg.c) over the host executor x (already initialized and,

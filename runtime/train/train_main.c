@@ -421,6 +421,9 @@ typedef struct {
     int stopped;                /* 0, or the step after which the run stopped early */
     int stop_signal, stop_deadline, stop_saved;
     train_guard guard;          /* v2176: skip bad steps, roll back (train_guard.h) */
+    int ls_resumed;             /* v2162: the checkpoint held a loss scaler state */
+    double ls_scale;
+    long long ls_good;
     hyp_progress pg;            /* the progress line on a terminal, log lines elsewhere */
     double lr0;                 /* the peak LR before any rollback lowered it */
     hyp_ckpt_async *ckpt_async; /* v2179: rank 0's background checkpoint writer (NULL: blocking) */
@@ -488,6 +491,7 @@ static int resume(run_t *r, hyp_err *e) {
                         r->dtok.hash[0] ? " " : "", r->dtok.hash, r->dtok.source[0] ? r->dtok.source : "bytes",
                         st.tokenizer_file[0] ? st.tokenizer_file : "byte");
     r->start_step = (int)st.step;
+    r->ls_resumed = st.has_loss_scale, r->ls_scale = st.loss_scale, r->ls_good = (long long)st.loss_scale_good;
     if (!r->a.sample_mode) train_eval_point(&r->x, r->d.opt, 0); /* schedule-free: saved x, trains at y */
     hyp_rng_set_state(&r->rng, st.rng);
     /* the checkpoint counts windows of the whole data-parallel group (elastic resume, v2175):
@@ -640,6 +644,11 @@ static int save_checkpoint(run_t *r, int step, hyp_err *e) {
     snprintf(st.tokenizer, sizeof st.tokenizer, "%s", r->dtok.kind);
     snprintf(st.tokenizer_hash, sizeof st.tokenizer_hash, "%s", r->dtok.hash);
     snprintf(st.tokenizer_file, sizeof st.tokenizer_file, "%s", r->dtok.file);
+    if (r->be.ls.on) { /* v2162: the scaler's state, for a bit-exact resume */
+        st.has_loss_scale = 1;
+        st.loss_scale = r->be.ls.scale;
+        st.loss_scale_good = (uint64_t)r->be.ls.good;
+    }
     train_eval_point(&r->x, r->d.opt, 1); /* schedule-free: the checkpoint holds the average x */
     /* v2180: every full_every-th save of this run is full (the first one too), the others deltas */
     int fe = r->plan.ckpt_full_every, full = !fe || train_ckpt_sharded(&r->d) || !r->ckpt_base[0] || r->ckpt_saves % fe == 0;
@@ -743,6 +752,7 @@ static int rollback(run_t *r, int at, int *step, hyp_err *e) {
         train_guard_attach(tg, &r->be);
     }
     hyp_rng_set_state(&r->rng, st.rng);
+    if (r->be.ls.on && st.has_loss_scale) r->be.ls.scale = st.loss_scale, r->be.ls.good = (long long)st.loss_scale_good;
     hyp_loader_state ls = {0};
     ls.epoch = st.loader_epoch;
     ls.position = st.loader_position / (uint64_t)r->d.world;
@@ -754,6 +764,25 @@ static int rollback(run_t *r, int at, int *step, hyp_err *e) {
            (unsigned long long)st.step, tg->g.lr_scale, r->opt.lr);
     fflush(stdout);
     *step = (int)st.step;
+    return HYP_OK;
+}
+
+/* v2162: the plan's dynamic loss scaler into the backend (the checkpoint's state when resumed). */
+static int loss_scale_open(run_t *r, hyp_err *e) {
+    const plan_t *p = &r->plan;
+    train_loss_scaler *ls = &r->be.ls;
+    memset(ls, 0, sizeof *ls);
+    if (!p->loss_scale) return HYP_OK;
+    if (strcmp(p->backend, "cpu"))
+        return hyp_fail(e, HYP_EINPUT, "%s: loss_scale (v2162) runs in the cpu trainer only, this plan's backend is %s — regenerate with --target cpu",
+                        r->plan_path, p->backend);
+    if (r->d.stage >= 3)
+        return hyp_fail(e, HYP_EINPUT, "%s: loss_scale (v2162) with ZeRO stage 3 is not supported (its gradients are reduce-scattered during backward) — use zero_stage 0-2",
+                        r->plan_path);
+    ls->on = 1;
+    ls->scale = r->ls_resumed ? r->ls_scale : p->ls_init;
+    ls->good = r->ls_resumed ? r->ls_good : 0;
+    ls->growth = p->ls_growth, ls->backoff = p->ls_backoff, ls->interval = p->ls_interval;
     return HYP_OK;
 }
 
@@ -778,12 +807,16 @@ static int train_loop(run_t *r, hyp_err *e) {
         float scale = 1;
         train_step_times tm = {0, 0};
         int skipped = 0, warn = 0;
+        double ls_used = r->be.ls.scale; /* v2162: the scale this step ran under */
+        r->x.fp16_flushed = r->x.fp16_nonzero = 0;
         if ((rc = train_step_guarded(&r->be, r->train, &r->opt, r->K, step, lr, &loss, &norm, &scale, &tm, &skipped, e)))
             break;
+        int ovf = r->be.ls.on && r->be.ls.skipped; /* a loss-scale overflow: not the guard's skip */
+        if (ovf) skipped = 0;
         double dt = now_s() - t0;
         if ((rc = train_prof_step_end(&r->prof, &r->be, step, dt, e))) break;
         last_loss = (float)loss;
-        int roll = train_guard_after(&r->guard, loss, norm, skipped, &warn);
+        int roll = ovf ? 0 : train_guard_after(&r->guard, loss, norm, skipped, &warn);
         if (warn) hyp_progress_break(&r->pg);
         if (warn)
             fprintf(stderr, "train: warning: step %d: the loss %.4g is above %.3g x ln(vocab) = %.4g, worse than guessing uniformly: the run is diverging — lower --lr, or regenerate with --enable fault-tolerance (v2176) to skip such steps and roll back\n",
@@ -814,7 +847,7 @@ static int train_loop(run_t *r, hyp_err *e) {
         if (do_eval && (rc = train_eval(&r->be, r->val, r->eval_batches, &vl, e))) break;
         char mfu[16] = "  n/a"; /* no peak for the target (sim) */
         if (r->peak > 0) snprintf(mfu, sizeof mfu, "%5.1f%%", 100.0 * mfu_v);
-        int log_line = hyp_progress_log_due(&r->pg, step, do_eval || skipped || step == last_step);
+        int log_line = hyp_progress_log_due(&r->pg, step, do_eval || skipped || ovf || step == last_step);
         if (log_line) hyp_progress_break(&r->pg);
         if (log_line) printf("step %5d/%d | loss %.4f | lr %.2e | norm %.3f%s | %7.0f tok/s (last %d: %.0f, p50 %.0f; mean %.0f) | data %.1f ms",
                step, r->opt.total_steps, loss, lr, norm, scale < 1 ? " (clipped)" : "", tps, wn, win_tps, q[1], avg_tps,
@@ -824,6 +857,7 @@ static int train_loop(run_t *r, hyp_err *e) {
             printf(" | MFU %s | ETA %s", mfu, eta);
             if (do_eval) printf(" | val %.4f", vl);
             if (skipped) printf(" | SKIPPED: %s", r->guard.reason);
+            if (ovf) printf(" | SKIPPED: inf/NaN gradients at loss scale %g, now %g", ls_used, r->be.ls.scale);
             if (r->guard.g.skipped || r->guard.g.rollbacks)
                 printf(" | skipped %lld, rollbacks %lld", (long long)r->guard.g.skipped, (long long)r->guard.g.rollbacks);
             printf("\n");
@@ -837,8 +871,19 @@ static int train_loop(run_t *r, hyp_err *e) {
                                   {"mfu", mfu_v}, {"ckpt_s", r->ckpt_s}, {"skipped", skipped},
                                   {"skipped_steps", (double)r->guard.g.skipped}, {"rollbacks", (double)r->guard.g.rollbacks}};
             int n_kv = (int)(sizeof kv / sizeof kv[0]) - (r->guard.active || r->guard.f.n ? 0 : 3);
+            hyp_metric_kv kv2[sizeof kv / sizeof kv[0] + 3];
+            memcpy(kv2, kv, sizeof kv);
+            if (r->be.ls.on) { /* v2162: the scale this step ran under, whether it overflowed, the total */
+                kv2[n_kv++] = (hyp_metric_kv){"loss_scale", ls_used};
+                kv2[n_kv++] = (hyp_metric_kv){"skipped_overflow", ovf};
+                kv2[n_kv++] = (hyp_metric_kv){"overflow_steps", (double)r->be.ls.overflows};
+            }
+            hyp_metric_kv kv3[sizeof kv2 / sizeof kv2[0] + 1];
+            memcpy(kv3, kv2, sizeof kv2);
+            if (r->x.fp16_nonzero) /* v2102 fp16: the share of nonzero GEMM operands this step that underflowed */
+                kv3[n_kv++] = (hyp_metric_kv){"fp16_flush_frac", (double)r->x.fp16_flushed / (double)r->x.fp16_nonzero};
             hyp_metrics_row row = {.step = step, .loss = loss, .lr = lr, .grad_norm = norm, .tokens_per_s = tps,
-                                   .val_loss = do_eval ? vl : NAN, .extra = kv, .n_extra = n_kv};
+                                   .val_loss = do_eval ? vl : NAN, .extra = kv3, .n_extra = n_kv};
             if ((rc = hyp_metrics_write(r->mlog, &row, e))) break;
         }
         if (r->tb && (step % r->tb_every == 0 || step == last_step || do_eval)) {
@@ -1065,7 +1110,7 @@ static int run(int argc, char **argv, hyp_coll *coll) {
         if (!(rc = train_backend_open(&r.be, p, r.plan_path, &r.x, &r.d, r.B, r.T, &e))) rc = run_pref(&r, &post, &e);
     } else if (!rc && !a->sample_mode && !(rc = train_backend_open(&r.be, p, r.plan_path, &r.x, &r.d, r.B, r.T, &e)) &&
                !(rc = open_outputs(&r, &e)) && !(rc = check_sft(&r, &post, &e)) && !(rc = train_guard_open(&r.guard, p, &r.d, &e)) &&
-               !(rc = open_async(&r, &e))) {
+               !(rc = loss_scale_open(&r, &e)) && !(rc = open_async(&r, &e))) {
         train_guard_attach(&r.guard, &r.be);
         hyp_progress_init(&r.pg, stdout, a->log_every);
         choose_peak(&r);

@@ -10,7 +10,9 @@
 --    round to nearest even) with fp32 accumulation; no memory saved.
 -- Either way fp32 master weights, norms, softmax and loss. Beside FP8 (which covers the layer
 -- GEMMs) the rounding covers the GEMM FP8 leaves out: the LM head (FP8 keeps fp32 storage). dtype
--- fp16 is not emulated yet: such a trainer computes in fp32, which gen says on stderr and in the audit.
+-- fp16 on cpu: the same storage-fp32 policy with round_fp16 ops (IEEE binary16 exactly: RNE,
+-- overflow to inf, subnormals), so fp16 under- and overflow really happen (pair it with loss
+-- scaling); on sim/cuda fp16 is not emulated yet: such a trainer computes in fp32, which gen says.
 local M = { id = "v2102", families = { "flash_attention", "adamw", "cast" } }
 
 -- Outputs (1-based) of ops that hold fp32 statistics, never stored in bf16.
@@ -19,17 +21,20 @@ local STATS = { layernorm_fwd = { 2, 3 }, rmsnorm_fwd = { 2 }, qknorm_fwd = { 2 
 
 function M.derive(ctx)
   local dtype = ctx.param("dtype")
-  ctx.facts.precision = { dtype = dtype, bf16 = dtype == "bf16" }
+  ctx.facts.precision = { dtype = dtype, bf16 = dtype == "bf16", fp16 = dtype == "fp16" and ctx.target.kind == "cpu" }
   local want = ctx.param("storage") or "auto"
+  if dtype == "fp16" and want == "bf16" then
+    ctx.refuse("storage bf16 with dtype fp16", "use --set v2102.storage=fp32 (GEMM operands rounded to fp16) or dtype bf16")
+  end
   if dtype == "bf16" and want == "bf16" and ctx.target.kind ~= "cpu" then
     ctx.refuse("storage bf16 needs --target cpu (the " .. tostring(ctx.target.kind) .. " executor holds f32 arenas)",
       "use --set v2102.storage=fp32 (GEMM operands rounded to bf16) or --target cpu")
   end
   ctx.facts.precision.want_storage = want
-  if dtype ~= "bf16" then
+  if dtype ~= "bf16" and not ctx.facts.precision.fp16 then
     ctx.decide("precision", "fp32", "v2102 dtype " .. tostring(dtype) ..
-      ": only the bf16 policy is emulated on the cpu backend so far; this trainer computes in fp32")
-    ctx.warn("dtype " .. tostring(dtype) .. " is not emulated yet: this trainer computes in fp32 (use bf16)")
+      ": fp16 is emulated in the cpu trainer only so far; this " .. tostring(ctx.target.kind) .. " trainer computes in fp32")
+    ctx.warn("dtype " .. tostring(dtype) .. " is emulated on cpu only: this " .. tostring(ctx.target.kind) .. " trainer computes in fp32 (use bf16, or --target cpu)")
   end
 end
 
@@ -49,27 +54,29 @@ end
 
 local quantized = setmetatable({}, { __mode = "k" }) -- per graph: "input|weight" -> {input', weight'}
 
-local function round(g, list, src, attrs, tag)
+local function round(g, list, src, attrs, tag, op)
   local dst = g.buf(tag, "act", g.by_name[src].shape)
-  g.emit(list, "round_bf16", { src }, { dst }, attrs)
+  g.emit(list, op, { src }, { dst }, attrs)
   return dst
 end
 
 function M.rewrite(ctx, g, list, op)
-  if not ctx.facts.precision.bf16 or storage(ctx) == "bf16" then return op end
+  local p = ctx.facts.precision
+  if not (p.bf16 or p.fp16) or storage(ctx) == "bf16" then return op end
+  local rop, pre = p.fp16 and "round_fp16" or "round_bf16", p.fp16 and "fp16:" or "bf16:"
   local q = quantized[g] or {}
   quantized[g] = q
   local head = op.outs[1] == "logits"
   if op.op == "matmul_fwd" and (head or not ctx.facts.fp8) then
     local inp, w, a = op.ins[1], op.ins[2], op.attrs
-    local iq = round(g, list, inp, { n = "N", C = a.IC }, "bf16:" .. op.outs[1] .. ".input")
-    local wq = round(g, list, w, { n = a.OC, C = a.IC }, "bf16:" .. op.outs[1] .. ".weight")
+    local iq = round(g, list, inp, { n = "N", C = a.IC }, pre .. op.outs[1] .. ".input", rop)
+    local wq = round(g, list, w, { n = a.OC, C = a.IC }, pre .. op.outs[1] .. ".weight", rop)
     q[inp .. "|" .. w] = { iq, wq }
     q.n = (q.n or 0) + 1
     op.ins = require("util").array({ iq, wq, op.ins[3] })
   elseif op.op == "matmul_bwd" and q[op.ins[2] .. "|" .. op.ins[3]] then
     local qq = q[op.ins[2] .. "|" .. op.ins[3]]
-    local dq = round(g, list, op.ins[1], { n = "N", C = op.attrs.OC }, "bf16:" .. op.ins[1] .. ".grad")
+    local dq = round(g, list, op.ins[1], { n = "N", C = op.attrs.OC }, pre .. op.ins[1] .. ".grad", rop)
     op.ins = require("util").array({ dq, qq[1], qq[2] })
   end
   ctx.facts.precision.rounded = q.n or 0
@@ -104,6 +111,11 @@ end
 
 function M.sections(ctx, plan)
   local p = ctx.facts.precision
+  if p.fp16 then
+    ctx.decide("precision", "fp16 GEMM operands", "v2102 dtype fp16 on cpu: every GEMM (LM head included) reads its input, weight and output gradient rounded to IEEE fp16 (round to nearest even, overflow to inf, fp16 subnormals) and accumulates in fp32; fp32 master weights, norms, softmax and loss")
+    ctx.contribute("fp16 policy: GEMM operands rounded to fp16 (RNE, inf on overflow, subnormals) with fp32 accumulation; fp32 master weights, norms, softmax and loss")
+    return
+  end
   if not p.bf16 then return end
   if storage(ctx) == "bf16" then
     ctx.decide("precision", "bf16 storage + bf16 GEMMs", "v2102 dtype bf16 on cpu: activations and their gradients stored in bf16, GEMMs as oneDNN bf16 matmuls (fp32 accumulation) on a bf16 copy of the fp32 master weights refreshed once per step; norms, softmax and loss in fp32; fp32 optimizer state")
