@@ -6,6 +6,10 @@
 # is assembled from two `gen data --val-fraction 0` outputs (train text -> train shard, held-out text
 # -> val shard), so the val split is exactly the held-out text for every tokenizer.
 # bits/byte = mean val loss (nats/token) x tokens in held-out / (ln 2 x bytes in held-out).
+# Each model trains for --deadline S (exit 3, checkpoint), then one more step (--resume --stop-after 1)
+# validates it over every whole B x T batch of the held-out split (the coverage column says how much).
+# "Equal steps" = mean training loss of the 20 steps up to the fewest steps any model did, in the
+# first epoch for every model at 75 s (unseen text), x train tokens / (ln 2 x train bytes).
 # The embedding and the tied head grow with V (V x C parameters): the BPE models are larger.
 # Must never: touch data/ or out/ of the repository (all in a temp dir), need the network.
 # Usage: bench/bench_bpe_vs_bytes.sh [BUILD_DIR] [SECONDS_PER_RUN] [VOCABS]   (default build 60 "2048 8192")
@@ -88,7 +92,7 @@ for n in names:
     vt, ttok = m["val_tokens"], m["train_tokens"]
     tps = [r["tokens_per_s_mean"] for r in tr if "tokens_per_s_mean" in r]
     rows[n] = dict(V=m["vocab_size"], steps=tr[-1]["step"], tps=tps[-1] if tps else float("nan"),
-                   vl=vl[-1], vt=vt, cover=nb * B * T / (vt - 1), tbpt=sum(json.load(open(f"{tmp}/d_{n}/meta.json"))["sources"][0]["bytes"] for _ in [0]) / ttok,
+                   vl=vl[-1], vt=vt, cover=nb * B * T / (vt - 1), tbpt=m["sources"][0]["bytes"] / ttok,  # train bytes per train token
                    losses={r["step"]: r["loss"] for r in tr})
 kmin = min(r["steps"] for r in rows.values())
 print(f"held-out: {hb} bytes; bits/byte = val loss x held-out tokens / (ln 2 x {hb})")
