@@ -48,6 +48,32 @@ int hyp_optim_open(const plan_t *p, const hyp_optim_i **out, hyp_err *e) {
     return rc;
 }
 
+int hyp_optim_check_hypers(const hyp_optim_cfg *c, const char *who, const hyp_optim_hyper_range *h, int n, hyp_err *e) {
+    for (int i = 0; i < n; i++) {
+        int found = 0;
+        for (int j = 0; j < c->n_hyper; j++) {
+            if (strcmp(c->hyper_name[j], h[i].name)) continue;
+            found = 1;
+            double v = c->hyper[j];
+            if (!(v >= h[i].lo && (h[i].hi_open ? v < h[i].hi : v <= h[i].hi)))
+                return hyp_fail(e, HYP_EINPUT, "plan: optimizer.hyper.%s = %g is outside [%g, %g%c — regenerate the trainer with a valid value",
+                                h[i].name, v, h[i].lo, h[i].hi, h[i].hi_open ? ')' : ']');
+        }
+        if (!found) return hyp_fail(e, HYP_EINPUT, "plan: %s needs optimizer.hyper.%s — regenerate the trainer with gen", who, h[i].name);
+    }
+    for (int j = 0; j < c->n_hyper; j++) {
+        int i = 0;
+        while (i < n && strcmp(c->hyper_name[j], h[i].name)) i++;
+        if (i < n) continue;
+        char names[256] = "";
+        for (int k = 0, len = 0; k < n && len < (int)sizeof names; k++)
+            len += snprintf(names + len, sizeof names - (size_t)len, "%s%s", k ? ", " : "", h[k].name);
+        return hyp_fail(e, HYP_EINPUT, "plan: optimizer.hyper.%s: %s takes no such hyper-parameter (%s) — regenerate the trainer with gen",
+                        c->hyper_name[j], who, names);
+    }
+    return HYP_OK;
+}
+
 double hyp_optim_hyper(const hyp_optim_cfg *cfg, const char *name) {
     for (int i = 0; i < cfg->n_hyper; i++)
         if (!strcmp(cfg->hyper_name[i], name)) return cfg->hyper[i];

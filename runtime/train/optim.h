@@ -95,6 +95,15 @@ const hyp_optim_i *hyp_optim_find(const char *kind);
 int hyp_optim_open(const plan_t *p, const hyp_optim_i **out, hyp_err *e);
 /* A hyper-parameter of the plan's section by name (the kind's check made sure it is there). */
 double hyp_optim_hyper(const hyp_optim_cfg *cfg, const char *name);
+/* One hyper-parameter a kind takes and its range [lo, hi] ([lo, hi) when hi_open). */
+typedef struct {
+    const char *name;
+    double lo, hi;
+    int hi_open;
+} hyp_optim_hyper_range;
+/* What every kind's check does first: each of the n hyper-parameters present and in range, no
+ * other one in the plan's section; `who` names the kind in the messages ("AdamW"). */
+int hyp_optim_check_hypers(const hyp_optim_cfg *cfg, const char *who, const hyp_optim_hyper_range *h, int n, hyp_err *e);
 /* What every device step does before binding its own arguments: finds the rank's part and the
  * manifest's optimizer launch (kernel, nparams: exec_dev_optim_own), refuses groups with different
  * lr multipliers (a device kernel takes one learning rate), uploads each segment's weight decay

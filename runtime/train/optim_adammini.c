@@ -18,32 +18,15 @@
 #include "ops_cpu.h"
 #include "optim.h"
 
-static const struct { const char *name; double lo, hi; } H[] = {
-    {"beta1", 0, 0.999999}, {"beta2", 0, 0.999999}, {"eps", 0, 1},
-    {"n_head", 1, 65536}, {"n_kv_head", 1, 65536}, {"head_dim", 1, 65536},
+static const hyp_optim_hyper_range H[] = {
+    {"beta1", 0, 0.999999, 0}, {"beta2", 0, 0.999999, 0}, {"eps", 0, 1, 0},
+    {"n_head", 1, 65536, 0}, {"n_kv_head", 1, 65536, 0}, {"head_dim", 1, 65536, 0},
 };
 #define NHYP ((int)(sizeof H / sizeof *H))
 
 static int check(const hyp_optim_cfg *c, hyp_err *e) {
-    for (int i = 0; i < NHYP; i++) {
-        int found = 0;
-        for (int j = 0; j < c->n_hyper; j++)
-            if (!strcmp(c->hyper_name[j], H[i].name)) {
-                found = 1;
-                if (!(c->hyper[j] >= H[i].lo && c->hyper[j] <= H[i].hi))
-                    return hyp_fail(e, HYP_EINPUT, "plan: optimizer.hyper.%s = %g is outside [%g, %g] — regenerate the trainer with a valid value",
-                                    H[i].name, c->hyper[j], H[i].lo, H[i].hi);
-            }
-        if (!found)
-            return hyp_fail(e, HYP_EINPUT, "plan: Adam-mini needs optimizer.hyper.%s — regenerate the trainer with gen", H[i].name);
-    }
-    for (int j = 0; j < c->n_hyper; j++) {
-        int i = 0;
-        while (i < NHYP && strcmp(c->hyper_name[j], H[i].name)) i++;
-        if (i == NHYP)
-            return hyp_fail(e, HYP_EINPUT, "plan: optimizer.hyper.%s: Adam-mini takes no such hyper-parameter — regenerate the trainer with gen",
-                            c->hyper_name[j]);
-    }
+    int rc = hyp_optim_check_hypers(c, "Adam-mini", H, NHYP, e);
+    if (rc) return rc;
     for (int g = 0; g < c->n_groups; g++)
         if (!c->groups[g].rule[0])
             return hyp_fail(e, HYP_EINPUT, "plan: optimizer group '%s' names no rule; Adam-mini's groups say adam, head, qkv, neuron or block — regenerate the trainer with gen",

@@ -16,23 +16,9 @@
 #include "optim.h"
 
 static int check(const hyp_optim_cfg *c, hyp_err *e) {
-    static const char *const H[] = {"beta1", "beta2"};
-    for (size_t i = 0; i < sizeof H / sizeof *H; i++) {
-        int found = 0;
-        for (int j = 0; j < c->n_hyper; j++)
-            if (!strcmp(c->hyper_name[j], H[i])) {
-                found = 1;
-                if (!(c->hyper[j] >= 0 && c->hyper[j] <= 1))
-                    return hyp_fail(e, HYP_EINPUT, "plan: optimizer.hyper.%s = %g is outside [0, 1] — regenerate the trainer with a valid value",
-                                    H[i], c->hyper[j]);
-            }
-        if (!found)
-            return hyp_fail(e, HYP_EINPUT, "plan: Lion needs optimizer.hyper.%s — regenerate the trainer with gen", H[i]);
-    }
-    for (int j = 0; j < c->n_hyper; j++)
-        if (strcmp(c->hyper_name[j], "beta1") && strcmp(c->hyper_name[j], "beta2"))
-            return hyp_fail(e, HYP_EINPUT, "plan: optimizer.hyper.%s: Lion takes no such hyper-parameter (beta1, beta2) — regenerate the trainer with gen",
-                            c->hyper_name[j]);
+    static const hyp_optim_hyper_range H[] = {{"beta1", 0, 1, 0}, {"beta2", 0, 1, 0}};
+    int rc = hyp_optim_check_hypers(c, "Lion", H, (int)(sizeof H / sizeof *H), e);
+    if (rc) return rc;
     for (int g = 0; g < c->n_groups; g++)
         if (!(c->groups[g].weight_decay >= 0))
             return hyp_fail(e, HYP_EINPUT, "plan: optimizer group '%s': weight_decay %g is negative — regenerate the trainer with a valid value",

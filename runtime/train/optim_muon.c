@@ -23,32 +23,15 @@
 #include "ops_cpu.h"
 #include "optim.h"
 
-static const struct { const char *name; double lo, hi; } H[] = {
-    {"momentum", 0, 1}, {"nesterov", 0, 1}, {"ns_steps", 1, 10}, {"match_adamw", 0, 1},
-    {"beta1", 0, 0.999999}, {"beta2", 0, 0.999999}, {"eps", 0, 1},
+static const hyp_optim_hyper_range H[] = {
+    {"momentum", 0, 1, 0}, {"nesterov", 0, 1, 0}, {"ns_steps", 1, 10, 0}, {"match_adamw", 0, 1, 0},
+    {"beta1", 0, 0.999999, 0}, {"beta2", 0, 0.999999, 0}, {"eps", 0, 1, 0},
 };
 #define NH ((int)(sizeof H / sizeof *H))
 
 static int check(const hyp_optim_cfg *c, hyp_err *e) {
-    for (int i = 0; i < NH; i++) {
-        int found = 0;
-        for (int j = 0; j < c->n_hyper; j++)
-            if (!strcmp(c->hyper_name[j], H[i].name)) {
-                found = 1;
-                if (!(c->hyper[j] >= H[i].lo && c->hyper[j] <= H[i].hi))
-                    return hyp_fail(e, HYP_EINPUT, "plan: optimizer.hyper.%s = %g is outside [%g, %g] — regenerate the trainer with a valid value",
-                                    H[i].name, c->hyper[j], H[i].lo, H[i].hi);
-            }
-        if (!found)
-            return hyp_fail(e, HYP_EINPUT, "plan: Muon needs optimizer.hyper.%s — regenerate the trainer with gen", H[i].name);
-    }
-    for (int j = 0; j < c->n_hyper; j++) {
-        int i = 0;
-        while (i < NH && strcmp(c->hyper_name[j], H[i].name)) i++;
-        if (i == NH)
-            return hyp_fail(e, HYP_EINPUT, "plan: optimizer.hyper.%s: Muon takes no such hyper-parameter — regenerate the trainer with gen",
-                            c->hyper_name[j]);
-    }
+    int rc = hyp_optim_check_hypers(c, "Muon", H, NH, e);
+    if (rc) return rc;
     int muon = 0;
     for (int g = 0; g < c->n_groups; g++) {
         if (strcmp(c->groups[g].rule, "muon") && strcmp(c->groups[g].rule, "adamw"))

@@ -18,28 +18,8 @@
 #include "optim.h"
 
 static int check(const hyp_optim_cfg *c, hyp_err *e) {
-    static const struct { const char *name; double lo, hi; } H[] = {{"beta1", 1e-6, 1}, {"beta2", 0, 1}, {"eps", 0, 1}};
-    const int nh = (int)(sizeof H / sizeof *H);
-    for (int i = 0; i < nh; i++) {
-        int found = 0;
-        for (int j = 0; j < c->n_hyper; j++)
-            if (!strcmp(c->hyper_name[j], H[i].name)) {
-                found = 1;
-                if (!(c->hyper[j] >= H[i].lo && c->hyper[j] < H[i].hi))
-                    return hyp_fail(e, HYP_EINPUT, "plan: optimizer.hyper.%s = %g is outside [%g, %g) — regenerate the trainer with a valid value",
-                                    H[i].name, c->hyper[j], H[i].lo, H[i].hi);
-            }
-        if (!found)
-            return hyp_fail(e, HYP_EINPUT, "plan: schedule-free AdamW needs optimizer.hyper.%s — regenerate the trainer with gen", H[i].name);
-    }
-    for (int j = 0; j < c->n_hyper; j++) {
-        int i = 0;
-        while (i < nh && strcmp(c->hyper_name[j], H[i].name)) i++;
-        if (i == nh)
-            return hyp_fail(e, HYP_EINPUT, "plan: optimizer.hyper.%s: schedule-free AdamW takes no such hyper-parameter (beta1, beta2, eps) — regenerate the trainer with gen",
-                            c->hyper_name[j]);
-    }
-    return HYP_OK;
+    static const hyp_optim_hyper_range H[] = {{"beta1", 1e-6, 1, 1}, {"beta2", 0, 1, 1}, {"eps", 0, 1, 1}};
+    return hyp_optim_check_hypers(c, "schedule-free AdamW", H, (int)(sizeof H / sizeof *H), e);
 }
 
 static void step_span(const hyp_optim_cfg *c, const hyp_optim_span *s, const hyp_optim_step *a) {

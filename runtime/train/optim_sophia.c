@@ -17,29 +17,17 @@
 
 #include "optim.h"
 
-static const char *const HYPER[] = {"beta1", "beta2", "rho", "hess_every"};
-
 static int check(const hyp_optim_cfg *c, hyp_err *e) {
-    for (size_t i = 0; i < sizeof HYPER / sizeof *HYPER; i++) {
-        int found = 0;
-        for (int j = 0; j < c->n_hyper; j++)
-            if (!strcmp(c->hyper_name[j], HYPER[i])) found = 1;
-        if (!found) return hyp_fail(e, HYP_EINPUT, "plan: Sophia needs optimizer.hyper.%s — regenerate the trainer with gen", HYPER[i]);
-    }
-    for (int j = 0; j < c->n_hyper; j++) {
-        const char *n = c->hyper_name[j];
-        double v = c->hyper[j];
-        int known = 0;
-        for (size_t i = 0; i < sizeof HYPER / sizeof *HYPER; i++) known |= !strcmp(n, HYPER[i]);
-        if (!known)
-            return hyp_fail(e, HYP_EINPUT, "plan: optimizer.hyper.%s: Sophia takes no such hyper-parameter (beta1, beta2, rho, hess_every) — regenerate the trainer with gen", n);
-        if ((!strcmp(n, "beta1") || !strcmp(n, "beta2")) && !(v >= 0 && v < 1))
-            return hyp_fail(e, HYP_EINPUT, "plan: optimizer.hyper.%s = %g is outside [0, 1) — regenerate the trainer with a valid value", n, v);
-        if (!strcmp(n, "rho") && !(v > 0))
-            return hyp_fail(e, HYP_EINPUT, "plan: optimizer.hyper.rho = %g must be > 0 — regenerate the trainer with a valid value", v);
-        if (!strcmp(n, "hess_every") && !(v >= 1 && v <= 1e6 && v == floor(v)))
-            return hyp_fail(e, HYP_EINPUT, "plan: optimizer.hyper.hess_every = %g must be a whole number >= 1 — regenerate the trainer with a valid value", v);
-    }
+    /* rho > 0 and a whole hess_every are checked below, with their own messages */
+    static const hyp_optim_hyper_range H[] = {
+        {"beta1", 0, 1, 1}, {"beta2", 0, 1, 1}, {"rho", -HUGE_VAL, HUGE_VAL, 0}, {"hess_every", -HUGE_VAL, HUGE_VAL, 0}};
+    int rc = hyp_optim_check_hypers(c, "Sophia", H, (int)(sizeof H / sizeof *H), e);
+    if (rc) return rc;
+    double rho = hyp_optim_hyper(c, "rho"), k = hyp_optim_hyper(c, "hess_every");
+    if (!(rho > 0))
+        return hyp_fail(e, HYP_EINPUT, "plan: optimizer.hyper.rho = %g must be > 0 — regenerate the trainer with a valid value", rho);
+    if (!(k >= 1 && k <= 1e6 && k == floor(k)))
+        return hyp_fail(e, HYP_EINPUT, "plan: optimizer.hyper.hess_every = %g must be a whole number >= 1 — regenerate the trainer with a valid value", k);
     for (int g = 0; g < c->n_groups; g++)
         if (!(c->groups[g].weight_decay >= 0))
             return hyp_fail(e, HYP_EINPUT, "plan: optimizer group '%s': weight_decay %g is negative — regenerate the trainer with a valid value",
