@@ -280,6 +280,25 @@ static int encode_document(hyp_tok *tok, const uint8_t *doc, size_t n, token_buf
     return hyp_tok_encode(tok, doc, n, &out->v, &out->n, &out->cap, e);
 }
 
+/* tmpdir/name: j printed, a newline, fsync'd (a new file in gen data's staging directory). */
+static int write_json(const char *tmpdir, const char *name, const cJSON *j, hyp_err *e) {
+    char *txt = cJSON_Print(j);
+    if (!txt) return hyp_fail(e, HYP_EFAIL, "%s: out of memory", name);
+    char path[4200];
+    join(path, sizeof path, tmpdir, name);
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    int rc = HYP_OK;
+    if (fd < 0 || hyp_fs_write_all(fd, txt, strlen(txt)) != 0 ||
+        hyp_fs_write_all(fd, "\n", 1) != 0 || fsync(fd) != 0) {
+        int err = errno;
+        rc = hyp_fail(e, hyp_fs_errcode(err), "%s: write failed: %s", path, strerror(err));
+    }
+    if (fd >= 0 && close(fd) != 0 && rc == HYP_OK)
+        rc = hyp_fail(e, HYP_EFAIL, "%s: close failed: %s", path, strerror(errno));
+    free(txt);
+    return rc;
+}
+
 /* meta.json for the directory being built. */
 static int write_meta(const char *tmpdir, const hyp_data_opts *o, const hyp_tok *tok,
                       const char *tok_file, int tokbytes, const source *src, int n_src,
@@ -328,41 +347,14 @@ static int write_meta(const char *tmpdir, const hyp_data_opts *o, const hyp_tok 
         cJSON_AddItemToArray(shards, s);
     }
     cJSON_AddItemToObject(m, "shards", shards);
-    char *txt = cJSON_Print(m);
+    int rc = write_json(tmpdir, "meta.json", m, e);
     cJSON_Delete(m);
-    if (!txt) return hyp_fail(e, HYP_EFAIL, "meta.json: out of memory");
-    char path[4200];
-    join(path, sizeof path, tmpdir, "meta.json");
-    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    int rc = HYP_OK;
-    if (fd < 0 || hyp_fs_write_all(fd, txt, strlen(txt)) != 0 ||
-        hyp_fs_write_all(fd, "\n", 1) != 0 || fsync(fd) != 0) {
-        int err = errno;
-        rc = hyp_fail(e, hyp_fs_errcode(err), "%s: write failed: %s", path, strerror(err));
-    }
-    if (fd >= 0 && close(fd) != 0 && rc == HYP_OK)
-        rc = hyp_fail(e, HYP_EFAIL, "%s: close failed: %s", path, strerror(errno));
-    free(txt);
     return rc;
 }
 
 /* report.json: what each stage did (docs.h), written beside meta.json. */
 static int write_report(const char *tmpdir, cJSON *report, hyp_err *e) {
-    char *txt = cJSON_Print(report);
-    if (!txt) return hyp_fail(e, HYP_EFAIL, "report.json: out of memory");
-    char path[4200];
-    join(path, sizeof path, tmpdir, "report.json");
-    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    int rc = HYP_OK;
-    if (fd < 0 || hyp_fs_write_all(fd, txt, strlen(txt)) != 0 ||
-        hyp_fs_write_all(fd, "\n", 1) != 0 || fsync(fd) != 0) {
-        int err = errno;
-        rc = hyp_fail(e, hyp_fs_errcode(err), "%s: write failed: %s", path, strerror(err));
-    }
-    if (fd >= 0 && close(fd) != 0 && rc == HYP_OK)
-        rc = hyp_fail(e, HYP_EFAIL, "%s: close failed: %s", path, strerror(errno));
-    free(txt);
-    return rc;
+    return write_json(tmpdir, "report.json", report, e);
 }
 
 /* Is outdir usable? Sets *exists (1 = an existing directory to replace). */
