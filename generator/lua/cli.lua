@@ -434,35 +434,26 @@ local function find_plan(ckpt)
   return nil
 end
 
-function commands.export(args)
+-- gen export / gen consolidate: CKPT -o DIR [--plan P], the plan found beside or above CKPT;
+-- fn (hyp.hf_export or hyp.ckpt_consolidate) does the work and returns rc, message.
+local function ckpt_command(name, fn, args)
   local o = parse(args, { ["-o"] = "value", ["--plan"] = "value" })
-  local example = "e.g. gen export out/tiny/ckpt -o out/tiny-hf [--plan out/tiny/plan.json]"
-  if #o._pos ~= 1 then U.fail("<command line>", "gen export needs one checkpoint directory", example) end
-  if not o["-o"] then U.fail("<command line>", "gen export needs -o DIR", example) end
+  local example = "e.g. gen " .. name .. " out/tiny/ckpt -o " ..
+    (name == "export" and "out/tiny-hf" or "out/tiny/ckpt-one") .. " [--plan out/tiny/plan.json]"
+  if #o._pos ~= 1 then U.fail("<command line>", "gen " .. name .. " needs one checkpoint directory", example) end
+  if not o["-o"] then U.fail("<command line>", "gen " .. name .. " needs -o DIR", example) end
   local ckpt = o._pos[1]
   if hyp.stat(ckpt) ~= "dir" then U.fail(ckpt, "not a directory", "give a trainer's --ckpt-dir or one of its step_* directories") end
   local plan = o["--plan"] or find_plan(ckpt)
   if not plan then U.fail(ckpt, "no plan.json beside or above the checkpoint", "say which trainer wrote it: --plan out/NAME/plan.json") end
-  local rc, msg = hyp.hf_export(ckpt, plan, o["-o"])
+  local rc, msg = fn(ckpt, plan, o["-o"])
   if rc ~= 0 then io.stderr:write(msg, "\n"); return rc end
   io.write(msg, "\n")
   return 0
 end
 
-function commands.consolidate(args)
-  local o = parse(args, { ["-o"] = "value", ["--plan"] = "value" })
-  local example = "e.g. gen consolidate out/tiny/ckpt -o out/tiny/ckpt-one [--plan out/tiny/plan.json]"
-  if #o._pos ~= 1 then U.fail("<command line>", "gen consolidate needs one checkpoint directory", example) end
-  if not o["-o"] then U.fail("<command line>", "gen consolidate needs -o DIR", example) end
-  local ckpt = o._pos[1]
-  if hyp.stat(ckpt) ~= "dir" then U.fail(ckpt, "not a directory", "give a trainer's --ckpt-dir or one of its step_* directories") end
-  local plan = o["--plan"] or find_plan(ckpt)
-  if not plan then U.fail(ckpt, "no plan.json beside or above the checkpoint", "say which trainer wrote it: --plan out/NAME/plan.json") end
-  local rc, msg = hyp.ckpt_consolidate(ckpt, plan, o["-o"])
-  if rc ~= 0 then io.stderr:write(msg, "\n"); return rc end
-  io.write(msg, "\n")
-  return 0
-end
+function commands.export(args) return ckpt_command("export", hyp.hf_export, args) end
+function commands.consolidate(args) return ckpt_command("consolidate", hyp.ckpt_consolidate, args) end
 
 function commands.render(args)
   return require("template").cli(args, parse)
