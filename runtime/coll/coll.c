@@ -191,6 +191,32 @@ int hyp_coll_reduce_scatter_add_f32(hyp_coll *c, float *buf, float *acc, size_t 
     return HYP_OK;
 }
 
+int hyp_coll_reduce_scatter_range_add_f32(hyp_coll *c, float *buf, int64_t start, int64_t len, int64_t shard,
+                                          float *acc, hyp_err *e) {
+    int64_t lo = (int64_t)c->rank * shard, a = start > lo ? start : lo, b = start + len < lo + shard ? start + len : lo + shard;
+    const float *mine = buf + (a - start);
+#ifdef HYP_HAVE_MPI
+    if (c->mpi) {
+        if (len > (int64_t)1 << 30) return hyp_fail(e, HYP_EFAIL, "reduce-scatter range too large");
+        int *counts = malloc(sizeof(int) * (size_t)c->world);
+        if (!counts) return hyp_fail(e, HYP_EFAIL, "out of memory");
+        for (int r = 0; r < c->world; r++) {
+            int64_t rl = (int64_t)r * shard, ra = start > rl ? start : rl, rb = start + len < rl + shard ? start + len : rl + shard;
+            counts[r] = rb > ra ? (int)(rb - ra) : 0;
+        }
+        int rc = MPI_Reduce_scatter(MPI_IN_PLACE, buf, counts, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        free(counts);
+        if (rc != MPI_SUCCESS) return mpi_fail(e, "reduce-scatter", rc);
+        mine = buf; /* in place: the own part lands at the front */
+    }
+#else
+    (void)e;
+#endif
+    float *dst = acc + (a - lo);
+    for (int64_t i = 0; i < b - a; i++) dst[i] += mine[i];
+    return HYP_OK;
+}
+
 int hyp_coll_allgather_bytes(hyp_coll *c, const void *send, void *recv, size_t bytes, hyp_err *e) {
 #ifdef HYP_HAVE_MPI
     if (c->mpi) {

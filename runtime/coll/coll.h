@@ -38,6 +38,13 @@ int hyp_coll_wait(hyp_coll *c, int req, hyp_err *e);
 /* In place: buf[world*count] is summed over ranks and acc[count] += this rank's block of the sum
  * (buf is scratch afterwards). ZeRO-3 uses it to fold a layer's gradients into the own shard. */
 int hyp_coll_reduce_scatter_add_f32(hyp_coll *c, float *buf, float *acc, size_t count, hyp_err *e);
+/* In place: buf holds the arena range [start, start + len) of a flat array sharded in `shard`-float
+ * blocks (rank r owns [r*shard, (r+1)*shard); world*shard covers the range). The range is summed
+ * over ranks and acc[shard] += this rank's part of the sum, at acc[max(start, rank*shard) -
+ * rank*shard] (buf is scratch afterwards). ZeRO-2 folds one layer's gradients into the own flat
+ * shard with it, as soon as the layer's backward is done (MPI_Reduce_scatter, uneven counts). */
+int hyp_coll_reduce_scatter_range_add_f32(hyp_coll *c, float *buf, int64_t start, int64_t len, int64_t shard,
+                                          float *acc, hyp_err *e);
 /* recv[world*bytes] = concatenation of every rank's send[bytes] (any plain data). */
 int hyp_coll_allgather_bytes(hyp_coll *c, const void *send, void *recv, size_t bytes, hyp_err *e);
 int hyp_coll_broadcast(hyp_coll *c, void *buf, size_t bytes, int root, hyp_err *e);

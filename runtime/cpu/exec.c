@@ -49,13 +49,36 @@ static int z3_init(exec_t *x, hyp_coll *coll, hyp_err *e) {
     return HYP_OK;
 }
 
-/* Stages 0-2: one full parameter arena (and its gradient twin, the workspace at stage 2). */
-static void alloc_replicated(exec_t *x) {
-    int64_t arena = x->shard * x->world;
+/* Stage 2 with activations (a training executor): ZeRO-3's layout for its layer groups and op
+ * segments, a gradient workspace of one group. 0 = the plan cannot be cut into groups (then the
+ * full-arena workspace of before); the reason is not an error at stage 2. */
+static int64_t z2_init(exec_t *x, hyp_coll *coll) {
+    exec_z3 *z = calloc(1, sizeof *z);
+    hyp_err ignore;
+    if (!z) return 0;
+    z->coll = coll;
+    if (!coll || hyp_z3_layout_init(&z->L, x->p, x->world, x->rank, &ignore) ||
+        !(z->ptr = calloc((size_t)x->p->n_bufs, sizeof(float *)))) {
+        hyp_z3_layout_free(&z->L);
+        free(z->ptr);
+        free(z);
+        return 0;
+    }
+    int64_t ws = 0;
+    for (int g = 0; g < z->L.n_groups; g++)
+        if (z->L.len[g] > ws) ws = z->L.len[g];
+    x->zg = z;
+    return ws;
+}
+
+/* Stages 0-2: one full parameter arena; its gradient twin (stages 0-1), or at stage 2 a one-group
+ * gradient workspace (exec_z3 zg) and the reduced shard. */
+static void alloc_replicated(exec_t *x, hyp_coll *coll, int acts) {
+    int64_t arena = x->shard * x->world, ws = x->stage == 2 && acts ? z2_init(x, coll) : 0;
     size_t before = x->bytes;
     x->params = alloc_floats(arena, &x->bytes);
     x->bytes_params = x->bytes - before, before = x->bytes;
-    x->grads = alloc_floats(arena, &x->bytes);
+    x->grads = alloc_floats(ws ? ws : arena, &x->bytes);
     if (x->stage >= 2) {
         x->bytes_grad_workspace = x->bytes - before, before = x->bytes;
         x->gshard = alloc_floats(x->shard, &x->bytes);
@@ -111,7 +134,7 @@ static int init_dp(exec_t *x, const plan_t *p, hyp_coll *coll, int stage, int ac
         return rc;
     }
     if (stage >= 3) rc = z3_init(x, coll, e);
-    else alloc_replicated(x);
+    else alloc_replicated(x, coll, acts);
     if (!rc && (!p->optim.kind[0] || p->optim.n_state < 0 || p->optim.n_state > HYP_OPT_MAX_STATE))
         rc = hyp_fail(e, HYP_EINPUT, "exec: the plan has no optimizer section — regenerate it with gen");
     for (int k = 0; !rc && stage >= 1 && k < p->optim.n_state; k++)
@@ -184,6 +207,7 @@ static void z3_free(exec_z3 *z) {
 
 void exec_free(exec_t *x) {
     z3_free(x->z3);
+    z3_free(x->zg);
     free(x->fp8);
     free(x->gshard);
     free(x->params);
@@ -216,6 +240,7 @@ float *exec_buf(exec_t *x, int idx) {
     if (idx < 0) return NULL;
     const plan_buf *b = &x->p->bufs[idx];
     if (x->z3 && x->z3->L.buf_group[idx] >= 0) return x->z3->ptr[idx];
+    if (x->zg && b->kind == BUF_GRAD && x->zg->L.buf_group[idx] >= 0) return x->zg->ptr[idx];
     switch (b->kind) {
     case BUF_PARAM: return x->params + b->offset;
     case BUF_GRAD: return x->grads + b->offset;
@@ -290,9 +315,10 @@ void exec_z3_adopt_full(exec_t *x, float *full) {
 }
 
 int exec_z3_status(const exec_t *x, hyp_err *e) {
-    if (!x->z3 || !x->z3->rc) return HYP_OK;
-    *e = x->z3->err;
-    return x->z3->rc;
+    const exec_z3 *z = x->z3 ? x->z3 : x->zg;
+    if (!z || !z->rc) return HYP_OK;
+    *e = z->err;
+    return z->rc;
 }
 
 static int64_t bind_dim(const exec_t *x, int64_t v) {
@@ -372,6 +398,28 @@ static int z3_reduce(void *ctx, int g, int slot, hyp_err *e) {
 
 static const hyp_z3_hooks Z3_CPU = {z3_gather, z3_acquire, z3_grads_begin, z3_run_op, NULL, z3_reduce};
 
+/* Stage 2: group g's gradient buffers point into the zeroed one-group workspace (arena offsets
+ * relative to the group's start), reduce-scattered after the group's backward into the flat
+ * shard layout of stages 1-2 (the optimizer and checkpoints see the layout they always did). */
+static int z2_grads_begin(void *ctx, int g, hyp_err *e) {
+    (void)e;
+    z3_pass *c = ctx;
+    exec_t *x = c->x;
+    memset(x->grads, 0, sizeof(float) * (size_t)x->zg->L.len[g]);
+    z3_bind(x->zg, x->p, g, BUF_GRAD, x->grads);
+    return HYP_OK;
+}
+
+static int z2_reduce(void *ctx, int g, int slot, hyp_err *e) {
+    (void)slot;
+    z3_pass *c = ctx;
+    exec_t *x = c->x;
+    exec_z3 *z = x->zg;
+    return hyp_coll_reduce_scatter_range_add_f32(z->coll, x->grads, z->L.start[g], z->L.len[g], x->shard, x->gshard, e);
+}
+
+static const hyp_z3_hooks Z2_CPU = {NULL, NULL, z2_grads_begin, z3_run_op, NULL, z2_reduce};
+
 /* Runs ops[0..n) segment by segment (the gathers skipped once the full weights are adopted); the
  * first collective failure is kept in z->rc / z->err and stops every later pass. */
 static void z3_run(exec_t *x, const plan_op *ops, int n, const hyp_z3_seg *seg, int ns, int grads, float dloss, float *loss) {
@@ -406,6 +454,13 @@ float exec_eval_loss(exec_t *x) {
 
 float exec_backward(exec_t *x, float dloss) {
     float loss = 0;
+    if (x->zg) {
+        exec_z3 *z = x->zg;
+        if (z->rc) return 0;
+        z3_pass c = {x, x->p->bwd, dloss, &loss, {0}};
+        z->rc = hyp_z3_schedule(&z->L, z->L.bwd, z->L.n_bwd, x->p->n_bwd, 1, 0, &Z2_CPU, &c, &z->err);
+        return loss;
+    }
     if (x->z3) {
         z3_run(x, x->p->bwd, x->p->n_bwd, x->z3->L.bwd, x->z3->L.n_bwd, 1, dloss, &loss);
         return loss;

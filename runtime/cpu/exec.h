@@ -78,10 +78,17 @@ typedef struct exec_t {
     exec_z3 *z3;                    /* stage 3 only; then params/state/gshard hold the own shards
                                        [shard] in the group layout and grads is the one-group
                                        gradient workspace */
+    exec_z3 *zg;                    /* stage 2 (v2104): the gradient schedule of ZeRO-3 without its
+                                       gathers — grads is a one-group workspace, reduce-scattered
+                                       into the flat gshard after each group's backward; NULL at
+                                       other stages (and for a plan ZeRO-3's layout cannot cut into
+                                       layer groups: then grads is the full arena, reduce-scattered
+                                       after backward) */
     hyp_fp8_state *fp8;             /* [plan fp8_slots] v2160 per-operand scaling states */
-    /* bytes per category, for reporting; with stage >= 2 the full-size gradient buffer is only the
-     * backward pass's accumulation workspace (bytes_grad_workspace) and the gradients kept for the
-     * optimizer are the reduced shard (bytes_grads) */
+    /* bytes per category, for reporting; with stage >= 2 the gradient workspace the backward pass
+     * writes into (one layer group; the full arena only without zg at stage 2) is
+     * bytes_grad_workspace and the gradients kept for the optimizer are the reduced shard
+     * (bytes_grads) */
     size_t bytes_params, bytes_grads, bytes_grad_workspace, bytes_optim, bytes_acts;
     long long fp16_flushed, fp16_nonzero; /* v2102 fp16: round_fp16 operands that underflowed to 0 / were nonzero */
 } exec_t;

@@ -22,12 +22,16 @@ int train_step(train_backend *b, hyp_loader *train, const train_opts *o, int K, 
 }
 
 /* v2162: inf/NaN in this rank's gradients (all ranks agree); clean: the gradients / S, the
- * growth counter advanced; overflow: S x backoff. Gradients are the cpu executor's fp32 arena. */
+ * growth counter advanced; overflow: S x backoff. Gradients are the cpu executor's fp32 arena, or
+ * at ZeRO stages 2 (with its layer schedule) and 3 the own shard, already summed over ranks
+ * during backward (an overflow anywhere reaches the sum; unscaling after the sum is exact when S
+ * is a power of two, as init_scale, growth and backoff keep it by default). */
 static int loss_scale_check(train_backend *b, int *overflow, hyp_err *e) {
     train_loss_scaler *ls = &b->ls;
     exec_t *x = b->x;
-    long n = (long)x->p->param_floats;
-    const float *g = x->grads;
+    int sharded = b->dp.stage >= 3 || x->zg;
+    long n = sharded ? (long)x->shard : (long)x->p->param_floats;
+    float *g = sharded ? x->gshard : x->grads;
     int bad = 0;
     for (long i = 0; i < n; i++) bad |= !isfinite(g[i]);
     double v = bad;
@@ -41,7 +45,7 @@ static int loss_scale_check(train_backend *b, int *overflow, hyp_err *e) {
         return HYP_OK;
     }
     float inv = (float)(1.0 / ls->scale);
-    for (long i = 0; i < n; i++) x->grads[i] *= inv;
+    for (long i = 0; i < n; i++) g[i] *= inv;
     if (++ls->good >= ls->interval) {
         ls->scale *= ls->growth;
         ls->good = 0;

@@ -1,7 +1,7 @@
 /* backend_cpu.c — the cpu executor (exec.h) as a trainer backend (backend.h): forward/backward
  * on the host, gradients made global over the collectives per ZeRO stage (v2110, v2104: an
- * all-reduce, the reduce-scattered shard at stage 2; stage 3 reduce-scatters each layer during
- * backward), the norm and clip factor on the host, the optimizer (optim.h) on the own part and
+ * all-reduce at stages 0-1; stages 2-3 reduce-scatter each layer's gradients into the own shard
+ * during backward), the norm and clip factor on the host, the optimizer (optim.h) on the own part and
  * the all-gather of the updated shards (stages 1-2), the FP8 scaling states (v2160).
  * Never: the micro-batch loop, loss weighting or evaluation loop (the driver, backend.c). */
 #include <math.h>
@@ -22,7 +22,7 @@ static int cpu_zero_grads(train_backend *b, hyp_err *e) {
     (void)e;
     exec_t *x = b->x;
     exec_params_changed(x); /* a checkpoint may have been loaded since the last forward */
-    if (b->dp.stage >= 3) op_zero(x->gshard, x->shard);
+    if (b->dp.stage >= 3 || x->zg) op_zero(x->gshard, x->shard);
     else op_zero(x->grads, x->shard * b->dp.world);
     return HYP_OK;
 }
@@ -40,8 +40,8 @@ static int cpu_reduce_grads(train_backend *b, const train_opts *o, hyp_err *e) {
     const dp_t *d = &b->dp;
     cpu_state *s = b->impl;
     int rc;
-    if (d->stage >= 2) { /* stage 3 reduce-scattered each layer's gradients during backward */
-        if (d->stage == 2 && (rc = hyp_coll_reduce_scatter_f32(d->coll, x->grads, x->gshard, (size_t)x->shard, e)))
+    if (d->stage >= 2) { /* stage 3 (and 2 with x->zg) reduce-scattered each layer's gradients during backward */
+        if (d->stage == 2 && !x->zg && (rc = hyp_coll_reduce_scatter_f32(d->coll, x->grads, x->gshard, (size_t)x->shard, e)))
             return rc;
         double ss = op_sumsq(x->gshard, x->shard);
         if ((rc = hyp_coll_allreduce_f64(d->coll, &ss, 1, e))) return rc;

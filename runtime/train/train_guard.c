@@ -22,11 +22,11 @@ int train_guard_open(train_guard *tg, const plan_t *p, const dp_t *d, hyp_err *e
     return HYP_OK;
 }
 
-/* The gradients this rank holds before the reduction: the accumulation arena, or at stage 3 the
- * own shard (reduce-scattered during backward). */
+/* The gradients this rank holds before the reduction: the accumulation arena, or at stage 3 (and
+ * 2 with its layer schedule) the own shard (reduce-scattered during backward). */
 static float *grads_of(train_backend *b, int64_t *n) {
     exec_t *x = b->x;
-    if (b->dp.stage >= 3) {
+    if (b->dp.stage >= 3 || x->zg) {
         *n = x->shard;
         return x->gshard;
     }

@@ -776,9 +776,6 @@ static int loss_scale_open(run_t *r, hyp_err *e) {
     if (strcmp(p->backend, "cpu"))
         return hyp_fail(e, HYP_EINPUT, "%s: loss_scale (v2162) runs in the cpu trainer only, this plan's backend is %s — regenerate with --target cpu",
                         r->plan_path, p->backend);
-    if (r->d.stage >= 3)
-        return hyp_fail(e, HYP_EINPUT, "%s: loss_scale (v2162) with ZeRO stage 3 is not supported (its gradients are reduce-scattered during backward) — use zero_stage 0-2",
-                        r->plan_path);
     ls->on = 1;
     ls->scale = r->ls_resumed ? r->ls_scale : p->ls_init;
     ls->good = r->ls_resumed ? r->ls_good : 0;

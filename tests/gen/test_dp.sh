@@ -49,6 +49,7 @@ check test_v2181_shards_hold_the_state_once awk -v a="$two" -v b="$one" 'BEGIN {
 # gradient workspace is one gather unit (one layer), not the full arena of stages 0-2.
 json_num() { tr -d ' \n\t' < "$1" | grep -oE "\"memory\":\{.*" | grep -oE "\"$2\":[0-9.e+]+" | head -1 | cut -d: -f2; }
 within() { awk -v a="$1" -v b="$2" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(b > 0 && d <= 0.02 * b) }'; }
+"$GEN" size --model tiny --hw host-cpu --dtype fp32 --zero 0 --dp 2 --json > "$TMP/size0.json"
 for stage in 1 2 3; do
   $MPI "$TMP/z$stage/train" "${COMMON[@]}" --batch 2 --steps 1 > "$TMP/mem$stage.txt" 2>&1
   "$GEN" size --model tiny --hw host-cpu --dtype fp32 --zero $stage --dp 2 --json > "$TMP/size$stage.json"
@@ -60,10 +61,15 @@ for stage in 1 2 3; do
     check "test_v2104_stage${stage}_${key}_memory_matches_formula" within "$got" "$want"
   done
 done
-ws=$(grep "rank 0/2 memory" "$TMP/mem3.txt" | grep -oE "workspace [0-9]+ B" | grep -oE "[0-9]+")
 half_gather=$(awk -v g="$(json_num "$TMP/size3.json" gather)" 'BEGIN { print g / 2 }')
-echo "stage 3 gradient workspace: measured $ws B, one gather unit $half_gather B"
-check "test_v2104_stage3_grad_workspace_is_one_layer" within "$ws" "$half_gather"
+# v2104 stage 2 keeps only the gradient shard: backward writes each layer group's gradients into a
+# one-group workspace, reduce-scattered into the shard as soon as the group is done (as stage 3),
+# instead of a full-size gradient arena (3.4 MB for tiny) reduce-scattered after backward
+for stage in 2 3; do
+  ws=$(grep "rank 0/2 memory" "$TMP/mem$stage.txt" | grep -oE "workspace [0-9]+ B" | grep -oE "[0-9]+")
+  echo "stage $stage gradient workspace: measured $ws B, one gather unit $half_gather B (full arena $(json_num "$TMP/size0.json" grads) B)"
+  check "test_v2104_stage${stage}_grad_workspace_is_one_layer" within "$ws" "$half_gather"
+done
 mem_of() { grep "rank 0/2 memory" "$TMP/mem$1.txt" | grep -oE "$2 [0-9]+ B" | grep -oE "[0-9]+"; }
 check "test_v2104_stage3_params_smaller_than_full_copy" awk -v a="$(mem_of 3 params)" -v b="$(mem_of 2 params)" 'BEGIN { exit !(a < b) }'
 
@@ -139,4 +145,15 @@ expect f3_np2_first_4 0 "done: 4 steps" -- $MPI "$TMP/f3/train" "${E8[@]}" --bat
 expect f3_np2_resume 0 "resumed from .*step_00000004" -- $MPI "$TMP/f3/train" "${E8[@]}" --batch 2 --resume --metrics "$TMP/f8b.jsonl" --ckpt-dir "$TMP/f8ck"
 check test_v2181_fp8_zero3_sharded_resume_is_bit_exact test "$(losses "$TMP/f8a.jsonl")" = "$(losses "$TMP/f8b.jsonl")"
 check fp8_sharded_checkpoint_holds_scaling_state test -s "$TMP/f8ck/step_00000004/train_state.safetensors"
+
+# v2104 stages 2 and 3 under gradient accumulation (each micro-batch's layer gradients
+# reduce-scattered into the shard and summed there) and with fp16 and v2162 dynamic loss scaling (the
+# inf/NaN check and the unscale on the reduced shard): np=2 gives np=1 stage 0's losses
+expect gen_ga0 0 "wrote" -- "$GEN" specs/v2500.yaml --enable adamw,clip,dp,accum,fp16,loss-scaling --model tiny --target cpu --batch 4 --seq 64 -o "$TMP/ga0"
+expect np1_ga0 0 "done: 4 steps" -- "$TMP/ga0/train" "${COMMON[@]}" --batch 4 --grad-accum 2 --metrics "$TMP/ga0.jsonl"
+for stage in 2 3; do
+  expect "gen_ga$stage" 0 "wrote" -- "$GEN" specs/v2500.yaml --enable adamw,clip,dp,accum,fp16,loss-scaling,zero$stage --model tiny --target cpu --batch 4 --seq 64 -o "$TMP/ga$stage"
+  expect "np2_ga$stage" 0 "done: 4 steps" -- $MPI "$TMP/ga$stage/train" "${COMMON[@]}" --batch 2 --grad-accum 2 --metrics "$TMP/ga$stage.jsonl"
+  check "test_v2104_stage${stage}_accum_loss_scale_np2_equals_np1" close "$TMP/ga0.jsonl" "$TMP/ga$stage.jsonl"
+done
 finish
