@@ -191,6 +191,23 @@ int hyp_coll_reduce_scatter_add_f32(hyp_coll *c, float *buf, float *acc, size_t 
     return HYP_OK;
 }
 
+int hyp_coll_reduce_f32(hyp_coll *c, float *buf, size_t n, int root, hyp_err *e) {
+    if (root < 0 || root >= c->world) return hyp_fail(e, HYP_EINPUT, "reduce: root %d outside 0..%d", root, c->world - 1);
+#ifdef HYP_HAVE_MPI
+    if (c->mpi) {
+        for (size_t off = 0; off < n; off += CHUNK) {
+            size_t k = n - off < CHUNK ? n - off : CHUNK;
+            int rc = c->rank == root ? MPI_Reduce(MPI_IN_PLACE, buf + off, (int)k, MPI_FLOAT, MPI_SUM, root, MPI_COMM_WORLD)
+                                     : MPI_Reduce(buf + off, NULL, (int)k, MPI_FLOAT, MPI_SUM, root, MPI_COMM_WORLD);
+            if (rc != MPI_SUCCESS) return mpi_fail(e, "reduce", rc);
+        }
+    }
+#else
+    (void)buf, (void)n;
+#endif
+    return HYP_OK;
+}
+
 int hyp_coll_reduce_scatter_range_add_f32(hyp_coll *c, float *buf, int64_t start, int64_t len, int64_t shard,
                                           float *acc, hyp_err *e) {
     int64_t lo = (int64_t)c->rank * shard, a = start > lo ? start : lo, b = start + len < lo + shard ? start + len : lo + shard;

@@ -45,6 +45,9 @@ int hyp_coll_reduce_scatter_add_f32(hyp_coll *c, float *buf, float *acc, size_t 
  * shard with it, as soon as the layer's backward is done (MPI_Reduce_scatter, uneven counts). */
 int hyp_coll_reduce_scatter_range_add_f32(hyp_coll *c, float *buf, int64_t start, int64_t len, int64_t shard,
                                           float *acc, hyp_err *e);
+/* In place at root: buf[n] of rank root = sum over ranks of every rank's buf[n] (the other ranks'
+ * buf is unchanged). */
+int hyp_coll_reduce_f32(hyp_coll *c, float *buf, size_t n, int root, hyp_err *e);
 /* recv[world*bytes] = concatenation of every rank's send[bytes] (any plain data). */
 int hyp_coll_allgather_bytes(hyp_coll *c, const void *send, void *recv, size_t bytes, hyp_err *e);
 int hyp_coll_broadcast(hyp_coll *c, void *buf, size_t bytes, int root, hyp_err *e);

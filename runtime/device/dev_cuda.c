@@ -53,7 +53,7 @@ int hyp_dev_cuda_check_libs(char *report, size_t n) {
     X(cublasLtGetStatusString)
 #define NCCL_FUNCS(X)                                                                                                \
     X(ncclGetUniqueId) X(ncclCommInitRank) X(ncclCommDestroy) X(ncclAllReduce) X(ncclReduceScatter)                  \
-    X(ncclAllGather) X(ncclBroadcast) X(ncclGetErrorString)
+    X(ncclAllGather) X(ncclBroadcast) X(ncclReduce) X(ncclGetErrorString)
 #define MEMBER(f) __typeof__(f) *f;
 /* the name the header maps f to (cuMemAlloc -> "cuMemAlloc_v2"): the ABI these types describe */
 #define LOAD(f)                                                                                                      \
@@ -527,6 +527,17 @@ static int cu_broadcast(hyp_device *dv, void *buf, size_t n, hyp_dtype t, int ro
     return HYP_OK;
 }
 
+static int cu_reduce(hyp_device *dv, void *buf, size_t n, hyp_dtype t, int root, hyp_stream *s, hyp_err *e) {
+    cu_dev *d = CD(dv);
+    ncclDataType_t nt;
+    if (coll_check(d, "reduce", e)) return HYP_EINPUT;
+    if (!nccl_type(t, &nt)) return hyp_fail(e, HYP_EINPUT, "cuda: reduce of %s — reduce f32 or bf16", hyp_dtype_name(t));
+    if (root < 0 || root >= d->world) return hyp_fail(e, HYP_EINPUT, "cuda: reduce root %d outside 0..%d", root, d->world - 1);
+    if (d->world == 1) return HYP_OK;
+    NC(ncclReduce(buf, buf, n, nt, ncclSum, root, d->comm, (cudaStream_t)STREAM(d, s)), "reduce");
+    return HYP_OK;
+}
+
 /* ---- library check (no GPU needed) ---------------------------------------------------------- */
 
 int hyp_dev_cuda_check_libs(char *report, size_t n) {
@@ -646,6 +657,7 @@ static const hyp_device CU_TABLE = {
     .reduce_scatter = cu_reduce_scatter,
     .all_gather = cu_all_gather,
     .broadcast = cu_broadcast,
+    .reduce = cu_reduce,
 };
 
 int hyp_dev_cuda_open(hyp_device **out, hyp_err *e) {

@@ -19,7 +19,7 @@
 
 enum { ORDER_REVERSE, ORDER_FORWARD, ORDER_EAGER };
 enum { C_COPY, C_MEMSET, C_LAUNCH, C_GEMM, C_RECORD, C_WAIT, C_COLL };
-enum { COLL_ALLREDUCE, COLL_REDUCE_SCATTER, COLL_ALLGATHER, COLL_BROADCAST };
+enum { COLL_ALLREDUCE, COLL_REDUCE_SCATTER, COLL_ALLGATHER, COLL_BROADCAST, COLL_REDUCE };
 
 typedef struct sim_stream sim_stream;
 typedef struct sim_event sim_event;
@@ -149,6 +149,7 @@ static int run_coll(sim_dev *d, cmd *c, hyp_err *e) {
     case COLL_REDUCE_SCATTER: return hyp_coll_reduce_scatter_f32(co, c->u.coll.send, c->u.coll.buf, c->u.coll.count, e);
     case COLL_ALLGATHER: /* any dtype as fp32 words (the enqueue checked the byte count) */
         return hyp_coll_allgather_f32(co, c->u.coll.send, c->u.coll.buf, c->u.coll.count * es / 4, e);
+    case COLL_REDUCE: return hyp_coll_reduce_f32(co, c->u.coll.buf, c->u.coll.count, c->u.coll.root, e);
     default: return hyp_coll_broadcast(co, c->u.coll.buf, c->u.coll.count * es, c->u.coll.root, e);
     }
 }
@@ -571,19 +572,19 @@ static int sim_comm_init(hyp_device *dv, hyp_coll *c, hyp_err *e) {
 
 static int coll_cmd(sim_dev *d, int what, void *buf, const void *send, size_t count, hyp_dtype t, hyp_redop op,
                     int root, hyp_stream *s, hyp_err *e) {
-    static const char *names[] = {"all_reduce", "reduce_scatter", "all_gather", "broadcast"};
+    static const char *names[] = {"all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce"};
     if (sticky(d, e)) return d->sticky;
     if (!d->coll) return hyp_fail(e, HYP_EINPUT, "sim: %s before comm_init — call comm_init on every rank first", names[what]);
     size_t es = hyp_dtype_size(t), world = (size_t)hyp_coll_world(d->coll);
     if (!es) return hyp_fail(e, HYP_EINPUT, "sim: %s: unknown dtype", names[what]);
-    if ((what == COLL_ALLREDUCE || what == COLL_REDUCE_SCATTER) && t != HYP_DT_F32)
+    if ((what == COLL_ALLREDUCE || what == COLL_REDUCE_SCATTER || what == COLL_REDUCE) && t != HYP_DT_F32)
         return hyp_fail(e, HYP_EINPUT, "sim: %s of %s — sim reduces fp32 only (runtime/coll.h)", names[what], hyp_dtype_name(t));
     if ((unsigned)op > HYP_RED_MAX || (what == COLL_REDUCE_SCATTER && op != HYP_RED_SUM))
         return hyp_fail(e, HYP_EINPUT, "sim: %s: unsupported reduction", names[what]);
     if (what == COLL_ALLGATHER && count * es % 4)
         return hyp_fail(e, HYP_EINPUT, "sim: all_gather of %zu bytes per rank — sim gathers multiples of 4 bytes", count * es);
-    if (what == COLL_BROADCAST && (root < 0 || (size_t)root >= world))
-        return hyp_fail(e, HYP_EINPUT, "sim: broadcast root %d outside 0..%zu", root, world - 1);
+    if ((what == COLL_BROADCAST || what == COLL_REDUCE) && (root < 0 || (size_t)root >= world))
+        return hyp_fail(e, HYP_EINPUT, "sim: %s root %d outside 0..%zu", names[what], root, world - 1);
     size_t in_bytes = count * es * (what == COLL_REDUCE_SCATTER ? world : 1);
     size_t out_bytes = count * es * (what == COLL_ALLGATHER ? world : 1);
     if (check_range(d, buf, out_bytes, names[what], e)) return HYP_EINPUT;
@@ -607,6 +608,9 @@ static int sim_all_gather(hyp_device *d, const void *send, void *recv, size_t n,
 }
 static int sim_broadcast(hyp_device *d, void *buf, size_t n, hyp_dtype t, int root, hyp_stream *s, hyp_err *e) {
     return coll_cmd(SD(d), COLL_BROADCAST, buf, NULL, n, t, HYP_RED_SUM, root, s, e);
+}
+static int sim_reduce(hyp_device *d, void *buf, size_t n, hyp_dtype t, int root, hyp_stream *s, hyp_err *e) {
+    return coll_cmd(SD(d), COLL_REDUCE, buf, NULL, n, t, HYP_RED_SUM, root, s, e);
 }
 
 /* ---- open / close --------------------------------------------------------------------------- */
@@ -657,6 +661,7 @@ static const hyp_device SIM_TABLE = {
     .comm_init = sim_comm_init,
     .all_reduce = sim_all_reduce,
     .reduce_scatter = sim_reduce_scatter,
+    .reduce = sim_reduce,
     .all_gather = sim_all_gather,
     .broadcast = sim_broadcast,
 };

@@ -271,7 +271,9 @@ struct hyp_device {
      *   reduce_scatter  recv[count] = sum over ranks of send[rank*count .. +count)
      *   all_gather      recv[world*count] = every rank's send[count], rank order; send may be
      *                   recv + rank*count (in place)
-     *   broadcast       buf[count] of rank root to every rank (any dtype) */
+     *   broadcast       buf[count] of rank root to every rank (any dtype)
+     *   reduce          buf[count] of rank root = sum over ranks of every rank's buf[count]
+     *                   (in place; the other ranks' buf unchanged) */
     int (*comm_init)(hyp_device *d, hyp_coll *c, hyp_err *e);
     int (*all_reduce)(hyp_device *d, void *buf, size_t count, hyp_dtype t, hyp_redop op,
                       hyp_stream *s, hyp_err *e);
@@ -281,6 +283,7 @@ struct hyp_device {
                       hyp_stream *s, hyp_err *e);
     int (*broadcast)(hyp_device *d, void *buf, size_t count, hyp_dtype t, int root, hyp_stream *s,
                      hyp_err *e);
+    int (*reduce)(hyp_device *d, void *buf, size_t count, hyp_dtype t, int root, hyp_stream *s, hyp_err *e);
 };
 
 /* Opens a device: kind "cuda" or "sim".

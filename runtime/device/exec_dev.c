@@ -20,6 +20,9 @@ void exec_dev_free(exec_dev *x) {
     hyp_err e;
     hyp_device *d = x->dev;
     free_z3(x);
+    if (x->zg) hyp_z3_layout_free(x->zg);
+    free(x->zg);
+    free(x->zg_ptr);
     d->mem_free(d, x->params, &e);
     d->mem_free(d, x->grads, &e);
     for (int k = 0; k < HYP_OPT_MAX_STATE; k++) d->mem_free(d, x->state[k], &e);
@@ -191,6 +194,23 @@ static int alloc_states(exec_dev *x, int64_t n, hyp_err *e) {
     return rc;
 }
 
+/* Stage 2: ZeRO-3's layer groups and backward segments for the gradient schedule; the workspace's
+ * floats (the largest group), or 0 when the plan cannot be cut into groups (not an error). */
+static int64_t init_zg(exec_dev *x) {
+    hyp_err ignore;
+    if (!(x->zg = calloc(1, sizeof *x->zg)) || hyp_z3_layout_init(x->zg, x->p, x->world, x->rank, &ignore) ||
+        !(x->zg_ptr = calloc((size_t)x->p->n_bufs, sizeof(void *)))) {
+        if (x->zg) hyp_z3_layout_free(x->zg);
+        free(x->zg), free(x->zg_ptr);
+        x->zg = NULL, x->zg_ptr = NULL;
+        return 0;
+    }
+    int64_t ws = 0;
+    for (int g = 0; g < x->zg->n_groups; g++)
+        if (x->zg->len[g] > ws) ws = x->zg->len[g];
+    return ws;
+}
+
 /* The arenas: exec.c's data-parallel layout (the arena padded to world equal shards of 16-float
  * multiples), or at stage 3 (lay) the layout of the host mirror. */
 static int alloc_arenas(exec_dev *x, const hyp_z3_layout *lay, hyp_err *e) {
@@ -198,10 +218,10 @@ static int alloc_arenas(exec_dev *x, const hyp_z3_layout *lay, hyp_err *e) {
     int64_t maxN = (int64_t)p->B * p->T;
     x->shard = lay ? lay->shard : ((p->param_floats + x->world - 1) / x->world + 15) / 16 * 16;
     x->arena = x->shard * x->world;
-    int64_t optim = x->stage >= 1 ? x->shard : x->arena;
+    int64_t optim = x->stage >= 1 ? x->shard : x->arena, ws = !lay && x->stage == 2 ? init_zg(x) : 0;
     int rc = lay ? alloc_z3(x, lay, e) : HYP_OK;
     if (rc || (!lay && ((rc = exec_dev_alloc(x, (void **)&x->params, x->arena, 4, e)) ||
-                        (rc = exec_dev_alloc(x, (void **)&x->grads, x->arena, 4, e)) ||
+                        (rc = exec_dev_alloc(x, (void **)&x->grads, ws ? ws : x->arena, 4, e)) ||
                         (x->stage >= 2 && (rc = exec_dev_alloc(x, (void **)&x->gshard, x->shard, 4, e))))) ||
         (rc = alloc_states(x, optim, e)) || (rc = exec_dev_alloc(x, (void **)&x->acts, p->act_floats, 4, e)) || (rc = exec_dev_alloc(x, (void **)&x->tokens, maxN, 4, e)) ||
         (rc = exec_dev_alloc(x, (void **)&x->targets, maxN, 4, e)) || (rc = exec_dev_alloc(x, (void **)&x->ones, maxN, 4, e)) ||
@@ -209,7 +229,8 @@ static int alloc_arenas(exec_dev *x, const hyp_z3_layout *lay, hyp_err *e) {
         return rc;
     if (!lay) {
         x->bytes_params = 4 * (size_t)x->arena;
-        x->bytes_grads = 4 * (size_t)(x->arena + (x->stage >= 2 ? x->shard : 0));
+        x->bytes_grads = 4 * (size_t)(x->stage >= 2 ? x->shard : x->arena);
+        x->bytes_grad_workspace = x->stage >= 2 ? 4 * (size_t)(ws ? ws : x->arena) : 0;
     }
     x->bytes_optim = 4 * (size_t)x->n_state * (size_t)optim;
     x->bytes_acts = 4 * (size_t)(p->act_floats > 0 ? p->act_floats : 1);
@@ -233,6 +254,33 @@ static int z3_check_fusions(const exec_dev *x, hyp_err *e) {
                     return hyp_fail(e, HYP_EINPUT, "kernels.json: a fusion site joins ops of two ZeRO-3 layer groups (%s) — regenerate with zero2, or without that fusion",
                                     hyp_op_name(a->op));
             }
+        }
+    }
+    return HYP_OK;
+}
+
+/* Stage 2 (zg): a backward fusion site does its first op's gradient writes at the second op, in
+ * the second's segment — after the first's group may have been reduced. When a site joins
+ * gradients of two groups, the gradient schedule is dropped: a full-arena workspace instead,
+ * reduce-scattered after backward (memory as before, the same numbers). */
+static int zg_check_fusions(exec_dev *x, hyp_err *e) {
+    const hyp_z3_layout *L = x->zg;
+    for (int i = 0, s = 0; i < x->p->n_bwd; i++) {
+        while (s + 1 < L->n_bwd && L->bwd[s + 1].start <= i) s++;
+        const plan_op *a = x->bwd[i].pair;
+        for (int k = 0; a && k < a->nin + a->nout; k++) {
+            int b = k < a->nin ? a->in[k] : a->out[k - a->nin], g = b >= 0 && x->p->bufs[b].kind == BUF_GRAD ? L->buf_group[b] : -1;
+            if (g < 0 || g == L->bwd[s].group) continue;
+            hyp_err ignore;
+            x->dev->mem_free(x->dev, x->grads, &ignore);
+            x->grads = NULL;
+            x->bytes -= x->bytes_grad_workspace;
+            hyp_z3_layout_free(x->zg);
+            free(x->zg), free(x->zg_ptr);
+            x->zg = NULL, x->zg_ptr = NULL;
+            int rc = exec_dev_alloc(x, (void **)&x->grads, x->arena, 4, e);
+            x->bytes_grad_workspace = 4 * (size_t)x->arena;
+            return rc;
         }
     }
     return HYP_OK;
@@ -367,7 +415,8 @@ static int init_any(exec_dev *x, const plan_t *p, const char *kernels_dir, hyp_d
     if ((rc = exec_dev_bind_op(x, man, &p->loss, &x->loss, sc, &nsc, e))) goto fail;
     for (int i = 0; i < p->n_bwd; i++)
         if ((rc = exec_dev_bind_op(x, man, &p->bwd[i], &x->bwd[i], sc, &nsc, e))) goto fail;
-    if ((rc = exec_dev_bind_fusions(x, man, sc, &nsc, e)) || (x->z3 && (rc = z3_check_fusions(x, e)))) goto fail;
+    if ((rc = exec_dev_bind_fusions(x, man, sc, &nsc, e)) || (x->z3 && (rc = z3_check_fusions(x, e))) ||
+        (x->zg && (rc = zg_check_fusions(x, e)))) goto fail;
     cJSON_Delete(man);
     man = NULL;
     int64_t off = 0;
@@ -414,10 +463,11 @@ int exec_dev_download_params(exec_dev *x, float *host, hyp_err *e) {
 }
 int exec_dev_download_grads(exec_dev *x, float *host, hyp_err *e) {
     if (x->z3) return no_arena("download_grads", e);
+    if (x->zg) return hyp_fail(e, HYP_EINPUT, "exec_dev: download_grads at ZeRO stage 2 — the device holds the reduced [shard] (x->gshard), no gradient arena");
     return x->dev->d2h_sync(x->dev, host, x->grads, sizeof(float) * (size_t)x->p->param_floats, e);
 }
 int exec_dev_zero_grads(exec_dev *x, hyp_err *e) {
-    if (x->z3) return x->dev->memset(x->dev, x->gshard, 0, sizeof(float) * (size_t)x->shard, NULL, e);
+    if (x->z3 || x->zg) return x->dev->memset(x->dev, x->gshard, 0, sizeof(float) * (size_t)x->shard, NULL, e);
     return x->dev->memset(x->dev, x->grads, 0, sizeof(float) * (size_t)x->p->param_floats, NULL, e);
 }
 
@@ -425,6 +475,7 @@ static void *dbuf(exec_dev *x, int idx) {
     if (idx < 0) return NULL;
     const plan_buf *b = &x->p->bufs[idx];
     if (x->z3 && x->z3->lay->buf_group[idx] >= 0) return x->z3->ptr[idx]; /* bound by z3_bind */
+    if (x->zg && b->kind == BUF_GRAD && x->zg->buf_group[idx] >= 0) return x->zg_ptr[idx]; /* bound by zg_grads_begin */
     switch (b->kind) {
     case BUF_PARAM: return x->params + b->offset;
     case BUF_GRAD: return x->grads + b->offset;
@@ -731,6 +782,49 @@ static int z3_run(exec_dev *x, const plan_op *ops, const exec_dev_op *eo, int n,
     return rc ? rc : d->event_wait(d, NULL, z->done, e);
 }
 
+/* ---- ZeRO-2 (x->zg): the gradient half of the schedule, on the compute stream ---------------- */
+
+/* Group g's gradient buffers into the zeroed one-group workspace (offsets relative to its start). */
+static int zg_grads_begin(void *ctx, int g, hyp_err *e) {
+    exec_dev *x = ((z3_pass *)ctx)->x;
+    const hyp_z3_layout *L = x->zg;
+    for (int b = 0; b < x->p->n_bufs; b++)
+        if (L->buf_group[b] == g && x->p->bufs[b].kind == BUF_GRAD) x->zg_ptr[b] = x->grads + (x->p->bufs[b].offset - L->start[g]);
+    return x->dev->memset(x->dev, x->grads, 0, sizeof(float) * (size_t)L->len[g], NULL, e);
+}
+
+/* Group g's range [start, start + len) summed into each owner's part: one collective reduce per
+ * rank whose flat shard [r*shard, (r+1)*shard) it overlaps (a range meets one or two shards: the
+ * bytes of a reduce-scatter), then this rank's part added to gshard (a k = 1 GEMM, beta 1: an
+ * exact fp32 add, as z3_reduce). One rank: the add only. */
+static int zg_reduce(void *ctx, int g, int slot, hyp_err *e) {
+    (void)slot;
+    exec_dev *x = ((z3_pass *)ctx)->x;
+    const hyp_z3_layout *L = x->zg;
+    hyp_device *d = x->dev;
+    int64_t start = L->start[g], end = start + L->len[g];
+    int rc = HYP_OK;
+    for (int r = 0; r < x->world && !rc; r++) {
+        int64_t lo = (int64_t)r * x->shard, a = start > lo ? start : lo, b = end < lo + x->shard ? end : lo + x->shard;
+        if (b <= a) continue;
+        float *part = x->grads + (a - start);
+        if (x->world > 1) rc = d->reduce(d, part, (size_t)(b - a), HYP_DT_F32, r, NULL, e);
+        if (rc || r != x->rank) continue;
+        hyp_gemm m;
+        memset(&m, 0, sizeof m);
+        m.m = b - a, m.n = 1, m.k = 1;
+        m.atype = m.btype = m.dtype = HYP_DT_F32;
+        m.compute = HYP_GEMM_F32;
+        m.alpha = m.beta = 1.0f;
+        m.a = part, m.lda = b - a, m.b = x->ones, m.ldb = 1;
+        m.c = m.d = x->gshard + (a - lo), m.ldc = m.ldd = b - a;
+        rc = d->gemm(d, &m, NULL, e);
+    }
+    return rc;
+}
+
+static const hyp_z3_hooks ZG_DEVICE = {NULL, NULL, zg_grads_begin, z3_run_op, NULL, zg_reduce};
+
 int exec_dev_forward(exec_dev *x, hyp_err *e) {
     int rc = upload_batch(x, e);
     if (!rc && x->z3)
@@ -817,10 +911,14 @@ int exec_dev_backward_each(exec_dev *x, float dloss, float *loss, int (*after)(v
                            void *ctx, hyp_err *e) {
     int rc = HYP_OK;
     *loss = 0;
-    if (x->z3 && after) return hyp_fail(e, HYP_EINPUT, "exec_dev: ZeRO-3 reduces each group itself — no backward hooks");
+    if ((x->z3 || x->zg) && after) return hyp_fail(e, HYP_EINPUT, "exec_dev: ZeRO-2/3 reduce each group themselves — no backward hooks");
     if (x->z3)
         rc = z3_run(x, x->p->bwd, x->bwd, x->p->n_bwd, x->z3->lay->bwd, x->z3->lay->n_bwd, 1, dloss, loss, e);
-    for (int i = 0; i < x->p->n_bwd && !rc && !x->z3; i++) {
+    if (x->zg) {
+        z3_pass c = {x, x->p->bwd, x->bwd, dloss, loss};
+        rc = hyp_z3_schedule(x->zg, x->zg->bwd, x->zg->n_bwd, x->p->n_bwd, 1, 0, &ZG_DEVICE, &c, e);
+    }
+    for (int i = 0; i < x->p->n_bwd && !rc && !x->z3 && !x->zg; i++) {
         rc = run_op(x, &x->p->bwd[i], &x->bwd[i], dloss, e);
         if (!rc && (hyp_op_get(x->p->bwd[i].op)->flags & HYP_OPF_WRITES_LOSSES)) rc = mean_loss(x, loss, e);
         if (!rc && after) rc = after(ctx, i, e);

@@ -101,9 +101,16 @@ typedef struct {
     float *sh_seg_wd, *sh_h_wd;     /* device, host: [sh_nseg] per-tensor scalar */
     int *sh_group;                  /* host: [sh_nseg] */
     size_t bytes_params, bytes_grads, bytes_optim, bytes_acts; /* device bytes by role (of bytes) */
-    size_t bytes_grad_workspace;    /* stage 3: the one-group gradient workspace (not in bytes_grads) */
+    size_t bytes_grad_workspace;    /* stages 2-3: the backward gradient workspace (not in bytes_grads) */
     exec_dev_z3 *z3;                /* stage 3 only; then params/state/gshard are [shard] in the group
                                        layout and grads is the one-group workspace */
+    /* stage 2 (v2104): the gradient schedule of ZeRO-3 without its gathers — grads is a one-group
+     * workspace; after each group's backward its range is reduced (collective reduce, to each
+     * owner of a part) and the own part added to gshard, the flat shard of stages 1-2. NULL for
+     * a plan ZeRO-3's layout cannot cut into groups (then the full arena, reduce-scattered after
+     * backward, as before). */
+    hyp_z3_layout *zg;
+    void **zg_ptr;                  /* per plan buffer: where a group's gradient buffer lives now */
     /* ---- v2160 FP8 (delayed or current scaling): one scaling state per plan fp8 slot. The cast kernels
      * bind "fp8.scale[slot]", "fp8.scale_inv[slot]", "fp8.amax[slot]"; the amax of every cast in
      * a step is merged (max) into fp8_amax, which exec_dev_fp8_step folds into the host histories.

@@ -214,7 +214,7 @@ static int reduce_and_norm(train_dev *t, float max_norm, hyp_err *e) {
         rc = d->all_reduce(d, xd->grads, (size_t)xd->arena, HYP_DT_F32, HYP_RED_SUM, NULL, e);
     } else if (t->stage >= 2) { /* stage 3 reduce-scattered each group into gshard during backward */
         g = xd->gshard, n = xd->shard;
-        if (t->stage == 2)
+        if (t->stage == 2 && !xd->zg) /* with zg each group was reduced into gshard during backward */
             rc = t->world > 1 ? d->reduce_scatter(d, xd->grads, xd->gshard, (size_t)xd->shard, HYP_DT_F32, NULL, e)
                               : d->d2d(d, xd->gshard, xd->grads, sizeof(float) * (size_t)xd->shard, NULL, e);
     }
@@ -327,7 +327,9 @@ static const char *dev_memory_title(const train_backend *b) { return ((const tra
 static const char *dev_comm_note(const train_backend *b) {
     const train_dev *t = b->impl;
     return t->overlap ? "per-layer buckets all-reduced on a comm stream while backward runs (v2110 overlap)"
-           : t->stage >= 2 ? "reduce-scatter after backward (ZeRO stage >= 2: not overlapped)"
+           : t->stage == 2 && t->xd.zg ? "each layer group's gradients reduced to their owners right after its backward, on the compute stream (ZeRO stage 2: not overlapped)"
+           : t->stage >= 3 ? "each layer group's gradients reduce-scattered on a comm stream right after its backward (ZeRO stage 3)"
+           : t->stage >= 2 ? "reduce-scatter after backward (ZeRO stage 2 for a plan not cut into layer groups: not overlapped)"
                            : "all-reduce after backward (v2110 overlap off)";
 }
 

@@ -56,6 +56,11 @@ for stage in 0 1 2 3; do
     expect sim_np1_resumes_3rd 0 "resumed from .*now 1 rank" -- "$OUT/train" "${COMMON[@]}" "${K[@]}" --batch 2 --ckpt-dir "$TMP/ck" --resume --metrics "$TMP/k2.jsonl"
     check "test_v2175_sim_zero1_accum2_np2_then_np1_resume_equals_np1" close "$TMP/k1.jsonl" "$TMP/k2.jsonl" 2e-5
   fi
+  if [ $stage -eq 2 ]; then
+    # 2 micro-batches: each group's gradients reduced into the shard after each micro-batch's backward
+    expect sim_zero2_np2_accum2 0 "done: 3 steps" -- $MPI "$OUT/train" "${COMMON[@]}" --grad-accum 2 --batch 1 --metrics "$TMP/z2k.jsonl"
+    check "test_v2104_sim_zero2_accum2_np2_equals_np1" close "$TMP/k1.jsonl" "$TMP/z2k.jsonl" 2e-5
+  fi
   if [ $stage -eq 3 ]; then
     for order in forward eager; do
       expect "sim_zero3_np2_order_$order" 0 "done: 3 steps" -- env HYP_SIM_STREAM_ORDER=$order $MPI "$OUT/train" "${COMMON[@]}" --batch 1 --metrics "$TMP/z3o_$order.jsonl"
@@ -84,16 +89,27 @@ done
 rm -rf "$OUT"
 check "test_v2104_sim_stage2_np1_equals_stage0_np1" close "$TMP/np1_0.jsonl" "$TMP/np1_2.jsonl" 2e-5
 # per-rank device memory (bytes actually allocated) follows the stage: AdamW moments are a half
-# shard from stage 1, stage 2 adds the reduce-scattered shard to the gradient arena; stage 3 holds
-# the formula's params/p + gather (own shards + 2 layer slots), grads/p and a one-layer workspace
+# shard from stage 1; stage 2 keeps only the gradient shard (grads/p) and a one-layer backward
+# workspace (each group's gradients reduced to their owners right after its backward: before,
+# the full gradient arena plus the shard, 1.5x stage 0); stage 3 holds the formula's params/p +
+# gather (own shards + 2 layer slots), grads/p and a one-layer workspace
 mem() { grep "rank 1/2 sim device memory" "$TMP/out$1.txt" | grep -oE "$2 [0-9]+ B" | grep -oE "[0-9]+"; }
 ratio() { awk -v a="$1" -v b="$2" -v r="$3" 'BEGIN { exit !(b > 0 && a == b * r) }'; }
 for stage in 1 2 3; do check "test_v2104_sim_stage${stage}_optimizer_is_half" ratio "$(mem $stage optimizer)" "$(mem 0 optimizer)" 0.5; done
-check "test_v2104_sim_stage2_grads_add_a_shard" ratio "$(mem 2 grads)" "$(mem 0 grads)" 1.5
 json_num() { tr -d ' \n\t' < "$1" | grep -oE "\"memory\":\{.*" | grep -oE "\"$2\":[0-9.e+]+" | head -1 | cut -d: -f2; }
 within() { awk -v a="$1" -v b="$2" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(b > 0 && d <= 0.02 * b) }'; }
 "$GEN" size --model tiny --hw host-cpu --dtype fp32 --zero 3 --dp 2 --json > "$TMP/size3.json"
+"$GEN" size --model tiny --hw host-cpu --dtype fp32 --zero 2 --dp 2 --json > "$TMP/size2.json"
 gather=$(json_num "$TMP/size3.json" gather)
+for key in params grads optimizer workspace; do
+  case $key in
+    workspace) want=$(awk -v g="$gather" 'BEGIN { print g / 2 }') ;;
+    *) want=$(json_num "$TMP/size2.json" $key) ;;
+  esac
+  got=$(mem 2 $key)
+  echo "sim stage 2 $key per rank: measured $got B, formula $want B (stage 0: $(mem 0 $key) B)"
+  check "test_v2104_sim_stage2_${key}_memory_matches_formula" within "$got" "$want"
+done
 for key in params grads optimizer workspace; do
   case $key in
     params) want=$(awk -v a="$(json_num "$TMP/size3.json" params)" -v b="$gather" 'BEGIN { print a + b }') ;;

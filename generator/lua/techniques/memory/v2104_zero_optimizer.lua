@@ -1,11 +1,12 @@
 -- v2104 ZeRO: stage 1 shards the optimizer state, 2 also the gradients, 3 also the parameters
 -- (per layer group, all-gathered before use with prefetch_layers groups ahead, gradients
--- reduce-scattered right after each group's backward). plan.train.zero_stage/zero_prefetch.
+-- reduce-scattered right after each group's backward; stage 2 reduces its gradients per layer
+-- group the same way, into the flat shard). plan.train.zero_stage/zero_prefetch.
 local M = { id = "v2104" }
 
 local WHAT = {
   "AdamW moments sharded",
-  "AdamW moments sharded, gradients reduce-scattered into shards",
+  "AdamW moments sharded; only the gradient shard is kept: each layer's gradients go to a one-layer workspace and are reduced into their owners' shards as soon as the layer's backward is done",
   "parameters, gradients and AdamW moments sharded per layer; each layer's parameters are all-gathered (the next %d prefetched) before use and released after, each layer's gradients reduce-scattered as soon as its backward is done",
 }
 
