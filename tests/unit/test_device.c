@@ -577,7 +577,15 @@ static void collectives(hyp_coll *c) {
     rc = d->h2d(d, buf, h, CNT * 4, comm, &e) || d->broadcast(d, buf, CNT, HYP_DT_F32, world - 1, comm, &e) ||
          d->d2h(d, h, buf, CNT * 4, comm, &e) || d->stream_synchronize(d, comm, &e);
     CHECK(!rc && all_eq(h, CNT, 42.0f), "rank %d/%d: broadcast from rank %d", rank, world, world - 1);
+    /* reduce to the last rank, in place (ZeRO-2's per-group reduction): the root holds the sum, the
+     * others keep their values */
+    for (int i = 0; i < CNT; i++) h[i] = (float)(rank + 1);
+    rc = d->h2d(d, buf, h, CNT * 4, comm, &e) || d->reduce(d, buf, CNT, HYP_DT_F32, world - 1, comm, &e) ||
+         d->d2h(d, h, buf, CNT * 4, comm, &e) || d->stream_synchronize(d, comm, &e);
+    CHECK(!rc && all_eq(h, CNT, rank == world - 1 ? (float)(world * (world + 1) / 2) : (float)(rank + 1)),
+          "rank %d/%d: reduce to rank %d", rank, world, world - 1);
     if (world == 1) {
+        CHECK(d->reduce(d, buf, CNT, HYP_DT_F32, 1, NULL, &e) == HYP_EINPUT && strstr(e.msg, "root"), "a reduce root outside the world is refused");
         CHECK(d->all_reduce(d, buf, CNT, HYP_DT_BF16, HYP_RED_SUM, NULL, &e) == HYP_EINPUT && strstr(e.msg, "fp32 only"),
               "sim reduces fp32 only: %s", e.msg);
         CHECK(d->reduce_scatter(d, send, recv, CNT, HYP_DT_F32, NULL, &e) == HYP_OK &&
