@@ -958,7 +958,7 @@ static int run_pref(run_t *r, const post_cfg *pc, hyp_err *e) {
     int rc = r->d.rank == 0 && r->a.metrics ? hyp_metrics_open(&r->mlog, r->a.metrics, r->start_step > 0, e) : HYP_OK;
     pref_run pr = {&r->be, pc, &r->opt, r->a.data, r->a.ckpt_dir, r->B, r->T, r->K, r->eval_every, r->a.ckpt_every,
                    r->a.keep, r->seed, r->mlog, r->plan.state_hash, r->plan.model_name, r->start_step,
-                   r->lstate.epoch, r->lstate.position};
+                   r->lstate.epoch, r->lstate.position, NULL};
     return rc ? rc : pref_train(&pr, e);
 }
 
