@@ -23,10 +23,10 @@
 #include "train_ckpt.h"
 
 /* ---- the plan's post section ---- */
-static const char *OBJ[] = {"none", "sft", "dpo", "orpo", "simpo", "kto"};
+static const char *OBJ[] = {"none", "sft", "dpo", "orpo", "simpo", "kto", "grpo"};
 
 const char *post_objective_name(int objective) {
-    return objective >= 0 && objective <= POST_KTO ? OBJ[objective] : "?";
+    return objective >= 0 && objective <= POST_GRPO ? OBJ[objective] : "?";
 }
 
 static double num(const cJSON *o, const char *k, double dflt) {
@@ -48,10 +48,10 @@ int post_cfg_load(const char *plan_path, post_cfg *c, hyp_err *e) {
         const cJSON *o = cJSON_GetObjectItemCaseSensitive(p, "objective"), *t = cJSON_GetObjectItemCaseSensitive(p, "template");
         const cJSON *m = cJSON_GetObjectItemCaseSensitive(p, "mask_prompt");
         c->objective = -1;
-        for (int i = 0; i <= POST_KTO && cJSON_IsString(o); i++)
+        for (int i = 0; i <= POST_GRPO && cJSON_IsString(o); i++)
             if (!strcmp(o->valuestring, OBJ[i])) c->objective = i;
         if (c->objective < 0)
-            rc = hyp_fail(e, HYP_EINPUT, "%s: post.objective is none of sft, dpo, orpo, simpo, kto — regenerate the plan with gen", plan_path);
+            rc = hyp_fail(e, HYP_EINPUT, "%s: post.objective is none of sft, dpo, orpo, simpo, kto, grpo — regenerate the plan with gen", plan_path);
         c->sft = cJSON_IsString(t);
         if (c->sft) snprintf(c->template_name, sizeof c->template_name, "%s", t->valuestring);
         if (cJSON_IsBool(m)) c->mask_prompt = cJSON_IsTrue(m);
@@ -60,6 +60,9 @@ int post_cfg_load(const char *plan_path, post_cfg *c, hyp_err *e) {
         c->desirable_weight = num(p, "desirable_weight", 1), c->undesirable_weight = num(p, "undesirable_weight", 1);
         const cJSON *rf = cJSON_GetObjectItemCaseSensitive(p, "reference");
         c->online_ref = cJSON_IsString(rf) && !strcmp(rf->valuestring, "online");
+        const cJSON *rc_ = cJSON_GetObjectItemCaseSensitive(p, "reward_chars");
+        c->group = (int)num(p, "group_size", 4), c->max_new = (int)num(p, "max_new_tokens", 16), c->temperature = num(p, "temperature", 1);
+        snprintf(c->reward_chars, sizeof c->reward_chars, "%s", cJSON_IsString(rc_) ? rc_->valuestring : "");
     }
     cJSON_Delete(root);
     return rc;

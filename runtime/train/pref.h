@@ -17,7 +17,7 @@
 #include "chat.h"
 #include "metrics.h"
 
-typedef enum { POST_NONE = 0, POST_SFT, POST_DPO, POST_ORPO, POST_SIMPO, POST_KTO } post_objective;
+typedef enum { POST_NONE = 0, POST_SFT, POST_DPO, POST_ORPO, POST_SIMPO, POST_KTO, POST_GRPO } post_objective;
 
 typedef struct {
     int objective;              /* post_objective: what the plan's post.objective names */
@@ -26,6 +26,9 @@ typedef struct {
     char template_name[64];     /* post.template (what gen data --chat should use) */
     double beta, gamma, lambda, label_smoothing, desirable_weight, undesirable_weight;
     int online_ref;             /* post.reference == "online": a frozen copy runs each step (pref_ref.h) */
+    int group, max_new;         /* v2194 GRPO (grpo.h): completions per prompt, tokens sampled per completion */
+    double temperature;         /* GRPO sampling temperature */
+    char reward_chars[256];     /* GRPO reward: the fraction of completion bytes in this set */
 } post_cfg;
 
 /* The "post" section of the plan file at plan_path (absent: objective POST_NONE, mask_prompt 1). */
