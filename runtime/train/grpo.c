@@ -28,6 +28,26 @@ void grpo_advantages(const double *reward, int n, int g, double *adv) {
     }
 }
 
+double grpo_token_weights(const int32_t *targets, const double *lp, const double *lref, const double *adv, int B, int T, int N,
+                          int K, double beta, float *scale, double *kl) {
+    double loss = 0, norm = (double)N * B * K;
+    *kl = 0;
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) {
+            size_t i = (size_t)b * T + t;
+            double w = 0;
+            if (targets[i] >= 0) {
+                double d = lref ? lref[i] - lp[i] : 0, k3 = lref ? exp(d) - d - 1 : 0;
+                /* d/dlogp_t of (-A * ratio + beta * k3) / (N B K), ratio = 1 on-policy */
+                w = (-adv[b] + (lref ? beta * (1 - exp(d)) : 0)) / norm;
+                loss += (-adv[b] + beta * k3) / norm;
+                *kl += k3 / norm;
+            }
+            scale[i] = (float)-w; /* the fused CE's gradient is -(d logp / d z) */
+        }
+    return loss;
+}
+
 static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -194,19 +214,9 @@ int grpo_train(pref_run *r, hyp_err *e) {
                 token_logps(rx, lref);
             }
             token_logps(x, lp); /* the policy's forward, kept for the backward below */
-            for (int b = 0; b < B; b++)
-                for (int t = 0; t < T; t++) {
-                    size_t i = (size_t)b * T + t;
-                    double w = 0;
-                    if (x->targets[i] >= 0) {
-                        double d = r->ref ? lref[i] - lp[i] : 0, k3 = exp(d) - d - 1;
-                        /* d/dlogp_t of (-A * ratio + beta * k3) / (|o| B K), ratio = 1 on-policy */
-                        w = (-adv[b] + c->beta * (1 - exp(d))) / ((double)N * B * r->K);
-                        loss += (-adv[b] + c->beta * k3) / ((double)N * B * r->K);
-                        kl += k3 / ((double)N * B * r->K);
-                    }
-                    scale[i] = (float)-w; /* the fused CE's gradient is -(d logp / d z) */
-                }
+            double kk;
+            loss += grpo_token_weights(x->targets, lp, r->ref ? lref : NULL, adv, B, T, N, r->K, c->beta, scale, &kk);
+            kl += kk;
             x->row_scale = scale;
             exec_backward(x, 1.0f);
             x->row_scale = NULL;

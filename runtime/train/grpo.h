@@ -31,4 +31,13 @@ double grpo_reward(const int32_t *tok, int n, const char *chars);
  * unbiased standard deviation of the group (TRL's GRPOTrainer). */
 void grpo_advantages(const double *reward, int n, int g, double *adv);
 
+/* The per-token weights of one micro-batch (exposed for the tests): rows of T tokens with targets
+ * (completion tokens; < 0 elsewhere), lp / lref the policy's / reference's per-token log-probs
+ * (lref NULL: beta unused), adv[b] the row's advantage, N tokens per completion, B rows, K
+ * micro-batches per step. scale[b*T+t] receives the exec_t.row_scale of each token: -(d J / d
+ * logp_t) for J = sum over rows and completion tokens of (-A_b * ratio_t + beta * k3_t) / (N B K)
+ * at ratio 1; *kl the k3 part's mean. Returns J. */
+double grpo_token_weights(const int32_t *targets, const double *lp, const double *lref, const double *adv, int B, int T, int N,
+                          int K, double beta, float *scale, double *kl);
+
 #endif
