@@ -100,8 +100,9 @@ int distill_open(distill **out, const char *plan_path, exec_t *x, const char *ba
         return HYP_OK;
     }
     const cJSON *te = cJSON_GetObjectItemCaseSensitive(s, "teacher"), *tt = cJSON_GetObjectItemCaseSensitive(s, "temperature"),
-                *al = cJSON_GetObjectItemCaseSensitive(s, "alpha");
-    char teacher[4096] = "";
+                *al = cJSON_GetObjectItemCaseSensitive(s, "alpha"), *tpl = cJSON_GetObjectItemCaseSensitive(s, "teacher_plan");
+    char teacher[4096] = "", tplan[4200] = "";
+    if (cJSON_IsString(tpl)) snprintf(tplan, sizeof tplan, "%s", tpl->valuestring);
     if (!cJSON_IsString(te) || !te->valuestring[0] || !cJSON_IsNumber(tt) || !cJSON_IsNumber(al))
         rc = hyp_fail(e, HYP_EINPUT, "%s: the distill section needs teacher, temperature and alpha — regenerate with gen --set v2149.teacher=CKPT", plan_path);
     else snprintf(teacher, sizeof teacher, "%s", te->valuestring);
@@ -117,9 +118,18 @@ int distill_open(distill **out, const char *plan_path, exec_t *x, const char *ba
     distill *d = calloc(1, sizeof *d);
     if (!d) return hyp_fail(e, HYP_EFAIL, "out of memory");
     d->temperature = T, d->alpha = alpha;
-    char tplan[4200], what[4400] = "";
-    if (find_plan(teacher, tplan, sizeof tplan))
-        rc = hyp_fail(e, HYP_EINPUT, "%s: no plan.json in the teacher's checkpoint directory or the three above it — give a checkpoint of a trainer gen wrote (out/NAME/ckpt/step_N)", teacher);
+    char what[4400] = "", cfg[4200];
+    snprintf(cfg, sizeof cfg, "%s/config.json", teacher);
+    /* the teacher's plan: teacher_plan, else the plan.json beside (or above) the teacher, else for
+     * a Hugging Face directory the student's own plan (a teacher of the student's shape) */
+    int hf_own = 0;
+    if (tplan[0] && !hyp_fs_exists(tplan))
+        rc = hyp_fail(e, HYP_EINPUT, "%s: the teacher's plan does not exist — give --set v2149.teacher_plan=out/TEACHER/plan.json of a trainer gen wrote for the teacher's model", tplan);
+    else if (!tplan[0] && find_plan(teacher, tplan, sizeof tplan)) {
+        if (!hyp_hf_is_our_ckpt(teacher) && hyp_fs_exists(cfg)) hf_own = 1, snprintf(tplan, sizeof tplan, "%s", plan_path);
+        else
+            rc = hyp_fail(e, HYP_EINPUT, "%s: neither a Hugging Face model directory (config.json) nor a checkpoint with a plan.json in it or the three directories above — give a checkpoint of a trainer gen wrote (out/NAME/ckpt/step_N), an HF directory, or --set v2149.teacher_plan=PLAN", teacher);
+    }
     if (!rc) rc = plan_load(tplan, &d->tp, e);
     if (!rc && d->tp.V != x->p->V)
         rc = hyp_fail(e, HYP_EINPUT, "%s: the teacher's vocabulary is %d, the student's %d — distill from a teacher with the student's tokenizer", teacher, (int)d->tp.V, (int)x->p->V);
@@ -128,7 +138,11 @@ int distill_open(distill **out, const char *plan_path, exec_t *x, const char *ba
                       teacher, tplan, (int)d->tp.B, (int)d->tp.T, x->B, x->T, x->B, x->T);
     if (!rc) rc = exec_init(&d->tx, &d->tp, e);
     if (!rc) rc = exec_bind(&d->tx, x->B, x->T, e);
-    if (!rc) rc = hyp_hf_init_from(teacher, &d->tp, d->tx.params, what, sizeof what, e);
+    if (!rc && (rc = hyp_hf_init_from(teacher, &d->tp, d->tx.params, what, sizeof what, e)) && hf_own) {
+        char msg[sizeof e->msg];
+        snprintf(msg, sizeof msg, "%s", e->msg);
+        rc = hyp_fail(e, rc, "%.700s (the Hugging Face teacher was read with the student's plan: for a teacher of another shape generate a trainer for its model and give --set v2149.teacher_plan=out/TEACHER/plan.json)", msg);
+    }
     d->logits = -1;
     for (int i = 0; !rc && i < d->tp.n_bufs; i++)
         if (!strcmp(d->tp.bufs[i].name, "logits")) d->logits = i;
@@ -137,8 +151,8 @@ int distill_open(distill **out, const char *plan_path, exec_t *x, const char *ba
         distill_close(d, NULL);
         return rc;
     }
-    snprintf(d->desc, sizeof d->desc, "distillation (v2149): teacher %.900s (%s, %.3g M params), temperature %g, alpha %g",
-             what, d->tp.model_name, d->tp.param_floats / 1e6, T, alpha);
+    snprintf(d->desc, sizeof d->desc, "distillation (v2149): teacher %.900s (%s, %.3g M params%s), temperature %g, alpha %g",
+             what, d->tp.model_name, d->tp.param_floats / 1e6, hf_own ? ", the student's plan" : "", T, alpha);
     x->loss_fused = loss_fused, x->loss_ctx = d;
     *out = d;
     return HYP_OK;

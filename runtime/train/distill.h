@@ -1,5 +1,7 @@
 /* distill.h — v2149 knowledge distillation on the cpu backend: a frozen teacher (a checkpoint of
- * ours with the plan.json it was trained under, any model with the student's vocabulary) runs
+ * ours with the plan.json it was trained under, or a Hugging Face model directory — GPT-2, Llama,
+ * Qwen3, read by io/hf.c — with distill.teacher_plan or else the student's plan; any model with
+ * the student's vocabulary) runs
  * forward on each micro-batch inside the student's fused loss op (exec_t.loss_fused), and the loss
  * per token becomes alpha * T^2 * KL(softmax(teacher / T) || softmax(student / T)) + (1 - alpha) *
  * cross-entropy, with its gradient alpha * T * (softmax(student / T) - softmax(teacher / T)) +
@@ -15,8 +17,9 @@
 typedef struct distill distill;
 
 /* The plan's "distill" section (absent: *out = NULL, HYP_OK). Otherwise loads the teacher named
- * there (a checkpoint directory; its plan.json is the first one found in it or the three
- * directories above) for batches up to B x T of the student x, and hooks it into x. */
+ * there for batches up to B x T of the student x, and hooks it into x. Its plan: teacher_plan when
+ * given; else the first plan.json in the teacher's directory or the three above; else, for a
+ * Hugging Face directory, the student's plan (the config is checked against it key by key). */
 int distill_open(distill **out, const char *plan_path, exec_t *x, const char *backend, int world, hyp_err *e);
 void distill_close(distill *d, exec_t *x);
 /* One line for the banner: teacher, temperature, alpha. */

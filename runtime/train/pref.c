@@ -17,15 +17,16 @@
 #include <xxhash.h>
 
 #include "fsio.h"
+#include "pref_ref.h"
 #include "preempt.h"
 #include "rng.h"
 #include "train_ckpt.h"
 
 /* ---- the plan's post section ---- */
-static const char *OBJ[] = {"none", "sft", "dpo", "orpo", "simpo", "kto"};
+static const char *OBJ[] = {"none", "sft", "dpo", "orpo", "simpo", "kto", "grpo"};
 
 const char *post_objective_name(int objective) {
-    return objective >= 0 && objective <= POST_KTO ? OBJ[objective] : "?";
+    return objective >= 0 && objective <= POST_GRPO ? OBJ[objective] : "?";
 }
 
 static double num(const cJSON *o, const char *k, double dflt) {
@@ -47,16 +48,21 @@ int post_cfg_load(const char *plan_path, post_cfg *c, hyp_err *e) {
         const cJSON *o = cJSON_GetObjectItemCaseSensitive(p, "objective"), *t = cJSON_GetObjectItemCaseSensitive(p, "template");
         const cJSON *m = cJSON_GetObjectItemCaseSensitive(p, "mask_prompt");
         c->objective = -1;
-        for (int i = 0; i <= POST_KTO && cJSON_IsString(o); i++)
+        for (int i = 0; i <= POST_GRPO && cJSON_IsString(o); i++)
             if (!strcmp(o->valuestring, OBJ[i])) c->objective = i;
         if (c->objective < 0)
-            rc = hyp_fail(e, HYP_EINPUT, "%s: post.objective is none of sft, dpo, orpo, simpo, kto — regenerate the plan with gen", plan_path);
+            rc = hyp_fail(e, HYP_EINPUT, "%s: post.objective is none of sft, dpo, orpo, simpo, kto, grpo — regenerate the plan with gen", plan_path);
         c->sft = cJSON_IsString(t);
         if (c->sft) snprintf(c->template_name, sizeof c->template_name, "%s", t->valuestring);
         if (cJSON_IsBool(m)) c->mask_prompt = cJSON_IsTrue(m);
         c->beta = num(p, "beta", 0.1), c->gamma = num(p, "gamma", 0), c->lambda = num(p, "lambda", 0.1);
         c->label_smoothing = num(p, "label_smoothing", 0);
         c->desirable_weight = num(p, "desirable_weight", 1), c->undesirable_weight = num(p, "undesirable_weight", 1);
+        const cJSON *rf = cJSON_GetObjectItemCaseSensitive(p, "reference");
+        c->online_ref = cJSON_IsString(rf) && !strcmp(rf->valuestring, "online");
+        const cJSON *rc_ = cJSON_GetObjectItemCaseSensitive(p, "reward_chars");
+        c->group = (int)num(p, "group_size", 4), c->max_new = (int)num(p, "max_new_tokens", 16), c->temperature = num(p, "temperature", 1);
+        snprintf(c->reward_chars, sizeof c->reward_chars, "%s", cJSON_IsString(rc_) ? rc_->valuestring : "");
     }
     cJSON_Delete(root);
     return rc;
@@ -216,6 +222,23 @@ static int set_logps(exec_t *x, const hyp_pref_set *s, int parts, const int *par
     return HYP_OK;
 }
 
+/* The reference's log-probs of rows[0..m): the frozen copy's forward (online), or the precomputed
+ * ref[2 * example + (part != chosen)]. */
+static void ref_rows(const pref_run *r, const hyp_pref_set *s, const double *ref, const rowspec *rows, int m, double *out) {
+    if (r->ref) {
+        int B = r->be->x->B, cnt[B];
+        forward_rows(pref_ref_exec(r->ref), s, rows, m, out, cnt);
+    } else
+        for (int k = 0; k < m; k++) out[k] = ref[2 * rows[k].ex + (rows[k].part != PART_CHOSEN)];
+}
+
+/* The val set's reference log-probs with executor x (the starting weights): pairs 2 per example,
+ * KTO 1. */
+static int val_logps(exec_t *x, const hyp_pref_set *v, double *out, hyp_err *e) {
+    static const int PAIR[2] = {PART_CHOSEN, PART_REJECTED}, ONE[1] = {PART_CHOSEN};
+    return v->kind == HYP_PREF_PAIRS ? set_logps(x, v, 2, PAIR, out, NULL, e) : set_logps(x, v, 1, ONE, out, NULL, e);
+}
+
 /* ---- evaluation ---- */
 typedef struct {
     double loss, accuracy, margin, kl, logratio_accuracy, avg_logp_accuracy;
@@ -359,9 +382,11 @@ static void pairs_micro(const pref_run *r, const hyp_pref_set *s, const double *
     rowspec rows[B];
     for (int j = 0; j < P; j++) rows[2 * j] = (rowspec){ex[j], PART_CHOSEN}, rows[2 * j + 1] = (rowspec){ex[j], PART_REJECTED};
     forward_rows(x, s, rows, 2 * P, lp, cnt);
+    double lref[B];
+    ref_rows(r, s, ref, rows, 2 * P, lref);
     for (int j = 0; j < P; j++) {
         pc[j] = lp[2 * j], pr[j] = lp[2 * j + 1], lc[j] = cnt[2 * j], lr[j] = cnt[2 * j + 1];
-        rc[j] = ref[2 * ex[j]], rr[j] = ref[2 * ex[j] + 1];
+        rc[j] = lref[2 * j], rr[j] = lref[2 * j + 1];
     }
     pref_pair_loss(r->cfg, P, pc, pr, rc, rr, lc, lr, gc, gr, st);
     for (int k = 0; k < B; k++) {
@@ -382,9 +407,11 @@ static void kto_micro(const pref_run *r, const hyp_pref_set *s, const double *re
     rowspec rows[B];
     for (int j = 0; j < n; j++) rows[j] = (rowspec){ex[j], PART_KL};
     forward_rows(x, s, rows, n, pk, cnt);
-    for (int j = 0; j < n; j++) rk[j] = ref[2 * ex[j] + 1], rows[j].part = PART_CHOSEN;
+    ref_rows(r, s, ref, rows, n, rk);
+    for (int j = 0; j < n; j++) rows[j].part = PART_CHOSEN;
     forward_rows(x, s, rows, n, p, cnt);
-    for (int j = 0; j < n; j++) rf[j] = ref[2 * ex[j]], lab[j] = s->len[ex[j]][2];
+    ref_rows(r, s, ref, rows, n, rf);
+    for (int j = 0; j < n; j++) lab[j] = s->len[ex[j]][2];
     pref_kto_loss(r->cfg, n, p, rf, lab, n, pk, rk, g, st);
     for (int k = 0; k < B; k++) {
         float w = k < n ? (float)(-g[k] / r->K) : 0.0f;
@@ -448,14 +475,26 @@ int pref_train(pref_run *r, hyp_err *e) {
     int *perm = malloc(sizeof(int) * (size_t)tr.n), *ex = malloc(sizeof(int) * (size_t)per);
     if (!rc && (!ref_tr || !ref_va || !scale || !perm || !ex)) rc = hyp_fail(e, HYP_EFAIL, "out of memory");
     double t0 = now_s();
-    if (!rc && r->start_step > 0) {
+    r->ref = NULL;
+    if (!rc && c->online_ref) {
+        /* online: a frozen copy of the starting weights runs forward on each step's rows */
+        if (r->start_step > 0)
+            rc = hyp_fail(e, HYP_EINPUT, "%s: reference online cannot resume (the resumed weights are not the starting weights the frozen copy held) — resume a run of reference precomputed, or start anew",
+                          post_objective_name(c->objective));
+        else if (!(rc = pref_ref_open(&r->ref, x, e))) {
+            printf("%s: %d train %s, %d val; reference online: a frozen copy of the starting weights (%.2f MiB) runs forward on every step's rows\n",
+                   post_objective_name(c->objective), tr.n, tr.kind == HYP_PREF_PAIRS ? "pairs" : "KTO examples", va.n,
+                   pref_ref_bytes(r->ref) / (1 << 20));
+            fflush(stdout);
+        }
+    } else if (!rc && r->start_step > 0) {
         if (!(rc = ref_load(r, &tr, &va, ref_tr, ref_va, e)))
             printf("%s: reference log-probs of the starting weights read from %s/reference_logps.bin\n", post_objective_name(c->objective), r->ckpt_dir);
     } else {
         if (!rc) rc = set_logps(x, &tr, 2, tr.kind == HYP_PREF_PAIRS ? PAIR : KTO, ref_tr, NULL, e);
-        if (!rc && have_val) rc = va.kind == HYP_PREF_PAIRS ? set_logps(x, &va, 2, PAIR, ref_va, NULL, e) : set_logps(x, &va, 1, KTO, ref_va, NULL, e);
+        if (!rc && have_val) rc = val_logps(x, &va, ref_va, e);
     }
-    if (!rc && r->start_step == 0) {
+    if (!rc && r->start_step == 0 && !r->ref) {
         printf("%s: %d train %s, %d val; reference log-probs precomputed with the starting weights in %.2f s (%d forward rows)\n",
                post_objective_name(c->objective), tr.n, tr.kind == HYP_PREF_PAIRS ? "pairs" : "KTO examples", va.n, now_s() - t0,
                2 * (tr.n + va.n));
@@ -463,11 +502,12 @@ int pref_train(pref_run *r, hyp_err *e) {
     }
     pref_eval ev;
     if (!rc && have_val) {
-        eval_set(r, &va, ref_va, &ev, e, &rc);
+        if (r->ref) rc = val_logps(pref_ref_exec(r->ref), &va, ref_va, e);
+        if (!rc) eval_set(r, &va, ref_va, &ev, e, &rc);
         if (!rc) print_eval(r, r->start_step, &ev);
     }
     uint64_t epoch = r->epoch;
-    int pos = (int)r->position, perm_ok = 0, ref_saved = r->start_step > 0;
+    int pos = (int)r->position, perm_ok = 0, ref_saved = r->start_step > 0 || r->ref;
     if (pos > tr.n) rc = hyp_fail(e, HYP_EINPUT, "%s: the checkpoint consumed %d examples of an epoch of %d — resume with the data of that run", r->ckpt_dir, pos, tr.n);
     for (int step = r->start_step + 1; step <= r->opt->total_steps && !rc; step++) {
         double ts = now_s(), lr = train_lr_at(r->opt, step), norm = 0;
@@ -503,7 +543,8 @@ int pref_train(pref_run *r, hyp_err *e) {
                step, r->opt->total_steps, post_objective_name(c->objective), sum.loss, sum.accuracy, sum.margin, sum.kl,
                sum.logp_chosen, sum.logp_rejected, lr, norm, dt);
         if (do_eval) {
-            eval_set(r, &va, ref_va, &ev, e, &rc);
+            if (r->ref) rc = val_logps(pref_ref_exec(r->ref), &va, ref_va, e); /* the frozen copy, online */
+            if (!rc) eval_set(r, &va, ref_va, &ev, e, &rc);
             if (rc) break;
             print_eval(r, step, &ev);
         }
@@ -537,6 +578,8 @@ int pref_train(pref_run *r, hyp_err *e) {
     }
     if (!rc) printf("done: %d %s steps\n", r->opt->total_steps - r->start_step, post_objective_name(c->objective));
     free(ref_tr), free(ref_va), free(scale), free(perm), free(ex);
+    pref_ref_close(r->ref);
+    r->ref = NULL;
     hyp_pref_free(&tr), hyp_pref_free(&va);
     return rc;
 }

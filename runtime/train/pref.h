@@ -4,7 +4,8 @@
  * loss functions; tests/reference/make_pref_fixture.py checks them to 1e-6), and the preference
  * trainer: examples from gen data --pref (io/chat.h) as rows of B x T, the reference model's
  * log-probabilities from one precomputed forward pass of the starting weights (held in memory, 16
- * bytes per example), the per-token loss gradient through the executor's row_scale (exec.h).
+ * bytes per example) or, with post.reference = online, from a frozen copy of those weights run on
+ * each step's rows (pref_ref.h), the per-token loss gradient through the executor's row_scale (exec.h).
  * Never: the SFT data path (that is the loader's loss mask, io/data.h), device backends (the
  * preference trainer runs on the cpu backend, one rank), or progress policy of the main program
  * beyond its own step lines.
@@ -16,7 +17,7 @@
 #include "chat.h"
 #include "metrics.h"
 
-typedef enum { POST_NONE = 0, POST_SFT, POST_DPO, POST_ORPO, POST_SIMPO, POST_KTO } post_objective;
+typedef enum { POST_NONE = 0, POST_SFT, POST_DPO, POST_ORPO, POST_SIMPO, POST_KTO, POST_GRPO } post_objective;
 
 typedef struct {
     int objective;              /* post_objective: what the plan's post.objective names */
@@ -24,6 +25,10 @@ typedef struct {
     int mask_prompt;            /* post.mask_prompt: loss on response tokens only (default 1) */
     char template_name[64];     /* post.template (what gen data --chat should use) */
     double beta, gamma, lambda, label_smoothing, desirable_weight, undesirable_weight;
+    int online_ref;             /* post.reference == "online": a frozen copy runs each step (pref_ref.h) */
+    int group, max_new;         /* v2194 GRPO (grpo.h): completions per prompt, tokens sampled per completion */
+    double temperature;         /* GRPO sampling temperature */
+    char reward_chars[256];     /* GRPO reward: the fraction of completion bytes in this set */
 } post_cfg;
 
 /* The "post" section of the plan file at plan_path (absent: objective POST_NONE, mask_prompt 1). */
@@ -60,12 +65,15 @@ typedef struct {
     const char *plan_hash, *plan_desc;
     int start_step;             /* > 0: resumed (weights and optimizer already loaded into x) */
     uint64_t epoch, position;   /* resumed: the example order's epoch and examples consumed in it */
+    struct pref_ref *ref;       /* set by pref_train: the online reference (cfg->online_ref), else NULL */
 } pref_run;
 
 /* Trains r->opt->total_steps optimizer steps of the plan's preference objective from the weights in
  * r->be->x (the reference = those starting weights), evaluating the val examples before the first
  * step and every eval_every steps, checkpointing to ckpt_dir (when given) every ckpt_every steps
- * and at the end. The reference log-probs go to ckpt_dir/reference_logps.bin with the first
+ * and at the end. With cfg->online_ref the reference is a frozen copy of the starting weights run
+ * forward on each micro-batch's rows (pref_ref.h; nothing precomputed or saved; a resume is
+ * refused). Otherwise the reference log-probs go to ckpt_dir/reference_logps.bin with the first
  * checkpoint (with a checksum of the examples they belong to); a resumed run (start_step > 0)
  * reads them back instead of recomputing them from the resumed weights, and continues the
  * example order at (epoch, position). HYP_EINPUT with a one-line reason for data of the wrong

@@ -54,6 +54,7 @@
 #include "rng.h"
 #include "backend.h"
 #include "distill.h"
+#include "grpo.h"
 #include "pref.h"
 #include "preempt.h"
 #include "profile.h"
@@ -950,13 +951,14 @@ static int sample_after(run_t *r, hyp_err *e) {
     return rc;
 }
 
-/* v2195-v2198: the plan's preference objective trains instead of the token loop (train/pref.c). */
+/* v2195-v2198, v2194: the plan's preference objective (train/pref.c) or GRPO (train/grpo.c) trains
+ * instead of the token loop. */
 static int run_pref(run_t *r, const post_cfg *pc, hyp_err *e) {
     int rc = r->d.rank == 0 && r->a.metrics ? hyp_metrics_open(&r->mlog, r->a.metrics, r->start_step > 0, e) : HYP_OK;
     pref_run pr = {&r->be, pc, &r->opt, r->a.data, r->a.ckpt_dir, r->B, r->T, r->K, r->eval_every, r->a.ckpt_every,
                    r->a.keep, r->seed, r->mlog, r->plan.state_hash, r->plan.model_name, r->start_step,
-                   r->lstate.epoch, r->lstate.position};
-    return rc ? rc : pref_train(&pr, e);
+                   r->lstate.epoch, r->lstate.position, NULL};
+    return rc ? rc : pc->objective == POST_GRPO ? grpo_train(&pr, e) : pref_train(&pr, e);
 }
 
 /* v2193: SFT trains on the loss-masked shards of gen data --chat (mask_prompt), or on every token;

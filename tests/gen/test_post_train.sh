@@ -8,8 +8,10 @@
 #     weights' evaluation; the
 #     metrics JSONL holds pref_accuracy, reward_margin, kl, logps_chosen/rejected, val_*.
 #   Resume of a preference run is bit-exact (reference log-probs read back from the checkpoint dir).
+#   v2195/v2198 reference online (a frozen copy run each step) = the precomputed pass, bit-exact.
 #   v2149 distillation: alpha = 0 equals the plain trainer (the CE half of the loss path); the KL
-#     half against torch is in test_post_training.
+#     half against torch is in test_post_training; a Hugging Face teacher (gen export of the
+#     teacher checkpoint) gives the checkpoint teacher's losses exactly.
 #   Refusals: conflicting objectives at gen time, odd --batch, KTO on pair data, no teacher.
 source "$(dirname "$0")/lib.sh"
 export OMP_NUM_THREADS=1
@@ -81,6 +83,21 @@ expect "v2195_resume_reads_reference" 0 "read from .*reference_logps.bin" -- "$T
 check "v2195_resume_bit_exact" test "$(losses "$TMP/straight.jsonl" | tail -3)" = "$(losses "$TMP/resumed.jsonl")" -a -n "$(losses "$TMP/resumed.jsonl")"
 rm -f "$TMP/ck/reference_logps.bin"
 expect "v2195_resume_refuses_without_reference" 2 "needs the reference log-probs" -- "$TMP/t_dpo/train" --data "$TMP/pref" --steps 6 --ckpt-dir "$TMP/ck" --resume
+# v2195 / v2198 reference online: a frozen copy of the starting weights runs forward on each
+# step's rows; 4 steps (val evaluated at 2 and 4) give bit-identical metrics (loss, reward margin,
+# kl, val_*: every reference-dependent number) to the precomputed pass. A reference that moved
+# with the policy would differ from step 2 on.
+for o in dpo kto; do
+  id=${ID[$o]}; d="$TMP/pref"; [ $o = kto ] && d="$TMP/kto"
+  expect "${id}_gen_reference_online" 0 "wrote" -- "$GEN" specs/v2500.yaml --enable adamw,$o --set $id.reference=online --model tiny --target cpu --batch 8 --seq 48 -o "$TMP/on_$o"
+  check "${id}_audit_names_online_reference" grep -q "reference online: a frozen copy" "$TMP/on_$o/audit.md"
+  expect "${id}_online_reference_trains" 0 "reference online: a frozen copy" -- "$TMP/on_$o/train" --data "$d" --steps 4 --eval-every 2 --metrics "$TMP/on_$o.jsonl"
+  "$TMP/t_$o/train" --data "$d" --steps 4 --eval-every 2 --metrics "$TMP/pre_$o.jsonl" >/dev/null 2>&1
+  check "${id}_online_reference_equals_precomputed (4 steps, metrics bit-identical)" \
+    test "$(sed 's/"tokens_per_s":[^,]*,//' "$TMP/on_$o.jsonl")" = "$(sed 's/"tokens_per_s":[^,]*,//' "$TMP/pre_$o.jsonl")" -a -s "$TMP/on_$o.jsonl"
+done
+"$TMP/on_dpo/train" --data "$TMP/pref" --steps 2 --ckpt-dir "$TMP/ckon" >/dev/null 2>&1
+expect "v2195_online_reference_refuses_resume" 2 "reference online cannot resume" -- "$TMP/on_dpo/train" --data "$TMP/pref" --steps 4 --ckpt-dir "$TMP/ckon" --resume
 # ---- v2149 distillation ----
 "$GEN" data "$ROOT/README.md" -o "$TMP/rd" >/dev/null
 expect "gen_teacher" 0 "wrote" -- "$GEN" specs/v2500.yaml --enable adamw --model tiny --target cpu --batch 8 --seq 48 -o "$TMP/teacher"
@@ -97,4 +114,19 @@ expect "v2149_distill_trains" 0 "distillation \\(v2149\\): teacher" -- "$TMP/dis
 check "v2149_alpha0_equals_plain_trainer (6 steps, 1e-5 relative)" awk 'NR == FNR { a[FNR] = $1; next } { d = a[FNR] - $1; if (d < 0) d = -d; if (d > 1e-5 * $1) bad = 1; n++ } END { exit bad || n != 6 }' \
   <(losses "$TMP/dist0.jsonl") <(losses "$TMP/plain.jsonl")
 check "v2149_distill_loss_differs_from_plain" test "$(losses "$TMP/dist.jsonl" | tail -1)" != "$(losses "$TMP/plain.jsonl" | tail -1)"
+# v2149 teacher from a Hugging Face directory: the teacher checkpoint exported by gen export
+# (GPT2LMHeadModel, F32) gives the same 6 losses as the checkpoint itself, read with the student's
+# plan (same shape) or with the teacher's own plan named by teacher_plan; another shape is refused
+# naming the config key
+expect "v2149_export_teacher_hf" 0 "exported" -- "$GEN" export "$TMP/teacher/ck" -o "$TMP/thf"
+expect "gen_distill_hf" 0 "wrote" -- "$GEN" specs/v2500.yaml --enable adamw,distill --set v2149.teacher="$TMP/thf" --model tiny --target cpu --batch 8 --seq 48 -o "$TMP/disthf"
+expect "v2149_hf_teacher_trains" 0 "teacher .*the student's plan" -- "$TMP/disthf/train" --data "$TMP/rd" --steps 6 --sample 0 --metrics "$TMP/disthf.jsonl"
+check "v2149_hf_teacher_equals_checkpoint_teacher (6 losses identical)" test "$(losses "$TMP/disthf.jsonl")" = "$(losses "$TMP/dist.jsonl")" -a -n "$(losses "$TMP/dist.jsonl")"
+expect "gen_distill_hf_plan" 0 "wrote" -- "$GEN" specs/v2500.yaml --enable adamw,distill --set v2149.teacher="$TMP/thf" --set v2149.teacher_plan="$TMP/teacher/plan.json" --model tiny --target cpu --batch 8 --seq 48 -o "$TMP/disthfp"
+"$TMP/disthfp/train" --data "$TMP/rd" --steps 6 --sample 0 --metrics "$TMP/disthfp.jsonl" >/dev/null 2>&1
+check "v2149_hf_teacher_with_teacher_plan_equals_checkpoint_teacher" test "$(losses "$TMP/disthfp.jsonl")" = "$(losses "$TMP/dist.jsonl")" -a -n "$(losses "$TMP/dist.jsonl")"
+expect "gen_distill_hf_other_shape" 0 "wrote" -- "$GEN" specs/v2500.yaml --enable adamw,distill --set v2149.teacher="$TMP/thf" --model tiny-llama --target cpu --batch 8 --seq 48 -o "$TMP/disthfx"
+expect "v2149_hf_teacher_of_another_shape_refused" 2 "config.json.*teacher_plan" -- "$TMP/disthfx/train" --data "$TMP/rd" --steps 1 --sample 0
+expect "gen_distill_missing_teacher_plan" 0 "wrote" -- "$GEN" specs/v2500.yaml --enable adamw,distill --set v2149.teacher="$TMP/thf" --set v2149.teacher_plan="$TMP/nope.json" --model tiny --target cpu --batch 8 --seq 48 -o "$TMP/disthfn"
+expect "v2149_missing_teacher_plan_refused" 2 "teacher's plan does not exist" -- "$TMP/disthfn/train" --data "$TMP/rd" --steps 1 --sample 0
 finish

@@ -1,5 +1,7 @@
--- v2149 distillation: writes the plan's distill section {teacher, temperature, alpha}; the cpu
--- trainer (runtime/train/distill.c) loads the teacher checkpoint with its own plan.json and runs
+-- v2149 distillation: writes the plan's distill section {teacher, temperature, alpha, teacher_plan};
+-- the cpu trainer (runtime/train/distill.c) loads the teacher (our checkpoint with its own
+-- plan.json, or a Hugging Face directory read through io/hf.c with teacher_plan or the student's
+-- plan) and runs
 -- it forward inside the student's fused loss op, mixing alpha * T^2 * KL on temperature-scaled
 -- logits with (1 - alpha) * cross-entropy, row by row. Never: a preference objective at the same
 -- time (both replace the loss: refused here).
@@ -9,7 +11,7 @@ local M = { id = "v2149" }
 function M.sections(ctx, plan)
   local teacher = ctx.param("teacher")
   if teacher == nil or teacher == "" then
-    U.fail("v2149.teacher", "distillation needs a teacher checkpoint", "add --set v2149.teacher=out/BIG/ckpt/step_00001000 (a checkpoint of a trainer gen wrote, same tokenizer)")
+    U.fail("v2149.teacher", "distillation needs a teacher checkpoint", "add --set v2149.teacher=out/BIG/ckpt/step_00001000 (a checkpoint of a trainer gen wrote, or a Hugging Face model directory; same tokenizer)")
   end
   local obj = ctx.facts.objective
   if obj then
@@ -20,6 +22,8 @@ function M.sections(ctx, plan)
     U.fail("v2149", "distillation runs on the cpu target only (the sim/cuda path is missing)", "generate with --target cpu")
   end
   plan.distill = { teacher = teacher, temperature = ctx.param("temperature"), alpha = ctx.param("alpha") }
+  local tplan = ctx.param("teacher_plan")
+  if tplan ~= nil and tplan ~= "" then plan.distill.teacher_plan = tplan end
   ctx.contribute(string.format("distill: teacher %s forward inside the fused loss; loss = %g * T^2 * KL(teacher/T || student/T) + %g * CE, T = %g, row by row over the vocabulary",
     teacher, plan.distill.alpha, 1 - plan.distill.alpha, plan.distill.temperature))
 end
