@@ -422,7 +422,7 @@ static void op_needs(exec_t *x, const plan_op *o, long *floats, long *cvt) {
 int exec_lowp_init(exec_t *x, hyp_err *e) {
     const plan_t *p = x->p;
     int any = 0;
-    for (int b = 0; b < p->n_bufs; b++) any |= p->bufs[b].kind == BUF_ACT && p->bufs[b].dtype != HYP_DT_F32;
+    for (int b = 0; b < p->n_bufs; b++) any |= (p->bufs[b].kind == BUF_ACT || p->bufs[b].kind == BUF_PARAM) && p->bufs[b].dtype != HYP_DT_F32;
     if (!any || x->lowp) return HYP_OK;
     struct exec_lowp *l = x->lowp = calloc(1, sizeof *l);
     if (!l) return hyp_fail(e, HYP_EFAIL, "out of memory");
@@ -449,7 +449,7 @@ int exec_lowp_init(exec_t *x, hyp_err *e) {
     if (need > 0) ok &= (l->scratch = aligned_alloc(64, ((size_t)need * 4 + 63) & ~(size_t)63)) != NULL, bytes += (size_t)need * 4;
     for (int s = 0; s < 2 && cvt > 0; s++)
         ok &= (l->cvt[s] = aligned_alloc(64, ((size_t)cvt * 2 + 63) & ~(size_t)63)) != NULL, bytes += (size_t)cvt * 2;
-    if (!x->z3) {
+    if (!x->z3 && !p->param_bf16) { /* v2161 bf16 parameters are read in place: no copy */
         ok &= (l->wcopy = aligned_alloc(64, ((size_t)p->param_floats * 2 + 63) & ~(size_t)63)) != NULL;
         ok &= (l->wok = calloc((size_t)p->n_bufs, 1)) != NULL;
         bytes += (size_t)p->param_floats * 2;

@@ -120,4 +120,11 @@ void hyp_optim_range_fn(const hyp_optim_i *o, hyp_optim_span_fn fn, const plan_t
                         int64_t hi, float *param, const float *grad, float *const *state);
 
 
+/* v2161: one AdamW step (the plan's optimizer must be "adamw", stage 0) over the whole arena of
+ * bf16 parameters param[param_floats] with fp32 states m, v, writing each parameter rounded as the
+ * plan's param_storage says (stochastic with its seed, the step a->t and the element's arena
+ * index; or nearest) — kernels/hyp/sr.h's element update, the device kernel's body. */
+void hyp_adamw_bf16_step(const hyp_optim_cfg *c, const plan_t *p, const hyp_optim_step *a, uint16_t *param,
+                         const float *grad, float *m, float *v);
+
 #endif
