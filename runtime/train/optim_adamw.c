@@ -57,6 +57,15 @@ static int step_device(const hyp_optim_cfg *c, exec_dev *x, const hyp_optim_step
     return exec_dev_optim_launch(x, o.n, &k, e);
 }
 
+void hyp_adamw_bf16_span(uint16_t *param, const float *grad, float *m, float *v, long first, long n, float lr,
+                         float beta1, float beta2, float eps, float ibc1, float ibc2, float wd, float gscale,
+                         unsigned seed, unsigned step, int nearest) {
+#pragma omp parallel for schedule(static) if (n >= 65536)
+    for (long j = first; j < first + n; j++)
+        param[j] = hyp_adamw_bf16_elem(param[j], grad[j] * gscale, &m[j], &v[j], lr, beta1, beta2, eps, ibc1, ibc2, wd,
+                                       seed, step, (unsigned long long)j, nearest);
+}
+
 void hyp_adamw_bf16_step(const hyp_optim_cfg *c, const plan_t *p, const hyp_optim_step *a, uint16_t *param,
                          const float *grad, float *m, float *v) {
     float beta1 = (float)hyp_optim_hyper(c, "beta1"), beta2 = (float)hyp_optim_hyper(c, "beta2");
@@ -66,14 +75,9 @@ void hyp_adamw_bf16_step(const hyp_optim_cfg *c, const plan_t *p, const hyp_opti
     for (int i = 0; i < p->n_params_t; i++) {
         const plan_param *pp = &p->params[i];
         const hyp_optim_group *gr = &c->groups[pp->group];
-        float lr = (float)(a->lr * gr->lr_mult), wd = (float)gr->weight_decay, gs = a->grad_scale;
-        long n = (long)pp->numel, off = (long)pp->offset;
-        unsigned seed = p->param_seed, step = (unsigned)a->t;
-        int nearest = p->param_nearest;
-#pragma omp parallel for schedule(static) if (n >= 65536)
-        for (long j = off; j < off + n; j++)
-            param[j] = hyp_adamw_bf16_elem(param[j], grad[j] * gs, &m[j], &v[j], lr, beta1, beta2, eps, ibc1, ibc2, wd, seed,
-                                           step, (unsigned long long)j, nearest);
+        hyp_adamw_bf16_span(param, grad, m, v, (long)pp->offset, (long)pp->numel, (float)(a->lr * gr->lr_mult), beta1,
+                            beta2, eps, ibc1, ibc2, (float)gr->weight_decay, a->grad_scale, p->param_seed,
+                            (unsigned)a->t, p->param_nearest);
     }
 }
 
