@@ -326,8 +326,15 @@ static void lp_matmul_fwd(exec_t *x, const plan_op *o, float *const *I, float *c
     int N = d->N, IC = (int)o->IC, OC = (int)o->OC;
     const uint16_t *A = operand(x, o->in[0], I[0], (long)N * IC, 0), *W = operand(x, o->in[1], I[1], (long)OC * IC, 1);
     if (!A || !W) return;
-    /* out[N,OC] = inp[N,IC] @ w[OC,IC]^T (+ bias) */
-    gemm_bf16("matmul_fwd", 0, 1, N, OC, IC, A, IC, W, IC, O[0], dt_of(x, o->out[0]), OC, 0, I[2]);
+    /* out[N,OC] = inp[N,IC] @ w[OC,IC]^T (+ bias); a bf16 bias (v2161 bf16 parameters) is read
+     * through the scratch, which GEMMs leave unused (exec_lowp_init sized it for OC) */
+    const float *bias = I[2];
+    if (bias && dt_of(x, o->in[2]) == HYP_DT_BF16) {
+        if ((size_t)OC > x->lowp->scratch_floats) return;
+        cpu_bf16_to_f32(x->lowp->scratch, (const uint16_t *)(const void *)I[2], OC);
+        bias = x->lowp->scratch;
+    }
+    gemm_bf16("matmul_fwd", 0, 1, N, OC, IC, A, IC, W, IC, O[0], dt_of(x, o->out[0]), OC, 0, bias);
 }
 
 /* db[OC] += column sums of dout[N,OC] (bf16 or f32), fp32, rows in order per column block. */
@@ -406,6 +413,7 @@ static void op_needs(exec_t *x, const plan_op *o, long *floats, long *cvt) {
             int copied = b->kind == BUF_PARAM && !x->z3;
             if (b->dtype != HYP_DT_BF16 && !copied && sizes[i] > *cvt) *cvt = sizes[i];
         }
+        if (fwd && o->nin > 2 && o->in[2] >= 0 && p->bufs[o->in[2]].dtype == HYP_DT_BF16) *floats = o->OC; /* bf16 bias */
         return;
     }
     const lp_op *L = lp_find(o->op);
