@@ -76,6 +76,11 @@ for bad in "sim;--enable $B,bf16,sr --target sim;run in the cpu trainer only" \
   check "test_v2161_refusal_${name}_writes_nothing" test ! -e "$TMP/bad_$name"
 done
 
+# a hand-edited sim plan with the section: the device trainer refuses it (one line, exit 2)
+"$GEN" specs/v2500.yaml --enable adamw --model tiny --target sim --batch 2 --seq 16 -o "$TMP/simp" >/dev/null 2>&1
+sed -i '0,/{/s//{"param_storage": {"dtype": "bf16", "rounding": "stochastic", "seed": 0},/' "$TMP/simp/plan.json"
+expect v2161_device_trainer_refuses_bf16_params 2 "plan: bf16 parameters without a master .* cpu trainer only" -- "$TMP/simp/train" --data "$TMP/data" --steps 1
+
 # (6) v2163 in the trainer: --grad-accum 4 with a bf16 accumulation buffer
 expect gen_v2163 0 "v2163 bf16_accumulation is partial" -- "$GEN" "${G[@]}" --enable $B,bf16,v2163 -o "$TMP/ga"
 check test_v2163_plan_has_grad_accum_bf16 bash -c "tr -d ' \n\t' < '$TMP/ga/plan.json' | grep -q '\"grad_accum\":{\"dtype\":\"bf16\"}'"

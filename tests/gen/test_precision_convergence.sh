@@ -9,10 +9,11 @@ source "$(dirname "$0")/lib.sh"
 cd "$ROOT"
 out=$(STEPS=60 EVAL=60 ROWS="fp32 bf16 fp16-ls sr-bf16" bash bench/bench_precision_convergence.sh "$BUILD" 2>&1)
 echo "$out"
-for row in bf16 fp16-ls sr-bf16; do
+for rid in bf16:v2102 fp16-ls:v2162 sr-bf16:v2161; do
+  row=${rid%:*}
   d=$(echo "$out" | awk -v r="$row" '$1 == r { print $(NF - 1) }')
-  check "test_v2161_v2162_v2102_${row}_val_within_0.05_of_fp32_after_60_steps" \
+  check "test_${rid#*:}_${row}_val_within_0.05_of_fp32_after_60_steps" \
     awk -v d="${d:-nan}" 'BEGIN { if (d == "nan") exit 1; if (d < 0) d = -d; exit !(d < 0.05) }'
 done
-check test_precision_convergence_sr_bf16_params_2_bytes bash -c "echo '$out' | awk '\$1 == \"sr-bf16\" { exit !(\$NF == \"2.00\") }'"
+check test_v2161_sr-bf16_params_2_bytes_per_parameter bash -c "echo '$out' | awk '\$1 == \"sr-bf16\" { exit !(\$NF == \"2.00\") }'"
 finish
