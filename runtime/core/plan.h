@@ -137,6 +137,13 @@ typedef struct {
     int loss_scale;         /* loss_scale section present (v2162): dynamic loss scaling */
     double ls_init, ls_growth, ls_backoff;
     int ls_interval;
+    int param_bf16;         /* param_storage section (v2161): the parameter arena is held in bf16
+                               (same element offsets, 2 bytes each; its param buffers then read as
+                               bf16), no fp32 master; the update writes it rounded as below */
+    int param_nearest;      /* param_storage.rounding: 0 "stochastic", 1 "nearest" (the ablation) */
+    unsigned param_seed;    /* param_storage.seed: key of the rounding hash (with step, element) */
+    int grad_bf16;          /* grad_accum section (v2163) dtype "bf16": the gradient-accumulation
+                               buffer holds bf16 values (rounded to nearest after each micro-batch) */
     int guard;              /* guard section present (v2176): skip bad steps, roll back */
     double guard_z, guard_ema, guard_loss_ceiling, guard_lr_factor;
     int guard_warmup, guard_max_bad, guard_max_rollbacks;
