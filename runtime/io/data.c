@@ -1244,10 +1244,10 @@ static void slow_read_hook(const hyp_loader *L) {
 /* One batch from state *st (advanced on success; unchanged on error). */
 static int produce(hyp_loader *L, hyp_loader_state *st, int32_t *inputs, int32_t *targets,
                    int32_t *positions, hyp_err *e) {
-    slow_read_hook(L);
-    if (L->stream) return hyp_stream_produce(L->stream, st, L->B, inputs, targets, positions, e);
     hyp_loader_state saved = *st;
     const int T = L->T;
+    slow_read_hook(L);
+    if (L->stream) return hyp_stream_produce(L->stream, st, L->B, inputs, targets, positions, e);
     for (int b = 0; b < L->B; b++) {
         if (st->position >= L->Wr) {
             st->epoch++;
