@@ -628,9 +628,9 @@ static void print_banner(run_t *r, hyp_err *e) {
            hyp_loader_num_shards(r->train) == 1 ? "" : "s", r->val ? ", with validation" : "", r->opt.total_steps,
            r->opt.lr, r->opt.schedule, r->opt.warmup_steps, r->opt.max_norm, max_weight_decay(&p->optim));
     if (r->a.stream)
-        printf("data: streaming %s (v2129): tokenizer %s, shuffle blocks of %d rows, documents dealt to %d rank%s, read in the loader thread (prefetch %d)\n",
+        printf("data: streaming %s (v2129): tokenizer %s, shuffle blocks of %d rows, documents dealt to %d rank%s, read in the loader thread (prefetch %d)%s\n",
                r->a.stream, r->a.tokenizer ? r->a.tokenizer : "byte", p->stream_buffer, r->d.world, r->d.world == 1 ? "" : "s",
-               hyp_loader_prefetch_depth(r->train));
+               hyp_loader_prefetch_depth(r->train), p->positions_buf >= 0 ? ", attention masked per document (packing)" : "");
     else if (p->positions_buf >= 0 || hyp_loader_has_docs(r->train) || p->prefetch > 0)
         printf("data: %llu documents (.docs sidecars)%s | prefetch %d\n", (unsigned long long)hyp_loader_num_docs(r->train),
                p->positions_buf < 0 ? ", not used: this trainer has no document mask (packing)"

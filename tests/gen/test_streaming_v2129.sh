@@ -4,6 +4,7 @@
 #   - with shuffle_buffer 1 the stream trains on exactly the rows the shard loader reads in file
 #     order (its epoch 0 in file order: meta.json "train_order": "curriculum", the v2120 switch),
 #     so 12 steps give bit-identical losses; .jsonl.gz and .jsonl give the losses of the text;
+#   - with v2126 packing the stream's document positions give the packed shard trainer's losses;
 #   - resume is bit-exact (10 straight == 5 + --resume 5), on 1 rank and on 2 ranks (mpirun), and
 #     a stream checkpoint refuses another world size / shards (exit 2, one line);
 #   - np=2: each rank's saved stream position names one of its own documents (even / odd
@@ -47,6 +48,13 @@ expect shard_train 0 "done: 12 steps" -- "$TMP/base/train" --data "$TMP/data" "$
 expect test_v2129_stream_trains 0 "streaming .*docs.txt \(v2129\).*shuffle blocks of 1 rows.*loader thread" \
   -- "$TMP/s1/train" --stream "$TMP/docs.txt" --doc-sep % "${R[@]}" --metrics "$TMP/s1.jsonl"
 check test_v2129_stream_buffer1_losses_equal_shards_in_order same_losses "$TMP/shard.jsonl" "$TMP/s1.jsonl" 12
+# with v2126 packing: the stream's document positions mask attention as the shards' sidecars do
+"$GEN" specs/v2500.yaml --enable adamw,warmup,packing "${G[@]}" -o "$TMP/pk" >/dev/null 2>&1
+"$GEN" specs/v2500.yaml --enable adamw,warmup,packing,streaming --set v2129.shuffle_buffer=1 "${G[@]}" -o "$TMP/pks" >/dev/null 2>&1
+"$TMP/pk/train" --data "$TMP/data" "${R[@]}" --metrics "$TMP/pk.jsonl" >/dev/null 2>&1
+expect pk_stream 0 "attention masked per document" -- "$TMP/pks/train" --stream "$TMP/docs.txt" --doc-sep % "${R[@]}" --metrics "$TMP/pks.jsonl"
+check test_v2129_packing_stream_losses_equal_packed_shards same_losses "$TMP/pk.jsonl" "$TMP/pks.jsonl" 12
+check packing_changes_losses test "$(losses "$TMP/pk.jsonl" | tail -1)" != "$(losses "$TMP/shard.jsonl" | tail -1)"
 "$TMP/s1/train" --stream "$TMP/docs.jsonl" "${R[@]}" --metrics "$TMP/s1j.jsonl" >/dev/null 2>&1
 "$TMP/s1/train" --stream "$TMP/docs.jsonl.gz" "${R[@]}" --metrics "$TMP/s1g.jsonl" >/dev/null 2>&1
 check test_v2129_jsonl_equals_text same_losses "$TMP/s1.jsonl" "$TMP/s1j.jsonl" 12
