@@ -715,6 +715,8 @@ int plan_load(const char *path, plan_t *p, hyp_err *e) {
     GI(t, "data_parallel", 0, 1, p->data_parallel);
     if (cJSON_GetObjectItemCaseSensitive(t, "prefetch")) /* optional (v2128; absent: 0 = none) */
         GI(t, "prefetch", 0, 64, p->prefetch);
+    if (cJSON_GetObjectItemCaseSensitive(t, "stream_buffer")) /* optional (v2129; absent: 0 = shards) */
+        GI(t, "stream_buffer", 0, 10000000, p->stream_buffer);
     GI(t, "seed", 0, (int64_t)1 << 52, p->seed);
     if ((rc = get_str(&c, t, "schedule", p->schedule, sizeof p->schedule))) goto done;
     if (strcmp(p->schedule, "cosine") && strcmp(p->schedule, "wsd") && strcmp(p->schedule, "constant") &&

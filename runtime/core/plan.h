@@ -174,6 +174,8 @@ typedef struct {
     int positions_buf;      /* v2126 document masking: "positions" (i32 [B,T], each input token's
                                position in its document, from the loader), or -1 */
     int prefetch;           /* train.prefetch (v2128): batches the loader thread reads ahead, 0 = none */
+    int stream_buffer;      /* train.stream_buffer (v2129): rows per shuffle block of --stream, 0 = the
+                               trainer reads --data shards only */
     /* v2160 FP8: one scaling state per quantized GEMM operand (0 slots = FP8 off) */
     int fp8_slots;
     int *fp8_roles;        /* per slot: 0 weight, 1 activation, 2 gradient (hyp_fp8_role) */
