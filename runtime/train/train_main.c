@@ -909,7 +909,7 @@ static int train_loop(run_t *r, hyp_err *e) {
             memcpy(kv3, kv2, sizeof kv2);
             if (r->x.fp16_nonzero) /* v2102 fp16: the share of nonzero GEMM operands this step that underflowed */
                 kv3[n_kv++] = (hyp_metric_kv){"fp16_flush_frac", (double)r->x.fp16_flushed / (double)r->x.fp16_nonzero};
-            if (hyp_loader_rows_mode(r->train)) { /* v2126 / v2127: this rank's batch shape and padding */
+            if (hyp_loader_rows_mode(r->train) || p->positions_buf >= 0) { /* v2126 / v2127: this rank's batch shape and padding */
                 kv3[n_kv++] = (hyp_metric_kv){"batch_tokens", tm.slots};
                 kv3[n_kv++] = (hyp_metric_kv){"batch_rows", tm.rows};
                 kv3[n_kv++] = (hyp_metric_kv){"pad_frac", tm.slots > 0 ? tm.pad / tm.slots : 0};
