@@ -13,7 +13,9 @@
 # For each: the epoch's padding fraction (the trainer's "rows:" line; 0 for contiguous), the mean
 # per-step pad_frac (metrics), loss tokens per step, and useful (loss) tokens per CPU-second: the
 # loss tokens of all steps over the process's user + system time (start-up included; on a shared,
-# overloaded machine CPU time is far steadier than wall time), best of REPS alternated runs.
+# overloaded machine CPU time is far steadier than wall time), best of REPS alternated runs; and the
+# steady-state figure: the median over steps 3.. of each step's loss tokens / wall time (start-up,
+# arena allocation and the first steps excluded), best of the REPS runs.
 # Usage: bench/bench_packing.sh [BUILD_DIR] [STEPS] [REPS] (defaults build 20 3; OMP_NUM_THREADS
 # defaults to 1). Prints the histogram, then one CSV line per (T, layout).
 set -euo pipefail
@@ -52,10 +54,12 @@ run() {
   local pad; pad=$({ grep -o 'padding [0-9.]*%' "$TMP/out" || echo 0; } | grep -o '[0-9.]*' | head -1)
   local lt; lt=$({ grep -o '"loss_tokens":[0-9.e+]*' "$TMP/m.jsonl" || true; } | cut -d: -f2 | awk '{s += $1} END {print s + 0}')
   local pf; pf=$({ grep -o '"pad_frac":[0-9.e+-]*' "$TMP/m.jsonl" || true; } | cut -d: -f2 | awk '{s += $1} END {print NR ? s / NR : 0}')
-  echo "$t" | awk -v lt="$lt" -v pad="$pad" -v pf="$pf" -v n="$STEPS" '{printf "%.0f %s %.4f %.0f\n", lt / ($1 + $2), pad, pf, lt / n}'
+  # steady state: the median over steps 3.. of the step's loss tokens / its wall time
+  local med; med=$({ grep -o '"loss_tokens_per_s":[0-9.e+]*' "$TMP/m.jsonl" || true; } | cut -d: -f2 | tail -n +3 | sort -g | awk '{v[NR] = $1} END {print NR ? v[int((NR + 1) / 2)] : 0}')
+  echo "$t" | awk -v lt="$lt" -v pad="$pad" -v pf="$pf" -v n="$STEPS" -v med="$med" '{printf "%.0f %s %.4f %.0f %.0f\n", lt / ($1 + $2), pad, pf, lt / n, med}'
 }
 
-echo "T,layout,epoch_padding_pct,mean_step_pad_frac,loss_tokens_per_step,useful_tokens_per_cpu_s,vs_padded"
+echo "T,layout,epoch_padding_pct,mean_step_pad_frac,loss_tokens_per_step,useful_tokens_per_cpu_s,vs_padded,useful_tokens_per_wall_s_step_median,vs_padded_wall"
 for T in 128 256; do
   B=8; BUD=$((8 * T))
   "$GEN" specs/v2500.yaml --enable adamw,flash,packing --set v2126.rows=contiguous --model tiny --target cpu --batch $B --seq "$T" -o "$TMP/contiguous$T" >/dev/null 2>&1
@@ -67,9 +71,11 @@ for T in 128 256; do
     for L in contiguous best-fit padded dynamic; do run "$TMP/$L$T" >> "$TMP/r.$L.$T"; done
   done
   pbest=$(sort -g "$TMP/r.padded.$T" | tail -1 | cut -d' ' -f1)
+  pwall=$(cut -d' ' -f5 "$TMP/r.padded.$T" | sort -g | tail -1)
   for L in contiguous best-fit padded dynamic; do
-    echo "# T=$T $L runs (useful tok/CPU-s, epoch pad %, step pad, loss tok/step): $(tr '\n' ';' < "$TMP/r.$L.$T")"
-    sort -g "$TMP/r.$L.$T" | tail -1 | awk -v T="$T" -v L="$L" -v p="$pbest" '{printf "%d,%s,%s,%.4f,%d,%d,%.2f\n", T, L, $2, $3, $4, $1, $1 / p}'
+    echo "# T=$T $L runs (useful tok/CPU-s, epoch pad %, step pad, loss tok/step, median step useful tok/s): $(tr '\n' ';' < "$TMP/r.$L.$T")"
+    w=$(cut -d' ' -f5 "$TMP/r.$L.$T" | sort -g | tail -1)
+    sort -g "$TMP/r.$L.$T" | tail -1 | awk -v T="$T" -v L="$L" -v p="$pbest" -v w="$w" -v pw="$pwall" '{printf "%d,%s,%s,%.4f,%d,%d,%.2f,%d,%.2f\n", T, L, $2, $3, $4, $1, $1 / p, w, w / pw}'
   done
 done
 echo "vs_padded = useful tokens per CPU-second over the fixed-batch padding trainer's (one document per row of T, 8 rows); seed 002 claims 1.2-1.3x for packing"
