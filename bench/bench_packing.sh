@@ -14,8 +14,8 @@
 # per-step pad_frac (metrics), loss tokens per step, and useful (loss) tokens per CPU-second: the
 # loss tokens of all steps over the process's user + system time (start-up included; on a shared,
 # overloaded machine CPU time is far steadier than wall time), best of REPS alternated runs; and the
-# steady-state figure: the median over steps 3.. of each step's loss tokens / wall time (start-up,
-# arena allocation and the first steps excluded), best of the REPS runs.
+# steady-state figure: the loss tokens of steps 2..STEPS over the CPU time beyond that of a 1-step run
+# of the same trainer (start-up, arena allocation, first step excluded), best of the REPS runs.
 # Usage: bench/bench_packing.sh [BUILD_DIR] [STEPS] [REPS] (defaults build 20 3; OMP_NUM_THREADS
 # defaults to 1). Prints the histogram, then one CSV line per (T, layout).
 set -euo pipefail
@@ -47,19 +47,26 @@ PY
 echo "corpus: $(wc -c < "$TMP/fortunes.txt") bytes, $(wc -l < "$TMP/lens.txt") train documents"
 sort -n "$TMP/lens.txt" | awk '{a[NR]=$1; s+=$1} END {printf "document tokens: mean %.1f, p10 %d, p50 %d, p90 %d, p99 %d, max %d\n", s/NR, a[int(NR*.1)+1], a[int(NR*.5)+1], a[int(NR*.9)+1], a[int(NR*.99)+1], a[NR]}'
 
-# one run: trainer dir -> "useful_tokens_per_cpu_s epoch_pad_pct mean_step_pad_frac loss_tokens_per_step"
-run() {
+# one run: trainer dir -> "useful_tokens_per_cpu_s epoch_pad_pct mean_step_pad_frac loss_tokens_per_step steady_useful_tokens_per_cpu_s"
+cpu() { # trainer dir, steps -> user + system CPU seconds of the whole process (metrics in $TMP/m.jsonl)
   local TIMEFORMAT='%U %S' t
-  t=$( { time "$1/train" --data "$TMP/data" --steps "$STEPS" --eval-every 0 --lr 1e-3 --metrics "$TMP/m.jsonl" > "$TMP/out" 2>&1; } 2>&1 )
+  t=$( { time "$1/train" --data "$TMP/data" --steps "$2" --eval-every 0 --lr 1e-3 --metrics "$TMP/m.jsonl" > "$TMP/out" 2>&1; } 2>&1 )
+  echo "$t" | awk '{print $1 + $2}'
+}
+run() {
+  local c1 cn; c1=$(cpu "$1" 1); cn=$(cpu "$1" "$STEPS")
   local pad; pad=$({ grep -o 'padding [0-9.]*%' "$TMP/out" || echo 0; } | grep -o '[0-9.]*' | head -1)
-  local lt; lt=$({ grep -o '"loss_tokens":[0-9.e+]*' "$TMP/m.jsonl" || true; } | cut -d: -f2 | awk '{s += $1} END {print s + 0}')
+  local lts; lts=$({ grep -o '"loss_tokens":[0-9.e+]*' "$TMP/m.jsonl" || true; } | cut -d: -f2)
+  local lt; lt=$(echo "$lts" | awk '{s += $1} END {print s + 0}')
+  local l1; l1=$(echo "$lts" | head -1 | awk '{print $1 + 0}')
   local pf; pf=$({ grep -o '"pad_frac":[0-9.e+-]*' "$TMP/m.jsonl" || true; } | cut -d: -f2 | awk '{s += $1} END {print NR ? s / NR : 0}')
-  # steady state: the median over steps 3.. of the step's loss tokens / its wall time
-  local med; med=$({ grep -o '"loss_tokens_per_s":[0-9.e+]*' "$TMP/m.jsonl" || true; } | cut -d: -f2 | tail -n +3 | sort -g | awk '{v[NR] = $1} END {print NR ? v[int((NR + 1) / 2)] : 0}')
-  echo "$t" | awk -v lt="$lt" -v pad="$pad" -v pf="$pf" -v n="$STEPS" -v med="$med" '{printf "%.0f %s %.4f %.0f %.0f\n", lt / ($1 + $2), pad, pf, lt / n, med}'
+  # steady state: steps 2..STEPS over the CPU time the run spent beyond a 1-step run (start-up,
+  # arena allocation and the first step cancel)
+  awk -v lt="$lt" -v l1="$l1" -v pad="$pad" -v pf="$pf" -v n="$STEPS" -v c1="$c1" -v cn="$cn" \
+    'BEGIN {printf "%.0f %s %.4f %.0f %.0f\n", lt / cn, pad, pf, lt / n, (cn > c1 ? (lt - l1) / (cn - c1) : 0)}'
 }
 
-echo "T,layout,epoch_padding_pct,mean_step_pad_frac,loss_tokens_per_step,useful_tokens_per_cpu_s,vs_padded,useful_tokens_per_wall_s_step_median,vs_padded_wall"
+echo "T,layout,epoch_padding_pct,mean_step_pad_frac,loss_tokens_per_step,useful_tokens_per_cpu_s,vs_padded,steady_useful_tokens_per_cpu_s,vs_padded_steady"
 for T in 128 256; do
   B=8; BUD=$((8 * T))
   "$GEN" specs/v2500.yaml --enable adamw,flash,packing --set v2126.rows=contiguous --model tiny --target cpu --batch $B --seq "$T" -o "$TMP/contiguous$T" >/dev/null 2>&1
@@ -73,7 +80,7 @@ for T in 128 256; do
   pbest=$(sort -g "$TMP/r.padded.$T" | tail -1 | cut -d' ' -f1)
   pwall=$(cut -d' ' -f5 "$TMP/r.padded.$T" | sort -g | tail -1)
   for L in contiguous best-fit padded dynamic; do
-    echo "# T=$T $L runs (useful tok/CPU-s, epoch pad %, step pad, loss tok/step, median step useful tok/s): $(tr '\n' ';' < "$TMP/r.$L.$T")"
+    echo "# T=$T $L runs (useful tok/CPU-s, epoch pad %, step pad, loss tok/step, steady useful tok/CPU-s): $(tr '\n' ';' < "$TMP/r.$L.$T")"
     w=$(cut -d' ' -f5 "$TMP/r.$L.$T" | sort -g | tail -1)
     sort -g "$TMP/r.$L.$T" | tail -1 | awk -v T="$T" -v L="$L" -v p="$pbest" -v w="$w" -v pw="$pwall" '{printf "%d,%s,%s,%.4f,%d,%d,%.2f,%d,%.2f\n", T, L, $2, $3, $4, $1, $1 / p, w, w / pw}'
   done
