@@ -777,6 +777,7 @@ struct hyp_loader {
     hyp_pack pack;         /* the rows / batches of the last two (pack.h); sampling units = W */
     int32_t *row_doc, *row_end; /* T+1 each: a row slot's document start and end (packed rows) */
     hyp_batch_info last;   /* the shape and padding of the last batch handed out */
+    uint32_t *rowperm;     /* v2127 train: the rows of epoch perm_epoch, shuffled within each bucket */
 };
 
 static void pf_stop(hyp_loader *L);
@@ -797,6 +798,7 @@ void hyp_loader_close(hyp_loader *L) {
     hyp_pack_free(&L->pack);
     free(L->row_doc);
     free(L->row_end);
+    free(L->rowperm);
     free(L->dir);
     free(L);
 }
@@ -1153,9 +1155,12 @@ hyp_loader *hyp_loader_open(const char *dir, const char *split, int B, int T, ui
 
 /* The permutation of `epoch` (train only): Fisher–Yates from hyp_rng(seed, epoch); the identity
  * for epoch 0 of data written in curriculum order (v2120). */
+static void shuffle_rows(hyp_loader *L, uint64_t epoch);
+
 static void ensure_perm(hyp_loader *L, uint64_t epoch) {
     if (L->perm_valid && L->perm_epoch == epoch) return;
     for (uint64_t i = 0; i < L->W; i++) L->perm[i] = (uint32_t)i;
+    shuffle_rows(L, epoch);
     if (L->ordered_epoch0 && epoch == 0) {
         L->perm_epoch = epoch;
         L->perm_valid = 1;
@@ -1171,6 +1176,31 @@ static void ensure_perm(hyp_loader *L, uint64_t epoch) {
     }
     L->perm_epoch = epoch;
     L->perm_valid = 1;
+}
+
+/* v2127: which documents share a batch changes every epoch: the rows of each length bucket (a run
+ * of batches with one bat_T) are shuffled by Fisher–Yates from hyp_rng(seed ^ a constant, epoch);
+ * the bucket sizes, hence the batches' shapes, stay. Epoch 0 of curriculum-ordered data keeps the
+ * order. */
+static void shuffle_rows(hyp_loader *L, uint64_t epoch) {
+    if (!L->rowperm) return;
+    const hyp_pack *pk = &L->pack;
+    for (uint64_t i = 0; i < pk->n_rows; i++) L->rowperm[i] = (uint32_t)i;
+    if (L->ordered_epoch0 && epoch == 0) return;
+    hyp_rng r;
+    hyp_rng_seed2(&r, L->seed ^ 0x9e3779b97f4a7c15ULL, epoch);
+    for (uint64_t b = 0; b < pk->n_bat;) {
+        uint64_t e = b;
+        while (e < pk->n_bat && pk->bat_T[e] == pk->bat_T[b]) e++;
+        uint64_t lo = pk->bat_off[b], n = pk->bat_off[e] - lo;
+        for (uint64_t i = n; i > 1; i--) {
+            uint64_t j = hyp_rng_below(&r, i);
+            uint32_t t = L->rowperm[lo + i - 1];
+            L->rowperm[lo + i - 1] = L->rowperm[lo + j];
+            L->rowperm[lo + j] = t;
+        }
+        b = e;
+    }
 }
 
 /* Shard holding global token g (binary search over starts; empty shards never match). */
@@ -1290,7 +1320,7 @@ static int produce(hyp_loader *L, hyp_loader_state *st, int32_t *inputs, int32_t
             uint64_t r0 = L->pack.bat_off[w], n = L->pack.bat_off[w + 1] - r0;
             *info = (hyp_batch_info){(int)n, Tb, 0};
             for (uint64_t i = 0; i < n && rc == HYP_OK; i++)
-                rc = fill_row(L, r0 + i, Tb, inputs + i * Tb, targets + i * Tb, positions ? positions + i * Tb : NULL,
+                rc = fill_row(L, L->rowperm ? L->rowperm[r0 + i] : r0 + i, Tb, inputs + i * Tb, targets + i * Tb, positions ? positions + i * Tb : NULL,
                               &info->pad, e);
             if (rc == HYP_OK) {
                 st->position++;
@@ -1537,7 +1567,7 @@ static int set_rows_mode(hyp_loader *L, int mode, int max_docs, int64_t budget, 
     if (rc != HYP_OK) return rc;
     uint64_t W = mode == HYP_ROWS_BFD ? L->pack.n_rows : L->pack.n_bat;
     const char *unit = mode == HYP_ROWS_BFD ? "packed rows" : "dynamic batches";
-    if (W / (uint64_t)L->world == 0 || W > UINT32_MAX) {
+    if (W / (uint64_t)L->world == 0 || W > UINT32_MAX || L->pack.n_rows > UINT32_MAX) {
         hyp_pack_free(&L->pack);
         return hyp_fail(e, HYP_EINPUT, "%s: %llu %s of T = %d for %d rank%s — need at least one per rank and "
                         "fewer than 2^32: use more text, a smaller T or fewer ranks", L->dir, (unsigned long long)W,
@@ -1553,6 +1583,13 @@ static int set_rows_mode(hyp_loader *L, int mode, int max_docs, int64_t budget, 
         return hyp_fail(e, HYP_EFAIL, "%s: out of memory for %llu %s", L->dir, (unsigned long long)W, unit);
     }
     if (perm) L->perm = perm;
+    free(L->rowperm);
+    L->rowperm = NULL;
+    if (mode == HYP_ROWS_DYNAMIC && L->is_train &&
+        !(L->rowperm = malloc(sizeof *L->rowperm * (size_t)(L->pack.n_rows ? L->pack.n_rows : 1)))) {
+        hyp_pack_free(&L->pack);
+        return hyp_fail(e, HYP_EFAIL, "%s: out of memory for %llu %s", L->dir, (unsigned long long)W, unit);
+    }
     L->perm_valid = 0;
     L->W = W;
     L->Wr = W / (uint64_t)L->world;

@@ -13,7 +13,8 @@
  *   v2127 dynamic batching (hyp_loader_dynamic):
  *     3. every batch holds rows of one length bucket (T, T/2, ...), rows x bucket <= token_budget
  *        (or 1 row), rows <= B; every document (chunk) exactly once, one per row, from slot 0; the
- *        padding drops against fixed batches (buckets = 1);
+ *        padding drops against fixed batches (buckets = 1); each epoch regroups a bucket's documents
+ *        into its batches (same shapes, different members);
  *   both: 4. resume: a fresh loader set to the state after k batches gives the same next batches
  *        (tokens, targets, positions, shape), and with prefetch the same batches as direct reads;
  *        5. bad parameters are refused with HYP_EINPUT;
@@ -339,6 +340,47 @@ static void resume_case(const char *dir, int dyn) {
     hyp_loader_close(a), hyp_loader_close(b), hyp_loader_close(c);
 }
 
+/* v2127: each epoch regroups the documents of a bucket into batches (same shapes, new members). */
+static int cmp_u64(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void regroup_case(const char *dir) {
+    hyp_loader *L = open_mode(dir, 1, 16);
+    if (!L) return;
+    uint64_t W = hyp_loader_windows(L), *h[2], *shape[2];
+    int32_t *x = malloc(sizeof(int32_t) * 16 * T_ * 3);
+    hyp_err e;
+    for (int ep = 0; ep < 2; ep++) {
+        h[ep] = malloc(sizeof(uint64_t) * W);
+        shape[ep] = malloc(sizeof(uint64_t) * W);
+        for (uint64_t b = 0; b < W; b++) {
+            hyp_loader_next_pos(L, x, x + 16 * T_, x + 32 * T_, &e);
+            hyp_batch_info bi;
+            hyp_loader_last_batch(L, &bi);
+            uint64_t sum = 0; /* order-independent: the sum of the rows' FNV hashes */
+            for (int r = 0; r < bi.B; r++) {
+                uint64_t f = 1469598103934665603ULL;
+                for (int t = 0; t < bi.T; t++) f = (f ^ (uint64_t)(uint32_t)x[r * bi.T + t]) * 1099511628211ULL;
+                sum += f;
+            }
+            h[ep][b] = sum;
+            shape[ep][b] = (uint64_t)bi.B << 32 | (uint64_t)bi.T;
+        }
+        qsort(h[ep], W, sizeof(uint64_t), cmp_u64);
+        qsort(shape[ep], W, sizeof(uint64_t), cmp_u64);
+    }
+    uint64_t same = 0;
+    for (uint64_t b = 0; b < W; b++) same += h[0][b] == h[1][b];
+    check(!memcmp(shape[0], shape[1], sizeof(uint64_t) * W) && same < W / 2, "test_v2127_epochs_regroup_documents",
+          "epochs 0 and 1: the same %llu batch shapes; %llu of %llu batches with the same members (one-row batches and tiny buckets can repeat)",
+          (unsigned long long)W, (unsigned long long)same, (unsigned long long)W);
+    for (int ep = 0; ep < 2; ep++) free(h[ep]), free(shape[ep]);
+    free(x);
+    hyp_loader_close(L);
+}
+
 static void bad_case(const char *dir) {
     hyp_err e;
     hyp_loader *L = hyp_loader_open(dir, "train", 2, T_, 1, 0, 1, &e);
@@ -519,6 +561,7 @@ int main(void) {
           "padding: fixed batches (buckets 1) %.2f%%, dynamic (buckets 4: 64, 32, 16, 8) %.2f%%", 100 * fixed, 100 * dyn);
     resume_case(dir, 0);
     resume_case(dir, 1);
+    regroup_case(dir);
     bad_case(dir);
     step_cases(dir);
     free(g_tok), free(g_start);
