@@ -121,6 +121,9 @@ int train_backend_dev_open(train_backend *b, const plan_t *p, const char *plan_p
  * waiting for the slowest rank). Both are parts of the step: data_s + comm_s <= the step's time. */
 typedef struct {
     double data_s, comm_s;
+    /* this rank's batches over the step's micro-batches: input slots (rows x T), rows, padded
+     * slots (v2126 / v2127 layouts), and the loss tokens of all ranks */
+    double slots, rows, pad, loss_tokens;
 } train_step_times;
 
 /* One optimizer step (t = step) over K micro-batches of the loader: *loss the global mean loss,
