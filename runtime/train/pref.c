@@ -4,7 +4,8 @@
  * tokens t of log softmax(z_t)[y_t] = -sum_t CE_t. For a loss L(logp_1..logp_n) the logits of
  * token t of sequence s get dL/dz_t = (dL/dlogp_s) * (onehot - softmax) = -(dL/dlogp_s) *
  * dCE_t/dz_t: the fused cross-entropy's gradient (dloss = 1) with its row scaled by
- * -(dL/dlogp_s) — exec_t.row_scale. Prompt and padding positions have target -1: zero gradient.
+ * -(dL/dlogp_s): the backend's weighted_backward (backend.h; the cpu executor's row_scale, the device's
+ * crossentropy_fused_ext). Prompt and padding positions have target -1: zero gradient.
  */
 #include "pref.h"
 
