@@ -8,6 +8,7 @@
 #     step 3 and the held-out reward margin rises from the starting weights'.
 #   v2149 distillation: a cpu-trained teacher, student 3 steps on cpu and on sim (the KL + CE in
 #     the device's fused-loss kernel): losses and gradient norms within 1e-5 relative.
+#   A sim trainer whose kernels.json lacks the variant is refused (exit 2, one line, no checkpoint).
 #   The kernel itself against the cpu ops row by row: tests/unit/test_kernels_sim.c
 #   (test_v2195_crossentropy_fused_ext, test_v2149_distill_ext).
 source "$(dirname "$0")/lib.sh"
@@ -56,6 +57,13 @@ for o in dpo orpo simpo kto; do
   check "${ID[$o]}_${o}_sim_pref_accuracy_rises (held-out accuracy ${a0:-?} -> $a3, margin ${m0:-?} -> $m3)" \
     awk -v a="${a0:-nan}" -v b="$a3" -v m="$m3" -v m0="${m0:-nan}" 'BEGIN { exit !(b > a && m > m0) }'
 done
+
+# a trainer whose kernels predate the fused loss's variant: one line naming the fix, exit 2, no output
+cp -r "$TMP/dpo_sim" "$TMP/stale"
+sed -i 's/"crossentropy_fused_ext":/"crossentropy_fused_gone":/' "$TMP/stale/kernels/kernels.json"
+expect "v2195_sim_refuses_kernels_without_the_weighted_loss" 2 "no crossentropy_fused_ext launch .* regenerate the trainer" -- \
+  "$TMP/stale/train" --data "$TMP/pref" --steps 1 --ckpt-dir "$TMP/stale_ck"
+check "v2195_sim_refusal_leaves_no_checkpoint" test ! -e "$TMP/stale_ck"
 
 # ---- v2149 distillation ----
 "$GEN" data "$ROOT/README.md" -o "$TMP/rd" >/dev/null
