@@ -127,11 +127,12 @@ __device__ __forceinline__ SoftmaxState row_stats(const float* z) {
 % end
 
 % if emit.crossentropy_fused_ext then
-// Block-wide max and sum, known to every thread (the shared array is free again on return).
+// Block-wide max and sum of a full block (BLOCK is a multiple of 32), known to every thread, in a
+// fixed order; the shared array is free again on return. (hyp_block_max/sum of hyp/reduce.cuh
+// handle partial warps too, and spill 20 bytes here under ptxas: not used.)
 __device__ __forceinline__ float ext_block_max(float v) {
     __shared__ float sh_max[32];
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    v = hyp_warp_max(v);
     if ((threadIdx.x & 31) == 0) sh_max[threadIdx.x >> 5] = v;
     __syncthreads();
     float r = sh_max[0];
@@ -141,12 +142,11 @@ __device__ __forceinline__ float ext_block_max(float v) {
 }
 __device__ __forceinline__ float ext_block_sum(float v) {
     __shared__ float sh_sum[32];
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    v = hyp_warp_sum(v);
     if ((threadIdx.x & 31) == 0) sh_sum[threadIdx.x >> 5] = v;
     __syncthreads();
-    float r = 0.0f;
-    for (int w = 0; w < BLOCK / 32; w++) r += sh_sum[w]; // same order everywhere
+    float r = sh_sum[0];
+    for (int w = 1; w < BLOCK / 32; w++) r += sh_sum[w];
     __syncthreads();
     return r;
 }

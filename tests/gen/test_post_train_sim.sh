@@ -8,6 +8,7 @@
 #     step 3 and the held-out reward margin rises from the starting weights'.
 #   v2149 distillation: a cpu-trained teacher, student 3 steps on cpu and on sim (the KL + CE in
 #     the device's fused-loss kernel): losses and gradient norms within 1e-5 relative.
+#   With NVRTC: the sm_90 DPO trainer compiles the kernel with zero spills (cuda: not run, no GPU).
 #   A sim trainer whose kernels.json lacks the variant is refused (exit 2, one line, no checkpoint).
 #   The kernel itself against the cpu ops row by row: tests/unit/test_kernels_sim.c
 #   (test_v2195_crossentropy_fused_ext, test_v2149_distill_ext).
@@ -64,6 +65,16 @@ sed -i 's/"crossentropy_fused_ext":/"crossentropy_fused_gone":/' "$TMP/stale/ker
 expect "v2195_sim_refuses_kernels_without_the_weighted_loss" 2 "no crossentropy_fused_ext launch .* regenerate the trainer" -- \
   "$TMP/stale/train" --data "$TMP/pref" --steps 1 --ckpt-dir "$TMP/stale_ck"
 check "v2195_sim_refusal_leaves_no_checkpoint" test ! -e "$TMP/stale_ck"
+
+# the cuda path of the same kernels: a DPO trainer for sm_90 compiles crossentropy_fused_ext with
+# NVRTC without register spills (where this gen has NVRTC; it cannot run without a GPU)
+out=$(HYPERION_CACHE="$TMP/cache" "$GEN" specs/v2500.yaml --enable adamw,dpo --model tiny --target sm_90 --batch 2 --seq 48 -o "$TMP/dpo_sm90" 2>&1)
+if printf '%s' "$out" | grep -q "without NVRTC"; then
+  echo "skipped: v2195_sm90_compile (this gen was built without NVRTC)"
+else
+  check "v2195_sm90_crossentropy_fused_ext_compiles_without_spills" awk '/"kernel":/ { k = ($0 ~ /"crossentropy_fused_ext"/) }
+    k && /"spills":/ { s = $0; gsub(/[^0-9]/, "", s); seen = 1; if (s + 0 > 0) bad = 1 } END { exit !seen || bad }' "$TMP/dpo_sm90/kernels/resources.json"
+fi
 
 # ---- v2149 distillation ----
 "$GEN" data "$ROOT/README.md" -o "$TMP/rd" >/dev/null
