@@ -18,8 +18,10 @@ function M.sections(ctx, plan)
       "drop one of them from --enable")
   end
   plan.distill = { teacher = teacher, temperature = ctx.param("temperature"), alpha = ctx.param("alpha") }
-  ctx.contribute(string.format("distill: teacher %s forward inside the fused loss; loss = %g * T^2 * KL(teacher/T || student/T) + %g * CE, T = %g, row by row over the vocabulary",
-    teacher, plan.distill.alpha, 1 - plan.distill.alpha, plan.distill.temperature))
+  local where = ctx.target.kind == "cpu" and "forward inside the fused loss"
+    or "forward on the host per micro-batch, its logits into the device's fused-loss kernel (crossentropy_fused_ext)"
+  ctx.contribute(string.format("distill: teacher %s %s; loss = %g * T^2 * KL(teacher/T || student/T) + %g * CE, T = %g, row by row over the vocabulary",
+    teacher, where, plan.distill.alpha, 1 - plan.distill.alpha, plan.distill.temperature))
 end
 
 return M
