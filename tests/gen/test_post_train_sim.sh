@@ -9,6 +9,7 @@
 #   v2149 distillation: a cpu-trained teacher, student 3 steps on cpu and on sim (the KL + CE in
 #     the device's fused-loss kernel): losses and gradient norms within 1e-5 relative.
 #   With NVRTC: the sm_90 DPO trainer compiles the kernel with zero spills (cuda: not run, no GPU).
+#   A DPO run on sim stopped at step 2 and resumed gives the straight run's step 3 loss exactly.
 #   A sim trainer whose kernels.json lacks the variant is refused (exit 2, one line, no checkpoint).
 #   The kernel itself against the cpu ops row by row: tests/unit/test_kernels_sim.c
 #   (test_v2195_crossentropy_fused_ext, test_v2149_distill_ext).
@@ -58,6 +59,13 @@ for o in dpo orpo simpo kto; do
   check "${ID[$o]}_${o}_sim_pref_accuracy_rises (held-out accuracy ${a0:-?} -> $a3, margin ${m0:-?} -> $m3)" \
     awk -v a="${a0:-nan}" -v b="$a3" -v m="$m3" -v m0="${m0:-nan}" 'BEGIN { exit !(b > a && m > m0) }'
 done
+
+# v2195 resume on sim: checkpoints come from the device (sync_host); stopped at step 2 and resumed,
+# step 3's loss is the straight run's to the last digit
+"$TMP/dpo_sim/train" --data "$TMP/pref" --steps 3 --lr 2e-3 --eval-every 3 --ckpt-dir "$TMP/ck" --ckpt-every 2 >/dev/null 2>&1
+rm -rf "$TMP/ck/step_00000003"; echo step_00000002 > "$TMP/ck/latest"
+expect "v2195_sim_resume_reads_reference" 0 "read from .*reference_logps.bin" -- "$TMP/dpo_sim/train" --data "$TMP/pref" --steps 3 --lr 2e-3 --eval-every 3 --ckpt-dir "$TMP/ck" --resume --metrics "$TMP/resumed.jsonl"
+check "v2195_sim_resume_bit_exact" test "$(losses "$TMP/dpo_sim.jsonl" | tail -1)" = "$(losses "$TMP/resumed.jsonl")" -a -n "$(losses "$TMP/resumed.jsonl")"
 
 # a trainer whose kernels predate the fused loss's variant: one line naming the fix, exit 2, no output
 cp -r "$TMP/dpo_sim" "$TMP/stale"
