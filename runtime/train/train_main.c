@@ -1171,7 +1171,7 @@ static int run(int argc, char **argv, hyp_coll *coll) {
     if (!rc && !a->sample_mode && post.objective >= POST_DPO) {
         if (!(rc = train_backend_open(&r.be, p, r.plan_path, &r.x, &r.d, r.B, r.T, &e))) rc = run_pref(&r, &post, &e);
     } else if (!rc && !a->sample_mode && !(rc = train_backend_open(&r.be, p, r.plan_path, &r.x, &r.d, r.B, r.T, &e)) &&
-               !(rc = open_outputs(&r, &e)) && !(rc = check_sft(&r, &post, &e)) && !(rc = train_guard_open(&r.guard, p, &r.d, &e)) &&
+               !(rc = distill_attach(dist, &r.be, &e)) && !(rc = open_outputs(&r, &e)) && !(rc = check_sft(&r, &post, &e)) && !(rc = train_guard_open(&r.guard, p, &r.d, &e)) &&
                !(rc = loss_scale_open(&r, &e)) && !(rc = open_async(&r, &e))) {
         train_guard_attach(&r.guard, &r.be);
         hyp_progress_init(&r.pg, stdout, a->log_every);
