@@ -6,7 +6,8 @@
 #    kernels' ALPHA) equals cpu. Forward/backward/10 AdamW steps against PyTorch: test_reference
 #    (reference_ref-gpt2_v2143_deep_norm_*). Enabling it with v2140 is refused.
 #  v2144: sp with std 0.02 leaves the plan's init unchanged; std 0.01 halves every normal std; mup
-#    scales hidden matrices by sqrt(base_width / d_model), zero-inits an untied head.
+#    scales hidden matrices by sqrt(base_width / d_model), an untied head by base_width / d_model
+#    (readout scaled) or zero (readout zero).
 #  v2145: the hidden matrices and head in group mup_hidden at lr_mult base_width / d_model; the
 #    attention ops' scale 1/d_head (cpu: changes the losses; sim naive and flash equal cpu); refused
 #    without mup, and on sim when d_model != base_width.
@@ -67,7 +68,9 @@ expect gen_v2144_mup 0 "wrote" -- "$GEN" specs/v2500.yaml "${MUP[@]}" --model ti
 check test_v2144_mup_hidden_std close "$(std "$TMP/mup" transformer.h.0.attn.c_attn.weight)" "$(python3 -c "print(0.02 * (32 / 128) ** 0.5)")"
 check test_v2144_mup_resid_std close "$(std "$TMP/mup" transformer.h.2.mlp.c_proj.weight)" "$(python3 -c "print(0.02 / (2 * $L) ** 0.5 * (32 / 128) ** 0.5)")"
 check test_v2144_mup_embedding_unchanged close "$(std "$TMP/mup" transformer.wte.weight)" 0.02
-check test_v2144_mup_head_zero test "$(std "$TMP/mup" lm_head.weight)" = zeros
+check test_v2144_mup_head_std_over_m close "$(std "$TMP/mup" lm_head.weight)" 0.005
+expect gen_v2144_mup_zero 0 "wrote" -- "$GEN" specs/v2500.yaml "${MUP[@]}" --set v2144.readout=zero --model tiny --target cpu "${S[@]}" -o "$TMP/mup0"
+check test_v2144_mup_head_zero test "$(std "$TMP/mup0" lm_head.weight)" = zeros
 check test_v2144_mup_unties test "$(json "$TMP/mup/plan.json" "p['model']['tied']")" = False
 expect test_v2144_bad_scheme 2 "v2144" -- "$GEN" specs/v2500.yaml --enable adamw,init --set v2144.scheme=ntk --model tiny --target cpu -o "$TMP/bad-init"
 check test_v2144_bad_scheme_no_output test ! -e "$TMP/bad-init"

@@ -2,9 +2,9 @@
 -- mup init, with width multiplier m = d_model / base_width: the hidden matrices and the output
 -- layer go to an optimizer group "mup_hidden" with lr_mult 1/m (the decay group's weight decay);
 -- embeddings, gains and biases keep lr_mult 1; attention scores are scaled by 1/d_head instead of
--- 1/sqrt(d_head) (the attention ops' attr scale: cpu ops, flash and the device templates). With a
--- zero-initialized readout and its 1/m LR the output logits need no extra multiplier (Table 3's
--- form of Table 8's 1/m readout). Workflow: tune lr (and warmup) at base_width, generate the wide
+-- 1/sqrt(d_head) (the attention ops' attr scale: cpu ops, flash and the device templates). With v2144's
+-- readout init (std/m or zero) and its 1/m LR the output logits need no extra multiplier (Table
+-- 3's form of Table 8's 1/m readout). Workflow: tune lr (and warmup) at base_width, generate the wide
 -- trainer with the same values (bench/bench_mup_transfer.sh measures the shift of the best LR).
 -- Device optimizer kernels take one learning rate: device targets only at m = 1.
 -- Never: an init (v2144's) or a second group for a parameter another module grouped.
