@@ -41,7 +41,7 @@ def panel(out, x0, y0, w, h, title, series, xlog, ylog, xlabel, ylabel, marks=No
     out.append('<text x="%d" y="%d" font-size="14" font-weight="bold">%s</text>' % (L, y0 + 18, title))
     out.append('<rect x="%d" y="%d" width="%d" height="%d" fill="none" stroke="#444"/>' % (L, T, R - L, B - T))
     for v in sorted(set(xs)):
-        out.append('<text x="%.1f" y="%d" font-size="10" text-anchor="middle">%g</text>' % (X(v), B + 14, v))
+        out.append('<text x="%.1f" y="%d" font-size="9" text-anchor="middle">%.2g</text>' % (X(v), B + 14, v))
     for k in range(5):
         fv = lo_y + (hi_y - lo_y) * k / 4
         v = 10 ** fv if ylog else fv
