@@ -614,7 +614,7 @@ static void flash_case(const char *tag, int B, int T, int NH, int NKV, int HD, c
     }
     void *f1[] = {&out, &lse, &qkv, &nopos, &T};
     launch_smem(&mf, "flash_attention_fwd", cdiv(T, 64), B * NH, 1, 128, (size_t)smem_fwd, f1);
-    op_flash_attention_fwd_doc(out_ref, lse_ref, qkv, nopos, B, T, NH, NKV, HD);
+    op_flash_attention_fwd_doc(out_ref, lse_ref, qkv, nopos, B, T, NH, NKV, HD, 0.0f);
     check_f32(NAME(nm, "test_v2112_flash_fwd[%s] B=%d T=%d NH=%d NKV=%d HD=%d %s out", tag, B, T, NH, NKV, HD, prec), out, out_ref, no, tol, tol);
     check_f32(NAME(nm, "test_v2112_flash_fwd[%s] lse", tag), lse, lse_ref, nl, tol, tol);
 
@@ -625,7 +625,7 @@ static void flash_case(const char *tag, int B, int T, int NH, int NKV, int HD, c
     void *b2[] = {&dqkv, &dout, &qkv, &lse_ref, &D, &nopos, &T};
     launch_smem(&mf, "flash_attention_bwd_dkv", cdiv(T, 64), B * NKV, 1, 128, (size_t)smem_dkv, b2);
     launch_smem(&mf, "flash_attention_bwd_dq", cdiv(T, 64), B * NH, 1, 128, (size_t)smem_dq, b2);
-    op_flash_attention_bwd_doc(dqkv_ref, D_ref, dout, qkv, out_ref, lse_ref, nopos, B, T, NH, NKV, HD);
+    op_flash_attention_bwd_doc(dqkv_ref, D_ref, dout, qkv, out_ref, lse_ref, nopos, B, T, NH, NKV, HD, 0.0f);
     check_f32(NAME(nm, "test_v2113_flash_bwd[%s] D = rowsum(dout*out)", tag), D, D_ref, nl, TOL_F32);
     check_f32(NAME(nm, "test_v2113_flash_bwd[%s] dqkv accumulates", tag), dqkv, dqkv_ref, nr, tol, tol);
     if (again) { /* deterministic: one writer per element, fixed order (blocks run on 2 OS threads) */
