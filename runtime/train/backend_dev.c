@@ -134,10 +134,17 @@ static int after_bwd_op(void *ctx, int op, hyp_err *e) {
     return rc;
 }
 
-/* The host's optimizer states into the device's (bytes each). */
+/* The bytes of optimizer state k on this rank: `bytes`, or a packed state's own size (stage 0). */
+static size_t state_bytes(const exec_t *x, int k, size_t bytes) {
+    const hyp_optim_cfg *o = &x->p->optim;
+    return o->state_compact[k] ? sizeof(float) * (size_t)o->state_floats[k] : bytes;
+}
+
+/* The host's optimizer states into the device's (bytes each, or a packed state's size). */
 static int upload_states(train_dev *t, const exec_t *x, size_t bytes, hyp_err *e) {
     int rc = HYP_OK;
-    for (int k = 0; k < x->n_state && !rc; k++) rc = t->dev->h2d_sync(t->dev, t->xd.state[k], x->state[k], bytes, e);
+    for (int k = 0; k < x->n_state && !rc; k++)
+        rc = t->dev->h2d_sync(t->dev, t->xd.state[k], x->state[k], state_bytes(x, k, bytes), e);
     return rc;
 }
 
@@ -306,7 +313,7 @@ static int dev_sync_host(train_backend *b, hyp_err *e) {
     size_t optim = sizeof(float) * (size_t)(t->stage >= 1 ? t->xd.shard : t->xd.arena);
     size_t params = sizeof(float) * (size_t)(t->stage >= 3 ? t->xd.shard : t->xd.arena);
     int rc = d->d2h_sync(d, x->params, t->xd.params, params, e);
-    for (int k = 0; k < x->n_state && !rc; k++) rc = d->d2h_sync(d, x->state[k], t->xd.state[k], optim, e);
+    for (int k = 0; k < x->n_state && !rc; k++) rc = d->d2h_sync(d, x->state[k], t->xd.state[k], state_bytes(x, k, optim), e);
     if (!rc && x->p->fp8_slots && x->fp8) /* the FP8 scaling states go into checkpoints too */
         memcpy(x->fp8, t->xd.fp8, sizeof *x->fp8 * (size_t)x->p->fp8_slots);
     return rc;
