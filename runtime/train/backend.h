@@ -67,6 +67,9 @@ typedef struct train_backend_i {
     /* the global gradient norm that reduce_grads computed, to the host before the update (the
      * v2176 guard judges it; on a device a 4-byte copy and a wait); NULL: not available */
     int (*peek_norm)(train_backend *b, double *norm, hyp_err *e);
+    /* the optimizer's eval_point on the backend's own parameters around evaluation (to_eval 1
+     * before, 0 after); NULL where they are the host executor's (train_eval_point moves those) */
+    int (*eval_point)(train_backend *b, int to_eval, hyp_err *e);
 } train_backend_i;
 
 /* Optional hooks of the trainer into train_step (v2176 fault tolerance, guard.h); every rank

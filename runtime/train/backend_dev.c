@@ -46,6 +46,7 @@ typedef struct {
     dev_bucket *buckets;
     int n_buckets, overlap;
     char title[64];   /* "sim device memory" */
+    train_avg_state avg; /* the schedule-free averaging weight's running sums */
 } train_dev;
 
 /* The layer a parameter belongs to: its name up to the first all-digit component
@@ -259,11 +260,11 @@ static int dev_reduce_grads(train_backend *b, const train_opts *o, hyp_err *e) {
 }
 
 static int dev_optim_step(train_backend *b, const train_opts *o, double lr, int t_step, hyp_err *e) {
-    (void)o;
     train_dev *t = b->impl;
     hyp_device *d = t->dev;
     exec_dev *xd = &t->xd;
-    hyp_optim_step a = {lr, t_step, 1.0f, 1.0 / t_step, 0}; /* the clip factor is read from the device: gnorm[1] */
+    /* the clip factor is read from the device: gnorm[1]; the averaging weight as backend_cpu.c's */
+    hyp_optim_step a = {lr, t_step, 1.0f, b->dp.opt->eval_point ? train_avg_weight_next(o, t_step, &t->avg) : 1.0 / t_step, 0};
     int rc = b->dp.opt->step_device(&b->x->p->optim, xd, &a, t->gnorm + 1, e);
     if (!rc && t->stage >= 1 && t->stage <= 2 && t->world > 1) { /* stage 3: gathered per group */
         float *own = xd->params + xd->shard * t->rank;
@@ -343,6 +344,16 @@ static void dev_close(train_backend *b) {
     free(b->impl);
 }
 
+/* schedule-free: the device parameters between y and x (the optimizer's eval_device) */
+static int dev_eval_point(train_backend *b, int to_eval, hyp_err *e) {
+    train_dev *t = b->impl;
+    const hyp_optim_i *o = b->dp.opt;
+    if (!o->eval_point) return HYP_OK;
+    if (!o->eval_device)
+        return hyp_fail(e, HYP_EINPUT, "optimizer '%s' cannot move the device parameters to its evaluation point — generate the trainer for --target cpu", o->kind);
+    return o->eval_device(&b->x->p->optim, &t->xd, to_eval, e);
+}
+
 static const train_backend_i DEV_BACKEND = {
     .name = "device",
     .zero_grads = dev_zero_grads,
@@ -358,6 +369,7 @@ static const train_backend_i DEV_BACKEND = {
     .comm_note = dev_comm_note,
     .close = dev_close,
     .peek_norm = dev_peek_norm,
+    .eval_point = dev_eval_point,
 };
 
 int train_backend_dev_open(train_backend *b, const plan_t *p, const char *plan_path, int B, int T, hyp_err *e) {

@@ -86,6 +86,10 @@ typedef struct hyp_optim_i {
      * device float *d_grad_scale; enqueued on the default stream. NULL: no device kernel */
     int (*step_device)(const hyp_optim_cfg *cfg, exec_dev *x, const hyp_optim_step *a, const float *d_grad_scale,
                        hyp_err *e);
+    /* NULL for most kinds: eval_point on the device's parameters (what this rank owns, from its
+     * device states), enqueued on the default stream; the device backend calls it around
+     * evaluation (checkpoints and sampling move the host mirror with eval_point) */
+    int (*eval_device)(const hyp_optim_cfg *cfg, exec_dev *x, int to_eval, hyp_err *e);
 } hyp_optim_i;
 
 /* The registry (optim_reg.c): the optimizer of that kind, or NULL. */

@@ -15,33 +15,7 @@ export OMP_NUM_THREADS=1
 bible -f 'Gen1:1-Deu34:12' | sed -E 's/^[0-9A-Za-z]+[0-9]+:[0-9]+ //' | head -c 200000 > "$TMP/corpus.txt"
 "$GEN" data "$TMP/corpus.txt" -o "$TMP/data" >/dev/null
 COMMON=(--data "$TMP/data" --seq 64 --eval-every 0 --lr 2e-3 --batch 4 --steps 5 --ckpt-every 5)
-# stcmp A B MUON_TOL OTHER_TOL PLAN: every tensor of A within tolerance of B's (Muon group's by MUON_TOL)
-stcmp() {
-  python3 - "$@" <<'PY'
-import array, json, struct, sys
-def load(f):
-    b = open(f, 'rb').read(); n = struct.unpack('<Q', b[:8])[0]; h = json.loads(b[8:8 + n]); d = b[8 + n:]
-    out = {}
-    for k, v in h.items():
-        if k == '__metadata__': continue
-        s, e = v['data_offsets']; a = array.array('f'); a.frombytes(d[s:e]); out[k] = a
-    return out
-a, b = load(sys.argv[1]), load(sys.argv[2])
-mt, ot = float(sys.argv[3]), float(sys.argv[4])
-muon = set(json.load(open(sys.argv[5]))['optimizer']['groups'][0]['params'])
-worst = {True: (0, ''), False: (0, '')}
-bad = sorted(set(a) ^ set(b))
-for k in sorted(a):
-    if k not in b or len(a[k]) != len(b[k]): continue
-    m = max((abs(x - y) for x, y in zip(a[k], b[k])), default=0)
-    base = k.rsplit('.exp_avg', 1)[0]
-    g = base in muon
-    if m > worst[g][0]: worst[g] = (m, k)
-    if not m <= (mt if g else ot): bad.append(k)
-print("max |cpu-sim|: Muon matrices %.3g (%s), other tensors %.3g (%s)" % (worst[True] + worst[False]))
-sys.exit(1 if bad else 0)
-PY
-}
+stcmp() { python3 "$ROOT/tests/gen/stcmp.py" "$@" muon; }
 
 expect gen_muon_sim 0 "wrote" -- "$GEN" specs/v2500.yaml --enable muon,adamw,memory-planning --model tiny --target sim --batch 4 --seq 64 -o "$TMP/sim"
 check test_v2138_sim_renders_muon_kernels grep -q "muon_momentum" "$TMP/sim/kernels/kernels.json"

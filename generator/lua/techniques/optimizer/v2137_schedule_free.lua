@@ -1,18 +1,14 @@
 -- v2137 Schedule-Free AdamW: the plan's optimizer becomes kind "schedulefree_adamw"
--- (runtime/train/optim_sfadamw.c, cpu only): hyper-parameters beta1/beta2/eps (this spec's
+-- (runtime/train/optim_sfadamw.c; on sim/sm_XX the kernels of templates/schedulefree.cu.lua): hyper-parameters beta1/beta2/eps (this spec's
 -- beta1/beta2, v2132's eps), states z and v (f32, elementwise), the decay group's weight decay
 -- v2132's. The LR stays constant after v2130's warmup (v2131's decay schedules conflict in the
 -- spec); the trainer evaluates, samples and checkpoints at the average x and trains at y. ZeRO
--- and device targets are refused here, at gen time. Never: a second optimizer beside this one.
+-- is refused here, at gen time. Never: a second optimizer beside this one.
 local U = require("util")
 local M = { id = "v2137", families = { "schedulefree_adamw" } }
 
 function M.derive(ctx)
   ctx.facts.optimizer = "schedulefree_adamw"
-  if ctx.target.kind ~= "cpu" then
-    ctx.refuse("schedule-free AdamW has no device kernel (its step and the x/y moves run on the cpu backend only)",
-      "generate the trainer with --target cpu")
-  end
 end
 
 function M.sections(ctx, plan)
@@ -33,6 +29,11 @@ function M.sections(ctx, plan)
   ctx.contribute(string.format("optimizer kind schedulefree_adamw: beta1 = %s (interpolation/averaging), beta2 = %s, eps = %s, weight decay %s at y; states z, v (f32), elementwise",
     U.fmt_value(b1), U.fmt_value(b2), U.fmt_value(o.hyper.eps), U.fmt_value(o.weight_decay)))
   ctx.contribute("evaluation, sampling and checkpoints at the average x = y + (1 - 1/beta1)(z - y); training at y; LR constant after warmup, averaging weight lr_max^2 / sum lr_max^2")
+end
+
+function M.kernels(ctx, k)
+  k.want("schedulefree", { "sfadamw_step", "sfadamw_lerp" }, {})
+  ctx.contribute("kernel: sfadamw_step (one launch over the arena, per-tensor decay at y) and sfadamw_lerp (y <-> x around evaluation)")
 end
 
 return M
