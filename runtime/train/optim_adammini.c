@@ -11,7 +11,8 @@
  *   "block"   the whole tensor one block (norm gains)
  * States m (fp32, per parameter) and v (fp32, packed per tensor: one float per block, per
  * coordinate under "adam"; state_numel). Blocks need whole tensors (shard_matrix = 1): ZeRO is
- * refused. No device kernel. Never: scheduling, clipping or ZeRO. */
+ * refused. On a device: one launch per tensor, adam_mini_block_step (one CUDA block per Adam-mini
+ * block) or adam_mini_adam_step (templates/adam_mini.cu.lua). Never: scheduling, clipping or ZeRO. */
 #include <math.h>
 #include <string.h>
 
@@ -89,6 +90,83 @@ static void step_span(const hyp_optim_cfg *c, const hyp_optim_span *s, const hyp
     }
 }
 
+/* The blocks of a [R, K] tensor under rule as the device kernel walks them: nq blocks of hd rows,
+ * then blocks of nr rows; 0 when the rows are not a whole number of them. */
+static int64_t device_blocks(const char *rule, int64_t R, int64_t hd, int64_t nh, int64_t nkv, int *nq, int *nr) {
+    *nq = 0, *nr = 1;
+    if (!strcmp(rule, "block")) *nr = (int)R;
+    else if (!strcmp(rule, "head")) *nr = (int)hd;
+    else if (!strcmp(rule, "qkv") && R >= (nh + nkv) * hd) *nq = (int)(nh + nkv);
+    int64_t rest = R - (int64_t)*nq * hd;
+    if (*nr <= 0 || rest < 0 || rest % *nr) return 0;
+    return *nq + rest / *nr;
+}
+
+/* adam_mini_adam_step(p, m, v, g, n, lr, beta1, beta2, eps, wd, ibc1, ibc2, gscale): 13;
+ * adam_mini_block_step(p, m, v, g, K, nq, hd, nr, beta1, beta2, lr_bc1, isbc2, eps, decay, gscale) */
+static int step_device(const hyp_optim_cfg *c, exec_dev *x, const hyp_optim_step *a, const float *d_grad_scale,
+                       hyp_err *e) {
+    exec_dev_own o;
+    int rc = exec_dev_optim_own(x, "adam_mini_adam_step", "float*", 13, &o, e);
+    if (rc) return rc;
+    if (x->stage != 0)
+        return hyp_fail(e, HYP_EINPUT, "adam-mini: ZeRO stage %d shards by floats and Adam-mini's blocks need whole tensors — generate the trainer without zero1/zero2/zero3", x->stage);
+    const plan_t *p = x->p;
+    const float beta1 = (float)hyp_optim_hyper(c, "beta1"), beta2 = (float)hyp_optim_hyper(c, "beta2");
+    const float eps = (float)hyp_optim_hyper(c, "eps");
+    const int64_t hd = (int64_t)hyp_optim_hyper(c, "head_dim"), nh = (int64_t)hyp_optim_hyper(c, "n_head"),
+                  nkv = (int64_t)hyp_optim_hyper(c, "n_kv_head");
+    const float ibc1 = 1.0f / (float)(1.0 - pow((double)beta1, (double)a->t)), ibc2 = 1.0f / (float)(1.0 - pow((double)beta2, (double)a->t));
+    const float isbc2 = 1.0f / (float)sqrt(1.0 - pow((double)beta2, (double)a->t));
+    double block = 256;
+    if ((rc = exec_dev_optim_const(x, "BLOCK", &block, e))) return rc;
+    for (int i = 0; i < p->n_params_t && !rc; i++) {
+        const plan_param *t = &p->params[i];
+        const hyp_optim_group *gr = &c->groups[t->group];
+        const float lr = (float)(a->lr * gr->lr_mult);
+        float *pp = o.param + t->offset, *m = o.state[0] + plan_state_off(c, 0, i, t), *v = o.state[1] + plan_state_off(c, 1, i, t);
+        const float *g = o.grad + t->offset;
+        hyp_kargs k;
+        memset(&k, 0, sizeof k);
+        hyp_kargs_ptr(&k, pp);
+        hyp_kargs_ptr(&k, m);
+        hyp_kargs_ptr(&k, v);
+        hyp_kargs_ptr(&k, g);
+        if (!strcmp(gr->rule, "adam")) {
+            hyp_kargs_i64(&k, t->numel);
+            hyp_kargs_f32(&k, lr);
+            hyp_kargs_f32(&k, beta1);
+            hyp_kargs_f32(&k, beta2);
+            hyp_kargs_f32(&k, eps);
+            hyp_kargs_f32(&k, (float)gr->weight_decay);
+            hyp_kargs_f32(&k, ibc1);
+            hyp_kargs_f32(&k, ibc2);
+            hyp_kargs_ptr(&k, d_grad_scale);
+            rc = exec_dev_optim_launch_grid(x, "adam_mini_adam_step", (unsigned)((t->numel + (int64_t)block - 1) / (int64_t)block), &k, e);
+            continue;
+        }
+        const int64_t K = t->ndim == 2 ? t->shape[1] : t->numel, R = t->numel / K;
+        int nq, nr;
+        int64_t nb = device_blocks(gr->rule, R, hd, nh, nkv, &nq, &nr);
+        if (nb <= 0 || nb != plan_state_n(c, 1, i, t))
+            return hyp_fail(e, HYP_EINPUT, "plan: '%s' (%lld rows) is not a whole number of Adam-mini blocks of its rule '%s' — regenerate the trainer with gen",
+                            t->name, (long long)R, gr->rule);
+        hyp_kargs_i64(&k, K);
+        hyp_kargs_i32(&k, nq);
+        hyp_kargs_i32(&k, (int)hd);
+        hyp_kargs_i32(&k, nr);
+        hyp_kargs_f32(&k, beta1);
+        hyp_kargs_f32(&k, beta2);
+        hyp_kargs_f32(&k, lr / (float)(1.0 - pow((double)beta1, (double)a->t)));
+        hyp_kargs_f32(&k, isbc2);
+        hyp_kargs_f32(&k, eps);
+        hyp_kargs_f32(&k, 1.0f - lr * (float)gr->weight_decay);
+        hyp_kargs_ptr(&k, d_grad_scale);
+        rc = exec_dev_optim_launch_grid(x, "adam_mini_block_step", (unsigned)nb, &k, e);
+    }
+    return rc;
+}
+
 /* the number of blocks of tensor t under its group's rule (as step_span walks them) */
 static int64_t state_numel(const hyp_optim_cfg *c, const plan_param *t, int k) {
     const char *rule = c->groups[t->group].rule;
@@ -114,5 +192,5 @@ const hyp_optim_i hyp_optim_adammini = {
     .state_numel = state_numel,
     .check = check,
     .step_span = step_span,
-    .step_device = NULL,
+    .step_device = step_device,
 };

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 # stcmp.py — compares two safetensors files tensor by tensor (the device-optimizer tests:
 # test_muon_dev.sh, test_optim_dev.sh): every tensor of A within tolerance of B's, the tensors of
-# a named optimizer group (and their states) by GROUP_TOL, the others by OTHER_TOL; prints the
-# worst of each class. Never: writes anything. usage: stcmp.py A B GROUP_TOL OTHER_TOL PLAN GROUP
+# the named optimizer groups (GROUPS: comma-separated; and their states) by GROUP_TOL, the others by OTHER_TOL; prints the
+# worst of each class. Never: writes anything. usage: stcmp.py A B GROUP_TOL OTHER_TOL PLAN GROUPS
 import array, json, struct, sys
 
 
@@ -25,7 +25,7 @@ def load(f):
 a, b = load(sys.argv[1]), load(sys.argv[2])
 gt, ot = float(sys.argv[3]), float(sys.argv[4])
 groups = json.load(open(sys.argv[5]))['optimizer']['groups']
-members = set(p for g in groups if g['name'] == sys.argv[6] for p in g['params'])
+members = set(p for g in groups if g['name'] in sys.argv[6].split(',') for p in g['params'])
 worst = {True: (0.0, '-'), False: (0.0, '-')}
 bad = sorted(set(a) ^ set(b))
 for k in sorted(a):

@@ -1,13 +1,12 @@
--- v2136 Adam-mini: the plan's optimizer becomes kind "adam_mini" (runtime/train/optim_adammini.c,
--- cpu only) with the paper's partition written into the parameter groups' rules: "qkv" for a
+-- v2136 Adam-mini: the plan's optimizer becomes kind "adam_mini" (runtime/train/optim_adammini.c;
+-- on sim/sm_XX the kernels of templates/adam_mini.cu.lua) with the paper's partition written into the parameter groups' rules: "qkv" for a
 -- fused QKV weight (query and key rows per head, value rows per output neuron), "head" for
 -- separate q_proj/k_proj, "neuron" for v_proj, attention out and the MLP matrices (one block per
 -- output row), "block" for norm gains (one block per tensor), and "adam" (per-coordinate v, the
 -- default decay/no_decay groups) for biases, embeddings and the output head. Hyper-parameters
 -- beta1/beta2 (this spec), eps (v2132), n_head/n_kv_head/head_dim (the model). States m (f32,
 -- every parameter) and v (f32, packed: one float per block, the plan's state "numel" list),
--- sharded by matrix: ZeRO and device targets are refused here, at gen
--- time. Never: a second optimizer beside this one.
+-- sharded by matrix: ZeRO is refused here, at gen time. Never: a second optimizer beside this one.
 local U = require("util")
 local M = { id = "v2136", families = { "adam_mini" } }
 
@@ -28,10 +27,6 @@ end
 
 function M.derive(ctx)
   ctx.facts.optimizer = "adam_mini"
-  if ctx.target.kind ~= "cpu" then
-    ctx.refuse("Adam-mini has no device kernel (its block reductions run on the cpu backend only)",
-      "generate the trainer with --target cpu")
-  end
 end
 
 function M.sections(ctx, plan)
@@ -81,6 +76,11 @@ function M.sections(ctx, plan)
   ctx.contribute(string.format("optimizer kind adam_mini: beta1 = %s, beta2 = %s, eps = %s; partition: %d qkv, %d head, %d neuron, %d block tensors (%d second-moment blocks), %d floats on per-coordinate Adam",
     U.fmt_value(b1), U.fmt_value(b2), U.fmt_value(o.hyper.eps), count.qkv or 0, count.head or 0, count.neuron or 0,
     count.block or 0, blocks, adam))
+end
+
+function M.kernels(ctx, k)
+  k.want("adam_mini", { "adam_mini_adam_step", "adam_mini_block_step" }, {})
+  ctx.contribute("kernel: adam_mini_block_step (one CUDA block per Adam-mini block: mean g^2, m, p) and adam_mini_adam_step (per-coordinate tensors), one launch per tensor")
 end
 
 return M
