@@ -59,7 +59,12 @@ static int cpu_optim_step(train_backend *b, const train_opts *o, double lr, int 
     const dp_t *d = &b->dp;
     cpu_state *s = b->impl;
     hyp_optim_step a = {lr, t, s->scale, d->opt->eval_point ? train_avg_weight_next(o, t, &s->avg) : 1.0 / t, 0};
-    train_optim_own_a(x, d->opt, &a);
+    if (d->stage >= 1 && d->opt->matrix_solve) { /* distributed Muon: whole matrices per rank */
+        int rc = train_optim_own_matrix(x, d->opt, &a, d->coll, e);
+        if (rc) return rc;
+    } else {
+        train_optim_own_a(x, d->opt, &a);
+    }
     exec_params_changed(x); /* v2102 bf16 storage: the weight copy is refreshed on its next use */
     /* stage 3: the shards stay sharded, the next forward gathers them per layer */
     if (d->stage >= 1 && d->stage <= 2 && d->world > 1) {

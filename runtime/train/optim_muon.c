@@ -20,8 +20,12 @@
  * the AdamW tensors take muon_adamw_step, one launch per tensor (templates/muon.cu.lua). fp32,
  * not the reference's bf16: the sim's GEMM accumulates in double and rounds once, oneDNN's in
  * fp32, so cpu and sim agree within rounding (tests/gen/test_muon_dev.sh), not bit for bit.
- * The update needs whole matrices (shard_matrix = 1): ZeRO, which shards by floats, is refused by
- * exec_init.
+ * The update needs whole matrices (shard_matrix = 1). Under ZeRO stages 1-2 on the cpu backend
+ * (train_optim_own_matrix) it runs as distributed Muon: m stays sharded by floats (pre_span
+ * updates the own floats and writes u), u is all-gathered, each matrix's Newton-Schulz and scale
+ * run on the one rank it is assigned to (matrix_solve), the results are summed over ranks (zeros
+ * elsewhere), and post_span updates the own floats of the parameters. The same float expressions
+ * as step_muon, so ZeRO-1 equals plain data parallelism bit for bit given the same gradients.
  * Never: scheduling, clipping or ZeRO (the callers do those). */
 #include <math.h>
 #include <stdlib.h>
@@ -78,6 +82,46 @@ static void step_muon(const hyp_optim_cfg *c, const hyp_optim_span *s, const hyp
     op_newton_schulz5(o, u, R, K, steps, 3.4445f, -4.7750f, 2.0315f, work);
     for (long i = 0; i < R * K; i++) p[i] = p[i] * decay - lr * (scale * o[i]);
     free(u);
+}
+
+/* ---- ZeRO stages 1-2 (train_optim_own_matrix): the step above in three parts, so the momentum
+ * stays sharded by floats and each matrix's Newton-Schulz runs on one rank ---------------------- */
+
+static void pre_span(const hyp_optim_cfg *c, const hyp_optim_span *s, const hyp_optim_step *a, float *u) {
+    const float beta = (float)hyp_optim_hyper(c, "momentum"), gs = a->grad_scale;
+    const int nesterov = hyp_optim_hyper(c, "nesterov") != 0;
+    float *m = s->state[0];
+    const float *g = s->grad;
+    for (int64_t i = 0; i < s->n; i++) {
+        float gi = g[i] * gs;
+        m[i] = beta * m[i] + (1.0f - beta) * gi;
+        u[i] = nesterov ? beta * m[i] + (1.0f - beta) * gi : m[i];
+    }
+}
+
+static void matrix_solve(const hyp_optim_cfg *c, const plan_param *t, const float *u, float *o) {
+    if (t->ndim != 2) {
+        op_cpu_fail("muon: a Muon tensor must be a 2-D matrix");
+        return;
+    }
+    const long R = (long)t->shape[0], K = (long)t->shape[1], r = R < K ? R : K;
+    const float scale = hyp_optim_hyper(c, "match_adamw") != 0 ? 0.2f * sqrtf((float)(R > K ? R : K))
+                                                                : sqrtf(R > K ? (float)R / (float)K : 1.0f);
+    float *work = malloc(sizeof(float) * (size_t)(2 * R * K + 2 * r * r));
+    if (!work) {
+        op_cpu_fail("muon: out of memory for the Newton-Schulz workspace");
+        return;
+    }
+    op_newton_schulz5(o, u, R, K, (int)hyp_optim_hyper(c, "ns_steps"), 3.4445f, -4.7750f, 2.0315f, work);
+    for (long i = 0; i < R * K; i++) o[i] = scale * o[i];
+    free(work);
+}
+
+static void post_span(const hyp_optim_cfg *c, const hyp_optim_span *s, const hyp_optim_step *a, const float *o) {
+    (void)c;
+    const float lr = (float)(a->lr * s->group->lr_mult), decay = 1.0f - lr * (float)s->group->weight_decay;
+    float *p = s->param;
+    for (int64_t i = 0; i < s->n; i++) p[i] = p[i] * decay - lr * o[i];
 }
 
 static void step_span(const hyp_optim_cfg *c, const hyp_optim_span *s, const hyp_optim_step *a) {
@@ -223,9 +267,10 @@ static int step_device(const hyp_optim_cfg *c, exec_dev *x, const hyp_optim_step
     return rc;
 }
 
-/* m everywhere; v only where the AdamW rule runs (a Muon matrix keeps no second moment) */
+/* m everywhere; v only where the AdamW rule runs (a Muon matrix keeps no second moment) when v is
+ * packed; under ZeRO v has the arena's layout (sharded by floats: a Muon matrix's part unused) */
 static int64_t state_numel(const hyp_optim_cfg *c, const plan_param *t, int k) {
-    return k == 1 && !strcmp(c->groups[t->group].rule, "muon") ? 0 : t->numel;
+    return k == 1 && c->state_compact[1] && !strcmp(c->groups[t->group].rule, "muon") ? 0 : t->numel;
 }
 
 const hyp_optim_i hyp_optim_muon = {
@@ -242,4 +287,8 @@ const hyp_optim_i hyp_optim_muon = {
     .check = check,
     .step_span = step_span,
     .step_device = step_device,
+    .matrix_rule = "muon",
+    .pre_span = pre_span,
+    .matrix_solve = matrix_solve,
+    .post_span = post_span,
 };

@@ -1082,6 +1082,9 @@ static int run(int argc, char **argv, hyp_coll *coll) {
     if (!(rc = hyp_optim_open(p, &r.d.opt, &e)) && r.d.opt->eval_point && r.d.stage >= 1)
         rc = hyp_fail(&e, HYP_EINPUT, "train: optimizer '%s' evaluates at another point than it trains at, which this runtime moves between only without ZeRO (stage %d here) — generate the trainer without zero1/zero2/zero3",
                       r.d.opt->kind, r.d.stage);
+    if (!rc && r.d.opt->shard_matrix && r.d.stage >= 1 && (!r.d.opt->matrix_solve || mirror))
+        rc = hyp_fail(&e, HYP_EINPUT, "train: optimizer '%s' updates whole matrices, which this runtime distributes under ZeRO (stage %d here) only %s — generate the trainer without zero1/zero2/zero3",
+                      r.d.opt->kind, r.d.stage, r.d.opt->matrix_solve ? "on the cpu backend" : "for Muon");
     if (!rc &&
         !(rc = mirror ? exec_init_mirror(&r.x, p, coll, r.d.stage, &e) : exec_init_dp(&r.x, p, coll, r.d.stage, &e)) &&
         !(rc = exec_bind(&r.x, r.B, r.T, &e))) {

@@ -8,7 +8,8 @@
 -- weight decay carry over; 0: "spectral", the reference's max(1, R/K)^0.5) and beta1/beta2/eps
 -- for the AdamW rule. The Muon group's LR is the schedule's times lr_mult, its weight decay the
 -- decay group's. States m (f32, every parameter) and v (f32, packed: none for a Muon matrix, the
--- plan's state "numel" list), sharded by matrix: ZeRO (which shards by floats) is refused here, at gen time.
+-- plan's state "numel" list; under ZeRO stages 1-2, cpu only, both in the arena layout and the
+-- trainer runs distributed Muon), sharded by matrix: ZeRO-3 is refused here, at gen time.
 -- Never: a second optimizer beside Muon's own AdamW rule.
 local U = require("util")
 local M = { id = "v2138", families = { "muon" } }
@@ -25,9 +26,14 @@ end
 
 function M.sections(ctx, plan)
   local z = ctx.facts.zero
-  if z and (z.stage or 0) >= 1 then
-    ctx.refuse(string.format("Muon updates whole matrices, and ZeRO stage %d shards the optimizer state by floats (matrix-wise ownership is not implemented)", z.stage),
-      "drop zero1/zero2/zero3/fsdp (plain dp replicates Muon's state on every rank)")
+  local zstage = z and z.stage or 0
+  if zstage >= 3 then
+    ctx.refuse(string.format("Muon updates whole matrices, and ZeRO stage %d shards the parameters by floats", zstage),
+      "use zero1 or zero2 (distributed Muon: each matrix's Newton-Schulz on one rank), or plain dp")
+  end
+  if zstage >= 1 and ctx.target.kind ~= "cpu" then
+    ctx.refuse(string.format("distributed Muon (ZeRO stage %d) runs on the cpu backend only; the device step keeps whole matrices on every rank", zstage),
+      "generate the trainer with --target cpu, or drop zero1/zero2 (plain dp works on " .. tostring(ctx.target.kind) .. ")")
   end
   local o = plan.optimizer
   local scale = ctx.param("scale")
@@ -49,9 +55,14 @@ function M.sections(ctx, plan)
   end
   if n == 0 then ctx.refuse("the model has no hidden 2-D matrix for Muon", "use adamw") end
   -- v packed per tensor: a Muon matrix keeps none (runtime/train/optim_muon.c state_numel)
-  local vn = U.array()
-  for i, p in ipairs(plan.params) do vn[i] = p.group == "muon" and 0 or p.numel end
-  o.state[2].numel = vn
+  -- (under ZeRO v keeps the arena's layout, sharded by floats like m: the Muon matrices' part unused)
+  if zstage == 0 then
+    local vn = U.array()
+    for i, p in ipairs(plan.params) do vn[i] = p.group == "muon" and 0 or p.numel end
+    o.state[2].numel = vn
+  else
+    ctx.decide("optimizer.muon.zero", zstage, string.format("v2138 Muon under ZeRO stage %d: m and v sharded by floats (v in the arena layout), each matrix's Newton-Schulz on one rank (largest first to the least loaded), results all-reduced", zstage))
+  end
   ctx.decide("optimizer.kind", "muon", "v2138 enabled: replaces " .. from .. "; hidden matrices on Muon, the rest on AdamW")
   ctx.decide("optimizer.muon.scale", scale, scale == "match_adamw"
     and "v2138 Muon: updates scaled by 0.2*sqrt(max(rows, cols)) (Moonlight) so AdamW's LR and weight decay carry over"
