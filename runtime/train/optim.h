@@ -97,6 +97,10 @@ typedef struct hyp_optim_i {
      * to this rank (o[numel] from u[numel]), o summed over ranks, post_span on the own spans
      * (elementwise: the parameters from o); every other tensor's spans take step_span. */
     const char *matrix_rule;
+    /* 1: a whole-matrix kind whose step_span, given a span of part of a tensor under ZeRO stage 1,
+     * reads the rest of that tensor's gradient around it (s->grad - s->first, the tensor's whole
+     * gradient: stage 1 keeps every gradient all-reduced on every rank); stages 2-3 are refused */
+    int zero1_full_grad;
     void (*pre_span)(const hyp_optim_cfg *cfg, const hyp_optim_span *s, const hyp_optim_step *a, float *u);
     void (*matrix_solve)(const hyp_optim_cfg *cfg, const plan_param *t, const float *u, float *o);
     void (*post_span)(const hyp_optim_cfg *cfg, const hyp_optim_span *s, const hyp_optim_step *a, const float *o);

@@ -73,6 +73,28 @@ void train_eval_point(exec_t *x, const hyp_optim_i *o, int to_eval) {
     }
 }
 
+int train_eval_point_dp(exec_t *x, const hyp_optim_i *o, hyp_coll *coll, int to_eval, hyp_err *e) {
+    if (!o->eval_point || x->stage == 0) {
+        train_eval_point(x, o, to_eval);
+        return HYP_OK;
+    }
+    if (x->stage > 2)
+        return hyp_fail(e, HYP_EINPUT, "optimizer '%s' moves its parameters for evaluation only without ZeRO or at stages 1-2 (stage %d here) — use zero1 or zero2",
+                        o->kind, x->stage);
+    const plan_t *p = x->p;
+    const int64_t lo = x->shard * x->rank, hi = lo + x->shard;
+    for (int i = 0; i < p->n_params_t; i++) {
+        const plan_param *pp = &p->params[i];
+        int64_t s0 = pp->offset > lo ? pp->offset : lo, s1 = pp->offset + pp->numel < hi ? pp->offset + pp->numel : hi;
+        if (s0 >= s1) continue;
+        hyp_optim_span s = {x->params + s0, x->grads + s0, {0}, s1 - s0, &p->optim.groups[pp->group], pp, s0 - pp->offset};
+        for (int k = 0; k < o->n_state; k++) s.state[k] = x->state[k] + (plan_state_off(&p->optim, k, i, pp) - lo) + (s0 - pp->offset);
+        o->eval_point(&p->optim, &s, to_eval);
+    }
+    exec_params_changed(x);
+    return x->world > 1 ? hyp_coll_allgather_f32(coll, x->params + lo, x->params, (size_t)x->shard, e) : HYP_OK;
+}
+
 void train_optim_own(exec_t *x, const hyp_optim_i *o, double lr, int t, float scale) {
     hyp_optim_step a = {lr, t, scale, 1.0 / t, 0};
     train_optim_own_a(x, o, &a);

@@ -57,5 +57,8 @@ typedef struct { int t; double lr_max, sum; } train_avg_state;
 double train_avg_weight_next(const train_opts *o, int t, train_avg_state *st);
 /* Stage 0 only: the optimizer's eval_point over the whole arena (nothing when it has none). */
 void train_eval_point(exec_t *x, const hyp_optim_i *o, int to_eval);
+/* The same on coll's ranks (collective): stage 0 as train_eval_point; stages 1-2 move the own
+ * shard (the states are sharded) and all-gather the replicated parameters. */
+int train_eval_point_dp(exec_t *x, const hyp_optim_i *o, hyp_coll *coll, int to_eval, hyp_err *e);
 
 #endif

@@ -25,7 +25,7 @@ check test_v2136_gpt2_partition test "$(rules "$TMP/gpt/plan.json")" = "[('c_att
 expect gen_am_llama 0 "wrote" -- "$GEN" specs/v2500.yaml --enable adam-mini --model tiny-llama --target cpu --batch 4 --seq 64 -o "$TMP/llama"
 check test_v2136_llama_partition test "$(rules "$TMP/llama/plan.json")" = "[('down_proj.weight', 'neuron'), ('embed_tokens.weight', 'adam'), ('gate_proj.weight', 'neuron'), ('input_layernorm.weight', 'block'), ('k_norm.weight', 'block'), ('k_proj.weight', 'head'), ('lm_head.weight', 'adam'), ('norm.weight', 'block'), ('o_proj.weight', 'neuron'), ('post_attention_layernorm.weight', 'block'), ('q_norm.weight', 'block'), ('q_proj.weight', 'head'), ('up_proj.weight', 'neuron'), ('v_proj.weight', 'neuron')]"
 expect test_v2136_conflicts_with_lion 2 "conflicts with" -- "$GEN" specs/v2500.yaml --enable adam-mini,lion --model tiny --target cpu -o "$TMP/x1"
-expect test_v2136_refuses_zero2 2 "ZeRO stage 2 shards the optimizer state" -- "$GEN" specs/v2500.yaml --enable adam-mini,dp,zero2 --model tiny --target cpu -o "$TMP/x2"
+expect test_v2136_refuses_zero2 2 "ZeRO stage 2 shards the gradients" -- "$GEN" specs/v2500.yaml --enable adam-mini,dp,zero2 --model tiny --target cpu -o "$TMP/x2"
 
 expect llama_trains 0 "done: 4 steps" -- "$TMP/llama/train" "${COMMON[@]}" --steps 4 --batch 4
 expect np1 0 "done: 8 steps" -- "$TMP/gpt/train" "${COMMON[@]}" --steps 8 --batch 4 --metrics "$TMP/np1.jsonl" --ckpt-dir "$TMP/ck1"

@@ -6,7 +6,8 @@
 -- default decay/no_decay groups) for biases, embeddings and the output head. Hyper-parameters
 -- beta1/beta2 (this spec), eps (v2132), n_head/n_kv_head/head_dim (the model). States m (f32,
 -- every parameter) and v (f32, packed: one float per block, the plan's state "numel" list),
--- sharded by matrix: ZeRO is refused here, at gen time. Never: a second optimizer beside this one.
+-- sharded by matrix; under ZeRO-1 (cpu only) v is unpacked and sharded by floats like m; ZeRO-2/3
+-- and ZeRO on a device target are refused here, at gen time. Never: a second optimizer beside this one.
 local U = require("util")
 local M = { id = "v2136", families = { "adam_mini" } }
 
@@ -31,9 +32,14 @@ end
 
 function M.sections(ctx, plan)
   local z = ctx.facts.zero
-  if z and (z.stage or 0) >= 1 then
-    ctx.refuse(string.format("Adam-mini's blocks (heads, rows, whole norm gains) need whole tensors, and ZeRO stage %d shards the optimizer state by floats", z.stage),
-      "drop zero1/zero2/zero3/fsdp (plain dp works)")
+  local zstage = z and z.stage or 0
+  if zstage >= 2 then
+    ctx.refuse(string.format("Adam-mini's blocks (heads, rows, whole norm gains) take their mean g^2 over whole tensors, and ZeRO stage %d shards the gradients", zstage),
+      "use zero1 (gradients stay whole on every rank; m and v sharded by floats), or plain dp")
+  end
+  if zstage == 1 and ctx.target.kind ~= "cpu" then
+    ctx.refuse("Adam-mini under ZeRO stage 1 runs on the cpu backend only (the device step keeps whole tensors' states on every rank)",
+      "generate the trainer with --target cpu, or drop zero1 (plain dp works on " .. tostring(ctx.target.kind) .. ")")
   end
   local o = plan.optimizer
   local m = plan.model
@@ -70,7 +76,11 @@ function M.sections(ctx, plan)
     end
     vn[i] = nb
   end
-  o.state[2].numel = vn
+  if zstage == 0 then
+    o.state[2].numel = vn
+  else -- ZeRO-1: v unpacked (the arena layout, sharded by floats like m; each element its block's v)
+    ctx.decide("optimizer.adam_mini.zero", zstage, "v2136 Adam-mini under ZeRO stage 1: m and v sharded by floats, v unpacked (each element holds its block's second moment; the block mean of g^2 is taken from the whole all-reduced gradient)")
+  end
   ctx.decide("optimizer.kind", "adam_mini", "v2136 enabled: replaces " .. from ..
     " (one second moment per block: heads of q/k, rows of v/out/MLP, whole norm gains; Adam on biases, embeddings, head)")
   ctx.contribute(string.format("optimizer kind adam_mini: beta1 = %s, beta2 = %s, eps = %s; partition: %d qkv, %d head, %d neuron, %d block tensors (%d second-moment blocks), %d floats on per-coordinate Adam",
