@@ -8,7 +8,7 @@
 # parallelism bit for bit (losses, validation losses, weights; a save every 4 steps); np=2 ZeRO-1
 # equals np=1 within the tolerances below; the optimizer-state bytes per rank (the trainer's
 # memory line) halve from np=1 to np=2; a stopped np=2 run resumes from its sharded checkpoint bit
-# for bit. gen refuses Adam-mini with ZeRO-2 and schedule-free with ZeRO-3 (test_adam_mini.sh,
+# for bit; schedule-free at ZeRO-2 np=2 equals np=1 too. gen refuses Adam-mini with ZeRO-2 and schedule-free with ZeRO-3 (test_adam_mini.sh,
 # test_schedulefree.sh) and either with ZeRO on a device target (here).
 #
 # Tolerances: np=2 sums gradients in another order than np=1 (as test_dp): losses and validation
@@ -56,4 +56,11 @@ run_pair() { # run_pair ID ALIAS
 }
 run_pair v2136 adam-mini
 run_pair v2137 schedule-free
+# schedule-free at ZeRO-2 (gradients reduce-scattered too): np=2 equals np=1 ZeRO-1
+d="$TMP/v2137"
+expect gen_schedule-free_zero2 0 "wrote" -- "$GEN" specs/v2500.yaml --enable schedule-free,adamw,dp,zero2 --model tiny --target cpu --batch 4 --seq 64 -o "$d.z2"
+"${MPI[@]}" "$d.z2/train" "${COMMON[@]}" --batch 2 --metrics "$d.np2z2.jsonl" --ckpt-dir "$d.ckz2" > "$d.np2z2.log" 2>&1
+check test_v2137_zero2_np2_losses_equal_np1 close "$d.np1.jsonl" "$d.np2z2.jsonl" loss 8
+check test_v2137_zero2_np2_val_losses_equal_np1 close "$d.np1.jsonl" "$d.np2z2.jsonl" val_loss 2
+expect test_v2137_zero2_np2_weights_equal_np1 0 "max" -- "$DIFF" "$d.ck1/step_00000008/model.safetensors" "$d.ckz2/step_00000008" 1e-4
 finish
