@@ -110,7 +110,12 @@ static int init_dp(exec_t *x, const plan_t *p, hyp_coll *coll, int stage, int ac
         memset(x, 0, sizeof *x);
         return rc;
     }
-    if (stage >= 3) rc = z3_init(x, coll, e);
+    /* stages 1-2: a whole-matrix optimizer with matrix hooks runs distributed (train_optim_own_matrix;
+     * the trainer refuses one without them) */
+    if (stage >= 3 && p->optim.shard_matrix)
+        rc = hyp_fail(e, HYP_EINPUT, "exec: optimizer '%s' updates whole matrices, and ZeRO stage %d shards the parameters by floats — use zero1 or zero2, or generate the trainer without ZeRO",
+                      p->optim.kind, stage);
+    else if (stage >= 3) rc = z3_init(x, coll, e);
     else alloc_replicated(x);
     if (!rc && (!p->optim.kind[0] || p->optim.n_state < 0 || p->optim.n_state > HYP_OPT_MAX_STATE))
         rc = hyp_fail(e, HYP_EINPUT, "exec: the plan has no optimizer section — regenerate it with gen");
@@ -118,11 +123,6 @@ static int init_dp(exec_t *x, const plan_t *p, hyp_coll *coll, int stage, int ac
         if (p->optim.state_compact[k])
             rc = hyp_fail(e, HYP_EINPUT, "exec: optimizer '%s' packs state '%s' per tensor, and ZeRO stage %d shards the parameter arena's layout — generate the trainer without zero1/zero2/zero3",
                           p->optim.kind, p->optim.state_name[k], stage);
-    /* stages 1-2: a whole-matrix optimizer with matrix hooks runs distributed (train_optim_own_matrix;
-     * the trainer refuses one without them) */
-    if (!rc && stage >= 3 && p->optim.shard_matrix)
-        rc = hyp_fail(e, HYP_EINPUT, "exec: optimizer '%s' updates whole matrices, and ZeRO stage %d shards the parameters by floats — use zero1 or zero2, or generate the trainer without ZeRO",
-                      p->optim.kind, stage);
     if (rc) {
         exec_free(x);
         return rc;

@@ -1087,7 +1087,7 @@ static int run(int argc, char **argv, hyp_coll *coll) {
                       r.d.opt->kind, r.d.stage);
     if (!rc && r.d.opt->shard_matrix && r.d.stage >= 1 &&
         (mirror || !(r.d.opt->matrix_solve || (r.d.opt->zero1_full_grad && r.d.stage == 1))))
-        rc = hyp_fail(&e, HYP_EINPUT, "train: optimizer '%s' updates whole matrices or blocks, which this runtime distributes under ZeRO (stage %d here) only on the cpu backend, at stages 1-2 (Muon) or 1 (Adam-mini) — generate the trainer without ZeRO or with a supported stage",
+        rc = hyp_fail(&e, HYP_EINPUT, "optimizer '%s' updates whole matrices or blocks, which this runtime distributes under ZeRO (stage %d here) only on the cpu backend, at stages 1-2 (Muon) or 1 (Adam-mini) — generate the trainer without ZeRO or with a supported stage",
                       r.d.opt->kind, r.d.stage);
     if (!rc &&
         !(rc = mirror ? exec_init_mirror(&r.x, p, coll, r.d.stage, &e) : exec_init_dp(&r.x, p, coll, r.d.stage, &e)) &&

@@ -55,6 +55,13 @@ run_pair() { # run_pair ID ALIAS
   expect "test_${id}_zero1_np2_resume_weights_bit_exact" 0 "max" -- "$DIFF" "$d.ck2/step_00000008" "$d.ckr/step_00000008" 0
 }
 run_pair v2136 adam-mini
+# a plan edited to ZeRO-2 (gen refuses it) is refused by the trainer with the reason, exit 2
+python3 - "$TMP/v2136.z1/plan.json" "$TMP/z2bad.json" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1])); p['train']['zero_stage'] = 2
+json.dump(p, open(sys.argv[2], 'w'))
+PY
+expect test_v2136_trainer_refuses_zero2 2 "optimizer 'adam_mini' updates whole matrices or blocks, which this runtime distributes under ZeRO \(stage 2 here\)" -- "$TMP/v2136.z1/train" --plan "$TMP/z2bad.json" --data "$TMP/data" --steps 1 --batch 4 --seq 64
 run_pair v2137 schedule-free
 # schedule-free at ZeRO-2 (gradients reduce-scattered too): np=2 equals np=1 ZeRO-1
 d="$TMP/v2137"
