@@ -26,6 +26,8 @@
 #include "coll.h"
 #include "device.h"
 #include "exec_dev.h"
+#include "gnb.h"
+#include "op_registry.h"
 
 typedef struct {
     int64_t lo, hi;   /* arena range [lo, hi) */
@@ -246,12 +248,37 @@ static void stage_batch(train_dev *t, const exec_t *x) {
     if (t->xd.h_positions && x->positions) memcpy(t->xd.h_positions, x->positions, n);
 }
 
+/* Sophia's sampled-label pass (gnb.h): when one runs on x, the device's logits to the host, the
+ * labels drawn there as the cpu pass draws them, and uploaded as the targets the device's loss
+ * reads (the fused cross-entropy op: targets in, losses and logits out). */
+static int dev_sampled_targets(train_dev *t, exec_t *x, hyp_err *e) {
+    const plan_t *p = x->p;
+    const plan_op *ce = NULL;
+    for (int i = 0; i < p->n_bwd && !ce; i++)
+        if (hyp_op_get(p->bwd[i].op)->flags & HYP_OPF_WRITES_LOSSES) ce = &p->bwd[i];
+    if (!ce || ce->nout < 2 || ce->out[1] < 0) return HYP_OK; /* no fused loss: nothing to sample for */
+    if (p->bufs[ce->out[1]].dtype != HYP_DT_F32)
+        return hyp_fail(e, HYP_EINPUT, "the sampled-label pass reads fp32 logits; this plan's are %s — generate the trainer without bf16 logits",
+                        hyp_dtype_name(p->bufs[ce->out[1]].dtype));
+    int N = t->xd.B * t->xd.T, V = (int)ce->V, Vp = (int)ce->Vp;
+    float *logits = malloc(sizeof(float) * (size_t)N * (size_t)Vp);
+    int32_t *labels = malloc(sizeof(int32_t) * (size_t)N);
+    int rc = logits && labels ? HYP_OK : hyp_fail(e, HYP_EFAIL, "out of memory for the sampled-label pass");
+    if (!rc) rc = exec_dev_download_buf(&t->xd, ce->out[1], logits, (int64_t)N * Vp, e);
+    if (!rc && gnb_labels(x, logits, t->xd.h_targets, labels, N, V, Vp))
+        rc = t->dev->h2d_sync(t->dev, t->xd.targets, labels, sizeof(int32_t) * (size_t)N, e);
+    free(logits);
+    free(labels);
+    return rc;
+}
+
 /* The last micro-batch's backward starts the bucket all-reduces (overlap). */
 static int dev_micro_batch(train_backend *b, float dloss, int last, float *mean, hyp_err *e) {
     train_dev *t = b->impl;
     stage_batch(t, b->x);
     int hook = t->overlap && last;
     int rc = exec_dev_forward(&t->xd, e);
+    if (!rc && b->x->loss_fused) rc = dev_sampled_targets(t, b->x, e); /* Sophia's GNB pass */
     return rc ? rc : exec_dev_backward_each(&t->xd, dloss, mean, hook ? after_bwd_op : NULL, t, e);
 }
 
@@ -344,6 +371,16 @@ static void dev_close(train_backend *b) {
     free(b->impl);
 }
 
+/* Sophia: the Hessian estimate from the pass's reduced gradients (the optimizer's hess_device) */
+static int dev_hess_step(train_backend *b, double tokens, int t_step, hyp_err *e) {
+    train_dev *t = b->impl;
+    const hyp_optim_i *o = b->dp.opt;
+    if (!o->hess_device)
+        return hyp_fail(e, HYP_EINPUT, "optimizer '%s' has no device Hessian update — generate the trainer for --target cpu", o->kind);
+    hyp_optim_step a = {0, t_step, 1.0f, 0, tokens};
+    return o->hess_device(&b->x->p->optim, &t->xd, &a, e);
+}
+
 /* schedule-free: the device parameters between y and x (the optimizer's eval_device) */
 static int dev_eval_point(train_backend *b, int to_eval, hyp_err *e) {
     train_dev *t = b->impl;
@@ -370,6 +407,7 @@ static const train_backend_i DEV_BACKEND = {
     .close = dev_close,
     .peek_norm = dev_peek_norm,
     .eval_point = dev_eval_point,
+    .hess_step = dev_hess_step,
 };
 
 int train_backend_dev_open(train_backend *b, const plan_t *p, const char *plan_path, int B, int T, hyp_err *e) {

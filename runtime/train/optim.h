@@ -90,6 +90,9 @@ typedef struct hyp_optim_i {
      * device states), enqueued on the default stream; the device backend calls it around
      * evaluation (checkpoints and sampling move the host mirror with eval_point) */
     int (*eval_device)(const hyp_optim_cfg *cfg, exec_dev *x, int to_eval, hyp_err *e);
+    /* NULL for most kinds: hess_span on the device over what this rank owns (its gradients those of
+     * the sampled-label pass, a->tokens as for hess_span), enqueued on the default stream */
+    int (*hess_device)(const hyp_optim_cfg *cfg, exec_dev *x, const hyp_optim_step *a, hyp_err *e);
     /* NULL for most kinds. A whole-matrix kind (shard_matrix) that can run under ZeRO stages 1-2
      * (train_optim_own_matrix): the tensors of group rule matrix_rule go in three parts —
      * pre_span on each span this rank owns (elementwise: the states, and the per-element input

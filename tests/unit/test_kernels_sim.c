@@ -1067,6 +1067,51 @@ static void test_adam_mini(const char *tag, int nh, int nkv, int hd, int K) {
     close_family(&md);
 }
 
+/* v2135 sophia_step and sophia_hess (templates/sophia.cu.lua) vs Sophia-G's host step_span and
+ * hess_span (optim_sophia.c) per tensor: bit for bit (the same explicit fmaf's), with a clip
+ * factor, clipped and unclipped ratios and one tensor without decay. */
+static void test_sophia(const char *tag, const int *sizes, int nseg) {
+    char nm[200];
+    long n = 0;
+    long *seg_end = zalloc((size_t)nseg * sizeof *seg_end);
+    float *seg_wd = fbuf(nseg);
+    for (int s = 0; s < nseg; s++) {
+        n += sizes[s];
+        seg_end[s] = n;
+        seg_wd[s] = s % 2 ? 0.0f : 0.1f;
+    }
+    mod_t md;
+    if (open_family(&md, "sophia", "", tag)) return;
+    static const char *const H[] = {"beta1", "beta2", "rho", "hess_every"};
+    const double V[] = {0.965, 0.99, 0.04, 2};
+    hyp_optim_cfg c;
+    optim_cfg(&c, 4, H, V);
+    const hyp_optim_i *o = hyp_optim_find("sophia");
+    float lr = 1e-3f, b1 = 0.965f, rho = 0.04f, b2 = 0.99f, B = 256.0f, *gs = fbuf(1);
+    gs[0] = 0.5f;
+    float *p = frandbuf(n, 1.0f), *m = frandbuf(n, 0.1f), *h = frandbuf(n, 0.5f), *g = frandbuf(n, 1.0f);
+    for (long i = 0; i < n; i++) h[i] = fabsf(h[i]);
+    float *pr = fcopy(p, n), *mr = fcopy(m, n), *hr = fcopy(h, n);
+    void *args[] = {&p, &m, &h, &g, &seg_end, &seg_wd, &nseg, &n, &lr, &b1, &rho, &gs};
+    launch(&md, "sophia_step", cdiv(n, 256), 1, 1, 256, args);
+    void *hargs[] = {&h, &g, &n, &b2, &B};
+    launch(&md, "sophia_hess", cdiv(n, 256), 1, 1, 256, hargs);
+    long off = 0;
+    for (int s = 0; s < nseg; s++) {
+        hyp_optim_group grp = {"t", 1.0, seg_wd[s], 0, NULL, ""};
+        hyp_optim_span sp = {pr + off, g + off, {mr + off, hr + off}, sizes[s], &grp, NULL, 0};
+        hyp_optim_step a = {lr, 1, gs[0], 0, 0}, ah = {0, 1, 1.0f, 0, B};
+        o->step_span(&c, &sp, &a);
+        o->hess_span(&c, &sp, &ah);
+        off += sizes[s];
+    }
+    check_exact(NAME(nm, "v2135 sophia_step[%s] params equal the host step bit for bit (n=%ld, %d tensors)", tag, n, nseg), p, pr,
+                sizeof(float) * (size_t)n);
+    check_exact(NAME(nm, "v2135 sophia_step[%s] m equals the host step bit for bit", tag), m, mr, sizeof(float) * (size_t)n);
+    check_exact(NAME(nm, "v2135 sophia_hess[%s] h equals the host hess_span bit for bit", tag), h, hr, sizeof(float) * (size_t)n);
+    close_family(&md);
+}
+
 static int bf16_brackets(uint16_t got, float exact) {
     uint32_t b = bits_of_f32(exact);
     uint16_t down = (uint16_t)(b >> 16), up = (uint16_t)(down + 1);
@@ -1243,6 +1288,8 @@ int main(void) {
     RUN(test_sfadamw("odd", odd_sizes, 3));
     RUN(test_adam_mini("regular", 4, 2, 16, 64));
     RUN(test_adam_mini("odd", 3, 1, 5, 37));
+    RUN(test_sophia("regular", regular_sizes, 4));
+    RUN(test_sophia("odd", odd_sizes, 3));
     RUN(test_stochastic_rounding());
     RUN(test_global_norm("regular", 1 << 16));
     RUN(test_global_norm("odd", 100003));
