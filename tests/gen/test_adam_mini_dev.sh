@@ -7,8 +7,9 @@
 #
 # Tolerances (5 steps, lr 2e-3, tiny): the partitioned tensors (qkv, neuron, block rules) 1e-6
 # absolute (observed 2.4e-7: the block mean of g^2 averages the backward's rounding differences
-# away); the per-coordinate Adam tensors 1e-4 (observed 1.7e-5 on c_attn.bias, whose key part has
-# a gradient that is 0 in exact arithmetic, so Adam normalizes rounding noise to steps of ~lr).
+# away); the per-coordinate Adam tensors 1e-3, a tenth of 5 steps x lr (observed 1.7e-5 on
+# c_attn.bias, whose key part has a gradient that is 0 in exact arithmetic, so Adam normalizes
+# rounding noise to steps of up to ~lr).
 source "$(dirname "$0")/lib.sh"
 export OMP_NUM_THREADS=1
 bible -f 'Gen1:1-Deu34:12' | sed -E 's/^[0-9A-Za-z]+[0-9]+:[0-9]+ //' | head -c 200000 > "$TMP/corpus.txt"
@@ -30,8 +31,8 @@ paste <(losses "$TMP/cpu.jsonl") <(losses "$TMP/sim.jsonl")
 check test_v2136_sim_losses_equal_cpu losses_close "$TMP/cpu.jsonl" "$TMP/sim.jsonl"
 check test_v2136_sim_loss_falls awk -v a="$(first_metric "$TMP/sim.jsonl" loss)" -v b="$(last_metric "$TMP/sim.jsonl" loss)" 'BEGIN { exit !(a != "" && b + 0 < a - 1.0) }'
 P=qkv,neuron,block
-check test_v2136_sim_weights_equal_cpu python3 "$ROOT/tests/gen/stcmp.py" "$TMP/ckc/step_00000005/model.safetensors" "$TMP/cks/step_00000005/model.safetensors" 1e-6 1e-4 "$TMP/cpu/plan.json" $P
-check test_v2136_sim_m_and_block_v_equal_cpu python3 "$ROOT/tests/gen/stcmp.py" "$TMP/ckc/step_00000005/optimizer.safetensors" "$TMP/cks/step_00000005/optimizer.safetensors" 1e-6 1e-4 "$TMP/cpu/plan.json" $P
+check test_v2136_sim_weights_equal_cpu python3 "$ROOT/tests/gen/stcmp.py" "$TMP/ckc/step_00000005/model.safetensors" "$TMP/cks/step_00000005/model.safetensors" 1e-6 1e-3 "$TMP/cpu/plan.json" $P
+check test_v2136_sim_m_and_block_v_equal_cpu python3 "$ROOT/tests/gen/stcmp.py" "$TMP/ckc/step_00000005/optimizer.safetensors" "$TMP/cks/step_00000005/optimizer.safetensors" 1e-6 1e-3 "$TMP/cpu/plan.json" $P
 sb=$(optim_bytes "$TMP/sim.log"); cb=$(optim_bytes "$TMP/cpu.log")
 echo "optimizer bytes: sim device $sb, cpu $cb"
 check test_v2136_sim_keeps_packed_block_v test -n "$sb" -a "$sb" = "$cb"

