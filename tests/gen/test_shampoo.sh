@@ -59,4 +59,7 @@ expect resumes 0 "resumed from" -- "$TMP/sh/train" "${COMMON[@]}" --steps 8 --ba
 check test_v2139_resume_losses_bit_exact test "$(losses "$TMP/r1.jsonl")" = "$(losses "$TMP/np1.jsonl")"
 expect test_v2139_resume_weights_bit_exact 0 "max" -- "$DIFF" "$TMP/ck1/step_00000008/model.safetensors" "$TMP/rk/step_00000008/model.safetensors" 0
 expect test_v2139_resume_optimizer_state_bit_exact 0 "max" -- "$DIFF" "$TMP/ck1/step_00000008/optimizer.safetensors" "$TMP/rk/step_00000008/optimizer.safetensors" 0
+# a checkpoint's factors are laid out by its block size: another block size is another plan
+expect gen_other_blocks 0 "wrote" -- "$GEN" specs/v2500.yaml --enable shampoo,adamw,warmup,dp --set v2132.weight_decay=0.1 "${SH[@]}" --set v2139.block_size=32 --model tiny --target cpu --batch 4 --seq 64 -o "$TMP/sh32"
+expect test_v2139_resume_with_another_block_size_refused 2 "written by plan .* but this trainer runs plan" -- "$TMP/sh32/train" "${COMMON[@]}" --steps 8 --batch 4 --ckpt-dir "$TMP/rk" --resume
 finish
