@@ -13,6 +13,9 @@
 #                     roots only at step 1, over R - 1 (one refresh of every block's roots)
 #   ratio_vs_adamw    medians over REPS, over AdamW's; shampoo_every_K = (step + root / K) / AdamW,
 #                     the amortized cost at precondition_frequency K (10 and 100, the default)
+# S = 10 on tiny, 8 on wide: the shampoo_step runs both hold the step-1 roots (~21 s CPU on wide,
+# the same work in both, but its CPU time varies by a second or two on a loaded machine), so S
+# must be long enough for the difference to be the steps'.
 # Usage: bench/bench_optim_overhead.sh [BUILD_DIR] [REPS]   (THREADS=1 by default)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -33,7 +36,7 @@ cpu() { # cpu DIR STEPS: CPU seconds of one run
 }
 ms() { awk -v a="$1" -v b="$2" -v n="$3" 'BEGIN { printf "%.1f", 1000 * (b - a) / n }'; }
 echo "kind,model,B,T,optimizer,rep,value"
-for shape in "tiny 10 3" "$TMP/wide.yaml 4 2"; do
+for shape in "tiny 10 3" "$TMP/wide.yaml 8 2"; do
   set -- $shape; M=$1; S=$2; R=$3; name=$(basename "$M" .yaml)
   for o in adamw muon; do
     "$GEN" specs/v2500.yaml --enable $o --model "$M" --target cpu --batch 4 --seq 64 -o "$TMP/$name-$o" >/dev/null 2>&1
@@ -51,7 +54,7 @@ for shape in "tiny 10 3" "$TMP/wide.yaml 4 2"; do
     echo "cpu_ms_per_root,$name,4,64,shampoo_root,$r,$(ms "$a" "$b" $((R - 1)))"
   done
 done | tee "$TMP/rows.csv"
-med() { grep ",$1,4,64,$2," "$TMP/rows.csv" | cut -d, -f7 | sort -g | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'; }
+med() { grep ",$1,4,64,$2," "$TMP/rows.csv" | cut -d, -f7 | sort -g | awk '{ a[NR] = $1 } END { print NR % 2 ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
 for name in tiny wide; do
   base=$(med "$name" adamw); step=$(med "$name" shampoo_step); root=$(med "$name" shampoo_root)
   for o in muon shampoo_step; do
