@@ -119,7 +119,6 @@ static double run(const char *model, const char *fixture, const char *sel, const
                 }
             }
         }
-        if (getenv("SH_DEBUG")) printf("step %d worst %.3g %s\n", s, worst, worst_name);
     }
     snprintf(name, sizeof name, "reference_v2139_%s_%s_10_steps", model, losses_name);
     check(worst_l <= SH_LTOL * max_l, name, "max loss |ours - ref| %.3g (tolerance %.3g); final %.6f", worst_l,
