@@ -4,7 +4,7 @@
 set -euo pipefail
 PKGS=(build-essential cmake pkg-config git
       libyaml-dev liblua5.4-dev lua5.4 libcjson-dev libxxhash-dev libpcre2-dev zlib1g-dev libzstd-dev
-      libdnnl-dev libomp-dev libopenmpi-dev openmpi-bin
+      libdnnl-dev liblapack-dev libomp-dev libopenmpi-dev openmpi-bin
       clang libclang-rt-14-dev
       bible-kjv fortunes)
 missing=()

@@ -506,10 +506,12 @@ static int load_optimizer(ld *c, const cJSON *root) {
                 continue;
             }
             const cJSON *v = cJSON_GetArrayItem(nl, q);
-            if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble > (double)p->params[q].numel ||
+            /* a packed state may hold more floats than its parameter (Shampoo's blocked factors:
+             * br^2 + bc^2 per block), never more than 2^40 */
+            if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble > 1099511627776.0 ||
                 v->valuedouble != (double)(int64_t)v->valuedouble)
-                return bad(c, "field 'optimizer.state[%d].numel[%d]' must be a whole number from 0 to parameter '%s''s %lld",
-                           i, q, p->params[q].name, (long long)p->params[q].numel);
+                return bad(c, "field 'optimizer.state[%d].numel[%d]' (parameter '%s') must be a whole number from 0 to 2^40",
+                           i, q, p->params[q].name);
             o->state_off[i][q] = off, o->state_n[i][q] = (int64_t)v->valuedouble;
             off += (o->state_n[i][q] + 15) / 16 * 16;
         }

@@ -97,12 +97,16 @@ static int check_names(const char *where, const hyp_ckpt_tensor *params, hyp_ckp
                                 t->name);
             int same = t->ndim == params[i].ndim;
             for (int d = 0; same && d < t->ndim; d++) same = t->shape[d] == params[i].shape[d];
-            /* or a packed state: 1-D, at most the parameter's floats (Adam-mini's per-block v) */
-            if (!same && s > 0 && t->ndim == 1 && t->shape[0] <= hyp_st_numel(params[i].ndim, params[i].shape))
+            /* or a packed state: 1-D, at most the parameter's floats (Adam-mini's per-block v), or
+             * any count for a matrix (Shampoo's blocked factors: br^2 + bc^2 per block); the
+             * caller checks the count against the plan's layout */
+            if (!same && s > 0 && t->ndim == 1 &&
+                (params[i].ndim >= 2 || t->shape[0] <= hyp_st_numel(params[i].ndim, params[i].shape)))
                 same = 1;
             if (!same)
                 return hyp_fail(e, HYP_EINPUT, "%s: optimizer tensor '%.200s' does not have the "
-                                "shape of its parameter '%.200s' (nor a 1-D packed state of at most its size)",
+                                "shape of its parameter '%.200s' (nor is it a 1-D packed state: at most its "
+                                "size for a vector, any size for a matrix)",
                                 where, t->name, params[i].name);
         }
     return HYP_OK;

@@ -11,6 +11,7 @@ extern const hyp_optim_i hyp_optim_muon;
 extern const hyp_optim_i hyp_optim_sfadamw;
 extern const hyp_optim_i hyp_optim_adammini;
 extern const hyp_optim_i hyp_optim_sophia;
+extern const hyp_optim_i hyp_optim_shampoo;
 
 static const hyp_optim_i *const REGISTRY[] = {
     &hyp_optim_adamw,
@@ -19,6 +20,7 @@ static const hyp_optim_i *const REGISTRY[] = {
     &hyp_optim_sfadamw,
     &hyp_optim_adammini,
     &hyp_optim_sophia,
+    &hyp_optim_shampoo,
 };
 
 const hyp_optim_i *hyp_optim_find(const char *kind) {

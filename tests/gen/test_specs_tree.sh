@@ -47,7 +47,9 @@ done
 for p in quick-wins memory data stack-003 fp16-amp; do
   expect "preset $p resolves on cpu" 0 'Specs: [0-9]+ active' -- "$GEN" audit "$TREE" --enable "$p" --target cpu --model tiny
 done
-expect "preset advanced resolves on sm_90" 0 'Specs: [0-9]+ active' -- "$GEN" audit "$TREE" --enable advanced --target sm_90 --model tiny
+# advanced holds v2139 Shampoo, cpu only until it has a device kernel; the rest of it resolves on sm_90
+expect "preset advanced refused on sm_90 for Shampoo (no device kernel)" 2 'v2139 shampoo: Shampoo has no device kernel' -- "$GEN" audit "$TREE" --enable advanced --target sm_90 --model tiny
+expect "preset advanced without Shampoo resolves on sm_90" 0 'Specs: [0-9]+ active' -- "$GEN" audit "$TREE" --enable fp8,curriculum,custom-kernels,ring-attention --target sm_90 --model tiny
 expect "preset advanced needs sm_89+ for fp8" 2 'v2160' -- "$GEN" audit "$TREE" --enable advanced --target sm_80 --model tiny
 expect "flash is FA2 on sm_90 (what runs)" 0 'v2113 flash_attention_2\*\* \(partial\) — --enable flash' -- "$GEN" audit "$TREE" --enable flash --target sm_90 --model tiny
 expect "flash is FA2 on sm_80" 0 'v2113 flash_attention_2\*\* \(partial\) — --enable flash' -- "$GEN" audit "$TREE" --enable flash --target sm_80 --model tiny
