@@ -43,6 +43,8 @@ typedef struct {
     int64_t B, T, N, C, IC, OC, NH, NKV, hd, H, V, Vp, n;
     float eps, theta;
     int slot;              /* fp8_quantize: index into plan_t.fp8_roles */
+    int64_t bits, group;   /* fake_quant: integer bits, columns per scale (v2158) */
+    int64_t rowwise;       /* int8_matmul_*: 1 = one scale per input row, 0 = per tensor (v2159) */
 } plan_op;
 
 typedef struct {
