@@ -41,7 +41,7 @@ void op_fake_quant(float *out, const float *in, long rows, int C, int bits, int 
                 if (!(s > 0.0f)) { o[i] = 0.0f; continue; }
                 float q = nearbyintf(x[i] / s);
                 q = q < (float)qmin ? (float)qmin : q > fq ? fq : q;
-                o[i] = q * s;
+                o[i] = (q + 0.0f) * s; /* + 0: -0 becomes +0, as the device's integer round trip gives */
             }
         }
     }

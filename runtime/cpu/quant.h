@@ -7,7 +7,8 @@
  * The arithmetic is specified here so that the device kernels (templates/quant.cu.lua) reproduce
  * it bit for bit:
  *   fake_quant:  qmax = 2^(bits-1) - 1; per group: s = amax / qmax (fp32 division);
- *                q = clamp(rne(x / s), -qmax - 1, qmax); out = (float)q * s  (s == 0: out = 0)
+ *                q = clamp(rne(x / s), -qmax - 1, qmax); out = (float)q * s  (s == 0: out = 0;
+ *                q is an integer, so a zero is +0)
  *   int8 operand: s = amax / 127 over a row (or the whole tensor); q = clamp(rne(x / s), -127, 127)
  *                (s == 0: q = 0); amax ignores NaN (fmaxf)
  *   dequantize:  out = fmaf((float)acc, sa * sb, bias or 0); accumulating: fmaf(acc, sa * sb, out)
