@@ -14,7 +14,7 @@ BUILD=${1:-build}; STEPS=${STEPS:-300}
 GEN="$BUILD/generator/gen"
 export OMP_NUM_THREADS=1
 TMP=$(mktemp -d /tmp/hyp-bench-quant.XXXXXX); trap 'rm -rf "$TMP"' EXIT
-bible -f 'Gen1:1-Deu34:12' | sed -E 's/^[0-9A-Za-z]+[0-9]+:[0-9]+ //' | head -c 600000 > "$TMP/corpus.txt"
+bible -f 'Gen1:1-Deu34:12' | sed -E 's/^[0-9A-Za-z]+[0-9]+:[0-9]+ //' | head -c 600000 > "$TMP/corpus.txt" || true
 "$GEN" data "$TMP/corpus.txt" -o "$TMP/data" --val-fraction 0.1 >/dev/null
 ST=$(printf "step_%08d" "$STEPS")
 mk() { "$GEN" specs/v2500.yaml --enable "adamw,clip,warmup$2" ${3:+--set "$3"} ${4:+--set "$4"} --model tiny --target cpu --batch 8 --seq 64 -o "$TMP/$1" >/dev/null 2>&1; }
