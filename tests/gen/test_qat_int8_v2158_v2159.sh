@@ -6,10 +6,12 @@
 #   trainers run 150 steps; post-training quantization (the fp32 run's final weights evaluated
 #   through the QAT trainer's quantizer, lr 0) against the QAT run's weights evaluated quantized.
 #   Measured here: int4 per 128 columns PTQ 2.2599, QAT 2.2464 (fp32 2.2578); int2 per channel
-#   PTQ 2.2947, QAT 2.2631. Checked: QAT below PTQ at int2 per channel (a 0.03 gap; the
-#   run-to-run spread between two trajectories is ~0.01), QAT no worse than PTQ + 0.01 at int4
-#   (the effect at int4 after 150 steps is within that spread), PTQ moves the fp32 loss (the
-#   quantizer is on).
+#   PTQ 2.2947, QAT 2.2631, the QAT weights without the quantizer 2.3026. Checked: QAT below PTQ
+#   at int2 per channel (a 0.03 gap; two trajectories spread by ~0.015 here), the int2 QAT weights
+#   worse without their quantizer than with it (they learned the grid), PTQ moves the fp32 loss
+#   (the quantizer is on). int4 is printed, not checked: PTQ at int4 costs only ~0.002 on tiny,
+#   less than the trajectory spread, so QAT - PTQ there is noise (-0.014 here at 150 steps, +0.014
+#   at 300 steps in bench/bench_quant_cpu.sh).
 # - v2159: the plan runs 16 forward and 16 input-gradient GEMMs as int8 ops; int8 (per-row
 #   scales) trained 60 steps lands within 0.02 of the bf16 and fp32 runs' validation loss at
 #   equal steps (measured: fp32 2.4594, bf16 2.4594, int8 2.4589; bench/bench_quant_cpu.sh runs 300 steps for the README).
@@ -45,12 +47,12 @@ check test_v2158_activations_add_16_input_quantizers test "$(grep -o '"op":[[:sp
 for n in f32 q4 q2c; do run $n 150; done
 v32=$(ev f32 f32 150)
 p4=$(ev q4 f32 150); a4=$(ev q4 q4 150)
-p2=$(ev q2c f32 150); a2=$(ev q2c q2c 150)
-echo "v2158 after 150 steps: fp32 $v32; int4/128: PTQ $p4, QAT $a4; int2/channel: PTQ $p2, QAT $a2"
+p2=$(ev q2c f32 150); a2=$(ev q2c q2c 150); u2=$(ev f32 q2c 150)
+echo "v2158 after 150 steps: fp32 $v32; int4/128: PTQ $p4, QAT $a4; int2/channel: PTQ $p2, QAT $a2, QAT weights unquantized $u2"
 check test_v2158_ptq_changes_the_loss test "$p4" != "$v32"
 check test_v2158_qat_learns lt "$a4" 2.6
 check test_v2158_qat_beats_ptq_int2 lt "$a2" "$p2"
-check test_v2158_qat_int4_not_worse_than_ptq lt "$a4" "$(awk -v p="$p4" 'BEGIN { print p + 0.01 }')"
+check test_v2158_qat_weights_learned_the_int2_grid lt "$a2" "$u2"
 
 # ---- v2159 INT8 vs bf16 / fp32 at equal steps
 mk bf16 ",bf16"
