@@ -18,10 +18,14 @@
 
 #define PAR_MIN 32768L
 
-/* max |x| over n values (NaN ignored, as fmaxf does on the device) */
+/* max |x| over n values, NaN ignored as fmaxf does on the device (a NaN compares false); written
+ * as a comparison, which vectorizes (fmaxf is a libm call per element here) */
 static float absmax(const float *x, long n) {
     float m = 0.0f;
-    for (long i = 0; i < n; i++) m = fmaxf(m, fabsf(x[i]));
+    for (long i = 0; i < n; i++) {
+        float a = fabsf(x[i]);
+        m = a > m ? a : m;
+    }
     return m;
 }
 
@@ -52,7 +56,10 @@ void quant_s8(int8_t *q, float *scale, const float *x, long rows, int cols, int 
     float st = 0.0f;
     if (!rowwise) {
 #pragma omp parallel for schedule(static) reduction(max : st) if (n >= PAR_MIN)
-        for (long i = 0; i < n; i++) st = fmaxf(st, fabsf(x[i]));
+        for (long i = 0; i < n; i++) {
+            float a = fabsf(x[i]);
+            st = a > st ? a : st;
+        }
         st = st / 127.0f;
         scale[0] = st;
     }
