@@ -77,10 +77,29 @@ void quant_s8(int8_t *q, float *scale, const float *x, long rows, int cols, int 
     }
 }
 
+/* Whether this CPU has the VNNI dot product (vpdpbusd), with which oneDNN's s8 x s8 GEMM is exact. */
+static int vnni(void) {
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+    return __builtin_cpu_supports("avx512vnni");
+#else
+    return 0;
+#endif
+}
+
 void gemm_s8s8s32(const char *where, int M, int N, int K, const int8_t *A, const int8_t *B, int tb, int32_t *C) {
     if (M <= 0 || N <= 0) return;
     if (K <= 0) {
         memset(C, 0, sizeof(int32_t) * (size_t)M * (size_t)N);
+        return;
+    }
+    if (!vnni()) { /* oneDNN's pre-VNNI s8 kernels may saturate 16-bit pair sums: exact C instead */
+#pragma omp parallel for schedule(static) if ((long)M * N * K >= PAR_MIN * 64)
+        for (int m = 0; m < M; m++)
+            for (int n = 0; n < N; n++) {
+                int32_t acc = 0;
+                for (int k = 0; k < K; k++) acc += (int32_t)A[(long)m * K + k] * (tb ? B[(long)n * K + k] : B[(long)k * N + n]);
+                C[(long)m * N + n] = acc;
+            }
         return;
     }
     const int32_t co = 0;

@@ -31,7 +31,9 @@ void op_fake_quant(float *out, const float *in, long rows, int C, int bits, int 
 /* q[r, :] = int8 of x[r, :] for rows x cols; scale[r] (rowwise) or scale[0] (per tensor). */
 void quant_s8(int8_t *q, float *scale, const float *x, long rows, int cols, int rowwise);
 
-/* C[M,N] = A[M,K] · op(B) in int32, exact: B is [N,K] (tb = 1, used transposed) or [K,N]. */
+/* C[M,N] = A[M,K] · op(B) in int32, exact: B is [N,K] (tb = 1, used transposed) or [K,N].
+ * oneDNN's dnnl_gemm_s8s8s32 where the CPU has AVX512-VNNI; elsewhere a plain C loop (oneDNN's
+ * older s8 kernels sum pairs of products in saturating 16-bit lanes, which is not exact). */
 void gemm_s8s8s32(const char *where, int M, int N, int K, const int8_t *A, const int8_t *B, int tb, int32_t *C);
 
 /* out[N,OC] = dequant(Q(x)[N,IC] · Q(w)[OC,IC]^T) + bias (bias may be NULL): x per row (rowwise)
