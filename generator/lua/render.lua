@@ -21,6 +21,7 @@ M.OP_FAMILY = {
   gelu_fwd = "gelu", gelu_bwd = "gelu", swiglu_fwd = "swiglu", swiglu_bwd = "swiglu",
   crossentropy = "classifier", crossentropy_fused = "classifier", fp8_quantize = "cast", round_bf16 = "cast",
   round_fp16 = false, matmul_fwd = false, matmul_bwd = false, zero = false,
+  fake_quant = "quant", int8_matmul_fwd = "quant", int8_matmul_dgrad = "quant",
 }
 local NOT_TEMPLATE = { matmul_fwd = "cuBLASLt (runtime)", matmul_bwd = "cuBLASLt (runtime)",
   zero = "cudaMemsetAsync (runtime)", round_fp16 = "cpu executor only (no device kernel yet)" }

@@ -141,6 +141,13 @@ static int64_t need_crossentropy_fused(const plan_op *o, int arg, int64_t B, int
     return arg == 101 ? N * o->Vp : N;
 }
 
+/* dout [N,OC], w [OC,IC] -> dx [N,IC] (int8 input-gradient GEMM) */
+static int64_t need_matmul_dgrad(const plan_op *o, int arg, int64_t B, int64_t T, int64_t V) {
+    (void)V;
+    int64_t N = bd(o->N, B, T);
+    return arg == 0 ? N * o->OC : arg == 1 ? o->OC * o->IC : N * o->IC;
+}
+
 /* Activation arguments take f32 or bf16 buffers (v2102 bf16 storage: the cpu executor converts
  * at the op's boundary, cpu/ops_bf16.c); parameters, their gradients, norm statistics, the
  * attention log-sum-exp, the per-token losses and fp8 operands are f32 only. */
@@ -174,6 +181,9 @@ static const hyp_op_desc OPS[] = {
     {"fp8_quantize", "x -> q", "n C? slot", need_rows, HYP_OPF_FP8_SLOT, HYP_OPDEV_KERNELS},
     {"round_bf16", "x:f32|bf16 -> out:f32|bf16", "n C?", need_rows, 0, HYP_OPDEV_KERNELS},
     {"round_fp16", "x -> out", "n C?", need_rows, 0, HYP_OPDEV_KERNELS},
+    {"fake_quant", "x -> q", "n C bits group", need_rows, 0, HYP_OPDEV_KERNELS},
+    {"int8_matmul_fwd", "x w b? -> out", "N IC OC rowwise?", need_matmul_fwd, 0, HYP_OPDEV_KERNELS},
+    {"int8_matmul_dgrad", "dout w -> dx", "N IC OC rowwise?", need_matmul_dgrad, 0, HYP_OPDEV_KERNELS},
 };
 
 #define N_OPS ((int)(sizeof OPS / sizeof *OPS))

@@ -261,6 +261,8 @@ static const struct {
     {"n", A_DIM, offsetof(plan_op, n)},     {"eps", A_NUM, offsetof(plan_op, eps)},
     {"theta", A_NUM, offsetof(plan_op, theta)}, {"slot", A_SLOT, offsetof(plan_op, slot)},
     {"scale", A_NUM, offsetof(plan_op, scale)}, {"alpha", A_NUM, offsetof(plan_op, alpha)},
+    {"bits", A_DIM, offsetof(plan_op, bits)}, {"group", A_DIM, offsetof(plan_op, group)},
+    {"rowwise", A_DIM, offsetof(plan_op, rowwise)},
 };
 
 /* Reads attribute v (key) of op o: a dim is a positive integer or one of "B", "T", "N". */

@@ -45,6 +45,8 @@ typedef struct {
     float scale, alpha;    /* optional: attention score scale (0: 1/sqrt(hd)); residual add/accumulate
                               weight of the first operand (0: 1, DeepNorm's alpha) */
     int slot;              /* fp8_quantize: index into plan_t.fp8_roles */
+    int64_t bits, group;   /* fake_quant: integer bits, columns per scale (v2158) */
+    int64_t rowwise;       /* int8_matmul_*: 1 = one scale per input row, 0 = per tensor (v2159) */
 } plan_op;
 
 typedef struct {

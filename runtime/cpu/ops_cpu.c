@@ -59,6 +59,8 @@ static void record_failure(const char *where, int status) {
 
 void op_cpu_fail(const char *where) { record_failure(where, (int)dnnl_out_of_memory); }
 
+void op_cpu_fail_status(const char *where, int status) { record_failure(where, status ? status : (int)dnnl_runtime_error); }
+
 int op_cpu_check(hyp_err *e) {
     int st = atomic_exchange(&g_op_status, 0);
     if (st == 0) return HYP_OK;

@@ -29,6 +29,8 @@ int op_cpu_check(hyp_err *e);
 /* Records a failure outside oneDNN (a workspace that could not be allocated, a call that broke a
  * kernel's precondition) the same way: the next op_cpu_check reports it, naming `where`. */
 void op_cpu_fail(const char *where);
+/* The same with a failed oneDNN call's dnnl_status_t (quant.c's int8 GEMM). */
+void op_cpu_fail_status(const char *where, int status);
 
 /* out[B,T,C] = wte[tokens] (+ wpe[t] when wpe != NULL). */
 void op_embedding_fwd(float *out, const int32_t *tokens, const float *wte, const float *wpe,

@@ -10,6 +10,7 @@
 #include "exec.h"
 #include "ops_cpu.h"
 #include "ops_flash.h"
+#include "quant.h"
 
 /* The token array an i32 argument names: the targets or the inputs. */
 static const int32_t *tok(const exec_t *x, int idx) {
@@ -139,6 +140,20 @@ ADAPTER(cpu_round_fp16) {
     UNUSED_ARGS;
     op_round_fp16(O[0], I[0], d->n, &x->fp16_flushed, &x->fp16_nonzero);
 }
+/* v2158 QAT: the fake-quantized copy of a weight (or an input) */
+ADAPTER(cpu_fake_quant) {
+    UNUSED_ARGS;
+    op_fake_quant(O[0], I[0], d->n / (long)o->C, (int)o->C, (int)o->bits, (int)o->group);
+}
+/* v2159 int8 training: the forward and input-gradient GEMMs in int8 */
+ADAPTER(cpu_int8_matmul_fwd) {
+    UNUSED_ARGS;
+    op_int8_matmul_fwd(O[0], I[0], I[1], I[2], d->N, (int)o->IC, (int)o->OC, o->rowwise == 1);
+}
+ADAPTER(cpu_int8_matmul_dgrad) {
+    UNUSED_ARGS;
+    op_int8_matmul_dgrad(O[0], I[0], I[1], d->N, (int)o->IC, (int)o->OC, o->rowwise == 1);
+}
 
 static const struct {
     const char *name; /* the op registry's name */
@@ -172,6 +187,9 @@ static const struct {
     {"fp8_quantize", cpu_fp8_quantize},
     {"round_bf16", cpu_round_bf16},
     {"round_fp16", cpu_round_fp16},
+    {"fake_quant", cpu_fake_quant},
+    {"int8_matmul_fwd", cpu_int8_matmul_fwd},
+    {"int8_matmul_dgrad", cpu_int8_matmul_dgrad},
 };
 
 exec_op_fn exec_cpu_op(const char *name) {

@@ -44,6 +44,9 @@ static void env_op(env_t *v, const plan_op *o, int B, int T) {
         if (o->V) dev_env_set(v, "V", (double)o->V);
         if (o->Vp) dev_env_set(v, "Vp", (double)o->Vp);
         if (o->n) dev_env_set(v, "n", (double)BD(o->n));
+        if (o->bits) dev_env_set(v, "bits", (double)o->bits);
+        if (o->group) dev_env_set(v, "group", (double)o->group);
+        dev_env_set(v, "rowwise", (double)o->rowwise);
     }
 #undef BD
 }

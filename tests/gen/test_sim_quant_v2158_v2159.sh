@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# v2158 QAT and v2159 INT8 on --target sim (the quant template's kernels under the simulator)
+# against the cpu trainer (runtime/cpu/quant.c, oneDNN's int8 GEMM), a 2-layer GPT-2 style model
+# (C 32), 6 steps: the fake quantization and the int8 GEMMs are bit-exact on both sides
+# (tests/unit/test_quant_v2158_v2159.c checks each kernel), the other ops differ in summation
+# order only, so the losses agree within 1e-5 relative (observed: identical to the printed 8
+# digits); and each technique moves the losses off the plain fp32 / bf16 sim run (it is on).
+source "$(dirname "$0")/lib.sh"
+export OMP_NUM_THREADS=1 HYP_SIM_CACHE="$BUILD/tests/sim_cache"
+head -c 40000 "$ROOT/specs/SCHEMA.md" > "$TMP/c.txt"
+"$GEN" data "$TMP/c.txt" -o "$TMP/data" >/dev/null
+cat > "$TMP/mini.yaml" <<'YAML'
+name: mini
+description: a 2-layer GPT-2 style model for quick sim tests
+arch: gpt2
+vocab_size: 256
+context: 64
+d_model: 32
+n_layers: 2
+n_heads: 2
+ffn_hidden: 128
+norm: layernorm
+norm_eps: 1.0e-05
+activation: gelu
+position: learned
+tied_embeddings: true
+bias: true
+tokenizer: byte
+YAML
+STEPS=6
+run() { # NAME ENABLE TARGET [SET]: gen + $STEPS steps; sim trainers under the build tree (compile cache)
+  local out="$TMP/$1"
+  [ "$3" = sim ] && out="$BUILD/tests/sim_quant/$1"
+  expect "gen_$1" 0 "wrote" -- "$GEN" specs/v2500.yaml --enable "adamw,clip$2" ${4:+--set "$4"} --model "$TMP/mini.yaml" --target "$3" --batch 2 --seq 16 -o "$out" &&
+  expect "train_$1" 0 "done: $STEPS steps" -- "$out/train" --data "$TMP/data" --steps $STEPS --eval-every 0 --sample 0 --metrics "$TMP/$1.jsonl"
+}
+maxrel() {
+  paste <(losses "$TMP/$1.jsonl") <(losses "$TMP/$2.jsonl") |
+    awk -v n="$STEPS" '{ k++; d = $1 - $2; if (d < 0) d = -d; r = d / ($2 < 0 ? -$2 : $2); if (r > m) m = r }
+                      END { if (k != n) { print "inf"; exit } printf "%.3g\n", m }'
+}
+within() { awk -v r="$1" -v t="$2" 'BEGIN { exit !(r != "inf" && r + 0 <= t + 0) }'; }
+above() { awk -v r="$1" -v t="$2" 'BEGIN { exit !(r != "inf" && r + 0 > t + 0) }'; }
+run qat_sim ",qat" sim v2158.group_size=16
+run qat_cpu ",qat" cpu v2158.group_size=16
+run f32_sim "" sim
+run int8_sim ",int8" sim
+run int8_cpu ",int8" cpu
+run bf16_sim ",bf16" sim
+r=$(maxrel qat_sim qat_cpu); echo "v2158 qat (int4, 16 columns per scale): sim vs cpu, $STEPS steps: max relative loss difference $r"
+check test_v2158_sim_matches_cpu within "$r" 1e-5
+r=$(maxrel qat_sim f32_sim); echo "v2158 qat vs fp32 (sim): $r"
+check test_v2158_sim_qat_changes_the_losses above "$r" 1e-5
+r=$(maxrel int8_sim int8_cpu); echo "v2159 int8 (per-row scales): sim vs cpu, $STEPS steps: max relative loss difference $r"
+check test_v2159_sim_matches_cpu within "$r" 1e-5
+r=$(maxrel int8_sim bf16_sim); echo "v2159 int8 vs bf16 (sim): $r"
+check test_v2159_sim_int8_changes_the_losses above "$r" 1e-6
+finish
