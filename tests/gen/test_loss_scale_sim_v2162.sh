@@ -11,7 +11,8 @@
 #     within 2e-5;
 # (3) sim resume from the step-8 checkpoint (scale 2^21, one clean step counted) reproduces steps
 #     9-12 (a growth, then an overflow) bit for bit;
-# (4) the device trainer says how it checks (plan decision), the skipped steps' norm is not finite.
+# (4) the device trainer says how it checks (audit decision), the skipped steps' norm is not
+#     finite; for sm_90 the round_fp16 kernel compiles with NVRTC without spills (where gen has NVRTC).
 source "$(dirname "$0")/lib.sh"
 export OMP_NUM_THREADS=1
 unset HYP_FAULT_INJECT
@@ -20,7 +21,7 @@ command -v bible >/dev/null || { echo "FAIL: bible missing — run scripts/insta
 bible -f 'Gen1:1-Deu34:12' | sed -E 's/^[0-9A-Za-z]+[0-9]+:[0-9]+ //' | head -c 200000 > "$TMP/corpus.txt"
 "$GEN" data "$TMP/corpus.txt" -o "$TMP/data" >/dev/null
 cd "$ROOT"
-G=(specs/v2500.yaml --model tiny --batch 2 --seq 16 --enable adamw,clip,v2102,v2162 --set v2102.dtype=fp16
+G=(specs/v2500.yaml --model tiny --batch 2 --seq 16 --enable adamw,clip,dp,v2102,v2162 --set v2102.dtype=fp16
    --set v2162.init_scale=4194304 --set v2162.growth_interval=2)
 expect gen_v2162_cpu 0 "wrote" -- "$GEN" "${G[@]}" --target cpu -o "$TMP/cpu"
 expect gen_v2162_sim 0 "wrote" -- "$GEN" "${G[@]}" --target sim -o "$TMP/sim"
@@ -28,6 +29,12 @@ check test_v2162_sim_no_cpu_only_warning bash -c "! '$GEN' ${G[*]} --target sim 
 check test_v2162_sim_plan_has_loss_scale grep -q '"loss_scale"' "$TMP/sim/plan.json"
 check test_v2102_sim_plan_has_round_fp16_kernel grep -q 'round_fp16' "$TMP/sim/kernels/kernels.json"
 check test_v2162_sim_decision_names_the_norm grep -q "global gradient norm after the reduction" "$TMP/sim/audit.md"
+# cuda: the same plan for sm_90 compiles round_fp16 with NVRTC, no spills (skipped without NVRTC)
+if HYPERION_CACHE="$TMP/nvcache" "$GEN" "${G[@]}" --target sm_90 -o "$TMP/sm90" > "$TMP/sm90.log" 2>&1; then
+  check test_v2102_round_fp16_compiles_for_sm90 grep -q '"round_fp16"' "$TMP/sm90/kernels/resources.json"
+  check test_v2162_sm90_no_spills grep -q "no spills" "$TMP/sm90.log"
+elif grep -q "without NVRTC" "$TMP/sm90.log"; then echo "skipped sm_90: gen built without NVRTC"
+else echo "FAIL gen_sm90"; sed 's/^/    /' "$TMP/sm90.log" | head; FAIL=$((FAIL + 1)); fi
 C=(--data "$TMP/data" --seq 16 --eval-every 0 --lr 1e-3 --steps 12)
 expect cpu_12 0 "done: 12 steps" -- "$TMP/cpu/train" "${C[@]}" --metrics "$TMP/cpu.jsonl"
 expect sim_12 0 "SKIPPED: inf/NaN gradients at loss scale 4.1943e\+06, now 2.09715e\+06" -- \

@@ -14,7 +14,8 @@
  *   fp16, fp8 E4M3/E5M2 casts: bit-exact against a brute-force nearest-even (saturating for fp8)
  *                       encoder written here; the transposed fp8 copies, round_bf16, NaN/inf
  *                       inputs and fp8_scale_current (amax 0, inf, NaN, overflow) bit-exact
- *                       against runtime/fp8.c.
+ *                       against runtime/fp8.c; round_fp16 bit-exact against runtime/cpu's
+ *                       op_round_fp16 (v2102's fp16 GEMM operands on a device).
  * Gradient buffers are prefilled with random values: backward kernels must accumulate (+=).
  *
  * Needs the simulator's host compiler (g++); each rendered file is compiled once through the
