@@ -34,23 +34,15 @@ ops = {
 {{ partial("common") }}
 
 % if SR then
-// Counter-based random bits: a hash of (seed, step, element, stream), so a step is reproducible
-// after a resume and independent of the launch geometry (lowbias32 finalizer).
+// Counter-based random bits and stochastic rounding to bf16: kernels/hyp/sr.h, the same body the
+// cpu trainer runs (runtime/train/optim_adamw.c), so both give the same bits for (seed, step, element).
+#include "hyp/sr.h"
 __device__ __forceinline__ unsigned hash_u32(unsigned seed, unsigned step, unsigned long long idx, unsigned stream) {
-    unsigned x = (unsigned)idx * 0x9E3779B1u ^ (unsigned)(idx >> 32) * 0x85EBCA77u ^ seed * 0xC2B2AE3Du ^
-                 step * 0x27D4EB2Fu ^ stream * 0x165667B1u;
-    x ^= x >> 16; x *= 0x7feb352du; x ^= x >> 15; x *= 0x846ca68bu; x ^= x >> 16;
-    return x;
+    return hyp_sr_hash(seed, step, idx, stream);
 }
-// Stochastic rounding to bf16: round the magnitude up with probability (low 16 bits) / 65536, so
-// the expected value is x; infinities and NaN round to nearest.
 __device__ __forceinline__ __nv_bfloat16 sr_bf16(float x, unsigned r) {
-    unsigned b = (unsigned)__float_as_int(x);
-    if ((b & 0x7f800000u) == 0x7f800000u) return __float2bfloat16(x);
-    unsigned down = b & 0xffff0000u;
-    unsigned out = (b & 0xffffu) > (r & 0xffffu) ? down + 0x10000u : down;
     __nv_bfloat16_raw raw;
-    raw.x = (unsigned short)(out >> 16);
+    raw.x = hyp_sr_bf16_bits(hyp_sr_f32_bits(x), r, 0);
     return __nv_bfloat16(raw);
 }
 % end
@@ -87,6 +79,21 @@ __device__ __forceinline__ void load4(float* d, const __nv_bfloat16* s, long i) 
             vv[k] = in ? to_f(v[i0 + k]) : 0.0f; gv[k] = in ? g[i0 + k] : 0.0f;
         }
     }
+% if PARAM == "bf16" and STATES == "f32" then
+    // v2161 without states in bf16: hyp/sr.h's element update, bit-identical to the cpu trainer's
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        if (k >= cnt) continue;
+        float w = one_seg ? wd : seg_wd[segment_of(seg_end, nseg, i0 + k)];
+        __nv_bfloat16_raw raw;
+        raw.x = hyp_adamw_bf16_elem(((__nv_bfloat16_raw)p[i0 + k]).x, gv[k] * gs, &mv[k], &vv[k], lr, beta1, beta2, eps,
+                                    ibc1, ibc2, w, seed, (unsigned)step, (unsigned long long)(i0 + k), 0);
+        p[i0 + k] = __nv_bfloat16(raw);
+        m[i0 + k] = mv[k];
+        v[i0 + k] = vv[k];
+    }
+}
+% else
 #pragma unroll
     for (int k = 0; k < 4; k++) {
         float w = one_seg ? wd : seg_wd[segment_of(seg_end, nseg, i0 + k)];
@@ -135,4 +142,5 @@ __device__ __forceinline__ void load4(float* d, const __nv_bfloat16* s, long i) 
     (void)seed; (void)step;
 % end
 }
+% end
 % end

@@ -715,6 +715,8 @@ int plan_load(const char *path, plan_t *p, hyp_err *e) {
     GI(t, "data_parallel", 0, 1, p->data_parallel);
     if (cJSON_GetObjectItemCaseSensitive(t, "prefetch")) /* optional (v2128; absent: 0 = none) */
         GI(t, "prefetch", 0, 64, p->prefetch);
+    if (cJSON_GetObjectItemCaseSensitive(t, "stream_buffer")) /* optional (v2129; absent: 0 = shards) */
+        GI(t, "stream_buffer", 0, 10000000, p->stream_buffer);
     GI(t, "seed", 0, (int64_t)1 << 52, p->seed);
     if ((rc = get_str(&c, t, "schedule", p->schedule, sizeof p->schedule))) goto done;
     if (strcmp(p->schedule, "cosine") && strcmp(p->schedule, "wsd") && strcmp(p->schedule, "constant") &&
@@ -826,6 +828,46 @@ int plan_load(const char *path, plan_t *p, hyp_err *e) {
             GN(ls, "growth", 1, 16, p->ls_growth);
             GN(ls, "backoff", 0.01, 1, p->ls_backoff);
             GI(ls, "growth_interval", 1, 1 << 30, p->ls_interval);
+        }
+        enter(&c, "%s", "");
+    }
+    {   /* optional: v2161 bf16 parameters without an fp32 master (absent: f32 parameters) */
+        const cJSON *ps = cJSON_GetObjectItemCaseSensitive(root, "param_storage");
+        enter(&c, "param_storage");
+        if (ps && !cJSON_IsObject(ps)) {
+            rc = bad(&c, "field 'param_storage' is not an object");
+            goto done;
+        }
+        if (ps) {
+            char dt[16], rnd[16];
+            int64_t seed = 0;
+            if ((rc = get_str(&c, ps, "dtype", dt, sizeof dt)) || (rc = get_str(&c, ps, "rounding", rnd, sizeof rnd))) goto done;
+            if (strcmp(dt, "bf16") || (strcmp(rnd, "stochastic") && strcmp(rnd, "nearest"))) {
+                rc = bad(&c, "field 'param_storage' = {dtype %s, rounding %s}: this runtime keeps bf16 parameters rounded \"stochastic\" or \"nearest\"", dt, rnd);
+                goto done;
+            }
+            if ((rc = get_int(&c, ps, "seed", 0, 0xffffffffLL, &seed))) goto done;
+            p->param_bf16 = 1;
+            p->param_nearest = !strcmp(rnd, "nearest");
+            p->param_seed = (unsigned)seed;
+        }
+        enter(&c, "%s", "");
+    }
+    {   /* optional: v2163 the dtype of the gradient-accumulation buffer (absent: f32) */
+        const cJSON *ga = cJSON_GetObjectItemCaseSensitive(root, "grad_accum");
+        enter(&c, "grad_accum");
+        if (ga && !cJSON_IsObject(ga)) {
+            rc = bad(&c, "field 'grad_accum' is not an object");
+            goto done;
+        }
+        if (ga) {
+            char dt[16];
+            if ((rc = get_str(&c, ga, "dtype", dt, sizeof dt))) goto done;
+            if (strcmp(dt, "bf16") && strcmp(dt, "f32")) {
+                rc = bad(&c, "field 'grad_accum.dtype' = %s: gradient accumulation buffers are f32 or bf16", dt);
+                goto done;
+            }
+            p->grad_bf16 = !strcmp(dt, "bf16");
         }
         enter(&c, "%s", "");
     }
@@ -943,6 +985,10 @@ int plan_load(const char *path, plan_t *p, hyp_err *e) {
             goto done;
         }
     }
+    /* v2161: once the ops are checked, the param buffers read as bf16 (ops_bf16.c takes them as it
+     * takes bf16 activations); their element offsets stay those of the f32 layout */
+    for (int b = 0; p->param_bf16 && b < p->n_bufs; b++)
+        if (p->bufs[b].kind == BUF_PARAM) p->bufs[b].dtype = HYP_DT_BF16;
 #undef GI
 #undef GN
 done:

@@ -137,6 +137,13 @@ typedef struct {
     int loss_scale;         /* loss_scale section present (v2162): dynamic loss scaling */
     double ls_init, ls_growth, ls_backoff;
     int ls_interval;
+    int param_bf16;         /* param_storage section (v2161): the parameter arena is held in bf16
+                               (same element offsets, 2 bytes each; its param buffers then read as
+                               bf16), no fp32 master; the update writes it rounded as below */
+    int param_nearest;      /* param_storage.rounding: 0 "stochastic", 1 "nearest" (the ablation) */
+    unsigned param_seed;    /* param_storage.seed: key of the rounding hash (with step, element) */
+    int grad_bf16;          /* grad_accum section (v2163) dtype "bf16": the gradient-accumulation
+                               buffer holds bf16 values (rounded to nearest after each micro-batch) */
     int guard;              /* guard section present (v2176): skip bad steps, roll back */
     double guard_z, guard_ema, guard_loss_ceiling, guard_lr_factor;
     int guard_warmup, guard_max_bad, guard_max_rollbacks;
@@ -167,6 +174,8 @@ typedef struct {
     int positions_buf;      /* v2126 document masking: "positions" (i32 [B,T], each input token's
                                position in its document, from the loader), or -1 */
     int prefetch;           /* train.prefetch (v2128): batches the loader thread reads ahead, 0 = none */
+    int stream_buffer;      /* train.stream_buffer (v2129): rows per shuffle block of --stream, 0 = the
+                               trainer reads --data shards only */
     /* v2160 FP8: one scaling state per quantized GEMM operand (0 slots = FP8 off) */
     int fp8_slots;
     int *fp8_roles;        /* per slot: 0 weight, 1 activation, 2 gradient (hyp_fp8_role) */

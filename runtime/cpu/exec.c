@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gemm_bf16.h"
 #include "ops_bf16.h"
 #include "ops_cpu.h"
 #include "prof.h"
@@ -76,7 +77,8 @@ static int64_t z2_init(exec_t *x, hyp_coll *coll) {
 static void alloc_replicated(exec_t *x, hyp_coll *coll, int acts) {
     int64_t arena = x->shard * x->world, ws = x->stage == 2 && acts ? z2_init(x, coll) : 0;
     size_t before = x->bytes;
-    x->params = alloc_floats(arena, &x->bytes);
+    /* v2161: a bf16 arena (2 bytes per element at the same element offsets), no fp32 master */
+    x->params = alloc_floats(x->p->param_bf16 ? (arena + 1) / 2 : arena, &x->bytes);
     x->bytes_params = x->bytes - before, before = x->bytes;
     x->grads = alloc_floats(ws ? ws : arena, &x->bytes);
     if (x->stage >= 2) {
@@ -133,7 +135,10 @@ static int init_dp(exec_t *x, const plan_t *p, hyp_coll *coll, int stage, int ac
         memset(x, 0, sizeof *x);
         return rc;
     }
-    if (stage >= 3) rc = z3_init(x, coll, e);
+    if (p->param_bf16 && stage >= 1) /* gen refuses this selection; a hand-edited plan gets this */
+        rc = hyp_fail(e, HYP_EINPUT, "exec: bf16 parameters (param_storage, v2161) need ZeRO stage 0, the plan asks for stage %d — generate the trainer without zero1/zero2/zero3",
+                      stage);
+    else if (stage >= 3) rc = z3_init(x, coll, e);
     else alloc_replicated(x, coll, acts);
     if (!rc && (!p->optim.kind[0] || p->optim.n_state < 0 || p->optim.n_state > HYP_OPT_MAX_STATE))
         rc = hyp_fail(e, HYP_EINPUT, "exec: the plan has no optimizer section — regenerate it with gen");
@@ -242,7 +247,8 @@ float *exec_buf(exec_t *x, int idx) {
     if (x->z3 && x->z3->L.buf_group[idx] >= 0) return x->z3->ptr[idx];
     if (x->zg && b->kind == BUF_GRAD && x->zg->L.buf_group[idx] >= 0) return x->zg->ptr[idx];
     switch (b->kind) {
-    case BUF_PARAM: return x->params + b->offset;
+    case BUF_PARAM: /* v2161 bf16 parameters: the element offset in the bf16 arena */
+        return x->p->param_bf16 ? (float *)(void *)((uint16_t *)(void *)x->params + b->offset) : x->params + b->offset;
     case BUF_GRAD: return x->grads + b->offset;
     case BUF_ACT: return (float *)(void *)((char *)x->acts + b->offset_bytes);
     default: return NULL;
@@ -270,7 +276,11 @@ void exec_init_params(exec_t *x, uint64_t seed) {
     /* stage 3: each tensor is drawn whole (the same random stream on every rank) into a working
      * slot (it holds any group, so any tensor) and only the own shard's part is kept */
     float *tmp = x->z3 ? x->z3->slot[0] : NULL;
-    if (!x->z3) memset(x->params, 0, sizeof(float) * (size_t)p->param_floats);
+    if (p->param_bf16) { /* v2161: drawn in fp32 per tensor (in the gradient arena, zeroed after),
+                          * stored rounded to nearest bf16 */
+        tmp = x->grads;
+        memset(x->params, 0, 2 * (size_t)p->param_floats);
+    } else if (!x->z3) memset(x->params, 0, sizeof(float) * (size_t)p->param_floats);
     for (int i = 0; i < p->n_params_t; i++) {
         const plan_param *pp = &p->params[i];
         float *w = tmp ? tmp : x->params + pp->offset;
@@ -283,8 +293,10 @@ void exec_init_params(exec_t *x, uint64_t seed) {
         /* padded vocabulary rows stay zero: they are never a target and never an input */
         if (pp->ndim == 2 && pp->shape[0] == p->Vp && pp->shape[1] == p->C && p->Vp > p->V)
             memset(w + (int64_t)p->V * p->C, 0, sizeof(float) * (size_t)(p->Vp - p->V) * p->C);
-        if (tmp) z3_keep_own(x, tmp, pp->offset, pp->numel, x->params);
+        if (p->param_bf16) cpu_f32_to_bf16((uint16_t *)(void *)x->params + pp->offset, tmp, (long)pp->numel);
+        else if (tmp) z3_keep_own(x, tmp, pp->offset, pp->numel, x->params);
     }
+    if (p->param_bf16) memset(x->grads, 0, sizeof(float) * (size_t)p->param_floats);
 }
 
 int exec_z3_gather_full(exec_t *x, const float *src, float *full, hyp_err *e) {

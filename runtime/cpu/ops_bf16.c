@@ -326,8 +326,15 @@ static void lp_matmul_fwd(exec_t *x, const plan_op *o, float *const *I, float *c
     int N = d->N, IC = (int)o->IC, OC = (int)o->OC;
     const uint16_t *A = operand(x, o->in[0], I[0], (long)N * IC, 0), *W = operand(x, o->in[1], I[1], (long)OC * IC, 1);
     if (!A || !W) return;
-    /* out[N,OC] = inp[N,IC] @ w[OC,IC]^T (+ bias) */
-    gemm_bf16("matmul_fwd", 0, 1, N, OC, IC, A, IC, W, IC, O[0], dt_of(x, o->out[0]), OC, 0, I[2]);
+    /* out[N,OC] = inp[N,IC] @ w[OC,IC]^T (+ bias); a bf16 bias (v2161 bf16 parameters) is read
+     * through the scratch, which GEMMs leave unused (exec_lowp_init sized it for OC) */
+    const float *bias = I[2];
+    if (bias && dt_of(x, o->in[2]) == HYP_DT_BF16) {
+        if ((size_t)OC > x->lowp->scratch_floats) return;
+        cpu_bf16_to_f32(x->lowp->scratch, (const uint16_t *)(const void *)I[2], OC);
+        bias = x->lowp->scratch;
+    }
+    gemm_bf16("matmul_fwd", 0, 1, N, OC, IC, A, IC, W, IC, O[0], dt_of(x, o->out[0]), OC, 0, bias);
 }
 
 /* db[OC] += column sums of dout[N,OC] (bf16 or f32), fp32, rows in order per column block. */
@@ -406,6 +413,7 @@ static void op_needs(exec_t *x, const plan_op *o, long *floats, long *cvt) {
             int copied = b->kind == BUF_PARAM && !x->z3;
             if (b->dtype != HYP_DT_BF16 && !copied && sizes[i] > *cvt) *cvt = sizes[i];
         }
+        if (fwd && o->nin > 2 && o->in[2] >= 0 && p->bufs[o->in[2]].dtype == HYP_DT_BF16) *floats = o->OC; /* bf16 bias */
         return;
     }
     const lp_op *L = lp_find(o->op);
@@ -422,7 +430,7 @@ static void op_needs(exec_t *x, const plan_op *o, long *floats, long *cvt) {
 int exec_lowp_init(exec_t *x, hyp_err *e) {
     const plan_t *p = x->p;
     int any = 0;
-    for (int b = 0; b < p->n_bufs; b++) any |= p->bufs[b].kind == BUF_ACT && p->bufs[b].dtype != HYP_DT_F32;
+    for (int b = 0; b < p->n_bufs; b++) any |= (p->bufs[b].kind == BUF_ACT || p->bufs[b].kind == BUF_PARAM) && p->bufs[b].dtype != HYP_DT_F32;
     if (!any || x->lowp) return HYP_OK;
     struct exec_lowp *l = x->lowp = calloc(1, sizeof *l);
     if (!l) return hyp_fail(e, HYP_EFAIL, "out of memory");
@@ -449,7 +457,7 @@ int exec_lowp_init(exec_t *x, hyp_err *e) {
     if (need > 0) ok &= (l->scratch = aligned_alloc(64, ((size_t)need * 4 + 63) & ~(size_t)63)) != NULL, bytes += (size_t)need * 4;
     for (int s = 0; s < 2 && cvt > 0; s++)
         ok &= (l->cvt[s] = aligned_alloc(64, ((size_t)cvt * 2 + 63) & ~(size_t)63)) != NULL, bytes += (size_t)cvt * 2;
-    if (!x->z3) {
+    if (!x->z3 && !p->param_bf16) { /* v2161 bf16 parameters are read in place: no copy */
         ok &= (l->wcopy = aligned_alloc(64, ((size_t)p->param_floats * 2 + 63) & ~(size_t)63)) != NULL;
         ok &= (l->wok = calloc((size_t)p->n_bufs, 1)) != NULL;
         bytes += (size_t)p->param_floats * 2;

@@ -231,6 +231,14 @@ static cJSON *state_json(const hyp_ckpt_state *st) {
         cJSON_AddNumberToObject(ld, "position", (double)st->loader_position);
     }
     if (st->world) cJSON_AddNumberToObject(j, "world", (double)st->world);
+    if (st->n_stream > 0) { /* v2129: each rank's stream position (exact below 2^53, checked) */
+        cJSON *sa = cJSON_AddArrayToObject(j, "stream");
+        for (int r = 0; sa && r < st->n_stream; r++) {
+            cJSON *ra = cJSON_CreateArray();
+            for (int k = 0; ra && k < HYP_CKPT_STREAM_FIELDS; k++) cJSON_AddItemToArray(ra, cJSON_CreateNumber((double)st->stream[r][k]));
+            cJSON_AddItemToArray(sa, ra);
+        }
+    }
     if (st->has_loss_scale) { /* v2162: a power of two in practice, written exactly (%.17g) */
         cJSON *ls = cJSON_AddObjectToObject(j, "loss_scale");
         if (ls) {
@@ -321,6 +329,11 @@ static int check_state(const char *dir, const hyp_ckpt_state *st, hyp_err *e) {
     if ((double)st->step >= U53 || (double)st->tokens_seen >= U53 ||
         (double)st->loader_epoch >= U53 || (double)st->loader_position >= U53)
         return hyp_fail(e, HYP_EINPUT, "%s: a counter in the checkpoint state is >= 2^53", dir);
+    if (st->n_stream < 0 || st->n_stream > HYP_CKPT_STREAM_RANKS)
+        return hyp_fail(e, HYP_EINPUT, "%s: %d stream positions (at most %d ranks)", dir, st->n_stream, HYP_CKPT_STREAM_RANKS);
+    for (int r = 0; r < st->n_stream; r++)
+        for (int k = 0; k < HYP_CKPT_STREAM_FIELDS; k++)
+            if ((double)st->stream[r][k] >= U53) return hyp_fail(e, HYP_EINPUT, "%s: a stream position is >= 2^53", dir);
     if (!memchr(st->config_hash, '\0', sizeof st->config_hash) ||
         !memchr(st->plan, '\0', sizeof st->plan))
         return hyp_fail(e, HYP_EINPUT, "%s: config_hash or plan is not NUL-terminated", dir);
@@ -884,6 +897,25 @@ int hyp_ckpt_load_aux(const char *dir, const char *step, hyp_ckpt_tensor *params
         goto done;
     }
     if (cJSON_IsString(pl)) snprintf(st->plan, sizeof st->plan, "%s", pl->valuestring);
+    st->n_stream = 0; /* optional (v2129): absent in shard runs and older checkpoints */
+    const cJSON *sa = cJSON_GetObjectItemCaseSensitive(j, "stream");
+    if (sa) {
+        int ok = cJSON_IsArray(sa) && cJSON_GetArraySize(sa) <= HYP_CKPT_STREAM_RANKS;
+        for (int r = 0; ok && r < cJSON_GetArraySize(sa); r++) {
+            const cJSON *ra = cJSON_GetArrayItem(sa, r);
+            ok = cJSON_IsArray(ra) && cJSON_GetArraySize(ra) == HYP_CKPT_STREAM_FIELDS;
+            for (int k = 0; ok && k < HYP_CKPT_STREAM_FIELDS; k++) {
+                const cJSON *v = cJSON_GetArrayItem(ra, k);
+                ok = cJSON_IsNumber(v) && v->valuedouble >= 0 && v->valuedouble < U53 && floor(v->valuedouble) == v->valuedouble;
+                if (ok) st->stream[r][k] = (uint64_t)v->valuedouble;
+            }
+        }
+        if (!ok) {
+            rc = hyp_fail(e, HYP_EINPUT, "%s: field 'stream' is malformed — the checkpoint is damaged; resume from an earlier one", p);
+            goto done;
+        }
+        st->n_stream = cJSON_GetArraySize(sa);
+    }
     st->has_loss_scale = 0;
     const cJSON *lsj = cJSON_GetObjectItemCaseSensitive(j, "loss_scale"); /* optional (v2162) */
     if (lsj) {

@@ -39,6 +39,8 @@
 #define HYP_CKPT_PATH_MAX 4096
 #define HYP_CKPT_FORMAT_VERSION 1
 #define HYP_CKPT_MAX_STATES 4          /* optimizer state tensors per parameter */
+#define HYP_CKPT_STREAM_RANKS 256      /* v2129: data-parallel ranks whose stream position fits */
+#define HYP_CKPT_STREAM_FIELDS 6       /*   numbers per rank (HYP_LOADER_STREAM_N of data.h) */
 
 /* hyp_ckpt_load's answer when the directory holds no checkpoint yet (no DIR, or no DIR/latest):
  * a fresh run for `--resume`, an error for anything that needs weights. e->msg is filled too. */
@@ -70,6 +72,9 @@ typedef struct {
     int has_loss_scale;                  /* optional (v2162): the dynamic loss scaler's state */
     double loss_scale;                   /*   its scale */
     uint64_t loss_scale_good;            /*   clean steps since the scale last changed */
+    int n_stream;                        /* optional (v2129 --stream): ranks whose stream position */
+    uint64_t stream[HYP_CKPT_STREAM_RANKS][HYP_CKPT_STREAM_FIELDS]; /* is saved (0: none; old
+                                            checkpoints); state.json "stream": one array per rank */
 } hyp_ckpt_state;
 
 /* Saves DIR/step_<st->step>/ (DIR is created if missing), points DIR/latest at it, then deletes

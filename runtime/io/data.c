@@ -22,6 +22,7 @@
 #include "docs.h"
 #include "fsio.h"
 #include "rng.h"
+#include "stream.h"
 #include "tokenizer.h"
 
 #define HEADER_BYTES (HYP_SHARD_HEADER_INTS * 4)
@@ -772,6 +773,7 @@ struct hyp_loader {
     int pf_depth;          /* v2128: batches prefetched by the producer thread (0: none) */
     hyp_prefetch *pf;      /* the running producer, or NULL; while it runs, st is the state of
                               the last batch handed out and the producer keeps its own */
+    hyp_stream *stream;    /* v2129: batches from a document stream instead of the shards */
 };
 
 static void pf_stop(hyp_loader *L);
@@ -790,6 +792,7 @@ void hyp_loader_close(hyp_loader *L) {
     free(L->winmask);
     free(L->doc_start);
     free(L->dir);
+    hyp_stream_close(L->stream);
     free(L);
 }
 
@@ -1143,6 +1146,22 @@ hyp_loader *hyp_loader_open(const char *dir, const char *split, int B, int T, ui
     return hyp_loader_open_rc(dir, split, B, T, seed, rank, world, &L, e) == HYP_OK ? L : NULL;
 }
 
+int hyp_loader_open_stream(hyp_stream *s, int B, int T, hyp_loader **out, hyp_err *e) {
+    hyp_loader *L = calloc(1, sizeof *L);
+    *out = NULL;
+    if (!L || !(L->dir = strdup(hyp_stream_name(s)))) {
+        free(L);
+        hyp_stream_close(s);
+        return hyp_fail(e, HYP_EFAIL, "--stream: out of memory");
+    }
+    L->is_train = 1, L->B = B, L->T = T, L->rank = 0, L->world = 1, L->stream = s;
+    L->Wr = L->W = (uint64_t)hyp_stream_block_rows(s);
+    L->meta_vocab = hyp_stream_vocab(s), L->limit = (uint64_t)L->meta_vocab, L->limit_why = "the tokenizer";
+    L->n_sidecars = 1; /* rows carry document positions */
+    *out = L;
+    return HYP_OK;
+}
+
 /* The permutation of `epoch` (train only): Fisher–Yates from hyp_rng(seed, epoch); the identity
  * for epoch 0 of data written in curriculum order (v2120). */
 static void ensure_perm(hyp_loader *L, uint64_t epoch) {
@@ -1228,6 +1247,7 @@ static int produce(hyp_loader *L, hyp_loader_state *st, int32_t *inputs, int32_t
     hyp_loader_state saved = *st;
     const int T = L->T;
     slow_read_hook(L);
+    if (L->stream) return hyp_stream_produce(L->stream, st, L->B, inputs, targets, positions, e);
     for (int b = 0; b < L->B; b++) {
         if (st->position >= L->Wr) {
             st->epoch++;
@@ -1436,8 +1456,7 @@ void hyp_loader_set_masked(hyp_loader *L, int on) {
 }
 
 void hyp_loader_reset(hyp_loader *L) {
-    L->st.epoch = 0;
-    L->st.position = 0;
+    memset(&L->st, 0, sizeof L->st);
     pf_restart(L);
 }
 

@@ -104,10 +104,14 @@ typedef struct hyp_loader hyp_loader;
 
 /* Where the loader is in its stream; identical on all ranks (they advance in lockstep), so the
  * checkpoint stores rank 0's and every rank restores the same value. */
+#define HYP_LOADER_STREAM_N 6
 typedef struct {
     uint64_t epoch;    /* epochs completed */
     uint64_t position; /* windows of this rank's per-epoch sequence consumed in this epoch,
                           0 .. windows_per_rank (== start of the next epoch) */
+    uint64_t stream[HYP_LOADER_STREAM_N]; /* v2129 stream loaders only (stream.h: there epoch =
+                          blocks done, position = rows of the block, stream = where this rank's
+                          block starts, different on every rank); zeros for shard loaders */
 } hyp_loader_state;
 
 /* Opens split ("train" or "val") of dir for batches of B sequences of T tokens, as rank `rank`
@@ -121,6 +125,11 @@ hyp_loader *hyp_loader_open(const char *dir, const char *split, int B, int T, ui
 int hyp_loader_open_rc(const char *dir, const char *split, int B, int T, uint64_t seed, int rank,
                        int world, hyp_loader **out, hyp_err *e);
 void hyp_loader_close(hyp_loader *L);
+/* v2129: a train loader whose batches come from a document stream (stream.h) rather than shards;
+ * it takes ownership of s (closed with the loader, also on error). Windows per rank = the
+ * stream's block rows; total tokens and shards read 0. */
+struct hyp_stream;
+int hyp_loader_open_stream(struct hyp_stream *s, int B, int T, hyp_loader **out, hyp_err *e);
 
 /* Fills inputs[B*T] and targets[B*T] (row b = window b of the batch: inputs = its first T
  * tokens, targets = the same shifted by one). Returns HYP_OK, or HYP_EINPUT if a token is

@@ -6,6 +6,7 @@
  * Never: the micro-batch loop, loss weighting or evaluation loop (the driver, backend.c). */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "backend.h"
 #include "gemm_bf16.h"
@@ -31,6 +32,8 @@ static int cpu_micro_batch(train_backend *b, float dloss, int last, float *mean,
     (void)last;
     exec_forward(b->x);
     *mean = exec_backward(b->x, dloss);
+    /* v2163: a bf16 accumulation buffer holds the running sum rounded after every micro-batch */
+    if (b->x->p->grad_bf16) op_round_bf16(b->x->grads, b->x->grads, (long)(b->x->shard * b->dp.world));
     return exec_z3_status(b->x, e);
 }
 
@@ -59,7 +62,10 @@ static int cpu_optim_step(train_backend *b, const train_opts *o, double lr, int 
     const dp_t *d = &b->dp;
     cpu_state *s = b->impl;
     hyp_optim_step a = {lr, t, s->scale, d->opt->eval_point ? train_avg_weight_next(o, t, &s->avg) : 1.0 / t, 0};
-    train_optim_own_a(x, d->opt, &a);
+    if (x->p->param_bf16) /* v2161: bf16 parameters, no fp32 master (stage 0, AdamW: checked at open) */
+        hyp_adamw_bf16_step(&x->p->optim, x->p, &a, (uint16_t *)(void *)x->params, x->grads, x->state[0], x->state[1]);
+    else
+        train_optim_own_a(x, d->opt, &a);
     exec_params_changed(x); /* v2102 bf16 storage: the weight copy is refreshed on its next use */
     /* stage 3: the shards stay sharded, the next forward gathers them per layer */
     if (d->stage >= 1 && d->stage <= 2 && d->world > 1) {
@@ -139,7 +145,10 @@ static const train_backend_i CPU_BACKEND = {
 };
 
 int train_backend_cpu_open(train_backend *b, const plan_t *p, const char *plan_path, int B, int T, hyp_err *e) {
-    (void)p, (void)plan_path, (void)B, (void)T;
+    (void)plan_path, (void)B, (void)T;
+    if (p->param_bf16 && strcmp(p->optim.kind, "adamw"))
+        return hyp_fail(e, HYP_EINPUT, "plan: bf16 parameters (param_storage, v2161) are updated by AdamW only, the plan's optimizer is '%s' — regenerate the trainer with adamw",
+                        p->optim.kind);
     if (!(b->impl = calloc(1, sizeof(cpu_state)))) return hyp_fail(e, HYP_EFAIL, "out of memory");
     b->i = &CPU_BACKEND;
     return HYP_OK;

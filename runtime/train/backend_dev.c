@@ -388,6 +388,9 @@ static const train_backend_i DEV_BACKEND = {
 };
 
 int train_backend_dev_open(train_backend *b, const plan_t *p, const char *plan_path, int B, int T, hyp_err *e) {
+    if (p->param_bf16 || p->grad_bf16) /* gen refuses these on sim/cuda; a hand-edited plan gets this */
+        return hyp_fail(e, HYP_EINPUT, "plan: %s runs in the cpu trainer only — regenerate the trainer with --target cpu",
+                        p->param_bf16 ? "bf16 parameters without a master (param_storage, v2161)" : "a bf16 gradient-accumulation buffer (grad_accum, v2163)");
     train_dev *t = calloc(1, sizeof *t);
     if (!t) return hyp_fail(e, HYP_EFAIL, "out of memory");
     b->impl = t;

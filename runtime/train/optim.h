@@ -120,4 +120,16 @@ void hyp_optim_range_fn(const hyp_optim_i *o, hyp_optim_span_fn fn, const plan_t
                         int64_t hi, float *param, const float *grad, float *const *state);
 
 
+/* v2161: one AdamW step (the plan's optimizer must be "adamw", stage 0) over the whole arena of
+ * bf16 parameters param[param_floats] with fp32 states m, v, writing each parameter rounded as the
+ * plan's param_storage says (stochastic with its seed, the step a->t and the element's arena
+ * index; or nearest) — kernels/hyp/sr.h's element update, the device kernel's body. */
+/* The elements [first, first + n) of that arena (their arena indices key the rounding) with one
+ * learning rate and weight decay: the body of both, exposed for the cpu-vs-kernel tests. */
+void hyp_adamw_bf16_span(uint16_t *param, const float *grad, float *m, float *v, long first, long n, float lr,
+                         float beta1, float beta2, float eps, float ibc1, float ibc2, float wd, float gscale,
+                         unsigned seed, unsigned step, int nearest);
+void hyp_adamw_bf16_step(const hyp_optim_cfg *c, const plan_t *p, const hyp_optim_step *a, uint16_t *param,
+                         const float *grad, float *m, float *v);
+
 #endif

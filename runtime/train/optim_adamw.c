@@ -3,11 +3,13 @@
  * update is ops_cpu.c's op_adamw; the device update is the rendered adamw_step kernel
  * (templates/adamw.cu.lua) over this rank's range with a per-tensor weight-decay table. Both
  * compute the bias corrections in double, round them to float and invert in float, so host and
- * device steps agree bit for bit. Never: scheduling, clipping or ZeRO (the callers do those). */
+ * device steps agree bit for bit. v2161 (bf16 parameters, no fp32 master): hyp_adamw_bf16_step,
+ * the element update of kernels/hyp/sr.h that the template's PARAM=bf16 kernel runs too. Never: scheduling, clipping or ZeRO (the callers do those). */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "hyp/sr.h"
 #include "ops_cpu.h"
 #include "optim.h"
 
@@ -53,6 +55,30 @@ static int step_device(const hyp_optim_cfg *c, exec_dev *x, const hyp_optim_step
     hyp_kargs_u32(&k, 0u);
     hyp_kargs_i32(&k, a->t);
     return exec_dev_optim_launch(x, o.n, &k, e);
+}
+
+void hyp_adamw_bf16_span(uint16_t *param, const float *grad, float *m, float *v, long first, long n, float lr,
+                         float beta1, float beta2, float eps, float ibc1, float ibc2, float wd, float gscale,
+                         unsigned seed, unsigned step, int nearest) {
+#pragma omp parallel for schedule(static) if (n >= 65536)
+    for (long j = first; j < first + n; j++)
+        param[j] = hyp_adamw_bf16_elem(param[j], grad[j] * gscale, &m[j], &v[j], lr, beta1, beta2, eps, ibc1, ibc2, wd,
+                                       seed, step, (unsigned long long)j, nearest);
+}
+
+void hyp_adamw_bf16_step(const hyp_optim_cfg *c, const plan_t *p, const hyp_optim_step *a, uint16_t *param,
+                         const float *grad, float *m, float *v) {
+    float beta1 = (float)hyp_optim_hyper(c, "beta1"), beta2 = (float)hyp_optim_hyper(c, "beta2");
+    float eps = (float)hyp_optim_hyper(c, "eps");
+    /* as op_adamw and step_device: the bias corrections in double, rounded to float, inverted in float */
+    float ibc1 = 1.0f / (float)(1.0 - pow((double)beta1, (double)a->t)), ibc2 = 1.0f / (float)(1.0 - pow((double)beta2, (double)a->t));
+    for (int i = 0; i < p->n_params_t; i++) {
+        const plan_param *pp = &p->params[i];
+        const hyp_optim_group *gr = &c->groups[pp->group];
+        hyp_adamw_bf16_span(param, grad, m, v, (long)pp->offset, (long)pp->numel, (float)(a->lr * gr->lr_mult), beta1,
+                            beta2, eps, ibc1, ibc2, (float)gr->weight_decay, a->grad_scale, p->param_seed,
+                            (unsigned)a->t, p->param_nearest);
+    }
 }
 
 const hyp_optim_i hyp_optim_adamw = {

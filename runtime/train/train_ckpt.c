@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "ckpt_delta.h"
+#include "gemm_bf16.h"
 #include "hf.h"
 #include "safetensors.h"
 
@@ -122,7 +123,7 @@ static void view_close(const dp_t *d, exec_t *x, ckpt_view *cv) {
     free_tensors(cv->tp, n);
     for (int k = 0; k < d->opt->n_state; k++) free_tensors(cv->ts[k], n);
     fp8_aux_close(&cv->fa);
-    if (d->stage >= 3) free(cv->p);
+    if (d->stage >= 3 || x->p->param_bf16) free(cv->p);
     for (int k = 0; k < d->opt->n_state && d->stage >= 1; k++) free(cv->s[k]);
     memset(cv, 0, sizeof *cv);
 }
@@ -130,7 +131,9 @@ static void view_close(const dp_t *d, exec_t *x, ckpt_view *cv) {
 static int view_open(const dp_t *d, exec_t *x, ckpt_view *cv, hyp_err *e) {
     size_t n = (size_t)(d->stage >= 3 ? x->p->param_floats : x->shard * d->world);
     memset(cv, 0, sizeof *cv);
-    int ok = (cv->p = d->stage >= 3 ? calloc(n, sizeof(float)) : x->params) != NULL;
+    /* stage 3, v2161 bf16 parameters: an fp32 full-layout copy (checkpoints hold fp32 weights) */
+    int own = d->stage >= 3 || x->p->param_bf16;
+    int ok = (cv->p = own ? calloc(n, sizeof(float)) : x->params) != NULL;
     for (int k = 0; k < d->opt->n_state; k++) ok &= (cv->s[k] = d->stage >= 1 ? calloc(n, sizeof(float)) : x->state[k]) != NULL;
     if (ok) ok = (cv->tp = ckpt_tensors(x, cv->p, "", -1)) != NULL && state_tensors(d, x, cv->s, cv->ts);
     if (!ok || fp8_aux_open(x, &cv->fa)) {
@@ -145,6 +148,7 @@ static int view_gather(dp_t *d, exec_t *x, ckpt_view *cv, hyp_err *e) {
     int rc;
     fp8_aux_pack(x, &cv->fa);
     if (d->stage >= 3 && (rc = exec_z3_gather_full(x, x->params, cv->p, e))) return rc;
+    if (x->p->param_bf16) cpu_bf16_to_f32(cv->p, (const uint16_t *)(const void *)x->params, (long)x->p->param_floats);
     for (int k = 0; k < d->opt->n_state && d->stage >= 1; k++)
         if ((rc = d->stage >= 3 ? exec_z3_gather_full(x, x->state[k], cv->s[k], e)
                                 : hyp_coll_allgather_f32(d->coll, x->state[k], cv->s[k], (size_t)x->shard, e)))
@@ -156,6 +160,8 @@ static int view_gather(dp_t *d, exec_t *x, ckpt_view *cv, hyp_err *e) {
 static void view_scatter(const dp_t *d, exec_t *x, const ckpt_view *cv) {
     fp8_aux_unpack(x, &cv->fa);
     if (d->stage >= 3) exec_z3_scatter_full(x, cv->p, x->params);
+    /* v2161: exact for weights saved by a bf16 run; others (an fp32 checkpoint) round to nearest */
+    if (x->p->param_bf16) cpu_f32_to_bf16((uint16_t *)(void *)x->params, cv->p, (long)x->p->param_floats);
     for (int k = 0; k < d->opt->n_state && d->stage >= 1; k++) {
         if (d->stage >= 3) exec_z3_scatter_full(x, cv->s[k], x->state[k]);
         else memcpy(x->state[k], cv->s[k] + x->shard * d->rank, sizeof(float) * (size_t)x->shard);
@@ -269,11 +275,13 @@ int train_ckpt_load(dp_t *d, exec_t *x, const char *dir, int for_sampling, const
 
 int train_ckpt_init_from(dp_t *d, exec_t *x, const char *path, char *what, size_t what_cap, hyp_err *e) {
     /* every rank reads the files (same weights everywhere); stage 3 keeps its own shards */
-    float *full = d->stage >= 3 ? calloc((size_t)x->p->param_floats, sizeof(float)) : x->params;
+    int own = d->stage >= 3 || x->p->param_bf16; /* v2161: read in fp32, kept rounded to nearest bf16 */
+    float *full = own ? calloc((size_t)x->p->param_floats, sizeof(float)) : x->params;
     if (!full) return hyp_fail(e, HYP_EFAIL, "out of memory for the initial weights");
     int rc = hyp_hf_init_from(path, x->p, full, what, what_cap, e);
-    if (d->stage >= 3) {
-        if (!rc) exec_z3_scatter_full(x, full, x->params);
+    if (own) {
+        if (!rc && d->stage >= 3) exec_z3_scatter_full(x, full, x->params);
+        if (!rc && x->p->param_bf16) cpu_f32_to_bf16((uint16_t *)(void *)x->params, full, (long)x->p->param_floats);
         free(full);
     }
     if (!hyp_coll_all_ok(d->coll, rc == 0) && !rc) rc = hyp_fail(e, HYP_EINPUT, "another rank could not read %s (its message is above)", path);

@@ -62,10 +62,12 @@
 #include "train.h"
 #include "train_ckpt.h"
 #include "train_guard.h"
+#include "train_stream.h"
 
 typedef struct {
     const char *data, *ckpt_dir, *metrics, *plan, *prompt, *init_from, *tensorboard;
     const char *profile, *profile_steps, *memory_profile; /* v2184, v2185 (profile.h) */
+    const char *stream, *doc_sep, *tokenizer;             /* v2129 (train_stream.h) */
     int steps, batch, seq, grad_accum, ckpt_every, resume, sample, eval_every, eval_batches, top_k;
     int sample_mode, keep, stop_after, log_every;
     double lr, temperature, deadline, peak_flops;
@@ -77,7 +79,8 @@ static const char *FLAGS[] = {"--data", "--steps", "--batch", "--seq", "--grad-a
                               "--ckpt-dir", "--ckpt-every", "--resume", "--metrics", "--sample",
                               "--eval-every", "--eval-batches", "--temperature", "--top-k", "--plan",
                               "--prompt", "--keep", "--stop-after", "--init-from", "--deadline", "--tensorboard",
-                              "--peak-flops", "--profile", "--profile-steps", "--memory-profile", "--log-every", "--help", NULL};
+                              "--peak-flops", "--profile", "--profile-steps", "--memory-profile", "--log-every", "--help",
+                              "--stream", "--doc-sep", "--tokenizer", NULL};
 
 static int edit_distance(const char *a, const char *b) {
     int la = (int)strlen(a), lb = (int)strlen(b), d[64][64];
@@ -127,6 +130,8 @@ static int parse_num(const char *flag, const char *s, double lo, double hi, doub
 
 static const char *USAGE =
     "usage: train --data DIR [--steps N] [--batch B] [--seq T] [--grad-accum K] [--lr X] [--seed S]\n"
+    "       train --stream FILES[,GLOB...] [--doc-sep SEP] [--tokenizer FILE] ... (v2129: raw text,\n"
+    "                                .jsonl, .gz read and tokenized while training; instead of --data)\n"
     "             [--ckpt-dir D] [--ckpt-every N] [--keep K] [--resume] [--metrics FILE] [--sample N]\n"
     "             [--eval-every N] [--eval-batches N] [--temperature X] [--top-k K] [--plan FILE]\n"
     "             [--init-from PATH] start from these weights (a Hugging Face model directory of\n"
@@ -204,6 +209,9 @@ static int parse_args(int argc, char **argv, args_t *a) {
         int rc = 0;
         if (!strcmp(f, "--data")) a->data = v;
         else if (!strcmp(f, "--ckpt-dir")) a->ckpt_dir = v;
+        else if (!strcmp(f, "--stream")) a->stream = v;
+        else if (!strcmp(f, "--doc-sep")) a->doc_sep = v;
+        else if (!strcmp(f, "--tokenizer")) a->tokenizer = v;
         else if (!strcmp(f, "--metrics")) a->metrics = v;
         else if (!strcmp(f, "--tensorboard")) a->tensorboard = v;
         else if (!strcmp(f, "--profile")) a->profile = v;
@@ -236,8 +244,8 @@ static int parse_args(int argc, char **argv, args_t *a) {
         }
         if (rc) return rc;
     }
-    if (!a->sample_mode && !a->data) {
-        fprintf(stderr, "train: --data DIR is required — prepare shards with `gen data corpus.txt -o DIR`\n");
+    if (!a->sample_mode && !a->data && !a->stream) {
+        fprintf(stderr, "train: --data DIR (or --stream FILES, v2129) is required — prepare shards with `gen data corpus.txt -o DIR`\n");
         return HYP_EINPUT;
     }
     if (a->sample_mode && !a->ckpt_dir) {
@@ -499,6 +507,7 @@ static int resume(run_t *r, hyp_err *e) {
      * each of the current ranks continues at its share of them */
     r->lstate.epoch = st.loader_epoch;
     r->lstate.position = st.loader_position / (uint64_t)r->d.world;
+    if (r->a.stream && !r->a.sample_mode && (rc = train_stream_restore(&r->d, &st, &r->lstate, e))) return rc;
     if (st.loader_position % (uint64_t)r->d.world)
         return hyp_fail(e, HYP_EINPUT, "%s: %llu windows of this epoch were consumed, which %d ranks cannot split evenly — resume with a world size dividing it",
                         st.path, (unsigned long long)st.loader_position, r->d.world);
@@ -511,12 +520,18 @@ static int resume(run_t *r, hyp_err *e) {
 static int open_outputs(run_t *r, hyp_err *e) {
     const args_t *a = &r->a;
     int rc;
-    if ((rc = hyp_loader_open_rc(a->data, "train", r->B, r->T, r->seed, r->d.rank, r->d.world, &r->train, e)) ||
+    if (a->stream) rc = train_stream_open(&r->plan, &r->d, a->stream, a->doc_sep, a->tokenizer, r->B, r->T, r->seed, &r->train, e);
+    else rc = hyp_loader_open_rc(a->data, "train", r->B, r->T, r->seed, r->d.rank, r->d.world, &r->train, e);
+    if (rc ||
         (rc = hyp_loader_require_vocab(r->train, r->plan.V, e)) || (rc = hyp_loader_set_state(r->train, &r->lstate, e)))
         return rc;
     /* v2128: the plan's prefetch depth (the batches are the same either way) */
     if (r->plan.prefetch > 0 && (rc = hyp_loader_prefetch(r->train, r->plan.prefetch, e))) return rc;
-    if (r->eval_every > 0 && r->eval_batches > 0) {
+    /* v2129: a stream always reads and tokenizes in the loader thread */
+    if (a->stream && !r->plan.prefetch && (rc = hyp_loader_prefetch(r->train, 2, e))) return rc;
+    if (a->stream && r->eval_every > 0 && r->eval_batches > 0)
+        printf("note: --stream has no validation split; validation is off\n");
+    else if (r->eval_every > 0 && r->eval_batches > 0) {
         hyp_err ve;
         if (hyp_loader_open_rc(a->data, "val", r->B, r->T, r->seed, r->d.rank, r->d.world, &r->val, &ve) == HYP_OK)
             rc = hyp_loader_require_vocab(r->val, r->plan.V, e);
@@ -613,7 +628,11 @@ static void print_banner(run_t *r, hyp_err *e) {
            (unsigned long long)hyp_loader_total_tokens(r->train), hyp_loader_num_shards(r->train),
            hyp_loader_num_shards(r->train) == 1 ? "" : "s", r->val ? ", with validation" : "", r->opt.total_steps,
            r->opt.lr, r->opt.schedule, r->opt.warmup_steps, r->opt.max_norm, max_weight_decay(&p->optim));
-    if (p->positions_buf >= 0 || hyp_loader_has_docs(r->train) || p->prefetch > 0)
+    if (r->a.stream)
+        printf("data: streaming %s (v2129): tokenizer %s, shuffle blocks of %d rows, documents dealt to %d rank%s, read in the loader thread (prefetch %d)%s\n",
+               r->a.stream, r->a.tokenizer ? r->a.tokenizer : "byte", p->stream_buffer, r->d.world, r->d.world == 1 ? "" : "s",
+               hyp_loader_prefetch_depth(r->train), p->positions_buf >= 0 ? ", attention masked per document (packing)" : "");
+    else if (p->positions_buf >= 0 || hyp_loader_has_docs(r->train) || p->prefetch > 0)
         printf("data: %llu documents (.docs sidecars)%s | prefetch %d\n", (unsigned long long)hyp_loader_num_docs(r->train),
                p->positions_buf < 0 ? ", not used: this trainer has no document mask (packing)"
                : hyp_loader_has_docs(r->train) ? ", attention masked per document (packing)"
@@ -639,6 +658,7 @@ static int save_checkpoint(run_t *r, int step, hyp_err *e) {
     st.loader_epoch = ls.epoch;
     st.loader_position = ls.position * (uint64_t)r->d.world; /* windows of the whole group */
     st.world = (uint64_t)r->d.world;
+    if (r->a.stream && (rc = train_stream_save(&r->d, &ls, &st, e))) return rc;
     snprintf(st.config_hash, sizeof st.config_hash, "%s", r->plan.state_hash);
     snprintf(st.plan, sizeof st.plan, "%s on %d rank%s, ZeRO stage %d", r->plan.model_name, r->d.world,
              r->d.world == 1 ? "" : "s", r->plan.zero_stage);
@@ -757,6 +777,7 @@ static int rollback(run_t *r, int at, int *step, hyp_err *e) {
     hyp_loader_state ls = {0};
     ls.epoch = st.loader_epoch;
     ls.position = st.loader_position / (uint64_t)r->d.world;
+    if (r->a.stream && (rc = train_stream_restore(&r->d, &st, &ls, e))) return rc;
     if ((rc = hyp_loader_set_state(r->train, &ls, e))) return rc;
     r->opt.lr = r->lr0 * tg->g.lr_scale;
     hyp_progress_break(&r->pg);
@@ -1055,6 +1076,11 @@ static int run(int argc, char **argv, hyp_coll *coll) {
         return HYP_EINPUT;
     }
     /* v2125: data made for another vocabulary is refused before anything starts */
+    if (!a->sample_mode && (rc = train_stream_check(p, a->stream, a->data, a->tokenizer, &r.dtok, &e))) {
+        fprintf(stderr, "train: %s\n", e.msg);
+        plan_free(p);
+        return rc;
+    }
     if (!a->sample_mode && a->data &&
         ((rc = hyp_data_tok_read(a->data, &r.dtok, &e)) || (rc = hyp_data_tok_check_model(a->data, &r.dtok, p->tokenizer, p->V, &e)) ||
          (a->init_from && (rc = hyp_data_tok_check_init(a->init_from, &r.dtok, &e))))) {

@@ -43,7 +43,7 @@ all_compiled() {
 }
 
 # model:selection — fusion brings the fused residual+norm kernels, bf16 the casts and round_bf16
-# (sr, v2161, is planned: no trainer renders the bf16-only AdamW)
+# (v2161 runs in the cpu trainer only: no device trainer renders the bf16-weight AdamW)
 CONFIGS=("tiny:adamw,clip,memory-planning" "gpt2-124m:adamw,clip,fusion,bf16" "tiny-llama:adamw,clip,fusion,bf16"
          "llama-176m-qknorm:adamw,fusion,bf16,accum")
 for arch in sm_80 sm_90; do

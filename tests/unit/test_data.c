@@ -305,7 +305,7 @@ static void test_loader(const char *dir) {
     }
     CHECK(resumed, "a loader restored from state(epoch 0, position 240) continues bit-exactly "
           "across the epoch boundary");
-    hyp_loader_state bad = {0, (uint64_t)W + 1};
+    hyp_loader_state bad = {.epoch = 0, .position = (uint64_t)W + 1};
     CHECK(hyp_loader_set_state(R, &bad, &e) == HYP_EINPUT && strstr(e.msg, "past the end"),
           "set_state refuses a position past the epoch (%s)", e.msg);
     hyp_loader_close(A);

@@ -1108,6 +1108,54 @@ static void test_stochastic_rounding(void) {
     close_family(&md);
 }
 
+/* v2161: the adamw kernel with bf16 weights and fp32 states (PARAM=bf16 STATES=f32, the mode the
+ * cpu trainer runs) against the cpu trainer's update (hyp_adamw_bf16_span, optim_adamw.c): both
+ * run kernels/hyp/sr.h's element update, so after 12 steps with fresh gradients, a clip factor
+ * and per-tensor weight decay the bf16 weights and the fp32 m, v are the same bits. */
+static void test_adamw_bf16_vs_cpu(const char *tag, const int *sizes, int nseg) {
+    char nm[200], t3[64];
+    snprintf(t3, sizeof t3, "%s_bf16p", tag);
+    long n = 0;
+    long *seg_end = zalloc((size_t)nseg * sizeof *seg_end);
+    float *seg_wd = fbuf(nseg);
+    for (int s = 0; s < nseg; s++) {
+        n += sizes[s];
+        seg_end[s] = n;
+        seg_wd[s] = s % 2 ? 0.0f : 0.1f;
+    }
+    mod_t mb;
+    if (open_family(&mb, "adamw", "PARAM=bf16 STATES=f32", t3)) return;
+    uint16_t *p = zalloc((size_t)n * 2), *pc = zalloc((size_t)n * 2);
+    float *m = fbuf(n), *v = fbuf(n), *mc = fbuf(n), *vc = fbuf(n), *gs = fbuf(1);
+    for (long i = 0; i < n; i++) pc[i] = p[i] = bf16_rne(0.02f * frand());
+    unsigned seed = 1234;
+    int steps = 12, first_bad = 0;
+    long moved = 0;
+    for (int t = 1; t <= steps; t++) {
+        adam_hp h = adam_params(t);
+        h.lr = 1e-3f;
+        gs[0] = t % 3 ? 1.0f : 0.5f;
+        float *g = frandbuf(n, 1.0f);
+        void *ab[] = {&p, &m, &v, &g, &seg_end, &seg_wd, &nseg, &n, &h.lr, &h.b1, &h.b2, &h.eps, &h.ibc1, &h.ibc2, &gs, &seed, &h.t};
+        launch(&mb, "adamw_step", cdiv(n, 1024), 1, 1, 256, ab);
+        long off = 0;
+        uint16_t before0 = pc[0];
+        for (int s = 0; s < nseg; s++) {
+            hyp_adamw_bf16_span(pc, g, mc, vc, off, sizes[s], h.lr, h.b1, h.b2, h.eps, h.ibc1, h.ibc2, seg_wd[s], gs[0],
+                                seed, (unsigned)t, 0);
+            off += sizes[s];
+        }
+        moved += pc[0] != before0;
+        if (!first_bad && (memcmp(p, pc, (size_t)n * 2) || memcmp(m, mc, sizeof(float) * (size_t)n) ||
+                           memcmp(v, vc, sizeof(float) * (size_t)n)))
+            first_bad = t;
+    }
+    check(first_bad == 0, NAME(nm, "test_v2161_adamw_bf16_params_sim_equals_cpu_bitwise[%s] (n=%ld, %d tensors, %d steps)", t3, n, nseg, steps),
+          first_bad ? "weights or states differ first after step %d" : "bf16 weights, m, v bit-identical after every step%.0d", first_bad);
+    check(moved > 0, NAME(nm, "test_v2161_adamw_bf16_params_move[%s]", t3), "weight 0 changed in %ld of %d steps", moved, steps);
+    close_family(&mb);
+}
+
 /* ------------------------------------------------------------------------------------------ */
 
 static double now_s(void) {
@@ -1172,6 +1220,8 @@ int main(void) {
     RUN(test_lion("regular", regular_sizes, 4));
     RUN(test_lion("odd", odd_sizes, 3));
     RUN(test_stochastic_rounding());
+    RUN(test_adamw_bf16_vs_cpu("regular", regular_sizes, 4));
+    RUN(test_adamw_bf16_vs_cpu("odd", odd_sizes, 3));
     RUN(test_global_norm("regular", 1 << 16));
     RUN(test_global_norm("odd", 100003));
     RUN(test_cast("regular", 4096));

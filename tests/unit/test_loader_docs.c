@@ -227,7 +227,7 @@ static void prefetch_cases(void) {
     CHECK(hyp_loader_prefetch(P, 3, &e) == HYP_OK, "prefetch depth 3 starts");
     int n = (int)(3 * hyp_loader_windows(A) / B) + 1, diff = 0, sdiff = 0;
     int32_t ia[128], ta[128], pa[128], ib[128], tb[128], pb[128];
-    hyp_loader_state sa, sb, mid = {0, 0};
+    hyp_loader_state sa, sb, mid = {.epoch = 0};
     for (int k = 0; k < n; k++) {
         hyp_loader_next_pos(A, ia, ta, pa, &e);
         hyp_loader_next_pos(P, ib, tb, pb, &e);

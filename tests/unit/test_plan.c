@@ -253,6 +253,29 @@ static void test_refusals(void) {
     cJSON_ReplaceItemInObject(cJSON_GetArrayItem(at(r, "params"), 0), "group", cJSON_CreateString("no_decay"));
     write_bad(r);
     expect_refusal("refuses_param_group_mismatch", "params[0]", ".group", "optimizer group 'decay' lists it", NULL);
+    /* v2161 plan.param_storage, v2163 plan.grad_accum */
+    r = fresh();
+    cJSON *ps = cJSON_AddObjectToObject(r, "param_storage");
+    cJSON_AddStringToObject(ps, "dtype", "f16");
+    cJSON_AddStringToObject(ps, "rounding", "stochastic");
+    cJSON_AddNumberToObject(ps, "seed", 0);
+    write_bad(r);
+    expect_refusal("refuses_v2161_param_storage_f16", "param_storage", "bf16 parameters rounded", NULL);
+    r = fresh();
+    ps = cJSON_AddObjectToObject(r, "param_storage");
+    cJSON_AddStringToObject(ps, "dtype", "bf16");
+    cJSON_AddStringToObject(ps, "rounding", "stochastic");
+    cJSON_AddNumberToObject(ps, "seed", -3);
+    write_bad(r);
+    expect_refusal("refuses_v2161_negative_seed", "param_storage.seed", "out of range", NULL);
+    r = fresh();
+    cJSON_AddObjectToObject(cJSON_AddObjectToObject(r, "grad_accum"), "dtype");
+    write_bad(r);
+    expect_refusal("refuses_v2163_grad_accum_dtype_not_a_string", "grad_accum", "dtype", NULL);
+    r = fresh();
+    cJSON_AddStringToObject(cJSON_AddObjectToObject(r, "grad_accum"), "dtype", "e4m3");
+    write_bad(r);
+    expect_refusal("refuses_v2163_grad_accum_e4m3", "grad_accum.dtype", "f32 or bf16", NULL);
     /* truncated */
     write_file(g_bad, g_text, strlen(g_text) / 2);
     expect_refusal("refuses_truncated_file", "not valid JSON at byte", "truncated", NULL);
