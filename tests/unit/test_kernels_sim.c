@@ -874,6 +874,7 @@ static void test_round_fp16(void) {
     void *c[] = {&q, &q, &one};
     launch(&md, "round_fp16", 1, 1, 1, 256, c);
     check(isnan(q[0]) && isnan(q[1]) && isinf(q[2]), NAME(nm, "round_fp16 keeps NaN, 70000 -> inf"), "got %g %g %g", q[0], q[1], q[2]);
+    close_family(&md);
 }
 
 /* fp8_scale_current = runtime/fp8.c's hyp_fp8_scale_current (margin 0, no pow2) on the edge cases
