@@ -7,8 +7,8 @@
 # (1) sim = cpu: the loss-scale and skipped-step sequences exactly, losses within 2e-5 relative
 #     (the cpu and sim GEMMs sum in different orders; fp16 rounding of the operands amplifies
 #     that a little: measured max 1.1e-5);
-# (2) sim np=2 under mpirun (batch 1 per rank) = np=1: scale and skip sequences exactly, losses
-#     within 2e-5;
+# (2) sim np=2 under mpirun (batch 1 per rank) = np=1, at ZeRO stages 0, 2 and 3: scale and skip
+#     sequences exactly, losses within 2e-5;
 # (3) sim resume from the step-8 checkpoint (scale 2^21, one clean step counted) reproduces steps
 #     9-12 (a growth, then an overflow) bit for bit;
 # (4) the device trainer says how it checks (audit decision), the skipped steps' norm is not
@@ -65,6 +65,14 @@ MPI=(mpirun -np 2 --oversubscribe -x OMP_NUM_THREADS -x OMPI_ALLOW_RUN_AS_ROOT -
 expect sim_np2_12 0 "done: 12 steps" -- "${MPI[@]}" "$TMP/sim/train" "${C[@]}" --batch 1 --metrics "$TMP/np2.jsonl"
 check test_v2162_sim_np2_scale_and_skips_equal_np1 test "$(seq_of "$TMP/np2.jsonl")" = "$(seq_of "$TMP/sim.jsonl")"
 check test_v2162_sim_np2_losses_equal_np1 close "$TMP/sim.jsonl" "$TMP/np2.jsonl"
+# ZeRO-2 and -3 (sharded gradients: the norm's partial sums all-reduced, so the verdict covers
+# every shard) at np=2 = np=1
+for z in zero2 zero3; do
+  expect "gen_v2162_sim_$z" 0 "wrote" -- "$GEN" "${G[@]/dp,/dp,$z,}" --target sim -o "$TMP/$z"
+  expect "sim_${z}_np2_12" 0 "ZeRO stage ${z#zero}" -- "${MPI[@]}" "$TMP/$z/train" "${C[@]}" --batch 1 --metrics "$TMP/$z.jsonl"
+  check "test_v2162_sim_${z}_np2_scale_and_skips_equal_np1" test "$(seq_of "$TMP/$z.jsonl")" = "$(seq_of "$TMP/sim.jsonl")"
+  check "test_v2162_sim_${z}_np2_losses_equal_np1" close "$TMP/sim.jsonl" "$TMP/$z.jsonl"
+done
 # (3) resume from step 8 (a fresh directory holding only that checkpoint)
 mkdir -p "$TMP/ck8" && cp -r "$TMP/ck/step_00000008" "$TMP/ck8/" && echo step_00000008 > "$TMP/ck8/latest"
 check test_v2162_sim_checkpoint_holds_scale grep -qE '"scale":[[:space:]]*2097152[,}]?' "$TMP/ck8/step_00000008/state.json"
