@@ -20,10 +20,18 @@ kernels = {
   { name = "crossentropy_fused", doc = "losses as crossentropy_fwd, and logits := dloss * (softmax - onehot) in place; padding and ignored rows 0",
     params = { "float* __restrict__ losses", "float* logits", "const int* __restrict__ targets", "float dloss", "int N" },
     block = "BLOCK", grid = "N" },
+  { name = "crossentropy_fused_ext", doc = "crossentropy_fused with per-token gradient weights row_scale[n] (NULL: 1) and, given a teacher's logits (NULL: none), the distillation loss (1 - alpha) * CE + alpha * T^2 * KL(softmax(teacher / T) || softmax(logits / T)) with its gradient; three sweeps over vocabulary chunks",
+    params = { "float* __restrict__ losses", "float* logits", "const int* __restrict__ targets", "float dloss",
+      "const float* __restrict__ row_scale", "const float* __restrict__ teacher", "int TVP", "float temperature", "float alpha", "int N" },
+    block = "BLOCK", grid = "N" },
 }
 ops = {
   crossentropy = { { "crossentropy_fwd", "out1", "in1", "in2", "N" } },
   crossentropy_fused = { { "crossentropy_fused", "out1", "out2", "in1", "dloss", "N" } },
+  -- not a plan op: the device executor swaps it in for crossentropy_fused while a preference
+  -- objective weights the rows or a distillation teacher is set (loss.* bindings: runtime/device)
+  crossentropy_fused_ext = { { "crossentropy_fused_ext", "out1", "out2", "in1", "dloss", "loss.row_scale", "loss.teacher",
+    "loss.teacher_vp", "loss.temperature", "loss.alpha", "N" } },
 }
 ]]
 {{ partial("common") }}
@@ -115,5 +123,87 @@ __device__ __forceinline__ SoftmaxState row_stats(const float* z) {
 % else
     for (int i = threadIdx.x; i < VP; i += BLOCK) z[i] = i < V ? expf(z[i] - st.m) * k - (i == tg ? dloss : 0.0f) : 0.0f;
 % end
+}
+% end
+
+% if emit.crossentropy_fused_ext then
+// Block-wide max and sum of a full block (BLOCK is a multiple of 32), known to every thread, in a
+// fixed order; the shared array is free again on return. (hyp_block_max/sum of hyp/reduce.cuh
+// handle partial warps too, and spill 20 bytes here under ptxas: not used.)
+__device__ __forceinline__ float ext_block_max(float v) {
+    __shared__ float sh_max[32];
+    v = hyp_warp_max(v);
+    if ((threadIdx.x & 31) == 0) sh_max[threadIdx.x >> 5] = v;
+    __syncthreads();
+    float r = sh_max[0];
+    for (int w = 1; w < BLOCK / 32; w++) r = fmaxf(r, sh_max[w]);
+    __syncthreads();
+    return r;
+}
+__device__ __forceinline__ float ext_block_sum(float v) {
+    __shared__ float sh_sum[32];
+    v = hyp_warp_sum(v);
+    if ((threadIdx.x & 31) == 0) sh_sum[threadIdx.x >> 5] = v;
+    __syncthreads();
+    float r = sh_sum[0];
+    for (int w = 1; w < BLOCK / 32; w++) r += sh_sum[w];
+    __syncthreads();
+    return r;
+}
+
+// Row n's gradient weight w = row_scale[n] (the preference objectives' -dL/dlogp of the row's
+// sequence) multiplies dloss. Without a teacher: crossentropy_fused's two sweeps. With one (the
+// teacher's row at teacher + n * TVP, the same V valid columns): sweep 1 the maxima of both rows,
+// sweep 2 the three softmax sums (student, student / T, teacher / T), sweep 3 the KL terms and
+// the gradient (1 - alpha) * (softmax(z) - onehot) + alpha * T * (softmax(z / T) - softmax(zt / T))
+// written over the logits; the vocabulary is read in BLOCK-strided chunks, nothing per row is stored.
+{{ signature("crossentropy_fused_ext") }} {
+    const int n = blockIdx.x;
+    if (n >= N) return;
+    const int tg = targets[n];
+    float* z = logits + (long)n * VP;
+    if (tg < 0 || tg >= V) {
+        if (threadIdx.x == 0) losses[n] = tg < 0 ? 0.0f : __int_as_float(0x7fc00000);
+        for (int i = threadIdx.x; i < VP; i += BLOCK) z[i] = 0.0f;
+        return;
+    }
+    const float dl = dloss * (row_scale ? row_scale[n] : 1.0f);
+    const float ztg = z[tg]; // read before any thread overwrites the row (the reductions have barriers)
+    if (!teacher) {
+        SoftmaxState st = row_stats(z);
+        if (threadIdx.x == 0) losses[n] = st.m + logf(st.s) - ztg;
+        const float k = dl / st.s;
+        for (int i = threadIdx.x; i < VP; i += BLOCK) z[i] = i < V ? expf(z[i] - st.m) * k - (i == tg ? dl : 0.0f) : 0.0f;
+        return;
+    }
+    const float* zt = teacher + (long)n * TVP;
+    const float inv_t = 1.0f / temperature;
+    float m = __int_as_float(0xff800000), mt = m;
+    for (int i = threadIdx.x; i < V; i += BLOCK) { m = fmaxf(m, z[i]); mt = fmaxf(mt, zt[i]); }
+    m = ext_block_max(m);
+    mt = ext_block_max(mt);
+    float s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
+    for (int i = threadIdx.x; i < V; i += BLOCK) {
+        s1 += expf(z[i] - m);
+        s2 += expf((z[i] - m) * inv_t);
+        s3 += expf((zt[i] - mt) * inv_t);
+    }
+    s1 = ext_block_sum(s1);
+    s2 = ext_block_sum(s2);
+    s3 = ext_block_sum(s3);
+    const float lz = m + logf(s1), la = logf(s2), lb = logf(s3);
+    float kl = 0.0f;
+    for (int i = threadIdx.x; i < VP; i += BLOCK) {
+        if (i < V) {
+            const float lps = (z[i] - m) * inv_t - la, lpt = (zt[i] - mt) * inv_t - lb, pt = expf(lpt);
+            kl += pt * (lpt - lps);
+            const float g = (1.0f - alpha) * (expf(z[i] - lz) - (i == tg ? 1.0f : 0.0f)) + alpha * temperature * (expf(lps) - pt);
+            z[i] = dl * g;
+        } else {
+            z[i] = 0.0f;
+        }
+    }
+    kl = ext_block_sum(kl);
+    if (threadIdx.x == 0) losses[n] = (1.0f - alpha) * (lz - ztg) + alpha * temperature * temperature * kl;
 }
 % end

@@ -182,6 +182,13 @@ function M.instances(tree, cfg, plan, decide, contrib)
   if seen.swiglu_fwd then want("swiglu", { "swiglu_fwd", "swiglu_bwd" }, { H = m.H }) end
   if seen.crossentropy or seen.crossentropy_fused then
     want("classifier", { "crossentropy_fwd", "crossentropy_fused" }, { V = m.V, VP = m.Vp })
+    -- a loss that is not plain cross-entropy (the plan's post section trains a preference
+    -- objective, or its distill section names a teacher): the fused loss's variant with per-token
+    -- gradient weights and teacher logits, which the device executor swaps in
+    local post = plan.post and plan.post.objective
+    if seen.crossentropy_fused and ((post and post ~= "sft") or plan.distill) then
+      want("classifier", { "crossentropy_fused_ext" }, {})
+    end
   end
   -- the optimizer step: gradient norm (reported every step, the clip factor) and, for the
   -- default optimizer kind, AdamW (fp32 parameters and moments); a module that sets another kind

@@ -717,6 +717,12 @@ int plan_load(const char *path, plan_t *p, hyp_err *e) {
         GI(t, "prefetch", 0, 64, p->prefetch);
     if (cJSON_GetObjectItemCaseSensitive(t, "stream_buffer")) /* optional (v2129; absent: 0 = shards) */
         GI(t, "stream_buffer", 0, 10000000, p->stream_buffer);
+    if (cJSON_GetObjectItemCaseSensitive(t, "pack_max_docs")) /* optional (v2126; absent: 0 = windows) */
+        GI(t, "pack_max_docs", 0, 1 << 20, p->pack_max_docs);
+    if (cJSON_GetObjectItemCaseSensitive(t, "token_budget")) { /* optional (v2127; absent: 0 = fixed) */
+        GI(t, "token_budget", 0, (int64_t)1 << 40, p->token_budget);
+        GI(t, "buckets", 1, 16, p->buckets);
+    }
     GI(t, "seed", 0, (int64_t)1 << 52, p->seed);
     if ((rc = get_str(&c, t, "schedule", p->schedule, sizeof p->schedule))) goto done;
     if (strcmp(p->schedule, "cosine") && strcmp(p->schedule, "wsd") && strcmp(p->schedule, "constant") &&

@@ -176,6 +176,11 @@ typedef struct {
     int prefetch;           /* train.prefetch (v2128): batches the loader thread reads ahead, 0 = none */
     int stream_buffer;      /* train.stream_buffer (v2129): rows per shuffle block of --stream, 0 = the
                                trainer reads --data shards only */
+    int pack_max_docs;      /* train.pack_max_docs (v2126): > 0 = best-fit-decreasing packed rows of
+                               at most that many documents; 0 = contiguous T-token windows */
+    int64_t token_budget;   /* train.token_budget (v2127): > 0 = dynamic batches of <= that many
+                               input slots, train.buckets length buckets; 0 = fixed B x T batches */
+    int buckets;
     /* v2160 FP8: one scaling state per quantized GEMM operand (0 slots = FP8 off) */
     int fp8_slots;
     int *fp8_roles;        /* per slot: 0 weight, 1 activation, 2 gradient (hyp_fp8_role) */

@@ -227,6 +227,15 @@ void exec_free(exec_t *x) {
 }
 
 int exec_bind(exec_t *x, int B, int T, hyp_err *e) {
+    int rc = exec_reshape(x, B, T, e);
+    if (rc != HYP_OK) return rc;
+    /* one document per row until the loader says otherwise (sampling, evaluation without one) */
+    if (x->positions)
+        for (long n = 0; n < (long)B * T; n++) x->positions[n] = (int32_t)(n % T);
+    return HYP_OK;
+}
+
+int exec_reshape(exec_t *x, int B, int T, hyp_err *e) {
     if (B < 1 || B > x->p->B)
         return hyp_fail(e, HYP_EINPUT, "--batch %d: this trainer was planned for batch <= %d — use a smaller --batch or regenerate with gen --batch %d",
                         B, x->p->B, B);
@@ -235,9 +244,6 @@ int exec_bind(exec_t *x, int B, int T, hyp_err *e) {
                         T, x->p->T, T);
     x->B = B;
     x->T = T;
-    /* one document per row until the loader says otherwise (sampling, evaluation without one) */
-    if (x->positions)
-        for (long n = 0; n < (long)B * T; n++) x->positions[n] = (int32_t)(n % T);
     return HYP_OK;
 }
 

@@ -106,6 +106,9 @@ int exec_alloc_acts(exec_t *x, hyp_err *e);
 void exec_free(exec_t *x);
 /* Binds the batch shape for the following runs; B <= plan B, T <= plan T. */
 int exec_bind(exec_t *x, int B, int T, hyp_err *e);
+/* The same without touching positions: a batch of this shape is already in tokens, targets and
+ * positions (v2127 dynamic batches, laid out [B][T]). */
+int exec_reshape(exec_t *x, int B, int T, hyp_err *e);
 /* Initializes parameters from the plan's init rules with the given seed (deterministic). */
 void exec_init_params(exec_t *x, uint64_t seed);
 /* Forward pass up to the logits. */

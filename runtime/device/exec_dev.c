@@ -46,6 +46,8 @@ void exec_dev_free(exec_dev *x) {
         d->mem_free(d, x->fp8_q[i], &e);
         d->mem_free(d, x->fp8_qt[i], &e);
     }
+    d->mem_free(d, x->row_scale_buf, &e);
+    d->mem_free(d, x->teacher_buf, &e);
     free(x->fp8_q);
     free(x->fp8_qt);
     free(x->fp8_slot_of);
@@ -416,7 +418,8 @@ static int init_any(exec_dev *x, const plan_t *p, const char *kernels_dir, hyp_d
     for (int i = 0; i < p->n_bwd; i++)
         if ((rc = exec_dev_bind_op(x, man, &p->bwd[i], &x->bwd[i], sc, &nsc, e))) goto fail;
     if ((rc = exec_dev_bind_fusions(x, man, sc, &nsc, e)) || (x->z3 && (rc = z3_check_fusions(x, e))) ||
-        (x->zg && (rc = zg_check_fusions(x, e)))) goto fail;
+        (x->zg && (rc = zg_check_fusions(x, e))) || (rc = exec_dev_bind_loss_ext(x, man, sc, &nsc, e)))
+        goto fail;
     cJSON_Delete(man);
     man = NULL;
     int64_t off = 0;
@@ -597,6 +600,11 @@ static int run_launch(exec_dev *x, const plan_op *o, const plan_op *pair, const 
     exec_dev_env_ops(&base, pair ? pair : o, pair ? o : NULL, x->B, x->T);
     double sval[ARGS_MAX] = {0};
     for (int i = 0; i < L->nargs; i++) {
+        if (L->bind[i] == AB_LOSS && L->bidx[i] >= 2) { /* the loss extension's scalars */
+            sval[i] = L->bidx[i] == 2 ? x->teacher_vp : L->bidx[i] == 3 ? x->temperature : x->alpha;
+            dev_env_set(&v, L->pname[i], sval[i]);
+            continue;
+        }
         if (L->bind[i] != AB_EXPR) continue;
         if (dev_eval_list(L->arg[i], &base, &sval[i], 1, what, sizeof what) != 1)
             return hyp_fail(e, HYP_EINPUT, "%s (%s): %s", L->kernel, hyp_op_name(o->op), what);
@@ -607,6 +615,7 @@ static int run_launch(exec_dev *x, const plan_op *o, const plan_op *pair, const 
         switch (L->bind[i]) {
         case AB_BUF: ptr = dbuf(x, L->bidx[i]); break;
         case AB_SCRATCH: ptr = x->scratch + L->soff[i]; break;
+        case AB_LOSS: ptr = L->bidx[i] == 0 ? (void *)x->row_scale : L->bidx[i] == 1 ? (void *)x->teacher : NULL; break;
         case AB_FP8:
             ptr = L->bidx[i] == 3 ? x->fp8_q[o->slot] : L->bidx[i] == 4 ? x->fp8_qt[o->slot]
                 : (L->bidx[i] == 0 ? x->fp8_scale : L->bidx[i] == 1 ? x->fp8_scale_inv : x->fp8_amax) + o->slot;
@@ -919,7 +928,7 @@ int exec_dev_backward_each(exec_dev *x, float dloss, float *loss, int (*after)(v
         rc = hyp_z3_schedule(x->zg, x->zg->bwd, x->zg->n_bwd, x->p->n_bwd, 1, 0, &ZG_DEVICE, &c, e);
     }
     for (int i = 0; i < x->p->n_bwd && !rc && !x->z3 && !x->zg; i++) {
-        rc = run_op(x, &x->p->bwd[i], &x->bwd[i], dloss, e);
+        rc = run_op(x, &x->p->bwd[i], exec_dev_bwd_op(x, i), dloss, e);
         if (!rc && (hyp_op_get(x->p->bwd[i].op)->flags & HYP_OPF_WRITES_LOSSES)) rc = mean_loss(x, loss, e);
         if (!rc && after) rc = after(ctx, i, e);
     }

@@ -124,6 +124,17 @@ typedef struct {
     int fp8_gemm;
     void **fp8_q, **fp8_qt;         /* device: per slot, n*C bytes each */
     int *fp8_slot_of;               /* host: [p->n_bufs] slot or -1 */
+    /* ---- the fused loss's extension (kernels.json "crossentropy_fused_ext", rendered for a plan
+     * that trains a preference objective or distills; exec_dev_loss.c): while row_scale or teacher
+     * is set, the backward's crossentropy_fused op launches it instead (per-token gradient
+     * weights; the distillation loss against a teacher's logits) ---- */
+    exec_dev_op loss_ext;           /* how EXD_NONE: the manifest has no such launch */
+    int loss_ext_op;                /* the backward op it stands in for, -1: none */
+    float *row_scale, *teacher;     /* device: the set [B*T] weights, [B*T][teacher_vp] logits; NULL: off */
+    float *row_scale_buf, *teacher_buf; /* device: their allocations (made on first use) */
+    int64_t teacher_cap;            /* floats of teacher_buf */
+    int teacher_vp;
+    float temperature, alpha;
 } exec_dev;
 
 /* Allocates the device arenas (params and grads: the arena; the optimizer's states: the arena, or
@@ -197,5 +208,18 @@ int exec_dev_fp8_step(exec_dev *x, hyp_err *e);
 /* Replaces the host scaling states by st[p->fp8_slots] (a checkpoint's, or the host executor's) and
  * uploads their scales. */
 int exec_dev_fp8_set_states(exec_dev *x, const hyp_fp8_state *st, hyp_err *e);
+
+/* ---- the fused loss's extension (exec_dev_loss.c) ---- */
+/* Whether the manifest has the crossentropy_fused_ext launch (else the setters refuse). */
+int exec_dev_has_loss_ext(const exec_dev *x);
+/* Per-token gradient weights for the following backward passes: the fused loss's gradient of token
+ * n (dloss included) is multiplied by host[n], n < B*T (uploaded now); NULL: off. */
+int exec_dev_set_row_scale(exec_dev *x, const float *host, hyp_err *e);
+/* A distillation teacher for the following backward passes: host holds its logits of the bound
+ * batch, B*T rows of vp floats (the first V valid; uploaded now); the fused loss becomes
+ * (1 - alpha) * CE + alpha * T^2 * KL(teacher / T || logits / T). NULL: off. */
+int exec_dev_set_teacher(exec_dev *x, const float *host, int vp, float temperature, float alpha, hyp_err *e);
+/* The launches of backward op i: the extension's while it is on and i is the op it replaces. */
+const exec_dev_op *exec_dev_bwd_op(const exec_dev *x, int i);
 
 #endif

@@ -228,6 +228,16 @@ static int bind_arg(exec_dev *x, exec_dev_launch *L, int i, const char *a, const
         L->arg[i] = exec_dev_strdup(v);
         return HYP_OK;
     }
+    if (!strncmp(a, "loss.", 5)) { /* the fused loss's extension (exec_dev_loss.c) */
+        static const char *const lx[] = {"loss.row_scale", "loss.teacher", "loss.teacher_vp", "loss.temperature", "loss.alpha"};
+        for (int k = 0; k < 5; k++)
+            if (!strcmp(a, lx[k])) {
+                L->bind[i] = AB_LOSS;
+                L->bidx[i] = k;
+                return HYP_OK;
+            }
+        return hyp_fail(e, HYP_EINPUT, "kernels.json: %s: unknown loss binding '%s' (loss.row_scale|teacher|teacher_vp|temperature|alpha) — regenerate with gen", L->kernel, a);
+    }
     if (!strncmp(a, "fp8.", 4)) {
         static const char *const f8[] = {"fp8.scale[slot]", "fp8.scale_inv[slot]", "fp8.amax[slot]", "fp8.q[slot]",
                                          "fp8.qt[slot]"};
@@ -411,3 +421,17 @@ void exec_dev_free_launches(exec_dev *x) {
     x->n_launches = 0;
 }
 
+
+int exec_dev_bind_loss_ext(exec_dev *x, const cJSON *man, scratch_t *sc, int *nsc, hyp_err *e) {
+    x->loss_ext_op = -1;
+    memset(&x->loss_ext, 0, sizeof x->loss_ext);
+    const cJSON *ls = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(man, "ops"), "crossentropy_fused_ext");
+    if (!ls) return HYP_OK;
+    for (int i = 0; i < x->p->n_bwd; i++)
+        if (!strcmp(hyp_op_name(x->p->bwd[i].op), "crossentropy_fused")) {
+            bind_ctx c = {&x->p->bwd[i], NULL, NULL, "crossentropy_fused_ext"};
+            x->loss_ext_op = i;
+            return prepare_launches(x, man, ls, &c, &x->loss_ext, sc, nsc, e);
+        }
+    return HYP_OK;
+}

@@ -12,7 +12,7 @@
 #include "op_registry.h"
 
 enum { PT_PTR, PT_I32, PT_I64, PT_F32, PT_U32 };
-enum { AB_EXPR, AB_BUF, AB_SCRATCH, AB_FP8 };
+enum { AB_EXPR, AB_BUF, AB_SCRATCH, AB_FP8, AB_LOSS };
 
 struct exec_dev_file {
     char name[96];
@@ -29,7 +29,8 @@ struct exec_dev_launch {
     int ptype[ARGS_MAX];
     char *pname[ARGS_MAX];
     int bind[ARGS_MAX];     /* AB_* */
-    int bidx[ARGS_MAX];     /* AB_BUF: plan buffer (-1: NULL); AB_FP8: 0 scale, 1 scale_inv, 2 amax, 3 q, 4 qt */
+    int bidx[ARGS_MAX];     /* AB_BUF: plan buffer (-1: NULL); AB_FP8: 0 scale, 1 scale_inv, 2 amax, 3 q, 4 qt;
+                               AB_LOSS: 0 row_scale, 1 teacher, 2 teacher_vp, 3 temperature, 4 alpha */
     int64_t soff[ARGS_MAX]; /* AB_SCRATCH: float offset into the scratch block */
     char *arg[ARGS_MAX];    /* AB_EXPR: the expression */
     char *grid, *smem;
@@ -61,6 +62,9 @@ int exec_dev_bind_optimizer(exec_dev *x, const cJSON *man, hyp_err *e);
 int exec_dev_bind_op(exec_dev *x, const cJSON *man, const plan_op *o, exec_dev_op *eo, scratch_t *sc, int *nsc,
                      hyp_err *e);
 int exec_dev_bind_fusions(exec_dev *x, const cJSON *man, scratch_t *sc, int *nsc, hyp_err *e);
+/* The manifest's crossentropy_fused_ext launches (when present) for the backward's
+ * crossentropy_fused op, into x->loss_ext / x->loss_ext_op (exec_dev_loss.c runs them). */
+int exec_dev_bind_loss_ext(exec_dev *x, const cJSON *man, scratch_t *sc, int *nsc, hyp_err *e);
 void exec_dev_free_launches(exec_dev *x);
 
 #endif

@@ -20,6 +20,7 @@
 
 #include "chat.h"
 #include "docs.h"
+#include "pack.h"
 #include "fsio.h"
 #include "rng.h"
 #include "stream.h"
@@ -774,6 +775,11 @@ struct hyp_loader {
     hyp_prefetch *pf;      /* the running producer, or NULL; while it runs, st is the state of
                               the last batch handed out and the producer keeps its own */
     hyp_stream *stream;    /* v2129: batches from a document stream instead of the shards */
+    int rows_mode;         /* HYP_ROWS_*: T-token windows, best-fit rows (v2126), dynamic (v2127) */
+    hyp_pack pack;         /* the rows / batches of the last two (pack.h); sampling units = W */
+    int32_t *row_doc, *row_end; /* T+1 each: a row slot's document start and end (packed rows) */
+    hyp_batch_info last;   /* the shape and padding of the last batch handed out */
+    uint32_t *rowperm;     /* v2127 train: the rows of epoch perm_epoch, shuffled within each bucket */
 };
 
 static void pf_stop(hyp_loader *L);
@@ -791,6 +797,10 @@ void hyp_loader_close(hyp_loader *L) {
     free(L->win);
     free(L->winmask);
     free(L->doc_start);
+    hyp_pack_free(&L->pack);
+    free(L->row_doc);
+    free(L->row_end);
+    free(L->rowperm);
     free(L->dir);
     hyp_stream_close(L->stream);
     free(L);
@@ -1164,9 +1174,12 @@ int hyp_loader_open_stream(hyp_stream *s, int B, int T, hyp_loader **out, hyp_er
 
 /* The permutation of `epoch` (train only): Fisher–Yates from hyp_rng(seed, epoch); the identity
  * for epoch 0 of data written in curriculum order (v2120). */
+static void shuffle_rows(hyp_loader *L, uint64_t epoch);
+
 static void ensure_perm(hyp_loader *L, uint64_t epoch) {
     if (L->perm_valid && L->perm_epoch == epoch) return;
     for (uint64_t i = 0; i < L->W; i++) L->perm[i] = (uint32_t)i;
+    shuffle_rows(L, epoch);
     if (L->ordered_epoch0 && epoch == 0) {
         L->perm_epoch = epoch;
         L->perm_valid = 1;
@@ -1184,6 +1197,31 @@ static void ensure_perm(hyp_loader *L, uint64_t epoch) {
     L->perm_valid = 1;
 }
 
+/* v2127: which documents share a batch changes every epoch: the rows of each length bucket (a run
+ * of batches with one bat_T) are shuffled by Fisher–Yates from hyp_rng(seed ^ a constant, epoch);
+ * the bucket sizes, hence the batches' shapes, stay. Epoch 0 of curriculum-ordered data keeps the
+ * order. */
+static void shuffle_rows(hyp_loader *L, uint64_t epoch) {
+    if (!L->rowperm) return;
+    const hyp_pack *pk = &L->pack;
+    for (uint64_t i = 0; i < pk->n_rows; i++) L->rowperm[i] = (uint32_t)i;
+    if (L->ordered_epoch0 && epoch == 0) return;
+    hyp_rng r;
+    hyp_rng_seed2(&r, L->seed ^ 0x9e3779b97f4a7c15ULL, epoch);
+    for (uint64_t b = 0; b < pk->n_bat;) {
+        uint64_t e = b;
+        while (e < pk->n_bat && pk->bat_T[e] == pk->bat_T[b]) e++;
+        uint64_t lo = pk->bat_off[b], n = pk->bat_off[e] - lo;
+        for (uint64_t i = n; i > 1; i--) {
+            uint64_t j = hyp_rng_below(&r, i);
+            uint32_t t = L->rowperm[lo + i - 1];
+            L->rowperm[lo + i - 1] = L->rowperm[lo + j];
+            L->rowperm[lo + j] = t;
+        }
+        b = e;
+    }
+}
+
 /* Shard holding global token g (binary search over starts; empty shards never match). */
 static int shard_of(const hyp_loader *L, uint64_t g) {
     int lo = 0, hi = L->n_shards - 1;
@@ -1196,11 +1234,11 @@ static int shard_of(const hyp_loader *L, uint64_t g) {
     return lo;
 }
 
-/* Copies window w (T+1 tokens) into L->win, checking the vocabulary. */
-static int read_window(hyp_loader *L, uint64_t w, hyp_err *e) {
-    uint64_t g = w * (uint64_t)L->T;
+/* Copies n tokens from global index g into L->win + off (and their loss flags), checking the
+ * vocabulary. */
+static int read_span(hyp_loader *L, uint64_t g, int n, int off, hyp_err *e) {
     int si = shard_of(L, g);
-    for (int t = 0; t <= L->T; t++, g++) {
+    for (int t = off; t < off + n; t++, g++) {
         while (g >= L->shards[si].start + L->shards[si].ntok) si++;
         const shard *s = &L->shards[si];
         uint64_t k = g - s->start;
@@ -1214,6 +1252,35 @@ static int read_window(hyp_loader *L, uint64_t w, hyp_err *e) {
         L->win[t] = tok;
         L->winmask[t] = !s->mask || s->mask[k];
     }
+    return HYP_OK;
+}
+
+/* Window w (T+1 tokens) into L->win. */
+static int read_window(hyp_loader *L, uint64_t w, hyp_err *e) {
+    return read_span(L, w * (uint64_t)L->T, L->T + 1, 0, e);
+}
+
+/* Packed row r (pack.h) as Tr inputs: its documents back to back, each token's target the next
+ * token of its document (-1 for a document's last token, a masked token and the padded tail),
+ * positions restarting at every document; padding = token 0, target -1, position 0 (attends to
+ * itself only). Returns the padded input slots in *pad. */
+static int fill_row(hyp_loader *L, uint64_t r, int Tr, int32_t *inputs, int32_t *targets, int32_t *positions,
+                    uint64_t *pad, hyp_err *e) {
+    int o = 0;
+    for (uint64_t k = L->pack.row_off[r]; k < L->pack.row_off[r + 1]; k++) {
+        const hyp_span *sp = &L->pack.span[k];
+        int rc = read_span(L, sp->start, (int)sp->len, o, e);
+        if (rc != HYP_OK) return rc;
+        for (int t = o; t < o + (int)sp->len; t++) L->row_doc[t] = o, L->row_end[t] = o + (int)sp->len;
+        o += (int)sp->len;
+    }
+    for (int t = 0; t < Tr; t++) {
+        int real = t < o;
+        inputs[t] = real ? (int32_t)L->win[t] : 0;
+        targets[t] = real && t + 1 < L->row_end[t] && !(L->masked && !L->winmask[t + 1]) ? (int32_t)L->win[t + 1] : -1;
+        if (positions) positions[t] = real ? t - L->row_doc[t] : 0;
+    }
+    *pad += o >= Tr ? 0 : (uint64_t)(Tr - o);
     return HYP_OK;
 }
 
@@ -1243,12 +1310,13 @@ static void slow_read_hook(const hyp_loader *L) {
 
 /* One batch from state *st (advanced on success; unchanged on error). */
 static int produce(hyp_loader *L, hyp_loader_state *st, int32_t *inputs, int32_t *targets,
-                   int32_t *positions, hyp_err *e) {
+                   int32_t *positions, hyp_batch_info *info, hyp_err *e) {
     hyp_loader_state saved = *st;
     const int T = L->T;
     slow_read_hook(L);
+    *info = (hyp_batch_info){L->B, T, 0};
     if (L->stream) return hyp_stream_produce(L->stream, st, L->B, inputs, targets, positions, e);
-    for (int b = 0; b < L->B; b++) {
+    for (int b = 0; b < (L->rows_mode == HYP_ROWS_DYNAMIC ? 1 : L->B); b++) {
         if (st->position >= L->Wr) {
             st->epoch++;
             st->position = 0;
@@ -1259,7 +1327,28 @@ static int produce(hyp_loader *L, hyp_loader_state *st, int32_t *inputs, int32_t
             ensure_perm(L, st->epoch);
             w = L->perm[slot];
         }
-        int rc = read_window(L, w, e);
+        int rc = HYP_OK;
+        if (L->rows_mode == HYP_ROWS_BFD) { /* v2126: packed row w */
+            rc = fill_row(L, w, T, inputs + (size_t)b * T, targets + (size_t)b * T,
+                          positions ? positions + (size_t)b * T : NULL, &info->pad, e);
+            if (rc == HYP_OK) {
+                st->position++;
+                continue;
+            }
+        } else if (L->rows_mode == HYP_ROWS_DYNAMIC) { /* v2127: batch w, rows of one bucket */
+            int Tb = L->pack.bat_T[w];
+            uint64_t r0 = L->pack.bat_off[w], n = L->pack.bat_off[w + 1] - r0;
+            *info = (hyp_batch_info){(int)n, Tb, 0};
+            for (uint64_t i = 0; i < n && rc == HYP_OK; i++)
+                rc = fill_row(L, L->rowperm ? L->rowperm[r0 + i] : r0 + i, Tb, inputs + i * Tb, targets + i * Tb, positions ? positions + i * Tb : NULL,
+                              &info->pad, e);
+            if (rc == HYP_OK) {
+                st->position++;
+                continue;
+            }
+        } else {
+            rc = read_window(L, w, e);
+        }
         if (rc != HYP_OK) {
             *st = saved;
             return rc;
@@ -1279,6 +1368,7 @@ static int produce(hyp_loader *L, hyp_loader_state *st, int32_t *inputs, int32_t
 typedef struct {
     int32_t *inputs, *targets, *positions; /* [B*T] each */
     hyp_loader_state after;                /* the stream's state once this batch is consumed */
+    hyp_batch_info info;
     int rc;
     hyp_err err;
 } pf_slot;
@@ -1303,7 +1393,7 @@ static void *pf_main(void *arg) {
         hyp_loader_state st = q->st;
         pthread_mutex_unlock(&q->mu); /* the consumer never touches a slot outside [head, head+count) */
         s->err.msg[0] = 0;
-        s->rc = produce(L, &st, s->inputs, s->targets, s->positions, &s->err);
+        s->rc = produce(L, &st, s->inputs, s->targets, s->positions, &s->info, &s->err);
         s->after = st;
         pthread_mutex_lock(&q->mu);
         q->st = st;
@@ -1408,6 +1498,7 @@ static int pf_next(hyp_loader *L, int32_t *inputs, int32_t *targets, int32_t *po
         memcpy(targets, s->targets, n);
         if (positions) memcpy(positions, s->positions, n);
         L->st = s->after;
+        L->last = s->info;
         q->head = (q->head + 1) % q->depth;
         q->count--;
         pthread_cond_signal(&q->not_full);
@@ -1427,7 +1518,10 @@ static int pf_next(hyp_loader *L, int32_t *inputs, int32_t *targets, int32_t *po
 int hyp_loader_next_pos(hyp_loader *L, int32_t *inputs, int32_t *targets, int32_t *positions,
                         hyp_err *e) {
     if (L->pf) return pf_next(L, inputs, targets, positions, e);
-    return produce(L, &L->st, inputs, targets, positions, e);
+    hyp_batch_info info;
+    int rc = produce(L, &L->st, inputs, targets, positions, &info, e);
+    if (rc == HYP_OK) L->last = info;
+    return rc;
 }
 
 int hyp_loader_next(hyp_loader *L, int32_t *inputs, int32_t *targets, hyp_err *e) {
@@ -1471,6 +1565,73 @@ int hyp_loader_set_state(hyp_loader *L, const hyp_loader_state *s, hyp_err *e) {
     L->st = *s;
     pf_restart(L);
     return HYP_OK;
+}
+
+/* v2126 / v2127: the split's sampling units become packed rows or dynamic batches (pack.h). */
+static int set_rows_mode(hyp_loader *L, int mode, int max_docs, int64_t budget, int buckets, hyp_err *e) {
+    if (L->pf || L->st.epoch || L->st.position)
+        return hyp_fail(e, HYP_EINPUT, "%s: the row layout must be chosen right after opening the loader", L->dir);
+    uint64_t *sh = malloc(sizeof *sh * (size_t)L->n_shards);
+    hyp_span *pieces = NULL;
+    uint64_t n = 0;
+    if (!sh) return hyp_fail(e, HYP_EFAIL, "%s: out of memory", L->dir);
+    for (int i = 0; i < L->n_shards; i++) sh[i] = L->shards[i].start;
+    hyp_pack_free(&L->pack);
+    int rc = hyp_pack_pieces(L->doc_start, L->n_docs, sh, L->n_shards, L->total, L->T, &pieces, &n, e);
+    free(sh);
+    if (rc == HYP_OK)
+        rc = mode == HYP_ROWS_BFD ? hyp_pack_bfd(&L->pack, pieces, n, L->T, max_docs, e)
+                                  : hyp_pack_buckets(&L->pack, pieces, n, L->T, L->B, budget, buckets, e);
+    free(pieces);
+    if (rc != HYP_OK) return rc;
+    uint64_t W = mode == HYP_ROWS_BFD ? L->pack.n_rows : L->pack.n_bat;
+    const char *unit = mode == HYP_ROWS_BFD ? "packed rows" : "dynamic batches";
+    if (W / (uint64_t)L->world == 0 || W > UINT32_MAX || L->pack.n_rows > UINT32_MAX) {
+        hyp_pack_free(&L->pack);
+        return hyp_fail(e, HYP_EINPUT, "%s: %llu %s of T = %d for %d rank%s — need at least one per rank and "
+                        "fewer than 2^32: use more text, a smaller T or fewer ranks", L->dir, (unsigned long long)W,
+                        unit, L->T, L->world, L->world == 1 ? "" : "s");
+    }
+    uint32_t *perm = L->is_train ? realloc(L->perm, sizeof *perm * (size_t)W) : NULL;
+    free(L->row_doc);
+    free(L->row_end);
+    L->row_doc = malloc(sizeof *L->row_doc * ((size_t)L->T + 1));
+    L->row_end = malloc(sizeof *L->row_end * ((size_t)L->T + 1));
+    if ((L->is_train && !perm) || !L->row_doc || !L->row_end) {
+        hyp_pack_free(&L->pack);
+        return hyp_fail(e, HYP_EFAIL, "%s: out of memory for %llu %s", L->dir, (unsigned long long)W, unit);
+    }
+    if (perm) L->perm = perm;
+    free(L->rowperm);
+    L->rowperm = NULL;
+    if (mode == HYP_ROWS_DYNAMIC && L->is_train &&
+        !(L->rowperm = malloc(sizeof *L->rowperm * (size_t)(L->pack.n_rows ? L->pack.n_rows : 1)))) {
+        hyp_pack_free(&L->pack);
+        return hyp_fail(e, HYP_EFAIL, "%s: out of memory for %llu %s", L->dir, (unsigned long long)W, unit);
+    }
+    L->perm_valid = 0;
+    L->W = W;
+    L->Wr = W / (uint64_t)L->world;
+    L->rows_mode = mode;
+    return HYP_OK;
+}
+
+int hyp_loader_pack_rows(hyp_loader *L, int max_docs, hyp_err *e) {
+    return set_rows_mode(L, HYP_ROWS_BFD, max_docs, 0, 0, e);
+}
+
+int hyp_loader_dynamic(hyp_loader *L, int64_t token_budget, int buckets, hyp_err *e) {
+    return set_rows_mode(L, HYP_ROWS_DYNAMIC, 0, token_budget, buckets, e);
+}
+
+int hyp_loader_rows_mode(const hyp_loader *L) { return L->rows_mode; }
+
+void hyp_loader_last_batch(const hyp_loader *L, hyp_batch_info *bi) { *bi = L->last; }
+
+void hyp_loader_layout(const hyp_loader *L, uint64_t *tokens, uint64_t *slots, uint64_t *pad) {
+    *tokens = L->rows_mode ? L->pack.tokens : L->W * (uint64_t)L->T;
+    *slots = L->rows_mode ? L->pack.slots : L->W * (uint64_t)L->T;
+    *pad = L->rows_mode ? L->pack.pad : 0;
 }
 
 int hyp_loader_has_docs(const hyp_loader *L) { return L->n_sidecars > 0; }

@@ -151,6 +151,31 @@ int hyp_loader_next_pos(hyp_loader *L, int32_t *inputs, int32_t *targets, int32_
 int hyp_loader_prefetch(hyp_loader *L, int depth, hyp_err *e);
 int hyp_loader_prefetch_depth(const hyp_loader *L);
 
+/* ---- Row layouts other than T-token windows (pack.h; call right after open) ----
+ * v2126 (hyp_loader_pack_rows): the sampling units are best-fit-decreasing packed rows of whole
+ * documents (a document longer than T+1 cut into chunks of T+1 with stride T), at most max_docs per
+ * row; a row's targets stay inside each document (-1 at a document's last token and on the padded
+ * tail: token 0, position 0), positions restart at each document. v2127 (hyp_loader_dynamic): the
+ * units are batches of one length bucket (T, T/2, ...): one document (or chunk) per row, padded to
+ * the bucket's length Tb, min(B, token_budget / Tb) rows (the last of a bucket fewer): a batch is
+ * laid out compactly as [rows][Tb] at the start of the B*T arrays (hyp_loader_last_batch says its
+ * shape). Either way an epoch is a permutation of the units (train) dealt to ranks as windows are,
+ * and the state counts units: resume is exact as with windows. */
+#define HYP_ROWS_WINDOWS 0
+#define HYP_ROWS_BFD 1
+#define HYP_ROWS_DYNAMIC 2
+typedef struct {
+    int B, T;     /* the batch's shape: rows x inputs per row (B, T except with dynamic batches) */
+    uint64_t pad; /* input slots without a token (padded tails) */
+} hyp_batch_info;
+int hyp_loader_pack_rows(hyp_loader *L, int max_docs, hyp_err *e);
+int hyp_loader_dynamic(hyp_loader *L, int64_t token_budget, int buckets, hyp_err *e);
+int hyp_loader_rows_mode(const hyp_loader *L); /* HYP_ROWS_* */
+/* The last batch handed out (by next or next_pos, prefetched or not). */
+void hyp_loader_last_batch(const hyp_loader *L, hyp_batch_info *bi);
+/* The whole epoch's layout: tokens placed, input slots, padded input slots. */
+void hyp_loader_layout(const hyp_loader *L, uint64_t *tokens, uint64_t *slots, uint64_t *pad);
+
 /* Whether any shard of the split has a .docs sidecar, and the documents they list. */
 int hyp_loader_has_docs(const hyp_loader *L);
 uint64_t hyp_loader_num_docs(const hyp_loader *L);

@@ -63,7 +63,8 @@ static int loss_scale_check(train_backend *b, int *overflow, hyp_err *e) {
 int train_step_guarded(train_backend *b, hyp_loader *train, const train_opts *o, int K, int step, double lr,
                        double *loss, double *norm, float *scale, train_step_times *tm, int *skipped, hyp_err *e) {
     exec_t *x = b->x;
-    train_step_times t = {0, 0};
+    train_step_times t = {0, 0, 0, 0, 0, 0};
+    const int B0 = x->B, T0 = x->T; /* v2127: a dynamic batch rebinds the shape for its micro-batch */
     double pt = hyp_prof_t(); /* v2184 phase spans: no-ops outside the profiled window */
     int rc = b->i->zero_grads(b, e);
     hyp_prof_phase("zero_grads", HYP_PROF_BACKWARD, 1, pt);
@@ -72,6 +73,10 @@ int train_step_guarded(train_backend *b, hyp_loader *train, const train_opts *o,
         double t0 = now_s();
         pt = hyp_prof_t();
         if ((rc = hyp_loader_next_pos(train, x->tokens, x->targets, x->positions, e))) return rc;
+        hyp_batch_info bi;
+        hyp_loader_last_batch(train, &bi);
+        if ((bi.B != x->B || bi.T != x->T) && (rc = exec_reshape(x, bi.B, bi.T, e))) return rc;
+        t.slots += (double)bi.B * bi.T, t.rows += bi.B, t.pad += (double)bi.pad;
         double cnt = (double)exec_count_targets(x), gcnt = cnt, t1 = now_s();
         t.data_s += t1 - t0;
         hyp_prof_phase("data_next", HYP_PROF_DATA, 1, pt);
@@ -86,8 +91,10 @@ int train_step_guarded(train_backend *b, hyp_loader *train, const train_opts *o,
         if (b->ls.on) dl = (float)(dl * b->ls.scale); /* v2162: the loss x S */
         rc = b->i->micro_batch(b, dl, k == K - 1, &mean, e);
         *loss += gcnt > 0 ? mean * cnt / gcnt / K : 0;
+        t.loss_tokens += gcnt;
         hyp_prof_phase("micro_batch", HYP_PROF_STEP, 0, pt);
     }
+    if (!rc && (x->B != B0 || x->T != T0)) rc = exec_bind(x, B0, T0, e);
     double t0 = now_s();
     pt = hyp_prof_t();
     if (!rc) rc = hyp_coll_allreduce_f64(b->dp.coll, loss, 1, e);

@@ -73,7 +73,23 @@ typedef struct train_backend_i {
      * optim_step applies and reports the norm unscaled. NULL: the driver checks and unscales the
      * host gradients x->grads before the reduction (the cpu). */
     int (*ls_check)(train_backend *b, int *bad, hyp_err *e);
+    /* the preference objectives (train/pref.c), one rank: the per-token losses (cross-entropy,
+     * 0 at ignored targets) of the batch in x->tokens/targets, forward only, into out[B*T] */
+    int (*token_losses)(train_backend *b, float *out, hyp_err *e);
+    /* then the backward of that batch (the last token_losses' forward): the fused loss's
+     * gradient (dloss 1) of token n scaled by row_scale[n] (B*T), gradients accumulated */
+    int (*weighted_backward)(train_backend *b, const float *row_scale, hyp_err *e);
 } train_backend_i;
+
+/* v2149 distillation on a device backend (train/distill.c): before each micro-batch the teacher's
+ * logits of the batch's tokens (B*T rows of *stride floats, host memory valid until the next
+ * call) go to the device, whose fused loss mixes (1 - alpha) * CE + alpha * T^2 * KL. (On the
+ * cpu backend the teacher hooks into the executor's fused loss instead: exec_t.loss_fused.) */
+typedef struct {
+    int (*logits)(void *ctx, const int32_t *tokens, int B, int T, const float **out, int *stride, hyp_err *e);
+    void *ctx;
+    float temperature, alpha;
+} train_teacher;
 
 /* Optional hooks of the trainer into train_step (v2176 fault tolerance, guard.h); every rank
  * calls them at the same point. before_reduce: after the micro-batches, before the gradient
@@ -110,6 +126,7 @@ struct train_backend {
     const train_hooks *hooks; /* NULL: none; set by the trainer after train_backend_open */
     void *hooks_ctx;
     train_loss_scaler ls; /* v2162; zero: off (the trainer sets it from the plan after open) */
+    const train_teacher *teacher; /* v2149 on a device backend; NULL: none */
 };
 
 /* Opens the plan's backend (backend_reg.c) over the host executor x (already initialized and,
@@ -130,6 +147,9 @@ int train_backend_dev_open(train_backend *b, const plan_t *p, const char *plan_p
  * waiting for the slowest rank). Both are parts of the step: data_s + comm_s <= the step's time. */
 typedef struct {
     double data_s, comm_s;
+    /* this rank's batches over the step's micro-batches: input slots (rows x T), rows, padded
+     * slots (v2126 / v2127 layouts), and the loss tokens of all ranks */
+    double slots, rows, pad, loss_tokens;
 } train_step_times;
 
 /* One optimizer step (t = step) over K micro-batches of the loader: *loss the global mean loss,

@@ -126,6 +126,22 @@ static int cpu_peek_norm(train_backend *b, double *norm, hyp_err *e) {
     return HYP_OK;
 }
 
+static int cpu_token_losses(train_backend *b, float *out, hyp_err *e) {
+    (void)e;
+    exec_t *x = b->x;
+    exec_eval_loss(x);
+    memcpy(out, exec_buf(x, x->p->losses_buf), sizeof(float) * (size_t)x->B * x->T);
+    return HYP_OK;
+}
+
+static int cpu_weighted_backward(train_backend *b, const float *row_scale, hyp_err *e) {
+    (void)e;
+    b->x->row_scale = row_scale;
+    exec_backward(b->x, 1.0f);
+    b->x->row_scale = NULL;
+    return HYP_OK;
+}
+
 static const train_backend_i CPU_BACKEND = {
     .name = "cpu",
     .zero_grads = cpu_zero_grads,
@@ -142,6 +158,8 @@ static const train_backend_i CPU_BACKEND = {
     .comm_note = NULL,
     .close = cpu_close,
     .peek_norm = cpu_peek_norm,
+    .token_losses = cpu_token_losses,
+    .weighted_backward = cpu_weighted_backward,
 };
 
 int train_backend_cpu_open(train_backend *b, const plan_t *p, const char *plan_path, int B, int T, hyp_err *e) {

@@ -255,7 +255,14 @@ static int dev_micro_batch(train_backend *b, float dloss, int last, float *mean,
     train_dev *t = b->impl;
     stage_batch(t, b->x);
     int hook = t->overlap && last;
-    int rc = exec_dev_forward(&t->xd, e);
+    int rc = HYP_OK;
+    if (b->teacher) { /* v2149: the teacher's logits of this batch into the fused loss */
+        const float *zt = NULL;
+        int stride = 0;
+        rc = b->teacher->logits(b->teacher->ctx, b->x->tokens, b->x->B, b->x->T, &zt, &stride, e);
+        if (!rc) rc = exec_dev_set_teacher(&t->xd, zt, stride, b->teacher->temperature, b->teacher->alpha, e);
+    }
+    if (!rc) rc = exec_dev_forward(&t->xd, e);
     return rc ? rc : exec_dev_backward_each(&t->xd, dloss, mean, hook ? after_bwd_op : NULL, t, e);
 }
 
@@ -369,6 +376,27 @@ static void dev_close(train_backend *b) {
     free(b->impl);
 }
 
+/* The preference objectives' two halves (backend.h): per-token losses of a forward, then the
+ * backward with the fused loss's rows weighted on the device (crossentropy_fused_ext). */
+static int dev_token_losses(train_backend *b, float *out, hyp_err *e) {
+    train_dev *t = b->impl;
+    float mean = 0;
+    stage_batch(t, b->x);
+    int rc = exec_dev_eval_loss(&t->xd, &mean, e); /* leaves the per-token losses in h_losses */
+    if (!rc) memcpy(out, t->xd.h_losses, sizeof(float) * (size_t)t->xd.B * t->xd.T);
+    return rc;
+}
+
+static int dev_weighted_backward(train_backend *b, const float *row_scale, hyp_err *e) {
+    train_dev *t = b->impl;
+    float mean = 0;
+    int rc = exec_dev_set_row_scale(&t->xd, row_scale, e);
+    if (!rc) rc = exec_dev_backward(&t->xd, 1.0f, &mean, e);
+    hyp_err ignore;
+    exec_dev_set_row_scale(&t->xd, NULL, &ignore);
+    return rc;
+}
+
 static const train_backend_i DEV_BACKEND = {
     .name = "device",
     .zero_grads = dev_zero_grads,
@@ -385,6 +413,8 @@ static const train_backend_i DEV_BACKEND = {
     .close = dev_close,
     .peek_norm = dev_peek_norm,
     .ls_check = dev_ls_check,
+    .token_losses = dev_token_losses,
+    .weighted_backward = dev_weighted_backward,
 };
 
 int train_backend_dev_open(train_backend *b, const plan_t *p, const char *plan_path, int B, int T, hyp_err *e) {

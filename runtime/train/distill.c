@@ -1,5 +1,7 @@
-/* distill.c — v2149 knowledge distillation (distill.h): the teacher's forward and the mixed
- * KL + cross-entropy loss with its gradient, row by row. */
+/* distill.c — v2149 knowledge distillation (distill.h): the teacher's forward and, on the cpu
+ * backend, the mixed KL + cross-entropy loss with its gradient, row by row (a device backend
+ * gets the teacher's logits per micro-batch and computes the loss in its fused-loss kernel,
+ * templates/classifier.cu.lua crossentropy_fused_ext). */
 #include "distill.h"
 
 #include <cjson/cJSON.h>
@@ -17,6 +19,7 @@ struct distill {
     int logits;         /* its logits buffer */
     double temperature, alpha;
     char desc[1200];
+    train_teacher dev;  /* the device backends' hook (backend.h) */
 };
 
 float distill_row(float *z, const float *zt, int y, int V, double temperature, double alpha, float dloss) {
@@ -56,6 +59,24 @@ static void loss_fused(exec_t *x, float *losses, float *logits, const int32_t *t
         losses[n] = distill_row(z, zt + (size_t)n * tVp, targets[n], V, d->temperature, d->alpha, dloss);
         for (int i = V; i < Vp; i++) z[i] = 0.0f;
     }
+}
+
+/* train_teacher.logits: the teacher's forward over the batch's tokens on the host executor. */
+static int teacher_logits(void *ctx, const int32_t *tokens, int B, int T, const float **out, int *stride, hyp_err *e) {
+    distill *d = ctx;
+    int rc = exec_bind(&d->tx, B, T, e);
+    if (rc) return rc;
+    memcpy(d->tx.tokens, tokens, sizeof(int32_t) * (size_t)B * T);
+    exec_forward(&d->tx);
+    *out = exec_buf(&d->tx, d->logits);
+    *stride = (int)d->tp.Vp;
+    return HYP_OK;
+}
+
+int distill_attach(distill *d, train_backend *b, hyp_err *e) {
+    (void)e;
+    if (d && d->dev.logits) b->teacher = &d->dev;
+    return HYP_OK;
 }
 
 /* plan.json in dir or the three directories above it */
@@ -109,9 +130,8 @@ int distill_open(distill **out, const char *plan_path, exec_t *x, const char *ba
     double T = cJSON_IsNumber(tt) ? tt->valuedouble : 1, alpha = cJSON_IsNumber(al) ? al->valuedouble : 0;
     cJSON_Delete(root);
     if (rc) return rc;
-    if (strcmp(backend, "cpu") || world > 1)
-        return hyp_fail(e, HYP_EINPUT, "%s: distillation (v2149) runs on the cpu backend and one rank (the %s path is missing) — generate the trainer with --target cpu and run one process",
-                        plan_path, strcmp(backend, "cpu") ? backend : "data-parallel");
+    if (world > 1)
+        return hyp_fail(e, HYP_EINPUT, "%s: distillation (v2149) runs on one rank (the data-parallel path is missing) — run one process", plan_path);
     int fused = 0;
     for (int i = 0; i < x->p->n_bwd; i++) fused |= !strcmp(hyp_op_name(x->p->bwd[i].op), "crossentropy_fused");
     if (!fused) return hyp_fail(e, HYP_EINPUT, "%s: the plan's backward has no crossentropy_fused op for the distillation loss — generate the trainer without the technique that replaces it", plan_path);
@@ -153,7 +173,8 @@ int distill_open(distill **out, const char *plan_path, exec_t *x, const char *ba
     }
     snprintf(d->desc, sizeof d->desc, "distillation (v2149): teacher %.900s (%s, %.3g M params%s), temperature %g, alpha %g",
              what, d->tp.model_name, d->tp.param_floats / 1e6, hf_own ? ", the student's plan" : "", T, alpha);
-    x->loss_fused = loss_fused, x->loss_ctx = d;
+    if (!strcmp(backend, "cpu")) x->loss_fused = loss_fused, x->loss_ctx = d;
+    else d->dev = (train_teacher){teacher_logits, d, (float)T, (float)alpha}; /* the device computes the loss */
     *out = d;
     return HYP_OK;
 }

@@ -4,7 +4,8 @@
  * tokens t of log softmax(z_t)[y_t] = -sum_t CE_t. For a loss L(logp_1..logp_n) the logits of
  * token t of sequence s get dL/dz_t = (dL/dlogp_s) * (onehot - softmax) = -(dL/dlogp_s) *
  * dCE_t/dz_t: the fused cross-entropy's gradient (dloss = 1) with its row scaled by
- * -(dL/dlogp_s) — exec_t.row_scale. Prompt and padding positions have target -1: zero gradient.
+ * -(dL/dlogp_s): the backend's weighted_backward (backend.h; the cpu executor's row_scale, the device's
+ * crossentropy_fused_ext). Prompt and padding positions have target -1: zero gradient.
  */
 #include "pref.h"
 
@@ -180,28 +181,41 @@ static int row_of(const hyp_pref_set *s, rowspec r, exec_t *x, int b) {
     return fill_row(x, b, base, lp, cp, s->len[r.ex][1 + r.part]);
 }
 
-/* Forward (no gradients) over m <= B rows: logp[k], n[k] the summed log-prob and scored tokens of
- * row k. Rows m..B-1 are padding (no targets). */
-static void forward_rows(exec_t *x, const hyp_pref_set *s, const rowspec *rows, int m, double *logp, int *n) {
+/* Forward (no gradients) over m <= B rows on the backend b (its per-token losses, token_losses)
+ * or, with b NULL, on the cpu executor rx (the online reference's frozen copy, pref_ref.h):
+ * logp[k], n[k] the summed log-prob and scored tokens of row k. Rows m..B-1 are padding (no
+ * targets). */
+static int forward_rows(train_backend *b, exec_t *rx, const hyp_pref_set *s, const rowspec *rows, int m, double *logp,
+                        int *n, hyp_err *e) {
+    exec_t *x = b ? b->x : rx;
     int T = x->T;
     for (int k = 0; k < x->B; k++) {
         if (k < m) n[k] = row_of(s, rows[k], x, k);
         else
             for (int t = 0; t < T; t++) x->tokens[(size_t)k * T + t] = 0, x->targets[(size_t)k * T + t] = -1;
     }
-    exec_eval_loss(x);
-    const float *L = exec_buf(x, x->p->losses_buf);
-    for (int k = 0; k < m; k++) {
+    float *L = malloc(sizeof(float) * (size_t)x->B * T);
+    if (!L) return hyp_fail(e, HYP_EFAIL, "out of memory");
+    int rc = HYP_OK;
+    if (b) rc = b->i->token_losses(b, L, e);
+    else {
+        exec_eval_loss(x);
+        memcpy(L, exec_buf(x, x->p->losses_buf), sizeof(float) * (size_t)x->B * T);
+    }
+    for (int k = 0; k < m && !rc; k++) {
         double sum = 0;
         for (int t = 0; t < T; t++)
             if (x->targets[(size_t)k * T + t] >= 0) sum -= L[(size_t)k * T + t];
         logp[k] = sum;
     }
+    free(L);
+    return rc;
 }
 
 /* Log-probs of every row of a set (part by part), batch by batch: out[ex * parts + part]. */
-static int set_logps(exec_t *x, const hyp_pref_set *s, int parts, const int *part_of, double *out, int *nout, hyp_err *e) {
-    int B = x->B, total = s->n * parts;
+static int set_logps(train_backend *b, exec_t *rx, const hyp_pref_set *s, int parts, const int *part_of, double *out,
+                     int *nout, hyp_err *e) {
+    int B = (b ? b->x : rx)->B, total = s->n * parts, rc = HYP_OK;
     rowspec *rows = malloc(sizeof *rows * (size_t)B);
     double *lp = malloc(sizeof *lp * (size_t)B);
     int *n = malloc(sizeof *n * (size_t)B);
@@ -209,34 +223,36 @@ static int set_logps(exec_t *x, const hyp_pref_set *s, int parts, const int *par
         free(rows), free(lp), free(n);
         return hyp_fail(e, HYP_EFAIL, "out of memory");
     }
-    for (int at = 0; at < total; at += B) {
+    for (int at = 0; at < total && !rc; at += B) {
         int m = total - at < B ? total - at : B;
         for (int k = 0; k < m; k++) rows[k] = (rowspec){(at + k) / parts, part_of[(at + k) % parts]};
-        forward_rows(x, s, rows, m, lp, n);
+        if ((rc = forward_rows(b, rx, s, rows, m, lp, n, e))) break;
         for (int k = 0; k < m; k++) {
             out[at + k] = lp[k];
             if (nout) nout[at + k] = n[k];
         }
     }
     free(rows), free(lp), free(n);
-    return HYP_OK;
+    return rc;
 }
 
 /* The reference's log-probs of rows[0..m): the frozen copy's forward (online), or the precomputed
  * ref[2 * example + (part != chosen)]. */
-static void ref_rows(const pref_run *r, const hyp_pref_set *s, const double *ref, const rowspec *rows, int m, double *out) {
+static int ref_rows(const pref_run *r, const hyp_pref_set *s, const double *ref, const rowspec *rows, int m, double *out,
+                    hyp_err *e) {
     if (r->ref) {
         int B = r->be->x->B, cnt[B];
-        forward_rows(pref_ref_exec(r->ref), s, rows, m, out, cnt);
-    } else
-        for (int k = 0; k < m; k++) out[k] = ref[2 * rows[k].ex + (rows[k].part != PART_CHOSEN)];
+        return forward_rows(NULL, pref_ref_exec(r->ref), s, rows, m, out, cnt, e);
+    }
+    for (int k = 0; k < m; k++) out[k] = ref[2 * rows[k].ex + (rows[k].part != PART_CHOSEN)];
+    return HYP_OK;
 }
 
-/* The val set's reference log-probs with executor x (the starting weights): pairs 2 per example,
- * KTO 1. */
-static int val_logps(exec_t *x, const hyp_pref_set *v, double *out, hyp_err *e) {
+/* The val set's reference log-probs with the backend b (the starting weights) or the frozen
+ * copy's executor rx (b NULL): pairs 2 per example, KTO 1. */
+static int val_logps(train_backend *b, exec_t *rx, const hyp_pref_set *v, double *out, hyp_err *e) {
     static const int PAIR[2] = {PART_CHOSEN, PART_REJECTED}, ONE[1] = {PART_CHOSEN};
-    return v->kind == HYP_PREF_PAIRS ? set_logps(x, v, 2, PAIR, out, NULL, e) : set_logps(x, v, 1, ONE, out, NULL, e);
+    return v->kind == HYP_PREF_PAIRS ? set_logps(b, rx, v, 2, PAIR, out, NULL, e) : set_logps(b, rx, v, 1, ONE, out, NULL, e);
 }
 
 /* ---- evaluation ---- */
@@ -245,13 +261,12 @@ typedef struct {
 } pref_eval;
 
 static void eval_set(const pref_run *r, const hyp_pref_set *v, const double *ref, pref_eval *out, hyp_err *e, int *rc) {
-    exec_t *x = r->be->x;
     memset(out, 0, sizeof *out);
     int pairs = v->kind == HYP_PREF_PAIRS, parts = pairs ? 2 : 1, n = v->n;
     static const int P2[2] = {PART_CHOSEN, PART_REJECTED}, P1[1] = {PART_CHOSEN};
     double *lp = malloc(sizeof *lp * (size_t)n * parts + 8), *g = malloc(sizeof *g * (size_t)n * 2 + 16);
     int *cnt = malloc(sizeof *cnt * (size_t)n * parts + 8), *lab = malloc(sizeof *lab * (size_t)n + 8);
-    if (!lp || !g || !cnt || !lab || (*rc = set_logps(x, v, parts, pairs ? P2 : P1, lp, cnt, e))) {
+    if (!lp || !g || !cnt || !lab || (*rc = set_logps(r->be, NULL, v, parts, pairs ? P2 : P1, lp, cnt, e))) {
         if (!*rc) *rc = hyp_fail(e, HYP_EFAIL, "out of memory");
         free(lp), free(g), free(cnt), free(lab);
         return;
@@ -362,6 +377,8 @@ static int ref_load(const pref_run *r, const hyp_pref_set *tr, const hyp_pref_se
 }
 
 static int save(const pref_run *r, int step, uint64_t epoch, uint64_t pos, hyp_err *e) {
+    int rc = train_sync_host(r->be, e); /* a device backend's weights and states into the host mirror */
+    if (rc) return rc;
     hyp_ckpt_state st;
     memset(&st, 0, sizeof st);
     st.step = (uint64_t)step;
@@ -374,16 +391,17 @@ static int save(const pref_run *r, int step, uint64_t epoch, uint64_t pos, hyp_e
 
 /* One micro-batch of pairs ex[0..P): chosen rows 2j, rejected 2j+1; gradients accumulated with
  * weight 1/K. Returns its stats in *st. */
-static void pairs_micro(const pref_run *r, const hyp_pref_set *s, const double *ref, const int *ex, int P, float *scale,
-                        pref_stats *st) {
+static int pairs_micro(const pref_run *r, const hyp_pref_set *s, const double *ref, const int *ex, int P, float *scale,
+                       pref_stats *st, hyp_err *e) {
     exec_t *x = r->be->x;
     int T = x->T, B = x->B, lc[B], lr[B], cnt[B];
     double pc[B], pr[B], rc[B], rr[B], gc[B], gr[B], lp[B];
     rowspec rows[B];
     for (int j = 0; j < P; j++) rows[2 * j] = (rowspec){ex[j], PART_CHOSEN}, rows[2 * j + 1] = (rowspec){ex[j], PART_REJECTED};
-    forward_rows(x, s, rows, 2 * P, lp, cnt);
+    int err = forward_rows(r->be, NULL, s, rows, 2 * P, lp, cnt, e);
     double lref[B];
-    ref_rows(r, s, ref, rows, 2 * P, lref);
+    if (!err) err = ref_rows(r, s, ref, rows, 2 * P, lref, e);
+    if (err) return err;
     for (int j = 0; j < P; j++) {
         pc[j] = lp[2 * j], pr[j] = lp[2 * j + 1], lc[j] = cnt[2 * j], lr[j] = cnt[2 * j + 1];
         rc[j] = lref[2 * j], rr[j] = lref[2 * j + 1];
@@ -393,33 +411,30 @@ static void pairs_micro(const pref_run *r, const hyp_pref_set *s, const double *
         float w = k < 2 * P ? (float)(-(k % 2 ? gr[k / 2] : gc[k / 2]) / r->K) : 0.0f;
         for (int t = 0; t < T; t++) scale[(size_t)k * T + t] = w;
     }
-    x->row_scale = scale;
-    exec_backward(x, 1.0f);
-    x->row_scale = NULL;
+    return r->be->i->weighted_backward(r->be, scale, e);
 }
 
 /* One micro-batch of KTO examples ex[0..n): the KL rows (mismatched, no gradient) first. */
-static void kto_micro(const pref_run *r, const hyp_pref_set *s, const double *ref, const int *ex, int n, float *scale,
-                      pref_stats *st) {
+static int kto_micro(const pref_run *r, const hyp_pref_set *s, const double *ref, const int *ex, int n, float *scale,
+                     pref_stats *st, hyp_err *e) {
     exec_t *x = r->be->x;
     int T = x->T, B = x->B, cnt[B], lab[B];
     double p[B], rf[B], pk[B], rk[B], g[B];
     rowspec rows[B];
     for (int j = 0; j < n; j++) rows[j] = (rowspec){ex[j], PART_KL};
-    forward_rows(x, s, rows, n, pk, cnt);
-    ref_rows(r, s, ref, rows, n, rk);
+    int rc = forward_rows(r->be, NULL, s, rows, n, pk, cnt, e);
+    if (!rc) rc = ref_rows(r, s, ref, rows, n, rk, e);
     for (int j = 0; j < n; j++) rows[j].part = PART_CHOSEN;
-    forward_rows(x, s, rows, n, p, cnt);
-    ref_rows(r, s, ref, rows, n, rf);
+    if (!rc) rc = forward_rows(r->be, NULL, s, rows, n, p, cnt, e);
+    if (!rc) rc = ref_rows(r, s, ref, rows, n, rf, e);
+    if (rc) return rc;
     for (int j = 0; j < n; j++) lab[j] = s->len[ex[j]][2];
     pref_kto_loss(r->cfg, n, p, rf, lab, n, pk, rk, g, st);
     for (int k = 0; k < B; k++) {
         float w = k < n ? (float)(-g[k] / r->K) : 0.0f;
         for (int t = 0; t < T; t++) scale[(size_t)k * T + t] = w;
     }
-    x->row_scale = scale;
-    exec_backward(x, 1.0f);
-    x->row_scale = NULL;
+    return r->be->i->weighted_backward(r->be, scale, e);
 }
 
 /* The order of epoch `epoch`: Fisher-Yates driven by hyp_rng(seed, epoch). */
@@ -436,8 +451,8 @@ static void build_perm(int *perm, int n, uint64_t seed, uint64_t epoch) {
 static int check_setup(const pref_run *r, const hyp_pref_set *s, hyp_err *e) {
     const exec_t *x = r->be->x;
     int obj = r->cfg->objective, want = obj == POST_KTO ? HYP_PREF_KTO : HYP_PREF_PAIRS;
-    if (strcmp(r->be->i->name, "cpu"))
-        return hyp_fail(e, HYP_EINPUT, "%s: preference objectives run on the cpu backend only (the %s path is missing) — generate the trainer with --target cpu",
+    if (!r->be->i->token_losses || !r->be->i->weighted_backward)
+        return hyp_fail(e, HYP_EINPUT, "%s: the %s backend has no per-token losses for preference objectives — generate the trainer with --target cpu or sim",
                         post_objective_name(obj), r->be->i->name);
     if (r->be->dp.world > 1 || r->be->dp.stage > 0)
         return hyp_fail(e, HYP_EINPUT, "%s: preference objectives run on one rank without ZeRO — run one process, generate without dp/zero", post_objective_name(obj));
@@ -491,8 +506,8 @@ int pref_train(pref_run *r, hyp_err *e) {
         if (!(rc = ref_load(r, &tr, &va, ref_tr, ref_va, e)))
             printf("%s: reference log-probs of the starting weights read from %s/reference_logps.bin\n", post_objective_name(c->objective), r->ckpt_dir);
     } else {
-        if (!rc) rc = set_logps(x, &tr, 2, tr.kind == HYP_PREF_PAIRS ? PAIR : KTO, ref_tr, NULL, e);
-        if (!rc && have_val) rc = val_logps(x, &va, ref_va, e);
+        if (!rc) rc = set_logps(r->be, NULL, &tr, 2, tr.kind == HYP_PREF_PAIRS ? PAIR : KTO, ref_tr, NULL, e);
+        if (!rc && have_val) rc = val_logps(r->be, NULL, &va, ref_va, e);
     }
     if (!rc && r->start_step == 0 && !r->ref) {
         printf("%s: %d train %s, %d val; reference log-probs precomputed with the starting weights in %.2f s (%d forward rows)\n",
@@ -502,7 +517,7 @@ int pref_train(pref_run *r, hyp_err *e) {
     }
     pref_eval ev;
     if (!rc && have_val) {
-        if (r->ref) rc = val_logps(pref_ref_exec(r->ref), &va, ref_va, e);
+        if (r->ref) rc = val_logps(NULL, pref_ref_exec(r->ref), &va, ref_va, e);
         if (!rc) eval_set(r, &va, ref_va, &ev, e, &rc);
         if (!rc) print_eval(r, r->start_step, &ev);
     }
@@ -524,8 +539,9 @@ int pref_train(pref_run *r, hyp_err *e) {
                 }
                 ex[j] = perm[pos++];
             }
-            if (tr.kind == HYP_PREF_PAIRS) pairs_micro(r, &tr, ref_tr, ex, per, scale, &st);
-            else kto_micro(r, &tr, ref_tr, ex, per, scale, &st);
+            rc = tr.kind == HYP_PREF_PAIRS ? pairs_micro(r, &tr, ref_tr, ex, per, scale, &st, e)
+                                           : kto_micro(r, &tr, ref_tr, ex, per, scale, &st, e);
+            if (rc) break;
             double *a = &sum.loss, *b = &st.loss;
             for (size_t i = 0; i < sizeof sum / sizeof(double); i++) a[i] += b[i] / r->K;
         }
@@ -543,7 +559,7 @@ int pref_train(pref_run *r, hyp_err *e) {
                step, r->opt->total_steps, post_objective_name(c->objective), sum.loss, sum.accuracy, sum.margin, sum.kl,
                sum.logp_chosen, sum.logp_rejected, lr, norm, dt);
         if (do_eval) {
-            if (r->ref) rc = val_logps(pref_ref_exec(r->ref), &va, ref_va, e); /* the frozen copy, online */
+            if (r->ref) rc = val_logps(NULL, pref_ref_exec(r->ref), &va, ref_va, e); /* the frozen copy, online */
             if (!rc) eval_set(r, &va, ref_va, &ev, e, &rc);
             if (rc) break;
             print_eval(r, step, &ev);

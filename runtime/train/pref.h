@@ -5,10 +5,11 @@
  * trainer: examples from gen data --pref (io/chat.h) as rows of B x T, the reference model's
  * log-probabilities from one precomputed forward pass of the starting weights (held in memory, 16
  * bytes per example) or, with post.reference = online, from a frozen copy of those weights run on
- * each step's rows (pref_ref.h), the per-token loss gradient through the executor's row_scale (exec.h).
- * Never: the SFT data path (that is the loader's loss mask, io/data.h), device backends (the
- * preference trainer runs on the cpu backend, one rank), or progress policy of the main program
- * beyond its own step lines.
+ * each step's rows (pref_ref.h, a cpu executor), the per-token loss gradient weighted per row by
+ * the backend (backend.h token_losses / weighted_backward: the cpu executor's row_scale, exec.h, or
+ * the device's crossentropy_fused_ext; one rank, no ZeRO).
+ * Never: the SFT data path (that is the loader's loss mask, io/data.h), backend-specific code, or
+ * progress policy of the main program beyond its own step lines.
  */
 #ifndef HYP_PREF_H
 #define HYP_PREF_H
@@ -53,7 +54,7 @@ double pref_pair_loss(const post_cfg *c, int n, const double *pc, const double *
 double pref_kto_loss(const post_cfg *c, int n, const double *p, const double *r, const int *label, int nk, const double *pk,
                      const double *rk, double *g, pref_stats *st);
 
-/* The preference trainer's inputs: the opened cpu backend over x, the run's shape and outputs. */
+/* The preference trainer's inputs: the opened backend over x, the run's shape and outputs. */
 typedef struct {
     train_backend *be;
     const post_cfg *cfg;
@@ -77,7 +78,8 @@ typedef struct {
  * checkpoint (with a checksum of the examples they belong to); a resumed run (start_step > 0)
  * reads them back instead of recomputing them from the resumed weights, and continues the
  * example order at (epoch, position). HYP_EINPUT with a one-line reason for data of the wrong
- * kind, B odd for pairs, a device backend, several ranks, or a resume without its reference file. */
+ * kind, B odd for pairs, a backend without per-token losses, several ranks, or a resume without
+ * its reference file. */
 int pref_train(pref_run *r, hyp_err *e);
 
 #endif

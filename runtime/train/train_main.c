@@ -516,14 +516,28 @@ static int resume(run_t *r, hyp_err *e) {
     return HYP_OK;
 }
 
+/* The plan's row layout (v2126 packed rows, v2127 dynamic batches: the train split only, cpu only). */
+static int rows_layout(const run_t *r, hyp_loader *L, int train, hyp_err *e) {
+    if (train && r->plan.token_budget > 0) {
+        if (strcmp(r->be.i->name, "cpu") != 0)
+            return hyp_fail(e, HYP_EINPUT, "dynamic batching (train.token_budget): the %s backend runs fixed batch shapes — use gen --target cpu, or drop dynamic-batching", r->be.i->name);
+        return hyp_loader_dynamic(L, r->plan.token_budget, r->plan.buckets, e);
+    }
+    return r->plan.pack_max_docs > 0 ? hyp_loader_pack_rows(L, r->plan.pack_max_docs, e) : HYP_OK;
+}
+
 /* The train split (required), the validation split (optional) and the metrics log. */
 static int open_outputs(run_t *r, hyp_err *e) {
     const args_t *a = &r->a;
     int rc;
     if (a->stream) rc = train_stream_open(&r->plan, &r->d, a->stream, a->doc_sep, a->tokenizer, r->B, r->T, r->seed, &r->train, e);
     else rc = hyp_loader_open_rc(a->data, "train", r->B, r->T, r->seed, r->d.rank, r->d.world, &r->train, e);
-    if (rc ||
-        (rc = hyp_loader_require_vocab(r->train, r->plan.V, e)) || (rc = hyp_loader_set_state(r->train, &r->lstate, e)))
+    if (!rc && a->stream && r->plan.token_budget > 0)
+        rc = hyp_fail(e, HYP_EINPUT, "--stream: dynamic batching (v2127) groups documents by length over the whole split — train from gen data shards (--data), or regenerate without dynamic-batching");
+    if (!rc && a->stream && r->plan.pack_max_docs > 0)
+        printf("note: --stream cuts rows as contiguous T-token windows with document masks; best-fit packing of whole documents (v2126 rows=best-fit) needs the whole split — use --data shards for it\n");
+    if (rc || (rc = hyp_loader_require_vocab(r->train, r->plan.V, e)) || (!a->stream && (rc = rows_layout(r, r->train, 1, e))) ||
+        (rc = hyp_loader_set_state(r->train, &r->lstate, e)))
         return rc;
     /* v2128: the plan's prefetch depth (the batches are the same either way) */
     if (r->plan.prefetch > 0 && (rc = hyp_loader_prefetch(r->train, r->plan.prefetch, e))) return rc;
@@ -533,7 +547,13 @@ static int open_outputs(run_t *r, hyp_err *e) {
         printf("note: --stream has no validation split; validation is off\n");
     else if (r->eval_every > 0 && r->eval_batches > 0) {
         hyp_err ve;
-        if (hyp_loader_open_rc(a->data, "val", r->B, r->T, r->seed, r->d.rank, r->d.world, &r->val, &ve) == HYP_OK)
+        if (hyp_loader_open_rc(a->data, "val", r->B, r->T, r->seed, r->d.rank, r->d.world, &r->val, &ve) == HYP_OK &&
+            (rc = rows_layout(r, r->val, 0, &ve)) != HYP_OK) { /* too few documents for one packed row per rank */
+            hyp_loader_close(r->val);
+            r->val = NULL;
+            printf("note: validation is off: %s\n", ve.msg);
+            rc = HYP_OK;
+        } else if (r->val)
             rc = hyp_loader_require_vocab(r->val, r->plan.V, e);
         else
             printf("note: no validation split in %s (%s); validation is off\n", a->data, ve.msg);
@@ -638,6 +658,16 @@ static void print_banner(run_t *r, hyp_err *e) {
                : hyp_loader_has_docs(r->train) ? ", attention masked per document (packing)"
                                                : ", none: one stream, plain causal attention",
                p->prefetch);
+    if (hyp_loader_rows_mode(r->train)) { /* v2126 / v2127: the epoch's layout */
+        uint64_t tok, slots, pad;
+        hyp_loader_layout(r->train, &tok, &slots, &pad);
+        printf("rows: %s: %llu %s per epoch, %llu tokens in %llu input slots, padding %.2f%%\n",
+               hyp_loader_rows_mode(r->train) == HYP_ROWS_BFD ? "best-fit-decreasing packing of whole documents"
+                                                              : "dynamic batches (length buckets, token budget)",
+               (unsigned long long)hyp_loader_windows(r->train),
+               hyp_loader_rows_mode(r->train) == HYP_ROWS_BFD ? "rows" : "batches", (unsigned long long)tok,
+               (unsigned long long)slots, slots ? 100.0 * (double)pad / (double)slots : 0.0);
+    }
     printf("MFU: %.3g model FLOPs/token at T=%d (%s) | %s | tok/s window %d steps\n",
            p->flops_per_token - p->flops_attn_coef * (p->T - r->T), r->T, p->flops_convention, r->peak_desc,
            p->metrics_window);
@@ -824,7 +854,7 @@ static int train_loop(run_t *r, hyp_err *e) {
         if ((rc = train_prof_step_begin(&r->prof, &r->be, step, r->start_step, last_step, e))) break;
         double t0 = now_s(), loss = 0, norm = 0, lr = train_lr_at(&r->opt, step);
         float scale = 1;
-        train_step_times tm = {0, 0};
+        train_step_times tm = {0, 0, 0, 0, 0, 0};
         int skipped = 0, warn = 0;
         double ls_used = r->be.ls.scale; /* v2162: the scale this step ran under */
         r->x.fp16_flushed = r->x.fp16_nonzero = 0;
@@ -897,10 +927,17 @@ static int train_loop(run_t *r, hyp_err *e) {
                 kv2[n_kv++] = (hyp_metric_kv){"skipped_overflow", ovf};
                 kv2[n_kv++] = (hyp_metric_kv){"overflow_steps", (double)r->be.ls.overflows};
             }
-            hyp_metric_kv kv3[sizeof kv2 / sizeof kv2[0] + 1];
+            hyp_metric_kv kv3[sizeof kv2 / sizeof kv2[0] + 5];
             memcpy(kv3, kv2, sizeof kv2);
             if (r->x.fp16_nonzero) /* v2102 fp16: the share of nonzero GEMM operands this step that underflowed */
                 kv3[n_kv++] = (hyp_metric_kv){"fp16_flush_frac", (double)r->x.fp16_flushed / (double)r->x.fp16_nonzero};
+            if (hyp_loader_rows_mode(r->train) || p->positions_buf >= 0) { /* v2126 / v2127: this rank's batch shape and padding */
+                kv3[n_kv++] = (hyp_metric_kv){"batch_tokens", tm.slots};
+                kv3[n_kv++] = (hyp_metric_kv){"batch_rows", tm.rows};
+                kv3[n_kv++] = (hyp_metric_kv){"pad_frac", tm.slots > 0 ? tm.pad / tm.slots : 0};
+                kv3[n_kv++] = (hyp_metric_kv){"loss_tokens", tm.loss_tokens};
+                kv3[n_kv++] = (hyp_metric_kv){"loss_tokens_per_s", tm.loss_tokens / dt};
+            }
             hyp_metrics_row row = {.step = step, .loss = loss, .lr = lr, .grad_norm = norm, .tokens_per_s = tps,
                                    .val_loss = do_eval ? vl : NAN, .extra = kv3, .n_extra = n_kv};
             if ((rc = hyp_metrics_write(r->mlog, &row, e))) break;
@@ -1134,7 +1171,7 @@ static int run(int argc, char **argv, hyp_coll *coll) {
     if (!rc && !a->sample_mode && post.objective >= POST_DPO) {
         if (!(rc = train_backend_open(&r.be, p, r.plan_path, &r.x, &r.d, r.B, r.T, &e))) rc = run_pref(&r, &post, &e);
     } else if (!rc && !a->sample_mode && !(rc = train_backend_open(&r.be, p, r.plan_path, &r.x, &r.d, r.B, r.T, &e)) &&
-               !(rc = open_outputs(&r, &e)) && !(rc = check_sft(&r, &post, &e)) && !(rc = train_guard_open(&r.guard, p, &r.d, &e)) &&
+               !(rc = distill_attach(dist, &r.be, &e)) && !(rc = open_outputs(&r, &e)) && !(rc = check_sft(&r, &post, &e)) && !(rc = train_guard_open(&r.guard, p, &r.d, &e)) &&
                !(rc = loss_scale_open(&r, &e)) && !(rc = open_async(&r, &e))) {
         train_guard_attach(&r.guard, &r.be);
         hyp_progress_init(&r.pg, stdout, a->log_every);

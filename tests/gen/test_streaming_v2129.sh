@@ -48,9 +48,10 @@ expect shard_train 0 "done: 12 steps" -- "$TMP/base/train" --data "$TMP/data" "$
 expect test_v2129_stream_trains 0 "streaming .*docs.txt \(v2129\).*shuffle blocks of 1 rows.*loader thread" \
   -- "$TMP/s1/train" --stream "$TMP/docs.txt" --doc-sep % "${R[@]}" --metrics "$TMP/s1.jsonl"
 check test_v2129_stream_buffer1_losses_equal_shards_in_order same_losses "$TMP/shard.jsonl" "$TMP/s1.jsonl" 12
-# with v2126 packing: the stream's document positions mask attention as the shards' sidecars do
-"$GEN" specs/v2500.yaml --enable adamw,warmup,packing "${G[@]}" -o "$TMP/pk" >/dev/null 2>&1
-"$GEN" specs/v2500.yaml --enable adamw,warmup,packing,streaming --set v2129.shuffle_buffer=1 "${G[@]}" -o "$TMP/pks" >/dev/null 2>&1
+# with v2126 packing (contiguous windows: best-fit rows need the whole split): the stream's document
+# positions mask attention as the shards' sidecars do
+"$GEN" specs/v2500.yaml --enable adamw,warmup,packing --set v2126.rows=contiguous "${G[@]}" -o "$TMP/pk" >/dev/null 2>&1
+"$GEN" specs/v2500.yaml --enable adamw,warmup,packing,streaming --set v2129.shuffle_buffer=1 --set v2126.rows=contiguous "${G[@]}" -o "$TMP/pks" >/dev/null 2>&1
 "$TMP/pk/train" --data "$TMP/data" "${R[@]}" --metrics "$TMP/pk.jsonl" >/dev/null 2>&1
 expect pk_stream 0 "attention masked per document" -- "$TMP/pks/train" --stream "$TMP/docs.txt" --doc-sep % "${R[@]}" --metrics "$TMP/pks.jsonl"
 check test_v2129_packing_stream_losses_equal_packed_shards same_losses "$TMP/pk.jsonl" "$TMP/pks.jsonl" 12

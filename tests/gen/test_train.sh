@@ -109,7 +109,7 @@ fi
 # bad input: flags
 expect unknown_flag 2 "unknown flag '--stpes' \(did you mean '--steps'\?\)" -- "$TR" --data "$TMP/data" --stpes 3
 expect bad_number 2 "--steps 'x' is not an integer" -- "$TR" --data "$TMP/data" --steps x
-expect missing_data_flag 2 "--data DIR is required" -- "$TR" --steps 3
+expect missing_data_flag 2 "--data DIR \(or --stream FILES, v2129\) is required" -- "$TR" --steps 3
 expect batch_beyond_plan 2 "planned for batch <= 4" -- "$TR" --data "$TMP/data" --batch 64 --steps 1
 expect resume_without_ckpt_dir 2 "need --ckpt-dir" -- "$TR" --data "$TMP/data" --resume
 # bad input: data

@@ -30,6 +30,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "distill.h"
 #include "fp8.h"
 #include "ops_cpu.h"
 #include "ops_flash.h"
@@ -674,6 +675,31 @@ static void test_classifier(const char *tag, int N, int V, int Vp) {
     op_crossentropy_fused(loss_ref, zref, tg, dloss, N, V, Vp);
     check_f32(NAME(nm, "crossentropy_fused[%s] losses", tag), loss, loss_ref, N, TOL_F32);
     check_f32(NAME(nm, "crossentropy_fused[%s] dlogits in place (padding, ignored rows 0)", tag), z, zref, nl, TOL_F32);
+    /* v2195-v2198: crossentropy_fused_ext with per-token weights (the preference objectives'
+     * -dL/dlogp of each row's sequence, some negative) = crossentropy_fused times the weight */
+    float *w = frandbuf(N, 2.0f), *nulp = NULL, one_t = 1.0f, zero_a = 0.0f;
+    int tvp = Vp;
+    z = fcopy(logits, nl), zref = fcopy(logits, nl);
+    void *a3[] = {&loss, &z, &tg, &dloss, &w, &nulp, &tvp, &one_t, &zero_a, &N};
+    launch(&md, "crossentropy_fused_ext", N, 1, 1, 512, a3);
+    op_crossentropy_fused(loss_ref, zref, tg, dloss, N, V, Vp);
+    for (long i = 0; i < nl; i++) zref[i] *= w[i / Vp];
+    check_f32(NAME(nm, "test_v2195_crossentropy_fused_ext[%s] row-weighted losses", tag), loss, loss_ref, N, TOL_F32);
+    check_f32(NAME(nm, "test_v2195_crossentropy_fused_ext[%s] row-weighted dlogits", tag), z, zref, nl, TOL_F32);
+    /* v2149: with a teacher's logits (rows of TVP = Vp + 3 floats) the distillation loss and
+     * gradient, against the cpu backend's double-precision row (train/distill.c distill_row) */
+    tvp = Vp + 3;
+    float *zt = frandbuf((long)N * tvp, 4.0f), temp = 2.0f, alpha = 0.7f;
+    z = fcopy(logits, nl), zref = fcopy(logits, nl);
+    void *a4[] = {&loss, &z, &tg, &dloss, &w, &zt, &tvp, &temp, &alpha, &N};
+    launch(&md, "crossentropy_fused_ext", N, 1, 1, 512, a4);
+    for (int n = 0; n < N; n++) {
+        float *zr = zref + (long)n * Vp;
+        loss_ref[n] = distill_row(zr, zt + (long)n * tvp, tg[n], V, temp, alpha, dloss * w[n]);
+        for (int i = V; i < Vp; i++) zr[i] = 0.0f;
+    }
+    check_f32(NAME(nm, "test_v2149_distill_ext[%s] T=2 alpha=0.7 losses", tag), loss, loss_ref, N, TOL_F32);
+    check_f32(NAME(nm, "test_v2149_distill_ext[%s] T=2 alpha=0.7 dlogits", tag), z, zref, nl, TOL_F32);
     close_family(&md);
 }
 

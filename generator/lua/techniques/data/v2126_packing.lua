@@ -1,7 +1,11 @@
--- v2126 sequence packing with document masking: rows are T-token windows of the document stream
--- (several documents per row, no padding); the loader (runtime/io/data.c) reads the shards' .docs
--- sidecars and gives each input token its position in its document, in the plan's "positions"
--- token array. This module adds that array and hands it to the attention ops (the mask hook:
+-- v2126 sequence packing with document masking: with rows = "best-fit" (the default) the loader
+-- packs whole documents into rows of T+1 tokens by best-fit decreasing (runtime/io/pack.c; a
+-- document longer than T+1 cut into chunks, each its own document; at most max_docs_per_seq per
+-- row; the row's tail padded with target -1), through train.pack_max_docs; with rows = "contiguous"
+-- rows are T-token windows of the document stream (several documents per row, no padding, a
+-- document continuing in another window). Either way the loader (runtime/io/data.c) reads the
+-- shards' .docs sidecars and gives each input token its position in its document, in the plan's
+-- "positions" token array. This module adds that array and hands it to the attention ops (the mask hook:
 -- query t sees only keys [t - positions[t], t], its own document) and, with reset_positions, to
 -- the position ops (learned wpe rows and RoPE angles restart at each document). Never: a second
 -- attention kernel (the mask is an optional input of the existing ops and of their CUDA templates:
@@ -15,7 +19,11 @@ local POSITION_OPS = { rope_fwd = true, rope_bwd = true, embedding_fwd = true, e
 
 function M.derive(ctx)
   ctx.facts.doc_mask = { reset_positions = ctx.param("reset_positions") ~= false, by = ctx.id }
-  ctx.decide(ctx.id .. ".max_docs_per_seq", "not applied", "rows are contiguous T-token windows of the document stream (no bin packing): a row holds as many documents as fit, a document longer than the rest of a row continues in another row")
+  local rows = ctx.param("rows") or "best-fit"
+  ctx.facts.doc_mask.rows = rows
+  if rows == "contiguous" then
+    ctx.decide(ctx.id .. ".max_docs_per_seq", "not applied", "rows = contiguous: rows are T-token windows of the document stream (no bin packing): a row holds as many documents as fit, a document longer than the rest of a row continues in another row")
+  end
 end
 
 function M.rewrite(ctx, g, list, op)
@@ -38,6 +46,13 @@ end
 
 function M.sections(ctx, plan)
   local dm = ctx.facts.doc_mask
+  if dm.rows == "best-fit" then
+    plan.train.pack_max_docs = ctx.param("max_docs_per_seq")
+    ctx.contribute(string.format("data: best-fit-decreasing packing of whole documents into rows of T+1 tokens (at most %d per row; a document longer than T+1 cut into chunks of T+1, stride T, each masked alone with positions from 0; padded tail: target -1) in train.pack_max_docs",
+      plan.train.pack_max_docs))
+  else
+    ctx.contribute("data: rows are contiguous T-token windows of the document stream (rows = contiguous): no padding, a document may continue in the next row")
+  end
   local kinds = {}
   for k in pairs(dm.kinds or {}) do kinds[#kinds + 1] = k end
   table.sort(kinds)

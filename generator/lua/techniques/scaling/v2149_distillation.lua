@@ -1,10 +1,11 @@
 -- v2149 distillation: writes the plan's distill section {teacher, temperature, alpha, teacher_plan};
--- the cpu trainer (runtime/train/distill.c) loads the teacher (our checkpoint with its own
--- plan.json, or a Hugging Face directory read through io/hf.c with teacher_plan or the student's
--- plan) and runs
--- it forward inside the student's fused loss op, mixing alpha * T^2 * KL on temperature-scaled
--- logits with (1 - alpha) * cross-entropy, row by row. Never: a preference objective at the same
--- time (both replace the loss: refused here).
+-- the trainer (runtime/train/distill.c) loads the teacher (our checkpoint with its own plan.json,
+-- or a Hugging Face directory read through io/hf.c with teacher_plan or the student's plan) and
+-- runs it forward on the host per micro-batch, mixing alpha * T^2 * KL on temperature-scaled
+-- logits with (1 - alpha) * cross-entropy: inside the cpu executor's fused loss op, or on sim/cuda
+-- in the fused-loss kernel the plan's distill section makes the renderer emit
+-- (crossentropy_fused_ext). Never: a preference objective at the same time (both replace the
+-- loss: refused here).
 local U = require("util")
 local M = { id = "v2149" }
 
@@ -18,14 +19,13 @@ function M.sections(ctx, plan)
     U.fail("v2149", "distillation and the " .. obj.kind .. " objective (" .. obj.by .. ") both replace the loss; a run trains one objective",
       "drop one of them from --enable")
   end
-  if ctx.target.kind ~= "cpu" then
-    U.fail("v2149", "distillation runs on the cpu target only (the sim/cuda path is missing)", "generate with --target cpu")
-  end
   plan.distill = { teacher = teacher, temperature = ctx.param("temperature"), alpha = ctx.param("alpha") }
   local tplan = ctx.param("teacher_plan")
   if tplan ~= nil and tplan ~= "" then plan.distill.teacher_plan = tplan end
-  ctx.contribute(string.format("distill: teacher %s forward inside the fused loss; loss = %g * T^2 * KL(teacher/T || student/T) + %g * CE, T = %g, row by row over the vocabulary",
-    teacher, plan.distill.alpha, 1 - plan.distill.alpha, plan.distill.temperature))
+  local where = ctx.target.kind == "cpu" and "forward inside the fused loss"
+    or "forward on the host per micro-batch, its logits into the device's fused-loss kernel (crossentropy_fused_ext)"
+  ctx.contribute(string.format("distill: teacher %s %s; loss = %g * T^2 * KL(teacher/T || student/T) + %g * CE, T = %g, row by row over the vocabulary",
+    teacher, where, plan.distill.alpha, 1 - plan.distill.alpha, plan.distill.temperature))
 end
 
 return M
