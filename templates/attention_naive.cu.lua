@@ -5,6 +5,7 @@ constants = {
   NH = { "int", doc = "query heads" },
   NKV = { "int", doc = "key/value heads (NH % NKV == 0)" },
   HD = { "int", doc = "head dim" },
+  ATT_SCALE = { "float", default = 0.0, doc = "the score scale from the plan's attention attr scale (muP: 1/HD); 0: 1/sqrt(HD)" },
   BLOCK = { "int", default = 256, doc = "threads per block (8 warps)" },
 }
 derive = function(K, decide)
@@ -62,7 +63,7 @@ ops = {
 
 // Layouts: q, dq [B, NH, T, HD]; k, v, dk, dv [B, NKV, T, HD]; att, datt [B, NH, T, T];
 // out, dout [B, T, NH*HD] (the attention output before the projection).
-static constexpr float SCALE = {{ f32(1.0 / math.sqrt(HD)) }}; // 1/sqrt(HD), as the CPU op's 1.0f / sqrtf(hd)
+static constexpr float SCALE = {{ ATT_SCALE > 0 and f32(ATT_SCALE) or f32(1.0 / math.sqrt(HD)) }}; // ATT_SCALE, else 1/sqrt(HD), as the CPU op's scale
 
 // Score tile: S[t, t2] = alpha * A_t . B_t2 for the TQ queries from t0 and 32 keys from j0 of one
 // (b, h). A rows are q rows ([B,NH,T,HD]) or, for the backward, dout rows ([B,T,NH*HD]); B rows

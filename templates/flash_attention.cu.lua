@@ -5,6 +5,7 @@ constants = {
   NH = { "int", doc = "query heads" },
   NKV = { "int", doc = "key/value heads (NH % NKV == 0)" },
   HD = { "int", doc = "head dim (a multiple of 16, at most 128)" },
+  ATT_SCALE = { "float", default = 0.0, doc = "the score scale from the plan's attention attr scale (muP: 1/HD); 0: 1/sqrt(HD)" },
   PREC = { "enum", values = { "bf16", "bf16x3" }, default = "bf16x3",
     doc = "operands of the mma: bf16 (each fp32 operand rounded once, ~2^-8 relative) or bf16x3 (hi + lo bf16 split, hi*hi + hi*lo + lo*hi: ~fp32 accuracy, 3x the mma work)" },
   BLOCK = { "int", default = 128, doc = "threads per block (4 warps, 16 tile rows each)" },
@@ -79,7 +80,7 @@ ops = {
 // tile holds B^T, i.e. the rows are the n index, transposed when it holds B). Lane (g = lane/4,
 // t = lane%4) owns rows g and g + 8 of its warp's slab and columns 8j + 2t, 8j + 2t + 1 of every
 // n-tile j (kernels/hyp/mma.cuh).
-static constexpr float SCALE = {{ f32(1.0 / math.sqrt(HD)) }}; // 1/sqrt(HD), as the CPU op's 1.0f / sqrtf(hd)
+static constexpr float SCALE = {{ ATT_SCALE > 0 and f32(ATT_SCALE) or f32(1.0 / math.sqrt(HD)) }}; // ATT_SCALE, else 1/sqrt(HD), as the CPU op's scale
 static constexpr int OC = NH * HD;
 
 // The mask hook (v2126 document masking, FlashInfer-style): the first key query q of row b may

@@ -1,8 +1,9 @@
 --[[ hyperion template
 family = "residual"
-doc = "the residual stream's elementwise ops: out = a + b (forward), dst += src (backward fan-in)"
+doc = "the residual stream's elementwise ops: out = a + b (forward), dst += src (backward fan-in); with ALPHA != 1 (DeepNorm) out = ALPHA a + b and dst += ALPHA src"
 constants = {
   BLOCK = { "int", default = 256, doc = "threads per block" },
+  ALPHA = { "float", default = 1.0, doc = "the weight of the residual operand (the plan's add_fwd/accumulate attr alpha; 1 without)" },
 }
 kernels = {
   { name = "add_fwd", doc = "out = a + b over n floats",
@@ -25,10 +26,18 @@ ops = {
     long i = ((long)blockIdx.x * blockDim.x + threadIdx.x) * 4;
     if (i + 3 < n) {
         hyp_f128 x = hyp_load128(a + i), y = hyp_load128(b + i);
+% if ALPHA == 1 then
         hyp_store128(out + i, f128(x[0] + y[0], x[1] + y[1], x[2] + y[2], x[3] + y[3]));
     } else {
         for (; i < n; i++) out[i] = a[i] + b[i];
     }
+% else
+        const float al = {{ f32(ALPHA) }};
+        hyp_store128(out + i, f128(al * x[0] + y[0], al * x[1] + y[1], al * x[2] + y[2], al * x[3] + y[3]));
+    } else {
+        for (; i < n; i++) out[i] = {{ f32(ALPHA) }} * a[i] + b[i];
+    }
+% end
 }
 % end
 
@@ -37,9 +46,17 @@ ops = {
     long i = ((long)blockIdx.x * blockDim.x + threadIdx.x) * 4;
     if (i + 3 < n) {
         hyp_f128 x = hyp_load128(dst + i), y = hyp_load128(src + i);
+% if ALPHA == 1 then
         hyp_store128(dst + i, f128(x[0] + y[0], x[1] + y[1], x[2] + y[2], x[3] + y[3]));
     } else {
         for (; i < n; i++) dst[i] += src[i];
     }
+% else
+        const float al = {{ f32(ALPHA) }};
+        hyp_store128(dst + i, f128(x[0] + al * y[0], x[1] + al * y[1], x[2] + al * y[2], x[3] + al * y[3]));
+    } else {
+        for (; i < n; i++) dst[i] += {{ f32(ALPHA) }} * src[i];
+    }
+% end
 }
 % end

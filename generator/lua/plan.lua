@@ -226,6 +226,11 @@ local function build_graph(g, m, d, names, layer, attention)
   -- sandwich x + norm_out(f(norm(x))). The final norm before the head is there in all three.
   local placement = m.norm_placement or "pre"
   local post, sandwich = placement == "post", placement == "sandwich"
+  -- post only: the residual's weight (m.residual_alpha, DeepNorm: norm(alpha x + f(x))), the
+  -- add's and its backward fan-in's attr alpha; m.attn_scale: the attention ops' score scale
+  -- (absent: 1/sqrt(hd))
+  local alpha = post and m.residual_alpha or nil
+  local ascale = m.attn_scale
   for l = 0, d.L - 1 do
     local n, s = layer[l], {}
     local t = "l" .. l
@@ -255,10 +260,10 @@ local function build_graph(g, m, d, names, layer, attention)
     s.atty = act(t .. ".atty", { "N", d.NH * d.hd })
     if flash then
       s.lse = act(t .. ".lse", { "B", d.NH, "T" })
-      g.op(F_, "flash_attention_fwd", { q, "" }, { s.atty, s.lse }, { B = "B", T = "T", NH = d.NH, NKV = d.NKV, hd = d.hd })
+      g.op(F_, "flash_attention_fwd", { q, "" }, { s.atty, s.lse }, { B = "B", T = "T", NH = d.NH, NKV = d.NKV, hd = d.hd, scale = ascale })
     else
       s.att = act(t .. ".att", { "B", d.NH, "T", "T" })
-      g.op(F_, "attention_fwd", { q, "" }, { s.atty, s.att }, { B = "B", T = "T", NH = d.NH, NKV = d.NKV, hd = d.hd })
+      g.op(F_, "attention_fwd", { q, "" }, { s.atty, s.att }, { B = "B", T = "T", NH = d.NH, NKV = d.NKV, hd = d.hd, scale = ascale })
     end
     s.attp = act(t .. ".attproj", { "N", d.C })
     g.op(F_, "matmul_fwd", { s.atty, n.ow, n.ob or "" }, { s.attp }, { N = "N", IC = d.NH * d.hd, OC = d.C })
@@ -270,7 +275,7 @@ local function build_graph(g, m, d, names, layer, attention)
     end
     if post then
       s.h1 = act(t .. ".xres1", { "N", d.C })
-      g.op(F_, "add_fwd", { x, attout }, { s.h1 }, { n = "N", C = d.C })
+      g.op(F_, "add_fwd", { x, attout }, { s.h1 }, { n = "N", C = d.C, alpha = alpha })
       s.xm = act(t .. ".xmid", { "N", d.C })
       s.ln1s = norm_fwd(F_, s.xm, s.h1, n.ln1w, n.ln1b, t .. ".ln1")
       s.ln2 = s.xm
@@ -299,7 +304,7 @@ local function build_graph(g, m, d, names, layer, attention)
     local xn = act("x" .. (l + 1), { "N", d.C })
     if post then
       s.h2 = act(t .. ".xres2", { "N", d.C })
-      g.op(F_, "add_fwd", { s.xm, mlpout }, { s.h2 }, { n = "N", C = d.C })
+      g.op(F_, "add_fwd", { s.xm, mlpout }, { s.h2 }, { n = "N", C = d.C, alpha = alpha })
       s.ln2s = norm_fwd(F_, xn, s.h2, n.ln2w, n.ln2b, t .. ".ln2")
     else
       g.op(F_, "add_fwd", { s.xm, mlpout }, { xn }, { n = "N", C = d.C })
@@ -361,7 +366,7 @@ local function build_graph(g, m, d, names, layer, attention)
       dxm = dact(s.xm)
       norm_bwd(dxm, n.ln2w, n.ln2b, dln2, s.xm, s.ln2s)
     end
-    g.op(B_, "accumulate", { dh2 }, { dxm }, { n = "N", C = d.C })
+    g.op(B_, "accumulate", { dh2 }, { dxm }, { n = "N", C = d.C, alpha = alpha })
     local dh1 = dxm
     if post then
       dh1 = dact(s.h1)
@@ -377,10 +382,10 @@ local function build_graph(g, m, d, names, layer, attention)
     local dq = dact(s.qin)
     if flash then
       local dsc = g.buf("scratch:" .. s.lse, "act", g.by_name[s.lse].shape)
-      g.op(B_, "flash_attention_bwd", { datty, s.qin, s.atty, s.lse, "" }, { dq, dsc }, { B = "B", T = "T", NH = d.NH, NKV = d.NKV, hd = d.hd })
+      g.op(B_, "flash_attention_bwd", { datty, s.qin, s.atty, s.lse, "" }, { dq, dsc }, { B = "B", T = "T", NH = d.NH, NKV = d.NKV, hd = d.hd, scale = ascale })
     else
       local datt = g.buf("scratch:" .. s.att, "act", g.by_name[s.att].shape)
-      g.op(B_, "attention_bwd", { datty, s.qin, s.att, "" }, { dq, datt }, { B = "B", T = "T", NH = d.NH, NKV = d.NKV, hd = d.hd })
+      g.op(B_, "attention_bwd", { datty, s.qin, s.att, "" }, { dq, datt }, { B = "B", T = "T", NH = d.NH, NKV = d.NKV, hd = d.hd, scale = ascale })
     end
     if m.position == "rope" then
       local src = m.qk_norm and s.qkvn or s.qkv
@@ -400,7 +405,7 @@ local function build_graph(g, m, d, names, layer, attention)
       dxl = dact(s.x)
       norm_bwd(dxl, n.ln1w, n.ln1b, dln1, s.x, s.ln1s)
     end
-    g.op(B_, "accumulate", { dh1 }, { dxl }, { n = "N", C = d.C })
+    g.op(B_, "accumulate", { dh1 }, { dxl }, { n = "N", C = d.C, alpha = alpha })
     dx = dxl
   end
   g.layer = nil

@@ -41,14 +41,15 @@ local function residual_norm_sites(plan)
   local F = plan.forward
   for i = 1, #F - 1 do
     local a, n = F[i], F[i + 1]
-    if a.op == "add_fwd" and (n.op == "layernorm_fwd" or n.op == "rmsnorm_fwd") and n.ins[1] == a.outs[1] then
+    -- (a weighted residual, attr alpha, is no site: the fused kernels add with weight 1)
+    if a.op == "add_fwd" and not a.attrs.alpha and (n.op == "layernorm_fwd" or n.op == "rmsnorm_fwd") and n.ins[1] == a.outs[1] then
       fwd[#fwd + 1] = { ops = U.array({ i - 1, i }), add = a.outs[1], norm = n.op }
     end
   end
   local Bk = plan.backward
   for i = 1, #Bk - 1 do
     local n, a = Bk[i], Bk[i + 1]
-    if (n.op == "layernorm_bwd" or n.op == "rmsnorm_bwd") and a.op == "accumulate" and a.outs[1] == n.outs[1] then
+    if (n.op == "layernorm_bwd" or n.op == "rmsnorm_bwd") and a.op == "accumulate" and not a.attrs.alpha and a.outs[1] == n.outs[1] then
       bwd[#bwd + 1] = { ops = U.array({ i - 1, i }), dinp = n.outs[1], norm = n.op }
     end
   end
@@ -156,7 +157,23 @@ function M.instances(tree, cfg, plan, decide, contrib)
     want("rmsnorm", { "qknorm_fwd", "qknorm_bwd_dx", "qknorm_bwd_dw", "qknorm_bwd_dw_finish" },
       { NH = m.NH, NKV = m.NKV, HD = m.hd, QK_EPS = o.attrs.eps })
   end
-  if seen.add_fwd or seen.accumulate then want("residual", { "add_fwd", "accumulate" }, {}) end
+  if seen.add_fwd or seen.accumulate then
+    -- the residual weight (attr alpha, e.g. DeepNorm's) is a compile-time constant of the family:
+    -- every add_fwd and accumulate of the plan must carry the same one
+    local alpha
+    for _, list in ipairs({ plan.forward, plan.backward }) do
+      for _, o in ipairs(list) do
+        if o.op == "add_fwd" or o.op == "accumulate" then
+          local a = o.attrs.alpha or 1.0
+          if alpha and a ~= alpha then
+            U.fail("plan", string.format("the residual ops weight their first operand by %s and %s; the residual kernels take one weight", U.fmt_value(alpha), U.fmt_value(a)), "enable one technique that sets it")
+          end
+          alpha = a
+        end
+      end
+    end
+    want("residual", { "add_fwd", "accumulate" }, alpha ~= 1.0 and { ALPHA = alpha } or {})
+  end
   if seen.attention_fwd then
     local rope = first_op(plan, "rope_fwd")
     local ks = { "qkv_permute_fwd", "qkv_permute_bwd" }
@@ -165,7 +182,7 @@ function M.instances(tree, cfg, plan, decide, contrib)
       THETA = rope and rope.attrs.theta or 10000.0 })
     want("attention_naive", { "attention_scores", "attention_softmax_fwd", "attention_value",
       "attention_bwd_datt", "attention_softmax_bwd", "attention_bwd_dq", "attention_bwd_dkv" },
-      { NH = m.NH, NKV = m.NKV, HD = m.hd })
+      { NH = m.NH, NKV = m.NKV, HD = m.hd, ATT_SCALE = first_op(plan, "attention_fwd").attrs.scale })
   end
   if seen.flash_attention_fwd then
     local rope = first_op(plan, "rope_fwd") -- the flash kernels read the rotated qkv: plain rope ops
@@ -176,7 +193,7 @@ function M.instances(tree, cfg, plan, decide, contrib)
     local fa = first_op(plan, "flash_attention_fwd")
     want("flash_attention", { "flash_attention_fwd", "flash_attention_bwd_d", "flash_attention_bwd_dkv", "flash_attention_bwd_dq" },
       { NH = m.NH, NKV = m.NKV, HD = m.hd, PREC = facts.attention and facts.attention.precision or "bf16x3",
-        DOCMASK = (fa.ins[2] or "") ~= "" })
+        DOCMASK = (fa.ins[2] or "") ~= "", ATT_SCALE = fa.attrs.scale })
   end
   if seen.gelu_fwd then want("gelu", { "gelu_fwd", "gelu_bwd" }, {}) end
   if seen.swiglu_fwd then want("swiglu", { "swiglu_fwd", "swiglu_bwd" }, { H = m.H }) end

@@ -27,7 +27,7 @@ local U = require("util")
 local M = {}
 
 M.FAMILIES = { "embedding", "layernorm", "rmsnorm", "residual", "rope", "attention_naive", "flash_attention",
-  "gelu", "swiglu", "classifier", "adamw", "lion", "global_norm", "cast" }
+  "gelu", "swiglu", "classifier", "adamw", "lion", "muon", "schedulefree", "adam_mini", "sophia", "global_norm", "cast" }
 
 ------------------------------------------------------------------------------------------------
 -- The template engine

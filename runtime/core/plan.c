@@ -260,6 +260,7 @@ static const struct {
     {"V", A_DIM, offsetof(plan_op, V)},     {"Vp", A_DIM, offsetof(plan_op, Vp)},
     {"n", A_DIM, offsetof(plan_op, n)},     {"eps", A_NUM, offsetof(plan_op, eps)},
     {"theta", A_NUM, offsetof(plan_op, theta)}, {"slot", A_SLOT, offsetof(plan_op, slot)},
+    {"scale", A_NUM, offsetof(plan_op, scale)}, {"alpha", A_NUM, offsetof(plan_op, alpha)},
 };
 
 /* Reads attribute v (key) of op o: a dim is a positive integer or one of "B", "T", "N". */

@@ -42,6 +42,8 @@ typedef struct {
     /* attributes (unused ones are 0); dims may be DIM_B / DIM_T / DIM_N */
     int64_t B, T, N, C, IC, OC, NH, NKV, hd, H, V, Vp, n;
     float eps, theta;
+    float scale, alpha;    /* optional: attention score scale (0: 1/sqrt(hd)); residual add/accumulate
+                              weight of the first operand (0: 1, DeepNorm's alpha) */
     int slot;              /* fp8_quantize: index into plan_t.fp8_roles */
 } plan_op;
 

@@ -135,9 +135,14 @@ static int init_dp(exec_t *x, const plan_t *p, hyp_coll *coll, int stage, int ac
         memset(x, 0, sizeof *x);
         return rc;
     }
+    /* stages 1-2: a whole-matrix optimizer with matrix hooks runs distributed (train_optim_own_matrix;
+     * the trainer refuses one without them) */
     if (p->param_bf16 && stage >= 1) /* gen refuses this selection; a hand-edited plan gets this */
         rc = hyp_fail(e, HYP_EINPUT, "exec: bf16 parameters (param_storage, v2161) need ZeRO stage 0, the plan asks for stage %d — generate the trainer without zero1/zero2/zero3",
                       stage);
+    else if (stage >= 3 && p->optim.shard_matrix)
+        rc = hyp_fail(e, HYP_EINPUT, "exec: optimizer '%s' updates whole matrices, and ZeRO stage %d shards the parameters by floats — use zero1 or zero2, or generate the trainer without ZeRO",
+                      p->optim.kind, stage);
     else if (stage >= 3) rc = z3_init(x, coll, e);
     else alloc_replicated(x, coll, acts);
     if (!rc && (!p->optim.kind[0] || p->optim.n_state < 0 || p->optim.n_state > HYP_OPT_MAX_STATE))
@@ -146,9 +151,6 @@ static int init_dp(exec_t *x, const plan_t *p, hyp_coll *coll, int stage, int ac
         if (p->optim.state_compact[k])
             rc = hyp_fail(e, HYP_EINPUT, "exec: optimizer '%s' packs state '%s' per tensor, and ZeRO stage %d shards the parameter arena's layout — generate the trainer without zero1/zero2/zero3",
                           p->optim.kind, p->optim.state_name[k], stage);
-    if (!rc && stage >= 1 && p->optim.shard_matrix)
-        rc = hyp_fail(e, HYP_EINPUT, "exec: optimizer '%s' updates whole matrices, and ZeRO stage %d shards by floats — generate the trainer without zero1/zero2/zero3",
-                      p->optim.kind, stage);
     if (rc) {
         exec_free(x);
         return rc;

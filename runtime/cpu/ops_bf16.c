@@ -91,22 +91,30 @@ CALL(k_qknorm_bwd) {
 }
 CALL(k_rope_fwd) { UNUSED; op_rope_fwd_pos(OUT(0), IN(0), TOK(1), u, d->T, (int)o->NH, (int)o->NKV, (int)o->hd, o->theta); }
 CALL(k_rope_bwd) { UNUSED; op_rope_bwd_pos(OUT(0), IN(0), TOK(1), u, d->T, (int)o->NH, (int)o->NKV, (int)o->hd, o->theta); }
-CALL(k_attention_fwd) { UNUSED; op_attention_fwd_doc(OUT(0), OUT(1), IN(0), TOK(1), u, d->T, (int)o->NH, (int)o->NKV, (int)o->hd); }
+CALL(k_attention_fwd) { UNUSED; op_attention_fwd_doc(OUT(0), OUT(1), IN(0), TOK(1), u, d->T, (int)o->NH, (int)o->NKV, (int)o->hd, o->scale); }
 CALL(k_attention_bwd) {
     UNUSED;
-    op_attention_bwd_doc(OUT(0), OUT(1), IN(0), IN(1), IN(2), TOK(3), u, d->T, (int)o->NH, (int)o->NKV, (int)o->hd);
+    op_attention_bwd_doc(OUT(0), OUT(1), IN(0), IN(1), IN(2), TOK(3), u, d->T, (int)o->NH, (int)o->NKV, (int)o->hd, o->scale);
 }
-CALL(k_flash_fwd) { UNUSED; op_flash_attention_fwd_doc(OUT(0), OUT(1), IN(0), TOK(1), u, d->T, (int)o->NH, (int)o->NKV, (int)o->hd); }
+CALL(k_flash_fwd) { UNUSED; op_flash_attention_fwd_doc(OUT(0), OUT(1), IN(0), TOK(1), u, d->T, (int)o->NH, (int)o->NKV, (int)o->hd, o->scale); }
 CALL(k_flash_bwd) {
     UNUSED;
-    op_flash_attention_bwd_doc(OUT(0), OUT(1), IN(0), IN(1), IN(2), IN(3), TOK(4), u, d->T, (int)o->NH, (int)o->NKV, (int)o->hd);
+    op_flash_attention_bwd_doc(OUT(0), OUT(1), IN(0), IN(1), IN(2), IN(3), TOK(4), u, d->T, (int)o->NH, (int)o->NKV, (int)o->hd, o->scale);
 }
 CALL(k_gelu_fwd) { UNUSED; op_gelu_fwd(OUT(0), IN(0), ROWC); }
 CALL(k_gelu_bwd) { UNUSED; op_gelu_bwd(OUT(0), IN(1), IN(0), ROWC); }
 CALL(k_swiglu_fwd) { UNUSED; op_swiglu_fwd(OUT(0), IN(0), u, (int)o->H); }
 CALL(k_swiglu_bwd) { UNUSED; op_swiglu_bwd(OUT(0), IN(0), IN(1), u, (int)o->H); }
-CALL(k_add_fwd) { UNUSED; op_add_fwd(OUT(0), IN(0), IN(1), ROWC); }
-CALL(k_accumulate) { UNUSED; op_accumulate(OUT(0), IN(0), ROWC); }
+CALL(k_add_fwd) {
+    UNUSED;
+    if (o->alpha > 0.0f) op_add_scaled_fwd(OUT(0), IN(0), IN(1), o->alpha, ROWC);
+    else op_add_fwd(OUT(0), IN(0), IN(1), ROWC);
+}
+CALL(k_accumulate) {
+    UNUSED;
+    if (o->alpha > 0.0f) op_accumulate_scaled(OUT(0), IN(0), o->alpha, ROWC);
+    else op_accumulate(OUT(0), IN(0), ROWC);
+}
 CALL(k_crossentropy) { UNUSED; op_crossentropy_fwd(OUT(0), IN(0), TOK(1), u, (int)o->V, (int)o->Vp); }
 CALL(k_crossentropy_fused) { UNUSED; op_crossentropy_fused(OUT(0), OUT(1), TOK(0), dloss, u, (int)o->V, (int)o->Vp); }
 CALL(k_round_bf16) { UNUSED; op_round_bf16(OUT(0), IN(0), ROWC); }

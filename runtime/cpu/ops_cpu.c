@@ -887,27 +887,30 @@ static void att_accum_cols(float *O, long ldo, const float *A, int T, int c0, in
 
 void op_attention_fwd(float *out, float *att, const float *qkv, int B, int T, int NH, int NKV,
                       int hd) {
-    op_attention_fwd_doc(out, att, qkv, NULL, B, T, NH, NKV, hd);
+    op_attention_fwd_doc(out, att, qkv, NULL, B, T, NH, NKV, hd, 0.0f);
 }
+
+static void attention_bwd_scaled(float *dqkv, float *datt, const float *dout, const float *qkv, const float *att, int B,
+                                 int T, int NH, int NKV, int hd, float scale);
 
 void op_attention_bwd_doc(float *dqkv, float *datt, const float *dout, const float *qkv,
                           const float *att, const int32_t *positions, int B, int T, int NH,
-                          int NKV, int hd) {
+                          int NKV, int hd, float scale) {
     // The document mask lives in att: the forward wrote exact zeros for the keys outside the
     // query's document, so dscore = att * (...) is exactly 0 there and dq, dk, dv get nothing
     // across documents; the plain backward is already the masked one.
     (void)positions;
-    op_attention_bwd(dqkv, datt, dout, qkv, att, B, T, NH, NKV, hd);
+    attention_bwd_scaled(dqkv, datt, dout, qkv, att, B, T, NH, NKV, hd, scale);
 }
 
 void op_attention_fwd_doc(float *out, float *att, const float *qkv, const int32_t *positions,
-                          int B, int T, int NH, int NKV, int hd) {
+                          int B, int T, int NH, int NKV, int hd, float scale) {
     // out [B,T,NH*hd]; att [B,NH,T,T]; qkv [B,T,(NH+2*NKV)*hd]; positions [B,T] or NULL
     int R = (NH + 2 * NKV) * hd;
     int G = NH / NKV; // query heads per kv head
     int OC = NH * hd;
     int nblk = (T + ATT_TB - 1) / ATT_TB;
-    float scale = 1.0f / sqrtf((float)hd);
+    if (!(scale > 0.0f)) scale = 1.0f / sqrtf((float)hd);
     // row blocks of one (b, h) are independent; later blocks have more keys (dynamic schedule)
 #pragma omp parallel for collapse(3) schedule(dynamic)
     for (int b = 0; b < B; b++) {
@@ -945,6 +948,11 @@ void op_attention_fwd_doc(float *out, float *att, const float *qkv, const int32_
 
 void op_attention_bwd(float *dqkv, float *datt, const float *dout, const float *qkv,
                       const float *att, int B, int T, int NH, int NKV, int hd) {
+    attention_bwd_scaled(dqkv, datt, dout, qkv, att, B, T, NH, NKV, hd, 0.0f);
+}
+
+static void attention_bwd_scaled(float *dqkv, float *datt, const float *dout, const float *qkv, const float *att, int B,
+                                 int T, int NH, int NKV, int hd, float scale) {
     // dqkv [B,T,(NH+2*NKV)*hd] (+=); datt [B,NH,T,T] scratch; dout [B,T,NH*hd];
     // qkv [B,T,(NH+2*NKV)*hd]; att [B,NH,T,T]
     // Backprop, per (b, h) and query row t:
@@ -960,7 +968,7 @@ void op_attention_bwd(float *dqkv, float *datt, const float *dout, const float *
     int G = NH / NKV;
     int OC = NH * hd;
     int nblk = (T + ATT_TB - 1) / ATT_TB;
-    float scale = 1.0f / sqrtf((float)hd);
+    if (!(scale > 0.0f)) scale = 1.0f / sqrtf((float)hd);
 #pragma omp parallel for collapse(3) schedule(dynamic)
     for (int b = 0; b < B; b++) {
         for (int h = 0; h < NH; h++) {
@@ -1118,6 +1126,16 @@ void op_swiglu_bwd(float *dinp, const float *dout, const float *inp, int N, int 
 void op_add_fwd(float *out, const float *a, const float *b, long n) {
 #pragma omp parallel for simd schedule(static) if (n >= HYP_PAR_MIN)
     for (long i = 0; i < n; i++) out[i] = a[i] + b[i];
+}
+
+void op_add_scaled_fwd(float *out, const float *a, const float *b, float alpha, long n) {
+#pragma omp parallel for simd schedule(static) if (n >= HYP_PAR_MIN)
+    for (long i = 0; i < n; i++) out[i] = alpha * a[i] + b[i];
+}
+
+void op_accumulate_scaled(float *dst, const float *src, float alpha, long n) {
+#pragma omp parallel for simd schedule(static) if (n >= HYP_PAR_MIN)
+    for (long i = 0; i < n; i++) dst[i] += alpha * src[i];
 }
 
 void op_accumulate(float *dst, const float *src, long n) {

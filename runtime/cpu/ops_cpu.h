@@ -96,11 +96,12 @@ void op_attention_bwd(float *dqkv, float *datt, const float *dout, const float *
 /* v2126 document masking: query t of row b sees only the keys [t - positions[b,t], t] — its own
  * document (positions: each token's position in its document, 0 at a document start; NULL =
  * plain causal). att is exactly 0 outside, so no gradient crosses a document. */
+/* scale: the score scale (a plan's attention attr `scale`, e.g. muP's 1/hd); 0 = 1/sqrt(hd). */
 void op_attention_fwd_doc(float *out, float *att, const float *qkv, const int32_t *positions,
-                          int B, int T, int NH, int NKV, int hd);
+                          int B, int T, int NH, int NKV, int hd, float scale);
 void op_attention_bwd_doc(float *dqkv, float *datt, const float *dout, const float *qkv,
                           const float *att, const int32_t *positions, int B, int T, int NH,
-                          int NKV, int hd);
+                          int NKV, int hd, float scale);
 
 /* GELU, tanh approximation (GPT-2). */
 void op_gelu_fwd(float *out, const float *inp, long n);
@@ -114,6 +115,10 @@ void op_swiglu_bwd(float *dinp, const float *dout, const float *inp, int N, int 
 void op_add_fwd(float *out, const float *a, const float *b, long n);
 /* dst += src. */
 void op_accumulate(float *dst, const float *src, long n);
+/* The weighted residual (DeepNorm's x_{l+1} = LN(alpha x + f(x))): out = alpha a + b, and its
+ * backward's fan-in dst += alpha src. */
+void op_add_scaled_fwd(float *out, const float *a, const float *b, float alpha, long n);
+void op_accumulate_scaled(float *dst, const float *src, float alpha, long n);
 /* dst = 0. */
 void op_zero(float *dst, long n);
 /* v2102: out = in rounded to bf16 (round to nearest even; NaN stays a quiet NaN), kept in fp32. */

@@ -270,7 +270,7 @@ static inline int round_up(int a, int m) { return (a + m - 1) / m * m; }
 
 void op_flash_attention_fwd(float *out, float *lse, const float *qkv, int B, int T, int NH,
                             int NKV, int hd) {
-    op_flash_attention_fwd_doc(out, lse, qkv, NULL, B, T, NH, NKV, hd);
+    op_flash_attention_fwd_doc(out, lse, qkv, NULL, B, T, NH, NKV, hd, 0.0f);
 }
 
 /* lo[r] = the first key query q0 + r may see: the start of its document (v2126: q - position),
@@ -289,14 +289,15 @@ static void fa_doc_lo(int *lo, const int32_t *pos, int q0, int nq, int *lomin, i
 }
 
 void op_flash_attention_fwd_doc(float *out, float *lse, const float *qkv, const int32_t *positions,
-                                int B, int T, int NH, int NKV, int hd) {
+                                int B, int T, int NH, int NKV, int hd, float scale) {
     if (B <= 0 || T <= 0 || NH <= 0 || NKV <= 0 || hd <= 0) return;
     const long R = (long)(NH + 2 * NKV) * hd;
     const long OC = (long)NH * hd;
     const int G = NH / NKV;
     const int BT = op_flash_attention_tile(hd);
     const int NQT = (T + BT - 1) / BT;
-    const float cl = FA_LOG2E / sqrtf((float)hd); /* scores in base-2 units */
+    /* scores in base-2 units; a plan-given scale (muP: 1/hd) or 1/sqrt(hd) */
+    const float cl = scale > 0.0f ? FA_LOG2E * scale : FA_LOG2E / sqrtf((float)hd);
     const long BH = (long)B * NH;
     const long ntasks = BH * NQT;
 #pragma omp parallel
@@ -398,19 +399,19 @@ void op_flash_attention_fwd_doc(float *out, float *lse, const float *qkv, const 
 void op_flash_attention_bwd(float *dqkv, float *dscratch, const float *dout, const float *qkv,
                             const float *out, const float *lse, int B, int T, int NH, int NKV,
                             int hd) {
-    op_flash_attention_bwd_doc(dqkv, dscratch, dout, qkv, out, lse, NULL, B, T, NH, NKV, hd);
+    op_flash_attention_bwd_doc(dqkv, dscratch, dout, qkv, out, lse, NULL, B, T, NH, NKV, hd, 0.0f);
 }
 
 void op_flash_attention_bwd_doc(float *dqkv, float *dscratch, const float *dout, const float *qkv,
                                 const float *out, const float *lse, const int32_t *positions,
-                                int B, int T, int NH, int NKV, int hd) {
+                                int B, int T, int NH, int NKV, int hd, float scale) {
     if (B <= 0 || T <= 0 || NH <= 0 || NKV <= 0 || hd <= 0) return;
     const long R = (long)(NH + 2 * NKV) * hd;
     const long OC = (long)NH * hd;
     const int G = NH / NKV;
     const int BT = op_flash_attention_tile(hd);
     const int NKT = (T + BT - 1) / BT;
-    const float scale = 1.0f / sqrtf((float)hd);
+    if (!(scale > 0.0f)) scale = 1.0f / sqrtf((float)hd);
     const float cl = FA_LOG2E * scale;
     float *Dall = dscratch; /* [B,NH,T]: D = rowsum(dout * out) */
 

@@ -58,10 +58,12 @@ void op_flash_attention_bwd(float *dqkv, float *dscratch, const float *dout, con
  * before a query tile's documents are skipped in forward and backward; masked probabilities are
  * exactly 0, so no gradient crosses a document. */
 void op_flash_attention_fwd_doc(float *out, float *lse, const float *qkv, const int32_t *positions,
-                                int B, int T, int NH, int NKV, int hd);
+                                int B, int T, int NH, int NKV, int hd, float scale);
 void op_flash_attention_bwd_doc(float *dqkv, float *dscratch, const float *dout, const float *qkv,
                                 const float *out, const float *lse, const int32_t *positions,
-                                int B, int T, int NH, int NKV, int hd);
+                                int B, int T, int NH, int NKV, int hd, float scale);
+/* (the _doc functions' scale: the score scale, a plan's attention attr `scale` such as muP's
+ * 1/hd; 0 = 1/sqrt(hd), bit-identical to the functions above) */
 
 /* The tile edge BT used for head dim hd (64 or 32). */
 int op_flash_attention_tile(int hd);

@@ -69,19 +69,19 @@ ADAPTER(cpu_rope_bwd) {
 }
 ADAPTER(cpu_attention_fwd) {
     UNUSED_ARGS;
-    op_attention_fwd_doc(O[0], O[1], I[0], tok(x, o->in[1]), d->B, d->T, (int)o->NH, (int)o->NKV, (int)o->hd);
+    op_attention_fwd_doc(O[0], O[1], I[0], tok(x, o->in[1]), d->B, d->T, (int)o->NH, (int)o->NKV, (int)o->hd, o->scale);
 }
 ADAPTER(cpu_attention_bwd) {
     UNUSED_ARGS;
-    op_attention_bwd_doc(O[0], O[1], I[0], I[1], I[2], tok(x, o->in[3]), d->B, d->T, (int)o->NH, (int)o->NKV, (int)o->hd);
+    op_attention_bwd_doc(O[0], O[1], I[0], I[1], I[2], tok(x, o->in[3]), d->B, d->T, (int)o->NH, (int)o->NKV, (int)o->hd, o->scale);
 }
 ADAPTER(cpu_flash_attention_fwd) {
     UNUSED_ARGS;
-    op_flash_attention_fwd_doc(O[0], O[1], I[0], tok(x, o->in[1]), d->B, d->T, (int)o->NH, (int)o->NKV, (int)o->hd);
+    op_flash_attention_fwd_doc(O[0], O[1], I[0], tok(x, o->in[1]), d->B, d->T, (int)o->NH, (int)o->NKV, (int)o->hd, o->scale);
 }
 ADAPTER(cpu_flash_attention_bwd) {
     UNUSED_ARGS;
-    op_flash_attention_bwd_doc(O[0], O[1], I[0], I[1], I[2], I[3], tok(x, o->in[4]), d->B, d->T, (int)o->NH, (int)o->NKV, (int)o->hd);
+    op_flash_attention_bwd_doc(O[0], O[1], I[0], I[1], I[2], I[3], tok(x, o->in[4]), d->B, d->T, (int)o->NH, (int)o->NKV, (int)o->hd, o->scale);
 }
 ADAPTER(cpu_gelu_fwd) {
     UNUSED_ARGS;
@@ -101,11 +101,13 @@ ADAPTER(cpu_swiglu_bwd) {
 }
 ADAPTER(cpu_add_fwd) {
     UNUSED_ARGS;
-    op_add_fwd(O[0], I[0], I[1], d->n);
+    if (o->alpha > 0.0f) op_add_scaled_fwd(O[0], I[0], I[1], o->alpha, d->n);
+    else op_add_fwd(O[0], I[0], I[1], d->n);
 }
 ADAPTER(cpu_accumulate) {
     UNUSED_ARGS;
-    op_accumulate(O[0], I[0], d->n);
+    if (o->alpha > 0.0f) op_accumulate_scaled(O[0], I[0], o->alpha, d->n);
+    else op_accumulate(O[0], I[0], d->n);
 }
 ADAPTER(cpu_zero) {
     UNUSED_ARGS;

@@ -32,6 +32,7 @@ void exec_dev_free(exec_dev *x) {
     d->mem_free(d, x->positions, &e);
     d->mem_free(d, x->ones, &e);
     d->mem_free(d, x->scratch, &e);
+    d->mem_free(d, x->opt_work, &e);
     d->mem_free(d, x->seg_end, &e);
     d->mem_free(d, x->seg_wd, &e);
     d->mem_free(d, x->gshard, &e);
@@ -181,7 +182,8 @@ static void free_z3(exec_dev *x) {
     x->z3 = NULL;
 }
 
-/* The optimizer's states (the plan's optimizer.state, fp32), n floats each. */
+/* The optimizer's states (the plan's optimizer.state, fp32), n floats each, or a packed state's
+ * own state_floats (stage 0 only: exec.c refuses packed states under ZeRO); their bytes. */
 static int alloc_states(exec_dev *x, int64_t n, hyp_err *e) {
     const hyp_optim_cfg *o = &x->p->optim;
     if (!o->kind[0]) return hyp_fail(e, HYP_EINPUT, "exec_dev: the plan has no optimizer section — regenerate it with gen");
@@ -191,7 +193,9 @@ static int alloc_states(exec_dev *x, int64_t n, hyp_err *e) {
         if (o->state_dtype[k] != HYP_DT_F32)
             return hyp_fail(e, HYP_EINPUT, "exec_dev: optimizer state '%s' is %s; the device executor keeps fp32 states — regenerate with f32 optimizer states",
                             o->state_name[k], hyp_dtype_name(o->state_dtype[k]));
-        rc = exec_dev_alloc(x, (void **)&x->state[k], n, 4, e);
+        int64_t nk = o->state_compact[k] ? o->state_floats[k] : n;
+        rc = exec_dev_alloc(x, (void **)&x->state[k], nk > 0 ? nk : 1, 4, e);
+        x->bytes_optim += 4 * (size_t)nk;
     }
     return rc;
 }
@@ -234,7 +238,6 @@ static int alloc_arenas(exec_dev *x, const hyp_z3_layout *lay, hyp_err *e) {
         x->bytes_grads = 4 * (size_t)(x->stage >= 2 ? x->shard : x->arena);
         x->bytes_grad_workspace = x->stage >= 2 ? 4 * (size_t)(ws ? ws : x->arena) : 0;
     }
-    x->bytes_optim = 4 * (size_t)x->n_state * (size_t)optim;
     x->bytes_acts = 4 * (size_t)(p->act_floats > 0 ? p->act_floats : 1);
     return HYP_OK;
 }
@@ -1012,6 +1015,37 @@ int exec_dev_optim_launch(exec_dev *x, int64_t n, hyp_kargs *a, hyp_err *e) {
         return hyp_fail(e, HYP_EINPUT, "%s: %s", x->opt_kernel, what);
     return x->dev->launch(x->dev, F->mod, x->opt_kernel, HYP_DIM3((unsigned)g, 1, 1), HYP_DIM3((unsigned)block, 1, 1), 0,
                           a, NULL, e);
+}
+
+int exec_dev_optim_const(const exec_dev *x, const char *name, double *v, hyp_err *e) {
+    if (x->opt_file < 0) return hyp_fail(e, HYP_EINPUT, "kernels.json has no optimizer launch — regenerate with gen");
+    const exec_dev_file *F = &x->files[x->opt_file];
+    for (int j = 0; j < F->consts.n; j++)
+        if (!strcmp(F->consts.name[j], name)) {
+            *v = F->consts.val[j];
+            return HYP_OK;
+        }
+    return hyp_fail(e, HYP_EINPUT, "kernels.json: the optimizer module %s has no constant %s — regenerate with gen", F->name, name);
+}
+
+int exec_dev_optim_launch_grid(exec_dev *x, const char *kernel, unsigned grid, hyp_kargs *a, hyp_err *e) {
+    double block = 256;
+    if (exec_dev_optim_const(x, "BLOCK", &block, e)) return HYP_EINPUT;
+    return x->dev->launch(x->dev, x->files[x->opt_file].mod, kernel, HYP_DIM3(grid ? grid : 1, 1, 1),
+                          HYP_DIM3((unsigned)block, 1, 1), 0, a, NULL, e);
+}
+
+int exec_dev_optim_work(exec_dev *x, int64_t n, float **out, hyp_err *e) {
+    if (n > x->opt_work_n) {
+        int rc = x->dev->synchronize(x->dev, e); /* the old workspace may still be read */
+        if (!rc) rc = x->dev->mem_free(x->dev, x->opt_work, e);
+        x->opt_work = NULL, x->opt_work_n = 0;
+        if (!rc) rc = exec_dev_alloc(x, (void **)&x->opt_work, n, 4, e);
+        if (rc) return rc;
+        x->opt_work_n = n;
+    }
+    *out = x->opt_work;
+    return HYP_OK;
 }
 
 int exec_dev_fp8_step(exec_dev *x, hyp_err *e) {

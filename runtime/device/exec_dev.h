@@ -87,6 +87,8 @@ typedef struct {
     char opt_p0[32];                /* the type of its first parameter ("float*": fp32 weights) */
     int opt_nparams;                /* its parameter count */
     char opt_grid[64];              /* its grid expression */
+    float *opt_work;                /* device: [opt_work_n] an optimizer's workspace (exec_dev_optim_work) */
+    int64_t opt_work_n;
     int nseg;                       /* parameter tensors, sorted by offset */
     int64_t *seg_end;               /* device: [nseg] exclusive ends (the last is param_floats) */
     float *seg_wd;                  /* device: [nseg] a per-tensor scalar (the weight decay) */
@@ -199,6 +201,14 @@ typedef struct {
 int exec_dev_optim_own(exec_dev *x, const char *kernel, const char *p0, int nparams, exec_dev_own *o, hyp_err *e);
 /* Launches the manifest's optimizer kernel over n floats (its grid expression at n, its BLOCK). */
 int exec_dev_optim_launch(exec_dev *x, int64_t n, hyp_kargs *a, hyp_err *e);
+/* For an optimizer whose step is several kernels of the optimizer launch's module (Muon): a
+ * constant of that module (its BLOCK, PARTS) in *v (HYP_EINPUT when it has none), and a launch of
+ * the module's kernel `kernel` on grid blocks of its BLOCK threads. */
+int exec_dev_optim_const(const exec_dev *x, const char *name, double *v, hyp_err *e);
+int exec_dev_optim_launch_grid(exec_dev *x, const char *kernel, unsigned grid, hyp_kargs *a, hyp_err *e);
+/* A device workspace of at least n floats for the optimizer's step, kept (and grown) across steps,
+ * counted in x->bytes; freed with x. */
+int exec_dev_optim_work(exec_dev *x, int64_t n, float **out, hyp_err *e);
 /* v2160 FP8, once per optimizer step (after it), as exec.c's exec_fp8_step: the step's amax of
  * every slot (x->fp8_amax, downloaded) goes into its history, delayed scaling recomputes scale =
  * fp8_max * 2^-margin / max(history) and scale_inv (runtime/fp8.c), both are uploaded and the

@@ -143,13 +143,16 @@ int train_eval(train_backend *b, hyp_loader *val, int batches, float *loss, hyp_
     hyp_loader_reset(val);
     double s = 0, pt = hyp_prof_t();
     int rc = HYP_OK;
-    train_eval_point(x, b->dp.opt, 1); /* schedule-free: evaluate the average x, not y */
+    rc = train_eval_point_dp(x, b->dp.opt, b->dp.coll, 1, e); /* schedule-free: evaluate the average x, not y */
+    if (!rc && b->i->eval_point) rc = b->i->eval_point(b, 1, e);
     for (int i = 0; i < batches && !rc; i++) {
         float l = 0;
         if (!(rc = hyp_loader_next_pos(val, x->tokens, x->targets, x->positions, e))) rc = b->i->eval_batch(b, &l, e);
         s += l;
     }
-    train_eval_point(x, b->dp.opt, 0);
+    int rc2 = train_eval_point_dp(x, b->dp.opt, b->dp.coll, 0, e);
+    if (!rc) rc = rc2;
+    if (!rc && b->i->eval_point) rc = b->i->eval_point(b, 0, e);
     double v = batches ? (float)(s / batches) : NAN;
     if (!rc) rc = exec_bind(x, x->B, x->T, e);
     if (!rc) rc = exec_z3_status(x, e);

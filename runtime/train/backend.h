@@ -79,6 +79,9 @@ typedef struct train_backend_i {
     /* then the backward of that batch (the last token_losses' forward): the fused loss's
      * gradient (dloss 1) of token n scaled by row_scale[n] (B*T), gradients accumulated */
     int (*weighted_backward)(train_backend *b, const float *row_scale, hyp_err *e);
+    /* the optimizer's eval_point on the backend's own parameters around evaluation (to_eval 1
+     * before, 0 after); NULL where they are the host executor's (train_eval_point moves those) */
+    int (*eval_point)(train_backend *b, int to_eval, hyp_err *e);
 } train_backend_i;
 
 /* v2149 distillation on a device backend (train/distill.c): before each micro-batch the teacher's

@@ -62,10 +62,14 @@ static int cpu_optim_step(train_backend *b, const train_opts *o, double lr, int 
     const dp_t *d = &b->dp;
     cpu_state *s = b->impl;
     hyp_optim_step a = {lr, t, s->scale, d->opt->eval_point ? train_avg_weight_next(o, t, &s->avg) : 1.0 / t, 0};
-    if (x->p->param_bf16) /* v2161: bf16 parameters, no fp32 master (stage 0, AdamW: checked at open) */
+    if (x->p->param_bf16) { /* v2161: bf16 parameters, no fp32 master (stage 0, AdamW: checked at open) */
         hyp_adamw_bf16_step(&x->p->optim, x->p, &a, (uint16_t *)(void *)x->params, x->grads, x->state[0], x->state[1]);
-    else
+    } else if (d->stage >= 1 && d->opt->matrix_solve) { /* distributed Muon: whole matrices per rank */
+        int rc = train_optim_own_matrix(x, d->opt, &a, d->coll, e);
+        if (rc) return rc;
+    } else {
         train_optim_own_a(x, d->opt, &a);
+    }
     exec_params_changed(x); /* v2102 bf16 storage: the weight copy is refreshed on its next use */
     /* stage 3: the shards stay sharded, the next forward gathers them per layer */
     if (d->stage >= 1 && d->stage <= 2 && d->world > 1) {

@@ -35,6 +35,8 @@
 #include "coll.h"
 #include "device.h"
 #include "exec_dev.h"
+#include "gnb.h"
+#include "op_registry.h"
 
 typedef struct {
     int64_t lo, hi;   /* arena range [lo, hi) */
@@ -58,6 +60,7 @@ typedef struct {
     dev_bucket *buckets;
     int n_buckets, overlap;
     char title[64];   /* "sim device memory" */
+    train_avg_state avg; /* the schedule-free averaging weight's running sums */
 } train_dev;
 
 /* The layer a parameter belongs to: its name up to the first all-digit component
@@ -146,10 +149,17 @@ static int after_bwd_op(void *ctx, int op, hyp_err *e) {
     return rc;
 }
 
-/* The host's optimizer states into the device's (bytes each). */
+/* The bytes of optimizer state k on this rank: `bytes`, or a packed state's own size (stage 0). */
+static size_t state_bytes(const exec_t *x, int k, size_t bytes) {
+    const hyp_optim_cfg *o = &x->p->optim;
+    return o->state_compact[k] ? sizeof(float) * (size_t)o->state_floats[k] : bytes;
+}
+
+/* The host's optimizer states into the device's (bytes each, or a packed state's size). */
 static int upload_states(train_dev *t, const exec_t *x, size_t bytes, hyp_err *e) {
     int rc = HYP_OK;
-    for (int k = 0; k < x->n_state && !rc; k++) rc = t->dev->h2d_sync(t->dev, t->xd.state[k], x->state[k], bytes, e);
+    for (int k = 0; k < x->n_state && !rc; k++)
+        rc = t->dev->h2d_sync(t->dev, t->xd.state[k], x->state[k], state_bytes(x, k, bytes), e);
     return rc;
 }
 
@@ -250,6 +260,30 @@ static void stage_batch(train_dev *t, const exec_t *x) {
     if (t->xd.h_positions && x->positions) memcpy(t->xd.h_positions, x->positions, n);
 }
 
+/* Sophia's sampled-label pass (gnb.h): when one runs on x, the device's logits to the host, the
+ * labels drawn there as the cpu pass draws them, and uploaded as the targets the device's loss
+ * reads (the fused cross-entropy op: targets in, losses and logits out). */
+static int dev_sampled_targets(train_dev *t, exec_t *x, hyp_err *e) {
+    const plan_t *p = x->p;
+    const plan_op *ce = NULL;
+    for (int i = 0; i < p->n_bwd && !ce; i++)
+        if (hyp_op_get(p->bwd[i].op)->flags & HYP_OPF_WRITES_LOSSES) ce = &p->bwd[i];
+    if (!ce || ce->nout < 2 || ce->out[1] < 0) return HYP_OK; /* no fused loss: nothing to sample for */
+    if (p->bufs[ce->out[1]].dtype != HYP_DT_F32)
+        return hyp_fail(e, HYP_EINPUT, "the sampled-label pass reads fp32 logits; this plan's are %s — generate the trainer without bf16 logits",
+                        hyp_dtype_name(p->bufs[ce->out[1]].dtype));
+    int N = t->xd.B * t->xd.T, V = (int)ce->V, Vp = (int)ce->Vp;
+    float *logits = malloc(sizeof(float) * (size_t)N * (size_t)Vp);
+    int32_t *labels = malloc(sizeof(int32_t) * (size_t)N);
+    int rc = logits && labels ? HYP_OK : hyp_fail(e, HYP_EFAIL, "out of memory for the sampled-label pass");
+    if (!rc) rc = exec_dev_download_buf(&t->xd, ce->out[1], logits, (int64_t)N * Vp, e);
+    if (!rc && gnb_labels(x, logits, t->xd.h_targets, labels, N, V, Vp))
+        rc = t->dev->h2d_sync(t->dev, t->xd.targets, labels, sizeof(int32_t) * (size_t)N, e);
+    free(logits);
+    free(labels);
+    return rc;
+}
+
 /* The last micro-batch's backward starts the bucket all-reduces (overlap). */
 static int dev_micro_batch(train_backend *b, float dloss, int last, float *mean, hyp_err *e) {
     train_dev *t = b->impl;
@@ -263,6 +297,7 @@ static int dev_micro_batch(train_backend *b, float dloss, int last, float *mean,
         if (!rc) rc = exec_dev_set_teacher(&t->xd, zt, stride, b->teacher->temperature, b->teacher->alpha, e);
     }
     if (!rc) rc = exec_dev_forward(&t->xd, e);
+    if (!rc && b->x->loss_fused) rc = dev_sampled_targets(t, b->x, e); /* Sophia's GNB pass */
     return rc ? rc : exec_dev_backward_each(&t->xd, dloss, mean, hook ? after_bwd_op : NULL, t, e);
 }
 
@@ -290,11 +325,11 @@ static int dev_ls_check(train_backend *b, int *bad, hyp_err *e) {
 }
 
 static int dev_optim_step(train_backend *b, const train_opts *o, double lr, int t_step, hyp_err *e) {
-    (void)o;
     train_dev *t = b->impl;
     hyp_device *d = t->dev;
     exec_dev *xd = &t->xd;
-    hyp_optim_step a = {lr, t_step, 1.0f, 1.0 / t_step, 0}; /* the clip factor is read from the device: gnorm[1] */
+    /* the clip factor is read from the device: gnorm[1]; the averaging weight as backend_cpu.c's */
+    hyp_optim_step a = {lr, t_step, 1.0f, b->dp.opt->eval_point ? train_avg_weight_next(o, t_step, &t->avg) : 1.0 / t_step, 0};
     int rc = b->dp.opt->step_device(&b->x->p->optim, xd, &a, t->gnorm + 1, e);
     if (!rc && t->stage >= 1 && t->stage <= 2 && t->world > 1) { /* stage 3: gathered per group */
         float *own = xd->params + xd->shard * t->rank;
@@ -344,7 +379,7 @@ static int dev_sync_host(train_backend *b, hyp_err *e) {
     size_t optim = sizeof(float) * (size_t)(t->stage >= 1 ? t->xd.shard : t->xd.arena);
     size_t params = sizeof(float) * (size_t)(t->stage >= 3 ? t->xd.shard : t->xd.arena);
     int rc = d->d2h_sync(d, x->params, t->xd.params, params, e);
-    for (int k = 0; k < x->n_state && !rc; k++) rc = d->d2h_sync(d, x->state[k], t->xd.state[k], optim, e);
+    for (int k = 0; k < x->n_state && !rc; k++) rc = d->d2h_sync(d, x->state[k], t->xd.state[k], state_bytes(x, k, optim), e);
     if (!rc && x->p->fp8_slots && x->fp8) /* the FP8 scaling states go into checkpoints too */
         memcpy(x->fp8, t->xd.fp8, sizeof *x->fp8 * (size_t)x->p->fp8_slots);
     return rc;
@@ -397,6 +432,26 @@ static int dev_weighted_backward(train_backend *b, const float *row_scale, hyp_e
     return rc;
 }
 
+/* Sophia: the Hessian estimate from the pass's reduced gradients (the optimizer's hess_device) */
+static int dev_hess_step(train_backend *b, double tokens, int t_step, hyp_err *e) {
+    train_dev *t = b->impl;
+    const hyp_optim_i *o = b->dp.opt;
+    if (!o->hess_device)
+        return hyp_fail(e, HYP_EINPUT, "optimizer '%s' has no device Hessian update — generate the trainer for --target cpu", o->kind);
+    hyp_optim_step a = {0, t_step, 1.0f, 0, tokens};
+    return o->hess_device(&b->x->p->optim, &t->xd, &a, e);
+}
+
+/* schedule-free: the device parameters between y and x (the optimizer's eval_device) */
+static int dev_eval_point(train_backend *b, int to_eval, hyp_err *e) {
+    train_dev *t = b->impl;
+    const hyp_optim_i *o = b->dp.opt;
+    if (!o->eval_point) return HYP_OK;
+    if (!o->eval_device)
+        return hyp_fail(e, HYP_EINPUT, "optimizer '%s' cannot move the device parameters to its evaluation point — generate the trainer for --target cpu", o->kind);
+    return o->eval_device(&b->x->p->optim, &t->xd, to_eval, e);
+}
+
 static const train_backend_i DEV_BACKEND = {
     .name = "device",
     .zero_grads = dev_zero_grads,
@@ -415,6 +470,8 @@ static const train_backend_i DEV_BACKEND = {
     .ls_check = dev_ls_check,
     .token_losses = dev_token_losses,
     .weighted_backward = dev_weighted_backward,
+    .eval_point = dev_eval_point,
+    .hess_step = dev_hess_step,
 };
 
 int train_backend_dev_open(train_backend *b, const plan_t *p, const char *plan_path, int B, int T, hyp_err *e) {

@@ -1,5 +1,6 @@
 /* gnb.c — the Gauss-Newton-Bartlett pass of Sophia-G (gnb.h): the sampled-label loss as the
  * executor's fused loss hook (exec_t.loss_fused) and the pass over the backend's slots.
+ * gnb_labels draws the same labels for a device backend's pass from its downloaded logits.
  * Never: the update rule (optim_sophia.c), printing, or state kept between steps (the labels are
  * a function of seed, step and row, which is what makes resume bit-exact). */
 #include "gnb.h"
@@ -38,6 +39,16 @@ static void loss_sampled(exec_t *x, float *losses, float *logits, const int32_t 
     for (int n = 0; n < N; n++)
         g->labels[n] = targets[n] < 0 ? -1 : gnb_sample(logits + (size_t)n * Vp, V, g->seed, g->step, row0 + n);
     op_crossentropy_fused(losses, logits, g->labels, dloss, N, V, Vp);
+}
+
+int gnb_labels(const exec_t *x, const float *logits, const int32_t *targets, int32_t *labels, int N, int V, int Vp) {
+    if (x->loss_fused != loss_sampled) return 0;
+    const gnb_ctx *g = x->loss_ctx;
+    int64_t row0 = (int64_t)x->rank * N;
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++)
+        labels[n] = targets[n] < 0 ? -1 : gnb_sample(logits + (size_t)n * Vp, V, g->seed, g->step, row0 + n);
+    return 1;
 }
 
 int gnb_due(const train_backend *b, int step) {

@@ -86,6 +86,27 @@ typedef struct hyp_optim_i {
      * device float *d_grad_scale; enqueued on the default stream. NULL: no device kernel */
     int (*step_device)(const hyp_optim_cfg *cfg, exec_dev *x, const hyp_optim_step *a, const float *d_grad_scale,
                        hyp_err *e);
+    /* NULL for most kinds: eval_point on the device's parameters (what this rank owns, from its
+     * device states), enqueued on the default stream; the device backend calls it around
+     * evaluation (checkpoints and sampling move the host mirror with eval_point) */
+    int (*eval_device)(const hyp_optim_cfg *cfg, exec_dev *x, int to_eval, hyp_err *e);
+    /* NULL for most kinds: hess_span on the device over what this rank owns (its gradients those of
+     * the sampled-label pass, a->tokens as for hess_span), enqueued on the default stream */
+    int (*hess_device)(const hyp_optim_cfg *cfg, exec_dev *x, const hyp_optim_step *a, hyp_err *e);
+    /* NULL for most kinds. A whole-matrix kind (shard_matrix) that can run under ZeRO stages 1-2
+     * (train_optim_own_matrix): the tensors of group rule matrix_rule go in three parts —
+     * pre_span on each span this rank owns (elementwise: the states, and the per-element input
+     * u[n] of the matrix transform), u all-gathered, matrix_solve on the whole matrices assigned
+     * to this rank (o[numel] from u[numel]), o summed over ranks, post_span on the own spans
+     * (elementwise: the parameters from o); every other tensor's spans take step_span. */
+    const char *matrix_rule;
+    /* 1: a whole-matrix kind whose step_span, given a span of part of a tensor under ZeRO stage 1,
+     * reads the rest of that tensor's gradient around it (s->grad - s->first, the tensor's whole
+     * gradient: stage 1 keeps every gradient all-reduced on every rank); stages 2-3 are refused */
+    int zero1_full_grad;
+    void (*pre_span)(const hyp_optim_cfg *cfg, const hyp_optim_span *s, const hyp_optim_step *a, float *u);
+    void (*matrix_solve)(const hyp_optim_cfg *cfg, const plan_param *t, const float *u, float *o);
+    void (*post_span)(const hyp_optim_cfg *cfg, const hyp_optim_span *s, const hyp_optim_step *a, const float *o);
 } hyp_optim_i;
 
 /* The registry (optim_reg.c): the optimizer of that kind, or NULL. */

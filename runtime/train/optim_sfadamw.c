@@ -10,8 +10,10 @@
  *     v = beta2*v + (1-beta2)*g^2
  *     n = g / (sqrt(v / (1-beta2^t)) + eps) + wd*y       (decay at y)
  *     y = y + c*(z - y);  y += lr*(beta1*(1-c) - 1)*n;  z -= lr*n
+ * On a device the same expressions run in the sfadamw_step kernel (templates/schedulefree.cu.lua,
+ * one launch over the arena with a per-tensor weight-decay table) and the moves in sfadamw_lerp.
  * Never: scheduling, clipping or ZeRO (the callers do those; the trainer refuses ZeRO for kinds
- * with an eval_point). No device kernel. */
+ * with an eval_point). */
 #include <math.h>
 #include <string.h>
 
@@ -55,6 +57,53 @@ static void eval_point(const hyp_optim_cfg *c, const hyp_optim_span *s, int to_e
     for (int64_t i = 0; i < s->n; i++) p[i] = p[i] + w * (z[i] - p[i]);
 }
 
+/* sfadamw_step(y, z, v, g, seg_end, seg_wd, nseg, n, lr, beta2, eps, ibc2, ck, ystep, first, gscale): 16 */
+static int step_device(const hyp_optim_cfg *c, exec_dev *x, const hyp_optim_step *a, const float *d_grad_scale,
+                       hyp_err *e) {
+    exec_dev_own o;
+    double lr;
+    int rc = hyp_optim_device_begin(c, x, "sfadamw_step", 16, a->lr, &o, &lr, e);
+    if (rc) return rc;
+    const double b1 = hyp_optim_hyper(c, "beta1"), b2 = hyp_optim_hyper(c, "beta2");
+    const double lm = c->n_groups ? c->groups[0].lr_mult : 1.0; /* one multiplier (device_begin checked) */
+    hyp_kargs k;
+    memset(&k, 0, sizeof k);
+    hyp_kargs_ptr(&k, o.param);
+    hyp_kargs_ptr(&k, o.state[0]);
+    hyp_kargs_ptr(&k, o.state[1]);
+    hyp_kargs_ptr(&k, o.grad);
+    hyp_kargs_ptr(&k, o.seg_end);
+    hyp_kargs_ptr(&k, o.seg_val);
+    hyp_kargs_i32(&k, o.nseg);
+    hyp_kargs_i64(&k, o.n);
+    hyp_kargs_f32(&k, (float)lr);
+    hyp_kargs_f32(&k, (float)b2);
+    hyp_kargs_f32(&k, (float)hyp_optim_hyper(c, "eps"));
+    hyp_kargs_f32(&k, 1.0f / (float)(1.0 - pow(b2, (double)a->t)));
+    hyp_kargs_f32(&k, (float)a->avg_weight);
+    hyp_kargs_f32(&k, (float)(a->lr * lm * (b1 * (1.0 - a->avg_weight) - 1.0)));
+    hyp_kargs_i32(&k, a->t == 1);
+    hyp_kargs_ptr(&k, d_grad_scale);
+    return exec_dev_optim_launch(x, o.n, &k, e);
+}
+
+/* sfadamw_lerp over what this rank owns (the whole arena: padding holds y = z = 0) */
+static int eval_device(const hyp_optim_cfg *c, exec_dev *x, int to_eval, hyp_err *e) {
+    exec_dev_own o;
+    int rc = exec_dev_optim_own(x, "sfadamw_step", "float*", 16, &o, e);
+    if (rc) return rc;
+    const double b1 = hyp_optim_hyper(c, "beta1");
+    double block = 256;
+    if ((rc = exec_dev_optim_const(x, "BLOCK", &block, e))) return rc;
+    hyp_kargs k;
+    memset(&k, 0, sizeof k);
+    hyp_kargs_ptr(&k, o.param);
+    hyp_kargs_ptr(&k, o.state[0]);
+    hyp_kargs_i64(&k, o.n);
+    hyp_kargs_f32(&k, (float)(to_eval ? 1.0 - 1.0 / b1 : 1.0 - b1));
+    return exec_dev_optim_launch_grid(x, "sfadamw_lerp", (unsigned)((o.n + (int64_t)block - 1) / (int64_t)block), &k, e);
+}
+
 const hyp_optim_i hyp_optim_sfadamw = {
     .kind = "schedulefree_adamw",
     .n_state = 2,
@@ -65,5 +114,6 @@ const hyp_optim_i hyp_optim_sfadamw = {
     .check = check,
     .step_span = step_span,
     .eval_point = eval_point,
-    .step_device = NULL,
+    .step_device = step_device,
+    .eval_device = eval_device,
 };

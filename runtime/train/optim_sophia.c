@@ -11,6 +11,8 @@
  *     h  = beta2*h + (1-beta2) * B * g_hat^2
  * h holds the paper's h (B * g_hat^2 averaged); the reference keeps the EMA of g_hat^2 and
  * multiplies by bs in the step (rho*bs*hess): the same number when bs is the estimate's B.
+ * On a device the same expressions, with the same explicit fmaf's, run in sophia_step and
+ * sophia_hess (templates/sophia.cu.lua) over the rank's range with a per-tensor weight-decay table.
  * Never: scheduling, clipping, ZeRO or the sampled-label pass (the callers do those). */
 #include <math.h>
 #include <string.h>
@@ -65,6 +67,47 @@ static void hess_span(const hyp_optim_cfg *c, const hyp_optim_span *s, const hyp
 
 static int hess_every(const hyp_optim_cfg *c) { return (int)hyp_optim_hyper(c, "hess_every"); }
 
+/* sophia_step(p, m, h, g, seg_end, seg_wd, nseg, n, lr, beta1, rho, gscale): 12 parameters */
+static int step_device(const hyp_optim_cfg *c, exec_dev *x, const hyp_optim_step *a, const float *d_grad_scale,
+                       hyp_err *e) {
+    exec_dev_own o;
+    double lr;
+    int rc = hyp_optim_device_begin(c, x, "sophia_step", 12, a->lr, &o, &lr, e);
+    if (rc) return rc;
+    hyp_kargs k;
+    memset(&k, 0, sizeof k);
+    hyp_kargs_ptr(&k, o.param);
+    hyp_kargs_ptr(&k, o.state[0]);
+    hyp_kargs_ptr(&k, o.state[1]);
+    hyp_kargs_ptr(&k, o.grad);
+    hyp_kargs_ptr(&k, o.seg_end);
+    hyp_kargs_ptr(&k, o.seg_val);
+    hyp_kargs_i32(&k, o.nseg);
+    hyp_kargs_i64(&k, o.n);
+    hyp_kargs_f32(&k, (float)lr);
+    hyp_kargs_f32(&k, (float)hyp_optim_hyper(c, "beta1"));
+    hyp_kargs_f32(&k, (float)hyp_optim_hyper(c, "rho"));
+    hyp_kargs_ptr(&k, d_grad_scale);
+    return exec_dev_optim_launch(x, o.n, &k, e);
+}
+
+/* sophia_hess(h, g, n, beta2, B) over what this rank owns */
+static int hess_device(const hyp_optim_cfg *c, exec_dev *x, const hyp_optim_step *a, hyp_err *e) {
+    exec_dev_own o;
+    int rc = exec_dev_optim_own(x, "sophia_step", "float*", 12, &o, e);
+    double block = 256;
+    if (!rc) rc = exec_dev_optim_const(x, "BLOCK", &block, e);
+    if (rc) return rc;
+    hyp_kargs k;
+    memset(&k, 0, sizeof k);
+    hyp_kargs_ptr(&k, o.state[1]);
+    hyp_kargs_ptr(&k, o.grad);
+    hyp_kargs_i64(&k, o.n);
+    hyp_kargs_f32(&k, (float)hyp_optim_hyper(c, "beta2"));
+    hyp_kargs_f32(&k, (float)a->tokens);
+    return exec_dev_optim_launch_grid(x, "sophia_hess", (unsigned)((o.n + (int64_t)block - 1) / (int64_t)block), &k, e);
+}
+
 const hyp_optim_i hyp_optim_sophia = {
     .kind = "sophia",
     .n_state = 2,
@@ -77,4 +120,6 @@ const hyp_optim_i hyp_optim_sophia = {
     .step_span = step_span,
     .hess_every = hess_every,
     .hess_span = hess_span,
+    .step_device = step_device,
+    .hess_device = hess_device,
 };

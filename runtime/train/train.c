@@ -2,6 +2,7 @@
 #include "train.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -72,6 +73,28 @@ void train_eval_point(exec_t *x, const hyp_optim_i *o, int to_eval) {
     }
 }
 
+int train_eval_point_dp(exec_t *x, const hyp_optim_i *o, hyp_coll *coll, int to_eval, hyp_err *e) {
+    if (!o->eval_point || x->stage == 0) {
+        train_eval_point(x, o, to_eval);
+        return HYP_OK;
+    }
+    if (x->stage > 2)
+        return hyp_fail(e, HYP_EINPUT, "optimizer '%s' moves its parameters for evaluation only without ZeRO or at stages 1-2 (stage %d here) — use zero1 or zero2",
+                        o->kind, x->stage);
+    const plan_t *p = x->p;
+    const int64_t lo = x->shard * x->rank, hi = lo + x->shard;
+    for (int i = 0; i < p->n_params_t; i++) {
+        const plan_param *pp = &p->params[i];
+        int64_t s0 = pp->offset > lo ? pp->offset : lo, s1 = pp->offset + pp->numel < hi ? pp->offset + pp->numel : hi;
+        if (s0 >= s1) continue;
+        hyp_optim_span s = {x->params + s0, x->grads + s0, {0}, s1 - s0, &p->optim.groups[pp->group], pp, s0 - pp->offset};
+        for (int k = 0; k < o->n_state; k++) s.state[k] = x->state[k] + (plan_state_off(&p->optim, k, i, pp) - lo) + (s0 - pp->offset);
+        o->eval_point(&p->optim, &s, to_eval);
+    }
+    exec_params_changed(x);
+    return x->world > 1 ? hyp_coll_allgather_f32(coll, x->params + lo, x->params, (size_t)x->shard, e) : HYP_OK;
+}
+
 void train_optim_own(exec_t *x, const hyp_optim_i *o, double lr, int t, float scale) {
     hyp_optim_step a = {lr, t, scale, 1.0 / t, 0};
     train_optim_own_a(x, o, &a);
@@ -101,6 +124,68 @@ static void own_fn(exec_t *x, const hyp_optim_i *o, hyp_optim_span_fn fn, const 
 }
 
 void train_optim_own_a(exec_t *x, const hyp_optim_i *o, const hyp_optim_step *a) { own_fn(x, o, o->step_span, a); }
+
+/* The rank that runs tensor i's matrix_solve: the matrices of rule r, largest first (ties: lower
+ * index), each to the rank with the fewest floats so far (ties: lower rank). owner[] per tensor,
+ * -1 for the other tensors. */
+static void assign_matrices(const plan_t *p, const char *rule, int world, int *owner) {
+    double *load = calloc((size_t)world, sizeof *load);
+    for (int i = 0; i < p->n_params_t; i++) owner[i] = strcmp(p->optim.groups[p->params[i].group].rule, rule) ? -1 : -2;
+    for (;;) {
+        int best = -1;
+        for (int i = 0; i < p->n_params_t; i++)
+            if (owner[i] == -2 && (best < 0 || p->params[i].numel > p->params[best].numel)) best = i;
+        if (best < 0) break;
+        int r = 0;
+        for (int k = 1; load && k < world; k++)
+            if (load[k] < load[r]) r = k;
+        owner[best] = r;
+        if (load) load[r] += (double)p->params[best].numel;
+    }
+    free(load);
+}
+
+int train_optim_own_matrix(exec_t *x, const hyp_optim_i *o, const hyp_optim_step *a, hyp_coll *coll, hyp_err *e) {
+    const plan_t *p = x->p;
+    const hyp_optim_cfg *c = &p->optim;
+    if (x->stage < 1 || x->stage > 2 || !o->matrix_solve)
+        return hyp_fail(e, HYP_EINPUT, "optimizer '%s': whole-matrix updates under ZeRO stage %d are not implemented — generate the trainer without zero1/zero2/zero3",
+                        o->kind, x->stage);
+    const int64_t arena = x->shard * x->world, lo = x->shard * x->rank, hi = lo + x->shard;
+    float *u = calloc((size_t)arena, sizeof *u), *ob = calloc((size_t)arena, sizeof *ob);
+    int *owner = malloc(sizeof *owner * (size_t)(p->n_params_t + 1));
+    int rc = HYP_OK;
+    if (!u || !ob || !owner) rc = hyp_fail(e, HYP_EFAIL, "out of memory for the distributed %s step (%lld floats)", o->kind, (long long)arena);
+    const float *gbase = x->stage >= 2 ? x->gshard - lo : x->grads; /* element j's gradient: gbase[j], j in [lo, hi) */
+    /* pass 1: the own spans: pre_span (matrices) or the whole step (the rest) */
+    for (int i = 0; rc == HYP_OK && i < p->n_params_t; i++) {
+        const plan_param *pp = &p->params[i];
+        int64_t s0 = pp->offset > lo ? pp->offset : lo, s1 = pp->offset + pp->numel < hi ? pp->offset + pp->numel : hi;
+        if (s0 >= s1) continue;
+        hyp_optim_span sp = {x->params + s0, gbase + s0, {0}, s1 - s0, &c->groups[pp->group], pp, s0 - pp->offset};
+        for (int k = 0; k < o->n_state; k++) sp.state[k] = x->state[k] + (plan_state_off(c, k, i, pp) - lo) + (s0 - pp->offset);
+        if (!strcmp(c->groups[pp->group].rule, o->matrix_rule)) o->pre_span(c, &sp, a, u + s0);
+        else o->step_span(c, &sp, a);
+    }
+    if (!rc) rc = hyp_coll_allgather_f32(coll, u + lo, u, (size_t)x->shard, e);
+    if (!rc) {
+        assign_matrices(p, o->matrix_rule, x->world, owner);
+        for (int i = 0; i < p->n_params_t; i++)
+            if (owner[i] == x->rank) o->matrix_solve(c, &p->params[i], u + p->params[i].offset, ob + p->params[i].offset);
+        rc = op_cpu_check(e);
+    }
+    if (!rc) rc = hyp_coll_allreduce_f32(coll, ob, (size_t)arena, e); /* each matrix's result from its one rank */
+    for (int i = 0; rc == HYP_OK && i < p->n_params_t; i++) {
+        const plan_param *pp = &p->params[i];
+        if (strcmp(c->groups[pp->group].rule, o->matrix_rule)) continue;
+        int64_t s0 = pp->offset > lo ? pp->offset : lo, s1 = pp->offset + pp->numel < hi ? pp->offset + pp->numel : hi;
+        if (s0 >= s1) continue;
+        hyp_optim_span sp = {x->params + s0, gbase + s0, {0}, s1 - s0, &c->groups[pp->group], pp, s0 - pp->offset};
+        o->post_span(c, &sp, a, ob + s0);
+    }
+    free(u), free(ob), free(owner);
+    return rc;
+}
 
 void train_hess_own(exec_t *x, const hyp_optim_i *o, const hyp_optim_step *a) {
     if (o->hess_span) own_fn(x, o, o->hess_span, a);

@@ -36,6 +36,13 @@ float train_clip_scale(const train_opts *o, double norm);
 void train_optim_own(exec_t *x, const hyp_optim_i *o, double lr, int t, float scale);
 /* The same with every field of the step given (avg_weight for schedule-free kinds). */
 void train_optim_own_a(exec_t *x, const hyp_optim_i *o, const hyp_optim_step *a);
+/* The step of a whole-matrix kind with matrix hooks (optim.h matrix_rule: distributed Muon) under
+ * ZeRO stage 1-2 on coll's ranks (collective): its matrices' pre_span on the own shard, u
+ * all-gathered, matrix_solve on the matrices assigned to this rank (largest first to the least
+ * loaded rank, the same on every rank), the results all-reduced (zeros elsewhere), post_span on
+ * the own shard; every other tensor's own spans through step_span. The caller all-gathers the
+ * parameters as for any stage 1-2 step. */
+int train_optim_own_matrix(exec_t *x, const hyp_optim_i *o, const hyp_optim_step *a, hyp_coll *coll, hyp_err *e);
 /* The optimizer's hess_span (nothing when it has none) on what this rank owns, as train_optim_own_a:
  * x->grads (gshard at stages 2-3) hold the reduced gradients of the sampled-label loss (gnb.h). */
 void train_hess_own(exec_t *x, const hyp_optim_i *o, const hyp_optim_step *a);
@@ -50,5 +57,8 @@ typedef struct { int t; double lr_max, sum; } train_avg_state;
 double train_avg_weight_next(const train_opts *o, int t, train_avg_state *st);
 /* Stage 0 only: the optimizer's eval_point over the whole arena (nothing when it has none). */
 void train_eval_point(exec_t *x, const hyp_optim_i *o, int to_eval);
+/* The same on coll's ranks (collective): stage 0 as train_eval_point; stages 1-2 move the own
+ * shard (the states are sharded) and all-gather the replicated parameters. */
+int train_eval_point_dp(exec_t *x, const hyp_optim_i *o, hyp_coll *coll, int to_eval, hyp_err *e);
 
 #endif

@@ -501,7 +501,10 @@ static int resume(run_t *r, hyp_err *e) {
                         st.tokenizer_file[0] ? st.tokenizer_file : "byte");
     r->start_step = (int)st.step;
     r->ls_resumed = st.has_loss_scale, r->ls_scale = st.loss_scale, r->ls_good = (long long)st.loss_scale_good;
-    if (!r->a.sample_mode) train_eval_point(&r->x, r->d.opt, 0); /* schedule-free: saved x, trains at y */
+    if (!r->a.sample_mode) { /* schedule-free: saved x, trains at y */
+        int rc = train_eval_point_dp(&r->x, r->d.opt, r->d.coll, 0, e);
+        if (rc) return rc;
+    }
     hyp_rng_set_state(&r->rng, st.rng);
     /* the checkpoint counts windows of the whole data-parallel group (elastic resume, v2175):
      * each of the current ranks continues at its share of them */
@@ -700,7 +703,7 @@ static int save_checkpoint(run_t *r, int step, hyp_err *e) {
         st.loss_scale = r->be.ls.scale;
         st.loss_scale_good = (uint64_t)r->be.ls.good;
     }
-    train_eval_point(&r->x, r->d.opt, 1); /* schedule-free: the checkpoint holds the average x */
+    if ((rc = train_eval_point_dp(&r->x, r->d.opt, r->d.coll, 1, e))) return rc; /* schedule-free: the checkpoint holds the average x */
     /* v2180: every full_every-th save of this run is full (the first one too), the others deltas */
     int fe = r->plan.ckpt_full_every, full = !fe || train_ckpt_sharded(&r->d) || !r->ckpt_base[0] || r->ckpt_saves % fe == 0;
     char base[64];
@@ -708,8 +711,8 @@ static int save_checkpoint(run_t *r, int step, hyp_err *e) {
     if (full) snprintf(r->ckpt_base, sizeof r->ckpt_base, "step_%08d", step);
     r->ckpt_saves = full ? 1 : r->ckpt_saves + 1;
     rc = train_ckpt_save_async(&r->d, &r->x, r->a.ckpt_dir, r->a.keep, &st, r->ckpt_async, base, e);
-    train_eval_point(&r->x, r->d.opt, 0);
-    return rc;
+    int rc2 = train_eval_point_dp(&r->x, r->d.opt, r->d.coll, 0, e);
+    return rc ? rc : rc2;
 }
 
 /* v2179: until rank 0's background writes are on disk (every rank waits for rank 0). */
@@ -998,7 +1001,7 @@ static int sample_after(run_t *r, hyp_err *e) {
     const args_t *a = &r->a;
     int rc = train_sync_host(&r->be, e); /* a device run's weights to the host mirror */
     if (!rc && a->sample > 0 && r->d.stage >= 3) rc = train_unshard(&r->x, e); /* rank 0 samples alone */
-    if (!rc) train_eval_point(&r->x, r->d.opt, 1); /* schedule-free: sample at the average x */
+    if (!rc) rc = train_eval_point_dp(&r->x, r->d.opt, r->d.coll, 1, e); /* schedule-free: sample at the average x */
     if (!rc && a->sample > 0 && r->d.rank == 0 && !(rc = exec_alloc_acts(&r->x, e))) { /* a mirror has none */
         printf("--- sample (%d tokens, temperature %.2f, top-k %d) ---\n", a->sample, a->temperature, a->top_k);
         hyp_tok *tok = r->dtok.file[0] ? hyp_tok_open(r->dtok.file, e) : NULL;
@@ -1141,8 +1144,12 @@ static int run(int argc, char **argv, hyp_coll *coll) {
     /* a device backend trains in the host executor's ZeRO layout (stage 3: its layer groups); the
      * host keeps a mirror (initialization, checkpoints, sampling) without activations */
     int mirror = strcmp(p->backend, "cpu") && !a->sample_mode;
-    if (!(rc = hyp_optim_open(p, &r.d.opt, &e)) && r.d.opt->eval_point && r.d.stage >= 1)
-        rc = hyp_fail(&e, HYP_EINPUT, "train: optimizer '%s' evaluates at another point than it trains at, which this runtime moves between only without ZeRO (stage %d here) — generate the trainer without zero1/zero2/zero3",
+    if (!(rc = hyp_optim_open(p, &r.d.opt, &e)) && r.d.opt->eval_point && (r.d.stage >= 3 || (r.d.stage >= 1 && mirror)))
+        rc = hyp_fail(&e, HYP_EINPUT, "train: optimizer '%s' evaluates at another point than it trains at, which this runtime moves between only without ZeRO or at stages 1-2 on the cpu backend (stage %d here) — generate the trainer without ZeRO, or with zero1/zero2 for --target cpu",
+                      r.d.opt->kind, r.d.stage);
+    if (!rc && r.d.opt->shard_matrix && r.d.stage >= 1 &&
+        (mirror || !(r.d.opt->matrix_solve || (r.d.opt->zero1_full_grad && r.d.stage == 1))))
+        rc = hyp_fail(&e, HYP_EINPUT, "optimizer '%s' updates whole matrices or blocks, which this runtime distributes under ZeRO (stage %d here) only on the cpu backend, at stages 1-2 (Muon) or 1 (Adam-mini) — generate the trainer without ZeRO or with a supported stage",
                       r.d.opt->kind, r.d.stage);
     if (!rc &&
         !(rc = mirror ? exec_init_mirror(&r.x, p, coll, r.d.stage, &e) : exec_init_dp(&r.x, p, coll, r.d.stage, &e)) &&

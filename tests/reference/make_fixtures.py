@@ -3,7 +3,7 @@
 
 Writes tests/fixtures/ref_gpt2_tiny.safetensors and tests/fixtures/ref_llama_tiny.safetensors
 (and the GPT-2 variants ref_gpt2_qknorm_tiny / ref_gpt2_rmsnorm_tiny / ref_gpt2_postln_tiny /
-ref_gpt2_sandwich_tiny, see GPT2_QKNORM below):
+ref_gpt2_sandwich_tiny / ref_gpt2_deepnorm_tiny, see GPT2_QKNORM below):
 fixed seeded weights, one fixed batch, the logits, the loss, the gradient of every parameter, and
 the losses / global gradient norms of 10 AdamW steps on that batch. CI never runs this script;
 the fixtures it wrote are committed. Re-run:
@@ -307,7 +307,10 @@ def gpt2_forward(p, inputs, cfg=GPT2):
             x = x + y @ p[pre + "attn.c_proj.weight"].T + p[pre + "attn.c_proj.bias"]
         else:
             a = y @ p[pre + "attn.c_proj.weight"].T + p[pre + "attn.c_proj.bias"]
-            x = x + (norm(a, pre + "ln_attn_out") if placement == "sandwich" else a)
+            if "alpha" in cfg:  # v2143 DeepNorm: x = LN(alpha x + f(x))
+                x = cfg["alpha"] * x + a
+            else:
+                x = x + (norm(a, pre + "ln_attn_out") if placement == "sandwich" else a)
         if placement == "post":
             x = norm(x, pre + "ln_1")
         h = x if placement == "post" else norm(x, pre + "ln_2")
@@ -316,7 +319,10 @@ def gpt2_forward(p, inputs, cfg=GPT2):
             x = x + h @ p[pre + "mlp.c_proj.weight"].T + p[pre + "mlp.c_proj.bias"]
         else:
             f = h @ p[pre + "mlp.c_proj.weight"].T + p[pre + "mlp.c_proj.bias"]
-            x = x + (norm(f, pre + "ln_mlp_out") if placement == "sandwich" else f)
+            if "alpha" in cfg:  # v2143 DeepNorm
+                x = cfg["alpha"] * x + f
+            else:
+                x = x + (norm(f, pre + "ln_mlp_out") if placement == "sandwich" else f)
         if placement == "post":
             x = norm(x, pre + "ln_2")
     x = norm(x, "transformer.ln_f")
@@ -335,6 +341,11 @@ GPT2_RMSNORM = dict(GPT2, norm="rmsnorm")
 #                     "transformer.h.N.ln_attn_out" / "ln_mlp_out" .weight/.bias per layer
 GPT2_POSTLN = dict(GPT2, placement="post")
 GPT2_SANDWICH = dict(GPT2, placement="sandwich")
+#   gpt2_deepnorm_tiny (v2143 DeepNorm): post-LN with the residual weighted by
+#                     alpha = (2N)^(1/4), N = L = 2 layers (Wang et al. 2022, decoder-only):
+#                     x = LN(alpha x + f(x)) after each sublayer; ln_f kept. (The beta init scaling
+#                     does not show here: the fixture's weights are loaded.)
+GPT2_DEEPNORM = dict(GPT2, placement="post", alpha=(2.0 * GPT2["L"]) ** 0.25)
 
 
 def variant(cfg):
@@ -648,6 +659,7 @@ def main():
         "gpt2_rmsnorm_tiny": lambda: build("gpt2_rmsnorm_tiny", *variant(GPT2_RMSNORM),
                                            GPT2_RMSNORM, seed=2141),
         "gpt2_postln_tiny": lambda: build("gpt2_postln_tiny", *variant(GPT2_POSTLN), GPT2_POSTLN, seed=2140),
+        "gpt2_deepnorm_tiny": lambda: build("gpt2_deepnorm_tiny", *variant(GPT2_DEEPNORM), GPT2_DEEPNORM, seed=2143),
         "gpt2_sandwich_tiny": lambda: build("gpt2_sandwich_tiny", *variant(GPT2_SANDWICH), GPT2_SANDWICH,
                                             seed=21400),
         "gpt2_lion_tiny": lambda: build_lion("gpt2_lion_tiny", gpt2_params, gpt2_forward, GPT2, seed=1234),

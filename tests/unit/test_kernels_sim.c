@@ -615,7 +615,7 @@ static void flash_case(const char *tag, int B, int T, int NH, int NKV, int HD, c
     }
     void *f1[] = {&out, &lse, &qkv, &nopos, &T};
     launch_smem(&mf, "flash_attention_fwd", cdiv(T, 64), B * NH, 1, 128, (size_t)smem_fwd, f1);
-    op_flash_attention_fwd_doc(out_ref, lse_ref, qkv, nopos, B, T, NH, NKV, HD);
+    op_flash_attention_fwd_doc(out_ref, lse_ref, qkv, nopos, B, T, NH, NKV, HD, 0.0f);
     check_f32(NAME(nm, "test_v2112_flash_fwd[%s] B=%d T=%d NH=%d NKV=%d HD=%d %s out", tag, B, T, NH, NKV, HD, prec), out, out_ref, no, tol, tol);
     check_f32(NAME(nm, "test_v2112_flash_fwd[%s] lse", tag), lse, lse_ref, nl, tol, tol);
 
@@ -626,7 +626,7 @@ static void flash_case(const char *tag, int B, int T, int NH, int NKV, int HD, c
     void *b2[] = {&dqkv, &dout, &qkv, &lse_ref, &D, &nopos, &T};
     launch_smem(&mf, "flash_attention_bwd_dkv", cdiv(T, 64), B * NKV, 1, 128, (size_t)smem_dkv, b2);
     launch_smem(&mf, "flash_attention_bwd_dq", cdiv(T, 64), B * NH, 1, 128, (size_t)smem_dq, b2);
-    op_flash_attention_bwd_doc(dqkv_ref, D_ref, dout, qkv, out_ref, lse_ref, nopos, B, T, NH, NKV, HD);
+    op_flash_attention_bwd_doc(dqkv_ref, D_ref, dout, qkv, out_ref, lse_ref, nopos, B, T, NH, NKV, HD, 0.0f);
     check_f32(NAME(nm, "test_v2113_flash_bwd[%s] D = rowsum(dout*out)", tag), D, D_ref, nl, TOL_F32);
     check_f32(NAME(nm, "test_v2113_flash_bwd[%s] dqkv accumulates", tag), dqkv, dqkv_ref, nr, tol, tol);
     if (again) { /* deterministic: one writer per element, fixed order (blocks run on 2 OS threads) */
@@ -1026,6 +1026,158 @@ static void test_lion(const char *tag, const int *sizes, int nseg) {
     close_family(&md);
 }
 
+/* A host optimizer section with the given hyper-parameters (name, value pairs). */
+static void optim_cfg(hyp_optim_cfg *c, int n, const char *const *names, const double *vals) {
+    memset(c, 0, sizeof *c);
+    c->n_hyper = n;
+    for (int i = 0; i < n; i++) {
+        snprintf(c->hyper_name[i], sizeof c->hyper_name[i], "%s", names[i]);
+        c->hyper[i] = vals[i];
+    }
+}
+
+/* v2137 sfadamw_step and sfadamw_lerp (templates/schedulefree.cu.lua) vs schedule-free AdamW's
+ * host step and eval_point (optim_sfadamw.c) per tensor, steps 1 (z = y) and 2, with a clip factor
+ * and a tensor without decay: within float rounding (the host may contract a multiply-add). */
+static void test_sfadamw(const char *tag, const int *sizes, int nseg) {
+    char nm[200];
+    long n = 0;
+    long *seg_end = zalloc((size_t)nseg * sizeof *seg_end);
+    float *seg_wd = fbuf(nseg);
+    for (int s = 0; s < nseg; s++) {
+        n += sizes[s];
+        seg_end[s] = n;
+        seg_wd[s] = s % 2 ? 0.0f : 0.1f;
+    }
+    mod_t md;
+    if (open_family(&md, "schedulefree", "", tag)) return;
+    const double b1 = 0.9, b2 = 0.999, eps = 1e-8, lr = 1e-2;
+    static const char *const H[] = {"beta1", "beta2", "eps"};
+    const double V[] = {b1, b2, eps};
+    hyp_optim_cfg c;
+    optim_cfg(&c, 3, H, V);
+    const hyp_optim_i *o = hyp_optim_find("schedulefree_adamw");
+    float *y = frandbuf(n, 1.0f), *z = fbuf(n), *v = fbuf(n), *gs = fbuf(1);
+    gs[0] = 0.5f;
+    float *yr = fcopy(y, n), *zr = fcopy(z, n), *vr = fcopy(v, n);
+    for (int t = 1; t <= 2; t++) {
+        float *g = frandbuf(n, 1.0f);
+        double ckd = 1.0 / t; /* constant LR: c_t = 1/t */
+        float flr = (float)lr, fb2 = (float)b2, feps = (float)eps, ibc2 = 1.0f / (float)(1.0 - pow(b2, (double)t));
+        float ck = (float)ckd, ystep = (float)(lr * (b1 * (1.0 - ckd) - 1.0));
+        int first = t == 1;
+        void *args[] = {&y, &z, &v, &g, &seg_end, &seg_wd, &nseg, &n, &flr, &fb2, &feps, &ibc2, &ck, &ystep, &first, &gs};
+        launch(&md, "sfadamw_step", cdiv(n, 256), 1, 1, 256, args);
+        long off = 0;
+        for (int s = 0; s < nseg; s++) {
+            hyp_optim_group grp = {"t", 1.0, seg_wd[s], 0, NULL, ""};
+            hyp_optim_span sp = {yr + off, g + off, {zr + off, vr + off}, sizes[s], &grp, NULL, 0};
+            hyp_optim_step a = {lr, t, gs[0], ckd, 0};
+            o->step_span(&c, &sp, &a);
+            off += sizes[s];
+        }
+    }
+    check_f32(NAME(nm, "v2137 sfadamw_step[%s] y after 2 steps equals the host step (n=%ld, %d tensors)", tag, n, nseg), y, yr, n, 1e-6, 1e-7);
+    check_f32(NAME(nm, "v2137 sfadamw_step[%s] z equals the host step", tag), z, zr, n, 1e-6, 1e-7);
+    check_f32(NAME(nm, "v2137 sfadamw_step[%s] v equals the host step", tag), v, vr, n, 1e-6, 1e-7);
+    float w = (float)(1.0 - 1.0 / b1);
+    void *la[] = {&y, &z, &n, &w};
+    launch(&md, "sfadamw_lerp", cdiv(n, 256), 1, 1, 256, la);
+    hyp_optim_group grp0 = {"t", 1.0, 0.0, 0, NULL, ""};
+    hyp_optim_span all = {yr, NULL, {zr, vr}, n, &grp0, NULL, 0};
+    o->eval_point(&c, &all, 1);
+    check_f32(NAME(nm, "v2137 sfadamw_lerp[%s] x equals the host eval_point", tag), y, yr, n, 1e-6, 1e-7);
+    close_family(&md);
+}
+
+/* v2136 adam_mini_block_step (templates/adam_mini.cu.lua) vs Adam-mini's host step (optim_adammini.c)
+ * on a fused QKV weight [(nh + 2 nkv) hd, K] (q and k rows per head, then one block per v row) and a
+ * norm gain (one block), steps 1 and 2, with a clip factor: m, block v and weights within rounding. */
+static void test_adam_mini(const char *tag, int nh, int nkv, int hd, int K) {
+    char nm[200];
+    mod_t md;
+    if (open_family(&md, "adam_mini", "", tag)) return;
+    const int R = (nh + 2 * nkv) * hd;
+    const long n = (long)R * K;
+    static const char *const H[] = {"beta1", "beta2", "eps", "n_head", "n_kv_head", "head_dim"};
+    const double V[] = {0.9, 0.95, 1e-8, nh, nkv, hd};
+    hyp_optim_cfg c;
+    optim_cfg(&c, 6, H, V);
+    c.state_compact[1] = 1;
+    const hyp_optim_i *o = hyp_optim_find("adam_mini");
+    const int nq = nh + nkv, nb = nq + (R - nq * hd);
+    plan_param t = {0};
+    t.ndim = 2, t.shape[0] = R, t.shape[1] = K, t.numel = n;
+    float *p = frandbuf(n, 1.0f), *m = fbuf(n), *v = fbuf(nb), *gs = fbuf(1);
+    gs[0] = 0.5f;
+    float *pr = fcopy(p, n), *mr = fcopy(m, n), *vr = fcopy(v, nb);
+    const float lr = 1e-2f, wd = 0.1f, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f;
+    for (int step = 1; step <= 2; step++) {
+        float *g = frandbuf(n, 1.0f);
+        long Kl = K;
+        int hdi = hd, nr = 1;
+        float lr_bc1 = lr / (float)(1.0 - pow((double)beta1, (double)step));
+        float isbc2 = 1.0f / (float)sqrt(1.0 - pow((double)beta2, (double)step)), decay = 1.0f - lr * wd;
+        float b1 = beta1, b2 = beta2, e = eps;
+        int nqi = nq;
+        void *args[] = {&p, &m, &v, &g, &Kl, &nqi, &hdi, &nr, &b1, &b2, &lr_bc1, &isbc2, &e, &decay, &gs};
+        launch(&md, "adam_mini_block_step", (unsigned)nb, 1, 1, 256, args);
+        hyp_optim_group grp = {"qkv", 1.0, wd, 0, NULL, "qkv"};
+        hyp_optim_span sp = {pr, g, {mr, vr}, n, &grp, &t, 0};
+        hyp_optim_step a = {lr, step, gs[0], 0, 0};
+        o->step_span(&c, &sp, &a);
+    }
+    check_f32(NAME(nm, "v2136 adam_mini_block_step[%s] weights after 2 steps equal the host step (%dx%d, %d blocks)", tag, R, K, nb), p, pr, n, 1e-6, 1e-7);
+    check_f32(NAME(nm, "v2136 adam_mini_block_step[%s] m equals the host step", tag), m, mr, n, 1e-6, 1e-7);
+    check_f32(NAME(nm, "v2136 adam_mini_block_step[%s] block v equals the host step", tag), v, vr, nb, 1e-6, 1e-7);
+    close_family(&md);
+}
+
+/* v2135 sophia_step and sophia_hess (templates/sophia.cu.lua) vs Sophia-G's host step_span and
+ * hess_span (optim_sophia.c) per tensor: bit for bit (the same explicit fmaf's), with a clip
+ * factor, clipped and unclipped ratios and one tensor without decay. */
+static void test_sophia(const char *tag, const int *sizes, int nseg) {
+    char nm[200];
+    long n = 0;
+    long *seg_end = zalloc((size_t)nseg * sizeof *seg_end);
+    float *seg_wd = fbuf(nseg);
+    for (int s = 0; s < nseg; s++) {
+        n += sizes[s];
+        seg_end[s] = n;
+        seg_wd[s] = s % 2 ? 0.0f : 0.1f;
+    }
+    mod_t md;
+    if (open_family(&md, "sophia", "", tag)) return;
+    static const char *const H[] = {"beta1", "beta2", "rho", "hess_every"};
+    const double V[] = {0.965, 0.99, 0.04, 2};
+    hyp_optim_cfg c;
+    optim_cfg(&c, 4, H, V);
+    const hyp_optim_i *o = hyp_optim_find("sophia");
+    float lr = 1e-3f, b1 = 0.965f, rho = 0.04f, b2 = 0.99f, B = 256.0f, *gs = fbuf(1);
+    gs[0] = 0.5f;
+    float *p = frandbuf(n, 1.0f), *m = frandbuf(n, 0.1f), *h = frandbuf(n, 0.5f), *g = frandbuf(n, 1.0f);
+    for (long i = 0; i < n; i++) h[i] = fabsf(h[i]);
+    float *pr = fcopy(p, n), *mr = fcopy(m, n), *hr = fcopy(h, n);
+    void *args[] = {&p, &m, &h, &g, &seg_end, &seg_wd, &nseg, &n, &lr, &b1, &rho, &gs};
+    launch(&md, "sophia_step", cdiv(n, 256), 1, 1, 256, args);
+    void *hargs[] = {&h, &g, &n, &b2, &B};
+    launch(&md, "sophia_hess", cdiv(n, 256), 1, 1, 256, hargs);
+    long off = 0;
+    for (int s = 0; s < nseg; s++) {
+        hyp_optim_group grp = {"t", 1.0, seg_wd[s], 0, NULL, ""};
+        hyp_optim_span sp = {pr + off, g + off, {mr + off, hr + off}, sizes[s], &grp, NULL, 0};
+        hyp_optim_step a = {lr, 1, gs[0], 0, 0}, ah = {0, 1, 1.0f, 0, B};
+        o->step_span(&c, &sp, &a);
+        o->hess_span(&c, &sp, &ah);
+        off += sizes[s];
+    }
+    check_exact(NAME(nm, "v2135 sophia_step[%s] params equal the host step bit for bit (n=%ld, %d tensors)", tag, n, nseg), p, pr,
+                sizeof(float) * (size_t)n);
+    check_exact(NAME(nm, "v2135 sophia_step[%s] m equals the host step bit for bit", tag), m, mr, sizeof(float) * (size_t)n);
+    check_exact(NAME(nm, "v2135 sophia_hess[%s] h equals the host hess_span bit for bit", tag), h, hr, sizeof(float) * (size_t)n);
+    close_family(&md);
+}
+
 static int bf16_brackets(uint16_t got, float exact) {
     uint32_t b = bits_of_f32(exact);
     uint16_t down = (uint16_t)(b >> 16), up = (uint16_t)(down + 1);
@@ -1246,6 +1398,12 @@ int main(void) {
     RUN(test_adamw("odd", odd_sizes, 3));
     RUN(test_lion("regular", regular_sizes, 4));
     RUN(test_lion("odd", odd_sizes, 3));
+    RUN(test_sfadamw("regular", regular_sizes, 4));
+    RUN(test_sfadamw("odd", odd_sizes, 3));
+    RUN(test_adam_mini("regular", 4, 2, 16, 64));
+    RUN(test_adam_mini("odd", 3, 1, 5, 37));
+    RUN(test_sophia("regular", regular_sizes, 4));
+    RUN(test_sophia("odd", odd_sizes, 3));
     RUN(test_stochastic_rounding());
     RUN(test_adamw_bf16_vs_cpu("regular", regular_sizes, 4));
     RUN(test_adamw_bf16_vs_cpu("odd", odd_sizes, 3));

@@ -94,10 +94,10 @@ static void op_case(int hd, int NH, int NKV) {
             pos[b * T + t] = t - cur;
         }
     }
-    op_attention_fwd_doc(out_n, att, qkv, pos, B, T, NH, NKV, hd);
-    op_attention_bwd_doc(dq_n, datt, dout, qkv, att, pos, B, T, NH, NKV, hd);
-    op_flash_attention_fwd_doc(out_f, lse, qkv, pos, B, T, NH, NKV, hd);
-    op_flash_attention_bwd_doc(dq_f, scr, dout, qkv, out_f, lse, pos, B, T, NH, NKV, hd);
+    op_attention_fwd_doc(out_n, att, qkv, pos, B, T, NH, NKV, hd, 0.0f);
+    op_attention_bwd_doc(dq_n, datt, dout, qkv, att, pos, B, T, NH, NKV, hd, 0.0f);
+    op_flash_attention_fwd_doc(out_f, lse, qkv, pos, B, T, NH, NKV, hd, 0.0f);
+    op_flash_attention_bwd_doc(dq_f, scr, dout, qkv, out_f, lse, pos, B, T, NH, NKV, hd, 0.0f);
     double rm, w = max_abs_diff(out_f, out_n, no, &rm);
     check(w <= 2e-5 * fmax(1, rm), "test_v2126_flash_doc_fwd_vs_naive_doc", "hd %d NH %d NKV %d: max err %.3g", hd, NH, NKV, w);
     w = max_abs_diff(dq_f, dq_n, nq, &rm);

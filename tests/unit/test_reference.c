@@ -473,6 +473,9 @@ int main(void) {
     run_model("ref-gpt2", "ref_gpt2_postln_tiny.safetensors", ",norm-placement --set v2140.placement=post", "_v2140_post_ln");
     run_model("ref-gpt2", "ref_gpt2_sandwich_tiny.safetensors", ",norm-placement --set v2140.placement=sandwich",
               "_v2140_sandwich_ln");
+    /* v2143 DeepNorm: post-LN with the residual weighted by alpha = (2N)^(1/4) = sqrt(2) for the
+     * 2-layer GPT-2, x = LN(alpha x + f(x)): logits, every gradient, 10 AdamW steps */
+    run_model("ref-gpt2", "ref_gpt2_deepnorm_tiny.safetensors", ",deep-norm", "_v2143_deep_norm");
     /* v2134 Lion replaces AdamW: 10 steps against lion-pytorch */
     run_lion();
     /* v2138 Muon (hidden matrices; AdamW rule on embeddings, gains, biases) against the

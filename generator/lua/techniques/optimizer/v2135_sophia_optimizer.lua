@@ -4,17 +4,14 @@
 -- (ZeRO stages 1-3 shard both by floats), and the decoupled weight decay of the "decay" group
 -- taken from Sophia's own weight_decay param (the no-decay group keeps 0). Every hessian_interval
 -- steps the trainer runs one more forward and backward on the step's last micro-batch with labels
--- sampled from the model's softmax (train/gnb.c) and refreshes h. Device targets are refused here,
--- at gen time (no sophia kernel, no device GNB pass). Never: a second optimizer beside Sophia.
+-- sampled from the model's softmax (train/gnb.c) and refreshes h. On sim/sm_XX: the kernels of
+-- templates/sophia.cu.lua, the labels drawn on the host from the device's logits. Never: a second
+-- optimizer beside Sophia.
 local U = require("util")
 local M = { id = "v2135", families = { "sophia" } }
 
 function M.derive(ctx)
   ctx.facts.optimizer = "sophia"
-  if ctx.target.kind ~= "cpu" then
-    ctx.refuse("Sophia-G has no device kernel and no device pass for its Hessian estimate (sampled-label backward); it runs on the cpu backend only",
-      "generate the trainer with --target cpu, or use adamw/lion on " .. tostring(ctx.target.kind))
-  end
 end
 
 function M.sections(ctx, plan)
@@ -34,6 +31,11 @@ function M.sections(ctx, plan)
     U.fmt_value(b1), U.fmt_value(b2), U.fmt_value(rho)))
   ctx.contribute(string.format("every %d steps: one extra forward/backward on the step's last micro-batch with labels sampled from the model's softmax; h = beta2 * h + (1 - beta2) * B * g_hat^2 (B = that batch's tokens)", k))
   ctx.contribute(string.format("decoupled weight decay %s on the decay group, 0 on the rest", U.fmt_value(wd)))
+end
+
+function M.kernels(ctx, k)
+  k.want("sophia", { "sophia_step", "sophia_hess" }, {})
+  ctx.contribute("kernel: sophia_step (clipped preconditioned update, per-tensor decoupled decay) and sophia_hess (the Gauss-Newton-Bartlett refresh of h)")
 end
 
 return M

@@ -1,13 +1,13 @@
--- v2136 Adam-mini: the plan's optimizer becomes kind "adam_mini" (runtime/train/optim_adammini.c,
--- cpu only) with the paper's partition written into the parameter groups' rules: "qkv" for a
+-- v2136 Adam-mini: the plan's optimizer becomes kind "adam_mini" (runtime/train/optim_adammini.c;
+-- on sim/sm_XX the kernels of templates/adam_mini.cu.lua) with the paper's partition written into the parameter groups' rules: "qkv" for a
 -- fused QKV weight (query and key rows per head, value rows per output neuron), "head" for
 -- separate q_proj/k_proj, "neuron" for v_proj, attention out and the MLP matrices (one block per
 -- output row), "block" for norm gains (one block per tensor), and "adam" (per-coordinate v, the
 -- default decay/no_decay groups) for biases, embeddings and the output head. Hyper-parameters
 -- beta1/beta2 (this spec), eps (v2132), n_head/n_kv_head/head_dim (the model). States m (f32,
 -- every parameter) and v (f32, packed: one float per block, the plan's state "numel" list),
--- sharded by matrix: ZeRO and device targets are refused here, at gen
--- time. Never: a second optimizer beside this one.
+-- sharded by matrix; under ZeRO-1 (cpu only) v is unpacked and sharded by floats like m; ZeRO-2/3
+-- and ZeRO on a device target are refused here, at gen time. Never: a second optimizer beside this one.
 local U = require("util")
 local M = { id = "v2136", families = { "adam_mini" } }
 
@@ -28,17 +28,18 @@ end
 
 function M.derive(ctx)
   ctx.facts.optimizer = "adam_mini"
-  if ctx.target.kind ~= "cpu" then
-    ctx.refuse("Adam-mini has no device kernel (its block reductions run on the cpu backend only)",
-      "generate the trainer with --target cpu")
-  end
 end
 
 function M.sections(ctx, plan)
   local z = ctx.facts.zero
-  if z and (z.stage or 0) >= 1 then
-    ctx.refuse(string.format("Adam-mini's blocks (heads, rows, whole norm gains) need whole tensors, and ZeRO stage %d shards the optimizer state by floats", z.stage),
-      "drop zero1/zero2/zero3/fsdp (plain dp works)")
+  local zstage = z and z.stage or 0
+  if zstage >= 2 then
+    ctx.refuse(string.format("Adam-mini's blocks (heads, rows, whole norm gains) take their mean g^2 over whole tensors, and ZeRO stage %d shards the gradients", zstage),
+      "use zero1 (gradients stay whole on every rank; m and v sharded by floats), or plain dp")
+  end
+  if zstage == 1 and ctx.target.kind ~= "cpu" then
+    ctx.refuse("Adam-mini under ZeRO stage 1 runs on the cpu backend only (the device step keeps whole tensors' states on every rank)",
+      "generate the trainer with --target cpu, or drop zero1 (plain dp works on " .. tostring(ctx.target.kind) .. ")")
   end
   local o = plan.optimizer
   local m = plan.model
@@ -75,12 +76,21 @@ function M.sections(ctx, plan)
     end
     vn[i] = nb
   end
-  o.state[2].numel = vn
+  if zstage == 0 then
+    o.state[2].numel = vn
+  else -- ZeRO-1: v unpacked (the arena layout, sharded by floats like m; each element its block's v)
+    ctx.decide("optimizer.adam_mini.zero", zstage, "v2136 Adam-mini under ZeRO stage 1: m and v sharded by floats, v unpacked (each element holds its block's second moment; the block mean of g^2 is taken from the whole all-reduced gradient)")
+  end
   ctx.decide("optimizer.kind", "adam_mini", "v2136 enabled: replaces " .. from ..
     " (one second moment per block: heads of q/k, rows of v/out/MLP, whole norm gains; Adam on biases, embeddings, head)")
   ctx.contribute(string.format("optimizer kind adam_mini: beta1 = %s, beta2 = %s, eps = %s; partition: %d qkv, %d head, %d neuron, %d block tensors (%d second-moment blocks), %d floats on per-coordinate Adam",
     U.fmt_value(b1), U.fmt_value(b2), U.fmt_value(o.hyper.eps), count.qkv or 0, count.head or 0, count.neuron or 0,
     count.block or 0, blocks, adam))
+end
+
+function M.kernels(ctx, k)
+  k.want("adam_mini", { "adam_mini_adam_step", "adam_mini_block_step" }, {})
+  ctx.contribute("kernel: adam_mini_block_step (one CUDA block per Adam-mini block: mean g^2, m, p) and adam_mini_adam_step (per-coordinate tensors), one launch per tensor")
 end
 
 return M

@@ -1,0 +1,88 @@
+--[[ hyperion template
+family = "muon"
+doc = "Muon (v2138): the elementwise pieces around the Newton-Schulz GEMMs (momentum, Frobenius normalization, update) and the AdamW step of the tensors Muon leaves to Adam, one tensor per launch; fp32 weights and state"
+constants = {
+  PARTS = { "int", default = 64, doc = "blocks of the sum-of-squares pass (a fixed number: the summation order never depends on the device)" },
+  BLOCK = { "int", default = 256, doc = "threads per block" },
+}
+derive = function(K, decide)
+  decide("newton_schulz", "fp32 device GEMMs", "the quintic iterations run through the device GEMM (cuBLASLt on cuda, device_gemm.c on sim) in fp32; these kernels do the elementwise work between them")
+end
+kernels = {
+  { name = "muon_adamw_step", doc = "AdamW on one tensor (Muon's embeddings, head, gains, biases): p -= lr * (mhat / (sqrt(vhat) + eps) + wd * p); g scaled by *gscale (NULL: 1)",
+    params = { "float* __restrict__ p", "float* __restrict__ m", "float* __restrict__ v", "const float* __restrict__ g",
+      "long n", "float lr", "float beta1", "float beta2", "float eps", "float wd", "float ibc1", "float ibc2",
+      "const float* __restrict__ gscale" },
+    block = "BLOCK", grid = "cdiv(n, BLOCK)" },
+  { name = "muon_momentum", doc = "m = beta*m + (1-beta)*g; u = nesterov ? beta*m + (1-beta)*g : m; partial[b] = sum of u^2 over block b's grid-stride share",
+    params = { "float* __restrict__ m", "float* __restrict__ u", "const float* __restrict__ g", "long n", "float beta",
+      "int nesterov", "const float* __restrict__ gscale", "float* __restrict__ partial" },
+    block = "BLOCK", grid = "PARTS" },
+  { name = "muon_normalize", doc = "x *= 1 / (sqrt(sum of partial[PARTS], in order, in double) + 1e-7)",
+    params = { "float* __restrict__ x", "long n", "const float* __restrict__ partial" },
+    block = "BLOCK", grid = "cdiv(n, BLOCK)" },
+  { name = "muon_apply", doc = "p = p*decay - lr*(scale*o)",
+    params = { "float* __restrict__ p", "const float* __restrict__ o", "long n", "float decay", "float lr", "float scale" },
+    block = "BLOCK", grid = "cdiv(n, BLOCK)" },
+}
+ops = {
+  optimizer = { { "muon_adamw_step", "params", "m", "v", "grads", "n", "lr", "beta1", "beta2", "eps", "wd", "1/(1-beta1^t)", "1/(1-beta2^t)", "gscale" } },
+}
+]]
+{{ partial("common") }}
+
+// The float expressions are runtime/cpu/ops_cpu.c's (op_adamw, op_newton_schulz5) and
+// runtime/train/optim_muon.c's, in the same order; the host may contract a multiply-add that the
+// simulator does not, so cpu and device agree within rounding, not bit for bit (test_muon_dev).
+
+% if emit.muon_adamw_step then
+{{ signature("muon_adamw_step") }} {
+    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const float gs = gscale ? *gscale : 1.0f;
+    float gi = g[i] * gs;
+    float mi = beta1 * m[i] + (1.0f - beta1) * gi;
+    float vi = beta2 * v[i] + (1.0f - beta2) * gi * gi;
+    m[i] = mi;
+    v[i] = vi;
+    float mhat = mi * ibc1, vhat = vi * ibc2;
+    p[i] -= lr * (mhat / (sqrtf(vhat) + eps) + wd * p[i]);
+}
+% end
+
+% if emit.muon_momentum then
+{{ signature("muon_momentum") }} {
+    const float gs = gscale ? *gscale : 1.0f;
+    float s = 0.0f;
+    const long stride = (long)gridDim.x * blockDim.x;
+    for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        float gi = g[i] * gs;
+        float mi = beta * m[i] + (1.0f - beta) * gi;
+        float ui = nesterov ? beta * mi + (1.0f - beta) * gi : mi;
+        m[i] = mi;
+        u[i] = ui;
+        s += ui * ui;
+    }
+    s = hyp_block_sum(s);
+    if (threadIdx.x == 0) partial[blockIdx.x] = s;
+}
+% end
+
+% if emit.muon_normalize then
+{{ signature("muon_normalize") }} {
+    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    double ss = 0.0;
+    for (int b = 0; b < PARTS; b++) ss += (double)partial[b];
+    float inv = 1.0f / ((float)sqrt(ss) + 1e-7f);
+    x[i] *= inv;
+}
+% end
+
+% if emit.muon_apply then
+{{ signature("muon_apply") }} {
+    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    p[i] = p[i] * decay - lr * (scale * o[i]);
+}
+% end
