@@ -40,6 +40,8 @@ kernels = {
     block = "BLOCK", grid = "cdiv(n, 4*BLOCK)" },
   { name = "round_bf16", doc = "out = float(bf16(in)): round to nearest even, kept in fp32 (the plan's bf16 GEMM operands, v2102; out may be in)",
     params = { "float* out", "const float* in", "long n" }, block = "BLOCK", grid = "cdiv(n, 4*BLOCK)" },
+  { name = "round_fp16", doc = "out = float(half(in)): IEEE binary16, round to nearest even, inf from 65520 up, fp16 subnormals, kept in fp32 (the plan's fp16 GEMM operands, v2102; out may be in)",
+    params = { "float* out", "const float* in", "long n" }, block = "BLOCK", grid = "cdiv(n, 4*BLOCK)" },
   { name = "amax", doc = "*amax = max(*amax, max |in|)",
     params = { "float* __restrict__ amax", "const float* __restrict__ in", "long n" }, block = "BLOCK", grid = "cdiv(n, 4*BLOCK)" },
   { name = "fp8_scale_current", doc = "current scaling (runtime/fp8.c's hyp_fp8_scale_current): *scale = scaled_max / *amax (1 when amax is 0, inf or NaN; FLT_MAX on overflow), *scale_inv = 1 / *scale; *amax = 0 for the tensor's next cast",
@@ -57,6 +59,7 @@ kernels = {
 ops = {
   fp8_quantize = { { "fp8_fake_quantize_e4m3", "out1", "in1", "fp8.scale[slot]", "fp8.scale_inv[slot]", "fp8.amax[slot]", "n*C" } },
   round_bf16 = { { "round_bf16", "out1", "in1", "n*C" } },
+  round_fp16 = { { "round_fp16", "out1", "in1", "n*C" } },
   ["fp8_quantize(gradient, hybrid)"] = { { "fp8_fake_quantize_e5m2", "out1", "in1", "fp8.scale[slot]", "fp8.scale_inv[slot]", "fp8.amax[slot]", "n*C" } },
   ["fp8_quantize(current)"] = { { "amax", "fp8.amax[slot]", "in1", "n*C" },
     { "fp8_scale_current", "fp8.scale[slot]", "fp8.scale_inv[slot]", "fp8.amax[slot]", "fp8.scaled_max[slot]" },
@@ -199,6 +202,21 @@ __device__ __forceinline__ void amax_merge(float* amax, float local) {
                                    __bfloat162float(__float2bfloat16(x[2])), __bfloat162float(__float2bfloat16(x[3]))));
     } else {
         for (; i < n; i++) out[i] = __bfloat162float(__float2bfloat16(in[i]));
+    }
+}
+% end
+% if emit.round_fp16 then
+// v2102 fp16 policy: the operand an fp16 GEMM with fp32 accumulation reads (runtime/cpu's
+// round_fp16 op, bit for bit on numbers: __float2half rounds to nearest even, overflows to inf and
+// keeps fp16 subnormals).
+{{ signature("round_fp16") }} {
+    long i = ((long)blockIdx.x * blockDim.x + threadIdx.x) * 4;
+    if (i + 3 < n) {
+        hyp_f128 x = hyp_load128(in + i);
+        hyp_store128(out + i, f128(__half2float(__float2half_rn(x[0])), __half2float(__float2half_rn(x[1])),
+                                   __half2float(__float2half_rn(x[2])), __half2float(__float2half_rn(x[3]))));
+    } else {
+        for (; i < n; i++) out[i] = __half2float(__float2half_rn(in[i]));
     }
 }
 % end

@@ -20,11 +20,11 @@ M.OP_FAMILY = {
   flash_attention_fwd = "flash_attention", flash_attention_bwd = "flash_attention",
   gelu_fwd = "gelu", gelu_bwd = "gelu", swiglu_fwd = "swiglu", swiglu_bwd = "swiglu",
   crossentropy = "classifier", crossentropy_fused = "classifier", fp8_quantize = "cast", round_bf16 = "cast",
-  round_fp16 = false, matmul_fwd = false, matmul_bwd = false, zero = false,
+  round_fp16 = "cast", matmul_fwd = false, matmul_bwd = false, zero = false,
   fake_quant = "quant", int8_matmul_fwd = "quant", int8_matmul_dgrad = "quant",
 }
 local NOT_TEMPLATE = { matmul_fwd = "cuBLASLt (runtime)", matmul_bwd = "cuBLASLt (runtime)",
-  zero = "cudaMemsetAsync (runtime)", round_fp16 = "cpu executor only (no device kernel yet)" }
+  zero = "cudaMemsetAsync (runtime)" }
 
 ------------------------------------------------------------------------------------------------
 -- The render pass: plan -> families with constants
@@ -218,6 +218,7 @@ function M.instances(tree, cfg, plan, decide, contrib)
   -- the plan's quantization ops
   if seen.fp8_quantize then want("cast", { "fp8_fake_quantize_e4m3", "fp8_fake_quantize_e5m2" }) end
   if seen.round_bf16 then want("cast", { "round_bf16" }) end
+  if seen.round_fp16 then want("cast", { "round_fp16" }) end
   TQ.run(tree, cfg, contrib, "kernels", { want = want, seen = seen })
   -- assemble, in the canonical family order
   local by_family, all_families = TQ.family_specs(tree, cfg)

@@ -21,19 +21,11 @@ int train_step(train_backend *b, hyp_loader *train, const train_opts *o, int K, 
     return train_step_guarded(b, train, o, K, step, lr, loss, norm, scale, tm, NULL, e);
 }
 
-/* v2162: inf/NaN in this rank's gradients (all ranks agree); clean: the gradients / S, the
- * growth counter advanced; overflow: S x backoff. Gradients are the cpu executor's fp32 arena, or
- * at ZeRO stages 2 (with its layer schedule) and 3 the own shard, already summed over ranks
- * during backward (an overflow anywhere reaches the sum; unscaling after the sum is exact when S
- * is a power of two, as init_scale, growth and backoff keep it by default). */
-static int loss_scale_check(train_backend *b, int *overflow, hyp_err *e) {
+/* v2162: the verdict of every rank (any bad: an overflow, all ranks agree) advances the scaler:
+ * overflow: S x backoff and the clean-step counter reset; clean: the counter advanced, S x growth
+ * after interval clean steps. */
+static int loss_scale_verdict(train_backend *b, int bad, int *overflow, hyp_err *e) {
     train_loss_scaler *ls = &b->ls;
-    exec_t *x = b->x;
-    int sharded = b->dp.stage >= 3 || x->zg;
-    long n = sharded ? (long)x->shard : (long)x->p->param_floats;
-    float *g = sharded ? x->gshard : x->grads;
-    int bad = 0;
-    for (long i = 0; i < n; i++) bad |= !isfinite(g[i]);
     double v = bad;
     int rc = hyp_coll_allreduce_f64(b->dp.coll, &v, 1, e);
     if (rc) return rc;
@@ -42,14 +34,29 @@ static int loss_scale_check(train_backend *b, int *overflow, hyp_err *e) {
         ls->scale *= ls->backoff;
         ls->good = 0;
         ls->overflows++;
-        return HYP_OK;
-    }
-    float inv = (float)(1.0 / ls->scale);
-    for (long i = 0; i < n; i++) g[i] *= inv;
-    if (++ls->good >= ls->interval) {
+    } else if (++ls->good >= ls->interval) {
         ls->scale *= ls->growth;
         ls->good = 0;
     }
+    return HYP_OK;
+}
+
+/* v2162 on the cpu: inf/NaN in this rank's gradients, then the verdict; clean: the gradients / S
+ * (the scale they were computed at). Gradients are the cpu executor's fp32 arena, or at ZeRO
+ * stages 2 (with its layer schedule) and 3 the own shard, already summed over ranks during
+ * backward (an overflow anywhere reaches the sum; unscaling after the sum is exact when S is a
+ * power of two, as init_scale, growth and backoff keep it by default). */
+static int loss_scale_check(train_backend *b, int *overflow, hyp_err *e) {
+    exec_t *x = b->x;
+    int sharded = b->dp.stage >= 3 || x->zg;
+    long n = sharded ? (long)x->shard : (long)x->p->param_floats;
+    float *g = sharded ? x->gshard : x->grads;
+    int bad = 0;
+    for (long i = 0; i < n; i++) bad |= !isfinite(g[i]);
+    float inv = (float)(1.0 / b->ls.scale);
+    int rc = loss_scale_verdict(b, bad, overflow, e);
+    if (rc || *overflow) return rc;
+    for (long i = 0; i < n; i++) g[i] *= inv;
     return HYP_OK;
 }
 
@@ -98,8 +105,14 @@ int train_step_guarded(train_backend *b, hyp_loader *train, const train_opts *o,
     const train_hooks *h = b->hooks;
     if (!rc && h && h->before_reduce) rc = h->before_reduce(b->hooks_ctx, b, step, e);
     int overflow = 0;
-    if (!rc && b->ls.on) rc = loss_scale_check(b, &overflow, e);
+    if (!rc && b->ls.on && !b->i->ls_check) rc = loss_scale_check(b, &overflow, e);
+    b->ls.reduce_scale = b->ls.on && b->i->ls_check ? b->ls.scale : 1;
     if (!rc) rc = b->i->reduce_grads(b, o, e);
+    b->ls.reduce_scale = 1;
+    if (!rc && b->ls.on && b->i->ls_check) { /* the device: after the reduction, on the global norm */
+        int bad = 0;
+        if (!(rc = b->i->ls_check(b, &bad, e))) rc = loss_scale_verdict(b, bad, &overflow, e);
+    }
     if (b->dp.world > 1) t.comm_s += now_s() - t1; /* one rank: a local norm, no waiting */
     hyp_prof_phase("grad_reduce_norm", b->dp.world > 1 ? HYP_PROF_COMM : HYP_PROF_OPTIMIZER, 1, pt);
     int skip = overflow; /* v2162: an overflow skips the update; the guard does not judge it */

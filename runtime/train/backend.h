@@ -67,6 +67,12 @@ typedef struct train_backend_i {
     /* the global gradient norm that reduce_grads computed, to the host before the update (the
      * v2176 guard judges it; on a device a 4-byte copy and a wait); NULL: not available */
     int (*peek_norm)(train_backend *b, double *norm, hyp_err *e);
+    /* v2162 on a backend that checks after the reduction (the device): reduce_grads saw the loss
+     * scale b->ls (its clip factor is computed against max_norm x S); then ls_check sets *bad =
+     * the gradients this rank owns hold inf/NaN, and when clean folds 1/S into the gradient scale
+     * optim_step applies and reports the norm unscaled. NULL: the driver checks and unscales the
+     * host gradients x->grads before the reduction (the cpu). */
+    int (*ls_check)(train_backend *b, int *bad, hyp_err *e);
     /* the preference objectives (train/pref.c), one rank: the per-token losses (cross-entropy,
      * 0 at ignored targets) of the batch in x->tokens/targets, forward only, into out[B*T] */
     int (*token_losses)(train_backend *b, float *out, hyp_err *e);
@@ -103,13 +109,16 @@ typedef struct {
  * inf/NaN (all ranks agree): an overflow skips the update (skipped = 1, not a guard bad step) and
  * multiplies scale by backoff, else the gradients are divided by scale before the reduction,
  * clipping and the update, and after interval clean steps in a row scale is multiplied by growth.
- * on = 0: no scaling. scale and good are the checkpointed state. cpu backend only. */
+ * on = 0: no scaling. scale and good are the checkpointed state. The cpu checks its gradients
+ * before the reduction; a backend with ls_check (the device) after it, on the global norm. */
 typedef struct {
     int on;
     double scale, growth, backoff;
     long long interval, good; /* clean steps since the last change */
     int skipped;              /* the last step overflowed and was skipped */
     long long overflows;      /* skipped steps so far in this process */
+    double reduce_scale;      /* set by the driver around reduce_grads: the factor the gradients
+                                 carry when a backend with ls_check reduces them (0 or 1: none) */
 } train_loss_scaler;
 
 struct train_backend {

@@ -14,6 +14,15 @@
  * waits for the communication stream's last event before the norm. HYP_COMM_OVERLAP=0 turns
  * this off (one all-reduce of the whole arena after backward).
  *
+ * v2162 loss scaling (ls_check): the gradients arrive scaled by S; the norm kernels run on them
+ * as they are, the clip factor against max_norm x S (so it is the unscaled one), and the norm's
+ * finish gives the inf/NaN verdict: a gradient holding inf or NaN makes the sum of squares, hence
+ * the norm, non-finite (so does a finite scaled gradient whose square overflows fp32, beyond
+ * ~1.8e19: counted as an overflow too, where the cpu's per-value check would not). The host reads
+ * the 2 floats (a wait before the update, as the v2176 guard's peek does), and on a clean step
+ * writes back norm / S and clip / S: the optimizer kernel's gradient scale becomes clip / S, the
+ * unscale folded in, no pass over the gradients.
+ *
  * The host executor x is a mirror without activations: it initializes, checkpoints and samples.
  * Never: the micro-batch loop or loss weighting (the driver, backend.c). */
 #include <limits.h>
@@ -43,6 +52,9 @@ typedef struct {
     float *partial;   /* device: [PARTS] partial sums of squares */
     float *gnorm;     /* device: [2] norm, clip factor */
     float h_gnorm[2];
+    double ls_S;      /* v2162: the loss scale this step's gradients carry (1: none) */
+    int ls_folded;    /* gnorm holds norm / S and clip / S */
+    float h_ls[2];    /* the folded pair, uploaded from here */
     hyp_stream *comm; /* the communication stream (world > 1) */
     hyp_event *comm_done;
     dev_bucket *buckets;
@@ -290,7 +302,26 @@ static int dev_micro_batch(train_backend *b, float dloss, int last, float *mean,
 }
 
 static int dev_reduce_grads(train_backend *b, const train_opts *o, hyp_err *e) {
-    return reduce_and_norm(b->impl, (float)o->max_norm, e);
+    train_dev *t = b->impl;
+    t->ls_S = b->ls.reduce_scale > 0 ? b->ls.reduce_scale : 1.0; /* v2162: clip against max_norm x S */
+    t->ls_folded = 0;
+    return reduce_and_norm(t, (float)(o->max_norm * t->ls_S), e);
+}
+
+/* v2162: the verdict from the norm (non-finite: an inf/NaN gradient); clean: norm / S and the clip
+ * factor / S into gnorm, which the optimizer kernel reads as its gradient scale. */
+static int dev_ls_check(train_backend *b, int *bad, hyp_err *e) {
+    train_dev *t = b->impl;
+    hyp_device *d = t->dev;
+    int rc = d->d2h(d, t->h_gnorm, t->gnorm, sizeof t->h_gnorm, NULL, e);
+    if (!rc) rc = d->stream_synchronize(d, NULL, e);
+    if (rc) return rc;
+    *bad = !isfinite(t->h_gnorm[0]);
+    if (*bad || t->ls_S == 1.0) return HYP_OK;
+    float inv = (float)(1.0 / t->ls_S);
+    t->h_ls[0] = t->h_gnorm[0] * inv, t->h_ls[1] = t->h_gnorm[1] * inv;
+    t->ls_folded = 1;
+    return d->h2d(d, t->gnorm, t->h_ls, sizeof t->h_ls, NULL, e);
 }
 
 static int dev_optim_step(train_backend *b, const train_opts *o, double lr, int t_step, hyp_err *e) {
@@ -319,7 +350,7 @@ static int dev_finish_step(train_backend *b, double *norm, float *scale, hyp_err
     if (!rc) rc = d->stream_synchronize(d, NULL, e);
     if (!rc) rc = exec_dev_fp8_step(xd, e);
     *norm = t->h_gnorm[0];
-    *scale = t->h_gnorm[1];
+    *scale = t->ls_folded ? (float)(t->h_gnorm[1] * t->ls_S) : t->h_gnorm[1]; /* the clip factor alone */
     return rc;
 }
 
@@ -436,6 +467,7 @@ static const train_backend_i DEV_BACKEND = {
     .comm_note = dev_comm_note,
     .close = dev_close,
     .peek_norm = dev_peek_norm,
+    .ls_check = dev_ls_check,
     .token_losses = dev_token_losses,
     .weighted_backward = dev_weighted_backward,
     .eval_point = dev_eval_point,

@@ -828,9 +828,9 @@ static int loss_scale_open(run_t *r, hyp_err *e) {
     train_loss_scaler *ls = &r->be.ls;
     memset(ls, 0, sizeof *ls);
     if (!p->loss_scale) return HYP_OK;
-    if (strcmp(p->backend, "cpu"))
-        return hyp_fail(e, HYP_EINPUT, "%s: loss_scale (v2162) runs in the cpu trainer only, this plan's backend is %s — regenerate with --target cpu",
-                        r->plan_path, p->backend);
+    if (strcmp(p->backend, "cpu") && !r->be.i->ls_check)
+        return hyp_fail(e, HYP_EINPUT, "%s: loss_scale (v2162): the %s backend has no loss scaler — regenerate with --target cpu",
+                        r->plan_path, r->be.i->name);
     ls->on = 1;
     ls->scale = r->ls_resumed ? r->ls_scale : p->ls_init;
     ls->good = r->ls_resumed ? r->ls_good : 0;

@@ -14,7 +14,8 @@
 # (4) resume: a run stopped at step 20 (checkpoint holds loss_scale {scale, good_steps}) and resumed
 #     to 30 reproduces the straight run's losses and scales bit for bit across the growth at 23 and
 #     the backoff at 26.
-# Also: v2162 on --target sim warns and writes no loss_scale section (that trainer computes in fp32).
+# Also: --target sim gets the loss_scale section and the round_fp16 ops (the device trainer runs
+# them: tests/gen/test_loss_scale_sim_v2162.sh).
 source "$(dirname "$0")/lib.sh"
 export OMP_NUM_THREADS=1
 unset HYP_FAULT_INJECT
@@ -31,8 +32,8 @@ expect gen_v2162 0 "wrote" -- "$GEN" "${G[@]}" "${F16[@]}" -o "$TMP/s"
 expect gen_v2162_huge 0 "wrote" -- "$GEN" "${G[@]}" --enable $SEL,v2102,v2162,fault-tolerance --set v2102.dtype=fp16 \
   --set v2162.init_scale=1099511627776 --set v2162.growth_interval=5 -o "$TMP/h"
 check test_v2162_plan_has_round_fp16 grep -q '"round_fp16"' "$TMP/s/plan.json"
-expect v2162_sim_warns 0 "warning: v2162 loss_scaling: loss scaling runs in the cpu trainer only so far" -- "$GEN" specs/v2500.yaml --model tiny --target sim "${F16[@]}" -o "$TMP/sim"
-check test_v2162_sim_plan_has_no_loss_scale bash -c "! grep -q '\"loss_scale\"' '$TMP/sim/plan.json'"
+expect v2162_sim_gen 0 "wrote" -- "$GEN" specs/v2500.yaml --model tiny --target sim "${F16[@]}" -o "$TMP/sim"
+check test_v2162_sim_plan_has_loss_scale_and_round_fp16 bash -c "grep -q '\"loss_scale\"' '$TMP/sim/plan.json' && grep -q '\"round_fp16\"' '$TMP/sim/plan.json'"
 expect v2102_fp16_storage_bf16_refused 2 "storage bf16 with dtype fp16" -- "$GEN" "${G[@]}" "${F16[@]}" --set v2102.storage=bf16 -o "$TMP/bad"
 check test_v2102_fp16_refusal_writes_nothing test ! -e "$TMP/bad"
 C=(--data "$TMP/data" --seq 64 --eval-every 0 --lr 1e-3)

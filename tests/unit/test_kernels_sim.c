@@ -14,7 +14,8 @@
  *   fp16, fp8 E4M3/E5M2 casts: bit-exact against a brute-force nearest-even (saturating for fp8)
  *                       encoder written here; the transposed fp8 copies, round_bf16, NaN/inf
  *                       inputs and fp8_scale_current (amax 0, inf, NaN, overflow) bit-exact
- *                       against runtime/fp8.c.
+ *                       against runtime/fp8.c; round_fp16 bit-exact against runtime/cpu's
+ *                       op_round_fp16 (v2102's fp16 GEMM operands on a device).
  * Gradient buffers are prefilled with random values: backward kernels must accumulate (+=).
  *
  * Needs the simulator's host compiler (g++); each rendered file is compiled once through the
@@ -863,6 +864,45 @@ static void test_cast(const char *tag, long n) {
     close_family(&md);
 }
 
+/* round_fp16 (v2102's fp16 GEMM operands on a device) = runtime/cpu's op_round_fp16 bit for bit on
+ * numbers, so a sim trainer rounds as the cpu one does: values spread over 2^-30..2^20 (fp16
+ * subnormals, flushes to signed zero, normals, inf from 65520 up) plus the edges 65504, 65519.99,
+ * 65520, 2^-24, the 2^-25 tie, 3*2^-26, +-inf, in place and out of place, a vector part and a
+ * scalar tail; NaN stays NaN (payload aside). */
+static void test_round_fp16(void) {
+    mod_t md;
+    if (open_family(&md, "cast", "", "fp16")) return;
+    char nm[200];
+    long n = 4099;
+    float *x = fbuf(n), *want = fbuf(n), *got = fbuf(n);
+    uint64_t st = 0x1602u;
+    for (long i = 0; i < n; i++) {
+        st = st * 6364136223846793005ull + 1442695040888963407ull;
+        float m = 1.0f + (float)((st >> 40) & 0xffffff) / 16777216.0f; /* [1, 2), 24 random bits */
+        x[i] = ldexpf((st >> 20) & 1 ? -m : m, (int)((st >> 24) % 51) - 30);
+    }
+    const float edges[] = {65504.0f, 65519.99f, 65520.0f, -65520.0f, 0x1p-24f, 0x1p-25f, 3 * 0x1p-26f, -0x1p-25f,
+                           INFINITY, -INFINITY, 0.0f, -0.0f, 1.0f + 0x1p-11f, 1.0f + 3 * 0x1p-11f};
+    for (size_t k = 0; k < sizeof edges / sizeof edges[0]; k++) x[k * 7] = edges[k];
+    long long fl = 0, nz = 0;
+    op_round_fp16(want, x, n, &fl, &nz);
+    void *a[] = {&got, &x, &n};
+    launch(&md, "round_fp16", cdiv(n, 1024), 1, 1, 256, a);
+    check_exact(NAME(nm, "round_fp16 = op_round_fp16 on %ld values (%lld flushed to 0, edges, inf)", n, fl), got, want,
+                (size_t)n * 4);
+    float *in = fcopy(x, n);
+    void *b[] = {&in, &in, &n};
+    launch(&md, "round_fp16", cdiv(n, 1024), 1, 1, 256, b);
+    check_exact(NAME(nm, "round_fp16 in place = op_round_fp16"), in, want, (size_t)n * 4);
+    long one = 3;
+    float *q = fbuf(3);
+    q[0] = NAN, q[1] = -NAN, q[2] = 70000.0f;
+    void *c[] = {&q, &q, &one};
+    launch(&md, "round_fp16", 1, 1, 1, 256, c);
+    check(isnan(q[0]) && isnan(q[1]) && isinf(q[2]), NAME(nm, "round_fp16 keeps NaN, 70000 -> inf"), "got %g %g %g", q[0], q[1], q[2]);
+    close_family(&md);
+}
+
 /* fp8_scale_current = runtime/fp8.c's hyp_fp8_scale_current (margin 0, no pow2) on the edge cases
  * (amax 0, inf, NaN: scale 1; a tiny amax: FLT_MAX), and the fp8 casts on NaN/inf inputs: NaN stays
  * NaN (E4M3 has no inf: 0x7f; E5M2: 0x7f), inf saturates to the largest finite, the amax skips NaN. */
@@ -1372,6 +1412,7 @@ int main(void) {
     RUN(test_cast("regular", 4096));
     RUN(test_cast("odd", 1001));
     RUN(test_fp8_edges());
+    RUN(test_round_fp16()); /* v2162 */
     free_all();
     return hyp_test_finish();
 }

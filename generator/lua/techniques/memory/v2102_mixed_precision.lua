@@ -10,9 +10,9 @@
 --    round to nearest even) with fp32 accumulation; no memory saved.
 -- Either way fp32 master weights, norms, softmax and loss. Beside FP8 (which covers the layer
 -- GEMMs) the rounding covers the GEMM FP8 leaves out: the LM head (FP8 keeps fp32 storage). dtype
--- fp16 on cpu: the same storage-fp32 policy with round_fp16 ops (IEEE binary16 exactly: RNE,
--- overflow to inf, subnormals), so fp16 under- and overflow really happen (pair it with loss
--- scaling); on sim/cuda fp16 is not emulated yet: such a trainer computes in fp32, which gen says.
+-- fp16 (every target): the same storage-fp32 policy with round_fp16 ops (IEEE binary16 exactly:
+-- RNE, overflow to inf, subnormals; the cpu op and the cast template's round_fp16 kernel agree bit
+-- for bit), so fp16 under- and overflow really happen (pair it with loss scaling).
 local M = { id = "v2102", families = { "flash_attention", "adamw", "cast" } }
 
 -- Outputs (1-based) of ops that hold fp32 statistics, never stored in bf16.
@@ -21,7 +21,7 @@ local STATS = { layernorm_fwd = { 2, 3 }, rmsnorm_fwd = { 2 }, qknorm_fwd = { 2 
 
 function M.derive(ctx)
   local dtype = ctx.param("dtype")
-  ctx.facts.precision = { dtype = dtype, bf16 = dtype == "bf16", fp16 = dtype == "fp16" and ctx.target.kind == "cpu" }
+  ctx.facts.precision = { dtype = dtype, bf16 = dtype == "bf16", fp16 = dtype == "fp16" }
   local want = ctx.param("storage") or "auto"
   if dtype == "fp16" and want == "bf16" then
     ctx.refuse("storage bf16 with dtype fp16", "use --set v2102.storage=fp32 (GEMM operands rounded to fp16) or dtype bf16")
@@ -33,8 +33,8 @@ function M.derive(ctx)
   ctx.facts.precision.want_storage = want
   if dtype ~= "bf16" and not ctx.facts.precision.fp16 then
     ctx.decide("precision", "fp32", "v2102 dtype " .. tostring(dtype) ..
-      ": fp16 is emulated in the cpu trainer only so far; this " .. tostring(ctx.target.kind) .. " trainer computes in fp32")
-    ctx.warn("dtype " .. tostring(dtype) .. " is emulated on cpu only: this " .. tostring(ctx.target.kind) .. " trainer computes in fp32 (use bf16, or --target cpu)")
+      ": not a rounding policy this runtime emulates; this trainer computes in fp32")
+    ctx.warn("dtype " .. tostring(dtype) .. " is not emulated: this trainer computes in fp32 (use bf16 or fp16)")
   end
 end
 
@@ -112,7 +112,7 @@ end
 function M.sections(ctx, plan)
   local p = ctx.facts.precision
   if p.fp16 then
-    ctx.decide("precision", "fp16 GEMM operands", "v2102 dtype fp16 on cpu: every GEMM (LM head included) reads its input, weight and output gradient rounded to IEEE fp16 (round to nearest even, overflow to inf, fp16 subnormals) and accumulates in fp32; fp32 master weights, norms, softmax and loss")
+    ctx.decide("precision", "fp16 GEMM operands", "v2102 dtype fp16: every GEMM (LM head included) reads its input, weight and output gradient rounded to IEEE fp16 (round to nearest even, overflow to inf, fp16 subnormals) and accumulates in fp32; fp32 master weights, norms, softmax and loss")
     ctx.contribute("fp16 policy: GEMM operands rounded to fp16 (RNE, inf on overflow, subnormals) with fp32 accumulation; fp32 master weights, norms, softmax and loss")
     return
   end
