@@ -483,9 +483,6 @@ static int check_setup(const pref_run *r, const hyp_pref_set *s, hyp_err *e) {
     if (!r->be->i->token_losses || !r->be->i->weighted_backward)
         return hyp_fail(e, HYP_EINPUT, "%s: the %s backend has no per-token losses for preference objectives — generate the trainer with --target cpu or sim",
                         post_objective_name(obj), r->be->i->name);
-    if (r->be->dp.stage > 0)
-        return hyp_fail(e, HYP_EINPUT, "%s: preference objectives run with plain data parallelism, not ZeRO stage %d — generate without zero1/zero2/zero3",
-                        post_objective_name(obj), r->be->dp.stage);
     if (s->kind != want)
         return hyp_fail(e, HYP_EINPUT, "%s/train.pref holds %s examples, and %s trains on %s — prepare the data with gen data --pref from %s JSONL",
                         r->data, s->kind == HYP_PREF_KTO ? "KTO (prompt, completion, label)" : "pair (prompt, chosen, rejected)",
@@ -561,7 +558,9 @@ int pref_train(pref_run *r, hyp_err *e) {
         if (!rc) print_eval(r, r->start_step, &ev);
     }
     uint64_t epoch = r->epoch;
-    int pos = (int)r->position, perm_ok = 0, ref_saved = r->start_step > 0 || r->ref;
+    /* the checkpoint counts the examples the whole group consumed in the epoch; the trainer's
+     * resume hands each rank its share of them (position / world): the global count is back */
+    int pos = (int)r->position * (W > 0 ? W : 1), perm_ok = 0, ref_saved = r->start_step > 0 || r->ref;
     if (pos > tr.n) rc = hyp_fail(e, HYP_EINPUT, "%s: the checkpoint consumed %d examples of an epoch of %d — resume with the data of that run", r->ckpt_dir, pos, tr.n);
     for (int step = r->start_step + 1; step <= r->opt->total_steps && !rc; step++) {
         double ts = now_s(), lr = train_lr_at(r->opt, step), norm = 0;
@@ -619,7 +618,13 @@ int pref_train(pref_run *r, hyp_err *e) {
             rc = hyp_metrics_write(r->mlog, &row, e);
         }
         /* SIGTERM/SIGINT/SIGUSR1 (preempt.h): stop after this whole step, checkpointed when possible */
-        int stop = hyp_stop_signal() != 0 && step < r->opt->total_steps;
+        int sig = hyp_stop_signal(), stop = sig != 0;
+        if (W > 1 && !rc) { /* every rank stops after the same step (a signal may reach one rank) */
+            float v = (float)stop;
+            rc = hyp_coll_allreduce_max_f32(r->be->dp.coll, &v, 1, e);
+            stop = v > 0;
+        }
+        stop = stop && step < r->opt->total_steps;
         if (!rc && r->ckpt_dir && ((r->ckpt_every && step % r->ckpt_every == 0) || step == r->opt->total_steps || stop)) {
             if (!ref_saved) { /* rank 0 writes; every rank computed the same log-probs */
                 if (rank0) rc = ref_save(r, &tr, &va, ref_tr, ref_va, e);
@@ -629,7 +634,7 @@ int pref_train(pref_run *r, hyp_err *e) {
             if (!rc) rc = save(r, step, epoch, (uint64_t)pos, e);
         }
         if (!rc && stop) {
-            printf("stopped by %s after step %d%s\n", hyp_stop_signal_name(hyp_stop_signal()), step,
+            printf("stopped by %s after step %d%s\n", sig ? hyp_stop_signal_name(sig) : "another rank's signal", step,
                    r->ckpt_dir ? ": checkpoint written — continue with --resume" : ": no --ckpt-dir, nothing saved");
             rc = r->ckpt_dir ? HYP_EXIT_STOPPED_SAVED : HYP_EXIT_STOPPED_UNSAVED;
             break;

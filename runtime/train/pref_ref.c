@@ -14,7 +14,7 @@ struct pref_ref {
     int inited;
 };
 
-int pref_ref_open(pref_ref **out, const exec_t *x, hyp_err *e) {
+int pref_ref_open(pref_ref **out, exec_t *x, hyp_err *e) {
     *out = NULL;
     pref_ref *r = calloc(1, sizeof *r);
     if (!r) return hyp_fail(e, HYP_EFAIL, "online reference: out of memory");
@@ -25,7 +25,11 @@ int pref_ref_open(pref_ref **out, const exec_t *x, hyp_err *e) {
         pref_ref_close(r);
         return rc;
     }
-    memcpy(r->x.params, x->params, sizeof(float) * (size_t)x->p->param_floats);
+    if (x->z3 && (rc = exec_z3_gather_full(x, x->params, r->x.params, e))) { /* ZeRO-3: the shards, gathered (collective) */
+        pref_ref_close(r);
+        return rc;
+    }
+    if (!x->z3) memcpy(r->x.params, x->params, sizeof(float) * (size_t)x->p->param_floats);
     *out = r;
     return HYP_OK;
 }

@@ -15,8 +15,9 @@
 typedef struct pref_ref pref_ref;
 
 /* Copies x's plan shape and current parameters (the reference = these weights from now on) into
- * a forward-only executor bound to x's B x T. HYP_EFAIL when out of memory. */
-int pref_ref_open(pref_ref **out, const exec_t *x, hyp_err *e);
+ * a forward-only executor bound to x's B x T (a full copy on every rank; under ZeRO-3 x's
+ * parameter shards are all-gathered: then a collective). HYP_EFAIL when out of memory. */
+int pref_ref_open(pref_ref **out, exec_t *x, hyp_err *e);
 /* The frozen executor (fill its tokens/targets, run exec_eval_loss). */
 exec_t *pref_ref_exec(pref_ref *r);
 /* Bytes the copy holds (for the banner). */
