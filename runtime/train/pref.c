@@ -483,6 +483,9 @@ static int check_setup(const pref_run *r, const hyp_pref_set *s, hyp_err *e) {
     if (!r->be->i->token_losses || !r->be->i->weighted_backward)
         return hyp_fail(e, HYP_EINPUT, "%s: the %s backend has no per-token losses for preference objectives — generate the trainer with --target cpu or sim",
                         post_objective_name(obj), r->be->i->name);
+    if (r->be->dp.world > 1 && strcmp(r->be->i->name, "cpu"))
+        return hyp_fail(e, HYP_EINPUT, "%s: data parallelism of the preference objectives runs on the cpu backend only (on the %s backend np=2 does not yet reproduce np=1) — run one process, or generate with --target cpu",
+                        post_objective_name(obj), r->be->i->name);
     if (s->kind != want)
         return hyp_fail(e, HYP_EINPUT, "%s/train.pref holds %s examples, and %s trains on %s — prepare the data with gen data --pref from %s JSONL",
                         r->data, s->kind == HYP_PREF_KTO ? "KTO (prompt, completion, label)" : "pair (prompt, chosen, rejected)",
