@@ -383,44 +383,68 @@ static int save(const pref_run *r, int step, uint64_t epoch, uint64_t pos, hyp_e
     memset(&st, 0, sizeof st);
     st.step = (uint64_t)step;
     st.loader_epoch = epoch, st.loader_position = pos;
-    st.world = 1;
+    st.world = (uint64_t)r->be->dp.world;
     snprintf(st.config_hash, sizeof st.config_hash, "%s", r->plan_hash);
     snprintf(st.plan, sizeof st.plan, "%s", r->plan_desc);
     return train_ckpt_save(&r->be->dp, r->be->x, r->ckpt_dir, r->keep, &st, e);
 }
 
-/* One micro-batch of pairs ex[0..P): chosen rows 2j, rejected 2j+1; gradients accumulated with
- * weight 1/K. Returns its stats in *st. */
+/* Data parallelism: every rank's per-example numbers (nv doubles each, `per` examples) to every
+ * rank, rank-major: all[(w * per + j) * nv + v] (the global micro-batch in the np=1 order). */
+static int gather_rows(const pref_run *r, const double *mine, int per, int nv, double *all, hyp_err *e) {
+    const dp_t *d = &r->be->dp;
+    size_t bytes = sizeof(double) * (size_t)per * nv;
+    if (d->world <= 1) {
+        memcpy(all, mine, bytes);
+        return HYP_OK;
+    }
+    return hyp_coll_allgather_bytes(d->coll, mine, all, bytes, e);
+}
+
+/* One micro-batch of pairs: the global micro-batch ex[0..world * P), this rank's share
+ * ex[rank * P .. +P) as its rows (chosen 2j, rejected 2j+1). The ranks' log-probs are gathered
+ * and every rank computes the loss of the whole global micro-batch (the np=1 numbers: mean over
+ * all world * P pairs, so the summed gradients equal np=1's); its own rows' gradients are
+ * accumulated with weight 1/K. Returns the global stats in *st (the same on every rank). */
 static int pairs_micro(const pref_run *r, const hyp_pref_set *s, const double *ref, const int *ex, int P, float *scale,
                        pref_stats *st, hyp_err *e) {
     exec_t *x = r->be->x;
-    int T = x->T, B = x->B, lc[B], lr[B], cnt[B];
-    double pc[B], pr[B], rc[B], rr[B], gc[B], gr[B], lp[B];
+    int T = x->T, B = x->B, W = r->be->dp.world, R = r->be->dp.rank, G = W * P, cnt[B], lc[G], lr[G];
+    double pc[G], pr[G], rc[G], rr[G], gc[G], gr[G], lp[B], mine[6 * P + 1], all[6 * G + 1];
     rowspec rows[B];
-    for (int j = 0; j < P; j++) rows[2 * j] = (rowspec){ex[j], PART_CHOSEN}, rows[2 * j + 1] = (rowspec){ex[j], PART_REJECTED};
+    const int *own = ex + (size_t)R * P;
+    for (int j = 0; j < P; j++) rows[2 * j] = (rowspec){own[j], PART_CHOSEN}, rows[2 * j + 1] = (rowspec){own[j], PART_REJECTED};
     int err = forward_rows(r->be, NULL, s, rows, 2 * P, lp, cnt, e);
     double lref[B];
     if (!err) err = ref_rows(r, s, ref, rows, 2 * P, lref, e);
     if (err) return err;
     for (int j = 0; j < P; j++) {
-        pc[j] = lp[2 * j], pr[j] = lp[2 * j + 1], lc[j] = cnt[2 * j], lr[j] = cnt[2 * j + 1];
-        rc[j] = lref[2 * j], rr[j] = lref[2 * j + 1];
+        double *m = mine + 6 * j;
+        m[0] = lp[2 * j], m[1] = lp[2 * j + 1], m[2] = lref[2 * j], m[3] = lref[2 * j + 1], m[4] = cnt[2 * j], m[5] = cnt[2 * j + 1];
     }
-    pref_pair_loss(r->cfg, P, pc, pr, rc, rr, lc, lr, gc, gr, st);
+    if ((err = gather_rows(r, mine, P, 6, all, e))) return err;
+    for (int g = 0; g < G; g++) {
+        const double *m = all + 6 * g;
+        pc[g] = m[0], pr[g] = m[1], rc[g] = m[2], rr[g] = m[3], lc[g] = (int)m[4], lr[g] = (int)m[5];
+    }
+    pref_pair_loss(r->cfg, G, pc, pr, rc, rr, lc, lr, gc, gr, st);
     for (int k = 0; k < B; k++) {
-        float w = k < 2 * P ? (float)(-(k % 2 ? gr[k / 2] : gc[k / 2]) / r->K) : 0.0f;
+        float w = k < 2 * P ? (float)(-(k % 2 ? gr[R * P + k / 2] : gc[R * P + k / 2]) / r->K) : 0.0f;
         for (int t = 0; t < T; t++) scale[(size_t)k * T + t] = w;
     }
     return r->be->i->weighted_backward(r->be, scale, e);
 }
 
-/* One micro-batch of KTO examples ex[0..n): the KL rows (mismatched, no gradient) first. */
-static int kto_micro(const pref_run *r, const hyp_pref_set *s, const double *ref, const int *ex, int n, float *scale,
+/* One micro-batch of KTO examples: the global micro-batch ex[0..world * n), this rank's share
+ * ex[rank * n .. +n) as its rows; the KL rows (mismatched, no gradient) first. As pairs_micro:
+ * the ranks' log-probs gathered, the loss (and its KL estimate) of the whole global micro-batch. */
+static int kto_micro(const pref_run *r, const hyp_pref_set *s, const double *ref, const int *gex, int n, float *scale,
                      pref_stats *st, hyp_err *e) {
     exec_t *x = r->be->x;
-    int T = x->T, B = x->B, cnt[B], lab[B];
-    double p[B], rf[B], pk[B], rk[B], g[B];
+    int T = x->T, B = x->B, W = r->be->dp.world, R = r->be->dp.rank, G = W * n, cnt[B], lab[G];
+    double p[B], rf[B], pk[B], rk[B], g[G], mine[4 * n + 1], all[4 * G + 1], ap[G], arf[G], apk[G], ark[G];
     rowspec rows[B];
+    const int *ex = gex + (size_t)R * n;
     for (int j = 0; j < n; j++) rows[j] = (rowspec){ex[j], PART_KL};
     int rc = forward_rows(r->be, NULL, s, rows, n, pk, cnt, e);
     if (!rc) rc = ref_rows(r, s, ref, rows, n, rk, e);
@@ -428,10 +452,15 @@ static int kto_micro(const pref_run *r, const hyp_pref_set *s, const double *ref
     if (!rc) rc = forward_rows(r->be, NULL, s, rows, n, p, cnt, e);
     if (!rc) rc = ref_rows(r, s, ref, rows, n, rf, e);
     if (rc) return rc;
-    for (int j = 0; j < n; j++) lab[j] = s->len[ex[j]][2];
-    pref_kto_loss(r->cfg, n, p, rf, lab, n, pk, rk, g, st);
+    for (int j = 0; j < n; j++) mine[4 * j] = p[j], mine[4 * j + 1] = rf[j], mine[4 * j + 2] = pk[j], mine[4 * j + 3] = rk[j];
+    if ((rc = gather_rows(r, mine, n, 4, all, e))) return rc;
+    for (int j = 0; j < G; j++) {
+        ap[j] = all[4 * j], arf[j] = all[4 * j + 1], apk[j] = all[4 * j + 2], ark[j] = all[4 * j + 3];
+        lab[j] = s->len[gex[j]][2];
+    }
+    pref_kto_loss(r->cfg, G, ap, arf, lab, G, apk, ark, g, st);
     for (int k = 0; k < B; k++) {
-        float w = k < n ? (float)(-g[k] / r->K) : 0.0f;
+        float w = k < n ? (float)(-g[R * n + k] / r->K) : 0.0f;
         for (int t = 0; t < T; t++) scale[(size_t)k * T + t] = w;
     }
     return r->be->i->weighted_backward(r->be, scale, e);
@@ -454,8 +483,9 @@ static int check_setup(const pref_run *r, const hyp_pref_set *s, hyp_err *e) {
     if (!r->be->i->token_losses || !r->be->i->weighted_backward)
         return hyp_fail(e, HYP_EINPUT, "%s: the %s backend has no per-token losses for preference objectives — generate the trainer with --target cpu or sim",
                         post_objective_name(obj), r->be->i->name);
-    if (r->be->dp.world > 1 || r->be->dp.stage > 0)
-        return hyp_fail(e, HYP_EINPUT, "%s: preference objectives run on one rank without ZeRO — run one process, generate without dp/zero", post_objective_name(obj));
+    if (r->be->dp.world > 1 && strcmp(r->be->i->name, "cpu"))
+        return hyp_fail(e, HYP_EINPUT, "%s: data parallelism of the preference objectives runs on the cpu backend only (on the %s backend np=2 does not yet reproduce np=1) — run one process, or generate with --target cpu",
+                        post_objective_name(obj), r->be->i->name);
     if (s->kind != want)
         return hyp_fail(e, HYP_EINPUT, "%s/train.pref holds %s examples, and %s trains on %s — prepare the data with gen data --pref from %s JSONL",
                         r->data, s->kind == HYP_PREF_KTO ? "KTO (prompt, completion, label)" : "pair (prompt, chosen, rejected)",
@@ -482,24 +512,33 @@ int pref_train(pref_run *r, hyp_err *e) {
     int have_val = hyp_fs_exists(vpath);
     if (!(rc = check_setup(r, &tr, e)) && have_val && !(rc = hyp_pref_load(r->data, "val", &va, e)) && va.vocab > x->p->V)
         rc = hyp_fail(e, HYP_EINPUT, "%s: vocabulary %d is larger than the model's %d — prepare the data with the model's tokenizer", vpath, va.vocab, x->p->V);
-    int B = x->B, T = x->T, per = tr.kind == HYP_PREF_PAIRS ? B / 2 : B;
+    int B = x->B, T = x->T, per = tr.kind == HYP_PREF_PAIRS ? B / 2 : B, W = r->be->dp.world, rank0 = r->be->dp.rank == 0;
     /* the reference: the starting weights' log-probs of every row, one forward pass (precomputed) */
     static const int PAIR[2] = {PART_CHOSEN, PART_REJECTED}, KTO[2] = {PART_CHOSEN, PART_KL};
     double *ref_tr = malloc(sizeof(double) * 2 * (size_t)tr.n), *ref_va = malloc(sizeof(double) * 2 * ((size_t)va.n + 1));
     float *scale = malloc(sizeof(float) * (size_t)B * T);
-    int *perm = malloc(sizeof(int) * (size_t)tr.n), *ex = malloc(sizeof(int) * (size_t)per);
+    int *perm = malloc(sizeof(int) * (size_t)tr.n), *ex = malloc(sizeof(int) * (size_t)per * (W > 0 ? W : 1));
     if (!rc && (!ref_tr || !ref_va || !scale || !perm || !ex)) rc = hyp_fail(e, HYP_EFAIL, "out of memory");
     double t0 = now_s();
     r->ref = NULL;
     if (!rc && c->online_ref) {
         /* online: a frozen copy of the starting weights runs forward on each step's rows */
-        if (r->start_step > 0)
-            rc = hyp_fail(e, HYP_EINPUT, "%s: reference online cannot resume (the resumed weights are not the starting weights the frozen copy held) — resume a run of reference precomputed, or start anew",
-                          post_objective_name(c->objective));
-        else if (!(rc = pref_ref_open(&r->ref, x, e))) {
-            printf("%s: %d train %s, %d val; reference online: a frozen copy of the starting weights (%.2f MiB) runs forward on every step's rows\n",
+        /* a resumed run: the frozen weights its start wrote beside the checkpoints, not the
+         * resumed ones; a fresh run with a --ckpt-dir writes them there once (rank 0) */
+        char mpath[4200] = "";
+        if (r->ckpt_dir) snprintf(mpath, sizeof mpath, "%s/reference_model.bin", r->ckpt_dir);
+        if (!(rc = pref_ref_open(&r->ref, x, e))) {
+            if (r->start_step > 0) rc = pref_ref_load(r->ref, mpath, e);
+            else if (r->ckpt_dir) {
+                if (rank0 && !(rc = hyp_fs_mkdirs(r->ckpt_dir, e))) rc = pref_ref_save(r->ref, mpath, e);
+                if (W > 1 && !hyp_coll_all_ok(r->be->dp.coll, rc == 0) && !rc)
+                    rc = hyp_fail(e, HYP_EFAIL, "rank 0 could not write %s (its message is above)", mpath);
+            }
+        }
+        if (!rc) {
+            printf("%s: %d train %s, %d val; reference online: a frozen copy of the starting weights (%.2f MiB%s) runs forward on every step's rows\n",
                    post_objective_name(c->objective), tr.n, tr.kind == HYP_PREF_PAIRS ? "pairs" : "KTO examples", va.n,
-                   pref_ref_bytes(r->ref) / (1 << 20));
+                   pref_ref_bytes(r->ref) / (1 << 20), r->start_step > 0 ? ", read from reference_model.bin" : r->ckpt_dir ? ", saved to reference_model.bin" : "");
             fflush(stdout);
         }
     } else if (!rc && r->start_step > 0) {
@@ -522,7 +561,9 @@ int pref_train(pref_run *r, hyp_err *e) {
         if (!rc) print_eval(r, r->start_step, &ev);
     }
     uint64_t epoch = r->epoch;
-    int pos = (int)r->position, perm_ok = 0, ref_saved = r->start_step > 0 || r->ref;
+    /* the checkpoint counts the examples the whole group consumed in the epoch; the trainer's
+     * resume hands each rank its share of them (position / world): the global count is back */
+    int pos = (int)r->position * (W > 0 ? W : 1), perm_ok = 0, ref_saved = r->start_step > 0 || r->ref;
     if (pos > tr.n) rc = hyp_fail(e, HYP_EINPUT, "%s: the checkpoint consumed %d examples of an epoch of %d — resume with the data of that run", r->ckpt_dir, pos, tr.n);
     for (int step = r->start_step + 1; step <= r->opt->total_steps && !rc; step++) {
         double ts = now_s(), lr = train_lr_at(r->opt, step), norm = 0;
@@ -531,7 +572,7 @@ int pref_train(pref_run *r, hyp_err *e) {
         memset(&sum, 0, sizeof sum);
         rc = r->be->i->zero_grads(r->be, e);
         for (int k = 0; k < r->K && !rc; k++) {
-            for (int j = 0; j < per; j++) {
+            for (int j = 0; j < per * W; j++) { /* the global micro-batch: every rank the same order */
                 if (!perm_ok || pos >= tr.n) { /* the epoch's permutation; the next epoch's once it is used up */
                     if (pos >= tr.n) epoch++, pos = 0;
                     build_perm(perm, tr.n, r->seed, epoch);
@@ -575,18 +616,28 @@ int pref_train(pref_run *r, hyp_err *e) {
                                   {"val_kl", do_eval ? ev.kl : NAN},
                                   {"val_logratio_accuracy", do_eval ? ev.logratio_accuracy : NAN}};
             hyp_metrics_row row = {.step = (uint64_t)step, .loss = sum.loss, .lr = lr, .grad_norm = norm,
-                                   .tokens_per_s = (double)r->K * B * T / dt, .val_loss = do_eval ? ev.loss : NAN,
+                                   .tokens_per_s = (double)r->K * B * T * W / dt, .val_loss = do_eval ? ev.loss : NAN,
                                    .extra = kv, .n_extra = (int)(sizeof kv / sizeof kv[0])};
             rc = hyp_metrics_write(r->mlog, &row, e);
         }
         /* SIGTERM/SIGINT/SIGUSR1 (preempt.h): stop after this whole step, checkpointed when possible */
-        int stop = hyp_stop_signal() != 0 && step < r->opt->total_steps;
+        int sig = hyp_stop_signal(), stop = sig != 0;
+        if (W > 1 && !rc) { /* every rank stops after the same step (a signal may reach one rank) */
+            float v = (float)stop;
+            rc = hyp_coll_allreduce_max_f32(r->be->dp.coll, &v, 1, e);
+            stop = v > 0;
+        }
+        stop = stop && step < r->opt->total_steps;
         if (!rc && r->ckpt_dir && ((r->ckpt_every && step % r->ckpt_every == 0) || step == r->opt->total_steps || stop)) {
-            if (!ref_saved && !(rc = ref_save(r, &tr, &va, ref_tr, ref_va, e))) ref_saved = 1;
+            if (!ref_saved) { /* rank 0 writes; every rank computed the same log-probs */
+                if (rank0) rc = ref_save(r, &tr, &va, ref_tr, ref_va, e);
+                if (W > 1 && !hyp_coll_all_ok(r->be->dp.coll, rc == 0) && !rc) rc = hyp_fail(e, HYP_EFAIL, "rank 0 could not write the reference log-probs");
+                ref_saved = !rc;
+            }
             if (!rc) rc = save(r, step, epoch, (uint64_t)pos, e);
         }
         if (!rc && stop) {
-            printf("stopped by %s after step %d%s\n", hyp_stop_signal_name(hyp_stop_signal()), step,
+            printf("stopped by %s after step %d%s\n", sig ? hyp_stop_signal_name(sig) : "another rank's signal", step,
                    r->ckpt_dir ? ": checkpoint written — continue with --resume" : ": no --ckpt-dir, nothing saved");
             rc = r->ckpt_dir ? HYP_EXIT_STOPPED_SAVED : HYP_EXIT_STOPPED_UNSAVED;
             break;

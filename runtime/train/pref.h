@@ -7,7 +7,9 @@
  * bytes per example) or, with post.reference = online, from a frozen copy of those weights run on
  * each step's rows (pref_ref.h, a cpu executor), the per-token loss gradient weighted per row by
  * the backend (backend.h token_losses / weighted_backward: the cpu executor's row_scale, exec.h, or
- * the device's crossentropy_fused_ext; one rank, no ZeRO).
+ * the device's crossentropy_fused_ext). Data parallelism (cpu backend, ZeRO stages 0-3): each rank
+ * takes a disjoint share of every micro-batch's examples, the shares' log-probs are gathered and
+ * every rank computes the loss of the whole global micro-batch (np=1's numbers).
  * Never: the SFT data path (that is the loader's loss mask, io/data.h), backend-specific code, or
  * progress policy of the main program beyond its own step lines.
  */
@@ -73,13 +75,14 @@ typedef struct {
  * r->be->x (the reference = those starting weights), evaluating the val examples before the first
  * step and every eval_every steps, checkpointing to ckpt_dir (when given) every ckpt_every steps
  * and at the end. With cfg->online_ref the reference is a frozen copy of the starting weights run
- * forward on each micro-batch's rows (pref_ref.h; nothing precomputed or saved; a resume is
- * refused). Otherwise the reference log-probs go to ckpt_dir/reference_logps.bin with the first
+ * forward on each micro-batch's rows (pref_ref.h; nothing precomputed; its weights written once
+ * to ckpt_dir/reference_model.bin, which a resumed run reads back). Otherwise the reference log-probs go to ckpt_dir/reference_logps.bin with the first
  * checkpoint (with a checksum of the examples they belong to); a resumed run (start_step > 0)
  * reads them back instead of recomputing them from the resumed weights, and continues the
  * example order at (epoch, position). HYP_EINPUT with a one-line reason for data of the wrong
- * kind, B odd for pairs, a backend without per-token losses, several ranks, or a resume without
- * its reference file. */
+ * kind, B odd for pairs, a backend without per-token losses, several ranks on a device backend,
+ * or a resume without its reference file (or with a corrupt one). With several ranks --batch is
+ * per rank and r->position the rank's share of the group's count (the global one is restored). */
 int pref_train(pref_run *r, hyp_err *e);
 
 #endif

@@ -8,7 +8,8 @@
 #     weights' evaluation; the
 #     metrics JSONL holds pref_accuracy, reward_margin, kl, logps_chosen/rejected, val_*.
 #   Resume of a preference run is bit-exact (reference log-probs read back from the checkpoint dir).
-#   v2195/v2198 reference online (a frozen copy run each step) = the precomputed pass, bit-exact.
+#   v2195/v2198 reference online (a frozen copy run each step) = the precomputed pass, bit-exact;
+#     its resume (the frozen copy read back from reference_model.bin) = the straight run, bit-exact.
 #   v2149 distillation: alpha = 0 equals the plain trainer (the CE half of the loss path); the KL
 #     half against torch is in test_post_training; a Hugging Face teacher (gen export of the
 #     teacher checkpoint) gives the checkpoint teacher's losses exactly.
@@ -96,8 +97,24 @@ for o in dpo kto; do
   check "${id}_online_reference_equals_precomputed (4 steps, metrics bit-identical)" \
     test "$(sed 's/"tokens_per_s":[^,]*,//' "$TMP/on_$o.jsonl")" = "$(sed 's/"tokens_per_s":[^,]*,//' "$TMP/pre_$o.jsonl")" -a -s "$TMP/on_$o.jsonl"
 done
-"$TMP/on_dpo/train" --data "$TMP/pref" --steps 2 --ckpt-dir "$TMP/ckon" >/dev/null 2>&1
-expect "v2195_online_reference_refuses_resume" 2 "reference online cannot resume" -- "$TMP/on_dpo/train" --data "$TMP/pref" --steps 4 --ckpt-dir "$TMP/ckon" --resume
+# v2195 / v2198 reference online resume: the start writes the frozen copy's weights once to
+# CKPT_DIR/reference_model.bin (checksummed); 4 steps checkpointed at 2, the step-4 checkpoint
+# dropped, resumed from 2: steps 3-4 give the straight run's metrics bit for bit (every
+# reference-dependent number: a frozen copy rebuilt from the resumed weights would differ)
+for o in dpo kto; do
+  id=${ID[$o]}; d="$TMP/pref"; [ $o = kto ] && d="$TMP/kto"
+  "$TMP/on_$o/train" --data "$d" --steps 4 --eval-every 2 --ckpt-dir "$TMP/ckon_$o" --ckpt-every 2 >/dev/null 2>&1
+  check "${id}_online_reference_saved" test -s "$TMP/ckon_$o/reference_model.bin"
+  rm -rf "$TMP/ckon_$o/step_00000004"; echo step_00000002 > "$TMP/ckon_$o/latest"
+  expect "${id}_online_reference_resume_reads_frozen_copy" 0 "read from reference_model.bin" -- "$TMP/on_$o/train" --data "$d" --steps 4 --eval-every 2 --ckpt-dir "$TMP/ckon_$o" --resume --metrics "$TMP/onr_$o.jsonl"
+  check "${id}_online_reference_resume_bit_exact (steps 3-4, all metrics)" \
+    test "$(sed 's/"tokens_per_s":[^,]*,//' "$TMP/on_$o.jsonl" | tail -2)" = "$(sed 's/"tokens_per_s":[^,]*,//' "$TMP/onr_$o.jsonl")" -a -s "$TMP/onr_$o.jsonl"
+done
+cp "$TMP/ckon_dpo/reference_model.bin" "$TMP/refm.bin"
+printf 'X' | dd of="$TMP/ckon_dpo/reference_model.bin" bs=1 seek=100 conv=notrunc 2>/dev/null
+expect "v2195_online_reference_resume_refuses_corrupt_copy" 2 "reference_model.bin: the frozen reference weights are truncated, corrupt" -- "$TMP/on_dpo/train" --data "$TMP/pref" --steps 4 --ckpt-dir "$TMP/ckon_dpo" --resume
+rm -f "$TMP/ckon_dpo/reference_model.bin"
+expect "v2195_online_reference_resume_refuses_missing_copy" 2 "reference_model.bin: a resumed run with reference online needs the frozen weights" -- "$TMP/on_dpo/train" --data "$TMP/pref" --steps 4 --ckpt-dir "$TMP/ckon_dpo" --resume
 # ---- v2149 distillation ----
 "$GEN" data "$ROOT/README.md" -o "$TMP/rd" >/dev/null
 expect "gen_teacher" 0 "wrote" -- "$GEN" specs/v2500.yaml --enable adamw --model tiny --target cpu --batch 8 --seq 48 -o "$TMP/teacher"
