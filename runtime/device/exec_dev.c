@@ -491,6 +491,8 @@ static void *dbuf(exec_dev *x, int idx) {
     }
 }
 
+void *exec_dev_buf(exec_dev *x, int idx) { return idx < x->p->n_bufs ? dbuf(x, idx) : NULL; }
+
 int exec_dev_download_buf(exec_dev *x, int idx, float *host, int64_t n, hyp_err *e) {
     if (x->z3 && idx >= 0 && x->z3->lay->buf_group[idx] >= 0) return no_arena("download of a parameter/gradient buffer", e);
     void *d = dbuf(x, idx);

@@ -229,6 +229,12 @@ int exec_dev_set_row_scale(exec_dev *x, const float *host, hyp_err *e);
  * batch, B*T rows of vp floats (the first V valid; uploaded now); the fused loss becomes
  * (1 - alpha) * CE + alpha * T^2 * KL(teacher / T || logits / T). NULL: off. */
 int exec_dev_set_teacher(exec_dev *x, const float *host, int vp, float temperature, float alpha, hyp_err *e);
+/* The same with the teacher's logits already on this device (dev: B*T rows of vp floats, e.g. a
+ * second executor's logits buffer, exec_dev_buf): nothing is copied; dev must stay valid until
+ * the backward that reads it. */
+int exec_dev_use_teacher(exec_dev *x, const float *dev, int vp, float temperature, float alpha, hyp_err *e);
+/* The device address of plan buffer idx (params, grads, activations, tokens), NULL when none. */
+void *exec_dev_buf(exec_dev *x, int idx);
 /* The launches of backward op i: the extension's while it is on and i is the op it replaces. */
 const exec_dev_op *exec_dev_bwd_op(const exec_dev *x, int i);
 
