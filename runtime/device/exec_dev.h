@@ -137,6 +137,7 @@ typedef struct {
     int64_t teacher_cap;            /* floats of teacher_buf */
     int teacher_vp;
     float temperature, alpha;
+    int fwd_only;                   /* exec_dev_init_forward: no gradients, states, loss or backward */
 } exec_dev;
 
 /* Allocates the device arenas (params and grads: the arena; the optimizer's states: the arena, or
@@ -153,6 +154,10 @@ int exec_dev_init_z3(exec_dev *x, const plan_t *p, const char *kernels_dir, hyp_
                      hyp_err *e);
 /* One rank, no ZeRO. */
 int exec_dev_init(exec_dev *x, const plan_t *p, const char *kernels_dir, hyp_device *dev, hyp_err *e);
+/* A frozen model's forward only (the v2149 teacher): one rank, the parameter and activation
+ * arenas, no gradient arena, optimizer states, loss or backward launches (only exec_dev_bind,
+ * exec_dev_upload_params, exec_dev_forward and exec_dev_buf are meaningful on it). */
+int exec_dev_init_forward(exec_dev *x, const plan_t *p, const char *kernels_dir, hyp_device *dev, hyp_err *e);
 void exec_dev_free(exec_dev *x);
 /* Binds the batch shape for the following runs; B <= plan B, T <= plan T. */
 int exec_dev_bind(exec_dev *x, int B, int T, hyp_err *e);

@@ -517,7 +517,7 @@ int train_backend_dev_teacher(train_backend *b, const train_teacher *tt, int *on
         return HYP_OK;
     }
     hyp_err ie;
-    if (exec_dev_init(&t->txd, tp, kdir, t->dev, &ie)) { /* the kernels do not cover the teacher's plan */
+    if (exec_dev_init_forward(&t->txd, tp, kdir, t->dev, &ie)) { /* the kernels do not cover the teacher's plan */
         exec_dev_free(&t->txd);
         memset(&t->txd, 0, sizeof t->txd);
         snprintf(how, cap, "on the host (%s do not run its plan: %.300s)", which, ie.msg);

@@ -13,8 +13,8 @@
 #     teacher (HYP_TEACHER_DEVICE=0) within 1e-5, and the device memory line's "other" grows by
 #     at least the teacher's parameter bytes. A teacher of another shape (tiny-llama) with no sim
 #     kernels falls back to the host teacher and says so; one generated for sim runs on the device
-#     through its own kernels, equal to its host path within 1e-5. Data parallel (cpu): np=2
-#     equals np=1 within 2e-5.
+#     through its own kernels, equal to its host path within 1e-5. Data parallel: cpu np=2 equals
+#     np=1 within 2e-5, and sim np=2 (a device teacher per rank) the cpu's np=1.
 #   With NVRTC: the sm_90 DPO trainer compiles the kernel with zero spills (cuda: not run, no GPU).
 #   A DPO run on sim stopped at step 2 and resumed gives the straight run's step 3 loss exactly.
 #   A sim trainer whose kernels.json lacks the variant is refused (exit 2, one line, no checkpoint).
@@ -134,6 +134,11 @@ if command -v mpirun >/dev/null; then
   expect v2149_dp_np1 0 "done: 4 steps" -- "$TMP/ddp/train" --data "$TMP/rd" --steps 4 --batch 4 --sample 0 --eval-every 0 --metrics "$TMP/np1.jsonl"
   expect v2149_dp_np2_runs 0 "done: 4 steps" -- mpirun -np 2 --oversubscribe -x OMP_NUM_THREADS "$TMP/ddp/train" --data "$TMP/rd" --steps 4 --batch 2 --sample 0 --eval-every 0 --metrics "$TMP/np2.jsonl"
   check "v2149_dp_np2_equals_np1 (loss, grad norm; 4 steps, 2e-5 relative)" near "$TMP/np1.jsonl" "$TMP/np2.jsonl" loss,grad_norm 2e-5 4
+  # the same on sim, each rank's teacher on its device: np=2 at batch 2 = the cpu's np=1 at batch 4
+  expect gen_distill_dp_sim 0 "wrote" -- "$GEN" specs/v2500.yaml --enable adamw,dp,distill --set v2149.teacher="$TMP/teacher4/ck/step_00000010" --model tiny --target sim --batch 4 --seq 32 -o "$TMP/ddps"
+  expect v2149_dp_sim_np2_runs 0 "done: 3 steps" -- mpirun -np 2 --oversubscribe -x OMP_NUM_THREADS "$TMP/ddps/train" --data "$TMP/rd" --steps 3 --batch 2 --sample 0 --eval-every 0 --metrics "$TMP/snp2.jsonl"
+  head -3 "$TMP/np1.jsonl" > "$TMP/np1_3.jsonl"
+  check "v2149_dp_sim_np2_device_teacher_equals_cpu_np1 (loss, grad norm; 3 steps, 2e-5 relative)" near "$TMP/np1_3.jsonl" "$TMP/snp2.jsonl" loss,grad_norm 2e-5 3
 else
   echo "skipped: v2149_dp_np2_equals_np1 (no mpirun)"
 fi
