@@ -516,6 +516,13 @@ int train_backend_dev_teacher(train_backend *b, const train_teacher *tt, int *on
         snprintf(how, cap, "on the host (no %s kernels beside its plan, and its shape is not the student's)", sp->backend);
         return HYP_OK;
     }
+    int lg = -1;
+    for (int i = 0; i < tp->n_bufs; i++)
+        if (!strcmp(tp->bufs[i].name, "logits")) lg = i;
+    if (lg < 0 || tp->bufs[lg].dtype != HYP_DT_F32) { /* the fused loss reads fp32 rows */
+        snprintf(how, cap, "on the host (the teacher's plan has %s logits; the device's fused loss reads fp32)", lg < 0 ? "no" : hyp_dtype_name(tp->bufs[lg].dtype));
+        return HYP_OK;
+    }
     hyp_err ie;
     if (exec_dev_init_forward(&t->txd, tp, kdir, t->dev, &ie)) { /* the kernels do not cover the teacher's plan */
         exec_dev_free(&t->txd);
@@ -523,16 +530,8 @@ int train_backend_dev_teacher(train_backend *b, const train_teacher *tt, int *on
         snprintf(how, cap, "on the host (%s do not run its plan: %.300s)", which, ie.msg);
         return HYP_OK;
     }
-    t->t_on = 1;
-    t->t_logits = -1;
-    for (int i = 0; i < tp->n_bufs; i++)
-        if (!strcmp(tp->bufs[i].name, "logits")) t->t_logits = i;
-    t->t_vp = (int)tp->Vp;
-    int rc = t->t_logits < 0 ? hyp_fail(e, HYP_EINPUT, "%s: the teacher's plan has no logits buffer — regenerate it with gen", tt->plan_path) : HYP_OK;
-    if (!rc && tp->bufs[t->t_logits].dtype != HYP_DT_F32)
-        rc = hyp_fail(e, HYP_EINPUT, "%s: the teacher's logits are %s; the device's fused loss reads fp32 — generate the teacher's trainer without bf16 logits",
-                      tt->plan_path, hyp_dtype_name(tp->bufs[t->t_logits].dtype));
-    if (!rc) rc = exec_dev_bind(&t->txd, t->xd.B, t->xd.T, e);
+    t->t_on = 1, t->t_logits = lg, t->t_vp = (int)tp->Vp;
+    int rc = exec_dev_bind(&t->txd, t->xd.B, t->xd.T, e);
     if (!rc) rc = exec_dev_upload_params(&t->txd, tt->params, e);
     if (!rc) {
         *on = 1;

@@ -1,6 +1,7 @@
 /* distill.c — v2149 knowledge distillation (distill.h): the teacher's forward and, on the cpu
  * backend, the mixed KL + cross-entropy loss with its gradient, row by row (a device backend
- * gets the teacher's logits per micro-batch and computes the loss in its fused-loss kernel,
+ * runs the teacher on its device where kernels fit, train/backend_dev.c, else gets its host
+ * logits per micro-batch, and computes the loss in its fused-loss kernel,
  * templates/classifier.cu.lua crossentropy_fused_ext). */
 #include "distill.h"
 
