@@ -525,8 +525,7 @@ int train_backend_dev_teacher(train_backend *b, const train_teacher *tt, int *on
     }
     hyp_err ie;
     if (exec_dev_init_forward(&t->txd, tp, kdir, t->dev, &ie)) { /* the kernels do not cover the teacher's plan */
-        exec_dev_free(&t->txd);
-        memset(&t->txd, 0, sizeof t->txd);
+        memset(&t->txd, 0, sizeof t->txd); /* exec_dev_init_forward freed what it made */
         snprintf(how, cap, "on the host (%s do not run its plan: %.300s)", which, ie.msg);
         return HYP_OK;
     }

@@ -125,6 +125,10 @@ expect gen_distill_llama_sim_teacher 0 "wrote" -- "$GEN" specs/v2500.yaml --enab
 expect "v2149_sim_other_shape_teacher_on_the_device" 0 "teacher's forward runs on the sim device \\(the teacher's kernels" -- \
   "$TMP/dtls/train" --data "$TMP/rd" --steps 2 --sample 0 --eval-every 0 --metrics "$TMP/dtl_d.jsonl"
 check "v2149_sim_other_shape_device_teacher_equals_host (2 steps, 1e-5 relative)" near "$TMP/dtl_h.jsonl" "$TMP/dtl_d.jsonl" loss,grad_norm 1e-5 2
+# the teacher's kernels that cannot run its plan (a launch renamed): the host teacher, saying why
+sed -i 's/"layernorm_fwd":/"layernorm_gone":/; s/"rmsnorm_fwd":/"rmsnorm_gone":/' "$TMP/tls/kernels/kernels.json"
+expect "v2149_sim_teacher_kernels_unusable_falls_back_to_host" 0 "teacher's forward runs on the host \\(the teacher's kernels do not run its plan: kernels.json: plan op" -- \
+  "$TMP/dtls/train" --data "$TMP/rd" --steps 1 --sample 0 --eval-every 0
 # data parallelism (cpu): every rank's teacher on its own batch; np=2 at batch 2 = np=1 at batch 4
 if command -v mpirun >/dev/null; then
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
