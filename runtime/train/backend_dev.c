@@ -507,7 +507,7 @@ int train_backend_dev_teacher(train_backend *b, const train_teacher *tt, int *on
     else snprintf(kdir, sizeof kdir, "kernels");
     snprintf(mf, sizeof mf, "%s/kernels.json", kdir);
     FILE *f = strcmp(tp->backend, sp->backend) ? NULL : fopen(mf, "r");
-    const char *which = "the teacher's kernels";
+    const char *which = strcmp(kdir, t->kdir) ? "the teacher's kernels" : "the student's kernels (its plan)";
     if (f) fclose(f);
     else if (same_forward(tp, sp)) {
         which = "the student's kernels (same shape)";

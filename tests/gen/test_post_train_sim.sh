@@ -11,7 +11,8 @@
 #     teacher (the student's shape) runs forward on the device through the student's kernels (its
 #     logits handed to the fused loss on the device): equal to the cpu trainer and to the sim host
 #     teacher (HYP_TEACHER_DEVICE=0) within 1e-5, and the device memory line's "other" grows by
-#     at least the teacher's parameter bytes. A teacher of another shape (tiny-llama) with no sim
+#     at least the teacher's parameter bytes; the same teacher exported as a Hugging Face
+#     directory (read under the student's plan) gives the same losses exactly. A teacher of another shape (tiny-llama) with no sim
 #     kernels falls back to the host teacher and says so; one generated for sim runs on the device
 #     through its own kernels, equal to its host path within 1e-5. Data parallel: cpu np=2 equals
 #     np=1 within 2e-5, and sim np=2 (a device teacher per rank) the cpu's np=1.
@@ -112,6 +113,12 @@ mem() { sed -n "s/.*sim device memory.* params \([0-9]*\) B .* other \([0-9]*\) 
 read -r pd od <<< "$(mem "$TMP/dist_simd.log")"; read -r ph oh <<< "$(mem "$TMP/dist_simh.log")"
 check "v2149_sim_memory_counts_the_teacher (other ${oh:-?} -> ${od:-?} B, teacher params ${pd:-?} B)" \
   awk -v a="${oh:-0}" -v b="${od:-0}" -v p="${pd:-0}" 'BEGIN { exit !(p > 0 && b - a >= p) }'
+# the same teacher as a Hugging Face directory (gen export), read under the student's plan: on the device, the same losses to the last digit
+expect gen_export_teacher 0 "exported" -- "$GEN" export "$TCH" -o "$TMP/thf"
+expect gen_distill_hf_sim 0 "wrote" -- "$GEN" specs/v2500.yaml --enable adamw,distill --set v2149.teacher="$TMP/thf" --model tiny --target sim --batch 2 --seq 32 -o "$TMP/dhf"
+expect "v2149_sim_hf_teacher_on_the_device" 0 "teacher's forward runs on the sim device \\(the student's kernels \\(its plan\\)" -- \
+  "$TMP/dhf/train" --data "$TMP/rd" --steps 3 --sample 0 --eval-every 0 --metrics "$TMP/dhf.jsonl"
+check "v2149_sim_hf_teacher_equals_checkpoint_teacher (3 losses, exact)" test "$(losses "$TMP/dhf.jsonl")" = "$(losses "$TMP/dist_sim.jsonl")" -a -n "$(losses "$TMP/dhf.jsonl")"
 # a teacher of another shape: tiny-llama trained on the cpu (no sim kernels: the host teacher), and
 # the same checkpoint under a tiny-llama plan generated for sim (its own kernels: on the device)
 expect gen_teacher_llama 0 "wrote" -- "$GEN" specs/v2500.yaml --enable adamw --model tiny-llama --target cpu --batch 2 --seq 32 -o "$TMP/tl"
