@@ -227,15 +227,15 @@ static int alloc_arenas(exec_dev *x, const hyp_z3_layout *lay, hyp_err *e) {
     int64_t optim = x->stage >= 1 ? x->shard : x->arena, ws = !lay && x->stage == 2 ? init_zg(x) : 0;
     int rc = lay ? alloc_z3(x, lay, e) : HYP_OK;
     if (rc || (!lay && ((rc = exec_dev_alloc(x, (void **)&x->params, x->arena, 4, e)) ||
-                        (rc = exec_dev_alloc(x, (void **)&x->grads, ws ? ws : x->arena, 4, e)) ||
+                        (!x->fwd_only && (rc = exec_dev_alloc(x, (void **)&x->grads, ws ? ws : x->arena, 4, e))) ||
                         (x->stage >= 2 && (rc = exec_dev_alloc(x, (void **)&x->gshard, x->shard, 4, e))))) ||
-        (rc = alloc_states(x, optim, e)) || (rc = exec_dev_alloc(x, (void **)&x->acts, p->act_floats, 4, e)) || (rc = exec_dev_alloc(x, (void **)&x->tokens, maxN, 4, e)) ||
+        (!x->fwd_only && (rc = alloc_states(x, optim, e))) || (rc = exec_dev_alloc(x, (void **)&x->acts, p->act_floats, 4, e)) || (rc = exec_dev_alloc(x, (void **)&x->tokens, maxN, 4, e)) ||
         (rc = exec_dev_alloc(x, (void **)&x->targets, maxN, 4, e)) || (rc = exec_dev_alloc(x, (void **)&x->ones, maxN, 4, e)) ||
         (p->positions_buf >= 0 && (rc = exec_dev_alloc(x, (void **)&x->positions, maxN, 4, e))))
         return rc;
     if (!lay) {
         x->bytes_params = 4 * (size_t)x->arena;
-        x->bytes_grads = 4 * (size_t)(x->stage >= 2 ? x->shard : x->arena);
+        x->bytes_grads = x->fwd_only ? 0 : 4 * (size_t)(x->stage >= 2 ? x->shard : x->arena);
         x->bytes_grad_workspace = x->stage >= 2 ? 4 * (size_t)(ws ? ws : x->arena) : 0;
     }
     x->bytes_acts = 4 * (size_t)(p->act_floats > 0 ? p->act_floats : 1);
@@ -292,8 +292,9 @@ static int zg_check_fusions(exec_dev *x, hyp_err *e) {
 }
 
 static int init_any(exec_dev *x, const plan_t *p, const char *kernels_dir, hyp_device *dev, int world, int rank,
-                    int stage, const hyp_z3_layout *lay, hyp_err *e) {
+                    int stage, const hyp_z3_layout *lay, int fwd_only, hyp_err *e) {
     memset(x, 0, sizeof *x);
+    x->fwd_only = fwd_only;
     if (world < 1 || rank < 0 || rank >= world || stage < 0 || stage > 3)
         return hyp_fail(e, HYP_EINPUT, "exec_dev: rank %d of %d ranks, ZeRO stage %d — need 0 <= rank < world, stage 0..3", rank, world, stage);
     if (stage == 3 && !lay)
@@ -412,16 +413,16 @@ static int init_any(exec_dev *x, const plan_t *p, const char *kernels_dir, hyp_d
         snprintf(mpath, sizeof mpath, "%s/%s", kernels_dir, gpu ? cubin->valuestring : F->name);
         if ((rc = dev->module_load(dev, mpath, &F->mod, e))) goto fail;
     }
-    if ((rc = exec_dev_bind_optimizer(x, man, e)) || (rc = prepare_shard(x, e))) goto fail;
+    if (!fwd_only && ((rc = exec_dev_bind_optimizer(x, man, e)) || (rc = prepare_shard(x, e)))) goto fail;
     scratch_t sc[64];
     int nsc = 0;
     for (int i = 0; i < p->n_fwd; i++)
         if ((rc = exec_dev_bind_op(x, man, &p->fwd[i], &x->fwd[i], sc, &nsc, e))) goto fail;
-    if ((rc = exec_dev_bind_op(x, man, &p->loss, &x->loss, sc, &nsc, e))) goto fail;
-    for (int i = 0; i < p->n_bwd; i++)
+    if (!fwd_only && (rc = exec_dev_bind_op(x, man, &p->loss, &x->loss, sc, &nsc, e))) goto fail;
+    for (int i = 0; i < p->n_bwd && !fwd_only; i++)
         if ((rc = exec_dev_bind_op(x, man, &p->bwd[i], &x->bwd[i], sc, &nsc, e))) goto fail;
     if ((rc = exec_dev_bind_fusions(x, man, sc, &nsc, e)) || (x->z3 && (rc = z3_check_fusions(x, e))) ||
-        (x->zg && (rc = zg_check_fusions(x, e))) || (rc = exec_dev_bind_loss_ext(x, man, sc, &nsc, e)))
+        (x->zg && (rc = zg_check_fusions(x, e))) || (!fwd_only && (rc = exec_dev_bind_loss_ext(x, man, sc, &nsc, e))))
         goto fail;
     cJSON_Delete(man);
     man = NULL;
@@ -490,6 +491,8 @@ static void *dbuf(exec_dev *x, int idx) {
     default: return NULL;
     }
 }
+
+void *exec_dev_buf(exec_dev *x, int idx) { return idx < x->p->n_bufs ? dbuf(x, idx) : NULL; }
 
 int exec_dev_download_buf(exec_dev *x, int idx, float *host, int64_t n, hyp_err *e) {
     if (x->z3 && idx >= 0 && x->z3->lay->buf_group[idx] >= 0) return no_arena("download of a parameter/gradient buffer", e);
@@ -865,12 +868,16 @@ int exec_dev_init(exec_dev *x, const plan_t *p, const char *kernels_dir, hyp_dev
 
 int exec_dev_init_dp(exec_dev *x, const plan_t *p, const char *kernels_dir, hyp_device *dev, int world, int rank,
                      int stage, hyp_err *e) {
-    return init_any(x, p, kernels_dir, dev, world, rank, stage, NULL, e);
+    return init_any(x, p, kernels_dir, dev, world, rank, stage, NULL, 0, e);
+}
+
+int exec_dev_init_forward(exec_dev *x, const plan_t *p, const char *kernels_dir, hyp_device *dev, hyp_err *e) {
+    return init_any(x, p, kernels_dir, dev, 1, 0, 0, NULL, 1, e);
 }
 
 int exec_dev_init_z3(exec_dev *x, const plan_t *p, const char *kernels_dir, hyp_device *dev, const hyp_z3_layout *lay,
                      hyp_err *e) {
-    return init_any(x, p, kernels_dir, dev, lay->world, lay->rank, 3, lay, e);
+    return init_any(x, p, kernels_dir, dev, lay->world, lay->rank, 3, lay, 0, e);
 }
 
 /* Appends to end/grp the pieces of the full tensor table (ends full[nseg]) inside the arena range

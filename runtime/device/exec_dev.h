@@ -137,6 +137,7 @@ typedef struct {
     int64_t teacher_cap;            /* floats of teacher_buf */
     int teacher_vp;
     float temperature, alpha;
+    int fwd_only;                   /* exec_dev_init_forward: no gradients, states, loss or backward */
 } exec_dev;
 
 /* Allocates the device arenas (params and grads: the arena; the optimizer's states: the arena, or
@@ -153,6 +154,10 @@ int exec_dev_init_z3(exec_dev *x, const plan_t *p, const char *kernels_dir, hyp_
                      hyp_err *e);
 /* One rank, no ZeRO. */
 int exec_dev_init(exec_dev *x, const plan_t *p, const char *kernels_dir, hyp_device *dev, hyp_err *e);
+/* A frozen model's forward only (the v2149 teacher): one rank, the parameter and activation
+ * arenas, no gradient arena, optimizer states, loss or backward launches (only exec_dev_bind,
+ * exec_dev_upload_params, exec_dev_forward and exec_dev_buf are meaningful on it). */
+int exec_dev_init_forward(exec_dev *x, const plan_t *p, const char *kernels_dir, hyp_device *dev, hyp_err *e);
 void exec_dev_free(exec_dev *x);
 /* Binds the batch shape for the following runs; B <= plan B, T <= plan T. */
 int exec_dev_bind(exec_dev *x, int B, int T, hyp_err *e);
@@ -229,6 +234,12 @@ int exec_dev_set_row_scale(exec_dev *x, const float *host, hyp_err *e);
  * batch, B*T rows of vp floats (the first V valid; uploaded now); the fused loss becomes
  * (1 - alpha) * CE + alpha * T^2 * KL(teacher / T || logits / T). NULL: off. */
 int exec_dev_set_teacher(exec_dev *x, const float *host, int vp, float temperature, float alpha, hyp_err *e);
+/* The same with the teacher's logits already on this device (dev: B*T rows of vp floats, e.g. a
+ * second executor's logits buffer, exec_dev_buf): nothing is copied; dev must stay valid until
+ * the backward that reads it. */
+int exec_dev_use_teacher(exec_dev *x, const float *dev, int vp, float temperature, float alpha, hyp_err *e);
+/* The device address of plan buffer idx (params, grads, activations, tokens), NULL when none. */
+void *exec_dev_buf(exec_dev *x, int idx);
 /* The launches of backward op i: the extension's while it is on and i is the op it replaces. */
 const exec_dev_op *exec_dev_bwd_op(const exec_dev *x, int i);
 

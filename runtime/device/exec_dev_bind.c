@@ -391,6 +391,7 @@ int exec_dev_bind_fusions(exec_dev *x, const cJSON *man, scratch_t *sc, int *nsc
         int bwd = kl > 4 && !strcmp(kind->valuestring + kl - 4, "_bwd");
         if (!kl || (!bwd && strcmp(kind->valuestring + (kl > 4 ? kl - 4 : 0), "_fwd")) || !cJSON_IsArray(ls))
             return hyp_fail(e, HYP_EINPUT, "kernels.json: a fusion entry lacks a kind (..._fwd/_bwd) or launches — regenerate with gen");
+        if (bwd && x->fwd_only) continue; /* a frozen forward (exec_dev_init_forward) has no backward */
         const plan_op *list = bwd ? x->p->bwd : x->p->fwd;
         exec_dev_op *eol = bwd ? x->bwd : x->fwd;
         int n = bwd ? x->p->n_bwd : x->p->n_fwd;

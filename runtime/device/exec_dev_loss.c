@@ -1,6 +1,6 @@
 /* exec_dev_loss.c — the device executor's fused-loss extension (exec_dev.h): per-token gradient
  * weights (the preference objectives, train/pref.c) and a distillation teacher's logits (v2149,
- * train/distill.c) uploaded for the following backward passes, and the choice of launches for the
+ * train/distill.c) uploaded (or, for a teacher running on the device, pointed at) for the following backward passes, and the choice of launches for the
  * backward's crossentropy_fused op (templates/classifier.cu.lua's crossentropy_fused_ext while
  * either is set). Never: computing a loss on the host, or anything under ZeRO-3 (whose grouped
  * backward keeps the plain launches: refused here). */
@@ -54,5 +54,18 @@ int exec_dev_set_teacher(exec_dev *x, const float *host, int vp, float temperatu
     }
     if (!rc) rc = x->dev->h2d_sync(x->dev, x->teacher_buf, host, sizeof(float) * (size_t)x->B * x->T * (size_t)vp, e);
     if (!rc) x->teacher = x->teacher_buf, x->teacher_vp = vp, x->temperature = temperature, x->alpha = alpha;
+    return rc;
+}
+
+int exec_dev_use_teacher(exec_dev *x, const float *dev, int vp, float temperature, float alpha, hyp_err *e) {
+    if (!dev) {
+        x->teacher = NULL;
+        return HYP_OK;
+    }
+    int rc = usable(x, "a distillation teacher", e);
+    if (!rc && (vp < x->p->V || !(temperature > 0)))
+        rc = hyp_fail(e, HYP_EINPUT, "exec_dev_use_teacher: rows of %d floats (the vocabulary is %d), temperature %g — give the teacher's padded rows and a positive temperature",
+                      vp, (int)x->p->V, (double)temperature);
+    if (!rc) x->teacher = (float *)dev, x->teacher_vp = vp, x->temperature = temperature, x->alpha = alpha;
     return rc;
 }

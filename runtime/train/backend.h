@@ -84,15 +84,29 @@ typedef struct train_backend_i {
     int (*eval_point)(train_backend *b, int to_eval, hyp_err *e);
 } train_backend_i;
 
-/* v2149 distillation on a device backend (train/distill.c): before each micro-batch the teacher's
- * logits of the batch's tokens (B*T rows of *stride floats, host memory valid until the next
- * call) go to the device, whose fused loss mixes (1 - alpha) * CE + alpha * T^2 * KL. (On the
- * cpu backend the teacher hooks into the executor's fused loss instead: exec_t.loss_fused.) */
+/* v2149 distillation on a device backend (train/distill.c). The device teacher (plan and params
+ * set, and train_backend_dev_teacher accepted them): a second device executor over the teacher's
+ * plan runs its forward on the staged tokens of each micro-batch and its logits buffer goes to
+ * the fused loss as it is, on the device. Otherwise (the host teacher) before each micro-batch
+ * the teacher's logits of the batch's tokens (B*T rows of *stride floats, host memory valid until
+ * the next call) go to the device. Either way the device's fused loss mixes (1 - alpha) * CE +
+ * alpha * T^2 * KL. (On the cpu backend the teacher hooks into the executor's fused loss
+ * instead: exec_t.loss_fused.) */
 typedef struct {
     int (*logits)(void *ctx, const int32_t *tokens, int B, int T, const float **out, int *stride, hyp_err *e);
     void *ctx;
     float temperature, alpha;
+    const plan_t *plan;      /* the teacher's plan (NULL: host teacher only) */
+    const char *plan_path;   /* its plan.json */
+    const float *params;     /* host: its parameters in the plan's arena layout */
 } train_teacher;
+
+/* v2149: the teacher's forward on b's device when b is a device backend and kernels fit the
+ * teacher's plan: those rendered beside the teacher's plan for the same backend, else the
+ * student's when the teacher's forward ops have the student's (same shape). *on = 1: the device
+ * runs it (the teacher's weights uploaded now, its arenas counted in the memory report); 0: the
+ * host teacher (how says where and why, one phrase; HYP_TEACHER_DEVICE=0 forces it). Errors only for a failure after the kernels fit. */
+int train_backend_dev_teacher(train_backend *b, const train_teacher *t, int *on, char *how, size_t cap, hyp_err *e);
 
 /* Optional hooks of the trainer into train_step (v2176 fault tolerance, guard.h); every rank
  * calls them at the same point. before_reduce: after the micro-batches, before the gradient

@@ -61,6 +61,11 @@ typedef struct {
     int n_buckets, overlap;
     char title[64];   /* "sim device memory" */
     train_avg_state avg; /* the schedule-free averaging weight's running sums */
+    /* v2149 device teacher (train_backend_dev_teacher): its executor over the teacher's plan and
+     * the index of its logits buffer; t_on 0: none (or the host teacher) */
+    int t_on, t_logits, t_vp;
+    exec_dev txd;
+    char kdir[PATH_MAX]; /* the student's kernels */
 } train_dev;
 
 /* The layer a parameter belongs to: its name up to the first all-digit component
@@ -173,6 +178,7 @@ static int open_dev(train_dev *t, const dp_t *dp, const plan_t *p, const char *p
     char *slash = strrchr(kdir, '/');
     if (slash) snprintf(slash, sizeof kdir - (size_t)(slash - kdir), "/kernels");
     else snprintf(kdir, sizeof kdir, "kernels");
+    snprintf(t->kdir, sizeof t->kdir, "%s", kdir);
     int rc;
     if (!dp->opt->step_device)
         return hyp_fail(e, HYP_EINPUT, "optimizer '%s' has no device implementation — generate the trainer for --target cpu", dp->opt->kind);
@@ -214,6 +220,7 @@ static void close_dev(train_dev *t) {
     if (t->comm) d->stream_destroy(d, t->comm);
     d->mem_free(d, t->partial, &e);
     d->mem_free(d, t->gnorm, &e);
+    if (t->t_on) exec_dev_free(&t->txd);
     exec_dev_free(&t->xd);
     d->close(d);
     memset(t, 0, sizeof *t);
@@ -290,7 +297,16 @@ static int dev_micro_batch(train_backend *b, float dloss, int last, float *mean,
     stage_batch(t, b->x);
     int hook = t->overlap && last;
     int rc = HYP_OK;
-    if (b->teacher) { /* v2149: the teacher's logits of this batch into the fused loss */
+    if (b->teacher && t->t_on) { /* v2149 device teacher: its forward on the same tokens, logits stay on the device */
+        size_t n = sizeof(int32_t) * (size_t)t->xd.B * t->xd.T;
+        memcpy(t->txd.h_tokens, t->xd.h_tokens, n);
+        memcpy(t->txd.h_targets, t->xd.h_targets, n);
+        if (t->txd.h_positions && t->xd.h_positions) memcpy(t->txd.h_positions, t->xd.h_positions, n);
+        rc = exec_dev_forward(&t->txd, e);
+        if (!rc)
+            rc = exec_dev_use_teacher(&t->xd, exec_dev_buf(&t->txd, t->t_logits), t->t_vp, b->teacher->temperature,
+                                      b->teacher->alpha, e);
+    } else if (b->teacher) { /* v2149 host teacher: its logits of this batch uploaded into the fused loss */
         const float *zt = NULL;
         int stride = 0;
         rc = b->teacher->logits(b->teacher->ctx, b->x->tokens, b->x->B, b->x->T, &zt, &stride, e);
@@ -393,6 +409,7 @@ static void dev_memory(const train_backend *b, double *m) {
     m[MEM_GRAD_WORKSPACE] = (double)xd->bytes_grad_workspace;
     m[MEM_OTHER] = (double)xd->bytes - m[MEM_PARAMS] - m[MEM_GRADS] - m[MEM_OPTIM] - m[MEM_ACTS] - m[MEM_GRAD_WORKSPACE] +
                    sizeof(float) * (exec_dev_norm_parts(xd) + 2.0);
+    if (t->t_on) m[MEM_OTHER] += (double)t->txd.bytes; /* v2149: the device teacher's arenas */
 }
 
 static const char *dev_memory_title(const train_backend *b) { return ((const train_dev *)b->impl)->title; }
@@ -450,6 +467,76 @@ static int dev_eval_point(train_backend *b, int to_eval, hyp_err *e) {
     if (!o->eval_device)
         return hyp_fail(e, HYP_EINPUT, "optimizer '%s' cannot move the device parameters to its evaluation point — generate the trainer for --target cpu", o->kind);
     return o->eval_device(&b->x->p->optim, &t->xd, to_eval, e);
+}
+
+/* Whether the teacher's forward ops are the student's, op by op with every dimension (the
+ * student's rendered kernels then fit the teacher's forward). */
+static int same_forward(const plan_t *a, const plan_t *b) {
+    if (a->n_fwd != b->n_fwd || a->V != b->V || a->Vp != b->Vp) return 0;
+    for (int i = 0; i < a->n_fwd; i++) {
+        const plan_op *o = &a->fwd[i], *q = &b->fwd[i];
+        if (o->op != q->op || o->nin != q->nin || o->nout != q->nout || o->B != q->B || o->T != q->T || o->N != q->N ||
+            o->C != q->C || o->IC != q->IC || o->OC != q->OC || o->NH != q->NH || o->NKV != q->NKV || o->hd != q->hd ||
+            o->H != q->H || o->V != q->V || o->Vp != q->Vp || o->n != q->n || o->eps != q->eps || o->theta != q->theta ||
+            o->scale != q->scale || o->alpha != q->alpha || o->slot != q->slot || o->bits != q->bits ||
+            o->group != q->group || o->rowwise != q->rowwise)
+            return 0;
+    }
+    return 1;
+}
+
+static const train_backend_i DEV_BACKEND;
+
+int train_backend_dev_teacher(train_backend *b, const train_teacher *tt, int *on, char *how, size_t cap, hyp_err *e) {
+    *on = 0;
+    if (b->i != &DEV_BACKEND || !tt->plan || !tt->params) {
+        snprintf(how, cap, "on the host");
+        return HYP_OK;
+    }
+    const char *env = getenv("HYP_TEACHER_DEVICE");
+    if (env && !strcmp(env, "0")) {
+        snprintf(how, cap, "on the host (HYP_TEACHER_DEVICE=0)");
+        return HYP_OK;
+    }
+    train_dev *t = b->impl;
+    const plan_t *tp = tt->plan, *sp = t->xd.p;
+    char kdir[PATH_MAX], mf[PATH_MAX + 16];
+    snprintf(kdir, sizeof kdir, "%s", tt->plan_path);
+    char *slash = strrchr(kdir, '/');
+    if (slash) snprintf(slash, sizeof kdir - (size_t)(slash - kdir), "/kernels");
+    else snprintf(kdir, sizeof kdir, "kernels");
+    snprintf(mf, sizeof mf, "%s/kernels.json", kdir);
+    FILE *f = strcmp(tp->backend, sp->backend) ? NULL : fopen(mf, "r");
+    const char *which = strcmp(kdir, t->kdir) ? "the teacher's kernels" : "the student's kernels (its plan)";
+    if (f) fclose(f);
+    else if (same_forward(tp, sp)) {
+        which = "the student's kernels (same shape)";
+        snprintf(kdir, sizeof kdir, "%s", t->kdir);
+    } else {
+        snprintf(how, cap, "on the host (no %s kernels beside its plan, and its shape is not the student's)", sp->backend);
+        return HYP_OK;
+    }
+    int lg = -1;
+    for (int i = 0; i < tp->n_bufs; i++)
+        if (!strcmp(tp->bufs[i].name, "logits")) lg = i;
+    if (lg < 0 || tp->bufs[lg].dtype != HYP_DT_F32) { /* the fused loss reads fp32 rows */
+        snprintf(how, cap, "on the host (the teacher's plan has %s logits; the device's fused loss reads fp32)", lg < 0 ? "no" : hyp_dtype_name(tp->bufs[lg].dtype));
+        return HYP_OK;
+    }
+    hyp_err ie;
+    if (exec_dev_init_forward(&t->txd, tp, kdir, t->dev, &ie)) { /* the kernels do not cover the teacher's plan */
+        memset(&t->txd, 0, sizeof t->txd); /* exec_dev_init_forward freed what it made */
+        snprintf(how, cap, "on the host (%s do not run its plan: %.300s)", which, ie.msg);
+        return HYP_OK;
+    }
+    t->t_on = 1, t->t_logits = lg, t->t_vp = (int)tp->Vp;
+    int rc = exec_dev_bind(&t->txd, t->xd.B, t->xd.T, e);
+    if (!rc) rc = exec_dev_upload_params(&t->txd, tt->params, e);
+    if (!rc) {
+        *on = 1;
+        snprintf(how, cap, "on the %s device (%s, its weights uploaded once: %.1f MB)", t->dev->name, which, t->txd.bytes / 1e6);
+    }
+    return rc;
 }
 
 static const train_backend_i DEV_BACKEND = {

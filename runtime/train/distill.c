@@ -1,6 +1,7 @@
 /* distill.c — v2149 knowledge distillation (distill.h): the teacher's forward and, on the cpu
  * backend, the mixed KL + cross-entropy loss with its gradient, row by row (a device backend
- * gets the teacher's logits per micro-batch and computes the loss in its fused-loss kernel,
+ * runs the teacher on its device where kernels fit, train/backend_dev.c, else gets its host
+ * logits per micro-batch, and computes the loss in its fused-loss kernel,
  * templates/classifier.cu.lua crossentropy_fused_ext). */
 #include "distill.h"
 
@@ -20,6 +21,7 @@ struct distill {
     double temperature, alpha;
     char desc[1200];
     train_teacher dev;  /* the device backends' hook (backend.h) */
+    char tplan[4200];   /* the teacher's plan.json */
 };
 
 float distill_row(float *z, const float *zt, int y, int V, double temperature, double alpha, float dloss) {
@@ -74,8 +76,14 @@ static int teacher_logits(void *ctx, const int32_t *tokens, int B, int T, const 
 }
 
 int distill_attach(distill *d, train_backend *b, hyp_err *e) {
-    (void)e;
-    if (d && d->dev.logits) b->teacher = &d->dev;
+    if (!d || !d->dev.logits) return HYP_OK;
+    char how[600];
+    int on = 0, rc = train_backend_dev_teacher(b, &d->dev, &on, how, sizeof how, e);
+    if (rc) return rc;
+    b->teacher = &d->dev;
+    if (b->dp.rank == 0)
+        printf("distillation (v2149): the teacher's forward runs %s%s\n", how,
+               on ? "; its logits feed the fused loss on the device" : "; its logits are uploaded per micro-batch");
     return HYP_OK;
 }
 
@@ -130,8 +138,7 @@ int distill_open(distill **out, const char *plan_path, exec_t *x, const char *ba
     double T = cJSON_IsNumber(tt) ? tt->valuedouble : 1, alpha = cJSON_IsNumber(al) ? al->valuedouble : 0;
     cJSON_Delete(root);
     if (rc) return rc;
-    if (world > 1)
-        return hyp_fail(e, HYP_EINPUT, "%s: distillation (v2149) runs on one rank (the data-parallel path is missing) — run one process", plan_path);
+    (void)world; /* data parallel: every rank's teacher runs on the rank's own batch (the loss is per token) */
     int fused = 0;
     for (int i = 0; i < x->p->n_bwd; i++) fused |= !strcmp(hyp_op_name(x->p->bwd[i].op), "crossentropy_fused");
     if (!fused) return hyp_fail(e, HYP_EINPUT, "%s: the plan's backward has no crossentropy_fused op for the distillation loss — generate the trainer without the technique that replaces it", plan_path);
@@ -174,7 +181,10 @@ int distill_open(distill **out, const char *plan_path, exec_t *x, const char *ba
     snprintf(d->desc, sizeof d->desc, "distillation (v2149): teacher %.900s (%s, %.3g M params%s), temperature %g, alpha %g",
              what, d->tp.model_name, d->tp.param_floats / 1e6, hf_own ? ", the student's plan" : "", T, alpha);
     if (!strcmp(backend, "cpu")) x->loss_fused = loss_fused, x->loss_ctx = d;
-    else d->dev = (train_teacher){teacher_logits, d, (float)T, (float)alpha}; /* the device computes the loss */
+    else { /* the device computes the loss; its forward on the device where kernels fit (distill_attach) */
+        snprintf(d->tplan, sizeof d->tplan, "%s", tplan);
+        d->dev = (train_teacher){teacher_logits, d, (float)T, (float)alpha, &d->tp, d->tplan, d->tx.params};
+    }
     *out = d;
     return HYP_OK;
 }

@@ -7,10 +7,12 @@
  * cross-entropy, with its gradient alpha * T * (softmax(student / T) - softmax(teacher / T)) +
  * (1 - alpha) * (softmax(student) - onehot), computed row by row (one token at a time, two
  * softmaxes streamed over the vocabulary in place: the B x T x V probabilities are never stored).
- * On a device backend (sim, cuda) the teacher still runs forward on the host executor; its logits
- * go to the device per micro-batch (distill_teacher, backend.h train_teacher), whose fused-loss
- * kernel computes the same loss and gradient in fp32.
- * Never: the training loop, or data parallelism (several ranks are refused).
+ * On a device backend (sim, cuda) the teacher runs forward on the device where kernels fit its
+ * plan (train_backend_dev_teacher: a forward-only device executor, its logits handed to the
+ * fused-loss kernel on the device), else on the host executor with its logits uploaded per
+ * micro-batch (backend.h train_teacher); the kernel computes the same loss and gradient in fp32.
+ * Data parallel: each rank's teacher runs on the rank's own batch (the loss is per token).
+ * Never: the training loop.
  */
 #ifndef HYP_DISTILL_H
 #define HYP_DISTILL_H
@@ -26,8 +28,9 @@ typedef struct distill distill;
  * Hugging Face directory, the student's plan (the config is checked against it key by key). */
 int distill_open(distill **out, const char *plan_path, exec_t *x, const char *backend, int world, hyp_err *e);
 void distill_close(distill *d, exec_t *x);
-/* Gives a device backend b the teacher (b->teacher, backend.h); nothing for d NULL or the cpu
- * backend (there distill_open hooked the teacher into the executor's fused loss). */
+/* Gives a device backend b the teacher (b->teacher, backend.h), on its device where kernels fit,
+ * and prints (rank 0) where its forward runs; nothing for d NULL or the cpu backend (there
+ * distill_open hooked the teacher into the executor's fused loss). */
 int distill_attach(distill *d, train_backend *b, hyp_err *e);
 /* One line for the banner: teacher, temperature, alpha. */
 const char *distill_describe(const distill *d);

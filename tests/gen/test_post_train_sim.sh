@@ -7,7 +7,15 @@
 #     measured differences are ~1e-6), and on sim the train pref_accuracy rises from step 1 to
 #     step 3 and the held-out reward margin rises from the starting weights'.
 #   v2149 distillation: a cpu-trained teacher, student 3 steps on cpu and on sim (the KL + CE in
-#     the device's fused-loss kernel): losses and gradient norms within 1e-5 relative.
+#     the device's fused-loss kernel): losses and gradient norms within 1e-5 relative. On sim the
+#     teacher (the student's shape) runs forward on the device through the student's kernels (its
+#     logits handed to the fused loss on the device): equal to the cpu trainer and to the sim host
+#     teacher (HYP_TEACHER_DEVICE=0) within 1e-5, and the device memory line's "other" grows by
+#     at least the teacher's parameter bytes; the same teacher exported as a Hugging Face
+#     directory (read under the student's plan) gives the same losses exactly. A teacher of another shape (tiny-llama) with no sim
+#     kernels falls back to the host teacher and says so; one generated for sim runs on the device
+#     through its own kernels, equal to its host path within 1e-5. Data parallel: cpu np=2 equals
+#     np=1 within 2e-5, and sim np=2 (a device teacher per rank) the cpu's np=1.
 #   With NVRTC: the sm_90 DPO trainer compiles the kernel with zero spills (cuda: not run, no GPU).
 #   A DPO run on sim stopped at step 2 and resumed gives the straight run's step 3 loss exactly.
 #   A sim trainer whose kernels.json lacks the variant is refused (exit 2, one line, no checkpoint).
@@ -94,6 +102,57 @@ for tg in cpu sim; do
   expect "v2149_distill_trains_on_$tg" 0 "distillation \\(v2149\\): teacher" -- "$TMP/dist_$tg/train" --data "$TMP/rd" --steps 3 --sample 0 --eval-every 0 --metrics "$TMP/dist_$tg.jsonl"
 done
 check "v2149_distill_sim_equals_cpu (loss, grad norm; 3 steps, 1e-5 relative)" near "$TMP/dist_cpu.jsonl" "$TMP/dist_sim.jsonl" loss,grad_norm 1e-5 3
+# the device teacher (the run above; its banner and memory line from one more step) against the host teacher on sim
+"$TMP/dist_sim/train" --data "$TMP/rd" --steps 1 --sample 0 --eval-every 0 > "$TMP/dist_simd.log" 2>&1
+HYP_TEACHER_DEVICE=0 "$TMP/dist_sim/train" --data "$TMP/rd" --steps 3 --sample 0 --eval-every 0 --metrics "$TMP/dist_simh.jsonl" > "$TMP/dist_simh.log" 2>&1
+check "v2149_sim_teacher_forward_on_the_device" grep -q "teacher's forward runs on the sim device (the student's kernels (same shape)" "$TMP/dist_simd.log"
+check "v2149_sim_host_teacher_when_asked" grep -q "teacher's forward runs on the host (HYP_TEACHER_DEVICE=0)" "$TMP/dist_simh.log"
+check "v2149_sim_device_teacher_equals_cpu (3 steps, 1e-5 relative)" near "$TMP/dist_cpu.jsonl" "$TMP/dist_sim.jsonl" loss,grad_norm 1e-5 3
+check "v2149_sim_device_teacher_equals_host_teacher (3 steps, 1e-5 relative)" near "$TMP/dist_simh.jsonl" "$TMP/dist_sim.jsonl" loss,grad_norm 1e-5 3
+mem() { sed -n "s/.*sim device memory.* params \([0-9]*\) B .* other \([0-9]*\) B.*/\1 \2/p" "$1"; }
+read -r pd od <<< "$(mem "$TMP/dist_simd.log")"; read -r ph oh <<< "$(mem "$TMP/dist_simh.log")"
+check "v2149_sim_memory_counts_the_teacher (other ${oh:-?} -> ${od:-?} B, teacher params ${pd:-?} B)" \
+  awk -v a="${oh:-0}" -v b="${od:-0}" -v p="${pd:-0}" 'BEGIN { exit !(p > 0 && b - a >= p) }'
+# the same teacher as a Hugging Face directory (gen export), read under the student's plan: on the device, the same losses to the last digit
+expect gen_export_teacher 0 "exported" -- "$GEN" export "$TCH" -o "$TMP/thf"
+expect gen_distill_hf_sim 0 "wrote" -- "$GEN" specs/v2500.yaml --enable adamw,distill --set v2149.teacher="$TMP/thf" --model tiny --target sim --batch 2 --seq 32 -o "$TMP/dhf"
+expect "v2149_sim_hf_teacher_on_the_device" 0 "teacher's forward runs on the sim device \\(the student's kernels \\(its plan\\)" -- \
+  "$TMP/dhf/train" --data "$TMP/rd" --steps 3 --sample 0 --eval-every 0 --metrics "$TMP/dhf.jsonl"
+check "v2149_sim_hf_teacher_equals_checkpoint_teacher (3 losses, exact)" test "$(losses "$TMP/dhf.jsonl")" = "$(losses "$TMP/dist_sim.jsonl")" -a -n "$(losses "$TMP/dhf.jsonl")"
+# a teacher of another shape: tiny-llama trained on the cpu (no sim kernels: the host teacher), and
+# the same checkpoint under a tiny-llama plan generated for sim (its own kernels: on the device)
+expect gen_teacher_llama 0 "wrote" -- "$GEN" specs/v2500.yaml --enable adamw --model tiny-llama --target cpu --batch 2 --seq 32 -o "$TMP/tl"
+"$TMP/tl/train" --data "$TMP/rd" --steps 2 --lr 3e-3 --ckpt-dir "$TMP/tl/ck" --ckpt-every 2 --sample 0 >/dev/null 2>&1
+expect gen_distill_llama_teacher 0 "wrote" -- "$GEN" specs/v2500.yaml --enable adamw,distill --set v2149.teacher="$TMP/tl/ck/step_00000002" --model tiny --target sim --batch 2 --seq 32 -o "$TMP/dtl"
+expect "v2149_sim_other_shape_teacher_on_the_host" 0 "teacher's forward runs on the host \\(no sim kernels beside its plan, and its shape is not the student's\\)" -- \
+  "$TMP/dtl/train" --data "$TMP/rd" --steps 2 --sample 0 --eval-every 0 --metrics "$TMP/dtl_h.jsonl"
+expect gen_teacher_llama_sim 0 "wrote" -- "$GEN" specs/v2500.yaml --enable adamw --model tiny-llama --target sim --batch 2 --seq 32 -o "$TMP/tls"
+cp -r "$TMP/tl/ck" "$TMP/tls/ck"
+expect gen_distill_llama_sim_teacher 0 "wrote" -- "$GEN" specs/v2500.yaml --enable adamw,distill --set v2149.teacher="$TMP/tls/ck/step_00000002" --model tiny --target sim --batch 2 --seq 32 -o "$TMP/dtls"
+expect "v2149_sim_other_shape_teacher_on_the_device" 0 "teacher's forward runs on the sim device \\(the teacher's kernels" -- \
+  "$TMP/dtls/train" --data "$TMP/rd" --steps 2 --sample 0 --eval-every 0 --metrics "$TMP/dtl_d.jsonl"
+check "v2149_sim_other_shape_device_teacher_equals_host (2 steps, 1e-5 relative)" near "$TMP/dtl_h.jsonl" "$TMP/dtl_d.jsonl" loss,grad_norm 1e-5 2
+# the teacher's kernels that cannot run its plan (a launch renamed): the host teacher, saying why
+sed -i 's/"layernorm_fwd":/"layernorm_gone":/; s/"rmsnorm_fwd":/"rmsnorm_gone":/' "$TMP/tls/kernels/kernels.json"
+expect "v2149_sim_teacher_kernels_unusable_falls_back_to_host" 0 "teacher's forward runs on the host \\(the teacher's kernels do not run its plan: kernels.json: plan op" -- \
+  "$TMP/dtls/train" --data "$TMP/rd" --steps 1 --sample 0 --eval-every 0
+# data parallelism (cpu): every rank's teacher on its own batch; np=2 at batch 2 = np=1 at batch 4
+if command -v mpirun >/dev/null; then
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  expect gen_teacher4 0 "wrote" -- "$GEN" specs/v2500.yaml --enable adamw --model tiny --target cpu --batch 4 --seq 32 -o "$TMP/teacher4"
+  cp -r "$TMP/teacher/ck" "$TMP/teacher4/ck"
+  expect gen_distill_dp 0 "wrote" -- "$GEN" specs/v2500.yaml --enable adamw,dp,distill --set v2149.teacher="$TMP/teacher4/ck/step_00000010" --model tiny --target cpu --batch 4 --seq 32 -o "$TMP/ddp"
+  expect v2149_dp_np1 0 "done: 4 steps" -- "$TMP/ddp/train" --data "$TMP/rd" --steps 4 --batch 4 --sample 0 --eval-every 0 --metrics "$TMP/np1.jsonl"
+  expect v2149_dp_np2_runs 0 "done: 4 steps" -- mpirun -np 2 --oversubscribe -x OMP_NUM_THREADS "$TMP/ddp/train" --data "$TMP/rd" --steps 4 --batch 2 --sample 0 --eval-every 0 --metrics "$TMP/np2.jsonl"
+  check "v2149_dp_np2_equals_np1 (loss, grad norm; 4 steps, 2e-5 relative)" near "$TMP/np1.jsonl" "$TMP/np2.jsonl" loss,grad_norm 2e-5 4
+  # the same on sim, each rank's teacher on its device: np=2 at batch 2 = the cpu's np=1 at batch 4
+  expect gen_distill_dp_sim 0 "wrote" -- "$GEN" specs/v2500.yaml --enable adamw,dp,distill --set v2149.teacher="$TMP/teacher4/ck/step_00000010" --model tiny --target sim --batch 4 --seq 32 -o "$TMP/ddps"
+  expect v2149_dp_sim_np2_runs 0 "done: 3 steps" -- mpirun -np 2 --oversubscribe -x OMP_NUM_THREADS "$TMP/ddps/train" --data "$TMP/rd" --steps 3 --batch 2 --sample 0 --eval-every 0 --metrics "$TMP/snp2.jsonl"
+  head -3 "$TMP/np1.jsonl" > "$TMP/np1_3.jsonl"
+  check "v2149_dp_sim_np2_device_teacher_equals_cpu_np1 (loss, grad norm; 3 steps, 2e-5 relative)" near "$TMP/np1_3.jsonl" "$TMP/snp2.jsonl" loss,grad_norm 2e-5 3
+else
+  echo "skipped: v2149_dp_np2_equals_np1 (no mpirun)"
+fi
 "$TMP/teacher/train" --data "$TMP/rd" --steps 3 --sample 0 --eval-every 0 --metrics "$TMP/plain.jsonl" >/dev/null 2>&1
 check "v2149_distill_sim_loss_is_not_plain_ce" test "$(first_metric "$TMP/dist_sim.jsonl" loss)" != "$(first_metric "$TMP/plain.jsonl" loss)"
 finish

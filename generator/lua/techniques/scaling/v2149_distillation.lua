@@ -1,9 +1,10 @@
 -- v2149 distillation: writes the plan's distill section {teacher, temperature, alpha, teacher_plan};
 -- the trainer (runtime/train/distill.c) loads the teacher (our checkpoint with its own plan.json,
 -- or a Hugging Face directory read through io/hf.c with teacher_plan or the student's plan) and
--- runs it forward on the host per micro-batch, mixing alpha * T^2 * KL on temperature-scaled
--- logits with (1 - alpha) * cross-entropy: inside the cpu executor's fused loss op, or on sim/cuda
--- in the fused-loss kernel the plan's distill section makes the renderer emit
+-- runs it forward per micro-batch (on sim/cuda on the device when kernels fit its plan: the
+-- student's for a teacher of its shape, else on the host), mixing alpha * T^2 * KL on
+-- temperature-scaled logits with (1 - alpha) * cross-entropy: inside the cpu executor's fused loss
+-- op, or on sim/cuda in the fused-loss kernel the plan's distill section makes the renderer emit
 -- (crossentropy_fused_ext). Never: a preference objective at the same time (both replace the
 -- loss: refused here).
 local U = require("util")
@@ -23,7 +24,7 @@ function M.sections(ctx, plan)
   local tplan = ctx.param("teacher_plan")
   if tplan ~= nil and tplan ~= "" then plan.distill.teacher_plan = tplan end
   local where = ctx.target.kind == "cpu" and "forward inside the fused loss"
-    or "forward on the host per micro-batch, its logits into the device's fused-loss kernel (crossentropy_fused_ext)"
+    or "forward on the device per micro-batch (the student's kernels for a teacher of its shape, or those beside its plan; else on the host), its logits into the device's fused-loss kernel (crossentropy_fused_ext)"
   ctx.contribute(string.format("distill: teacher %s %s; loss = %g * T^2 * KL(teacher/T || student/T) + %g * CE, T = %g, row by row over the vocabulary",
     teacher, where, plan.distill.alpha, 1 - plan.distill.alpha, plan.distill.temperature))
 end
