@@ -112,3 +112,15 @@ int hyp_optim_device_begin(const hyp_optim_cfg *c, exec_dev *x, const char *kern
     *lr = base_lr * (c->n_groups ? c->groups[0].lr_mult : 1.0);
     return x->dev->h2d(x->dev, o->seg_val, o->h_seg_val, sizeof(float) * (size_t)o->nseg, NULL, e);
 }
+
+void hyp_optim_kargs_head(hyp_kargs *k, const exec_dev_own *o, int n_states, double lr) {
+    memset(k, 0, sizeof *k);
+    hyp_kargs_ptr(k, o->param);
+    for (int i = 0; i < n_states; i++) hyp_kargs_ptr(k, o->state[i]);
+    hyp_kargs_ptr(k, o->grad);
+    hyp_kargs_ptr(k, o->seg_end);
+    hyp_kargs_ptr(k, o->seg_val);
+    hyp_kargs_i32(k, o->nseg);
+    hyp_kargs_i64(k, o->n);
+    hyp_kargs_f32(k, (float)lr);
+}

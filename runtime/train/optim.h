@@ -131,6 +131,10 @@ int hyp_optim_check_hypers(const hyp_optim_cfg *cfg, const char *who, const hyp_
  * (o->seg_val) and returns in *lr the step's learning rate times that one multiplier. */
 int hyp_optim_device_begin(const hyp_optim_cfg *cfg, exec_dev *x, const char *kernel, int nparams, double base_lr,
                            exec_dev_own *o, double *lr, hyp_err *e);
+/* The arguments every elementwise optimizer kernel opens with, in this order: param, the first
+ * n_states states, grad, seg_end, seg_val, nseg, n, lr (after memset(k, 0)); the kernel's own
+ * scalars follow. */
+void hyp_optim_kargs_head(hyp_kargs *k, const exec_dev_own *o, int n_states, double lr);
 /* The host update of the arena range [lo, hi), cut at tensor boundaries into spans: param, grad
  * and state[k] point at the range's first float (element lo of the arena). */
 void hyp_optim_step_range(const hyp_optim_i *o, const plan_t *p, const hyp_optim_step *a, int64_t lo, int64_t hi,

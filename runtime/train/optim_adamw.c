@@ -36,16 +36,7 @@ static int step_device(const hyp_optim_cfg *c, exec_dev *x, const hyp_optim_step
     /* as op_adamw: the bias corrections in double, rounded to float, inverted in float */
     float ibc1 = 1.0f / (float)(1.0 - pow(beta1, (double)a->t)), ibc2 = 1.0f / (float)(1.0 - pow(beta2, (double)a->t));
     hyp_kargs k;
-    memset(&k, 0, sizeof k);
-    hyp_kargs_ptr(&k, o.param);
-    hyp_kargs_ptr(&k, o.state[0]);
-    hyp_kargs_ptr(&k, o.state[1]);
-    hyp_kargs_ptr(&k, o.grad);
-    hyp_kargs_ptr(&k, o.seg_end);
-    hyp_kargs_ptr(&k, o.seg_val);
-    hyp_kargs_i32(&k, o.nseg);
-    hyp_kargs_i64(&k, o.n);
-    hyp_kargs_f32(&k, (float)lr);
+    hyp_optim_kargs_head(&k, &o, 2, lr);
     hyp_kargs_f32(&k, (float)beta1);
     hyp_kargs_f32(&k, (float)beta2);
     hyp_kargs_f32(&k, (float)hyp_optim_hyper(c, "eps"));

@@ -67,16 +67,7 @@ static int step_device(const hyp_optim_cfg *c, exec_dev *x, const hyp_optim_step
     const double b1 = hyp_optim_hyper(c, "beta1"), b2 = hyp_optim_hyper(c, "beta2");
     const double lm = c->n_groups ? c->groups[0].lr_mult : 1.0; /* one multiplier (device_begin checked) */
     hyp_kargs k;
-    memset(&k, 0, sizeof k);
-    hyp_kargs_ptr(&k, o.param);
-    hyp_kargs_ptr(&k, o.state[0]);
-    hyp_kargs_ptr(&k, o.state[1]);
-    hyp_kargs_ptr(&k, o.grad);
-    hyp_kargs_ptr(&k, o.seg_end);
-    hyp_kargs_ptr(&k, o.seg_val);
-    hyp_kargs_i32(&k, o.nseg);
-    hyp_kargs_i64(&k, o.n);
-    hyp_kargs_f32(&k, (float)lr);
+    hyp_optim_kargs_head(&k, &o, 2, lr);
     hyp_kargs_f32(&k, (float)b2);
     hyp_kargs_f32(&k, (float)hyp_optim_hyper(c, "eps"));
     hyp_kargs_f32(&k, 1.0f / (float)(1.0 - pow(b2, (double)a->t)));

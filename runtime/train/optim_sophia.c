@@ -75,16 +75,7 @@ static int step_device(const hyp_optim_cfg *c, exec_dev *x, const hyp_optim_step
     int rc = hyp_optim_device_begin(c, x, "sophia_step", 12, a->lr, &o, &lr, e);
     if (rc) return rc;
     hyp_kargs k;
-    memset(&k, 0, sizeof k);
-    hyp_kargs_ptr(&k, o.param);
-    hyp_kargs_ptr(&k, o.state[0]);
-    hyp_kargs_ptr(&k, o.state[1]);
-    hyp_kargs_ptr(&k, o.grad);
-    hyp_kargs_ptr(&k, o.seg_end);
-    hyp_kargs_ptr(&k, o.seg_val);
-    hyp_kargs_i32(&k, o.nseg);
-    hyp_kargs_i64(&k, o.n);
-    hyp_kargs_f32(&k, (float)lr);
+    hyp_optim_kargs_head(&k, &o, 2, lr);
     hyp_kargs_f32(&k, (float)hyp_optim_hyper(c, "beta1"));
     hyp_kargs_f32(&k, (float)hyp_optim_hyper(c, "rho"));
     hyp_kargs_ptr(&k, d_grad_scale);
