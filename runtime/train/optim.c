@@ -124,3 +124,11 @@ void hyp_optim_kargs_head(hyp_kargs *k, const exec_dev_own *o, int n_states, dou
     hyp_kargs_i64(k, o->n);
     hyp_kargs_f32(k, (float)lr);
 }
+
+int hyp_optim_check_groups(const hyp_optim_cfg *c, hyp_err *e) {
+    for (int g = 0; g < c->n_groups; g++)
+        if (!(c->groups[g].weight_decay >= 0))
+            return hyp_fail(e, HYP_EINPUT, "plan: optimizer group '%s': weight_decay %g is negative — regenerate the trainer with a valid value",
+                            c->groups[g].name, c->groups[g].weight_decay);
+    return HYP_OK;
+}

@@ -125,6 +125,8 @@ typedef struct {
 /* What every kind's check does first: each of the n hyper-parameters present and in range, no
  * other one in the plan's section; `who` names the kind in the messages ("AdamW"). */
 int hyp_optim_check_hypers(const hyp_optim_cfg *cfg, const char *who, const hyp_optim_hyper_range *h, int n, hyp_err *e);
+/* Every group's weight decay >= 0 (the kinds whose decay is a group setting, not a hyper). */
+int hyp_optim_check_groups(const hyp_optim_cfg *cfg, hyp_err *e);
 /* What every device step does before binding its own arguments: finds the rank's part and the
  * manifest's optimizer launch (kernel, nparams: exec_dev_optim_own), refuses groups with different
  * lr multipliers (a device kernel takes one learning rate), uploads each segment's weight decay

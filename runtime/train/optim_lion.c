@@ -19,11 +19,7 @@ static int check(const hyp_optim_cfg *c, hyp_err *e) {
     static const hyp_optim_hyper_range H[] = {{"beta1", 0, 1, 0}, {"beta2", 0, 1, 0}};
     int rc = hyp_optim_check_hypers(c, "Lion", H, (int)(sizeof H / sizeof *H), e);
     if (rc) return rc;
-    for (int g = 0; g < c->n_groups; g++)
-        if (!(c->groups[g].weight_decay >= 0))
-            return hyp_fail(e, HYP_EINPUT, "plan: optimizer group '%s': weight_decay %g is negative — regenerate the trainer with a valid value",
-                            c->groups[g].name, c->groups[g].weight_decay);
-    return HYP_OK;
+    return hyp_optim_check_groups(c, e);
 }
 
 /* Every multiply-add is an explicit fmaf, so the host (where -ffp-contract=fast would fuse some

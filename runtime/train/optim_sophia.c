@@ -30,11 +30,7 @@ static int check(const hyp_optim_cfg *c, hyp_err *e) {
         return hyp_fail(e, HYP_EINPUT, "plan: optimizer.hyper.rho = %g must be > 0 — regenerate the trainer with a valid value", rho);
     if (!(k >= 1 && k <= 1e6 && k == floor(k)))
         return hyp_fail(e, HYP_EINPUT, "plan: optimizer.hyper.hess_every = %g must be a whole number >= 1 — regenerate the trainer with a valid value", k);
-    for (int g = 0; g < c->n_groups; g++)
-        if (!(c->groups[g].weight_decay >= 0))
-            return hyp_fail(e, HYP_EINPUT, "plan: optimizer group '%s': weight_decay %g is negative — regenerate the trainer with a valid value",
-                            c->groups[g].name, c->groups[g].weight_decay);
-    return HYP_OK;
+    return hyp_optim_check_groups(c, e);
 }
 
 /* Explicit fmaf's: the same rounding whatever -ffp-contract does. */
