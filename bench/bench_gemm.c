@@ -144,7 +144,11 @@ static double fma_peak_v16(int nthreads) {
         for (int k = 0; k < PEAK_ACC; k++) acc[k] = m * (float)k;
         for (long it = 0; it < PEAK_ITERS; it++) {
             for (int k = 0; k < PEAK_ACC; k++) acc[k] = acc[k] * m + a;
+#if defined(__AVX512F__)
             __asm__ volatile("" : "+v"(m));
+#else
+            __asm__ volatile("" : "+x"(m[0])); /* no 512-bit registers: the vector lives in two */
+#endif
         }
         for (int k = 0; k < PEAK_ACC; k++)
             for (int l = 0; l < 16; l++) sink += acc[k][l];
