@@ -30,6 +30,15 @@ kernels = {
 ops = {
   optimizer = { { "adamw_step", "params", "m", "v", "grads", "seg_end", "seg_wd", "nseg", "n", "lr", "beta1", "beta2", "eps", "1/(1-beta1^t)", "1/(1-beta2^t)", "gscale", "seed", "t" } },
 }
+-- cost of one launch (generator/lua/perf.lua; fields as in templates/gelu.cu.lua): p, m, v, g read,
+-- p, m, v written (bf16 variants: 2 bytes for those stored in bf16); the segment table is tiny
+cost = {
+  adamw_step = function(a)
+    local pb = a.PARAM == "bf16" and 2 or 4
+    local sb = a.STATES == "bf16" and 2 or 4
+    local copy = (a.BF16_COPY and 2 or 0)
+    return { fp32 = 16 * a.n, sfu = 2 * a.n, rd = (pb + 2 * sb + 4) * a.n, wr = (pb + 2 * sb + copy) * a.n } end,
+}
 ]]
 {{ partial("common") }}
 

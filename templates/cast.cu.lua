@@ -72,6 +72,24 @@ ops = {
   ["fp8_quantize(fp8 gemm, gradient, hybrid)"] = { { "cast_f32_e5m2", "fp8.q[slot]", "in1", "fp8.scale[slot]", "0", "n*C" },
     { "cast_f32_e5m2_t", "fp8.qt[slot]", "in1", "fp8.scale[slot]", "n", "C" } },
 }
+-- cost of one launch (generator/lua/perf.lua; fields as in templates/gelu.cu.lua); fp8 casts read
+-- fp32 and write one byte per element (the transposed copy the same)
+cost = {
+  round_bf16 = function(a) return { fp32 = 4 * a.n, rd = 4 * a.n, wr = a.E * a.n } end,
+  round_fp16 = function(a) return { fp32 = 6 * a.n, rd = 4 * a.n, wr = a.E * a.n } end,
+  amax = function(a) return { fp32 = 2 * a.n, rd = 4 * a.n, wr = 4 } end,
+  cast_f32_bf16 = function(a) return { fp32 = 4 * a.n, rd = 4 * a.n, wr = 2 * a.n } end,
+  cast_bf16_f32 = function(a) return { fp32 = a.n, rd = 2 * a.n, wr = 4 * a.n } end,
+  cast_f32_f16 = function(a) return { fp32 = 6 * a.n, rd = 4 * a.n, wr = 2 * a.n } end,
+  cast_f16_f32 = function(a) return { fp32 = a.n, rd = 2 * a.n, wr = 4 * a.n } end,
+  cast_f32_e4m3 = function(a) return { fp32 = 8 * a.n, rd = 4 * a.n, wr = a.n } end,
+  cast_f32_e5m2 = function(a) return { fp32 = 8 * a.n, rd = 4 * a.n, wr = a.n } end,
+  cast_e4m3_f32 = function(a) return { fp32 = 2 * a.n, rd = a.n, wr = 4 * a.n } end,
+  cast_e5m2_f32 = function(a) return { fp32 = 2 * a.n, rd = a.n, wr = 4 * a.n } end,
+  fp8_fake_quantize_e4m3 = function(a) return { fp32 = 10 * a.n, rd = 4 * a.n, wr = 4 * a.n } end,
+  fp8_fake_quantize_e5m2 = function(a) return { fp32 = 10 * a.n, rd = 4 * a.n, wr = 4 * a.n } end,
+  fp8_scale_current = function(a) return { fp32 = 4, sfu = 1, rd = 4, wr = 12 } end,
+}
 ]]
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>

@@ -33,6 +33,16 @@ ops = {
   crossentropy_fused_ext = { { "crossentropy_fused_ext", "out1", "out2", "in1", "dloss", "loss.row_scale", "loss.teacher",
     "loss.teacher_vp", "loss.temperature", "loss.alpha", "N" } },
 }
+-- cost of one launch (generator/lua/perf.lua; fields as in templates/gelu.cu.lua): one row of VP
+-- logits per block, read twice by the fused kernel (statistics, then the gradient in place)
+cost = {
+  crossentropy_fwd = function(a) local NV = a.N * a.V
+    return { fp32 = 4 * NV, sfu = NV, rd = a.E * NV + 8 * a.N, wr = 4 * a.N } end,
+  crossentropy_fused = function(a) local NV, NP = a.N * a.V, a.N * a.VP
+    return { fp32 = 7 * NV, sfu = 2 * NV, rd = a.E * NV + 8 * a.N, wr = a.E * NP + 4 * a.N, reread = a.E * NV } end,
+  crossentropy_fused_ext = function(a) local NV, NP = a.N * a.V, a.N * a.VP
+    return { fp32 = 7 * NV, sfu = 2 * NV, rd = a.E * NV + 12 * a.N, wr = a.E * NP + 4 * a.N, reread = a.E * NV } end,
+}
 ]]
 {{ partial("common") }}
 

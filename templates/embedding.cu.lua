@@ -30,6 +30,17 @@ ops = {
   embedding_fwd = { { "embedding_fwd", "out1", "in1", "in2", "in3", "in4", "N", "T" } },
   embedding_bwd = { { "embedding_bwd_wte", "out1", "in1", "in2", "N" }, { "embedding_bwd_wpe", "out2", "in1", "in3", "B", "T" } },
 }
+-- cost of one launch (generator/lua/perf.lua; fields as in templates/gelu.cu.lua): a gather of N
+-- rows of wte (and wpe), 4-byte ids; the dwte backward scans the ids once per block (VROWS rows)
+cost = {
+  embedding_fwd = function(a) local NC = a.N * a.C
+    return { fp32 = NC, rd = 4 * a.N + (a.WPE and 8 or 4) * NC, wr = a.E * NC } end,
+  embedding_bwd_wte = function(a) local NC = a.N * a.C
+    return { fp32 = NC, rd = a.E * NC + 4 * NC + 4 * a.N, wr = 4 * NC,
+             reread = 4 * a.N * ((a.V + a.VROWS - 1) // a.VROWS) * ((a.CV + a.BLOCK - 1) // a.BLOCK) - 4 * a.N + 4 * a.N * a.CV } end,
+  embedding_bwd_wpe = function(a) local NC = a.N * a.C
+    return { fp32 = NC, rd = a.E * NC + 4 * a.T * a.C, wr = 4 * a.T * a.C } end,
+}
 ]]
 {{ partial("common") }}
 

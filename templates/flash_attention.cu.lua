@@ -64,6 +64,47 @@ ops = {
                           { "flash_attention_bwd_dkv", "out1", "in1", "in2", "in4", "out2", "in5", "T" },
                           { "flash_attention_bwd_dq", "out1", "in1", "in2", "in4", "out2", "in5", "T" } },
 }
+-- cost of one launch (generator/lua/perf.lua; fields as in templates/gelu.cu.lua). Tensor-core
+-- FLOPs count the m16n8k16 products the tiles issue (causal: key tiles up to each query tile's
+-- end, the diagonal tiles whole), times 3 under PREC bf16x3 (hi*hi + hi*lo + lo*hi). DRAM: q, k,
+-- v, out once per (b, head); k/v tiles re-read by later query tiles hit L2 (`reread`).
+cost = {
+  flash_attention_fwd = function(a)
+    local mult, BQ, BK = a.PREC == "bf16x3" and 3 or 1, 64, 32
+    local tiles = 0
+    for q0 = 0, a.T - 1, BQ do tiles = tiles + (math.min(a.T, q0 + BQ) + BK - 1) // BK end
+    local BH, R = a.B * a.NH, (a.NH + 2 * a.NKV) * a.HD
+    local issued_kv = a.B * a.NH * tiles * 2 * BK * a.HD * 4
+    local kv = a.B * a.T * 2 * a.NKV * a.HD * 4
+    return { tc_bf16 = mult * BH * tiles * 4 * (2 * 16 * BK * a.HD * 2), fp32 = BH * tiles * BQ * BK * 6,
+             sfu = BH * tiles * BQ * BK, rd = a.B * a.T * a.NH * a.HD * 4 + kv, wr = a.E * a.B * a.T * a.NH * a.HD + 4 * BH * a.T,
+             reread = math.max(0, issued_kv - kv) }
+  end,
+  flash_attention_bwd_d = function(a) local n = a.B * a.T * a.NH * a.HD
+    return { fp32 = 2 * n, rd = 2 * a.E * n, wr = 4 * a.B * a.NH * a.T } end,
+  flash_attention_bwd_dkv = function(a)
+    local mult, BKV, BQB = a.PREC == "bf16x3" and 3 or 1, 64, ((a.PREC == "bf16x3" and 2 or 1) * a.HD > 128) and 16 or 32
+    local pairs_ = 0
+    for k0 = 0, a.T - 1, BKV do pairs_ = pairs_ + (a.T - k0 + BQB - 1) // BQB end
+    local G = a.NH // a.NKV
+    local BH = a.B * a.NKV * G
+    return { tc_bf16 = mult * BH * pairs_ * 4 * 4 * (2 * 16 * BQB * a.HD), fp32 = BH * pairs_ * BKV * BQB * 8,
+             sfu = BH * pairs_ * BKV * BQB, rd = a.B * a.T * a.HD * (a.NH * 2 + 2 * a.NKV) * 4 + 8 * a.B * a.NH * a.T,
+             wr = 2 * a.E * a.B * a.T * a.NKV * a.HD,
+             reread = math.max(0, BH * pairs_ * BQB * (2 * a.HD * 4 + 8) - a.B * a.T * a.NH * (2 * a.HD * 4 + 8)) }
+  end,
+  flash_attention_bwd_dq = function(a)
+    local mult, BQ = a.PREC == "bf16x3" and 3 or 1, 64
+    local BKQ = ((a.PREC == "bf16x3" and 2 or 1) * a.HD > 128) and 16 or 32
+    local tiles = 0
+    for q0 = 0, a.T - 1, BQ do tiles = tiles + (math.min(a.T, q0 + BQ) + BKQ - 1) // BKQ end
+    local BH = a.B * a.NH
+    local kv = a.B * a.T * 2 * a.NKV * a.HD * 4
+    return { tc_bf16 = mult * BH * tiles * 4 * 3 * (2 * 16 * BKQ * a.HD), fp32 = BH * tiles * BQ * BKQ * 6,
+             sfu = BH * tiles * BQ * BKQ, rd = a.B * a.T * a.NH * a.HD * 8 + kv + 8 * BH * a.T, wr = a.E * a.B * a.T * a.NH * a.HD,
+             reread = math.max(0, BH * tiles * 2 * BKQ * a.HD * 4 - kv) }
+  end,
+}
 ]]
 {{ partial("common") }}
 #include "hyp/mma.cuh"

@@ -17,6 +17,13 @@ ops = {
   gelu_fwd = { { "gelu_fwd", "out1", "in1", "N*C" } },
   gelu_bwd = { { "gelu_bwd", "out1", "in2", "in1", "N*C" } },
 }
+-- cost of one launch (generator/lua/perf.lua): FLOPs by unit (fp32 = FMA pipe, 2 per FMA; sfu =
+-- special functions), DRAM bytes read (rd) and written (wr), and bytes re-read from L1/L2 (reread);
+-- a = the kernel's scalar arguments, the file's constants, E = bytes per activation element
+cost = {
+  gelu_fwd = function(a) return { fp32 = 12 * a.n, sfu = 2 * a.n, rd = a.E * a.n, wr = a.E * a.n } end,
+  gelu_bwd = function(a) return { fp32 = 22 * a.n, sfu = 2 * a.n, rd = 3 * a.E * a.n, wr = a.E * a.n } end,
+}
 ]]
 {{ partial("common") }}
 

@@ -19,6 +19,11 @@ kernels = {
 ops = {
   grad_norm = { { "global_norm_partial", "scratch(PARTS)", "grads", "n" }, { "global_norm_finish", "gnorm", "scratch(PARTS)", "max_norm" } },
 }
+-- cost of one launch (generator/lua/perf.lua; fields as in templates/gelu.cu.lua)
+cost = {
+  global_norm_partial = function(a) return { fp32 = 2 * a.n, rd = 4 * a.n, wr = 4 * a.PARTS } end,
+  global_norm_finish = function(a) return { fp32 = 2 * a.PARTS, sfu = 2, rd = 4 * a.PARTS, wr = 8 } end,
+}
 ]]
 {{ partial("common") }}
 

@@ -47,6 +47,27 @@ ops = {
                     { "layernorm_bwd_dw", "scratch(2*SEGS*C)", "in1", "in2", "in4", "in5", "N" },
                     { "layernorm_bwd_dw_finish", "out2", "out3", "scratch(2*SEGS*C)" } },
 }
+-- cost of one launch (generator/lua/perf.lua; fields as in templates/gelu.cu.lua). The row
+-- kernels read x three times (mean, variance, normalize) and w, b once per row: DRAM sees x once
+-- and w, b once (the rest hits L1/L2, `reread`); per-row mean/rstd loads are by all 32 lanes.
+cost = {
+  layernorm_fwd = function(a) local NC = a.N * a.C
+    return { fp32 = 9 * NC, sfu = 2 * a.N, rd = a.E * NC + 8 * a.C, wr = a.E * NC + 8 * a.N,
+             reread = 2 * a.E * NC + 8 * NC - 8 * a.C } end,
+  residual_layernorm_fwd = function(a) local NC = a.N * a.C
+    return { fp32 = 10 * NC, sfu = 2 * a.N, rd = 2 * a.E * NC + 8 * a.C, wr = 2 * a.E * NC + 8 * a.N,
+             reread = 3 * a.E * NC + 8 * NC - 8 * a.C } end,
+  layernorm_bwd_dx = function(a) local NC = a.N * a.C
+    return { fp32 = 20 * NC, rd = 3 * a.E * NC + 4 * a.C + 8 * a.N, wr = a.E * NC,
+             reread = 2 * a.E * NC + 8 * NC - 4 * a.C + 8 * 31 * a.N } end,
+  residual_layernorm_bwd_dx = function(a) local NC = a.N * a.C
+    return { fp32 = 21 * NC, rd = 4 * a.E * NC + 4 * a.C + 8 * a.N, wr = a.E * NC,
+             reread = 2 * a.E * NC + 8 * NC - 4 * a.C + 8 * 31 * a.N } end,
+  layernorm_bwd_dw = function(a) local NC = a.N * a.C
+    return { fp32 = 6 * NC, rd = 2 * a.E * NC + 8 * a.N, wr = 8 * a.SEGS * a.C, reread = 8 * NC - 8 * a.N } end,
+  layernorm_bwd_dw_finish = function(a)
+    return { fp32 = 2 * 2 * a.SEGS * a.C, rd = 8 * a.SEGS * a.C + 8 * a.C, wr = 8 * a.C } end,
+}
 ]]
 {{ partial("common") }}
 

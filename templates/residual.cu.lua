@@ -17,6 +17,11 @@ ops = {
   add_fwd = { { "add_fwd", "out1", "in1", "in2", "N*C" } },
   accumulate = { { "accumulate", "out1", "in1", "N*C" } },
 }
+-- cost of one launch (generator/lua/perf.lua; fields as in templates/gelu.cu.lua)
+cost = {
+  add_fwd = function(a) return { fp32 = 2 * a.n, rd = 2 * a.E * a.n, wr = a.E * a.n } end,
+  accumulate = function(a) return { fp32 = 2 * a.n, rd = 2 * a.E * a.n, wr = a.E * a.n } end,
+}
 ]]
 {{ partial("common") }}
 

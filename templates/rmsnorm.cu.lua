@@ -73,6 +73,28 @@ ops = {
                  { "qknorm_bwd_dw", "scratch(2*SEGS*HD)", "in1", "in2", "in5", "N" },
                  { "qknorm_bwd_dw_finish", "out2", "out3", "scratch(2*SEGS*HD)" } },
 }
+-- cost of one launch (generator/lua/perf.lua; fields as in templates/gelu.cu.lua): as layernorm's,
+-- one statistic less (x read twice in the forward: mean square, normalize)
+cost = {
+  rmsnorm_fwd = function(a) local NC = a.N * a.C
+    return { fp32 = 5 * NC, sfu = a.N, rd = a.E * NC + 4 * a.C, wr = a.E * NC + 4 * a.N, reread = a.E * NC + 4 * NC - 4 * a.C } end,
+  residual_rmsnorm_fwd = function(a) local NC = a.N * a.C
+    return { fp32 = 6 * NC, sfu = a.N, rd = 2 * a.E * NC + 4 * a.C, wr = 2 * a.E * NC + 4 * a.N, reread = 2 * a.E * NC + 4 * NC - 4 * a.C } end,
+  rmsnorm_bwd_dx = function(a) local NC = a.N * a.C
+    return { fp32 = 14 * NC, rd = 3 * a.E * NC + 4 * a.C + 4 * a.N, wr = a.E * NC, reread = 2 * a.E * NC + 8 * NC - 4 * a.C + 4 * 31 * a.N } end,
+  residual_rmsnorm_bwd_dx = function(a) local NC = a.N * a.C
+    return { fp32 = 15 * NC, rd = 4 * a.E * NC + 4 * a.C + 4 * a.N, wr = a.E * NC, reread = 2 * a.E * NC + 8 * NC - 4 * a.C + 4 * 31 * a.N } end,
+  rmsnorm_bwd_dw = function(a) local NC = a.N * a.C
+    return { fp32 = 4 * NC, rd = 2 * a.E * NC + 4 * a.N, wr = 4 * a.SEGS * a.C, reread = 4 * NC - 4 * a.N } end,
+  rmsnorm_bwd_dw_finish = function(a) return { fp32 = 2 * a.SEGS * a.C, rd = 4 * a.SEGS * a.C + 4 * a.C, wr = 4 * a.C } end,
+  qknorm_fwd = function(a) local n = a.N * (a.NH + 2 * a.NKV) * a.HD
+    return { fp32 = 5 * n, sfu = a.N * (a.NH + a.NKV), rd = a.E * n, wr = a.E * n + 4 * a.N * (a.NH + a.NKV), reread = a.E * n } end,
+  qknorm_bwd_dx = function(a) local n = a.N * (a.NH + 2 * a.NKV) * a.HD
+    return { fp32 = 14 * n, rd = 3 * a.E * n, wr = a.E * n, reread = 2 * a.E * n } end,
+  qknorm_bwd_dw = function(a) local n = a.N * (a.NH + a.NKV) * a.HD
+    return { fp32 = 4 * n, rd = 2 * a.E * n, wr = 8 * a.SEGS * a.HD } end,
+  qknorm_bwd_dw_finish = function(a) return { fp32 = 4 * a.SEGS * a.HD, rd = 8 * a.SEGS * a.HD, wr = 8 * a.HD } end,
+}
 ]]
 {{ partial("common") }}
 

@@ -38,6 +38,14 @@ ops = {
   rope_fwd = { { "rope_fwd", "out1", "in1", "in2", "N", "T" } },
   rope_bwd = { { "rope_bwd", "out1", "in1", "in2", "N", "T" } },
 }
+-- cost of one launch (generator/lua/perf.lua; fields as in templates/gelu.cu.lua): every [N, R] row
+-- (R = (NH + 2 NKV) HD) once; the rotation's sin/cos are special functions per q/k pair
+cost = {
+  rope_fwd = function(a) local R = (a.NH + 2 * a.NKV) * a.HD; local qk = a.N * (a.NH + a.NKV) * a.HD
+    return { fp32 = 3 * qk, sfu = qk, rd = a.E * a.N * R, wr = a.E * a.N * R } end,
+  rope_bwd = function(a) local R = (a.NH + 2 * a.NKV) * a.HD; local qk = a.N * (a.NH + a.NKV) * a.HD
+    return { fp32 = 4 * qk, sfu = qk, rd = 2 * a.E * a.N * R, wr = a.E * a.N * R } end,
+}
 ]]
 // Rotation of the pair (x[i], x[i + HALF]) by angle(t, i) = t * THETA^(-2i/HD):
 //   y[i] = x[i] cos - x[i+HALF] sin,   y[i+HALF] = x[i+HALF] cos + x[i] sin

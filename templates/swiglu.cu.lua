@@ -22,6 +22,13 @@ ops = {
   swiglu_fwd = { { "swiglu_fwd", "out1", "in1", "N" } },
   swiglu_bwd = { { "swiglu_bwd", "out1", "in1", "in2", "N" } },
 }
+-- cost of one launch (generator/lua/perf.lua; fields as in templates/gelu.cu.lua)
+cost = {
+  swiglu_fwd = function(a) local n = a.N * a.H
+    return { fp32 = 6 * n, sfu = 2 * n, rd = 2 * a.E * n, wr = a.E * n } end,
+  swiglu_bwd = function(a) local n = a.N * a.H
+    return { fp32 = 14 * n, sfu = 2 * n, rd = 5 * a.E * n, wr = 2 * a.E * n } end,
+}
 ]]
 {{ partial("common") }}
 

@@ -26,6 +26,9 @@ usage:
   gen tokenizer encode|decode TOKENIZER [FILE]   text -> ids (one per line) / ids -> text
   gen tokenizer info TOKENIZER            kind, vocabulary size, EOT id and hash
   gen size --model M [--hw LIST] [...]    size a training run (see gen size --help)
+  gen perf DIR --hw LIST [--policy plan|bf16] [--graphs] [--gpus P] [--json]
+                                          predicted step time, tokens/s, MFU and top ops of the
+                                          trainer in DIR, from its plan and kernels (gen perf --help)
   gen export CKPT -o DIR [--plan PLAN]    a checkpoint as a Hugging Face model directory
                                           (GPT2LMHeadModel, LlamaForCausalLM, Qwen3ForCausalLM);
                                           PLAN defaults to the plan.json beside or above CKPT
@@ -459,6 +462,11 @@ function commands.render(args)
   return require("template").cli(args, parse)
 end
 
+-- gen perf DIR --hw LIST: the performance model of a generated trainer (generator/lua/perf.lua)
+function commands.perf(args)
+  return require("perf").main(args, parse)
+end
+
 function commands.size(args)
   local ok, size = pcall(require, "size")
   if not ok then U.fail("<command line>", "gen size is not available in this build", "update Hyperion") end
@@ -477,7 +485,7 @@ local function main(args)
   if cmd:sub(1, 1) == "-" or not (cmd:match("%.ya?ml$") or hyp.stat(cmd)) then
     local names = U.sorted_keys(commands)
     U.fail("<command line>", "unknown command '" .. cmd .. "'" .. U.did_you_mean(cmd, names),
-      "use one of list, explain, audit, data, tokenizer, export, consolidate, size, render, or give the tree file first")
+      "use one of list, explain, audit, data, tokenizer, export, consolidate, size, perf, render, or give the tree file first")
   end
   return commands.generate(args)
 end

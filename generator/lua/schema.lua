@@ -76,6 +76,15 @@ S.hardware = map({
   peak_tflops = map({ fp32 = num(0, 1e6), tf32 = num(0, 1e6), bf16 = num(0, 1e6),
     fp16 = num(0, 1e6), fp8 = num(0, 1e6) }, { "fp32" }),
   price_per_hr = num(0, 1e6), source = str,
+  -- the performance model's inputs (generator/lua/perf.lua, docs/perf-model.md); every number
+  -- carries its source in a comment of the hardware file
+  perf = map({
+    sfu_tops = num(0, 1e6), launch_us = num(0, 1e6), graph_node_us = num(0, 1e6),
+    link_gbps = num(0, 1e7), link_name = str,
+    eff = map({ tc = num(0.01, 1), fp32 = num(0.01, 1), sfu = num(0.01, 1), hbm = num(0.01, 1),
+      link = num(0.01, 1), nic = num(0.01, 1) }, { "tc", "fp32", "sfu", "hbm", "link", "nic" }),
+    eff_source = str,
+  }, { "sfu_tops", "launch_us", "graph_node_us", "link_gbps", "link_name", "eff", "eff_source" }),
 }, { "name", "title", "kind", "memory_gb", "hbm_tbps", "nic_gbps", "peak_tflops", "price_per_hr", "source" })
 
 local function typename(v)

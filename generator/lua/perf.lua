@@ -1,0 +1,574 @@
+-- perf.lua — `gen perf DIR --hw NAME[,NAME]`: the performance model of a generated trainer, read
+-- from what it executes (DIR/plan.json, DIR/kernels/kernels.json) and not from model formulas.
+-- Every launch of a step gets FLOPs by unit (bf16/fp8/tf32 tensor cores, fp32 FMA pipe, special
+-- functions) and DRAM bytes from the cost declaration of its template (templates/*.cu.lua,
+-- `cost = { kernel = function(a) ... end }`) or, for the runtime's own ops (cuBLASLt GEMMs,
+-- memsets), from the GEMM the device executor issues (runtime/device/exec_dev.c). A roofline time
+-- per launch against the hardware YAML's peaks, bandwidth and efficiency factors; launch overhead
+-- eager and with CUDA graphs (a host/GPU queue simulation); collectives on the hardware's links;
+-- predicted step time, tokens/s, MFU and the top ops. docs/perf-model.md states the method.
+-- Never: a number without its source (peaks and factors come from the hardware file, FLOP
+-- conventions from formulas.lua); a silent what-if (a --policy other than the plan's is printed).
+local U = require("util")
+local F = require("formulas")
+local TPL = require("template")
+local M = {}
+
+local UNITS = { "tc_bf16", "tc_fp8", "tc_tf32", "fp32", "sfu" }
+M.UNITS = UNITS
+-- unit -> the hardware peak it runs at (peak_tflops key, or the perf section's sfu_tops)
+local UNIT_PEAK = { tc_bf16 = "bf16", tc_fp8 = "fp8", tc_tf32 = "tf32", fp32 = "fp32" }
+local UNIT_EFF = { tc_bf16 = "tc", tc_fp8 = "tc", tc_tf32 = "tc", fp32 = "fp32", sfu = "sfu" }
+
+------------------------------------------------------------------------------------------------
+-- Expressions of the kernel manifest ("N*C", "cdiv(n, 4*BLOCK)"), evaluated as Lua.
+
+local function eval(expr, env)
+  if type(expr) == "number" then return expr end
+  local src = tostring(expr):gsub("%^", "^")
+  local fenv = setmetatable({ cdiv = function(a, b) return (a + b - 1) // b end, min = math.min, max = math.max },
+    { __index = function(_, k) return env[k] end })
+  local chunk = load("return " .. src, "=expr", "t", fenv)
+  if not chunk then return nil end
+  local ok, v = pcall(chunk)
+  if ok and type(v) == "number" then return v end
+  return nil
+end
+M.eval = eval
+
+------------------------------------------------------------------------------------------------
+-- Cost declarations of the templates
+
+local decl_cache = {}
+local function family_decl(family)
+  if decl_cache[family] == nil then
+    local ok, t = pcall(TPL.load, family)
+    decl_cache[family] = ok and t.decl or false
+  end
+  return decl_cache[family] or nil
+end
+
+-- A cost table with every unit and byte field present (missing ones 0).
+local function norm_cost(c)
+  local o = { rd = c.rd or 0, wr = c.wr or 0, reread = c.reread or 0 }
+  for _, u in ipairs(UNITS) do o[u] = c[u] or 0 end
+  return o
+end
+M.norm_cost = norm_cost
+
+-- The declared cost of one launch of `kernel` of `family` with the values `a` (its scalar
+-- arguments by parameter name, the file's constants, the op's dims, E = activation bytes).
+function M.kernel_cost(family, kernel, a)
+  local d = family_decl(family)
+  local fn = d and d.cost and d.cost[kernel]
+  if not fn then return nil end
+  return norm_cost(fn(a))
+end
+
+------------------------------------------------------------------------------------------------
+-- The step's launches, from the plan and the manifest
+
+-- The op's dims (the runtime's env_op): B, T, N and the op's attributes resolved.
+local function op_dims(o, B, T)
+  local N = B * T
+  local env = { B = B, T = T, N = N }
+  for k, v in pairs(o.attrs or {}) do
+    if v == "B" then v = B elseif v == "T" then v = T elseif v == "N" then v = N end
+    if type(v) == "number" then env[k] = v end
+  end
+  env.n = env.n or nil
+  return env
+end
+
+local function buf_index(plan)
+  local idx = {}
+  for _, b in ipairs(plan.buffers or {}) do idx[b.name] = b end
+  return idx
+end
+
+-- Element bytes of the activation arenas the kernels read and write: the plan's dtype of the
+-- activation buffers (all f32 on the device today, v2102), or the what-if policy's.
+local DT_BYTES = { f32 = 4, bf16 = 2, f16 = 2, fp16 = 2, e4m3 = 1, e5m2 = 1, i32 = 4 }
+
+-- The GEMM unit of a matmul: the dtype its operands are stored in, as the device executor issues
+-- it (exec_dev.c: fp32 buffers -> HYP_GEMM_F32 on the FP32 pipe; fp8 slots -> FP8 tensor cores;
+-- bf16 buffers -> BF16 tensor cores).
+local function gemm_unit(ctx, o)
+  local inb = ctx.bufs[o.ins[1]]
+  if ctx.fp8_slot[o.ins[1]] and ctx.fp8_slot[o.ins[2]] then return "tc_fp8", 1 end
+  if ctx.policy == "bf16" and o.ins[1]:match("^bf16:") then return "tc_bf16", 2 end
+  local dt = inb and inb.dtype or "f32"
+  if dt == "bf16" then return "tc_bf16", 2 end
+  if ctx.tf32 then return "tc_tf32", 4 end
+  return "fp32", 4
+end
+
+-- The launches of a matmul op as exec_dev.c issues them (one cuBLASLt call each).
+local function gemm_launches(ctx, o, N)
+  local IC, OC = o.attrs.IC, o.attrs.OC
+  local unit, eb = gemm_unit(ctx, o)
+  local E = ctx.E -- output dtype (fp32 arenas, or the policy's)
+  local out = {}
+  local function g(name, m, n, k, ra, rb, rwc, extra)
+    local c = { [unit] = 2.0 * m * n * k, rd = ra + rb + (rwc and m * n * E or 0), wr = m * n * E }
+    if extra then for kk, v in pairs(extra) do c[kk] = (c[kk] or 0) + v end end
+    out[#out + 1] = { kernel = name, family = "cuBLASLt", cost = norm_cost(c) }
+  end
+  if o.op == "matmul_fwd" then
+    local bias = o.ins[3] and o.ins[3] ~= ""
+    g("gemm_fwd", N, OC, IC, N * IC * eb, OC * IC * eb, false, bias and { rd = OC * 4, fp32 = N * OC } or nil)
+  else
+    local has = function(i) return o.outs[i] and o.outs[i] ~= "" end
+    if has(1) then g("gemm_dgrad", N, IC, OC, N * OC * eb, OC * IC * eb, true) end
+    if has(2) then g("gemm_wgrad", OC, IC, N, N * OC * eb, N * IC * eb, true) end
+    -- db += dout^T 1: an n = 1 GEMM (a GEMV) on the fp32 pipe, memory-bound
+    if has(3) then
+      out[#out + 1] = { kernel = "gemm_dbias", family = "cuBLASLt",
+        cost = norm_cost({ fp32 = 2.0 * N * OC, rd = N * OC * E + OC * 4, wr = OC * 4 }) }
+    end
+  end
+  return out
+end
+
+-- Launches of one template op (or fusion site) with their declared costs.
+local function template_launches(ctx, binding, o, o2, N)
+  local res = {}
+  for _, L in ipairs(binding) do
+    local file = ctx.files[L.file]
+    local family = file and file.family or (L.file or ""):gsub("%.cu$", "")
+    local a = op_dims(o, ctx.B, ctx.T)
+    if o2 then for k, v in pairs(op_dims(o2, ctx.B, ctx.T)) do if a[k] == nil then a[k] = v end end end
+    a.C = a.C or 1
+    -- template constants: the rendered file's, else the template's defaults
+    local d = family_decl(family)
+    if d and d.constants then
+      for k, spec in pairs(d.constants) do
+        if a[k] == nil and type(spec) == "table" and spec.default ~= nil then a[k] = spec.default end
+      end
+    end
+    if file then for k, v in pairs(file.constants or {}) do a[k] = v end end
+    -- the kernel's scalar arguments by parameter name
+    local kd = file and file.kernels[L.kernel]
+    if kd then
+      for i, p in ipairs(kd.params) do
+        local arg = L.args[i]
+        if not p.type:find("%*") and arg then
+          local v = eval(arg, a)
+          if v then a[p.name] = v end
+        end
+      end
+    end
+    a.E = ctx.E
+    a.HD = a.HD or a.hd
+    local cost = M.kernel_cost(family, L.kernel, a)
+    res[#res + 1] = { kernel = L.kernel, family = family, cost = cost, args = a }
+    if not cost then ctx.undeclared[family .. "." .. L.kernel] = true end
+  end
+  return res
+end
+
+-- The manifest's kernel declarations by file and kernel name.
+local function index_files(manifest)
+  local files = {}
+  for _, f in ipairs(manifest.files or {}) do
+    local ks = {}
+    for _, k in ipairs(f.kernels or {}) do ks[k.name] = k end
+    files[f.file] = { family = f.family, constants = f.constants, kernels = ks }
+  end
+  return files
+end
+
+-- Fusion sites: op index (0-based, per list) -> { skip = true } or { launches = ... }
+local function index_fusions(manifest)
+  local fwd, bwd = {}, {}
+  for _, fu in ipairs(manifest.fusions or {}) do
+    local list = fu.kind:find("bwd") and bwd or fwd
+    for _, s in ipairs(fu.sites or {}) do
+      local i, j = s.ops[1], s.ops[2]
+      list[i] = { skip = true }
+      list[j] = { launches = fu.launches, first = i }
+    end
+  end
+  return fwd, bwd
+end
+
+-- Every launch of one training step: { op, phase, kernel, family, cost }.
+function M.step_launches(plan, manifest, opts)
+  opts = opts or {}
+  local B, T = plan.train.B, plan.train.T
+  local N = B * T
+  local ctx = { B = B, T = T, bufs = buf_index(plan), files = index_files(manifest), undeclared = {},
+    policy = opts.policy or "plan", E = 4, fp8_slot = {}, tf32 = opts.tf32 }
+  if ctx.policy == "bf16" then ctx.E = 2 end
+  for _, list in ipairs({ plan.forward, plan.backward }) do
+    for _, o in ipairs(list) do if o.op == "fp8_quantize" then ctx.fp8_slot[o.outs[1]] = true end end
+  end
+  local fus_f, fus_b = index_fusions(manifest)
+  local out = {}
+  local function add(phase, o, ls)
+    for _, l in ipairs(ls) do
+      l.op, l.phase, l.name = o.op, phase, (o.outs and o.outs[1]) or o.op
+      out[#out + 1] = l
+    end
+  end
+  local function run(phase, list, fus)
+    for i, o in ipairs(list) do
+      local f = fus[i - 1]
+      if f and f.skip then -- run by the site's launches at its second op
+      elseif f and f.launches then
+        add(phase, o, template_launches(ctx, f.launches, list[f.first + 1], o, N))
+      elseif o.op == "matmul_fwd" or o.op == "matmul_bwd" then
+        add(phase, o, gemm_launches(ctx, o, N))
+      elseif o.op == "zero" then
+        local n = op_dims(o, B, T).n or 0
+        local b = ctx.bufs[o.outs[1]]
+        local eb = (b and b.kind == "act" and ctx.policy == "bf16") and 2 or 4
+        add(phase, o, { { kernel = "memset", family = "runtime", cost = norm_cost({ wr = n * eb }) } })
+      elseif o.op == "round_bf16" and ctx.policy == "bf16" and ctx.bufs[o.ins[1]] and ctx.bufs[o.ins[1]].kind == "act" then
+        -- bf16 arenas: the producer already wrote bf16; nothing to launch
+      else
+        local binding = manifest.ops and manifest.ops[o.op]
+        if binding then add(phase, o, template_launches(ctx, binding, o, nil, N))
+        else ctx.undeclared["op." .. o.op] = true end
+      end
+    end
+  end
+  run("forward", plan.forward or {}, fus_f)
+  run("backward", plan.backward or {}, fus_b)
+  -- the optimizer (and the gradient norm when clipping) over every parameter
+  local nparam = 0
+  for _, b in ipairs(plan.buffers or {}) do if b.kind == "param" then nparam = nparam + b.numel end end
+  local oo = { op = "optimizer", attrs = { n = nparam }, outs = { "params" } }
+  if (plan.train.max_norm or 0) > 0 and manifest.ops and manifest.ops.grad_norm then
+    add("optimizer", { op = "grad_norm", attrs = { n = nparam }, outs = { "gnorm" } },
+      template_launches(ctx, manifest.ops.grad_norm, { op = "grad_norm", attrs = { n = nparam } }, nil, N))
+  end
+  if manifest.ops and manifest.ops.optimizer then
+    add("optimizer", oo, template_launches(ctx, manifest.ops.optimizer, oo, nil, N))
+  end
+  return out, ctx
+end
+
+------------------------------------------------------------------------------------------------
+-- Hardware and the roofline
+
+-- The hardware's rates in FLOP/s (or op/s) and B/s, each with its efficiency factor applied.
+function M.rates(h)
+  local p = h.perf
+  local r = { hbm = h.hbm_tbps * 1e12 * p.eff.hbm, hbm_peak = h.hbm_tbps * 1e12 }
+  for u, key in pairs(UNIT_PEAK) do
+    local pk = (h.peak_tflops[key] or 0) * 1e12
+    r[u] = pk * p.eff[UNIT_EFF[u]]
+    r[u .. "_peak"] = pk
+  end
+  r.sfu = p.sfu_tops * 1e12 * p.eff.sfu
+  r.sfu_peak = p.sfu_tops * 1e12
+  return r
+end
+
+-- Roofline time of one launch: the compute units share the SMs' issue slots (their times add),
+-- memory traffic overlaps them (the larger of the two). DRAM bytes = rd + wr (reread: served by
+-- L1/L2, not DRAM). Returns seconds, the bound, and the pure-peak bound (no efficiency factors).
+function M.launch_time(c, r)
+  local tc, tp = 0, 0
+  for _, u in ipairs(UNITS) do
+    if c[u] > 0 then
+      if r[u] <= 0 then return math.huge, "no " .. u .. " unit", math.huge end
+      tc = tc + c[u] / r[u]
+      tp = tp + c[u] / r[u .. "_peak"]
+    end
+  end
+  local bytes = c.rd + c.wr
+  local tm, tmp = bytes / r.hbm, bytes / r.hbm_peak
+  if tc >= tm then return tc, "compute", math.max(tp, tmp) end
+  return tm, "memory", math.max(tp, tmp)
+end
+
+-- Host/GPU queue. Eager: the host issues launch i at i * launch_us; it starts when it is issued
+-- and the previous one ended plus the GPU's dispatch gap (graph_node_us, the same gap a graph
+-- node has). With a CUDA graph the host issues the whole step once (one launch_us), then only
+-- the gaps remain: so graph <= eager, equal when every kernel outlasts a host launch.
+function M.timeline(times, h)
+  local L, gap = h.perf.launch_us * 1e-6, h.perf.graph_node_us * 1e-6
+  local host, gpu = 0, 0
+  for _, t in ipairs(times) do
+    host = host + L
+    gpu = math.max(gpu + gap, host) + t
+  end
+  local g = L
+  for _, t in ipairs(times) do g = g + gap + t end
+  return gpu, g
+end
+
+-- Collectives of the step on the hardware's links: data parallel over `gpus` GPUs (ring:
+-- all-reduce moves 2(p-1)/p of the bytes per GPU; reduce-scatter and all-gather (p-1)/p each).
+function M.collectives(plan, h, gpus, grad_bytes, param_bytes)
+  local out = {}
+  if gpus <= 1 then return out end
+  local link = gpus <= 8 and h.perf.link_gbps * 1e9 * h.perf.eff.link or h.nic_gbps * 1e9 / 8 * h.perf.eff.nic
+  local via = gpus <= 8 and (h.perf.link_name .. " " .. h.perf.link_gbps .. " GB/s per direction") or
+    (h.nic_gbps .. " Gb/s NIC")
+  local f = (gpus - 1) / gpus
+  local stage = plan.train.zero_stage or 0
+  local function c(name, bytes) out[#out + 1] = { name = name, bytes = bytes, time = bytes / link, via = via } end
+  if stage == 0 then c("all_reduce(grads)", 2 * f * grad_bytes)
+  else
+    c("reduce_scatter(grads)", f * grad_bytes)
+    c("all_gather(params)", f * param_bytes)
+    if stage == 3 then c("all_gather(params, backward)", f * param_bytes) end
+  end
+  return out
+end
+
+-- The whole prediction for one hardware entry.
+function M.predict(plan, manifest, h, opts)
+  opts = opts or {}
+  local launches, ctx = M.step_launches(plan, manifest, opts)
+  local r = M.rates(h)
+  local times, total = {}, { bytes = 0 }
+  for _, u in ipairs(UNITS) do total[u] = 0 end
+  local by_op = {}
+  local sum_kernel, sum_bound = 0, 0
+  for i, l in ipairs(launches) do
+    local t, bound, tpeak = 0, "undeclared", 0
+    if l.cost then
+      t, bound, tpeak = M.launch_time(l.cost, r)
+      for _, u in ipairs(UNITS) do total[u] = total[u] + l.cost[u] end
+      total.bytes = total.bytes + l.cost.rd + l.cost.wr
+    end
+    l.time, l.bound, l.time_peak = t, bound, tpeak
+    times[i] = t
+    sum_kernel = sum_kernel + t
+    sum_bound = sum_bound + tpeak
+    local key = l.phase .. " " .. l.op .. " / " .. l.kernel
+    local e = by_op[key]
+    if not e then
+      e = { key = key, op = l.op, kernel = l.kernel, family = l.family, phase = l.phase, count = 0, time = 0, bytes = 0, flops = 0, bound = bound }
+      by_op[key] = e
+    end
+    e.count, e.time = e.count + 1, e.time + t
+    if l.cost then
+      e.bytes = e.bytes + l.cost.rd + l.cost.wr
+      for _, u in ipairs(UNITS) do if u ~= "sfu" then e.flops = e.flops + l.cost[u] end end
+    end
+  end
+  local eager, graph = M.timeline(times, h)
+  local gpus = opts.gpus or 1
+  local grad_bytes, param_bytes = 0, 0
+  for _, b in ipairs(plan.buffers or {}) do
+    if b.kind == "grad" then grad_bytes = grad_bytes + b.bytes elseif b.kind == "param" then param_bytes = param_bytes + b.bytes end
+  end
+  local coll = M.collectives(plan, h, gpus, grad_bytes, param_bytes)
+  local t_comm = 0
+  for _, c in ipairs(coll) do t_comm = t_comm + c.time end
+  -- overlap (plan.train.comm_overlap): communication hides behind the backward pass
+  local bwd = 0
+  for _, l in ipairs(launches) do if l.phase == "backward" then bwd = bwd + l.time end end
+  local exposed = (plan.train.comm_overlap or 0) ~= 0 and math.max(0, t_comm - bwd) or t_comm
+  local tokens = plan.train.B * plan.train.T * (plan.train.grad_accum or 1)
+  local mode = opts.graphs and "graph" or "eager"
+  local step = (opts.graphs and graph or eager) * (plan.train.grad_accum or 1) + exposed
+  local fpt = plan.flops_per_token
+  local peak_mfu = (h.peak_tflops.bf16 or 0) > 0 and h.peak_tflops.bf16 * 1e12 or h.peak_tflops.fp32 * 1e12
+  local ops = {}
+  for _, e in pairs(by_op) do ops[#ops + 1] = e end
+  table.sort(ops, function(a, b) if a.time ~= b.time then return a.time > b.time end return a.key < b.key end)
+  local undeclared = U.sorted_keys(ctx.undeclared)
+  return {
+    hardware = h.name, policy = ctx.policy, mode = mode, gpus = gpus,
+    launches = #launches, kernel_time = sum_kernel, roofline_bound = sum_bound,
+    step_eager = eager, step_graph = graph, step = step, comm = coll, comm_time = t_comm, comm_exposed = exposed,
+    tokens_per_step = tokens, tokens_per_s = tokens / step * gpus,
+    tokens_per_s_per_gpu = tokens / step,
+    flops_per_token = fpt, flops_convention = plan.flops_convention,
+    mfu = fpt * tokens / step / peak_mfu, mfu_peak = peak_mfu,
+    mfu_peak_name = (h.peak_tflops.bf16 or 0) > 0 and "bf16 dense" or "fp32",
+    mfu_cap = h.perf.eff.tc, totals = total, ops = ops, undeclared = undeclared,
+    launch_list = opts.keep_launches and launches or nil,
+  }
+end
+
+------------------------------------------------------------------------------------------------
+-- The command
+
+local function fmt_t(s)
+  if s >= 1 then return string.format("%.3f s", s) end
+  if s >= 1e-3 then return string.format("%.2f ms", s * 1e3) end
+  return string.format("%.1f us", s * 1e6)
+end
+local function fmt_n(x)
+  if x >= 1e15 then return string.format("%.2fP", x / 1e15) end
+  if x >= 1e12 then return string.format("%.2fT", x / 1e12) end
+  if x >= 1e9 then return string.format("%.2fG", x / 1e9) end
+  if x >= 1e6 then return string.format("%.2fM", x / 1e6) end
+  if x >= 1e3 then return string.format("%.1fk", x / 1e3) end
+  return string.format("%.0f", x)
+end
+M.fmt_t, M.fmt_n = fmt_t, fmt_n
+
+function M.text(rep, plan, top)
+  local o = {}
+  local function w(...) o[#o + 1] = string.format(...) end
+  w("## %s — %s, B=%d T=%d, policy %s%s", rep.hardware, plan.model.name, plan.train.B, plan.train.T, rep.policy,
+    rep.policy == "plan" and " (what the trainer executes)" or " (WHAT-IF: activations and GEMM operands in bf16; not what the trainer executes today)")
+  w("step: %s eager (%d launches), %s with CUDA graphs; kernels alone %s; roofline bound (peaks, no efficiency) %s",
+    fmt_t(rep.step_eager), rep.launches, fmt_t(rep.step_graph), fmt_t(rep.kernel_time), fmt_t(rep.roofline_bound))
+  for _, c in ipairs(rep.comm) do w("collective %s: %sB over %s: %s", c.name, fmt_n(c.bytes), c.via, fmt_t(c.time)) end
+  if #rep.comm > 0 then w("communication exposed: %s", fmt_t(rep.comm_exposed)) end
+  w("predicted (%s): %s tokens/s per GPU, MFU %.1f%% of the %s peak (%s FLOP/token, %s)", rep.mode,
+    fmt_n(rep.tokens_per_s_per_gpu), 100 * rep.mfu, rep.mfu_peak_name, fmt_n(rep.flops_per_token), rep.flops_convention or "")
+  local t = rep.totals
+  w("per step: tc_bf16 %sFLOP, tc_fp8 %sFLOP, tc_tf32 %sFLOP, fp32 %sFLOP, sfu %s ops, DRAM %sB",
+    fmt_n(t.tc_bf16), fmt_n(t.tc_fp8), fmt_n(t.tc_tf32), fmt_n(t.fp32), fmt_n(t.sfu), fmt_n(t.bytes))
+  w("")
+  w("| op / kernel | launches | time | share | FLOP | DRAM bytes | bound |")
+  w("|---|---:|---:|---:|---:|---:|---|")
+  for i = 1, math.min(top or 10, #rep.ops) do
+    local e = rep.ops[i]
+    w("| %s | %d | %s | %.1f%% | %s | %s | %s |", e.key, e.count, fmt_t(e.time), 100 * e.time / rep.kernel_time,
+      fmt_n(e.flops), fmt_n(e.bytes), e.bound)
+  end
+  if #rep.undeclared > 0 then w("not modelled (no cost declaration): %s", table.concat(rep.undeclared, ", ")) end
+  return table.concat(o, "\n") .. "\n"
+end
+
+local USAGE = [[
+usage: gen perf DIR --hw NAME[,NAME] [--policy plan|bf16] [--graphs] [--gpus P] [--top K]
+                [--tree FILE] [--set KEY=V] [--json]
+  the performance model of the trainer generated into DIR (its plan.json and kernels/kernels.json)
+  --hw LIST      hardware names from specs/hardware (or YAML paths)
+  --policy P     plan: what the trainer executes (default); bf16: the what-if of bf16 activation
+                 arenas and bf16 tensor-core GEMMs (the plan's dtypes switched), printed as such
+  --graphs       headline figures with CUDA graphs (both are always printed)
+  --gpus P       data-parallel GPUs for the collectives (default 1)
+  --set KEY=V    override a hardware number: hbm_tbps, peak_tflops.fp32, peak_tflops.bf16, perf.launch_us
+  --top K        rows of the top-ops table (default 10)
+]]
+
+function M.load_dir(dir)
+  if hyp.stat(dir) ~= "dir" then U.fail(dir, "not a directory", "give a directory written by gen, e.g. out/tiny") end
+  local txt = hyp.read_file(dir .. "/plan.json")
+  if not txt then U.fail(dir, "no plan.json here", "give a directory written by gen, e.g. gen specs/v2500.yaml --enable bf16 --target sm_90 -o out/x") end
+  local plan = hyp.json_decode(txt)
+  if type(plan) ~= "table" or not plan.forward or not plan.train then U.fail(dir .. "/plan.json", "not a Hyperion plan", "regenerate the trainer with gen") end
+  local mtxt = hyp.read_file(dir .. "/kernels/kernels.json")
+  local manifest
+  if mtxt then
+    manifest = hyp.json_decode(mtxt)
+    if type(manifest) ~= "table" then U.fail(dir .. "/kernels/kernels.json", "corrupt kernel manifest", "regenerate the trainer with gen") end
+  else
+    -- a cpu-target trainer has no manifest: bind its ops through the templates' own declarations
+    manifest = M.manifest_from_templates(plan)
+  end
+  return plan, manifest
+end
+
+-- The op bindings of the templates (their `ops` tables) for a plan without a kernel manifest.
+function M.manifest_from_templates(plan)
+  local RND = require("render")
+  local ops = {}
+  local function bind(name, family)
+    local d = family_decl(family)
+    if not d or not d.ops or not d.ops[name] then return end
+    local b = {}
+    for _, L in ipairs(d.ops[name]) do
+      local args = {}
+      for i = 2, #L do args[#args + 1] = L[i] end
+      b[#b + 1] = { kernel = L[1], file = family .. ".cu", args = args }
+    end
+    ops[name] = b
+  end
+  for _, list in ipairs({ plan.forward or {}, plan.backward or {} }) do
+    for _, o in ipairs(list) do
+      local fam = RND.OP_FAMILY[o.op]
+      if fam and not ops[o.op] then bind(o.op, fam) end
+    end
+  end
+  bind("grad_norm", "global_norm")
+  local okind = plan.optimizer and plan.optimizer.kind
+  local opt_family = ({ adamw = "adamw", lion = "lion", sophia = "sophia", muon = "muon", ["adam-mini"] = "adam_mini",
+    adam_mini = "adam_mini", schedulefree = "schedulefree" })[okind or "adamw"]
+  if opt_family then bind("optimizer", opt_family) end
+  -- the files: kernel parameter lists from the template declarations, default constants
+  local files = {}
+  local seen = {}
+  for _, b in pairs(ops) do
+    for _, L in ipairs(b) do
+      local fam = L.file:gsub("%.cu$", "")
+      if not seen[fam] then
+        seen[fam] = true
+        local d = family_decl(fam)
+        local ks = {}
+        for _, k in ipairs(d.kernels or {}) do
+          local ps = {}
+          for _, p in ipairs(k.params or {}) do
+            local ty, name = p:match("^(.-)%s*([%w_]+)$")
+            ps[#ps + 1] = { type = ty or p, name = name or p }
+          end
+          ks[#ks + 1] = { name = k.name, params = ps }
+        end
+        files[#files + 1] = { file = L.file, family = fam, constants = {}, kernels = ks }
+      end
+    end
+  end
+  return { ops = ops, files = files, fusions = {} }
+end
+
+function M.load_hw(tree, name, sets)
+  local T = require("tree")
+  local doc, path = T.load_hardware(tree, name)
+  local h = U.plain(doc)
+  h.path = path
+  if not h.perf then
+    U.fail(path, "no perf section: the performance model needs sfu_tops, launch_us, graph_node_us, link_gbps, link_name and eff",
+      "add a perf: section with sources as the other files in specs/hardware have")
+  end
+  for _, s in ipairs(sets or {}) do
+    local a, b = s.key:match("^([^.]+)%.(.+)$")
+    if a then h[a] = h[a] or {}; h[a][b] = s.value else h[s.key] = s.value end
+  end
+  return h
+end
+
+function M.main(args, parse)
+  local o = parse(args, { ["--hw"] = "list", ["--policy"] = "value", ["--graphs"] = "flag", ["--gpus"] = "value",
+    ["--top"] = "value", ["--tree"] = "value", ["--json"] = "flag", ["--set"] = "multi", ["--help"] = "flag", ["-h"] = "flag" })
+  if o["--help"] or o["-h"] then io.write(USAGE); return 0 end
+  if #o._pos ~= 1 then U.fail("<command line>", "gen perf needs one trainer directory", "e.g. gen perf out/gpt2 --hw h100-sxm") end
+  if not o["--hw"] or #o["--hw"] == 0 then U.fail("<command line>", "gen perf needs --hw NAME[,NAME]", "e.g. --hw h100-sxm,a100-80gb") end
+  local policy = o["--policy"] or "plan"
+  if policy ~= "plan" and policy ~= "bf16" then U.fail("<command line>", "--policy must be plan or bf16, not " .. policy, "e.g. --policy bf16") end
+  local gpus = tonumber(o["--gpus"] or "1")
+  if not gpus or gpus < 1 or gpus % 1 ~= 0 then U.fail("<command line>", "--gpus must be a positive integer", "e.g. --gpus 8") end
+  local top = tonumber(o["--top"] or "10")
+  if not top or top < 1 then U.fail("<command line>", "--top must be a positive integer", "e.g. --top 10") end
+  local sets = {}
+  local ALLOWED = { hbm_tbps = true, ["peak_tflops.fp32"] = true, ["peak_tflops.bf16"] = true, ["perf.launch_us"] = true }
+  for _, s in ipairs(o["--set"] or {}) do
+    local k, v = s:match("^([%w_.]+)=(.+)$")
+    local n = tonumber(v)
+    if not k or not ALLOWED[k] or not n or n <= 0 then
+      U.fail("<command line>", "--set " .. s .. ": expected KEY=positive number with KEY one of hbm_tbps, peak_tflops.fp32, peak_tflops.bf16, perf.launch_us",
+        "e.g. --set hbm_tbps=0.019")
+    end
+    sets[#sets + 1] = { key = k, value = n }
+  end
+  local plan, manifest = M.load_dir(o._pos[1])
+  local tree = require("tree").load(o["--tree"] or "specs/v2500.yaml")
+  local reps = {}
+  for _, name in ipairs(o["--hw"]) do
+    local h = M.load_hw(tree, name, sets)
+    reps[#reps + 1] = M.predict(plan, manifest, h, { policy = policy, graphs = o["--graphs"], gpus = gpus })
+  end
+  if o["--json"] then
+    io.write(assert(hyp.json_encode({ model = plan.model.name, B = plan.train.B, T = plan.train.T, predictions = reps }, true)), "\n")
+  else
+    for i, r in ipairs(reps) do
+      if i > 1 then io.write("\n") end
+      io.write(M.text(r, plan, top))
+    end
+  end
+  return 0
+end
+
+return M
