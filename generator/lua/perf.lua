@@ -343,10 +343,10 @@ function M.predict(plan, manifest, h, opts)
     local key = l.phase .. " " .. l.op .. " / " .. l.kernel
     local e = by_op[key]
     if not e then
-      e = { key = key, op = l.op, kernel = l.kernel, family = l.family, phase = l.phase, count = 0, time = 0, bytes = 0, flops = 0, bound = bound }
+      e = { key = key, op = l.op, kernel = l.kernel, family = l.family, phase = l.phase, count = 0, time = 0, time_peak = 0, bytes = 0, flops = 0, bound = bound }
       by_op[key] = e
     end
-    e.count, e.time = e.count + 1, e.time + t
+    e.count, e.time, e.time_peak = e.count + 1, e.time + t, e.time_peak + tpeak
     if l.cost then
       e.bytes = e.bytes + l.cost.rd + l.cost.wr
       for _, u in ipairs(UNITS) do if u ~= "sfu" then e.flops = e.flops + l.cost[u] end end
@@ -441,7 +441,8 @@ usage: gen perf DIR --hw NAME[,NAME] [--policy plan|bf16] [--graphs] [--gpus P] 
                  arenas and bf16 tensor-core GEMMs (the plan's dtypes switched), printed as such
   --graphs       headline figures with CUDA graphs (both are always printed)
   --gpus P       data-parallel GPUs for the collectives (default 1)
-  --set KEY=V    override a hardware number: hbm_tbps, peak_tflops.fp32, peak_tflops.bf16, perf.launch_us
+  --set KEY=V    override a hardware number: hbm_tbps, peak_tflops.{fp32,bf16,fp8},
+                 perf.{sfu_tops,launch_us,graph_node_us} (e.g. this machine's measured peak)
   --top K        rows of the top-ops table (default 10)
 ]]
 
@@ -543,12 +544,13 @@ function M.main(args, parse)
   local top = tonumber(o["--top"] or "10")
   if not top or top < 1 then U.fail("<command line>", "--top must be a positive integer", "e.g. --top 10") end
   local sets = {}
-  local ALLOWED = { hbm_tbps = true, ["peak_tflops.fp32"] = true, ["peak_tflops.bf16"] = true, ["perf.launch_us"] = true }
+  local ALLOWED = { hbm_tbps = true, ["peak_tflops.fp32"] = true, ["peak_tflops.bf16"] = true, ["peak_tflops.fp8"] = true,
+    ["perf.sfu_tops"] = true, ["perf.launch_us"] = true, ["perf.graph_node_us"] = true }
   for _, s in ipairs(o["--set"] or {}) do
     local k, v = s:match("^([%w_.]+)=(.+)$")
     local n = tonumber(v)
-    if not k or not ALLOWED[k] or not n or n <= 0 then
-      U.fail("<command line>", "--set " .. s .. ": expected KEY=positive number with KEY one of hbm_tbps, peak_tflops.fp32, peak_tflops.bf16, perf.launch_us",
+    if not k or not ALLOWED[k] or not n or n < 0 then
+      U.fail("<command line>", "--set " .. s .. ": expected KEY=number >= 0 with KEY one of hbm_tbps, peak_tflops.{fp32,bf16,fp8}, perf.{sfu_tops,launch_us,graph_node_us}",
         "e.g. --set hbm_tbps=0.019")
     end
     sets[#sets + 1] = { key = k, value = n }

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# gen perf (generator/lua/perf.lua): invariants of the performance model on a tiny trainer's plan
+# and kernel manifest, and its bad input. Invariants: every op's predicted time is at least its
+# roofline bound at the datasheet peaks; MFU stays under the tensor-core efficiency cap (the
+# model's best case); eager >= graph; every kernel tiny runs has a cost declaration; the GEMM
+# FLOPs of the plan equal formulas.lua's 6 x matmul params per token (the plan-based count and
+# the formula agree, up to the padded vocabulary rows the LM-head GEMM also computes); with every rate doubled and no launch overhead the kernel time halves
+# exactly (the model is a roofline); the bf16 what-if is labelled as one. ~5 s.
+source "$(dirname "$0")/lib.sh"
+S="$ROOT/specs/v2500.yaml"
+expect gen_tiny 0 "wrote" -- "$GEN" "$S" --enable bf16,flash --model tiny --target sim -o "$TMP/t"
+J() { "$GEN" perf "$TMP/t" --json "$@"; }
+J --hw h100-sxm,a100-80gb,h200 > "$TMP/plan.json"
+J --hw h100-sxm,a100-80gb,h200 --policy bf16 > "$TMP/bf16.json"
+py() { python3 - "$@"; }
+check test_perf_op_time_at_least_roofline py "$TMP/plan.json" "$TMP/bf16.json" <<'PY'
+import json, sys
+for f in sys.argv[1:]:
+    for r in json.load(open(f))["predictions"]:
+        assert r["step_eager"] >= r["roofline_bound"] > 0, r["hardware"]
+        for e in r["ops"]:
+            assert e["time"] >= e["time_peak"] * (1 - 1e-12), (r["hardware"], e["key"])  # float sums only
+PY
+check test_perf_mfu_under_efficiency_cap py "$TMP/plan.json" "$TMP/bf16.json" <<'PY'
+import json, sys
+for f in sys.argv[1:]:
+    for r in json.load(open(f))["predictions"]:
+        assert 0 < r["mfu"] <= r["mfu_cap"], (r["hardware"], r["mfu"], r["mfu_cap"])
+        assert r["step_graph"] <= r["step_eager"], r["hardware"]
+PY
+check test_perf_every_kernel_declared py "$TMP/plan.json" <<'PY'
+import json, sys
+for r in json.load(open(sys.argv[1]))["predictions"]:
+    assert not r.get("undeclared"), r.get("undeclared")
+PY
+check test_perf_gemm_flops_equal_formula py "$TMP/plan.json" "$TMP/t/plan.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))["predictions"][0]
+p = json.load(open(sys.argv[2]))
+# the backward's two GEMMs are 4 of the 6 FLOPs per weight (the forward GEMM also carries its bias epilogue)
+g = 1.5 * sum(e["flops"] for e in r["ops"] if e["kernel"] in ("gemm_dgrad", "gemm_wgrad"))
+six_n = p["flops_per_token"] - p["flops_attn_coef"] * p["train"]["T"]   # formulas.lua: 6 x matmul params
+tokens = p["train"]["B"] * p["train"]["T"]
+m = p["model"]
+pad = 6 * m["C"] * (m["Vp"] - m["V"])    # the LM head GEMM runs over the padded vocabulary rows
+assert g == (six_n + pad) * tokens, (g, six_n * tokens, pad * tokens)   # integers below 2^53: exact
+PY
+# the roofline scales with the rates: double every peak and the bandwidth, drop launch costs
+J --hw h100-sxm --set perf.launch_us=0 --set perf.graph_node_us=0 > "$TMP/x1.json"
+J --hw h100-sxm --set perf.launch_us=0 --set perf.graph_node_us=0 --set hbm_tbps=6.7 --set peak_tflops.fp32=133.8 \
+  --set peak_tflops.bf16=1978.8 --set peak_tflops.fp8=3957.8 --set perf.sfu_tops=8.36 > "$TMP/x2.json"
+check test_perf_time_scales_with_rates py "$TMP/x1.json" "$TMP/x2.json" <<'PY'
+import json, sys
+a, b = (json.load(open(f))["predictions"][0] for f in sys.argv[1:])
+# every launch time is FLOPs/rate or bytes/bandwidth: halving all of them halves the sum (rounding only)
+assert abs(b["kernel_time"] * 2 - a["kernel_time"]) <= 1e-9 * a["kernel_time"], (a["kernel_time"], b["kernel_time"])
+assert abs(b["tokens_per_s"] / a["tokens_per_s"] - 2) < 1e-9
+PY
+expect perf_text_labels_whatif 0 "WHAT-IF" -- "$GEN" perf "$TMP/t" --hw h100-sxm --policy bf16
+expect perf_text_plan 0 "what the trainer executes" -- "$GEN" perf "$TMP/t" --hw h100-sxm
+# --- bad input: one line, exit 2 -------------------------------------------------------------------
+mkdir -p "$TMP/empty"
+expect perf_unknown_hw 2 "h100-sxn.*did you mean|no hardware|h100-sxn" -- "$GEN" perf "$TMP/t" --hw h100-sxn
+expect perf_no_plan 2 "no plan.json here" -- "$GEN" perf "$TMP/empty" --hw h100-sxm
+expect perf_not_a_dir 2 "not a directory" -- "$GEN" perf "$TMP/nothing" --hw h100-sxm
+expect perf_no_hw 2 "needs --hw" -- "$GEN" perf "$TMP/t"
+expect perf_bad_policy 2 "--policy must be" -- "$GEN" perf "$TMP/t" --hw h100-sxm --policy fp4
+expect perf_bad_set 2 "expected KEY=number" -- "$GEN" perf "$TMP/t" --hw h100-sxm --set price=3
+finish
