@@ -292,6 +292,27 @@ function commands.audit(args)
     if o["--json"] then io.write(data) else
       local text = hyp.read_file(first .. "/audit.md")
       io.write(text or require("audit").text(audit))
+      -- the performance model of this trainer on its target's hardware (gen perf DIR --hw NAME)
+      local okp, ptxt = pcall(function()
+        local P = require("perf")
+        local plan, manifest = P.load_dir(first)
+        local T = require("tree")
+        local tree = T.load(o._pos[2] or "specs/v2500.yaml")
+        local hwname = plan.hardware and plan.hardware.name
+        local sm = tonumber(tostring(plan.target or ""):match("^sm_(%d+)$"))
+        if not hwname and sm then -- the first hardware entry (by name) of the target's architecture
+          local names = T.list_names(tree, "hardware")
+          table.sort(names)
+          for _, n in ipairs(names) do
+            local okh, d = pcall(T.load_hardware, tree, n)
+            if okh and d.sm == sm and d.perf then hwname = n; break end
+          end
+        end
+        if not hwname then return nil end
+        local h = P.load_hw(tree, hwname)
+        return P.text(P.predict(plan, manifest, h), plan, 5)
+      end)
+      if okp and ptxt then io.write("\n# Performance model (gen perf " .. first .. " --hw ...)\n\n", ptxt) end
     end
     return 0
   end

@@ -62,7 +62,9 @@ function M.kernel_cost(family, kernel, a)
   local d = family_decl(family)
   local fn = d and d.cost and d.cost[kernel]
   if not fn then return nil end
-  return norm_cost(fn(a))
+  local ok, c = pcall(fn, a)
+  if not ok then error(string.format("templates/%s.cu.lua: the cost of %s cannot be computed: %s", family, kernel, tostring(c)), 0) end
+  return norm_cost(c)
 end
 
 ------------------------------------------------------------------------------------------------
@@ -159,7 +161,11 @@ local function template_launches(ctx, binding, o, o2, N)
       end
     end
     a.E = ctx.E
+    -- the rendered constants' names for a plan without a manifest (cpu target): from the op dims
     a.HD = a.HD or a.hd
+    a.VP = a.VP or a.Vp
+    a.VEC = a.VEC or ((a.C % 4 == 0) and 4 or 1)
+    a.CV = a.CV or a.C // a.VEC
     local cost = M.kernel_cost(family, L.kernel, a)
     res[#res + 1] = { kernel = L.kernel, family = family, cost = cost, args = a }
     if not cost then ctx.undeclared[family .. "." .. L.kernel] = true end
@@ -500,9 +506,10 @@ function M.manifest_from_templates(plan)
         seen[fam] = true
         local d = family_decl(fam)
         local ks = {}
-        for _, k in ipairs(d.kernels or {}) do
+        local kl = type(d.kernels) == "table" and d.kernels or {}
+        for _, k in ipairs(kl) do
           local ps = {}
-          for _, p in ipairs(k.params or {}) do
+          for _, p in ipairs(type(k.params) == "table" and k.params or {}) do
             local ty, name = p:match("^(.-)%s*([%w_]+)$")
             ps[#ps + 1] = { type = ty or p, name = name or p }
           end
