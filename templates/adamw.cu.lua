@@ -31,13 +31,17 @@ ops = {
   optimizer = { { "adamw_step", "params", "m", "v", "grads", "seg_end", "seg_wd", "nseg", "n", "lr", "beta1", "beta2", "eps", "1/(1-beta1^t)", "1/(1-beta2^t)", "gscale", "seed", "t" } },
 }
 -- cost of one launch (generator/lua/perf.lua; fields as in templates/gelu.cu.lua): p, m, v, g read,
--- p, m, v written (bf16 variants: 2 bytes for those stored in bf16); the segment table is tiny
+-- p, m, v written (bf16 variants: 2 bytes for those stored in bf16). Each thread (4 elements) also
+-- binary-searches the segment table (about log2(nseg) 8-byte loads, then seg_end, seg_wd and
+-- *gscale): L1 hits, `reread`; the search depth is log2(nseg) on average, not exactly
 cost = {
   adamw_step = function(a)
     local pb = a.PARAM == "bf16" and 2 or 4
     local sb = a.STATES == "bf16" and 2 or 4
     local copy = (a.BF16_COPY and 2 or 0)
-    return { fp32 = 16 * a.n, sfu = 2 * a.n, rd = (pb + 2 * sb + 4) * a.n, wr = (pb + 2 * sb + copy) * a.n } end,
+    local threads = (a.n + 3) // 4
+    return { fp32 = 16 * a.n, sfu = 2 * a.n, rd = (pb + 2 * sb + 4) * a.n, wr = (pb + 2 * sb + copy) * a.n,
+             reread = threads * (8 * math.log(math.max(a.nseg or 1, 1), 2) + 16) } end,
 }
 ]]
 {{ partial("common") }}

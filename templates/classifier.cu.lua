@@ -35,13 +35,16 @@ ops = {
 }
 -- cost of one launch (generator/lua/perf.lua; fields as in templates/gelu.cu.lua): one row of VP
 -- logits per block, read twice by the fused kernel (statistics, then the gradient in place)
+-- every thread of a row's block loads the row's target and its logit z[target] (L1 hits)
 cost = {
   crossentropy_fwd = function(a) local NV = a.N * a.V
-    return { fp32 = 4 * NV, sfu = NV, rd = a.E * NV + 8 * a.N, wr = 4 * a.N } end,
+    return { fp32 = 4 * NV, sfu = NV, rd = a.E * NV + 4 * a.N, wr = 4 * a.N, reread = 8 * a.BLOCK * a.N - 4 * a.N } end,
   crossentropy_fused = function(a) local NV, NP = a.N * a.V, a.N * a.VP
-    return { fp32 = 7 * NV, sfu = 2 * NV, rd = a.E * NV + 8 * a.N, wr = a.E * NP + 4 * a.N, reread = a.E * NV } end,
+    return { fp32 = 7 * NV, sfu = 2 * NV, rd = a.E * NV + 4 * a.N, wr = a.E * NP + 4 * a.N,
+             reread = a.E * NV + 8 * a.BLOCK * a.N - 4 * a.N } end,
   crossentropy_fused_ext = function(a) local NV, NP = a.N * a.V, a.N * a.VP
-    return { fp32 = 7 * NV, sfu = 2 * NV, rd = a.E * NV + 12 * a.N, wr = a.E * NP + 4 * a.N, reread = a.E * NV } end,
+    return { fp32 = 7 * NV, sfu = 2 * NV, rd = a.E * NV + 4 * a.N, wr = a.E * NP + 4 * a.N,
+             reread = a.E * NV + 8 * a.BLOCK * a.N - 4 * a.N } end,
 }
 ]]
 {{ partial("common") }}

@@ -34,7 +34,8 @@ ops = {
 -- rows of wte (and wpe), 4-byte ids; the dwte backward scans the ids once per block (VROWS rows)
 cost = {
   embedding_fwd = function(a) local NC = a.N * a.C
-    return { fp32 = NC, rd = 4 * a.N + (a.WPE and 8 or 4) * NC, wr = a.E * NC } end,
+    return { fp32 = NC, rd = 4 * a.N + (a.WPE and 8 or 4) * NC, wr = a.E * NC,
+             reread = 4 * a.N * a.CV - 4 * a.N } end, -- every vector thread loads its row's token id
   embedding_bwd_wte = function(a) local NC = a.N * a.C
     return { fp32 = NC, rd = a.E * NC + 4 * NC + 4 * a.N, wr = 4 * NC,
              reread = 4 * a.N * ((a.V + a.VROWS - 1) // a.VROWS) * ((a.CV + a.BLOCK - 1) // a.BLOCK) - 4 * a.N + 4 * a.N * a.CV } end,

@@ -64,47 +64,72 @@ ops = {
                           { "flash_attention_bwd_dkv", "out1", "in1", "in2", "in4", "out2", "in5", "T" },
                           { "flash_attention_bwd_dq", "out1", "in1", "in2", "in4", "out2", "in5", "T" } },
 }
--- cost of one launch (generator/lua/perf.lua; fields as in templates/gelu.cu.lua). Tensor-core
--- FLOPs count the m16n8k16 products the tiles issue (causal: key tiles up to each query tile's
--- end, the diagonal tiles whole), times 3 under PREC bf16x3 (hi*hi + hi*lo + lo*hi). DRAM: q, k,
--- v, out once per (b, head); k/v tiles re-read by later query tiles hit L2 (`reread`).
-cost = {
-  flash_attention_fwd = function(a)
-    local mult, BQ, BK = a.PREC == "bf16x3" and 3 or 1, 64, 32
-    local tiles = 0
-    for q0 = 0, a.T - 1, BQ do tiles = tiles + (math.min(a.T, q0 + BQ) + BK - 1) // BK end
-    local BH, R = a.B * a.NH, (a.NH + 2 * a.NKV) * a.HD
-    local issued_kv = a.B * a.NH * tiles * 2 * BK * a.HD * 4
+-- cost of one launch (generator/lua/perf.lua; fields as in templates/gelu.cu.lua), enumerating the
+-- kernels' own loops: tiles staged by the whole block (fp32 loads), m16n8k16 products per warp
+-- after its causal skips (4096 FLOPs each, x3 under PREC bf16x3: hi*hi + hi*lo + lo*hi), the
+-- per-row statistics every thread loads. DRAM: q, k, v, dout, out once per (b, head); k/v tiles
+-- staged again by later query tiles hit L2 (`reread`). No document mask (DOCMASK adds pos loads).
+cost = (function()
+  local MMA = 2 * 16 * 8 * 16
+  local function mult(a) return a.PREC == "bf16x3" and 3 or 1 end
+  local function rows(T, r0, n) return math.max(0, math.min(n, T - r0)) end
+  local function qk_tiles(a, BQ, BK, per_warp_products) -- fwd and dq: query tiles x key tiles
+    local staged, mma = 0, 0
+    for q0 = 0, a.T - 1, BQ do
+      local kend = math.min(a.T, q0 + BQ)
+      for k0 = 0, kend - 1, BK do
+        staged = staged + 2 * rows(a.T, k0, BK) * a.HD * 4
+        for w = 0, 3 do if k0 <= q0 + 16 * w + 15 then mma = mma + per_warp_products end end
+      end
+    end
+    return staged, mma
+  end
+  local function fwd(a)
+    local BQ, BK = 64, 32
+    local staged_kv, mma = qk_tiles(a, BQ, BK, (BK // 8) * (a.HD // 16) + (a.HD // 8) * (BK // 16))
+    local BH, q = a.B * a.NH, a.B * a.T * a.NH * a.HD
     local kv = a.B * a.T * 2 * a.NKV * a.HD * 4
-    return { tc_bf16 = mult * BH * tiles * 4 * (2 * 16 * BK * a.HD * 2), fp32 = BH * tiles * BQ * BK * 6,
-             sfu = BH * tiles * BQ * BK, rd = a.B * a.T * a.NH * a.HD * 4 + kv, wr = a.E * a.B * a.T * a.NH * a.HD + 4 * BH * a.T,
-             reread = math.max(0, issued_kv - kv) }
-  end,
-  flash_attention_bwd_d = function(a) local n = a.B * a.T * a.NH * a.HD
-    return { fp32 = 2 * n, rd = 2 * a.E * n, wr = 4 * a.B * a.NH * a.T } end,
-  flash_attention_bwd_dkv = function(a)
-    local mult, BKV, BQB = a.PREC == "bf16x3" and 3 or 1, 64, ((a.PREC == "bf16x3" and 2 or 1) * a.HD > 128) and 16 or 32
-    local pairs_ = 0
-    for k0 = 0, a.T - 1, BKV do pairs_ = pairs_ + (a.T - k0 + BQB - 1) // BQB end
-    local G = a.NH // a.NKV
-    local BH = a.B * a.NKV * G
-    return { tc_bf16 = mult * BH * pairs_ * 4 * 4 * (2 * 16 * BQB * a.HD), fp32 = BH * pairs_ * BKV * BQB * 8,
-             sfu = BH * pairs_ * BKV * BQB, rd = a.B * a.T * a.HD * (a.NH * 2 + 2 * a.NKV) * 4 + 8 * a.B * a.NH * a.T,
-             wr = 2 * a.E * a.B * a.T * a.NKV * a.HD,
-             reread = math.max(0, BH * pairs_ * BQB * (2 * a.HD * 4 + 8) - a.B * a.T * a.NH * (2 * a.HD * 4 + 8)) }
-  end,
-  flash_attention_bwd_dq = function(a)
-    local mult, BQ = a.PREC == "bf16x3" and 3 or 1, 64
+    return { tc_bf16 = mult(a) * MMA * BH * mma, fp32 = BH * mma * 64, sfu = BH * mma * 16,
+             rd = 4 * q + kv, wr = a.E * q + 4 * BH * a.T, reread = BH * staged_kv - kv }
+  end
+  local function dq(a)
+    local BQ = 64
     local BKQ = ((a.PREC == "bf16x3" and 2 or 1) * a.HD > 128) and 16 or 32
-    local tiles = 0
-    for q0 = 0, a.T - 1, BQ do tiles = tiles + (math.min(a.T, q0 + BQ) + BKQ - 1) // BKQ end
-    local BH = a.B * a.NH
+    local staged_kv, mma = qk_tiles(a, BQ, BKQ, 2 * (BKQ // 8) * (a.HD // 16) + (a.HD // 8) * (BKQ // 16))
+    local BH, q = a.B * a.NH, a.B * a.T * a.NH * a.HD
     local kv = a.B * a.T * 2 * a.NKV * a.HD * 4
-    return { tc_bf16 = mult * BH * tiles * 4 * 3 * (2 * 16 * BKQ * a.HD), fp32 = BH * tiles * BQ * BKQ * 6,
-             sfu = BH * tiles * BQ * BKQ, rd = a.B * a.T * a.NH * a.HD * 8 + kv + 8 * BH * a.T, wr = a.E * a.B * a.T * a.NH * a.HD,
-             reread = math.max(0, BH * tiles * 2 * BKQ * a.HD * 4 - kv) }
-  end,
-}
+    local qtiles = (a.T + BQ - 1) // BQ
+    local stats = BH * qtiles * 128 * 2 * 8 -- every thread loads lse and D of two rows
+    -- q and dout staged, k/v tiles, the row statistics, dq read and written back (+=)
+    return { tc_bf16 = mult(a) * MMA * BH * mma, fp32 = BH * mma * 64, sfu = BH * mma * 16,
+             rd = 2 * 4 * q + kv + 8 * BH * a.T + a.E * q, wr = a.E * q,
+             reread = BH * staged_kv - kv + stats - 8 * BH * a.T }
+  end
+  local function dkv(a)
+    local BKV = 64
+    local BQB = ((a.PREC == "bf16x3" and 2 or 1) * a.HD > 128) and 16 or 32
+    local G = a.NH // a.NKV
+    local staged_qo, mma, stats = 0, 0, 0
+    for k0 = 0, a.T - 1, BKV do
+      for q0 = k0, a.T - 1, BQB do
+        staged_qo = staged_qo + 2 * rows(a.T, q0, BQB) * a.HD * 4
+        stats = stats + 8 * rows(a.T, q0, BQB)
+        for w = 0, 3 do if not (q0 + BQB - 1 < k0 + 16 * w) then mma = mma + 4 * (BQB // 8) * (a.HD // 16) end end
+      end
+    end
+    local BG, kvh = a.B * a.NKV, a.B * a.T * a.NKV * a.HD
+    local qo = 2 * a.B * a.T * a.NH * a.HD * 4
+    -- k, v staged once per key tile; q, dout tiles per head of the group; dk, dv read and written (+=)
+    return { tc_bf16 = mult(a) * MMA * BG * G * mma, fp32 = BG * G * mma * 64, sfu = BG * G * mma * 16,
+             rd = 2 * 4 * kvh + qo + 8 * a.B * a.NH * a.T + 2 * a.E * kvh, wr = 2 * a.E * kvh,
+             reread = BG * G * (staged_qo + stats) - qo - 8 * a.B * a.NH * a.T }
+  end
+  return {
+    flash_attention_fwd = fwd, flash_attention_bwd_dq = dq, flash_attention_bwd_dkv = dkv,
+    flash_attention_bwd_d = function(a) local n = a.B * a.T * a.NH * a.HD
+      return { fp32 = 2 * n, rd = 2 * a.E * n, wr = 4 * a.B * a.NH * a.T } end,
+  }
+end)()
 ]]
 {{ partial("common") }}
 #include "hyp/mma.cuh"

@@ -87,13 +87,17 @@ cost = {
   rmsnorm_bwd_dw = function(a) local NC = a.N * a.C
     return { fp32 = 4 * NC, rd = 2 * a.E * NC + 4 * a.N, wr = 4 * a.SEGS * a.C, reread = 4 * NC - 4 * a.N } end,
   rmsnorm_bwd_dw_finish = function(a) return { fp32 = 2 * a.SEGS * a.C, rd = 4 * a.SEGS * a.C + 4 * a.C, wr = 4 * a.C } end,
-  qknorm_fwd = function(a) local n = a.N * (a.NH + 2 * a.NKV) * a.HD
-    return { fp32 = 5 * n, sfu = a.N * (a.NH + a.NKV), rd = a.E * n, wr = a.E * n + 4 * a.N * (a.NH + a.NKV), reread = a.E * n } end,
-  qknorm_bwd_dx = function(a) local n = a.N * (a.NH + 2 * a.NKV) * a.HD
-    return { fp32 = 14 * n, rd = 3 * a.E * n, wr = a.E * n, reread = 2 * a.E * n } end,
-  qknorm_bwd_dw = function(a) local n = a.N * (a.NH + a.NKV) * a.HD
-    return { fp32 = 4 * n, rd = 2 * a.E * n, wr = 8 * a.SEGS * a.HD } end,
-  qknorm_bwd_dw_finish = function(a) return { fp32 = 4 * a.SEGS * a.HD, rd = 8 * a.SEGS * a.HD, wr = 8 * a.HD } end,
+  -- QK norm: one warp per (row, head); q and k heads read x twice and w once, v heads are copied
+  qknorm_fwd = function(a) local NQK = a.NH + a.NKV; local qk, v = a.N * NQK * a.HD, a.N * a.NKV * a.HD
+    return { fp32 = 5 * qk, sfu = a.N * NQK, rd = a.E * (qk + v) + 8 * a.HD, wr = a.E * (qk + v) + 4 * a.N * NQK,
+             reread = a.E * qk + 4 * qk - 8 * a.HD } end,
+  qknorm_bwd_dx = function(a) local NQK = a.NH + a.NKV; local qk, v = a.N * NQK * a.HD, a.N * a.NKV * a.HD
+    return { fp32 = 14 * qk + v, rd = 3 * a.E * qk + 8 * a.HD + 4 * a.N * NQK + 2 * a.E * v, wr = a.E * (qk + v),
+             reread = 2 * a.E * qk + 8 * qk - 8 * a.HD + 4 * 31 * a.N * NQK } end,
+  qknorm_bwd_dw = function(a) local qk = a.N * (a.NH + a.NKV) * a.HD
+    return { fp32 = 4 * qk, rd = 2 * a.E * qk + 4 * a.N * (a.NH + a.NKV), wr = 8 * a.SEGS * a.HD,
+             reread = 4 * qk - 4 * a.N * (a.NH + a.NKV) } end,
+  qknorm_bwd_dw_finish = function(a) return { fp32 = 4 * a.SEGS * a.HD, rd = 8 * a.SEGS * a.HD + 8 * a.HD, wr = 8 * a.HD } end,
 }
 ]]
 {{ partial("common") }}

@@ -136,6 +136,12 @@ end
 local function template_launches(ctx, binding, o, o2, N)
   local res = {}
   for _, L in ipairs(binding) do
+    -- a launch whose first argument is an absent optional output does not run (exec_dev_bind.c:
+    -- a llama's embedding_bwd_wpe)
+    local pre, k = tostring(L.args[1] or ""):match("^(%a?%.?)out(%d+)$")
+    local src = (pre == "b." and o2) or o
+    local absent = k and (src.outs[tonumber(k)] == nil or src.outs[tonumber(k)] == "")
+    if not absent then
     local file = ctx.files[L.file]
     local family = file and file.family or (L.file or ""):gsub("%.cu$", "")
     local a = op_dims(o, ctx.B, ctx.T)
@@ -169,6 +175,7 @@ local function template_launches(ctx, binding, o, o2, N)
     local cost = M.kernel_cost(family, L.kernel, a)
     res[#res + 1] = { kernel = L.kernel, family = family, cost = cost, args = a }
     if not cost then ctx.undeclared[family .. "." .. L.kernel] = true end
+    end
   end
   return res
 end
@@ -242,10 +249,18 @@ function M.step_launches(plan, manifest, opts)
   run("forward", plan.forward or {}, fus_f)
   run("backward", plan.backward or {}, fus_b)
   -- the optimizer (and the gradient norm when clipping) over every parameter
-  local nparam = 0
-  for _, b in ipairs(plan.buffers or {}) do if b.kind == "param" then nparam = nparam + b.numel end end
-  local oo = { op = "optimizer", attrs = { n = nparam }, outs = { "params" } }
-  if (plan.train.max_norm or 0) > 0 and manifest.ops and manifest.ops.grad_norm then
+  -- the optimizer runs over the parameter arena (param_bytes: views such as a fused QKV's q, k, v
+  -- share it); its segment table ends at every distinct parameter tensor end (exec_dev_bind.c)
+  local nparam, ends, ntensors = (plan.param_bytes or 0) // 4, {}, 0
+  for _, b in ipairs(plan.buffers or {}) do
+    if b.kind == "param" then
+      local e = b.offset + b.bytes
+      if not ends[e] then ends[e], ntensors = true, ntensors + 1 end
+    end
+  end
+  local oo = { op = "optimizer", attrs = { n = nparam, nseg = ntensors }, outs = { "params" } }
+  -- the gradient norm runs every step (the progress line prints it), clipping or not
+  if manifest.ops and manifest.ops.grad_norm then
     add("optimizer", { op = "grad_norm", attrs = { n = nparam }, outs = { "gnorm" } },
       template_launches(ctx, manifest.ops.grad_norm, { op = "grad_norm", attrs = { n = nparam } }, nil, N))
   end
@@ -450,6 +465,7 @@ usage: gen perf DIR --hw NAME[,NAME] [--policy plan|bf16] [--graphs] [--gpus P] 
   --set KEY=V    override a hardware number: hbm_tbps, peak_tflops.{fp32,bf16,fp8},
                  perf.{sfu_tops,launch_us,graph_node_us} (e.g. this machine's measured peak)
   --top K        rows of the top-ops table (default 10)
+  --launches     with --json: every launch of the step with its declared cost
 ]]
 
 function M.load_dir(dir)
@@ -540,7 +556,7 @@ end
 
 function M.main(args, parse)
   local o = parse(args, { ["--hw"] = "list", ["--policy"] = "value", ["--graphs"] = "flag", ["--gpus"] = "value",
-    ["--top"] = "value", ["--tree"] = "value", ["--json"] = "flag", ["--set"] = "multi", ["--help"] = "flag", ["-h"] = "flag" })
+    ["--top"] = "value", ["--tree"] = "value", ["--json"] = "flag", ["--launches"] = "flag", ["--set"] = "multi", ["--help"] = "flag", ["-h"] = "flag" })
   if o["--help"] or o["-h"] then io.write(USAGE); return 0 end
   if #o._pos ~= 1 then U.fail("<command line>", "gen perf needs one trainer directory", "e.g. gen perf out/gpt2 --hw h100-sxm") end
   if not o["--hw"] or #o["--hw"] == 0 then U.fail("<command line>", "gen perf needs --hw NAME[,NAME]", "e.g. --hw h100-sxm,a100-80gb") end
@@ -567,7 +583,15 @@ function M.main(args, parse)
   local reps = {}
   for _, name in ipairs(o["--hw"]) do
     local h = M.load_hw(tree, name, sets)
-    reps[#reps + 1] = M.predict(plan, manifest, h, { policy = policy, graphs = o["--graphs"], gpus = gpus })
+    local rep = M.predict(plan, manifest, h, { policy = policy, graphs = o["--graphs"], gpus = gpus, keep_launches = o["--launches"] })
+    if rep.launch_list then -- JSON-friendly: the launch, its op and its declared cost
+      local ll = U.array()
+      for _, l in ipairs(rep.launch_list) do
+        ll[#ll + 1] = { kernel = l.kernel, family = l.family, op = l.op, phase = l.phase, cost = l.cost or hyp.null, time = l.time }
+      end
+      rep.launch_list = ll
+    end
+    reps[#reps + 1] = rep
   end
   if o["--json"] then
     io.write(assert(hyp.json_encode({ model = plan.model.name, B = plan.train.B, T = plan.train.T, predictions = reps }, true)), "\n")

@@ -52,6 +52,10 @@ namespace hyp_sim {
 
 inline const hyp_sim_host_api *host;      /* set by hyp_sim_module_bind */
 inline thread_local hyp_sim_thread *cur;  /* the running fiber's context on this OS thread */
+#ifdef HYP_SIM_COUNT
+/* A counting build (runtime/sim/sim.h HYP_SIM_COUNT_FLAGS): hyp_sim_count_hook, set at load. */
+inline void (*count_fn)(uintptr_t addr, size_t n, int kind);
+#endif
 
 /* Fails the launch with "what — how to fix" (printf-style); never returns. */
 [[noreturn]] inline void fail(const char *file, unsigned line, const char *fmt, ...)
@@ -303,6 +307,9 @@ inline void mma_m16n8k16_bf16_combine(hyp_sim_warp_op *const *ops, unsigned live
 
 inline void mma_m16n8k16_bf16(float d[4], const unsigned a[4], const unsigned b[2],
                               const float c[4], const char *file, unsigned line) {
+#ifdef HYP_SIM_COUNT
+    if (count_fn) count_fn(0, 1, 2 /* HYP_SIM_COUNT_MMA: one per lane */);
+#endif
     mma_op op;
     op.base = {"mma.sync.m16n8k16.bf16", file, line, 0xFFFFFFFFu, mma_m16n8k16_bf16_combine};
     for (int i = 0; i < 4; i++) {
@@ -773,6 +780,29 @@ __attribute__((weak)) void hyp_sim_module_run_thread(void (*stub)(void **), void
     for (unsigned i = 0; i < t->cp_n; i++) ::hyp_sim::cp_do(t->cp[i]); /* copies still in flight */
     t->cp_n = 0;
 }
+#ifdef HYP_SIM_COUNT
+/* -fsanitize=kernel-address with call instrumentation makes every load and store of the module a
+ * call below (no shadow memory, no runtime library): each reports its address and size. */
+#define HYP_SIM_COUNT_FN(kind, n)                                                                   \
+    __attribute__((visibility("hidden"), no_sanitize_address)) void __asan_##kind##n##_noabort(   \
+        uintptr_t a) {                                                                             \
+        if (::hyp_sim::count_fn) ::hyp_sim::count_fn(a, n, #kind[0] == 's');                       \
+    }
+HYP_SIM_COUNT_FN(load, 1) HYP_SIM_COUNT_FN(load, 2) HYP_SIM_COUNT_FN(load, 4) HYP_SIM_COUNT_FN(load, 8)
+HYP_SIM_COUNT_FN(load, 16) HYP_SIM_COUNT_FN(store, 1) HYP_SIM_COUNT_FN(store, 2) HYP_SIM_COUNT_FN(store, 4)
+HYP_SIM_COUNT_FN(store, 8) HYP_SIM_COUNT_FN(store, 16)
+#undef HYP_SIM_COUNT_FN
+__attribute__((visibility("hidden"), no_sanitize_address)) void __asan_loadN_noabort(uintptr_t a, size_t n) {
+    if (::hyp_sim::count_fn) ::hyp_sim::count_fn(a, n, 0);
+}
+__attribute__((visibility("hidden"), no_sanitize_address)) void __asan_storeN_noabort(uintptr_t a, size_t n) {
+    if (::hyp_sim::count_fn) ::hyp_sim::count_fn(a, n, 1);
+}
+__attribute__((visibility("hidden"))) void __asan_handle_no_return(void) {}
+__attribute__((visibility("default"))) void hyp_sim_count_bind(void (*fn)(uintptr_t, size_t, int)) {
+    ::hyp_sim::count_fn = fn;
+}
+#endif
 } /* extern "C" */
 
 #endif

@@ -8,7 +8,12 @@
  * something needs it (device.h, "How sim makes ordering bugs show"). Every command gets a global
  * sequence number; a stream runs its queue in order; an event remembers the stream and sequence
  * number of its latest record; a stream waiting on an event runs the recording stream up to that
- * number first. A wait always names an earlier number than itself, so this recursion ends. */
+ * number first. A wait always names an earlier number than itself, so this recursion ends.
+ *
+ * With HYP_SIM_COUNT_FILE=PATH the modules are compiled for counting (sim.h HYP_SIM_COUNT_FLAGS)
+ * and every launch appends "kernel<TAB>bytes loaded<TAB>bytes stored<TAB>mma instructions" to
+ * PATH: what it executed inside this device's allocations. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -100,6 +105,7 @@ typedef struct {
     int sticky; /* first error of work that ran (HYP_EFAIL), returned from then on */
     char sticky_msg[1024];
     hyp_coll *coll;
+    FILE *count_out; /* HYP_SIM_COUNT_FILE: per-launch execution counts, or NULL */
 } sim_dev;
 
 #define SD(d) ((sim_dev *)(d))
@@ -159,8 +165,14 @@ static int run_cmd(sim_dev *d, cmd *c, hyp_err *e) {
     case C_COPY: memmove(c->u.copy.dst, c->u.copy.src, c->u.copy.bytes); return HYP_OK;
     case C_MEMSET: memset(c->u.set.dst, c->u.set.byte, c->u.set.bytes); return HYP_OK;
     case C_LAUNCH: {
+        hyp_sim_counts cnt;
+        if (d->count_out) hyp_sim_count_take(&cnt); /* drop what ran outside a launch */
         int rc = hyp_sim_launch(c->u.launch.m->m, c->u.launch.name, c->u.launch.grid, c->u.launch.block,
                                 c->u.launch.shmem, hyp_kargs_params(&c->u.launch.args), NULL, e);
+        if (d->count_out) {
+            hyp_sim_count_take(&cnt);
+            fprintf(d->count_out, "%s\t%llu\t%llu\t%llu\n", c->u.launch.name, cnt.loaded, cnt.stored, cnt.mma);
+        }
         if (rc) {
             char msg[sizeof e->msg];
             snprintf(msg, sizeof msg, "%s", e->msg);
@@ -279,6 +291,7 @@ static int sim_mem_alloc(hyp_device *dv, void **out, size_t bytes, hyp_err *e) {
     memmove(d->allocs + i + 1, d->allocs + i, (d->nallocs - i) * sizeof *d->allocs);
     d->allocs[i] = (sim_alloc){p, bytes};
     d->nallocs++;
+    hyp_sim_count_region(p, bytes, 1);
     d->allocated += bytes;
     *out = p;
     return HYP_OK;
@@ -292,6 +305,7 @@ static int sim_mem_free(hyp_device *dv, void *p, hyp_err *e) {
     if (i < 0 || d->allocs[i].p != p)
         return hyp_fail(e, HYP_EINPUT, "sim: mem_free(%p): not a pointer returned by mem_alloc", p);
     d->allocated -= d->allocs[i].n;
+    hyp_sim_count_region(d->allocs[i].p, d->allocs[i].n, 0);
     free(d->allocs[i].p);
     memmove(d->allocs + i, d->allocs + i + 1, (d->nallocs - (size_t)i - 1) * sizeof *d->allocs);
     d->nallocs--;
@@ -381,7 +395,7 @@ static int sim_module_load(hyp_device *dv, const char *path, hyp_module **out, h
     size_t len = strlen(path);
     sim_module *m = calloc(1, sizeof *m);
     if (!m) return hyp_fail(e, HYP_EFAIL, "sim: out of memory");
-    int rc = len > 3 && !strcmp(path + len - 3, ".so") ? hyp_sim_load(path, &m->m, e) : hyp_sim_open(path, NULL, &m->m, e);
+    int rc = len > 3 && !strcmp(path + len - 3, ".so") ? hyp_sim_load(path, &m->m, e) : hyp_sim_open(path, d->count_out ? HYP_SIM_COUNT_FLAGS : NULL, &m->m, e);
     if (!rc && list_add((void ***)&d->modules, &d->nmodules, m)) {
         hyp_sim_unload(m->m);
         rc = hyp_fail(e, HYP_EFAIL, "sim: out of memory");
@@ -622,8 +636,9 @@ static void sim_close(hyp_device *dv) {
     for (int i = 0; i < d->nmodules; i++) hyp_sim_unload(d->modules[i]->m), free(d->modules[i]);
     for (int i = 0; i < d->nstreams; i++) free(d->streams[i]);
     for (int i = 0; i < d->nevents; i++) free(d->events[i]);
-    for (size_t i = 0; i < d->nallocs; i++) free(d->allocs[i].p);
+    for (size_t i = 0; i < d->nallocs; i++) hyp_sim_count_region(d->allocs[i].p, d->allocs[i].n, 0), free(d->allocs[i].p);
     free(d->modules), free(d->streams), free(d->events), free(d->allocs);
+    if (d->count_out) fclose(d->count_out);
     free(d);
 }
 
@@ -674,6 +689,11 @@ int hyp_dev_sim_open(hyp_device **out, hyp_err *e) {
     if (ord && *ord && strcmp(ord, "reverse") && strcmp(ord, "forward") && strcmp(ord, "eager")) {
         free(d);
         return hyp_fail(e, HYP_EINPUT, "HYP_SIM_STREAM_ORDER=%s — use reverse (default), forward or eager", ord);
+    }
+    const char *cf = getenv("HYP_SIM_COUNT_FILE");
+    if (cf && *cf && !(d->count_out = fopen(cf, "a"))) {
+        free(d);
+        return hyp_fail(e, HYP_EINPUT, "HYP_SIM_COUNT_FILE=%s: cannot open for appending — give a writable path", cf);
     }
     d->order = !ord || !*ord || !strcmp(ord, "reverse") ? ORDER_REVERSE : !strcmp(ord, "forward") ? ORDER_FORWARD : ORDER_EAGER;
     hyp_device *p = &d->pub;

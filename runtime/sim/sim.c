@@ -1101,6 +1101,9 @@ int hyp_sim_load(const char *so_path, hyp_sim_module **out, hyp_err *e) {
                         so_path, v, HYP_SIM_ABI_VERSION);
     }
     bind(&g_api);
+    void (*count_bind)(void (*)(uintptr_t, size_t, int));
+    *(void **)&count_bind = dlsym(h, "hyp_sim_count_bind"); /* a counting build (HYP_SIM_COUNT_FLAGS) */
+    if (count_bind) count_bind(hyp_sim_count_hook);
     hyp_sim_module *mm = malloc(sizeof *mm);
     if (!mm) {
         dlclose(h);

@@ -97,4 +97,21 @@ int hyp_sim_launch(hyp_sim_module *m, const char *kernel, hyp_dim3 grid, hyp_dim
 /* Frees the idle fiber-stack pool (it regrows on the next launch). */
 void hyp_sim_trim(void);
 
+/* Execution counts (runtime/sim/sim_count.c). A module compiled with HYP_SIM_COUNT_FLAGS (the
+ * sim device adds them under HYP_SIM_COUNT_FILE) reports every global load and store and every
+ * mma; only addresses inside regions registered here count (the device layer registers its
+ * allocations). -O0: from -O1 on, g++ drops the store check of a read-modify-write (`x += y`) as
+ * redundant after the load's, and the stores would go uncounted. */
+#define HYP_SIM_COUNT_FLAGS                                                                          \
+    "-O0 -DHYP_SIM_COUNT -fsanitize=kernel-address --param asan-instrumentation-with-call-threshold=0 " \
+    "--param asan-stack=0 --param asan-globals=0"
+enum { HYP_SIM_COUNT_LOAD = 0, HYP_SIM_COUNT_STORE = 1, HYP_SIM_COUNT_MMA = 2 };
+typedef struct hyp_sim_counts {
+    unsigned long long loaded, stored; /* bytes inside registered regions */
+    unsigned long long mma;            /* warp-level mma.m16n8k16 instructions */
+} hyp_sim_counts;
+void hyp_sim_count_region(const void *p, size_t n, int add); /* add = 0: unregister p's region */
+void hyp_sim_count_hook(uintptr_t addr, size_t n, int kind); /* what counting modules call */
+void hyp_sim_count_take(hyp_sim_counts *c);                   /* the counts since the last take; resets */
+
 #endif
