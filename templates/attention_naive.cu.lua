@@ -58,6 +58,77 @@ ops = {
                     { "attention_bwd_dkv", "scratch.dk", "scratch.dv", "out2", "in3", "scratch.q", "in1", "T" },
                     { "qkv_permute_bwd", "out1", "scratch.dq", "scratch.dk", "scratch.dv", "N", "T", "0" } },
 }
+-- cost of one launch (generator/lua/perf.lua; fields as in templates/gelu.cu.lua), enumerating the
+-- kernels' tiles: fp32 FMA products (2 FLOPs each) of the blocks that are not above the diagonal,
+-- the tile loads they stage (only in-range, causal elements of the [B, NH, T, T] scores), and the
+-- score rows the softmax kernels read (three passes forward, two backward) and write (all T).
+-- DRAM: the [T, T] scores once per pass and q, k, v once per (b, head); the rest is `reread`.
+cost = (function()
+  local function rows(T, r0, n) return math.max(0, math.min(n, T - r0)) end
+  local function tri(T, t0, j0, nr) -- staged (t, j): t0 <= t < t0+nr, j0 <= j < j0+32, t < T, j <= t
+    local c = 0
+    for t = t0, math.min(T, t0 + nr) - 1 do c = c + math.max(0, math.min(t, j0 + 31, T - 1) - j0 + 1) end
+    return c
+  end
+  local function scores(a) -- scores and datt: TQ x 32 tiles, two staged operands
+    local TQ = a.TQ or 32
+    local ld, st, fl = 0, 0, 0
+    for t0 = 0, a.T - 1, TQ do
+      for j0 = 0, a.T - 1, 32 do
+        if j0 <= t0 + TQ - 1 then
+          ld = ld + (rows(a.T, t0, TQ) + rows(a.T, j0, 32)) * a.HD * 4
+          st = st + tri(a.T, t0, j0, TQ) * 4
+          fl = fl + 2 * TQ * 32 * a.HD
+        end
+      end
+    end
+    local BH = a.B * a.NH
+    local uniq = a.B * a.T * (a.NH + a.NKV) * a.HD * 4
+    return { fp32 = BH * fl, rd = uniq, wr = BH * st, reread = BH * ld - uniq }
+  end
+  local function pv(a, kv_heads) -- value and dq: P (causal part) x X, 32-row tiles
+    local ld, fl = 0, 0
+    for t0 = 0, a.T - 1, 32 do
+      for j0 = 0, math.min(a.T, t0 + 32) - 1, 32 do
+        ld = ld + tri(a.T, t0, j0, 32) * 4 + rows(a.T, j0, 32) * a.HD * 4
+        fl = fl + 2 * 32 * 32 * a.HD
+      end
+    end
+    local BH = a.B * a.NH
+    local p = BH * a.T * (a.T + 1) // 2 * 4
+    local x = a.B * a.T * kv_heads * a.HD * 4
+    return { fp32 = BH * fl, rd = p + x, wr = BH * a.T * a.HD * a.E, reread = BH * ld - p - x }
+  end
+  local function softmax(a, loads_per_visible)
+    local vis = a.T * (a.T + 1) // 2 -- visible (t, j <= t) entries per (b, head)
+    local BH = a.B * a.NH
+    return { fp32 = BH * vis * 4, sfu = BH * vis * (loads_per_visible == 3 and 2 or 0),
+             rd = BH * vis * 4 * (loads_per_visible == 3 and 1 or 2), wr = BH * a.T * a.T * 4,
+             reread = BH * vis * 4 * (loads_per_visible == 3 and 2 or 2) }
+  end
+  return {
+    attention_scores = scores, attention_bwd_datt = scores,
+    attention_softmax_fwd = function(a) return softmax(a, 3) end,
+    attention_softmax_bwd = function(a) return softmax(a, 4) end,
+    attention_value = function(a) return pv(a, a.NKV) end,
+    attention_bwd_dq = function(a) return pv(a, a.NKV) end,
+    attention_bwd_dkv = function(a) -- z = 0: dk from dS^T q, z = 1: dv from P^T dout; G heads each
+      local ld, fl = 0, 0
+      for j0 = 0, a.T - 1, 32 do
+        for t0 = j0, a.T - 1, 32 do
+          ld = ld + tri(a.T, t0, j0, 32) * 4 + rows(a.T, t0, 32) * a.HD * 4
+          fl = fl + 2 * 32 * 32 * a.HD
+        end
+      end
+      local G = a.NH // a.NKV
+      local BH = a.B * a.NH
+      local p = 2 * BH * a.T * (a.T + 1) // 2 * 4
+      local x = 2 * BH * a.T * a.HD * 4
+      return { fp32 = 2 * a.B * a.NKV * G * fl, rd = p + x, wr = 2 * a.B * a.NKV * a.T * a.HD * a.E,
+               reread = 2 * a.B * a.NKV * G * ld - p - x }
+    end,
+  }
+end)()
 ]]
 {{ partial("common") }}
 

@@ -82,12 +82,17 @@ cost = {
   cast_bf16_f32 = function(a) return { fp32 = a.n, rd = 2 * a.n, wr = 4 * a.n } end,
   cast_f32_f16 = function(a) return { fp32 = 6 * a.n, rd = 4 * a.n, wr = 2 * a.n } end,
   cast_f16_f32 = function(a) return { fp32 = a.n, rd = 2 * a.n, wr = 4 * a.n } end,
-  cast_f32_e4m3 = function(a) return { fp32 = 8 * a.n, rd = 4 * a.n, wr = a.n } end,
-  cast_f32_e5m2 = function(a) return { fp32 = 8 * a.n, rd = 4 * a.n, wr = a.n } end,
+  -- the fp8 byte casts: every thread (4 elements) loads *scale; the transposed copy, one element per
+  -- thread, loads it per element
+  cast_f32_e4m3 = function(a) return { fp32 = 8 * a.n, rd = 4 * a.n + 4, wr = a.n, reread = a.n - 4 } end,
+  cast_f32_e5m2 = function(a) return { fp32 = 8 * a.n, rd = 4 * a.n + 4, wr = a.n, reread = a.n - 4 } end,
+  cast_f32_e4m3_t = function(a) local n = a.rows * a.cols return { fp32 = 2 * n, rd = 4 * n + 4, wr = n, reread = 4 * n - 4 } end,
+  cast_f32_e5m2_t = function(a) local n = a.rows * a.cols return { fp32 = 2 * n, rd = 4 * n + 4, wr = n, reread = 4 * n - 4 } end,
   cast_e4m3_f32 = function(a) return { fp32 = 2 * a.n, rd = a.n, wr = 4 * a.n } end,
   cast_e5m2_f32 = function(a) return { fp32 = 2 * a.n, rd = a.n, wr = 4 * a.n } end,
-  fp8_fake_quantize_e4m3 = function(a) return { fp32 = 10 * a.n, rd = 4 * a.n, wr = 4 * a.n } end,
-  fp8_fake_quantize_e5m2 = function(a) return { fp32 = 10 * a.n, rd = 4 * a.n, wr = 4 * a.n } end,
+  -- fake quantization: every thread (4 elements) loads *scale and *scale_inv
+  fp8_fake_quantize_e4m3 = function(a) return { fp32 = 10 * a.n, rd = 4 * a.n + 8, wr = 4 * a.n, reread = 2 * a.n - 8 } end,
+  fp8_fake_quantize_e5m2 = function(a) return { fp32 = 10 * a.n, rd = 4 * a.n + 8, wr = 4 * a.n, reread = 2 * a.n - 8 } end,
   fp8_scale_current = function(a) return { fp32 = 4, sfu = 1, rd = 4, wr = 12 } end,
 }
 ]]

@@ -41,11 +41,18 @@ ops = {
 -- cost of one launch (generator/lua/perf.lua; fields as in templates/gelu.cu.lua): every [N, R] row
 -- (R = (NH + 2 NKV) HD) once; the rotation's sin/cos are special functions per q/k pair
 cost = {
+  qkv_permute_fwd = function(a) local n = a.N * (a.NH + 2 * a.NKV) * a.HD
+    return { rd = a.E * n, wr = a.E * n } end,
+  qkv_permute_bwd = function(a) local n = a.N * (a.NH + 2 * a.NKV) * a.HD
+    return { fp32 = n, rd = 2 * a.E * n, wr = a.E * n } end,
   rope_fwd = function(a) local R = (a.NH + 2 * a.NKV) * a.HD; local qk = a.N * (a.NH + a.NKV) * a.HD
     return { fp32 = 3 * qk, sfu = qk, rd = a.E * a.N * R, wr = a.E * a.N * R } end,
   rope_bwd = function(a) local R = (a.NH + 2 * a.NKV) * a.HD; local qk = a.N * (a.NH + a.NKV) * a.HD
     return { fp32 = 4 * qk, sfu = qk, rd = 2 * a.E * a.N * R, wr = a.E * a.N * R } end,
 }
+-- the head-major permutes of the naive attention (rope argument 0: no rotation): each element of
+-- the [N, R] rows moved once (the backward accumulates: dqkv read and written)
+
 ]]
 // Rotation of the pair (x[i], x[i + HALF]) by angle(t, i) = t * THETA^(-2i/HD):
 //   y[i] = x[i] cos - x[i+HALF] sin,   y[i+HALF] = x[i+HALF] cos + x[i] sin

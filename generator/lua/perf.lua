@@ -237,6 +237,19 @@ function M.step_launches(plan, manifest, opts)
         local b = ctx.bufs[o.outs[1]]
         local eb = (b and b.kind == "act" and ctx.policy == "bf16") and 2 or 4
         add(phase, o, { { kernel = "memset", family = "runtime", cost = norm_cost({ wr = n * eb }) } })
+      elseif o.op == "fp8_quantize" and plan.fp8 then
+        -- the manifest key the executor picks (exec_dev_bind.c op_key): E5M2 for gradient slots of
+        -- the hybrid recipe, the current-scaling variant, and with FP8 GEMMs the byte casts too
+        local f8 = plan.fp8
+        local e5 = f8.recipe ~= "e4m3" and (f8.slots or {})[(o.attrs.slot or 0) + 1] == "gradient"
+        local tag = e5 and "gradient, hybrid" or nil
+        local base = f8.scaling == "current" and ("fp8_quantize(current" .. (tag and ", " .. tag or "") .. ")")
+          or (tag and "fp8_quantize(" .. tag .. ")" or "fp8_quantize")
+        for _, key in ipairs({ base, f8.gemm == "fp8" and ("fp8_quantize(fp8 gemm" .. (tag and ", " .. tag or "") .. ")") or nil }) do
+          local binding = manifest.ops and manifest.ops[key]
+          if binding then add(phase, o, template_launches(ctx, binding, o, nil, N))
+          else ctx.undeclared["op." .. key] = true end
+        end
       elseif o.op == "round_bf16" and ctx.policy == "bf16" and ctx.bufs[o.ins[1]] and ctx.bufs[o.ins[1]].kind == "act" then
         -- bf16 arenas: the producer already wrote bf16; nothing to launch
       else

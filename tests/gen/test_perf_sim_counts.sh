@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# The performance model's declared costs against what the simulator executes. Tiny trainers (gpt2
-# with flash attention under bf16; tiny-llama with RMSNorm, QK norm, RoPE, SwiGLU, flash and the
-# residual+norm fusion) run one step on the sim device with HYP_SIM_COUNT_FILE: their kernels are
+# The performance model's declared costs against what the simulator executes. Two tiny trainers
+# (tiny-llama under bf16 with RMSNorm, QK norm, RoPE, SwiGLU, flash attention and the residual+norm
+# fusion; tiny gpt2 with LayerNorm, GELU, learned positions, naive attention and FP8 GEMMs with the
+# hybrid recipe's casts) run one step on the sim device with HYP_SIM_COUNT_FILE: their kernels are
 # compiled for counting (runtime/sim/sim.h HYP_SIM_COUNT_FLAGS: every global load/store inside a
 # device allocation and every tensor-core mma reported) and each launch's counts are logged. Per
 # kernel, summed over the step: the launch count must equal the plan's (gen perf --launches), and
 # bytes loaded (declared rd + reread), bytes stored (wr) and mma instructions (tc FLOPs / 4096)
 # must agree within 10% — the issue's bound; the declarations are exact except AdamW's segment
-# search, declared as log2(nseg) loads on average. A failing line names template.kernel. ~2 min.
+# search, declared as log2(nseg) loads on average. A failing line names template.kernel. Together
+# they run every kernel tiny's trainers use but the round_bf16-free paths. ~2 min (g++ -O0 compiles).
 source "$(dirname "$0")/lib.sh"
 S="$ROOT/specs/v2500.yaml"
 cat "$ROOT"/specs/*/*.yaml > "$TMP/corpus.txt"
@@ -37,15 +39,15 @@ for k in sorted(set(ex) | set(de)):
           f"stored {x[2]}/{d[2]:.0f} B, mma {x[3]}/{d[3]:.0f} (executed/declared)")
 sys.exit(1 if bad else 0)
 PY
-run_counts() { # NAME GEN-ARGS...
-  local name=$1; shift
-  expect "gen_$name" 0 "wrote" -- "$GEN" "$S" "$@" --target sim --batch 2 --seq 64 -o "$TMP/$name"
+run_counts() { # NAME B T GEN-ARGS...
+  local name=$1 b=$2 t=$3; shift 3
+  expect "gen_$name" 0 "wrote" -- "$GEN" "$S" "$@" --target sim --batch "$b" --seq "$t" -o "$TMP/$name"
   expect "train_$name" 0 "done: 1 steps" -- env HYP_SIM_CACHE="$TMP/cache" HYP_SIM_COUNT_FILE="$TMP/$name.tsv" \
     OMP_NUM_THREADS=2 "$TMP/$name/train" --data "$TMP/data" --steps 1 --eval-every 0 --sample 0
   "$GEN" perf "$TMP/$name" --hw h100-sxm --json --launches > "$TMP/$name.json"
   check "test_perf_sim_counts_$name" python3 "$TMP/cmp.py" "$TMP/$name.tsv" "$TMP/$name.json"
   python3 "$TMP/cmp.py" "$TMP/$name.tsv" "$TMP/$name.json" | sed 's/^/    /'
 }
-run_counts gpt2 --enable bf16,flash --model tiny
-run_counts llama --enable bf16,flash,fusion --model tiny-llama
+run_counts llama 2 64 --enable bf16,flash,fusion --model tiny-llama
+run_counts naive_fp8 1 32 --enable bf16,fp8 --model tiny
 finish
