@@ -78,7 +78,7 @@ cost = (function()
     for q0 = 0, a.T - 1, BQ do
       local kend = math.min(a.T, q0 + BQ)
       for k0 = 0, kend - 1, BK do
-        staged = staged + 2 * rows(a.T, k0, BK) * a.HD * 4
+        staged = staged + 2 * rows(a.T, k0, BK) * a.HD * a.E
         for w = 0, 3 do if k0 <= q0 + 16 * w + 15 then mma = mma + per_warp_products end end
       end
     end
@@ -88,21 +88,21 @@ cost = (function()
     local BQ, BK = 64, 32
     local staged_kv, mma = qk_tiles(a, BQ, BK, (BK // 8) * (a.HD // 16) + (a.HD // 8) * (BK // 16))
     local BH, q = a.B * a.NH, a.B * a.T * a.NH * a.HD
-    local kv = a.B * a.T * 2 * a.NKV * a.HD * 4
+    local kv = a.B * a.T * 2 * a.NKV * a.HD * a.E
     return { tc_bf16 = mult(a) * MMA * BH * mma, fp32 = BH * mma * 64, sfu = BH * mma * 16,
-             rd = 4 * q + kv, wr = a.E * q + 4 * BH * a.T, reread = BH * staged_kv - kv }
+             rd = a.E * q + kv, wr = a.E * q + 4 * BH * a.T, reread = BH * staged_kv - kv }
   end
   local function dq(a)
     local BQ = 64
     local BKQ = ((a.PREC == "bf16x3" and 2 or 1) * a.HD > 128) and 16 or 32
     local staged_kv, mma = qk_tiles(a, BQ, BKQ, 2 * (BKQ // 8) * (a.HD // 16) + (a.HD // 8) * (BKQ // 16))
     local BH, q = a.B * a.NH, a.B * a.T * a.NH * a.HD
-    local kv = a.B * a.T * 2 * a.NKV * a.HD * 4
+    local kv = a.B * a.T * 2 * a.NKV * a.HD * a.E
     local qtiles = (a.T + BQ - 1) // BQ
     local stats = BH * qtiles * 128 * 2 * 8 -- every thread loads lse and D of two rows
     -- q and dout staged, k/v tiles, the row statistics, dq read and written back (+=)
     return { tc_bf16 = mult(a) * MMA * BH * mma, fp32 = BH * mma * 64, sfu = BH * mma * 16,
-             rd = 2 * 4 * q + kv + 8 * BH * a.T + a.E * q, wr = a.E * q,
+             rd = 2 * a.E * q + kv + 8 * BH * a.T + a.E * q, wr = a.E * q,
              reread = BH * staged_kv - kv + stats - 8 * BH * a.T }
   end
   local function dkv(a)
@@ -112,16 +112,16 @@ cost = (function()
     local staged_qo, mma, stats = 0, 0, 0
     for k0 = 0, a.T - 1, BKV do
       for q0 = k0, a.T - 1, BQB do
-        staged_qo = staged_qo + 2 * rows(a.T, q0, BQB) * a.HD * 4
+        staged_qo = staged_qo + 2 * rows(a.T, q0, BQB) * a.HD * a.E
         stats = stats + 8 * rows(a.T, q0, BQB)
         for w = 0, 3 do if not (q0 + BQB - 1 < k0 + 16 * w) then mma = mma + 4 * (BQB // 8) * (a.HD // 16) end end
       end
     end
     local BG, kvh = a.B * a.NKV, a.B * a.T * a.NKV * a.HD
-    local qo = 2 * a.B * a.T * a.NH * a.HD * 4
+    local qo = 2 * a.B * a.T * a.NH * a.HD * a.E
     -- k, v staged once per key tile; q, dout tiles per head of the group; dk, dv read and written (+=)
     return { tc_bf16 = mult(a) * MMA * BG * G * mma, fp32 = BG * G * mma * 64, sfu = BG * G * mma * 16,
-             rd = 2 * 4 * kvh + qo + 8 * a.B * a.NH * a.T + 2 * a.E * kvh, wr = 2 * a.E * kvh,
+             rd = 2 * a.E * kvh + qo + 8 * a.B * a.NH * a.T + 2 * a.E * kvh, wr = 2 * a.E * kvh,
              reread = BG * G * (staged_qo + stats) - qo - 8 * a.B * a.NH * a.T }
   end
   return {

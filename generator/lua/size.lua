@@ -14,6 +14,7 @@ local T = require("tree")
 local Cli = require("size_cli")
 local R = require("size_report")
 local Svg = require("size_svg")
+local Perf = require("perf")
 local Z = {}
 
 local GiB = 1024 ^ 3
@@ -273,6 +274,16 @@ function Z.main(args, parse)
   local o = Cli.read(parse(args, Cli.FLAGS, 0))
   if o["--help"] or o["-h"] then io.write(Cli.HELP); return 0 end
   local tree = o.tree
+  -- --plan DIR: the plan-based rate of generator/lua/perf.lua where a generated trainer exists
+  local plan_dir, plan, manifest = o["--plan"], nil, nil
+  if plan_dir then
+    plan, manifest = Perf.load_dir(plan_dir)
+    if o["--model"] and o["--model"] ~= plan.model.name then
+      U.fail("<command line>", string.format("--model %s but %s/plan.json trains %s", o["--model"], plan_dir, plan.model.name),
+        "drop --model, or give the plan of that model")
+    end
+    o["--model"] = plan.model.name
+  end
   local inputs = {}
   local notes = {}
   local m, msrc, counted = get_model(tree, o, inputs)
@@ -333,6 +344,19 @@ function Z.main(args, parse)
       unreachable = not reachable
     end
     local th = throughput_for(h, S, inputs, p, true)
+    if plan then
+      if not h.perf then
+        U.fail(h.path, "no perf section: --plan needs the performance model's inputs", "add a perf: section (see specs/hardware/h100-sxm.yaml)")
+      end
+      local pr = Perf.predict(plan, manifest, h, { gpus = p })
+      th.seed4_rate = th.rate
+      th.rate = pr.tokens_per_s_per_gpu
+      th.bound = "plan"
+      th.plan = { step_s = pr.step, mfu = pr.mfu, launches = pr.launches, top_op = pr.ops[1] and pr.ops[1].key,
+        dir = plan_dir, B = plan.train.B, T = plan.train.T }
+      notes[#notes + 1] = string.format("%s: tok/s/GPU %s from the performance model of %s (B=%d, T=%d, what that trainer executes; gen perf %s --hw %s); the seed-004 formula gives %s",
+        h.name, R.si(th.rate), plan_dir, plan.train.B, plan.train.T, plan_dir, h.name, R.si(th.seed4_rate))
+    end
     local r = { name = h.name, title = h.title, kind = h.kind, path = h.path, overrides = h.overrides,
       price_per_hr = h.price_per_hr, hbm_tbps = h.hbm_tbps, nic_gbps = h.nic_gbps, memory_gb = h.memory_gb,
       peak_key = S.peak_key, peak_flops = h.peak_tflops[S.peak_key] * 1e12, settings = S, p = p,

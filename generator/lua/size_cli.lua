@@ -64,6 +64,10 @@ time and cost (Chinchilla, v2146/v2147)
   --clusters LIST      compare cluster shapes, e.g. 1xh100-sxm,2xh100-sxm,4xa100-40gb
                        (needs --tokens or --chinchilla)
 
+  --plan DIR           the tokens/s per GPU from the performance model of the trainer generated
+                       into DIR (gen perf: its plan and kernels, the hardware's perf section)
+                       instead of the seed-004 formula; --model defaults to the plan's model
+
 output
   --json               everything as JSON
   --plot FILE          write an SVG: a roofline per hardware with the run's point, or with
@@ -82,7 +86,7 @@ C.FLAGS = {
   ["--batch"] = "value", ["--seq"] = "value", ["--reserve-gb"] = "value", ["--tokens"] = "value",
   ["--chinchilla"] = "flag", ["--gpus"] = "value", ["--flops-budget"] = "value",
   ["--clusters"] = "list", ["--json"] = "flag", ["--plot"] = "value", ["--help"] = "flag",
-  ["-h"] = "flag", ["--memory-planning"] = "value",
+  ["-h"] = "flag", ["--memory-planning"] = "value", ["--plan"] = "value",
 }
 
 -- the hardware keys --set may change, and their least values

@@ -56,6 +56,16 @@ a, b = (json.load(open(f))["predictions"][0] for f in sys.argv[1:])
 assert abs(b["kernel_time"] * 2 - a["kernel_time"]) <= 1e-9 * a["kernel_time"], (a["kernel_time"], b["kernel_time"])
 assert abs(b["tokens_per_s"] / a["tokens_per_s"] - 2) < 1e-9
 PY
+# gen size --plan: the same per-GPU rate as gen perf
+"$GEN" size --plan "$TMP/t" --hw h100-sxm --json > "$TMP/size.json"
+check test_perf_gen_size_uses_plan py "$TMP/size.json" "$TMP/plan.json" <<'PY'
+import json, sys
+s, p = (json.load(open(f)) for f in sys.argv[1:])
+rate = [r for r in s["hardware"] if r["name"] == "h100-sxm"][0]["throughput"]["rate"]
+want = [r for r in p["predictions"] if r["hardware"] == "h100-sxm"][0]["tokens_per_s_per_gpu"]
+assert abs(rate - want) <= 1e-9 * want, (rate, want)   # the same model: equal up to JSON rounding
+PY
+expect size_plan_other_model 2 "trains tiny" -- "$GEN" size --plan "$TMP/t" --model gpt2-124m --hw h100-sxm
 expect perf_text_labels_whatif 0 "WHAT-IF" -- "$GEN" perf "$TMP/t" --hw h100-sxm --policy bf16
 expect perf_text_plan 0 "what the trainer executes" -- "$GEN" perf "$TMP/t" --hw h100-sxm
 # --- bad input: one line, exit 2 -------------------------------------------------------------------
