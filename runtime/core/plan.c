@@ -470,7 +470,7 @@ static int load_optimizer(ld *c, const cJSON *root) {
     enter(c, "optimizer");
     TRY(get_str(c, opt, "kind", o->kind, sizeof o->kind));
     /* hyper and state: read as written; whether they are what the kind takes is the optimizer's
-     * own check (runtime/train/optim.h: hyp_optim_open), the one place that knows each kind */
+     * own check (runtime/optim/optim.h: hyp_optim_open), the one place that knows each kind */
     const cJSON *hy = need(c, opt, "hyper", cJSON_Object, &rc);
     if (!hy) return rc;
     enter(c, "optimizer.hyper");
