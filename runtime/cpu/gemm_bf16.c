@@ -3,7 +3,12 @@
  * One oneDNN matmul primitive per distinct call shape (transposes, sizes, strides, output dtype,
  * accumulate, bias), created on first use and kept for the life of the process: a training step
  * of gpt2-124m uses about 15 shapes, so after the first step no descriptor or primitive is built.
- * Accumulation into C is oneDNN's sum post-op (C = C + A·B, in fp32 before C's rounding). */
+ * Accumulation into C is oneDNN's sum post-op (C = C + A·B, in fp32 before C's rounding).
+ *
+ * On a CPU where oneDNN has no bf16 matmul (it needs AVX-512 or AVX2-VNNI-2; an AVX2- or AVX-only
+ * x86 answers dnnl_unimplemented) the same contract is met by widening A and B to fp32 (exact) and
+ * calling oneDNN's sgemm: every bf16 x bf16 product is exact in fp32, so the two paths differ only
+ * in the fp32 summation order, which is all a bf16 matmul ever promises. */
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("O3")
 #endif
@@ -72,6 +77,9 @@ typedef struct {
 static gentry g_cache[CACHE_MAX];
 static int g_n;
 static dnnl_engine_t g_eng;
+static int g_widen;        /* 1: this CPU has no oneDNN bf16 matmul; widen and use sgemm */
+static float *g_scr;       /* the widened operands (and a bf16 C's fp32 sum) */
+static size_t g_scr_n;
 static dnnl_stream_t g_stream;
 
 static int init_engine(void) {
@@ -114,6 +122,12 @@ static gentry *lookup(const char *where, const gkey *k) {
     }
     dnnl_primitive_desc_t pd = NULL;
     if (st == dnnl_success) st = dnnl_primitive_desc_create(&pd, &desc, attr, g_eng, NULL);
+    if (st == dnnl_unimplemented) { /* no bf16 matmul on this CPU: gemm_bf16 widens instead */
+        if (po) dnnl_post_ops_destroy(po);
+        if (attr) dnnl_primitive_attr_destroy(attr);
+        g_widen = 1;
+        return NULL;
+    }
     gentry *en = &g_cache[g_n];
     memset(en, 0, sizeof *en);
     if (st == dnnl_success) st = dnnl_primitive_create(&en->prim, pd);
@@ -139,6 +153,42 @@ static gentry *lookup(const char *where, const gkey *k) {
     return en;
 }
 
+/* The stored extent of a [rows, cols] operand (transposed: stored [cols, rows]) with row stride ld. */
+static size_t stored_n(int rows, int cols, int ld, int t) {
+    long r = t ? cols : rows, c = t ? rows : cols;
+    return (size_t)((r - 1) * (long)ld + c);
+}
+
+/* gemm_bf16's contract through fp32 sgemm (see the file's header). */
+static void gemm_widened(const char *where, int ta, int tb, int M, int N, int K, const uint16_t *A, int lda,
+                         const uint16_t *B, int ldb, void *C, hyp_dtype ct, int ldc, int accumulate, const float *bias) {
+    size_t na = stored_n(M, K, lda, ta), nb = stored_n(K, N, ldb, tb), nc = ct == HYP_DT_BF16 ? (size_t)M * N : 0;
+    if (na + nb + nc > g_scr_n) {
+        float *p = realloc(g_scr, (na + nb + nc) * sizeof(float));
+        if (!p) {
+            fail(where, dnnl_out_of_memory);
+            return;
+        }
+        g_scr = p, g_scr_n = na + nb + nc;
+    }
+    float *a = g_scr, *b = g_scr + na, *cf = ct == HYP_DT_BF16 ? g_scr + na + nb : (float *)C;
+    int ldcf = ct == HYP_DT_BF16 ? N : ldc;
+    cpu_bf16_to_f32(a, A, (long)na);
+    cpu_bf16_to_f32(b, B, (long)nb);
+    if (ct == HYP_DT_BF16 && accumulate)
+        for (int i = 0; i < M; i++) cpu_bf16_to_f32(cf + (long)i * N, (const uint16_t *)C + (long)i * ldc, N);
+    dnnl_status_t st = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, 1.0f, a, lda, b, ldb, accumulate ? 1.0f : 0.0f, cf, ldcf);
+    if (st != dnnl_success) {
+        fail(where, st);
+        return;
+    }
+    if (bias)
+        for (int i = 0; i < M; i++)
+            for (int j = 0; j < N; j++) cf[(long)i * ldcf + j] += bias[j];
+    if (ct == HYP_DT_BF16)
+        for (int i = 0; i < M; i++) cpu_f32_to_bf16((uint16_t *)C + (long)i * ldc, cf + (long)i * N, N);
+}
+
 void gemm_bf16(const char *where, int ta, int tb, int M, int N, int K, const uint16_t *A, int lda, const uint16_t *B,
                int ldb, void *C, hyp_dtype ct, int ldc, int accumulate, const float *bias) {
     if (M <= 0 || N <= 0) return;
@@ -156,8 +206,11 @@ void gemm_bf16(const char *where, int ta, int tb, int M, int N, int K, const uin
     memset(&k, 0, sizeof k);
     k.ta = ta, k.tb = tb, k.M = M, k.N = N, k.K = K, k.lda = lda, k.ldb = ldb, k.ldc = ldc;
     k.ct = ct == HYP_DT_BF16 ? HYP_DT_BF16 : HYP_DT_F32, k.acc = accumulate != 0, k.bias = bias != NULL;
-    gentry *en = lookup(where, &k);
-    if (!en) return;
+    gentry *en = g_widen ? NULL : lookup(where, &k);
+    if (!en) {
+        if (g_widen) gemm_widened(where, ta, tb, M, N, K, A, lda, B, ldb, C, ct, ldc, accumulate, bias);
+        return;
+    }
     dnnl_status_t st = dnnl_memory_set_data_handle(en->a, (void *)A);
     if (st == dnnl_success) st = dnnl_memory_set_data_handle(en->b, (void *)B);
     if (st == dnnl_success) st = dnnl_memory_set_data_handle(en->c, C);
