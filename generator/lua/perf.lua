@@ -503,6 +503,15 @@ end
 function M.manifest_from_templates(plan)
   local RND = require("render")
   local ops = {}
+  -- the family that declares each kernel (a binding may launch another family's kernel: the
+  -- naive attention's qkv permutes live in rope)
+  local home = {}
+  for _, fam in ipairs(TPL.families()) do
+    local d = family_decl(fam)
+    if d and type(d.kernels) == "table" then
+      for _, k in ipairs(d.kernels) do if type(k) == "table" and k.name and not home[k.name] then home[k.name] = fam end end
+    end
+  end
   local function bind(name, family)
     local d = family_decl(family)
     if not d or not d.ops or not d.ops[name] then return end
@@ -510,7 +519,7 @@ function M.manifest_from_templates(plan)
     for _, L in ipairs(d.ops[name]) do
       local args = {}
       for i = 2, #L do args[#args + 1] = L[i] end
-      b[#b + 1] = { kernel = L[1], file = family .. ".cu", args = args }
+      b[#b + 1] = { kernel = L[1], file = (home[L[1]] or family) .. ".cu", args = args }
     end
     ops[name] = b
   end
