@@ -67,6 +67,17 @@ end
 -- model tables: no I/O, no `hyp`, so tests/lua/test_formulas.lua can run it under plain lua5.4.
 -- ===========================================================================================
 
+-- Bytes one GPU sends (and receives) in a ring collective of n bytes over p GPUs: all-reduce
+-- 2(p-1)/p·n (reduce-scatter then all-gather), reduce-scatter and all-gather (p-1)/p·n each, 0 on
+-- one GPU. Used by F.throughput's network term and the performance model's collectives (perf.lua).
+function F.ring_bytes(kind, p, n)
+  if p <= 1 then return 0 end
+  local f = (p - 1) / p
+  if kind == "all_reduce" then return 2 * f * n end
+  if kind == "reduce_scatter" or kind == "all_gather" then return f * n end
+  error("F.ring_bytes: unknown collective " .. tostring(kind))
+end
+
 -- Throughput model of seed 004 ("Sizing AI Training by Cost per Memory Bandwidth"), per GPU.
 -- t = { N params, L layers, d width, b bytes/element, k FLOPs/token/param (6 = training),
 --       g recompute multiplier, alpha optimizer bytes/param/step, c activation coefficient,
@@ -83,7 +94,7 @@ function F.throughput(t)
   local Ft = t.g * t.k * t.N
   local M = t.alpha * t.N / t.B + t.c * t.L * t.d * t.b
   local X = 0
-  if t.p > 1 then X = 2 * (t.p - 1) / t.p * t.N * t.bg / (t.B / t.p) end
+  if t.p > 1 then X = F.ring_bytes("all_reduce", t.p, t.N * t.bg) / (t.B / t.p) end
   local r_c = t.ec * t.peak_flops / Ft
   local r_m = t.em * t.hbm_Bps / M
   local r_n = math.huge

@@ -342,14 +342,16 @@ function M.collectives(plan, h, gpus, grad_bytes, param_bytes)
   local link = gpus <= 8 and h.perf.link_gbps * 1e9 * h.perf.eff.link or h.nic_gbps * 1e9 / 8 * h.perf.eff.nic
   local via = gpus <= 8 and (h.perf.link_name .. " " .. h.perf.link_gbps .. " GB/s per direction") or
     (h.nic_gbps .. " Gb/s NIC")
-  local f = (gpus - 1) / gpus
   local stage = plan.train.zero_stage or 0
-  local function c(name, bytes) out[#out + 1] = { name = name, bytes = bytes, time = bytes / link, via = via } end
-  if stage == 0 then c("all_reduce(grads)", 2 * f * grad_bytes)
+  local function c(name, kind, n)
+    local bytes = F.ring_bytes(kind, gpus, n)
+    out[#out + 1] = { name = name, bytes = bytes, time = bytes / link, via = via }
+  end
+  if stage == 0 then c("all_reduce(grads)", "all_reduce", grad_bytes)
   else
-    c("reduce_scatter(grads)", f * grad_bytes)
-    c("all_gather(params)", f * param_bytes)
-    if stage == 3 then c("all_gather(params, backward)", f * param_bytes) end
+    c("reduce_scatter(grads)", "reduce_scatter", grad_bytes)
+    c("all_gather(params)", "all_gather", param_bytes)
+    if stage == 3 then c("all_gather(params, backward)", "all_gather", param_bytes) end
   end
   return out
 end

@@ -66,6 +66,19 @@ want = [r for r in p["predictions"] if r["hardware"] == "h100-sxm"][0]["tokens_p
 assert abs(rate - want) <= 1e-9 * want, (rate, want)   # the same model: equal up to JSON rounding
 PY
 expect size_plan_other_model 2 "trains tiny" -- "$GEN" size --plan "$TMP/t" --model gpt2-124m --hw h100-sxm
+# collectives on the links: a ring all-reduce of the gradients over 8 GPUs moves 2*7/8 of their bytes
+# per GPU over NVLink (H100: 450 GB/s per direction x the link efficiency)
+J --hw h100-sxm --gpus 8 > "$TMP/dp8.json"
+check test_perf_ring_allreduce py "$TMP/dp8.json" "$TMP/t/plan.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))["predictions"][0]
+p = json.load(open(sys.argv[2]))
+g = sum(b["bytes"] for b in p["buffers"] if b["kind"] == "grad")
+(c,) = r["comm"]
+assert c["name"] == "all_reduce(grads)" and abs(c["bytes"] - 2 * 7 / 8 * g) <= 1e-9 * g, (c, g)
+assert abs(c["time"] - c["bytes"] / (450e9 * 0.8)) <= 1e-12 + 1e-9 * c["time"], c   # h100-sxm.yaml link_gbps, eff.link
+assert r["tokens_per_s"] == 8 * r["tokens_per_s_per_gpu"]
+PY
 expect perf_text_labels_whatif 0 "WHAT-IF" -- "$GEN" perf "$TMP/t" --hw h100-sxm --policy bf16
 expect perf_text_plan 0 "what the trainer executes" -- "$GEN" perf "$TMP/t" --hw h100-sxm
 # --- bad input: one line, exit 2 -------------------------------------------------------------------
