@@ -3,7 +3,8 @@
 # `train --profile` next to what `gen perf --hw host-cpu` predicts for the same plan with this
 # machine's measured FMA peak (the trainer's banner: runtime/cpu/peak.c) and measured memory
 # bandwidth (a STREAM triad compiled here, same thread count). Prints per op: measured ms/step,
-# predicted ms/step, ratio; and the step. Not a test: it times. Usage:
+# predicted ms/step, ratio; and the modelled ops' sum. Not a test: it times; run it on a quiet
+# machine (other processes inflate the measured times and the triad). Usage:
 #   bench/bench_perf_cpu.sh [BUILD_DIR] [MODEL] [B] [T] [THREADS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -50,7 +51,7 @@ for l in open(log):
 r = json.load(open(pj))["predictions"][0]
 pred = {}
 for e in r["ops"]:
-    op = "optimizer_step" if e["op"] == "optimizer" else e["op"]
+    op = {"optimizer": "optimizer_step", "grad_norm": "grad_reduce_norm"}.get(e["op"], e["op"])
     pred[op] = pred.get(op, 0) + e["time"] * 1e3
 print(f"{sys.argv[5]} B={sys.argv[6]} T={sys.argv[7]} threads={sys.argv[8]}: measured peak {peak:.1f} GFLOP/s fp32, triad {bw*1e3:.1f} GB/s")
 print(f"{'op':24s} {'measured ms':>12s} {'predicted ms':>13s} {'meas/pred':>10s}")
