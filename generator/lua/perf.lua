@@ -361,6 +361,16 @@ function M.predict(plan, manifest, h, opts)
   opts = opts or {}
   local launches, ctx = M.step_launches(plan, manifest, opts)
   local r = M.rates(h)
+  -- a unit the trainer needs and the hardware lacks (FP8 GEMMs on an A100): a bad pairing
+  for _, l in ipairs(launches) do
+    for _, u in ipairs(UNITS) do
+      if l.cost and l.cost[u] > 0 and not (r[u] > 0) then
+        U.fail(h.path or h.name, string.format("%s has %s = 0, but this trainer runs %s work (%s in %s)", h.name,
+          UNIT_PEAK[u] and ("peak_tflops." .. UNIT_PEAK[u]) or "perf.sfu_tops", u, l.kernel, l.op),
+          "predict it on hardware that has the unit (e.g. FP8 tensor cores: sm_89+), or generate the trainer without it")
+      end
+    end
+  end
   local times, total = {}, { bytes = 0 }
   for _, u in ipairs(UNITS) do total[u] = 0 end
   local by_op = {}
@@ -596,8 +606,9 @@ function M.main(args, parse)
   for _, s in ipairs(o["--set"] or {}) do
     local k, v = s:match("^([%w_.]+)=(.+)$")
     local n = tonumber(v)
-    if not k or not ALLOWED[k] or not n or n < 0 then
-      U.fail("<command line>", "--set " .. s .. ": expected KEY=number >= 0 with KEY one of hbm_tbps, peak_tflops.{fp32,bf16,fp8}, perf.{sfu_tops,launch_us,graph_node_us}",
+    local may_be_zero = k == "perf.launch_us" or k == "perf.graph_node_us"
+    if not k or not ALLOWED[k] or not n or n < 0 or (n == 0 and not may_be_zero) then
+      U.fail("<command line>", "--set " .. s .. ": expected KEY=number with KEY one of hbm_tbps, peak_tflops.{fp32,bf16,fp8}, perf.sfu_tops (> 0), perf.{launch_us,graph_node_us} (>= 0)",
         "e.g. --set hbm_tbps=0.019")
     end
     sets[#sets + 1] = { key = k, value = n }

@@ -89,4 +89,7 @@ expect perf_not_a_dir 2 "not a directory" -- "$GEN" perf "$TMP/nothing" --hw h10
 expect perf_no_hw 2 "needs --hw" -- "$GEN" perf "$TMP/t"
 expect perf_bad_policy 2 "--policy must be" -- "$GEN" perf "$TMP/t" --hw h100-sxm --policy fp4
 expect perf_bad_set 2 "expected KEY=number" -- "$GEN" perf "$TMP/t" --hw h100-sxm --set price=3
+expect perf_bad_set_zero_bandwidth 2 "expected KEY=number" -- "$GEN" perf "$TMP/t" --hw h100-sxm --set hbm_tbps=0
+expect gen_tiny_fp8 0 "wrote" -- "$GEN" "$S" --enable bf16,fp8 --model tiny --target sim --batch 1 --seq 32 -o "$TMP/f8"
+expect perf_fp8_on_a100 2 "a100-80gb has peak_tflops.fp8 = 0.*tc_fp8" -- "$GEN" perf "$TMP/f8" --hw a100-80gb
 finish
