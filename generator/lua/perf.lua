@@ -25,7 +25,7 @@ local UNIT_EFF = { tc_bf16 = "tc", tc_fp8 = "tc", tc_tf32 = "tc", fp32 = "fp32",
 
 local function eval(expr, env)
   if type(expr) == "number" then return expr end
-  local src = tostring(expr):gsub("%^", "^")
+  local src = tostring(expr) -- C-like: + - * / % ^ ( ) and cdiv/min/max read the same in Lua
   local fenv = setmetatable({ cdiv = function(a, b) return (a + b - 1) // b end, min = math.min, max = math.max },
     { __index = function(_, k) return env[k] end })
   local chunk = load("return " .. src, "=expr", "t", fenv)
@@ -78,7 +78,6 @@ local function op_dims(o, B, T)
     if v == "B" then v = B elseif v == "T" then v = T elseif v == "N" then v = N end
     if type(v) == "number" then env[k] = v end
   end
-  env.n = env.n or nil
   return env
 end
 

@@ -2,10 +2,13 @@
 # gen perf (generator/lua/perf.lua): invariants of the performance model on a tiny trainer's plan
 # and kernel manifest, and its bad input. Invariants: every op's predicted time is at least its
 # roofline bound at the datasheet peaks; MFU stays under the tensor-core efficiency cap (the
-# model's best case); eager >= graph; every kernel tiny runs has a cost declaration; the GEMM
-# FLOPs of the plan equal formulas.lua's 6 x matmul params per token (the plan-based count and
-# the formula agree, up to the padded vocabulary rows the LM-head GEMM also computes); with every rate doubled and no launch overhead the kernel time halves
-# exactly (the model is a roofline); the bf16 what-if is labelled as one. ~5 s.
+# model's best case); eager >= graph; every kernel tiny runs has a cost declaration; the backward
+# GEMM FLOPs equal formulas.lua's 6 x matmul params per token (up to the padded vocabulary rows the
+# LM-head GEMM also computes); with every rate doubled and no launch overhead the kernel time
+# halves exactly (the model is a roofline); an 8-GPU ring all-reduce moves 2*7/8 of the gradient
+# bytes over NVLink; gen size --plan reports gen perf's rate; gen audit of a GPU trainer ends with
+# the model's section; the bf16 what-if is labelled as one. Bad input (exit 2): unknown hardware,
+# no plan, no --hw, a bad --policy or --set, an FP8 trainer on hardware without FP8 units. ~10 s.
 source "$(dirname "$0")/lib.sh"
 S="$ROOT/specs/v2500.yaml"
 expect gen_tiny 0 "wrote" -- "$GEN" "$S" --enable bf16,flash --model tiny --target sim -o "$TMP/t"
@@ -81,6 +84,9 @@ assert r["tokens_per_s"] == 8 * r["tokens_per_s_per_gpu"]
 PY
 expect perf_text_labels_whatif 0 "WHAT-IF" -- "$GEN" perf "$TMP/t" --hw h100-sxm --policy bf16
 expect perf_text_plan 0 "what the trainer executes" -- "$GEN" perf "$TMP/t" --hw h100-sxm
+# gen audit DIR of a GPU trainer ends with the model's section for its target's hardware
+expect gen_sm90 0 "wrote" -- "$GEN" "$S" --enable bf16,flash --model tiny --target sm_90 --batch 2 --seq 64 -o "$TMP/g90"
+expect audit_has_perf 0 "Performance model.*|## h100-sxm — tiny" -- "$GEN" audit "$TMP/g90"
 # --- bad input: one line, exit 2 -------------------------------------------------------------------
 mkdir -p "$TMP/empty"
 expect perf_unknown_hw 2 "h100-sxn.*did you mean|no hardware|h100-sxn" -- "$GEN" perf "$TMP/t" --hw h100-sxn
