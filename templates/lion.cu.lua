@@ -17,6 +17,13 @@ kernels = {
 ops = {
   optimizer = { { "lion_step", "params", "m", "grads", "seg_end", "seg_wd", "nseg", "n", "lr", "beta1", "beta2", "gscale" } },
 }
+-- cost of one launch (generator/lua/perf.lua; fields as in templates/gelu.cu.lua): p, m, g read, p, m
+-- written; each thread (4 elements) binary-searches the segment table (about log2(nseg) 8-byte
+-- loads, then seg_end, seg_wd, *gscale: L1 hits, `reread`)
+cost = {
+  lion_step = function(a) return { fp32 = 10 * a.n, rd = 12 * a.n, wr = 8 * a.n,
+    reread = ((a.n + 3) // 4) * (8 * math.log(math.max(a.nseg or 1, 1), 2) + 16) } end,
+}
 ]]
 {{ partial("common") }}
 

@@ -20,6 +20,14 @@ kernels = {
 ops = {
   optimizer = { { "sfadamw_step", "params", "z", "v", "grads", "seg_end", "seg_wd", "nseg", "n", "lr", "beta2", "eps", "1/(1-beta2^t)", "c_t", "lr*(beta1*(1-c_t)-1)", "t==1", "gscale" } },
 }
+-- cost of one launch (generator/lua/perf.lua; fields as in templates/gelu.cu.lua): y, z, v, g read,
+-- y, z, v written (z also first written on the first step); one element per thread, each searching
+-- the segment table (about log2(nseg) 8-byte loads, then seg_wd, *gscale)
+cost = {
+  sfadamw_step = function(a) return { fp32 = 20 * a.n, sfu = 2 * a.n, rd = 16 * a.n, wr = (12 + (a.first == 1 and 4 or 0)) * a.n,
+    reread = a.n * (8 * math.log(math.max(a.nseg or 1, 1), 2) + 8) } end,
+  sfadamw_lerp = function(a) return { fp32 = 3 * a.n, rd = 8 * a.n, wr = 4 * a.n } end,
+}
 ]]
 {{ partial("common") }}
 

@@ -20,6 +20,12 @@ kernels = {
 ops = {
   optimizer = { { "sophia_step", "params", "m", "h", "grads", "seg_end", "seg_wd", "nseg", "n", "lr", "beta1", "rho", "gscale" } },
 }
+-- cost of one launch (generator/lua/perf.lua; fields as in templates/gelu.cu.lua): one element per
+-- thread, each searching the segment table (about log2(nseg) 8-byte loads, then seg_wd, *gscale)
+cost = {
+  sophia_step = function(a) return { fp32 = 12 * a.n, rd = 16 * a.n, wr = 8 * a.n, reread = a.n * (8 * math.log(math.max(a.nseg or 1, 1), 2) + 8) } end,
+  sophia_hess = function(a) return { fp32 = 5 * a.n, rd = 8 * a.n, wr = 4 * a.n } end,
+}
 ]]
 {{ partial("common") }}
 
