@@ -7,7 +7,13 @@
  * heuristic, cached with their descriptors per (shape, types, epilogue, pointer alignment,
  * workspace size). NCCL is used only with more than one rank; its unique id goes from rank 0
  * to the others over runtime/coll.h. Everything else (rules, host orchestration) is shared code
- * that runs in tests through "sim". */
+ * that runs in tests through "sim".
+ *
+ * Which libraries: HYP_CUDA_LIBDIR=DIR opens DIR/libcuda.so.1, DIR/libcublasLt.so.13 and
+ * DIR/libnccl.so.2 and nothing else (the build's stand-ins live in BUILD/standins:
+ * docs/cuda-standins.md); HYP_LIBCUDA=PATH names the driver alone (it wins over HYP_CUDA_LIBDIR
+ * for libcuda.so.1). Without them: the loader's search path, then $CUDA_HOME/lib64 (default
+ * /usr/local/cuda) for cuBLASLt and NCCL. */
 #include <dlfcn.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,11 +22,31 @@
 
 #define NO_DRIVER_MSG "no CUDA driver (libcuda.so.1 not found) — train on this machine with a trainer generated for --target cpu or --target sim"
 
+/* The path a library is opened from (switches: this file's header); "" when the switch names no
+ * file, so nothing is opened. */
+static const char *lib_path(const char *name, char *buf, size_t n) {
+    const char *drv = getenv("HYP_LIBCUDA"), *dir = getenv("HYP_CUDA_LIBDIR");
+    if (!strcmp(name, "libcuda.so.1") && drv && *drv) return drv;
+    if (dir && *dir) return snprintf(buf, n, "%s/%s", dir, name) < (int)n ? buf : "";
+    return name;
+}
+
+static void *open_lib(const char *name) { /* the switches; else the loader's path, then the toolkit's */
+    char path[4200];
+    const char *p = lib_path(name, path, sizeof path);
+    void *h = *p ? dlopen(p, RTLD_NOW | RTLD_LOCAL) : NULL;
+    if (!h && p == name && strcmp(name, "libcuda.so.1")) {
+        const char *home = getenv("CUDA_HOME");
+        snprintf(path, sizeof path, "%s/lib64/%s", home && *home ? home : "/usr/local/cuda", name);
+        h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    }
+    return h;
+}
+
 #ifndef HYP_HAVE_CUDA_HEADERS
 int hyp_dev_cuda_open(hyp_device **out, hyp_err *e) {
     *out = NULL;
-    const char *lib = getenv("HYP_LIBCUDA");
-    void *h = dlopen(lib && *lib ? lib : "libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    void *h = open_lib("libcuda.so.1");
     if (!h) return hyp_fail(e, HYP_EINPUT, NO_DRIVER_MSG);
     dlclose(h);
     return hyp_fail(e, HYP_EINPUT, "this build has no CUDA support (the CUDA toolkit headers were not found when it was configured) — rebuild with CUDAToolkit_ROOT set, or use --target cpu or --target sim");
@@ -123,13 +149,6 @@ static int cu_fail(cu_dev *d, CUresult r, const char *what, hyp_err *e) {
         if (r_ != CUDA_SUCCESS) return cu_fail(d, r_, what, e);                                                      \
     } while (0)
 
-static void *open_lib(const char *name) { /* the loader's path, then the toolkit's */
-    void *h = dlopen(name, RTLD_NOW | RTLD_LOCAL);
-    char path[512];
-    const char *home = getenv("CUDA_HOME");
-    if (!h) snprintf(path, sizeof path, "%s/lib64/%s", home && *home ? home : "/usr/local/cuda", name), h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    return h;
-}
 
 /* ---- memory --------------------------------------------------------------------------------- */
 
@@ -541,8 +560,8 @@ static int cu_reduce(hyp_device *dv, void *buf, size_t n, hyp_dtype t, int root,
 /* ---- library check (no GPU needed) ---------------------------------------------------------- */
 
 int hyp_dev_cuda_check_libs(char *report, size_t n) {
-    const char *env = getenv("HYP_LIBCUDA");
-    const char *names[3] = {env && *env ? env : "libcuda.so.1", "libcublasLt.so.13", "libnccl.so.2"};
+    const char *names[3] = {"libcuda.so.1", "libcublasLt.so.13", "libnccl.so.2"};
+    char paths[3][4200];
     union {
         cu_api cu;
         lt_api lt;
@@ -552,11 +571,11 @@ int hyp_dev_cuda_check_libs(char *report, size_t n) {
     size_t used = 0;
     report[0] = 0;
     for (int i = 0; i < 3; i++) {
-        void *h = i == 0 ? dlopen(names[0], RTLD_NOW | RTLD_LOCAL) : open_lib(names[i]);
+        void *h = open_lib(names[i]);
         const char *missing = !h ? NULL : i == 0 ? load_cu(&api.cu, h) : i == 1 ? load_lt(&api.lt, h) : load_nccl(&api.nc, h);
         bad += !h || missing;
         if (used < n)
-            used += (size_t)snprintf(report + used, n - used, "%s: %s%s\n", names[i], !h ? "not found" : missing ? "lacks " : "ok, every symbol the device layer uses",
+            used += (size_t)snprintf(report + used, n - used, "%s: %s%s\n", lib_path(names[i], paths[i], sizeof paths[i]), !h ? "not found" : missing ? "lacks " : "ok, every symbol the device layer uses",
                                      h && missing ? missing : "");
         if (h) dlclose(h);
     }
@@ -591,8 +610,8 @@ static int local_rank(void) {
 }
 
 static int open_dev(cu_dev *d, hyp_err *e) {
-    const char *lib = getenv("HYP_LIBCUDA"), *missing;
-    if (!(d->lib = dlopen(lib && *lib ? lib : "libcuda.so.1", RTLD_NOW | RTLD_LOCAL))) return hyp_fail(e, HYP_EINPUT, NO_DRIVER_MSG);
+    const char *missing;
+    if (!(d->lib = open_lib("libcuda.so.1"))) return hyp_fail(e, HYP_EINPUT, NO_DRIVER_MSG);
     if ((missing = load_cu(&d->cu, d->lib)))
         return hyp_fail(e, HYP_EINPUT, "the CUDA driver lacks %s — update the NVIDIA driver (CUDA 13 needs 580 or newer), or use --target cpu or --target sim", missing);
     CUresult r = d->cu.cuInit(0);
