@@ -472,11 +472,26 @@ static int cu_gemm(hyp_device *dv, const hyp_gemm *g, hyp_stream *s, hyp_err *e)
 
 static const char *nccl_err(cu_dev *d, ncclResult_t r) { return d->nc.ncclGetErrorString(r); }
 
+static int comm_init_nccl(cu_dev *d, hyp_coll *c, hyp_err *e);
 static int cu_comm_init(hyp_device *dv, hyp_coll *c, hyp_err *e) {
     cu_dev *d = CD(dv);
     if (!c) return hyp_fail(e, HYP_EINPUT, "cuda: comm_init needs a communicator (hyp_coll_init)");
-    d->world = hyp_coll_world(c), d->rank = hyp_coll_rank(c);
-    if (d->world == 1) return HYP_OK;
+    int world = hyp_coll_world(c), rank = hyp_coll_rank(c);
+    if (world == 1) {
+        d->world = 1, d->rank = 0;
+        return HYP_OK;
+    }
+    d->world = world, d->rank = rank; /* for the loaders' messages; reset on every failure below */
+    int rc = comm_init_nccl(d, c, e);
+    if (rc) {
+        d->world = 0, d->rank = 0, d->comm = NULL;
+        if (d->nccl_lib) dlclose(d->nccl_lib), d->nccl_lib = NULL;
+    }
+    return rc;
+}
+
+/* NCCL for world > 1 ranks: the library on every rank, rank 0's unique id to all, the communicator. */
+static int comm_init_nccl(cu_dev *d, hyp_coll *c, hyp_err *e) {
     const char *missing = "libnccl.so.2";
     ncclUniqueId id;
     ncclResult_t r = ncclSuccess;
@@ -602,10 +617,16 @@ static void cu_close(hyp_device *dv) {
     free(d);
 }
 
+/* The GPU of this process: HYP_CUDA_DEVICE when set; else its node-local rank, from the
+ * communicator (MPI_Comm_split_type SHARED: any MPI) or, before one exists, the launchers'
+ * local-rank variables; else 0. */
 static int local_rank(void) {
     static const char *vars[] = {"HYP_CUDA_DEVICE", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "LOCAL_RANK"};
-    for (int i = 0; i < 4; i++)
-        if (getenv(vars[i]) && *getenv(vars[i])) return atoi(getenv(vars[i]));
+    const char *v = getenv(vars[0]);
+    if (v && *v) return atoi(v);
+    if (hyp_coll_process_local_rank() >= 0) return hyp_coll_process_local_rank();
+    for (int i = 1; i < 4; i++)
+        if ((v = getenv(vars[i])) && *v) return atoi(v);
     return 0;
 }
 
