@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Trainers generated for --target sm_90 and sm_80 train through runtime/device/dev_cuda.c's real
+# call sequences on the cuda stand-ins (HYP_CUDA_LIBDIR=BUILD/standins: the driver over the
+# simulator, cuBLASLt over the device layer's reference GEMM, NCCL over MPI; docs/cuda-standins.md),
+# and equal the sim trainer of the same plan BIT FOR BIT: the stand-ins run the same rendered
+# kernels in the same simulator and the GEMM in the same code (device_gemm.c), and the step
+# driver's order of operations is the same, so every loss and gradient norm is printed
+# identically. Streams are worker threads with seeded random delays (HYP_STANDIN_SEED), so a
+# missing event wait or synchronize in the device path shows as a different loss here.
+# Kept small: 3 steps of B=2 x T=16 per trainer. HYP_STANDIN_TRAINERS=all adds the optimizers
+# with device kernels and tiny-llama bf16 (label slow-ish: ~2x the time).
+source "$(dirname "$0")/lib.sh"
+export OMP_NUM_THREADS=1 HYP_SIM_CACHE="$BUILD/tests/sim_cache" HYP_CUDA_LIBDIR="$BUILD/standins"
+export HYP_STANDIN_SEED=${HYP_STANDIN_SEED:-21}
+for lib in libcuda.so.1 libcublasLt.so.13; do
+  if [ ! -f "$HYP_CUDA_LIBDIR/$lib" ]; then
+    echo "FAIL $HYP_CUDA_LIBDIR/$lib: stand-in not built (tests/standins; needs the CUDA headers)"
+    exit 1
+  fi
+done
+command -v bible >/dev/null || { echo "FAIL: bible missing — run scripts/install-deps.sh (Debian package bible-kjv)"; exit 1; }
+bible -f 'Gen1:1-Deu34:12' | sed -E 's/^[0-9A-Za-z]+[0-9]+:[0-9]+ //' | head -c 100000 > "$TMP/c.txt"
+"$GEN" data "$TMP/c.txt" -o "$TMP/data" >/dev/null
+STEPS=3
+RUN=(--data "$TMP/data" --steps $STEPS --eval-every 0)
+# every loss and gradient norm of A equals B's as printed (9 significant digits: an fp32 exactly)
+same_run() {
+  [ "$(metric "$1" loss | wc -l)" = "$STEPS" ] && [ "$(metric "$1" loss)" = "$(metric "$2" loss)" ] &&
+    [ "$(metric "$1" grad_norm)" = "$(metric "$2" grad_norm)" ]
+}
+
+# pair NAME MODEL SELECTION TARGETS...: the sim trainer and one per cuda target, STEPS steps each
+pair() {
+  local name=$1 model=$2 sel=$3; shift 3
+  expect "gen_${name}_sim" 0 "rendered for sim" -- "$GEN" specs/v2500.yaml --enable "$sel" --model "$model" --target sim --batch 2 --seq 16 -o "$TMP/$name.sim"
+  expect "${name}_sim_trains" 0 "done: $STEPS steps" -- "$TMP/$name.sim/train" "${RUN[@]}" --metrics "$TMP/$name.sim.jsonl"
+  for t in "$@"; do
+    local sm=${t#sm_}
+    expect "gen_${name}_$t" 0 "for $t" -- "$GEN" specs/v2500.yaml --enable "$sel" --model "$model" --target "$t" --batch 2 --seq 16 -o "$TMP/$name.$t"
+    expect "${name}_${t}_trains_on_standins" 0 "done: $STEPS steps" -- env HYP_STANDIN_SM="$sm" "$TMP/$name.$t/train" "${RUN[@]}" --metrics "$TMP/$name.$t.jsonl"
+    check "test_standin_${name}_${t}_equals_sim_bit_for_bit" same_run "$TMP/$name.$t.jsonl" "$TMP/$name.sim.jsonl"
+  done
+}
+
+pair tiny_fp32 tiny adamw,clip sm_90 sm_80
+pair tiny_bf16 tiny adamw,clip,bf16 sm_90
+pair llama_fp32 tiny-llama adamw,clip sm_90
+
+# the banner names the stand-in device, so a log never passes one off as a GPU run
+expect banner_names_standin 0 "backend: cuda — NVIDIA H100 80GB HBM3 \(Hyperion stand-in\)" -- "$TMP/tiny_fp32.sm_90/train" "${RUN[@]}" --steps 1
+
+# a checkpoint round trip on the cuda path: 2 steps, stop, resume for the 3rd = the straight run
+expect ckpt_first_2 0 "done: 2 steps" -- "$TMP/tiny_fp32.sm_90/train" "${RUN[@]}" --stop-after 2 --ckpt-dir "$TMP/ck" --metrics "$TMP/ck.jsonl"
+expect ckpt_resume_3rd 0 "resumed from" -- "$TMP/tiny_fp32.sm_90/train" "${RUN[@]}" --ckpt-dir "$TMP/ck" --resume --metrics "$TMP/ck.jsonl"
+check test_standin_sm_90_checkpoint_round_trip_equals_straight same_run "$TMP/ck.jsonl" "$TMP/tiny_fp32.sm_90.jsonl"
+
+if [ "${HYP_STANDIN_TRAINERS:-}" = all ]; then
+  pair llama_bf16 tiny-llama adamw,clip,bf16 sm_90
+  pair lion tiny lion,clip sm_90
+  pair recompute tiny adamw,clip,recompute sm_90
+fi
+finish
