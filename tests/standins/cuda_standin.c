@@ -252,7 +252,7 @@ EXPORT CUresult cuDeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice d) {
     return CUDA_SUCCESS;
 }
 
-static struct CUstream_st *stream_new(unsigned flags);
+static struct CUstream_st *stream_new(unsigned flags, struct CUctx_st *ctx);
 EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d) {
     NEED_INIT();
     if (!c) return CUDA_ERROR_INVALID_VALUE;
@@ -261,7 +261,7 @@ EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d) {
     G.ctx[d].dev = d;
     G.ctx[d].refs++;
     pthread_mutex_unlock(&G.mu);
-    if (!G.legacy && !(G.legacy = stream_new(0))) return CUDA_ERROR_OUT_OF_MEMORY;
+    if (!G.legacy && !(G.legacy = stream_new(0, &G.ctx[d]))) return CUDA_ERROR_OUT_OF_MEMORY;
     *c = &G.ctx[d];
     return CUDA_SUCCESS;
 }
@@ -433,6 +433,7 @@ struct CUstream_st {
     uint64_t enq, done; /* operations enqueued and finished */
     int quit;
     uint64_t rng;
+    struct CUctx_st *ctx; /* current on its worker, so work run there (hypsi_enqueue) sees the context */
 };
 
 struct CUevent_st {
@@ -449,6 +450,7 @@ static uint64_t rng_next(uint64_t *s) { /* xorshift64* */
 
 static void *worker(void *sv) {
     struct CUstream_st *s = sv;
+    tls_ctx = s->ctx;
     pthread_mutex_lock(&G.mu);
     for (;;) {
         while (!s->head && !s->quit) pthread_cond_wait(&G.cv, &G.mu);
@@ -470,9 +472,10 @@ static void *worker(void *sv) {
     return NULL;
 }
 
-static struct CUstream_st *stream_new(unsigned flags) {
+static struct CUstream_st *stream_new(unsigned flags, struct CUctx_st *ctx) {
     struct CUstream_st *s = calloc(1, sizeof *s);
     if (!s) return NULL;
+    s->ctx = ctx;
     pthread_mutex_lock(&G.mu);
     struct CUstream_st **ns = realloc(G.streams, sizeof *ns * (size_t)(G.nstreams + 1));
     if (!ns) {
@@ -563,7 +566,7 @@ static void wait_idle_locked(void) {
 EXPORT CUresult cuStreamCreate(CUstream *out, unsigned flags) {
     NEED_CTX();
     if (!out || flags & ~(unsigned)CU_STREAM_NON_BLOCKING) return CUDA_ERROR_INVALID_VALUE;
-    struct CUstream_st *s = stream_new(flags);
+    struct CUstream_st *s = stream_new(flags, tls_ctx);
     if (!s) return CUDA_ERROR_OUT_OF_MEMORY;
     *out = s;
     return CUDA_SUCCESS;

@@ -137,6 +137,16 @@ static const char *ename(CUresult r) {
 
 static void sleep_op(void *ms) { usleep((useconds_t)(uintptr_t)ms * 1000); }
 
+/* work a cuBLASLt/NCCL stand-in enqueues: it reads device memory through hypsi_host_view on the
+ * stream's worker thread */
+static CUdeviceptr g_probe;
+static float g_probe_seen;
+static void view_op(void *unused) {
+    (void)unused;
+    float *v = p_hypsi_host_view(g_probe, 4, "view_op");
+    g_probe_seen = v ? *v : -1;
+}
+
 /* ---- cases run in a child process --------------------------------------------------------- */
 
 static int child_case(const char *name) {
@@ -271,11 +281,17 @@ static void memory(CUmodule m) {
     EXPECT(p_cuMemFree(a), CUDA_ERROR_INVALID_VALUE, "memory: cuMemFree twice");
     EXPECT(p_cuMemcpyHtoDAsync(a, host, 4, NULL), CUDA_ERROR_INVALID_VALUE, "memory: a copy into a freed block");
     check(p_hypsi_host_view(b, 256, "test") != NULL && p_hypsi_host_view(b, 257, "test") == NULL, "memory: hypsi_host_view only inside a live block", NULL);
+    float four = 4;
+    g_probe = b;
+    p_cuMemcpyHtoDAsync(b, &four, 4, NULL);
+    p_hypsi_enqueue(NULL, view_op, NULL, NULL);
+    p_cuCtxSynchronize();
+    check(g_probe_seen == 4, "memory: hypsi_host_view from work on a stream (its worker has the context), in stream order", "%g", g_probe_seen);
     /* fresh memory is NaN bytes, not zeros */
     float got[64];
     p_cuMemcpyDtoHAsync(got, b, 256, NULL);
     p_cuCtxSynchronize();
-    check(got[0] != got[0], "memory: fresh allocations hold 0xFF bytes (NaN)", "%g", got[0]);
+    check(got[1] != got[1] && got[63] != got[63], "memory: fresh allocations hold 0xFF bytes (NaN)", "%g", got[1]);
     /* a kernel sees the pointer it was given: fill then scale through the translated views */
     CUfunction fill, scale;
     p_cuModuleGetFunction(&fill, m, "fill");
