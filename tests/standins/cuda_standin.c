@@ -841,6 +841,7 @@ typedef struct {
     unsigned short size[MAX_PARAMS], off[MAX_PARAMS];
     unsigned char ptr[MAX_PARAMS];
     int static_smem;
+    unsigned regs, max_threads; /* 0: unknown (PTX) / no __launch_bounds__ */
 } kdecl;
 
 struct CUmod_st {
@@ -895,12 +896,45 @@ static int param_size(const char *t, int *is_ptr) {
     return 0;
 }
 
-/* The ELF checks of a cubin: NVIDIA CUDA machine, this device's SM, the global kernel symbols
- * (written to names, n of them) and each kernel's static shared memory (.nv.shared.<kernel>). */
+/* What a cubin says about each kernel (the truth the driver launches by): the global kernel
+ * symbols; static shared memory (.nv.shared.<kernel>); from .nv.info, the registers per thread
+ * (EIATTR_REGCOUNT), the __launch_bounds__ maximum (EIATTR_MAX_THREADS) and each parameter's size
+ * (EIATTR_KPARAM_INFO, by ordinal). */
 typedef struct {
     char name[128];
     size_t smem;
+    unsigned sym, regs, max_threads;
+    int nparams; /* -1: the image gives no parameter table (PTX) */
+    unsigned short psize[MAX_PARAMS];
 } elf_kernel;
+
+static void read_nvinfo(const unsigned char *d, size_t n, elf_kernel *ks, int nk, elf_kernel *own) {
+    for (size_t i = 0; i + 2 <= n;) {
+        unsigned fmt = d[i], attr = d[i + 1], sz = 0;
+        if (fmt == 4) { /* EIFMT_SVAL: a u16 size, then the payload */
+            if (i + 4 > n) break;
+            sz = (unsigned)(d[i + 2] | d[i + 3] << 8);
+            const unsigned char *v = d + i + 4;
+            uint32_t w[3] = {0, 0, 0};
+            memcpy(w, v, sz < 12 ? sz : 12);
+            if (attr == 0x2f && sz >= 8) /* EIATTR_REGCOUNT: symbol, registers */
+                for (int k = 0; k < nk; k++)
+                    if (ks[k].sym == w[0]) ks[k].regs = w[1];
+            if (own && attr == 0x05 && sz >= 12) own->max_threads = w[0] * (w[1] ? w[1] : 1) * (w[2] ? w[2] : 1); /* EIATTR_MAX_THREADS */
+            if (own && attr == 0x17 && sz >= 12) { /* EIATTR_KPARAM_INFO: index, ordinal u16, offset u16, flags (size << 18) */
+                unsigned ord = w[1] & 0xffff, bytes = (w[2] >> 18) & 0x3fff;
+                if (ord < MAX_PARAMS) {
+                    own->psize[ord] = (unsigned short)bytes;
+                    if ((int)ord + 1 > own->nparams) own->nparams = (int)ord + 1;
+                }
+            }
+            i += 4 + sz;
+        } else {
+            i += 4; /* EIFMT_NVAL, EIFMT_BVAL, EIFMT_HVAL: format, attribute, a 2-byte value */
+        }
+    }
+}
+
 static CUresult read_cubin(const char *img, size_t len, elf_kernel *ks, int *nk, int cap, const char *path) {
     const Elf64_Ehdr *h = (const void *)img;
     if (len < sizeof *h || memcmp(h->e_ident, ELFMAG, SELFMAG) || h->e_ident[EI_CLASS] != ELFCLASS64)
@@ -914,6 +948,9 @@ static CUresult read_cubin(const char *img, size_t len, elf_kernel *ks, int *nk,
     if (h->e_shoff + (size_t)h->e_shnum * sizeof(Elf64_Shdr) > len || h->e_shstrndx >= h->e_shnum)
         return refuse(CUDA_ERROR_INVALID_IMAGE, "cuModuleLoad(%s): truncated section table", path);
     const Elf64_Shdr *sh = (const void *)(img + h->e_shoff);
+    for (int i = 0; i < h->e_shnum; i++)
+        if (sh[i].sh_type != SHT_NOBITS && sh[i].sh_offset + sh[i].sh_size > len)
+            return refuse(CUDA_ERROR_INVALID_IMAGE, "cuModuleLoad(%s): section %d runs past the image", path, i);
     const char *shstr = img + sh[h->e_shstrndx].sh_offset;
     *nk = 0;
     for (int i = 0; i < h->e_shnum; i++) {
@@ -923,15 +960,19 @@ static CUresult read_cubin(const char *img, size_t len, elf_kernel *ks, int *nk,
         size_t n = sh[i].sh_size / sizeof *sym;
         for (size_t j = 0; j < n; j++)
             if (ELF64_ST_TYPE(sym[j].st_info) == STT_FUNC && ELF64_ST_BIND(sym[j].st_info) == STB_GLOBAL && *nk < cap) {
+                memset(&ks[*nk], 0, sizeof ks[*nk]);
                 snprintf(ks[*nk].name, sizeof ks[*nk].name, "%s", str + sym[j].st_name);
-                ks[(*nk)++].smem = 0;
+                ks[(*nk)++].sym = (unsigned)j;
             }
     }
     for (int i = 0; i < h->e_shnum; i++) {
         const char *nm = shstr + sh[i].sh_name;
-        if (strncmp(nm, ".nv.shared.", 11)) continue;
-        for (int k = 0; k < *nk; k++)
-            if (!strcmp(ks[k].name, nm + 11)) ks[k].smem = sh[i].sh_size;
+        const unsigned char *d = (const unsigned char *)img + sh[i].sh_offset;
+        if (!strcmp(nm, ".nv.info")) read_nvinfo(d, sh[i].sh_size, ks, *nk, NULL);
+        for (int k = 0; k < *nk; k++) {
+            if (!strncmp(nm, ".nv.shared.", 11) && !strcmp(ks[k].name, nm + 11)) ks[k].smem = sh[i].sh_size;
+            if (!strncmp(nm, ".nv.info.", 9) && !strcmp(ks[k].name, nm + 9)) read_nvinfo(d, sh[i].sh_size, ks, *nk, &ks[k]);
+        }
     }
     return CUDA_SUCCESS;
 }
@@ -956,7 +997,8 @@ EXPORT CUresult cuModuleLoad(CUmodule *out, const char *path) {
         for (const char *p = img; !r && (p = strstr(p, ".entry ")) && nek < MAX_PARAMS; p += 7) {
             int w = 0;
             while (p[7 + w] && p[7 + w] != '(' && p[7 + w] != ' ' && p[7 + w] != '\n' && w < 127) w++;
-            memcpy(ek[nek].name, p + 7, (size_t)w), ek[nek].name[w] = 0, ek[nek++].smem = 0;
+            memset(&ek[nek], 0, sizeof ek[nek]);
+            memcpy(ek[nek].name, p + 7, (size_t)w), ek[nek].name[w] = 0, ek[nek++].nparams = -1;
         }
     } else {
         r = read_cubin(img, len, ek, &nek, MAX_PARAMS, path);
@@ -992,10 +1034,11 @@ EXPORT CUresult cuModuleLoad(CUmodule *out, const char *path) {
         kdecl *d = &kd[i++];
         const cJSON *nm = cJSON_GetObjectItemCaseSensitive(k, "name"), *p;
         snprintf(d->name, sizeof d->name, "%s", cJSON_IsString(nm) ? nm->valuestring : "");
-        int found = 0;
+        const elf_kernel *img_k = NULL;
         for (int j = 0; j < nek; j++)
-            if (!strcmp(ek[j].name, d->name)) found = 1, d->static_smem = (int)ek[j].smem;
-        if (!found) r = refuse(CUDA_ERROR_INVALID_IMAGE, "cuModuleLoad(%s): the manifest's kernel %s is not in the image (stale cubin?)", path, d->name);
+            if (!strcmp(ek[j].name, d->name)) img_k = &ek[j];
+        if (!img_k) r = refuse(CUDA_ERROR_INVALID_IMAGE, "cuModuleLoad(%s): the manifest's kernel %s is not in the image (stale cubin?)", path, d->name);
+        else d->static_smem = (int)img_k->smem, d->regs = img_k->regs, d->max_threads = img_k->max_threads;
         size_t off = 0;
         cJSON_ArrayForEach(p, cJSON_GetObjectItemCaseSensitive(k, "params")) {
             const cJSON *ty = cJSON_GetObjectItemCaseSensitive(p, "type");
@@ -1009,6 +1052,12 @@ EXPORT CUresult cuModuleLoad(CUmodule *out, const char *path) {
             d->nparams++;
             off += (size_t)sz;
         }
+        /* the signature the stand-in translates pointers by must be the image's parameter table */
+        int same = !img_k || img_k->nparams < 0 || img_k->nparams == d->nparams;
+        for (int j = 0; same && img_k && img_k->nparams > 0 && j < d->nparams; j++) same = img_k->psize[j] == d->size[j];
+        if (!r && !same)
+            r = refuse(CUDA_ERROR_INVALID_IMAGE, "cuModuleLoad(%s): kernel %s: the manifest's %d parameters disagree with the image's %d (sizes by ordinal; stale cubin?)",
+                       path, d->name, d->nparams, img_k->nparams);
     }
     if (!r && nek != nk) r = refuse(CUDA_ERROR_INVALID_IMAGE, "cuModuleLoad(%s): the image has %d kernels, the manifest %d (stale cubin?)", path, nek, nk);
     snprintf(cu, sizeof cu, "%s/%s", dir, file->valuestring);
@@ -1171,6 +1220,11 @@ EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned 
         r = refuse(CUDA_ERROR_INVALID_VALUE, "cuLaunchKernel(%s): block %u x %u x %u exceeds 1024 threads or the 1024 x 1024 x 64 limits", k->name, bx, by, bz);
     else if (gx > 2147483647u || gy > 65535 || gz > 65535)
         r = refuse(CUDA_ERROR_INVALID_VALUE, "cuLaunchKernel(%s): grid %u x %u x %u exceeds 2^31-1 x 65535 x 65535", k->name, gx, gy, gz);
+    else if (k->max_threads && (unsigned long long)bx * by * bz > k->max_threads)
+        r = refuse(CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES, "cuLaunchKernel(%s): %u threads per block, above its __launch_bounds__ %u", k->name, bx * by * bz, k->max_threads);
+    else if (k->regs && (bx * by * bz + 31) / 32 * ((k->regs * 32 + 255) / 256 * 256) > 65536)
+        r = refuse(CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES, "cuLaunchKernel(%s): %u threads x %u registers (allocated per warp in 256s) exceed the 65536 registers of an SM",
+                   k->name, bx * by * bz, k->regs);
     else if ((int)shmem > f->max_dyn)
         r = refuse(CUDA_ERROR_INVALID_VALUE, "cuLaunchKernel(%s): %u bytes of dynamic shared memory + %d static; the function allows %d dynamic (48 KB in all unless cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES) raised it)",
                    k->name, shmem, k->static_smem, f->max_dyn);

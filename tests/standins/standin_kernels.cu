@@ -1,6 +1,9 @@
 // standin_kernels.cu — the kernels test_standin_driver.c compiles with NVRTC (cubins) and runs on
 // the driver stand-in (the simulator builds this same source): each exercises one rule. Never
 // used by a trainer.
+#if defined(HYP_SIM) && !defined(__launch_bounds__)
+#define __launch_bounds__(...)
+#endif
 extern "C" __global__ void fill(float* out, float v, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) out[i] = v;
@@ -22,10 +25,13 @@ extern "C" __global__ void dyn_smem(float* out, int n) {
     __syncthreads();
     if (threadIdx.x == 0) out[0] = d[n - 1];
 }
+// at most 128 threads per block (EIATTR_MAX_THREADS in the cubin)
+extern "C" __global__ void __launch_bounds__(128) bounded(float* out) { out[threadIdx.x] = 1; }
 // reads *p: a pointer the device cannot reach faults here
 extern "C" __global__ void deref(const float* p, float* out) { out[0] = p[0]; }
 
 #ifdef HYP_SIM
+extern "C" void hyp_sim_entry_bounded(void** a) { bounded(*(float**)a[0]); }
 extern "C" void hyp_sim_entry_fill(void** a) { fill(*(float**)a[0], *(float*)a[1], *(int*)a[2]); }
 extern "C" void hyp_sim_entry_scale(void** a) { scale(*(const float**)a[0], *(float**)a[1], *(float*)a[2], *(int*)a[3]); }
 extern "C" void hyp_sim_entry_static_smem(void** a) { static_smem(*(float**)a[0]); }

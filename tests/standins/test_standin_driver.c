@@ -93,25 +93,69 @@ static const char *KERNELS_JSON =
     "{\"file\": \"standin_kernels.cu\", \"cubin\": \"k90.cubin\", \"ptx\": \"k.ptx\", \"kernels\": [%s]},\n"
     "{\"file\": \"standin_kernels.cu\", \"cubin\": \"k80.cubin\", \"kernels\": [%s]},\n"
     "{\"file\": \"standin_kernels.cu\", \"cubin\": \"junk.cubin\", \"kernels\": [%s]},\n"
-    "{\"file\": \"standin_kernels.cu\", \"cubin\": \"stale.cubin\", \"kernels\": [%s, {\"name\": \"ghost\", \"params\": []}]}]}\n";
+    "{\"file\": \"standin_kernels.cu\", \"cubin\": \"stale.cubin\", \"kernels\": [%s, {\"name\": \"ghost\", \"params\": []}]},\n"
+    "{\"file\": \"standin_kernels.cu\", \"cubin\": \"regs.cubin\", \"kernels\": [%s]},\n"
+    "{\"file\": \"standin_kernels.cu\", \"cubin\": \"sig.cubin\", \"kernels\": [%s]}]}\n";
 static const char *DECLS =
     "{\"name\": \"fill\", \"params\": [{\"name\": \"out\", \"type\": \"float*\"}, {\"name\": \"v\", \"type\": \"float\"}, {\"name\": \"n\", \"type\": \"int\"}]},"
     "{\"name\": \"scale\", \"params\": [{\"name\": \"in\", \"type\": \"const float*\"}, {\"name\": \"out\", \"type\": \"float*\"}, {\"name\": \"a\", \"type\": \"float\"}, {\"name\": \"n\", \"type\": \"int\"}]},"
     "{\"name\": \"static_smem\", \"params\": [{\"name\": \"out\", \"type\": \"float*\"}]},"
     "{\"name\": \"dyn_smem\", \"params\": [{\"name\": \"out\", \"type\": \"float*\"}, {\"name\": \"n\", \"type\": \"int\"}]},"
-    "{\"name\": \"deref\", \"params\": [{\"name\": \"p\", \"type\": \"const float*\"}, {\"name\": \"out\", \"type\": \"float*\"}]}";
+    "{\"name\": \"deref\", \"params\": [{\"name\": \"p\", \"type\": \"const float*\"}, {\"name\": \"out\", \"type\": \"float*\"}]},"
+    "{\"name\": \"bounded\", \"params\": [{\"name\": \"out\", \"type\": \"float*\"}]}";
+/* DECLS with fill's n declared long: the manifest disagrees with the image's parameter table */
+static const char *SIG_DECLS =
+    "{\"name\": \"fill\", \"params\": [{\"name\": \"out\", \"type\": \"float*\"}, {\"name\": \"v\", \"type\": \"float\"}, {\"name\": \"n\", \"type\": \"long\"}]},"
+    "{\"name\": \"scale\", \"params\": []}, {\"name\": \"static_smem\", \"params\": []}, {\"name\": \"dyn_smem\", \"params\": []},"
+    "{\"name\": \"deref\", \"params\": []}, {\"name\": \"bounded\", \"params\": []}";
+
+#include <elf.h>
+/* Plants a register count: rewrites EIATTR_REGCOUNT of `kernel` in the cubin at path to regs. */
+static int plant_regcount(const char *path, const char *kernel, unsigned regs) {
+    FILE *f = fopen(path, "r+b");
+    static char img[1 << 20];
+    size_t n = f ? fread(img, 1, sizeof img, f) : 0;
+    const Elf64_Ehdr *h = (const void *)img;
+    const Elf64_Shdr *sh = (const void *)(img + h->e_shoff);
+    const char *shstr = img + sh[h->e_shstrndx].sh_offset;
+    unsigned sym = 0;
+    int done = 0;
+    for (int i = 0; n && i < h->e_shnum; i++)
+        if (sh[i].sh_type == SHT_SYMTAB) {
+            const Elf64_Sym *s = (const void *)(img + sh[i].sh_offset);
+            for (size_t j = 0; j < sh[i].sh_size / sizeof *s; j++)
+                if (!strcmp(img + sh[sh[i].sh_link].sh_offset + s[j].st_name, kernel)) sym = (unsigned)j;
+        }
+    for (int i = 0; sym && i < h->e_shnum; i++) {
+        if (strcmp(shstr + sh[i].sh_name, ".nv.info")) continue;
+        unsigned char *d = (unsigned char *)img + sh[i].sh_offset;
+        for (size_t k = 0; k + 4 <= sh[i].sh_size;) {
+            if (d[k] != 4) { k += 4; continue; }
+            unsigned sz = d[k + 2] | d[k + 3] << 8;
+            uint32_t w[2];
+            memcpy(w, d + k + 4, 8);
+            if (d[k + 1] == 0x2f && w[0] == sym) w[1] = regs, memcpy(d + k + 4, w, 8), done = 1;
+            k += 4 + sz;
+        }
+    }
+    if (done) rewind(f), done = fwrite(img, 1, n, f) == n;
+    if (f) fclose(f);
+    return done ? 0 : -1;
+}
 
 static int make_kernels_dir(void) {
     char cmd[2200], path[700];
     snprintf(cmd, sizeof cmd, "cp %s/tests/standins/standin_kernels.cu %s/", HYP_SOURCE_DIR, g_dir);
     if (system(cmd)) return -1;
     if (nvrtc_build("sm_90", "k90.cubin", 0) || nvrtc_build("sm_80", "k80.cubin", 0) || nvrtc_build("compute_90", "k.ptx", 1)) return -1;
-    snprintf(cmd, sizeof cmd, "cp %s/k90.cubin %s/stale.cubin && cp %s/k90.cubin %s/unlisted.cubin", g_dir, g_dir, g_dir, g_dir);
+    snprintf(cmd, sizeof cmd, "cd %s && cp k90.cubin stale.cubin && cp k90.cubin unlisted.cubin && cp k90.cubin regs.cubin && cp k90.cubin sig.cubin", g_dir);
     if (system(cmd)) return -1;
+    snprintf(path, sizeof path, "%s/regs.cubin", g_dir);
+    if (plant_regcount(path, "fill", 72)) return -1; /* 72 x 1024 threads > 65536 registers */
     snprintf(path, sizeof path, "%s/junk.cubin", g_dir);
     if (write_file(path, "not an ELF image\n", 17)) return -1;
-    char json[8192];
-    snprintf(json, sizeof json, KERNELS_JSON, DECLS, DECLS, DECLS, DECLS);
+    char json[16384];
+    snprintf(json, sizeof json, KERNELS_JSON, DECLS, DECLS, DECLS, DECLS, DECLS, SIG_DECLS);
     snprintf(path, sizeof path, "%s/kernels.json", g_dir);
     return write_file(path, json, strlen(json));
 }
@@ -250,6 +294,8 @@ static void modules(void) {
     check(r == CUDA_ERROR_INVALID_IMAGE, "module: a cubin kernels.json does not name", "%s", ename(r));
     load("stale.cubin", &r);
     check(r == CUDA_ERROR_INVALID_IMAGE, "module: the manifest lists a kernel the image lacks", "%s", ename(r));
+    load("sig.cubin", &r);
+    check(r == CUDA_ERROR_INVALID_IMAGE, "module: the manifest's signature disagrees with the image's parameter table", "%s", ename(r));
     load("k80.cubin", &r);
     check(r == CUDA_ERROR_NO_BINARY_FOR_GPU, "module: an sm_80 cubin on the sm_90 device", "%s", ename(r));
     CUmodule ptx = load("k.ptx", &r);
@@ -421,7 +467,18 @@ static void launches(CUmodule m) {
     p_cuMemcpyDtoHAsync(&got, out, 4, NULL);
     EXPECT(p_cuCtxSynchronize(), CUDA_SUCCESS, "launch: the accepted launches ran");
     check(got == 19999, "launch: dyn_smem read its last dynamic float", "%g", got);
+    CUfunction bounded, heavy;
+    p_cuModuleGetFunction(&bounded, m, "bounded");
+    EXPECT(p_cuLaunchKernel(bounded, 1, 1, 1, 128, 1, 1, 0, NULL, sa, NULL), CUDA_SUCCESS, "launch: 128 threads under __launch_bounds__(128)");
+    EXPECT(p_cuLaunchKernel(bounded, 1, 1, 1, 64, 4, 1, 0, NULL, sa, NULL), CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES, "launch: 256 threads over __launch_bounds__(128)");
+    CUresult r;
+    CUmodule rm = load("regs.cubin", &r);
+    if (rm) p_cuModuleGetFunction(&heavy, rm, "fill");
+    EXPECT(rm ? p_cuLaunchKernel(heavy, 1, 1, 1, 512, 1, 1, 0, NULL, fa, NULL) : r, CUDA_SUCCESS, "launch: 512 threads x 72 registers");
+    EXPECT(rm ? p_cuLaunchKernel(heavy, 1, 1, 1, 1024, 1, 1, 0, NULL, fa, NULL) : r, CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES, "launch: 1024 threads x 72 registers (planted REGCOUNT)");
     EXPECT(p_cuLaunchKernel(fill, 1, 1, 1, 32, 1, 1, 0, (CUstream)(uintptr_t)0x1234, fa, NULL), CUDA_ERROR_INVALID_HANDLE, "launch: on a stream that does not exist");
+    p_cuCtxSynchronize();
+    if (rm) p_cuModuleUnload(rm);
     p_cuMemFree(out);
 }
 
