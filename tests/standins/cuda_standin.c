@@ -405,16 +405,15 @@ EXPORT CUresult cuMemAllocHost(void **p, size_t n) {
 EXPORT CUresult cuMemFreeHost(void *p) {
     NEED_CTX();
     pthread_mutex_lock(&G.mu);
-    CUresult r = refuse(CUDA_ERROR_INVALID_VALUE, "cuMemFreeHost(%p): not a pointer cuMemAllocHost returned", p);
     for (size_t i = 0; i < G.npinned; i++)
         if (G.pinned[i].p == p) {
             G.pinned[i] = G.pinned[--G.npinned];
             free(p);
-            r = CUDA_SUCCESS;
-            break;
+            pthread_mutex_unlock(&G.mu);
+            return CUDA_SUCCESS;
         }
     pthread_mutex_unlock(&G.mu);
-    return r;
+    return refuse(CUDA_ERROR_INVALID_VALUE, "cuMemFreeHost(%p): not a pointer cuMemAllocHost returned", p);
 }
 
 /* ---- streams: one worker thread each -------------------------------------------------------- */
@@ -1060,7 +1059,7 @@ EXPORT CUresult cuModuleLoad(CUmodule *out, const char *path) {
                        path, d->name, d->nparams, img_k->nparams);
     }
     if (!r && nek != nk) r = refuse(CUDA_ERROR_INVALID_IMAGE, "cuModuleLoad(%s): the image has %d kernels, the manifest %d (stale cubin?)", path, nek, nk);
-    snprintf(cu, sizeof cu, "%s/%s", dir, file->valuestring);
+    snprintf(cu, sizeof cu, "%s%s%s", file->valuestring[0] == '/' ? "" : dir, file->valuestring[0] == '/' ? "" : "/", file->valuestring);
     cJSON_Delete(man);
     hyp_err e;
     if (!r && hyp_sim_open(cu, NULL, &m->sim, &e)) r = refuse(CUDA_ERROR_INVALID_IMAGE, "cuModuleLoad(%s): the simulator cannot build %s: %s", path, cu, e.msg);
