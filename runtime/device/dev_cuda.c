@@ -108,7 +108,7 @@ typedef struct {
 typedef struct {
     char name[128];
     CUfunction f;
-    size_t shmem; /* dynamic shared memory allowed so far */
+    size_t shmem; /* dynamic shared memory allowed so far (CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES) */
 } cu_fn;
 typedef struct {
     CUmodule mod;
@@ -267,7 +267,9 @@ static int cu_launch(hyp_device *dv, hyp_module *hm, const char *kernel, hyp_dim
         CU(cuModuleGetFunction(&f->f, m->mod, kernel), kernel);
         m->nfns++;
     }
-    if (shmem > 48 * 1024 && shmem > f->shmem) {
+    /* the driver's limit is static + dynamic <= 48 KB unless raised, and the static part (sm_90
+     * cubins carry 1 KB per kernel) is the cubin's: raise it for every new dynamic maximum */
+    if (shmem > f->shmem) {
         CU(cuFuncSetAttribute(f->f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)shmem), kernel);
         f->shmem = shmem;
     }

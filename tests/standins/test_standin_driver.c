@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "../unit/hyp_test.h"
+#include "device.h"
 #include "standin.h"
 
 #define STR(x) #x
@@ -482,6 +483,74 @@ static void launches(CUmodule m) {
     p_cuMemFree(out);
 }
 
+/* The device layer (runtime/device/dev_cuda.c) on the stand-in: its call sequences obey the rules
+ * above (each check would fail on a dev_cuda.c that broke one). */
+static void dev_layer(void) {
+    setenv("HYP_CUDA_LIBDIR", HYP_STANDIN_DIR, 1);
+    unsetenv("HYP_LIBCUDA");
+    hyp_device *d = NULL;
+    hyp_err e;
+    int rc = hyp_device_open("cuda", &d, &e);
+    check(!rc && d->info.sm == 90 && strstr(d->info.name, "stand-in"), "dev_cuda: opens the stand-in from HYP_CUDA_LIBDIR", "%s", rc ? e.msg : d->info.name);
+    if (rc) return;
+    char path[700];
+    hyp_module *m = NULL, *m80 = NULL;
+    snprintf(path, sizeof path, "%s/k80.cubin", g_dir);
+    rc = d->module_load(d, path, &m80, &e);
+    check(rc && strstr(e.msg, "CUDA_ERROR_NO_BINARY_FOR_GPU"), "dev_cuda: an sm_80 cubin is refused with the driver's error", "%s", rc ? e.msg : "loaded");
+    snprintf(path, sizeof path, "%s/k90.cubin", g_dir);
+    rc = d->module_load(d, path, &m, &e);
+    check(!rc, "dev_cuda: module_load of the sm_90 cubin", "%s", rc ? e.msg : "");
+    if (rc) return d->close(d);
+    float *x = NULL, *y = NULL, host[1024], back[1024];
+    for (int i = 0; i < 1024; i++) host[i] = (float)i;
+    hyp_stream *s1 = NULL, *s2 = NULL;
+    hyp_event *e1 = NULL, *e2 = NULL;
+    rc = d->mem_alloc(d, (void **)&x, sizeof host, &e) || d->mem_alloc(d, (void **)&y, sizeof host, &e) || d->stream_create(d, &s1, &e) ||
+         d->stream_create(d, &s2, &e) || d->event_create(d, &e1, &e) || d->event_create(d, &e2, &e);
+    check(!rc, "dev_cuda: memory, streams, events", "%s", rc ? e.msg : "");
+    if (rc) return d->close(d);
+    /* static + dynamic shared memory over 48 KB with the dynamic part under 48 KB: the launch must
+     * raise the function's limit itself (cuFuncSetAttribute), or the driver refuses it */
+    hyp_kargs a = {0};
+    hyp_kargs_ptr(&a, y);
+    rc = d->launch(d, m, "static_smem", HYP_DIM3(1, 1, 1), HYP_DIM3(1024, 1, 1), 48 * 1024 - 1024, &a, s1, &e);
+    check(!rc, "dev_cuda: static 5 KB + dynamic 47 KB (under 48 KB alone) launches", "%s", rc ? e.msg : "");
+    hyp_kargs b = {0};
+    hyp_kargs_ptr(&b, y), hyp_kargs_i32(&b, 30000);
+    rc = d->launch(d, m, "dyn_smem", HYP_DIM3(1, 1, 1), HYP_DIM3(256, 1, 1), 120000, &b, s1, &e);
+    check(!rc, "dev_cuda: 120000 dynamic bytes launch (attribute raised)", "%s", rc ? e.msg : "");
+    rc = d->launch(d, m, "dyn_smem", HYP_DIM3(1, 1, 1), HYP_DIM3(256, 1, 1), 240000, &b, s1, &e);
+    check(rc && strstr(e.msg, "CUDA_ERROR_INVALID_VALUE"), "dev_cuda: 240000 dynamic bytes (over 227 KB) refused", "%s", rc ? e.msg : "launched");
+    /* event-ordered work across streams, pinned copies, the synchronous forms */
+    void *pin = NULL;
+    hyp_kargs f = {0};
+    hyp_kargs_ptr(&f, x), hyp_kargs_f32(&f, 2.5f), hyp_kargs_i32(&f, 1024);
+    hyp_kargs sc = {0};
+    hyp_kargs_ptr(&sc, x), hyp_kargs_ptr(&sc, y), hyp_kargs_f32(&sc, 2.0f), hyp_kargs_i32(&sc, 1024);
+    float ms = -1;
+    rc = d->host_alloc(d, &pin, sizeof host, &e) || d->h2d(d, x, host, sizeof host, s1, &e) || d->event_record(d, e1, s1, &e) ||
+         d->launch(d, m, "fill", HYP_DIM3(4, 1, 1), HYP_DIM3(256, 1, 1), 0, &f, s1, &e) || d->event_record(d, e2, s1, &e) ||
+         d->event_wait(d, s2, e2, &e) || d->launch(d, m, "scale", HYP_DIM3(4, 1, 1), HYP_DIM3(256, 1, 1), 0, &sc, s2, &e) ||
+         d->d2h(d, pin, y, sizeof host, s2, &e) || d->stream_synchronize(d, s2, &e) || d->event_synchronize(d, e2, &e) ||
+         d->event_elapsed_ms(d, e1, e2, &ms, &e);
+    check(!rc && ((float *)pin)[0] == 5 && ((float *)pin)[1023] == 5 && ms >= 0, "dev_cuda: fill on s1, event, scale on s2, pinned d2h", "%s", rc ? e.msg : "");
+    size_t fr = 0, tot = 0;
+    rc = d->memset_sync(d, y, 0, sizeof host, &e) || d->d2d_sync(d, y, x, sizeof host, &e) || d->d2h_sync(d, back, y, sizeof back, &e) ||
+         d->h2d_sync(d, x, host, sizeof host, &e) || d->mem_info(d, &fr, &tot, &e) || d->synchronize(d, &e);
+    check(!rc && back[0] == 2.5f && back[1023] == 2.5f && fr <= tot, "dev_cuda: memset_sync, d2d_sync, d2h_sync, h2d_sync, mem_info", "%s", rc ? e.msg : "");
+    rc = d->h2d(d, (char *)x + 4, host, sizeof host, s1, &e);
+    check(rc == HYP_EINPUT && strstr(e.msg, "CUDA_ERROR_INVALID_VALUE"), "dev_cuda: an overrunning copy is refused as bad input", "%s", rc ? e.msg : "accepted");
+    hyp_kargs none = {0};
+    rc = d->launch(d, m, "no_such_kernel", HYP_DIM3(1, 1, 1), HYP_DIM3(32, 1, 1), 0, &none, NULL, &e);
+    check(rc && strstr(e.msg, "CUDA_ERROR_NOT_FOUND"), "dev_cuda: an unknown kernel", "%s", rc ? e.msg : "launched");
+    d->host_free(d, pin, &e);
+    d->event_destroy(d, e1), d->event_destroy(d, e2), d->stream_destroy(d, s1), d->stream_destroy(d, s2);
+    d->mem_free(d, x, &e), d->mem_free(d, y, &e);
+    d->module_unload(d, m);
+    d->close(d);
+}
+
 int main(int argc, char **argv) {
     if (argc == 4 && !strcmp(argv[1], "--case")) {
         snprintf(g_dir, sizeof g_dir, "%s", argv[3]);
@@ -519,6 +588,7 @@ int main(int argc, char **argv) {
     memory(m);
     ordering();
     launches(m);
+    dev_layer();
     st = run_child("stream_fault", NULL);
     check(WIFEXITED(st) && !WEXITSTATUS(st), "faults: hypsi_stream_fault is sticky for every later call", "status %#x", st);
     st = run_child("sm80", "HYP_STANDIN_SM=80");
