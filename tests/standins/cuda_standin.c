@@ -1327,3 +1327,5 @@ EXPORT void hypsi_stream_fault(CUstream h, CUresult r, const char *why) {
     set_sticky(r ? r : CUDA_ERROR_UNKNOWN, why ? why : "a stand-in reported a fault");
     pthread_mutex_unlock(&G.mu);
 }
+
+EXPORT int hypsi_current_device(void) { return tls_ctx ? tls_ctx->dev : -1; }

@@ -29,7 +29,7 @@
     X(cuModuleUnload) X(cuModuleGetFunction) X(cuFuncSetAttribute) X(cuLaunchKernel) X(cuStreamCreate)               \
     X(cuStreamDestroy) X(cuStreamSynchronize) X(cuStreamWaitEvent) X(cuEventCreate) X(cuEventDestroy)                \
     X(cuEventRecord) X(cuEventSynchronize) X(cuEventElapsedTime) X(cuGetErrorName) X(hypsi_host_view)               \
-    X(hypsi_enqueue) X(hypsi_stream_fault)
+    X(hypsi_enqueue) X(hypsi_stream_fault) X(hypsi_current_device)
 #define MEMBER(f) static __typeof__(f) *p_##f;
 FUNCS(MEMBER)
 #define LOAD(f)                                                                                                      \
@@ -572,6 +572,7 @@ int main(int argc, char **argv) {
     int count = 0;
     p_cuDeviceGetCount(&count);
     check(count == 1, "device: one device by default", "%d", count);
+    check(p_hypsi_current_device() == 0, "device: hypsi_current_device is the current context's", "%d", p_hypsi_current_device());
     CUdevice dv;
     EXPECT(p_cuDeviceGet(&dv, 1), CUDA_ERROR_INVALID_DEVICE, "device: ordinal 1 of 1");
     int major = 0, sms = 0;
