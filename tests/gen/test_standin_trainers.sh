@@ -58,6 +58,17 @@ expect ckpt_first_2 0 "done: 2 steps" -- "$OUT/tiny_fp32.sm_90/train" "${RUN[@]}
 expect ckpt_resume_3rd 0 "resumed from" -- "$OUT/tiny_fp32.sm_90/train" "${RUN[@]}" --ckpt-dir "$TMP/ck" --resume --metrics "$TMP/ck.jsonl"
 check test_standin_sm_90_checkpoint_round_trip_equals_straight same_run "$TMP/ck.jsonl" "$TMP/tiny_fp32.sm_90.jsonl"
 
+# a preemption on the cuda path (v2177): SIGTERM once step 1 is logged -> a checkpoint after the step
+# in flight, exit status 3; the resumed run ends with the straight run's losses
+"$OUT/tiny_fp32.sm_90/train" "${RUN[@]}" --ckpt-dir "$TMP/pre" --metrics "$TMP/pre.jsonl" > "$TMP/pre.out" 2>&1 &
+pid=$!
+for _ in $(seq 3000); do grep -q '"step":1,' "$TMP/pre.jsonl" 2>/dev/null && break; sleep 0.01; done
+kill -TERM $pid
+wait $pid
+check preempt_sm_90_exits_3_with_checkpoint test $? = 3
+expect preempt_sm_90_resumes 0 "resumed from" -- "$OUT/tiny_fp32.sm_90/train" "${RUN[@]}" --ckpt-dir "$TMP/pre" --resume --metrics "$TMP/pre.jsonl"
+check test_standin_v2177_sm_90_preempt_resume_equals_straight same_run "$TMP/pre.jsonl" "$TMP/tiny_fp32.sm_90.jsonl"
+
 # the headline at 2 ranks (fp8, flash attention, ZeRO-3) over the NCCL stand-in (NCCL over MPI):
 # the same sums as the sim trainer's runtime/coll.h when the NCCL stand-in reduces in MPI's order
 if [ -f "$HYP_CUDA_LIBDIR/libnccl.so.2" ]; then

@@ -488,6 +488,9 @@ static void launches(CUmodule m) {
 static void dev_layer(void) {
     setenv("HYP_CUDA_LIBDIR", HYP_STANDIN_DIR, 1);
     unsetenv("HYP_LIBCUDA");
+    char rep[2048];
+    hyp_dev_cuda_check_libs(rep, sizeof rep);
+    check(strstr(rep, HYP_STANDIN_DIR "/libcuda.so.1: ok, every symbol") != NULL, "dev_cuda: check_libs finds every driver symbol in the stand-in", "%.120s", rep);
     hyp_device *d = NULL;
     hyp_err e;
     int rc = hyp_device_open("cuda", &d, &e);
