@@ -128,6 +128,8 @@ typedef struct {
     cublasLtHandle_t lt_handle;
     gemm_plan *plans;
     int nplans;
+    struct { CUstream s; CUdeviceptr ws; } *wss; /* the cuBLASLt workspace of each stream that ran a GEMM */
+    int nwss;
     ncclComm_t comm;
     int world, rank;
 } cu_dev;
@@ -289,6 +291,8 @@ static void cu_stream_destroy(hyp_device *dv, hyp_stream *s) {
     cu_dev *d = CD(dv);
     if (!s) return;
     d->cu.cuCtxSynchronize();
+    for (int i = 0; i < d->nwss; i++)
+        if (d->wss[i].s == (CUstream)s) d->cu.cuMemFree(d->wss[i].ws), d->wss[i] = d->wss[--d->nwss];
     d->cu.cuStreamDestroy((CUstream)s);
 }
 static int cu_stream_synchronize(hyp_device *dv, hyp_stream *s, hyp_err *e) {
@@ -405,10 +409,21 @@ static int make_plan(cu_dev *d, const hyp_gemm *g, gemm_plan *p, hyp_err *e) {
     if (set_ptrs(d, p->op, g, e)) return HYP_EINPUT;
     cublasLtMatmulPreference_t pref;
     LT(cublasLtMatmulPreferenceCreate(&pref), "preference");
-    uint64_t ws = g->workspace_bytes;
+    uint64_t ws = p->key.workspace;
     cublasLtMatmulHeuristicResult_t res;
     int found = 0;
     cublasStatus_t st = d->lt.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+    /* The real alignment of A, B, C, D (part of the plan's key): the heuristic assumes 256 bytes
+     * unless told (cublasLt.h CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*_BYTES, default 256), and the
+     * ZeRO reduce passes sub-buffers at 4-byte offsets. C is D when beta is 0 (cu_gemm). */
+    static const cublasLtMatmulPreferenceAttributes_t align_attr[4] = {
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+    for (int i = 0; i < 4 && st == CUBLAS_STATUS_SUCCESS; i++) {
+        int lg = p->key.align[i == 2 && usec == 0 ? 3 : i];
+        uint32_t bytes = 1u << (lg < 8 ? lg : 8);
+        st = d->lt.cublasLtMatmulPreferenceSetAttribute(pref, align_attr[i], &bytes, sizeof bytes);
+    }
     if (st == CUBLAS_STATUS_SUCCESS)
         st = d->lt.cublasLtMatmulAlgoGetHeuristic(d->lt_handle, p->op, p->lay[0], p->lay[1], p->lay[2], p->lay[3], pref, 1, &res, &found);
     d->lt.cublasLtMatmulPreferenceDestroy(pref);
@@ -422,6 +437,24 @@ static void free_plan(cu_dev *d, gemm_plan *p) {
     for (int i = 0; i < 4; i++)
         if (p->lay[i]) d->lt.cublasLtMatrixLayoutDestroy(p->lay[i]);
     if (p->op) d->lt.cublasLtMatmulDescDestroy(p->op);
+}
+
+/* The cuBLASLt workspace of stream s (one per stream: GEMMs on two streams run concurrently and
+ * must not share one), allocated at its first GEMM: 32 MiB on Hopper and newer, 4 MiB before, as
+ * the cuBLAS documentation recommends (section "cublasSetWorkspace()"). A caller's own workspace
+ * (hyp_gemm.workspace_bytes > 0) is used instead when given. */
+static int stream_workspace(cu_dev *d, CUstream s, void **ws, size_t *bytes, hyp_err *e) {
+    const size_t size = d->pub.info.sm >= 90 ? (size_t)32 << 20 : (size_t)4 << 20;
+    for (int i = 0; i < d->nwss; i++)
+        if (d->wss[i].s == s) return *ws = (void *)(uintptr_t)d->wss[i].ws, *bytes = size, HYP_OK;
+    __typeof__(d->wss) nw = realloc(d->wss, sizeof *nw * (size_t)(d->nwss + 1));
+    if (!nw) return hyp_fail(e, HYP_EFAIL, "out of memory");
+    d->wss = nw;
+    CUdeviceptr p = 0;
+    CU(cuMemAlloc(&p, size), "cuBLASLt workspace");
+    d->wss[d->nwss].s = s, d->wss[d->nwss++].ws = p;
+    *ws = (void *)(uintptr_t)p, *bytes = size;
+    return HYP_OK;
 }
 
 static int cu_gemm(hyp_device *dv, const hyp_gemm *g, hyp_stream *s, hyp_err *e) {
@@ -445,7 +478,10 @@ static int cu_gemm(hyp_device *dv, const hyp_gemm *g, hyp_stream *s, hyp_err *e)
     k.scales = (g->a_scale != NULL) | (g->b_scale != NULL) << 1 | (g->d_scale != NULL) << 2 | (g->amax_d != NULL) << 3;
     const void *cp = g->beta != 0.0f ? g->c : NULL; /* C is read only with beta != 0 */
     k.m = g->m, k.n = g->n, k.k = g->k, k.lda = g->lda, k.ldb = g->ldb, k.ldc = cp ? g->ldc : 0, k.ldd = g->ldd;
-    k.ldaux = uses_aux(g) ? g->ldaux : 0, k.workspace = g->workspace_bytes;
+    void *ws = g->workspace;
+    size_t ws_bytes = g->workspace_bytes;
+    if (!ws_bytes && stream_workspace(d, STREAM(d, s), &ws, &ws_bytes, e)) return HYP_EFAIL;
+    k.ldaux = uses_aux(g) ? g->ldaux : 0, k.workspace = ws_bytes;
     if (k.batch > 1) k.stride[0] = g->stride_a, k.stride[1] = g->stride_b, k.stride[2] = cp ? g->stride_c : g->stride_d, k.stride[3] = g->stride_d;
     gemm_plan *p = NULL;
     for (int i = 0; i < d->nplans && !p; i++)
@@ -465,8 +501,12 @@ static int cu_gemm(hyp_device *dv, const hyp_gemm *g, hyp_stream *s, hyp_err *e)
     } else if (set_ptrs(d, p->op, g, e)) {
         return HYP_EINPUT;
     }
-    LT(cublasLtMatmul(d->lt_handle, p->op, &g->alpha, g->a, p->lay[0], g->b, p->lay[1], &g->beta, cp ? cp : g->d,
-                      p->lay[2], g->d, p->lay[3], &p->algo, g->workspace, g->workspace_bytes, STREAM(d, s)), "matmul");
+    /* With beta 0, C is not read and stands for D (same layout) — except for an fp8 D, whose C is
+     * bf16: C == D with Cdesc != Ddesc is refused (cuBLAS docs, cublasLtMatmul(): in place means
+     * C == D and Cdesc == Ddesc), so C is NULL there, as beta 0 allows. */
+    const void *cin = cp ? cp : hyp_gemm_ctype(g) == g->dtype ? g->d : NULL;
+    LT(cublasLtMatmul(d->lt_handle, p->op, &g->alpha, g->a, p->lay[0], g->b, p->lay[1], &g->beta, cin,
+                      p->lay[2], g->d, p->lay[3], &p->algo, ws, ws_bytes, STREAM(d, s)), "matmul");
     return HYP_OK;
 }
 
@@ -607,12 +647,14 @@ static void cu_close(hyp_device *dv) {
     if (d->ctx) {
         d->cu.cuCtxSynchronize();
         for (int i = 0; i < d->nplans; i++) free_plan(d, &d->plans[i]);
+        for (int i = 0; i < d->nwss; i++) d->cu.cuMemFree(d->wss[i].ws);
         if (d->lt_handle) d->lt.cublasLtDestroy(d->lt_handle);
         if (d->comm) d->nc.ncclCommDestroy(d->comm);
         if (d->def) d->cu.cuStreamDestroy(d->def);
         d->cu.cuDevicePrimaryCtxRelease(d->dev);
     }
     free(d->plans);
+    free(d->wss);
     if (d->lt_lib) dlclose(d->lt_lib);
     if (d->nccl_lib) dlclose(d->nccl_lib);
     if (d->lib) dlclose(d->lib);
