@@ -39,7 +39,8 @@ int hyp_coll_init(int *argc, char ***argv, hyp_coll **out, hyp_err *e) {
     c->world = 1, c->local_world = 1;
 #ifdef HYP_HAVE_MPI
     if (launched_by_mpi()) {
-        int rc = MPI_Init(argc, argv);
+        /* MPI_THREAD_MULTIPLE: the NCCL stand-in (tests/standins) runs collectives on stream threads */
+        int provided = 0, rc = MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
         if (rc != MPI_SUCCESS) {
             free(c);
             return mpi_fail(e, "init", rc);

@@ -17,6 +17,7 @@
 #include <dlfcn.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "device.h"
 
@@ -68,7 +69,7 @@ int hyp_dev_cuda_check_libs(char *report, size_t n) {
     X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease) X(cuCtxSetCurrent) X(cuCtxSynchronize) X(cuMemAlloc)    \
     X(cuMemFree) X(cuMemAllocHost) X(cuMemFreeHost) X(cuMemGetInfo) X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync)        \
     X(cuMemcpyDtoDAsync) X(cuMemsetD8Async) X(cuModuleLoad) X(cuModuleUnload) X(cuModuleGetFunction)                 \
-    X(cuFuncSetAttribute) X(cuLaunchKernel) X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize)              \
+    X(cuFuncSetAttribute) X(cuLaunchKernel) X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize) X(cuStreamQuery)              \
     X(cuStreamWaitEvent) X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord) X(cuEventSynchronize)                   \
     X(cuEventElapsedTime) X(cuGetErrorString) X(cuGetErrorName)
 #define LT_FUNCS(X)                                                                                                  \
@@ -79,7 +80,7 @@ int hyp_dev_cuda_check_libs(char *report, size_t n) {
     X(cublasLtGetStatusString)
 #define NCCL_FUNCS(X)                                                                                                \
     X(ncclGetUniqueId) X(ncclCommInitRank) X(ncclCommDestroy) X(ncclAllReduce) X(ncclReduceScatter)                  \
-    X(ncclAllGather) X(ncclBroadcast) X(ncclReduce) X(ncclGetErrorString)
+    X(ncclAllGather) X(ncclBroadcast) X(ncclReduce) X(ncclGetErrorString) X(ncclCommGetAsyncError) X(ncclCommAbort)
 #define MEMBER(f) __typeof__(f) *f;
 /* the name the header maps f to (cuMemAlloc -> "cuMemAlloc_v2"): the ABI these types describe */
 #define LOAD(f)                                                                                                      \
@@ -132,6 +133,9 @@ typedef struct {
     int nwss;
     ncclComm_t comm;
     int world, rank;
+    CUstream cstreams[16]; /* streams that were given collectives: polled for NCCL's asynchronous errors */
+    int ncstreams;
+    char sticky[400];      /* an asynchronous NCCL error: returned by every later synchronize and collective */
 } cu_dev;
 
 #define CD(d) ((cu_dev *)(d))
@@ -151,6 +155,45 @@ static int cu_fail(cu_dev *d, CUresult r, const char *what, hyp_err *e) {
         if (r_ != CUDA_SUCCESS) return cu_fail(d, r_, what, e);                                                      \
     } while (0)
 
+
+/* ---- NCCL's asynchronous errors ------------------------------------------------------------- */
+
+/* Waits for stream s as cuStreamSynchronize does, but, while NCCL is in use, polls the
+ * communicator's asynchronous error (NCCL user guide, "Fault Tolerance": ncclCommGetAsyncError,
+ * then ncclCommAbort): a dead peer would otherwise block the synchronize forever. An error aborts
+ * the communicator and becomes sticky (device.h). */
+static int poll_stream(cu_dev *d, CUstream s, hyp_err *e) {
+    if (d->sticky[0]) return hyp_fail(e, HYP_EFAIL, "%s", d->sticky);
+    if (!d->comm) return HYP_OK;
+    for (;;) {
+        CUresult r = d->cu.cuStreamQuery(s);
+        if (r == CUDA_SUCCESS) return HYP_OK;
+        if (r != CUDA_ERROR_NOT_READY) return cu_fail(d, r, "stream query", e);
+        ncclResult_t ar = ncclSuccess;
+        if (d->nc.ncclCommGetAsyncError(d->comm, &ar) != ncclSuccess) ar = ncclInternalError;
+        if (ar != ncclSuccess && ar != ncclInProgress) {
+            d->nc.ncclCommAbort(d->comm);
+            d->comm = NULL;
+            snprintf(d->sticky, sizeof d->sticky,
+                     "cuda: NCCL asynchronous error on rank %d: %s — a peer rank died or the network failed; the communicator was aborted: restart from the last checkpoint",
+                     d->rank, d->nc.ncclGetErrorString(ar));
+            return hyp_fail(e, HYP_EFAIL, "%s", d->sticky);
+        }
+        struct timespec ts = {0, 200 * 1000};
+        nanosleep(&ts, NULL);
+    }
+}
+/* every stream that was given collectives (then the whole context may be waited for) */
+static int poll_all(cu_dev *d, hyp_err *e) {
+    for (int i = 0; i < d->ncstreams; i++)
+        if (poll_stream(d, d->cstreams[i], e)) return HYP_EFAIL;
+    return d->sticky[0] ? hyp_fail(e, HYP_EFAIL, "%s", d->sticky) : HYP_OK;
+}
+static void note_cstream(cu_dev *d, CUstream s) {
+    for (int i = 0; i < d->ncstreams; i++)
+        if (d->cstreams[i] == s) return;
+    if (d->ncstreams < (int)(sizeof d->cstreams / sizeof *d->cstreams)) d->cstreams[d->ncstreams++] = s;
+}
 
 /* ---- memory --------------------------------------------------------------------------------- */
 
@@ -205,6 +248,7 @@ static int cu_memset(hyp_device *dv, void *dst, int byte, size_t n, hyp_stream *
 }
 /* synchronous forms: everything before, the operation on the default stream, wait for it */
 static int sync_begin(cu_dev *d, hyp_err *e) {
+    if (poll_all(d, e)) return HYP_EFAIL;
     CU(cuCtxSynchronize(), "synchronize");
     return HYP_OK;
 }
@@ -293,15 +337,19 @@ static void cu_stream_destroy(hyp_device *dv, hyp_stream *s) {
     d->cu.cuCtxSynchronize();
     for (int i = 0; i < d->nwss; i++)
         if (d->wss[i].s == (CUstream)s) d->cu.cuMemFree(d->wss[i].ws), d->wss[i] = d->wss[--d->nwss];
+    for (int i = 0; i < d->ncstreams; i++)
+        if (d->cstreams[i] == (CUstream)s) d->cstreams[i--] = d->cstreams[--d->ncstreams];
     d->cu.cuStreamDestroy((CUstream)s);
 }
 static int cu_stream_synchronize(hyp_device *dv, hyp_stream *s, hyp_err *e) {
     cu_dev *d = CD(dv);
+    if (poll_stream(d, STREAM(d, s), e)) return HYP_EFAIL;
     CU(cuStreamSynchronize(STREAM(d, s)), "stream_synchronize");
     return HYP_OK;
 }
 static int cu_synchronize(hyp_device *dv, hyp_err *e) {
     cu_dev *d = CD(dv);
+    if (poll_all(d, e)) return HYP_EFAIL;
     CU(cuCtxSynchronize(), "synchronize");
     return HYP_OK;
 }
@@ -556,6 +604,7 @@ static int nccl_type(hyp_dtype t, ncclDataType_t *out) {
 
 static int coll_check(cu_dev *d, const char *what, hyp_err *e) {
     if (!d->world) return hyp_fail(e, HYP_EINPUT, "cuda: %s before comm_init — call comm_init on every rank first", what);
+    if (d->sticky[0]) return hyp_fail(e, HYP_EFAIL, "%s", d->sticky);
     return HYP_OK;
 }
 #define NC(call, what)                                                                                               \
@@ -567,38 +616,46 @@ static int coll_check(cu_dev *d, const char *what, hyp_err *e) {
 static int cu_all_reduce(hyp_device *dv, void *buf, size_t n, hyp_dtype t, hyp_redop op, hyp_stream *s, hyp_err *e) {
     cu_dev *d = CD(dv);
     ncclDataType_t nt;
-    if (coll_check(d, "all_reduce", e)) return HYP_EINPUT;
+    int crc = coll_check(d, "all_reduce", e);
+    if (crc) return crc;
     if (!nccl_type(t, &nt)) return hyp_fail(e, HYP_EINPUT, "cuda: all_reduce of %s — reduce f32 or bf16", hyp_dtype_name(t));
     if (d->world == 1) return HYP_OK;
+    note_cstream(d, STREAM(d, s));
     NC(ncclAllReduce(buf, buf, n, nt, op == HYP_RED_MAX ? ncclMax : ncclSum, d->comm, (cudaStream_t)STREAM(d, s)), "all_reduce");
     return HYP_OK;
 }
 static int cu_reduce_scatter(hyp_device *dv, const void *send, void *recv, size_t n, hyp_dtype t, hyp_stream *s, hyp_err *e) {
     cu_dev *d = CD(dv);
     ncclDataType_t nt;
-    if (coll_check(d, "reduce_scatter", e)) return HYP_EINPUT;
+    int crc = coll_check(d, "reduce_scatter", e);
+    if (crc) return crc;
     if (!nccl_type(t, &nt)) return hyp_fail(e, HYP_EINPUT, "cuda: reduce_scatter of %s — reduce f32 or bf16", hyp_dtype_name(t));
     if (d->world == 1) return send == recv ? HYP_OK : cu_d2d(dv, recv, send, n * hyp_dtype_size(t), s, e);
+    note_cstream(d, STREAM(d, s));
     NC(ncclReduceScatter(send, recv, n, nt, ncclSum, d->comm, (cudaStream_t)STREAM(d, s)), "reduce_scatter");
     return HYP_OK;
 }
 static int cu_all_gather(hyp_device *dv, const void *send, void *recv, size_t n, hyp_dtype t, hyp_stream *s, hyp_err *e) {
     cu_dev *d = CD(dv);
     ncclDataType_t nt;
-    if (coll_check(d, "all_gather", e)) return HYP_EINPUT;
+    int crc = coll_check(d, "all_gather", e);
+    if (crc) return crc;
     size_t bytes = n * hyp_dtype_size(t);
     if (d->world == 1) return send == recv ? HYP_OK : cu_d2d(dv, recv, send, bytes, s, e);
     if (!nccl_type(t, &nt)) n = bytes; /* fp8: moved as bytes */
+    note_cstream(d, STREAM(d, s));
     NC(ncclAllGather(send, recv, n, nt, d->comm, (cudaStream_t)STREAM(d, s)), "all_gather");
     return HYP_OK;
 }
 static int cu_broadcast(hyp_device *dv, void *buf, size_t n, hyp_dtype t, int root, hyp_stream *s, hyp_err *e) {
     cu_dev *d = CD(dv);
     ncclDataType_t nt;
-    if (coll_check(d, "broadcast", e)) return HYP_EINPUT;
+    int crc = coll_check(d, "broadcast", e);
+    if (crc) return crc;
     if (root < 0 || root >= d->world) return hyp_fail(e, HYP_EINPUT, "cuda: broadcast root %d outside 0..%d", root, d->world - 1);
     if (d->world == 1) return HYP_OK;
     if (!nccl_type(t, &nt)) n *= hyp_dtype_size(t);
+    note_cstream(d, STREAM(d, s));
     NC(ncclBroadcast(buf, buf, n, nt, root, d->comm, (cudaStream_t)STREAM(d, s)), "broadcast");
     return HYP_OK;
 }
@@ -606,10 +663,12 @@ static int cu_broadcast(hyp_device *dv, void *buf, size_t n, hyp_dtype t, int ro
 static int cu_reduce(hyp_device *dv, void *buf, size_t n, hyp_dtype t, int root, hyp_stream *s, hyp_err *e) {
     cu_dev *d = CD(dv);
     ncclDataType_t nt;
-    if (coll_check(d, "reduce", e)) return HYP_EINPUT;
+    int crc = coll_check(d, "reduce", e);
+    if (crc) return crc;
     if (!nccl_type(t, &nt)) return hyp_fail(e, HYP_EINPUT, "cuda: reduce of %s — reduce f32 or bf16", hyp_dtype_name(t));
     if (root < 0 || root >= d->world) return hyp_fail(e, HYP_EINPUT, "cuda: reduce root %d outside 0..%d", root, d->world - 1);
     if (d->world == 1) return HYP_OK;
+    note_cstream(d, STREAM(d, s));
     NC(ncclReduce(buf, buf, n, nt, ncclSum, root, d->comm, (cudaStream_t)STREAM(d, s)), "reduce");
     return HYP_OK;
 }

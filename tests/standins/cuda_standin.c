@@ -601,6 +601,17 @@ EXPORT CUresult cuStreamSynchronize(CUstream h) {
     pthread_mutex_unlock(&G.mu);
     return r;
 }
+/* cuStreamQuery: CUDA_SUCCESS when everything enqueued on the stream has run, CUDA_ERROR_NOT_READY
+ * while some has not (what a poll of NCCL's asynchronous errors waits with). */
+EXPORT CUresult cuStreamQuery(CUstream h) {
+    NEED_CTX();
+    pthread_mutex_lock(&G.mu);
+    struct CUstream_st *s = stream_of(h);
+    CUresult r = !s ? refuse(CUDA_ERROR_INVALID_HANDLE, "cuStreamQuery(%p): not a live stream", (void *)h)
+               : G.sticky ? G.sticky : s->done < s->enq ? CUDA_ERROR_NOT_READY : CUDA_SUCCESS;
+    pthread_mutex_unlock(&G.mu);
+    return r;
+}
 EXPORT CUresult cuCtxSynchronize(void) {
     NEED_CTX();
     pthread_mutex_lock(&G.mu);
