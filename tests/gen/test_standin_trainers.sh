@@ -88,7 +88,12 @@ fi
 
 if [ "${HYP_STANDIN_TRAINERS:-}" = all ]; then
   pair llama_bf16 tiny-llama adamw,clip,bf16 sm_90
-  pair lion tiny lion,clip sm_90
-  pair recompute tiny adamw,clip,recompute sm_90
+  pair recompute tiny adamw,memory-planning,recompute sm_90
+  pair packing tiny adamw,packing,flash sm_90
+  for o in lion sophia schedule-free adam-mini muon; do
+    sel=$o,memory-planning
+    case $o in schedule-free | adam-mini | muon) sel=$o,adamw,memory-planning ;; esac
+    pair "optim_${o//-/_}" tiny "$sel" sm_90
+  done
 fi
 finish
