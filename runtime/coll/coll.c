@@ -10,11 +10,14 @@
 
 struct hyp_coll {
     int rank, world, mpi;
+    int local_rank, local_world;
     int busy[HYP_COLL_MAX_REQS];
 #ifdef HYP_HAVE_MPI
     MPI_Request reqs[HYP_COLL_MAX_REQS];
 #endif
 };
+
+static int g_local_rank = -1; /* hyp_coll_process_local_rank */
 
 static int launched_by_mpi(void) {
     return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK") ||
@@ -33,10 +36,11 @@ static int mpi_fail(hyp_err *e, const char *what, int rc) {
 int hyp_coll_init(int *argc, char ***argv, hyp_coll **out, hyp_err *e) {
     hyp_coll *c = calloc(1, sizeof *c);
     if (!c) return hyp_fail(e, HYP_EFAIL, "out of memory");
-    c->world = 1;
+    c->world = 1, c->local_world = 1;
 #ifdef HYP_HAVE_MPI
     if (launched_by_mpi()) {
-        int rc = MPI_Init(argc, argv);
+        /* MPI_THREAD_MULTIPLE: the NCCL stand-in (tests/standins) runs collectives on stream threads */
+        int provided = 0, rc = MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
         if (rc != MPI_SUCCESS) {
             free(c);
             return mpi_fail(e, "init", rc);
@@ -45,6 +49,15 @@ int hyp_coll_init(int *argc, char ***argv, hyp_coll **out, hyp_err *e) {
         MPI_Comm_rank(MPI_COMM_WORLD, &c->rank);
         MPI_Comm_size(MPI_COMM_WORLD, &c->world);
         c->mpi = 1;
+        MPI_Comm node;
+        if ((rc = MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &node)) != MPI_SUCCESS) {
+            MPI_Finalize();
+            free(c);
+            return mpi_fail(e, "Comm_split_type(SHARED) (the node-local rank)", rc);
+        }
+        MPI_Comm_rank(node, &c->local_rank);
+        MPI_Comm_size(node, &c->local_world);
+        MPI_Comm_free(&node);
     }
 #else
     (void)argc, (void)argv;
@@ -53,9 +66,14 @@ int hyp_coll_init(int *argc, char ***argv, hyp_coll **out, hyp_err *e) {
         return hyp_fail(e, HYP_EINPUT, "started by mpirun but this trainer was built without MPI — install libopenmpi-dev and rebuild");
     }
 #endif
+    g_local_rank = c->local_rank;
     *out = c;
     return HYP_OK;
 }
+
+int hyp_coll_local_rank(const hyp_coll *c) { return c->local_rank; }
+int hyp_coll_local_world(const hyp_coll *c) { return c->local_world; }
+int hyp_coll_process_local_rank(void) { return g_local_rank; }
 
 void hyp_coll_finalize(hyp_coll *c) {
     if (!c) return;

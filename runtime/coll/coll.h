@@ -20,6 +20,13 @@ void hyp_coll_finalize(hyp_coll *c);
 int hyp_coll_rank(const hyp_coll *c);
 int hyp_coll_world(const hyp_coll *c);
 const char *hyp_coll_backend(const hyp_coll *c); /* "mpi" or "single" */
+/* The rank among the processes of this node (MPI_Comm_split_type(MPI_COMM_TYPE_SHARED), so under
+ * any MPI, not only the launchers that export a local-rank variable), and their number. */
+int hyp_coll_local_rank(const hyp_coll *c);
+int hyp_coll_local_world(const hyp_coll *c);
+/* The node-local rank the latest hyp_coll_init of this process found; -1 before any. For a device
+ * layer opened before it is handed the communicator (it picks its GPU at open). */
+int hyp_coll_process_local_rank(void);
 
 /* In place: buf = sum over ranks. */
 int hyp_coll_allreduce_f32(hyp_coll *c, float *buf, size_t n, hyp_err *e);

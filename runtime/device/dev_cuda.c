@@ -7,20 +7,47 @@
  * heuristic, cached with their descriptors per (shape, types, epilogue, pointer alignment,
  * workspace size). NCCL is used only with more than one rank; its unique id goes from rank 0
  * to the others over runtime/coll.h. Everything else (rules, host orchestration) is shared code
- * that runs in tests through "sim". */
+ * that runs in tests through "sim".
+ *
+ * Which libraries: HYP_CUDA_LIBDIR=DIR opens DIR/libcuda.so.1, DIR/libcublasLt.so.13 and
+ * DIR/libnccl.so.2 and nothing else (the build's stand-ins live in BUILD/standins:
+ * docs/cuda-standins.md); HYP_LIBCUDA=PATH names the driver alone (it wins over HYP_CUDA_LIBDIR
+ * for libcuda.so.1). Without them: the loader's search path, then $CUDA_HOME/lib64 (default
+ * /usr/local/cuda) for cuBLASLt and NCCL. */
 #include <dlfcn.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "device.h"
 
 #define NO_DRIVER_MSG "no CUDA driver (libcuda.so.1 not found) — train on this machine with a trainer generated for --target cpu or --target sim"
 
+/* The path a library is opened from (switches: this file's header); "" when the switch names no
+ * file, so nothing is opened. */
+static const char *lib_path(const char *name, char *buf, size_t n) {
+    const char *drv = getenv("HYP_LIBCUDA"), *dir = getenv("HYP_CUDA_LIBDIR");
+    if (!strcmp(name, "libcuda.so.1") && drv && *drv) return drv;
+    if (dir && *dir) return snprintf(buf, n, "%s/%s", dir, name) < (int)n ? buf : "";
+    return name;
+}
+
+static void *open_lib(const char *name) { /* the switches; else the loader's path, then the toolkit's */
+    char path[4200];
+    const char *p = lib_path(name, path, sizeof path);
+    void *h = *p ? dlopen(p, RTLD_NOW | RTLD_LOCAL) : NULL;
+    if (!h && p == name && strcmp(name, "libcuda.so.1")) {
+        const char *home = getenv("CUDA_HOME");
+        snprintf(path, sizeof path, "%s/lib64/%s", home && *home ? home : "/usr/local/cuda", name);
+        h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    }
+    return h;
+}
+
 #ifndef HYP_HAVE_CUDA_HEADERS
 int hyp_dev_cuda_open(hyp_device **out, hyp_err *e) {
     *out = NULL;
-    const char *lib = getenv("HYP_LIBCUDA");
-    void *h = dlopen(lib && *lib ? lib : "libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    void *h = open_lib("libcuda.so.1");
     if (!h) return hyp_fail(e, HYP_EINPUT, NO_DRIVER_MSG);
     dlclose(h);
     return hyp_fail(e, HYP_EINPUT, "this build has no CUDA support (the CUDA toolkit headers were not found when it was configured) — rebuild with CUDAToolkit_ROOT set, or use --target cpu or --target sim");
@@ -42,7 +69,7 @@ int hyp_dev_cuda_check_libs(char *report, size_t n) {
     X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease) X(cuCtxSetCurrent) X(cuCtxSynchronize) X(cuMemAlloc)    \
     X(cuMemFree) X(cuMemAllocHost) X(cuMemFreeHost) X(cuMemGetInfo) X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync)        \
     X(cuMemcpyDtoDAsync) X(cuMemsetD8Async) X(cuModuleLoad) X(cuModuleUnload) X(cuModuleGetFunction)                 \
-    X(cuFuncSetAttribute) X(cuLaunchKernel) X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize)              \
+    X(cuFuncSetAttribute) X(cuLaunchKernel) X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize) X(cuStreamQuery)              \
     X(cuStreamWaitEvent) X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord) X(cuEventSynchronize)                   \
     X(cuEventElapsedTime) X(cuGetErrorString) X(cuGetErrorName)
 #define LT_FUNCS(X)                                                                                                  \
@@ -53,7 +80,7 @@ int hyp_dev_cuda_check_libs(char *report, size_t n) {
     X(cublasLtGetStatusString)
 #define NCCL_FUNCS(X)                                                                                                \
     X(ncclGetUniqueId) X(ncclCommInitRank) X(ncclCommDestroy) X(ncclAllReduce) X(ncclReduceScatter)                  \
-    X(ncclAllGather) X(ncclBroadcast) X(ncclReduce) X(ncclGetErrorString)
+    X(ncclAllGather) X(ncclBroadcast) X(ncclReduce) X(ncclGetErrorString) X(ncclCommGetAsyncError) X(ncclCommAbort)
 #define MEMBER(f) __typeof__(f) *f;
 /* the name the header maps f to (cuMemAlloc -> "cuMemAlloc_v2"): the ABI these types describe */
 #define LOAD(f)                                                                                                      \
@@ -82,7 +109,7 @@ typedef struct {
 typedef struct {
     char name[128];
     CUfunction f;
-    size_t shmem; /* dynamic shared memory allowed so far */
+    size_t shmem; /* dynamic shared memory allowed so far (CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES) */
 } cu_fn;
 typedef struct {
     CUmodule mod;
@@ -102,8 +129,13 @@ typedef struct {
     cublasLtHandle_t lt_handle;
     gemm_plan *plans;
     int nplans;
+    struct { CUstream s; CUdeviceptr ws; } *wss; /* the cuBLASLt workspace of each stream that ran a GEMM */
+    int nwss;
     ncclComm_t comm;
     int world, rank;
+    CUstream cstreams[16]; /* streams that were given collectives: polled for NCCL's asynchronous errors */
+    int ncstreams;
+    char sticky[400];      /* an asynchronous NCCL error: returned by every later synchronize and collective */
 } cu_dev;
 
 #define CD(d) ((cu_dev *)(d))
@@ -123,12 +155,44 @@ static int cu_fail(cu_dev *d, CUresult r, const char *what, hyp_err *e) {
         if (r_ != CUDA_SUCCESS) return cu_fail(d, r_, what, e);                                                      \
     } while (0)
 
-static void *open_lib(const char *name) { /* the loader's path, then the toolkit's */
-    void *h = dlopen(name, RTLD_NOW | RTLD_LOCAL);
-    char path[512];
-    const char *home = getenv("CUDA_HOME");
-    if (!h) snprintf(path, sizeof path, "%s/lib64/%s", home && *home ? home : "/usr/local/cuda", name), h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    return h;
+
+/* ---- NCCL's asynchronous errors ------------------------------------------------------------- */
+
+/* Waits for stream s as cuStreamSynchronize does, but, while NCCL is in use, polls the
+ * communicator's asynchronous error (NCCL user guide, "Fault Tolerance": ncclCommGetAsyncError,
+ * then ncclCommAbort): a dead peer would otherwise block the synchronize forever. An error aborts
+ * the communicator and becomes sticky (device.h). */
+static int poll_stream(cu_dev *d, CUstream s, hyp_err *e) {
+    if (d->sticky[0]) return hyp_fail(e, HYP_EFAIL, "%s", d->sticky);
+    if (!d->comm) return HYP_OK;
+    for (;;) {
+        CUresult r = d->cu.cuStreamQuery(s);
+        if (r == CUDA_SUCCESS) return HYP_OK;
+        if (r != CUDA_ERROR_NOT_READY) return cu_fail(d, r, "stream query", e);
+        ncclResult_t ar = ncclSuccess;
+        if (d->nc.ncclCommGetAsyncError(d->comm, &ar) != ncclSuccess) ar = ncclInternalError;
+        if (ar != ncclSuccess && ar != ncclInProgress) {
+            d->nc.ncclCommAbort(d->comm);
+            d->comm = NULL;
+            snprintf(d->sticky, sizeof d->sticky,
+                     "cuda: NCCL asynchronous error on rank %d: %s — a peer rank died or the network failed; the communicator was aborted: restart from the last checkpoint",
+                     d->rank, d->nc.ncclGetErrorString(ar));
+            return hyp_fail(e, HYP_EFAIL, "%s", d->sticky);
+        }
+        struct timespec ts = {0, 200 * 1000};
+        nanosleep(&ts, NULL);
+    }
+}
+/* every stream that was given collectives (then the whole context may be waited for) */
+static int poll_all(cu_dev *d, hyp_err *e) {
+    for (int i = 0; i < d->ncstreams; i++)
+        if (poll_stream(d, d->cstreams[i], e)) return HYP_EFAIL;
+    return d->sticky[0] ? hyp_fail(e, HYP_EFAIL, "%s", d->sticky) : HYP_OK;
+}
+static void note_cstream(cu_dev *d, CUstream s) {
+    for (int i = 0; i < d->ncstreams; i++)
+        if (d->cstreams[i] == s) return;
+    if (d->ncstreams < (int)(sizeof d->cstreams / sizeof *d->cstreams)) d->cstreams[d->ncstreams++] = s;
 }
 
 /* ---- memory --------------------------------------------------------------------------------- */
@@ -184,6 +248,7 @@ static int cu_memset(hyp_device *dv, void *dst, int byte, size_t n, hyp_stream *
 }
 /* synchronous forms: everything before, the operation on the default stream, wait for it */
 static int sync_begin(cu_dev *d, hyp_err *e) {
+    if (poll_all(d, e)) return HYP_EFAIL;
     CU(cuCtxSynchronize(), "synchronize");
     return HYP_OK;
 }
@@ -248,7 +313,9 @@ static int cu_launch(hyp_device *dv, hyp_module *hm, const char *kernel, hyp_dim
         CU(cuModuleGetFunction(&f->f, m->mod, kernel), kernel);
         m->nfns++;
     }
-    if (shmem > 48 * 1024 && shmem > f->shmem) {
+    /* the driver's limit is static + dynamic <= 48 KB unless raised, and the static part (sm_90
+     * cubins carry 1 KB per kernel) is the cubin's: raise it for every new dynamic maximum */
+    if (shmem > f->shmem) {
         CU(cuFuncSetAttribute(f->f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)shmem), kernel);
         f->shmem = shmem;
     }
@@ -268,15 +335,21 @@ static void cu_stream_destroy(hyp_device *dv, hyp_stream *s) {
     cu_dev *d = CD(dv);
     if (!s) return;
     d->cu.cuCtxSynchronize();
+    for (int i = 0; i < d->nwss; i++)
+        if (d->wss[i].s == (CUstream)s) d->cu.cuMemFree(d->wss[i].ws), d->wss[i] = d->wss[--d->nwss];
+    for (int i = 0; i < d->ncstreams; i++)
+        if (d->cstreams[i] == (CUstream)s) d->cstreams[i--] = d->cstreams[--d->ncstreams];
     d->cu.cuStreamDestroy((CUstream)s);
 }
 static int cu_stream_synchronize(hyp_device *dv, hyp_stream *s, hyp_err *e) {
     cu_dev *d = CD(dv);
+    if (poll_stream(d, STREAM(d, s), e)) return HYP_EFAIL;
     CU(cuStreamSynchronize(STREAM(d, s)), "stream_synchronize");
     return HYP_OK;
 }
 static int cu_synchronize(hyp_device *dv, hyp_err *e) {
     cu_dev *d = CD(dv);
+    if (poll_all(d, e)) return HYP_EFAIL;
     CU(cuCtxSynchronize(), "synchronize");
     return HYP_OK;
 }
@@ -384,10 +457,21 @@ static int make_plan(cu_dev *d, const hyp_gemm *g, gemm_plan *p, hyp_err *e) {
     if (set_ptrs(d, p->op, g, e)) return HYP_EINPUT;
     cublasLtMatmulPreference_t pref;
     LT(cublasLtMatmulPreferenceCreate(&pref), "preference");
-    uint64_t ws = g->workspace_bytes;
+    uint64_t ws = p->key.workspace;
     cublasLtMatmulHeuristicResult_t res;
     int found = 0;
     cublasStatus_t st = d->lt.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+    /* The real alignment of A, B, C, D (part of the plan's key): the heuristic assumes 256 bytes
+     * unless told (cublasLt.h CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*_BYTES, default 256), and the
+     * ZeRO reduce passes sub-buffers at 4-byte offsets. C is D when beta is 0 (cu_gemm). */
+    static const cublasLtMatmulPreferenceAttributes_t align_attr[4] = {
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+    for (int i = 0; i < 4 && st == CUBLAS_STATUS_SUCCESS; i++) {
+        int lg = p->key.align[i == 2 && usec == 0 ? 3 : i];
+        uint32_t bytes = 1u << (lg < 8 ? lg : 8);
+        st = d->lt.cublasLtMatmulPreferenceSetAttribute(pref, align_attr[i], &bytes, sizeof bytes);
+    }
     if (st == CUBLAS_STATUS_SUCCESS)
         st = d->lt.cublasLtMatmulAlgoGetHeuristic(d->lt_handle, p->op, p->lay[0], p->lay[1], p->lay[2], p->lay[3], pref, 1, &res, &found);
     d->lt.cublasLtMatmulPreferenceDestroy(pref);
@@ -401,6 +485,24 @@ static void free_plan(cu_dev *d, gemm_plan *p) {
     for (int i = 0; i < 4; i++)
         if (p->lay[i]) d->lt.cublasLtMatrixLayoutDestroy(p->lay[i]);
     if (p->op) d->lt.cublasLtMatmulDescDestroy(p->op);
+}
+
+/* The cuBLASLt workspace of stream s (one per stream: GEMMs on two streams run concurrently and
+ * must not share one), allocated at its first GEMM: 32 MiB on Hopper and newer, 4 MiB before, as
+ * the cuBLAS documentation recommends (section "cublasSetWorkspace()"). A caller's own workspace
+ * (hyp_gemm.workspace_bytes > 0) is used instead when given. */
+static int stream_workspace(cu_dev *d, CUstream s, void **ws, size_t *bytes, hyp_err *e) {
+    const size_t size = d->pub.info.sm >= 90 ? (size_t)32 << 20 : (size_t)4 << 20;
+    for (int i = 0; i < d->nwss; i++)
+        if (d->wss[i].s == s) return *ws = (void *)(uintptr_t)d->wss[i].ws, *bytes = size, HYP_OK;
+    __typeof__(d->wss) nw = realloc(d->wss, sizeof *nw * (size_t)(d->nwss + 1));
+    if (!nw) return hyp_fail(e, HYP_EFAIL, "out of memory");
+    d->wss = nw;
+    CUdeviceptr p = 0;
+    CU(cuMemAlloc(&p, size), "cuBLASLt workspace");
+    d->wss[d->nwss].s = s, d->wss[d->nwss++].ws = p;
+    *ws = (void *)(uintptr_t)p, *bytes = size;
+    return HYP_OK;
 }
 
 static int cu_gemm(hyp_device *dv, const hyp_gemm *g, hyp_stream *s, hyp_err *e) {
@@ -424,7 +526,10 @@ static int cu_gemm(hyp_device *dv, const hyp_gemm *g, hyp_stream *s, hyp_err *e)
     k.scales = (g->a_scale != NULL) | (g->b_scale != NULL) << 1 | (g->d_scale != NULL) << 2 | (g->amax_d != NULL) << 3;
     const void *cp = g->beta != 0.0f ? g->c : NULL; /* C is read only with beta != 0 */
     k.m = g->m, k.n = g->n, k.k = g->k, k.lda = g->lda, k.ldb = g->ldb, k.ldc = cp ? g->ldc : 0, k.ldd = g->ldd;
-    k.ldaux = uses_aux(g) ? g->ldaux : 0, k.workspace = g->workspace_bytes;
+    void *ws = g->workspace;
+    size_t ws_bytes = g->workspace_bytes;
+    if (!ws_bytes && stream_workspace(d, STREAM(d, s), &ws, &ws_bytes, e)) return HYP_EFAIL;
+    k.ldaux = uses_aux(g) ? g->ldaux : 0, k.workspace = ws_bytes;
     if (k.batch > 1) k.stride[0] = g->stride_a, k.stride[1] = g->stride_b, k.stride[2] = cp ? g->stride_c : g->stride_d, k.stride[3] = g->stride_d;
     gemm_plan *p = NULL;
     for (int i = 0; i < d->nplans && !p; i++)
@@ -444,8 +549,12 @@ static int cu_gemm(hyp_device *dv, const hyp_gemm *g, hyp_stream *s, hyp_err *e)
     } else if (set_ptrs(d, p->op, g, e)) {
         return HYP_EINPUT;
     }
-    LT(cublasLtMatmul(d->lt_handle, p->op, &g->alpha, g->a, p->lay[0], g->b, p->lay[1], &g->beta, cp ? cp : g->d,
-                      p->lay[2], g->d, p->lay[3], &p->algo, g->workspace, g->workspace_bytes, STREAM(d, s)), "matmul");
+    /* With beta 0, C is not read and stands for D (same layout) — except for an fp8 D, whose C is
+     * bf16: C == D with Cdesc != Ddesc is refused (cuBLAS docs, cublasLtMatmul(): in place means
+     * C == D and Cdesc == Ddesc), so C is NULL there, as beta 0 allows. */
+    const void *cin = cp ? cp : hyp_gemm_ctype(g) == g->dtype ? g->d : NULL;
+    LT(cublasLtMatmul(d->lt_handle, p->op, &g->alpha, g->a, p->lay[0], g->b, p->lay[1], &g->beta, cin,
+                      p->lay[2], g->d, p->lay[3], &p->algo, ws, ws_bytes, STREAM(d, s)), "matmul");
     return HYP_OK;
 }
 
@@ -453,11 +562,26 @@ static int cu_gemm(hyp_device *dv, const hyp_gemm *g, hyp_stream *s, hyp_err *e)
 
 static const char *nccl_err(cu_dev *d, ncclResult_t r) { return d->nc.ncclGetErrorString(r); }
 
+static int comm_init_nccl(cu_dev *d, hyp_coll *c, hyp_err *e);
 static int cu_comm_init(hyp_device *dv, hyp_coll *c, hyp_err *e) {
     cu_dev *d = CD(dv);
     if (!c) return hyp_fail(e, HYP_EINPUT, "cuda: comm_init needs a communicator (hyp_coll_init)");
-    d->world = hyp_coll_world(c), d->rank = hyp_coll_rank(c);
-    if (d->world == 1) return HYP_OK;
+    int world = hyp_coll_world(c), rank = hyp_coll_rank(c);
+    if (world == 1) {
+        d->world = 1, d->rank = 0;
+        return HYP_OK;
+    }
+    d->world = world, d->rank = rank; /* for the loaders' messages; reset on every failure below */
+    int rc = comm_init_nccl(d, c, e);
+    if (rc) {
+        d->world = 0, d->rank = 0, d->comm = NULL;
+        if (d->nccl_lib) dlclose(d->nccl_lib), d->nccl_lib = NULL;
+    }
+    return rc;
+}
+
+/* NCCL for world > 1 ranks: the library on every rank, rank 0's unique id to all, the communicator. */
+static int comm_init_nccl(cu_dev *d, hyp_coll *c, hyp_err *e) {
     const char *missing = "libnccl.so.2";
     ncclUniqueId id;
     ncclResult_t r = ncclSuccess;
@@ -480,6 +604,7 @@ static int nccl_type(hyp_dtype t, ncclDataType_t *out) {
 
 static int coll_check(cu_dev *d, const char *what, hyp_err *e) {
     if (!d->world) return hyp_fail(e, HYP_EINPUT, "cuda: %s before comm_init — call comm_init on every rank first", what);
+    if (d->sticky[0]) return hyp_fail(e, HYP_EFAIL, "%s", d->sticky);
     return HYP_OK;
 }
 #define NC(call, what)                                                                                               \
@@ -491,38 +616,46 @@ static int coll_check(cu_dev *d, const char *what, hyp_err *e) {
 static int cu_all_reduce(hyp_device *dv, void *buf, size_t n, hyp_dtype t, hyp_redop op, hyp_stream *s, hyp_err *e) {
     cu_dev *d = CD(dv);
     ncclDataType_t nt;
-    if (coll_check(d, "all_reduce", e)) return HYP_EINPUT;
+    int crc = coll_check(d, "all_reduce", e);
+    if (crc) return crc;
     if (!nccl_type(t, &nt)) return hyp_fail(e, HYP_EINPUT, "cuda: all_reduce of %s — reduce f32 or bf16", hyp_dtype_name(t));
     if (d->world == 1) return HYP_OK;
+    note_cstream(d, STREAM(d, s));
     NC(ncclAllReduce(buf, buf, n, nt, op == HYP_RED_MAX ? ncclMax : ncclSum, d->comm, (cudaStream_t)STREAM(d, s)), "all_reduce");
     return HYP_OK;
 }
 static int cu_reduce_scatter(hyp_device *dv, const void *send, void *recv, size_t n, hyp_dtype t, hyp_stream *s, hyp_err *e) {
     cu_dev *d = CD(dv);
     ncclDataType_t nt;
-    if (coll_check(d, "reduce_scatter", e)) return HYP_EINPUT;
+    int crc = coll_check(d, "reduce_scatter", e);
+    if (crc) return crc;
     if (!nccl_type(t, &nt)) return hyp_fail(e, HYP_EINPUT, "cuda: reduce_scatter of %s — reduce f32 or bf16", hyp_dtype_name(t));
     if (d->world == 1) return send == recv ? HYP_OK : cu_d2d(dv, recv, send, n * hyp_dtype_size(t), s, e);
+    note_cstream(d, STREAM(d, s));
     NC(ncclReduceScatter(send, recv, n, nt, ncclSum, d->comm, (cudaStream_t)STREAM(d, s)), "reduce_scatter");
     return HYP_OK;
 }
 static int cu_all_gather(hyp_device *dv, const void *send, void *recv, size_t n, hyp_dtype t, hyp_stream *s, hyp_err *e) {
     cu_dev *d = CD(dv);
     ncclDataType_t nt;
-    if (coll_check(d, "all_gather", e)) return HYP_EINPUT;
+    int crc = coll_check(d, "all_gather", e);
+    if (crc) return crc;
     size_t bytes = n * hyp_dtype_size(t);
     if (d->world == 1) return send == recv ? HYP_OK : cu_d2d(dv, recv, send, bytes, s, e);
     if (!nccl_type(t, &nt)) n = bytes; /* fp8: moved as bytes */
+    note_cstream(d, STREAM(d, s));
     NC(ncclAllGather(send, recv, n, nt, d->comm, (cudaStream_t)STREAM(d, s)), "all_gather");
     return HYP_OK;
 }
 static int cu_broadcast(hyp_device *dv, void *buf, size_t n, hyp_dtype t, int root, hyp_stream *s, hyp_err *e) {
     cu_dev *d = CD(dv);
     ncclDataType_t nt;
-    if (coll_check(d, "broadcast", e)) return HYP_EINPUT;
+    int crc = coll_check(d, "broadcast", e);
+    if (crc) return crc;
     if (root < 0 || root >= d->world) return hyp_fail(e, HYP_EINPUT, "cuda: broadcast root %d outside 0..%d", root, d->world - 1);
     if (d->world == 1) return HYP_OK;
     if (!nccl_type(t, &nt)) n *= hyp_dtype_size(t);
+    note_cstream(d, STREAM(d, s));
     NC(ncclBroadcast(buf, buf, n, nt, root, d->comm, (cudaStream_t)STREAM(d, s)), "broadcast");
     return HYP_OK;
 }
@@ -530,10 +663,12 @@ static int cu_broadcast(hyp_device *dv, void *buf, size_t n, hyp_dtype t, int ro
 static int cu_reduce(hyp_device *dv, void *buf, size_t n, hyp_dtype t, int root, hyp_stream *s, hyp_err *e) {
     cu_dev *d = CD(dv);
     ncclDataType_t nt;
-    if (coll_check(d, "reduce", e)) return HYP_EINPUT;
+    int crc = coll_check(d, "reduce", e);
+    if (crc) return crc;
     if (!nccl_type(t, &nt)) return hyp_fail(e, HYP_EINPUT, "cuda: reduce of %s — reduce f32 or bf16", hyp_dtype_name(t));
     if (root < 0 || root >= d->world) return hyp_fail(e, HYP_EINPUT, "cuda: reduce root %d outside 0..%d", root, d->world - 1);
     if (d->world == 1) return HYP_OK;
+    note_cstream(d, STREAM(d, s));
     NC(ncclReduce(buf, buf, n, nt, ncclSum, root, d->comm, (cudaStream_t)STREAM(d, s)), "reduce");
     return HYP_OK;
 }
@@ -541,8 +676,8 @@ static int cu_reduce(hyp_device *dv, void *buf, size_t n, hyp_dtype t, int root,
 /* ---- library check (no GPU needed) ---------------------------------------------------------- */
 
 int hyp_dev_cuda_check_libs(char *report, size_t n) {
-    const char *env = getenv("HYP_LIBCUDA");
-    const char *names[3] = {env && *env ? env : "libcuda.so.1", "libcublasLt.so.13", "libnccl.so.2"};
+    const char *names[3] = {"libcuda.so.1", "libcublasLt.so.13", "libnccl.so.2"};
+    char paths[3][4200];
     union {
         cu_api cu;
         lt_api lt;
@@ -552,11 +687,11 @@ int hyp_dev_cuda_check_libs(char *report, size_t n) {
     size_t used = 0;
     report[0] = 0;
     for (int i = 0; i < 3; i++) {
-        void *h = i == 0 ? dlopen(names[0], RTLD_NOW | RTLD_LOCAL) : open_lib(names[i]);
+        void *h = open_lib(names[i]);
         const char *missing = !h ? NULL : i == 0 ? load_cu(&api.cu, h) : i == 1 ? load_lt(&api.lt, h) : load_nccl(&api.nc, h);
         bad += !h || missing;
         if (used < n)
-            used += (size_t)snprintf(report + used, n - used, "%s: %s%s\n", names[i], !h ? "not found" : missing ? "lacks " : "ok, every symbol the device layer uses",
+            used += (size_t)snprintf(report + used, n - used, "%s: %s%s\n", lib_path(names[i], paths[i], sizeof paths[i]), !h ? "not found" : missing ? "lacks " : "ok, every symbol the device layer uses",
                                      h && missing ? missing : "");
         if (h) dlclose(h);
     }
@@ -571,28 +706,36 @@ static void cu_close(hyp_device *dv) {
     if (d->ctx) {
         d->cu.cuCtxSynchronize();
         for (int i = 0; i < d->nplans; i++) free_plan(d, &d->plans[i]);
+        for (int i = 0; i < d->nwss; i++) d->cu.cuMemFree(d->wss[i].ws);
         if (d->lt_handle) d->lt.cublasLtDestroy(d->lt_handle);
         if (d->comm) d->nc.ncclCommDestroy(d->comm);
         if (d->def) d->cu.cuStreamDestroy(d->def);
         d->cu.cuDevicePrimaryCtxRelease(d->dev);
     }
     free(d->plans);
+    free(d->wss);
     if (d->lt_lib) dlclose(d->lt_lib);
     if (d->nccl_lib) dlclose(d->nccl_lib);
     if (d->lib) dlclose(d->lib);
     free(d);
 }
 
+/* The GPU of this process: HYP_CUDA_DEVICE when set; else its node-local rank, from the
+ * communicator (MPI_Comm_split_type SHARED: any MPI) or, before one exists, the launchers'
+ * local-rank variables; else 0. */
 static int local_rank(void) {
     static const char *vars[] = {"HYP_CUDA_DEVICE", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "LOCAL_RANK"};
-    for (int i = 0; i < 4; i++)
-        if (getenv(vars[i]) && *getenv(vars[i])) return atoi(getenv(vars[i]));
+    const char *v = getenv(vars[0]);
+    if (v && *v) return atoi(v);
+    if (hyp_coll_process_local_rank() >= 0) return hyp_coll_process_local_rank();
+    for (int i = 1; i < 4; i++)
+        if ((v = getenv(vars[i])) && *v) return atoi(v);
     return 0;
 }
 
 static int open_dev(cu_dev *d, hyp_err *e) {
-    const char *lib = getenv("HYP_LIBCUDA"), *missing;
-    if (!(d->lib = dlopen(lib && *lib ? lib : "libcuda.so.1", RTLD_NOW | RTLD_LOCAL))) return hyp_fail(e, HYP_EINPUT, NO_DRIVER_MSG);
+    const char *missing;
+    if (!(d->lib = open_lib("libcuda.so.1"))) return hyp_fail(e, HYP_EINPUT, NO_DRIVER_MSG);
     if ((missing = load_cu(&d->cu, d->lib)))
         return hyp_fail(e, HYP_EINPUT, "the CUDA driver lacks %s — update the NVIDIA driver (CUDA 13 needs 580 or newer), or use --target cpu or --target sim", missing);
     CUresult r = d->cu.cuInit(0);

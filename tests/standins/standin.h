@@ -25,6 +25,9 @@ CUresult hypsi_enqueue(CUstream s, void (*fn)(void *arg), void *arg, void (*free
 /* Records an error that a later call on the stream (and cuStreamSynchronize) reports, as an
  * asynchronous fault does on hardware. */
 void hypsi_stream_fault(CUstream s, CUresult r, const char *why);
+/* The ordinal of the device whose context is current on this thread (-1: none), so the NCCL
+ * stand-in can refuse two ranks on one GPU as NCCL does ("Duplicate GPU detected"). */
+int hypsi_current_device(void);
 
 #ifdef __cplusplus
 }
