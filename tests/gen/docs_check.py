@@ -145,7 +145,9 @@ TRAIN_FLAGS = set(re.findall(r"--[a-z][a-z0-9-]*", usage([TRAIN, "--help"]))) | 
 if len(GEN_FLAGS) < 5 or len(SIZE_FLAGS) < 5 or len(TRAIN_FLAGS) < 5:
     print("docs_check: the tools' usage could not be read (%s, %s) — build first" % (GEN, TRAIN))
     sys.exit(1)
-GEN_SUBS = {"list", "explain", "audit", "data", "tokenizer", "size", "export", "consolidate", "render", "perf"}
+GEN_SUBS = {"list", "explain", "audit", "data", "tokenizer", "size", "export", "consolidate", "render"}
+# docs/DESIGN.md describes what the project grows into: it may name a subcommand not built yet
+DESIGN_SUBS = {"perf"}
 GEN_WORD = re.compile(r"^(?:\$G|\$GEN|\$\{GEN\}|gen|build/generator/gen|\"\$GEN\")$")
 TRAIN_WORD = re.compile(r"^(?:train|\$TRAIN|[A-Za-z0-9_./${}-]*/train)$")
 CHEAP = {"list", "explain", "size", "audit", "render"}
@@ -193,6 +195,8 @@ def check_commands(page, lines):
             sub = w[1]
             if sub in ("...", "…"):
                 sub = ""
+            if sub in DESIGN_SUBS and os.path.basename(page) == "DESIGN.md":
+                continue
             if sub and not (sub in GEN_SUBS or sub.endswith(".yaml") or sub.startswith("-") or PLACEHOLDER.fullmatch(sub)):
                 problem(page, ln, "`%s`: gen has no subcommand '%s' — see gen --help" % (text, sub))
                 continue
@@ -204,13 +208,12 @@ def check_commands(page, lines):
                 problem(page, ln, "`%s`: %s does not list %s in its usage — fix the command or the usage text"
                         % (text, "gen size" if is_gen and w[1] == "size" else w[0], f))
         # complete and cheap: gen size of a model, list/explain/audit of the tree, render --list
+        w = [x for x in w if not re.fullmatch(r"\[--[a-z-]+\]", x)]   # optional flags: run without them
         rest = " " + " ".join(w[1:])
         runnable = is_gen and w[1] in CHEAP and not any(x in rest for x in ("[", "...", "…", "<", " -o", "--plot", "out/", "$"))
         if runnable:
             runnable = ((w[1] == "size" and ("--model" in w or "--params" in w)) or (w[1] == "render" and "--list" in w)
                         or (w[1] in ("list", "explain", "audit") and len(w) > 2 and w[2].endswith(".yaml")))
-        if runnable:
-            w = [x for x in w if not re.fullmatch(r"\[--[a-z-]+\]", x)]   # optional flags: run without them
         if runnable and not PLACEHOLDER.search(" ".join(w[2:]).replace("--", "")):
             counts["ran"] += 1
             r = subprocess.run([GEN] + w[1:], capture_output=True, text=True, cwd=ROOT, timeout=60)
