@@ -65,7 +65,9 @@ def exists(rel):
     rel = rel.rstrip("/")
     return rel in FILESET or rel in DIRS or rel == ""
 
-PLACEHOLDER = re.compile(r"(?<![A-Za-z0-9])(?:[A-Z][A-Z0-9_]+(?![a-z0-9])|v?NNNN[_a-z]*|N(?![A-Za-z0-9]))|<[^<>/]*>")
+# A placeholder in a named path: an upper-case word (FAMILY, BRANCH, NAME; not a document's name such
+# as DIALECT.md), vNNNN[_name], a lone N, or <word>.
+PLACEHOLDER = re.compile(r"(?<![A-Za-z0-9])(?:[A-Z][A-Z0-9_]+(?![A-Za-z0-9_])(?!\.md\b)|v?NNNN[_a-z]*|N(?![A-Za-z0-9]))|<[^<>/]*>")
 
 def path_matches(p):
     """Does a named path exist? Braces expand; placeholders and * match any name part."""
@@ -111,7 +113,7 @@ def check_token(page, ln, tok, inline):
         if not path_matches(tok):
             problem(page, ln, "`%s` names no file or folder of the tree — fix the path or the text" % tok)
     elif inline and tok.endswith(SRC_EXT) and re.fullmatch(r"[A-Za-z0-9_.+-]+", tok):
-        if tok in PRODUCT_NAMES or tok in EXTERNAL_NAMES or PLACEHOLDER.search(tok.rsplit(".", 1)[0]) or "*" in tok:
+        if tok in PRODUCT_NAMES or tok in EXTERNAL_NAMES or PLACEHOLDER.search(tok) or "*" in tok:
             return
         if tok not in BASENAMES:
             problem(page, ln, "`%s` is no file's name in the tree — fix the name or the text" % tok)

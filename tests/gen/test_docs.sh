@@ -18,7 +18,7 @@ expect test_docs_status_table_bad_argument 2 "status_table.sh: unknown argument 
 # --- planted pages: the checker must fail on each ---------------------------------------------------
 cat > "$TMP/planted.md" <<'EOF'
 The device layer lives in `runtime/device.h` and `runtime/device/device.h`; see [the plan](runtime/core/PLAN.md).
-The optimizer registry is `optim_registry.c`.
+The optimizer registry is `optim_registry.c`; the kernel dialect `kernels/DIALECTS.md`.
 
 ```sh
 build/generator/gen size --model tiny --no-such-flag 3
@@ -33,10 +33,11 @@ check test_docs_catches_renamed_path grep -q 'planted.md:1: `runtime/device.h` n
 check test_docs_existing_path_passes bash -c "! grep -q '\`runtime/device/device.h\`' <<< \"\$1\"" _ "$out"
 check test_docs_catches_stale_link grep -q 'planted.md:1: link (runtime/core/PLAN.md) points at nothing' <<< "$out"
 check test_docs_catches_unknown_file_name grep -q 'planted.md:2: `optim_registry.c` is no file' <<< "$out"
+check test_docs_catches_renamed_upper_case_doc grep -q 'planted.md:2: `kernels/DIALECTS.md` names no file' <<< "$out"
 check test_docs_catches_unknown_gen_flag grep -q 'gen size does not list --no-such-flag' <<< "$out"
 check test_docs_catches_unknown_subcommand grep -q "gen has no subcommand 'frobnicate'" <<< "$out"
 check test_docs_catches_unknown_train_flag grep -q 'does not list --warp-speed' <<< "$out"
-check test_docs_counts_the_planted_problems grep -q 'docs_check: 1 pages, .* 7 problems$' <<< "$out"
+check test_docs_counts_the_planted_problems grep -q 'docs_check: 1 pages, .* 8 problems$' <<< "$out"
 
 # a README whose folder map lost runtime/optim/ and still names runtime/io/, and whose status table
 # moved one spec
