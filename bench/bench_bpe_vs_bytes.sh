@@ -17,7 +17,7 @@ set -euo pipefail
 BUILD=${1:-build}; S=${2:-60}; VOCABS=${3:-"2048 8192"}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 GEN="$ROOT/$BUILD/generator/gen"; [ -x "$GEN" ] || GEN="$BUILD/generator/gen"
-[ -x "$GEN" ] || { echo "bench_bpe_vs_bytes: $GEN missing — build first (see README)"; exit 2; }
+[ -x "$GEN" ] || { echo "bench_bpe_vs_bytes: $GEN missing — build first (bash scripts/build.sh)"; exit 2; }
 command -v bible >/dev/null || { echo "bench_bpe_vs_bytes: bible missing — apt-get install bible-kjv"; exit 2; }
 TMP=$(mktemp -d /tmp/bench-bpe.XXXXXX); trap 'rm -rf "$TMP"' EXIT
 export OMP_NUM_THREADS=1

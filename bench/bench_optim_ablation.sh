@@ -28,7 +28,7 @@
 #   training runs' own wall step times are kept in runs.csv but depend on the machine's load.
 # REUSE=1 keeps the runs an earlier bench left in OUT_DIR (same model, optimizer, LR, seed, steps).
 # Output in OUT_DIR (default bench/results/optim_ablation): runs.csv (every run's final val loss),
-#   curves/*.jsonl (the metrics), ablation_<model>.svg, table.md (what README shows).
+#   curves/*.jsonl (the metrics), ablation_<model>.svg, table.md (what docs/optimizers.md shows).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build}; OUT=${2:-bench/results/optim_ablation}

@@ -7,7 +7,7 @@
 #   QAT trainer's quantizer (PTQ: the same fake_quant applied to them) against the QAT run's
 #   weights evaluated quantized, for int4 per 128 columns (the default), int4 / int3 / int2 per
 #   output channel; the fp32 loss of each QAT run's weights unquantized too.
-# Prints a markdown table (the README's). Usage: bench/bench_quant_cpu.sh [BUILD_DIR]
+# Prints a markdown table (docs/memory-and-precision.md's). Usage: bench/bench_quant_cpu.sh [BUILD_DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build}; STEPS=${STEPS:-300}

@@ -13,7 +13,7 @@ set -euo pipefail
 BUILD=${1:-build}; STEPS=${2:-60}; ROUNDS=${3:-2}; K=${4:-10000}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 GEN="$ROOT/$BUILD/generator/gen"; [ -x "$GEN" ] || GEN="$BUILD/generator/gen"
-[ -x "$GEN" ] || { echo "bench_streaming: $GEN missing — build first (see README)"; exit 2; }
+[ -x "$GEN" ] || { echo "bench_streaming: $GEN missing — build first (bash scripts/build.sh)"; exit 2; }
 command -v bible >/dev/null || { echo "bench_streaming: bible missing — apt-get install bible-kjv"; exit 2; }
 TMP=$(mktemp -d /tmp/bench-stream.XXXXXX); trap 'rm -rf "$TMP"' EXIT
 export OMP_NUM_THREADS=1

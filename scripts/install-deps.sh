@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the Debian packages Hyperion builds and runs with (idempotent; needs root or sudo).
-# Why each one is chosen is in README.md ("Dependencies").
+# Why each one is chosen is in docs/dependencies.md (short form in README.md).
 set -euo pipefail
 PKGS=(build-essential cmake pkg-config git
       libyaml-dev liblua5.4-dev lua5.4 libcjson-dev libxxhash-dev libpcre2-dev zlib1g-dev libzstd-dev

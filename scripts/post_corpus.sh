@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # post_corpus.sh — post-training example sets made from a plain-text corpus (one passage per line,
-# e.g. data/kjv.txt), for the SFT / preference measurements and tests (README "Post-training").
+# e.g. data/kjv.txt), for the SFT / preference measurements and tests (docs/post-training.md).
 # Writes into OUTDIR:
 #   pref.jsonl  {"prompt", "chosen", "rejected"}: prompt = the first words of a line, chosen = the
 #               real continuation (the next words), rejected = the same words in a shuffled order

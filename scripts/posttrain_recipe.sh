@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# posttrain_recipe.sh — the recommended fine-tuning recipe (README "Fine-tune a model: the
+# posttrain_recipe.sh — the recommended fine-tuning recipe (docs/post-training.md "Fine-tune a model: the
 # recommended recipe"; v2199 best practices, presets finetune-sft and finetune-dpo in
 # specs/v2500.yaml), end to end on the cpu from a plain-text corpus:
 #   1. a BPE tokenizer trained on the corpus (v2125)          OUT/tok/tokenizer.json
@@ -11,7 +11,7 @@
 # and prints the held-out measurements before and after each stage (also OUT/recipe.json):
 # SFT: assistant-token loss on the validation conversations; DPO: held-out preference accuracy
 # and reward margin. SIZE tiny is the test's scale (tests/gen/test_posttrain_recipe.sh, < 60 s);
-# full the README's. Never: the network, Python, or anything outside OUT.
+# full the one docs/post-training.md reports. Never: the network, Python, or anything outside OUT.
 #   usage: scripts/posttrain_recipe.sh CORPUS OUT [full|tiny]
 set -euo pipefail
 [ $# -ge 2 ] || { echo "usage: $0 CORPUS OUT [full|tiny]" >&2; exit 2; }

@@ -7,7 +7,7 @@ local argv = ...
 
 local USAGE = [[
 usage:
-  gen TREE --enable LIST [--model M] [--target T] [--set vNNNN.p=v ...] [-o OUT]
+  gen TREE --enable LIST [--model M] [--target T] [--set vNNNN.p=v ...] [--batch B] [--seq T] [-o OUT]
                                           generate a trainer into OUT (default out/<model>)
   gen list TREE [--json]                  the tree by branch: id, name, status, aliases
   gen explain TREE NAME [--json]          one spec (id, name or alias) in full
@@ -40,6 +40,7 @@ usage:
 options:
   --enable LIST   comma-separated aliases, spec ids or names, and presets (repeatable)
   --target T      cpu | sim | sm_80 | sm_86 | sm_89 | sm_90 | ... (default cpu)
+  --batch B, --seq T  the micro-batch size and sequence length the plan's buffers are sized for
   --set K=V       override a parameter of an active spec, e.g. --set v2104.stage=2 (or by spec name
                   or alias: --set dedup.threshold=0.7, --set mixing.weights=0.7,0.3)
   --allow-planned generate even though the selection activates planned specs (they contribute

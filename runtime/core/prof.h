@@ -4,7 +4,7 @@
  *
  * The executors and the step driver call the hooks below around each plan op and each phase of
  * a step. Outside the profiled window hyp_prof_cur is NULL: a hook then costs one load of that
- * global and a branch (measured in the README's "Profiling" section). The device layer adds its
+ * global and a branch (measured in docs/infrastructure.md, "Profiling"). The device layer adds its
  * event-timed spans through hyp_prof_add after a synchronization (device/prof_dev.c).
  *
  * Never: I/O, printing, or any effect on what the step computes; a hook never fails (a span that

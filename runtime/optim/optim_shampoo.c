@@ -19,7 +19,7 @@
  *     W = W*(1 - lr*wd) - lr*D
  * p is 4 (the inverse 4th root of each factor of a matrix) unless inv_root overrides it. The
  * statistic and preconditioning GEMMs run through oneDNN's sgemm; the eigendecompositions through
- * the system LAPACK's dsyevd (Debian liblapack3: why in README "Dependencies"), in double because
+ * the system LAPACK's dsyevd (Debian liblapack3: why in docs/dependencies.md), in double because
  * the root amplifies the small eigenvalues' rounding by lambda^(-1/4) and it runs once per freq
  * steps. Blocks need whole matrices (shard_matrix = 1): ZeRO, which shards by floats, is refused;
  * there is no device kernel (gen refuses sim/cuda). Never: scheduling, clipping or ZeRO. */

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# test_continual_v2192.sh — v2192 continual pre-training end to end on the cpu (README
+# test_continual_v2192.sh — v2192 continual pre-training end to end on the cpu (docs/post-training.md
 # "Continual pre-training"): a tiny model pretrained on corpus A (KJV Genesis–Leviticus, Debian
 # bible-kjv, a document every 8 verses) is continued on corpus B (Debian fortunes + computers,
 # --doc-sep %) for the same number of steps without replay and with 25 % (of bytes) of A replayed

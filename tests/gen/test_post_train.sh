@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# test_post_train.sh — post-training end to end on the cpu (README "Post-training"):
+# test_post_train.sh — post-training end to end on the cpu (docs/post-training.md):
 #   v2193 SFT: gen data --chat writes shards + S.mask; the assistant-token loss falls from the
 #     first step's by > 1 nat on held-out conversations after 40 steps; refusals (unmasked data,
 #     bad JSONL with file:line).
@@ -18,7 +18,7 @@ source "$(dirname "$0")/lib.sh"
 export OMP_NUM_THREADS=1
 TRAIN="$BUILD/runtime/hyperion-train"
 
-bash "$ROOT/scripts/post_corpus.sh" "$ROOT/README.md" "$TMP/sets" 160 3 >/dev/null
+bash "$ROOT/scripts/post_corpus.sh" "$ROOT/tests/fixtures/recipe/kjv_180k.txt" "$TMP/sets" 160 3 >/dev/null
 check "post_corpus_made_sets" test -s "$TMP/sets/pref.jsonl" -a -s "$TMP/sets/chat.jsonl" -a -s "$TMP/sets/kto.jsonl"
 
 # ---- v2193 SFT ----
@@ -35,7 +35,7 @@ expect "v2193_sft_trains" 0 "done" -- "$TMP/sftt/train" --data "$TMP/sft" --step
 # validation loss is the held-out conversations' assistant-token loss after 40 steps
 v0=$(first_metric "$TMP/sft.jsonl" loss); v1=$(metric "$TMP/sft.jsonl" val_loss | tail -1)
 check "v2193_assistant_token_loss_falls ($v0 at step 1 -> val $v1)" awk -v a="$v0" -v b="$v1" 'BEGIN { exit !(b < a - 1.0) }'
-"$GEN" data "$ROOT/README.md" -o "$TMP/plain" >/dev/null
+"$GEN" data "$ROOT/tests/fixtures/recipe/kjv_180k.txt" -o "$TMP/plain" >/dev/null
 expect "v2193_refuses_unmasked_data" 2 "no loss masks .*gen data --chat" -- "$TMP/sftt/train" --data "$TMP/plain" --steps 1 --sample 0
 
 # ---- preference objectives ----
@@ -116,7 +116,7 @@ expect "v2195_online_reference_resume_refuses_corrupt_copy" 2 "reference_model.b
 rm -f "$TMP/ckon_dpo/reference_model.bin"
 expect "v2195_online_reference_resume_refuses_missing_copy" 2 "reference_model.bin: a resumed run with reference online needs the frozen weights" -- "$TMP/on_dpo/train" --data "$TMP/pref" --steps 4 --ckpt-dir "$TMP/ckon_dpo" --resume
 # ---- v2149 distillation ----
-"$GEN" data "$ROOT/README.md" -o "$TMP/rd" >/dev/null
+"$GEN" data "$ROOT/tests/fixtures/recipe/kjv_180k.txt" -o "$TMP/rd" >/dev/null
 expect "gen_teacher" 0 "wrote" -- "$GEN" specs/v2500.yaml --enable adamw --model tiny --target cpu --batch 8 --seq 48 -o "$TMP/teacher"
 expect "v2149_teacher_trains" 0 "done" -- "$TMP/teacher/train" --data "$TMP/rd" --steps 20 --lr 3e-3 --ckpt-dir "$TMP/teacher/ck" --sample 0
 TCH="$TMP/teacher/ck/step_00000020"

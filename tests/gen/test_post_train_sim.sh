@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# test_post_train_sim.sh — the post-training objectives on the sim backend (README "Post-training"):
+# test_post_train_sim.sh — the post-training objectives on the sim backend (docs/post-training.md):
 #   v2195 DPO, v2196 ORPO, v2197 SimPO, v2198 KTO: the same 3 steps of tiny from the same seed on
 #     the cpu and on sim (per-token log-probs from the device's loss op, the backward through the
 #     device's crossentropy_fused_ext with per-token weights): every step's loss, gradient norm,
@@ -93,7 +93,7 @@ else
 fi
 
 # ---- v2149 distillation ----
-"$GEN" data "$ROOT/README.md" -o "$TMP/rd" >/dev/null
+"$GEN" data "$ROOT/tests/fixtures/recipe/kjv_180k.txt" -o "$TMP/rd" >/dev/null
 expect "gen_teacher" 0 "wrote" -- "$GEN" specs/v2500.yaml --enable adamw --model tiny --target cpu --batch 2 --seq 32 -o "$TMP/teacher"
 expect "v2149_teacher_trains" 0 "done" -- "$TMP/teacher/train" --data "$TMP/rd" --steps 10 --lr 3e-3 --ckpt-dir "$TMP/teacher/ck" --sample 0
 TCH="$TMP/teacher/ck/step_00000010"

@@ -14,7 +14,7 @@
 #   at 300 steps in bench/bench_quant_cpu.sh).
 # - v2159: the plan runs 16 forward and 16 input-gradient GEMMs as int8 ops; int8 (per-row
 #   scales) trained 60 steps lands within 0.02 of the bf16 and fp32 runs' validation loss at
-#   equal steps (measured: fp32 2.4594, bf16 2.4594, int8 2.4589; bench/bench_quant_cpu.sh runs 300 steps for the README).
+#   equal steps (measured: fp32 2.4594, bf16 2.4594, int8 2.4589; bench/bench_quant_cpu.sh runs 300 steps for docs/memory-and-precision.md).
 # - gen refuses the combinations that cannot work, exit 2 with a reason: qat+fp8, qat+int8,
 #   int8+fp8 (the spec's conflict), int8 with v2102 storage bf16.
 source "$(dirname "$0")/lib.sh"

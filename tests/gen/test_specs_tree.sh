@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The real technology tree (specs/): 100 technique specs v2100..v2199, one file each, named after
 # the spec; the whole tree, every model and every preset load and resolve through gen; and no spec
-# claims `implemented` or `partial` unless a test names its id (DESIGN.md: a status is a claim
+# claims `implemented` or `partial` unless a test names its id (docs/DESIGN.md: a status is a claim
 # that a test backs). Runs with bash + grep only.
 source "$(dirname "$0")/lib.sh"
 TREE="$ROOT/specs/v2500.yaml"

@@ -9,7 +9,7 @@
 source "$(dirname "$0")/lib.sh" "$1"
 T="$ROOT/specs/v2500.yaml"
 cat "$ROOT"/specs/*/*.yaml > "$TMP/a.txt"
-cat "$ROOT"/README.md > "$TMP/b.txt"
+cat "$ROOT"/tests/fixtures/recipe/kjv_180k.txt > "$TMP/b.txt"
 
 expect test_v2125_train_tokenizer 0 "wrote $TMP/tk/tokenizer.json .*vocab 512, <\|endoftext\|> = 511" \
   -- "$GEN" tokenizer train "$TMP/a.txt" "$TMP/b.txt" --vocab 512 -o "$TMP/tk"

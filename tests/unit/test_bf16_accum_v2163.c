@@ -8,7 +8,7 @@
  * trainer's path (backward accumulates into the fp32 arena); the bf16 run is the same plus the
  * trainer's v2163 step after each micro-batch (backend_cpu.c: op_round_bf16 over the arena, what
  * a bf16 buffer holds). Printed: relative L2 error ||acc - ref|| / ||ref|| per K. Asserted, with
- * the margins around what was measured on 2026-11-25 (README "Low precision: ..."): fp32 within 1e-6
+ * the margins around what was measured on 2026-11-25 (docs/memory-and-precision.md "Low precision: ..."): fp32 within 1e-6
  * of the reference at every K (observed <= 1.1e-7); bf16 at K=1 is one rounding, 5e-4 .. 3e-3
  * (observed 1.7e-3); the bf16 error grows with K: no doubling lowers it by more than 5% and K=32
  * is > 2x K=1 (observed 1.7e-3 -> 5.3e-3, 3.1x). */
