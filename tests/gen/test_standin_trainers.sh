@@ -8,8 +8,8 @@
 # identically. Streams are worker threads with seeded random delays (HYP_STANDIN_SEED), so a
 # missing event wait or synchronize in the device path shows as a different loss here.
 # Kept small: 3 steps of B=2 x T=16 per trainer (60 s on 2 quiet cores with warm caches; 7 min on
-# a 2-core VM shared by 8 builds). HYP_STANDIN_TRAINERS=all adds the optimizers
-# with device kernels and tiny-llama bf16 (label slow-ish: ~2x the time).
+# a 2-core VM shared by 8 builds). HYP_STANDIN_TRAINERS=all adds tiny-llama
+# bf16, recompute, packing with flash and the optimizers with device kernels (about 3x the time).
 source "$(dirname "$0")/lib.sh"
 export OMP_NUM_THREADS=1 HYP_SIM_CACHE="$BUILD/tests/sim_cache" HYP_CUDA_LIBDIR="$BUILD/standins"
 export HYP_STANDIN_SEED=${HYP_STANDIN_SEED:-21}
