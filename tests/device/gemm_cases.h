@@ -41,7 +41,7 @@ typedef struct {
     hyp_gemm_compute comp;
     int ta, tb;
     int64_t m, n, k;
-    int pad;        /* extra rows in every leading dimension (fp8 A/B: rounded up to 16) */
+    int pad;        /* extra rows in every leading dimension (fp8: every one rounded up to 16) */
     hyp_epilogue ep;
     float alpha, beta;
     int batch;
@@ -131,6 +131,8 @@ static int gc_make(const gcase *c, gdata *g) {
     g->lda = ar + c->pad, g->ldb = br + c->pad;
     if (gc_is_fp8(c->at)) g->lda = (ar + 15) / 16 * 16, g->ldb = (br + 15) / 16 * 16;
     g->ldc = g->ldd = c->m + c->pad;
+    /* cuBLASLt's FP8 rule is 16-byte leading dimensions for every matrix, C and D too */
+    if (gc_is_fp8(c->at)) g->ldc = g->ldd = (c->m + c->pad + 15) / 16 * 16;
     g->ldaux = (c->m + 7) / 8 * 8;
     g->nb = c->batch > 1 ? c->batch : 1;
     g->sa = g->lda * ac, g->sb = g->ldb * bc, g->sc = g->sd = g->ldd * c->n;

@@ -7,8 +7,9 @@
 # driver's order of operations is the same, so every loss and gradient norm is printed
 # identically. Streams are worker threads with seeded random delays (HYP_STANDIN_SEED), so a
 # missing event wait or synchronize in the device path shows as a different loss here.
-# Kept small: 3 steps of B=2 x T=16 per trainer. HYP_STANDIN_TRAINERS=all adds the optimizers
-# with device kernels and tiny-llama bf16 (label slow-ish: ~2x the time).
+# Kept small: 3 steps of B=2 x T=16 per trainer (60 s on 2 quiet cores with warm caches; 7 min on
+# a 2-core VM shared by 8 builds). HYP_STANDIN_TRAINERS=all adds tiny-llama
+# bf16, recompute, packing with flash and the optimizers with device kernels (about 3x the time).
 source "$(dirname "$0")/lib.sh"
 export OMP_NUM_THREADS=1 HYP_SIM_CACHE="$BUILD/tests/sim_cache" HYP_CUDA_LIBDIR="$BUILD/standins"
 export HYP_STANDIN_SEED=${HYP_STANDIN_SEED:-21}
@@ -41,7 +42,8 @@ pair() {
   for t in "$@"; do
     local sm=${t#sm_}
     expect "gen_${name}_$t" 0 "for $t" -- "$GEN" specs/v2500.yaml --enable "$sel" --model "$model" --target "$t" --batch 2 --seq 16 -o "$OUT/$name.$t"
-    expect "${name}_${t}_trains_on_standins" 0 "done: $STEPS steps" -- env HYP_STANDIN_SM="$sm" "$OUT/$name.$t/train" "${RUN[@]}" --metrics "$TMP/$name.$t.jsonl"
+    # the banner names the stand-in device, so a log never passes one off as a GPU run
+    expect "${name}_${t}_trains_on_standins" 0 "backend: cuda — NVIDIA (H100|A100).*\(Hyperion stand-in\)" -- env HYP_STANDIN_SM="$sm" "$OUT/$name.$t/train" "${RUN[@]}" --metrics "$TMP/$name.$t.jsonl"
     check "test_standin_${name}_${t}_equals_sim_bit_for_bit" same_run "$TMP/$name.$t.jsonl" "$TMP/$name.sim.jsonl"
   done
 }
@@ -50,16 +52,9 @@ pair tiny_fp32 tiny adamw,clip sm_90 sm_80
 pair tiny_bf16 tiny adamw,clip,bf16 sm_90
 pair llama_fp32 tiny-llama adamw,clip sm_90
 
-# the banner names the stand-in device, so a log never passes one off as a GPU run
-expect banner_names_standin 0 "backend: cuda — NVIDIA H100 80GB HBM3 \(Hyperion stand-in\)" -- "$OUT/tiny_fp32.sm_90/train" "${RUN[@]}" --steps 1
-
-# a checkpoint round trip on the cuda path: 2 steps, stop, resume for the 3rd = the straight run
-expect ckpt_first_2 0 "done: 2 steps" -- "$OUT/tiny_fp32.sm_90/train" "${RUN[@]}" --stop-after 2 --ckpt-dir "$TMP/ck" --metrics "$TMP/ck.jsonl"
-expect ckpt_resume_3rd 0 "resumed from" -- "$OUT/tiny_fp32.sm_90/train" "${RUN[@]}" --ckpt-dir "$TMP/ck" --resume --metrics "$TMP/ck.jsonl"
-check test_standin_sm_90_checkpoint_round_trip_equals_straight same_run "$TMP/ck.jsonl" "$TMP/tiny_fp32.sm_90.jsonl"
-
-# a preemption on the cuda path (v2177): SIGTERM once step 1 is logged -> a checkpoint after the step
-# in flight, exit status 3; the resumed run ends with the straight run's losses
+# a checkpoint round trip through a preemption on the cuda path (v2177): SIGTERM once step 1 is
+# logged -> a checkpoint after the step in flight (saved from device memory), exit status 3; the
+# resumed run (loaded back into device memory) ends with the straight run's losses
 "$OUT/tiny_fp32.sm_90/train" "${RUN[@]}" --ckpt-dir "$TMP/pre" --metrics "$TMP/pre.jsonl" > "$TMP/pre.out" 2>&1 &
 pid=$!
 for _ in $(seq 3000); do grep -q '"step":1,' "$TMP/pre.jsonl" 2>/dev/null && break; sleep 0.01; done
@@ -67,7 +62,7 @@ kill -TERM $pid
 wait $pid
 check preempt_sm_90_exits_3_with_checkpoint test $? = 3
 expect preempt_sm_90_resumes 0 "resumed from" -- "$OUT/tiny_fp32.sm_90/train" "${RUN[@]}" --ckpt-dir "$TMP/pre" --resume --metrics "$TMP/pre.jsonl"
-check test_standin_v2177_sm_90_preempt_resume_equals_straight same_run "$TMP/pre.jsonl" "$TMP/tiny_fp32.sm_90.jsonl"
+check test_standin_v2177_sm_90_checkpoint_preempt_resume_equals_straight same_run "$TMP/pre.jsonl" "$TMP/tiny_fp32.sm_90.jsonl"
 
 # the headline at 2 ranks (fp8, flash attention, ZeRO-3) over the NCCL stand-in (NCCL over MPI):
 # the same sums as the sim trainer's runtime/coll.h when the NCCL stand-in reduces in MPI's order
