@@ -366,7 +366,7 @@ static int hf_dir_open(const char *dir, hf_dir *h, hyp_err *e) {
     }
     cJSON_ArrayForEach(it, wm) {
         if (!cJSON_IsString(it) || strchr(it->valuestring, '/') || !strcmp(it->valuestring, "..")) {
-            rc = hyp_fail(e, HYP_EINPUT, "%s: weight_map['%.200s'] is not a file name in the directory", path, it->string);
+            rc = hyp_fail(e, HYP_EINPUT, "%s: weight_map['%.200s'] is not a file name in the directory — the index is damaged", path, it->string);
             break;
         }
         int seen = 0;
@@ -376,7 +376,7 @@ static int hf_dir_open(const char *dir, hf_dir *h, hyp_err *e) {
         }
         if (seen) continue;
         if (h->nf == HF_MAX_FILES) {
-            rc = hyp_fail(e, HYP_EINPUT, "%s: more than %d shard files", path, HF_MAX_FILES);
+            rc = hyp_fail(e, HYP_EINPUT, "%s: more than %d shard files — merge the shards (save_pretrained with a larger max_shard_size)", path, HF_MAX_FILES);
             break;
         }
         char sp[4400];

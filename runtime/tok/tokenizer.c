@@ -356,11 +356,19 @@ static int load_json(hyp_tok *t, const char *path, const uint8_t *buf, size_t n,
     cJSON_ArrayForEach(it, added) {
         cJSON *id = cJSON_GetObjectItemCaseSensitive(it, "id");
         cJSON *c = cJSON_GetObjectItemCaseSensitive(it, "content");
-        if (!cJSON_IsNumber(id) || !cJSON_IsString(c) || id->valuedouble < 0 || id->valuedouble >= (1 << 24)) {
+        if (!cJSON_IsNumber(id) || !cJSON_IsString(c) || id->valuedouble < 0 || id->valuedouble >= (1 << 24) ||
+            id->valuedouble != (int)id->valuedouble) {
             hyp_fail(e, HYP_EINPUT, "%s: added_tokens has an entry without a valid id and content — the file is corrupt", path);
             goto out;
         }
         if (id->valueint > maxid) maxid = id->valueint;
+    }
+    /* the id table is sized by the largest id: bound it by the entries the file holds (real
+     * vocabularies are dense, 0..n-1; allow as many holes as entries) */
+    if ((int64_t)maxid >= 2 * ((int64_t)nv + cJSON_GetArraySize(added)) + 256) {
+        hyp_fail(e, HYP_EINPUT, "%s: token id %d for %d vocabulary entries — ids must be (nearly) dense; the file is corrupt", path, maxid,
+                 nv + cJSON_GetArraySize(added));
+        goto out;
     }
     t->vocab = maxid + 1;
     if (tok_reserve(t, t->vocab) || tmap_init(&t->tm, (size_t)nv) || pmap_init(&t->pm, (size_t)nm)) {
@@ -492,6 +500,12 @@ static int load_tiktoken(hyp_tok *t, const char *path, const uint8_t *buf, size_
         i = j + 1;
     }
     if (!cnt) { hyp_fail(e, HYP_EINPUT, "%s: no ranks — the file is empty", path); goto out; }
+    /* the id table is sized by the largest rank: bound it by the ranks the file holds (real
+     * files are dense, 0..n-1; allow as many holes as ranks) */
+    if ((size_t)maxr >= 2 * cnt + 256) {
+        hyp_fail(e, HYP_EINPUT, "%s: rank %d for %zu lines — ranks must be (nearly) dense; the file is corrupt", path, maxr, cnt);
+        goto out;
+    }
     t->vocab = maxr + 2; /* ranks, then <|endoftext|> */
     t->eot = maxr + 1;
     if (tok_reserve(t, t->vocab) || tmap_init(&t->tm, cnt)) { rc = hyp_fail(e, HYP_EFAIL, "%s: out of memory", path); goto out; }
