@@ -443,7 +443,7 @@ static int check_config(const char *dir, const cJSON *cfg, const plan_t *p, cons
         if (!rc) rc = check_key(where, cfg, "layer_norm_epsilon", m->eps, 0, 1e-6, e);
         const cJSON *act = cJSON_GetObjectItemCaseSensitive(cfg, "activation_function");
         if (!rc && cJSON_IsString(act) && strcmp(act->valuestring, "gelu_new") && strcmp(act->valuestring, "gelu_pytorch_tanh"))
-            rc = hyp_fail(e, HYP_EINPUT, "%s: activation_function is '%s', this trainer computes tanh-GELU (gelu_new) — use a gelu_new model",
+            rc = hyp_fail(e, HYP_EINPUT, "%s: activation_function is '%.60s', this trainer computes tanh-GELU (gelu_new) — use a gelu_new model",
                           where, act->valuestring);
     } else {
         if (!rc) rc = check_key(where, cfg, "hidden_size", p->C, 1, 0, e);

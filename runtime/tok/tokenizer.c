@@ -323,7 +323,7 @@ static int load_json(hyp_tok *t, const char *path, const uint8_t *buf, size_t n,
     cJSON *norm = cJSON_GetObjectItemCaseSensitive(root, "normalizer");
     cJSON *added = cJSON_GetObjectItemCaseSensitive(root, "added_tokens");
     if (!cJSON_IsObject(model) || !cJSON_IsString(type) || strcmp(type->valuestring, "BPE") != 0) {
-        hyp_fail(e, HYP_EINPUT, "%s: model.type is %s, not \"BPE\" — only byte-level BPE tokenizers are supported", path,
+        hyp_fail(e, HYP_EINPUT, "%s: model.type is %.60s, not \"BPE\" — only byte-level BPE tokenizers are supported", path,
                  cJSON_IsString(type) ? type->valuestring : "missing");
         goto out;
     }
@@ -336,7 +336,7 @@ static int load_json(hyp_tok *t, const char *path, const uint8_t *buf, size_t n,
     cJSON *prefix = cJSON_GetObjectItemCaseSensitive(pre, "add_prefix_space");
     if (!cJSON_IsString(ptype) || strcmp(ptype->valuestring, "ByteLevel") != 0 || cJSON_IsFalse(use_regex) ||
         cJSON_IsTrue(prefix)) {
-        hyp_fail(e, HYP_EINPUT, "%s: pre_tokenizer is %s — only GPT-2's ByteLevel pre-tokenizer (use_regex, no prefix space) is supported",
+        hyp_fail(e, HYP_EINPUT, "%s: pre_tokenizer is %.60s — only GPT-2's ByteLevel pre-tokenizer (use_regex, no prefix space) is supported",
                  path, cJSON_IsString(ptype) ? ptype->valuestring : "missing");
         goto out;
     }

@@ -32,7 +32,7 @@ static int num(const char *path, const cJSON *o, const char *k, double dflt, dou
 
 /* post.<k> as an integer in [lo, hi] (dflt when absent). */
 static int inum(const char *path, const cJSON *o, const char *k, int dflt, int lo, int hi, int *out, hyp_err *e) {
-    double d;
+    double d = 0;
     int rc = num(path, o, k, dflt, lo, hi, &d, e);
     if (rc) return rc;
     if (d != floor(d))
