@@ -527,7 +527,7 @@ static int load_hf(const char *dir, const plan_t *p, const hf_model *m, float *o
                 known = !strcmp(name, p->params[i].name) ||
                         (!strncmp(p->params[i].name, "transformer.", 12) && !strcmp(name, p->params[i].name + 12));
             if (!known)
-                rc = hyp_fail(e, HYP_EINPUT, "%s: holds tensor '%s', which this trainer's model does not have — the directory holds a different model",
+                rc = hyp_fail(e, HYP_EINPUT, "%s: holds tensor '%.200s', which this trainer's model does not have — the directory holds a different model",
                               hyp_st_path(h.f[f]), name);
         }
     free(tmp);
