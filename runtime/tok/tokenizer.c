@@ -208,7 +208,7 @@ static int tok_set(hyp_tok *t, int id, const uint8_t *b, size_t n) {
         if (!a) return -1;
         t->arena = a, t->arena_cap = cap;
     }
-    memcpy(t->arena + t->arena_n, b, n);
+    if (n) memcpy(t->arena + t->arena_n, b, n); /* an empty token (a "" vocab key) before the arena exists: NULL + 0 */
     t->off[id] = (uint32_t)t->arena_n;
     t->len[id] = (uint32_t)n;
     t->arena_n += n;
