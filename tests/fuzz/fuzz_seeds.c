@@ -252,6 +252,8 @@ static void seeds_data_docs_chat(void) {
     pack("docs", "seed_jsonl", 0, dj, 1);
     pack("docs", "seed_fortunes", 1, dt, 1);
     pack("docs", "seed_text", 2, d1, 1);
+    pack("docs", "seed_stream_jsonl", 4, dj, 1);
+    pack("docs", "seed_stream_fortunes", 5, dt, 1);
     gzFile g = gzopen(tp("docs.jsonl.gz"), "wb9");
     size_t n = 0;
     uint8_t *b = slurp(tp("docs.jsonl"), &n);
