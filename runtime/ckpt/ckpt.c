@@ -686,7 +686,7 @@ static int resolve(const char *dir, const char *step, char *sd, hyp_err *e) {
     if (step) {
         if (parse_step_name(step) < 0)
             return hyp_fail(e, HYP_EINPUT, "%s: '%.100s' is not a step directory name (like "
-                            "step_00000123)", dir, step);
+                            "step_00000123) — give a step directory of this checkpoint dir, or fix its `latest` file", dir, step);
         if (pathf(sd, "%s/%s", dir, step) != 0)
             return hyp_fail(e, HYP_EINPUT, "%s: path too long", dir);
         if (!hyp_fs_is_dir(sd))
@@ -872,7 +872,7 @@ int hyp_ckpt_load_aux(const char *dir, const char *step, hyp_ckpt_tensor *params
     uint64_t ver;
     if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, "hyperion-checkpoint") != 0 ||
         json_u64(j, "format_version", &ver) != 0) {
-        rc = hyp_fail(e, HYP_EINPUT, "%s: not a Hyperion checkpoint state file", p);
+        rc = hyp_fail(e, HYP_EINPUT, "%s: not a Hyperion checkpoint state file (format, format_version) — the checkpoint is damaged or foreign; resume from an earlier one", p);
         goto done;
     }
     if (ver != HYP_CKPT_FORMAT_VERSION) {

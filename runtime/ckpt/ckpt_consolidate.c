@@ -133,7 +133,7 @@ static int build(const char *sd, const plan_t *p, tensors *ts, hyp_err *e) {
     for (int i = 0; i < na && !rc; i++) {
         const hyp_st_tensor *st = hyp_st_get(f, i);
         if (st->dtype != HYP_ST_F32 && st->dtype != HYP_ST_I64)
-            rc = hyp_fail(e, HYP_EINPUT, "%s: tensor %s is %s, not F32 or I64", path, st->name, hyp_st_dtype_name(st->dtype));
+            rc = hyp_fail(e, HYP_EINPUT, "%s: tensor %.200s is %s, not F32 or I64 — the training state is damaged or foreign; consolidate a checkpoint this trainer wrote", path, st->name, hyp_st_dtype_name(st->dtype));
         size_t ln = strlen(st->name) + 1;
         memcpy(ap, st->name, ln);
         ts->aux[i] = (hyp_ckpt_aux){ap, (int)st->dtype, dp, st->ndim, {0, 0, 0, 0}};

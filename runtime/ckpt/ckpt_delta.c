@@ -43,7 +43,8 @@ static int read_all(const char *path, unsigned char **out, size_t *n, hyp_err *e
     close(fd);
     if (got != (long long)st.st_size) {
         free(b);
-        return hyp_fail(e, HYP_EFAIL, "%s: cannot read %lld bytes", path, (long long)st.st_size);
+        return hyp_fail(e, HYP_EINPUT, "%s: cannot read %lld bytes — the checkpoint is damaged (not a regular file?); resume from an earlier one", path,
+                        (long long)st.st_size);
     }
     *out = b, *n = (size_t)st.st_size;
     return HYP_OK;
@@ -188,6 +189,17 @@ void hyp_ckpt_delta_cleanup(const char *restored) {
     (void)rmdir(restored);
 }
 
+/* Is na, the full file's length a delta file states, one that its zstd frame (fz bytes at f) can
+ * hold? Checked before na sizes any allocation: na is at most 32768 times the frame's bytes (a
+ * zstd block holds at most 128 KiB and takes at least 4 bytes: 3 of header, 1 of RLE byte), and
+ * equals the content size the frame's header records when it records one (ZSTD_compress does). */
+static int delta_len_ok(const unsigned char *f, size_t fz, uint64_t na) {
+    if (na > (uint64_t)fz * 32768u) return 0;
+    unsigned long long cs = ZSTD_getFrameContentSize(f, fz);
+    if (cs == ZSTD_CONTENTSIZE_ERROR) return 0;
+    return cs == ZSTD_CONTENTSIZE_UNKNOWN || cs == na;
+}
+
 /* Copies src to dst (a small file: state.json, train_state.safetensors). */
 static int copy_file(const char *src, const char *dst, hyp_err *e) {
     unsigned char *b;
@@ -252,6 +264,9 @@ int hyp_ckpt_delta_restore(const char *step_dir, char *out, size_t cap, hyp_err 
             else if (get_u64(z + 16) != nb)
                 rc = hyp_fail(e, HYP_EINPUT, "%s: the delta was made against a %llu-byte %s, but %s is %zu bytes — the base was replaced; resume from a full checkpoint",
                               p, (unsigned long long)get_u64(z + 16), DELTA_FILES[f], q, nb);
+            else if (!delta_len_ok(z + 24, zn - 24, na))
+                rc = hyp_fail(e, HYP_EINPUT, "%s: records a %llu-byte file that its %zu-byte zstd frame cannot hold — the checkpoint is corrupt; resume from an earlier one",
+                              p, (unsigned long long)na, zn - 24);
             else if (!(a = malloc(na + 1)) || !(pl = malloc(na + 1)))
                 rc = hyp_fail(e, HYP_EFAIL, "%s: out of memory (%llu bytes)", p, (unsigned long long)na);
             else {

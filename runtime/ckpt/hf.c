@@ -366,7 +366,7 @@ static int hf_dir_open(const char *dir, hf_dir *h, hyp_err *e) {
     }
     cJSON_ArrayForEach(it, wm) {
         if (!cJSON_IsString(it) || strchr(it->valuestring, '/') || !strcmp(it->valuestring, "..")) {
-            rc = hyp_fail(e, HYP_EINPUT, "%s: weight_map['%.200s'] is not a file name in the directory", path, it->string);
+            rc = hyp_fail(e, HYP_EINPUT, "%s: weight_map['%.200s'] is not a file name in the directory — the index is damaged", path, it->string);
             break;
         }
         int seen = 0;
@@ -376,7 +376,7 @@ static int hf_dir_open(const char *dir, hf_dir *h, hyp_err *e) {
         }
         if (seen) continue;
         if (h->nf == HF_MAX_FILES) {
-            rc = hyp_fail(e, HYP_EINPUT, "%s: more than %d shard files", path, HF_MAX_FILES);
+            rc = hyp_fail(e, HYP_EINPUT, "%s: more than %d shard files — merge the shards (save_pretrained with a larger max_shard_size)", path, HF_MAX_FILES);
             break;
         }
         char sp[4400];
@@ -443,7 +443,7 @@ static int check_config(const char *dir, const cJSON *cfg, const plan_t *p, cons
         if (!rc) rc = check_key(where, cfg, "layer_norm_epsilon", m->eps, 0, 1e-6, e);
         const cJSON *act = cJSON_GetObjectItemCaseSensitive(cfg, "activation_function");
         if (!rc && cJSON_IsString(act) && strcmp(act->valuestring, "gelu_new") && strcmp(act->valuestring, "gelu_pytorch_tanh"))
-            rc = hyp_fail(e, HYP_EINPUT, "%s: activation_function is '%s', this trainer computes tanh-GELU (gelu_new) — use a gelu_new model",
+            rc = hyp_fail(e, HYP_EINPUT, "%s: activation_function is '%.60s', this trainer computes tanh-GELU (gelu_new) — use a gelu_new model",
                           where, act->valuestring);
     } else {
         if (!rc) rc = check_key(where, cfg, "hidden_size", p->C, 1, 0, e);
@@ -527,7 +527,7 @@ static int load_hf(const char *dir, const plan_t *p, const hf_model *m, float *o
                 known = !strcmp(name, p->params[i].name) ||
                         (!strncmp(p->params[i].name, "transformer.", 12) && !strcmp(name, p->params[i].name + 12));
             if (!known)
-                rc = hyp_fail(e, HYP_EINPUT, "%s: holds tensor '%s', which this trainer's model does not have — the directory holds a different model",
+                rc = hyp_fail(e, HYP_EINPUT, "%s: holds tensor '%.200s', which this trainer's model does not have — the directory holds a different model",
                               hyp_st_path(h.f[f]), name);
         }
     free(tmp);

@@ -228,7 +228,7 @@ static int parse_tensor(hyp_st_file *f, const cJSON *j, hyp_st_tensor *t, uint64
     int nd = cJSON_GetArraySize(js);
     if (nd > HYP_ST_MAX_DIMS)
         return hyp_fail(e, HYP_EINPUT, "%s: tensor '%.200s': %d dimensions, more than the %d "
-                        "supported", path, name, nd, HYP_ST_MAX_DIMS);
+                        "supported — the file is corrupt, or holds tensors this runtime cannot use", path, name, nd, HYP_ST_MAX_DIMS);
     t->ndim = nd;
     int i = 0;
     const cJSON *jx;
@@ -259,6 +259,11 @@ static int parse_tensor(hyp_st_file *f, const cJSON *j, hyp_st_tensor *t, uint64
     if (numel < 0)
         return hyp_fail(e, HYP_EINPUT, "%s: tensor '%.200s': shape %s overflows — the file is "
                         "corrupt", path, name, sh);
+    /* numel is below 2^62, numel * 8 is not below 2^64: a product that wraps could match a
+     * small span, so check it before multiplying */
+    if ((uint64_t)numel > UINT64_MAX / hyp_st_dtype_size(t->dtype))
+        return hyp_fail(e, HYP_EINPUT, "%s: tensor '%.200s': shape %s of %s needs more than 2^64 bytes — the header is "
+                        "inconsistent", path, name, sh, hyp_st_dtype_name(t->dtype));
     uint64_t want = (uint64_t)numel * hyp_st_dtype_size(t->dtype);
     if (want != *end - *begin)
         return hyp_fail(e, HYP_EINPUT, "%s: tensor '%.200s': shape %s of %s needs %llu bytes but "

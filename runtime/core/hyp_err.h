@@ -20,7 +20,9 @@ typedef struct {
 } hyp_err;
 
 /* Formats into e->msg (when e is not NULL) and returns code, so callers can write
- *     return hyp_fail(e, HYP_EINPUT, "%s: truncated shard — re-run gen data", path); */
+ *     return hyp_fail(e, HYP_EINPUT, "%s: truncated shard — re-run gen data", path);
+ * A bad-input message stays one line whatever it echoes from the file (a tensor name, a `latest`
+ * line, a JSON string): control bytes in it become spaces (tab, CR, LF) or '?'. */
 static inline int hyp_fail(hyp_err *e, int code, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 3, 4)))
@@ -32,6 +34,9 @@ static inline int hyp_fail(hyp_err *e, int code, const char *fmt, ...) {
         va_start(ap, fmt);
         vsnprintf(e->msg, sizeof e->msg, fmt, ap);
         va_end(ap);
+        if (code == HYP_EINPUT)
+            for (char *c = e->msg; *c; c++)
+                if ((unsigned char)*c < 0x20 || *c == 0x7f) *c = *c == '\t' || *c == '\n' || *c == '\r' ? ' ' : '?';
     }
     return code;
 }

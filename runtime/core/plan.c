@@ -4,6 +4,7 @@
 #include "plan.h"
 
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -66,17 +67,26 @@ static const cJSON *need(ld *c, const cJSON *obj, const char *key, int type_mask
     return v;
 }
 
+/* v as a whole number in [lo, hi] into *out: 1, or 0 (not a number, not finite, not whole, out of
+ * range). The range is checked on the double before any conversion: casting a double outside
+ * int64's range (a JSON 1e999 is inf) is undefined. lo, hi within +-2^53 (exact as doubles). */
+static int json_whole(const cJSON *v, int64_t lo, int64_t hi, int64_t *out) {
+    if (!cJSON_IsNumber(v)) return 0;
+    double d = v->valuedouble;
+    if (!(d >= (double)lo && d <= (double)hi) || d != floor(d)) return 0; /* NaN fails the first test */
+    *out = (int64_t)d;
+    return 1;
+}
+
 static int get_int(ld *c, const cJSON *obj, const char *key, int64_t lo, int64_t hi, int64_t *out) {
     int rc = 0;
     const cJSON *v = need(c, obj, key, cJSON_Number, &rc);
     if (!v) return rc;
-    double d = v->valuedouble;
-    if (d != (double)(int64_t)d || d < (double)lo || d > (double)hi) {
+    if (!json_whole(v, lo, hi, out)) {
         char f[700];
-        return bad(c, "field '%s' = %g is out of range [%lld, %lld]", field(c, key, f, sizeof f), d, (long long)lo,
-                   (long long)hi);
+        return bad(c, "field '%s' = %g is out of range [%lld, %lld] or not a whole number", field(c, key, f, sizeof f), v->valuedouble,
+                   (long long)lo, (long long)hi);
     }
-    *out = (int64_t)d;
     return 0;
 }
 
@@ -167,9 +177,8 @@ static int get_buf_shape(ld *c, const cJSON *b, plan_buf *pb) {
         int64_t d = 0, v = 0;
         if (cJSON_IsString(s))
             d = !strcmp(s->valuestring, "B") ? DIM_B : !strcmp(s->valuestring, "T") ? DIM_T : !strcmp(s->valuestring, "N") ? DIM_N : 0;
-        else if (cJSON_IsNumber(s) && s->valuedouble >= 1 && s->valuedouble <= (double)((int64_t)1 << 40) &&
-                 s->valuedouble == (double)(int64_t)s->valuedouble)
-            d = (int64_t)s->valuedouble;
+        else if (!json_whole(s, 1, (int64_t)1 << 40, &d))
+            d = 0;
         if (!d || pb->ndim >= 4) return bad(c, "field '%s.shape' is not a list of 1 to 4 positive sizes or B, T, N", c->at);
         v = d == DIM_B ? c->p->B : d == DIM_T ? c->p->T : d == DIM_N ? (int64_t)c->p->B * c->p->T : d;
         if (prod > ((int64_t)1 << 40) / v) return bad(c, "field '%s.shape' is implausibly large", c->at);
@@ -278,11 +287,8 @@ static int read_attr(ld *c, const cJSON *v, const char *key, plan_op *o) {
             else if (!strcmp(v->valuestring, "T")) d = DIM_T;
             else if (!strcmp(v->valuestring, "N")) d = DIM_N;
             else return bad(c, "field '%s.attrs.%s' = \"%s\" is no symbolic dimension (B, T, N)", c->at, key, v->valuestring);
-        } else if (!cJSON_IsNumber(v) || v->valuedouble < 1 || v->valuedouble > (double)((int64_t)1 << 40) ||
-                   v->valuedouble != (double)(int64_t)v->valuedouble) {
+        } else if (!json_whole(v, 1, (int64_t)1 << 40, &d)) {
             return bad(c, "field '%s.attrs.%s' is not a positive integer or B, T, N", c->at, key);
-        } else {
-            d = (int64_t)v->valuedouble;
         }
         memcpy(dst, &d, sizeof d);
     } else if (ATTRS[k].type == A_NUM) {
@@ -291,11 +297,11 @@ static int read_attr(ld *c, const cJSON *v, const char *key, plan_op *o) {
         float f = (float)v->valuedouble;
         memcpy(dst, &f, sizeof f);
     } else {
-        if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble >= c->p->fp8_slots ||
-            v->valuedouble != (double)(int)v->valuedouble)
+        int64_t slot = 0;
+        if (!json_whole(v, 0, (int64_t)c->p->fp8_slots - 1, &slot))
             return bad(c, "field '%s.attrs.slot' names an fp8 scaling slot the plan does not declare (fp8.slots has %d)", c->at,
                        c->p->fp8_slots);
-        int s = (int)v->valuedouble;
+        int s = (int)slot;
         memcpy(dst, &s, sizeof s);
     }
     return 0;
@@ -431,10 +437,12 @@ static int load_params(ld *c, const cJSON *root) {
         int64_t prod = 1;
         const cJSON *s;
         cJSON_ArrayForEach(s, shape) {
-            if (pp->ndim >= 4 || !cJSON_IsNumber(s) || s->valuedouble < 1 || s->valuedouble > (double)((int64_t)1 << 40))
+            int64_t d = 0;
+            if (pp->ndim >= 4 || !json_whole(s, 1, (int64_t)1 << 40, &d))
                 return bad(c, "field '%s.shape' is not a list of 1 to 4 positive sizes", c->at);
-            pp->shape[pp->ndim++] = (int64_t)s->valuedouble;
-            prod *= (int64_t)s->valuedouble;
+            if (prod > ((int64_t)1 << 40) / d) return bad(c, "field '%s.shape' is implausibly large (over 2^40 elements)", c->at);
+            pp->shape[pp->ndim++] = d;
+            prod *= d;
         }
         if (prod != pp->numel) return bad(c, "field '%s.shape' does not match its numel", c->at);
         const cJSON *init = need(c, j, "init", cJSON_Object, &rc);
@@ -502,20 +510,22 @@ static int load_optimizer(ld *c, const cJSON *root) {
             return bad(c, "field 'optimizer.state[%d].numel' must list one count per parameter (%d)", i, p->n_params_t);
         o->state_compact[i] = nl != NULL;
         int64_t off = 0;
-        for (int q = 0; q < p->n_params_t; q++) {
+        const cJSON *v = nl ? nl->child : NULL;
+        for (int q = 0; q < p->n_params_t; q++, v = v ? v->next : NULL) {
             if (!nl) {
                 o->state_off[i][q] = p->params[q].offset, o->state_n[i][q] = p->params[q].numel;
                 continue;
             }
-            const cJSON *v = cJSON_GetArrayItem(nl, q);
             /* a packed state may hold more floats than its parameter (Shampoo's blocked factors:
              * br^2 + bc^2 per block), never more than 2^40 */
-            if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble > 1099511627776.0 ||
-                v->valuedouble != (double)(int64_t)v->valuedouble)
+            int64_t sn = 0;
+            if (!json_whole(v, 0, (int64_t)1 << 40, &sn))
                 return bad(c, "field 'optimizer.state[%d].numel[%d]' (parameter '%s') must be a whole number from 0 to 2^40",
                            i, q, p->params[q].name);
-            o->state_off[i][q] = off, o->state_n[i][q] = (int64_t)v->valuedouble;
+            o->state_off[i][q] = off, o->state_n[i][q] = sn;
             off += (o->state_n[i][q] + 15) / 16 * 16;
+            if (off > (int64_t)1 << 50) /* the arena limit of get_placement; keeps the sum far from overflow */
+                return bad(c, "field 'optimizer.state[%d].numel' adds up to more than 2^50 floats", i);
         }
         o->state_floats[i] = nl ? off : p->param_floats;
     }
@@ -747,7 +757,7 @@ static int load_hardware(ld *c, const cJSON *root) {
     const cJSON *hw = cJSON_GetObjectItemCaseSensitive(root, "hardware");
     const cJSON *pk = hw ? cJSON_GetObjectItemCaseSensitive(hw, "peak_flops") : NULL;
     const cJSON *hn = hw ? cJSON_GetObjectItemCaseSensitive(hw, "name") : NULL;
-    p->peak_flops = cJSON_IsNumber(pk) ? pk->valuedouble : 0;
+    p->peak_flops = cJSON_IsNumber(pk) && pk->valuedouble >= 0 && pk->valuedouble < 1e30 ? pk->valuedouble : 0;
     snprintf(p->hardware, sizeof p->hardware, "%s", cJSON_IsString(hn) ? hn->valuestring : "unknown");
     const cJSON *pd = hw ? cJSON_GetObjectItemCaseSensitive(hw, "peak_dtype") : NULL;
     const cJSON *pm = hw ? cJSON_GetObjectItemCaseSensitive(hw, "peak_source") : NULL;

@@ -178,7 +178,7 @@ static int tpl_load(chat_tpl *t, const char *spec, hyp_err *e) {
     }
     const cJSON *bos = cJSON_GetObjectItemCaseSensitive(j, "bos");
     if (bos && !cJSON_IsString(bos)) rc = hyp_fail(e, HYP_EINPUT, "%s: \"bos\" is not a string — give a string or leave it out", spec);
-    t->bos = strdup(bos ? bos->valuestring : "");
+    t->bos = strdup(cJSON_IsString(bos) ? bos->valuestring : "");
     for (int r = 0; r < R__N && !rc; r++) {
         const cJSON *o = cJSON_GetObjectItemCaseSensitive(j, ROLE[r]);
         const cJSON *p = cJSON_GetObjectItemCaseSensitive(o, "prefix"), *s = cJSON_GetObjectItemCaseSensitive(o, "suffix");
@@ -617,8 +617,16 @@ int hyp_pref_load(const char *dir, const char *split, hyp_pref_set *s, hyp_err *
         free(txt);
         return hyp_fail(e, HYP_EINPUT, "%s: not a preference file of version 1 (bad header or size) — re-run gen data --pref", path);
     }
-    s->kind = (int)rd32(u + 8), s->n = (int)rd32(u + 12), s->vocab = (int)rd32(u + 16);
     size_t nw = (n - hb) / 4;
+    /* every example takes at least its 3 lengths and 1 token (KTO: a completion; pairs: 2): the
+     * count is bounded by the file; vocabularies stop at 2^24 (tokenizer.h) */
+    uint32_t count = rd32(u + 12), vocab = rd32(u + 16);
+    if (count > nw / 4 || vocab < 1 || vocab > (1u << 24)) {
+        free(txt);
+        return hyp_fail(e, HYP_EINPUT, "%s: header claims %u examples and a vocabulary of %u, which %zu bytes cannot hold — re-run gen data --pref",
+                        path, count, vocab, n);
+    }
+    s->kind = (int)rd32(u + 8), s->n = (int)count, s->vocab = (int)vocab;
     s->tok = malloc(nw * 4 + 4);
     s->len = calloc((size_t)s->n + 1, sizeof *s->len);
     s->off = calloc((size_t)s->n + 1, sizeof *s->off);
@@ -660,7 +668,7 @@ int hyp_mask_open(const char *shard_path, uint64_t ntok, const uint8_t **map, vo
     if (L < 4 || strcmp(shard_path + L - 4, ".bin") || L + 2 > sizeof path) return HYP_OK;
     snprintf(path, sizeof path, "%.*s.mask", (int)(L - 4), shard_path);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return errno == ENOENT ? HYP_OK : hyp_fail(e, HYP_EINPUT, "%s: cannot open the loss mask: %s", path, strerror(errno));
+    if (fd < 0) return errno == ENOENT ? HYP_OK : hyp_fail(e, HYP_EINPUT, "%s: cannot open the loss mask: %s — re-run gen data --chat", path, strerror(errno));
     struct stat st;
     size_t hb = HYP_SHARD_HEADER_INTS * 4;
     if (fstat(fd, &st) != 0 || (size_t)st.st_size != hb + ntok) {

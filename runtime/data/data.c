@@ -815,7 +815,8 @@ static int open_shard(shard *s, hyp_err *e) {
     int fd = open(s->path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
         int err = errno;
-        return hyp_fail(e, hyp_fs_errcode(err), "%s: cannot open: %s", s->path, strerror(err));
+        return hyp_fail(e, hyp_fs_errcode(err), "%s: cannot open: %s — the data directory is incomplete; re-run gen data", s->path,
+                        strerror(err));
     }
     struct stat st;
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
@@ -1719,8 +1720,10 @@ int hyp_data_verify(const char *dir, hyp_err *e) {
         return hyp_fail(e, HYP_EINPUT, "%s: not valid JSON — re-run gen data", path);
     }
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(m, "vocab_size");
-    uint64_t vocab = cJSON_IsNumber(v) && v->valuedouble >= 1 ? (uint64_t)v->valuedouble
-                                                               : (uint64_t)1 << 32;
+    /* range before the conversion: a JSON 1e999 is inf, and inf -> uint64 is undefined */
+    uint64_t vocab = cJSON_IsNumber(v) && v->valuedouble >= 1 && v->valuedouble < 4294967296.0
+                         ? (uint64_t)v->valuedouble
+                         : (uint64_t)1 << 32;
     const cJSON *s;
     int n_listed = 0;
     cJSON_ArrayForEach(s, cJSON_GetObjectItemCaseSensitive(m, "shards")) {

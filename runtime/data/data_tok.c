@@ -128,7 +128,7 @@ int hyp_data_tok_check_init(const char *path, const hyp_data_tok *t, hyp_err *e)
     int rc = HYP_OK;
     if (cJSON_IsString(k) && cJSON_IsString(h) &&
         (strcmp(k->valuestring, t->kind) != 0 || strcmp(h->valuestring, t->hash) != 0))
-        rc = hyp_fail(e, HYP_EINPUT, "%s: --init-from weights trained on data of tokenizer %s %s, but this data was made with %s %s (%s) — continue on data made with that tokenizer, or start from scratch",
+        rc = hyp_fail(e, HYP_EINPUT, "%s: --init-from weights trained on data of tokenizer %.20s %.20s, but this data was made with %s %s (%s) — continue on data made with that tokenizer, or start from scratch",
                       state, k->valuestring, h->valuestring, t->kind, t->hash, t->source[0] ? t->source : "bytes");
     cJSON_Delete(j);
     return rc;

@@ -208,7 +208,7 @@ static int tok_set(hyp_tok *t, int id, const uint8_t *b, size_t n) {
         if (!a) return -1;
         t->arena = a, t->arena_cap = cap;
     }
-    memcpy(t->arena + t->arena_n, b, n);
+    if (n) memcpy(t->arena + t->arena_n, b, n); /* an empty token (a "" vocab key) before the arena exists: NULL + 0 */
     t->off[id] = (uint32_t)t->arena_n;
     t->len[id] = (uint32_t)n;
     t->arena_n += n;
@@ -323,7 +323,7 @@ static int load_json(hyp_tok *t, const char *path, const uint8_t *buf, size_t n,
     cJSON *norm = cJSON_GetObjectItemCaseSensitive(root, "normalizer");
     cJSON *added = cJSON_GetObjectItemCaseSensitive(root, "added_tokens");
     if (!cJSON_IsObject(model) || !cJSON_IsString(type) || strcmp(type->valuestring, "BPE") != 0) {
-        hyp_fail(e, HYP_EINPUT, "%s: model.type is %s, not \"BPE\" — only byte-level BPE tokenizers are supported", path,
+        hyp_fail(e, HYP_EINPUT, "%s: model.type is %.60s, not \"BPE\" — only byte-level BPE tokenizers are supported", path,
                  cJSON_IsString(type) ? type->valuestring : "missing");
         goto out;
     }
@@ -336,7 +336,7 @@ static int load_json(hyp_tok *t, const char *path, const uint8_t *buf, size_t n,
     cJSON *prefix = cJSON_GetObjectItemCaseSensitive(pre, "add_prefix_space");
     if (!cJSON_IsString(ptype) || strcmp(ptype->valuestring, "ByteLevel") != 0 || cJSON_IsFalse(use_regex) ||
         cJSON_IsTrue(prefix)) {
-        hyp_fail(e, HYP_EINPUT, "%s: pre_tokenizer is %s — only GPT-2's ByteLevel pre-tokenizer (use_regex, no prefix space) is supported",
+        hyp_fail(e, HYP_EINPUT, "%s: pre_tokenizer is %.60s — only GPT-2's ByteLevel pre-tokenizer (use_regex, no prefix space) is supported",
                  path, cJSON_IsString(ptype) ? ptype->valuestring : "missing");
         goto out;
     }
@@ -356,11 +356,19 @@ static int load_json(hyp_tok *t, const char *path, const uint8_t *buf, size_t n,
     cJSON_ArrayForEach(it, added) {
         cJSON *id = cJSON_GetObjectItemCaseSensitive(it, "id");
         cJSON *c = cJSON_GetObjectItemCaseSensitive(it, "content");
-        if (!cJSON_IsNumber(id) || !cJSON_IsString(c) || id->valuedouble < 0 || id->valuedouble >= (1 << 24)) {
+        if (!cJSON_IsNumber(id) || !cJSON_IsString(c) || id->valuedouble < 0 || id->valuedouble >= (1 << 24) ||
+            id->valuedouble != (int)id->valuedouble) {
             hyp_fail(e, HYP_EINPUT, "%s: added_tokens has an entry without a valid id and content — the file is corrupt", path);
             goto out;
         }
         if (id->valueint > maxid) maxid = id->valueint;
+    }
+    /* the id table is sized by the largest id: bound it by the entries the file holds (real
+     * vocabularies are dense, 0..n-1; allow as many holes as entries) */
+    if ((int64_t)maxid >= 2 * ((int64_t)nv + cJSON_GetArraySize(added)) + 256) {
+        hyp_fail(e, HYP_EINPUT, "%s: token id %d for %d vocabulary entries — ids must be (nearly) dense; the file is corrupt", path, maxid,
+                 nv + cJSON_GetArraySize(added));
+        goto out;
     }
     t->vocab = maxid + 1;
     if (tok_reserve(t, t->vocab) || tmap_init(&t->tm, (size_t)nv) || pmap_init(&t->pm, (size_t)nm)) {
@@ -492,6 +500,12 @@ static int load_tiktoken(hyp_tok *t, const char *path, const uint8_t *buf, size_
         i = j + 1;
     }
     if (!cnt) { hyp_fail(e, HYP_EINPUT, "%s: no ranks — the file is empty", path); goto out; }
+    /* the id table is sized by the largest rank: bound it by the ranks the file holds (real
+     * files are dense, 0..n-1; allow as many holes as ranks) */
+    if ((size_t)maxr >= 2 * cnt + 256) {
+        hyp_fail(e, HYP_EINPUT, "%s: rank %d for %zu lines — ranks must be (nearly) dense; the file is corrupt", path, maxr, cnt);
+        goto out;
+    }
     t->vocab = maxr + 2; /* ranks, then <|endoftext|> */
     t->eot = maxr + 1;
     if (tok_reserve(t, t->vocab) || tmap_init(&t->tm, cnt)) { rc = hyp_fail(e, HYP_EFAIL, "%s: out of memory", path); goto out; }

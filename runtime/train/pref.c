@@ -1,4 +1,4 @@
-/* pref.c — the plan's post section, the preference losses and the preference trainer (pref.h).
+/* pref.c — the preference losses and the preference trainer (pref.h).
  *
  * Per-token gradient. A sequence's log-probability is logp = sum over its scored completion
  * tokens t of log softmax(z_t)[y_t] = -sum_t CE_t. For a loss L(logp_1..logp_n) the logits of
@@ -22,52 +22,6 @@
 #include "preempt.h"
 #include "rng.h"
 #include "train_ckpt.h"
-
-/* ---- the plan's post section ---- */
-static const char *OBJ[] = {"none", "sft", "dpo", "orpo", "simpo", "kto", "grpo"};
-
-const char *post_objective_name(int objective) {
-    return objective >= 0 && objective <= POST_GRPO ? OBJ[objective] : "?";
-}
-
-static double num(const cJSON *o, const char *k, double dflt) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
-    return cJSON_IsNumber(v) ? v->valuedouble : dflt;
-}
-
-int post_cfg_load(const char *plan_path, post_cfg *c, hyp_err *e) {
-    memset(c, 0, sizeof *c);
-    c->mask_prompt = 1;
-    char *txt = NULL;
-    int rc = hyp_fs_read_small(plan_path, (size_t)256 << 20, &txt, NULL, e);
-    if (rc) return rc;
-    cJSON *root = cJSON_Parse(txt);
-    free(txt);
-    const cJSON *p = cJSON_GetObjectItemCaseSensitive(root, "post");
-    if (p && !cJSON_IsObject(p)) rc = hyp_fail(e, HYP_EINPUT, "%s: field 'post' is not an object — regenerate the plan with gen", plan_path);
-    if (!rc && p) {
-        const cJSON *o = cJSON_GetObjectItemCaseSensitive(p, "objective"), *t = cJSON_GetObjectItemCaseSensitive(p, "template");
-        const cJSON *m = cJSON_GetObjectItemCaseSensitive(p, "mask_prompt");
-        c->objective = -1;
-        for (int i = 0; i <= POST_GRPO && cJSON_IsString(o); i++)
-            if (!strcmp(o->valuestring, OBJ[i])) c->objective = i;
-        if (c->objective < 0)
-            rc = hyp_fail(e, HYP_EINPUT, "%s: post.objective is none of sft, dpo, orpo, simpo, kto, grpo — regenerate the plan with gen", plan_path);
-        c->sft = cJSON_IsString(t);
-        if (c->sft) snprintf(c->template_name, sizeof c->template_name, "%s", t->valuestring);
-        if (cJSON_IsBool(m)) c->mask_prompt = cJSON_IsTrue(m);
-        c->beta = num(p, "beta", 0.1), c->gamma = num(p, "gamma", 0), c->lambda = num(p, "lambda", 0.1);
-        c->label_smoothing = num(p, "label_smoothing", 0);
-        c->desirable_weight = num(p, "desirable_weight", 1), c->undesirable_weight = num(p, "undesirable_weight", 1);
-        const cJSON *rf = cJSON_GetObjectItemCaseSensitive(p, "reference");
-        c->online_ref = cJSON_IsString(rf) && !strcmp(rf->valuestring, "online");
-        const cJSON *rc_ = cJSON_GetObjectItemCaseSensitive(p, "reward_chars");
-        c->group = (int)num(p, "group_size", 4), c->max_new = (int)num(p, "max_new_tokens", 16), c->temperature = num(p, "temperature", 1);
-        snprintf(c->reward_chars, sizeof c->reward_chars, "%s", cJSON_IsString(rc_) ? rc_->valuestring : "");
-    }
-    cJSON_Delete(root);
-    return rc;
-}
 
 /* ---- losses on per-sequence log-probabilities ---- */
 static double sigmoid(double z) { return z >= 0 ? 1 / (1 + exp(-z)) : exp(z) / (1 + exp(z)); }

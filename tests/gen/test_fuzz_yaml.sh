@@ -10,7 +10,7 @@ LIBS="$(pkg-config --libs yaml-0.1 lua5.4)"
 expect fuzzer_builds 0 "" -- clang -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
   $CFLAGS "$ROOT/tests/fuzz/fuzz_yaml.c" "$ROOT/generator/yaml_lua.c" "$ROOT/runtime/core/fsio.c" $LIBS -o "$BIN"
 mkdir -p "$TMP/corpus"
-cp "$ROOT"/tests/fuzz/corpus/* "$TMP/corpus/" 2>/dev/null
+cp "$ROOT"/tests/fuzz/corpus/yaml/* "$TMP/corpus/"
 find "$ROOT/specs" -name '*.yaml' | head -200 | while read -r f; do cp "$f" "$TMP/corpus/$(echo "$f" | md5sum | cut -c1-12).yaml"; done
 SECS=${FUZZ_SECONDS:-30}
 expect fuzz_${SECS}s_no_crash 0 "Done [0-9]+ runs" -- "$BIN" -max_total_time="$SECS" -max_len=4096 -timeout=10 \

@@ -1,13 +1,19 @@
 /* test_ckpt_delta.c — v2180 incremental checkpoints (runtime/ckpt/ckpt_delta.c): a delta against a
  * full checkpoint restores bit-exactly (weights and optimizer states), is smaller when few values
  * changed, is verified (a flipped byte or a missing base is refused with the caller's buffers
- * untouched), leaves no temp directory behind, and pruning keeps the base a kept delta needs. */
+ * untouched), leaves no temp directory behind, and pruning keeps the base a kept delta needs. A
+ * delta whose stated length cannot come out of its zstd frame (2^64 - 1: malloc(na + 1) wrapped to
+ * malloc(0)) is refused before any allocation, even with valid checksums. */
+#include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
+#include <xxhash.h>
+
 #include "ckpt_delta.h"
+#include "fsio.h"
 #include "hyp_test.h"
 
 enum { N0 = 64 * 1024, N1 = 300 };
@@ -21,6 +27,33 @@ static int exists(const char *base, const char *rel) {
     snprintf(p, sizeof p, "%s/%s", base, rel);
     struct stat st;
     return stat(p, &st) == 0;
+}
+
+/* Sets bytes 8..15 of step/NAME.zdelta (the full file's length) to len and rewrites the delta's
+ * checksum in step/state.json to match, as a crafted checkpoint would. 0 on success. */
+static int craft_length(const char *step, const char *name, uint64_t len) {
+    char p[700], q[700], hex[33];
+    snprintf(p, sizeof p, "%s/%s.zdelta", step, name);
+    snprintf(q, sizeof q, "%s/state.json", step);
+    char *z = NULL, *txt = NULL;
+    size_t zn = 0;
+    hyp_err e;
+    if (hyp_fs_read_small(p, 1 << 26, &z, &zn, &e) || zn < 24 || hyp_fs_read_small(q, 1 << 20, &txt, NULL, &e)) return -1;
+    for (int i = 0; i < 8; i++) z[8 + i] = (char)(len >> (8 * i));
+    XXH128_canonical_t c;
+    XXH128_canonicalFromHash(&c, XXH3_128bits(z, zn));
+    hyp_fs_hex(c.digest, 16, hex);
+    cJSON *j = cJSON_Parse(txt);
+    char key[128];
+    snprintf(key, sizeof key, "%s.zdelta", name);
+    cJSON *rec = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(j, "delta"), "files"), key);
+    int rc = rec ? 0 : -1;
+    if (!rc) cJSON_ReplaceItemInObjectCaseSensitive(rec, "xxh3_128", cJSON_CreateString(hex));
+    char *out = rc ? NULL : cJSON_Print(j);
+    if (!out || hyp_fs_write_atomic(q, out, strlen(out), &e) || hyp_fs_write_atomic(p, z, zn, &e)) rc = -1;
+    free(out), free(z), free(txt);
+    cJSON_Delete(j);
+    return rc;
 }
 
 static int count_tmp(const char *dir) {
@@ -82,6 +115,14 @@ int main(void) {
     CHECK(hyp_ckpt_load(dir, NULL, tp, ts, 1, 2, "h", NULL, &e) == HYP_EINPUT && strstr(e.msg, "corrupt") && w0[0] == 123,
           "a flipped byte refused, buffers untouched: %s", e.msg);
     CHECK(count_tmp(dir) == 0, "no temp dir left after a refused restore");
+    /* a crafted length with valid checksums: bounded by the frame before it sizes an allocation */
+    char sd[600];
+    snprintf(sd, sizeof sd, "%s/step_00000002", dir);
+    CHECK(craft_length(sd, "model.safetensors", UINT64_MAX) == 0, "crafted a 2^64-1 length with its checksum");
+    w0[0] = 123;
+    CHECK(hyp_ckpt_load(dir, "step_00000002", tp, ts, 1, 2, "h", NULL, &e) == HYP_EINPUT && strstr(e.msg, "cannot hold") && w0[0] == 123,
+          "a 2^64-1 full length refused before malloc: %s", e.msg);
+    CHECK(count_tmp(dir) == 0, "no temp dir left after the crafted length");
     /* pruning keeps the base of a kept delta: full 3, delta 4 on it, keep 1 */
     CHECK(hyp_ckpt_save_inc(dir, tp, ts, 1, 2, NULL, 0, &st3, 0, NULL, NULL, &e) == HYP_OK, "full step 3");
     CHECK(hyp_ckpt_save_inc(dir, tp, ts, 1, 2, NULL, 0, &st4, 1, "step_00000003", NULL, &e) == HYP_OK, "delta step 4, keep 1");

@@ -72,6 +72,21 @@ static void write_bad(cJSON *root) {
     cJSON_Delete(root);
 }
 
+/* The plan with field key's number written as the literal text num (cJSON prints inf as null). */
+static void write_bad_number(const char *key, const char *num) {
+    cJSON *r = fresh();
+    cJSON_ReplaceItemInObjectCaseSensitive(r, key, cJSON_CreateNumber(987654321));
+    char *s = cJSON_Print(r), *at = strstr(s, "987654321");
+    size_t n = strlen(s), k = strlen(num);
+    char *t = malloc(n + k + 1);
+    memcpy(t, s, (size_t)(at - s));
+    memcpy(t + (at - s), num, k);
+    memcpy(t + (at - s) + k, at + 9, n - (size_t)(at - s) - 9 + 1);
+    write_file(g_bad, t, strlen(t));
+    free(s), free(t);
+    cJSON_Delete(r);
+}
+
 static cJSON *at(cJSON *obj, const char *key) { return cJSON_GetObjectItemCaseSensitive(obj, key); }
 
 /* Index of the buffer named name in root.buffers. */
@@ -268,6 +283,14 @@ static void test_refusals(void) {
     cJSON_AddNumberToObject(ps, "seed", -3);
     write_bad(r);
     expect_refusal("refuses_v2161_negative_seed", "param_storage.seed", "out of range", NULL);
+    /* numbers past int64 (2.6e39) or infinite (1e999 parses to inf) are refused by their range
+     * before any conversion (a cast of either to int64 is undefined; fuzz_plan found it) */
+    write_bad_number("param_bytes", "2.6e39");
+    expect_refusal("refuses_int_field_past_int64", "field 'param_bytes'", "out of range", NULL);
+    write_bad_number("param_bytes", "1e999");
+    expect_refusal("refuses_int_field_infinite", "field 'param_bytes'", "out of range", NULL);
+    write_bad_number("param_bytes", "4096.5");
+    expect_refusal("refuses_int_field_fraction", "field 'param_bytes'", "not a whole number", NULL);
     r = fresh();
     cJSON_AddObjectToObject(cJSON_AddObjectToObject(r, "grad_accum"), "dtype");
     write_bad(r);

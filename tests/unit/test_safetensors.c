@@ -229,6 +229,10 @@ static void test_hostile(void) {
     hostile("a shape whose product overflows",
             "{\"a\":{\"dtype\":\"F32\",\"shape\":[4294967296,4294967296],\"data_offsets\":[0,8]}}",
             8, "overflows");
+    /* numel 2^62 is below the shape limit, but 2^62 * 4 bytes wraps to 0 = the span (fuzz_safetensors) */
+    hostile("a shape whose byte size wraps past 2^64",
+            "{\"a\":{\"dtype\":\"F32\",\"shape\":[2147483648,2147483648],\"data_offsets\":[0,0]}}", 0,
+            "more than 2^64 bytes");
     hostile("nine dimensions",
             "{\"a\":{\"dtype\":\"U8\",\"shape\":[1,1,1,1,1,1,1,1,1],\"data_offsets\":[0,1]}}", 1,
             "9 dimensions");
