@@ -17,7 +17,9 @@ usage:
            [--enable dedup,filter,mixing,curriculum,augmentation] [--set NAME.p=v ...]
                                           documents (.jsonl "text", .txt, SEP-separated, .gz)
                                           through the data stages into training shards with
-                                          .docs sidecars and DIR/report.json
+                                          .docs sidecars and DIR/report.json; --doc-sep SEP: a
+                                          line equal to SEP ends a document (% for fortune
+                                          files), --doc-sep blank (or '') a blank line does
   gen data --chat CHATS.jsonl -o DIR [--template chatml|plain|T.json] [--tokenizer byte|PATH] [--val-fraction F] [--force]
   gen data --pref PREFS.jsonl -o DIR [--template chatml|plain|T.json] [--tokenizer byte|PATH] [--val-fraction F] [--force]
                                           post-training data: conversations through a chat
@@ -465,6 +467,35 @@ function commands.size(args)
   return size.main(args, parse)
 end
 
+-- The usage of one command: its entries of USAGE (a line "  gen CMD ..." and the deeper-indented
+-- lines under it; "gen TREE ..." is the main command, `generate`), then the options block.
+local function command_usage(cmd)
+  local out, mine, options = { "usage:" }, false, nil
+  for line in USAGE:gmatch("[^\n]*\n?") do
+    if line:match("^options:") then options = USAGE:sub(USAGE:find("\noptions:", 1, true) + 1); break end
+    local word = line:match("^  gen (%S+)")
+    if word then
+      if not commands[word] then word = "generate" end
+      mine = word == cmd
+    elseif not line:match("^   ") then
+      mine = false
+    end
+    if mine then out[#out + 1] = line:gsub("\n$", "") end
+  end
+  local text = table.concat(out, "\n") .. "\n"
+  -- the --enable/--set/--allow-planned options belong to the commands that resolve a selection
+  if options and text:find("--enable", 1, true) then text = text .. options end
+  return text
+end
+
+-- --help or -h anywhere among a command's arguments asks for its usage.
+local function asks_help(args)
+  for _, a in ipairs(args) do
+    if a == "--help" or a == "-h" then return true end
+  end
+  return false
+end
+
 local function main(args)
   local cmd = args[1]
   if cmd == nil or cmd == "--help" or cmd == "-h" or cmd == "help" then
@@ -473,12 +504,17 @@ local function main(args)
   end
   if cmd == "--version" then io.write("gen (hyperion) " .. hyp.version .. "\n"); return 0 end
   local rest = { table.unpack(args, 2) }
-  if commands[cmd] and cmd ~= "generate" then return commands[cmd](rest) end
+  if commands[cmd] and cmd ~= "generate" then
+    -- gen size prints its own, longer help
+    if cmd ~= "size" and asks_help(rest) then io.write(command_usage(cmd)); return 0 end
+    return commands[cmd](rest)
+  end
   if cmd:sub(1, 1) == "-" or not (cmd:match("%.ya?ml$") or hyp.stat(cmd)) then
     local names = U.sorted_keys(commands)
     U.fail("<command line>", "unknown command '" .. cmd .. "'" .. U.did_you_mean(cmd, names),
       "use one of list, explain, audit, data, tokenizer, export, consolidate, size, render, or give the tree file first")
   end
+  if asks_help(rest) then io.write(command_usage("generate")); return 0 end
   return commands.generate(args)
 end
 

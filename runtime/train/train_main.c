@@ -130,8 +130,9 @@ static int parse_num(const char *flag, const char *s, double lo, double hi, doub
 
 static const char *USAGE =
     "usage: train --data DIR [--steps N] [--batch B] [--seq T] [--grad-accum K] [--lr X] [--seed S]\n"
-    "       train --stream FILES[,GLOB...] [--doc-sep SEP] [--tokenizer FILE] ... (v2129: raw text,\n"
-    "                                .jsonl, .gz read and tokenized while training; instead of --data)\n"
+    "       train --stream FILES[,GLOB...] [--doc-sep SEP] [--tokenizer FILE|DIR] ... (v2129: raw text,\n"
+    "                                .jsonl, .gz read and tokenized while training; instead of --data;\n"
+    "                                --doc-sep blank (or '') splits plain text at blank lines)\n"
     "             [--ckpt-dir D] [--ckpt-every N] [--keep K] [--resume] [--metrics FILE] [--sample N]\n"
     "             [--eval-every N] [--eval-batches N] [--temperature X] [--top-k K] [--plan FILE]\n"
     "             [--init-from PATH] start from these weights (a Hugging Face model directory of\n"
