@@ -30,7 +30,8 @@ usage:
   gen size --model M [--hw LIST] [...]    size a training run (see gen size --help)
   gen export CKPT -o DIR [--plan PLAN]    a checkpoint as a Hugging Face model directory
                                           (GPT2LMHeadModel, LlamaForCausalLM, Qwen3ForCausalLM);
-                                          PLAN defaults to the plan.json beside or above CKPT
+                                          PLAN defaults to the checkpoint's own copy (plan.json
+                                          in its step directory), else the one beside or above
   gen consolidate CKPT -o DIR [--plan PLAN]
                                           merge a sharded (ZeRO, mpirun) checkpoint into one
                                           file set in DIR/step_N that resumes at any world size
@@ -420,8 +421,9 @@ function commands.tokenizer(args)
   return require("tokenizer_cli").main(args, parse)
 end
 
--- The plan that describes CKPT's model: --plan, else the first plan.json in CKPT or the three
--- directories above it (a trainer's --ckpt-dir usually lives inside out/NAME/).
+-- The plan that describes CKPT's model when CKPT carries no copy of its own (older checkpoints):
+-- the first plan.json in CKPT or the three directories above it (a trainer's --ckpt-dir usually
+-- lives inside out/NAME/).
 local function find_plan(ckpt)
   local dir = ckpt:gsub("/+$", "")
   for _ = 1, 4 do
@@ -446,8 +448,13 @@ local function ckpt_command(name, fn, args)
   if not o["-o"] then U.fail("<command line>", "gen " .. name .. " needs -o DIR", example) end
   local ckpt = o._pos[1]
   if hyp.stat(ckpt) ~= "dir" then U.fail(ckpt, "not a directory", "give a trainer's --ckpt-dir or one of its step_* directories") end
-  local plan = o["--plan"] or find_plan(ckpt)
-  if not plan then U.fail(ckpt, "no plan.json beside or above the checkpoint", "say which trainer wrote it: --plan out/NAME/plan.json") end
+  local plan = o["--plan"]
+  if not plan then -- the checkpoint's own copy (verified), else the trainer's beside or above it
+    local rc, own = hyp.ckpt_plan(ckpt)
+    if rc ~= 0 then io.stderr:write("gen " .. name .. ": " .. own, "\n"); return rc end
+    plan = own ~= "" and own or find_plan(ckpt)
+  end
+  if not plan then U.fail(ckpt, "no plan.json in the checkpoint (saved before checkpoints carried one), beside or above it", "say which trainer wrote it: --plan out/NAME/plan.json") end
   local rc, msg = fn(ckpt, plan, o["-o"])
   if rc ~= 0 then io.stderr:write(msg, "\n"); return rc end
   io.write(msg, "\n")

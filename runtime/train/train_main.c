@@ -156,6 +156,8 @@ static const char *USAGE =
     "             [--memory-profile FILE.svg] the arena timeline and peak by buffer, measured peak vs\n"
     "                                planned; 'none' turns off the plan's default (v2185: OUT/memory.svg)\n"
     "       train sample --ckpt-dir D [--sample N] [--prompt TEXT] [--temperature X] [--top-k K]\n"
+    "                                [--plan FILE] (default: the checkpoint's own plan copy, else\n"
+    "                                the plan beside this program)\n"
     "\n"
     "SIGTERM, SIGINT or SIGUSR1 (a preemption notice; mpirun forwards SIGUSR1 to every rank) stop the\n"
     "run after the step in flight, on every rank at the same step, and write a checkpoint to\n"
@@ -1079,6 +1081,16 @@ static int run(int argc, char **argv, hyp_coll *coll) {
     hyp_err e = {{0}};
     if (a->plan) snprintf(r.plan_path, sizeof r.plan_path, "%s", a->plan);
     else default_plan_path(r.plan_path, sizeof r.plan_path);
+    if (a->sample_mode && !a->plan) { /* the checkpoint's own plan copy, when it carries one (ckpt.h) */
+        char own[sizeof r.plan_path];
+        rc = hyp_ckpt_plan(a->ckpt_dir, own, sizeof own, &e);
+        if (rc && rc != HYP_ENOCKPT) {
+            fprintf(stderr, "train: %s\n", e.msg);
+            return rc;
+        }
+        if (!rc && own[0]) memcpy(r.plan_path, own, sizeof own);
+        rc = 0;
+    }
     if ((rc = plan_load(r.plan_path, &r.plan, &e))) {
         fprintf(stderr, "train: %s\n", e.msg);
         return rc;
