@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ckpt.h"
 #include "ckpt_consolidate.h"
 #include "data.h"
 #include "data_lua.h"
@@ -70,6 +71,20 @@ static int l_hf_export(lua_State *L) {
     return 2;
 }
 
+/* hyp.ckpt_plan(ckpt) -> rc, path | message: the checkpoint's own plan copy, verified (ckpt.h);
+ * rc 0 with path "" when it carries none (older checkpoints) or holds no checkpoint */
+static int l_ckpt_plan(lua_State *L) {
+    const char *ckpt = luaL_checkstring(L, 1);
+    hyp_err e = {{0}};
+    char path[4400];
+    int rc = hyp_ckpt_plan(ckpt, path, sizeof path, &e);
+    if (rc == HYP_ENOCKPT) rc = 0, path[0] = '\0'; /* the command's own load says what is missing */
+    lua_pushinteger(L, rc);
+    if (rc) lua_pushstring(L, e.msg);
+    else lua_pushstring(L, path);
+    return 2;
+}
+
 /* hyp.ckpt_consolidate(ckpt, plan_path, outdir) -> rc, message: `gen consolidate` (v2181) */
 static int l_ckpt_consolidate(lua_State *L) {
     const char *ckpt = luaL_checkstring(L, 1), *plan_path = luaL_checkstring(L, 2), *out = luaL_checkstring(L, 3);
@@ -92,6 +107,8 @@ void gen_register_extra(lua_State *L, int idx) {
     lua_setfield(L, idx, "data_prepare");
     lua_pushcfunction(L, l_hf_export);
     lua_setfield(L, idx, "hf_export");
+    lua_pushcfunction(L, l_ckpt_plan);
+    lua_setfield(L, idx, "ckpt_plan");
     lua_pushcfunction(L, l_ckpt_consolidate);
     lua_setfield(L, idx, "ckpt_consolidate");
     gen_register_nvrtc(L, idx); /* NVRTC compile + cache (nvrtc.c); no-op without NVRTC */

@@ -17,7 +17,9 @@ usage:
            [--enable dedup,filter,mixing,curriculum,augmentation] [--set NAME.p=v ...]
                                           documents (.jsonl "text", .txt, SEP-separated, .gz)
                                           through the data stages into training shards with
-                                          .docs sidecars and DIR/report.json
+                                          .docs sidecars and DIR/report.json; --doc-sep SEP: a
+                                          line equal to SEP ends a document (% for fortune
+                                          files), --doc-sep blank (or '') a blank line does
   gen data --chat CHATS.jsonl -o DIR [--template chatml|plain|T.json] [--tokenizer byte|PATH] [--val-fraction F] [--force]
   gen data --pref PREFS.jsonl -o DIR [--template chatml|plain|T.json] [--tokenizer byte|PATH] [--val-fraction F] [--force]
                                           post-training data: conversations through a chat
@@ -31,7 +33,8 @@ usage:
                                           trainer in DIR, from its plan and kernels (gen perf --help)
   gen export CKPT -o DIR [--plan PLAN]    a checkpoint as a Hugging Face model directory
                                           (GPT2LMHeadModel, LlamaForCausalLM, Qwen3ForCausalLM);
-                                          PLAN defaults to the plan.json beside or above CKPT
+                                          PLAN defaults to the checkpoint's own copy (plan.json
+                                          in its step directory), else the one beside or above
   gen consolidate CKPT -o DIR [--plan PLAN]
                                           merge a sharded (ZeRO, mpirun) checkpoint into one
                                           file set in DIR/step_N that resumes at any world size
@@ -443,8 +446,9 @@ function commands.tokenizer(args)
   return require("tokenizer_cli").main(args, parse)
 end
 
--- The plan that describes CKPT's model: --plan, else the first plan.json in CKPT or the three
--- directories above it (a trainer's --ckpt-dir usually lives inside out/NAME/).
+-- The plan that describes CKPT's model when CKPT carries no copy of its own (older checkpoints):
+-- the first plan.json in CKPT or the three directories above it (a trainer's --ckpt-dir usually
+-- lives inside out/NAME/).
 local function find_plan(ckpt)
   local dir = ckpt:gsub("/+$", "")
   for _ = 1, 4 do
@@ -469,8 +473,13 @@ local function ckpt_command(name, fn, args)
   if not o["-o"] then U.fail("<command line>", "gen " .. name .. " needs -o DIR", example) end
   local ckpt = o._pos[1]
   if hyp.stat(ckpt) ~= "dir" then U.fail(ckpt, "not a directory", "give a trainer's --ckpt-dir or one of its step_* directories") end
-  local plan = o["--plan"] or find_plan(ckpt)
-  if not plan then U.fail(ckpt, "no plan.json beside or above the checkpoint", "say which trainer wrote it: --plan out/NAME/plan.json") end
+  local plan = o["--plan"]
+  if not plan then -- the checkpoint's own copy (verified), else the trainer's beside or above it
+    local rc, own = hyp.ckpt_plan(ckpt)
+    if rc ~= 0 then io.stderr:write("gen " .. name .. ": " .. own, "\n"); return rc end
+    plan = own ~= "" and own or find_plan(ckpt)
+  end
+  if not plan then U.fail(ckpt, "no plan.json in the checkpoint (saved before checkpoints carried one), beside or above it", "say which trainer wrote it: --plan out/NAME/plan.json") end
   local rc, msg = fn(ckpt, plan, o["-o"])
   if rc ~= 0 then io.stderr:write(msg, "\n"); return rc end
   io.write(msg, "\n")
@@ -495,6 +504,35 @@ function commands.size(args)
   return size.main(args, parse)
 end
 
+-- The usage of one command: its entries of USAGE (a line "  gen CMD ..." and the deeper-indented
+-- lines under it; "gen TREE ..." is the main command, `generate`), then the options block.
+local function command_usage(cmd)
+  local out, mine, options = { "usage:" }, false, nil
+  for line in USAGE:gmatch("[^\n]*\n?") do
+    if line:match("^options:") then options = USAGE:sub(USAGE:find("\noptions:", 1, true) + 1); break end
+    local word = line:match("^  gen (%S+)")
+    if word then
+      if not commands[word] then word = "generate" end
+      mine = word == cmd
+    elseif not line:match("^   ") then
+      mine = false
+    end
+    if mine then out[#out + 1] = line:gsub("\n$", "") end
+  end
+  local text = table.concat(out, "\n") .. "\n"
+  -- the --enable/--set/--allow-planned options belong to the commands that resolve a selection
+  if options and text:find("--enable", 1, true) then text = text .. options end
+  return text
+end
+
+-- --help or -h anywhere among a command's arguments asks for its usage.
+local function asks_help(args)
+  for _, a in ipairs(args) do
+    if a == "--help" or a == "-h" then return true end
+  end
+  return false
+end
+
 local function main(args)
   local cmd = args[1]
   if cmd == nil or cmd == "--help" or cmd == "-h" or cmd == "help" then
@@ -503,12 +541,17 @@ local function main(args)
   end
   if cmd == "--version" then io.write("gen (hyperion) " .. hyp.version .. "\n"); return 0 end
   local rest = { table.unpack(args, 2) }
-  if commands[cmd] and cmd ~= "generate" then return commands[cmd](rest) end
+  if commands[cmd] and cmd ~= "generate" then
+    -- gen size prints its own, longer help
+    if cmd ~= "size" and asks_help(rest) then io.write(command_usage(cmd)); return 0 end
+    return commands[cmd](rest)
+  end
   if cmd:sub(1, 1) == "-" or not (cmd:match("%.ya?ml$") or hyp.stat(cmd)) then
     local names = U.sorted_keys(commands)
     U.fail("<command line>", "unknown command '" .. cmd .. "'" .. U.did_you_mean(cmd, names),
       "use one of list, explain, audit, data, tokenizer, export, consolidate, size, perf, render, or give the tree file first")
   end
+  if asks_help(rest) then io.write(command_usage("generate")); return 0 end
   return commands.generate(args)
 end
 

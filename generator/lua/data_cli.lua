@@ -52,7 +52,6 @@ function D.main(args, parse, check_statuses)
   if not o["-o"] then U.fail("<command line>", "gen data needs -o DIR", EXAMPLE) end
   local vf = tonumber(o["--val-fraction"] or "0.05")
   if not vf or vf < 0 or vf >= 1 then U.fail("<command line>", "--val-fraction must be in [0, 1)", "e.g. --val-fraction 0.05") end
-  if o["--doc-sep"] == "" then U.fail("<command line>", "--doc-sep needs a non-empty separator line", "e.g. --doc-sep % for fortune files") end
   if not hyp.data_prepare then U.fail("<command line>", "this gen was built without the data pipeline", "rebuild") end
   local pipe = stages(o, #o._pos, check_statuses)
   pipe.doc_sep = o["--doc-sep"]

@@ -28,13 +28,18 @@
 static const char *const FILES[] = {"model.safetensors", "optimizer.safetensors",
                                      "train_state.safetensors", "state.json"};
 enum { F_MODEL, F_OPTIM, F_AUX, F_STATE, N_FILES };
+#define PLAN_FILE "plan.json" /* the plan copy (ckpt.h) */
+#define PLAN_MAX_BYTES (256u << 20) /* plan_load's bound */
 
-/* Entries a checkpoint directory may hold: its three files and hyp_st_write / hyp_fs temp
- * files of them ("model.safetensors.tmp-XXXXXX"). Pruning deletes nothing else. */
+/* Entries a checkpoint directory may hold: its files (the plan copy too) and hyp_st_write /
+ * hyp_fs temp files of them ("model.safetensors.tmp-XXXXXX"). Pruning deletes nothing else. */
 static int is_ckpt_file(const char *name) {
     int r = -1, end = 0; /* v2181 shard files: shard_RRRRR.safetensors */
     if (sscanf(name, "shard_%5d.safetensors%n", &r, &end) == 1 && end > 0 && r >= 0 &&
         (name[end] == '\0' || !strncmp(name + end, ".tmp-", 5)))
+        return 1;
+    if (!strncmp(name, PLAN_FILE, strlen(PLAN_FILE)) &&
+        (name[strlen(PLAN_FILE)] == '\0' || !strncmp(name + strlen(PLAN_FILE), ".tmp-", 5)))
         return 1;
     for (int i = 0; i < N_FILES; i++) {
         size_t n = strlen(FILES[i]);
@@ -258,8 +263,27 @@ static cJSON *state_json(const hyp_ckpt_state *st) {
             cJSON_AddStringToObject(tk, "file", st->tokenizer_file);
         }
     }
+    if (st->plan_text) { /* the plan copy's size and checksum (hyp_ckpt_plan verifies them) */
+        char hx[33];
+        XXH128_hash_t h = XXH3_128bits(st->plan_text, st->plan_len);
+        snprintf(hx, sizeof hx, "%016llx%016llx", (unsigned long long)h.high64, (unsigned long long)h.low64);
+        cJSON *pj = cJSON_AddObjectToObject(j, "plan_json");
+        if (pj) {
+            cJSON_AddNumberToObject(pj, "bytes", (double)st->plan_len);
+            cJSON_AddStringToObject(pj, "xxh3_128", hx);
+        }
+    }
     cJSON_AddNumberToObject(j, "saved_unix", (double)time(NULL));
     return j;
+}
+
+/* tmp/plan.json from st->plan_text (nothing without one). */
+static int write_plan(const char *tmp, const hyp_ckpt_state *st, hyp_err *e) {
+    if (!st->plan_text) return HYP_OK;
+    if (st->plan_len > PLAN_MAX_BYTES) return hyp_fail(e, HYP_EINPUT, "%s: the plan is %zu bytes (at most %u)", tmp, st->plan_len, PLAN_MAX_BYTES);
+    char p[PATH_CAP];
+    if (pathf(p, "%s/%s", tmp, PLAN_FILE) != 0) return hyp_fail(e, HYP_EINPUT, "%s: path too long", tmp);
+    return hyp_fs_write_atomic(p, st->plan_text, st->plan_len, e);
 }
 
 static void add_file(cJSON *files, const char *name, uint64_t bytes, const char *hex) {
@@ -444,6 +468,7 @@ int hyp_ckpt_save_aux(const char *dir, const hyp_ckpt_tensor *params, hyp_ckpt_t
         if ((rc = write_file(tmp, FILES[f], sts, k, st, f == F_MODEL, hex[f], &bytes[f], e)) != HYP_OK) goto fail;
     }
     if (n_aux && (rc = write_aux(tmp, aux, n_aux, st, hex[F_AUX], &bytes[F_AUX], e)) != HYP_OK) goto fail;
+    if ((rc = write_plan(tmp, st, e)) != HYP_OK) goto fail;
     cJSON *j = state_json(st), *files = j ? cJSON_AddObjectToObject(j, "files") : NULL;
     for (int f = 0; f < F_STATE && files; f++)
         if (have[f]) add_file(files, FILES[f], bytes[f], hex[f]);
@@ -509,7 +534,8 @@ int hyp_ckpt_shard_commit(const char *dir, const char *tmp, const hyp_ckpt_tenso
     int rc;
     char hex[33];
     uint64_t bytes = 0;
-    if ((rc = check_aux(dir, aux, n_aux, e)) || (n_aux && (rc = write_aux(tmp, aux, n_aux, st, hex, &bytes, e))))
+    if ((rc = check_aux(dir, aux, n_aux, e)) || (n_aux && (rc = write_aux(tmp, aux, n_aux, st, hex, &bytes, e))) ||
+        (rc = write_plan(tmp, st, e)))
         goto fail;
     cJSON *j = state_json(st), *files = j ? cJSON_AddObjectToObject(j, "files") : NULL;
     cJSON *lay = j ? cJSON_AddObjectToObject(j, "layout") : NULL, *rg = lay ? cJSON_AddObjectToObject(lay, "ranges") : NULL;
@@ -707,6 +733,77 @@ static int resolve(const char *dir, const char *step, char *sd, hyp_err *e) {
                         "--ckpt-dir %s first, or give the directory of an existing checkpoint",
                         dir, dir, dir);
     return HYP_OK;
+}
+
+/* The plan copy of step directory sd (hyp_ckpt_plan): its path into out (may be NULL), verified
+ * against sd/state.json's "plan_json"; out = "" when none is recorded. need = 0 (a load, whose
+ * caller has its plan): a missing copy passes, a damaged one is refused all the same. */
+static int plan_check(const char *sd, char *out, size_t cap, int need, hyp_err *e) {
+    char p[PATH_CAP], q[PATH_CAP], parent[PATH_CAP];
+    if (out && cap) out[0] = '\0';
+    if (pathf(p, "%s/%s", sd, "state.json") != 0) return hyp_fail(e, HYP_EINPUT, "%s: path too long", sd);
+    char *txt = NULL;
+    int rc = hyp_fs_read_small(p, STATE_MAX_BYTES, &txt, NULL, e);
+    if (rc != HYP_OK) return rc;
+    cJSON *j = cJSON_Parse(txt);
+    free(txt);
+    if (!j) return hyp_fail(e, HYP_EINPUT, "%s: not valid JSON — the checkpoint is damaged; use an earlier one", p);
+    const cJSON *rec = cJSON_GetObjectItemCaseSensitive(j, "plan_json");
+    const cJSON *hx = cJSON_GetObjectItemCaseSensitive(rec, "xxh3_128");
+    uint64_t want = 0;
+    if (!rec) goto done; /* saved before checkpoints carried their plan */
+    if (!cJSON_IsString(hx) || strlen(hx->valuestring) != 32 || json_u64(rec, "bytes", &want) != 0 || want > PLAN_MAX_BYTES) {
+        rc = hyp_fail(e, HYP_EINPUT, "%s: field 'plan_json' is malformed — the checkpoint is damaged; use an earlier one", p);
+        goto done;
+    }
+    /* the step's own copy, else (a v2180 delta) its base's */
+    if (pathf(q, "%s/%s", sd, PLAN_FILE) != 0) {
+        rc = hyp_fail(e, HYP_EINPUT, "%s: path too long", sd);
+        goto done;
+    }
+    const cJSON *base = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(j, "delta"), "base");
+    if (!hyp_fs_exists(q) && cJSON_IsString(base) && parse_step_name(base->valuestring) >= 0) {
+        hyp_fs_dirname(sd, parent, sizeof parent);
+        if (pathf(q, "%s/%s/" PLAN_FILE, parent, base->valuestring) != 0) {
+            rc = hyp_fail(e, HYP_EINPUT, "%s: path too long", sd);
+            goto done;
+        }
+    }
+    if (!hyp_fs_exists(q) && !need) goto done;
+    if (!hyp_fs_exists(q)) {
+        rc = hyp_fail(e, HYP_EINPUT, "%s: missing, but %s records the plan copy — the checkpoint was copied without it: copy "
+                      "it too, or give the trainer's plan (--plan out/NAME/plan.json)", q, p);
+        goto done;
+    }
+    char *plan = NULL;
+    size_t n = 0;
+    if ((rc = hyp_fs_read_small(q, PLAN_MAX_BYTES, &plan, &n, e)) != HYP_OK) goto done;
+    XXH128_hash_t h = XXH3_128bits(plan, n);
+    free(plan);
+    char have[33];
+    snprintf(have, sizeof have, "%016llx%016llx", (unsigned long long)h.high64, (unsigned long long)h.low64);
+    if (n != want || strcmp(have, hx->valuestring) != 0) {
+        rc = hyp_fail(e, HYP_EINPUT, "%s: %zu bytes with xxh3-128 %s, but %s recorded %" PRIu64 " bytes with %s — the "
+                      "checkpoint's plan copy is damaged or was replaced: restore it (or delete it and give the trainer's "
+                      "plan: --plan out/NAME/plan.json)", q, n, have, p, want, hx->valuestring);
+        goto done;
+    }
+    if (out && strlen(q) >= cap) {
+        rc = hyp_fail(e, HYP_EINPUT, "%.200s...: path too long", q);
+        goto done;
+    }
+    if (out) memcpy(out, q, strlen(q) + 1);
+done:
+    cJSON_Delete(j);
+    return rc;
+}
+
+int hyp_ckpt_plan(const char *path, char *out, size_t cap, hyp_err *e) {
+    char sd[PATH_CAP];
+    if (cap) out[0] = '\0';
+    if (!path || !path[0]) return hyp_fail(e, HYP_EINPUT, "(checkpoint): no directory given");
+    int rc = resolve(path, NULL, sd, e);
+    return rc ? rc : plan_check(sd, out, cap, 1, e);
 }
 
 /* A sharded checkpoint's files, verified, and where each rank's slice of each tensor lies. */
@@ -970,6 +1067,7 @@ int hyp_ckpt_load_aux(const char *dir, const char *step, hyp_ckpt_tensor *params
                       expect_config_hash);
         goto done;
     }
+    if ((rc = plan_check(orig, NULL, 0, 0, e)) != HYP_OK) goto done;
     found = calloc((size_t)n * (size_t)S + (size_t)n_aux, sizeof *found);
     want = calloc((size_t)n * (size_t)S, sizeof *want);
     if (!found || !want) {

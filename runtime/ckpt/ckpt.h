@@ -12,6 +12,12 @@
  *                                            amax histories, scales, positions), when given
  *   DIR/step_00000123/state.json             format version, step, RNG state, loader state,
  *                                            config_hash, size + xxh3-128 of each .safetensors
+ *                                            and of the plan copy ("plan_json")
+ *   DIR/step_00000123/plan.json              a copy of the plan that trained it, when the saver
+ *                                            gives one (hyp_ckpt_state.plan_text), so the step
+ *                                            directory alone is enough for `gen export`, `train
+ *                                            sample` and `--init-from` (hyp_ckpt_plan); a v2180
+ *                                            delta keeps none when its base's copy is the same
  *   DIR/latest                               "step_00000123\n": the newest complete checkpoint
  *
  * Crash safety: a save builds DIR/.tmp-step_00000123-XXXXXX, fsyncs every file and the directory,
@@ -21,9 +27,10 @@
  * deleted by the next save. One writer per DIR (in data-parallel runs, rank 0 saves).
  *
  * Load verifies before it writes anything into the caller's buffers: the format version, the
- * config_hash, each file's size and xxh3-128, the safetensors structure, and that the names,
- * dtypes (F32) and shapes are exactly the ones the caller expects (no missing, no extra). So on
- * any error the caller's weights are untouched.
+ * config_hash, each file's size and xxh3-128 (the plan copy's too, when present: a missing copy
+ * only matters to hyp_ckpt_plan),
+ * the safetensors structure, and that the names, dtypes (F32) and shapes are exactly the ones the
+ * caller expects (no missing, no extra). So on any error the caller's weights are untouched.
  */
 #ifndef HYP_CKPT_H
 #define HYP_CKPT_H
@@ -69,6 +76,8 @@ typedef struct {
     char tokenizer_hash[17];             /*   its file's xxh3_64 ("" for byte / not recorded) */
     char tokenizer_file[HYP_CKPT_PATH_MAX]; /* its file when saved (absolute), for `train sample` */
     char path[HYP_CKPT_PATH_MAX];        /* load fills it: the step directory loaded */
+    const char *plan_text;               /* optional: the plan file's bytes (plan_len of them), */
+    size_t plan_len;                     /*   saved as the step's plan.json; load leaves NULL */
     int has_loss_scale;                  /* optional (v2162): the dynamic loss scaler's state */
     double loss_scale;                   /*   its scale */
     uint64_t loss_scale_good;            /*   clean steps since the scale last changed */
@@ -163,6 +172,14 @@ void hyp_ckpt_shard_abort(const char *tmp);
 /* Deletes all but the `keep` most recently saved step directories of DIR, as hyp_ckpt_save does
  * (never the one `latest` names, nor a full checkpoint that a kept v2180 delta is based on). */
 void hyp_ckpt_prune(const char *dir, int keep);
+
+/* The plan copy of a checkpoint (path: a checkpoint directory, whose `latest` step counts, or a
+ * step directory): its file — the step's plan.json, or for a v2180 delta without one its base's —
+ * into out (cap bytes), after checking its size and xxh3-128 against the step's state.json.
+ * out = "" and HYP_OK when the checkpoint records no plan copy (saved before checkpoints carried
+ * one: the caller looks for the trainer's plan.json as before). HYP_ENOCKPT when path holds no
+ * checkpoint; HYP_EINPUT when the copy is missing or damaged (one line naming the file). */
+int hyp_ckpt_plan(const char *path, char *out, size_t cap, hyp_err *e);
 
 /* The step directory DIR/latest names, as a path in out (cap bytes); out = "" (and HYP_OK) when
  * DIR has no checkpoint yet (no DIR or no DIR/latest). HYP_EINPUT when `latest` is malformed or

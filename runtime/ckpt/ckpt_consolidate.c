@@ -174,8 +174,10 @@ int hyp_ckpt_consolidate(const char *ckpt, const plan_t *p, const char *out, cha
     tensors ts = {0};
     hyp_ckpt_state st;
     if (!(rc = build(sd, p, &ts, e)) &&
-        !(rc = hyp_ckpt_load_aux(sd, NULL, ts.t, ts.st, ts.ns, ts.n, ts.aux, ts.n_aux, NULL, &st, e)))
+        !(rc = hyp_ckpt_load_aux(sd, NULL, ts.t, ts.st, ts.ns, ts.n, ts.aux, ts.n_aux, NULL, &st, e))) {
+        st.plan_text = p->text, st.plan_len = p->text_len; /* the consolidated checkpoint carries the plan too */
         rc = hyp_ckpt_save_aux(out, ts.t, ts.st, ts.ns, ts.n, ts.aux, ts.n_aux, &st, 0, e);
+    }
     if (!rc && what)
         snprintf(what, cap, "step %llu: %d shards (ZeRO stage %d) -> %d tensors with %d optimizer state%s each%s",
                  (unsigned long long)st.step, W, S, ts.n, ts.ns, ts.ns == 1 ? "" : "s", ts.n_aux ? " + the training state" : "");

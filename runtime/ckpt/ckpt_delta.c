@@ -170,6 +170,15 @@ int hyp_ckpt_delta_make(const char *dir, const char *step, const char *base, int
         int n = snprintf(p, sizeof p, "%s/%s%s", sd, DELTA_FILES[f], rc ? ".zdelta" : "");
         if (n > 0 && (size_t)n < sizeof p && done[f]) (void)unlink(p); /* success: the full file goes; failure: the stray delta */
     }
+    if (!rc) { /* the plan copy: kept once, in the base, when the two are the same bytes */
+        const cJSON *ph = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(j, "plan_json"), "xxh3_128");
+        const cJSON *bh = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(jb, "plan_json"), "xxh3_128");
+        pj(q, "%s/plan.json", bd, "");
+        if (cJSON_IsString(ph) && cJSON_IsString(bh) && !strcmp(ph->valuestring, bh->valuestring) && hyp_fs_exists(q)) {
+            pj(p, "%s/plan.json", sd, "");
+            (void)unlink(p);
+        }
+    }
     if (!rc) (void)hyp_fs_fsync_dir(sd);
     cJSON_Delete(delta);
     cJSON_Delete(j);

@@ -24,6 +24,96 @@ static void feed(XXH3_state_t *st, const void *p, size_t n) {
 static void feeds(XXH3_state_t *st, const char *s) { feed(st, s, strlen(s)); }
 
 /* ------------------------------------------------------------------------------------------ */
+/* Comments */
+
+static int ident_char(char c) {
+    return c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+}
+
+/* The token that ends just before text[i]: [start, i) over identifier characters and '.'. */
+static size_t token_start(const char *text, size_t i) {
+    while (i > 0 && (ident_char(text[i - 1]) || text[i - 1] == '.')) i--;
+    return i;
+}
+
+/* Whether "R" ending at text[i] (text[i] == 'R', a '"' after it) begins a raw string literal:
+ * the token is R, u8R, uR, UR or LR. */
+static int raw_prefix(const char *text, size_t i) {
+    size_t s = token_start(text, i), n = i - s; /* the prefix before R */
+    return n == 0 || (n == 1 && (text[s] == 'u' || text[s] == 'U' || text[s] == 'L')) ||
+           (n == 2 && text[s] == 'u' && text[s + 1] == '8');
+}
+
+static int hspace(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\f' || c == '\v'; }
+
+size_t hyp_ckey_strip_comments(const char *text, size_t n, char *out) {
+    size_t i = 0, o = 0;
+    int pend = 0; /* a run of horizontal space (or a comment) not yet written: one ' ' before the next code */
+#define EMIT(ch) (pend && (ch) != '\n' ? (out[o++] = ' ') : 0, pend = 0, out[o++] = (ch))
+    while (i < n) {
+        char c = text[i];
+        if (hspace(c)) {
+            pend = 1, i++;
+            continue;
+        }
+        if (c == '/' && i + 1 < n && text[i + 1] == '/') { /* to the end of the line; a backslash-newline continues it */
+            pend = 1;
+            i += 2;
+            while (i < n && text[i] != '\n') {
+                if (text[i] == '\\' && i + 1 < n && text[i + 1] == '\n') EMIT('\n'), pend = 1, i++;
+                else if (text[i] == '\\' && i + 2 < n && text[i + 1] == '\r' && text[i + 2] == '\n') EMIT('\n'), pend = 1, i += 2;
+                i++;
+            }
+            continue; /* the newline itself is code */
+        }
+        if (c == '/' && i + 1 < n && text[i + 1] == '*') { /* a space, and the lines it spans */
+            pend = 1;
+            i += 2;
+            while (i < n && !(text[i] == '*' && i + 1 < n && text[i + 1] == '/')) {
+                if (text[i] == '\n') EMIT('\n'), pend = 1;
+                i++;
+            }
+            i = i < n ? i + 2 : n;
+            continue;
+        }
+        if (c == '"' && i > 0 && text[i - 1] == 'R' && raw_prefix(text, i - 1)) { /* R"delim( ... )delim" */
+            size_t d = i + 1;
+            while (d < n && d - (i + 1) <= 16 && text[d] != '(' && text[d] != '"' && text[d] != '\n') d++;
+            if (d < n && text[d] == '(') {
+                size_t dl = d - (i + 1), j = d + 1;
+                while (j < n && !(text[j] == ')' && j + 1 + dl < n && !memcmp(text + j + 1, text + i + 1, dl) &&
+                                  text[j + 1 + dl] == '"'))
+                    j++;
+                size_t end = j < n ? j + dl + 2 : n;
+                EMIT(text[i]);
+                memcpy(out + o, text + i + 1, end - i - 1);
+                o += end - i - 1;
+                i = end;
+                continue;
+            }
+        }
+        if (c == '"' || (c == '\'' && !(i > 0 && ident_char(text[i - 1]) && text[token_start(text, i)] >= '0' &&
+                                         text[token_start(text, i)] <= '9'))) {
+            /* a string or character literal, escapes honoured; it ends at its quote or the line's end.
+             * A ' inside a number (1'000, C++14 digit separators) is no literal. */
+            EMIT(text[i]);
+            i++;
+            while (i < n && text[i] != c && text[i] != '\n') {
+                if (text[i] == '\\' && i + 1 < n) out[o++] = text[i++];
+                out[o++] = text[i++];
+            }
+            if (i < n && text[i] == c) out[o++] = text[i++];
+            continue;
+        }
+        EMIT(c);
+        i++;
+    }
+#undef EMIT
+    while (o > 0 && out[o - 1] == '\n') o--; /* lines after the last code number nothing */
+    return o;
+}
+
+/* ------------------------------------------------------------------------------------------ */
 /* Header closure: every file a source reaches through #include, with its content hash,
  * memoized by resolved path. */
 
@@ -98,7 +188,9 @@ static hdr_t *hdr_load(hyp_ckey_headers_t *c, const char *path) {
         return NULL;
     }
     h->path = strdup(path);
-    h->hash = XXH3_128bits(text, n);
+    char *bare = malloc(n + 1); /* keyed without its comments, like a source */
+    h->hash = bare ? XXH3_128bits(bare, hyp_ckey_strip_comments(text, n, bare)) : XXH3_128bits(text, n);
+    free(bare);
     h->nincs = scan_includes(text, n, &h->incs);
     free(text);
     h->next = c->memo;
@@ -249,7 +341,10 @@ void hyp_ckey_bytes(hyp_ckey *k, const void *p, size_t n) { feed(k->st, p, n); }
 void hyp_ckey_str(hyp_ckey *k, const char *s) { feeds(k->st, s ? s : ""); }
 
 void hyp_ckey_source(hyp_ckey *k, const char *text, size_t n, const char *dir) {
-    feed(k->st, text, n);
+    char *bare = malloc(n + 1);
+    if (bare) feed(k->st, bare, hyp_ckey_strip_comments(text, n, bare));
+    else feed(k->st, text, n); /* out of memory: a key that comments still change, never a wrong one */
+    free(bare);
     char **incs = NULL;
     int nincs = scan_includes(text, n, &incs);
     seen_t seen = {0};

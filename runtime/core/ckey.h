@@ -3,7 +3,9 @@
  *
  * A key is the XXH3-128 (32 lowercase hex digits) of length-prefixed fields, so fields never run
  * together: a tag naming the cache and its format, then whatever changes the output (compiler and
- * its version, target, options), then each source with its include closure: the text, and for
+ * its version, target, options), then each source with its include closure: the text without its
+ * comments and with its spacing normalized (hyp_ckey_strip_comments: the header comment that names a trainer's specs does not
+ * make another trainer recompile the same kernel), and for
  * every #include line of it (conditional or not) the spelling and, where the header resolves, the
  * hash of its content followed by its own includes, depth first, each header once. A "..."
  * include resolves in the including file's directory first, then like <...> in the include dirs in
@@ -41,5 +43,12 @@ void hyp_ckey_str(hyp_ckey *k, const char *s);
 void hyp_ckey_source(hyp_ckey *k, const char *text, size_t n, const char *dir);
 /* Writes the key (32 hex digits + NUL) and frees k. */
 void hyp_ckey_finish(hyp_ckey *k, char hex[33]);
+
+/* C/C++ text without its comments into out (n bytes of room; returns the bytes written), its
+ * spacing normalized: each comment counts as a space and keeps the newlines it spanned (line
+ * numbers, and so __LINE__ and diagnostics, stay those of the text); a run of spaces and tabs is
+ * one space, none at the end of a line, no empty lines at the end of the text. String, character and raw string literals are copied
+ * whole ("//" inside a literal is no comment); a ' inside a number is a C++14 digit separator. */
+size_t hyp_ckey_strip_comments(const char *text, size_t n, char *out);
 
 #endif

@@ -1098,11 +1098,14 @@ int plan_load(const char *path, plan_t *p, hyp_err *e) {
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(buf, (size_t)size, &end, 0);
     long at = end ? (long)(end - buf) : -1;
-    free(buf);
+    p->text = buf, p->text_len = (size_t)size; /* checkpoints carry a copy (ckpt.h) */
     ld c = {path, e, p, ""};
-    if (!root)
+    if (!root) {
+        free(buf);
+        p->text = NULL;
         return hyp_fail(e, HYP_EINPUT, "%s: not valid JSON at byte %ld of %ld (truncated or edited?) — regenerate it with gen",
                         path, at, size);
+    }
     int rc = 0;
     char fmt[32];
     int64_t v;
@@ -1132,6 +1135,7 @@ done:
 }
 
 void plan_free(plan_t *p) {
+    free(p->text);
     for (int i = 0; i < p->n_bufs; i++) free(p->bufs[i].name);
     for (int i = 0; i < p->n_params_t; i++) free(p->params[i].name);
     free(p->bufs);

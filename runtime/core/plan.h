@@ -190,6 +190,8 @@ typedef struct {
     int *fp8_roles;        /* per slot: 0 weight, 1 activation, 2 gradient (hyp_fp8_role) */
     int fp8_e4m3_only, fp8_current, fp8_history, fp8_margin;
     int fp8_gemm;          /* fp8.gemm "fp8": device targets multiply fp8 operands (exec_dev.c); "fake" (or absent): fp32 */
+    char *text;             /* the plan file's bytes (text_len of them, not NUL-terminated): */
+    size_t text_len;        /*   what a checkpoint copies as its plan.json (ckpt.h) */
     char hash[40];          /* xxh3-128 of the plan file, hex: identifies the trainer */
     char state_hash[40];    /* the same without the ZeRO settings: what a checkpoint must match */
 } plan_t;

@@ -576,7 +576,7 @@ static int prepare(const char *const *inputs, int n_inputs, const char *outdir, 
     }
     if (rc != HYP_OK) goto done;
     cJSON_AddNumberToObject(report, "documents_read", (double)docs.n);
-    if (o.doc_sep) cJSON_AddStringToObject(report, "doc_sep", o.doc_sep);
+    if (o.doc_sep) cJSON_AddStringToObject(report, "doc_sep", hyp_doc_sep_blank(o.doc_sep) ? HYP_DOC_SEP_BLANK : o.doc_sep);
 
     /* the stages choose which documents, in which order (repeats allowed with mixing) */
     size_t n_items = docs.n;

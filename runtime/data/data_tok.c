@@ -22,8 +22,9 @@ const char *hyp_data_tok_file(const hyp_tok *tok) {
 int hyp_data_tok_copy(const char *spec, const char *dir, const char *name, hyp_err *e) {
     uint8_t *buf = NULL;
     size_t n = 0;
-    char path[4200];
-    int rc = hyp_tok_read_file(spec, &buf, &n, e); /* decompressed: its xxh3 is the recorded hash */
+    char path[4200], file[4200];
+    int rc = hyp_tok_locate(spec, file, sizeof file, e);
+    if (!rc) rc = hyp_tok_read_file(file, &buf, &n, e); /* decompressed: its xxh3 is the recorded hash */
     snprintf(path, sizeof path, "%s/%s", dir, name);
     if (!rc) rc = hyp_fs_write_atomic(path, buf, n, e);
     free(buf);
@@ -32,9 +33,15 @@ int hyp_data_tok_copy(const char *spec, const char *dir, const char *name, hyp_e
 
 void hyp_data_tok_meta(cJSON *m, const hyp_tok *tok, const char *spec, const char *name) {
     if (name && spec) {
-        const char *base = strrchr(spec, '/');
+        /* the last path component (a tokenizer directory may be given with a trailing '/') */
+        char src[256];
+        size_t end = strlen(spec);
+        while (end > 1 && spec[end - 1] == '/') end--;
+        size_t start = end;
+        while (start > 0 && spec[start - 1] != '/') start--;
+        snprintf(src, sizeof src, "%.*s", (int)(end - start), spec + start);
         cJSON_AddStringToObject(m, "tokenizer_file", name);
-        cJSON_AddStringToObject(m, "tokenizer_source", base ? base + 1 : spec);
+        cJSON_AddStringToObject(m, "tokenizer_source", src);
         cJSON_AddStringToObject(m, "tokenizer_xxh3_64", hyp_tok_hash(tok));
     }
     if (hyp_tok_eot(tok) >= 0) cJSON_AddNumberToObject(m, "eot_id", hyp_tok_eot(tok));

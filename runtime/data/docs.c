@@ -201,16 +201,29 @@ static int read_jsonl(hyp_docs *d, const uint8_t *buf, size_t len, const char *d
     return HYP_OK;
 }
 
-/* Documents separated by lines equal to sep (a trailing '\r' is ignored). */
+int hyp_doc_sep_blank(const char *doc_sep) {
+    return !doc_sep[0] || !strcmp(doc_sep, HYP_DOC_SEP_BLANK);
+}
+
+int hyp_doc_sep_line(const uint8_t *p, size_t n, const char *doc_sep) {
+    if (n > 0 && p[n - 1] == '\r') n--;
+    if (hyp_doc_sep_blank(doc_sep)) {
+        for (size_t i = 0; i < n; i++)
+            if (p[i] != ' ' && p[i] != '\t' && p[i] != '\r') return 0;
+        return 1;
+    }
+    size_t sl = strlen(doc_sep);
+    return n == sl && !memcmp(p, doc_sep, sl);
+}
+
+/* Documents separated by separator lines (hyp_doc_sep_line). */
 static int read_separated(hyp_docs *d, const uint8_t *buf, size_t len, const char *sep,
                           const char *display, int source, hyp_err *e) {
-    size_t sl = strlen(sep), start = 0, pos = 0;
+    size_t start = 0, pos = 0;
     while (pos <= len) {
         const uint8_t *nl = pos < len ? memchr(buf + pos, '\n', len - pos) : NULL;
         size_t end = nl ? (size_t)(nl - buf) : len;
-        size_t n = end - pos;
-        if (n > 0 && buf[pos + n - 1] == '\r') n--;
-        int is_sep = n == sl && !memcmp(buf + pos, sep, sl);
+        int is_sep = hyp_doc_sep_line(buf + pos, end - pos, sep);
         if (is_sep || !nl) {
             size_t doc_end = is_sep ? pos : len;
             if (doc_end > start && !only_space(buf + start, doc_end - start) &&
@@ -236,7 +249,7 @@ int hyp_docs_read(hyp_docs *d, const char *path, const char *display, int source
     size_t before = d->n;
     if (jsonl) {
         rc = read_jsonl(d, buf, len, display, source, e);
-    } else if (doc_sep && doc_sep[0]) {
+    } else if (doc_sep) {
         rc = read_separated(d, buf, len, doc_sep, display, source, e);
     } else if (docs_push(d, buf, len, source) != 0) {
         rc = hyp_fail(e, HYP_EFAIL, "%s: out of memory", display);

@@ -4,8 +4,9 @@
  *
  * Inputs (the docs contract): a `.jsonl` file holds one document per line (its "text" string;
  * blank lines are skipped); any other file (`.txt`, stdin) is one document, unless doc_sep is
- * given: then a line equal to doc_sep separates documents (`%` for fortune files); empty documents
- * are dropped. A name ending in `.gz` is read through zlib first (`corpus.jsonl.gz`). A document
+ * given: then a line equal to doc_sep separates documents (`%` for fortune files), or, for doc_sep
+ * "" or "blank" (HYP_DOC_SEP_BLANK), every blank line (nothing but spaces, tabs, '\r') does
+ * (paragraphs); empty documents are dropped. A name ending in `.gz` is read through zlib first (`corpus.jsonl.gz`). A document
  * holding a NUL byte is refused (binary input), as is an input that yields no document.
  *
  * A stage never changes a document's bytes: it works on a list of document indices (which
@@ -34,6 +35,15 @@ typedef struct {
  * read in *n_read. Errors (HYP_EINPUT, naming display): missing/unreadable/empty file, a
  * directory, a NUL byte ("not a text file"), a .jsonl line that is not a JSON object with a
  * "text" string (file:line), a corrupt .gz, no document at all. */
+/* doc_sep spelling for blank-line-separated documents; "" means the same. */
+#define HYP_DOC_SEP_BLANK "blank"
+
+/* Whether doc_sep (non-NULL) asks for blank-line separation. */
+int hyp_doc_sep_blank(const char *doc_sep);
+/* Whether the line p[0..n) (without its '\n'; a trailing '\r' ignored) separates documents under
+ * doc_sep (non-NULL): equal to it, or blank when hyp_doc_sep_blank(doc_sep). */
+int hyp_doc_sep_line(const uint8_t *p, size_t n, const char *doc_sep);
+
 int hyp_docs_read(hyp_docs *d, const char *path, const char *display, int source,
                   const char *doc_sep, size_t *n_read, uint64_t *bytes_read, hyp_err *e);
 void hyp_docs_free(hyp_docs *d);

@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <zlib.h>
 
+#include "docs.h"
 #include "rng.h"
 #include "tokenizer.h"
 
@@ -167,7 +168,7 @@ int hyp_stream_open(const char *sources, const char *doc_sep, const char *tokeni
     free(list);
     if (!rc && s->n_paths == 0)
         rc = hyp_fail(e, HYP_EINPUT, "--stream '%s': no source file — give files or globs", sources);
-    if (!rc && doc_sep && doc_sep[0] && !(s->doc_sep = strdup(doc_sep))) rc = hyp_fail(e, HYP_EFAIL, "--stream: out of memory");
+    if (!rc && doc_sep && !(s->doc_sep = strdup(doc_sep))) rc = hyp_fail(e, HYP_EFAIL, "--stream: out of memory");
     if (!rc && !(s->tok = hyp_tok_open(tokenizer && tokenizer[0] ? tokenizer : "byte", e))) rc = HYP_EINPUT;
     if (!rc) {
         s->eot = hyp_tok_eot(s->tok), s->vocab = hyp_tok_vocab_size(s->tok);
@@ -348,8 +349,7 @@ static int next_in_file(hyp_stream *s, uint64_t at[NST], int *got, hyp_err *e) {
         *got = s->doc_len > 0;
         return HYP_OK;
     }
-    size_t sl = strlen(s->doc_sep);
-    for (;;) { /* documents separated by lines equal to doc_sep (a trailing '\r' ignored) */
+    for (;;) { /* documents separated by separator lines (docs.h: hyp_doc_sep_line) */
         uint64_t off = s->g_off, line = s->g_line;
         s->doc_len = 0;
         int ended = 0;
@@ -359,9 +359,7 @@ static int next_in_file(hyp_stream *s, uint64_t at[NST], int *got, hyp_err *e) {
                 ended = 1;
                 break;
             }
-            size_t n = s->line_len;
-            if (n > 0 && s->line[n - 1] == '\r') n--;
-            if (n == sl && !memcmp(s->line, s->doc_sep, sl)) break;
+            if (hyp_doc_sep_line(s->line, s->line_len, s->doc_sep)) break;
             if (doc_append(s, s->line, s->line_len, nl)) return hyp_fail(e, HYP_EFAIL, "--stream %s: out of memory", p);
         }
         if (s->doc_len > 0 && !only_space(s->doc, s->doc_len)) {

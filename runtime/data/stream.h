@@ -7,7 +7,8 @@
  * Sources: a comma-separated list of files or glob patterns (each pattern's matches in name
  * order), read in that order, one file open at a time. Documents as in `gen data` (docs.h, the
  * docs contract): a .jsonl line is one document (its "text"), a plain text file is one document
- * unless doc_sep is given (a line equal to it separates documents); a .gz suffix is read through
+ * unless doc_sep is given (a line equal to it separates documents; "" or "blank": blank lines do);
+ * a .gz suffix is read through
  * zlib; blank / empty documents are skipped. Document i of the pass (counting kept documents over
  * all files) belongs to rank i % world: ranks never share a document.
  *

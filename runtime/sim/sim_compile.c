@@ -45,9 +45,10 @@ static void sb_line_directive(hyp_sbuf *o, unsigned line, const char *path) {
 /* Rewrites every `extern __shared__ T name[];` into a macro for the block's dynamic shared memory
  * (the prelude's hyp_sim::dynamic_shared), #undef'd where the declaring scope closes: C++ cannot
  * give an extern array per-block storage. Returns 1 and *out when something was rewritten, 0 when
- * nothing needed it, -1 with `why` on a declaration it cannot parse. */
-static int rewrite_extern_shared(const char *src, size_t len, const char *path, hyp_sbuf *o, char *why,
-                                 size_t whylen) {
+ * nothing needed it, -1 with `why` on a declaration it cannot parse. Messages name path, the #line
+ * directives line_name. */
+static int rewrite_extern_shared(const char *src, size_t len, const char *path, const char *line_name, hyp_sbuf *o,
+                                 char *why, size_t whylen) {
     struct {
         unsigned depth;
         char name[128];
@@ -55,7 +56,7 @@ static int rewrite_extern_shared(const char *src, size_t len, const char *path, 
     unsigned npend = 0, depth = 0, line = 1;
     int bol = 1, changed = 0;
     size_t i = 0;
-    sb_line_directive(o, 1, path);
+    sb_line_directive(o, 1, line_name);
     while (i < len) {
         char c = src[i];
         if (c == '\n') {
@@ -258,7 +259,7 @@ static int rewrite_extern_shared(const char *src, size_t len, const char *path, 
                     hyp_sbuf_printf(o,
                               "\n#undef %s\n#define %s (reinterpret_cast<%s *>(::hyp_sim::dynamic_shared(%u)))",
                               name, name, type, align);
-                    sb_line_directive(o, line, path);
+                    sb_line_directive(o, line, line_name);
                     if (depth > 0 && npend < 32) {
                         pend[npend].depth = depth;
                         snprintf(pend[npend].name, sizeof pend[npend].name, "%s", name);
@@ -281,7 +282,7 @@ static int rewrite_extern_shared(const char *src, size_t len, const char *path, 
                 npend--;
                 any = 1;
             }
-            if (any) sb_line_directive(o, line, path);
+            if (any) sb_line_directive(o, line, line_name);
             if (depth > 0) depth--;
         }
         hyp_sbuf_put(o, &c, 1);
@@ -426,24 +427,24 @@ int hyp_sim_compile(const char *cu_path, const char *so_path, const char *extra_
     snprintf(obj, sizeof obj, "%s.o", tmp);
     snprintf(sim_tmp, sizeof sim_tmp, "%s.sim.cu", tmp);
     snprintf(sim_src, sizeof sim_src, "%s.sim.cu", so_path);
-    /* extern __shared__ needs a rewrite */
+    /* What g++ compiles is a copy (extern __shared__ rewritten) whose #line directives name the
+     * file by its base name, so the module holds no trace of the trainer's directory (__FILE__,
+     * the bounds checker's locations): the cache key leaves the directory out (hyp_sim_open). */
     char why[512] = "";
-    const char *compile_src = cu_path;
+    const char *compile_src = sim_tmp, *base = strrchr(cu_path, '/');
+    base = base ? base + 1 : cu_path;
     hyp_sbuf rw = {0};
-    int r = rewrite_extern_shared(src, len, cu_path, &rw, why, sizeof why);
+    int r = rewrite_extern_shared(src, len, cu_path, base, &rw, why, sizeof why);
     free(src);
     if (r < 0) {
         free(rw.p);
         return hyp_fail(e, HYP_EINPUT, "%s", why);
     }
-    if (r == 1) {
-        if (hyp_fs_write_atomic(sim_tmp, rw.p, rw.n, NULL) != 0) {
-            free(rw.p);
-            unlink(sim_tmp);
-            return hyp_fail(e, HYP_EFAIL, "%s: cannot write: %s — check the output directory",
-                            sim_tmp, strerror(errno));
-        }
-        compile_src = sim_tmp;
+    if (hyp_fs_write_atomic(sim_tmp, rw.p, rw.n, NULL) != 0) {
+        free(rw.p);
+        unlink(sim_tmp);
+        return hyp_fail(e, HYP_EFAIL, "%s: cannot write: %s — check the output directory",
+                        sim_tmp, strerror(errno));
     }
     free(rw.p);
 
@@ -542,7 +543,8 @@ int hyp_sim_open(const char *cu_path, const char *extra_flags, hyp_sim_module **
     hyp_ckey_str(k, getenv("CXX"));
     hyp_ckey_str(k, getenv("HYP_SIM_CXXFLAGS"));
     hyp_ckey_str(k, extra_flags);
-    hyp_ckey_str(k, cu_path); /* messages and #line directives name it */
+    const char *base_name = strrchr(cu_path, '/');
+    hyp_ckey_str(k, base_name ? base_name + 1 : cu_path); /* the #line directives name it; not its directory */
     char *pre;
     size_t pre_len;
     if (hyp_fs_read_small(tp.prelude, SIZE_MAX, &pre, &pre_len, NULL) == HYP_OK) {

@@ -303,6 +303,23 @@ int hyp_tok_read_file(const char *path, uint8_t **buf, size_t *n, hyp_err *e) {
     return HYP_OK;
 }
 
+int hyp_tok_locate(const char *spec, char *out, size_t cap, hyp_err *e) {
+    struct stat st;
+    if (stat(spec, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        if ((size_t)snprintf(out, cap, "%s", spec) >= cap)
+            return hyp_fail(e, HYP_EINPUT, "%.200s...: path too long — give a shorter path", spec);
+        return HYP_OK;
+    }
+    static const char *const names[] = {"tokenizer.json", "tokenizer.tiktoken"};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+        if ((size_t)snprintf(out, cap, "%s/%s", spec, names[i]) >= cap)
+            return hyp_fail(e, HYP_EINPUT, "%.200s...: path too long — give a shorter path", spec);
+        if (stat(out, &st) == 0 && S_ISREG(st.st_mode)) return HYP_OK;
+    }
+    return hyp_fail(e, HYP_EINPUT, "%s: a directory without tokenizer.json or tokenizer.tiktoken — give the directory "
+                    "`gen tokenizer train -o DIR` wrote, a data directory made with a tokenizer, or a tokenizer file", spec);
+}
+
 static void set_hash(hyp_tok *t, const uint8_t *b, size_t n) {
     snprintf(t->hash, sizeof t->hash, "%016llx", (unsigned long long)XXH3_64bits(b, n));
 }
@@ -541,8 +558,11 @@ hyp_tok *hyp_tok_open(const char *spec, hyp_err *e) {
     }
     uint8_t *buf;
     size_t n;
-    int rc = hyp_tok_read_file(spec, &buf, &n, e);
+    char file[4200];
+    int rc = hyp_tok_locate(spec, file, sizeof file, e);
+    if (!rc) rc = hyp_tok_read_file(file, &buf, &n, e);
     if (rc) { hyp_tok_free(t); return NULL; }
+    spec = file;
     size_t i = 0;
     while (i < n && (buf[i] == ' ' || buf[i] == '\n' || buf[i] == '\r' || buf[i] == '\t')) i++;
     size_t sl = strlen(spec);

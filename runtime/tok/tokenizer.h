@@ -1,9 +1,9 @@
 /* tokenizer.h — byte-level BPE tokenizers (v2125): GPT-2's byte-to-unicode mapping and
  * pre-tokenization regex, encoding with an existing vocabulary (a Hugging Face `tokenizer.json`
  * of model type BPE with a ByteLevel pre-tokenizer, or a tiktoken ranks file such as GPT-2's
- * `gpt2.tiktoken`, optionally gzip'd), decoding, and training a new vocabulary on a corpus,
- * saved as a `tokenizer.json` the `tokenizers` library loads. `gen data --tokenizer`, `gen
- * tokenizer ...` and `train sample` share it. It must never tokenize differently from its
+ * `gpt2.tiktoken`, optionally gzip'd; or a directory holding one), decoding, and training a new
+ * vocabulary on a corpus, saved as a `tokenizer.json` the `tokenizers` library loads. `gen data
+ * --tokenizer`, `gen tokenizer ...` and `train sample` share it. It must never tokenize differently from its
  * reference (tiktoken / tokenizers) on valid UTF-8: tests/unit/test_tokenizer.c checks ids
  * written by those libraries (tests/reference/make_tok_fixtures.py).
  *
@@ -32,6 +32,11 @@ typedef struct hyp_tok hyp_tok;
  * file is read through zlib. NULL with e filled (HYP_EINPUT, one line naming the file) when it
  * does not parse or is not a byte-level BPE. */
 hyp_tok *hyp_tok_open(const char *spec, hyp_err *e);
+/* The tokenizer file spec names: spec itself, or for a directory (what `gen tokenizer train -o DIR`
+ * writes, or a data directory) its tokenizer.json, else its tokenizer.tiktoken, written to out.
+ * HYP_EINPUT for a directory with neither or a path longer than cap. hyp_tok_open and gen data's
+ * copy go through it, so every --tokenizer takes a directory. */
+int hyp_tok_locate(const char *spec, char *out, size_t cap, hyp_err *e);
 void hyp_tok_free(hyp_tok *t);
 
 int hyp_tok_vocab_size(const hyp_tok *t);

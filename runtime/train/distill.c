@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ckpt.h"
 #include "fsio.h"
 #include "hf.h"
 
@@ -87,15 +88,18 @@ int distill_attach(distill *d, train_backend *b, hyp_err *e) {
     return HYP_OK;
 }
 
-/* plan.json in dir or the three directories above it */
+/* The trainer's plan.json in dir or the three directories above it (its kernels/ and batch limits
+ * sit beside it), else the checkpoint's own plan copy (ckpt.h: a teacher checkpoint copied away
+ * from its trainer). A step directory's plan.json is that copy, so the search passes over it. */
 static int find_plan(const char *dir, char *out, size_t cap) {
-    char cur[4096];
+    char cur[4096], st[4200];
     snprintf(cur, sizeof cur, "%s", dir);
     for (int k = 0; k < 4; k++) {
         size_t L = strlen(cur);
         while (L > 1 && cur[L - 1] == '/') cur[--L] = 0;
         snprintf(out, cap, "%s/plan.json", cur);
-        if (hyp_fs_exists(out)) return 0;
+        snprintf(st, sizeof st, "%s/state.json", cur);
+        if (hyp_fs_exists(out) && !hyp_fs_exists(st)) return 0;
         char *slash = strrchr(cur, '/');
         if (!slash) {
             if (!strcmp(cur, ".")) return -1;
@@ -103,7 +107,8 @@ static int find_plan(const char *dir, char *out, size_t cap) {
         } else if (slash == cur) cur[1] = 0;
         else *slash = 0;
     }
-    return -1;
+    hyp_err e;
+    return hyp_ckpt_plan(dir, out, cap, &e) == HYP_OK && out[0] ? 0 : -1;
 }
 
 const char *distill_describe(const distill *d) { return d->desc; }

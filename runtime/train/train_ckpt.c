@@ -297,6 +297,13 @@ int train_ckpt_sharded(const dp_t *d) { return d->stage >= 1 && d->world > 1; }
 
 int train_ckpt_save_async(dp_t *d, exec_t *x, const char *dir, int keep, const hyp_ckpt_state *st,
                           hyp_ckpt_async *async, const char *delta_base, hyp_err *e) {
-    return train_ckpt_sharded(d) ? save_shards(d, x, dir, keep, st, e)
-                                 : save_full(d, x, dir, keep, st, async, delta_base, e);
+    /* every checkpoint carries the plan that trained it (ckpt.h: plan.json) */
+    hyp_ckpt_state *sp = malloc(sizeof *sp);
+    if (!sp) return hyp_fail(e, HYP_EFAIL, "%s: out of memory", dir);
+    *sp = *st;
+    if (!sp->plan_text) sp->plan_text = x->p->text, sp->plan_len = x->p->text_len;
+    int rc = train_ckpt_sharded(d) ? save_shards(d, x, dir, keep, sp, e)
+                                   : save_full(d, x, dir, keep, sp, async, delta_base, e);
+    free(sp);
+    return rc;
 }

@@ -130,8 +130,9 @@ static int parse_num(const char *flag, const char *s, double lo, double hi, doub
 
 static const char *USAGE =
     "usage: train --data DIR [--steps N] [--batch B] [--seq T] [--grad-accum K] [--lr X] [--seed S]\n"
-    "       train --stream FILES[,GLOB...] [--doc-sep SEP] [--tokenizer FILE] ... (v2129: raw text,\n"
-    "                                .jsonl, .gz read and tokenized while training; instead of --data)\n"
+    "       train --stream FILES[,GLOB...] [--doc-sep SEP] [--tokenizer FILE|DIR] ... (v2129: raw text,\n"
+    "                                .jsonl, .gz read and tokenized while training; instead of --data;\n"
+    "                                --doc-sep blank (or '') splits plain text at blank lines)\n"
     "             [--ckpt-dir D] [--ckpt-every N] [--keep K] [--resume] [--metrics FILE] [--sample N]\n"
     "             [--eval-every N] [--eval-batches N] [--temperature X] [--top-k K] [--plan FILE]\n"
     "             [--init-from PATH] start from these weights (a Hugging Face model directory of\n"
@@ -155,6 +156,8 @@ static const char *USAGE =
     "             [--memory-profile FILE.svg] the arena timeline and peak by buffer, measured peak vs\n"
     "                                planned; 'none' turns off the plan's default (v2185: OUT/memory.svg)\n"
     "       train sample --ckpt-dir D [--sample N] [--prompt TEXT] [--temperature X] [--top-k K]\n"
+    "                                [--plan FILE] (default: the checkpoint's own plan copy, else\n"
+    "                                the plan beside this program)\n"
     "\n"
     "SIGTERM, SIGINT or SIGUSR1 (a preemption notice; mpirun forwards SIGUSR1 to every rank) stop the\n"
     "run after the step in flight, on every rank at the same step, and write a checkpoint to\n"
@@ -1078,6 +1081,16 @@ static int run(int argc, char **argv, hyp_coll *coll) {
     hyp_err e = {{0}};
     if (a->plan) snprintf(r.plan_path, sizeof r.plan_path, "%s", a->plan);
     else default_plan_path(r.plan_path, sizeof r.plan_path);
+    if (a->sample_mode && !a->plan) { /* the checkpoint's own plan copy, when it carries one (ckpt.h) */
+        char own[sizeof r.plan_path];
+        rc = hyp_ckpt_plan(a->ckpt_dir, own, sizeof own, &e);
+        if (rc && rc != HYP_ENOCKPT) {
+            fprintf(stderr, "train: %s\n", e.msg);
+            return rc;
+        }
+        if (!rc && own[0]) memcpy(r.plan_path, own, sizeof own);
+        rc = 0;
+    }
     if ((rc = plan_load(r.plan_path, &r.plan, &e))) {
         fprintf(stderr, "train: %s\n", e.msg);
         return rc;

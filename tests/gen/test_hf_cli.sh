@@ -32,7 +32,11 @@ expect export_refuses_non_checkpoint 2 "not a Hyperion checkpoint" -- "$GEN" exp
 check export_non_checkpoint_wrote_nothing test ! -e "$TMP/x1"
 expect export_refuses_missing 2 "not a directory" -- "$GEN" export "$TMP/nope" -o "$TMP/x2"
 expect export_needs_o 2 "needs -o" -- "$GEN" export "$TMP/t/ck"
+# a checkpoint saved before checkpoints carried their plan (no plan.json, no "plan_json" record),
+# away from its trainer: the plan must be named (test_ckpt_plan.sh covers checkpoints with a copy)
 mkdir -p "$TMP/lonely/ck" && cp -r "$TMP/t/ck/." "$TMP/lonely/ck/"
+rm "$TMP/lonely/ck/step_00000003/plan.json"
+python3 -c "import json,sys; p=sys.argv[1]; j=json.load(open(p)); del j['plan_json']; json.dump(j, open(p, 'w'))" "$TMP/lonely/ck/step_00000003/state.json"
 expect export_needs_plan 2 "no plan.json .* --plan" -- "$GEN" export "$TMP/lonely/ck" -o "$TMP/x3"
 cp -r "$TMP/t/ck" "$TMP/t/ckbad"
 printf 'garbage' > "$TMP/t/ckbad/step_00000003/model.safetensors"

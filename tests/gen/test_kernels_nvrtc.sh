@@ -2,7 +2,8 @@
 # Kernels through NVRTC (issue #4, v2164): every kernel of the tiny, gpt2-124m, tiny-llama and
 # llama-176m-qknorm trainers (and the flash-attention ones of gpt2-124m and llama3-8b) compiles for sm_80 and sm_90 with zero register spills (or a reason
 # written in the template); the content-addressed cache hits on a second run and on a copy of the
-# tree, misses after a header or an option change, detects and rebuilds a corrupt entry, and is
+# tree and after a comment is added to a header, misses after a code change in a header or an
+# option change, detects and rebuilds a corrupt entry, and is
 # never blocked by a killed run; a compile error prints the NVRTC log, the options and the
 # numbered source (exit 1); without NVRTC a GPU target is refused (exit 2) while cpu/sim work.
 # The cache is private to this test (HYPERION_CACHE); hits and misses are read from gen's
@@ -95,8 +96,11 @@ mkdir -p "$TMP/home/generator"
 cp -r "$ROOT/specs" "$ROOT/templates" "$ROOT/kernels" "$TMP/home/"
 cp -r "$ROOT/generator/lua" "$TMP/home/generator/"
 expect cache_hit_tree_copy 0 " 0 compiled, [1-9][0-9]* cached" -- env HYPERION_HOME="$TMP/home" "$GEN" "${GPT[@]}" -o "$TMP/c2out"
-# a change in a header: exactly the files that include it (directly or not) miss
-echo "// a comment that changes the header" >> "$TMP/home/kernels/hyp/reduce.cuh"
+# a comment added to a header changes no key (ckey.h: keys are taken without comments)
+echo "// a comment added to the header" >> "$TMP/home/kernels/hyp/reduce.cuh"
+expect cache_hit_after_header_comment 0 " 0 compiled, [1-9][0-9]* cached" -- env HYPERION_HOME="$TMP/home" "$GEN" "${GPT[@]}" -o "$TMP/c2out"
+# a change of code in a header: exactly the files that include it (directly or not) miss
+echo "#define HYP_TEST_HEADER_CHANGE 1" >> "$TMP/home/kernels/hyp/reduce.cuh"
 n_incl=$(grep -l '#include "hyp/reduce.cuh"' "$TMP/c2out/kernels/"*.cu | wc -l)
 n_all=$(ls "$TMP/c2out/kernels/"*.cu | wc -l)
 expect test_v2164_cache_miss_after_header_change 0 " $n_incl compiled, $((n_all - n_incl)) cached" -- env HYPERION_HOME="$TMP/home" "$GEN" "${GPT[@]}" -o "$TMP/c2out"

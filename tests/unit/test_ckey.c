@@ -1,6 +1,7 @@
 /* test_ckey.c — the compile caches' one key rule (runtime/core/ckey.h): a key changes with every
- * field and with the content of every header a source reaches, and not with where the include
- * dirs are. Writes only under build/tests/ckey. */
+ * field and with the code of every header a source reaches, and not with where the include dirs
+ * are nor with comments (the C/C++ comment stripper: literals, raw strings, digit separators,
+ * line continuations). Writes only under build/tests/ckey. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -66,6 +67,61 @@ int main(void) {
     put("inc2/c.h", "int c2;\n"); /* reached through a.h -> b.h -> <c.h> */
     key_of("inc", "inc2", "-O3", src, k1);
     CHECK(strcmp(k0, k1) != 0, "a header two includes deep changes the key");
+
+    put("inc2/c.h", "int c;\n");
+    key_of("inc", "inc2", "-O3", src, k0);
+
+    /* comments: two sources differing only in them share a key; in code they do not */
+    const char *a = "// k.cu — rendered for trainer A (specs: v2133 gradient_clipping)\n#include <a.h>\n"
+                    "__global__ void k(float *x) { /* one */ x[0] = 1; }\n";
+    const char *b = "// k.cu — rendered for trainer B (specs: none active)\n#include <a.h>\n"
+                    "__global__ void k(float *x) { /* another comment */ x[0] = 1; } // tail\n";
+    const char *c = "// k.cu — rendered for trainer A (specs: v2133 gradient_clipping)\n#include <a.h>\n"
+                    "__global__ void k(float *x) { /* one */ x[0] = 2; }\n";
+    key_of("inc", "inc2", "-O3", a, k0);
+    key_of("inc", "inc2", "-O3", b, k1);
+    CHECK(!strcmp(k0, k1), "sources differing only in comments share a key");
+    key_of("inc", "inc2", "-O3", c, k1);
+    CHECK(strcmp(k0, k1) != 0, "sources differing in code do not share a key");
+    key_of("inc", "inc2", "-O3", "/* two\nlines */ int x;\n", k0);
+    key_of("inc", "inc2", "-O3", "/* one line */ int x;\n", k1);
+    CHECK(strcmp(k0, k1) != 0, "a comment's newlines are kept: code on another line (__LINE__) is another key");
+    key_of("inc", "inc2", "-O3", "int  x =\t1;   \n", k0);
+    key_of("inc", "inc2", "-O3", "int x = 1;\n", k1);
+    CHECK(!strcmp(k0, k1), "spacing within a line does not change the key");
+    key_of("inc", "inc2", "-O3", "int x = 1;\n// a last remark\n\n", k0);
+    CHECK(!strcmp(k0, k1), "comment lines after the last code do not change the key");
+    key_of("inc", "inc2", "-O3", "const char *s = \"a  b\";\n", k0);
+    key_of("inc", "inc2", "-O3", "const char *s = \"a b\";\n", k1);
+    CHECK(strcmp(k0, k1) != 0, "spacing inside a string literal does");
+    put("inc2/c.h", "int c; // a remark\n");
+    key_of("inc", "inc2", "-O3", src, k1);
+    put("inc2/c.h", "int c;\n");
+    key_of("inc", "inc2", "-O3", src, k0);
+    CHECK(!strcmp(k0, k1), "a header's comments do not change the key either");
+
+    /* the stripper itself: literals are code */
+    struct { const char *in, *out; } cases[] = {
+        {"a = \"http://x\"; // c\n", "a = \"http://x\";"},
+        {"s = \"/* no */\"; /* yes */ t;", "s = \"/* no */\"; t;"},
+        {"c = '\"'; d = \"\\\" // \"; // c", "c = '\"'; d = \"\\\" // \";"},
+        {"q = '\\''; // c\nr;", "q = '\\'';\nr;"},
+        {"n = 1'000'000; // c", "n = 1'000'000;"},
+        {"w = L'/'; x = u8\"//\"; // c", "w = L'/'; x = u8\"//\";"},
+        {"r = R\"d(// not /* a */  comment)d\"; // c", "r = R\"d(// not /* a */  comment)d\";"},
+        {"a /* x\ny */ b", "a\n b"},
+        {"x; // cont \\\nstill comment\ny;", "x;\n\ny;"},
+        {"int x;\n// end\n\n", "int x;"},
+        {"x = a//**/b\n;", "x = a\n;"},
+        {"x = a/**//b;", "x = a /b;"},
+        {"s = \"two  spaces\";\t\t t;  \r\nu;", "s = \"two  spaces\"; t;\nu;"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char out[256];
+        size_t n = hyp_ckey_strip_comments(cases[i].in, strlen(cases[i].in), out);
+        out[n] = 0;
+        CHECK(!strcmp(out, cases[i].out), "strip case %zu: [%s] -> [%s], wanted [%s]", i, cases[i].in, out, cases[i].out);
+    }
 
     rm_rf(g_dir);
     return hyp_test_finish();

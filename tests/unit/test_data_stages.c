@@ -88,6 +88,20 @@ static void test_reader(void) {
     rc = hyp_docs_read(&d, p, p, 2, NULL, &n, NULL, &e);
     CHECK(rc == HYP_OK && n == 1 && d.len[6] == strlen(ft), "without --doc-sep a .txt is one document");
 
+    /* --doc-sep blank / '': paragraphs; runs of blank (or whitespace-only, CRLF) lines are one break */
+    hyp_docs pd = {0};
+    path2(p, g_dir, "para.txt");
+    const char *pt = "\nFirst paragraph,\nits second line.\n\n\nSecond one.\n \t\r\nThird.\r\n\r\n%\n";
+    write_file(p, pt, strlen(pt));
+    rc = hyp_docs_read(&pd, p, p, 3, HYP_DOC_SEP_BLANK, &n, NULL, &e);
+    CHECK(rc == HYP_OK && n == 4 && doc_is(&pd, 0, "First paragraph,\nits second line.\n") &&
+              doc_is(&pd, 1, "Second one.\n") && doc_is(&pd, 2, "Third.\r\n") && doc_is(&pd, 3, "%\n"),
+          "--doc-sep blank: documents between blank lines, whitespace-only and CRLF blank lines too (%s)", e.msg);
+    rc = hyp_docs_read(&pd, p, p, 3, "", &n, NULL, &e);
+    CHECK(rc == HYP_OK && n == 4 && doc_is(&pd, 4, "First paragraph,\nits second line.\n"),
+          "--doc-sep '' is the same as --doc-sep blank (%s)", e.msg);
+    hyp_docs_free(&pd);
+
     /* .gz through zlib */
     path2(p, g_dir, "g.jsonl.gz");
     gzFile g = gzopen(p, "wb");
