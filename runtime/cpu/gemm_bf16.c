@@ -3,7 +3,11 @@
  * One oneDNN matmul primitive per distinct call shape (transposes, sizes, strides, output dtype,
  * accumulate, bias), created on first use and kept for the life of the process: a training step
  * of gpt2-124m uses about 15 shapes, so after the first step no descriptor or primitive is built.
- * Accumulation into C is oneDNN's sum post-op (C = C + A·B, in fp32 before C's rounding). */
+ * Accumulation into C is oneDNN's sum post-op (C = C + A·B, in fp32 before C's rounding).
+ * Where oneDNN has no bf16 matmul for this CPU (dnnl_unimplemented: no AVX512-BF16/AMX and no
+ * emulation in this oneDNN build, e.g. CPUs without AVX-512) the shape runs a reference loop with
+ * the same semantics instead (exact bf16 products summed in fp32 in k order, + bias, + C, one
+ * rounding): slow, but the bf16 trainer then runs on every CPU; gemm_bf16_peak reports 0 there. */
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("O3")
 #endif
@@ -64,6 +68,7 @@ typedef struct {
 
 typedef struct {
     gkey k;
+    int ref; /* oneDNN has no bf16 matmul here: the reference loop (ref_gemm) */
     dnnl_primitive_t prim;
     dnnl_memory_t a, b, c, bias;
 } gentry;
@@ -124,6 +129,18 @@ static gentry *lookup(const char *where, const gkey *k) {
     if (pd) dnnl_primitive_desc_destroy(pd);
     if (po) dnnl_post_ops_destroy(po);
     if (attr) dnnl_primitive_attr_destroy(attr);
+    if (st == dnnl_unimplemented) { /* no bf16 matmul on this CPU: the reference loop, decided once per shape */
+        if (en->prim) dnnl_primitive_destroy(en->prim);
+        if (en->a) dnnl_memory_destroy(en->a);
+        if (en->b) dnnl_memory_destroy(en->b);
+        if (en->c) dnnl_memory_destroy(en->c);
+        if (en->bias) dnnl_memory_destroy(en->bias);
+        memset(en, 0, sizeof *en);
+        en->ref = 1;
+        en->k = *k;
+        g_n++;
+        return en;
+    }
     if (st != dnnl_success) {
         if (en->prim) dnnl_primitive_destroy(en->prim);
         if (en->a) dnnl_memory_destroy(en->a);
@@ -137,6 +154,28 @@ static gentry *lookup(const char *where, const gkey *k) {
     en->k = *k;
     g_n++;
     return en;
+}
+
+/* The reference: C[i,j] = (sum_k A[i,k] B[k,j] in fp32, k ascending) + bias[j] (+ C[i,j]), rounded
+ * once to C's type; rows in parallel (the result does not depend on the thread count). */
+static void ref_gemm(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda, const uint16_t *B, int ldb, void *C,
+                     hyp_dtype ct, int ldc, int accumulate, const float *bias) {
+#pragma omp parallel for schedule(static) if ((long)M * N * K >= PAR_MIN)
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            float acc = 0.0f;
+            for (int kk = 0; kk < K; kk++)
+                acc += cpu_bf16_val(A[ta ? (long)kk * lda + i : (long)i * lda + kk]) * cpu_bf16_val(B[tb ? (long)j * ldb + kk : (long)kk * ldb + j]);
+            if (bias) acc += bias[j];
+            long c = (long)i * ldc + j;
+            if (ct == HYP_DT_BF16) {
+                uint16_t *cb = (uint16_t *)C;
+                cb[c] = cpu_bf16_of(accumulate ? cpu_bf16_val(cb[c]) + acc : acc);
+            } else {
+                float *cf = (float *)C;
+                cf[c] = accumulate ? cf[c] + acc : acc;
+            }
+        }
 }
 
 void gemm_bf16(const char *where, int ta, int tb, int M, int N, int K, const uint16_t *A, int lda, const uint16_t *B,
@@ -158,6 +197,10 @@ void gemm_bf16(const char *where, int ta, int tb, int M, int N, int K, const uin
     k.ct = ct == HYP_DT_BF16 ? HYP_DT_BF16 : HYP_DT_F32, k.acc = accumulate != 0, k.bias = bias != NULL;
     gentry *en = lookup(where, &k);
     if (!en) return;
+    if (en->ref) {
+        ref_gemm(ta, tb, M, N, K, A, lda, B, ldb, C, ct, ldc, accumulate, bias);
+        return;
+    }
     dnnl_status_t st = dnnl_memory_set_data_handle(en->a, (void *)A);
     if (st == dnnl_success) st = dnnl_memory_set_data_handle(en->b, (void *)B);
     if (st == dnnl_success) st = dnnl_memory_set_data_handle(en->c, C);
@@ -190,6 +233,15 @@ double gemm_bf16_peak(double seconds) {
     if (a && b && c) {
         for (long i = 0; i < (long)S * S; i++) a[i] = b[i] = cpu_bf16_of((float)(i % 7) * 0.125f);
         hyp_err e;
+        gkey k;
+        memset(&k, 0, sizeof k);
+        k.M = k.N = k.K = k.lda = k.ldb = k.ldc = S, k.ct = HYP_DT_F32;
+        gentry *en = lookup("gemm_bf16_peak", &k);
+        if (!en || en->ref) { /* no bf16 matmul instructions here: no peak to report */
+            gemm_bf16_check(&e);
+            free(a), free(b), free(c);
+            return 0;
+        }
         gemm_bf16("gemm_bf16_peak", 0, 0, S, S, S, a, S, b, S, c, HYP_DT_F32, S, 0, NULL); /* warm-up */
         /* each round timed by the process's CPU time over the thread count (as peak.c times its
          * threads): time the OS gives another process on these shared cores does not count */

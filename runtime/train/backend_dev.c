@@ -200,7 +200,7 @@ static int open_dev(train_dev *t, const dp_t *dp, const plan_t *p, const char *p
     hyp_device *d = t->dev;
     if ((rc = d->mem_alloc(d, (void **)&t->partial, sizeof(float) * (size_t)parts, e)) ||
         (rc = d->mem_alloc(d, (void **)&t->gnorm, 2 * sizeof(float), e)) ||
-        (rc = d->h2d_sync(d, t->xd.params, x->params, params, e)) ||
+        (rc = d->h2d_sync(d, t->xd.params, x->params, params, e)) || (exec_dev_params_changed(&t->xd), 0) ||
         (rc = upload_states(t, x, optim, e)) || (rc = exec_dev_fp8_set_states(&t->xd, x->fp8, e))) /* FP8 scaling states (resumed or fresh) */
         return rc;
     const char *ov = getenv("HYP_COMM_OVERLAP");
@@ -351,6 +351,7 @@ static int dev_optim_step(train_backend *b, const train_opts *o, double lr, int 
         float *own = xd->params + xd->shard * t->rank;
         rc = d->all_gather(d, own, xd->params, (size_t)xd->shard, HYP_DT_F32, NULL, e);
     }
+    exec_dev_params_changed(xd); /* the bf16 weight copy (v2102 storage bf16) is cast again */
     return rc;
 }
 

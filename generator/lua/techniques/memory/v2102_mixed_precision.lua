@@ -5,7 +5,11 @@
 --    losses); the cpu runtime runs the GEMMs as oneDNN bf16 matmuls (bf16 inputs, fp32
 --    accumulation) on a bf16 copy of the fp32 master weights refreshed once per step, and every
 --    other op computes in fp32 between bf16 loads and stores.
---  * storage "fp32" (sim and cuda targets, whose executors hold f32 arenas; on cpu on request):
+--    On sim/cuda (on request: --set v2102.storage=bf16) the same plan rule: the device executor
+--    allocates the arena in the plan's dtypes, the templates that touch activations render with
+--    ACT = bf16 (load bf16, compute fp32, store bf16), and the GEMMs read a bf16 copy of the
+--    weights and biases cast once per optimizer step, fp32 accumulation (dW in fp32, beta 1).
+--  * storage "fp32" (the sim and cuda default; on cpu on request):
 --    every GEMM reads its input, weight and output gradient rounded to bf16 (round_bf16 ops,
 --    round to nearest even) with fp32 accumulation; no memory saved.
 -- Either way fp32 master weights, norms, softmax and loss. Beside FP8 (which covers the layer
@@ -25,10 +29,6 @@ function M.derive(ctx)
   local want = ctx.param("storage") or "auto"
   if dtype == "fp16" and want == "bf16" then
     ctx.refuse("storage bf16 with dtype fp16", "use --set v2102.storage=fp32 (GEMM operands rounded to fp16) or dtype bf16")
-  end
-  if dtype == "bf16" and want == "bf16" and ctx.target.kind ~= "cpu" then
-    ctx.refuse("storage bf16 needs --target cpu (the " .. tostring(ctx.target.kind) .. " executor holds f32 arenas)",
-      "use --set v2102.storage=fp32 (GEMM operands rounded to bf16) or --target cpu")
   end
   ctx.facts.precision.want_storage = want
   if dtype ~= "bf16" and not ctx.facts.precision.fp16 then
@@ -83,6 +83,13 @@ function M.rewrite(ctx, g, list, op)
   return op
 end
 
+-- Plan ops whose device kernels (templates with the ACT constant) and GEMMs take bf16
+-- activations: storage bf16 on sim/cuda needs every op of the plan in this set.
+local DEVICE_BF16 = { embedding_fwd = true, embedding_bwd = true, layernorm_fwd = true, layernorm_bwd = true,
+  add_fwd = true, accumulate = true, attention_fwd = true, attention_bwd = true, rope_fwd = true, rope_bwd = true,
+  gelu_fwd = true, gelu_bwd = true, crossentropy = true, crossentropy_fused = true, matmul_fwd = true,
+  matmul_bwd = true, zero = true }
+
 -- storage bf16: every activation buffer but the statistics becomes bf16 (before lifetimes, so
 -- the memory plan lays out half the bytes).
 function M.schedule(ctx, g, sched)
@@ -90,6 +97,10 @@ function M.schedule(ctx, g, sched)
   if storage(ctx) ~= "bf16" then return end
   local stat = {}
   local function scan(o)
+    if ctx.target.kind ~= "cpu" and not DEVICE_BF16[o.op] then
+      ctx.refuse("storage bf16 on --target " .. tostring(ctx.target.name) .. ": plan op " .. o.op .. " has no bf16 device kernel yet",
+        "use --set v2102.storage=fp32 (GEMM operands rounded to bf16) or --target cpu")
+    end
     for _, i in ipairs(STATS[o.op] or {}) do if o.outs[i] and o.outs[i] ~= "" then stat[o.outs[i]] = true end end
   end
   for _, o in ipairs(sched.fwd) do scan(o) end
@@ -118,7 +129,11 @@ function M.sections(ctx, plan)
   end
   if not p.bf16 then return end
   if storage(ctx) == "bf16" then
-    ctx.decide("precision", "bf16 storage + bf16 GEMMs", "v2102 dtype bf16 on cpu: activations and their gradients stored in bf16, GEMMs as oneDNN bf16 matmuls (fp32 accumulation) on a bf16 copy of the fp32 master weights refreshed once per step; norms, softmax and loss in fp32; fp32 optimizer state")
+    if ctx.target.kind == "cpu" then
+      ctx.decide("precision", "bf16 storage + bf16 GEMMs", "v2102 dtype bf16 on cpu: activations and their gradients stored in bf16, GEMMs as oneDNN bf16 matmuls (fp32 accumulation) on a bf16 copy of the fp32 master weights refreshed once per step; norms, softmax and loss in fp32; fp32 optimizer state")
+    else
+      ctx.decide("precision", "bf16 storage + bf16 GEMMs", "v2102 dtype bf16 on " .. tostring(ctx.target.name) .. ": activations and their gradients stored in bf16 (the kernels' ACT constant), GEMMs with bf16 A/B (cuBLASLt, fp32 compute) on a bf16 copy of the fp32 master weights and biases cast once per step (cast_f32_bf16), bf16 activation outputs, fp32 weight gradients accumulated in place (beta 1); norms, softmax and loss in fp32; fp32 optimizer state")
+    end
     if plan.hardware and plan.hardware.peak_source == "measured" then
       plan.hardware.peak_dtype = "bf16"
       ctx.decide("hardware.peak_dtype", "bf16", "v2102 bf16 GEMMs on cpu: the trainer measures this machine's bf16 matmul peak at start and reports MFU against it")
