@@ -88,7 +88,7 @@ end
 local DEVICE_BF16 = { embedding_fwd = true, embedding_bwd = true, layernorm_fwd = true, layernorm_bwd = true,
   add_fwd = true, accumulate = true, attention_fwd = true, attention_bwd = true, rope_fwd = true, rope_bwd = true,
   gelu_fwd = true, gelu_bwd = true, crossentropy = true, crossentropy_fused = true, matmul_fwd = true,
-  rmsnorm_fwd = true, rmsnorm_bwd = true, qknorm_fwd = true, qknorm_bwd = true, swiglu_fwd = true, swiglu_bwd = true,
+  flash_attention_fwd = true, flash_attention_bwd = true, rmsnorm_fwd = true, rmsnorm_bwd = true, qknorm_fwd = true, qknorm_bwd = true, swiglu_fwd = true, swiglu_bwd = true,
   matmul_bwd = true, zero = true }
 
 -- storage bf16: every activation buffer but the statistics becomes bf16 (before lifetimes, so
