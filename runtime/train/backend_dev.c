@@ -276,9 +276,7 @@ static int dev_sampled_targets(train_dev *t, exec_t *x, hyp_err *e) {
     for (int i = 0; i < p->n_bwd && !ce; i++)
         if (hyp_op_get(p->bwd[i].op)->flags & HYP_OPF_WRITES_LOSSES) ce = &p->bwd[i];
     if (!ce || ce->nout < 2 || ce->out[1] < 0) return HYP_OK; /* no fused loss: nothing to sample for */
-    if (p->bufs[ce->out[1]].dtype != HYP_DT_F32)
-        return hyp_fail(e, HYP_EINPUT, "the sampled-label pass reads fp32 logits; this plan's are %s — generate the trainer without bf16 logits",
-                        hyp_dtype_name(p->bufs[ce->out[1]].dtype));
+    /* bf16 logits (v2102 storage bf16) come back widened to fp32 (exec_dev_download_buf) */
     int N = t->xd.B * t->xd.T, V = (int)ce->V, Vp = (int)ce->Vp;
     float *logits = malloc(sizeof(float) * (size_t)N * (size_t)Vp);
     int32_t *labels = malloc(sizeof(int32_t) * (size_t)N);
@@ -303,6 +301,9 @@ static int dev_micro_batch(train_backend *b, float dloss, int last, float *mean,
         memcpy(t->txd.h_targets, t->xd.h_targets, n);
         if (t->txd.h_positions && t->xd.h_positions) memcpy(t->txd.h_positions, t->xd.h_positions, n);
         rc = exec_dev_forward(&t->txd, e);
+        if (!rc && t->txd.p->bufs[t->t_logits].dtype != HYP_DT_F32) /* the fused loss reads fp32 teacher logits */
+            rc = hyp_fail(e, HYP_EINPUT, "distillation on the device: the teacher's logits are %s and the fused loss reads fp32 ones — generate the trainer with --set v2102.storage=fp32",
+                          hyp_dtype_name(t->txd.p->bufs[t->t_logits].dtype));
         if (!rc)
             rc = exec_dev_use_teacher(&t->xd, exec_dev_buf(&t->txd, t->t_logits), t->t_vp, b->teacher->temperature,
                                       b->teacher->alpha, e);
