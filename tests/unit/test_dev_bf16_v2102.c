@@ -253,7 +253,7 @@ int main(void) {
     /* flash needs HD a multiple of 16: the tiny-llama model (HD 32). Its mma operands in bf16x3
      * (~fp32 products): the default under the bf16 policy rounds P and dS to bf16 inside the
      * tensor-core products as FlashAttention-2 does, rounding points the cpu's fp32 flash op has
-     * not (measured apart: test_dev_bf16_v2102.sh) */
+     * not (measured apart: test_sim_bf16_v2102.sh) */
     one_case(dev, "tiny-llama", ",flash --set v2113.precision=bf16x3", "tiny-llama-flash", 3.0);
     dev->close(dev);
     printf("%d passed, %d failed\n", g_pass, g_fail);
