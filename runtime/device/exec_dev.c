@@ -631,6 +631,19 @@ static int gemm8(exec_dev *x, int64_t m, int64_t n, int64_t k, int sa, const voi
     return x->dev->gemm(x->dev, &g, NULL, e);
 }
 
+/* The layer GEMMs (matmul_fwd, the dinp and dW GEMMs of matmul_bwd) on fp32 operands: TF32 when the
+ * plan says train.tf32 (v2100), else IEEE fp32. Bias gradients and exact adds stay IEEE. */
+static int gemm_layer(exec_dev *x, int transa, int transb, int64_t m, int64_t n, int64_t k, const void *a, int64_t lda,
+                      const void *b, int64_t ldb, float beta, void *d, int64_t ldd, hyp_epilogue ep, void *bias, hyp_err *e) {
+    hyp_gemm g;
+    gemm_desc(&g, transa, transb, m, n, k, a, lda, b, ldb, beta, d, ldd);
+    g.atype = g.btype = HYP_DT_F32;
+    g.compute = x->p->tf32 ? HYP_GEMM_TF32 : HYP_GEMM_F32;
+    g.epilogue = ep;
+    g.bias = bias;
+    return x->dev->gemm(x->dev, &g, NULL, e);
+}
+
 /* matmul_fwd: y[N][OC] = x[N][IC] W[OC][IC]^T + b; in fp8 when both inputs are fp8 slots and IC
  * is a multiple of 16 (the bias then added by an fp32 rank-1 GEMM: b 1^T, accumulated). */
 static int matmul_fwd(exec_dev *x, const plan_op *o, int64_t N, hyp_err *e) {
@@ -645,8 +658,8 @@ static int matmul_fwd(exec_dev *x, const plan_op *o, int64_t N, hyp_err *e) {
     }
     int sx = fp8_slot(x, o->in[0]), sw = fp8_slot(x, o->in[1]);
     if (sx < 0 || sw < 0 || IC % 16)
-        return gemm(x, 1, 0, OC, N, IC, dbuf(x, o->in[1]), IC, dbuf(x, o->in[0]), IC, 0.0f, y, OC,
-                    bias ? HYP_EPI_BIAS : HYP_EPI_NONE, bias, e);
+        return gemm_layer(x, 1, 0, OC, N, IC, dbuf(x, o->in[1]), IC, dbuf(x, o->in[0]), IC, 0.0f, y, OC,
+                          bias ? HYP_EPI_BIAS : HYP_EPI_NONE, bias, e);
     int rc = gemm8(x, OC, N, IC, sw, x->fp8_q[sw], sx, x->fp8_q[sx], 0.0f, y, e);
     if (!rc && bias) rc = gemm(x, 0, 0, OC, N, 1, bias, OC, x->ones, 1, 1.0f, y, OC, HYP_EPI_NONE, NULL, e);
     return rc;
@@ -673,11 +686,11 @@ static int matmul_bwd(exec_dev *x, const plan_op *o, int64_t N, hyp_err *e) {
     int sg = fp8_slot(x, o->in[0]), sx = fp8_slot(x, o->in[1]), sw = fp8_slot(x, o->in[2]);
     int f8 = sg >= 0 && sx >= 0 && sw >= 0, rc = HYP_OK;
     if (dinp && f8 && OC % 16 == 0) rc = gemm8(x, IC, N, OC, sw, x->fp8_qt[sw], sg, x->fp8_q[sg], 1.0f, dinp, e);
-    else if (dinp) rc = gemm(x, 0, 0, IC, N, OC, w, IC, dout, OC, 1.0f, dinp, IC, HYP_EPI_NONE, NULL, e);
+    else if (dinp) rc = gemm_layer(x, 0, 0, IC, N, OC, w, IC, dout, OC, 1.0f, dinp, IC, HYP_EPI_NONE, NULL, e);
     if (rc) return rc;
     if (dw && f8 && N % 16 == 0 && IC % 16 == 0 && OC % 16 == 0)
         rc = gemm8(x, IC, OC, N, sx, x->fp8_qt[sx], sg, x->fp8_qt[sg], 1.0f, dw, e);
-    else if (dw) rc = gemm(x, 0, 1, IC, OC, N, inp, IC, dout, OC, 1.0f, dw, IC, HYP_EPI_NONE, NULL, e);
+    else if (dw) rc = gemm_layer(x, 0, 1, IC, OC, N, inp, IC, dout, OC, 1.0f, dw, IC, HYP_EPI_NONE, NULL, e);
     if (rc) return rc;
     /* db[OC] += dout^T 1 (a GEMM with n = 1 accumulates, which the BGRADB epilogue does not) */
     if (db) rc = gemm(x, 0, 0, OC, 1, N, dout, OC, x->ones, N, 1.0f, db, OC, HYP_EPI_NONE, NULL, e);

@@ -1,4 +1,4 @@
-/* test_dev_bf16_v2102.c — v2102 bf16 storage on the device executor (runtime/device/exec_dev.c on
+/* test_dev_bf16_v2102.c — v2102 bf16 storage (and v2100 TF32) on the device executor (runtime/device/exec_dev.c on
  * "sim") against the cpu executor's bf16 storage (runtime/cpu/ops_bf16.c), the reference numerics.
  * For the GPT-2 and Llama fixture models (tests/fixtures/models/ref-gpt2.yaml, ref-llama.yaml)
  * and tiny-llama with flash attention (its kernels need HD % 16 == 0) at batch 2 x seq 16, three plans of the same model: sim with
@@ -238,6 +238,72 @@ static void one_case(hyp_device *dev, const char *model, const char *extra, cons
     rm_rf(root);
 }
 
+/* v2100 fp32_matmul tf32 on the device (plan train.tf32): the sim's forward logits of the fixture
+ * GPT-2 against the cpu fp32 trainer's differ by more than the IEEE floor (1e-5 max|ref|, the
+ * executors' fp32 summation orders: test_exec_sim) — TF32 is on — and by at most half the cpu
+ * bf16 trainer's distance to fp32: TF32 rounds only the layer GEMMs' inputs, to 10 mantissa bits
+ * (relative error 2^-11), where bf16 storage rounds the same inputs and every other stored value
+ * to 7 (2^-8): an 8x smaller error at a subset of the points, so 1/2 has margin. */
+static void tf32_case(hyp_device *dev) {
+    char root[256], ds[320], dc[320], df[320], path[512];
+    snprintf(root, sizeof root, "/tmp/hyp-dev-tf32-%d", (int)getpid());
+    snprintf(ds, sizeof ds, "%s/sim", root);
+    snprintf(dc, sizeof dc, "%s/cpu16", root);
+    snprintf(df, sizeof df, "%s/cpu32", root);
+    const char *model = "tests/fixtures/models/ref-gpt2.yaml";
+    plan_t ps, pc, pf;
+    hyp_err e = {{0}};
+    if (gen("sim", ds, ",tf32", model) || gen("cpu", dc, ",bf16", model) || gen("cpu", df, "", model)) {
+        check(0, "tf32", "gen failed");
+        return;
+    }
+    int rc;
+    snprintf(path, sizeof path, "%s/plan.json", ds);
+    rc = plan_load(path, &ps, &e);
+    snprintf(path, sizeof path, "%s/plan.json", dc);
+    if (!rc) rc = plan_load(path, &pc, &e);
+    snprintf(path, sizeof path, "%s/plan.json", df);
+    if (!rc) rc = plan_load(path, &pf, &e);
+    if (rc) {
+        check(0, "tf32", "plan_load: %s", e.msg);
+        return;
+    }
+    exec_t cb, cf;
+    exec_dev dx;
+    snprintf(path, sizeof path, "%s/kernels", ds);
+    if (exec_init(&cb, &pc, &e) || exec_init(&cf, &pf, &e) || exec_dev_init(&dx, &ps, path, dev, &e)) {
+        check(0, "tf32", "init: %s", e.msg);
+        return;
+    }
+    exec_init_params(&cf, 1234);
+    memcpy(cb.params, cf.params, sizeof(float) * (size_t)pf.param_floats);
+    exec_params_changed(&cb);
+    rc = exec_dev_upload_params(&dx, cf.params, &e);
+    const int N = ps.B * ps.T, V = ps.V;
+    hyp_rng rng;
+    hyp_rng_seed(&rng, 42);
+    for (int i = 0; i < N; i++) {
+        cb.tokens[i] = cf.tokens[i] = dx.h_tokens[i] = (int32_t)hyp_rng_below(&rng, (uint64_t)V);
+        cb.targets[i] = cf.targets[i] = dx.h_targets[i] = (cb.tokens[i] * 7 + 3) % V;
+    }
+    long nl = (long)N * ps.Vp;
+    float *lt = malloc(sizeof(float) * 3 * (size_t)nl);
+    if (!rc) rc = exec_dev_forward(&dx, &e);
+    exec_forward(&cb);
+    exec_forward(&cf);
+    if (!rc) rc = exec_dev_download_buf(&dx, find_buf(&ps, "logits"), lt, nl, &e);
+    host_values(&cb, find_buf(&pc, "logits"), lt + nl, nl);
+    host_values(&cf, find_buf(&pf, "logits"), lt + 2 * nl, nl);
+    double rm, dt = maxdiff(lt, lt + 2 * nl, nl, &rm), db = maxdiff(lt + nl, lt + 2 * nl, nl, &rm);
+    check(!rc && ps.tf32 == 1 && dt > 1e-5 * rm && dt <= 0.5 * db, "v2100 tf32: sim logits off fp32 by TF32 rounding, within half the bf16 effect",
+          "max err vs fp32 %.3g (IEEE floor %.3g, bf16 vs fp32 %.3g)%s%s", dt, 1e-5 * rm, db, rc ? ": " : "", rc ? e.msg : "");
+    free(lt);
+    exec_dev_free(&dx);
+    exec_free(&cb), exec_free(&cf);
+    plan_free(&ps), plan_free(&pc), plan_free(&pf);
+    rm_rf(root);
+}
+
 int main(void) {
     char cache[1024];
     snprintf(cache, sizeof cache, "%s/sim-cache", HYP_BINARY_DIR);
@@ -255,6 +321,7 @@ int main(void) {
      * tensor-core products as FlashAttention-2 does, rounding points the cpu's fp32 flash op has
      * not (measured apart: test_sim_bf16_v2102.sh) */
     one_case(dev, "tiny-llama", ",flash --set v2113.precision=bf16x3", "tiny-llama-flash", 3.0);
+    tf32_case(dev);
     dev->close(dev);
     printf("%d passed, %d failed\n", g_pass, g_fail);
     return g_fail ? 1 : 0;
