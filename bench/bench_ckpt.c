@@ -3,7 +3,7 @@
  * one process.
  *
  * Blocking: the trainer's step waits for hyp_ckpt_save_aux (serialize, xxh3, write, fsync,
- * rename). Async (runtime/io/ckpt_async.c): the step waits only for the snapshot into the
+ * rename). Async (runtime/ckpt/ckpt_async.c): the step waits only for the snapshot into the
  * writer's host buffers; the files are written by the writer thread meanwhile. Each round does one
  * blocking save, then one async save (its call time = the stall) and then waits for the write
  * (how long the background write took, which a training step would overlap). The async files are

@@ -5,7 +5,7 @@
 #   contiguous  v2126 rows = contiguous: T-token windows of the document stream (no padding,
 #               documents cut at row ends, attention masked per document)
 #   best-fit    v2126 rows = best-fit (default): whole documents packed by best-fit decreasing
-#               into rows of T+1 tokens, the tail padded (runtime/io/pack.c)
+#               into rows of T+1 tokens, the tail padded (runtime/data/pack.c)
 #   padded      v2127 with buckets = 1: one document per row of T (a longer one in chunks), 8 rows
 #               per batch: the fixed-batch padding trainer, actually run
 #   dynamic     v2127 with buckets = 3 (T, T/2, T/4), token_budget = 8 x T: one document per row

@@ -1,5 +1,5 @@
 /* data_lua.h — reads the data-preparation settings table of `gen data` (data_cli.lua's `pipe`:
- * doc_sep, filter, dedup, mix, curriculum) into the C options of runtime/io/docs.h. */
+ * doc_sep, filter, dedup, mix, curriculum) into the C options of runtime/data/docs.h. */
 #ifndef GEN_DATA_LUA_H
 #define GEN_DATA_LUA_H
 

@@ -1,7 +1,7 @@
 /* ext_lua.c — host functions that reach into the runtime library: data preparation for
  * `gen data` (the shard writer lives in runtime/data.c, shared with the trainer's loader) and
- * `gen export` (Hugging Face model directories, runtime/io/hf.c) and `gen consolidate` (sharded
- * checkpoints merged into one file set, runtime/io/ckpt_consolidate.c). */
+ * `gen export` (Hugging Face model directories, runtime/ckpt/hf.c) and `gen consolidate` (sharded
+ * checkpoints merged into one file set, runtime/ckpt/ckpt_consolidate.c). */
 #include <lauxlib.h>
 #include <lua.h>
 #include <stdlib.h>
@@ -55,7 +55,7 @@ static int l_data_prepare(lua_State *L) {
     return 2;
 }
 
-/* hyp.hf_export(ckpt, plan_path, outdir) -> rc, message: `gen export` (runtime/io/hf.c) */
+/* hyp.hf_export(ckpt, plan_path, outdir) -> rc, message: `gen export` (runtime/ckpt/hf.c) */
 static int l_hf_export(lua_State *L) {
     const char *ckpt = luaL_checkstring(L, 1), *plan_path = luaL_checkstring(L, 2), *out = luaL_checkstring(L, 3);
     hyp_err e = {{0}};

@@ -17,7 +17,7 @@
  * most `workers` at a time; a worker writes its result to a private file that the parent reads
  * back and checks. A worker never touches Lua.
  *
- * Cache key: the compile caches' one rule (runtime/io/ckey.h) over the tag "hyperion nvrtc
+ * Cache key: the compile caches' one rule (runtime/core/ckey.h) over the tag "hyperion nvrtc
  * cache 1", the generator version, the NVRTC version, the arch, every option except
  * --include-path (paths do not change the output; the headers' contents are keyed instead), and
  * the source with its include closure. Includes found nowhere are NVRTC built-ins, covered by

@@ -1,5 +1,5 @@
 /* post_lua.c — host functions for post-training data (`gen data --chat` / `--pref`): the chat
- * template renderer and the preference-example writer live in runtime/io/chat.c. Never: logic of
+ * template renderer and the preference-example writer live in runtime/data/chat.c. Never: logic of
  * its own beyond moving arguments across the Lua boundary. */
 #include <lauxlib.h>
 #include <lua.h>

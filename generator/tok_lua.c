@@ -1,5 +1,5 @@
 /* tok_lua.c — host functions behind `gen tokenizer train|encode|decode|info` (v2125): thin
- * wrappers over runtime/io/tokenizer.h. They return (rc, message) like the other host functions
+ * wrappers over runtime/tok/tokenizer.h. They return (rc, message) like the other host functions
  * and never exit; ids go straight to stdout from C (a corpus has millions of them). */
 #include <lauxlib.h>
 #include <lua.h>

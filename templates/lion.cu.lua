@@ -24,7 +24,7 @@ ops = {
 
 % if emit.lion_step then
 // One thread per 4 consecutive elements (16-byte loads; a scalar tail). The float expressions, with
-// every multiply-add an explicit fmaf, are runtime/train/optim_lion.c's: whether a compiler
+// every multiply-add an explicit fmaf, are runtime/optim/optim_lion.c's: whether a compiler
 // contracts (nvcc, the host C) or not (the simulator's g++), cpu and device agree bit for bit.
 {{ signature("lion_step") }} {
     long i0 = ((long)blockIdx.x * blockDim.x + threadIdx.x) * 4;

@@ -25,7 +25,7 @@ ops = {
 
 {{ partial("segments") }}
 
-// The float expressions are runtime/train/optim_sfadamw.c's, in its order; the host may contract a
+// The float expressions are runtime/optim/optim_sfadamw.c's, in its order; the host may contract a
 // multiply-add the simulator does not, so cpu and device agree within rounding (test_schedulefree_dev).
 
 % if emit.sfadamw_step then

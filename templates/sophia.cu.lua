@@ -25,7 +25,7 @@ ops = {
 
 {{ partial("segments") }}
 
-// The float expressions of runtime/train/optim_sophia.c with the same explicit fmaf's: whether a
+// The float expressions of runtime/optim/optim_sophia.c with the same explicit fmaf's: whether a
 // compiler contracts (nvcc, the host C) or not (the simulator's g++), cpu and device agree bit
 // for bit given the same gradients.
 

@@ -383,7 +383,7 @@ function commands.generate(args)
   return 0
 end
 
--- gen data --chat FILE.jsonl / --pref FILE.jsonl: post-training data (runtime/io/chat.h).
+-- gen data --chat FILE.jsonl / --pref FILE.jsonl: post-training data (runtime/data/chat.h).
 local function post_data(o)
   if #o._pos > 0 then U.fail("<command line>", "gen data --chat/--pref takes its one input as the flag's value, not " .. o._pos[1], "e.g. gen data --chat chats.jsonl -o data/sft") end
   if o["--chat"] and o["--pref"] then U.fail("<command line>", "gen data takes --chat or --pref, not both", "run gen data once per kind") end
@@ -400,7 +400,7 @@ local function post_data(o)
 end
 
 function commands.data(args)
-  -- post-training data (--chat / --pref) has its own flags: runtime/io/chat.h
+  -- post-training data (--chat / --pref) has its own flags: runtime/data/chat.h
   for _, a in ipairs(args) do
     local name = a:match("^(%-%-[%w-]+)")
     if name == "--chat" or name == "--pref" then

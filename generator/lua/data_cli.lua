@@ -1,7 +1,7 @@
 -- data_cli.lua — `gen data`: the data-preparation command. Resolves --enable/--set through the
 -- tree like the main command (resolve.lua), asks each active technique module's `data` hook for
 -- its stage settings, and hands inputs + settings to the C pipeline (hyp.data_prepare:
--- runtime/io/data.c, docs*.c), which writes the shards, meta.json and report.json.
+-- runtime/data/data.c, docs*.c), which writes the shards, meta.json and report.json.
 -- Never: names a spec id (the modules do), or accepts a technique that does not act here.
 local U = require("util")
 local D = {}

@@ -1,5 +1,5 @@
 -- tokenizer_cli.lua — `gen tokenizer train|encode|decode|info` (v2125): argument checks and
--- messages; the work is runtime/io/tokenizer.c through generator/tok_lua.c (hyp.tok_*). Returns
+-- messages; the work is runtime/tok/tokenizer.c through generator/tok_lua.c (hyp.tok_*). Returns
 -- the exit status; bad arguments fail with one line (U.fail, exit 2). Never tokenizes in Lua.
 local U = require("util")
 local M = {}

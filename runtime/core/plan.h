@@ -66,7 +66,7 @@ enum { PINIT_NORMAL, PINIT_ONES, PINIT_ZEROS };
 
 /* The plan's optimizer section (core/PLAN_FORMAT.md): which update rule, its scalars, the state
  * tensors it keeps per parameter and the parameter groups. Loaded by plan.c, executed by the
- * optimizer registered under `kind` (train/optim.h). */
+ * optimizer registered under `kind` (optim/optim.h). */
 #define HYP_OPT_MAX_HYPER 12
 #define HYP_OPT_MAX_STATE 4
 

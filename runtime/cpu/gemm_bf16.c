@@ -4,10 +4,11 @@
  * accumulate, bias), created on first use and kept for the life of the process: a training step
  * of gpt2-124m uses about 15 shapes, so after the first step no descriptor or primitive is built.
  * Accumulation into C is oneDNN's sum post-op (C = C + A·B, in fp32 before C's rounding).
- * Where oneDNN has no bf16 matmul for this CPU (dnnl_unimplemented: no AVX512-BF16/AMX and no
- * emulation in this oneDNN build, e.g. CPUs without AVX-512) the shape runs a reference loop with
- * the same semantics instead (exact bf16 products summed in fp32 in k order, + bias, + C, one
- * rounding): slow, but the bf16 trainer then runs on every CPU; gemm_bf16_peak reports 0 there. */
+ *
+ * On a CPU where oneDNN has no bf16 matmul (it needs AVX-512 or AVX2-VNNI-2; an AVX2- or AVX-only
+ * x86 answers dnnl_unimplemented) the same contract is met by widening A and B to fp32 (exact) and
+ * calling oneDNN's sgemm: every bf16 x bf16 product is exact in fp32, so the two paths differ only
+ * in the fp32 summation order, which is all a bf16 matmul ever promises. */
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("O3")
 #endif
@@ -68,7 +69,6 @@ typedef struct {
 
 typedef struct {
     gkey k;
-    int ref; /* oneDNN has no bf16 matmul here: the reference loop (ref_gemm) */
     dnnl_primitive_t prim;
     dnnl_memory_t a, b, c, bias;
 } gentry;
@@ -77,6 +77,9 @@ typedef struct {
 static gentry g_cache[CACHE_MAX];
 static int g_n;
 static dnnl_engine_t g_eng;
+static int g_widen;        /* 1: this CPU has no oneDNN bf16 matmul; widen and use sgemm */
+static float *g_scr;       /* the widened operands (and a bf16 C's fp32 sum) */
+static size_t g_scr_n;
 static dnnl_stream_t g_stream;
 
 static int init_engine(void) {
@@ -119,6 +122,12 @@ static gentry *lookup(const char *where, const gkey *k) {
     }
     dnnl_primitive_desc_t pd = NULL;
     if (st == dnnl_success) st = dnnl_primitive_desc_create(&pd, &desc, attr, g_eng, NULL);
+    if (st == dnnl_unimplemented) { /* no bf16 matmul on this CPU: gemm_bf16 widens instead */
+        if (po) dnnl_post_ops_destroy(po);
+        if (attr) dnnl_primitive_attr_destroy(attr);
+        g_widen = 1;
+        return NULL;
+    }
     gentry *en = &g_cache[g_n];
     memset(en, 0, sizeof *en);
     if (st == dnnl_success) st = dnnl_primitive_create(&en->prim, pd);
@@ -129,18 +138,6 @@ static gentry *lookup(const char *where, const gkey *k) {
     if (pd) dnnl_primitive_desc_destroy(pd);
     if (po) dnnl_post_ops_destroy(po);
     if (attr) dnnl_primitive_attr_destroy(attr);
-    if (st == dnnl_unimplemented) { /* no bf16 matmul on this CPU: the reference loop, decided once per shape */
-        if (en->prim) dnnl_primitive_destroy(en->prim);
-        if (en->a) dnnl_memory_destroy(en->a);
-        if (en->b) dnnl_memory_destroy(en->b);
-        if (en->c) dnnl_memory_destroy(en->c);
-        if (en->bias) dnnl_memory_destroy(en->bias);
-        memset(en, 0, sizeof *en);
-        en->ref = 1;
-        en->k = *k;
-        g_n++;
-        return en;
-    }
     if (st != dnnl_success) {
         if (en->prim) dnnl_primitive_destroy(en->prim);
         if (en->a) dnnl_memory_destroy(en->a);
@@ -156,26 +153,40 @@ static gentry *lookup(const char *where, const gkey *k) {
     return en;
 }
 
-/* The reference: C[i,j] = (sum_k A[i,k] B[k,j] in fp32, k ascending) + bias[j] (+ C[i,j]), rounded
- * once to C's type; rows in parallel (the result does not depend on the thread count). */
-static void ref_gemm(int ta, int tb, int M, int N, int K, const uint16_t *A, int lda, const uint16_t *B, int ldb, void *C,
-                     hyp_dtype ct, int ldc, int accumulate, const float *bias) {
-#pragma omp parallel for schedule(static) if ((long)M * N * K >= PAR_MIN)
-    for (int i = 0; i < M; i++)
-        for (int j = 0; j < N; j++) {
-            float acc = 0.0f;
-            for (int kk = 0; kk < K; kk++)
-                acc += cpu_bf16_val(A[ta ? (long)kk * lda + i : (long)i * lda + kk]) * cpu_bf16_val(B[tb ? (long)j * ldb + kk : (long)kk * ldb + j]);
-            if (bias) acc += bias[j];
-            long c = (long)i * ldc + j;
-            if (ct == HYP_DT_BF16) {
-                uint16_t *cb = (uint16_t *)C;
-                cb[c] = cpu_bf16_of(accumulate ? cpu_bf16_val(cb[c]) + acc : acc);
-            } else {
-                float *cf = (float *)C;
-                cf[c] = accumulate ? cf[c] + acc : acc;
-            }
+/* The stored extent of a [rows, cols] operand (transposed: stored [cols, rows]) with row stride ld. */
+static size_t stored_n(int rows, int cols, int ld, int t) {
+    long r = t ? cols : rows, c = t ? rows : cols;
+    return (size_t)((r - 1) * (long)ld + c);
+}
+
+/* gemm_bf16's contract through fp32 sgemm (see the file's header). */
+static void gemm_widened(const char *where, int ta, int tb, int M, int N, int K, const uint16_t *A, int lda,
+                         const uint16_t *B, int ldb, void *C, hyp_dtype ct, int ldc, int accumulate, const float *bias) {
+    size_t na = stored_n(M, K, lda, ta), nb = stored_n(K, N, ldb, tb), nc = ct == HYP_DT_BF16 ? (size_t)M * N : 0;
+    if (na + nb + nc > g_scr_n) {
+        float *p = realloc(g_scr, (na + nb + nc) * sizeof(float));
+        if (!p) {
+            fail(where, dnnl_out_of_memory);
+            return;
         }
+        g_scr = p, g_scr_n = na + nb + nc;
+    }
+    float *a = g_scr, *b = g_scr + na, *cf = ct == HYP_DT_BF16 ? g_scr + na + nb : (float *)C;
+    int ldcf = ct == HYP_DT_BF16 ? N : ldc;
+    cpu_bf16_to_f32(a, A, (long)na);
+    cpu_bf16_to_f32(b, B, (long)nb);
+    if (ct == HYP_DT_BF16 && accumulate)
+        for (int i = 0; i < M; i++) cpu_bf16_to_f32(cf + (long)i * N, (const uint16_t *)C + (long)i * ldc, N);
+    dnnl_status_t st = dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, 1.0f, a, lda, b, ldb, accumulate ? 1.0f : 0.0f, cf, ldcf);
+    if (st != dnnl_success) {
+        fail(where, st);
+        return;
+    }
+    if (bias)
+        for (int i = 0; i < M; i++)
+            for (int j = 0; j < N; j++) cf[(long)i * ldcf + j] += bias[j];
+    if (ct == HYP_DT_BF16)
+        for (int i = 0; i < M; i++) cpu_f32_to_bf16((uint16_t *)C + (long)i * ldc, cf + (long)i * N, N);
 }
 
 void gemm_bf16(const char *where, int ta, int tb, int M, int N, int K, const uint16_t *A, int lda, const uint16_t *B,
@@ -195,10 +206,9 @@ void gemm_bf16(const char *where, int ta, int tb, int M, int N, int K, const uin
     memset(&k, 0, sizeof k);
     k.ta = ta, k.tb = tb, k.M = M, k.N = N, k.K = K, k.lda = lda, k.ldb = ldb, k.ldc = ldc;
     k.ct = ct == HYP_DT_BF16 ? HYP_DT_BF16 : HYP_DT_F32, k.acc = accumulate != 0, k.bias = bias != NULL;
-    gentry *en = lookup(where, &k);
-    if (!en) return;
-    if (en->ref) {
-        ref_gemm(ta, tb, M, N, K, A, lda, B, ldb, C, ct, ldc, accumulate, bias);
+    gentry *en = g_widen ? NULL : lookup(where, &k);
+    if (!en) {
+        if (g_widen) gemm_widened(where, ta, tb, M, N, K, A, lda, B, ldb, C, ct, ldc, accumulate, bias);
         return;
     }
     dnnl_status_t st = dnnl_memory_set_data_handle(en->a, (void *)A);
@@ -233,15 +243,6 @@ double gemm_bf16_peak(double seconds) {
     if (a && b && c) {
         for (long i = 0; i < (long)S * S; i++) a[i] = b[i] = cpu_bf16_of((float)(i % 7) * 0.125f);
         hyp_err e;
-        gkey k;
-        memset(&k, 0, sizeof k);
-        k.M = k.N = k.K = k.lda = k.ldb = k.ldc = S, k.ct = HYP_DT_F32;
-        gentry *en = lookup("gemm_bf16_peak", &k);
-        if (!en || en->ref) { /* no bf16 matmul instructions here: no peak to report */
-            gemm_bf16_check(&e);
-            free(a), free(b), free(c);
-            return 0;
-        }
         gemm_bf16("gemm_bf16_peak", 0, 0, S, S, S, a, S, b, S, c, HYP_DT_F32, S, 0, NULL); /* warm-up */
         /* each round timed by the process's CPU time over the thread count (as peak.c times its
          * threads): time the OS gives another process on these shared cores does not count */

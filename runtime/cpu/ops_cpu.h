@@ -32,6 +32,11 @@ void op_cpu_fail(const char *where);
 /* The same with a failed oneDNN call's dnnl_status_t (quant.c's int8 GEMM). */
 void op_cpu_fail_status(const char *where, int status);
 
+/* C[M,N] = alpha * op(A) op(B) + beta * C, row-major, through oneDNN; a failure is recorded for
+ * op_cpu_check, naming `where`. For kernels outside this file (the optimizers'). */
+void op_sgemm(const char *where, char ta, char tb, long M, long N, long K, float alpha, const float *A, long lda,
+              const float *B, long ldb, float beta, float *C, long ldc);
+
 /* out[B,T,C] = wte[tokens] (+ wpe[t] when wpe != NULL). */
 void op_embedding_fwd(float *out, const int32_t *tokens, const float *wte, const float *wpe,
                       int B, int T, int C);
@@ -144,20 +149,6 @@ double op_sumsq(const float *x, long n);
 /* x *= s */
 void op_scale(float *x, float s, long n);
 
-/* The mean loss of a batch: the sum of losses[n] (an ignored target's is 0), in double, over the
- * count of targets >= 0; 0 when every target is ignored. Both executors' one definition. */
-float op_mean_loss(const float *losses, const int32_t *targets, long n);
-/* One AdamW step over n contiguous values, bias-corrected, step t >= 1.
- * g is multiplied by grad_scale first (global-norm clipping factor); wd is decoupled weight decay
- * (p -= lr * wd * p), pass 0 for tensors that are not decayed. */
-void op_adamw(float *p, const float *g, float *m, float *v, long n, float lr, float beta1,
-              float beta2, float eps, float wd, int t, float grad_scale);
-/* Muon's orthogonalization (v2138; Keller Jordan's zeropower_via_newtonschulz5, in fp32):
- * out[R,K] ~ U V^T of G[R,K] = U S V^T. With X = G (or G^T when R > K, so X is r x k, r <= k),
- * X /= ||X||_F + 1e-7, then `steps` times: A = X X^T, B = b A + c A A, X = a X + B X; out is X
- * (transposed back). The GEMMs go through oneDNN's sgemm. work: 2*R*K + 2*r*r floats, r =
- * min(R, K); out may not alias G. */
-void op_newton_schulz5(float *out, const float *G, long R, long K, int steps, float a, float b, float c,
-                       float *work);
+#include "numerics.h" /* op_mean_loss, shared with the device executor */
 
 #endif

@@ -9,7 +9,7 @@
 #include <cjson/cJSON.h>
 
 #include "op_registry.h"
-#include "ops_cpu.h"
+#include "numerics.h"
 #include "prof.h"
 #include "prof_dev.h"
 

@@ -91,7 +91,7 @@ typedef struct {
     int n_launches;
     exec_dev_op *fwd, *bwd, loss;   /* per plan op */
     int64_t n_scratch;              /* floats of scratch */
-    /* the optimizer launch of kernels.json (ops.optimizer), run by the plan's optimizer (train/optim.h) */
+    /* the optimizer launch of kernels.json (ops.optimizer), run by the plan's optimizer (optim/optim.h) */
     int opt_file;                   /* index into files, -1: none */
     char opt_kernel[64];            /* its kernel */
     char opt_p0[32];                /* the type of its first parameter ("float*": fp32 weights) */
@@ -203,7 +203,7 @@ int exec_dev_backward_each(exec_dev *x, float dloss, float *loss, int (*after)(v
 int exec_dev_norm_parts(const exec_dev *x);
 int exec_dev_norm_partial(exec_dev *x, const float *g, int64_t n, float *partial, hyp_err *e);
 int exec_dev_norm_finish(exec_dev *x, const float *partial, float max_norm, float *out, hyp_err *e);
-/* What the optimizer updates on this rank (train/optim.h): the whole arena (stage 0) or the
+/* What the optimizer updates on this rank (optim/optim.h): the whole arena (stage 0) or the
  * rank's shard (stage >= 1; gradients from gshard for stage >= 2, else from the arena), and the
  * tensor table of that range, for kernels that take per-tensor scalars. */
 typedef struct {

@@ -92,7 +92,7 @@ static int cmp_i64(const void *a, const void *b) {
 }
 
 /* The optimizer launch of the manifest (kernels.json ops.optimizer: its kernel, file, parameters
- * and grid; which optimizer runs it is the plan's, train/optim.h) and the tensor table: segments
+ * and grid; which optimizer runs it is the plan's, optim/optim.h) and the tensor table: segments
  * end at every parameter tensor's end (sorted), the last at param_floats, so alignment gaps belong
  * to the following tensor (zero gradients and zero values there). */
 int exec_dev_bind_optimizer(exec_dev *x, const cJSON *man, hyp_err *e) {

@@ -78,7 +78,7 @@ int hyp_sim_load(const char *so_path, hyp_sim_module **m, hyp_err *e);
 void hyp_sim_unload(hyp_sim_module *m);
 
 /* Compile through a content-addressed cache, then load. The key is the compile caches' one rule
- * (runtime/io/ckey.h, shared with gen's NVRTC cache) over the sim ABI version, $CXX,
+ * (runtime/core/ckey.h, shared with gen's NVRTC cache) over the sim ABI version, $CXX,
  * $HYP_SIM_CXXFLAGS, extra_flags, cu_path, and the prelude and the source with every header they
  * include (resolved in the source's directory, KERNELS, then CUDA/include). Cache dir:
  * $HYP_SIM_CACHE, else $HYPERION_CACHE/sim (beside gen's nvrtc-1), else

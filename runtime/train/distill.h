@@ -1,6 +1,6 @@
 /* distill.h — v2149 knowledge distillation on the cpu backend: a frozen teacher (a checkpoint of
  * ours with the plan.json it was trained under, or a Hugging Face model directory — GPT-2, Llama,
- * Qwen3, read by io/hf.c — with distill.teacher_plan or else the student's plan; any model with
+ * Qwen3, read by ckpt/hf.c — with distill.teacher_plan or else the student's plan; any model with
  * the student's vocabulary) runs
  * forward on each micro-batch inside the student's fused loss op (exec_t.loss_fused), and the loss
  * per token becomes alpha * T^2 * KL(softmax(teacher / T) || softmax(student / T)) + (1 - alpha) *

@@ -1,5 +1,5 @@
 /* grpo.h — v2194 RLHF at small scale: GRPO (group relative policy optimization, DeepSeekMath) on
- * the cpu backend. For each prompt of gen data --pref (io/chat.h; only the prompts are used) the
+ * the cpu backend. For each prompt of gen data --pref (data/chat.h; only the prompts are used) the
  * policy samples a group of G completions (temperature sampling, one full forward of the B x T
  * batch per new token: there is no KV cache), a programmatic reward scores each (the fraction of
  * completion bytes in post.reward_chars), the advantage of a completion is its reward's z-score in

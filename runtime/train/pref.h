@@ -2,7 +2,7 @@
  * v2197 SimPO, v2198 KTO), the preference losses on per-sequence log-probabilities with their
  * gradients (written after TRL's DPOTrainer / ORPOTrainer / CPOTrainer(loss_type="simpo") / KTOTrainer
  * loss functions; tests/reference/make_pref_fixture.py checks them to 1e-6), and the preference
- * trainer: examples from gen data --pref (io/chat.h) as rows of B x T, the reference model's
+ * trainer: examples from gen data --pref (data/chat.h) as rows of B x T, the reference model's
  * log-probabilities from one precomputed forward pass of the starting weights (held in memory, 16
  * bytes per example) or, with post.reference = online, from a frozen copy of those weights run on
  * each step's rows (pref_ref.h, a cpu executor), the per-token loss gradient weighted per row by
@@ -10,7 +10,7 @@
  * the device's crossentropy_fused_ext). Data parallelism (cpu backend, ZeRO stages 0-3): each rank
  * takes a disjoint share of every micro-batch's examples, the shares' log-probs are gathered and
  * every rank computes the loss of the whole global micro-batch (np=1's numbers).
- * Never: the SFT data path (that is the loader's loss mask, io/data.h), backend-specific code, or
+ * Never: the SFT data path (that is the loader's loss mask, data/data.h), backend-specific code, or
  * progress policy of the main program beyond its own step lines.
  */
 #ifndef HYP_PREF_H

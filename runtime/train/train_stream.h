@@ -1,6 +1,6 @@
 /* train_stream.h — the trainer's side of v2129 streaming (`train --stream SOURCES`): opening the
  * stream as the train loader, checking its tokenizer against the plan's model, and carrying each
- * rank's stream position through checkpoints. All data logic is in runtime/io/stream.c.
+ * rank's stream position through checkpoints. All data logic is in runtime/data/stream.c.
  * Never: touches shards, or resumes a stream checkpoint at another world size. */
 #ifndef HYP_TRAIN_STREAM_H
 #define HYP_TRAIN_STREAM_H

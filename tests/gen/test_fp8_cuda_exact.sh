@@ -1,6 +1,6 @@
-# test_fp8_cuda_exact.sh — runtime/cpu/fp8.c against CUDA's cuda_fp8.h, bit for bit (issue #6, v2160).
+# test_fp8_cuda_exact.sh — runtime/core/fp8.c against CUDA's cuda_fp8.h, bit for bit (issue #6, v2160).
 # Needs only the CUDA toolkit HEADERS (cuda_fp8.h's host code path; no GPU, no nvcc): compiles
-# runtime/cpu/fp8.c as C and tests/fp8/fp8_exact.cpp as C++ against it, then
+# runtime/core/fp8.c as C and tests/fp8/fp8_exact.cpp as C++ against it, then
 #   1. fp8_exact check: all 256 codes of E4M3 and E5M2 (fp8 -> fp32) and ~4.5M fp32 patterns per
 #      format (strided sweep of all 2^32, denormals, every tie, the saturation threshold, inf,
 #      NaN, -0) through hyp_fp8_from_float, hyp_fp8_cast and hyp_fp8_fake_quantize;
@@ -15,7 +15,7 @@ cd "$ROOT"
 CUDA_INC="${CUDA_HOME:-/usr/local/cuda}/include"
 if [ ! -f "$CUDA_INC/cuda_fp8.h" ]; then
   echo "skipped: $CUDA_INC/cuda_fp8.h not found (no CUDA toolkit headers here; set CUDA_HOME);" \
-       "tests/unit/test_fp8.c still checks runtime/cpu/fp8.c against the committed cuda_fp8.h table"
+       "tests/unit/test_fp8.c still checks runtime/core/fp8.c against the committed cuda_fp8.h table"
   exit 0
 fi
 CC_=${CC:-cc}
@@ -25,8 +25,8 @@ if ! command -v "$CXX_" >/dev/null 2>&1; then
   exit 0
 fi
 
-expect "compile runtime/cpu/fp8.c (C11)" 0 "" -- \
-  "$CC_" -std=c11 -O2 -fopenmp -Wall -Wextra -Werror -Iruntime/cpu -Iruntime/core -c runtime/cpu/fp8.c -o "$TMP/fp8.o"
+expect "compile runtime/core/fp8.c (C11)" 0 "" -- \
+  "$CC_" -std=c11 -O2 -fopenmp -Wall -Wextra -Werror -Iruntime/cpu -Iruntime/core -c runtime/core/fp8.c -o "$TMP/fp8.o"
 expect "compile tests/fp8/fp8_exact.cpp against cuda_fp8.h" 0 "" -- \
   "$CXX_" -std=c++17 -O2 -fopenmp -Wall -Wextra -I"$CUDA_INC" -Iruntime/cpu -Iruntime/core tests/fp8/fp8_exact.cpp \
   "$TMP/fp8.o" -o "$TMP/fp8_exact"

@@ -5,10 +5,10 @@
 source "$(dirname "$0")/lib.sh"
 if ! command -v clang >/dev/null; then echo "clang not found: install it (scripts/install-deps.sh)"; exit 1; fi
 BIN="$BUILD/fuzz_yaml"
-CFLAGS="$(pkg-config --cflags yaml-0.1 lua5.4) -I$ROOT/generator -I$ROOT/runtime/io -I$ROOT/runtime/core -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE"
+CFLAGS="$(pkg-config --cflags yaml-0.1 lua5.4) -I$ROOT/generator -I$ROOT/runtime/core -I$ROOT/runtime/core -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE"
 LIBS="$(pkg-config --libs yaml-0.1 lua5.4)"
 expect fuzzer_builds 0 "" -- clang -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-  $CFLAGS "$ROOT/tests/fuzz/fuzz_yaml.c" "$ROOT/generator/yaml_lua.c" "$ROOT/runtime/io/fsio.c" $LIBS -o "$BIN"
+  $CFLAGS "$ROOT/tests/fuzz/fuzz_yaml.c" "$ROOT/generator/yaml_lua.c" "$ROOT/runtime/core/fsio.c" $LIBS -o "$BIN"
 mkdir -p "$TMP/corpus"
 cp "$ROOT"/tests/fuzz/corpus/* "$TMP/corpus/" 2>/dev/null
 find "$ROOT/specs" -name '*.yaml' | head -200 | while read -r f; do cp "$f" "$TMP/corpus/$(echo "$f" | md5sum | cut -c1-12).yaml"; done

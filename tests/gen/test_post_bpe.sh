@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # test_post_bpe.sh — post-training data with a BPE tokenizer (v2193 SFT data, v2195 DPO data,
-# v2125 tokenizers; README "Post-training", runtime/io/chat.h):
+# v2125 tokenizers; README "Post-training", runtime/data/chat.h):
 #   gen data --chat/--pref --tokenizer PATH records the tokenizer in meta.json (kind, vocab, hash,
 #   eot_id), copies it into the data directory and starts every conversation with EOT;
 #   the loss mask aligns to the assistant's tokens: decoding each run of mask-1 tokens gives exactly

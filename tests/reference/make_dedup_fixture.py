@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """make_dedup_fixture.py — writes tests/fixtures/dedup/{corpus.jsonl,datasketch.json}: a corpus
 with planted near-duplicates and, for two parameter sets, what datasketch's MinHash + MinHashLSH
-decide on it, for test_data_stages (v2122) to compare with runtime/io/docs_dedup.c.
+decide on it, for test_data_stages (v2122) to compare with runtime/data/docs_dedup.c.
 
 Hash family: datasketch's "legacy" scheme (its only one before 2.0.0):
 h_i(x) = ((a_i * x + b_i) mod 2^64) mod (2^61 - 1), masked to 32 bits. We pass datasketch our

@@ -6,7 +6,7 @@ Writes a few Events with TensorBoard's own writer (EventFileWriter: its TFRecord
 masked CRC-32C, protobuf's serialization), reads the file back with TensorBoard's EventAccumulator,
 and commits tests/reference/tb_v2183.json: each record's inputs (wall_time, step, file_version,
 scalars, session START), the exact framed bytes (hex) TensorBoard wrote for it, and the scalars as
-EventAccumulator loads them. The C test encodes the same inputs with runtime/io/tboard.c and
+EventAccumulator loads them. The C test encodes the same inputs with runtime/obs/tboard.c and
 compares bytes.
 
     python3 -m venv /tmp/tbvenv && /tmp/tbvenv/bin/pip install tensorboard

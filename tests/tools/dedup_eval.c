@@ -1,4 +1,4 @@
-/* dedup_eval.c — measures v2122's dedup stage (runtime/io/docs_dedup.c), for
+/* dedup_eval.c — measures v2122's dedup stage (runtime/data/docs_dedup.c), for
  * tests/gen/test_data_stages.sh and bench/bench_data_stages.sh. Prints one JSON object.
  *
  *   dedup_eval planted BASE_DOCS SEED [NGRAM NUM_PERM BANDS THRESHOLD]

@@ -1,4 +1,4 @@
-/* test_ckey.c — the compile caches' one key rule (runtime/io/ckey.h): a key changes with every
+/* test_ckey.c — the compile caches' one key rule (runtime/core/ckey.h): a key changes with every
  * field and with the content of every header a source reaches, and not with where the include
  * dirs are. Writes only under build/tests/ckey. */
 #include <stdio.h>

@@ -1,4 +1,4 @@
-/* test_ckpt_async.c — v2179 async checkpoints (runtime/io/ckpt_async.c): three saves queued with
+/* test_ckpt_async.c — v2179 async checkpoints (runtime/ckpt/ckpt_async.c): three saves queued with
  * two in flight, the caller's tensors overwritten right after each call, give files byte-identical
  * to blocking saves of the same values (the snapshot is taken before the call returns), F32 and
  * I64 aux tensors included; `latest` names the newest; a failing background write is reported by

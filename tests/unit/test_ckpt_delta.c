@@ -1,4 +1,4 @@
-/* test_ckpt_delta.c — v2180 incremental checkpoints (runtime/io/ckpt_delta.c): a delta against a
+/* test_ckpt_delta.c — v2180 incremental checkpoints (runtime/ckpt/ckpt_delta.c): a delta against a
  * full checkpoint restores bit-exactly (weights and optimizer states), is smaller when few values
  * changed, is verified (a flipped byte or a missing base is refused with the caller's buffers
  * untouched), leaves no temp directory behind, and pruning keeps the base a kept delta needs. */

@@ -1,4 +1,4 @@
-/* test_data_stages.c — gen data's documents and data-preparation stages (runtime/io/docs*.c):
+/* test_data_stages.c — gen data's documents and data-preparation stages (runtime/data/docs*.c):
  * the reader (.jsonl, separator-split text, .gz) and its refusals; the .docs sidecars and
  * meta.json's document fields written by hyp_data_prepare (docs_contract); v2123 filter rules, one
  * crafted document per rule; v2122 MinHash signatures and LSH decisions against datasketch on the

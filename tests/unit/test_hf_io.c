@@ -1,4 +1,4 @@
-/* test_hf_io.c — Hugging Face weights in and out (runtime/io/hf.c: `train --init-from`,
+/* test_hf_io.c — Hugging Face weights in and out (runtime/ckpt/hf.c: `train --init-from`,
  * `gen export`) against fixtures made by transformers (tests/reference/make_hf_fixtures.py):
  * tiny GPT2LMHeadModel, LlamaForCausalLM (tied, GQA) and Qwen3ForCausalLM (QK-norm, untied; also
  * saved as BF16). Plans come from the real `gen` with the fixture model YAMLs.

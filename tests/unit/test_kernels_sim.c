@@ -33,6 +33,7 @@
 #include "distill.h"
 #include "fp8.h"
 #include "ops_cpu.h"
+#include "optim_kernels_cpu.h"
 #include "ops_flash.h"
 #include "optim.h"
 #include "sim.h"

@@ -1,5 +1,5 @@
 /* test_loader_docs.c — the loader side of the document contract (docs_contract: S.docs sidecars)
- * and the v2128 prefetch thread (runtime/io/data.c), on shards written here:
+ * and the v2128 prefetch thread (runtime/data/data.c), on shards written here:
  *   v2126 positions: every window's positions against a brute force over the document starts
  *     (documents cut by the window start at 0 in the row; a document that starts at a shard's
  *     first token; shards of the split with and without sidecars); without any sidecar exactly

@@ -20,6 +20,7 @@
  * Prints one line per check and finally "N passed, M failed"; exits 1 if anything failed.
  */
 #include "ops_cpu.h"
+#include "optim_kernels_cpu.h"
 
 #include <math.h>
 #include <omp.h>

@@ -21,6 +21,7 @@
  * Prints one line per check and "N passed, M failed"; exits 1 if anything failed.
  */
 #include "ops_cpu.h"
+#include "optim_kernels_cpu.h"
 
 #include "hyp_test.h"
 

@@ -1,4 +1,4 @@
-/* test_optim.c — the optimizer interface (runtime/train/optim.h) with AdamW, its first
+/* test_optim.c — the optimizer interface (runtime/optim/optim.h) with AdamW, its first
  * implementation: the state layout it declares, its update through the interface against a
  * straightforward AdamW loop written here, the same update sharded elementwise into 3 uneven
  * ranges (cutting tensors) bit-identical to the unsharded one, per-group weight decay and lr

@@ -1,5 +1,5 @@
 /* test_prof_v2184.c — the op profiler's recorder (v2184, runtime/core/prof.h) and the memory
- * profile's lifetimes and arena measurement (v2185, runtime/train/memprof.h) on a generated tiny
+ * profile's lifetimes and arena measurement (v2185, runtime/obs/memprof.h) on a generated tiny
  * cpu plan: one span per plan op of forward and backward with its pass, index and GEMM FLOPs,
  * nothing recorded outside the window, the cost of one recorded op, the peak of live bytes equal
  * to the one the Lua planner wrote (act_bytes_peak_live), and a step after the sentinel fill giving

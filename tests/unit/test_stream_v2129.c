@@ -1,4 +1,4 @@
-/* test_stream_v2129.c — v2129 streaming dataset (runtime/io/stream.c through the loader of
+/* test_stream_v2129.c — v2129 streaming dataset (runtime/data/stream.c through the loader of
  * data.c), on a corpus of 400 generated documents "D<i>: words ...":
  *   equivalence: with shuffle_buffer 1 and one rank the stream's rows (inputs, targets,
  *     positions) are exactly the windows 0..W-1 of the token stream `gen data` writes for the

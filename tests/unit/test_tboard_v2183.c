@@ -1,4 +1,4 @@
-/* test_tboard_v2183.c — v2183 TensorBoard event files (runtime/io/tboard.c): CRC-32C against the
+/* test_tboard_v2183.c — v2183 TensorBoard event files (runtime/obs/tboard.c): CRC-32C against the
  * standard test vectors (RFC 3720 B.4 and "123456789"); our encoding of the fixture's events is
  * byte-identical to what TensorBoard's own writer wrote for the same inputs
  * (tests/reference/tb_v2183.json, made offline by tests/reference/make_tb_fixture.py), and our CRC

@@ -1,5 +1,5 @@
 -- v2120 curriculum learning: turns the spec's params into gen data's curriculum stage settings
--- (runtime/io/docs_order.c: difficulty score + pacing over the training documents; meta.json's
+-- (runtime/data/docs_order.c: difficulty score + pacing over the training documents; meta.json's
 -- train_order makes the loader read the first epoch in that order). Never: accepts metric=loss
 -- (not implemented).
 local M = { id = "v2120" }

@@ -1,5 +1,5 @@
 -- v2121 data mixing: turns the spec's params into gen data's mixing stage settings
--- (runtime/io/docs_mix.c): one weight per input, in input order, or sizes with a temperature.
+-- (runtime/data/docs_mix.c): one weight per input, in input order, or sizes with a temperature.
 -- Never: samples in the trainer; the trainer generated with this spec active is unchanged.
 local M = { id = "v2121" }
 

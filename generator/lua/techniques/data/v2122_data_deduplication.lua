@@ -1,5 +1,5 @@
 -- v2122 data deduplication: turns the spec's params into gen data's dedup stage settings
--- (runtime/io/docs_dedup.c: exact hash + MinHash LSH, removal report). Never: deduplicates in the
+-- (runtime/data/docs_dedup.c: exact hash + MinHash LSH, removal report). Never: deduplicates in the
 -- trainer; the trainer generated with this spec active is unchanged (its audit says so).
 local M = { id = "v2122" }
 

@@ -1,5 +1,5 @@
 -- v2123 data filtering: turns the spec's rule thresholds into the settings of gen data's filter
--- stage (runtime/io/docs_filter.c: the Gopher/C4 rules and their report). Never: filters in the
+-- stage (runtime/data/docs_filter.c: the Gopher/C4 rules and their report). Never: filters in the
 -- trainer; the trainer generated with this spec active is unchanged (its audit says so).
 local M = { id = "v2123" }
 

@@ -1,8 +1,8 @@
--- v2125 byte-level BPE: the tokenizer itself is runtime/io/tokenizer.c (gen tokenizer, gen data
+-- v2125 byte-level BPE: the tokenizer itself is runtime/tok/tokenizer.c (gen tokenizer, gen data
 -- --tokenizer, the trainer's checks and `train sample`); this module sizes the model to the data.
 -- With param data (a gen data --tokenizer output directory, or a tokenizer file) the `model` hook
 -- sets the model's vocab_size and tokenizer to the data's ("gpt2" for GPT-2's vocabulary, else
--- "bpe"), so that the trainer's data check (runtime/io/data_tok.c) passes, and the audit gets the
+-- "bpe"), so that the trainer's data check (runtime/data/data_tok.c) passes, and the audit gets the
 -- corpus's bytes per token. Without it the model file's vocabulary stays (said in the audit).
 -- Never: tokenizes anything at gen time, or guesses a vocabulary it cannot read.
 local M = { id = "v2125" }

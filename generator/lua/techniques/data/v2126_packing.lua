@@ -1,9 +1,9 @@
 -- v2126 sequence packing with document masking: with rows = "best-fit" (the default) the loader
--- packs whole documents into rows of T+1 tokens by best-fit decreasing (runtime/io/pack.c; a
+-- packs whole documents into rows of T+1 tokens by best-fit decreasing (runtime/data/pack.c; a
 -- document longer than T+1 cut into chunks, each its own document; at most max_docs_per_seq per
 -- row; the row's tail padded with target -1), through train.pack_max_docs; with rows = "contiguous"
 -- rows are T-token windows of the document stream (several documents per row, no padding, a
--- document continuing in another window). Either way the loader (runtime/io/data.c) reads the
+-- document continuing in another window). Either way the loader (runtime/data/data.c) reads the
 -- shards' .docs sidecars and gives each input token its position in its document, in the plan's
 -- "positions" token array. This module adds that array and hands it to the attention ops (the mask hook:
 -- query t sees only keys [t - positions[t], t], its own document) and, with reset_positions, to

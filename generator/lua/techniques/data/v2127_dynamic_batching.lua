@@ -1,5 +1,5 @@
 -- v2127 dynamic batching: token-budget batches bucketed by length. Sets train.token_budget and
--- train.buckets; the loader (runtime/io/data.c + pack.c, hyp_loader_dynamic) then cuts the
+-- train.buckets; the loader (runtime/data/data.c + pack.c, hyp_loader_dynamic) then cuts the
 -- documents (longer ones into chunks of T+1) into batches whose rows hold one document each,
 -- padded to the row's length bucket (T, T/2, T/4, ...), min(B, token_budget / bucket) rows, and
 -- the step driver (runtime/train/backend.c) runs each batch at its own shape (exec_reshape: B and

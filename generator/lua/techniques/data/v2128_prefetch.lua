@@ -1,5 +1,5 @@
 -- v2128 prefetch: sets train.prefetch = depth, the number of batches the data loader's producer
--- thread reads ahead into a bounded queue (runtime/io/data.c, hyp_loader_prefetch); the trainer's
+-- thread reads ahead into a bounded queue (runtime/data/data.c, hyp_loader_prefetch); the trainer's
 -- metrics already record each step's data wait (data_wait_s). Never: numerics — the batches, their
 -- order and the checkpointed loader state are those of direct reads (train.prefetch is outside the
 -- checkpoint's state hash).

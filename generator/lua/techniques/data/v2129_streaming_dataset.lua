@@ -1,6 +1,6 @@
 -- v2129 streaming dataset: the trainer reads raw text / JSONL files (gzip'd or not) with
 -- `train --stream FILES|GLOBS` instead of `gen data` shards, tokenizing in the loader thread
--- (runtime/io/stream.c): documents dealt to the data-parallel ranks round-robin (disjoint), rows of
+-- (runtime/data/stream.c): documents dealt to the data-parallel ranks round-robin (disjoint), rows of
 -- T+1 tokens cut like the shard loader's windows, a block shuffle buffer of shuffle_buffer rows,
 -- and the stream position (file, offset, document, tokens into it, block) in the checkpoints for a
 -- bit-exact resume. This module writes train.stream_buffer, which tells the trainer to expect

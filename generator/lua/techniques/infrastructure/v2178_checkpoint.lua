@@ -1,7 +1,7 @@
 -- v2178 checkpoint settings: writes every, keep and dir into the plan's checkpoint section; the
 -- trainer takes them as the defaults of --ckpt-every, --keep and --ckpt-dir (dir relative to the
 -- plan's directory), so a generated trainer checkpoints without flags (runtime/train/
--- train_main.c; atomic writes and pruning in runtime/io/ckpt.c). Never: numerics (the keys are
+-- train_main.c; atomic writes and pruning in runtime/ckpt/ckpt.c). Never: numerics (the keys are
 -- outside the checkpoint's state hash).
 local M = { id = "v2178" }
 

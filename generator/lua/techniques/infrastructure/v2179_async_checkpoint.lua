@@ -1,6 +1,6 @@
 -- v2179 async checkpoints: writes checkpoint.async = max_inflight into the plan; with it rank 0 of
 -- the trainer snapshots every tensor into host buffers and a writer thread writes the files
--- (runtime/io/ckpt_async.c; the same writer as a blocking save, so the same bytes). A sharded ZeRO
+-- (runtime/ckpt/ckpt_async.c; the same writer as a blocking save, so the same bytes). A sharded ZeRO
 -- save under mpirun stays blocking. Never: numerics (outside the checkpoint's state hash).
 local M = { id = "v2179" }
 

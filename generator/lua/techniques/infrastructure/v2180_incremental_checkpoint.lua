@@ -1,6 +1,6 @@
 -- v2180 incremental checkpoints: writes checkpoint.full_every into the plan; with it the trainer
 -- stores every save but each full_every-th one as the XOR of its model and optimizer files with
--- the last full checkpoint, zstd-compressed (runtime/io/ckpt_delta.c); loading rebuilds and
+-- the last full checkpoint, zstd-compressed (runtime/ckpt/ckpt_delta.c); loading rebuilds and
 -- verifies the full files, so a resume is bit-exact. Sharded ZeRO saves under mpirun stay full.
 -- Never: numerics (outside the checkpoint's state hash).
 local M = { id = "v2180" }

@@ -1,7 +1,7 @@
 -- v2181 sharded checkpoints: with ZeRO (stage >= 1) on several ranks every rank writes its own
 -- shard_RRRRR.safetensors and rank 0 commits state.json (layout, sizes, xxh3 of every shard)
--- after all ranks report success (runtime/io/ckpt.c). Recorded in the plan's checkpoint section;
--- `gen consolidate` merges the shards offline (runtime/io/ckpt_consolidate.c).
+-- after all ranks report success (runtime/ckpt/ckpt.c). Recorded in the plan's checkpoint section;
+-- `gen consolidate` merges the shards offline (runtime/ckpt/ckpt_consolidate.c).
 local M = { id = "v2181" }
 
 function M.sections(ctx, plan)

@@ -1,5 +1,5 @@
 -- v2183 TensorBoard: writes the plan's tensorboard section {logdir, every}; with it the trainer
--- writes TensorBoard event files by default into logdir beside plan.json (runtime/io/tboard.c,
+-- writes TensorBoard event files by default into logdir beside plan.json (runtime/obs/tboard.c,
 -- runtime/train/train_main.c; `train --tensorboard DIR|none` overrides). Every trainer can write
 -- them with --tensorboard DIR; this spec only makes it the default. Never: numerics (the section
 -- is outside the checkpoint's state hash).

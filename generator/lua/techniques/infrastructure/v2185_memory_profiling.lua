@@ -1,5 +1,5 @@
 -- v2185 memory profiling: writes the plan's memory_profile section {svg}; with it the trainer
--- writes memory.svg beside plan.json (runtime/train/memprof.c): every activation buffer's
+-- writes memory.svg beside plan.json (runtime/obs/memprof.c): every activation buffer's
 -- lifetime over forward ++ backward and its arena offset as the memory planner (v2167, or one
 -- region each) placed it, the live bytes after each op, the buffers live at the peak, and what
 -- it measured against the plan (the arena's high-water mark on cpu, peak RSS vs the executors'

@@ -1,4 +1,4 @@
--- v2134 Lion: the plan's optimizer becomes kind "lion" (runtime/train/optim_lion.c on the host,
+-- v2134 Lion: the plan's optimizer becomes kind "lion" (runtime/optim/optim_lion.c on the host,
 -- the lion_step kernel of templates/lion.cu.lua on sim/sm_XX): hyper-parameters beta1/beta2 only,
 -- one fp32 state m, elementwise sharding (ZeRO stages 1-3 shard it by floats), and the decoupled
 -- weight decay of the "decay" group taken from Lion's own weight_decay param (the no-decay group

@@ -1,4 +1,4 @@
--- v2135 Sophia-G: the plan's optimizer becomes kind "sophia" (runtime/train/optim_sophia.c, cpu
+-- v2135 Sophia-G: the plan's optimizer becomes kind "sophia" (runtime/optim/optim_sophia.c, cpu
 -- only): hyper-parameters beta1/beta2/rho/hess_every (the spec's hessian_interval), states m (gradient EMA) and h (EMA of
 -- the Gauss-Newton-Bartlett diagonal Hessian estimate B * g_hat^2), f32, elementwise sharding
 -- (ZeRO stages 1-3 shard both by floats), and the decoupled weight decay of the "decay" group

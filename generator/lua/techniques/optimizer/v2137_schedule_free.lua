@@ -1,5 +1,5 @@
 -- v2137 Schedule-Free AdamW: the plan's optimizer becomes kind "schedulefree_adamw"
--- (runtime/train/optim_sfadamw.c; on sim/sm_XX the kernels of templates/schedulefree.cu.lua): hyper-parameters beta1/beta2/eps (this spec's
+-- (runtime/optim/optim_sfadamw.c; on sim/sm_XX the kernels of templates/schedulefree.cu.lua): hyper-parameters beta1/beta2/eps (this spec's
 -- beta1/beta2, v2132's eps), states z and v (f32, elementwise), the decay group's weight decay
 -- v2132's. The LR stays constant after v2130's warmup (v2131's decay schedules conflict in the
 -- spec); the trainer evaluates, samples and checkpoints at the average x and trains at y. ZeRO-1/2

@@ -1,6 +1,6 @@
 -- v2193 SFT: writes the plan's post section {objective = "sft" (unless a preference objective
 -- sets its own), template, mask_prompt}. The trainer (runtime/train/train_main.c) then requires
--- loss-masked shards from `gen data --chat` (runtime/io/chat.c) when mask_prompt is on; the loader
+-- loss-masked shards from `gen data --chat` (runtime/data/chat.c) when mask_prompt is on; the loader
 -- turns masked targets into -1, which the loss ops ignore (zero gradient, out of the mean). With
 -- v2126 packing active (ctx.facts.doc_mask) the conversations of a row are packed: the loader's
 -- per-conversation positions (the S.docs sidecars gen data --chat writes) mask attention between

@@ -1,6 +1,6 @@
 -- v2149 distillation: writes the plan's distill section {teacher, temperature, alpha, teacher_plan};
 -- the trainer (runtime/train/distill.c) loads the teacher (our checkpoint with its own plan.json,
--- or a Hugging Face directory read through io/hf.c with teacher_plan or the student's plan) and
+-- or a Hugging Face directory read through ckpt/hf.c with teacher_plan or the student's plan) and
 -- runs it forward per micro-batch (on sim/cuda on the device when kernels fit its plan: the
 -- student's for a teacher of its shape, else on the host), mixing alpha * T^2 * KL on
 -- temperature-scaled logits with (1 - alpha) * cross-entropy: inside the cpu executor's fused loss

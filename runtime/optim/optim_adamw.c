@@ -11,6 +11,7 @@
 
 #include "hyp/sr.h"
 #include "ops_cpu.h"
+#include "optim_kernels_cpu.h"
 #include "optim.h"
 
 static int check(const hyp_optim_cfg *c, hyp_err *e) {

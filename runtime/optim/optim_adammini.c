@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "ops_cpu.h"
+#include "optim_kernels_cpu.h"
 #include "optim.h"
 
 static const hyp_optim_hyper_range H[] = {

@@ -31,6 +31,7 @@
 #include <oneapi/dnnl/dnnl.h>
 
 #include "ops_cpu.h"
+#include "optim_kernels_cpu.h"
 #include "optim.h"
 
 /* LAPACK's symmetric eigensolver (Fortran ABI; the trailing lengths of the two character
