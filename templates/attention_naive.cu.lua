@@ -6,6 +6,7 @@ constants = {
   NKV = { "int", doc = "key/value heads (NH % NKV == 0)" },
   HD = { "int", doc = "head dim" },
   ATT_SCALE = { "float", default = 0.0, doc = "the score scale from the plan's attention attr scale (muP: 1/HD); 0: 1/sqrt(HD)" },
+  ACT = { "enum", values = { "f32", "bf16" }, default = "f32", doc = "activation storage (v2102): f32, or bf16 qkv/out/P and their gradients; scores, the forward softmax and the score gradients then run on an fp32 scratch [B, NH, T, T] (P is stored rounded for the backward), as the cpu executor computes them between bf16 loads and stores" },
   BLOCK = { "int", default = 256, doc = "threads per block (8 warps)" },
 }
 derive = function(K, decide)
@@ -29,35 +30,56 @@ kernels = {
     params = { "float* __restrict__ att", "const int* __restrict__ pos", "int B", "int T" },
     block = "BLOCK", grid = "cdiv(B*NH*T, 8)" },
   { name = "attention_value", doc = "out[b, t, h*HD + i] = sum_t2 att[b,h,t,t2] v[b, h/G, t2, i]  (written in the [B, T, NH*HD] layout)",
-    params = { "float* __restrict__ out", "const float* __restrict__ att", "const float* __restrict__ v", "int T" },
+    params = { "act_t* __restrict__ out", "const float* __restrict__ att", "const float* __restrict__ v", "int T" },
     block = "BLOCK", grid = "cdiv(T, 32), B*NH" },
   { name = "attention_bwd_datt", doc = "datt[b,h,t,t2] = dout_t . v_t2 for t2 <= t (dout in [B, T, NH*HD])",
-    params = { "float* __restrict__ datt", "const float* __restrict__ dout", "const float* __restrict__ v", "int T" },
+    params = { "float* __restrict__ datt", "const act_t* __restrict__ dout", "const float* __restrict__ v", "int T" },
     block = "BLOCK", grid = "cdiv(T, TQ), cdiv(T, 32), B*NH" },
   { name = "attention_softmax_bwd", doc = "in place: datt = att * (datt - sum_t2 att * datt) / sqrt(HD) (the score gradient), zeros above",
-    params = { "float* __restrict__ datt", "const float* __restrict__ att", "int B", "int T" },
+    params = { "float* __restrict__ datt", "const act_t* __restrict__ att", "int B", "int T" },
     block = "BLOCK", grid = "cdiv(B*NH*T, 8)" },
   { name = "attention_bwd_dq", doc = "dq[b,h,t,:] = sum_t2 dscore[b,h,t,t2] k[b,h/G,t2,:]  (overwrites; [B, NH, T, HD])",
     params = { "float* __restrict__ dq", "const float* __restrict__ dscore", "const float* __restrict__ k", "int T" },
     block = "BLOCK", grid = "cdiv(T, 32), B*NH" },
   { name = "attention_bwd_dkv", doc = "dk[b,g,t2,:] = sum over the G heads h of group g and t >= t2 of dscore[b,h,t,t2] q[b,h,t,:]; dv likewise with att and dout (overwrite)",
-    params = { "float* __restrict__ dk", "float* __restrict__ dv", "const float* __restrict__ dscore", "const float* __restrict__ att",
-               "const float* __restrict__ q", "const float* __restrict__ dout", "int T" },
+    params = { "float* __restrict__ dk", "float* __restrict__ dv", "const float* __restrict__ dscore", "const act_t* __restrict__ att",
+               "const float* __restrict__ q", "const act_t* __restrict__ dout", "int T" },
     block = "BLOCK", grid = "cdiv(T, 32), B*NKV, 2" },
 }
--- q, k, v, dq, dk, dv: scratch in the permuted layouts (rope.cu's qkv_permute_* produce/consume them)
-ops = {
-  attention_fwd = { { "qkv_permute_fwd", "scratch.q", "scratch.k", "scratch.v", "in1", "N", "T", "0" },
-                    { "attention_scores", "out2", "scratch.q", "scratch.k", "T" },
-                    { "attention_softmax_fwd", "out2", "in2", "B", "T" },
-                    { "attention_value", "out1", "out2", "scratch.v", "T" } },
-  attention_bwd = { { "qkv_permute_fwd", "scratch.q", "scratch.k", "scratch.v", "in2", "N", "T", "0" },
-                    { "attention_bwd_datt", "out2", "in1", "scratch.v", "T" },
-                    { "attention_softmax_bwd", "out2", "in3", "B", "T" },
-                    { "attention_bwd_dq", "scratch.dq", "out2", "scratch.k", "T" },
-                    { "attention_bwd_dkv", "scratch.dk", "scratch.dv", "out2", "in3", "scratch.q", "in1", "T" },
-                    { "qkv_permute_bwd", "out1", "scratch.dq", "scratch.dk", "scratch.dv", "N", "T", "0" } },
-}
+-- q, k, v, dq, dk, dv: scratch in the permuted layouts (rope.cu's qkv_permute_* produce/consume them).
+-- ACT bf16: the plan's att/datt buffers are bf16 (att is what the backward reads); scores, the
+-- forward probabilities and the score gradients live in the fp32 scratch S, and cast.cu's
+-- cast_f32_bf16 stores P rounded into att (the cpu executor's numerics: one rounding of P).
+ops = function(K)
+  if K.ACT ~= "bf16" then
+    return {
+      attention_fwd = { { "qkv_permute_fwd", "scratch.q", "scratch.k", "scratch.v", "in1", "N", "T", "0" },
+                        { "attention_scores", "out2", "scratch.q", "scratch.k", "T" },
+                        { "attention_softmax_fwd", "out2", "in2", "B", "T" },
+                        { "attention_value", "out1", "out2", "scratch.v", "T" } },
+      attention_bwd = { { "qkv_permute_fwd", "scratch.q", "scratch.k", "scratch.v", "in2", "N", "T", "0" },
+                        { "attention_bwd_datt", "out2", "in1", "scratch.v", "T" },
+                        { "attention_softmax_bwd", "out2", "in3", "B", "T" },
+                        { "attention_bwd_dq", "scratch.dq", "out2", "scratch.k", "T" },
+                        { "attention_bwd_dkv", "scratch.dk", "scratch.dv", "out2", "in3", "scratch.q", "in1", "T" },
+                        { "qkv_permute_bwd", "out1", "scratch.dq", "scratch.dk", "scratch.dv", "N", "T", "0" } },
+    }
+  end
+  local S = "scratch(B*NH*T*T)"
+  return {
+    attention_fwd = { { "qkv_permute_fwd", "scratch.q", "scratch.k", "scratch.v", "in1", "N", "T", "0" },
+                      { "attention_scores", S, "scratch.q", "scratch.k", "T" },
+                      { "attention_softmax_fwd", S, "in2", "B", "T" },
+                      { "attention_value", "out1", S, "scratch.v", "T" },
+                      { "cast_f32_bf16", "out2", S, "B*NH*T*T" } },
+    attention_bwd = { { "qkv_permute_fwd", "scratch.q", "scratch.k", "scratch.v", "in2", "N", "T", "0" },
+                      { "attention_bwd_datt", S, "in1", "scratch.v", "T" },
+                      { "attention_softmax_bwd", S, "in3", "B", "T" },
+                      { "attention_bwd_dq", "scratch.dq", S, "scratch.k", "T" },
+                      { "attention_bwd_dkv", "scratch.dk", "scratch.dv", S, "in3", "scratch.q", "in1", "T" },
+                      { "qkv_permute_bwd", "out1", "scratch.dq", "scratch.dk", "scratch.dv", "N", "T", "0" } },
+  }
+end
 -- cost of one launch (generator/lua/perf.lua; fields as in templates/gelu.cu.lua), enumerating the
 -- kernels' tiles: fp32 FMA products (2 FLOPs each) of the blocks that are not above the diagonal,
 -- the tile loads they stage (only in-range, causal elements of the [B, NH, T, T] scores), and the
@@ -131,6 +153,7 @@ cost = (function()
 end)()
 ]]
 {{ partial("common") }}
+typedef {{ ACT == "bf16" and "hyp_bf16" or "float" }} act_t;
 
 // Layouts: q, dq [B, NH, T, HD]; k, v, dk, dv [B, NKV, T, HD]; att, datt [B, NH, T, T];
 // out, dout [B, T, NH*HD] (the attention output before the projection).
@@ -139,8 +162,8 @@ static constexpr float SCALE = {{ ATT_SCALE > 0 and f32(ATT_SCALE) or f32(1.0 / 
 // Score tile: S[t, t2] = alpha * A_t . B_t2 for the TQ queries from t0 and 32 keys from j0 of one
 // (b, h). A rows are q rows ([B,NH,T,HD]) or, for the backward, dout rows ([B,T,NH*HD]); B rows
 // are k or v rows of head h / G. Thread (ty, lane): queries ty + 8r, key lane.
-template <bool A_IS_BTC>
-__device__ __forceinline__ void score_tile(float* S, const float* A, const float* Bm, float alpha, int T) {
+template <bool A_IS_BTC, class TA>
+__device__ __forceinline__ void score_tile(float* S, const TA* A, const float* Bm, float alpha, int T) {
     __shared__ float As[TQ][HD + 1];
     __shared__ float Bs[32][HD + 1];
     const int bh = blockIdx.z, b = bh / NH, h = bh - b * NH;
@@ -150,7 +173,7 @@ __device__ __forceinline__ void score_tile(float* S, const float* A, const float
     for (int e = threadIdx.x; e < TQ * HD; e += BLOCK) {
         int r = e / HD, i = e - r * HD, t = t0 + r;
         float x = 0.0f;
-        if (t < T) x = A_IS_BTC ? A[((long)b * T + t) * (NH * HD) + h * HD + i] : A[((long)bh * T + t) * HD + i];
+        if (t < T) x = hyp_ld(A + (A_IS_BTC ? ((long)b * T + t) * (NH * HD) + h * HD + i : ((long)bh * T + t) * HD + i));
         As[r][i] = x;
     }
     const float* Bh = Bm + ((long)b * NKV + h / G) * T * HD;
@@ -215,11 +238,11 @@ __device__ __forceinline__ void score_tile(float* S, const float* A, const float
     if (row >= (long)B * NH * T) return;
     const int t = (int)(row % T), lane = threadIdx.x & 31;
     float* d = datt + row * T;
-    const float* p = att + row * T;
+    const act_t* p = att + row * T;
     float dot = 0.0f;
-    for (int j = lane; j <= t; j += 32) dot += p[j] * d[j];
+    for (int j = lane; j <= t; j += 32) dot += hyp_ld(p + j) * d[j];
     dot = hyp_warp_sum(dot);
-    for (int j = lane; j < T; j += 32) d[j] = j <= t ? SCALE * p[j] * (d[j] - dot) : 0.0f;
+    for (int j = lane; j < T; j += 32) d[j] = j <= t ? SCALE * hyp_ld(p + j) * (d[j] - dot) : 0.0f;
 }
 % end
 
@@ -227,8 +250,8 @@ __device__ __forceinline__ void score_tile(float* S, const float* A, const float
 // keys t2 <= t (P is zero above the diagonal; the last slice stops at the last row). Thread
 // (ty, lane) holds rows ty + 8r and columns lane + 32c. X rows are of head h / G ([B,NKV,T,HD]);
 // O is written in [B,T,NH*HD] (OUT_IS_BTC) or [B,NH,T,HD].
-template <bool OUT_IS_BTC>
-__device__ __forceinline__ void pv_tile(float* O, const float* P, const float* X, int T) {
+template <bool OUT_IS_BTC, class TO>
+__device__ __forceinline__ void pv_tile(TO* O, const float* P, const float* X, int T) {
     __shared__ float Ps[32][33];
     __shared__ float Xs[32][HD];
     const int bh = blockIdx.y, b = bh / NH, h = bh - b * NH;
@@ -272,10 +295,10 @@ __device__ __forceinline__ void pv_tile(float* O, const float* P, const float* X
     for (int r = 0; r < 4; r++) {
         int t = t0 + ty + 8 * r;
         if (t >= T) continue;
-        float* o = OUT_IS_BTC ? O + ((long)b * T + t) * (NH * HD) + h * HD : O + ((long)bh * T + t) * HD;
+        TO* o = OUT_IS_BTC ? O + ((long)b * T + t) * (NH * HD) + h * HD : O + ((long)bh * T + t) * HD;
 #pragma unroll
         for (int c = 0; c < HDC; c++)
-            if (lane + 32 * c < HD) o[lane + 32 * c] = acc[r][c];
+            if (lane + 32 * c < HD) hyp_st(o + lane + 32 * c, acc[r][c]);
     }
 }
 
@@ -297,7 +320,7 @@ __device__ __forceinline__ void pv_tile(float* O, const float* P, const float* X
     __shared__ float Xs[32][HD];
     const int bg = blockIdx.y, b = bg / NKV, g = bg - b * NKV;
     const bool is_v = blockIdx.z == 1;
-    const float* P = is_v ? att : dscore;
+
     float* O = (is_v ? dv : dk) + (long)bg * T * HD;
     const int j0 = blockIdx.x * 32;
     const int ty = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -312,12 +335,12 @@ __device__ __forceinline__ void pv_tile(float* O, const float* P, const float* X
 #pragma unroll
             for (int qq = 0; qq < 4; qq++) { // thread (ty, lane) stages P[t0 + ty + 8qq, j0 + lane], transposed
                 int r = ty + 8 * qq, t = t0 + r, j = j0 + lane;
-                Pt[lane][r] = (t < T && j < T && j <= t) ? P[(bh * T + t) * T + j] : 0.0f;
+                Pt[lane][r] = (t < T && j < T && j <= t) ? (is_v ? hyp_ld(att + (bh * T + t) * T + j) : dscore[(bh * T + t) * T + j]) : 0.0f;
             }
             for (int e = threadIdx.x; e < 32 * HD; e += BLOCK) {
                 int r = e / HD, i = e - r * HD, t = t0 + r;
                 float x = 0.0f;
-                if (t < T) x = is_v ? dout[((long)b * T + t) * (NH * HD) + h * HD + i] : q[(bh * T + t) * HD + i];
+                if (t < T) x = is_v ? hyp_ld(dout + ((long)b * T + t) * (NH * HD) + h * HD + i) : q[(bh * T + t) * HD + i];
                 Xs[r][i] = x;
             }
             __syncthreads();

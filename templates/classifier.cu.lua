@@ -4,6 +4,7 @@ doc = "fused classifier: softmax + cross-entropy + dlogits in place, one block p
 constants = {
   V = { "int", doc = "vocabulary size (valid logit columns)" },
   VP = { "int", doc = "padded vocabulary (row stride of the logits; columns V..VP-1 are zeroed in the gradient)" },
+  ACT = { "enum", values = { "f32", "bf16" }, default = "f32", doc = "logits storage (v2102): f32, or bf16 (read into fp32, statistics and loss in fp32, dlogits rounded on store); losses and teacher logits stay fp32" },
   BLOCK = { "int", default = 512, doc = "threads per block (one row per block; 512 rather than 1024: ptxas is 25% faster without the 64-register cap, and a 50k row is still ~100 values per thread)" },
 }
 derive = function(K, decide)
@@ -15,13 +16,13 @@ derive = function(K, decide)
 end
 kernels = {
   { name = "crossentropy_fwd", doc = "losses[n] = logsumexp(logits[n, :V]) - logits[n, target]; 0 for target < 0, NaN for target >= V",
-    params = { "float* __restrict__ losses", "const float* __restrict__ logits", "const int* __restrict__ targets", "int N" },
+    params = { "float* __restrict__ losses", "const act_t* __restrict__ logits", "const int* __restrict__ targets", "int N" },
     block = "BLOCK", grid = "N" },
   { name = "crossentropy_fused", doc = "losses as crossentropy_fwd, and logits := dloss * (softmax - onehot) in place; padding and ignored rows 0",
-    params = { "float* __restrict__ losses", "float* logits", "const int* __restrict__ targets", "float dloss", "int N" },
+    params = { "float* __restrict__ losses", "act_t* logits", "const int* __restrict__ targets", "float dloss", "int N" },
     block = "BLOCK", grid = "N" },
   { name = "crossentropy_fused_ext", doc = "crossentropy_fused with per-token gradient weights row_scale[n] (NULL: 1) and, given a teacher's logits (NULL: none), the distillation loss (1 - alpha) * CE + alpha * T^2 * KL(softmax(teacher / T) || softmax(logits / T)) with its gradient; three sweeps over vocabulary chunks",
-    params = { "float* __restrict__ losses", "float* logits", "const int* __restrict__ targets", "float dloss",
+    params = { "float* __restrict__ losses", "act_t* logits", "const int* __restrict__ targets", "float dloss",
       "const float* __restrict__ row_scale", "const float* __restrict__ teacher", "int TVP", "float temperature", "float alpha", "int N" },
     block = "BLOCK", grid = "N" },
 }
@@ -48,6 +49,7 @@ cost = {
 }
 ]]
 {{ partial("common") }}
+typedef {{ ACT == "bf16" and "hyp_bf16" or "float" }} act_t;
 
 // Running softmax statistics: m the max seen, s = sum exp(x - m). Adding x rescales s when x
 // raises the max (one exp either way); two partial states merge the same way.
@@ -63,20 +65,20 @@ __device__ __forceinline__ SoftmaxState sm_merge(SoftmaxState a, SoftmaxState b)
     return SoftmaxState{m, a.s * expf(a.m - m) + b.s * expf(b.m - m)};
 }
 // The row's statistics, known to every thread of the block.
-__device__ __forceinline__ SoftmaxState row_stats(const float* z) {
+__device__ __forceinline__ SoftmaxState row_stats(const act_t* z) {
     __shared__ float sm_m[32], sm_s[32];
     SoftmaxState st{__int_as_float(0xff800000), 0.0f};
 % if VEC == 4 then
     for (int i = threadIdx.x * 4; i < V4; i += BLOCK * 4) {
-        hyp_f128 x = hyp_load128(z + i);
+        hyp_f128 x = hyp_load4(z + i);
         // one rescale per vector: 5 exps per 4 values, no branches
         float m = fmaxf(fmaxf(st.m, fmaxf(x[0], x[1])), fmaxf(x[2], x[3]));
         st.s = st.s * expf(st.m - m) + ((expf(x[0] - m) + expf(x[1] - m)) + (expf(x[2] - m) + expf(x[3] - m)));
         st.m = m;
     }
-    for (int i = V4 + threadIdx.x; i < V; i += BLOCK) sm_add(st, z[i]);
+    for (int i = V4 + threadIdx.x; i < V; i += BLOCK) sm_add(st, hyp_ld(z + i));
 % else
-    for (int i = threadIdx.x; i < V; i += BLOCK) sm_add(st, z[i]);
+    for (int i = threadIdx.x; i < V; i += BLOCK) sm_add(st, hyp_ld(z + i));
 % end
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) {
@@ -100,8 +102,8 @@ __device__ __forceinline__ SoftmaxState row_stats(const float* z) {
         if (threadIdx.x == 0) losses[n] = tg < 0 ? 0.0f : __int_as_float(0x7fc00000);
         return;
     }
-    const float* z = logits + (long)n * VP;
-    float ztg = z[tg];
+    const act_t* z = logits + (long)n * VP;
+    float ztg = hyp_ld(z + tg);
     SoftmaxState st = row_stats(z);
     if (threadIdx.x == 0) losses[n] = st.m + logf(st.s) - ztg;
 }
@@ -114,27 +116,27 @@ __device__ __forceinline__ SoftmaxState row_stats(const float* z) {
     const int n = blockIdx.x;
     if (n >= N) return;
     const int tg = targets[n];
-    float* z = logits + (long)n * VP;
+    act_t* z = logits + (long)n * VP;
     if (tg < 0 || tg >= V) {
         if (threadIdx.x == 0) losses[n] = tg < 0 ? 0.0f : __int_as_float(0x7fc00000);
-        for (int i = threadIdx.x; i < VP; i += BLOCK) z[i] = 0.0f;
+        for (int i = threadIdx.x; i < VP; i += BLOCK) hyp_st(z + i, 0.0f);
         return;
     }
-    float ztg = z[tg]; // read before any thread overwrites the row (row_stats has barriers)
+    float ztg = hyp_ld(z + tg); // read before any thread overwrites the row (row_stats has barriers)
     SoftmaxState st = row_stats(z);
     if (threadIdx.x == 0) losses[n] = st.m + logf(st.s) - ztg;
     const float k = dloss / st.s;
 % if VEC == 4 then
     for (int i = threadIdx.x * 4; i < V4; i += BLOCK * 4) {
-        hyp_f128 x = hyp_load128(z + i);
+        hyp_f128 x = hyp_load4(z + i);
         hyp_f128 g = f128(expf(x[0] - st.m) * k, expf(x[1] - st.m) * k, expf(x[2] - st.m) * k, expf(x[3] - st.m) * k);
         const int d = tg - i; // the one-hot lands in this vector?
         if (d == 0) g[0] -= dloss; else if (d == 1) g[1] -= dloss; else if (d == 2) g[2] -= dloss; else if (d == 3) g[3] -= dloss;
-        hyp_store128(z + i, g);
+        hyp_store4(z + i, g);
     }
-    for (int i = V4 + threadIdx.x; i < VP; i += BLOCK) z[i] = i < V ? expf(z[i] - st.m) * k - (i == tg ? dloss : 0.0f) : 0.0f;
+    for (int i = V4 + threadIdx.x; i < VP; i += BLOCK) hyp_st(z + i, i < V ? expf(hyp_ld(z + i) - st.m) * k - (i == tg ? dloss : 0.0f) : 0.0f);
 % else
-    for (int i = threadIdx.x; i < VP; i += BLOCK) z[i] = i < V ? expf(z[i] - st.m) * k - (i == tg ? dloss : 0.0f) : 0.0f;
+    for (int i = threadIdx.x; i < VP; i += BLOCK) hyp_st(z + i, i < V ? expf(hyp_ld(z + i) - st.m) * k - (i == tg ? dloss : 0.0f) : 0.0f);
 % end
 }
 % end
@@ -174,31 +176,32 @@ __device__ __forceinline__ float ext_block_sum(float v) {
     const int n = blockIdx.x;
     if (n >= N) return;
     const int tg = targets[n];
-    float* z = logits + (long)n * VP;
+    act_t* z = logits + (long)n * VP;
     if (tg < 0 || tg >= V) {
         if (threadIdx.x == 0) losses[n] = tg < 0 ? 0.0f : __int_as_float(0x7fc00000);
-        for (int i = threadIdx.x; i < VP; i += BLOCK) z[i] = 0.0f;
+        for (int i = threadIdx.x; i < VP; i += BLOCK) hyp_st(z + i, 0.0f);
         return;
     }
     const float dl = dloss * (row_scale ? row_scale[n] : 1.0f);
-    const float ztg = z[tg]; // read before any thread overwrites the row (the reductions have barriers)
+    const float ztg = hyp_ld(z + tg); // read before any thread overwrites the row (the reductions have barriers)
     if (!teacher) {
         SoftmaxState st = row_stats(z);
         if (threadIdx.x == 0) losses[n] = st.m + logf(st.s) - ztg;
         const float k = dl / st.s;
-        for (int i = threadIdx.x; i < VP; i += BLOCK) z[i] = i < V ? expf(z[i] - st.m) * k - (i == tg ? dl : 0.0f) : 0.0f;
+        for (int i = threadIdx.x; i < VP; i += BLOCK) hyp_st(z + i, i < V ? expf(hyp_ld(z + i) - st.m) * k - (i == tg ? dl : 0.0f) : 0.0f);
         return;
     }
     const float* zt = teacher + (long)n * TVP;
     const float inv_t = 1.0f / temperature;
     float m = __int_as_float(0xff800000), mt = m;
-    for (int i = threadIdx.x; i < V; i += BLOCK) { m = fmaxf(m, z[i]); mt = fmaxf(mt, zt[i]); }
+    for (int i = threadIdx.x; i < V; i += BLOCK) { m = fmaxf(m, hyp_ld(z + i)); mt = fmaxf(mt, zt[i]); }
     m = ext_block_max(m);
     mt = ext_block_max(mt);
     float s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
     for (int i = threadIdx.x; i < V; i += BLOCK) {
-        s1 += expf(z[i] - m);
-        s2 += expf((z[i] - m) * inv_t);
+        const float zi = hyp_ld(z + i);
+        s1 += expf(zi - m);
+        s2 += expf((zi - m) * inv_t);
         s3 += expf((zt[i] - mt) * inv_t);
     }
     s1 = ext_block_sum(s1);
@@ -208,12 +211,12 @@ __device__ __forceinline__ float ext_block_sum(float v) {
     float kl = 0.0f;
     for (int i = threadIdx.x; i < VP; i += BLOCK) {
         if (i < V) {
-            const float lps = (z[i] - m) * inv_t - la, lpt = (zt[i] - mt) * inv_t - lb, pt = expf(lpt);
+            const float zi = hyp_ld(z + i), lps = (zi - m) * inv_t - la, lpt = (zt[i] - mt) * inv_t - lb, pt = expf(lpt);
             kl += pt * (lpt - lps);
-            const float g = (1.0f - alpha) * (expf(z[i] - lz) - (i == tg ? 1.0f : 0.0f)) + alpha * temperature * (expf(lps) - pt);
-            z[i] = dl * g;
+            const float g = (1.0f - alpha) * (expf(zi - lz) - (i == tg ? 1.0f : 0.0f)) + alpha * temperature * (expf(lps) - pt);
+            hyp_st(z + i, dl * g);
         } else {
-            z[i] = 0.0f;
+            hyp_st(z + i, 0.0f);
         }
     }
     kl = ext_block_sum(kl);

@@ -5,6 +5,7 @@ constants = {
   C = { "int", doc = "model width" },
   V = { "int", doc = "vocabulary size (valid token ids are 0..V-1; wte may have padded rows)" },
   WPE = { "bool", default = true, doc = "learned position embedding (GPT-2); false for RoPE models" },
+  ACT = { "enum", values = { "f32", "bf16" }, default = "f32", doc = "activation storage (v2102): out/dout f32, or bf16 (the sum in fp32, rounded on store); the tables and their gradients stay fp32" },
   BLOCK = { "int", default = 256, doc = "threads per block" },
   VROWS = { "int", default = 64, doc = "vocabulary rows owned by one block of the dwte backward" },
 }
@@ -16,14 +17,14 @@ derive = function(K, decide)
 end
 kernels = {
   { name = "embedding_fwd", doc = "out[n, :] = wte[tokens[n], :] (+ wpe[t, :], t = pos[n] (v2126: the position in its document) or n % T without pos); an id outside 0..V-1 gives a zero row",
-    params = { "float* __restrict__ out", "const int* __restrict__ tokens", "const float* __restrict__ wte",
+    params = { "act_t* __restrict__ out", "const int* __restrict__ tokens", "const float* __restrict__ wte",
                "const float* __restrict__ wpe", "const int* __restrict__ pos", "int N", "int T" },
     block = "BLOCK", grid = "cdiv(N*CV, BLOCK)" },
   { name = "embedding_bwd_wte", doc = "dwte[v, :] += sum over n with tokens[n] == v of dout[n, :], n ascending",
-    params = { "float* __restrict__ dwte", "const float* __restrict__ dout", "const int* __restrict__ tokens", "int N" },
+    params = { "float* __restrict__ dwte", "const act_t* __restrict__ dout", "const int* __restrict__ tokens", "int N" },
     block = "BLOCK", grid = "cdiv(V, VROWS), cdiv(CV, BLOCK)" },
   { name = "embedding_bwd_wpe", doc = "dwpe[t, :] += sum_b dout[b, t, :], b ascending; with pos (v2126): the sum over the rows n with pos[n] = t, n ascending",
-    params = { "float* __restrict__ dwpe", "const float* __restrict__ dout", "const int* __restrict__ pos", "int B", "int T" },
+    params = { "float* __restrict__ dwpe", "const act_t* __restrict__ dout", "const int* __restrict__ pos", "int B", "int T" },
     block = "BLOCK", grid = "cdiv(T*CV, BLOCK)" },
 }
 ops = {
@@ -44,6 +45,7 @@ cost = {
 }
 ]]
 {{ partial("common") }}
+typedef {{ ACT == "bf16" and "hyp_bf16" or "float" }} act_t;
 
 % if emit.embedding_fwd then
 // One thread per VEC channels of a row.
@@ -52,7 +54,7 @@ cost = {
     if (e >= (long)N * CV) return;
     int n = (int)(e / CV), c = (int)(e - (long)n * CV) * VEC;
     int tok = tokens[n];
-    float* o = out + (long)n * C + c;
+    act_t* o = out + (long)n * C + c;
     bool ok = tok >= 0 && tok < V;
 % if VEC == 4 then
     hyp_f128 x = ok ? hyp_load128(wte + (long)tok * C + c) : f128(0.0f, 0.0f, 0.0f, 0.0f);
@@ -60,11 +62,11 @@ cost = {
         hyp_f128 p = hyp_load128(wpe + (long)(pos != nullptr ? pos[n] : n % T) * C + c);
         x[0] += p[0]; x[1] += p[1]; x[2] += p[2]; x[3] += p[3];
     }
-    hyp_store128(o, x);
+    hyp_store4(o, x);
 % else
     float x = ok ? wte[(long)tok * C + c] : 0.0f;
     if (WPE && ok) x += wpe[(long)(pos != nullptr ? pos[n] : n % T) * C + c];
-    o[0] = x;
+    hyp_st(o, x);
 % end
 }
 % end
@@ -99,12 +101,12 @@ cost = {
             for (int j = 0; j < total; j++) {
                 int m = pos[j];
                 float* dw = dwte + (long)tokens[m] * C + cv * VEC;
-                const float* d = dout + (long)m * C + cv * VEC;
+                const act_t* d = dout + (long)m * C + cv * VEC;
 % if VEC == 4 then
-                hyp_f128 a = hyp_load128(dw), b = hyp_load128(d);
+                hyp_f128 a = hyp_load128(dw), b = hyp_load4(d);
                 hyp_store128(dw, f128(a[0] + b[0], a[1] + b[1], a[2] + b[2], a[3] + b[3]));
 % else
-                dw[0] += d[0];
+                dw[0] += hyp_ld(d);
 % end
             }
         }
@@ -125,20 +127,20 @@ cost = {
     if (pos != nullptr) {
         for (long n = 0; n < (long)B * T; n++) {
             if (pos[n] != t) continue;
-            for (int k = 0; k < VEC; k++) dp[k] += dout[n * C + c + k];
+            for (int k = 0; k < VEC; k++) dp[k] += hyp_ld(dout + n * C + c + k);
         }
         return;
     }
 % if VEC == 4 then
     hyp_f128 acc = hyp_load128(dp);
     for (int b = 0; b < B; b++) {
-        hyp_f128 d = hyp_load128(dout + ((long)b * T + t) * C + c);
+        hyp_f128 d = hyp_load4(dout + ((long)b * T + t) * C + c);
         acc[0] += d[0]; acc[1] += d[1]; acc[2] += d[2]; acc[3] += d[3];
     }
     hyp_store128(dp, acc);
 % else
     float acc = dp[0];
-    for (int b = 0; b < B; b++) acc += dout[((long)b * T + t) * C + c];
+    for (int b = 0; b < B; b++) acc += hyp_ld(dout + ((long)b * T + t) * C + c);
     dp[0] = acc;
 % end
 }

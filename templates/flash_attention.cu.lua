@@ -8,6 +8,7 @@ constants = {
   ATT_SCALE = { "float", default = 0.0, doc = "the score scale from the plan's attention attr scale (muP: 1/HD); 0: 1/sqrt(HD)" },
   PREC = { "enum", values = { "bf16", "bf16x3" }, default = "bf16x3",
     doc = "operands of the mma: bf16 (each fp32 operand rounded once, ~2^-8 relative) or bf16x3 (hi + lo bf16 split, hi*hi + hi*lo + lo*hi: ~fp32 accuracy, 3x the mma work)" },
+  ACT = { "enum", values = { "f32", "bf16" }, default = "f32", doc = "activation storage (v2102) of qkv, out and their gradients: f32, or bf16 (staged into shared memory exactly, outputs rounded on store); lse and D stay fp32" },
   BLOCK = { "int", default = 128, doc = "threads per block (4 warps, 16 tile rows each)" },
   DOCMASK = { "bool", default = false, doc = "the document mask hook (v2126 packing): query q sees keys from q - pos[q] (its document's start); false: plain causal, pos unused" },
 }
@@ -40,17 +41,17 @@ derive = function(K, decide)
 end
 kernels = {
   { name = "flash_attention_fwd", doc = "out [B,T,NH*HD] = softmax(q k^T / sqrt(HD), causal) v, lse [B,NH,T] = log of each row's sum of exp (natural log)",
-    params = { "float* __restrict__ out", "float* __restrict__ lse", "const float* __restrict__ qkv", "const int* __restrict__ pos", "int T" },
+    params = { "act_t* __restrict__ out", "float* __restrict__ lse", "const act_t* __restrict__ qkv", "const int* __restrict__ pos", "int T" },
     block = "BLOCK", grid = "cdiv(T, BQ), B*NH", smem = "SMEM_FWD" },
   { name = "flash_attention_bwd_d", doc = "D[b,h,t] = dout_t . out_t over head h (the softmax backward's row term); one warp per row",
-    params = { "float* __restrict__ D", "const float* __restrict__ dout", "const float* __restrict__ out", "int B", "int T" },
+    params = { "float* __restrict__ D", "const act_t* __restrict__ dout", "const act_t* __restrict__ out", "int B", "int T" },
     block = "BLOCK", grid = "cdiv(B*NH*T, 4)" },
   { name = "flash_attention_bwd_dkv", doc = "dk, dv of 64 keys of kv head (b, g) += sums over the group's G query heads and the query tiles at or after the keys (one writer per row: no atomics)",
-    params = { "float* __restrict__ dqkv", "const float* __restrict__ dout", "const float* __restrict__ qkv", "const float* __restrict__ lse",
+    params = { "act_t* __restrict__ dqkv", "const act_t* __restrict__ dout", "const act_t* __restrict__ qkv", "const float* __restrict__ lse",
                "const float* __restrict__ D", "const int* __restrict__ pos", "int T" },
     block = "BLOCK", grid = "cdiv(T, BKV), B*NKV", smem = "SMEM_DKV" },
   { name = "flash_attention_bwd_dq", doc = "dq of 64 queries of head (b, h) += dS K over the key tiles up to the diagonal",
-    params = { "float* __restrict__ dqkv", "const float* __restrict__ dout", "const float* __restrict__ qkv", "const float* __restrict__ lse",
+    params = { "act_t* __restrict__ dqkv", "const act_t* __restrict__ dout", "const act_t* __restrict__ qkv", "const float* __restrict__ lse",
                "const float* __restrict__ D", "const int* __restrict__ pos", "int T" },
     block = "BLOCK", grid = "cdiv(T, BQ), B*NH", smem = "SMEM_DQ" },
 }
@@ -132,6 +133,7 @@ cost = (function()
 end)()
 ]]
 {{ partial("common") }}
+typedef {{ ACT == "bf16" and "hyp_bf16" or "float" }} act_t;
 #include "hyp/mma.cuh"
 
 // Layouts: qkv, dqkv [B, T, R] (all q heads, then k heads, then v heads, HD each); out, dout
@@ -182,13 +184,14 @@ __device__ __forceinline__ void fa_split2(float x, float y, unsigned& hi, unsign
 }
 
 // dst [NS][rows][LD] <- rows of HD floats from src (row stride lds); rows >= nvalid are zeros.
-__device__ __forceinline__ void fa_stage(hyp_bf16* dst, int rows, const float* src, long lds, int nvalid) {
+template <class TS>
+__device__ __forceinline__ void fa_stage(hyp_bf16* dst, int rows, const TS* src, long lds, int nvalid) {
     for (int e = threadIdx.x; e < rows * (HD / 2); e += BLOCK) {
         const int r = e / (HD / 2), c = 2 * (e - r * (HD / 2));
         float x = 0.0f, y = 0.0f;
         if (r < nvalid) {
-            x = src[(long)r * lds + c];
-            y = src[(long)r * lds + c + 1];
+            x = hyp_ld(src + (long)r * lds + c);
+            y = hyp_ld(src + (long)r * lds + c + 1);
         }
         unsigned hi, lo;
         fa_split2(x, y, hi, lo);
@@ -301,7 +304,7 @@ __device__ __forceinline__ void fa_py(float (*acc)[4], float (*p)[4], const hyp_
     const int bh = blockIdx.y, b = bh / NH, h = bh - b * NH, g = h / G;
     const int q0 = blockIdx.x * BQ, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int wr = 16 * warp, qa = q0 + wr + (lane >> 2), tq = lane & 3;
-    const float* base = qkv + (long)b * T * R;
+    const act_t* base = qkv + (long)b * T * R;
     fa_stage(Qs, BQ, base + (long)q0 * R + h * HD, R, min(BQ, T - q0));
     float o[HD / 8][4], m[2] = { -HYP_INF, -HYP_INF }, l[2] = { 0.0f, 0.0f };
     fa_zero<HD / 8>(o);
@@ -362,11 +365,11 @@ __device__ __forceinline__ void fa_py(float (*acc)[4], float (*p)[4], const hyp_
         const int q = qa + 8 * r;
         if (q >= T) continue;
         const float inv = 1.0f / l[r];
-        float* orow = out + ((long)b * T + q) * OC + h * HD;
+        act_t* orow = out + ((long)b * T + q) * OC + h * HD;
 #pragma unroll
         for (int j = 0; j < HD / 8; j++) {
-            orow[8 * j + 2 * tq] = o[j][2 * r] * inv;
-            orow[8 * j + 2 * tq + 1] = o[j][2 * r + 1] * inv;
+            hyp_st(orow + 8 * j + 2 * tq, o[j][2 * r] * inv);
+            hyp_st(orow + 8 * j + 2 * tq + 1, o[j][2 * r + 1] * inv);
         }
         if (tq == 0) lse[(long)bh * T + q] = m[r] + logf(l[r]);
     }
@@ -381,7 +384,7 @@ __device__ __forceinline__ void fa_py(float (*acc)[4], float (*p)[4], const hyp_
     const long bh = row / T, b = bh / NH, h = bh - b * NH;
     const long off = (b * T + t) * OC + h * HD;
     float acc = 0.0f;
-    for (int i = lane; i < HD; i += 32) acc += dout[off + i] * out[off + i];
+    for (int i = lane; i < HD; i += 32) acc += hyp_ld(dout + off + i) * hyp_ld(out + off + i);
     acc = hyp_warp_sum(acc);
     if (lane == 0) D[row] = acc;
 }
@@ -412,7 +415,7 @@ __device__ __forceinline__ void fa_pds(float& s, float& dp, bool visible, float 
     const int bg = blockIdx.y, b = bg / NKV, g = bg - b * NKV;
     const int k0 = blockIdx.x * BKV, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int wr = 16 * warp, ka = k0 + wr + (lane >> 2), tq = lane & 3;
-    const float* base = qkv + (long)b * T * R;
+    const act_t* base = qkv + (long)b * T * R;
     fa_stage(Ks, BKV, base + (long)k0 * R + (NH + g) * HD, R, min(BKV, T - k0));
     fa_stage(Vs, BKV, base + (long)k0 * R + (NH + NKV + g) * HD, R, min(BKV, T - k0));
     float dk[HD / 8][4], dv[HD / 8][4];
@@ -466,14 +469,14 @@ __device__ __forceinline__ void fa_pds(float& s, float& dp, bool visible, float 
     for (int r = 0; r < 2; r++) {
         const int key = ka + 8 * r;
         if (key >= T) continue;
-        float* kr = dqkv + ((long)b * T + key) * R + (NH + g) * HD;
-        float* vr = kr + NKV * HD;
+        act_t* kr = dqkv + ((long)b * T + key) * R + (NH + g) * HD;
+        act_t* vr = kr + NKV * HD;
 #pragma unroll
         for (int j = 0; j < HD / 8; j++)
 #pragma unroll
             for (int c = 0; c < 2; c++) {
-                kr[8 * j + 2 * tq + c] += dk[j][2 * r + c];
-                vr[8 * j + 2 * tq + c] += dv[j][2 * r + c];
+                hyp_st(kr + 8 * j + 2 * tq + c, hyp_ld(kr + 8 * j + 2 * tq + c) + dk[j][2 * r + c]);
+                hyp_st(vr + 8 * j + 2 * tq + c, hyp_ld(vr + 8 * j + 2 * tq + c) + dv[j][2 * r + c]);
             }
     }
 }
@@ -491,7 +494,7 @@ __device__ __forceinline__ void fa_pds(float& s, float& dp, bool visible, float 
     const int bh = blockIdx.y, b = bh / NH, h = bh - b * NH, g = h / G;
     const int q0 = blockIdx.x * BQ, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int wr = 16 * warp, qa = q0 + wr + (lane >> 2), tq = lane & 3;
-    const float* base = qkv + (long)b * T * R;
+    const act_t* base = qkv + (long)b * T * R;
     fa_stage(Qs, BQ, base + (long)q0 * R + h * HD, R, min(BQ, T - q0));
     fa_stage(Os, BQ, dout + ((long)b * T + q0) * OC + h * HD, OC, min(BQ, T - q0));
     float lr[2], dr[2];
@@ -532,11 +535,11 @@ __device__ __forceinline__ void fa_pds(float& s, float& dp, bool visible, float 
     for (int r = 0; r < 2; r++) {
         const int q = qa + 8 * r;
         if (q >= T) continue;
-        float* qr = dqkv + ((long)b * T + q) * R + h * HD;
+        act_t* qr = dqkv + ((long)b * T + q) * R + h * HD;
 #pragma unroll
         for (int j = 0; j < HD / 8; j++) {
-            qr[8 * j + 2 * tq] += dq[j][2 * r];
-            qr[8 * j + 2 * tq + 1] += dq[j][2 * r + 1];
+            hyp_st(qr + 8 * j + 2 * tq, hyp_ld(qr + 8 * j + 2 * tq) + dq[j][2 * r]);
+            hyp_st(qr + 8 * j + 2 * tq + 1, hyp_ld(qr + 8 * j + 2 * tq + 1) + dq[j][2 * r + 1]);
         }
     }
 }

@@ -1,15 +1,16 @@
 --[[ hyperion template
 family = "gelu"
-doc = "GELU, tanh approximation (GPT-2): forward and backward over n contiguous floats, 16-byte loads"
+doc = "GELU, tanh approximation (GPT-2): forward and backward over n contiguous values (fp32 or bf16 storage, ACT), vector loads"
 constants = {
   BLOCK = { "int", default = 256, doc = "threads per block" },
+  ACT = { "enum", values = { "f32", "bf16" }, default = "f32", doc = "activation storage (v2102): f32, or bf16 loaded into fp32 and rounded on store" },
 }
 kernels = {
   { name = "gelu_fwd", doc = "out = gelu(inp)",
-    params = { "float* __restrict__ out", "const float* __restrict__ inp", "long n" },
+    params = { "act_t* __restrict__ out", "const act_t* __restrict__ inp", "long n" },
     block = "BLOCK", grid = "cdiv(n, 4*BLOCK)" },
   { name = "gelu_bwd", doc = "dinp += dout * gelu'(inp)   (accumulates, like every backward)",
-    params = { "float* __restrict__ dinp", "const float* __restrict__ inp", "const float* __restrict__ dout", "long n" },
+    params = { "act_t* __restrict__ dinp", "const act_t* __restrict__ inp", "const act_t* __restrict__ dout", "long n" },
     block = "BLOCK", grid = "cdiv(n, 4*BLOCK)" },
 }
 -- plan op -> launches: kernel, then its arguments (in/out = the op's buffers, the rest = dims)
@@ -26,6 +27,7 @@ cost = {
 }
 ]]
 {{ partial("common") }}
+typedef {{ ACT == "bf16" and "hyp_bf16" or "float" }} act_t;
 
 // gelu(x) = 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3), written as x * sigmoid(2u)
 // (0.5 (1 + tanh(u)) = sigmoid(2u)) exactly like the CPU op; the derivative is
@@ -47,10 +49,10 @@ __device__ __forceinline__ float gelu_grad(float x) {
 {{ signature("gelu_fwd") }} {
     long i = ((long)blockIdx.x * blockDim.x + threadIdx.x) * 4;
     if (i + 3 < n) {
-        hyp_f128 x = hyp_load128(inp + i);
-        hyp_store128(out + i, f128(gelu_f(x[0]), gelu_f(x[1]), gelu_f(x[2]), gelu_f(x[3])));
+        hyp_f128 x = hyp_load4(inp + i);
+        hyp_store4(out + i, f128(gelu_f(x[0]), gelu_f(x[1]), gelu_f(x[2]), gelu_f(x[3])));
     } else {
-        for (; i < n; i++) out[i] = gelu_f(inp[i]);
+        for (; i < n; i++) hyp_st(out + i, gelu_f(hyp_ld(inp + i)));
     }
 }
 % end
@@ -59,14 +61,14 @@ __device__ __forceinline__ float gelu_grad(float x) {
 {{ signature("gelu_bwd") }} {
     long i = ((long)blockIdx.x * blockDim.x + threadIdx.x) * 4;
     if (i + 3 < n) {
-        hyp_f128 x = hyp_load128(inp + i), d = hyp_load128(dout + i), g = hyp_load128(dinp + i);
+        hyp_f128 x = hyp_load4(inp + i), d = hyp_load4(dout + i), g = hyp_load4(dinp + i);
         g[0] += d[0] * gelu_grad(x[0]);
         g[1] += d[1] * gelu_grad(x[1]);
         g[2] += d[2] * gelu_grad(x[2]);
         g[3] += d[3] * gelu_grad(x[3]);
-        hyp_store128(dinp + i, g);
+        hyp_store4(dinp + i, g);
     } else {
-        for (; i < n; i++) dinp[i] += dout[i] * gelu_grad(inp[i]);
+        for (; i < n; i++) hyp_st(dinp + i, hyp_ld(dinp + i) + hyp_ld(dout + i) * gelu_grad(hyp_ld(inp + i)));
     }
 }
 % end

@@ -5,6 +5,7 @@ constants = {
   C = { "int", doc = "normalized width" },
   EPS = { "float", default = 1e-5, doc = "added to the variance" },
   BLOCK = { "int", default = 256, doc = "threads per block (one warp per row in the row kernels)" },
+  ACT = { "enum", values = { "f32", "bf16" }, default = "f32", doc = "activation storage (v2102): f32, or bf16 loaded into fp32 and rounded on store (w, b, mean, rstd and the dw/db partials stay fp32)" },
   SEGS = { "int", default = 64, doc = "row segments of the dw/db reduction (partials in a scratch of 2*SEGS*C floats)" },
 }
 derive = function(K, decide)
@@ -16,25 +17,25 @@ derive = function(K, decide)
 end
 kernels = {
   { name = "layernorm_fwd", doc = "out = (x - mean) * rstd * w + b; saves mean, rstd [N]; b may be NULL",
-    params = { "float* __restrict__ out", "float* __restrict__ mean", "float* __restrict__ rstd",
-               "const float* __restrict__ inp", "const float* __restrict__ w", "const float* __restrict__ b", "int N" },
+    params = { "act_t* __restrict__ out", "float* __restrict__ mean", "float* __restrict__ rstd",
+               "const act_t* __restrict__ inp", "const float* __restrict__ w", "const float* __restrict__ b", "int N" },
     block = "BLOCK", grid = "cdiv(N, ROWS)" },
   { name = "residual_layernorm_fwd", doc = "resid = a + r, then layernorm_fwd(resid) in the same pass",
-    params = { "float* __restrict__ resid", "float* __restrict__ out", "float* __restrict__ mean", "float* __restrict__ rstd",
-               "const float* __restrict__ a", "const float* __restrict__ r",
+    params = { "act_t* __restrict__ resid", "act_t* __restrict__ out", "float* __restrict__ mean", "float* __restrict__ rstd",
+               "const act_t* __restrict__ a", "const act_t* __restrict__ r",
                "const float* __restrict__ w", "const float* __restrict__ b", "int N" },
     block = "BLOCK", grid = "cdiv(N, ROWS)" },
   { name = "layernorm_bwd_dx", doc = "dinp += rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dout * w",
-    params = { "float* __restrict__ dinp", "const float* __restrict__ dout", "const float* __restrict__ inp",
+    params = { "act_t* __restrict__ dinp", "const act_t* __restrict__ dout", "const act_t* __restrict__ inp",
                "const float* __restrict__ w", "const float* __restrict__ mean", "const float* __restrict__ rstd", "int N" },
     block = "BLOCK", grid = "cdiv(N, ROWS)" },
   { name = "residual_layernorm_bwd_dx", doc = "dinp += layernorm input gradient + dres (the residual branch's gradient)",
-    params = { "float* __restrict__ dinp", "const float* __restrict__ dres", "const float* __restrict__ dout",
-               "const float* __restrict__ inp", "const float* __restrict__ w", "const float* __restrict__ mean",
+    params = { "act_t* __restrict__ dinp", "const act_t* __restrict__ dres", "const act_t* __restrict__ dout",
+               "const act_t* __restrict__ inp", "const float* __restrict__ w", "const float* __restrict__ mean",
                "const float* __restrict__ rstd", "int N" },
     block = "BLOCK", grid = "cdiv(N, ROWS)" },
   { name = "layernorm_bwd_dw", doc = "partial[s] = (sum dout * xhat, sum dout) over the rows of segment s, per column",
-    params = { "float* __restrict__ partial", "const float* __restrict__ dout", "const float* __restrict__ inp",
+    params = { "float* __restrict__ partial", "const act_t* __restrict__ dout", "const act_t* __restrict__ inp",
                "const float* __restrict__ mean", "const float* __restrict__ rstd", "int N" },
     block = "BLOCK", grid = "cdiv(C, 32), SEGS" },
   { name = "layernorm_bwd_dw_finish", doc = "dw += sum_s partial[s][0], db += sum_s partial[s][1], s ascending; db may be NULL",
@@ -70,50 +71,51 @@ cost = {
 }
 ]]
 {{ partial("common") }}
+typedef {{ ACT == "bf16" and "hyp_bf16" or "float" }} act_t;
 
 // Row kernels: warp `threadIdx.x / 32` of the block handles row n; lane l holds the columns
 // l*VEC + k*32*VEC. Reductions are warp shuffles (fixed order).
 #define FOR_ROW(c) for (int c = (threadIdx.x & 31) * VEC; c < C; c += 32 * VEC)
 
-__device__ __forceinline__ float row_sum(const float* x) {
+__device__ __forceinline__ float row_sum(const act_t* x) {
     float s = 0.0f;
     FOR_ROW(c) {
 % if VEC == 4 then
-        hyp_f128 v = hyp_load128(x + c);
+        hyp_f128 v = hyp_load4(x + c);
         s += (v[0] + v[1]) + (v[2] + v[3]);
 % else
-        s += x[c];
+        s += hyp_ld(x + c);
 % end
     }
     return hyp_warp_sum(s);
 }
-__device__ __forceinline__ float row_var(const float* x, float m) {
+__device__ __forceinline__ float row_var(const act_t* x, float m) {
     float s = 0.0f;
     FOR_ROW(c) {
 % if VEC == 4 then
-        hyp_f128 v = hyp_load128(x + c);
+        hyp_f128 v = hyp_load4(x + c);
         float a = v[0] - m, b = v[1] - m, d = v[2] - m, e = v[3] - m;
         s += (a * a + b * b) + (d * d + e * e);
 % else
-        float a = x[c] - m;
+        float a = hyp_ld(x + c) - m;
         s += a * a;
 % end
     }
     return hyp_warp_sum(s);
 }
 // out = (x - m) * r * w + b, with the statistics saved by lane 0
-__device__ __forceinline__ void ln_normalize(float* o, const float* x, const float* w, const float* b,
+__device__ __forceinline__ void ln_normalize(act_t* o, const act_t* x, const float* w, const float* b,
                                              float* mean, float* rstd, int n) {
     float m = row_sum(x) / C;
     float r = 1.0f / sqrtf(row_var(x, m) / C + EPS);
     FOR_ROW(c) {
 % if VEC == 4 then
-        hyp_f128 v = hyp_load128(x + c), ww = hyp_load128(w + c);
+        hyp_f128 v = hyp_load4(x + c), ww = hyp_load128(w + c);
         hyp_f128 bb = b ? hyp_load128(b + c) : f128(0.0f, 0.0f, 0.0f, 0.0f);
-        hyp_store128(o + c, f128((v[0] - m) * r * ww[0] + bb[0], (v[1] - m) * r * ww[1] + bb[1],
+        hyp_store4(o + c, f128((v[0] - m) * r * ww[0] + bb[0], (v[1] - m) * r * ww[1] + bb[1],
                           (v[2] - m) * r * ww[2] + bb[2], (v[3] - m) * r * ww[3] + bb[3]));
 % else
-        o[c] = (x[c] - m) * r * w[c] + (b ? b[c] : 0.0f);
+        hyp_st(o + c, (hyp_ld(x + c) - m) * r * w[c] + (b ? b[c] : 0.0f));
 % end
     }
     if ((threadIdx.x & 31) == 0) {
@@ -139,10 +141,10 @@ __device__ __forceinline__ void ln_normalize(float* o, const float* x, const flo
     long off = (long)n * C;
     FOR_ROW(c) {
 % if VEC == 4 then
-        hyp_f128 x = hyp_load128(a + off + c), y = hyp_load128(r + off + c);
-        hyp_store128(resid + off + c, f128(x[0] + y[0], x[1] + y[1], x[2] + y[2], x[3] + y[3]));
+        hyp_f128 x = hyp_load4(a + off + c), y = hyp_load4(r + off + c);
+        hyp_store4(resid + off + c, f128(x[0] + y[0], x[1] + y[1], x[2] + y[2], x[3] + y[3]));
 % else
-        resid[off + c] = a[off + c] + r[off + c];
+        hyp_st(resid + off + c, hyp_ld(a + off + c) + hyp_ld(r + off + c));
 % end
     }
     ln_normalize(out + off, resid + off, w, b, mean, rstd, n);
@@ -151,34 +153,34 @@ __device__ __forceinline__ void ln_normalize(float* o, const float* x, const flo
 
 % if emit.layernorm_bwd_dx or emit.residual_layernorm_bwd_dx then
 // dx += r * (g - mean(g) - xhat * mean(g * xhat)) (+ dres), g = dout * w, xhat = (x - m) * r
-__device__ __forceinline__ void ln_backward_row(float* dx, const float* dres, const float* d, const float* x,
+__device__ __forceinline__ void ln_backward_row(act_t* dx, const act_t* dres, const act_t* d, const act_t* x,
                                                 const float* w, float m, float r) {
     float sg = 0.0f, sgx = 0.0f;
     FOR_ROW(c) {
 % if VEC == 4 then
-        hyp_f128 dd = hyp_load128(d + c), xx = hyp_load128(x + c), ww = hyp_load128(w + c);
+        hyp_f128 dd = hyp_load4(d + c), xx = hyp_load4(x + c), ww = hyp_load128(w + c);
         float g0 = dd[0] * ww[0], g1 = dd[1] * ww[1], g2 = dd[2] * ww[2], g3 = dd[3] * ww[3];
         sg += (g0 + g1) + (g2 + g3);
         sgx += (g0 * (xx[0] - m) * r + g1 * (xx[1] - m) * r) + (g2 * (xx[2] - m) * r + g3 * (xx[3] - m) * r);
 % else
-        float g = d[c] * w[c];
+        float g = hyp_ld(d + c) * w[c];
         sg += g;
-        sgx += g * (x[c] - m) * r;
+        sgx += g * (hyp_ld(x + c) - m) * r;
 % end
     }
     sg = hyp_warp_sum(sg) / C;
     sgx = hyp_warp_sum(sgx) / C;
     FOR_ROW(c) {
 % if VEC == 4 then
-        hyp_f128 dd = hyp_load128(d + c), xx = hyp_load128(x + c), ww = hyp_load128(w + c), o = hyp_load128(dx + c);
-        hyp_f128 e = dres ? hyp_load128(dres + c) : f128(0.0f, 0.0f, 0.0f, 0.0f);
+        hyp_f128 dd = hyp_load4(d + c), xx = hyp_load4(x + c), ww = hyp_load128(w + c), o = hyp_load4(dx + c);
+        hyp_f128 e = dres ? hyp_load4(dres + c) : f128(0.0f, 0.0f, 0.0f, 0.0f);
         o[0] += r * (dd[0] * ww[0] - sg - (xx[0] - m) * r * sgx) + e[0];
         o[1] += r * (dd[1] * ww[1] - sg - (xx[1] - m) * r * sgx) + e[1];
         o[2] += r * (dd[2] * ww[2] - sg - (xx[2] - m) * r * sgx) + e[2];
         o[3] += r * (dd[3] * ww[3] - sg - (xx[3] - m) * r * sgx) + e[3];
-        hyp_store128(dx + c, o);
+        hyp_store4(dx + c, o);
 % else
-        dx[c] += r * (d[c] * w[c] - sg - (x[c] - m) * r * sgx) + (dres ? dres[c] : 0.0f);
+        hyp_st(dx + c, hyp_ld(dx + c) + (r * (hyp_ld(d + c) * w[c] - sg - (hyp_ld(x + c) - m) * r * sgx) + (dres ? hyp_ld(dres + c) : 0.0f)));
 % end
     }
 }
@@ -213,8 +215,8 @@ __device__ __forceinline__ void ln_backward_row(float* dx, const float* dres, co
     float aw = 0.0f, ab = 0.0f;
     if (c < C) {
         for (int n = n0 + ty; n < n1; n += ROWS) {
-            float d = dout[(long)n * C + c];
-            aw += d * (inp[(long)n * C + c] - mean[n]) * rstd[n];
+            float d = hyp_ld(dout + (long)n * C + c);
+            aw += d * (hyp_ld(inp + (long)n * C + c) - mean[n]) * rstd[n];
             ab += d;
         }
     }

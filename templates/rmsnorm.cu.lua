@@ -8,6 +8,7 @@ constants = {
   NKV = { "int", default = 0, doc = "key/value heads (qknorm kernels)" },
   HD = { "int", default = 0, doc = "head dim (qknorm kernels)" },
   QK_EPS = { "float", default = 1e-5, doc = "QK-norm epsilon" },
+  ACT = { "enum", values = { "f32", "bf16" }, default = "f32", doc = "activation storage (v2102): f32, or bf16 loaded into fp32 and rounded on store (weights, rstd and the dw partials stay fp32)" },
   BLOCK = { "int", default = 256, doc = "threads per block (one warp per row in the row kernels)" },
   SEGS = { "int", default = 64, doc = "row segments of the dw reductions (scratch: SEGS*C or 2*SEGS*HD floats)" },
 }
@@ -25,38 +26,38 @@ local function has_c(K) return K.C > 0 end
 local function has_qk(K) return K.HD > 0 end
 kernels = {
   { name = "rmsnorm_fwd", when = has_c, doc = "out = x * rstd * w, rstd = 1/sqrt(mean(x^2) + EPS) saved [N]",
-    params = { "float* __restrict__ out", "float* __restrict__ rstd", "const float* __restrict__ inp",
+    params = { "act_t* __restrict__ out", "float* __restrict__ rstd", "const act_t* __restrict__ inp",
                "const float* __restrict__ w", "int N" },
     block = "BLOCK", grid = "cdiv(N, ROWS)" },
   { name = "residual_rmsnorm_fwd", when = has_c, doc = "resid = a + r, then rmsnorm_fwd(resid) in the same pass",
-    params = { "float* __restrict__ resid", "float* __restrict__ out", "float* __restrict__ rstd",
-               "const float* __restrict__ a", "const float* __restrict__ r", "const float* __restrict__ w", "int N" },
+    params = { "act_t* __restrict__ resid", "act_t* __restrict__ out", "float* __restrict__ rstd",
+               "const act_t* __restrict__ a", "const act_t* __restrict__ r", "const float* __restrict__ w", "int N" },
     block = "BLOCK", grid = "cdiv(N, ROWS)" },
   { name = "rmsnorm_bwd_dx", when = has_c, doc = "dinp += rstd * (g - xhat * mean(g * xhat)), g = dout * w",
-    params = { "float* __restrict__ dinp", "const float* __restrict__ dout", "const float* __restrict__ inp",
+    params = { "act_t* __restrict__ dinp", "const act_t* __restrict__ dout", "const act_t* __restrict__ inp",
                "const float* __restrict__ w", "const float* __restrict__ rstd", "int N" },
     block = "BLOCK", grid = "cdiv(N, ROWS)" },
   { name = "residual_rmsnorm_bwd_dx", when = has_c, doc = "dinp += rmsnorm input gradient + dres",
-    params = { "float* __restrict__ dinp", "const float* __restrict__ dres", "const float* __restrict__ dout",
-               "const float* __restrict__ inp", "const float* __restrict__ w", "const float* __restrict__ rstd", "int N" },
+    params = { "act_t* __restrict__ dinp", "const act_t* __restrict__ dres", "const act_t* __restrict__ dout",
+               "const act_t* __restrict__ inp", "const float* __restrict__ w", "const float* __restrict__ rstd", "int N" },
     block = "BLOCK", grid = "cdiv(N, ROWS)" },
   { name = "rmsnorm_bwd_dw", when = has_c, doc = "partial[s] = sum dout * xhat over the rows of segment s, per column",
-    params = { "float* __restrict__ partial", "const float* __restrict__ dout", "const float* __restrict__ inp",
+    params = { "float* __restrict__ partial", "const act_t* __restrict__ dout", "const act_t* __restrict__ inp",
                "const float* __restrict__ rstd", "int N" },
     block = "BLOCK", grid = "cdiv(C, 32), SEGS" },
   { name = "rmsnorm_bwd_dw_finish", when = has_c, doc = "dw += sum_s partial[s], s ascending",
     params = { "float* __restrict__ dw", "const float* __restrict__ partial" },
     block = "BLOCK", grid = "cdiv(C, BLOCK)" },
   { name = "qknorm_fwd", when = has_qk, doc = "RMSNorm of each q head (qw) and k head (kw) over HD; v copied; rstd [N, NH+NKV]",
-    params = { "float* __restrict__ out", "float* __restrict__ rstd", "const float* __restrict__ inp",
+    params = { "act_t* __restrict__ out", "float* __restrict__ rstd", "const act_t* __restrict__ inp",
                "const float* __restrict__ qw", "const float* __restrict__ kw", "int N" },
     block = "BLOCK", grid = "cdiv(N*(NH+2*NKV), ROWS)" },
   { name = "qknorm_bwd_dx", when = has_qk, doc = "per head: dinp += rstd * (g - xhat * mean(g * xhat)); v: dinp += dout",
-    params = { "float* __restrict__ dinp", "const float* __restrict__ dout", "const float* __restrict__ inp",
+    params = { "act_t* __restrict__ dinp", "const act_t* __restrict__ dout", "const act_t* __restrict__ inp",
                "const float* __restrict__ qw", "const float* __restrict__ kw", "const float* __restrict__ rstd", "int N" },
     block = "BLOCK", grid = "cdiv(N*(NH+2*NKV), ROWS)" },
   { name = "qknorm_bwd_dw", when = has_qk, doc = "partial[s] = (sum over q heads, sum over k heads) of dout * xhat in segment s",
-    params = { "float* __restrict__ partial", "const float* __restrict__ dout", "const float* __restrict__ inp",
+    params = { "float* __restrict__ partial", "const act_t* __restrict__ dout", "const act_t* __restrict__ inp",
                "const float* __restrict__ rstd", "int N" },
     block = "BLOCK", grid = "cdiv(HD, 32), SEGS" },
   { name = "qknorm_bwd_dw_finish", when = has_qk, doc = "dqw += sum_s partial[s][0], dkw += sum_s partial[s][1]",
@@ -101,60 +102,62 @@ cost = {
 }
 ]]
 {{ partial("common") }}
+typedef {{ ACT == "bf16" and "hyp_bf16" or "float" }} act_t;
 
 // Row kernels: one warp per row; lane l holds the elements l*V + k*32*V (V the vector width).
 // Sum of squares, the normalize pass and the backward of one row of `len` floats:
 template <int LEN, int V>
-__device__ __forceinline__ float row_sumsq(const float* x) {
+__device__ __forceinline__ float row_sumsq(const act_t* x) {
     float s = 0.0f;
     for (int c = (threadIdx.x & 31) * V; c < LEN; c += 32 * V) {
         if (V == 4) {
-            hyp_f128 v = hyp_load128(x + c);
+            hyp_f128 v = hyp_load4(x + c);
             s += (v[0] * v[0] + v[1] * v[1]) + (v[2] * v[2] + v[3] * v[3]);
         } else {
-            s += x[c] * x[c];
+            const float xc = hyp_ld(x + c);
+            s += xc * xc;
         }
     }
     return hyp_warp_sum(s);
 }
 template <int LEN, int V>
-__device__ __forceinline__ float rms_normalize(float* o, const float* x, const float* w, float eps) {
+__device__ __forceinline__ float rms_normalize(act_t* o, const act_t* x, const float* w, float eps) {
     float r = 1.0f / sqrtf(row_sumsq<LEN, V>(x) / LEN + eps);
     for (int c = (threadIdx.x & 31) * V; c < LEN; c += 32 * V) {
         if (V == 4) {
-            hyp_f128 v = hyp_load128(x + c), ww = hyp_load128(w + c);
-            hyp_store128(o + c, f128(v[0] * r * ww[0], v[1] * r * ww[1], v[2] * r * ww[2], v[3] * r * ww[3]));
+            hyp_f128 v = hyp_load4(x + c), ww = hyp_load128(w + c);
+            hyp_store4(o + c, f128(v[0] * r * ww[0], v[1] * r * ww[1], v[2] * r * ww[2], v[3] * r * ww[3]));
         } else {
-            o[c] = x[c] * r * w[c];
+            hyp_st(o + c, hyp_ld(x + c) * r * w[c]);
         }
     }
     return r;
 }
 // dx += r * (d*w - x*r*sgx) (+ dres), sgx = r * mean(d * w * x)
 template <int LEN, int V>
-__device__ __forceinline__ void rms_backward_row(float* dx, const float* dres, const float* d, const float* x,
+__device__ __forceinline__ void rms_backward_row(act_t* dx, const act_t* dres, const act_t* d, const act_t* x,
                                                  const float* w, float r) {
     float sgx = 0.0f;
     for (int c = (threadIdx.x & 31) * V; c < LEN; c += 32 * V) {
         if (V == 4) {
-            hyp_f128 dd = hyp_load128(d + c), xx = hyp_load128(x + c), ww = hyp_load128(w + c);
+            hyp_f128 dd = hyp_load4(d + c), xx = hyp_load4(x + c), ww = hyp_load128(w + c);
             sgx += (dd[0] * ww[0] * xx[0] + dd[1] * ww[1] * xx[1]) + (dd[2] * ww[2] * xx[2] + dd[3] * ww[3] * xx[3]);
         } else {
-            sgx += d[c] * w[c] * x[c];
+            sgx += hyp_ld(d + c) * w[c] * hyp_ld(x + c);
         }
     }
     sgx = hyp_warp_sum(sgx) * r / LEN;
     for (int c = (threadIdx.x & 31) * V; c < LEN; c += 32 * V) {
         if (V == 4) {
-            hyp_f128 dd = hyp_load128(d + c), xx = hyp_load128(x + c), ww = hyp_load128(w + c), o = hyp_load128(dx + c);
-            hyp_f128 e = dres ? hyp_load128(dres + c) : f128(0.0f, 0.0f, 0.0f, 0.0f);
+            hyp_f128 dd = hyp_load4(d + c), xx = hyp_load4(x + c), ww = hyp_load128(w + c), o = hyp_load4(dx + c);
+            hyp_f128 e = dres ? hyp_load4(dres + c) : f128(0.0f, 0.0f, 0.0f, 0.0f);
             o[0] += r * (dd[0] * ww[0] - xx[0] * r * sgx) + e[0];
             o[1] += r * (dd[1] * ww[1] - xx[1] * r * sgx) + e[1];
             o[2] += r * (dd[2] * ww[2] - xx[2] * r * sgx) + e[2];
             o[3] += r * (dd[3] * ww[3] - xx[3] * r * sgx) + e[3];
-            hyp_store128(dx + c, o);
+            hyp_store4(dx + c, o);
         } else {
-            dx[c] += r * (d[c] * w[c] - x[c] * r * sgx) + (dres ? dres[c] : 0.0f);
+            hyp_st(dx + c, hyp_ld(dx + c) + (r * (hyp_ld(d + c) * w[c] - hyp_ld(x + c) * r * sgx) + (dres ? hyp_ld(dres + c) : 0.0f)));
         }
     }
 }
@@ -176,10 +179,10 @@ __device__ __forceinline__ void rms_backward_row(float* dx, const float* dres, c
     long off = (long)n * C;
     for (int c = (threadIdx.x & 31) * VEC; c < C; c += 32 * VEC) {
 % if VEC == 4 then
-        hyp_f128 x = hyp_load128(a + off + c), y = hyp_load128(r + off + c);
-        hyp_store128(resid + off + c, f128(x[0] + y[0], x[1] + y[1], x[2] + y[2], x[3] + y[3]));
+        hyp_f128 x = hyp_load4(a + off + c), y = hyp_load4(r + off + c);
+        hyp_store4(resid + off + c, f128(x[0] + y[0], x[1] + y[1], x[2] + y[2], x[3] + y[3]));
 % else
-        resid[off + c] = a[off + c] + r[off + c];
+        hyp_st(resid + off + c, hyp_ld(a + off + c) + hyp_ld(r + off + c));
 % end
     }
     float rs = rms_normalize<C, VEC>(out + off, resid + off, w, EPS);
@@ -215,7 +218,7 @@ __device__ __forceinline__ void rms_backward_row(float* dx, const float* dres, c
     const int per = (N + SEGS - 1) / SEGS, n0 = blockIdx.y * per, n1 = min(N, n0 + per);
     float aw = 0.0f;
     if (c < C)
-        for (int n = n0 + ty; n < n1; n += ROWS) aw += dout[(long)n * C + c] * inp[(long)n * C + c] * rstd[n];
+        for (int n = n0 + ty; n < n1; n += ROWS) aw += hyp_ld(dout + (long)n * C + c) * hyp_ld(inp + (long)n * C + c) * rstd[n];
     sw[ty][lane] = aw;
     __syncthreads();
     if (ty == 0 && c < C) {
@@ -242,13 +245,13 @@ __device__ __forceinline__ void rms_backward_row(float* dx, const float* dres, c
     if (hr >= (long)N * (NH + 2 * NKV)) return;
     long n = hr / (NH + 2 * NKV);
     int j = (int)(hr - n * (NH + 2 * NKV));
-    const float* x = inp + n * R + j * HD;
-    float* o = out + n * R + j * HD;
+    const act_t* x = inp + n * R + j * HD;
+    act_t* o = out + n * R + j * HD;
     if (j < NQK) {
         float r = rms_normalize<HD, HVEC>(o, x, j < NH ? qw : kw, QK_EPS);
         if ((threadIdx.x & 31) == 0) rstd[n * NQK + j] = r;
     } else {
-        for (int i = (threadIdx.x & 31); i < HD; i += 32) o[i] = x[i];
+        for (int i = (threadIdx.x & 31); i < HD; i += 32) o[i] = x[i]; // a copy: no rounding
     }
 }
 % end
@@ -263,7 +266,7 @@ __device__ __forceinline__ void rms_backward_row(float* dx, const float* dres, c
     if (j < NQK) {
         rms_backward_row<HD, HVEC>(dinp + off, nullptr, dout + off, inp + off, j < NH ? qw : kw, rstd[n * NQK + j]);
     } else {
-        for (int i = (threadIdx.x & 31); i < HD; i += 32) dinp[off + i] += dout[off + i];
+        for (int i = (threadIdx.x & 31); i < HD; i += 32) hyp_st(dinp + off + i, hyp_ld(dinp + off + i) + hyp_ld(dout + off + i));
     }
 }
 % end
@@ -281,7 +284,7 @@ __device__ __forceinline__ void rms_backward_row(float* dx, const float* dres, c
         for (int n = n0 + ty; n < n1; n += ROWS) {
             for (int j = 0; j < NQK; j++) {
                 long off = (long)n * R + j * HD + i;
-                float v = dout[off] * inp[off] * rstd[(long)n * NQK + j];
+                float v = hyp_ld(dout + off) * hyp_ld(inp + off) * rstd[(long)n * NQK + j];
                 if (j < NH) aq += v; else ak += v;
             }
         }

@@ -7,6 +7,7 @@ constants = {
   HD = { "int", doc = "head dim (even when RoPE is used)" },
   ROPE = { "bool", default = true, doc = "the model uses RoPE (false: the permute kernels only, never rotating)" },
   THETA = { "float", default = 10000.0, doc = "RoPE base" },
+  ACT = { "enum", values = { "f32", "bf16" }, default = "f32", doc = "activation storage (v2102) of the [N, R] rows (qkv, its rotation and their gradients): f32, or bf16 (rotations in fp32, rounded on store); the permuted q/k/v scratch stays fp32" },
   BLOCK = { "int", default = 256, doc = "threads per block" },
 }
 derive = function(K, decide)
@@ -20,17 +21,17 @@ end
 local function rope(K) return K.ROPE end
 kernels = {
   { name = "rope_fwd", when = rope, doc = "out = R(t) inp on the q and k heads of every [N, R] row (t = pos[n], the token's position in its document (v2126), or n % T without pos); v copied",
-    params = { "float* __restrict__ out", "const float* __restrict__ inp", "const int* __restrict__ pos", "int N", "int T" },
+    params = { "act_t* __restrict__ out", "const act_t* __restrict__ inp", "const int* __restrict__ pos", "int N", "int T" },
     block = "BLOCK", grid = "cdiv(N*HALF, BLOCK)" },
   { name = "rope_bwd", when = rope, doc = "dinp += R(t)^T dout (the inverse rotation); v: dinp += dout",
-    params = { "float* __restrict__ dinp", "const float* __restrict__ dout", "const int* __restrict__ pos", "int N", "int T" },
+    params = { "act_t* __restrict__ dinp", "const act_t* __restrict__ dout", "const int* __restrict__ pos", "int N", "int T" },
     block = "BLOCK", grid = "cdiv(N*HALF, BLOCK)" },
   { name = "qkv_permute_fwd", doc = "qkv [B, T, R] -> q [B, NH, T, HD], k and v [B, NKV, T, HD]; rotates q and k when rope != 0",
     params = { "float* __restrict__ q", "float* __restrict__ k", "float* __restrict__ v",
-               "const float* __restrict__ qkv", "int N", "int T", "int rope" },
+               "const act_t* __restrict__ qkv", "int N", "int T", "int rope" },
     block = "BLOCK", grid = "cdiv(N*PAIRS, BLOCK)" },
   { name = "qkv_permute_bwd", doc = "dqkv [B, T, R] += the permute's (and rotation's, when rope != 0) transpose of dq, dk, dv",
-    params = { "float* __restrict__ dqkv", "const float* __restrict__ dq", "const float* __restrict__ dk",
+    params = { "act_t* __restrict__ dqkv", "const float* __restrict__ dq", "const float* __restrict__ dk",
                "const float* __restrict__ dv", "int N", "int T", "int rope" },
     block = "BLOCK", grid = "cdiv(N*PAIRS, BLOCK)" },
 }
@@ -54,6 +55,8 @@ cost = {
 -- the [N, R] rows moved once (the backward accumulates: dqkv read and written)
 
 ]]
+{{ partial("common") }}
+typedef {{ ACT == "bf16" and "hyp_bf16" or "float" }} act_t;
 // Rotation of the pair (x[i], x[i + HALF]) by angle(t, i) = t * THETA^(-2i/HD):
 //   y[i] = x[i] cos - x[i+HALF] sin,   y[i+HALF] = x[i+HALF] cos + x[i] sin
 // The angle is formed and its cos/sin taken in double, then rounded to float, exactly as the CPU
@@ -68,26 +71,26 @@ __device__ __forceinline__ void rope_cs(int t, int i, float sign, float& cs, flo
 // One thread per (row n, pair i): rotates pair i of every q and k head of the row, and copies
 // (or, backward, accumulates) elements i and i + HALF of the v part.
 template <bool BACKWARD>
-__device__ __forceinline__ void rope_rows(float* y, const float* x, const int* pos, int N, int T) {
+__device__ __forceinline__ void rope_rows(act_t* y, const act_t* x, const int* pos, int N, int T) {
     long e = (long)blockIdx.x * blockDim.x + threadIdx.x;
     if (e >= (long)N * HALF) return;
     int n = (int)(e / HALF), i = (int)(e - (long)n * HALF);
     float cs, sn;
     rope_cs(pos != nullptr ? pos[n] : n % T, i, BACKWARD ? -1.0f : 1.0f, cs, sn);
-    const float* xr = x + (long)n * R;
-    float* yr = y + (long)n * R;
+    const act_t* xr = x + (long)n * R;
+    act_t* yr = y + (long)n * R;
     for (int j = 0; j < NQK; j++) {
-        float a = xr[j * HD + i], c = xr[j * HD + i + HALF];
+        float a = hyp_ld(xr + j * HD + i), c = hyp_ld(xr + j * HD + i + HALF);
         if (BACKWARD) {
-            yr[j * HD + i] += a * cs - c * sn;
-            yr[j * HD + i + HALF] += c * cs + a * sn;
+            hyp_st(yr + j * HD + i, hyp_ld(yr + j * HD + i) + (a * cs - c * sn));
+            hyp_st(yr + j * HD + i + HALF, hyp_ld(yr + j * HD + i + HALF) + (c * cs + a * sn));
         } else {
-            yr[j * HD + i] = a * cs - c * sn;
-            yr[j * HD + i + HALF] = c * cs + a * sn;
+            hyp_st(yr + j * HD + i, a * cs - c * sn);
+            hyp_st(yr + j * HD + i + HALF, c * cs + a * sn);
         }
     }
     for (int m = NQK * HD + i; m < R; m += HALF) {
-        if (BACKWARD) yr[m] += xr[m]; else yr[m] = xr[m];
+        if (BACKWARD) hyp_st(yr + m, hyp_ld(yr + m) + hyp_ld(xr + m)); else hyp_st(yr + m, hyp_ld(xr + m));
     }
 }
 % end
@@ -112,22 +115,22 @@ __device__ __forceinline__ long head_off(int n, int T, int heads, int j) {
     long e = (long)blockIdx.x * blockDim.x + threadIdx.x;
     if (e >= (long)N * PAIRS) return;
     int n = (int)(e / PAIRS), i = (int)(e - (long)n * PAIRS);
-    const float* xr = qkv + (long)n * R;
+    const act_t* xr = qkv + (long)n * R;
 % if ROPE then
     if (rope) {
         int t = n % T;
         float cs, sn;
         rope_cs(t, i, 1.0f, cs, sn);
         for (int j = 0; j < NQK; j++) {
-            float a = xr[j * HD + i], c = xr[j * HD + i + HALF];
+            float a = hyp_ld(xr + j * HD + i), c = hyp_ld(xr + j * HD + i + HALF);
             float* y = j < NH ? q + head_off(n, T, NH, j) : k + head_off(n, T, NKV, j - NH);
             y[i] = a * cs - c * sn;
             y[i + HALF] = c * cs + a * sn;
         }
         for (int g = 0; g < NKV; g++) {
             float* y = v + head_off(n, T, NKV, g);
-            y[i] = xr[(NQK + g) * HD + i];
-            y[i + HALF] = xr[(NQK + g) * HD + i + HALF];
+            y[i] = hyp_ld(xr + (NQK + g) * HD + i);
+            y[i + HALF] = hyp_ld(xr + (NQK + g) * HD + i + HALF);
         }
         return;
     }
@@ -138,10 +141,10 @@ __device__ __forceinline__ long head_off(int n, int T, int heads, int j) {
     {
         int ii = i;
 % end
-        for (int j = 0; j < NH; j++) q[head_off(n, T, NH, j) + ii] = xr[j * HD + ii];
+        for (int j = 0; j < NH; j++) q[head_off(n, T, NH, j) + ii] = hyp_ld(xr + j * HD + ii);
         for (int g = 0; g < NKV; g++) {
-            k[head_off(n, T, NKV, g) + ii] = xr[(NH + g) * HD + ii];
-            v[head_off(n, T, NKV, g) + ii] = xr[(NQK + g) * HD + ii];
+            k[head_off(n, T, NKV, g) + ii] = hyp_ld(xr + (NH + g) * HD + ii);
+            v[head_off(n, T, NKV, g) + ii] = hyp_ld(xr + (NQK + g) * HD + ii);
         }
     }
 }
@@ -152,7 +155,7 @@ __device__ __forceinline__ long head_off(int n, int T, int heads, int j) {
     long e = (long)blockIdx.x * blockDim.x + threadIdx.x;
     if (e >= (long)N * PAIRS) return;
     int n = (int)(e / PAIRS), i = (int)(e - (long)n * PAIRS);
-    float* xr = dqkv + (long)n * R;
+    act_t* xr = dqkv + (long)n * R;
 % if ROPE then
     if (rope) {
         int t = n % T;
@@ -161,13 +164,13 @@ __device__ __forceinline__ long head_off(int n, int T, int heads, int j) {
         for (int j = 0; j < NQK; j++) {
             const float* y = j < NH ? dq + head_off(n, T, NH, j) : dk + head_off(n, T, NKV, j - NH);
             float a = y[i], c = y[i + HALF];
-            xr[j * HD + i] += a * cs - c * sn;
-            xr[j * HD + i + HALF] += c * cs + a * sn;
+            hyp_st(xr + j * HD + i, hyp_ld(xr + j * HD + i) + (a * cs - c * sn));
+            hyp_st(xr + j * HD + i + HALF, hyp_ld(xr + j * HD + i + HALF) + (c * cs + a * sn));
         }
         for (int g = 0; g < NKV; g++) {
             const float* y = dv + head_off(n, T, NKV, g);
-            xr[(NQK + g) * HD + i] += y[i];
-            xr[(NQK + g) * HD + i + HALF] += y[i + HALF];
+            hyp_st(xr + (NQK + g) * HD + i, hyp_ld(xr + (NQK + g) * HD + i) + y[i]);
+            hyp_st(xr + (NQK + g) * HD + i + HALF, hyp_ld(xr + (NQK + g) * HD + i + HALF) + y[i + HALF]);
         }
         return;
     }
@@ -178,10 +181,10 @@ __device__ __forceinline__ long head_off(int n, int T, int heads, int j) {
     {
         int ii = i;
 % end
-        for (int j = 0; j < NH; j++) xr[j * HD + ii] += dq[head_off(n, T, NH, j) + ii];
+        for (int j = 0; j < NH; j++) hyp_st(xr + j * HD + ii, hyp_ld(xr + j * HD + ii) + dq[head_off(n, T, NH, j) + ii]);
         for (int g = 0; g < NKV; g++) {
-            xr[(NH + g) * HD + ii] += dk[head_off(n, T, NKV, g) + ii];
-            xr[(NQK + g) * HD + ii] += dv[head_off(n, T, NKV, g) + ii];
+            hyp_st(xr + (NH + g) * HD + ii, hyp_ld(xr + (NH + g) * HD + ii) + dk[head_off(n, T, NKV, g) + ii]);
+            hyp_st(xr + (NQK + g) * HD + ii, hyp_ld(xr + (NQK + g) * HD + ii) + dv[head_off(n, T, NKV, g) + ii]);
         }
     }
 }

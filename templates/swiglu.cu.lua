@@ -3,6 +3,7 @@ family = "swiglu"
 doc = "SwiGLU: inp [N, 2H] = [gate | up] -> out [N, H] = silu(gate) * up, and its backward"
 constants = {
   H = { "int", doc = "MLP hidden width (half the fused gate|up row)" },
+  ACT = { "enum", values = { "f32", "bf16" }, default = "f32", doc = "activation storage (v2102): f32, or bf16 loaded into fp32 and rounded on store" },
   BLOCK = { "int", default = 256, doc = "threads per block" },
 }
 derive = function(K, decide)
@@ -12,10 +13,10 @@ derive = function(K, decide)
 end
 kernels = {
   { name = "swiglu_fwd", doc = "out[n, i] = silu(inp[n, i]) * inp[n, H + i]",
-    params = { "float* __restrict__ out", "const float* __restrict__ inp", "int N" },
+    params = { "act_t* __restrict__ out", "const act_t* __restrict__ inp", "int N" },
     block = "BLOCK", grid = "cdiv(N*H, VEC*BLOCK)" },
   { name = "swiglu_bwd", doc = "dinp[n, i] += dout * up * s * (1 + g (1 - s)); dinp[n, H + i] += dout * silu(g)",
-    params = { "float* __restrict__ dinp", "const float* __restrict__ dout", "const float* __restrict__ inp", "int N" },
+    params = { "act_t* __restrict__ dinp", "const act_t* __restrict__ dout", "const act_t* __restrict__ inp", "int N" },
     block = "BLOCK", grid = "cdiv(N*H, VEC*BLOCK)" },
 }
 ops = {
@@ -31,6 +32,7 @@ cost = {
 }
 ]]
 {{ partial("common") }}
+typedef {{ ACT == "bf16" and "hyp_bf16" or "float" }} act_t;
 
 // silu(g) = g * sigmoid(g), sigmoid(g) = 1 / (1 + e^-g) (as the CPU op computes it)
 __device__ __forceinline__ float sigmoid_f(float g) { return 1.0f / (1.0f + expf(-g)); }
@@ -42,15 +44,16 @@ __device__ __forceinline__ float sigmoid_f(float g) { return 1.0f / (1.0f + expf
     if (e >= (long)N * H) return;
     long n = e / H;
     int i = (int)(e - n * H);
-    const float* gate = inp + n * 2 * H + i;
-    const float* up = gate + H;
-    float* o = out + n * H + i;
+    const act_t* gate = inp + n * 2 * H + i;
+    const act_t* up = gate + H;
+    act_t* o = out + n * H + i;
 % if VEC == 4 then
-    hyp_f128 g = hyp_load128(gate), u = hyp_load128(up);
-    hyp_store128(o, f128(g[0] * sigmoid_f(g[0]) * u[0], g[1] * sigmoid_f(g[1]) * u[1],
+    hyp_f128 g = hyp_load4(gate), u = hyp_load4(up);
+    hyp_store4(o, f128(g[0] * sigmoid_f(g[0]) * u[0], g[1] * sigmoid_f(g[1]) * u[1],
                   g[2] * sigmoid_f(g[2]) * u[2], g[3] * sigmoid_f(g[3]) * u[3]));
 % else
-    o[0] = gate[0] * sigmoid_f(gate[0]) * up[0];
+    const float g0 = hyp_ld(gate);
+    hyp_st(o, g0 * sigmoid_f(g0) * hyp_ld(up));
 % end
 }
 % end
@@ -67,24 +70,24 @@ __device__ __forceinline__ void swiglu_grad(float g, float u, float d, float& dg
     if (e >= (long)N * H) return;
     long n = e / H;
     int i = (int)(e - n * H);
-    const float* gate = inp + n * 2 * H + i;
-    const float* up = gate + H;
-    float* dg = dinp + n * 2 * H + i;
-    float* du = dg + H;
-    const float* d = dout + n * H + i;
+    const act_t* gate = inp + n * 2 * H + i;
+    const act_t* up = gate + H;
+    act_t* dg = dinp + n * 2 * H + i;
+    act_t* du = dg + H;
+    const act_t* d = dout + n * H + i;
 % if VEC == 4 then
-    hyp_f128 g = hyp_load128(gate), u = hyp_load128(up), dd = hyp_load128(d), a = hyp_load128(dg), b = hyp_load128(du);
+    hyp_f128 g = hyp_load4(gate), u = hyp_load4(up), dd = hyp_load4(d), a = hyp_load4(dg), b = hyp_load4(du);
     swiglu_grad(g[0], u[0], dd[0], a[0], b[0]);
     swiglu_grad(g[1], u[1], dd[1], a[1], b[1]);
     swiglu_grad(g[2], u[2], dd[2], a[2], b[2]);
     swiglu_grad(g[3], u[3], dd[3], a[3], b[3]);
-    hyp_store128(dg, a);
-    hyp_store128(du, b);
+    hyp_store4(dg, a);
+    hyp_store4(du, b);
 % else
-    float a = dg[0], b = du[0];
-    swiglu_grad(gate[0], up[0], d[0], a, b);
-    dg[0] = a;
-    du[0] = b;
+    float a = hyp_ld(dg), b = hyp_ld(du);
+    swiglu_grad(hyp_ld(gate), hyp_ld(up), hyp_ld(d), a, b);
+    hyp_st(dg, a);
+    hyp_st(du, b);
 % end
 }
 % end

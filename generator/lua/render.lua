@@ -220,6 +220,14 @@ function M.instances(tree, cfg, plan, decide, contrib)
   if seen.round_bf16 then want("cast", { "round_bf16" }) end
   if seen.round_fp16 then want("cast", { "round_fp16" }) end
   TQ.run(tree, cfg, contrib, "kernels", { want = want, seen = seen })
+  -- activation storage (the plan's buffer dtypes, v2102 storage bf16): every family whose template
+  -- takes the ACT constant loads and stores its activation arguments in bf16
+  if facts.precision and facts.precision.storage == "bf16" then
+    for fam, f in pairs(need) do
+      local cs = TPL.load(fam).decl.constants or {}
+      if cs.ACT then f.K.ACT = "bf16" end
+    end
+  end
   -- assemble, in the canonical family order
   local by_family, all_families = TQ.family_specs(tree, cfg)
   local list = {}
@@ -275,7 +283,9 @@ function M.build(tree, cfg, plan, contrib)
   local nkernels = 0
   for _, inst in ipairs(list) do
     local served = {}
-    for op in pairs(TPL.load(inst.family).decl.ops or {}) do
+    local ops = TPL.load(inst.family).decl.ops -- a table, or a function of the constants (ACT)
+    if type(ops) == "function" then ops = ops(inst.constants) end
+    for op in pairs(ops or {}) do
       if notes.seen[op] then served[#served + 1] = op end
     end
     table.sort(served)

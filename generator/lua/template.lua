@@ -315,7 +315,7 @@ function M.render(family, K_in, opts)
   local body = table.concat(out):gsub("\n\n\n+", "\n\n")
   local source = table.concat(H, "\n") .. "\n" .. body .. table.concat(stub, "\n") .. "\n"
   return { family = family, template = t.rel, source = source, kernels = decls, constants = K,
-    decisions = decisions, ops = t.decl.ops or {}, spill_reasons = t.decl.spill_reasons or {} }
+    decisions = decisions, ops = (type(t.decl.ops) == "function" and t.decl.ops(K) or t.decl.ops) or {}, spill_reasons = t.decl.spill_reasons or {} }
 end
 
 ------------------------------------------------------------------------------------------------

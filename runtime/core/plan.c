@@ -700,6 +700,8 @@ static int load_train(ld *c, const cJSON *root) {
     GI(t, "zero_prefetch", 0, 8, p->zero_prefetch);
     GI(t, "comm_overlap", 0, 1, p->comm_overlap);
     GI(t, "data_parallel", 0, 1, p->data_parallel);
+    if (cJSON_GetObjectItemCaseSensitive(t, "tf32")) /* optional (v2100 fp32_matmul tf32; absent: 0 = IEEE) */
+        GI(t, "tf32", 0, 1, p->tf32);
     if (cJSON_GetObjectItemCaseSensitive(t, "prefetch")) /* optional (v2128; absent: 0 = none) */
         GI(t, "prefetch", 0, 64, p->prefetch);
     if (cJSON_GetObjectItemCaseSensitive(t, "stream_buffer")) /* optional (v2129; absent: 0 = shards) */

@@ -127,6 +127,9 @@ typedef struct {
     int B, T, grad_accum, warmup_steps, steps, eval_every, eval_batches, zero_stage;
     int zero_prefetch;      /* ZeRO-3: layer groups gathered ahead of the one computing (0..8) */
     int comm_overlap;       /* v2110 overlap: device gradient all-reduce during backward (0/1) */
+    int tf32;               /* v2100 fp32_matmul tf32: the device's fp32 layer GEMMs on TF32 tensor
+                               cores (inputs rounded to 10 mantissa bits, fp32 accumulation; sim
+                               rounds the same way); 0: IEEE fp32 */
     int data_parallel;      /* train.data_parallel: the trainer may run on several ranks (0/1) */
     int ckpt_elastic;       /* checkpoint.elastic: resume at another world size (0/1) */
     int ckpt_sharded;       /* checkpoint.sharded: ZeRO ranks write their own shards (0/1) */

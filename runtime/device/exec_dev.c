@@ -31,6 +31,8 @@ void exec_dev_free(exec_dev *x) {
     d->mem_free(d, x->targets, &e);
     d->mem_free(d, x->positions, &e);
     d->mem_free(d, x->ones, &e);
+    d->mem_free(d, x->ones_bf16, &e);
+    d->mem_free(d, x->wcopy, &e);
     d->mem_free(d, x->scratch, &e);
     d->mem_free(d, x->opt_work, &e);
     d->mem_free(d, x->seg_end, &e);
@@ -229,16 +231,22 @@ static int alloc_arenas(exec_dev *x, const hyp_z3_layout *lay, hyp_err *e) {
     if (rc || (!lay && ((rc = exec_dev_alloc(x, (void **)&x->params, x->arena, 4, e)) ||
                         (!x->fwd_only && (rc = exec_dev_alloc(x, (void **)&x->grads, ws ? ws : x->arena, 4, e))) ||
                         (x->stage >= 2 && (rc = exec_dev_alloc(x, (void **)&x->gshard, x->shard, 4, e))))) ||
-        (!x->fwd_only && (rc = alloc_states(x, optim, e))) || (rc = exec_dev_alloc(x, (void **)&x->acts, p->act_floats, 4, e)) || (rc = exec_dev_alloc(x, (void **)&x->tokens, maxN, 4, e)) ||
+        (!x->fwd_only && (rc = alloc_states(x, optim, e))) || (rc = exec_dev_alloc(x, &x->acts, p->act_bytes, 1, e)) || (rc = exec_dev_alloc(x, (void **)&x->tokens, maxN, 4, e)) ||
         (rc = exec_dev_alloc(x, (void **)&x->targets, maxN, 4, e)) || (rc = exec_dev_alloc(x, (void **)&x->ones, maxN, 4, e)) ||
-        (p->positions_buf >= 0 && (rc = exec_dev_alloc(x, (void **)&x->positions, maxN, 4, e))))
+        (p->positions_buf >= 0 && (rc = exec_dev_alloc(x, (void **)&x->positions, maxN, 4, e))) ||
+        (x->act_bf16 && !x->fwd_only && (rc = exec_dev_alloc(x, (void **)&x->ones_bf16, maxN, 2, e))))
         return rc;
+    size_t wcopy = 0;
+    if (x->act_bf16) { /* the bf16 weight copy (v2102): the whole arena, every rank (stages 0-2) */
+        if ((rc = exec_dev_alloc(x, (void **)&x->wcopy, x->arena, 2, e))) return rc;
+        wcopy = 2 * (size_t)x->arena;
+    }
     if (!lay) {
-        x->bytes_params = 4 * (size_t)x->arena;
+        x->bytes_params = 4 * (size_t)x->arena + wcopy;
         x->bytes_grads = x->fwd_only ? 0 : 4 * (size_t)(x->stage >= 2 ? x->shard : x->arena);
         x->bytes_grad_workspace = x->stage >= 2 ? 4 * (size_t)(ws ? ws : x->arena) : 0;
     }
-    x->bytes_acts = 4 * (size_t)(p->act_floats > 0 ? p->act_floats : 1);
+    x->bytes_acts = (size_t)(p->act_bytes > 0 ? p->act_bytes : 1);
     return HYP_OK;
 }
 
@@ -299,13 +307,23 @@ static int init_any(exec_dev *x, const plan_t *p, const char *kernels_dir, hyp_d
         return hyp_fail(e, HYP_EINPUT, "exec_dev: rank %d of %d ranks, ZeRO stage %d — need 0 <= rank < world, stage 0..3", rank, world, stage);
     if (stage == 3 && !lay)
         return hyp_fail(e, HYP_EINPUT, "exec_dev: ZeRO stage 3 takes its layout from core/zero3.h — use exec_dev_init_z3");
-    for (int b = 0; b < p->n_bufs; b++) /* v2102 bf16 storage is the cpu executor's (cpu/ops_bf16.c) */
-        if (p->bufs[b].kind == BUF_ACT && p->bufs[b].dtype != HYP_DT_F32)
-            return hyp_fail(e, HYP_EINPUT, "exec_dev: buffer '%s' is stored in %s, and the device executor holds f32 activations — generate the trainer with --set v2102.storage=fp32 for a device target",
-                            p->bufs[b].name, hyp_dtype_name(p->bufs[b].dtype));
+    int act_bf16 = 0;
+    for (int b = 0; b < p->n_bufs; b++) { /* v2102 storage bf16: activations in bf16, the rest f32 */
+        const plan_buf *pb = &p->bufs[b];
+        if (pb->kind == BUF_ACT && pb->dtype == HYP_DT_BF16) act_bf16 = 1;
+        else if ((pb->kind == BUF_ACT || pb->kind == BUF_PARAM || pb->kind == BUF_GRAD) && pb->dtype != HYP_DT_F32)
+            return hyp_fail(e, HYP_EINPUT, "exec_dev: buffer '%s' is stored in %s; the device executor holds f32 parameters and gradients and f32 or bf16 activations — regenerate the trainer with gen for a device target",
+                            pb->name, hyp_dtype_name(pb->dtype));
+    }
+    if (act_bf16 && (stage == 3 || p->fp8_gemm))
+        return hyp_fail(e, HYP_EINPUT, "exec_dev: bf16 activations (v2102 storage bf16) %s on a device — use --set v2102.storage=fp32, or %s",
+                        stage == 3 ? "with ZeRO stage 3 are not supported" : "with FP8 GEMMs are not supported", stage == 3 ? "zero2" : "drop fp8");
     x->p = p;
     x->dev = dev;
     x->opt_file = -1;
+    x->cast_file = -1;
+    x->act_bf16 = act_bf16;
+    x->wstale = 1;
     x->B = p->B;
     x->T = p->T;
     int64_t maxN = (int64_t)p->B * p->T;
@@ -333,6 +351,11 @@ static int init_any(exec_dev *x, const plan_t *p, const char *kernels_dir, hyp_d
         }
         for (int64_t i = 0; i < maxN; i++) one[i] = 1.0f;
         rc = dev->h2d_sync(dev, x->ones, one, sizeof(float) * (size_t)maxN, e);
+        if (!rc && x->ones_bf16) {
+            uint16_t *h = (uint16_t *)(void *)one; /* bf16 1.0 is 0x3F80 (exact) */
+            for (int64_t i = 0; i < maxN; i++) h[i] = 0x3F80u;
+            rc = dev->h2d_sync(dev, x->ones_bf16, h, 2 * (size_t)maxN, e);
+        }
         free(one);
         if (rc) {
             exec_dev_free(x);
@@ -413,6 +436,14 @@ static int init_any(exec_dev *x, const plan_t *p, const char *kernels_dir, hyp_d
         snprintf(mpath, sizeof mpath, "%s/%s", kernels_dir, gpu ? cubin->valuestring : F->name);
         if ((rc = dev->module_load(dev, mpath, &F->mod, e))) goto fail;
     }
+    if (x->act_bf16) {
+        for (int i = 0; i < x->n_files && x->cast_file < 0; i++)
+            if (!strcmp(x->files[i].name, "cast.cu")) x->cast_file = i;
+        if (x->cast_file < 0) {
+            rc = hyp_fail(e, HYP_EINPUT, "%s: bf16 activations need cast.cu (cast_f32_bf16, the weight copy) — regenerate the trainer with gen", path);
+            goto fail;
+        }
+    }
     if (!fwd_only && ((rc = exec_dev_bind_optimizer(x, man, e)) || (rc = prepare_shard(x, e)))) goto fail;
     scratch_t sc[64];
     int nsc = 0;
@@ -462,6 +493,7 @@ static int no_arena(const char *what, hyp_err *e) {
 
 int exec_dev_upload_params(exec_dev *x, const float *host, hyp_err *e) {
     if (x->z3) return no_arena("upload_params", e);
+    x->wstale = 1;
     return x->dev->h2d_sync(x->dev, x->params, host, sizeof(float) * (size_t)x->p->param_floats, e);
 }
 int exec_dev_download_params(exec_dev *x, float *host, hyp_err *e) {
@@ -486,7 +518,7 @@ static void *dbuf(exec_dev *x, int idx) {
     switch (b->kind) {
     case BUF_PARAM: return x->params + b->offset;
     case BUF_GRAD: return x->grads + b->offset;
-    case BUF_ACT: return x->acts + b->offset;
+    case BUF_ACT: return (char *)x->acts + b->offset_bytes;
     case BUF_TOKENS: return idx == x->p->targets_buf ? x->targets : idx == x->p->positions_buf ? x->positions : x->tokens;
     default: return NULL;
     }
@@ -498,7 +530,12 @@ int exec_dev_download_buf(exec_dev *x, int idx, float *host, int64_t n, hyp_err 
     if (x->z3 && idx >= 0 && x->z3->lay->buf_group[idx] >= 0) return no_arena("download of a parameter/gradient buffer", e);
     void *d = dbuf(x, idx);
     if (!d) return hyp_fail(e, HYP_EINPUT, "buffer %d is not a float buffer", idx);
-    return x->dev->d2h_sync(x->dev, host, d, sizeof(float) * (size_t)n, e);
+    if (x->p->bufs[idx].dtype != HYP_DT_BF16) return x->dev->d2h_sync(x->dev, host, d, sizeof(float) * (size_t)n, e);
+    /* bf16: the n values into the upper half of host's bytes, then widened in place, front first */
+    uint16_t *h16 = (uint16_t *)(void *)(host + n) - n;
+    int rc = x->dev->d2h_sync(x->dev, h16, d, 2 * (size_t)n, e);
+    for (int64_t i = 0; i < n && !rc; i++) host[i] = hyp_bf16_to_f32(h16[i]);
+    return rc;
 }
 
 /* The fields every GEMM of this executor sets: D = alpha op(A) op(B) + beta D (C is D), fp32 out. */
@@ -523,15 +560,55 @@ static void gemm_desc(hyp_gemm *g, int transa, int transb, int64_t m, int64_t n,
     g->ldd = ldd;
 }
 
-static int gemm(exec_dev *x, int transa, int transb, int64_t m, int64_t n, int64_t k, const void *a, int64_t lda,
-                const void *b, int64_t ldb, float beta, void *d, int64_t ldd, hyp_epilogue ep, void *bias, hyp_err *e) {
+/* A GEMM with inputs of type in (f32, or bf16 with fp32 compute) and an output of type out (C is D). */
+static int gemm_t(exec_dev *x, hyp_dtype in, hyp_dtype out, int transa, int transb, int64_t m, int64_t n, int64_t k,
+                  const void *a, int64_t lda, const void *b, int64_t ldb, float beta, void *d, int64_t ldd, hyp_epilogue ep,
+                  void *bias, hyp_err *e) {
     hyp_gemm g;
     gemm_desc(&g, transa, transb, m, n, k, a, lda, b, ldb, beta, d, ldd);
-    g.atype = g.btype = HYP_DT_F32;
+    g.atype = g.btype = in;
+    g.dtype = out;
     g.compute = HYP_GEMM_F32;
     g.epilogue = ep;
     g.bias = bias;
     return x->dev->gemm(x->dev, &g, NULL, e);
+}
+
+static int gemm(exec_dev *x, int transa, int transb, int64_t m, int64_t n, int64_t k, const void *a, int64_t lda,
+                const void *b, int64_t ldb, float beta, void *d, int64_t ldd, hyp_epilogue ep, void *bias, hyp_err *e) {
+    return gemm_t(x, HYP_DT_F32, HYP_DT_F32, transa, transb, m, n, k, a, lda, b, ldb, beta, d, ldd, ep, bias, e);
+}
+
+/* v2102 storage bf16: the bf16 weight copy of the whole parameter arena, cast from the fp32
+ * masters by cast.cu's cast_f32_bf16 (round to nearest even) when the parameters changed. */
+static int refresh_wcopy(exec_dev *x, hyp_err *e) {
+    if (!x->wcopy || !x->wstale) return HYP_OK;
+    const exec_dev_file *F = &x->files[x->cast_file];
+    int block = 256;
+    for (int j = 0; j < F->consts.n; j++)
+        if (!strcmp(F->consts.name[j], "BLOCK")) block = (int)F->consts.val[j];
+    hyp_kargs a;
+    memset(&a, 0, sizeof a);
+    hyp_kargs_ptr(&a, x->wcopy);
+    hyp_kargs_ptr(&a, x->params);
+    hyp_kargs_i64(&a, x->arena);
+    int64_t grid = (x->arena + 4 * block - 1) / (4 * block); /* the kernel's grid: cdiv(n, 4*BLOCK) */
+    int rc = x->dev->launch(x->dev, F->mod, "cast_f32_bf16", HYP_DIM3((unsigned)grid, 1, 1), HYP_DIM3((unsigned)block, 1, 1),
+                            0, &a, NULL, e);
+    if (!rc) x->wstale = 0;
+    return rc;
+}
+
+void exec_dev_params_changed(exec_dev *x) { x->wstale = 1; }
+
+static hyp_dtype dt_of(const exec_dev *x, int idx) { return x->p->bufs[idx].dtype; }
+
+/* A GEMM operand: a bf16 view of parameter buffer idx (its slice of the weight copy) when the
+ * GEMM runs on bf16 inputs, else the buffer itself. */
+static const void *operand(exec_dev *x, int idx, int bf16) {
+    const plan_buf *b = &x->p->bufs[idx];
+    if (bf16 && b->kind == BUF_PARAM) return x->wcopy + b->offset;
+    return dbuf(x, idx);
 }
 
 /* The slot whose fake-quantized copy buffer buf is, when the plan's GEMMs run in fp8; else -1. */
@@ -554,15 +631,35 @@ static int gemm8(exec_dev *x, int64_t m, int64_t n, int64_t k, int sa, const voi
     return x->dev->gemm(x->dev, &g, NULL, e);
 }
 
+/* The layer GEMMs (matmul_fwd, the dinp and dW GEMMs of matmul_bwd) on fp32 operands: TF32 when the
+ * plan says train.tf32 (v2100), else IEEE fp32. Bias gradients and exact adds stay IEEE. */
+static int gemm_layer(exec_dev *x, int transa, int transb, int64_t m, int64_t n, int64_t k, const void *a, int64_t lda,
+                      const void *b, int64_t ldb, float beta, void *d, int64_t ldd, hyp_epilogue ep, void *bias, hyp_err *e) {
+    hyp_gemm g;
+    gemm_desc(&g, transa, transb, m, n, k, a, lda, b, ldb, beta, d, ldd);
+    g.atype = g.btype = HYP_DT_F32;
+    g.compute = x->p->tf32 ? HYP_GEMM_TF32 : HYP_GEMM_F32;
+    g.epilogue = ep;
+    g.bias = bias;
+    return x->dev->gemm(x->dev, &g, NULL, e);
+}
+
 /* matmul_fwd: y[N][OC] = x[N][IC] W[OC][IC]^T + b; in fp8 when both inputs are fp8 slots and IC
  * is a multiple of 16 (the bias then added by an fp32 rank-1 GEMM: b 1^T, accumulated). */
 static int matmul_fwd(exec_dev *x, const plan_op *o, int64_t N, hyp_err *e) {
     int64_t IC = o->IC, OC = o->OC;
     void *bias = o->nin > 2 ? dbuf(x, o->in[2]) : NULL, *y = dbuf(x, o->out[0]);
+    if (dt_of(x, o->in[0]) == HYP_DT_BF16) { /* v2102 bf16: y (bf16 or f32) = x W^T + b on the weight copy; a
+                                               * bf16 y takes the bias rounded to bf16 (cuBLASLt: D's type) */
+        hyp_dtype yt = dt_of(x, o->out[0]);
+        void *bb = bias && yt == HYP_DT_BF16 ? (void *)operand(x, o->in[2], 1) : bias;
+        return gemm_t(x, HYP_DT_BF16, yt, 1, 0, OC, N, IC, operand(x, o->in[1], 1), IC, operand(x, o->in[0], 1), IC, 0.0f,
+                      y, OC, bias ? HYP_EPI_BIAS : HYP_EPI_NONE, bb, e);
+    }
     int sx = fp8_slot(x, o->in[0]), sw = fp8_slot(x, o->in[1]);
     if (sx < 0 || sw < 0 || IC % 16)
-        return gemm(x, 1, 0, OC, N, IC, dbuf(x, o->in[1]), IC, dbuf(x, o->in[0]), IC, 0.0f, y, OC,
-                    bias ? HYP_EPI_BIAS : HYP_EPI_NONE, bias, e);
+        return gemm_layer(x, 1, 0, OC, N, IC, dbuf(x, o->in[1]), IC, dbuf(x, o->in[0]), IC, 0.0f, y, OC,
+                          bias ? HYP_EPI_BIAS : HYP_EPI_NONE, bias, e);
     int rc = gemm8(x, OC, N, IC, sw, x->fp8_q[sw], sx, x->fp8_q[sx], 0.0f, y, e);
     if (!rc && bias) rc = gemm(x, 0, 0, OC, N, 1, bias, OC, x->ones, 1, 1.0f, y, OC, HYP_EPI_NONE, NULL, e);
     return rc;
@@ -577,14 +674,23 @@ static int matmul_bwd(exec_dev *x, const plan_op *o, int64_t N, hyp_err *e) {
     void *dout = dbuf(x, o->in[0]), *inp = dbuf(x, o->in[1]), *w = dbuf(x, o->in[2]);
     void *dinp = dbuf(x, o->out[0]), *dw = o->nout > 1 ? dbuf(x, o->out[1]) : NULL;
     void *db = o->nout > 2 ? dbuf(x, o->out[2]) : NULL;
+    if (dt_of(x, o->in[0]) == HYP_DT_BF16) { /* v2102 bf16: bf16 dout, inp and weight copy, fp32 compute;
+                                               * dinp in its dtype and dW, db in fp32, all accumulated (beta 1) */
+        const void *g = operand(x, o->in[0], 1), *xin = operand(x, o->in[1], 1), *wb = operand(x, o->in[2], 1);
+        int rc = HYP_OK;
+        if (dinp) rc = gemm_t(x, HYP_DT_BF16, dt_of(x, o->out[0]), 0, 0, IC, N, OC, wb, IC, g, OC, 1.0f, dinp, IC, HYP_EPI_NONE, NULL, e);
+        if (!rc && dw) rc = gemm_t(x, HYP_DT_BF16, HYP_DT_F32, 0, 1, IC, OC, N, xin, IC, g, OC, 1.0f, dw, IC, HYP_EPI_NONE, NULL, e);
+        if (!rc && db) rc = gemm_t(x, HYP_DT_BF16, HYP_DT_F32, 0, 0, OC, 1, N, g, OC, x->ones_bf16, N, 1.0f, db, OC, HYP_EPI_NONE, NULL, e);
+        return rc;
+    }
     int sg = fp8_slot(x, o->in[0]), sx = fp8_slot(x, o->in[1]), sw = fp8_slot(x, o->in[2]);
     int f8 = sg >= 0 && sx >= 0 && sw >= 0, rc = HYP_OK;
     if (dinp && f8 && OC % 16 == 0) rc = gemm8(x, IC, N, OC, sw, x->fp8_qt[sw], sg, x->fp8_q[sg], 1.0f, dinp, e);
-    else if (dinp) rc = gemm(x, 0, 0, IC, N, OC, w, IC, dout, OC, 1.0f, dinp, IC, HYP_EPI_NONE, NULL, e);
+    else if (dinp) rc = gemm_layer(x, 0, 0, IC, N, OC, w, IC, dout, OC, 1.0f, dinp, IC, HYP_EPI_NONE, NULL, e);
     if (rc) return rc;
     if (dw && f8 && N % 16 == 0 && IC % 16 == 0 && OC % 16 == 0)
         rc = gemm8(x, IC, OC, N, sx, x->fp8_qt[sx], sg, x->fp8_qt[sg], 1.0f, dw, e);
-    else if (dw) rc = gemm(x, 0, 1, IC, OC, N, inp, IC, dout, OC, 1.0f, dw, IC, HYP_EPI_NONE, NULL, e);
+    else if (dw) rc = gemm_layer(x, 0, 1, IC, OC, N, inp, IC, dout, OC, 1.0f, dw, IC, HYP_EPI_NONE, NULL, e);
     if (rc) return rc;
     /* db[OC] += dout^T 1 (a GEMM with n = 1 accumulates, which the BGRADB epilogue does not) */
     if (db) rc = gemm(x, 0, 0, OC, 1, N, dout, OC, x->ones, N, 1.0f, db, OC, HYP_EPI_NONE, NULL, e);
@@ -657,7 +763,7 @@ static int run_op_work(exec_dev *x, const plan_op *o, const exec_dev_op *eo, flo
     case EXD_SKIP: return HYP_OK; /* run by its fusion site's launches at the site's second op */
     case EXD_ZERO: {
         int64_t n = (o->n == DIM_B ? x->B : o->n == DIM_T ? x->T : o->n == DIM_N ? N : o->n) * (o->C ? o->C : 1);
-        return x->dev->memset(x->dev, dbuf(x, o->out[0]), 0, sizeof(float) * (size_t)n, NULL, e);
+        return x->dev->memset(x->dev, dbuf(x, o->out[0]), 0, hyp_dtype_size(dt_of(x, o->out[0])) * (size_t)n, NULL, e);
     }
     case EXD_GEMM:
         return hyp_op_get(o->op)->device == HYP_OPDEV_GEMM_FWD ? matmul_fwd(x, o, N, e) : matmul_bwd(x, o, N, e);
@@ -842,6 +948,7 @@ static const hyp_z3_hooks ZG_DEVICE = {NULL, NULL, zg_grads_begin, z3_run_op, NU
 
 int exec_dev_forward(exec_dev *x, hyp_err *e) {
     int rc = upload_batch(x, e);
+    if (!rc) rc = refresh_wcopy(x, e);
     if (!rc && x->z3)
         rc = z3_run(x, x->p->fwd, x->fwd, x->p->n_fwd, x->z3->lay->fwd, x->z3->lay->n_fwd, 0, 0, NULL, e);
     for (int i = 0; i < x->p->n_fwd && !rc && !x->z3; i++) rc = run_op(x, &x->p->fwd[i], &x->fwd[i], 0, e);
@@ -1020,6 +1127,7 @@ int exec_dev_optim_launch(exec_dev *x, int64_t n, hyp_kargs *a, hyp_err *e) {
         if (!strcmp(F->consts.name[j], "BLOCK")) block = (int)F->consts.val[j];
     if (dev_eval_list(x->opt_grid, &v, &g, 1, what, sizeof what) != 1)
         return hyp_fail(e, HYP_EINPUT, "%s: %s", x->opt_kernel, what);
+    x->wstale = 1; /* the optimizer writes the parameters */
     return x->dev->launch(x->dev, F->mod, x->opt_kernel, HYP_DIM3((unsigned)g, 1, 1), HYP_DIM3((unsigned)block, 1, 1), 0,
                           a, NULL, e);
 }
@@ -1038,6 +1146,7 @@ int exec_dev_optim_const(const exec_dev *x, const char *name, double *v, hyp_err
 int exec_dev_optim_launch_grid(exec_dev *x, const char *kernel, unsigned grid, hyp_kargs *a, hyp_err *e) {
     double block = 256;
     if (exec_dev_optim_const(x, "BLOCK", &block, e)) return HYP_EINPUT;
+    x->wstale = 1;
     return x->dev->launch(x->dev, x->files[x->opt_file].mod, kernel, HYP_DIM3(grid ? grid : 1, 1, 1),
                           HYP_DIM3((unsigned)block, 1, 1), 0, a, NULL, e);
 }

@@ -63,7 +63,17 @@ typedef struct {
     float *state[HYP_OPT_MAX_STATE];/* device: the optimizer's states (plan optimizer.state), each
                                        the arena or this rank's shard */
     int n_state;
-    float *acts;                    /* device: [act_floats] */
+    void *acts;                     /* device: [act_bytes] laid out in bytes (plan offset_bytes):
+                                       f32 buffers, and bf16 ones under v2102 storage bf16 */
+    /* v2102 storage bf16 (the plan stores activations in bf16): the GEMMs read the weights and
+     * biases from a bf16 copy of the parameter arena, cast (cast.cu's cast_f32_bf16, round to
+     * nearest even) at the first forward after the parameters changed (an optimizer launch, an
+     * upload, exec_dev_params_changed): once per optimizer step */
+    int act_bf16;                   /* the plan stores any activation in bf16 */
+    uint16_t *wcopy;                /* device: [arena] bf16 copy of params, NULL without act_bf16 */
+    int wstale;                     /* wcopy must be cast again before the next GEMM */
+    int cast_file;                  /* the module with cast_f32_bf16, -1: none */
+    uint16_t *ones_bf16;            /* device: [maxB * maxT] bf16 1.0 (bias gradients of bf16 dout) */
     int32_t *tokens, *targets;      /* device: [maxB * maxT] */
     int32_t *positions;             /* device: [maxB * maxT] v2126 document positions, or NULL
                                        when the plan has no "positions" buffer */
@@ -102,7 +112,8 @@ typedef struct {
     int64_t *sh_seg_end;            /* device: [sh_nseg] ends relative to the shard's start */
     float *sh_seg_wd, *sh_h_wd;     /* device, host: [sh_nseg] per-tensor scalar */
     int *sh_group;                  /* host: [sh_nseg] */
-    size_t bytes_params, bytes_grads, bytes_optim, bytes_acts; /* device bytes by role (of bytes) */
+    size_t bytes_params, bytes_grads, bytes_optim, bytes_acts; /* device bytes by role (of bytes);
+                                       bytes_params includes the bf16 weight copy */
     size_t bytes_grad_workspace;    /* stages 2-3: the backward gradient workspace (not in bytes_grads) */
     exec_dev_z3 *z3;                /* stage 3 only; then params/state/gshard are [shard] in the group
                                        layout and grads is the one-group workspace */
@@ -166,7 +177,11 @@ int exec_dev_upload_params(exec_dev *x, const float *host, hyp_err *e);
 int exec_dev_download_params(exec_dev *x, float *host, hyp_err *e);
 int exec_dev_download_grads(exec_dev *x, float *host, hyp_err *e);
 int exec_dev_zero_grads(exec_dev *x, hyp_err *e);
-/* Copies a plan buffer (by index) to the host: n floats from its start. */
+/* The parameters were written behind the executor's back (a copy into x->params, a collective):
+ * the bf16 weight copy (v2102 storage bf16) is cast again before the next forward. */
+void exec_dev_params_changed(exec_dev *x);
+/* Copies a plan buffer (by index) to the host: n floats from its start (a bf16 buffer is widened
+ * to fp32, exactly). */
 int exec_dev_download_buf(exec_dev *x, int idx, float *host, int64_t n, hyp_err *e);
 /* Uploads h_tokens/h_targets (and h_positions), then runs the forward pass up to the logits. */
 int exec_dev_forward(exec_dev *x, hyp_err *e);

@@ -200,7 +200,7 @@ static int open_dev(train_dev *t, const dp_t *dp, const plan_t *p, const char *p
     hyp_device *d = t->dev;
     if ((rc = d->mem_alloc(d, (void **)&t->partial, sizeof(float) * (size_t)parts, e)) ||
         (rc = d->mem_alloc(d, (void **)&t->gnorm, 2 * sizeof(float), e)) ||
-        (rc = d->h2d_sync(d, t->xd.params, x->params, params, e)) ||
+        (rc = d->h2d_sync(d, t->xd.params, x->params, params, e)) || (exec_dev_params_changed(&t->xd), 0) ||
         (rc = upload_states(t, x, optim, e)) || (rc = exec_dev_fp8_set_states(&t->xd, x->fp8, e))) /* FP8 scaling states (resumed or fresh) */
         return rc;
     const char *ov = getenv("HYP_COMM_OVERLAP");
@@ -276,9 +276,7 @@ static int dev_sampled_targets(train_dev *t, exec_t *x, hyp_err *e) {
     for (int i = 0; i < p->n_bwd && !ce; i++)
         if (hyp_op_get(p->bwd[i].op)->flags & HYP_OPF_WRITES_LOSSES) ce = &p->bwd[i];
     if (!ce || ce->nout < 2 || ce->out[1] < 0) return HYP_OK; /* no fused loss: nothing to sample for */
-    if (p->bufs[ce->out[1]].dtype != HYP_DT_F32)
-        return hyp_fail(e, HYP_EINPUT, "the sampled-label pass reads fp32 logits; this plan's are %s — generate the trainer without bf16 logits",
-                        hyp_dtype_name(p->bufs[ce->out[1]].dtype));
+    /* bf16 logits (v2102 storage bf16) come back widened to fp32 (exec_dev_download_buf) */
     int N = t->xd.B * t->xd.T, V = (int)ce->V, Vp = (int)ce->Vp;
     float *logits = malloc(sizeof(float) * (size_t)N * (size_t)Vp);
     int32_t *labels = malloc(sizeof(int32_t) * (size_t)N);
@@ -303,6 +301,9 @@ static int dev_micro_batch(train_backend *b, float dloss, int last, float *mean,
         memcpy(t->txd.h_targets, t->xd.h_targets, n);
         if (t->txd.h_positions && t->xd.h_positions) memcpy(t->txd.h_positions, t->xd.h_positions, n);
         rc = exec_dev_forward(&t->txd, e);
+        if (!rc && t->txd.p->bufs[t->t_logits].dtype != HYP_DT_F32) /* the fused loss reads fp32 teacher logits */
+            rc = hyp_fail(e, HYP_EINPUT, "distillation on the device: the teacher's logits are %s and the fused loss reads fp32 ones — generate the trainer with --set v2102.storage=fp32",
+                          hyp_dtype_name(t->txd.p->bufs[t->t_logits].dtype));
         if (!rc)
             rc = exec_dev_use_teacher(&t->xd, exec_dev_buf(&t->txd, t->t_logits), t->t_vp, b->teacher->temperature,
                                       b->teacher->alpha, e);
@@ -351,6 +352,7 @@ static int dev_optim_step(train_backend *b, const train_opts *o, double lr, int 
         float *own = xd->params + xd->shard * t->rank;
         rc = d->all_gather(d, own, xd->params, (size_t)xd->shard, HYP_DT_F32, NULL, e);
     }
+    exec_dev_params_changed(xd); /* the bf16 weight copy (v2102 storage bf16) is cast again */
     return rc;
 }
 

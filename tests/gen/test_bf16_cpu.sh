@@ -5,8 +5,8 @@
 # trainer's memory line says so and matches `gen size --dtype bf16` within 10%; a bf16 run resumed
 # from a checkpoint gives the losses of a straight run bit for bit (the bf16 weight copy is
 # refreshed after a load); the Llama ops (RMSNorm, QK-norm, RoPE, SwiGLU) with flash attention on
-# bf16 storage track their fp32 trainer; storage bf16 beside fp8 or on a device target is refused at
-# gen time with the fix. (Convergence over 100 steps against fp32: test_train.sh; recompute with
+# bf16 storage track their fp32 trainer; storage bf16 beside fp8, or with ZeRO-3 on a device target,
+# is refused at gen time with the fix (bf16 storage on sim/cuda: test_sim_bf16_v2102.sh). (Convergence over 100 steps against fp32: test_train.sh; recompute with
 # bf16 storage bit-identical to no recompute: test_recompute.sh.) ~30 s.
 source "$(dirname "$0")/lib.sh"
 export OMP_NUM_THREADS=2
@@ -57,6 +57,6 @@ check test_v2102_bf16_llama_flash_tracks_fp32 bash -c "paste <(grep -o '\"loss\"
 # refused at gen time, exit 2, with the fix
 expect bf16_storage_with_fp8_refused 2 "storage bf16 with fp8.*use --set v2102.storage=fp32" -- "$GEN" "${S[@]}" --enable adamw,bf16,fp8 --set v2102.storage=bf16 -o "$TMP/x1"
 check refused_writes_nothing test ! -e "$TMP/x1"
-expect bf16_storage_on_sim_refused 2 "storage bf16 needs --target cpu" -- "$GEN" specs/v2500.yaml --model tiny --target sim --enable adamw,bf16 --set v2102.storage=bf16 -o "$TMP/x2"
+expect bf16_storage_zero3_on_sim_refused 2 "storage bf16 with ZeRO-3.*use zero2" -- "$GEN" specs/v2500.yaml --model tiny --target sim --enable adamw,bf16,zero3 --set v2102.storage=bf16 -o "$TMP/x2"
 expect bad_storage_value 2 "storage" -- "$GEN" "${S[@]}" --enable adamw,bf16 --set v2102.storage=bf8 -o "$TMP/x3"
 finish

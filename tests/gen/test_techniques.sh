@@ -74,7 +74,7 @@ check test_v2100_lr_reaches_the_plan test "$(plan_val "$TMP/v2100" "p['train']['
 check test_v2100_seed_reaches_the_plan test "$(plan_val "$TMP/v2100" "p['train']['seed']")" = 7
 check test_v2100_batch_size_is_the_planned_batch test "$(plan_val "$TMP/v2100" "p['train']['B']")" = 3
 check test_v2100_default_lr_is_size_based test "$(plan_val "$TMP/z2" "p['train']['lr']")" = 0.002
-expect test_v2100_tf32_refused 2 "v2100 training_acceleration: fp32_matmul=tf32 is not implemented" -- "$GEN" "$T" --enable tf32 --model tiny -o "$TMP/tf32"
+expect test_v2100_tf32_refused_on_cpu 2 "v2100 training_acceleration: fp32_matmul=tf32 on --target cpu.*--target sim or sm_XX" -- "$GEN" "$T" --enable tf32 --model tiny --target cpu -o "$TMP/tf32"
 
 # --- v2105 fsdp: sharding maps onto ZeRO stages, hybrid_shard refused -----------------------------
 "$GEN" "$T" --enable fsdp --model tiny -o "$TMP/fsdp3" >/dev/null 2>&1

@@ -6,7 +6,8 @@ local M = { id = "v2113", families = { "flash_attention" } }
 
 function M.derive(ctx)
   local p = ctx.facts.precision
-  ctx.facts.attention = { kind = "flash", by = ctx.id, precision = (p and p.bf16) and "bf16" or "bf16x3" }
+  local want = ctx.param("precision") or "auto"
+  ctx.facts.attention = { kind = "flash", by = ctx.id, precision = want ~= "auto" and want or ((p and p.bf16) and "bf16" or "bf16x3") }
   if ctx.target.kind == "cpu" then
     ctx.decide("attention", "flash (cpu tiles)", ctx.id .. " on the cpu target: the tiled online-softmax kernel of runtime/cpu/ops_flash.c (64x64 tiles, log-sum-exp saved)")
   end
@@ -29,6 +30,7 @@ function M.rendered(ctx)
   ctx.decide("kernels.attention", "flash: FA2 template, " .. (prec == "bf16" and "bf16 mma" or "bf16x3 mma (hi/lo split)") .. ", 64-row tiles",
     "the plan uses flash attention (" .. ctx.id .. "): templates/flash_attention.cu.lua, FlashAttention-2 on mma.sync m16n8k16 with fp32 accumulation, " ..
     (prec == "bf16" and "operands rounded to bf16 as the v2102 bf16 policy rounds the GEMM operands"
+      or ctx.param("precision") == "bf16x3" and "fp32 operands split into hi + lo bf16 (3 mma per product, ~fp32 accuracy): v2113 precision bf16x3"
       or "fp32 operands split into hi + lo bf16 (3 mma per product, ~fp32 accuracy) because the activations policy is fp32") ..
     "; log-sum-exp saved, deterministic backward (D pre-pass, dK/dV per key tile, dQ per query tile, no atomics)")
 end

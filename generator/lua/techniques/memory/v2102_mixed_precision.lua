@@ -1,11 +1,15 @@
 -- v2102 mixed precision. Two ways to run the bf16 policy (param storage):
---  * storage "bf16" (the default on cpu): every activation buffer and activation gradient of the
+--  * storage "bf16" (the default): every activation buffer and activation gradient of the
 --    arena is stored in bf16 (the plan's buffer dtypes; the arena is laid out in bytes, so it
 --    halves), except the fp32 statistics (norm mean/rstd, attention log-sum-exp, per-token
 --    losses); the cpu runtime runs the GEMMs as oneDNN bf16 matmuls (bf16 inputs, fp32
 --    accumulation) on a bf16 copy of the fp32 master weights refreshed once per step, and every
 --    other op computes in fp32 between bf16 loads and stores.
---  * storage "fp32" (sim and cuda targets, whose executors hold f32 arenas; on cpu on request):
+--    On sim/cuda (the default there too) the same plan rule: the device executor
+--    allocates the arena in the plan's dtypes, the templates that touch activations render with
+--    ACT = bf16 (load bf16, compute fp32, store bf16), and the GEMMs read a bf16 copy of the
+--    weights and biases cast once per optimizer step, fp32 accumulation (dW in fp32, beta 1).
+--  * storage "fp32" (on request; what auto gives beside FP8, beside QAT/INT8 or ZeRO-3 on a device):
 --    every GEMM reads its input, weight and output gradient rounded to bf16 (round_bf16 ops,
 --    round to nearest even) with fp32 accumulation; no memory saved.
 -- Either way fp32 master weights, norms, softmax and loss. Beside FP8 (which covers the layer
@@ -26,10 +30,6 @@ function M.derive(ctx)
   if dtype == "fp16" and want == "bf16" then
     ctx.refuse("storage bf16 with dtype fp16", "use --set v2102.storage=fp32 (GEMM operands rounded to fp16) or dtype bf16")
   end
-  if dtype == "bf16" and want == "bf16" and ctx.target.kind ~= "cpu" then
-    ctx.refuse("storage bf16 needs --target cpu (the " .. tostring(ctx.target.kind) .. " executor holds f32 arenas)",
-      "use --set v2102.storage=fp32 (GEMM operands rounded to bf16) or --target cpu")
-  end
   ctx.facts.precision.want_storage = want
   if dtype ~= "bf16" and not ctx.facts.precision.fp16 then
     ctx.decide("precision", "fp32", "v2102 dtype " .. tostring(dtype) ..
@@ -39,15 +39,41 @@ function M.derive(ctx)
 end
 
 -- The storage mode, once every module has derived (FP8, a later module, keeps fp32 storage).
+-- auto: bf16 on every target, except beside FP8 (its GEMMs read fp32 activations), QAT/INT8 (their
+-- fake-quantize and int8 GEMM kernels take fp32 activations) and, on a device, ZeRO-3 (the bf16
+-- weight copy covers the whole parameter arena, which stage 3 never holds): there fp32 storage
+-- with GEMM operands rounded to bf16, recorded with its reason.
 local function storage(ctx)
   local p = ctx.facts.precision
   if p.storage then return p.storage end
   local want = p.want_storage
   p.storage = "fp32"
-  if p.bf16 and not ctx.facts.fp8 and (want == "bf16" or (want == "auto" and ctx.target.kind == "cpu")) then
+  if not p.bf16 then return p.storage end
+  local device = ctx.target.kind ~= "cpu"
+  local z3 = device and ctx.facts.zero and ctx.facts.zero.stage == 3
+  local quant = ctx.facts.qat and "QAT" or ctx.facts.int8 and "INT8" or nil
+  if want == "bf16" then
+    if ctx.facts.fp8 then
+      ctx.refuse("storage bf16 with fp8: FP8 GEMMs read fp32 activations in this runtime", "use --set v2102.storage=fp32, or drop fp8")
+    end
+    if z3 then
+      ctx.refuse("storage bf16 with ZeRO-3 on --target " .. tostring(ctx.target.name) .. ": the device executor's bf16 weight copy covers the whole arena, which stage 3 never holds",
+        "use zero2, or --set v2102.storage=fp32")
+    end
+    if quant and device then
+      ctx.refuse("storage bf16 with " .. quant .. " on --target " .. tostring(ctx.target.name) .. ": its kernels take fp32 activations",
+        "use --set v2102.storage=fp32, or --target cpu")
+    end
     p.storage = "bf16"
-  elseif p.bf16 and ctx.facts.fp8 and want == "bf16" then
-    ctx.refuse("storage bf16 with fp8: FP8 GEMMs read fp32 activations in this runtime", "use --set v2102.storage=fp32, or drop fp8")
+  elseif want == "auto" then
+    local why = ctx.facts.fp8 and "beside FP8 (its GEMMs read fp32 activations)"
+      or (quant and device) and ("beside " .. quant .. " on a device (its kernels take fp32 activations)")
+      or z3 and "with ZeRO-3 on a device (the bf16 weight copy needs the whole parameter arena)"
+    if why then
+      ctx.decide("v2102.storage", "fp32", "storage auto " .. why .. ": activations stay fp32, GEMM operands rounded to bf16")
+    else
+      p.storage = "bf16"
+    end
   end
   return p.storage
 end
@@ -83,6 +109,14 @@ function M.rewrite(ctx, g, list, op)
   return op
 end
 
+-- Plan ops whose device kernels (templates with the ACT constant) and GEMMs take bf16
+-- activations: storage bf16 on sim/cuda needs every op of the plan in this set.
+local DEVICE_BF16 = { embedding_fwd = true, embedding_bwd = true, layernorm_fwd = true, layernorm_bwd = true,
+  add_fwd = true, accumulate = true, attention_fwd = true, attention_bwd = true, rope_fwd = true, rope_bwd = true,
+  gelu_fwd = true, gelu_bwd = true, crossentropy = true, crossentropy_fused = true, matmul_fwd = true,
+  flash_attention_fwd = true, flash_attention_bwd = true, rmsnorm_fwd = true, rmsnorm_bwd = true, qknorm_fwd = true, qknorm_bwd = true, swiglu_fwd = true, swiglu_bwd = true,
+  matmul_bwd = true, zero = true }
+
 -- storage bf16: every activation buffer but the statistics becomes bf16 (before lifetimes, so
 -- the memory plan lays out half the bytes).
 function M.schedule(ctx, g, sched)
@@ -90,6 +124,10 @@ function M.schedule(ctx, g, sched)
   if storage(ctx) ~= "bf16" then return end
   local stat = {}
   local function scan(o)
+    if ctx.target.kind ~= "cpu" and not DEVICE_BF16[o.op] then
+      ctx.refuse("storage bf16 on --target " .. tostring(ctx.target.name) .. ": plan op " .. o.op .. " has no bf16 device kernel yet",
+        "use --set v2102.storage=fp32 (GEMM operands rounded to bf16) or --target cpu")
+    end
     for _, i in ipairs(STATS[o.op] or {}) do if o.outs[i] and o.outs[i] ~= "" then stat[o.outs[i]] = true end end
   end
   for _, o in ipairs(sched.fwd) do scan(o) end
@@ -118,7 +156,11 @@ function M.sections(ctx, plan)
   end
   if not p.bf16 then return end
   if storage(ctx) == "bf16" then
-    ctx.decide("precision", "bf16 storage + bf16 GEMMs", "v2102 dtype bf16 on cpu: activations and their gradients stored in bf16, GEMMs as oneDNN bf16 matmuls (fp32 accumulation) on a bf16 copy of the fp32 master weights refreshed once per step; norms, softmax and loss in fp32; fp32 optimizer state")
+    if ctx.target.kind == "cpu" then
+      ctx.decide("precision", "bf16 storage + bf16 GEMMs", "v2102 dtype bf16 on cpu: activations and their gradients stored in bf16, GEMMs as oneDNN bf16 matmuls (fp32 accumulation) on a bf16 copy of the fp32 master weights refreshed once per step; norms, softmax and loss in fp32; fp32 optimizer state")
+    else
+      ctx.decide("precision", "bf16 storage + bf16 GEMMs", "v2102 dtype bf16 on " .. tostring(ctx.target.name) .. ": activations and their gradients stored in bf16 (the kernels' ACT constant), GEMMs with bf16 A/B (cuBLASLt, fp32 compute) on a bf16 copy of the fp32 master weights and biases cast once per step (cast_f32_bf16), bf16 activation outputs, fp32 weight gradients accumulated in place (beta 1); norms, softmax and loss in fp32; fp32 optimizer state")
+    end
     if plan.hardware and plan.hardware.peak_source == "measured" then
       plan.hardware.peak_dtype = "bf16"
       ctx.decide("hardware.peak_dtype", "bf16", "v2102 bf16 GEMMs on cpu: the trainer measures this machine's bf16 matmul peak at start and reports MFU against it")

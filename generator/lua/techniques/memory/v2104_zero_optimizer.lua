@@ -10,6 +10,9 @@ local WHAT = {
   "parameters, gradients and AdamW moments sharded per layer; each layer's parameters are all-gathered (the next %d prefetched) before use and released after, each layer's gradients reduce-scattered as soon as its backward is done",
 }
 
+-- the stage, known to the modules that plan before the sections (v2102's storage choice)
+function M.derive(ctx) ctx.facts.zero = { stage = ctx.param("stage") or 1 } end
+
 function M.sections(ctx, plan)
   local train = plan.train
   train.zero_stage = ctx.param("stage") or 1

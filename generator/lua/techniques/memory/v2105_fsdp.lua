@@ -13,6 +13,7 @@ function M.derive(ctx)
     ctx.refuse("sharding=" .. tostring(sharding) .. " (shard inside a group of ranks, replicate across groups) is not implemented: the runtime has one data-parallel group",
       "use --set v2105.sharding=full_shard or shard_grad_op, or zero3 / zero2")
   end
+  ctx.facts.zero = { stage = STAGE[sharding] } -- known to the modules that plan before the sections
 end
 
 function M.sections(ctx, plan)
