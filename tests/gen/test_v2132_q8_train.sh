@@ -25,6 +25,12 @@ expect test_v2132_q8_refuses_lion 2 "replaces AdamW" -- "$GEN" "${SEL[@]}" --ena
 expect test_v2132_q8_refuses_zero1 2 "ZeRO stage 1 shards" -- "$GEN" "${SEL[@]}" --enable dp,zero1 --set v2132.state_dtype=q8 --target cpu -o "$TMP/x2"
 expect test_v2132_q8_refuses_sim 2 "no sim kernel" -- "$GEN" "${SEL[@]}" --set v2132.state_dtype=q8 --target sim -o "$TMP/x3"
 
+# gen size --opt-state: optimizer bytes per parameter (fp32 training: m, v; bf16: + fp32 master)
+sz() { "$GEN" size --model gpt2-124m --hw h100-sxm --dtype "$1" --opt-state "$2" --json 2>/dev/null | python3 -c "import json,sys; d=json.load(sys.stdin); print('%.3f' % (d['hardware'][0]['memory']['optimizer'] / d['model']['params']))"; }
+check test_v2132_q8_size_fp32 test "$(sz fp32 f32) $(sz fp32 q8)" = "8.000 2.031"
+check test_v2132_q8_size_bf16 test "$(sz bf16 f32) $(sz bf16 q8)" = "12.000 6.031"
+expect test_v2132_q8_size_rejects_bad_state 2 "is not one of f32 \| q8" -- "$GEN" size --model gpt2-124m --hw h100-sxm --opt-state q4
+
 # optimizer-state bytes per parameter from the trainer's memory line
 nparams=$(json "$TMP/q8/plan.json" "sum(q['numel'] for q in p['params'])")
 bpp() { grep "rank 0/1 memory" "$1" | grep -oE "optimizer [0-9]+ B" | grep -oE "[0-9]+" | awk -v n="$nparams" '{ printf "%.3f", $1 / n }'; }
