@@ -73,7 +73,37 @@ static int nearest(const float *map, float x) {
     return (map[hi] - x) < (x - map[lo]) ? hi : lo;
 }
 
+/* The same index found fast: lut[key(x)] is the largest code <= the smallest float whose key is
+ * key(x) (key: the top 16 bits of x's bits in an order-preserving unsigned form), and the walk up
+ * from there ends where the binary search does (map[lo] <= x < map[lo + 1]); ties as nearest(). */
+static uint32_t ordered(float x) {
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    return (u & 0x80000000u) ? ~u : u | 0x80000000u;
+}
+
+static void lut_init(const float *map, uint8_t *lut) {
+    for (uint32_t k = 0; k < 65536; k++) {
+        uint32_t u = k << 16, b = (u & 0x80000000u) ? u & 0x7fffffffu : ~u;
+        float x0;
+        memcpy(&x0, &b, sizeof x0);
+        int lo = 0;
+        if (x0 == x0)
+            while (lo < 255 && map[lo + 1] <= x0) lo++;
+        lut[k] = (uint8_t)lo;
+    }
+}
+
+static inline int nearest_fast(const float *map, const uint8_t *lut, float x) {
+    if (!(x > map[0])) return 0;
+    if (x >= map[255]) return 255;
+    int lo = lut[ordered(x) >> 16];
+    while (map[lo + 1] <= x) lo++;
+    return (map[lo + 1] - x) < (x - map[lo]) ? lo + 1 : lo;
+}
+
 static float MAP_S[256], MAP_U[256];
+static uint8_t LUT_S[65536], LUT_U[65536];
 static int ZERO_S, ZERO_U;
 static int maps_ready;
 
@@ -83,6 +113,8 @@ static void maps_init(void) {
     if (!maps_ready) {
         hyp_q8_dynamic_map(1, MAP_S);
         hyp_q8_dynamic_map(0, MAP_U);
+        lut_init(MAP_S, LUT_S);
+        lut_init(MAP_U, LUT_U);
         ZERO_S = nearest(MAP_S, 0.0f);
         ZERO_U = nearest(MAP_U, 0.0f);
         maps_ready = 1;
@@ -108,11 +140,11 @@ static void block_step(float *p, const float *g, float *am, float *av, uint8_t *
     for (int64_t i = 0; i < n; i++) {
         int c = ZERO_S;
         if (nm > 0.0f) {
-            c = nearest(MAP_S, ms[i] / nm);
+            c = nearest_fast(MAP_S, LUT_S, ms[i] / nm);
             if (signbit(MAP_S[c]) != signbit(ms[i])) c += ms[i] > 0.0f ? 1 : -1; /* bitsandbytes: m keeps its sign */
         }
         cm[i] = (uint8_t)c;
-        cv[i] = (uint8_t)(nv > 0.0f ? nearest(MAP_U, vs[i] / nv) : ZERO_U);
+        cv[i] = (uint8_t)(nv > 0.0f ? nearest_fast(MAP_U, LUT_U, vs[i] / nv) : ZERO_U);
     }
 }
 
