@@ -121,6 +121,12 @@ static void maps_init(void) {
     }
 }
 
+int hyp_q8_nearest(int is_signed, float x, int fast) {
+    maps_init();
+    const float *map = is_signed ? MAP_S : MAP_U;
+    return fast ? nearest_fast(map, is_signed ? LUT_S : LUT_U, x) : nearest(map, x);
+}
+
 static void block_step(float *p, const float *g, float *am, float *av, uint8_t *cm, uint8_t *cv, int64_t n, float lr,
                        float beta1, float beta2, float eps, float wd, float ibc1, float ibc2, float gscale) {
     float ms[HYP_Q8_BLOCK], vs[HYP_Q8_BLOCK];

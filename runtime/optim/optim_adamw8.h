@@ -11,6 +11,9 @@
 
 /* The 256 sorted codes of bitsandbytes' create_dynamic_map(signed, max_exponent_bits 7, total_bits 8). */
 void hyp_q8_dynamic_map(int is_signed, float out[256]);
+/* The index of the code nearest x in map is_signed's map (ties: the lower code), by binary search
+ * (fast 0) or through the table the step uses (fast 1); the two agree for every float. */
+int hyp_q8_nearest(int is_signed, float x, int fast);
 /* The floats one packed state of an n-element tensor takes: ceil(n/256) absmax floats, then the n
  * uint8 codes (ceil(n/4) floats). */
 int64_t hyp_q8_state_floats(int64_t n);

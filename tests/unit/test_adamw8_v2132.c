@@ -106,6 +106,24 @@ int main(void) {
               s ? "v2132 q8 unsigned dynamic map == create_dynamic_map(False)" : "v2132 q8 signed dynamic map == create_dynamic_map(True)",
               "min %.9g, max %g, smallest positive %.3g", map[0], map[255], map[s ? 1 : 128]);
     }
+    /* the step's table-guided nearest code == the binary search, for every float in [-1, 1] with
+     * the low 8 mantissa bits cycling (2^24 of them per map: every table bucket, both sides of
+     * every code and every midpoint's neighbourhood within 2^-15 relative), and +-0, +-1, NaN */
+    for (int s = 0; s < 2; s++) {
+        long bad = 0, tried = 0;
+        for (uint32_t hi = 0; hi < (1u << 24); hi++) {
+            uint32_t u = (hi << 8) | (hi & 0xffu);
+            float x;
+            memcpy(&x, &u, sizeof x);
+            if (!(fabsf(x) <= 1.0f)) continue;
+            tried++;
+            bad += hyp_q8_nearest(s, x, 1) != hyp_q8_nearest(s, x, 0);
+        }
+        const float edge[5] = {0.0f, -0.0f, 1.0f, -1.0f, NAN};
+        for (int i = 0; i < 5; i++) bad += hyp_q8_nearest(s, edge[i], 1) != hyp_q8_nearest(s, edge[i], 0);
+        check(bad == 0, s ? "v2132 q8 signed nearest code: table == binary search" : "v2132 q8 unsigned nearest code: table == binary search",
+              "%ld of %ld floats differ", bad, tried + 5);
+    }
     const hyp_optim_i *o = hyp_optim_find("adamw8bit");
     check(o && o->n_state == 2 && o->shard_matrix == 1 && o->state_numel, "v2132 q8 kind adamw8bit registered",
           "2 packed states, whole tensors");
