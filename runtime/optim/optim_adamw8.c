@@ -10,7 +10,9 @@
  * exact (bitsandbytes' quantize_2D walks a binary search with approximate division), and a block
  * whose state is all zero keeps the zero code (bitsandbytes divides 0 by 0).
  * States, packed per tensor (state_numel): ceil(n/256) absmax floats, then n uint8 codes; whole
- * tensors only (shard_matrix 1), so ZeRO is refused. This file is compiled with -ffp-contract=off:
+ * tensors only (shard_matrix 1), so ZeRO is refused. On a device: one launch per tensor of
+ * templates/adamw8.cu.lua's adamw8_block_step (one CUDA block per 256-element block, the two maps
+ * uploaded into the optimizer workspace). This file is compiled with -ffp-contract=off:
  * no fused multiply-adds, so the step is the same bits on every x86 (with or without AVX-512) and
  * equals the Python reference bit for bit. Never: scheduling, clipping or ZeRO. */
 #include "optim_adamw8.h"
@@ -185,6 +187,57 @@ static void step_span(const hyp_optim_cfg *c, const hyp_optim_span *s, const hyp
                       (float)hyp_optim_hyper(c, "eps"), (float)s->group->weight_decay, a->t, a->grad_scale);
 }
 
+/* adamw8_block_step(p, sm, sv, g, maps, n, lr, beta1, beta2, eps, wd, ibc1, ibc2, gscale): 14
+ * parameters; one launch per tensor, one CUDA block per 256-element block (templates/adamw8.cu.lua),
+ * the two maps uploaded into the optimizer workspace */
+static int step_device(const hyp_optim_cfg *c, exec_dev *x, const hyp_optim_step *a, const float *d_grad_scale,
+                       hyp_err *e) {
+    exec_dev_own o;
+    int rc = exec_dev_optim_own(x, "adamw8_block_step", "float*", 14, &o, e);
+    if (rc) return rc;
+    if (x->stage != 0)
+        return hyp_fail(e, HYP_EINPUT, "adamw8bit: ZeRO stage %d shards by floats and the 8-bit states are packed per tensor — generate the trainer without zero1/zero2/zero3", x->stage);
+    double block = 0;
+    if ((rc = exec_dev_optim_const(x, "BLOCK", &block, e))) return rc;
+    if ((int)block != HYP_Q8_BLOCK)
+        return hyp_fail(e, HYP_EINPUT, "kernels.json: adamw8 BLOCK is %g, the 8-bit states need %d — regenerate with gen", block, HYP_Q8_BLOCK);
+    maps_init();
+    static float maps[512];
+    memcpy(maps, MAP_S, sizeof MAP_S);
+    memcpy(maps + 256, MAP_U, sizeof MAP_U);
+    float *d_maps;
+    if ((rc = exec_dev_optim_work(x, 512, &d_maps, e))) return rc;
+    if ((rc = x->dev->h2d(x->dev, d_maps, maps, sizeof maps, NULL, e))) return rc;
+    const plan_t *p = x->p;
+    const float beta1 = (float)hyp_optim_hyper(c, "beta1"), beta2 = (float)hyp_optim_hyper(c, "beta2");
+    const float eps = (float)hyp_optim_hyper(c, "eps");
+    /* as op_adamw: the bias corrections in double, rounded to float, inverted in float */
+    const float ibc1 = 1.0f / (float)(1.0 - pow((double)beta1, (double)a->t));
+    const float ibc2 = 1.0f / (float)(1.0 - pow((double)beta2, (double)a->t));
+    for (int i = 0; i < p->n_params_t && !rc; i++) {
+        const plan_param *t = &p->params[i];
+        const hyp_optim_group *gr = &c->groups[t->group];
+        hyp_kargs k;
+        memset(&k, 0, sizeof k);
+        hyp_kargs_ptr(&k, o.param + t->offset);
+        hyp_kargs_ptr(&k, o.state[0] + plan_state_off(c, 0, i, t));
+        hyp_kargs_ptr(&k, o.state[1] + plan_state_off(c, 1, i, t));
+        hyp_kargs_ptr(&k, o.grad + t->offset);
+        hyp_kargs_ptr(&k, d_maps);
+        hyp_kargs_i64(&k, t->numel);
+        hyp_kargs_f32(&k, (float)(a->lr * gr->lr_mult));
+        hyp_kargs_f32(&k, beta1);
+        hyp_kargs_f32(&k, beta2);
+        hyp_kargs_f32(&k, eps);
+        hyp_kargs_f32(&k, (float)gr->weight_decay);
+        hyp_kargs_f32(&k, ibc1);
+        hyp_kargs_f32(&k, ibc2);
+        hyp_kargs_ptr(&k, d_grad_scale);
+        rc = exec_dev_optim_launch_grid(x, "adamw8_block_step", (unsigned)((t->numel + HYP_Q8_BLOCK - 1) / HYP_Q8_BLOCK), &k, e);
+    }
+    return rc;
+}
+
 static int64_t state_numel(const hyp_optim_cfg *c, const plan_param *t, int k) {
     (void)c, (void)k;
     return hyp_q8_state_floats(t->numel);
@@ -201,4 +254,5 @@ const hyp_optim_i hyp_optim_adamw8 = {
     .state_numel = state_numel,
     .check = check,
     .step_span = step_span,
+    .step_device = step_device,
 };

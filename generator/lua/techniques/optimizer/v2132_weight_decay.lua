@@ -5,11 +5,11 @@
 -- state_dtype q8: the kind becomes "adamw8bit" (runtime/optim/optim_adamw8.c; bitsandbytes'
 -- AdamW8bit: uint8 codes on the dynamic maps, one fp32 absmax per 256 elements), m and v packed per
 -- tensor (the plan's state "numel" lists: ceil(n/256) + ceil(n/4) floats), sharded by matrix;
--- refused beside a replacement optimizer, under ZeRO and on device targets (no kernel there).
+-- refused beside a replacement optimizer and under ZeRO; on sim/sm_XX the kernel of templates/adamw8.cu.lua.
 local U = require("util")
 local M = {
   id = "v2132",
-  families = { "adamw" },
+  families = { "adamw", "adamw8" },
   settings = {
     { "optimizer", "weight_decay", "weight_decay", 0.0, "optimizer.weight_decay" },
     { "optimizer.hyper", "beta1", "beta1", 0.9, "optimizer.beta1", quiet = true },
@@ -35,10 +35,6 @@ local function q8_sections(ctx, plan)
     ctx.refuse(string.format("state_dtype=q8 packs each tensor's 8-bit codes and absmax blocks whole, and ZeRO stage %d shards the states by floats", z.stage),
       "drop zero1/zero2/zero3/fsdp (plain dp replicates the 8-bit states), or drop --set v2132.state_dtype=q8")
   end
-  if ctx.target.kind ~= "cpu" then
-    ctx.refuse("state_dtype=q8 has no " .. tostring(ctx.target.kind) .. " kernel yet (the 8-bit step runs on the cpu backend only)",
-      "generate with --target cpu, or drop --set v2132.state_dtype=q8")
-  end
   local o = plan.optimizer
   o.kind = "adamw8bit"
   o.shard = "matrix"
@@ -52,6 +48,12 @@ local function q8_sections(ctx, plan)
   ctx.decide("optimizer.kind", "adamw8bit", string.format("v2132 state_dtype=q8: AdamW's m and v as 8-bit codes with one fp32 absmax per %d elements (%.3f bytes/param of state instead of 8)", Q8_BLOCK, bpp))
   ctx.contribute(string.format("8-bit AdamW states (bitsandbytes' block-wise dynamic quantization, blocks of %d): %.3f bytes/param of optimizer state instead of 8 (%d packed floats for %d parameters)",
     Q8_BLOCK, bpp, 2 * floats, n))
+end
+
+function M.kernels(ctx, k)
+  if ctx.param("state_dtype") ~= "q8" then return end
+  k.want("adamw8", { "adamw8_block_step" }, {})
+  ctx.contribute("kernel: adamw8_block_step (one CUDA block per 256-element block: dequantize, AdamW, block absmax, requantize), one launch per tensor")
 end
 
 function M.params(ctx, ps, names)
