@@ -22,7 +22,7 @@
  * wrong bias correction or weight decay moves them by >= 1e-3. Final weights: 1e-3 * max|ref|:
  * a coordinate whose exact gradient is ~0 gets our rounding noise n and Adam moves it by
  * lr n/(|n| + eps) (E3), while the float64 side stays put; n << eps = 1e-8 keeps that to a small
- * fraction of lr = 1e-3 per step (printed); a wrong update rule is off by ~lr * steps = 1e-2. */
+ * fraction of lr = 1e-3 per step (printed); a wrong update rule is off by ~lr * steps = 1e-2.
  *
  * Prints one line per check and "N passed, M failed"; exits 1 if anything failed.
  */
