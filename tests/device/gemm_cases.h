@@ -16,7 +16,9 @@
  * Tolerances (|got - want| <= rtol * scale, where scale is the same expression with every term
  * replaced by its magnitude, |alpha'| sum_k |a b| + |beta c| + |bias|, carried through GELU
  * (x 1.13, the largest |gelu'|) and dGELU (x |gelu'(aux)|); bias gradients: rtol * sum of |terms|):
- *   fp32 / bf16 / fp8 inputs, fp32 output  1e-5
+ *   fp32 / bf16 / fp8 inputs, fp32 output  1e-5 (fp32 accumulation in any order over k <= 96:
+ *                                          the deterministic bound (k + 3) u = 5.9e-6 of the
+ *                                          scale, alpha, beta and bias one rounding each)
  *   tf32 compute                           1e-3 on sim (round-to-nearest inputs: <= 2^-10 per
  *                                          product); the GPU suite allows 2e-3 (a GPU may
  *                                          truncate to tf32: <= 2^-9)

@@ -4,11 +4,15 @@
 # model, B=2 x T=16, 12 steps, one thread. init_scale 2^22 overflows fp16 at first (dlogits x S >
 # 65504: backoff), growth_interval 2 makes the scale grow twice and overflow again:
 #   scales 2^22 2^21 2^20 (skipped) 2^19 2^19 2^20 2^20 2^21 2^21 2^22 (skipped) 2^21 2^21.
-# (1) sim = cpu: the loss-scale and skipped-step sequences exactly, losses within 2e-5 relative
-#     (the cpu and sim GEMMs sum in different orders; fp16 rounding of the operands amplifies
-#     that a little: measured max 1.1e-5);
+# (1) sim = cpu: the loss-scale and skipped-step sequences exactly, losses within 1e-4 relative:
+#     the cpu and sim GEMMs sum in different orders (docs/test-tolerances.md E1, ~1e-6 relative),
+#     which flips the fp16 rounding (E5, ulp 2^-11 = 4.9e-4) of a fraction p ~ 1e-6/4.9e-4 = 2e-3
+#     of the operands: a GEMM output's rms change 4.9e-4 sqrt(p) = 2.2e-5, averaged over the
+#     B*T = 32 tokens of the loss (/sqrt(32): 3.9e-6 per step), adding linearly over 12 steps:
+#     <= 4.7e-5 (1e-4 with the other side's own E2+E3 share). A step not skipped on overflow, or
+#     a gradient left scaled by S, moves the loss by >= 1e-2;
 # (2) sim np=2 under mpirun (batch 1 per rank) = np=1, at ZeRO stages 0, 2 and 3: scale and skip
-#     sequences exactly, losses within 2e-5;
+#     sequences exactly, losses within 1e-4 (the same two sources: another order, fp16 flips);
 # (3) sim resume from the step-8 checkpoint (scale 2^21, one clean step counted) reproduces steps
 #     9-12 (a growth, then an overflow) bit for bit;
 # (4) the device trainer says how it checks (audit decision), the skipped steps' norm is not
@@ -42,9 +46,9 @@ expect sim_12 0 "SKIPPED: inf/NaN gradients at loss scale 4.1943e\+06, now 2.097
 seq_of() { paste -d: <(metric "$1" loss_scale) <(metric "$1" skipped_overflow) | tr '\n' ' '; }
 echo "cpu scale:skipped $(seq_of "$TMP/cpu.jsonl")"
 echo "sim scale:skipped $(seq_of "$TMP/sim.jsonl")"
-close() { # close A B: 12 losses, each within 2e-5 relative; prints the max relative difference
+close() { # close A B: 12 losses, each within 1e-4 relative (header); prints the max relative difference
   paste <(losses "$1") <(losses "$2") | awk '{ n++; d = $1 - $2; if (d < 0) d = -d; r = d / $1; if (r > m) m = r }
-    END { printf "    max relative loss difference %.2g over %d steps\n", m, n; exit !(n == 12 && m <= 2e-5) }'
+    END { printf "    max relative loss difference %.2g over %d steps\n", m, n; exit !(n == 12 && m <= 1e-4) }'
 }
 # (1) sim = cpu
 check test_v2162_sim_scale_and_skips_equal_cpu test "$(seq_of "$TMP/sim.jsonl")" = "$(seq_of "$TMP/cpu.jsonl")"
@@ -52,7 +56,9 @@ check test_v2162_sim_losses_equal_cpu close "$TMP/cpu.jsonl" "$TMP/sim.jsonl"
 check test_v2162_sim_backoff_growth_backoff test "$(seq_of "$TMP/sim.jsonl")" = \
   "4194304:1 2097152:1 1048576:1 524288:0 524288:0 1048576:0 1048576:0 2097152:0 2097152:0 4194304:1 2097152:0 2097152:0 "
 # the reported norm is the unscaled one (norm / S written back): the cpu's within 1e-3 relative
-# (measured 8e-5: fp16-rounded operands amplify the summation-order differences)
+# (fp16 flips as in (1): a gradient element's rms change 2.2e-5 per GEMM, ~3 GEMMs deep in the
+# backward (sqrt(3): 4e-5), adding linearly over the 8 finite steps: <= 3e-4; a norm not divided
+# by S is off by >= 2^19)
 norms_close() {
   paste <(metric "$1" grad_norm) <(metric "$2" grad_norm) | awk '$1 != "null" { n++; d = $1 - $2; if (d < 0) d = -d; if (d > 1e-3 * $1) bad = 1 }
     $1 == "null" && $2 != "null" { bad = 1 } END { exit bad || n != 8 }'

@@ -6,7 +6,10 @@
 #
 # Tolerances (5 steps, lr 2e-3, tiny): the sim's GEMM accumulates each dot product in double and
 # rounds once, oneDNN's sgemm accumulates in fp32, so the Newton-Schulz output differs by fp32
-# rounding: Muon matrices within 2e-6 absolute (observed 3.1e-7, weights ~0.03-0.09). AdamW
+# rounding: Muon matrices within 2e-6 absolute — E1 with one side exact, sqrt(K) u relative at
+# K <= 512, times ~25 through the 5 Newton-Schulz iterations (E4), lambda = 6, on an update of
+# size lr: 5 steps x 2e-3 x 25 x 6 x 6e-8 x sqrt(512) = 2e-6 (docs/test-tolerances.md; printed
+# 3.1e-7; a wrong NS coefficient or scale moves them by ~lr). AdamW
 # tensors within 1e-3 (a tenth of 5 steps x lr, where a wrong update lands): the attention key
 # bias has a gradient that is exactly 0 in exact arithmetic (softmax ignores a per-row constant),
 # so both backends feed Adam rounding noise, which Adam normalizes to steps of up to ~lr (observed

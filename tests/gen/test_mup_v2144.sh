@@ -96,12 +96,14 @@ for att in naive flash; do
     expect train_${r}_$att 0 "done: 12 steps" -- "$TMP/$r-$att/train" --data "$TMP/data" --steps 12 --eval-every 0 --lr 2e-3 --metrics "$TMP/$r-$att.jsonl"
   done
   echo "v2145 $att: last loss 1/sqrt(hd) $(losses "$TMP/m1-$att.jsonl" | tail -1), 1/hd $(losses "$TMP/m1t-$att.jsonl" | tail -1), sim 1/hd $(losses "$TMP/m1t-sim-$att.jsonl" | tail -1)"
-  # the scale's effect on cpu (max relative loss difference over the 12 steps, ~2e-4) is far above
-  # the sim-vs-cpu tolerance here (2e-6; they agree to ~1e-7): a device template ignoring it fails
+  # the scale's effect on cpu (max relative loss difference over the 12 steps, ~2e-4; required
+  # > 5e-5) is above the sim-vs-cpu tolerance, 3e-5: the same fp32 math in two orders over 12
+  # AdamW steps of tiny (docs/test-tolerances.md E2 + E3: 2e-5 per 8 steps, growing at most
+  # linearly), so a device template ignoring the scale (~2e-4) still fails
   eff=$(maxrel "$TMP/m1-$att.jsonl" "$TMP/m1t-$att.jsonl"); dev=$(maxrel "$TMP/m1t-sim-$att.jsonl" "$TMP/m1t-$att.jsonl")
   echo "v2145 $att: 1/hd vs 1/sqrt(hd) max relative loss difference $eff; sim vs cpu $dev"
   check test_v2145_${att}_cpu_attention_scale_changes_losses awk -v r="$eff" 'BEGIN { exit !(r > 5e-5) }'
-  check test_v2145_${att}_sim_attention_scale_matches_cpu awk -v r="$dev" -v n="$(losses "$TMP/m1t-sim-$att.jsonl" | wc -l)" 'BEGIN { exit !(r < 2e-6 && n == 12) }'
+  check test_v2145_${att}_sim_attention_scale_matches_cpu awk -v r="$dev" -v n="$(losses "$TMP/m1t-sim-$att.jsonl" | wc -l)" 'BEGIN { exit !(r < 3e-5 && n == 12) }'
 done
 
 # --- the coordinate check: widths 64 and 256 --------------------------------------------------------

@@ -128,6 +128,10 @@ expect "v2149_distill_trains" 0 "distillation \\(v2149\\): teacher" -- "$TMP/dis
 "$TMP/dist0/train" --data "$TMP/rd" --steps 6 --sample 0 --metrics "$TMP/dist0.jsonl" >/dev/null 2>&1
 "$TMP/teacher/train" --data "$TMP/rd" --steps 6 --sample 0 --metrics "$TMP/plain.jsonl" >/dev/null 2>&1
 # alpha = 0: the distillation loss path (teacher forward, double-precision row) is the plain cross-entropy
+# (1e-5 relative: the student's forward and backward are the same kernels in the same order; only the
+# loss row differs, double vs fp32, <= 2u per logit gradient, which AdamW's sign flips of near-zero
+# coordinates carry into later losses: docs/test-tolerances.md E3, <= 1e-5 over <= 8 steps of tiny;
+# a teacher term left in at alpha 0 moves the loss by >= 1e-2)
 check "v2149_alpha0_equals_plain_trainer (6 steps, 1e-5 relative)" awk 'NR == FNR { a[FNR] = $1; next } { d = a[FNR] - $1; if (d < 0) d = -d; if (d > 1e-5 * $1) bad = 1; n++ } END { exit bad || n != 6 }' \
   <(losses "$TMP/dist0.jsonl") <(losses "$TMP/plain.jsonl")
 check "v2149_distill_loss_differs_from_plain" test "$(losses "$TMP/dist.jsonl" | tail -1)" != "$(losses "$TMP/plain.jsonl" | tail -1)"

@@ -3,24 +3,29 @@
 #   v2195 DPO, v2196 ORPO, v2197 SimPO, v2198 KTO: the same 3 steps of tiny from the same seed on
 #     the cpu and on sim (per-token log-probs from the device's loss op, the backward through the
 #     device's crossentropy_fused_ext with per-token weights): every step's loss, gradient norm,
-#     chosen/rejected log-probs and reward margin agree within 1e-5 relative (fp32 on both; the
-#     measured differences are ~1e-6), and on sim the train pref_accuracy rises from step 1 to
+#     chosen/rejected log-probs and reward margin agree within 2e-5 relative (tolerance below), and on sim the train pref_accuracy rises from step 1 to
 #     step 3 and the held-out reward margin rises from the starting weights'.
 #   v2149 distillation: a cpu-trained teacher, student 3 steps on cpu and on sim (the KL + CE in
-#     the device's fused-loss kernel): losses and gradient norms within 1e-5 relative. On sim the
+#     the device's fused-loss kernel): losses and gradient norms within 2e-5 relative. On sim the
 #     teacher (the student's shape) runs forward on the device through the student's kernels (its
 #     logits handed to the fused loss on the device): equal to the cpu trainer and to the sim host
-#     teacher (HYP_TEACHER_DEVICE=0) within 1e-5, and the device memory line's "other" grows by
+#     teacher (HYP_TEACHER_DEVICE=0) within 2e-5, and the device memory line's "other" grows by
 #     at least the teacher's parameter bytes; the same teacher exported as a Hugging Face
 #     directory (read under the student's plan) gives the same losses exactly. A teacher of another shape (tiny-llama) with no sim
 #     kernels falls back to the host teacher and says so; one generated for sim runs on the device
-#     through its own kernels, equal to its host path within 1e-5. Data parallel: cpu np=2 equals
+#     through its own kernels, equal to its host path within 2e-5. Data parallel: cpu np=2 equals
 #     np=1 within 2e-5, and sim np=2 (a device teacher per rank) the cpu's np=1.
 #   With NVRTC: the sm_90 DPO trainer compiles the kernel with zero spills (cuda: not run, no GPU).
 #   A DPO run on sim stopped at step 2 and resumed gives the straight run's step 3 loss exactly.
 #   A sim trainer whose kernels.json lacks the variant is refused (exit 2, one line, no checkpoint).
 #   The kernel itself against the cpu ops row by row: tests/unit/test_kernels_sim.c
 #   (test_v2195_crossentropy_fused_ext, test_v2149_distill_ext).
+# Tolerance (docs/test-tolerances.md E2 + E3): every comparison here is the same fp32 math summed in
+# two orders (sim kernels vs oneDNN/CPU ops, device vs host teacher, np=2 vs np=1): per-logit
+# errors ~u*sqrt(6000 roundings) averaged over 64-128 tokens (E2, <= 3e-6), plus AdamW turning
+# last-bit gradient differences into sign flips of near-zero coordinates on steps 2-3 (E3,
+# <= 1e-5): 2e-5 relative on tiny over <= 4 steps. Still caught: a dropped token (~8e-3), a
+# wrong beta, reference log-prob or per-token weight (>= 1e-2), a missing rank's gradient (~1e-2).
 source "$(dirname "$0")/lib.sh"
 export OMP_NUM_THREADS=1
 
@@ -59,8 +64,8 @@ for o in dpo orpo simpo kto; do
     check "${ID[$o]}_${o}_trains_on_$tg" grep -q "done: 3 $o steps" "$TMP/${o}_$tg.log"
   done
   check "${ID[$o]}_${o}_sim_runs_the_device_loss" grep -q "backend: sim" "$TMP/${o}_sim.log"
-  check "${ID[$o]}_${o}_sim_equals_cpu (loss, grad norm, logps, margin; 3 steps, 1e-5 relative)" \
-    near "$TMP/${o}_cpu.jsonl" "$TMP/${o}_sim.jsonl" loss,grad_norm,logps_chosen,logps_rejected,reward_margin 1e-5 3
+  check "${ID[$o]}_${o}_sim_equals_cpu (loss, grad norm, logps, margin; 3 steps, 2e-5 relative)" \
+    near "$TMP/${o}_cpu.jsonl" "$TMP/${o}_sim.jsonl" loss,grad_norm,logps_chosen,logps_rejected,reward_margin 2e-5 3
   a0=$(sed -n 's/^eval step 0 | val pref_accuracy \([-0-9.e]*\).*/\1/p' "$TMP/${o}_sim.log")
   m0=$(sed -n 's/^eval step 0 .*reward_margin \([-0-9.e]*\).*/\1/p' "$TMP/${o}_sim.log")
   a3=$(last_metric "$TMP/${o}_sim.jsonl" val_pref_accuracy); m3=$(last_metric "$TMP/${o}_sim.jsonl" val_reward_margin)
@@ -101,14 +106,14 @@ for tg in cpu sim; do
   expect "gen_distill_$tg" 0 "wrote" -- "$GEN" specs/v2500.yaml --enable adamw,distill --set v2149.teacher="$TCH" --model tiny --target $tg --batch 2 --seq 32 -o "$TMP/dist_$tg"
   expect "v2149_distill_trains_on_$tg" 0 "distillation \\(v2149\\): teacher" -- "$TMP/dist_$tg/train" --data "$TMP/rd" --steps 3 --sample 0 --eval-every 0 --metrics "$TMP/dist_$tg.jsonl"
 done
-check "v2149_distill_sim_equals_cpu (loss, grad norm; 3 steps, 1e-5 relative)" near "$TMP/dist_cpu.jsonl" "$TMP/dist_sim.jsonl" loss,grad_norm 1e-5 3
+check "v2149_distill_sim_equals_cpu (loss, grad norm; 3 steps, 2e-5 relative)" near "$TMP/dist_cpu.jsonl" "$TMP/dist_sim.jsonl" loss,grad_norm 2e-5 3
 # the device teacher (the run above; its banner and memory line from one more step) against the host teacher on sim
 "$TMP/dist_sim/train" --data "$TMP/rd" --steps 1 --sample 0 --eval-every 0 > "$TMP/dist_simd.log" 2>&1
 HYP_TEACHER_DEVICE=0 "$TMP/dist_sim/train" --data "$TMP/rd" --steps 3 --sample 0 --eval-every 0 --metrics "$TMP/dist_simh.jsonl" > "$TMP/dist_simh.log" 2>&1
 check "v2149_sim_teacher_forward_on_the_device" grep -q "teacher's forward runs on the sim device (the student's kernels (same shape)" "$TMP/dist_simd.log"
 check "v2149_sim_host_teacher_when_asked" grep -q "teacher's forward runs on the host (HYP_TEACHER_DEVICE=0)" "$TMP/dist_simh.log"
-check "v2149_sim_device_teacher_equals_cpu (3 steps, 1e-5 relative)" near "$TMP/dist_cpu.jsonl" "$TMP/dist_sim.jsonl" loss,grad_norm 1e-5 3
-check "v2149_sim_device_teacher_equals_host_teacher (3 steps, 1e-5 relative)" near "$TMP/dist_simh.jsonl" "$TMP/dist_sim.jsonl" loss,grad_norm 1e-5 3
+check "v2149_sim_device_teacher_equals_cpu (3 steps, 2e-5 relative)" near "$TMP/dist_cpu.jsonl" "$TMP/dist_sim.jsonl" loss,grad_norm 2e-5 3
+check "v2149_sim_device_teacher_equals_host_teacher (3 steps, 2e-5 relative)" near "$TMP/dist_simh.jsonl" "$TMP/dist_sim.jsonl" loss,grad_norm 2e-5 3
 mem() { sed -n "s/.*sim device memory.* params \([0-9]*\) B .* other \([0-9]*\) B.*/\1 \2/p" "$1"; }
 read -r pd od <<< "$(mem "$TMP/dist_simd.log")"; read -r ph oh <<< "$(mem "$TMP/dist_simh.log")"
 check "v2149_sim_memory_counts_the_teacher (other ${oh:-?} -> ${od:-?} B, teacher params ${pd:-?} B)" \
@@ -131,7 +136,7 @@ cp -r "$TMP/tl/ck" "$TMP/tls/ck"
 expect gen_distill_llama_sim_teacher 0 "wrote" -- "$GEN" specs/v2500.yaml --enable adamw,distill --set v2149.teacher="$TMP/tls/ck/step_00000002" --model tiny --target sim --batch 2 --seq 32 -o "$TMP/dtls"
 expect "v2149_sim_other_shape_teacher_on_the_device" 0 "teacher's forward runs on the sim device \\(the teacher's kernels" -- \
   "$TMP/dtls/train" --data "$TMP/rd" --steps 2 --sample 0 --eval-every 0 --metrics "$TMP/dtl_d.jsonl"
-check "v2149_sim_other_shape_device_teacher_equals_host (2 steps, 1e-5 relative)" near "$TMP/dtl_h.jsonl" "$TMP/dtl_d.jsonl" loss,grad_norm 1e-5 2
+check "v2149_sim_other_shape_device_teacher_equals_host (2 steps, 2e-5 relative)" near "$TMP/dtl_h.jsonl" "$TMP/dtl_d.jsonl" loss,grad_norm 2e-5 2
 # the teacher's kernels that cannot run its plan (a launch renamed): the host teacher, saying why
 sed -i 's/"layernorm_fwd":/"layernorm_gone":/; s/"rmsnorm_fwd":/"rmsnorm_gone":/' "$TMP/tls/kernels/kernels.json"
 expect "v2149_sim_teacher_kernels_unusable_falls_back_to_host" 0 "teacher's forward runs on the host \\(the teacher's kernels do not run its plan: kernels.json: plan op" -- \

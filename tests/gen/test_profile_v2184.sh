@@ -28,13 +28,17 @@ check test_v2184_trace_parses_and_every_op_appears test $? = 0
 cat "$TMP/check.txt" | grep -v "^ok"
 R=$(awk '/^steps/ { print $NF }' "$TMP/check.txt")
 check test_v2184_sum_of_op_times_within_10pct_of_step_time awk -v r="$R" 'BEGIN { exit !(r >= 0.90 && r <= 1.001) }'
-# the trace's step time is the trainer's own (train_step, as the metrics log's step_s)
+# the trace's step time is the trainer's own (train_step, as the metrics log's step_s): the same
+# double dt per step on both sides, summed in double; the log prints each with %.9g (relative
+# error <= 5e-9) and cJSON the sum with >= 15 digits, so the two agree within 1e-8 relative: bound
+# 1e-6 relative (+1e-6 ms for a zero sum). A trace timing another span (data wait, the profiler's
+# own writes) differs by far more than that.
 S=$(python3 -c "
 import json, sys
 m = [json.loads(l) for l in open('$TMP/m1.jsonl')]
 print(sum(r['step_s'] for r in m if 3 <= r['step'] <= 6) * 1e3)")
 T=$(python3 -c "import json; print(json.load(open('$TMP/tr.json'))['otherData']['step_time_ms'])")
-check test_v2184_step_time_is_the_metrics_step_time awk -v a="$S" -v b="$T" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 1e-3 * a + 1e-3) }'
+check test_v2184_step_time_is_the_metrics_step_time awk -v a="$S" -v b="$T" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 1e-6 * a + 1e-6) }'
 check test_v2184_profiling_leaves_losses_bit_identical test "$(losses "$TMP/m1.jsonl")" = "$(losses "$TMP/m0.jsonl")"
 python3 - "$TMP/tr.json" > "$TMP/cats.txt" <<'EOF'
 import json, sys

@@ -17,7 +17,7 @@ cat "$ROOT"/specs/*/*.yaml > "$TMP/corpus.txt"
 "$GEN" data "$TMP/corpus.txt" -o "$TMP/data" >/dev/null
 COMMON=(--data "$TMP/data" --seq 64)
 json() { python3 -c "import json,sys; p=json.load(open(sys.argv[1])); print(eval(sys.argv[2]))" "$@"; }
-close() { # close FILE_A FILE_B: every loss within 2e-5 relative
+close() { # close FILE_A FILE_B: every loss within 2e-5 relative (np=2 vs np=1: two fp32 orders, docs/test-tolerances.md E2 + E3 for <= 8 steps of tiny; a missing rank moves step 2 by ~1e-2)
   paste <(losses "$1") <(losses "$2") | awk 'BEGIN { n = 0 } { n++; d = $1 - $2; if (d < 0) d = -d; if (d > 2e-5 * $1) bad = 1 } END { exit bad || n < 4 }'
 }
 vals() { python3 -c "import json,sys; [print(json.loads(l)['val_loss']) for l in open(sys.argv[1]) if json.loads(l).get('val_loss') is not None]" "$1"; }

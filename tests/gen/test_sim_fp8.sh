@@ -4,15 +4,20 @@
 # - fp8 (HYBRID, delayed scaling): the sim trainer's cast kernels (fp8.scale/scale_inv/amax[slot]
 #   bindings), its fp8 GEMMs (plan fp8.gemm "fp8": TN GEMMs of the fp8 bytes, scale_inv as the A/B
 #   scales) and exec_dev_fp8_step's amax-history update match the cpu trainer (fake-quantized,
-#   runtime/fp8.c) over 8 steps within 1e-3 relative: the quantization is bit-exact on both sides,
+#   runtime/fp8.c) over 8 steps within 2e-3 relative: the quantization is bit-exact on both sides,
 #   the GEMM summation orders and the AdamW kernel differ in last bits, which can flip an fp8
-#   rounding of an element (up to 1/8 of it in E4M3; observed 2.5e-6 here, up to 9.4e-4 in
-#   tests/unit/test_exec_sim.c's Llama run, which checks every cast and fp8 GEMM exactly);
-#   current scaling too (the scale from each tensor's amax on the device; observed 0 here);
+#   rounding of an element (up to 1/8 of it in E4M3). Bound (docs/test-tolerances.md E1, E5): a
+#   last-bit difference of rms u sqrt(32) = 3.4e-7 (C 32) flips a fraction p = 3.4e-7 / 2^-4 =
+#   5.4e-6 of the roundings, a GEMM output's rms change 2^-3 sqrt(p) = 2.9e-4; ~9 fp8 GEMMs in a
+#   chain (x sqrt(9)), the loss's mean over 2 x 16 tokens (/ sqrt(32)), 8 steps adding linearly:
+#   1.2e-3 <= 2e-3 (tests/unit/test_exec_sim.c checks every cast and fp8 GEMM exactly); current
+#   scaling too (the scale from each tensor's amax on the device); a wrong scale_inv is off O(1);
 #   and fp8 moves the losses off the fp32 run by more than 1e-4 relative somewhere (it is on).
 # - fusion: the sim trainer running the fused launch sites (residual+norm fwd/bwd, RoPE inside
 #   the attention permutes) matches the unfused sim trainer within 1e-5 relative (same kernels'
-#   arithmetic in another grouping; observed bit-identical) and the cpu trainer within 1e-4.
+#   arithmetic in another grouping: E2 + E3 of docs/test-tolerances.md for a model smaller than
+#   tiny, <= 1e-5 over 8 steps; a residual added twice or a norm skipped is off by O(1)) and the
+#   cpu trainer within 1e-4 (the same plus the oneDNN-vs-kernel orders, growing with the steps).
 # - a damaged fusion site is refused with a clear message (exit 2).
 source "$(dirname "$0")/lib.sh"
 export OMP_NUM_THREADS=2 HYP_SIM_CACHE="$BUILD/tests/sim_cache"
@@ -81,9 +86,9 @@ run cur_sim ",fp8" mini sim v2160.scaling=current
 run cur_cpu ",fp8" mini cpu v2160.scaling=current
 run f32_sim "" mini sim
 r=$(maxrel fp8_sim fp8_cpu); echo "fp8: sim vs cpu, $STEPS steps: max relative loss difference $r"
-check test_v2160_sim_fp8_matches_cpu within "$r" 1e-3
+check test_v2160_sim_fp8_matches_cpu within "$r" 2e-3
 r=$(maxrel cur_sim cur_cpu); echo "fp8 current scaling: sim vs cpu, $STEPS steps: $r"
-check test_v2160_sim_fp8_current_matches_cpu within "$r" 1e-3
+check test_v2160_sim_fp8_current_matches_cpu within "$r" 2e-3
 r=$(maxrel fp8_sim f32_sim); echo "fp8 vs fp32 (sim): max relative loss difference $r"
 check fp8_changes_the_losses awk -v r="$r" 'BEGIN { exit !(r != "inf" && r + 0 > 1e-4) }'
 

@@ -30,6 +30,17 @@
  *                                                                 gradients move by ~lr on noise
  *   device gradient norm |a-b| <= 1e-5 * ref                      fp32 sums per thread and block vs
  *                                                                 the host's double sum
+ * Derivations (docs/test-tolerances.md): logits and loss are E2 (a chain of ~1,000 fp32 roundings
+ * behind a logit of these small models: rms sqrt(2/3) u sqrt(1000) = 1.5e-6 of the scale; 1e-5 is
+ * ~7 sigma, and the loss's token mean only averages it down). A gradient sums N*C products per
+ * element on top of that chain (scale-normalized per tensor, so cancelling elements are judged
+ * against the tensor's scale): ~3x the logits' chain, 1e-4 keeps > 20 sigma. Losses of N steps:
+ * E2 + E3 (AdamW sign flips of near-zero coordinates, lr 1e-2 here: <= 2e-5 per step over <= 5
+ * steps) <= 1e-4. Parameters: a coordinate whose exact gradient is ~0 moves by lr n/(|n| + eps) of
+ * its rounding noise n on either side, 0.1 lr bounds that while n < eps/10 = 1e-9 (E3; n ~ u times
+ * the gradient's scale, < 1e-10 here). The device norm: 512 fixed fp32 partials (tree depth <= 8)
+ * then double: (K_thread + 8) u <= 1e-6 deterministically. Each bound is >= 100x below what a
+ * missing term, token or rank does (a wrong op is off by O(1) of the scale).
  */
 #include <math.h>
 #include <stdio.h>
@@ -210,8 +221,12 @@ static int train_steps(exec_t *cx, exec_t *hx, exec_dev *dx, hyp_rng *rng, int d
  *   losses over the steps: |a-b| <= 5e-3 |ref|, each pair. Not tighter: a last-bit difference of
  *     a GEMM or kernel (summation orders differ, oneDNN on the cpu) can flip one rounding of a
  *     later fp8 operand, moving that element by up to 1/8 (E4M3) or 1/4 (E5M2) of itself, and with
- *     current scaling it moves the scale of a whole tensor; the GPT-2 run shows no flip (0
- *     difference), the Llama run does (observed up to 9.4e-4 after 8 steps). */
+ *     current scaling it moves the scale of a whole tensor. Bound (docs/test-tolerances.md E5):
+ *     an E1 difference of ~1e-6 relative flips a fraction p ~ 1e-6 / 2^-4 = 1.6e-5 of the E4M3
+ *     roundings (E5M2: 8e-6), each moving its element by 2^-3; a GEMM output's rms change is
+ *     2^-3 sqrt(p) = 5e-4; a chain of ~12 fp8 GEMMs multiplies it by <= sqrt(12), the loss's mean
+ *     over >= 64 tokens divides it by >= 8, and 8 steps adding linearly give <= 1.8e-3 < 5e-3 (a scale moved by an amax's last bit shifts the grid by u and
+ *     flips the same fraction p). A wrong scale_inv or a transposed operand is off by O(1). */
 #define FP8_STEPS 8
 typedef struct {
     exec_dev d;

@@ -75,6 +75,7 @@ int main(void) {
         o->hess_span(&c, &sp, &a); /* h = 0.01 * 100 * gh^2 */
         double hw[3] = {0.01 * 100 * 1e-4, 0.01 * 100 * 4e-4, 0};
         int okh = 1;
+        /* three fp32 operations on exact inputs: <= 3 u = 1.8e-7 relative; a wrong B or EMA weight is off by >= 1% */
         for (int i = 0; i < 3; i++) okh &= fabs(h[i] - hw[i]) <= 1e-6 * (hw[i] + 1e-12);
         check(okh && o->hess_every(&c) == 3, "test_v2135_hess_span_is_ema_of_B_g_squared", "h = %g %g %g", h[0], h[1], h[2]);
         sp.grad = g;
@@ -89,6 +90,7 @@ int main(void) {
             want[i] = (i == 0 ? 1.0 : i == 1 ? -2.0 : 0.5) * 0.95 - 0.1 * sg * r;
         }
         int okp = 1;
+        /* a few fp32 operations on values <= 2: <= 4 u x 2 = 4.8e-7 absolute; a missed clip or decay is off by >= 0.025 */
         for (int i = 0; i < 3; i++) okp &= fabs(prm[i] - want[i]) <= 1e-6;
         /* coordinates 0 and 1 clipped (|m| / (rho h) = 5 and 6.25), 2 has m = 0 (decay only) */
         check(okp, "test_v2135_step_is_clipped_sign_update_with_decoupled_decay", "p = %.7g %.7g %.7g, want %.7g %.7g %.7g",

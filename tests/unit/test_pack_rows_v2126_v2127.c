@@ -439,7 +439,7 @@ static double grad_err(const trainer *tr, const float *a, const float *b, const 
             w = fmax(w, fabs((double)a[pp->offset + k] - b[pp->offset + k]));
             m = fmax(m, fabs((double)b[pp->offset + k]));
         }
-        if (w > 1e-5 * m + 1e-9) ok = 0;
+        if (w > 2e-5 * m + 1e-9) ok = 0; /* test_packing_v2126.c's derivation */
         if (m > 0 && w / m > worst) worst = w / m, *worst_name = pp->name;
     }
     return ok ? worst : -1;

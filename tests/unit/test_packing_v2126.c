@@ -20,8 +20,15 @@
  *
  * Tolerances (fp32; the packed and the alone runs do the same arithmetic per token except the
  * GEMMs' blocking over a different number of rows and the masked terms added as exact zeros):
- *   per-token losses, mean loss     |a-b| <= 2e-6 * max(1, |ref|)     (observed: printed)
- *   gradients                       max|a-b| <= 1e-5 * max|ref| + 1e-9 per tensor
+ *   per-token losses, mean loss     |a-b| <= 2e-6 * max(1, |ref|)
+ *   gradients                       max|a-b| <= 2e-5 * max|ref| + 1e-9 per tensor
+ * Derivation (docs/test-tolerances.md E1, E2), for orders that differ entirely (oneDNN may pick
+ * another kernel for another row count): a logit of these models (C 32, 2 layers, V 64) sits behind
+ * ~700 fp32 roundings, rms difference sqrt(2/3) u sqrt(700) = 1.3e-6 of |z| (~0.5), i.e. 1.6e-7 of
+ * a token's loss of ~4.2: 2e-6 is 12 sigma. A gradient element adds the backward's chain and a sum
+ * over T tokens (~3x the roundings: 2.4e-6 of the scale), and a tensor's max over ~10^4 elements
+ * needs > 4.5 sigma: 6 sigma = 1.5e-5 <= 2e-5. A leak across documents or a position that does
+ * not restart moves losses by >= 1e-2 (printed below: 0.07 .. 0.8 of the gradient).
  *   flash vs naive op               max|a-b| <= 2e-5 * max(1, max|ref|)
  *   cross-document gradient         exactly 0
  *   sim (flash: bf16x3 mma, ~2^-16 per product; naive: fp32 SIMT): per-token losses 2e-5
@@ -231,7 +238,7 @@ static void step_case(const char *model, const char *sel, const char *tag) {
         const plan_param *pp = &p->params[i];
         long off = pp->offset, n = pp->numel;
         double rm, w = max_abs_diff(packed_grads + off, x->grads + off, n, &rm);
-        if (w > 1e-5 * rm + 1e-9) grads_ok = 0;
+        if (w > 2e-5 * rm + 1e-9) grads_ok = 0;
         if (rm > 0 && w / rm > worst) worst = w / rm, worst_name = pp->name;
     }
     snprintf(name, sizeof name, "test_v2126_packed_row_gradients_equal_documents_alone_%s", tag);

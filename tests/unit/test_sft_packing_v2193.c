@@ -16,8 +16,11 @@
  *      gradient w.r.t. the embedding output of every other conversation's tokens is exactly 0; the
  *      same SFT trainer without packing is checked to leak (so the check can fail).
  * For tiny (gpt2, learned positions, naive attention) and tiny-llama (RoPE, flash attention).
- * Tolerances as test_packing_v2126.c: per-token losses and mean 2e-6 relative, gradients
- * 1e-5 * max|ref| + 1e-9 per tensor, isolation exactly 0.
+ * Tolerances derived as in test_packing_v2126.c, for tiny and tiny-llama (a logit behind ~6,000
+ * fp32 roundings, 2.9x the roundings' square root of the pack models): per-token losses and mean
+ * 5e-6 relative (rms 4.6e-7 of a token's loss: 11 sigma), gradients 3e-5 * max|ref| + 1e-9 per
+ * tensor (rms 6.6e-6 of the scale, a max over ~10^5 elements: 4.5 sigma), isolation exactly 0.
+ * A masked token counted, or a position that does not restart, moves them by >= 1e-3.
  */
 #include <math.h>
 #include <stdint.h>
@@ -197,14 +200,14 @@ static void row_case(const char *model, const char *sel, const char *tag, const 
     }
     weighted /= cnt;
     snprintf(name, sizeof name, "test_v2193_packed_row_loss_equals_conversations_alone_%s", tag);
-    check(wl <= 2e-6 && fabs(weighted - packed_mean) <= 2e-6 * fmax(1, fabs(weighted)), name,
+    check(wl <= 5e-6 && fabs(weighted - packed_mean) <= 5e-6 * fmax(1, fabs(weighted)), name,
           "%d conversations, %d assistant targets of %d: per-token max rel err %.3g; packed mean %.9g vs token-weighted %.9g",
           g_ndoc, cnt, T, wl, packed_mean, weighted);
     int ok = 1;
     double worst = 0;
     for (int i = 0; i < p->n_params_t; i++) {
         double rm, w = max_abs_diff(pg + p->params[i].offset, x->grads + p->params[i].offset, p->params[i].numel, &rm);
-        if (w > 1e-5 * rm + 1e-9) ok = 0;
+        if (w > 3e-5 * rm + 1e-9) ok = 0;
         if (rm > 0) worst = fmax(worst, w / rm);
     }
     snprintf(name, sizeof name, "test_v2193_packed_row_gradients_equal_conversations_alone_%s", tag);

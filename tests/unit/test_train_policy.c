@@ -12,6 +12,10 @@
 #define passed g_pass
 #define failed g_fail
 
+/* Tolerances: train_lr_at computes in double (a handful of operations on values <= 1e-3: error
+ * < 1e-18), so 1e-12 absolute (1e-9 relative) is exact arithmetic up to the expected value's own
+ * decimal rounding (10 digits); a wrong progress formula is off by >= 1e-6. train_clip_scale returns
+ * a float: one fp32 rounding of a value ~0.25, <= 2^-24 x 0.25 = 1.5e-8, so 1e-7. */
 static void near(const char *name, double got, double want, double tol) {
     check(fabs(got - want) <= tol, name, "got %.9g want %.9g", got, want);
 }
