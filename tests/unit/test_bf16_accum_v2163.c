@@ -7,13 +7,6 @@
  * gradients computed alone (each with the trainer's weight 1/(tokens*K)); the fp32 run is the
  * trainer's path (backward accumulates into the fp32 arena); the bf16 run is the same plus the
  * trainer's v2163 step after each micro-batch (backend_cpu.c: op_round_bf16 over the arena, what
-<<<<<<< HEAD
- * a bf16 buffer holds). Printed: relative L2 error ||acc - ref|| / ||ref|| per K. Asserted, with
- * the margins around what was measured on 2026-11-25 (docs/memory-and-precision.md "Low precision: ..."): fp32 within 1e-6
- * of the reference at every K (observed <= 1.1e-7); bf16 at K=1 is one rounding, 5e-4 .. 3e-3
- * (observed 1.7e-3); the bf16 error grows with K: no doubling lowers it by more than 5% and K=32
- * is > 2x K=1 (observed 1.7e-3 -> 5.3e-3, 3.1x). */
-=======
  * a bf16 buffer holds). Printed: relative L2 error ||acc - ref|| / ||ref|| per K. Asserted (bounds
  * from the numerics, docs/test-tolerances.md; 859K elements, so the L2 norm of independent
  * roundings concentrates at its rms):
@@ -26,7 +19,6 @@
  *     truncation instead of rounding (rms 2x: 3.2e-3).
  *   the bf16 error grows with K (each of the K roundings adds): no doubling lowers it by more than
  *     5% and K=32 is > 2x K=1 (rms growth ~sqrt(K/3) = 3.3x at K=32). */
->>>>>>> tols
 #include <math.h>
 #include <omp.h>
 #include <stdint.h>
