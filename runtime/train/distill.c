@@ -142,6 +142,8 @@ int distill_open(distill **out, const char *plan_path, exec_t *x, const train_ba
     int fused = 0;
     for (int i = 0; i < x->p->n_bwd; i++) fused |= !strcmp(hyp_op_name(x->p->bwd[i].op), "crossentropy_fused");
     if (!fused) return hyp_fail(e, HYP_EINPUT, "%s: the plan's backward has no crossentropy_fused op for the distillation loss — generate the trainer without the technique that replaces it", plan_path);
+    if (caps->host_buffers && x->lowp) /* the bf16-storage ops run the loss per block of rows, without the hook */
+        return hyp_fail(e, HYP_EINPUT, "%s: distillation's loss runs on fp32 activations in the cpu trainer, and this plan stores them in bf16 (v2102 storage) — regenerate with --set v2102.storage=fp32", plan_path);
     distill *d = calloc(1, sizeof *d);
     if (!d) return hyp_fail(e, HYP_EFAIL, "out of memory");
     d->temperature = T, d->alpha = alpha;
