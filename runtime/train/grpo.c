@@ -8,7 +8,6 @@
 
 #include "pref_ref.h"
 #include "rng.h"
-#include "fsio.h"
 
 double grpo_reward(const int32_t *tok, int n, const char *chars) {
     int hit = 0;
@@ -132,8 +131,6 @@ static double eval_reward(const pref_run *r, const hyp_pref_set *v, int lbuf, in
 static int check_setup(const pref_run *r, const hyp_pref_set *s, hyp_err *e) {
     const exec_t *x = r->be->x;
     const post_cfg *c = r->cfg;
-    if (!r->be->i->token_losses || !r->be->i->weighted_backward)
-        return hyp_fail(e, HYP_EINPUT, "grpo: the %s backend has no per-token losses to weight — generate the trainer with --target cpu or sim", r->be->name);
     if (r->be->dp.world > 1 || r->be->dp.stage > 0)
         return hyp_fail(e, HYP_EINPUT, "grpo: runs on one rank without ZeRO — run one process, generate without dp/zero");
     if (r->start_step > 0)
@@ -147,13 +144,8 @@ static int check_setup(const pref_run *r, const hyp_pref_set *s, hyp_err *e) {
     for (int i = 0; i < s->n; i++)
         if (s->len[i][0] < 1)
             return hyp_fail(e, HYP_EINPUT, "%s/train.pref: example %d has an empty prompt (grpo samples after the prompt) — give every line a prompt", r->data, i + 1);
-    if (s->vocab > x->p->V)
-        return hyp_fail(e, HYP_EINPUT, "%s/train.pref: vocabulary %d is larger than the model's %d — prepare the data with the model's tokenizer", r->data, s->vocab, x->p->V);
     if (logits_buf(x->p) < 0)
         return hyp_fail(e, HYP_EINPUT, "grpo: the plan has no logits buffer to sample from — regenerate it with gen");
-    int fused = 0;
-    for (int i = 0; i < x->p->n_bwd; i++) fused |= !strcmp(hyp_op_name(x->p->bwd[i].op), "crossentropy_fused");
-    if (!fused) return hyp_fail(e, HYP_EINPUT, "grpo: the plan's backward has no crossentropy_fused op to weight per token — generate the trainer without the technique that replaces it");
     return HYP_OK;
 }
 
@@ -295,21 +287,15 @@ static const train_objective_i GRPO = {
 };
 
 int grpo_objective_open(train_objective *o, const pref_run *args, hyp_err *e) {
-    memset(o, 0, sizeof *o);
-    grpo_obj *g = calloc(1, sizeof *g);
-    if (!g) return hyp_fail(e, HYP_EFAIL, "out of memory");
-    o->i = &GRPO, o->impl = g, o->label = "grpo"; /* from here on train_objective_close frees what this made */
+    grpo_obj *g = train_objective_alloc(o, &GRPO, sizeof *g, "grpo", e);
+    if (!g) return HYP_EFAIL;
     g->r = *args;
     pref_run *r = &g->r;
     r->ref = NULL;
     exec_t *x = r->be->x;
     const post_cfg *c = r->cfg;
-    int rc = hyp_pref_load(r->data, "train", &g->tr, e);
-    if (rc) return rc;
-    char vpath[4200];
-    snprintf(vpath, sizeof vpath, "%s/val.pref", r->data);
-    g->have_val = hyp_fs_exists(vpath);
-    if ((rc = check_setup(r, &g->tr, e)) || (g->have_val && (rc = hyp_pref_load(r->data, "val", &g->va, e)))) return rc;
+    int rc = pref_examples_open(r, &g->tr, &g->va, &g->have_val, e);
+    if (rc || (rc = check_setup(r, &g->tr, e))) return rc;
     /* sampling runs forward on the host executor: a device backend's mirror gets activations */
     if ((rc = exec_alloc_acts(x, e))) return rc;
     int B = x->B, N = c->max_new;

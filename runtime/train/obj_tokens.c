@@ -126,16 +126,9 @@ static const train_objective_i TOKENS = {
 
 int train_objective_tokens(train_objective *o, hyp_loader *train, hyp_loader *val, int eval_batches, int stream,
                            const dp_t *d, hyp_err *e) {
-    memset(o, 0, sizeof *o);
-    tokens *t = calloc(1, sizeof *t);
-    if (!t) return hyp_fail(e, HYP_EFAIL, "out of memory");
+    tokens *t = train_objective_alloc(o, &TOKENS, sizeof *t, "", e);
+    if (!t) return HYP_EFAIL;
     t->train = train, t->val = val, t->eval_batches = eval_batches, t->stream = stream, t->d = *d;
-    o->i = &TOKENS, o->impl = t, o->label = "";
     o->has_eval = val != NULL;
     return HYP_OK;
-}
-
-void train_objective_close(train_objective *o) {
-    if (o->i && o->i->close) o->i->close(o);
-    memset(o, 0, sizeof *o);
 }

@@ -68,6 +68,10 @@ struct train_objective {
     int eval_at_start; /* and once before the first step (the starting weights) */
 };
 
+/* For an objective's open: o cleared, then its table i, label and a zeroed impl of impl_bytes
+ * (returned; NULL: out of memory, in e). From then on train_objective_close frees what the open
+ * made, even half of it. */
+void *train_objective_alloc(train_objective *o, const train_objective_i *i, size_t impl_bytes, const char *label, hyp_err *e);
 /* Calls o's close (when open) and clears it. */
 void train_objective_close(train_objective *o);
 

@@ -463,12 +463,32 @@ static void build_perm(int *perm, int n, uint64_t seed, uint64_t epoch) {
     }
 }
 
+int pref_examples_open(const pref_run *r, hyp_pref_set *tr, hyp_pref_set *va, int *have_val, hyp_err *e) {
+    const exec_t *x = r->be->x;
+    const char *who = post_objective_name(r->cfg->objective);
+    memset(va, 0, sizeof *va);
+    if (!r->be->i->token_losses || !r->be->i->weighted_backward)
+        return hyp_fail(e, HYP_EINPUT, "%s: the %s backend has no per-token losses to weight — generate the trainer with --target cpu or sim", who, r->be->name);
+    int fused = 0;
+    for (int i = 0; i < x->p->n_bwd; i++) fused |= !strcmp(hyp_op_name(x->p->bwd[i].op), "crossentropy_fused");
+    if (!fused) return hyp_fail(e, HYP_EINPUT, "%s: the plan's backward has no crossentropy_fused op to weight per token — generate the trainer without the technique that replaces it", who);
+    char vpath[4200];
+    snprintf(vpath, sizeof vpath, "%s/val.pref", r->data);
+    *have_val = hyp_fs_exists(vpath);
+    int rc = hyp_pref_load(r->data, "train", tr, e);
+    if (!rc && *have_val) rc = hyp_pref_load(r->data, "val", va, e);
+    for (int k = 0; k < 1 + *have_val && !rc; k++) {
+        const hyp_pref_set *s = k ? va : tr;
+        if (s->vocab > x->p->V)
+            rc = hyp_fail(e, HYP_EINPUT, "%s/%s.pref: vocabulary %d is larger than the model's %d — prepare the data with the model's tokenizer", r->data,
+                          k ? "val" : "train", s->vocab, x->p->V);
+    }
+    return rc;
+}
+
 static int check_setup(const pref_run *r, const hyp_pref_set *s, hyp_err *e) {
     const exec_t *x = r->be->x;
     int obj = r->cfg->objective, want = obj == POST_KTO ? HYP_PREF_KTO : HYP_PREF_PAIRS;
-    if (!r->be->i->token_losses || !r->be->i->weighted_backward)
-        return hyp_fail(e, HYP_EINPUT, "%s: the %s backend has no per-token losses for preference objectives — generate the trainer with --target cpu or sim",
-                        post_objective_name(obj), r->be->name);
     if (r->be->dp.world > 1 && !r->be->i->caps.multi_rank_pref)
         return hyp_fail(e, HYP_EINPUT, "%s: data parallelism of the preference objectives runs on the cpu backend only (on the %s backend np=2 does not yet reproduce np=1) — run one process, or generate with --target cpu",
                         post_objective_name(obj), r->be->name);
@@ -478,11 +498,6 @@ static int check_setup(const pref_run *r, const hyp_pref_set *s, hyp_err *e) {
                         post_objective_name(obj), want == HYP_PREF_KTO ? "KTO examples" : "pairs", want == HYP_PREF_KTO ? "{prompt, completion, label}" : "{prompt, chosen, rejected}");
     if (want == HYP_PREF_PAIRS && (x->B < 2 || x->B % 2))
         return hyp_fail(e, HYP_EINPUT, "%s: --batch %d is not an even number of rows (each pair takes two) — give an even --batch", post_objective_name(obj), x->B);
-    if (s->vocab > x->p->V)
-        return hyp_fail(e, HYP_EINPUT, "%s/train.pref: vocabulary %d is larger than the model's %d — prepare the data with the model's tokenizer", r->data, s->vocab, x->p->V);
-    int fused = 0;
-    for (int i = 0; i < x->p->n_bwd; i++) fused |= !strcmp(hyp_op_name(x->p->bwd[i].op), "crossentropy_fused");
-    if (!fused) return hyp_fail(e, HYP_EINPUT, "%s: the plan's backward has no crossentropy_fused op to weight per token — generate the trainer without the technique that replaces it", post_objective_name(obj));
     return HYP_OK;
 }
 
@@ -627,25 +642,16 @@ static const train_objective_i PREF = {
 };
 
 int pref_objective_open(train_objective *o, const pref_run *args, hyp_err *e) {
-    memset(o, 0, sizeof *o);
-    pref_obj *po = calloc(1, sizeof *po);
-    if (!po) return hyp_fail(e, HYP_EFAIL, "out of memory");
-    o->i = &PREF, o->impl = po; /* from here on train_objective_close frees what this made */
+    pref_obj *po = train_objective_alloc(o, &PREF, sizeof *po, post_objective_name(args->cfg->objective), e);
+    if (!po) return HYP_EFAIL;
     po->r = *args;
     pref_run *r = &po->r;
     r->ref = NULL;
     exec_t *x = r->be->x;
     const post_cfg *c = r->cfg;
-    o->label = post_objective_name(c->objective);
     hyp_pref_set *tr = &po->tr, *va = &po->va;
-    int rc = hyp_pref_load(r->data, "train", tr, e);
-    if (rc) return rc;
-    char vpath[4200];
-    snprintf(vpath, sizeof vpath, "%s/val.pref", r->data);
-    po->have_val = hyp_fs_exists(vpath);
-    if (!(rc = check_setup(r, tr, e)) && po->have_val && !(rc = hyp_pref_load(r->data, "val", va, e)) && va->vocab > x->p->V)
-        rc = hyp_fail(e, HYP_EINPUT, "%s: vocabulary %d is larger than the model's %d — prepare the data with the model's tokenizer", vpath, va->vocab, x->p->V);
-    if (rc) return rc;
+    int rc = pref_examples_open(r, tr, va, &po->have_val, e);
+    if (rc || (rc = check_setup(r, tr, e))) return rc;
     int B = x->B, T = x->T, W = r->be->dp.world > 0 ? r->be->dp.world : 1, rank0 = r->be->dp.rank == 0;
     po->per = tr->kind == HYP_PREF_PAIRS ? B / 2 : B;
     /* the reference: the starting weights' log-probs of every row, one forward pass (precomputed) */

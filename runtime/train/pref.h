@@ -85,5 +85,9 @@ typedef struct {
  * without per-token losses, several ranks on a backend without multi_rank_pref, or a resume
  * without its reference file (or with a corrupt one). With several ranks --batch is per rank. */
 int pref_objective_open(train_objective *o, const pref_run *r, hyp_err *e);
+/* What pref_objective_open and GRPO's open check and read first: the backend's per-token losses,
+ * the plan's crossentropy_fused, r->data's train.pref (and val.pref when present: *have_val)
+ * within the model's vocabulary. HYP_EINPUT with a one-line reason. */
+int pref_examples_open(const pref_run *r, hyp_pref_set *tr, hyp_pref_set *va, int *have_val, hyp_err *e);
 
 #endif
