@@ -1,12 +1,15 @@
 /* train_main.c — the generated trainer's program (`out/NAME/train`): loads the plan that `gen`
  * wrote next to it and trains on pre-tokenized shards through the plan's backend (backend.h: the
- * cpu executor, or for --target sim and sm_XX the device layer) with the one step driver,
- * evaluates, checkpoints (train_ckpt.h), resumes bit-exactly, logs metrics and samples text.
+ * cpu executor, or for --target sim and sm_XX the device layer) with the one step driver and
+ * this one loop for every objective (objective.h: the next-token loss over the shards, or the
+ * plan's post-training objective over gen data --pref examples), evaluates, checkpoints
+ * (train_ckpt.h), resumes bit-exactly, logs metrics and samples text.
  * Progress and metrics: tokens/s per step, over a window (v2186: mean, p20/p50/p80) and the run;
  * data and communication wait per step (backend.c); MFU = the plan's model FLOPs/token (formulas.lua,
  * PaLM's convention unless v2187 says causal) x windowed tokens/s / the peak: --peak-flops, on the
  * cpu this machine's FMA peak measured at start (runtime/cpu/peak.c), on a device the plan's.
- * Never: step logic (backend.c) or anything one backend does differently.
+ * Never: step logic (backend.c), what an objective computes (objective.h), or anything one
+ * backend does differently.
  *
  *   train --data DIR [--steps N] [--batch B] [--seq T] [--grad-accum K] [--lr X] [--seed S]
  *         [--ckpt-dir D] [--ckpt-every N] [--resume] [--metrics FILE] [--sample N]
