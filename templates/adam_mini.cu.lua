@@ -24,6 +24,7 @@ ops = {
 }
 ]]
 {{ partial("common") }}
+#include "hyp/adamw_coord.cuh"
 
 // The float expressions are runtime/train/optim_adammini.c's and op_adamw's, in their order; the
 // block's sum of squares is in double as there (per thread, then in thread order), so cpu and
@@ -33,14 +34,7 @@ ops = {
 {{ signature("adam_mini_adam_step") }} {
     long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
-    const float gs = gscale ? *gscale : 1.0f;
-    float gi = g[i] * gs;
-    float mi = beta1 * m[i] + (1.0f - beta1) * gi;
-    float vi = beta2 * v[i] + (1.0f - beta2) * gi * gi;
-    m[i] = mi;
-    v[i] = vi;
-    float mhat = mi * ibc1, vhat = vi * ibc2;
-    p[i] -= lr * (mhat / (sqrtf(vhat) + eps) + wd * p[i]);
+    hyp_adamw_coord(p, g, m, v, i, gscale ? *gscale : 1.0f, lr, beta1, beta2, eps, wd, ibc1, ibc2);
 }
 % end
 

@@ -30,6 +30,7 @@ ops = {
 }
 ]]
 {{ partial("common") }}
+#include "hyp/adamw_coord.cuh"
 
 // The float expressions are runtime/cpu/ops_cpu.c's (op_adamw, op_newton_schulz5) and
 // runtime/train/optim_muon.c's, in the same order; the host may contract a multiply-add that the
@@ -39,14 +40,7 @@ ops = {
 {{ signature("muon_adamw_step") }} {
     long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
-    const float gs = gscale ? *gscale : 1.0f;
-    float gi = g[i] * gs;
-    float mi = beta1 * m[i] + (1.0f - beta1) * gi;
-    float vi = beta2 * v[i] + (1.0f - beta2) * gi * gi;
-    m[i] = mi;
-    v[i] = vi;
-    float mhat = mi * ibc1, vhat = vi * ibc2;
-    p[i] -= lr * (mhat / (sqrtf(vhat) + eps) + wd * p[i]);
+    hyp_adamw_coord(p, g, m, v, i, gscale ? *gscale : 1.0f, lr, beta1, beta2, eps, wd, ibc1, ibc2);
 }
 % end
 

@@ -223,7 +223,7 @@ function M.instances(tree, cfg, plan, decide, contrib)
   -- assemble, in the canonical family order
   local by_family, all_families = TQ.family_specs(tree, cfg)
   local list = {}
-  for _, fam in ipairs(TPL.FAMILIES) do
+  for _, fam in ipairs(TPL.families()) do
     local f = need[fam]
     if f then
       local ks = {}

@@ -26,8 +26,21 @@
 local U = require("util")
 local M = {}
 
-M.FAMILIES = { "embedding", "layernorm", "rmsnorm", "residual", "rope", "attention_naive", "flash_attention",
-  "gelu", "swiglu", "classifier", "adamw", "lion", "muon", "schedulefree", "adam_mini", "sophia", "global_norm", "cast", "quant" }
+-- The template families are the files templates/FAMILY.cu.lua, found on disk (sorted by name: the
+-- order kernels are listed in a trainer's manifest). A new family is a new file, nothing else.
+local families_cache
+function M.families()
+  if families_cache then return families_cache end
+  local names, err = hyp.list_dir(hyp.home .. "/templates")
+  if not names then error({ render = "templates/: " .. tostring(err) .. " — gen needs its templates folder beside specs/" }) end
+  local fams = {}
+  for _, n in ipairs(names) do
+    local fam = n:match("^([%w_]+)%.cu%.lua$")
+    if fam then fams[#fams + 1] = fam end
+  end
+  families_cache = fams
+  return fams
+end
 
 ------------------------------------------------------------------------------------------------
 -- The template engine
@@ -57,7 +70,7 @@ function M.load(family)
   local rel = tpath(family)
   local path = hyp.home .. "/" .. rel
   local text = hyp.read_file(path)
-  if not text then error({ render = string.format("%s: no such template — the families are: %s", rel, table.concat(M.FAMILIES, ", ")) }) end
+  if not text then error({ render = string.format("%s: no such template — the families are: %s", rel, table.concat(M.families(), ", ")) }) end
   local hs, he = text:find("^%-%-%[%[ hyperion template\n")
   local ce = hs and text:find("\n%]%]\n", he)
   if not hs or not ce then
@@ -316,7 +329,7 @@ end
 function M.cli(args, parse)
   local o = parse(args, { ["--kernels"] = "list", ["-o"] = "value", ["--list"] = "flag" })
   if o["--list"] then
-    for _, fam in ipairs(M.FAMILIES) do
+    for _, fam in ipairs(M.families()) do
       local t = M.load(fam)
       local cs = constant_specs(t)
       local c = {}
@@ -332,8 +345,8 @@ function M.cli(args, parse)
   local fam = o._pos[1]
   if not fam then U.fail("<command line>", "gen render needs a template family", "e.g. gen render layernorm C=768 EPS=1e-5 (gen render --list shows them)") end
   local known = false
-  for _, f in ipairs(M.FAMILIES) do if f == fam then known = true end end
-  if not known then U.fail("<command line>", "unknown template family '" .. fam .. "'" .. U.did_you_mean(fam, M.FAMILIES), "gen render --list shows them") end
+  for _, f in ipairs(M.families()) do if f == fam then known = true end end
+  if not known then U.fail("<command line>", "unknown template family '" .. fam .. "'" .. U.did_you_mean(fam, M.families()), "gen render --list shows them") end
   local K = {}
   for i = 2, #o._pos do
     local k, v = o._pos[i]:match("^([%w_]+)=(.*)$")

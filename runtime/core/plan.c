@@ -625,6 +625,444 @@ static int state_hash(ld *c, cJSON *root) {
     return HYP_OK;
 }
 
+/* Reads an integer / a number field into dst, returning from the loader on a failure. */
+#define GI(obj, key, lo, hi, dst)                                                                  \
+    do {                                                                                           \
+        int64_t x_;                                                                                \
+        if ((rc = get_int(c, obj, key, lo, hi, &x_))) return rc;                                   \
+        dst = x_;                                                                                  \
+    } while (0)
+#define GN(obj, key, lo, hi, dst)                                                                  \
+    do {                                                                                           \
+        if ((rc = get_num(c, obj, key, lo, hi, &dst))) return rc;                                 \
+    } while (0)
+
+/* model: the architecture's dimensions and names; the target and backend */
+static int load_model(ld *c, const cJSON *root) {
+    plan_t *p = c->p;
+    int rc = 0;
+    const cJSON *m = need(c, root, "model", cJSON_Object, &rc);
+    if (!m) return rc;
+    enter(c, "model");
+    GI(m, "V", 2, 1 << 24, p->V);
+    GI(m, "Vp", p->V, 1 << 24, p->Vp);
+    GI(m, "C", 1, 1 << 20, p->C);
+    GI(m, "L", 1, 10000, p->L);
+    GI(m, "NH", 1, 4096, p->NH);
+    GI(m, "NKV", 1, 4096, p->NKV);
+    GI(m, "hd", 1, 1 << 16, p->hd);
+    GI(m, "H", 1, 1 << 22, p->H);
+    GI(m, "maxT", 1, 1 << 22, p->maxT);
+    GI(m, "params", 1, (int64_t)1 << 50, p->n_params);
+    if ((rc = get_str(c, m, "name", p->model_name, sizeof p->model_name)) ||
+        (rc = get_str(c, m, "arch", p->arch, sizeof p->arch)) ||
+        (rc = get_str(c, m, "norm", p->norm, sizeof p->norm)) ||
+        (rc = get_str(c, m, "activation", p->activation, sizeof p->activation)) ||
+        (rc = get_str(c, m, "position", p->position, sizeof p->position)) ||
+        (rc = get_str(c, m, "tokenizer", p->tokenizer, sizeof p->tokenizer)))
+        return rc;
+    enter(c, "%s", "");
+    if ((rc = get_str(c, root, "target", p->target, sizeof p->target)) ||
+        (rc = get_str(c, root, "backend", p->backend, sizeof p->backend)))
+        return rc;
+    p->qk_norm = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(m, "qk_norm"));
+    p->tied = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(m, "tied"));
+    p->bias = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(m, "bias"));
+    enter(c, "%s", "");
+    return rc;
+}
+
+/* train: batch, steps, data-parallel and data-loader settings, the schedule */
+static int load_train(ld *c, const cJSON *root) {
+    plan_t *p = c->p;
+    int rc = 0;
+    const cJSON *t = need(c, root, "train", cJSON_Object, &rc);
+    if (!t) return rc;
+    enter(c, "train");
+    GI(t, "B", 1, 65536, p->B);
+    GI(t, "T", 1, p->maxT, p->T);
+    GI(t, "grad_accum", 1, 1 << 20, p->grad_accum);
+    GI(t, "warmup_steps", 0, 1 << 30, p->warmup_steps);
+    GI(t, "steps", 1, 1 << 30, p->steps);
+    GI(t, "eval_every", 0, 1 << 30, p->eval_every);
+    GI(t, "eval_batches", 0, 1 << 20, p->eval_batches);
+    GI(t, "zero_stage", 0, 3, p->zero_stage);
+    GI(t, "zero_prefetch", 0, 8, p->zero_prefetch);
+    GI(t, "comm_overlap", 0, 1, p->comm_overlap);
+    GI(t, "data_parallel", 0, 1, p->data_parallel);
+    if (cJSON_GetObjectItemCaseSensitive(t, "prefetch")) /* optional (v2128; absent: 0 = none) */
+        GI(t, "prefetch", 0, 64, p->prefetch);
+    if (cJSON_GetObjectItemCaseSensitive(t, "stream_buffer")) /* optional (v2129; absent: 0 = shards) */
+        GI(t, "stream_buffer", 0, 10000000, p->stream_buffer);
+    if (cJSON_GetObjectItemCaseSensitive(t, "pack_max_docs")) /* optional (v2126; absent: 0 = windows) */
+        GI(t, "pack_max_docs", 0, 1 << 20, p->pack_max_docs);
+    if (cJSON_GetObjectItemCaseSensitive(t, "token_budget")) { /* optional (v2127; absent: 0 = fixed) */
+        GI(t, "token_budget", 0, (int64_t)1 << 40, p->token_budget);
+        GI(t, "buckets", 1, 16, p->buckets);
+    }
+    GI(t, "seed", 0, (int64_t)1 << 52, p->seed);
+    if ((rc = get_str(c, t, "schedule", p->schedule, sizeof p->schedule))) return rc;
+    if (strcmp(p->schedule, "cosine") && strcmp(p->schedule, "wsd") && strcmp(p->schedule, "constant") &&
+        strcmp(p->schedule, "linear")) {
+        rc = bad(c, "field 'train.schedule' = \"%s\" is none of cosine, wsd, constant, linear", p->schedule);
+        return rc;
+    }
+    GN(t, "lr", 0, 10, p->lr);
+    GN(t, "min_lr_ratio", 0, 1, p->min_lr_ratio);
+    GN(t, "decay_fraction", 0, 1, p->decay_fraction);
+    GN(t, "max_norm", 0, 1e9, p->max_norm);
+    enter(c, "%s", "");
+    enter(c, "%s", "");
+    return rc;
+}
+
+/* the arenas' sizes */
+static int load_sizes(ld *c, const cJSON *root) {
+    plan_t *p = c->p;
+    int rc = 0;
+    GI(root, "param_bytes", 4, (int64_t)1 << 42, p->param_bytes);
+    GI(root, "act_bytes", 4, (int64_t)1 << 42, p->act_bytes);
+    GI(root, "act_bytes_unplanned", 4, (int64_t)1 << 44, p->act_bytes_unplanned);
+    GI(root, "act_bytes_peak_live", 0, (int64_t)1 << 44, p->act_bytes_peak_live);
+    if (p->param_bytes % 4) {
+        rc = bad(c, "field 'param_bytes' = %lld is not a whole number of f32 parameters", (long long)p->param_bytes);
+        return rc;
+    }
+    p->param_floats = p->param_bytes / 4;
+    p->act_floats = (p->act_bytes + 3) / 4;
+    p->act_floats_unplanned = (p->act_bytes_unplanned + 3) / 4;
+    enter(c, "%s", "");
+    return rc;
+}
+
+/* FLOP accounting and the hardware the MFU is reported against (v2186's window) */
+static int load_hardware(ld *c, const cJSON *root) {
+    plan_t *p = c->p;
+    int rc = 0;
+    double fpt = 0;
+    GN(root, "flops_per_token", 0, 1e30, fpt);
+    p->flops_per_token = fpt;
+    GN(root, "flops_attn_coef", 0, 1e30, fpt);
+    p->flops_attn_coef = fpt;
+    const cJSON *hw = cJSON_GetObjectItemCaseSensitive(root, "hardware");
+    const cJSON *pk = hw ? cJSON_GetObjectItemCaseSensitive(hw, "peak_flops") : NULL;
+    const cJSON *hn = hw ? cJSON_GetObjectItemCaseSensitive(hw, "name") : NULL;
+    p->peak_flops = cJSON_IsNumber(pk) ? pk->valuedouble : 0;
+    snprintf(p->hardware, sizeof p->hardware, "%s", cJSON_IsString(hn) ? hn->valuestring : "unknown");
+    const cJSON *pd = hw ? cJSON_GetObjectItemCaseSensitive(hw, "peak_dtype") : NULL;
+    const cJSON *pm = hw ? cJSON_GetObjectItemCaseSensitive(hw, "peak_source") : NULL;
+    snprintf(p->peak_dtype, sizeof p->peak_dtype, "%s", cJSON_IsString(pd) ? pd->valuestring : "");
+    p->peak_measure = cJSON_IsString(pm) && !strcmp(pm->valuestring, "measured");
+    const cJSON *fc = cJSON_GetObjectItemCaseSensitive(root, "flops_convention");
+    snprintf(p->flops_convention, sizeof p->flops_convention, "%s",
+             cJSON_IsString(fc) ? fc->valuestring : "palm");
+    /* optional: v2186's window (absent: 50 steps, the first 1 left out) */
+    const cJSON *tm = cJSON_GetObjectItemCaseSensitive(root, "throughput");
+    const cJSON *w = tm ? cJSON_GetObjectItemCaseSensitive(tm, "window") : NULL;
+    const cJSON *sk = tm ? cJSON_GetObjectItemCaseSensitive(tm, "skip_steps") : NULL;
+    p->metrics_window = cJSON_IsNumber(w) && w->valueint >= 1 && w->valueint <= 100000 ? w->valueint : 50;
+    p->metrics_skip = cJSON_IsNumber(sk) && sk->valueint >= 0 && sk->valueint <= 1000 ? sk->valueint : 1;
+    enter(c, "%s", "");
+    return rc;
+}
+
+/* optional: what the checkpoint techniques recorded (absent: neither) */
+static int load_checkpoint(ld *c, const cJSON *root) {
+    plan_t *p = c->p;
+    int rc = 0;
+    const cJSON *ck = cJSON_GetObjectItemCaseSensitive(root, "checkpoint");
+    enter(c, "checkpoint");
+    if (ck && !cJSON_IsObject(ck)) {
+        rc = bad(c, "field 'checkpoint' is not an object");
+        return rc;
+    }
+    const char *flags[2] = {"elastic", "sharded"};
+    int *dst[2] = {&p->ckpt_elastic, &p->ckpt_sharded};
+    for (int i = 0; ck && i < 2; i++) {
+        const cJSON *f = cJSON_GetObjectItemCaseSensitive(ck, flags[i]);
+        if (f && !cJSON_IsBool(f)) {
+            rc = bad(c, "field 'checkpoint.%s' is not true or false", flags[i]);
+            return rc;
+        }
+        *dst[i] = cJSON_IsTrue(f);
+    }
+    /* v2178 settings (every, keep, dir), v2179 async, v2180 incremental: each optional */
+    if (ck && cJSON_HasObjectItem(ck, "every")) GI(ck, "every", 1, 1 << 30, p->ckpt_every);
+    if (ck && cJSON_HasObjectItem(ck, "keep")) GI(ck, "keep", 1, 1000000, p->ckpt_keep);
+    if (ck && cJSON_HasObjectItem(ck, "async")) GI(ck, "async", 0, 16, p->ckpt_async);
+    if (ck && cJSON_HasObjectItem(ck, "full_every")) GI(ck, "full_every", 1, 1000000, p->ckpt_full_every);
+    if (ck && cJSON_HasObjectItem(ck, "dir")) {
+        if ((rc = get_str(c, ck, "dir", p->ckpt_dir, sizeof p->ckpt_dir))) return rc;
+        if (!p->ckpt_dir[0]) {
+            rc = bad(c, "field 'checkpoint.dir' is empty");
+            return rc;
+        }
+    }
+    enter(c, "%s", "");
+    enter(c, "%s", "");
+    return rc;
+}
+
+/* optional: the v2176 loss / gradient-norm guard (absent: a non-finite loss stops the run) */
+static int load_guard(ld *c, const cJSON *root) {
+    plan_t *p = c->p;
+    int rc = 0;
+    const cJSON *gd = cJSON_GetObjectItemCaseSensitive(root, "guard");
+    enter(c, "guard");
+    if (gd && !cJSON_IsObject(gd)) {
+        rc = bad(c, "field 'guard' is not an object");
+        return rc;
+    }
+    if (gd) {
+        p->guard = 1;
+        GN(gd, "z_threshold", 1, 1e6, p->guard_z);
+        GN(gd, "ema", 0.5, 0.99999, p->guard_ema);
+        GI(gd, "warmup_steps", 0, 1 << 30, p->guard_warmup);
+        GN(gd, "loss_ceiling", 0, 1e6, p->guard_loss_ceiling);
+        GI(gd, "max_bad_steps", 1, 1 << 20, p->guard_max_bad);
+        GN(gd, "lr_factor", 1e-6, 1, p->guard_lr_factor);
+        GI(gd, "max_rollbacks", 0, 1 << 20, p->guard_max_rollbacks);
+    }
+    enter(c, "%s", "");
+    enter(c, "%s", "");
+    return rc;
+}
+
+/* optional: v2162 dynamic loss scaling (absent: no scaling) */
+static int load_loss_scale(ld *c, const cJSON *root) {
+    plan_t *p = c->p;
+    int rc = 0;
+    const cJSON *ls = cJSON_GetObjectItemCaseSensitive(root, "loss_scale");
+    enter(c, "loss_scale");
+    if (ls && !cJSON_IsObject(ls)) {
+        rc = bad(c, "field 'loss_scale' is not an object");
+        return rc;
+    }
+    if (ls) {
+        p->loss_scale = 1;
+        GN(ls, "init_scale", 1, 1e30, p->ls_init);
+        GN(ls, "growth", 1, 16, p->ls_growth);
+        GN(ls, "backoff", 0.01, 1, p->ls_backoff);
+        GI(ls, "growth_interval", 1, 1 << 30, p->ls_interval);
+    }
+    enter(c, "%s", "");
+    enter(c, "%s", "");
+    return rc;
+}
+
+/* optional: v2161 bf16 parameters without an fp32 master (absent: f32 parameters) */
+static int load_param_storage(ld *c, const cJSON *root) {
+    plan_t *p = c->p;
+    int rc = 0;
+    const cJSON *ps = cJSON_GetObjectItemCaseSensitive(root, "param_storage");
+    enter(c, "param_storage");
+    if (ps && !cJSON_IsObject(ps)) {
+        rc = bad(c, "field 'param_storage' is not an object");
+        return rc;
+    }
+    if (ps) {
+        char dt[16], rnd[16];
+        int64_t seed = 0;
+        if ((rc = get_str(c, ps, "dtype", dt, sizeof dt)) || (rc = get_str(c, ps, "rounding", rnd, sizeof rnd))) return rc;
+        if (strcmp(dt, "bf16") || (strcmp(rnd, "stochastic") && strcmp(rnd, "nearest"))) {
+            rc = bad(c, "field 'param_storage' = {dtype %s, rounding %s}: this runtime keeps bf16 parameters rounded \"stochastic\" or \"nearest\"", dt, rnd);
+            return rc;
+        }
+        if ((rc = get_int(c, ps, "seed", 0, 0xffffffffLL, &seed))) return rc;
+        p->param_bf16 = 1;
+        p->param_nearest = !strcmp(rnd, "nearest");
+        p->param_seed = (unsigned)seed;
+    }
+    enter(c, "%s", "");
+    enter(c, "%s", "");
+    return rc;
+}
+
+/* optional: v2163 the dtype of the gradient-accumulation buffer (absent: f32) */
+static int load_grad_accum(ld *c, const cJSON *root) {
+    plan_t *p = c->p;
+    int rc = 0;
+    const cJSON *ga = cJSON_GetObjectItemCaseSensitive(root, "grad_accum");
+    enter(c, "grad_accum");
+    if (ga && !cJSON_IsObject(ga)) {
+        rc = bad(c, "field 'grad_accum' is not an object");
+        return rc;
+    }
+    if (ga) {
+        char dt[16];
+        if ((rc = get_str(c, ga, "dtype", dt, sizeof dt))) return rc;
+        if (strcmp(dt, "bf16") && strcmp(dt, "f32")) {
+            rc = bad(c, "field 'grad_accum.dtype' = %s: gradient accumulation buffers are f32 or bf16", dt);
+            return rc;
+        }
+        p->grad_bf16 = !strcmp(dt, "bf16");
+    }
+    enter(c, "%s", "");
+    enter(c, "%s", "");
+    return rc;
+}
+
+/* optional: a preemptible run (absent: every trainer still stops cleanly on a signal) */
+static int load_preempt(ld *c, const cJSON *root) {
+    plan_t *p = c->p;
+    int rc = 0;
+    const cJSON *pe = cJSON_GetObjectItemCaseSensitive(root, "preempt");
+    enter(c, "preempt");
+    if (pe && !cJSON_IsObject(pe)) {
+        rc = bad(c, "field 'preempt' is not an object");
+        return rc;
+    }
+    if (pe) {
+        const cJSON *rq = cJSON_GetObjectItemCaseSensitive(pe, "require_ckpt_dir");
+        if (!cJSON_IsTrue(rq)) {
+            rc = bad(c, "field 'preempt.require_ckpt_dir' is not true");
+            return rc;
+        }
+        p->preempt = 1;
+        GN(pe, "grace_seconds", 1, 86400, p->preempt_grace_s);
+    }
+    enter(c, "%s", "");
+    enter(c, "%s", "");
+    return rc;
+}
+
+/* optional: TensorBoard event files by default (v2183; absent: only with --tensorboard DIR) */
+static int load_tensorboard(ld *c, const cJSON *root) {
+    plan_t *p = c->p;
+    int rc = 0;
+p->tb_every = 1;
+    const cJSON *tb = cJSON_GetObjectItemCaseSensitive(root, "tensorboard");
+    enter(c, "tensorboard");
+    if (tb && !cJSON_IsObject(tb)) {
+        rc = bad(c, "field 'tensorboard' is not an object");
+        return rc;
+    }
+    if (tb) {
+        const cJSON *ld = cJSON_GetObjectItemCaseSensitive(tb, "logdir");
+        if (!cJSON_IsString(ld) || !ld->valuestring[0] || strlen(ld->valuestring) >= sizeof p->tb_logdir) {
+            rc = bad(c, "field 'tensorboard.logdir' is not a non-empty string (< 256 bytes)");
+            return rc;
+        }
+        snprintf(p->tb_logdir, sizeof p->tb_logdir, "%s", ld->valuestring);
+        GI(tb, "every", 1, 1 << 30, p->tb_every);
+    }
+    enter(c, "%s", "");
+    enter(c, "%s", "");
+    return rc;
+}
+
+/* optional: v2184 profiling / v2185 memory profile by default (absent: only with the flags) */
+static int load_profiles(ld *c, const cJSON *root) {
+    plan_t *p = c->p;
+    int rc = 0;
+    const char *secs[2] = {"profile", "memory_profile"}, *keys[2] = {"trace", "svg"};
+    char *dst[2] = {p->prof_trace, p->memprof_svg};
+    for (int i = 0; i < 2 && !rc; i++) {
+        const cJSON *sec = cJSON_GetObjectItemCaseSensitive(root, secs[i]);
+        enter(c, "%s", secs[i]);
+        if (sec && !cJSON_IsObject(sec)) {
+            rc = bad(c, "field '%s' is not an object", secs[i]);
+            return rc;
+        }
+        if (!sec) continue;
+        if ((rc = get_str(c, sec, keys[i], dst[i], sizeof p->prof_trace))) return rc;
+        if (!dst[i][0]) {
+            rc = bad(c, "field '%s.%s' is empty", secs[i], keys[i]);
+            return rc;
+        }
+        if (i == 0) {
+            GI(sec, "start_step", 0, 1 << 30, p->prof_start);
+            GI(sec, "num_steps", 1, 1000, p->prof_steps);
+        }
+    }
+    enter(c, "%s", "");
+    enter(c, "%s", "");
+    return rc;
+}
+
+/* optional: v2160 FP8 (recipe, scaling, the slots' roles) */
+static int load_fp8(ld *c, const cJSON *root) {
+    plan_t *p = c->p;
+    int rc = 0;
+    const cJSON *f8 = cJSON_GetObjectItemCaseSensitive(root, "fp8");
+    enter(c, "fp8");
+    if (f8 && cJSON_IsObject(f8)) {
+        char recipe[16], scaling[16];
+        int64_t hist, margin;
+        if ((rc = get_str(c, f8, "recipe", recipe, sizeof recipe)) ||
+            (rc = get_str(c, f8, "scaling", scaling, sizeof scaling)) ||
+            (rc = get_int(c, f8, "history", 1, 1024, &hist)) || (rc = get_int(c, f8, "margin", 0, 64, &margin)))
+            return rc;
+        p->fp8_e4m3_only = !strcmp(recipe, "e4m3");
+        p->fp8_current = !strcmp(scaling, "current");
+        p->fp8_history = (int)hist;
+        p->fp8_margin = (int)margin;
+        const cJSON *gm = cJSON_GetObjectItemCaseSensitive(f8, "gemm");
+        if (gm && (!cJSON_IsString(gm) || (strcmp(gm->valuestring, "fp8") && strcmp(gm->valuestring, "fake")))) {
+            rc = bad(c, "field 'fp8.gemm' is neither \"fp8\" nor \"fake\"");
+            return rc;
+        }
+        p->fp8_gemm = gm && !strcmp(gm->valuestring, "fp8");
+        const cJSON *slots = cJSON_GetObjectItemCaseSensitive(f8, "slots");
+        int n = cJSON_IsArray(slots) ? cJSON_GetArraySize(slots) : 0;
+        p->fp8_roles = calloc((size_t)n + 1, sizeof(int));
+        if (!p->fp8_roles) {
+            rc = hyp_fail(c->e, HYP_EFAIL, "%s: out of memory", c->path);
+            return rc;
+        }
+        const cJSON *r;
+        cJSON_ArrayForEach(r, slots) {
+            const char *role = cJSON_IsString(r) ? r->valuestring : "";
+            int k = !strcmp(role, "weight") ? 0 : !strcmp(role, "activation") ? 1 : !strcmp(role, "gradient") ? 2 : -1;
+            if (k < 0) {
+                rc = bad(c, "field 'fp8.slots[%d]' is none of weight, activation, gradient", p->fp8_slots);
+                return rc;
+            }
+            p->fp8_roles[p->fp8_slots++] = k;
+        }
+    }
+    enter(c, "%s", "");
+    return rc;
+}
+
+/* the loss op */
+static int load_loss(ld *c, const cJSON *root) {
+    plan_t *p = c->p;
+    int rc = 0;
+    enter(c, "%s", "");
+    const cJSON *lo = need(c, root, "loss", cJSON_Object, &rc);
+    if (!lo) return rc;
+    enter(c, "loss");
+    if ((rc = parse_op(c, lo, &p->loss))) return rc;
+    if (!(hyp_op_get(p->loss.op)->flags & HYP_OPF_LOSS)) {
+        rc = bad(c, "field 'loss.op' = \"%s\" is no loss op (crossentropy)", hyp_op_name(p->loss.op));
+        return rc;
+    }
+    enter(c, "%s", "");
+    return rc;
+}
+
+static int load_forward(ld *c, const cJSON *root) { return load_ops(c, root, "forward", &c->p->fwd, &c->p->n_fwd); }
+static int load_backward(ld *c, const cJSON *root) { return load_ops(c, root, "backward", &c->p->bwd, &c->p->n_bwd); }
+#undef GI
+#undef GN
+
+/* The plan's sections in the order they are read, one loader each: a loader validates its part of
+ * the JSON into plan_t and answers HYP_OK for an optional section that is absent. A technique with
+ * settings of its own adds one loader here, next to the others, never a branch in plan_load. */
+static const struct {
+    const char *name;
+    int (*load)(ld *c, const cJSON *root);
+} SECTIONS[] = {
+    {"model", load_model},           {"train", load_train},         {"sizes", load_sizes},
+    {"hardware", load_hardware},     {"checkpoint", load_checkpoint}, {"guard", load_guard},
+    {"loss_scale", load_loss_scale}, {"param_storage", load_param_storage}, {"grad_accum", load_grad_accum},
+    {"preempt", load_preempt},       {"tensorboard", load_tensorboard}, {"profile", load_profiles},
+    {"fp8", load_fp8},               {"params", load_params},       {"optimizer", load_optimizer},
+    {"buffers", load_buffers},       {"forward", load_forward},     {"backward", load_backward},
+    {"loss", load_loss},
+};
+
 int plan_load(const char *path, plan_t *p, hyp_err *e) {
     memset(p, 0, sizeof *p);
     FILE *f = fopen(path, "rb");
@@ -668,340 +1106,14 @@ int plan_load(const char *path, plan_t *p, hyp_err *e) {
                       path, (long long)v, PLAN_VERSION);
         goto done;
     }
-    const cJSON *m = need(&c, root, "model", cJSON_Object, &rc);
-    const cJSON *t = m ? need(&c, root, "train", cJSON_Object, &rc) : NULL;
-    if (!t) goto done;
-    enter(&c, "model");
-    int64_t x;
-#define GI(obj, key, lo, hi, dst)                                                                  \
-    do {                                                                                           \
-        if ((rc = get_int(&c, obj, key, lo, hi, &x))) goto done;                                   \
-        dst = x;                                                                                   \
-    } while (0)
-#define GN(obj, key, lo, hi, dst)                                                                  \
-    do {                                                                                           \
-        if ((rc = get_num(&c, obj, key, lo, hi, &dst))) goto done;                                 \
-    } while (0)
-    GI(m, "V", 2, 1 << 24, p->V);
-    GI(m, "Vp", p->V, 1 << 24, p->Vp);
-    GI(m, "C", 1, 1 << 20, p->C);
-    GI(m, "L", 1, 10000, p->L);
-    GI(m, "NH", 1, 4096, p->NH);
-    GI(m, "NKV", 1, 4096, p->NKV);
-    GI(m, "hd", 1, 1 << 16, p->hd);
-    GI(m, "H", 1, 1 << 22, p->H);
-    GI(m, "maxT", 1, 1 << 22, p->maxT);
-    GI(m, "params", 1, (int64_t)1 << 50, p->n_params);
-    if ((rc = get_str(&c, m, "name", p->model_name, sizeof p->model_name)) ||
-        (rc = get_str(&c, m, "arch", p->arch, sizeof p->arch)) ||
-        (rc = get_str(&c, m, "norm", p->norm, sizeof p->norm)) ||
-        (rc = get_str(&c, m, "activation", p->activation, sizeof p->activation)) ||
-        (rc = get_str(&c, m, "position", p->position, sizeof p->position)) ||
-        (rc = get_str(&c, m, "tokenizer", p->tokenizer, sizeof p->tokenizer)))
-        goto done;
-    enter(&c, "%s", "");
-    if ((rc = get_str(&c, root, "target", p->target, sizeof p->target)) ||
-        (rc = get_str(&c, root, "backend", p->backend, sizeof p->backend)))
-        goto done;
-    p->qk_norm = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(m, "qk_norm"));
-    p->tied = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(m, "tied"));
-    p->bias = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(m, "bias"));
-    enter(&c, "train");
-    GI(t, "B", 1, 65536, p->B);
-    GI(t, "T", 1, p->maxT, p->T);
-    GI(t, "grad_accum", 1, 1 << 20, p->grad_accum);
-    GI(t, "warmup_steps", 0, 1 << 30, p->warmup_steps);
-    GI(t, "steps", 1, 1 << 30, p->steps);
-    GI(t, "eval_every", 0, 1 << 30, p->eval_every);
-    GI(t, "eval_batches", 0, 1 << 20, p->eval_batches);
-    GI(t, "zero_stage", 0, 3, p->zero_stage);
-    GI(t, "zero_prefetch", 0, 8, p->zero_prefetch);
-    GI(t, "comm_overlap", 0, 1, p->comm_overlap);
-    GI(t, "data_parallel", 0, 1, p->data_parallel);
-    if (cJSON_GetObjectItemCaseSensitive(t, "prefetch")) /* optional (v2128; absent: 0 = none) */
-        GI(t, "prefetch", 0, 64, p->prefetch);
-    if (cJSON_GetObjectItemCaseSensitive(t, "stream_buffer")) /* optional (v2129; absent: 0 = shards) */
-        GI(t, "stream_buffer", 0, 10000000, p->stream_buffer);
-    if (cJSON_GetObjectItemCaseSensitive(t, "pack_max_docs")) /* optional (v2126; absent: 0 = windows) */
-        GI(t, "pack_max_docs", 0, 1 << 20, p->pack_max_docs);
-    if (cJSON_GetObjectItemCaseSensitive(t, "token_budget")) { /* optional (v2127; absent: 0 = fixed) */
-        GI(t, "token_budget", 0, (int64_t)1 << 40, p->token_budget);
-        GI(t, "buckets", 1, 16, p->buckets);
-    }
-    GI(t, "seed", 0, (int64_t)1 << 52, p->seed);
-    if ((rc = get_str(&c, t, "schedule", p->schedule, sizeof p->schedule))) goto done;
-    if (strcmp(p->schedule, "cosine") && strcmp(p->schedule, "wsd") && strcmp(p->schedule, "constant") &&
-        strcmp(p->schedule, "linear")) {
-        rc = bad(&c, "field 'train.schedule' = \"%s\" is none of cosine, wsd, constant, linear", p->schedule);
-        goto done;
-    }
-    GN(t, "lr", 0, 10, p->lr);
-    GN(t, "min_lr_ratio", 0, 1, p->min_lr_ratio);
-    GN(t, "decay_fraction", 0, 1, p->decay_fraction);
-    GN(t, "max_norm", 0, 1e9, p->max_norm);
-    enter(&c, "%s", "");
-    GI(root, "param_bytes", 4, (int64_t)1 << 42, p->param_bytes);
-    GI(root, "act_bytes", 4, (int64_t)1 << 42, p->act_bytes);
-    GI(root, "act_bytes_unplanned", 4, (int64_t)1 << 44, p->act_bytes_unplanned);
-    GI(root, "act_bytes_peak_live", 0, (int64_t)1 << 44, p->act_bytes_peak_live);
-    if (p->param_bytes % 4) {
-        rc = bad(&c, "field 'param_bytes' = %lld is not a whole number of f32 parameters", (long long)p->param_bytes);
-        goto done;
-    }
-    p->param_floats = p->param_bytes / 4;
-    p->act_floats = (p->act_bytes + 3) / 4;
-    p->act_floats_unplanned = (p->act_bytes_unplanned + 3) / 4;
-    {
-        double fpt = 0;
-        GN(root, "flops_per_token", 0, 1e30, fpt);
-        p->flops_per_token = fpt;
-        GN(root, "flops_attn_coef", 0, 1e30, fpt);
-        p->flops_attn_coef = fpt;
-        const cJSON *hw = cJSON_GetObjectItemCaseSensitive(root, "hardware");
-        const cJSON *pk = hw ? cJSON_GetObjectItemCaseSensitive(hw, "peak_flops") : NULL;
-        const cJSON *hn = hw ? cJSON_GetObjectItemCaseSensitive(hw, "name") : NULL;
-        p->peak_flops = cJSON_IsNumber(pk) ? pk->valuedouble : 0;
-        snprintf(p->hardware, sizeof p->hardware, "%s", cJSON_IsString(hn) ? hn->valuestring : "unknown");
-        const cJSON *pd = hw ? cJSON_GetObjectItemCaseSensitive(hw, "peak_dtype") : NULL;
-        const cJSON *pm = hw ? cJSON_GetObjectItemCaseSensitive(hw, "peak_source") : NULL;
-        snprintf(p->peak_dtype, sizeof p->peak_dtype, "%s", cJSON_IsString(pd) ? pd->valuestring : "");
-        p->peak_measure = cJSON_IsString(pm) && !strcmp(pm->valuestring, "measured");
-        const cJSON *fc = cJSON_GetObjectItemCaseSensitive(root, "flops_convention");
-        snprintf(p->flops_convention, sizeof p->flops_convention, "%s",
-                 cJSON_IsString(fc) ? fc->valuestring : "palm");
-        /* optional: v2186's window (absent: 50 steps, the first 1 left out) */
-        const cJSON *tm = cJSON_GetObjectItemCaseSensitive(root, "throughput");
-        const cJSON *w = tm ? cJSON_GetObjectItemCaseSensitive(tm, "window") : NULL;
-        const cJSON *sk = tm ? cJSON_GetObjectItemCaseSensitive(tm, "skip_steps") : NULL;
-        p->metrics_window = cJSON_IsNumber(w) && w->valueint >= 1 && w->valueint <= 100000 ? w->valueint : 50;
-        p->metrics_skip = cJSON_IsNumber(sk) && sk->valueint >= 0 && sk->valueint <= 1000 ? sk->valueint : 1;
-    }
-    {   /* optional: what the checkpoint techniques recorded (absent: neither) */
-        const cJSON *ck = cJSON_GetObjectItemCaseSensitive(root, "checkpoint");
-        enter(&c, "checkpoint");
-        if (ck && !cJSON_IsObject(ck)) {
-            rc = bad(&c, "field 'checkpoint' is not an object");
-            goto done;
-        }
-        const char *flags[2] = {"elastic", "sharded"};
-        int *dst[2] = {&p->ckpt_elastic, &p->ckpt_sharded};
-        for (int i = 0; ck && i < 2; i++) {
-            const cJSON *f = cJSON_GetObjectItemCaseSensitive(ck, flags[i]);
-            if (f && !cJSON_IsBool(f)) {
-                rc = bad(&c, "field 'checkpoint.%s' is not true or false", flags[i]);
-                goto done;
-            }
-            *dst[i] = cJSON_IsTrue(f);
-        }
-        /* v2178 settings (every, keep, dir), v2179 async, v2180 incremental: each optional */
-        if (ck && cJSON_HasObjectItem(ck, "every")) GI(ck, "every", 1, 1 << 30, p->ckpt_every);
-        if (ck && cJSON_HasObjectItem(ck, "keep")) GI(ck, "keep", 1, 1000000, p->ckpt_keep);
-        if (ck && cJSON_HasObjectItem(ck, "async")) GI(ck, "async", 0, 16, p->ckpt_async);
-        if (ck && cJSON_HasObjectItem(ck, "full_every")) GI(ck, "full_every", 1, 1000000, p->ckpt_full_every);
-        if (ck && cJSON_HasObjectItem(ck, "dir")) {
-            if ((rc = get_str(&c, ck, "dir", p->ckpt_dir, sizeof p->ckpt_dir))) goto done;
-            if (!p->ckpt_dir[0]) {
-                rc = bad(&c, "field 'checkpoint.dir' is empty");
-                goto done;
-            }
-        }
+    for (size_t i = 0; i < sizeof SECTIONS / sizeof SECTIONS[0] && !rc; i++) {
         enter(&c, "%s", "");
-    }
-    {   /* optional: the v2176 loss / gradient-norm guard (absent: a non-finite loss stops the run) */
-        const cJSON *gd = cJSON_GetObjectItemCaseSensitive(root, "guard");
-        enter(&c, "guard");
-        if (gd && !cJSON_IsObject(gd)) {
-            rc = bad(&c, "field 'guard' is not an object");
-            goto done;
-        }
-        if (gd) {
-            p->guard = 1;
-            GN(gd, "z_threshold", 1, 1e6, p->guard_z);
-            GN(gd, "ema", 0.5, 0.99999, p->guard_ema);
-            GI(gd, "warmup_steps", 0, 1 << 30, p->guard_warmup);
-            GN(gd, "loss_ceiling", 0, 1e6, p->guard_loss_ceiling);
-            GI(gd, "max_bad_steps", 1, 1 << 20, p->guard_max_bad);
-            GN(gd, "lr_factor", 1e-6, 1, p->guard_lr_factor);
-            GI(gd, "max_rollbacks", 0, 1 << 20, p->guard_max_rollbacks);
-        }
-        enter(&c, "%s", "");
-    }
-    {   /* optional: v2162 dynamic loss scaling (absent: no scaling) */
-        const cJSON *ls = cJSON_GetObjectItemCaseSensitive(root, "loss_scale");
-        enter(&c, "loss_scale");
-        if (ls && !cJSON_IsObject(ls)) {
-            rc = bad(&c, "field 'loss_scale' is not an object");
-            goto done;
-        }
-        if (ls) {
-            p->loss_scale = 1;
-            GN(ls, "init_scale", 1, 1e30, p->ls_init);
-            GN(ls, "growth", 1, 16, p->ls_growth);
-            GN(ls, "backoff", 0.01, 1, p->ls_backoff);
-            GI(ls, "growth_interval", 1, 1 << 30, p->ls_interval);
-        }
-        enter(&c, "%s", "");
-    }
-    {   /* optional: v2161 bf16 parameters without an fp32 master (absent: f32 parameters) */
-        const cJSON *ps = cJSON_GetObjectItemCaseSensitive(root, "param_storage");
-        enter(&c, "param_storage");
-        if (ps && !cJSON_IsObject(ps)) {
-            rc = bad(&c, "field 'param_storage' is not an object");
-            goto done;
-        }
-        if (ps) {
-            char dt[16], rnd[16];
-            int64_t seed = 0;
-            if ((rc = get_str(&c, ps, "dtype", dt, sizeof dt)) || (rc = get_str(&c, ps, "rounding", rnd, sizeof rnd))) goto done;
-            if (strcmp(dt, "bf16") || (strcmp(rnd, "stochastic") && strcmp(rnd, "nearest"))) {
-                rc = bad(&c, "field 'param_storage' = {dtype %s, rounding %s}: this runtime keeps bf16 parameters rounded \"stochastic\" or \"nearest\"", dt, rnd);
-                goto done;
-            }
-            if ((rc = get_int(&c, ps, "seed", 0, 0xffffffffLL, &seed))) goto done;
-            p->param_bf16 = 1;
-            p->param_nearest = !strcmp(rnd, "nearest");
-            p->param_seed = (unsigned)seed;
-        }
-        enter(&c, "%s", "");
-    }
-    {   /* optional: v2163 the dtype of the gradient-accumulation buffer (absent: f32) */
-        const cJSON *ga = cJSON_GetObjectItemCaseSensitive(root, "grad_accum");
-        enter(&c, "grad_accum");
-        if (ga && !cJSON_IsObject(ga)) {
-            rc = bad(&c, "field 'grad_accum' is not an object");
-            goto done;
-        }
-        if (ga) {
-            char dt[16];
-            if ((rc = get_str(&c, ga, "dtype", dt, sizeof dt))) goto done;
-            if (strcmp(dt, "bf16") && strcmp(dt, "f32")) {
-                rc = bad(&c, "field 'grad_accum.dtype' = %s: gradient accumulation buffers are f32 or bf16", dt);
-                goto done;
-            }
-            p->grad_bf16 = !strcmp(dt, "bf16");
-        }
-        enter(&c, "%s", "");
-    }
-    {   /* optional: a preemptible run (absent: every trainer still stops cleanly on a signal) */
-        const cJSON *pe = cJSON_GetObjectItemCaseSensitive(root, "preempt");
-        enter(&c, "preempt");
-        if (pe && !cJSON_IsObject(pe)) {
-            rc = bad(&c, "field 'preempt' is not an object");
-            goto done;
-        }
-        if (pe) {
-            const cJSON *rq = cJSON_GetObjectItemCaseSensitive(pe, "require_ckpt_dir");
-            if (!cJSON_IsTrue(rq)) {
-                rc = bad(&c, "field 'preempt.require_ckpt_dir' is not true");
-                goto done;
-            }
-            p->preempt = 1;
-            GN(pe, "grace_seconds", 1, 86400, p->preempt_grace_s);
-        }
-        enter(&c, "%s", "");
-    }
-    p->tb_every = 1;
-    {   /* optional: TensorBoard event files by default (v2183; absent: only with --tensorboard DIR) */
-        const cJSON *tb = cJSON_GetObjectItemCaseSensitive(root, "tensorboard");
-        enter(&c, "tensorboard");
-        if (tb && !cJSON_IsObject(tb)) {
-            rc = bad(&c, "field 'tensorboard' is not an object");
-            goto done;
-        }
-        if (tb) {
-            const cJSON *ld = cJSON_GetObjectItemCaseSensitive(tb, "logdir");
-            if (!cJSON_IsString(ld) || !ld->valuestring[0] || strlen(ld->valuestring) >= sizeof p->tb_logdir) {
-                rc = bad(&c, "field 'tensorboard.logdir' is not a non-empty string (< 256 bytes)");
-                goto done;
-            }
-            snprintf(p->tb_logdir, sizeof p->tb_logdir, "%s", ld->valuestring);
-            GI(tb, "every", 1, 1 << 30, p->tb_every);
-        }
-        enter(&c, "%s", "");
-    }
-    {   /* optional: v2184 profiling / v2185 memory profile by default (absent: only with the flags) */
-        const char *secs[2] = {"profile", "memory_profile"}, *keys[2] = {"trace", "svg"};
-        char *dst[2] = {p->prof_trace, p->memprof_svg};
-        for (int i = 0; i < 2 && !rc; i++) {
-            const cJSON *sec = cJSON_GetObjectItemCaseSensitive(root, secs[i]);
-            enter(&c, "%s", secs[i]);
-            if (sec && !cJSON_IsObject(sec)) {
-                rc = bad(&c, "field '%s' is not an object", secs[i]);
-                goto done;
-            }
-            if (!sec) continue;
-            if ((rc = get_str(&c, sec, keys[i], dst[i], sizeof p->prof_trace))) goto done;
-            if (!dst[i][0]) {
-                rc = bad(&c, "field '%s.%s' is empty", secs[i], keys[i]);
-                goto done;
-            }
-            if (i == 0) {
-                GI(sec, "start_step", 0, 1 << 30, p->prof_start);
-                GI(sec, "num_steps", 1, 1000, p->prof_steps);
-            }
-        }
-        enter(&c, "%s", "");
-    }
-    {
-        const cJSON *f8 = cJSON_GetObjectItemCaseSensitive(root, "fp8");
-        enter(&c, "fp8");
-        if (f8 && cJSON_IsObject(f8)) {
-            char recipe[16], scaling[16];
-            int64_t hist, margin;
-            if ((rc = get_str(&c, f8, "recipe", recipe, sizeof recipe)) ||
-                (rc = get_str(&c, f8, "scaling", scaling, sizeof scaling)) ||
-                (rc = get_int(&c, f8, "history", 1, 1024, &hist)) || (rc = get_int(&c, f8, "margin", 0, 64, &margin)))
-                goto done;
-            p->fp8_e4m3_only = !strcmp(recipe, "e4m3");
-            p->fp8_current = !strcmp(scaling, "current");
-            p->fp8_history = (int)hist;
-            p->fp8_margin = (int)margin;
-            const cJSON *gm = cJSON_GetObjectItemCaseSensitive(f8, "gemm");
-            if (gm && (!cJSON_IsString(gm) || (strcmp(gm->valuestring, "fp8") && strcmp(gm->valuestring, "fake")))) {
-                rc = bad(&c, "field 'fp8.gemm' is neither \"fp8\" nor \"fake\"");
-                goto done;
-            }
-            p->fp8_gemm = gm && !strcmp(gm->valuestring, "fp8");
-            const cJSON *slots = cJSON_GetObjectItemCaseSensitive(f8, "slots");
-            int n = cJSON_IsArray(slots) ? cJSON_GetArraySize(slots) : 0;
-            p->fp8_roles = calloc((size_t)n + 1, sizeof(int));
-            if (!p->fp8_roles) {
-                rc = hyp_fail(e, HYP_EFAIL, "%s: out of memory", path);
-                goto done;
-            }
-            const cJSON *r;
-            cJSON_ArrayForEach(r, slots) {
-                const char *role = cJSON_IsString(r) ? r->valuestring : "";
-                int k = !strcmp(role, "weight") ? 0 : !strcmp(role, "activation") ? 1 : !strcmp(role, "gradient") ? 2 : -1;
-                if (k < 0) {
-                    rc = bad(&c, "field 'fp8.slots[%d]' is none of weight, activation, gradient", p->fp8_slots);
-                    goto done;
-                }
-                p->fp8_roles[p->fp8_slots++] = k;
-            }
-        }
-    }
-    if ((rc = load_params(&c, root)) || (rc = load_optimizer(&c, root)) || (rc = load_buffers(&c, root)) ||
-        (rc = load_ops(&c, root, "forward", &p->fwd, &p->n_fwd)) ||
-        (rc = load_ops(&c, root, "backward", &p->bwd, &p->n_bwd)))
-        goto done;
-    {
-        enter(&c, "%s", "");
-        const cJSON *lo = need(&c, root, "loss", cJSON_Object, &rc);
-        if (!lo) goto done;
-        enter(&c, "loss");
-        if ((rc = parse_op(&c, lo, &p->loss))) goto done;
-        if (!(hyp_op_get(p->loss.op)->flags & HYP_OPF_LOSS)) {
-            rc = bad(&c, "field 'loss.op' = \"%s\" is no loss op (crossentropy)", hyp_op_name(p->loss.op));
-            goto done;
-        }
+        rc = SECTIONS[i].load(&c, root);
     }
     /* v2161: once the ops are checked, the param buffers read as bf16 (ops_bf16.c takes them as it
      * takes bf16 activations); their element offsets stay those of the f32 layout */
-    for (int b = 0; p->param_bf16 && b < p->n_bufs; b++)
+    for (int b = 0; !rc && p->param_bf16 && b < p->n_bufs; b++)
         if (p->bufs[b].kind == BUF_PARAM) p->bufs[b].dtype = HYP_DT_BF16;
-#undef GI
-#undef GN
 done:
     if (!rc) rc = state_hash(&c, root);
     cJSON_Delete(root);

@@ -9,7 +9,17 @@
 # moments) continues bit for bit through the next root refresh at step 6.
 # (Equivalence with the reference equations, every weight after every step: test_shampoo_v2139.)
 #
-# Tolerance: np=2 sums gradients in another order than np=1: losses 2e-5 relative (as test_dp).
+# Tolerances: np=2 sums gradients in another order than np=1 (MPI's sum of two ranks' micro-batch
+# gradients vs one sgemm over the whole batch), a relative perturbation of about u*sqrt(K) (u = 6e-8,
+# K = 128 rows). Until the first preconditioned update (steps 1-3: the roots are computed at step 3
+# and first move the weights seen by step 4) the update is Adam's, which does not amplify it: losses
+# 2e-5 relative, as test_dp. From step 4 the update is L^-1/4 G R^-1/4: a relative perturbation of
+# the statistics moves the roots by up to kappa(L)/4 times as much, and epsilon = 1e-12 does not
+# bound kappa (the statistics of these 8 steps are rank-deficient: kappa near 1e4-1e5), so the
+# np=2 - np=1 loss difference may reach ~1e-4 relative on one CPU and less on another (3.6e-5 was
+# seen on one). 1e-3 relative is still an order below one step's loss change here (the loss falls
+# by > 0.3 over 8 steps, ~0.04 per step): a wrong reduction (a missing or double-counted rank, a
+# wrong scale) changes the loss by the order of a step's change and fails.
 source "$(dirname "$0")/lib.sh"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 export OMP_NUM_THREADS=1
@@ -19,8 +29,8 @@ bible -f 'Gen1:1-Deu34:12' | sed -E 's/^[0-9A-Za-z]+[0-9]+:[0-9]+ //' | head -c 
 COMMON=(--data "$TMP/data" --seq 64 --eval-every 0)
 SH=(--set v2139.block_size=64 --set v2139.precondition_frequency=3 --set v2139.start_preconditioning_step=3)
 json() { python3 -c "import json,sys; p=json.load(open(sys.argv[1])); print(eval(sys.argv[2]))" "$@"; }
-close() { # close FILE_A FILE_B: every loss within 2e-5 relative
-  paste <(losses "$1") <(losses "$2") | awk 'BEGIN { n = 0 } { n++; d = $1 - $2; if (d < 0) d = -d; if (d > 2e-5 * $1) bad = 1 } END { exit bad || n < 4 }'
+close() { # close FILE_A FILE_B: losses of steps 1-3 within 2e-5 relative, later ones within 1e-3 (above)
+  paste <(losses "$1") <(losses "$2") | awk 'BEGIN { n = 0 } { n++; d = $1 - $2; if (d < 0) d = -d; if (d > (n <= 3 ? 2e-5 : 1e-3) * $1) bad = 1 } END { exit bad || n < 8 }'
 }
 
 # --- gen: the plan's optimizer section, refusals ---------------------------------------------------
