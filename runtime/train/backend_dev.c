@@ -485,11 +485,9 @@ static int same_forward(const plan_t *a, const plan_t *b) {
     return 1;
 }
 
-static const train_backend_i DEV_BACKEND;
-
 int train_backend_dev_teacher(train_backend *b, const train_teacher *tt, int *on, char *how, size_t cap, hyp_err *e) {
     *on = 0;
-    if (b->i != &DEV_BACKEND || !tt->plan || !tt->params) {
+    if (b->i != &train_backend_dev_i || !tt->plan || !tt->params) { /* b is not this device layer */
         snprintf(how, cap, "on the host");
         return HYP_OK;
     }
