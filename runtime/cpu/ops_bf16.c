@@ -49,6 +49,8 @@ typedef struct {
     int load[MAXA];             /* 1: its values are read (inputs, accumulated outputs) */
     float *p[MAXA];             /* this block's fp32 view */
     const int32_t *tok[MAXA];   /* this block's token ids (i32 arguments) */
+    const float *row_scale;     /* the executor's per-row loss weights (exec_t.row_scale), or NULL */
+    long u0;                    /* this block's first unit */
 } lp_args;
 
 typedef void (*lp_call)(const plan_op *o, const exec_dims *d, lp_args *a, int units, float dloss);
@@ -116,7 +118,13 @@ CALL(k_accumulate) {
     else op_accumulate(OUT(0), IN(0), ROWC);
 }
 CALL(k_crossentropy) { UNUSED; op_crossentropy_fwd(OUT(0), IN(0), TOK(1), u, (int)o->V, (int)o->Vp); }
-CALL(k_crossentropy_fused) { UNUSED; op_crossentropy_fused(OUT(0), OUT(1), TOK(0), dloss, u, (int)o->V, (int)o->Vp); }
+CALL(k_crossentropy_fused) {
+    UNUSED;
+    op_crossentropy_fused(OUT(0), OUT(1), TOK(0), dloss, u, (int)o->V, (int)o->Vp);
+    if (a->row_scale) /* per-token loss weights (preference objectives, GRPO), as the fp32 adapter: rows are units */
+        for (int n = 0; n < u; n++)
+            for (int i = 0; i < (int)o->Vp; i++) OUT(1)[(long)n * o->Vp + i] *= a->row_scale[a->u0 + n];
+}
 CALL(k_round_bf16) { UNUSED; op_round_bf16(OUT(0), IN(0), ROWC); }
 
 static const lp_op LP_OPS[] = {
@@ -243,6 +251,7 @@ static void store_bf16(uint16_t *dst, const float *src, long n) {
 static void run_block(const plan_op *o, const exec_dims *d, const lp_op *L, lp_args a, long u0, long n, float *sc,
                       float dloss) {
     float *s = sc;
+    a.u0 = u0;
     for (int k = 0; k < a.n; k++) {
         if (!a.base[k] || a.per[k] == 0) continue; /* whole ones are set by the caller */
         long off = u0 * a.per[k], cnt = n * a.per[k];
@@ -267,6 +276,7 @@ static void lp_generic(exec_t *x, const plan_op *o, float *const *I, float *cons
     const lp_op *L = lp_find(o->op);
     lp_args a;
     long units = describe(x, o, L, I, O, &a), need;
+    a.row_scale = x->row_scale;
     int nt = x->lowp->nthreads;
     long bu = plan_blocks(&a, units, nt, &need);
     if ((size_t)need > x->lowp->scratch_floats) return; /* exec_lowp_init sized it for the maximum batch */

@@ -3,6 +3,7 @@
  * differently (that is a slot of train_backend_i), printing progress, checkpoints. */
 #include "backend.h"
 #include "gnb.h"
+#include "objective.h"
 #include "prof.h"
 
 #include <math.h>
@@ -14,11 +15,6 @@ static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-int train_step(train_backend *b, hyp_loader *train, const train_opts *o, int K, int step, double lr, double *loss,
-               double *norm, float *scale, train_step_times *tm, hyp_err *e) {
-    return train_step_guarded(b, train, o, K, step, lr, loss, norm, scale, tm, NULL, e);
 }
 
 /* v2162: the verdict of every rank (any bad: an overflow, all ranks agree) advances the scaler:
@@ -60,47 +56,23 @@ static int loss_scale_check(train_backend *b, int *overflow, hyp_err *e) {
     return HYP_OK;
 }
 
-int train_step_guarded(train_backend *b, hyp_loader *train, const train_opts *o, int K, int step, double lr,
-                       double *loss, double *norm, float *scale, train_step_times *tm, int *skipped, hyp_err *e) {
-    exec_t *x = b->x;
+int train_step(train_backend *b, train_objective *ob, const train_opts *o, int K, int step, double lr, double *loss,
+               double *norm, float *scale, train_step_times *tm, int *skipped, hyp_err *e) {
     train_step_times t = {0, 0, 0, 0, 0, 0};
-    const int B0 = x->B, T0 = x->T; /* v2127: a dynamic batch rebinds the shape for its micro-batch */
     double pt = hyp_prof_t(); /* v2184 phase spans: no-ops outside the profiled window */
-    int rc = b->i->zero_grads(b, e);
+    int rc = HYP_OK;
+    if (ob->i->step_begin) {
+        rc = ob->i->step_begin(ob, b, step, e);
+        hyp_prof_phase("objective_step_begin", HYP_PROF_STEP, 1, pt);
+        pt = hyp_prof_t();
+    }
+    if (!rc) rc = b->i->zero_grads(b, e);
     hyp_prof_phase("zero_grads", HYP_PROF_BACKWARD, 1, pt);
     *loss = 0;
-    for (int k = 0; k < K && !rc; k++) {
-        double t0 = now_s();
-        pt = hyp_prof_t();
-        if ((rc = hyp_loader_next_pos(train, x->tokens, x->targets, x->positions, e))) return rc;
-        hyp_batch_info bi;
-        hyp_loader_last_batch(train, &bi);
-        if ((bi.B != x->B || bi.T != x->T) && (rc = exec_reshape(x, bi.B, bi.T, e))) return rc;
-        t.slots += (double)bi.B * bi.T, t.rows += bi.B, t.pad += (double)bi.pad;
-        double cnt = (double)exec_count_targets(x), gcnt = cnt, t1 = now_s();
-        t.data_s += t1 - t0;
-        hyp_prof_phase("data_next", HYP_PROF_DATA, 1, pt);
-        pt = hyp_prof_t();
-        if ((rc = hyp_coll_allreduce_f64(b->dp.coll, &gcnt, 1, e))) return rc;
-        t.comm_s += now_s() - t1;
-        hyp_prof_phase("allreduce_token_count", HYP_PROF_COMM, 1, pt);
-        pt = hyp_prof_t();
-        float mean = 0;
-        /* every token of the global batch weighs 1 / (tokens * K): the sum over ranks is the mean */
-        float dl = gcnt > 0 ? (float)(1.0 / (gcnt * K)) : 0.0f;
-        if (b->ls.on) dl = (float)(dl * b->ls.scale); /* v2162: the loss x S */
-        rc = b->i->micro_batch(b, dl, k == K - 1, &mean, e);
-        *loss += gcnt > 0 ? mean * cnt / gcnt / K : 0;
-        t.loss_tokens += gcnt;
-        hyp_prof_phase("micro_batch", HYP_PROF_STEP, 0, pt);
-    }
-    if (!rc && (x->B != B0 || x->T != T0)) rc = exec_bind(x, B0, T0, e);
-    double t0 = now_s();
-    pt = hyp_prof_t();
-    if (!rc) rc = hyp_coll_allreduce_f64(b->dp.coll, loss, 1, e);
+    double dscale = b->ls.on ? b->ls.scale : 1; /* v2162: the loss x S */
+    for (int k = 0; k < K && !rc; k++) rc = ob->i->micro_batch(ob, b, k, K, step, dscale, loss, &t, e);
+    if (!rc && ob->i->step_end) rc = ob->i->step_end(ob, b, loss, &t, e);
     double t1 = now_s();
-    t.comm_s += t1 - t0;
-    hyp_prof_phase("allreduce_loss", HYP_PROF_COMM, 1, pt);
     pt = hyp_prof_t();
     const train_hooks *h = b->hooks;
     if (!rc && h && h->before_reduce) rc = h->before_reduce(b->hooks_ctx, b, step, e);
@@ -118,7 +90,7 @@ int train_step_guarded(train_backend *b, hyp_loader *train, const train_opts *o,
     int skip = overflow; /* v2162: an overflow skips the update; the guard does not judge it */
     if (!rc && h && h->gate && !overflow) { /* v2176: the guard's verdict before the update */
         double gn = 0;
-        if (!b->i->peek_norm) rc = hyp_fail(e, HYP_EINPUT, "the %s backend cannot show the gradient norm before the update, which the guard (v2176) needs", b->i->name);
+        if (!b->i->peek_norm) rc = hyp_fail(e, HYP_EINPUT, "the %s backend cannot show the gradient norm before the update, which the guard (v2176) needs", b->name);
         else if (!(rc = b->i->peek_norm(b, &gn, e))) rc = h->gate(b->hooks_ctx, b, step, loss, gn, &skip, e);
     }
     if (skipped) *skipped = skip;

@@ -3,7 +3,7 @@
  * A backend runs the pieces of a training step on its hardware: the cpu executor (backend_cpu.c)
  * and the device layer, sim or cuda (backend_dev.c), are peers behind one `static const`
  * train_backend_i, as ggml's ggml_backend_i makes the CPU one backend among others. The driver
- * (backend.c) is written once over it: micro-batches with the global-mean loss weighting, the
+ * (backend.c) is written once over it: the objective's micro-batches (objective.h), the
  * gradient reduction per ZeRO stage, clipping, the optimizer (optim.h) on the own shard, the FP8
  * step, evaluation and the memory report. Checkpoints (train_ckpt.h) read the host executor,
  * which sync_host brings up to date. The registry (backend_reg.c) opens the plan's backend.
@@ -21,13 +21,36 @@
 #include "train.h"
 
 typedef struct train_backend train_backend;
+typedef struct train_objective train_objective; /* objective.h */
 
 /* Bytes of one rank by role, for the memory report. */
 enum { MEM_PARAMS, MEM_GRADS, MEM_OPTIM, MEM_ACTS, MEM_OTHER, MEM_GRAD_WORKSPACE, MEM__COUNT };
 
+/* What a backend can do, asked instead of its name (error messages name the backend: the plan's
+ * backend, train_backend.name). Filled statically in each backend's table. */
+typedef struct {
+    /* trains in the host executor's arenas: parameters, gradients, optimizer states and
+     * activations are x's host memory between calls (sync_host is NULL), so host code may read or
+     * plant into x->grads, hook into x's fused loss (exec_t.loss_fused) and arm x->acts */
+    unsigned host_buffers : 1;
+    /* runs the generated kernels on a device with its own stream (sim, cuda): the profile has a
+     * device track and the memory profile counts the device arenas */
+    unsigned device_kernels : 1;
+    /* rebinds the batch shape per micro-batch (v2127 dynamic batches) */
+    unsigned dynamic_shapes : 1;
+    /* bf16 parameters without an fp32 master (v2161) and a bf16 gradient buffer (v2163) */
+    unsigned bf16_storage : 1;
+    /* the preference objectives under data parallelism reproduce one rank's numbers */
+    unsigned multi_rank_pref : 1;
+    /* computes on this machine's CPU cores: MFU is against their measured peak */
+    unsigned host_compute : 1;
+} train_backend_caps;
+
 typedef struct train_backend_i {
-    /* "cpu", "sim" or "cuda" */
-    const char *name;
+    /* the kind of backend ("cpu", "device"); messages name the instance (train_backend.name) */
+    const char *kind;
+    /* what it can do */
+    train_backend_caps caps;
     /* zeroes what backward accumulates into (the gradient arena, or the ZeRO-3 gradient shard) */
     int (*zero_grads)(train_backend *b, hyp_err *e);
     /* forward + backward of the micro-batch in x->tokens/targets, the loss gradient scaled by
@@ -73,8 +96,9 @@ typedef struct train_backend_i {
      * optim_step applies and reports the norm unscaled. NULL: the driver checks and unscales the
      * host gradients x->grads before the reduction (the cpu). */
     int (*ls_check)(train_backend *b, int *bad, hyp_err *e);
-    /* the preference objectives (train/pref.c), one rank: the per-token losses (cross-entropy,
-     * 0 at ignored targets) of the batch in x->tokens/targets, forward only, into out[B*T] */
+    /* the objectives that weight each token (pref.c, grpo.c): the per-token losses
+     * (cross-entropy, 0 at ignored targets) of the batch in x->tokens/targets, forward only, into
+     * out[B*T]; NULL: the backend cannot run them */
     int (*token_losses)(train_backend *b, float *out, hyp_err *e);
     /* then the backward of that batch (the last token_losses' forward): the fused loss's
      * gradient (dloss 1) of token n scaled by row_scale[n] (B*T), gradients accumulated */
@@ -118,7 +142,7 @@ typedef struct {
     int (*gate)(void *ctx, train_backend *b, int step, double *loss, double norm, int *skip, hyp_err *e);
 } train_hooks;
 
-/* v2162 dynamic loss scaling (PyTorch GradScaler semantics), driven by train_step_guarded: the
+/* v2162 dynamic loss scaling (PyTorch GradScaler semantics), driven by train_step: the
  * loss gradient is multiplied by scale; after the micro-batches the gradients are checked for
  * inf/NaN (all ranks agree): an overflow skips the update (skipped = 1, not a guard bad step) and
  * multiplies scale by backoff, else the gradients are divided by scale before the reduction,
@@ -137,6 +161,7 @@ typedef struct {
 
 struct train_backend {
     const train_backend_i *i;
+    const char *name;   /* the plan's backend this one runs: "cpu", "sim" or "cuda" (messages) */
     exec_t *x;          /* the host executor: the cpu backend's, or the device backend's mirror */
     dp_t dp;            /* the data-parallel group, ZeRO stage and optimizer */
     void *impl;         /* the backend's own state */
@@ -152,10 +177,14 @@ struct train_backend {
  * device runs). Collective. */
 int train_backend_open(train_backend *b, const plan_t *p, const char *plan_path, exec_t *x, const dp_t *dp, int B,
                        int T, hyp_err *e);
+/* The capabilities of the plan's backend before it is opened (the host executor's layout, the
+ * teacher's hook depend on them). HYP_EINPUT for a backend the registry does not know. */
+int train_backend_caps_of(const plan_t *p, train_backend_caps *caps, hyp_err *e);
 void train_backend_close(train_backend *b);
 /* The backends (backend_cpu.c, backend_dev.c), for the registry. */
 int train_backend_cpu_open(train_backend *b, const plan_t *p, const char *plan_path, int B, int T, hyp_err *e);
 int train_backend_dev_open(train_backend *b, const plan_t *p, const char *plan_path, int B, int T, hyp_err *e);
+extern const train_backend_i train_backend_cpu_i, train_backend_dev_i;
 
 /* ---- the step driver (backend.c) ---- */
 /* Where a step waited (v2186 throughput metrics), wall seconds (CLOCK_MONOTONIC): data_s in the
@@ -169,14 +198,16 @@ typedef struct {
     double slots, rows, pad, loss_tokens;
 } train_step_times;
 
-/* One optimizer step (t = step) over K micro-batches of the loader: *loss the global mean loss,
- * *norm the global gradient norm, *scale the clip factor applied; *tm (may be NULL) where it waited.
- * With hooks whose gate says skip, the update is not applied and *skipped (may be NULL) is 1. */
-int train_step(train_backend *b, hyp_loader *train, const train_opts *o, int K, int step, double lr, double *loss,
-               double *norm, float *scale, train_step_times *tm, hyp_err *e);
-int train_step_guarded(train_backend *b, hyp_loader *train, const train_opts *o, int K, int step, double lr,
-                       double *loss, double *norm, float *scale, train_step_times *tm, int *skipped, hyp_err *e);
-/* The mean validation loss over `batches` batches of val, averaged over ranks, into *loss. */
+/* One optimizer step (t = step) of the objective ob (objective.h) over K micro-batches: its
+ * step_begin, the gradients zeroed, its micro-batches with the loss gradient x the v2162 loss
+ * scale, its step_end; then the scaler's check, the reduction, the v2176 guard's gate, the
+ * update, the FP8 step and the GNB pass. *loss the global mean loss, *norm the global gradient
+ * norm, *scale the clip factor applied; *tm (may be NULL) where it waited. With hooks whose gate
+ * says skip, or a loss-scale overflow, the update is not applied and *skipped (may be NULL) is 1. */
+int train_step(train_backend *b, train_objective *ob, const train_opts *o, int K, int step, double lr, double *loss,
+               double *norm, float *scale, train_step_times *tm, int *skipped, hyp_err *e);
+/* The mean validation loss over `batches` batches of val, averaged over ranks, into *loss (the
+ * next-token objective's evaluation, obj_tokens.c). */
 int train_eval(train_backend *b, hyp_loader *val, int batches, float *loss, hyp_err *e);
 /* Prints every rank's memory by role (rank 0's stdout; collective). */
 void train_print_memory(train_backend *b, hyp_err *e);

@@ -146,8 +146,9 @@ static int cpu_weighted_backward(train_backend *b, const float *row_scale, hyp_e
     return HYP_OK;
 }
 
-static const train_backend_i CPU_BACKEND = {
-    .name = "cpu",
+const train_backend_i train_backend_cpu_i = {
+    .kind = "cpu",
+    .caps = {.host_buffers = 1, .device_kernels = 0, .dynamic_shapes = 1, .bf16_storage = 1, .multi_rank_pref = 1, .host_compute = 1},
     .zero_grads = cpu_zero_grads,
     .micro_batch = cpu_micro_batch,
     .reduce_grads = cpu_reduce_grads,
@@ -172,6 +173,6 @@ int train_backend_cpu_open(train_backend *b, const plan_t *p, const char *plan_p
         return hyp_fail(e, HYP_EINPUT, "plan: bf16 parameters (param_storage, v2161) are updated by AdamW only, the plan's optimizer is '%s' — regenerate the trainer with adamw",
                         p->optim.kind);
     if (!(b->impl = calloc(1, sizeof(cpu_state)))) return hyp_fail(e, HYP_EFAIL, "out of memory");
-    b->i = &CPU_BACKEND;
+    b->i = &train_backend_cpu_i;
     return HYP_OK;
 }

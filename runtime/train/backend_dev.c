@@ -182,7 +182,7 @@ static int open_dev(train_dev *t, const dp_t *dp, const plan_t *p, const char *p
     int rc;
     if (!dp->opt->step_device)
         return hyp_fail(e, HYP_EINPUT, "optimizer '%s' has no device implementation — generate the trainer for --target cpu", dp->opt->kind);
-    if ((rc = hyp_device_open(!strcmp(p->backend, "cuda") ? "cuda" : "sim", &t->dev, e))) return rc;
+    if ((rc = hyp_device_open(p->backend, &t->dev, e))) return rc;
     t->on = 1;
     snprintf(t->title, sizeof t->title, "%s device memory", t->dev->name);
     if (t->world > 1 && (rc = t->dev->comm_init(t->dev, coll, e))) return rc;
@@ -487,11 +487,9 @@ static int same_forward(const plan_t *a, const plan_t *b) {
     return 1;
 }
 
-static const train_backend_i DEV_BACKEND;
-
 int train_backend_dev_teacher(train_backend *b, const train_teacher *tt, int *on, char *how, size_t cap, hyp_err *e) {
     *on = 0;
-    if (b->i != &DEV_BACKEND || !tt->plan || !tt->params) {
+    if (b->i != &train_backend_dev_i || !tt->plan || !tt->params) { /* b is not this device layer */
         snprintf(how, cap, "on the host");
         return HYP_OK;
     }
@@ -541,8 +539,10 @@ int train_backend_dev_teacher(train_backend *b, const train_teacher *tt, int *on
     return rc;
 }
 
-static const train_backend_i DEV_BACKEND = {
-    .name = "device",
+const train_backend_i train_backend_dev_i = {
+    .kind = "device",
+    /* np=2 of the preference objectives does not yet reproduce np=1 on the device */
+    .caps = {.host_buffers = 0, .device_kernels = 1, .dynamic_shapes = 0, .bf16_storage = 0, .multi_rank_pref = 0, .host_compute = 0},
     .zero_grads = dev_zero_grads,
     .micro_batch = dev_micro_batch,
     .reduce_grads = dev_reduce_grads,
@@ -564,16 +564,13 @@ static const train_backend_i DEV_BACKEND = {
 };
 
 int train_backend_dev_open(train_backend *b, const plan_t *p, const char *plan_path, int B, int T, hyp_err *e) {
-    if (p->param_bf16 || p->grad_bf16) /* gen refuses these on sim/cuda; a hand-edited plan gets this */
-        return hyp_fail(e, HYP_EINPUT, "plan: %s runs in the cpu trainer only — regenerate the trainer with --target cpu",
-                        p->param_bf16 ? "bf16 parameters without a master (param_storage, v2161)" : "a bf16 gradient-accumulation buffer (grad_accum, v2163)");
     train_dev *t = calloc(1, sizeof *t);
     if (!t) return hyp_fail(e, HYP_EFAIL, "out of memory");
     b->impl = t;
-    b->i = &DEV_BACKEND; /* from here on train_backend_close frees what open made, even half of it */
+    b->i = &train_backend_dev_i; /* from here on train_backend_close frees what open made, even half of it */
     int rc = open_dev(t, &b->dp, p, plan_path, b->x, B, T, e);
     if (rc) return rc;
-    if (!strcmp(p->backend, "sim"))
+    if (t->dev->info.sm == 0) /* the simulator */
         printf("backend: sim — the generated CUDA kernels (kernels/ next to the plan) run on the CPU simulator (slow; for tests)\n");
     else
         printf("backend: cuda — %s, the compiled kernels (kernels/*.cubin) through the CUDA driver\n", t->dev->info.name);

@@ -121,7 +121,7 @@ void distill_close(distill *d, exec_t *x) {
     free(d);
 }
 
-int distill_open(distill **out, const char *plan_path, exec_t *x, const char *backend, int world, hyp_err *e) {
+int distill_open(distill **out, const char *plan_path, exec_t *x, const train_backend_caps *caps, hyp_err *e) {
     *out = NULL;
     char *txt = NULL;
     int rc = hyp_fs_read_small(plan_path, (size_t)256 << 20, &txt, NULL, e);
@@ -143,10 +143,12 @@ int distill_open(distill **out, const char *plan_path, exec_t *x, const char *ba
     double T = cJSON_IsNumber(tt) ? tt->valuedouble : 1, alpha = cJSON_IsNumber(al) ? al->valuedouble : 0;
     cJSON_Delete(root);
     if (rc) return rc;
-    (void)world; /* data parallel: every rank's teacher runs on the rank's own batch (the loss is per token) */
+    /* data parallel: every rank's teacher runs on the rank's own batch (the loss is per token) */
     int fused = 0;
     for (int i = 0; i < x->p->n_bwd; i++) fused |= !strcmp(hyp_op_name(x->p->bwd[i].op), "crossentropy_fused");
     if (!fused) return hyp_fail(e, HYP_EINPUT, "%s: the plan's backward has no crossentropy_fused op for the distillation loss — generate the trainer without the technique that replaces it", plan_path);
+    if (caps->host_buffers && x->lowp) /* the bf16-storage ops run the loss per block of rows, without the hook */
+        return hyp_fail(e, HYP_EINPUT, "%s: distillation's loss runs on fp32 activations in the cpu trainer, and this plan stores them in bf16 (v2102 storage) — regenerate with --set v2102.storage=fp32", plan_path);
     distill *d = calloc(1, sizeof *d);
     if (!d) return hyp_fail(e, HYP_EFAIL, "out of memory");
     d->temperature = T, d->alpha = alpha;
@@ -185,7 +187,7 @@ int distill_open(distill **out, const char *plan_path, exec_t *x, const char *ba
     }
     snprintf(d->desc, sizeof d->desc, "distillation (v2149): teacher %.900s (%s, %.3g M params%s), temperature %g, alpha %g",
              what, d->tp.model_name, d->tp.param_floats / 1e6, hf_own ? ", the student's plan" : "", T, alpha);
-    if (!strcmp(backend, "cpu")) x->loss_fused = loss_fused, x->loss_ctx = d;
+    if (caps->host_buffers) x->loss_fused = loss_fused, x->loss_ctx = d; /* the loss in x's fused-loss op */
     else { /* the device computes the loss; its forward on the device where kernels fit (distill_attach) */
         snprintf(d->tplan, sizeof d->tplan, "%s", tplan);
         d->dev = (train_teacher){teacher_logits, d, (float)T, (float)alpha, &d->tp, d->tplan, d->tx.params};

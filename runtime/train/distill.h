@@ -23,10 +23,11 @@
 typedef struct distill distill;
 
 /* The plan's "distill" section (absent: *out = NULL, HYP_OK). Otherwise loads the teacher named
- * there for batches up to B x T of the student x, and hooks it into x. Its plan: teacher_plan when
+ * there for batches up to B x T of the student x, and hooks it into x's fused loss when the
+ * backend trains in x's buffers (caps->host_buffers), else keeps it for distill_attach. Its plan: teacher_plan when
  * given; else the first plan.json in the teacher's directory or the three above; else, for a
  * Hugging Face directory, the student's plan (the config is checked against it key by key). */
-int distill_open(distill **out, const char *plan_path, exec_t *x, const char *backend, int world, hyp_err *e);
+int distill_open(distill **out, const char *plan_path, exec_t *x, const train_backend_caps *caps, hyp_err *e);
 void distill_close(distill *d, exec_t *x);
 /* Gives a device backend b the teacher (b->teacher, backend.h), on its device where kernels fit,
  * and prints (rank 0) where its forward runs; nothing for d NULL or the cpu backend (there

@@ -62,7 +62,7 @@ int gnb_pass(train_backend *b, const train_opts *o, int step, hyp_err *e) {
     exec_t *x = b->x;
     if (!b->i->hess_step)
         return hyp_fail(e, HYP_EINPUT, "train: optimizer '%s' refreshes a Hessian estimate with a sampled-label pass, which the %s backend does not run — generate the trainer with --target cpu",
-                        b->dp.opt->kind, b->i->name);
+                        b->dp.opt->kind, b->name);
     if (x->loss_fused || x->row_scale)
         return hyp_fail(e, HYP_EINPUT, "train: optimizer '%s' needs the fused loss for its sampled-label pass, which another technique (distillation or a preference loss) replaces — enable one of them",
                         b->dp.opt->kind);

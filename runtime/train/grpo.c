@@ -1,15 +1,13 @@
-/* grpo.c — v2194 GRPO at small scale on the cpu backend (grpo.h). */
+/* grpo.c — v2194 GRPO at small scale as an objective of the one training loop (grpo.h). */
 #include "grpo.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "pref_ref.h"
 #include "rng.h"
-#include "train_ckpt.h"
 
 double grpo_reward(const int32_t *tok, int n, const char *chars) {
     int hit = 0;
@@ -46,12 +44,6 @@ double grpo_token_weights(const int32_t *targets, const double *lp, const double
             scale[i] = (float)-w; /* the fused CE's gradient is -(d logp / d z) */
         }
     return loss;
-}
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 static int logits_buf(const plan_t *p) {
@@ -104,11 +96,21 @@ static void sample_rows(exec_t *x, const hyp_pref_set *s, const int *ex, int m, 
         for (int k = 0; k < max_new; k++) x->targets[(size_t)b * T + plen[b] + k - 1] = comp[b * max_new + k];
 }
 
-/* Per-token log-probs of the targets of x's rows (0 where the target is -1). */
-static void token_logps(exec_t *x, double *lp) {
-    exec_eval_loss(x);
-    const float *L = exec_buf(x, x->p->losses_buf);
-    for (size_t i = 0; i < (size_t)x->B * x->T; i++) lp[i] = x->targets[i] >= 0 ? -(double)L[i] : 0;
+/* Per-token log-probs of the targets of the batch in x->tokens/targets (0 where the target is -1)
+ * on the backend b (token_losses: the forward the following weighted_backward differentiates) or,
+ * with b NULL, on the cpu executor rx (the frozen reference copy). L: B*T floats of scratch. */
+static int token_logps(train_backend *b, exec_t *rx, float *L, double *lp, hyp_err *e) {
+    exec_t *x = b ? b->x : rx;
+    size_t n = (size_t)x->B * x->T;
+    if (b) {
+        int rc = b->i->token_losses(b, L, e);
+        if (rc) return rc;
+    } else {
+        exec_eval_loss(rx);
+        memcpy(L, exec_buf(rx, rx->p->losses_buf), sizeof(float) * n);
+    }
+    for (size_t i = 0; i < n; i++) lp[i] = x->targets[i] >= 0 ? -(double)L[i] : 0;
+    return HYP_OK;
 }
 
 /* Mean reward of the val prompts, one completion each (fixed rng stream: comparable over steps). */
@@ -125,11 +127,10 @@ static double eval_reward(const pref_run *r, const hyp_pref_set *v, int lbuf, in
     return v->n ? sum / v->n : NAN;
 }
 
+
 static int check_setup(const pref_run *r, const hyp_pref_set *s, hyp_err *e) {
     const exec_t *x = r->be->x;
     const post_cfg *c = r->cfg;
-    if (strcmp(r->be->i->name, "cpu"))
-        return hyp_fail(e, HYP_EINPUT, "grpo: runs on the cpu backend only (the %s path is missing) — generate the trainer with --target cpu", r->be->i->name);
     if (r->be->dp.world > 1 || r->be->dp.stage > 0)
         return hyp_fail(e, HYP_EINPUT, "grpo: runs on one rank without ZeRO — run one process, generate without dp/zero");
     if (r->start_step > 0)
@@ -143,117 +144,176 @@ static int check_setup(const pref_run *r, const hyp_pref_set *s, hyp_err *e) {
     for (int i = 0; i < s->n; i++)
         if (s->len[i][0] < 1)
             return hyp_fail(e, HYP_EINPUT, "%s/train.pref: example %d has an empty prompt (grpo samples after the prompt) — give every line a prompt", r->data, i + 1);
-    if (s->vocab > x->p->V)
-        return hyp_fail(e, HYP_EINPUT, "%s/train.pref: vocabulary %d is larger than the model's %d — prepare the data with the model's tokenizer", r->data, s->vocab, x->p->V);
     if (logits_buf(x->p) < 0)
         return hyp_fail(e, HYP_EINPUT, "grpo: the plan has no logits buffer to sample from — regenerate it with gen");
-    int fused = 0;
-    for (int i = 0; i < x->p->n_bwd; i++) fused |= !strcmp(hyp_op_name(x->p->bwd[i].op), "crossentropy_fused");
-    if (!fused) return hyp_fail(e, HYP_EINPUT, "grpo: the plan's backward has no crossentropy_fused op to weight per token — generate the trainer without the technique that replaces it");
     return HYP_OK;
 }
 
-int grpo_train(pref_run *r, hyp_err *e) {
+/* ---- the GRPO objective (objective.h) ---- */
+typedef struct {
+    pref_run r;
+    hyp_pref_set tr, va;
+    int have_val, lbuf, pos, evaluated;
+    uint64_t epoch;
+    int32_t *comp;           /* B x max_new sampled tokens */
+    int *plen, *ex, *perm;
+    float *probs, *scale, *L;
+    double *lp, *lref, *rew, *adv;
+    double reward, kl, val_reward; /* the step's mean reward and k3 KL; the last evaluation's */
+} grpo_obj;
+
+/* The policy samples on the host executor: the backend's current weights go there first (a
+ * no-op where the backend trains in x's buffers). */
+static int go_host_weights(train_backend *b, hyp_err *e) {
+    int rc = train_sync_host(b, e);
+    if (!rc && !b->i->caps.host_buffers) exec_params_changed(b->x);
+    return rc;
+}
+
+static int go_step_begin(train_objective *o, train_backend *b, int step, hyp_err *e) {
+    (void)step;
+    grpo_obj *g = o->impl;
+    g->reward = g->kl = 0, g->evaluated = 0;
+    return go_host_weights(b, e);
+}
+
+static int go_micro_batch(train_objective *o, train_backend *b, int k, int K, int step, double dscale, double *loss,
+                          train_step_times *tm, hyp_err *e) {
+    grpo_obj *g = o->impl;
+    pref_run *r = &g->r;
+    const post_cfg *c = r->cfg;
+    exec_t *x = b->x;
+    int B = x->B, T = x->T, G = c->group, P = B / G, N = c->max_new;
+    size_t BT = (size_t)B * T;
+    for (int j = 0; j < P; j++) {
+        if (g->pos >= g->tr.n) { /* the next epoch's order */
+            hyp_rng pr;
+            hyp_rng_seed2(&pr, r->seed ^ 0x9e3779b97f4a7c15ULL, ++g->epoch);
+            for (int i = 0; i < g->tr.n; i++) g->perm[i] = i;
+            for (int i = g->tr.n - 1; i > 0; i--) {
+                int q = (int)hyp_rng_below(&pr, (uint64_t)i + 1), t = g->perm[i];
+                g->perm[i] = g->perm[q], g->perm[q] = t;
+            }
+            g->pos = 0;
+        }
+        for (int i = 0; i < G; i++) g->ex[j * G + i] = g->perm[g->pos];
+        g->pos++;
+    }
+    sample_rows(x, &g->tr, g->ex, B, N, c->temperature, r->seed, ((uint64_t)step << 8) + (uint64_t)k, g->lbuf, g->comp, g->plen, g->probs);
+    for (int i = 0; i < B; i++) g->rew[i] = grpo_reward(g->comp + i * N, N, c->reward_chars), g->reward += g->rew[i] / B / K;
+    grpo_advantages(g->rew, B, G, g->adv);
+    int rc = HYP_OK;
+    if (r->ref) {
+        exec_t *rx = pref_ref_exec(r->ref);
+        memcpy(rx->tokens, x->tokens, sizeof(int32_t) * BT);
+        memcpy(rx->targets, x->targets, sizeof(int32_t) * BT);
+        rc = token_logps(NULL, rx, g->L, g->lref, e);
+    }
+    if (!rc) rc = token_logps(b, NULL, g->L, g->lp, e); /* the policy's forward on the backend, for the backward below */
+    if (rc) return rc;
+    double kk;
+    *loss += grpo_token_weights(x->targets, g->lp, r->ref ? g->lref : NULL, g->adv, B, T, N, K, c->beta, g->scale, &kk);
+    g->kl += kk;
+    if (dscale != 1)
+        for (size_t i = 0; i < BT; i++) g->scale[i] = (float)(g->scale[i] * dscale); /* v2162: the loss x S */
+    tm->slots += (double)BT, tm->rows += B;
+    return b->i->weighted_backward(b, g->scale, e);
+}
+
+static int go_metrics(const train_objective *o, hyp_metric_kv *kv, int cap) {
+    const grpo_obj *g = o->impl;
+    hyp_metric_kv all[] = {{"reward", g->reward}, {"kl", g->kl}, {"val_reward", g->evaluated ? g->val_reward : NAN}};
+    int n = cap < 3 ? cap : 3;
+    memcpy(kv, all, sizeof *kv * (size_t)n);
+    return n;
+}
+
+static void go_line(const train_objective *o, char *buf, size_t cap) {
+    const grpo_obj *g = o->impl;
+    snprintf(buf, cap, " | reward %.4f | kl %.5f", g->reward, g->kl);
+}
+
+static int go_eval(train_objective *o, train_backend *b, int step, float *val_loss, hyp_err *e) {
+    grpo_obj *g = o->impl;
+    int rc = go_host_weights(b, e); /* the weights the step just updated */
+    if (rc) return rc;
+    g->val_reward = eval_reward(&g->r, &g->va, g->lbuf, g->comp, g->plen, g->probs, g->ex);
+    g->evaluated = 1;
+    printf("eval step %d | val reward %.4f\n", step, g->val_reward);
+    *val_loss = NAN; /* no held-out loss: the reward is the measure */
+    return HYP_OK;
+}
+
+static void go_describe(const train_objective *o, FILE *out) {
+    const grpo_obj *g = o->impl;
+    fprintf(out, "data: %d train prompts, %d val (%s)\n", g->tr.n, g->va.n, g->r.data);
+}
+
+static int go_ckpt_save(train_objective *o, train_backend *b, hyp_ckpt_state *st, const char *dir, hyp_err *e) {
+    (void)b, (void)dir, (void)e;
+    const grpo_obj *g = o->impl;
+    st->loader_epoch = g->epoch, st->loader_position = (uint64_t)g->pos;
+    return HYP_OK;
+}
+
+static int go_ckpt_restore(train_objective *o, const hyp_ckpt_state *st, int world, hyp_err *e) {
+    (void)world, (void)e;
+    grpo_obj *g = o->impl;
+    g->epoch = st->loader_epoch, g->pos = (int)st->loader_position;
+    return HYP_OK;
+}
+
+static void go_close(train_objective *o) {
+    grpo_obj *g = o->impl;
+    if (!g) return;
+    pref_ref_close(g->r.ref);
+    free(g->comp), free(g->plen), free(g->ex), free(g->perm), free(g->probs), free(g->scale), free(g->L);
+    free(g->lp), free(g->lref), free(g->rew), free(g->adv);
+    hyp_pref_free(&g->tr), hyp_pref_free(&g->va);
+    free(g);
+}
+
+static const train_objective_i GRPO = {
+    .step_begin = go_step_begin,
+    .micro_batch = go_micro_batch,
+    .step_end = NULL, /* one rank */
+    .metrics = go_metrics,
+    .line = go_line,
+    .eval = go_eval,
+    .describe = go_describe,
+    .ckpt_save = go_ckpt_save,
+    .ckpt_restore = go_ckpt_restore,
+    .close = go_close,
+};
+
+int grpo_objective_open(train_objective *o, const pref_run *args, hyp_err *e) {
+    grpo_obj *g = train_objective_alloc(o, &GRPO, sizeof *g, "grpo", e);
+    if (!g) return HYP_EFAIL;
+    g->r = *args;
+    pref_run *r = &g->r;
+    r->ref = NULL;
     exec_t *x = r->be->x;
     const post_cfg *c = r->cfg;
-    hyp_pref_set tr, va;
-    memset(&va, 0, sizeof va);
-    int rc = hyp_pref_load(r->data, "train", &tr, e);
-    if (rc) return rc;
-    char vpath[4200];
-    snprintf(vpath, sizeof vpath, "%s/val.pref", r->data);
-    FILE *vf = fopen(vpath, "rb");
-    int have_val = vf != NULL;
-    if (vf) fclose(vf);
-    if (!(rc = check_setup(r, &tr, e)) && have_val) rc = hyp_pref_load(r->data, "val", &va, e);
-    int B = x->B, T = x->T, G = c->group, P = B / G, N = c->max_new, lbuf = logits_buf(x->p);
-    size_t BT = (size_t)B * T;
-    int32_t *comp = malloc(sizeof(int32_t) * (size_t)B * N);
-    int *plen = malloc(sizeof(int) * (size_t)B), *ex = malloc(sizeof(int) * (size_t)B), *perm = malloc(sizeof(int) * (size_t)tr.n);
-    float *probs = malloc(sizeof(float) * (size_t)x->p->V), *scale = malloc(sizeof(float) * BT);
-    double *lp = malloc(sizeof(double) * BT), *lref = malloc(sizeof(double) * BT), *rew = malloc(sizeof(double) * (size_t)B),
-           *adv = malloc(sizeof(double) * (size_t)B);
-    if (!rc && (!comp || !plen || !ex || !perm || !probs || !scale || !lp || !lref || !rew || !adv))
-        rc = hyp_fail(e, HYP_EFAIL, "out of memory");
-    r->ref = NULL;
-    if (!rc && c->beta > 0) rc = pref_ref_open(&r->ref, x, e);
-    if (!rc) {
-        printf("grpo: %d train prompts, %d val; groups of %d, %d new tokens at temperature %g; reward: fraction of bytes in \"%s\"; beta %g%s\n",
-               tr.n, va.n, G, N, c->temperature, c->reward_chars, c->beta, r->ref ? " (KL to a frozen copy of the starting weights)" : " (no KL term)");
-        if (have_val) printf("eval step 0 | val reward %.4f\n", eval_reward(r, &va, lbuf, comp, plen, probs, ex));
-        fflush(stdout);
-    }
-    uint64_t epoch = 0;
-    int pos = tr.n;
-    for (int step = 1; step <= r->opt->total_steps && !rc; step++) {
-        double ts = now_s(), lr = train_lr_at(r->opt, step), norm = 0, loss = 0, mr = 0, kl = 0;
-        float clip = 1;
-        rc = r->be->i->zero_grads(r->be, e);
-        for (int k = 0; k < r->K && !rc; k++) {
-            for (int j = 0; j < P; j++) {
-                if (pos >= tr.n) { /* the next epoch's order */
-                    hyp_rng pr;
-                    hyp_rng_seed2(&pr, r->seed ^ 0x9e3779b97f4a7c15ULL, ++epoch);
-                    for (int i = 0; i < tr.n; i++) perm[i] = i;
-                    for (int i = tr.n - 1; i > 0; i--) {
-                        int q = (int)hyp_rng_below(&pr, (uint64_t)i + 1), t = perm[i];
-                        perm[i] = perm[q], perm[q] = t;
-                    }
-                    pos = 0;
-                }
-                for (int g = 0; g < G; g++) ex[j * G + g] = perm[pos];
-                pos++;
-            }
-            sample_rows(x, &tr, ex, B, N, c->temperature, r->seed, ((uint64_t)step << 8) + (uint64_t)k, lbuf, comp, plen, probs);
-            for (int b = 0; b < B; b++) rew[b] = grpo_reward(comp + b * N, N, c->reward_chars), mr += rew[b] / B / r->K;
-            grpo_advantages(rew, B, G, adv);
-            if (r->ref) {
-                exec_t *rx = pref_ref_exec(r->ref);
-                memcpy(rx->tokens, x->tokens, sizeof(int32_t) * BT);
-                memcpy(rx->targets, x->targets, sizeof(int32_t) * BT);
-                token_logps(rx, lref);
-            }
-            token_logps(x, lp); /* the policy's forward, kept for the backward below */
-            double kk;
-            loss += grpo_token_weights(x->targets, lp, r->ref ? lref : NULL, adv, B, T, N, r->K, c->beta, scale, &kk);
-            kl += kk;
-            x->row_scale = scale;
-            exec_backward(x, 1.0f);
-            x->row_scale = NULL;
-        }
-        if (!rc) rc = r->be->i->reduce_grads(r->be, r->opt, e);
-        if (!rc) rc = r->be->i->optim_step(r->be, r->opt, lr, step, e);
-        if (!rc) rc = r->be->i->finish_step(r->be, &norm, &clip, e);
-        if (rc) break;
-        if (!isfinite(loss)) {
-            rc = hyp_fail(e, HYP_EFAIL, "step %d: the grpo loss is %f — lower --lr", step, loss);
-            break;
-        }
-        int do_eval = have_val && r->eval_every > 0 && (step % r->eval_every == 0 || step == r->opt->total_steps);
-        double vr = do_eval ? eval_reward(r, &va, lbuf, comp, plen, probs, ex) : NAN;
-        printf("step %5d/%d | grpo loss %.4f | reward %.4f | kl %.5f | lr %.2e | norm %.3f | %.2f s\n", step, r->opt->total_steps, loss, mr, kl,
-               lr, norm, now_s() - ts);
-        if (do_eval) printf("eval step %d | val reward %.4f\n", step, vr);
-        fflush(stdout);
-        if (r->mlog) {
-            hyp_metric_kv kv[] = {{"reward", mr}, {"kl", kl}, {"val_reward", vr}};
-            hyp_metrics_row row = {.step = (uint64_t)step, .loss = loss, .lr = lr, .grad_norm = norm, .tokens_per_s = (double)r->K * B * T / (now_s() - ts),
-                                   .val_loss = NAN, .extra = kv, .n_extra = 3};
-            rc = hyp_metrics_write(r->mlog, &row, e);
-        }
-        if (!rc && r->ckpt_dir && ((r->ckpt_every && step % r->ckpt_every == 0) || step == r->opt->total_steps)) {
-            hyp_ckpt_state st;
-            memset(&st, 0, sizeof st);
-            st.step = (uint64_t)step, st.world = 1;
-            snprintf(st.config_hash, sizeof st.config_hash, "%s", r->plan_hash);
-            snprintf(st.plan, sizeof st.plan, "%s", r->plan_desc);
-            rc = train_ckpt_save(&r->be->dp, x, r->ckpt_dir, r->keep, &st, e);
-        }
-    }
-    if (!rc) printf("done: %d grpo steps\n", r->opt->total_steps);
-    pref_ref_close(r->ref);
-    r->ref = NULL;
-    free(comp), free(plen), free(ex), free(perm), free(probs), free(scale), free(lp), free(lref), free(rew), free(adv);
-    hyp_pref_free(&tr), hyp_pref_free(&va);
-    return rc;
+    int rc = pref_examples_open(r, &g->tr, &g->va, &g->have_val, e);
+    if (rc || (rc = check_setup(r, &g->tr, e))) return rc;
+    /* sampling runs forward on the host executor: a device backend's mirror gets activations */
+    if ((rc = exec_alloc_acts(x, e))) return rc;
+    int B = x->B, N = c->max_new;
+    size_t BT = (size_t)B * x->T;
+    g->lbuf = logits_buf(x->p);
+    g->comp = malloc(sizeof(int32_t) * (size_t)B * N);
+    g->plen = malloc(sizeof(int) * (size_t)B), g->ex = malloc(sizeof(int) * (size_t)B), g->perm = malloc(sizeof(int) * (size_t)g->tr.n);
+    g->probs = malloc(sizeof(float) * (size_t)x->p->V), g->scale = malloc(sizeof(float) * BT), g->L = malloc(sizeof(float) * BT);
+    g->lp = malloc(sizeof(double) * BT), g->lref = malloc(sizeof(double) * BT), g->rew = malloc(sizeof(double) * (size_t)B),
+    g->adv = malloc(sizeof(double) * (size_t)B);
+    if (!g->comp || !g->plen || !g->ex || !g->perm || !g->probs || !g->scale || !g->L || !g->lp || !g->lref || !g->rew || !g->adv)
+        return hyp_fail(e, HYP_EFAIL, "out of memory");
+    if (c->beta > 0 && (rc = pref_ref_open(&r->ref, x, e))) return rc;
+    g->epoch = 0, g->pos = g->tr.n; /* the first micro-batch draws epoch 1's order */
+    printf("grpo: %d train prompts, %d val; groups of %d, %d new tokens at temperature %g; reward: fraction of bytes in \"%s\"; beta %g%s; sampled on the host executor with the %s backend's weights, trained through its per-token losses\n",
+           g->tr.n, g->va.n, c->group, N, c->temperature, c->reward_chars, c->beta, r->ref ? " (KL to a frozen copy of the starting weights)" : " (no KL term)",
+           r->be->name);
+    fflush(stdout);
+    o->has_eval = o->eval_at_start = g->have_val;
+    return HYP_OK;
 }

@@ -1,5 +1,6 @@
-/* grpo.h — v2194 RLHF at small scale: GRPO (group relative policy optimization, DeepSeekMath) on
- * the cpu backend. For each prompt of gen data --pref (data/chat.h; only the prompts are used) the
+/* grpo.h — v2194 RLHF at small scale: GRPO (group relative policy optimization, DeepSeekMath) as
+ * an objective of the one training loop (objective.h), on any backend with per-token losses (cpu,
+ * sim, cuda). For each prompt of gen data --pref (data/chat.h; only the prompts are used) the
  * policy samples a group of G completions (temperature sampling, one full forward of the B x T
  * batch per new token: there is no KV cache), a programmatic reward scores each (the fraction of
  * completion bytes in post.reward_chars), the advantage of a completion is its reward's z-score in
@@ -7,21 +8,23 @@
  *   mean over completions i of 1/|o_i| sum_t [ -A_i * ratio_t + beta * KL_t ],
  * ratio_t = pi(o_t) / pi_old(o_t) = 1 on-policy (one update per batch of samples: the PPO clip
  * never binds; its gradient is -A_i * grad log pi), KL_t = exp(ref_t - logp_t) - (ref_t - logp_t)
- * - 1 (the k3 estimator) against the frozen starting weights (pref_ref.h), each token's gradient
- * through exec_t.row_scale as the preference trainer does.
- * Never: a learned reward or value model (PPO), device backends, or a BPE reward (bytes only).
+ * - 1 (the k3 estimator) against the frozen starting weights (pref_ref.h). Sampling runs forward
+ * on the host executor with the backend's current weights (sync_host before each step); the
+ * policy's per-token log-probs and the backward with each token's weight go through the backend
+ * (token_losses, weighted_backward), as the preference objectives do.
+ * Never: a learned reward or value model (PPO), a training loop, or a BPE reward (bytes only).
  */
 #ifndef HYP_GRPO_H
 #define HYP_GRPO_H
 
 #include "pref.h"
 
-/* Trains r->opt->total_steps steps of GRPO (r->cfg: group, max_new, temperature, beta,
- * reward_chars) from the weights in r->be->x, printing the mean reward per step and the val
- * prompts' mean reward before the first step and every eval_every steps. HYP_EINPUT with a
+/* The GRPO objective (r->cfg: group, max_new, temperature, beta, reward_chars) from the weights in
+ * r->be->x: the step line and metrics carry the mean reward and KL, the evaluation (before the
+ * first step too) the val prompts' mean reward ("eval step N | val reward R"). HYP_EINPUT with a
  * one-line reason for bad setup (B not a multiple of the group, max_new >= T, a non-byte
- * tokenizer, a device backend, several ranks, a resume). */
-int grpo_train(pref_run *r, hyp_err *e);
+ * tokenizer, a backend without per-token losses, several ranks, a resume). */
+int grpo_objective_open(train_objective *o, const pref_run *r, hyp_err *e);
 
 /* The reward of a completion (exposed for the tests): the fraction of its n tokens that are
  * bytes listed in chars (0 for n = 0). */

@@ -19,9 +19,7 @@
 
 #include "fsio.h"
 #include "pref_ref.h"
-#include "preempt.h"
 #include "rng.h"
-#include "train_ckpt.h"
 
 /* ---- losses on per-sequence log-probabilities ---- */
 static double sigmoid(double z) { return z >= 0 ? 1 / (1 + exp(-z)) : exp(z) / (1 + exp(z)); }
@@ -330,19 +328,6 @@ static int ref_load(const pref_run *r, const hyp_pref_set *tr, const hyp_pref_se
               : HYP_OK;
 }
 
-static int save(const pref_run *r, int step, uint64_t epoch, uint64_t pos, hyp_err *e) {
-    int rc = train_sync_host(r->be, e); /* a device backend's weights and states into the host mirror */
-    if (rc) return rc;
-    hyp_ckpt_state st;
-    memset(&st, 0, sizeof st);
-    st.step = (uint64_t)step;
-    st.loader_epoch = epoch, st.loader_position = pos;
-    st.world = (uint64_t)r->be->dp.world;
-    snprintf(st.config_hash, sizeof st.config_hash, "%s", r->plan_hash);
-    snprintf(st.plan, sizeof st.plan, "%s", r->plan_desc);
-    return train_ckpt_save(&r->be->dp, r->be->x, r->ckpt_dir, r->keep, &st, e);
-}
-
 /* Data parallelism: every rank's per-example numbers (nv doubles each, `per` examples) to every
  * rank, rank-major: all[(w * per + j) * nv + v] (the global micro-batch in the np=1 order). */
 static int gather_rows(const pref_run *r, const double *mine, int per, int nv, double *all, hyp_err *e) {
@@ -360,8 +345,8 @@ static int gather_rows(const pref_run *r, const double *mine, int per, int nv, d
  * and every rank computes the loss of the whole global micro-batch (the np=1 numbers: mean over
  * all world * P pairs, so the summed gradients equal np=1's); its own rows' gradients are
  * accumulated with weight 1/K. Returns the global stats in *st (the same on every rank). */
-static int pairs_micro(const pref_run *r, const hyp_pref_set *s, const double *ref, const int *ex, int P, float *scale,
-                       pref_stats *st, hyp_err *e) {
+static int pairs_micro(const pref_run *r, const hyp_pref_set *s, const double *ref, const int *ex, int P, double dscale,
+                       float *scale, pref_stats *st, hyp_err *e) {
     exec_t *x = r->be->x;
     int T = x->T, B = x->B, W = r->be->dp.world, R = r->be->dp.rank, G = W * P, cnt[B], lc[G], lr[G];
     double pc[G], pr[G], rc[G], rr[G], gc[G], gr[G], lp[B], mine[6 * P + 1], all[6 * G + 1];
@@ -383,7 +368,7 @@ static int pairs_micro(const pref_run *r, const hyp_pref_set *s, const double *r
     }
     pref_pair_loss(r->cfg, G, pc, pr, rc, rr, lc, lr, gc, gr, st);
     for (int k = 0; k < B; k++) {
-        float w = k < 2 * P ? (float)(-(k % 2 ? gr[R * P + k / 2] : gc[R * P + k / 2]) / r->K) : 0.0f;
+        float w = k < 2 * P ? (float)(-(k % 2 ? gr[R * P + k / 2] : gc[R * P + k / 2]) / r->K * dscale) : 0.0f;
         for (int t = 0; t < T; t++) scale[(size_t)k * T + t] = w;
     }
     return r->be->i->weighted_backward(r->be, scale, e);
@@ -392,12 +377,13 @@ static int pairs_micro(const pref_run *r, const hyp_pref_set *s, const double *r
 /* One micro-batch of KTO examples: the global micro-batch ex[0..world * n), this rank's share
  * ex[rank * n .. +n) as its rows; the KL rows (mismatched, no gradient) first. As pairs_micro:
  * the ranks' log-probs gathered, the loss (and its KL estimate) of the whole global micro-batch. */
-static int kto_micro(const pref_run *r, const hyp_pref_set *s, const double *ref, const int *gex, int n, float *scale,
-                     pref_stats *st, hyp_err *e) {
+static int kto_micro(const pref_run *r, const hyp_pref_set *s, const double *ref, const int *gex, int n, double dscale,
+                     float *scale, pref_stats *st, hyp_err *e) {
     exec_t *x = r->be->x;
     int T = x->T, B = x->B, W = r->be->dp.world, R = r->be->dp.rank, G = W * n, cnt[B], lab[G];
     double p[B], rf[B], pk[B], rk[B], g[G], mine[4 * n + 1], all[4 * G + 1], ap[G], arf[G], apk[G], ark[G];
     rowspec rows[B];
+    memset(rows, 0, sizeof rows); /* rows n..B-1 are padding, never read */
     const int *ex = gex + (size_t)R * n;
     for (int j = 0; j < n; j++) rows[j] = (rowspec){ex[j], PART_KL};
     int rc = forward_rows(r->be, NULL, s, rows, n, pk, cnt, e);
@@ -414,7 +400,7 @@ static int kto_micro(const pref_run *r, const hyp_pref_set *s, const double *ref
     }
     pref_kto_loss(r->cfg, G, ap, arf, lab, G, apk, ark, g, st);
     for (int k = 0; k < B; k++) {
-        float w = k < n ? (float)(-g[R * n + k] / r->K) : 0.0f;
+        float w = k < n ? (float)(-g[R * n + k] / r->K * dscale) : 0.0f;
         for (int t = 0; t < T; t++) scale[(size_t)k * T + t] = w;
     }
     return r->be->i->weighted_backward(r->be, scale, e);
@@ -431,53 +417,207 @@ static void build_perm(int *perm, int n, uint64_t seed, uint64_t epoch) {
     }
 }
 
+int pref_examples_open(const pref_run *r, hyp_pref_set *tr, hyp_pref_set *va, int *have_val, hyp_err *e) {
+    const exec_t *x = r->be->x;
+    const char *who = post_objective_name(r->cfg->objective);
+    memset(va, 0, sizeof *va);
+    if (!r->be->i->token_losses || !r->be->i->weighted_backward)
+        return hyp_fail(e, HYP_EINPUT, "%s: the %s backend has no per-token losses to weight — generate the trainer with --target cpu or sim", who, r->be->name);
+    int fused = 0;
+    for (int i = 0; i < x->p->n_bwd; i++) fused |= !strcmp(hyp_op_name(x->p->bwd[i].op), "crossentropy_fused");
+    if (!fused) return hyp_fail(e, HYP_EINPUT, "%s: the plan's backward has no crossentropy_fused op to weight per token — generate the trainer without the technique that replaces it", who);
+    char vpath[4200];
+    snprintf(vpath, sizeof vpath, "%s/val.pref", r->data);
+    *have_val = hyp_fs_exists(vpath);
+    int rc = hyp_pref_load(r->data, "train", tr, e);
+    if (!rc && *have_val) rc = hyp_pref_load(r->data, "val", va, e);
+    for (int k = 0; k < 1 + *have_val && !rc; k++) {
+        const hyp_pref_set *s = k ? va : tr;
+        if (s->vocab > x->p->V)
+            rc = hyp_fail(e, HYP_EINPUT, "%s/%s.pref: vocabulary %d is larger than the model's %d — prepare the data with the model's tokenizer", r->data,
+                          k ? "val" : "train", s->vocab, x->p->V);
+    }
+    return rc;
+}
+
 static int check_setup(const pref_run *r, const hyp_pref_set *s, hyp_err *e) {
     const exec_t *x = r->be->x;
     int obj = r->cfg->objective, want = obj == POST_KTO ? HYP_PREF_KTO : HYP_PREF_PAIRS;
-    if (!r->be->i->token_losses || !r->be->i->weighted_backward)
-        return hyp_fail(e, HYP_EINPUT, "%s: the %s backend has no per-token losses for preference objectives — generate the trainer with --target cpu or sim",
-                        post_objective_name(obj), r->be->i->name);
-    if (r->be->dp.world > 1 && strcmp(r->be->i->name, "cpu"))
+    if (r->be->dp.world > 1 && !r->be->i->caps.multi_rank_pref)
         return hyp_fail(e, HYP_EINPUT, "%s: data parallelism of the preference objectives runs on the cpu backend only (on the %s backend np=2 does not yet reproduce np=1) — run one process, or generate with --target cpu",
-                        post_objective_name(obj), r->be->i->name);
+                        post_objective_name(obj), r->be->name);
     if (s->kind != want)
         return hyp_fail(e, HYP_EINPUT, "%s/train.pref holds %s examples, and %s trains on %s — prepare the data with gen data --pref from %s JSONL",
                         r->data, s->kind == HYP_PREF_KTO ? "KTO (prompt, completion, label)" : "pair (prompt, chosen, rejected)",
                         post_objective_name(obj), want == HYP_PREF_KTO ? "KTO examples" : "pairs", want == HYP_PREF_KTO ? "{prompt, completion, label}" : "{prompt, chosen, rejected}");
     if (want == HYP_PREF_PAIRS && (x->B < 2 || x->B % 2))
         return hyp_fail(e, HYP_EINPUT, "%s: --batch %d is not an even number of rows (each pair takes two) — give an even --batch", post_objective_name(obj), x->B);
-    if (s->vocab > x->p->V)
-        return hyp_fail(e, HYP_EINPUT, "%s/train.pref: vocabulary %d is larger than the model's %d — prepare the data with the model's tokenizer", r->data, s->vocab, x->p->V);
-    int fused = 0;
-    for (int i = 0; i < x->p->n_bwd; i++) fused |= !strcmp(hyp_op_name(x->p->bwd[i].op), "crossentropy_fused");
-    if (!fused) return hyp_fail(e, HYP_EINPUT, "%s: the plan's backward has no crossentropy_fused op to weight per token — generate the trainer without the technique that replaces it", post_objective_name(obj));
     return HYP_OK;
 }
 
-int pref_train(pref_run *r, hyp_err *e) {
+/* ---- the preference objective (objective.h) ---- */
+typedef struct {
+    pref_run r;
+    hyp_pref_set tr, va;
+    int have_val, per, perm_ok, ref_saved, evaluated;
+    double *ref_tr, *ref_va; /* the precomputed reference log-probs, 2 per example */
+    float *scale;            /* B*T per-token weights of a micro-batch */
+    int *perm, *ex;          /* the epoch's order; the global micro-batch's examples */
+    uint64_t epoch;
+    int pos;                 /* examples of the epoch the whole group consumed */
+    pref_stats sum;          /* the step's statistics (means over its micro-batches) */
+    pref_eval ev;            /* the last evaluation */
+} pref_obj;
+
+static int po_step_begin(train_objective *o, train_backend *b, int step, hyp_err *e) {
+    (void)b, (void)step, (void)e;
+    pref_obj *po = o->impl;
+    memset(&po->sum, 0, sizeof po->sum);
+    po->evaluated = 0;
+    return HYP_OK;
+}
+
+static int po_micro_batch(train_objective *o, train_backend *b, int k, int K, int step, double dscale, double *loss,
+                          train_step_times *tm, hyp_err *e) {
+    (void)b, (void)k, (void)step;
+    pref_obj *po = o->impl;
+    pref_run *r = &po->r;
+    int W = r->be->dp.world > 0 ? r->be->dp.world : 1;
+    double t0 = now_s();
+    for (int j = 0; j < po->per * W; j++) { /* the global micro-batch: every rank the same order */
+        if (!po->perm_ok || po->pos >= po->tr.n) { /* the epoch's permutation; the next epoch's once it is used up */
+            if (po->pos >= po->tr.n) po->epoch++, po->pos = 0;
+            build_perm(po->perm, po->tr.n, r->seed, po->epoch);
+            po->perm_ok = 1;
+        }
+        po->ex[j] = po->perm[po->pos++];
+    }
+    tm->data_s += now_s() - t0;
+    exec_t *x = r->be->x;
+    tm->slots += (double)x->B * x->T, tm->rows += x->B;
+    r->K = K;
+    pref_stats st;
+    int rc = po->tr.kind == HYP_PREF_PAIRS ? pairs_micro(r, &po->tr, po->ref_tr, po->ex, po->per, dscale, po->scale, &st, e)
+                                           : kto_micro(r, &po->tr, po->ref_tr, po->ex, po->per, dscale, po->scale, &st, e);
+    if (rc) return rc;
+    double *a = &po->sum.loss, *s = &st.loss;
+    for (size_t i = 0; i < sizeof po->sum / sizeof(double); i++) a[i] += s[i] / K;
+    *loss += st.loss / K;
+    return HYP_OK;
+}
+
+static int po_metrics(const train_objective *o, hyp_metric_kv *kv, int cap) {
+    const pref_obj *po = o->impl;
+    const pref_stats *s = &po->sum;
+    const pref_eval *v = &po->ev;
+    int ev = po->evaluated;
+    hyp_metric_kv all[] = {{"pref_accuracy", s->accuracy},           {"reward_margin", s->margin},
+                           {"kl", s->kl},                            {"logps_chosen", s->logp_chosen},
+                           {"logps_rejected", s->logp_rejected},     {"rewards_chosen", s->chosen_reward},
+                           {"rewards_rejected", s->rejected_reward}, {"val_pref_accuracy", ev ? v->accuracy : NAN},
+                           {"val_reward_margin", ev ? v->margin : NAN}, {"val_kl", ev ? v->kl : NAN},
+                           {"val_logratio_accuracy", ev ? v->logratio_accuracy : NAN}};
+    int n = (int)(sizeof all / sizeof *all);
+    if (n > cap) n = cap;
+    memcpy(kv, all, sizeof *kv * (size_t)n);
+    return n;
+}
+
+static void po_line(const train_objective *o, char *buf, size_t cap) {
+    const pref_obj *po = o->impl;
+    const pref_stats *s = &po->sum;
+    snprintf(buf, cap, " | pref_accuracy %.3f | reward_margin %.4f | kl %.4f | logp chosen %.2f rejected %.2f", s->accuracy, s->margin,
+             s->kl, s->logp_chosen, s->logp_rejected);
+}
+
+static int po_eval(train_objective *o, train_backend *b, int step, float *val_loss, hyp_err *e) {
+    (void)b;
+    pref_obj *po = o->impl;
+    pref_run *r = &po->r;
+    int rc = HYP_OK;
+    if (r->ref) rc = val_logps(NULL, pref_ref_exec(r->ref), &po->va, po->ref_va, e); /* the frozen copy, online */
+    if (!rc) eval_set(r, &po->va, po->ref_va, &po->ev, e, &rc);
+    if (rc) return rc;
+    print_eval(r, step, &po->ev);
+    po->evaluated = 1;
+    *val_loss = (float)po->ev.loss;
+    return HYP_OK;
+}
+
+static void po_describe(const train_objective *o, FILE *out) {
+    const pref_obj *po = o->impl;
+    fprintf(out, "data: %d train %s, %d val (%s) | %s\n", po->tr.n, po->tr.kind == HYP_PREF_PAIRS ? "pairs" : "KTO examples", po->va.n,
+            po->r.data, po->r.ref ? "reference online" : "reference log-probs precomputed");
+}
+
+/* The position (the group's count of examples consumed in the epoch) and, with the first
+ * checkpoint, the reference log-probs beside the checkpoints (rank 0 writes; every rank computed
+ * the same). */
+static int po_ckpt_save(train_objective *o, train_backend *b, hyp_ckpt_state *st, const char *dir, hyp_err *e) {
+    (void)dir;
+    pref_obj *po = o->impl;
+    int rc = HYP_OK;
+    st->loader_epoch = po->epoch, st->loader_position = (uint64_t)po->pos;
+    if (!po->ref_saved) {
+        if (b->dp.rank == 0) rc = ref_save(&po->r, &po->tr, &po->va, po->ref_tr, po->ref_va, e);
+        if (b->dp.world > 1 && !hyp_coll_all_ok(b->dp.coll, rc == 0) && !rc) rc = hyp_fail(e, HYP_EFAIL, "rank 0 could not write the reference log-probs");
+        po->ref_saved = !rc;
+    }
+    return rc;
+}
+
+static int po_ckpt_restore(train_objective *o, const hyp_ckpt_state *st, int world, hyp_err *e) {
+    (void)world, (void)e;
+    pref_obj *po = o->impl;
+    po->epoch = st->loader_epoch, po->pos = (int)st->loader_position, po->perm_ok = 0;
+    return HYP_OK;
+}
+
+static void po_close(train_objective *o) {
+    pref_obj *po = o->impl;
+    if (!po) return;
+    free(po->ref_tr), free(po->ref_va), free(po->scale), free(po->perm), free(po->ex);
+    pref_ref_close(po->r.ref);
+    hyp_pref_free(&po->tr), hyp_pref_free(&po->va);
+    free(po);
+}
+
+static const train_objective_i PREF = {
+    .step_begin = po_step_begin,
+    .micro_batch = po_micro_batch,
+    .step_end = NULL, /* every rank computed the loss of the global micro-batch */
+    .metrics = po_metrics,
+    .line = po_line,
+    .eval = po_eval,
+    .describe = po_describe,
+    .ckpt_save = po_ckpt_save,
+    .ckpt_restore = po_ckpt_restore,
+    .close = po_close,
+};
+
+int pref_objective_open(train_objective *o, const pref_run *args, hyp_err *e) {
+    pref_obj *po = train_objective_alloc(o, &PREF, sizeof *po, post_objective_name(args->cfg->objective), e);
+    if (!po) return HYP_EFAIL;
+    po->r = *args;
+    pref_run *r = &po->r;
+    r->ref = NULL;
     exec_t *x = r->be->x;
     const post_cfg *c = r->cfg;
-    hyp_pref_set tr, va;
-    memset(&va, 0, sizeof va);
-    int rc = hyp_pref_load(r->data, "train", &tr, e);
-    if (rc) return rc;
-    char vpath[4200];
-    snprintf(vpath, sizeof vpath, "%s/val.pref", r->data);
-    int have_val = hyp_fs_exists(vpath);
-    if (!(rc = check_setup(r, &tr, e)) && have_val && !(rc = hyp_pref_load(r->data, "val", &va, e)) && va.vocab > x->p->V)
-        rc = hyp_fail(e, HYP_EINPUT, "%s: vocabulary %d is larger than the model's %d — prepare the data with the model's tokenizer", vpath, va.vocab, x->p->V);
-    int B = x->B, T = x->T, per = tr.kind == HYP_PREF_PAIRS ? B / 2 : B, W = r->be->dp.world, rank0 = r->be->dp.rank == 0;
+    hyp_pref_set *tr = &po->tr, *va = &po->va;
+    int rc = pref_examples_open(r, tr, va, &po->have_val, e);
+    if (rc || (rc = check_setup(r, tr, e))) return rc;
+    int B = x->B, T = x->T, W = r->be->dp.world > 0 ? r->be->dp.world : 1, rank0 = r->be->dp.rank == 0;
+    po->per = tr->kind == HYP_PREF_PAIRS ? B / 2 : B;
     /* the reference: the starting weights' log-probs of every row, one forward pass (precomputed) */
     static const int PAIR[2] = {PART_CHOSEN, PART_REJECTED}, KTO[2] = {PART_CHOSEN, PART_KL};
-    double *ref_tr = malloc(sizeof(double) * 2 * (size_t)tr.n), *ref_va = malloc(sizeof(double) * 2 * ((size_t)va.n + 1));
-    float *scale = malloc(sizeof(float) * (size_t)B * T);
-    int *perm = malloc(sizeof(int) * (size_t)tr.n), *ex = malloc(sizeof(int) * (size_t)per * (W > 0 ? W : 1));
-    if (!rc && (!ref_tr || !ref_va || !scale || !perm || !ex)) rc = hyp_fail(e, HYP_EFAIL, "out of memory");
+    po->ref_tr = malloc(sizeof(double) * 2 * (size_t)tr->n), po->ref_va = malloc(sizeof(double) * 2 * ((size_t)va->n + 1));
+    po->scale = malloc(sizeof(float) * (size_t)B * T);
+    po->perm = malloc(sizeof(int) * (size_t)tr->n), po->ex = malloc(sizeof(int) * (size_t)po->per * W);
+    if (!po->ref_tr || !po->ref_va || !po->scale || !po->perm || !po->ex) return hyp_fail(e, HYP_EFAIL, "out of memory");
     double t0 = now_s();
-    r->ref = NULL;
-    if (!rc && c->online_ref) {
-        /* online: a frozen copy of the starting weights runs forward on each step's rows */
-        /* a resumed run: the frozen weights its start wrote beside the checkpoints, not the
+    if (c->online_ref) {
+        /* online: a frozen copy of the starting weights runs forward on each step's rows; a
+         * resumed run reads the frozen weights its start wrote beside the checkpoints, not the
          * resumed ones; a fresh run with a --ckpt-dir writes them there once (rank 0) */
         char mpath[4200] = "";
         if (r->ckpt_dir) snprintf(mpath, sizeof mpath, "%s/reference_model.bin", r->ckpt_dir);
@@ -489,118 +629,30 @@ int pref_train(pref_run *r, hyp_err *e) {
                     rc = hyp_fail(e, HYP_EFAIL, "rank 0 could not write %s (its message is above)", mpath);
             }
         }
-        if (!rc) {
+        if (!rc)
             printf("%s: %d train %s, %d val; reference online: a frozen copy of the starting weights (%.2f MiB%s) runs forward on every step's rows\n",
-                   post_objective_name(c->objective), tr.n, tr.kind == HYP_PREF_PAIRS ? "pairs" : "KTO examples", va.n,
-                   pref_ref_bytes(r->ref) / (1 << 20), r->start_step > 0 ? ", read from reference_model.bin" : r->ckpt_dir ? ", saved to reference_model.bin" : "");
-            fflush(stdout);
-        }
-    } else if (!rc && r->start_step > 0) {
-        if (!(rc = ref_load(r, &tr, &va, ref_tr, ref_va, e)))
-            printf("%s: reference log-probs of the starting weights read from %s/reference_logps.bin\n", post_objective_name(c->objective), r->ckpt_dir);
+                   o->label, tr->n, tr->kind == HYP_PREF_PAIRS ? "pairs" : "KTO examples", va->n, pref_ref_bytes(r->ref) / (1 << 20),
+                   r->start_step > 0 ? ", read from reference_model.bin" : r->ckpt_dir ? ", saved to reference_model.bin" : "");
+    } else if (r->start_step > 0) {
+        if (!(rc = ref_load(r, tr, va, po->ref_tr, po->ref_va, e)))
+            printf("%s: reference log-probs of the starting weights read from %s/reference_logps.bin\n", o->label, r->ckpt_dir);
     } else {
-        if (!rc) rc = set_logps(r->be, NULL, &tr, 2, tr.kind == HYP_PREF_PAIRS ? PAIR : KTO, ref_tr, NULL, e);
-        if (!rc && have_val) rc = val_logps(r->be, NULL, &va, ref_va, e);
+        rc = set_logps(r->be, NULL, tr, 2, tr->kind == HYP_PREF_PAIRS ? PAIR : KTO, po->ref_tr, NULL, e);
+        if (!rc && po->have_val) rc = val_logps(r->be, NULL, va, po->ref_va, e);
+        if (!rc)
+            printf("%s: %d train %s, %d val; reference log-probs precomputed with the starting weights in %.2f s (%d forward rows)\n",
+                   o->label, tr->n, tr->kind == HYP_PREF_PAIRS ? "pairs" : "KTO examples", va->n, now_s() - t0, 2 * (tr->n + va->n));
     }
-    if (!rc && r->start_step == 0 && !r->ref) {
-        printf("%s: %d train %s, %d val; reference log-probs precomputed with the starting weights in %.2f s (%d forward rows)\n",
-               post_objective_name(c->objective), tr.n, tr.kind == HYP_PREF_PAIRS ? "pairs" : "KTO examples", va.n, now_s() - t0,
-               2 * (tr.n + va.n));
-        fflush(stdout);
-    }
-    pref_eval ev;
-    if (!rc && have_val) {
-        if (r->ref) rc = val_logps(NULL, pref_ref_exec(r->ref), &va, ref_va, e);
-        if (!rc) eval_set(r, &va, ref_va, &ev, e, &rc);
-        if (!rc) print_eval(r, r->start_step, &ev);
-    }
-    uint64_t epoch = r->epoch;
+    fflush(stdout);
+    if (rc) return rc;
     /* the checkpoint counts the examples the whole group consumed in the epoch; the trainer's
      * resume hands each rank its share of them (position / world): the global count is back */
-    int pos = (int)r->position * (W > 0 ? W : 1), perm_ok = 0, ref_saved = r->start_step > 0 || r->ref;
-    if (pos > tr.n) rc = hyp_fail(e, HYP_EINPUT, "%s: the checkpoint consumed %d examples of an epoch of %d — resume with the data of that run", r->ckpt_dir, pos, tr.n);
-    for (int step = r->start_step + 1; step <= r->opt->total_steps && !rc; step++) {
-        double ts = now_s(), lr = train_lr_at(r->opt, step), norm = 0;
-        float clip = 1;
-        pref_stats sum, st;
-        memset(&sum, 0, sizeof sum);
-        rc = r->be->i->zero_grads(r->be, e);
-        for (int k = 0; k < r->K && !rc; k++) {
-            for (int j = 0; j < per * W; j++) { /* the global micro-batch: every rank the same order */
-                if (!perm_ok || pos >= tr.n) { /* the epoch's permutation; the next epoch's once it is used up */
-                    if (pos >= tr.n) epoch++, pos = 0;
-                    build_perm(perm, tr.n, r->seed, epoch);
-                    perm_ok = 1;
-                }
-                ex[j] = perm[pos++];
-            }
-            rc = tr.kind == HYP_PREF_PAIRS ? pairs_micro(r, &tr, ref_tr, ex, per, scale, &st, e)
-                                           : kto_micro(r, &tr, ref_tr, ex, per, scale, &st, e);
-            if (rc) break;
-            double *a = &sum.loss, *b = &st.loss;
-            for (size_t i = 0; i < sizeof sum / sizeof(double); i++) a[i] += b[i] / r->K;
-        }
-        if (!rc) rc = r->be->i->reduce_grads(r->be, r->opt, e);
-        if (!rc) rc = r->be->i->optim_step(r->be, r->opt, lr, step, e);
-        if (!rc) rc = r->be->i->finish_step(r->be, &norm, &clip, e);
-        if (rc) break;
-        if (!isfinite(sum.loss)) {
-            rc = hyp_fail(e, HYP_EFAIL, "step %d: the %s loss is %f — lower --lr", step, post_objective_name(c->objective), sum.loss);
-            break;
-        }
-        double dt = now_s() - ts;
-        int do_eval = have_val && r->eval_every > 0 && (step % r->eval_every == 0 || step == r->opt->total_steps);
-        printf("step %5d/%d | %s loss %.4f | pref_accuracy %.3f | reward_margin %.4f | kl %.4f | logp chosen %.2f rejected %.2f | lr %.2e | norm %.3f | %.2f s\n",
-               step, r->opt->total_steps, post_objective_name(c->objective), sum.loss, sum.accuracy, sum.margin, sum.kl,
-               sum.logp_chosen, sum.logp_rejected, lr, norm, dt);
-        if (do_eval) {
-            if (r->ref) rc = val_logps(NULL, pref_ref_exec(r->ref), &va, ref_va, e); /* the frozen copy, online */
-            if (!rc) eval_set(r, &va, ref_va, &ev, e, &rc);
-            if (rc) break;
-            print_eval(r, step, &ev);
-        }
-        fflush(stdout);
-        if (r->mlog) {
-            hyp_metric_kv kv[] = {{"pref_accuracy", sum.accuracy},  {"reward_margin", sum.margin},
-                                  {"kl", sum.kl},                    {"logps_chosen", sum.logp_chosen},
-                                  {"logps_rejected", sum.logp_rejected}, {"rewards_chosen", sum.chosen_reward},
-                                  {"rewards_rejected", sum.rejected_reward},
-                                  {"val_pref_accuracy", do_eval ? ev.accuracy : NAN},
-                                  {"val_reward_margin", do_eval ? ev.margin : NAN},
-                                  {"val_kl", do_eval ? ev.kl : NAN},
-                                  {"val_logratio_accuracy", do_eval ? ev.logratio_accuracy : NAN}};
-            hyp_metrics_row row = {.step = (uint64_t)step, .loss = sum.loss, .lr = lr, .grad_norm = norm,
-                                   .tokens_per_s = (double)r->K * B * T * W / dt, .val_loss = do_eval ? ev.loss : NAN,
-                                   .extra = kv, .n_extra = (int)(sizeof kv / sizeof kv[0])};
-            rc = hyp_metrics_write(r->mlog, &row, e);
-        }
-        /* SIGTERM/SIGINT/SIGUSR1 (preempt.h): stop after this whole step, checkpointed when possible */
-        int sig = hyp_stop_signal(), stop = sig != 0;
-        if (W > 1 && !rc) { /* every rank stops after the same step (a signal may reach one rank) */
-            float v = (float)stop;
-            rc = hyp_coll_allreduce_max_f32(r->be->dp.coll, &v, 1, e);
-            stop = v > 0;
-        }
-        stop = stop && step < r->opt->total_steps;
-        if (!rc && r->ckpt_dir && ((r->ckpt_every && step % r->ckpt_every == 0) || step == r->opt->total_steps || stop)) {
-            if (!ref_saved) { /* rank 0 writes; every rank computed the same log-probs */
-                if (rank0) rc = ref_save(r, &tr, &va, ref_tr, ref_va, e);
-                if (W > 1 && !hyp_coll_all_ok(r->be->dp.coll, rc == 0) && !rc) rc = hyp_fail(e, HYP_EFAIL, "rank 0 could not write the reference log-probs");
-                ref_saved = !rc;
-            }
-            if (!rc) rc = save(r, step, epoch, (uint64_t)pos, e);
-        }
-        if (!rc && stop) {
-            printf("stopped by %s after step %d%s\n", sig ? hyp_stop_signal_name(sig) : "another rank's signal", step,
-                   r->ckpt_dir ? ": checkpoint written — continue with --resume" : ": no --ckpt-dir, nothing saved");
-            rc = r->ckpt_dir ? HYP_EXIT_STOPPED_SAVED : HYP_EXIT_STOPPED_UNSAVED;
-            break;
-        }
-    }
-    if (!rc) printf("done: %d %s steps\n", r->opt->total_steps - r->start_step, post_objective_name(c->objective));
-    free(ref_tr), free(ref_va), free(scale), free(perm), free(ex);
-    pref_ref_close(r->ref);
-    r->ref = NULL;
-    hyp_pref_free(&tr), hyp_pref_free(&va);
-    return rc;
+    po->epoch = r->epoch;
+    po->pos = (int)r->position * W;
+    po->ref_saved = r->start_step > 0 || r->ref;
+    if (po->pos > tr->n)
+        return hyp_fail(e, HYP_EINPUT, "%s: the checkpoint consumed %d examples of an epoch of %d — resume with the data of that run", r->ckpt_dir, po->pos, tr->n);
+    o->has_eval = po->have_val;
+    o->eval_at_start = po->have_val;
+    return HYP_OK;
 }

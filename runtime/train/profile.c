@@ -116,7 +116,7 @@ int train_prof_step_begin(train_prof *t, train_backend *b, int step, int start, 
     if (step == t->first) {
         hyp_prof_cur = &t->rec;
         /* the arena's high-water mark: the cpu executor's activations filled with a sentinel */
-        if (t->want_svg && b->x->acts && !strcmp(b->i->name, "cpu")) {
+        if (t->want_svg && b->x->acts && b->i->caps.host_buffers) {
             memprof_arm(b->x->acts, t->p->act_floats);
             t->armed = 1;
         }
@@ -188,7 +188,7 @@ static double leaf_sum_us(const hyp_prof *r) {
     return s;
 }
 
-static int write_trace(train_prof *t, const char *device, hyp_err *e) {
+static int write_trace(train_prof *t, const char *device, int dev, hyp_err *e) {
     const hyp_prof *r = &t->rec;
     double t0 = r->n ? r->spans[0].ts_us : 0;
     for (int i = 0; i < r->n; i++)
@@ -198,7 +198,7 @@ static int write_trace(train_prof *t, const char *device, hyp_err *e) {
     snprintf(pname, sizeof pname, "rank %d: %s on %s", t->rank, t->p->model_name, device);
     cJSON_AddItemToArray(ev, meta("process_name", 0, pname));
     cJSON_AddItemToArray(ev, meta("thread_name", HYP_PROF_TID_HOST, "host"));
-    if (strcmp(device, "cpu")) {
+    if (dev) { /* a device track: the kernels' stream */
         char dn[64];
         snprintf(dn, sizeof dn, "%s compute stream", device);
         cJSON_AddItemToArray(ev, meta("thread_name", HYP_PROF_TID_DEVICE, dn));
@@ -273,7 +273,7 @@ static int row_cmp(const void *a, const void *b) {
     return x < y ? 1 : x > y ? -1 : 0;
 }
 
-static void print_summary(train_prof *t, const char *device) {
+static void print_summary(train_prof *t, const char *device, int dev) {
     const hyp_prof *r = &t->rec;
     row_t *rows = calloc((size_t)r->n + 1, sizeof *rows), *out = calloc(16, sizeof *out);
     int nr = 0, no = 0;
@@ -300,7 +300,6 @@ static void print_summary(train_prof *t, const char *device) {
     }
     qsort(rows, (size_t)nr, sizeof *rows, row_cmp);
     double step = t->step_us > 0 ? t->step_us : 1, sum = leaf_sum_us(r);
-    int dev = strcmp(device, "cpu") != 0;
     printf("profile: steps %d..%d on %s (%d step%s) — trace %s (%d events%s)\n", t->first, t->first + t->steps - 1, device,
            t->steps, t->steps == 1 ? "" : "s", t->want_trace ? t->trace : "not written", r->n,
            r->dropped ? ", some dropped: out of memory" : "");
@@ -328,16 +327,17 @@ static int write_outputs(train_prof *t, train_backend *b, hyp_err *e) {
     hyp_prof_flush(&t->rec);
     if (hyp_prof_cur == &t->rec) hyp_prof_cur = NULL;
     t->written = 1;
-    const char *device = t->p->backend; /* cpu, sim, cuda */
+    const char *device = b->name; /* cpu, sim, cuda: the trace names it */
+    int dev = b->i->caps.device_kernels;
     int rc = HYP_OK;
     if (t->want_trace) {
-        if ((rc = write_trace(t, device, e))) return rc;
-        if (t->rank == 0) print_summary(t, device);
+        if ((rc = write_trace(t, device, dev, e))) return rc;
+        if (t->rank == 0) print_summary(t, device, dev);
     }
     if (t->want_svg) {
         double mem[MEM__COUNT] = {0}, planned = (double)b->x->bytes;
         b->i->memory(b, mem);
-        if (strcmp(device, "cpu"))
+        if (dev) /* the device's arenas besides the host's */
             for (int k = 0; k < MEM__COUNT; k++) planned += mem[k];
         memprof_measured ms = {t->hw, t->written_bytes, t->base_rss_mib, rss_peak_mib(), planned / 1048576.0, device};
         if ((rc = memprof_write_svg(&t->mem, t->p, &ms, t->svg, e))) return rc;

@@ -39,9 +39,9 @@ static int before_reduce(void *ctx, train_backend *b, int step, hyp_err *e) {
     int due = hyp_fault_take(&tg->f, step);
     tg->loss_faults = due & (HYP_FAULT_NAN_LOSS | HYP_FAULT_SPIKE_LOSS);
     if (!(due & (HYP_FAULT_NAN_GRAD | HYP_FAULT_SPIKE_GRAD))) return HYP_OK;
-    if (strcmp(b->i->name, "cpu"))
-        return hyp_fail(e, HYP_EINPUT, "HYP_FAULT_INJECT: gradient faults are planted in the cpu backend's host gradients; the %s backend keeps them on the device — use nan_loss/spike_loss, or a cpu trainer",
-                        b->i->name);
+    if (!b->i->caps.host_buffers)
+        return hyp_fail(e, HYP_EINPUT, "HYP_FAULT_INJECT: gradient faults are planted in host gradients; the %s backend keeps them on the device — use nan_loss/spike_loss, or a cpu trainer",
+                        b->name);
     int64_t n;
     float *g = grads_of(b, &n);
     for (int64_t i = 0; (due & HYP_FAULT_SPIKE_GRAD) && i < n; i++) g[i] *= 1000.0f;

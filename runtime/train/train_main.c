@@ -1,12 +1,15 @@
 /* train_main.c — the generated trainer's program (`out/NAME/train`): loads the plan that `gen`
  * wrote next to it and trains on pre-tokenized shards through the plan's backend (backend.h: the
- * cpu executor, or for --target sim and sm_XX the device layer) with the one step driver,
- * evaluates, checkpoints (train_ckpt.h), resumes bit-exactly, logs metrics and samples text.
+ * cpu executor, or for --target sim and sm_XX the device layer) with the one step driver and
+ * this one loop for every objective (objective.h: the next-token loss over the shards, or the
+ * plan's post-training objective over gen data --pref examples), evaluates, checkpoints
+ * (train_ckpt.h), resumes bit-exactly, logs metrics and samples text.
  * Progress and metrics: tokens/s per step, over a window (v2186: mean, p20/p50/p80) and the run;
  * data and communication wait per step (backend.c); MFU = the plan's model FLOPs/token (formulas.lua,
  * PaLM's convention unless v2187 says causal) x windowed tokens/s / the peak: --peak-flops, on the
  * cpu this machine's FMA peak measured at start (runtime/cpu/peak.c), on a device the plan's.
- * Never: step logic (backend.c) or anything one backend does differently.
+ * Never: step logic (backend.c), what an objective computes (objective.h), or anything one
+ * backend does differently.
  *
  *   train --data DIR [--steps N] [--batch B] [--seq T] [--grad-accum K] [--lr X] [--seed S]
  *         [--ckpt-dir D] [--ckpt-every N] [--resume] [--metrics FILE] [--sample N]
@@ -59,6 +62,7 @@
 #include "preempt.h"
 #include "profile.h"
 #include "progress.h"
+#include "objective.h"
 #include "train.h"
 #include "train_ckpt.h"
 #include "train_guard.h"
@@ -432,6 +436,7 @@ typedef struct {
     hyp_stop stop;              /* signals and --deadline (preempt.h) */
     int stopped;                /* 0, or the step after which the run stopped early */
     int stop_signal, stop_deadline, stop_saved;
+    train_objective obj;        /* what the steps minimize (objective.h) */
     train_guard guard;          /* v2176: skip bad steps, roll back (train_guard.h) */
     int ls_resumed;             /* v2162: the checkpoint held a loss scaler state */
     double ls_scale;
@@ -525,15 +530,15 @@ static int resume(run_t *r, hyp_err *e) {
 /* The plan's row layout (v2126 packed rows, v2127 dynamic batches: the train split only, cpu only). */
 static int rows_layout(const run_t *r, hyp_loader *L, int train, hyp_err *e) {
     if (train && r->plan.token_budget > 0) {
-        if (strcmp(r->be.i->name, "cpu") != 0)
-            return hyp_fail(e, HYP_EINPUT, "dynamic batching (train.token_budget): the %s backend runs fixed batch shapes — use gen --target cpu, or drop dynamic-batching", r->be.i->name);
+        if (!r->be.i->caps.dynamic_shapes)
+            return hyp_fail(e, HYP_EINPUT, "dynamic batching (train.token_budget): the %s backend runs fixed batch shapes — use gen --target cpu, or drop dynamic-batching", r->be.name);
         return hyp_loader_dynamic(L, r->plan.token_budget, r->plan.buckets, e);
     }
     return r->plan.pack_max_docs > 0 ? hyp_loader_pack_rows(L, r->plan.pack_max_docs, e) : HYP_OK;
 }
 
-/* The train split (required), the validation split (optional) and the metrics log. */
-static int open_outputs(run_t *r, hyp_err *e) {
+/* The next-token objective's data: the train split (required), the validation split (optional). */
+static int open_loaders(run_t *r, hyp_err *e) {
     const args_t *a = &r->a;
     int rc;
     if (a->stream) rc = train_stream_open(&r->plan, &r->d, a->stream, a->doc_sep, a->tokenizer, r->B, r->T, r->seed, &r->train, e);
@@ -565,6 +570,13 @@ static int open_outputs(run_t *r, hyp_err *e) {
             printf("note: no validation split in %s (%s); validation is off\n", a->data, ve.msg);
         if (rc) return rc;
     }
+    return train_objective_tokens(&r->obj, r->train, r->val, r->eval_batches, a->stream != NULL, &r->d, e);
+}
+
+/* The metrics log and TensorBoard's events (rank 0). */
+static int open_logs(run_t *r, hyp_err *e) {
+    const args_t *a = &r->a;
+    int rc = HYP_OK;
     if (r->d.rank == 0 && a->metrics) rc = hyp_metrics_open(&r->mlog, a->metrics, r->start_step > 0, e);
     if (rc || r->d.rank != 0) return rc;
     /* TensorBoard: --tensorboard DIR, else the plan's section (v2183) beside plan.json */
@@ -592,7 +604,7 @@ static void choose_peak(run_t *r) {
     if (r->a.peak_flops > 0) {
         r->peak = r->a.peak_flops;
         snprintf(r->peak_desc, sizeof r->peak_desc, "peak %.1f GFLOP/s from --peak-flops", r->peak * 1e-9);
-    } else if (!strcmp(p->backend, "cpu")) {
+    } else if (r->be.i->caps.host_compute) {
         int width = 0, bf16 = !strcmp(p->peak_dtype, "bf16");
         double t0 = now_s();
         /* v2102 bf16 GEMMs: the best of oneDNN bf16 matmuls on this machine (gemm_bf16.h) */
@@ -650,30 +662,19 @@ static void print_banner(run_t *r, hyp_err *e) {
            r->B, r->T, r->K, r->d.world, (long long)r->tokens_per_step, omp_get_max_threads(), 4.0 * p->act_floats / 1048576.0,
            4.0 * p->act_floats_unplanned / 1048576.0);
     train_print_memory(&r->be, e); /* a device run: the device's arenas (the host mirror only stages) */
-    printf("data: %llu train tokens (%d shard%s)%s | steps %d | lr %.3g (%s, warmup %d) | clip %g | wd %g\n",
-           (unsigned long long)hyp_loader_total_tokens(r->train), hyp_loader_num_shards(r->train),
-           hyp_loader_num_shards(r->train) == 1 ? "" : "s", r->val ? ", with validation" : "", r->opt.total_steps,
-           r->opt.lr, r->opt.schedule, r->opt.warmup_steps, r->opt.max_norm, max_weight_decay(&p->optim));
-    if (r->a.stream)
+    r->obj.i->describe(&r->obj, stdout);
+    printf("schedule: %s%ssteps %d | lr %.3g (%s, warmup %d) | clip %g | wd %g\n", r->obj.label, r->obj.label[0] ? " " : "",
+           r->opt.total_steps, r->opt.lr, r->opt.schedule, r->opt.warmup_steps, r->opt.max_norm, max_weight_decay(&p->optim));
+    if (r->train && r->a.stream)
         printf("data: streaming %s (v2129): tokenizer %s, shuffle blocks of %d rows, documents dealt to %d rank%s, read in the loader thread (prefetch %d)%s\n",
                r->a.stream, r->a.tokenizer ? r->a.tokenizer : "byte", p->stream_buffer, r->d.world, r->d.world == 1 ? "" : "s",
                hyp_loader_prefetch_depth(r->train), p->positions_buf >= 0 ? ", attention masked per document (packing)" : "");
-    else if (p->positions_buf >= 0 || hyp_loader_has_docs(r->train) || p->prefetch > 0)
+    else if (r->train && (p->positions_buf >= 0 || hyp_loader_has_docs(r->train) || p->prefetch > 0))
         printf("data: %llu documents (.docs sidecars)%s | prefetch %d\n", (unsigned long long)hyp_loader_num_docs(r->train),
                p->positions_buf < 0 ? ", not used: this trainer has no document mask (packing)"
                : hyp_loader_has_docs(r->train) ? ", attention masked per document (packing)"
                                                : ", none: one stream, plain causal attention",
                p->prefetch);
-    if (hyp_loader_rows_mode(r->train)) { /* v2126 / v2127: the epoch's layout */
-        uint64_t tok, slots, pad;
-        hyp_loader_layout(r->train, &tok, &slots, &pad);
-        printf("rows: %s: %llu %s per epoch, %llu tokens in %llu input slots, padding %.2f%%\n",
-               hyp_loader_rows_mode(r->train) == HYP_ROWS_BFD ? "best-fit-decreasing packing of whole documents"
-                                                              : "dynamic batches (length buckets, token budget)",
-               (unsigned long long)hyp_loader_windows(r->train),
-               hyp_loader_rows_mode(r->train) == HYP_ROWS_BFD ? "rows" : "batches", (unsigned long long)tok,
-               (unsigned long long)slots, slots ? 100.0 * (double)pad / (double)slots : 0.0);
-    }
     printf("MFU: %.3g model FLOPs/token at T=%d (%s) | %s | tok/s window %d steps\n",
            p->flops_per_token - p->flops_attn_coef * (p->T - r->T), r->T, p->flops_convention, r->peak_desc,
            p->metrics_window);
@@ -684,17 +685,14 @@ static void print_banner(run_t *r, hyp_err *e) {
 static int save_checkpoint(run_t *r, int step, hyp_err *e) {
     int rc = train_sync_host(&r->be, e);
     if (rc) return rc;
-    hyp_loader_state ls;
-    hyp_loader_get_state(r->train, &ls);
     hyp_ckpt_state st;
     memset(&st, 0, sizeof st);
     st.step = (uint64_t)step;
     st.tokens_seen = (uint64_t)step * (uint64_t)r->tokens_per_step;
     hyp_rng_get_state(&r->rng, st.rng);
-    st.loader_epoch = ls.epoch;
-    st.loader_position = ls.position * (uint64_t)r->d.world; /* windows of the whole group */
     st.world = (uint64_t)r->d.world;
-    if (r->a.stream && (rc = train_stream_save(&r->d, &ls, &st, e))) return rc;
+    /* the objective's data position and the files it keeps beside the checkpoints */
+    if ((rc = r->obj.i->ckpt_save(&r->obj, &r->be, &st, r->a.ckpt_dir, e))) return rc;
     snprintf(st.config_hash, sizeof st.config_hash, "%s", r->plan.state_hash);
     snprintf(st.plan, sizeof st.plan, "%s on %d rank%s, ZeRO stage %d", r->plan.model_name, r->d.world,
              r->d.world == 1 ? "" : "s", r->plan.zero_stage);
@@ -803,18 +801,14 @@ static int rollback(run_t *r, int at, int *step, hyp_err *e) {
         return hyp_fail(e, HYP_EXIT_DIVERGED, "step %d: %d bad steps in a row (last: %s) and no checkpoint in %s yet to roll back to — checkpoint more often (--ckpt-every) or lower --lr",
                         at, c->max_bad, tg->reason, r->a.ckpt_dir);
     if (rc) return rc;
-    if (strcmp(r->plan.backend, "cpu")) { /* a device backend uploads the host's state when it opens */
+    if (!r->be.i->caps.host_buffers) { /* a device backend uploads the host's state when it opens */
         train_backend_close(&r->be);
         if ((rc = train_backend_open(&r->be, &r->plan, r->plan_path, &r->x, &r->d, r->B, r->T, e))) return rc;
         train_guard_attach(tg, &r->be);
     }
     hyp_rng_set_state(&r->rng, st.rng);
     if (r->be.ls.on && st.has_loss_scale) r->be.ls.scale = st.loss_scale, r->be.ls.good = (long long)st.loss_scale_good;
-    hyp_loader_state ls = {0};
-    ls.epoch = st.loader_epoch;
-    ls.position = st.loader_position / (uint64_t)r->d.world;
-    if (r->a.stream && (rc = train_stream_restore(&r->d, &st, &ls, e))) return rc;
-    if ((rc = hyp_loader_set_state(r->train, &ls, e))) return rc;
+    if ((rc = r->obj.i->ckpt_restore(&r->obj, &st, r->d.world, e))) return rc;
     r->opt.lr = r->lr0 * tg->g.lr_scale;
     hyp_progress_break(&r->pg);
     printf("rollback %lld of at most %d: %d bad steps in a row up to step %d (last: %s): back to %s (step %llu), lr x %g = %.3g\n",
@@ -831,15 +825,18 @@ static int loss_scale_open(run_t *r, hyp_err *e) {
     train_loss_scaler *ls = &r->be.ls;
     memset(ls, 0, sizeof *ls);
     if (!p->loss_scale) return HYP_OK;
-    if (strcmp(p->backend, "cpu") && !r->be.i->ls_check)
+    if (!r->be.i->caps.host_buffers && !r->be.i->ls_check) /* neither host gradients to check nor its own check */
         return hyp_fail(e, HYP_EINPUT, "%s: loss_scale (v2162): the %s backend has no loss scaler — regenerate with --target cpu",
-                        r->plan_path, r->be.i->name);
+                        r->plan_path, r->be.name);
     ls->on = 1;
     ls->scale = r->ls_resumed ? r->ls_scale : p->ls_init;
     ls->good = r->ls_resumed ? r->ls_good : 0;
     ls->growth = p->ls_growth, ls->backoff = p->ls_backoff, ls->interval = p->ls_interval;
     return HYP_OK;
 }
+
+/* At most this many scalars of the objective's own per step (objective.h metrics). */
+#define OBJ_METRICS 16
 
 /* The training loop: steps, progress lines, metrics, evaluation, checkpoints; stops early after a
  * whole step on a signal or before --deadline (preempt.h). */
@@ -856,6 +853,15 @@ static int train_loop(run_t *r, hyp_err *e) {
     float last_loss = NAN;
     int last_step = r->opt.total_steps;
     if (a->stop_after > 0 && r->start_step + a->stop_after < last_step) last_step = r->start_step + a->stop_after;
+    train_objective *ob = &r->obj;
+    int eval_on = ob->has_eval && r->eval_every > 0;
+    if (eval_on && ob->eval_at_start) { /* the starting weights (the preference objectives' reference point) */
+        float v0 = NAN;
+        if ((rc = ob->i->eval(ob, &r->be, r->start_step, &v0, e))) {
+            free(wdt);
+            return rc;
+        }
+    }
     for (int step = r->start_step + 1; step <= last_step && rc == 0; step++) {
         if ((rc = train_prof_step_begin(&r->prof, &r->be, step, r->start_step, last_step, e))) break;
         double t0 = now_s(), loss = 0, norm = 0, lr = train_lr_at(&r->opt, step);
@@ -864,7 +870,7 @@ static int train_loop(run_t *r, hyp_err *e) {
         int skipped = 0, warn = 0;
         double ls_used = r->be.ls.scale; /* v2162: the scale this step ran under */
         r->x.fp16_flushed = r->x.fp16_nonzero = 0;
-        if ((rc = train_step_guarded(&r->be, r->train, &r->opt, r->K, step, lr, &loss, &norm, &scale, &tm, &skipped, e)))
+        if ((rc = train_step(&r->be, ob, &r->opt, r->K, step, lr, &loss, &norm, &scale, &tm, &skipped, e)))
             break;
         int ovf = r->be.ls.on && r->be.ls.skipped; /* a loss-scale overflow: not the guard's skip */
         if (ovf) skipped = 0;
@@ -898,19 +904,21 @@ static int train_loop(run_t *r, hyp_err *e) {
         char eta[32];
         fmt_eta((last_step - step) * r->tokens_per_step / avg_tps, eta, sizeof eta);
         float vl = NAN;
-        int do_eval = r->val && (step % r->eval_every == 0 || step == last_step);
-        if (do_eval && (rc = train_eval(&r->be, r->val, r->eval_batches, &vl, e))) break;
+        int do_eval = eval_on && (step % r->eval_every == 0 || step == last_step);
+        if (do_eval && (rc = ob->i->eval(ob, &r->be, step, &vl, e))) break;
+        char words[512] = ""; /* the objective's own figures of the step */
+        if (ob->i->line) ob->i->line(ob, words, sizeof words);
         char mfu[16] = "  n/a"; /* no peak for the target (sim) */
         if (r->peak > 0) snprintf(mfu, sizeof mfu, "%5.1f%%", 100.0 * mfu_v);
         int log_line = hyp_progress_log_due(&r->pg, step, do_eval || skipped || ovf || step == last_step);
         if (log_line) hyp_progress_break(&r->pg);
-        if (log_line) printf("step %5d/%d | loss %.4f | lr %.2e | norm %.3f%s | %7.0f tok/s (last %d: %.0f, p50 %.0f; mean %.0f) | data %.1f ms",
-               step, r->opt.total_steps, loss, lr, norm, scale < 1 ? " (clipped)" : "", tps, wn, win_tps, q[1], avg_tps,
+        if (log_line) printf("step %5d/%d | %s%sloss %.4f%s | lr %.2e | norm %.3f%s | %7.0f tok/s (last %d: %.0f, p50 %.0f; mean %.0f) | data %.1f ms",
+               step, r->opt.total_steps, ob->label, ob->label[0] ? " " : "", loss, words, lr, norm, scale < 1 ? " (clipped)" : "", tps, wn, win_tps, q[1], avg_tps,
                1e3 * tm.data_s);
         if (log_line) {
             if (r->d.world > 1) printf(" | comm %.1f ms", 1e3 * tm.comm_s);
             printf(" | MFU %s | ETA %s", mfu, eta);
-            if (do_eval) printf(" | val %.4f", vl);
+            if (do_eval && isfinite(vl)) printf(" | val %.4f", vl);
             if (skipped) printf(" | SKIPPED: %s", r->guard.reason);
             if (ovf) printf(" | SKIPPED: inf/NaN gradients at loss scale %g, now %g", ls_used, r->be.ls.scale);
             if (r->guard.g.skipped || r->guard.g.rollbacks)
@@ -933,17 +941,18 @@ static int train_loop(run_t *r, hyp_err *e) {
                 kv2[n_kv++] = (hyp_metric_kv){"skipped_overflow", ovf};
                 kv2[n_kv++] = (hyp_metric_kv){"overflow_steps", (double)r->be.ls.overflows};
             }
-            hyp_metric_kv kv3[sizeof kv2 / sizeof kv2[0] + 5];
+            hyp_metric_kv kv3[sizeof kv2 / sizeof kv2[0] + 5 + OBJ_METRICS];
             memcpy(kv3, kv2, sizeof kv2);
             if (r->x.fp16_nonzero) /* v2102 fp16: the share of nonzero GEMM operands this step that underflowed */
                 kv3[n_kv++] = (hyp_metric_kv){"fp16_flush_frac", (double)r->x.fp16_flushed / (double)r->x.fp16_nonzero};
-            if (hyp_loader_rows_mode(r->train) || p->positions_buf >= 0) { /* v2126 / v2127: this rank's batch shape and padding */
+            if (r->train && (hyp_loader_rows_mode(r->train) || p->positions_buf >= 0)) { /* v2126 / v2127: this rank's batch shape and padding */
                 kv3[n_kv++] = (hyp_metric_kv){"batch_tokens", tm.slots};
                 kv3[n_kv++] = (hyp_metric_kv){"batch_rows", tm.rows};
                 kv3[n_kv++] = (hyp_metric_kv){"pad_frac", tm.slots > 0 ? tm.pad / tm.slots : 0};
                 kv3[n_kv++] = (hyp_metric_kv){"loss_tokens", tm.loss_tokens};
                 kv3[n_kv++] = (hyp_metric_kv){"loss_tokens_per_s", tm.loss_tokens / dt};
             }
+            if (ob->i->metrics) n_kv += ob->i->metrics(ob, kv3 + n_kv, OBJ_METRICS); /* the objective's own */
             hyp_metrics_row row = {.step = step, .loss = loss, .lr = lr, .grad_norm = norm, .tokens_per_s = tps,
                                    .val_loss = do_eval ? vl : NAN, .extra = kv3, .n_extra = n_kv};
             if ((rc = hyp_metrics_write(r->mlog, &row, e))) break;
@@ -951,11 +960,20 @@ static int train_loop(run_t *r, hyp_err *e) {
         if (r->tb && (step % r->tb_every == 0 || step == last_step || do_eval)) {
             struct rusage ru;
             double rss = getrusage(RUSAGE_SELF, &ru) == 0 ? ru.ru_maxrss / 1024.0 : NAN; /* KiB -> MiB */
-            hyp_metric_kv kv[] = {{"train/loss", loss}, {"train/lr", lr}, {"train/grad_norm", norm},
+            hyp_metric_kv kv[7 + OBJ_METRICS] = {{"train/loss", loss}, {"train/lr", lr}, {"train/grad_norm", norm},
                                   {"perf/tokens_per_s", tps},
                                   {"perf/mfu", p->peak_flops > 0 ? flops / p->peak_flops : NAN},
                                   {"memory/peak_rss_mib", rss}, {"val/loss", do_eval ? vl : NAN}};
-            if ((rc = hyp_tboard_scalars(r->tb, (uint64_t)step, kv, (int)(sizeof kv / sizeof kv[0]), e))) break;
+            /* the objective's scalars: val_NAME as val/NAME, the others as train/NAME */
+            hyp_metric_kv okv[OBJ_METRICS];
+            char tags[OBJ_METRICS][64];
+            int n_tb = 7, n_ob = ob->i->metrics ? ob->i->metrics(ob, okv, OBJ_METRICS) : 0;
+            for (int i = 0; i < n_ob; i++) {
+                int val = !strncmp(okv[i].key, "val_", 4);
+                snprintf(tags[i], sizeof tags[i], "%s/%s", val ? "val" : "train", okv[i].key + (val ? 4 : 0));
+                kv[n_tb++] = (hyp_metric_kv){tags[i], okv[i].value};
+            }
+            if ((rc = hyp_tboard_scalars(r->tb, (uint64_t)step, kv, n_tb, e))) break;
         }
         done_steps++;
         if (roll) { /* v2176: max_bad_steps bad steps in a row */
@@ -992,7 +1010,8 @@ static int train_loop(run_t *r, hyp_err *e) {
     hyp_progress_break(&r->pg);
     if (!rc && r->stopped) report_stop(r, done_steps, now_s() - t_start);
     else if (!rc)
-        printf("done: %d steps in %.1f s, final loss %.4f, mean %.0f tok/s, last %d steps %.0f tok/s\n", done_steps,
+        printf("done: %d %s%ssteps in %.1f s, final loss %.4f, mean %.0f tok/s, last %d steps %.0f tok/s\n", done_steps,
+               r->obj.label, r->obj.label[0] ? " " : "",
                now_s() - t_start, last_loss, steps_timed ? tok_s / steps_timed : 0.0, wn,
                wn ? wn * (double)r->tokens_per_step / wsum : 0.0);
     free(wdt);
@@ -1015,20 +1034,17 @@ static int sample_after(run_t *r, hyp_err *e) {
     return rc;
 }
 
-/* v2195-v2198, v2194: the plan's preference objective (train/pref.c) or GRPO (train/grpo.c) trains
- * instead of the token loop. */
-static int run_pref(run_t *r, const post_cfg *pc, hyp_err *e) {
-    int rc = r->d.rank == 0 && r->a.metrics ? hyp_metrics_open(&r->mlog, r->a.metrics, r->start_step > 0, e) : HYP_OK;
-    pref_run pr = {&r->be, pc, &r->opt, r->a.data, r->a.ckpt_dir, r->B, r->T, r->K, r->eval_every, r->a.ckpt_every,
-                   r->a.keep, r->seed, r->mlog, r->plan.state_hash, r->plan.model_name, r->start_step,
-                   r->lstate.epoch, r->lstate.position, NULL};
-    return rc ? rc : pc->objective == POST_GRPO ? grpo_train(&pr, e) : pref_train(&pr, e);
+/* v2195-v2198, v2194: the plan's preference objective (train/pref.c) or GRPO (train/grpo.c) in
+ * place of the next-token loss, on the examples of --data. */
+static int open_post(run_t *r, const post_cfg *pc, hyp_err *e) {
+    pref_run pr = {&r->be, pc, r->a.data, r->a.ckpt_dir, r->K, r->seed, r->start_step, r->lstate.epoch, r->lstate.position, NULL};
+    return pc->objective == POST_GRPO ? grpo_objective_open(&r->obj, &pr, e) : pref_objective_open(&r->obj, &pr, e);
 }
 
 /* v2193: SFT trains on the loss-masked shards of gen data --chat (mask_prompt), or on every token;
  * validation always scores the assistant tokens (where the data has masks). */
 static int check_sft(run_t *r, const post_cfg *pc, hyp_err *e) {
-    if (!pc->sft) return HYP_OK;
+    if (!pc->sft || !r->train) return HYP_OK;
     if (pc->mask_prompt && !hyp_loader_masked(r->train))
         return hyp_fail(e, HYP_EINPUT, "%s: this trainer was generated with v2193 SFT (mask_prompt), and the data has no loss masks (S.mask) — prepare it with gen data --chat CHATS.jsonl -o DIR",
                         r->a.data);
@@ -1156,7 +1172,13 @@ static int run(int argc, char **argv, hyp_coll *coll) {
     hyp_stop_init(&r.stop, a->deadline, 3.0 * (double)p->param_bytes);
     /* a device backend trains in the host executor's ZeRO layout (stage 3: its layer groups); the
      * host keeps a mirror (initialization, checkpoints, sampling) without activations */
-    int mirror = strcmp(p->backend, "cpu") && !a->sample_mode;
+    train_backend_caps caps;
+    if ((rc = train_backend_caps_of(p, &caps, &e))) {
+        fprintf(stderr, "train: %s\n", e.msg);
+        plan_free(p);
+        return rc;
+    }
+    int mirror = !caps.host_buffers && !a->sample_mode;
     if (!(rc = hyp_optim_open(p, &r.d.opt, &e)) && r.d.opt->eval_point && (r.d.stage >= 3 || (r.d.stage >= 1 && mirror)))
         rc = hyp_fail(&e, HYP_EINPUT, "train: optimizer '%s' evaluates at another point than it trains at, which this runtime moves between only without ZeRO or at stages 1-2 on the cpu backend (stage %d here) — generate the trainer without ZeRO, or with zero1/zero2 for --target cpu",
                       r.d.opt->kind, r.d.stage);
@@ -1186,13 +1208,16 @@ static int run(int argc, char **argv, hyp_coll *coll) {
                           r.ck_tok_file, hyp_tok_hash(tok), r.ck_tok_hash);
         if (!rc && r.d.rank == 0) rc = sample_text(&r.x, a, tok, r.seed, stdout);
         hyp_tok_free(tok);
-    } else if (!rc && !(rc = distill_open(&dist, r.plan_path, &r.x, p->backend, r.d.world, &e)) && dist)
+    } else if (!rc && !(rc = distill_open(&dist, r.plan_path, &r.x, &caps, &e)) && dist)
         printf("%s\n", distill_describe(dist));
-    if (!rc && !a->sample_mode && post.objective >= POST_DPO) {
-        if (!(rc = train_backend_open(&r.be, p, r.plan_path, &r.x, &r.d, r.B, r.T, &e))) rc = run_pref(&r, &post, &e);
-    } else if (!rc && !a->sample_mode && !(rc = train_backend_open(&r.be, p, r.plan_path, &r.x, &r.d, r.B, r.T, &e)) &&
-               !(rc = distill_attach(dist, &r.be, &e)) && !(rc = open_outputs(&r, &e)) && !(rc = check_sft(&r, &post, &e)) && !(rc = train_guard_open(&r.guard, p, &r.d, &e)) &&
-               !(rc = loss_scale_open(&r, &e)) && !(rc = open_async(&r, &e))) {
+    /* one loop for every objective: the next-token loss over the loader (pretraining, SFT,
+     * distillation) or a post-training objective over the examples (objective.h) */
+    int post_obj = post.objective >= POST_DPO;
+    if (!rc && !a->sample_mode && !(rc = train_backend_open(&r.be, p, r.plan_path, &r.x, &r.d, r.B, r.T, &e)) &&
+        !(rc = distill_attach(dist, &r.be, &e)) &&
+        !(rc = post_obj ? open_post(&r, &post, &e) : open_loaders(&r, &e)) && !(rc = open_logs(&r, &e)) &&
+        !(rc = check_sft(&r, &post, &e)) && !(rc = train_guard_open(&r.guard, p, &r.d, &e)) &&
+        !(rc = loss_scale_open(&r, &e)) && !(rc = open_async(&r, &e))) {
         train_guard_attach(&r.guard, &r.be);
         hyp_progress_init(&r.pg, stdout, a->log_every);
         choose_peak(&r);
@@ -1207,6 +1232,7 @@ static int run(int argc, char **argv, hyp_coll *coll) {
     hyp_metrics_close(r.mlog);
     hyp_tboard_close(r.tb);
     train_prof_close(&r.prof);
+    train_objective_close(&r.obj);
     hyp_loader_close(r.train);
     hyp_loader_close(r.val);
     distill_close(dist, &r.x);

@@ -95,7 +95,7 @@ for o in dpo kto; do
   expect "${id}_online_reference_trains" 0 "reference online: a frozen copy" -- "$TMP/on_$o/train" --data "$d" --steps 4 --eval-every 2 --metrics "$TMP/on_$o.jsonl"
   "$TMP/t_$o/train" --data "$d" --steps 4 --eval-every 2 --metrics "$TMP/pre_$o.jsonl" >/dev/null 2>&1
   check "${id}_online_reference_equals_precomputed (4 steps, metrics bit-identical)" \
-    test "$(sed 's/"tokens_per_s":[^,]*,//' "$TMP/on_$o.jsonl")" = "$(sed 's/"tokens_per_s":[^,]*,//' "$TMP/pre_$o.jsonl")" -a -s "$TMP/on_$o.jsonl"
+    test "$(untimed "$TMP/on_$o.jsonl")" = "$(untimed "$TMP/pre_$o.jsonl")" -a -s "$TMP/on_$o.jsonl"
 done
 # v2195 / v2198 reference online resume: the start writes the frozen copy's weights once to
 # CKPT_DIR/reference_model.bin (checksummed); 4 steps checkpointed at 2, the step-4 checkpoint
@@ -108,7 +108,7 @@ for o in dpo kto; do
   rm -rf "$TMP/ckon_$o/step_00000004"; echo step_00000002 > "$TMP/ckon_$o/latest"
   expect "${id}_online_reference_resume_reads_frozen_copy" 0 "read from reference_model.bin" -- "$TMP/on_$o/train" --data "$d" --steps 4 --eval-every 2 --ckpt-dir "$TMP/ckon_$o" --resume --metrics "$TMP/onr_$o.jsonl"
   check "${id}_online_reference_resume_bit_exact (steps 3-4, all metrics)" \
-    test "$(sed 's/"tokens_per_s":[^,]*,//' "$TMP/on_$o.jsonl" | tail -2)" = "$(sed 's/"tokens_per_s":[^,]*,//' "$TMP/onr_$o.jsonl")" -a -s "$TMP/onr_$o.jsonl"
+    test "$(untimed "$TMP/on_$o.jsonl" | tail -2)" = "$(untimed "$TMP/onr_$o.jsonl")" -a -s "$TMP/onr_$o.jsonl"
 done
 cp "$TMP/ckon_dpo/reference_model.bin" "$TMP/refm.bin"
 printf 'X' | dd of="$TMP/ckon_dpo/reference_model.bin" bs=1 seek=100 conv=notrunc 2>/dev/null

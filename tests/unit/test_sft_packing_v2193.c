@@ -152,7 +152,7 @@ static void row_case(const char *model, const char *sel, const char *tag, const 
     CHECK(p->positions_buf >= 0, "%s: the plan of gen --enable sft,packing has the positions array", tag);
     int cnt = 0;
     for (int t = 0; t < T; t++) cnt += tgt[t] >= 0;
-    /* packed: one row, dloss = 1 / (its assistant targets), as train_step_guarded */
+    /* packed: one row, dloss = 1 / (its assistant targets), as the next-token objective (train/obj_tokens.c) */
     exec_bind(x, 1, T, &e);
     memcpy(x->tokens, tok, sizeof(int32_t) * T);
     memcpy(x->targets, tgt, sizeof(int32_t) * T);

@@ -1,7 +1,9 @@
 -- v2194 RLHF at small scale: sets the plan's post section to the GRPO objective (runtime/train/
 -- grpo.c: group sampling from the policy with a full forward per token, the byte-set reward,
 -- group-normalized advantages, one update per batch of samples, beta * k3 KL against a frozen copy
--- of the starting weights). Never: a second objective (the preference objectives and
+-- of the starting weights), on any target: the runtime trains it through the backend's per-token
+-- losses and weighted backward (the fused loss's crossentropy_fused_ext on sim/cuda), sampling on
+-- the host executor with the backend's weights. Never: a second objective (the preference objectives and
 -- distillation replace the loss too: refused here), a reward or value model.
 local U = require("util")
 local M = { id = "v2194" }
@@ -20,9 +22,6 @@ function M.sections(ctx, plan)
   if obj and obj.by ~= ctx.id then
     U.fail("v2194", "GRPO and the " .. obj.kind .. " objective (" .. obj.by .. ") both replace the loss; a run trains one objective",
       "drop one of them from --enable")
-  end
-  if ctx.target.kind ~= "cpu" then
-    U.fail("v2194", "GRPO runs on the cpu target only (the sim/cuda path is missing)", "generate with --target cpu")
   end
   if ctx.param("reward_chars") == "" then
     U.fail("v2194.reward_chars", "the reward set is empty (every completion would score 0)", "give --set v2194.reward_chars=abc...")
