@@ -14,6 +14,7 @@ STEPS=${STEPS:-4}
 LR=${LR:-3e-3}
 SEEDS=${SEEDS:-"1 2 3"}
 OUT=$ROOT/bench/results
+source "$ROOT/tests/gen/model_yaml.sh"
 TMP=$(mktemp -d /tmp/hyp-mupcoord.XXXXXX)
 trap 'rm -rf "$TMP"' EXIT
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
@@ -21,23 +22,7 @@ mkdir -p "$OUT"
 bible -f 'Gen1:1-Deu34:12' | sed -E 's/^[0-9A-Za-z]+[0-9]+:[0-9]+ //' | head -c 20000 > "$TMP/text.txt"
 echo "# scheme width step tensor rms  (bench_mup_coord.sh: L=2 NH=4, B=4 T=32, $STEPS steps at LR $LR, base width 64, mean over seeds $SEEDS)" > "$OUT/mup_coord.tsv"
 for W in $WIDTHS; do
-  cat > "$TMP/w$W.yaml" <<YAML
-name: w$W
-arch: gpt2
-vocab_size: 256
-context: 64
-d_model: $W
-n_layers: 2
-n_heads: 4
-ffn_hidden: $((4 * W))
-norm: layernorm
-norm_eps: 1.0e-05
-activation: gelu
-position: learned
-tied_embeddings: true
-bias: true
-tokenizer: byte
-YAML
+  gpt2_yaml "w$W" "$W" 4 $((4 * W)) > "$TMP/w$W.yaml"
   for s in sp mup; do
     sel=adamw,init; [ $s = mup ] && sel=adamw,init,mu-transfer
     "$BUILD/generator/gen" "$ROOT/specs/v2500.yaml" --enable $sel --set v2144.scheme=$s --set v2144.base_width=64 \

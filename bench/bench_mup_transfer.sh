@@ -18,6 +18,7 @@ STEPS=${STEPS:-100}
 SCHEMES=${SCHEMES:-"sp mup"}
 NAME=${NAME:-mup_transfer}
 OUT=$ROOT/bench/results
+source "$ROOT/tests/gen/model_yaml.sh"
 TMP=$(mktemp -d /tmp/hyp-muptransfer.XXXXXX)
 trap 'rm -rf "$TMP"' EXIT
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
@@ -32,23 +33,7 @@ run() { # run DIR LR -> mean loss of the last 10 steps (nan if it diverged)
     awk '{ s += $1; n++ } END { if (n == 10 && s == s && s / n < 100) printf "%.5f", s / n; else print "nan" }'
 }
 for W in $WIDTHS; do
-  cat > "$TMP/w$W.yaml" <<YAML
-name: w$W
-arch: gpt2
-vocab_size: 256
-context: 64
-d_model: $W
-n_layers: 2
-n_heads: 4
-ffn_hidden: $((4 * W))
-norm: layernorm
-norm_eps: 1.0e-05
-activation: gelu
-position: learned
-tied_embeddings: true
-bias: true
-tokenizer: byte
-YAML
+  gpt2_yaml "w$W" "$W" 4 $((4 * W)) > "$TMP/w$W.yaml"
   for s in $SCHEMES; do
     sel=adamw,warmup,init; [ $s = mup ] && sel=adamw,warmup,init,mu-transfer
     "$BUILD/generator/gen" "$ROOT/specs/v2500.yaml" --enable $sel --set v2130.warmup_steps=5 --set v2144.scheme=$s \

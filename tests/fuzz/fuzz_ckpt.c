@@ -12,23 +12,20 @@
 #include "fuzz_ckpt_model.h"
 #include "tokenizer.h"
 
-static const char *const NAMES[] = {"state.json", "model.safetensors", "optimizer.safetensors", "train_state.safetensors",
-                                    "shard_00000.safetensors", "shard_00001.safetensors", "latest"};
+static const char *const NAMES[] = {"step_00000007/state.json",
+                                    "step_00000007/model.safetensors",
+                                    "step_00000007/optimizer.safetensors",
+                                    "step_00000007/train_state.safetensors",
+                                    "step_00000007/shard_00000.safetensors",
+                                    "step_00000007/shard_00001.safetensors",
+                                    "latest"};
+static const char *const DIRS[] = {"ck", "ck/step_00000007", NULL};
 #define NN ((int)(sizeof NAMES / sizeof *NAMES))
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    const uint8_t *part[FZ_MAX_PARTS];
     size_t len[FZ_MAX_PARTS];
-    int np = fz_split(data, size, part, len, NN);
-    fz_clean();
-    fz_mkdir("ck");
-    fz_mkdir("ck/step_00000007");
-    char rel[200], dir[600], step[600];
-    for (int i = 0; i < np; i++) {
-        if (!len[i]) continue;
-        snprintf(rel, sizeof rel, i == NN - 1 ? "ck/%s" : "ck/step_00000007/%s", NAMES[i]);
-        fz_write(rel, part[i], len[i]);
-    }
+    int np = fz_unpack(data, size, DIRS, NAMES, NN, len);
+    char dir[600], step[600];
     if (np < NN || !len[NN - 1]) fz_write("ck/latest", "step_00000007\n", 14);
     fz_path(dir, sizeof dir, "ck");
     fz_path(step, sizeof step, "ck/step_00000007");

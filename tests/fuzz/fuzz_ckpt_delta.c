@@ -15,21 +15,12 @@ static const char *const NAMES[] = {"step_00000002/state.json", "step_00000002/m
                                     "step_00000002/optimizer.safetensors.zdelta", "step_00000001/model.safetensors",
                                     "step_00000001/optimizer.safetensors", "step_00000001/state.json"};
 #define NN ((int)(sizeof NAMES / sizeof *NAMES))
+static const char *const DIRS[] = {"ck", "ck/step_00000001", "ck/step_00000002", NULL};
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    const uint8_t *part[FZ_MAX_PARTS];
     size_t len[FZ_MAX_PARTS];
-    int np = fz_split(data, size, part, len, NN);
-    fz_clean();
-    fz_mkdir("ck");
-    fz_mkdir("ck/step_00000001");
-    fz_mkdir("ck/step_00000002");
-    char rel[200], dir[600], step[600];
-    for (int i = 0; i < np; i++) {
-        if (!len[i]) continue;
-        snprintf(rel, sizeof rel, "ck/%s", NAMES[i]);
-        fz_write(rel, part[i], len[i]);
-    }
+    fz_unpack(data, size, DIRS, NAMES, NN, len);
+    char dir[600], step[600];
     fz_path(dir, sizeof dir, "ck");
     fz_path(step, sizeof step, "ck/step_00000002");
     fz_fix_state(step, 0);

@@ -51,17 +51,10 @@ static void batches(const char *dir, const char *split, int layout) {
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    const uint8_t *part[FZ_MAX_PARTS];
+    static const char *const DIRS[] = {"d", NULL};
     size_t len[FZ_MAX_PARTS];
-    int np = fz_split(data, size, part, len, NN);
-    fz_clean();
-    fz_mkdir("d");
-    char rel[200], dir[600];
-    for (int i = 0; i < np; i++) {
-        if (!len[i]) continue;
-        snprintf(rel, sizeof rel, "d/%s", NAMES[i]);
-        fz_write(rel, part[i], len[i]);
-    }
+    fz_unpack(data, size, DIRS, NAMES, NN, len);
+    char dir[600];
     fz_path(dir, sizeof dir, "d");
     hyp_err e = {{0}};
     fz_check(hyp_data_verify(dir, &e), &e, 0);

@@ -31,17 +31,10 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    const uint8_t *part[FZ_MAX_PARTS];
+    static const char *const DIRS[] = {"hf", NULL};
     size_t len[FZ_MAX_PARTS];
-    int np = fz_split(data, size, part, len, NN);
-    fz_clean();
-    fz_mkdir("hf");
-    char rel[200], dir[600], what[256];
-    for (int i = 0; i < np; i++) {
-        if (!len[i]) continue;
-        snprintf(rel, sizeof rel, "hf/%s", NAMES[i]);
-        fz_write(rel, part[i], len[i]);
-    }
+    fz_unpack(data, size, DIRS, NAMES, NN, len);
+    char dir[600], what[256];
     fz_path(dir, sizeof dir, "hf");
     hyp_err e = {{0}};
     int rc = hyp_hf_init_from(dir, &g_plan, g_params, what, sizeof what, &e);

@@ -101,6 +101,25 @@ static inline int fz_split(const uint8_t *data, size_t size, const uint8_t **par
     return k;
 }
 
+/* Writes one input as the files of a directory: cuts data at FZ_SEP into at most nn parts, empties
+ * the scratch directory, makes fz_dir()/dirs[0], dirs[1], ... (NULL-terminated, parents first) and
+ * writes part i to dirs[0]/names[i] unless it is empty (that file is absent). len[] (FZ_MAX_PARTS
+ * entries) receives each part's length. Returns the number of parts. */
+static inline int fz_unpack(const uint8_t *data, size_t size, const char *const *dirs, const char *const *names, int nn,
+                            size_t *len) {
+    const uint8_t *part[FZ_MAX_PARTS];
+    int np = fz_split(data, size, part, len, nn);
+    fz_clean();
+    for (int i = 0; dirs[i]; i++) fz_mkdir(dirs[i]);
+    char rel[400];
+    for (int i = 0; i < np; i++) {
+        if (!len[i]) continue;
+        snprintf(rel, sizeof rel, "%s/%s", dirs[0], names[i]);
+        fz_write(rel, part[i], len[i]);
+    }
+    return np;
+}
+
 /* The error contract of hyp_err.h: a code in {OK, EFAIL, EINPUT} (or extra codes a reader
  * documents, passed as `extra`), and on error one non-empty line. A bad input must be EINPUT
  * with "where: what — how to fix". */

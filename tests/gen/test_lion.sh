@@ -13,11 +13,8 @@
 # test_dp). Weights: 8 steps x 2 x lr absolute (lr 3e-4: 4.8e-3), the bound of sign updates; the
 # coordinates with a real gradient agree far closer (see the printed max).
 source "$(dirname "$0")/lib.sh"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-export OMP_NUM_THREADS=1
-DIFF="$BUILD/tests/st_diff"
-cat "$ROOT"/specs/*/*.yaml > "$TMP/corpus.txt"
-"$GEN" data "$TMP/corpus.txt" -o "$TMP/data" >/dev/null
+source "$(dirname "$0")/optim_env.sh"
+spec_data
 COMMON=(--data "$TMP/data" --seq 64 --eval-every 0 --lr 3e-4)
 json() { python3 -c "import json,sys; p=json.load(open(sys.argv[1])); print(eval(sys.argv[2]))" "$@"; }
 close() { # close FILE_A FILE_B: every loss within 2e-5 relative

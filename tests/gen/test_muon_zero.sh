@@ -11,9 +11,7 @@
 # Tolerances: np=2 sums gradients in another order than np=1 (as test_muon.sh's plain dp, whose
 # header derives them): losses 2e-5 relative, weights 1e-4 absolute after 8 steps at lr 2e-3.
 source "$(dirname "$0")/lib.sh"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-export OMP_NUM_THREADS=1
-DIFF="$BUILD/tests/st_diff"
+source "$(dirname "$0")/optim_env.sh"
 bible -f 'Gen1:1-Deu34:12' | sed -E 's/^[0-9A-Za-z]+[0-9]+:[0-9]+ //' | head -c 200000 > "$TMP/corpus.txt"
 "$GEN" data "$TMP/corpus.txt" -o "$TMP/data" >/dev/null
 COMMON=(--data "$TMP/data" --seq 64 --lr 2e-3 --steps 8 --ckpt-every 8 --eval-every 0)

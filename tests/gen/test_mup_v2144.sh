@@ -15,6 +15,7 @@
 #    block's output and of the logits at widths 64 -> 256 stays within 2x under muP and grows
 #    more than 4x under SP.
 source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/model_yaml.sh"
 export OMP_NUM_THREADS=1
 COORD="$BUILD/tests/mup_coord"
 bible -f 'Gen1:1-Deu34:12' | sed -E 's/^[0-9A-Za-z]+[0-9]+:[0-9]+ //' | head -c 60000 > "$TMP/corpus.txt"
@@ -108,23 +109,7 @@ done
 
 # --- the coordinate check: widths 64 and 256 --------------------------------------------------------
 for W in 64 256; do
-  cat > "$TMP/w$W.yaml" <<EOF
-name: w$W
-arch: gpt2
-vocab_size: 256
-context: 64
-d_model: $W
-n_layers: 2
-n_heads: 4
-ffn_hidden: $((4 * W))
-norm: layernorm
-norm_eps: 1.0e-05
-activation: gelu
-position: learned
-tied_embeddings: true
-bias: true
-tokenizer: byte
-EOF
+  gpt2_yaml "w$W" "$W" 4 $((4 * W)) > "$TMP/w$W.yaml"
   expect gen_coord_sp_$W 0 "wrote" -- "$GEN" specs/v2500.yaml --enable adamw,init --model "$TMP/w$W.yaml" --target cpu --batch 4 --seq 32 -o "$TMP/csp$W"
   expect gen_coord_mup_$W 0 "wrote" -- "$GEN" specs/v2500.yaml --enable adamw,init,mu-transfer --set v2144.scheme=mup --set v2144.base_width=64 --model "$TMP/w$W.yaml" --target cpu --batch 4 --seq 32 -o "$TMP/cmup$W"
   for s in sp mup; do

@@ -18,9 +18,7 @@
 # while n < eps/160 = 6e-11 (8 x 2e-3 / 160 = 1e-4; the printed max shows the margin). A lost
 # shard or a rank's stale state moves weights by ~lr.
 source "$(dirname "$0")/lib.sh"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-export OMP_NUM_THREADS=1
-DIFF="$BUILD/tests/st_diff"
+source "$(dirname "$0")/optim_env.sh"
 bible -f 'Gen1:1-Deu34:12' | sed -E 's/^[0-9A-Za-z]+[0-9]+:[0-9]+ //' | head -c 200000 > "$TMP/corpus.txt"
 "$GEN" data "$TMP/corpus.txt" -o "$TMP/data" >/dev/null
 COMMON=(--data "$TMP/data" --seq 64 --lr 2e-3 --steps 8 --ckpt-every 4 --eval-every 4 --eval-batches 2)

@@ -10,11 +10,8 @@
 # parameter from the trainer's memory line. (Equivalence with PyPI schedulefree, y after every
 # step and x: test_reference, reference_v2137_*.)
 source "$(dirname "$0")/lib.sh"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-export OMP_NUM_THREADS=1
-DIFF="$BUILD/tests/st_diff"
-cat "$ROOT"/specs/*/*.yaml > "$TMP/corpus.txt"
-"$GEN" data "$TMP/corpus.txt" -o "$TMP/data" >/dev/null
+source "$(dirname "$0")/optim_env.sh"
+spec_data
 COMMON=(--data "$TMP/data" --seq 64)
 json() { python3 -c "import json,sys; p=json.load(open(sys.argv[1])); print(eval(sys.argv[2]))" "$@"; }
 close() { # close FILE_A FILE_B: every loss within 2e-5 relative (np=2 vs np=1: two fp32 orders, docs/test-tolerances.md E2 + E3 for <= 8 steps of tiny; a missing rank moves step 2 by ~1e-2)

@@ -20,27 +20,11 @@
 #   cpu trainer within 1e-4 (the same plus the oneDNN-vs-kernel orders, growing with the steps).
 # - a damaged fusion site is refused with a clear message (exit 2).
 source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/model_yaml.sh"
 export OMP_NUM_THREADS=2 HYP_SIM_CACHE="$BUILD/tests/sim_cache"
 head -c 40000 "$ROOT/specs/SCHEMA.md" > "$TMP/c.txt"; cat "$ROOT"/specs/memory/*.yaml >> "$TMP/c.txt"
 "$GEN" data "$TMP/c.txt" -o "$TMP/data" >/dev/null
-cat > "$TMP/mini.yaml" <<'EOF'
-name: mini
-description: a 2-layer GPT-2 style model for quick sim tests
-arch: gpt2
-vocab_size: 256
-context: 64
-d_model: 32
-n_layers: 2
-n_heads: 2
-ffn_hidden: 128
-norm: layernorm
-norm_eps: 1.0e-05
-activation: gelu
-position: learned
-tied_embeddings: true
-bias: true
-tokenizer: byte
-EOF
+gpt2_yaml mini 32 2 128 "a 2-layer GPT-2 style model for quick sim tests" > "$TMP/mini.yaml"
 cat > "$TMP/minil.yaml" <<'EOF'
 name: mini-llama
 description: a 2-layer llama-style model for quick sim tests

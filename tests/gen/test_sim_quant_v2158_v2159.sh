@@ -14,27 +14,11 @@
 # tokens (/ 5.7) and adding over 6 steps: <= 1e-4 relative (a wrong per-row scale is off by
 # O(1e-2)); and each technique moves the losses off the plain fp32 / bf16 sim run (it is on).
 source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/model_yaml.sh"
 export OMP_NUM_THREADS=1 HYP_SIM_CACHE="$BUILD/tests/sim_cache"
 head -c 40000 "$ROOT/specs/SCHEMA.md" > "$TMP/c.txt"
 "$GEN" data "$TMP/c.txt" -o "$TMP/data" >/dev/null
-cat > "$TMP/mini.yaml" <<'YAML'
-name: mini
-description: a 2-layer GPT-2 style model for quick sim tests
-arch: gpt2
-vocab_size: 256
-context: 64
-d_model: 32
-n_layers: 2
-n_heads: 2
-ffn_hidden: 128
-norm: layernorm
-norm_eps: 1.0e-05
-activation: gelu
-position: learned
-tied_embeddings: true
-bias: true
-tokenizer: byte
-YAML
+gpt2_yaml mini 32 2 128 "a 2-layer GPT-2 style model for quick sim tests" > "$TMP/mini.yaml"
 STEPS=6
 run() { # NAME ENABLE TARGET [SET]: gen + $STEPS steps; sim trainers under the build tree (compile cache)
   local out="$TMP/$1"

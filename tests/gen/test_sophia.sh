@@ -17,11 +17,8 @@
 # lr absolute (lr 3e-4: 4.8e-3) plus rounding: 5e-3. The c_attn key biases (true gradient 0, the
 # gradient is rounding noise) reach that bound; the printed max shows where.
 source "$(dirname "$0")/lib.sh"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-export OMP_NUM_THREADS=1
-DIFF="$BUILD/tests/st_diff"
-cat "$ROOT"/specs/*/*.yaml > "$TMP/corpus.txt"
-"$GEN" data "$TMP/corpus.txt" -o "$TMP/data" >/dev/null
+source "$(dirname "$0")/optim_env.sh"
+spec_data
 COMMON=(--data "$TMP/data" --seq 64 --eval-every 0 --lr 3e-4)
 K3=(--set v2135.hessian_interval=3)
 json() { python3 -c "import json,sys; p=json.load(open(sys.argv[1])); print(eval(sys.argv[2]))" "$@"; }

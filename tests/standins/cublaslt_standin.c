@@ -35,23 +35,9 @@
 #define ALGO_PLAIN 0
 #define ALGO_STAGED 1
 
-static void note(const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    fputs("hyp cublasLt stand-in: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-}
-static cublasStatus_t refuse(cublasStatus_t st, const char *fmt, ...) {
-    char msg[600];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    note("%s", msg);
-    return st;
-}
+#define STANDIN_WHO "hyp cublasLt stand-in: "
+typedef cublasStatus_t standin_status;
+#include "standin_util.h"
 
 struct cublasLtContext {
     uint32_t magic;
@@ -118,11 +104,15 @@ EXPORT cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t p) {
     free(d);
     return CUBLAS_STATUS_SUCCESS;
 }
-#define ATTR(name, field)                                                                                            \
-    case name:                                                                                                       \
-        if (n != sizeof d->field) return refuse(CUBLAS_STATUS_INVALID_VALUE, "%s: %s takes %zu bytes, given %zu", who, #name, sizeof d->field, n); \
-        memcpy(&d->field, buf, n);                                                                                   \
-        return CUBLAS_STATUS_SUCCESS;
+/* One attribute set: the size must be the field's exactly (cublasLt.h documents each attribute's
+ * type), then the bytes are copied. */
+static cublasStatus_t set_attr(const char *who, const char *name, void *field, size_t size, const void *buf, size_t n) {
+    if (n != size) return refuse(CUBLAS_STATUS_INVALID_VALUE, "%s: %s takes %zu bytes, given %zu", who, name, size, n);
+    memcpy(field, buf, n);
+    return CUBLAS_STATUS_SUCCESS;
+}
+#define ATTR(name, field) \
+    case name: return set_attr(who, #name, &d->field, sizeof d->field, buf, n);
 EXPORT cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t p, cublasLtMatmulDescAttributes_t a, const void *buf, size_t n) {
     static const char who[] = "cublasLtMatmulDescSetAttribute";
     lt_desc *d = desc_of(p);
@@ -173,11 +163,8 @@ EXPORT cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t p) {
     free(l);
     return CUBLAS_STATUS_SUCCESS;
 }
-#define ATTR(name, field)                                                                                            \
-    case name:                                                                                                       \
-        if (n != sizeof l->field) return refuse(CUBLAS_STATUS_INVALID_VALUE, "%s: %s takes %zu bytes, given %zu", who, #name, sizeof l->field, n); \
-        memcpy(&l->field, buf, n);                                                                                   \
-        return CUBLAS_STATUS_SUCCESS;
+#define ATTR(name, field) \
+    case name: return set_attr(who, #name, &l->field, sizeof l->field, buf, n);
 EXPORT cublasStatus_t cublasLtMatrixLayoutSetAttribute(cublasLtMatrixLayout_t p, cublasLtMatrixLayoutAttribute_t a, const void *buf, size_t n) {
     static const char who[] = "cublasLtMatrixLayoutSetAttribute";
     lt_layout *l = layout_of(p);

@@ -107,26 +107,9 @@ static struct {
 
 static _Thread_local struct CUctx_st *tls_ctx;
 
-static void note(const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    fputs("hyp cuda stand-in: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-}
-
-/* A refusal the driver would return synchronously: said once on stderr (the driver only gives
- * the code; the reason makes a CI log readable), returned as r. */
-static CUresult refuse(CUresult r, const char *fmt, ...) {
-    char msg[600];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    note("%s", msg);
-    return r;
-}
+#define STANDIN_WHO "hyp cuda stand-in: "
+typedef CUresult standin_status;
+#include "standin_util.h"
 
 /* The first asynchronous fault; G.mu held. */
 static void set_sticky(CUresult r, const char *why) {

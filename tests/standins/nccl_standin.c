@@ -33,23 +33,9 @@
 #define ID_MAGIC "hypsi-nccl-id"
 #define COMM_MAGIC 0x6e63636cu
 
-static void note(const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    fputs("hyp nccl stand-in: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-}
-static ncclResult_t refuse(ncclResult_t r, const char *fmt, ...) {
-    char msg[600];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    note("%s", msg);
-    return r;
-}
+#define STANDIN_WHO "hyp nccl stand-in: "
+typedef ncclResult_t standin_status;
+#include "standin_util.h"
 
 struct ncclComm {
     uint32_t magic;

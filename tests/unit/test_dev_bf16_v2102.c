@@ -62,6 +62,18 @@ static int gen(const char *target, const char *dir, const char *extra, const cha
     return system(cmd);
 }
 
+/* The plans of the sim, bf16 cpu and fp32 cpu trainers generated into ds, dc, df; stops at the
+ * first that fails to load (its error in *e). */
+static int load_plans(const char *ds, const char *dc, const char *df, plan_t *ps, plan_t *pc, plan_t *pf, hyp_err *e) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/plan.json", ds);
+    int rc = plan_load(path, ps, e);
+    snprintf(path, sizeof path, "%s/plan.json", dc);
+    if (!rc) rc = plan_load(path, pc, e);
+    snprintf(path, sizeof path, "%s/plan.json", df);
+    if (!rc) rc = plan_load(path, pf, e);
+    return rc;
+}
 static int find_buf(const plan_t *p, const char *name) {
     for (int i = 0; i < p->n_bufs; i++)
         if (!strcmp(p->bufs[i].name, name)) return i;
@@ -107,13 +119,7 @@ static void one_case(hyp_device *dev, const char *model, const char *extra, cons
     }
     plan_t ps, pc, pf;
     hyp_err e = {{0}};
-    int rc;
-    snprintf(path, sizeof path, "%s/plan.json", ds);
-    rc = plan_load(path, &ps, &e);
-    snprintf(path, sizeof path, "%s/plan.json", dc);
-    if (!rc) rc = plan_load(path, &pc, &e);
-    snprintf(path, sizeof path, "%s/plan.json", df);
-    if (!rc) rc = plan_load(path, &pf, &e);
+    int rc = load_plans(ds, dc, df, &ps, &pc, &pf, &e);
     if (rc) {
         check(0, tag, "plan_load: %s", e.msg);
         return;
@@ -257,13 +263,7 @@ static void tf32_case(hyp_device *dev) {
         check(0, "tf32", "gen failed");
         return;
     }
-    int rc;
-    snprintf(path, sizeof path, "%s/plan.json", ds);
-    rc = plan_load(path, &ps, &e);
-    snprintf(path, sizeof path, "%s/plan.json", dc);
-    if (!rc) rc = plan_load(path, &pc, &e);
-    snprintf(path, sizeof path, "%s/plan.json", df);
-    if (!rc) rc = plan_load(path, &pf, &e);
+    int rc = load_plans(ds, dc, df, &ps, &pc, &pf, &e);
     if (rc) {
         check(0, "tf32", "plan_load: %s", e.msg);
         return;

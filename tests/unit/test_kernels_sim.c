@@ -993,19 +993,32 @@ static adam_hp adam_params(int t) {
     return h;
 }
 
+/* The arena of nseg tensors of the given lengths, back to back: *seg_end gets each tensor's end
+ * offset; returns the total length. */
+static long segments(const int *sizes, int nseg, long **seg_end) {
+    long n = 0;
+    *seg_end = zalloc((size_t)nseg * sizeof **seg_end);
+    for (int s = 0; s < nseg; s++) {
+        n += sizes[s];
+        (*seg_end)[s] = n;
+    }
+    return n;
+}
+
+/* Per-tensor weight decay: wd on the even tensors, none on the odd ones. */
+static float *seg_decay(int nseg, float wd) {
+    float *seg_wd = fbuf(nseg);
+    for (int s = 0; s < nseg; s++) seg_wd[s] = s % 2 ? 0.0f : wd;
+    return seg_wd;
+}
+
 /* v2134 lion_step (templates/lion.cu.lua) vs Lion's host step (optim_lion.c through optim.h) per
  * tensor: weights and m bit for bit (the same float expressions in the same order), with a clip
  * factor and one tensor without decay. */
 static void test_lion(const char *tag, const int *sizes, int nseg) {
     char nm[200];
-    long n = 0;
-    long *seg_end = zalloc((size_t)nseg * sizeof *seg_end);
-    float *seg_wd = fbuf(nseg);
-    for (int s = 0; s < nseg; s++) {
-        n += sizes[s];
-        seg_end[s] = n;
-        seg_wd[s] = s % 2 ? 0.0f : 1.0f;
-    }
+    long *seg_end, n = segments(sizes, nseg, &seg_end);
+    float *seg_wd = seg_decay(nseg, 1.0f);
     mod_t md;
     if (open_family(&md, "lion", "", tag)) return;
     float lr = 3e-4f, b1 = 0.9f, b2 = 0.99f, *gs = fbuf(1);
@@ -1050,14 +1063,8 @@ static void optim_cfg(hyp_optim_cfg *c, int n, const char *const *names, const d
  * and a tensor without decay: within float rounding (the host may contract a multiply-add). */
 static void test_sfadamw(const char *tag, const int *sizes, int nseg) {
     char nm[200];
-    long n = 0;
-    long *seg_end = zalloc((size_t)nseg * sizeof *seg_end);
-    float *seg_wd = fbuf(nseg);
-    for (int s = 0; s < nseg; s++) {
-        n += sizes[s];
-        seg_end[s] = n;
-        seg_wd[s] = s % 2 ? 0.0f : 0.1f;
-    }
+    long *seg_end, n = segments(sizes, nseg, &seg_end);
+    float *seg_wd = seg_decay(nseg, 0.1f);
     mod_t md;
     if (open_family(&md, "schedulefree", "", tag)) return;
     const double b1 = 0.9, b2 = 0.999, eps = 1e-8, lr = 1e-2;
@@ -1147,14 +1154,8 @@ static void test_adam_mini(const char *tag, int nh, int nkv, int hd, int K) {
  * factor, clipped and unclipped ratios and one tensor without decay. */
 static void test_sophia(const char *tag, const int *sizes, int nseg) {
     char nm[200];
-    long n = 0;
-    long *seg_end = zalloc((size_t)nseg * sizeof *seg_end);
-    float *seg_wd = fbuf(nseg);
-    for (int s = 0; s < nseg; s++) {
-        n += sizes[s];
-        seg_end[s] = n;
-        seg_wd[s] = s % 2 ? 0.0f : 0.1f;
-    }
+    long *seg_end, n = segments(sizes, nseg, &seg_end);
+    float *seg_wd = seg_decay(nseg, 0.1f);
     mod_t md;
     if (open_family(&md, "sophia", "", tag)) return;
     static const char *const H[] = {"beta1", "beta2", "rho", "hess_every"};
@@ -1196,14 +1197,8 @@ static int bf16_brackets(uint16_t got, float exact) {
 /* sizes: tensor lengths in arena order (each followed by no padding: boundaries may be odd) */
 static void test_adamw(const char *tag, const int *sizes, int nseg) {
     char nm[200];
-    long n = 0;
-    long *seg_end = zalloc((size_t)nseg * sizeof *seg_end);
-    float *seg_wd = fbuf(nseg);
-    for (int s = 0; s < nseg; s++) {
-        n += sizes[s];
-        seg_end[s] = n;
-        seg_wd[s] = s % 2 ? 0.0f : 0.1f;
-    }
+    long *seg_end, n = segments(sizes, nseg, &seg_end);
+    float *seg_wd = seg_decay(nseg, 0.1f);
     adam_hp h = adam_params(3);
     float *gs = fbuf(1);
     gs[0] = 0.5f;
@@ -1303,14 +1298,8 @@ static void test_stochastic_rounding(void) {
 static void test_adamw_bf16_vs_cpu(const char *tag, const int *sizes, int nseg) {
     char nm[200], t3[64];
     snprintf(t3, sizeof t3, "%s_bf16p", tag);
-    long n = 0;
-    long *seg_end = zalloc((size_t)nseg * sizeof *seg_end);
-    float *seg_wd = fbuf(nseg);
-    for (int s = 0; s < nseg; s++) {
-        n += sizes[s];
-        seg_end[s] = n;
-        seg_wd[s] = s % 2 ? 0.0f : 0.1f;
-    }
+    long *seg_end, n = segments(sizes, nseg, &seg_end);
+    float *seg_wd = seg_decay(nseg, 0.1f);
     mod_t mb;
     if (open_family(&mb, "adamw", "PARAM=bf16 STATES=f32", t3)) return;
     uint16_t *p = zalloc((size_t)n * 2), *pc = zalloc((size_t)n * 2);

@@ -38,6 +38,7 @@
 #include "rng.h"
 
 #include "hyp_test.h"
+#include "hyp_test_trainer.h"
 
 #define T_ 64
 #define NDOC 260
@@ -394,33 +395,19 @@ static void bad_case(const char *dir) {
 }
 
 /* ---- 6-7: the trainer step ---- */
-typedef struct {
-    plan_t p;
-    exec_t x;
-    int ok;
-} trainer;
-
 static int open_trainer(trainer *tr, const char *sel, int B, const char *tag) {
-    char dir[512], path[600], cmd[2048];
+    char dir[512], cmd[2048];
     snprintf(dir, sizeof dir, "%s/%s", g_tmp, tag);
     memset(tr, 0, sizeof *tr);
     snprintf(cmd, sizeof cmd,
              "cd %s && %s/generator/gen specs/v2500.yaml --enable adamw%s --model tests/fixtures/models/pack-gpt2.yaml "
              "--target cpu --batch %d --seq %d -o %s >/dev/null 2>&1",
              HYP_SOURCE_DIR, HYP_BINARY_DIR, sel, B, T_, dir);
-    hyp_err e;
     if (system(cmd) != 0) {
         check(0, "gen", "%s failed", sel);
         return 0;
     }
-    snprintf(path, sizeof path, "%s/plan.json", dir);
-    if (plan_load(path, &tr->p, &e) != HYP_OK || exec_init(&tr->x, &tr->p, &e) != HYP_OK) {
-        check(0, "load", "%s", e.msg);
-        return 0;
-    }
-    exec_init_params(&tr->x, 1234);
-    tr->ok = 1;
-    return 1;
+    return trainer_load(tr, dir);
 }
 
 /* The loader's byte tokens folded into the model's 64-token vocabulary (targets -1 stay). */

@@ -49,6 +49,7 @@
 #include "rng.h"
 
 #include "hyp_test.h"
+#include "hyp_test_trainer.h"
 
 #define T_ROW 160
 static const int DOC_LEN[] = {37, 70, 53};
@@ -131,41 +132,15 @@ static void op_case(int hd, int NH, int NKV) {
 
 /* ---- 2-4. the trainer step ----------------------------------------------------------------- */
 
-typedef struct {
-    plan_t p;
-    exec_t x;
-    int ok;
-} trainer;
-
 static int open_trainer(trainer *tr, const char *model, const char *sel, const char *tag) {
-    char dir[512], path[600];
+    char dir[512];
     snprintf(dir, sizeof dir, "%s/%s", g_tmp, tag);
     memset(tr, 0, sizeof *tr);
     if (gen(dir, model, sel) != 0) {
         check(0, "gen", "%s %s failed", model, sel);
         return 0;
     }
-    snprintf(path, sizeof path, "%s/plan.json", dir);
-    hyp_err e;
-    if (plan_load(path, &tr->p, &e) != HYP_OK || exec_init(&tr->x, &tr->p, &e) != HYP_OK) {
-        check(0, "load", "%s", e.msg);
-        return 0;
-    }
-    exec_init_params(&tr->x, 1234);
-    tr->ok = 1;
-    return 1;
-}
-
-static void close_trainer(trainer *tr) {
-    if (!tr->ok) return;
-    exec_free(&tr->x);
-    plan_free(&tr->p);
-}
-
-static int find_buf(const plan_t *p, const char *name) {
-    for (int i = 0; i < p->n_bufs; i++)
-        if (!strcmp(p->bufs[i].name, name)) return i;
-    return -1;
+    return trainer_load(tr, dir);
 }
 
 /* The packed row: documents of DOC_LEN, tokens random < V, target = the next token of the

@@ -34,6 +34,7 @@
 #include "plan.h"
 
 #include "hyp_test.h"
+#include "hyp_test_trainer.h"
 
 static char g_tmp[256];
 
@@ -83,14 +84,8 @@ static int read_split(const char *dir) {
     return ok;
 }
 
-typedef struct {
-    plan_t p;
-    exec_t x;
-    int ok;
-} trainer;
-
 static int open_trainer(trainer *tr, const char *model, const char *sel, const char *tag, int T) {
-    char dir[512], path[600], cmd[2048];
+    char dir[512], cmd[2048];
     snprintf(dir, sizeof dir, "%s/%s", g_tmp, tag);
     memset(tr, 0, sizeof *tr);
     snprintf(cmd, sizeof cmd,
@@ -100,27 +95,7 @@ static int open_trainer(trainer *tr, const char *model, const char *sel, const c
         check(0, "gen", "%s %s failed", model, sel);
         return 0;
     }
-    snprintf(path, sizeof path, "%s/plan.json", dir);
-    hyp_err e;
-    if (plan_load(path, &tr->p, &e) != HYP_OK || exec_init(&tr->x, &tr->p, &e) != HYP_OK) {
-        check(0, "load", "%s", e.msg);
-        return 0;
-    }
-    exec_init_params(&tr->x, 1234);
-    tr->ok = 1;
-    return 1;
-}
-
-static void close_trainer(trainer *tr) {
-    if (!tr->ok) return;
-    exec_free(&tr->x);
-    plan_free(&tr->p);
-}
-
-static int find_buf(const plan_t *p, const char *name) {
-    for (int i = 0; i < p->n_bufs; i++)
-        if (!strcmp(p->bufs[i].name, name)) return i;
-    return -1;
+    return trainer_load(tr, dir);
 }
 
 static double max_abs_diff(const float *a, const float *b, long n, double *refmax) {
