@@ -85,7 +85,7 @@ done
 # a hand-edited sim plan with the section: the device trainer refuses it (one line, exit 2)
 "$GEN" specs/v2500.yaml --enable adamw --model tiny --target sim --batch 2 --seq 16 -o "$TMP/simp" >/dev/null 2>&1
 sed -i '0,/{/s//{"param_storage": {"dtype": "bf16", "rounding": "stochastic", "seed": 0},/' "$TMP/simp/plan.json"
-expect v2161_device_trainer_refuses_bf16_params 2 "plan: bf16 parameters without a master .* cpu trainer only" -- "$TMP/simp/train" --data "$TMP/data" --steps 1
+expect v2161_device_trainer_refuses_bf16_params 2 "plan: bf16 parameters without a master .* regenerate the trainer with --target cpu" -- "$TMP/simp/train" --data "$TMP/data" --steps 1
 
 # (6) v2163 in the trainer: --grad-accum 4 with a bf16 accumulation buffer
 expect gen_v2163 0 "v2163 bf16_accumulation is partial" -- "$GEN" "${G[@]}" --enable $B,bf16,v2163 -o "$TMP/ga"

@@ -48,6 +48,9 @@ run_counts() { # NAME B T GEN-ARGS...
   check "test_perf_sim_counts_$name" python3 "$TMP/cmp.py" "$TMP/$name.tsv" "$TMP/$name.json"
   python3 "$TMP/cmp.py" "$TMP/$name.tsv" "$TMP/$name.json" | sed 's/^/    /'
 }
-run_counts llama 2 64 --enable bf16,flash,fusion --model tiny-llama
+# storage fp32: the templates' cost declarations describe fp32 activations; the bf16-storage
+# variants (ACT=bf16, 2-byte loads and stores, the per-step cast of the weight copy) have no declared
+# cost yet, so the model does not describe a bf16-storage trainer (issue 27, left)
+run_counts llama 2 64 --enable bf16,flash,fusion --set v2102.storage=fp32 --model tiny-llama
 run_counts naive_fp8 1 32 --enable bf16,fp8 --model tiny
 finish
