@@ -583,9 +583,12 @@ EXPORT cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t op
         if (ptr[i] && (uintptr_t)ptr[i] % r.align[i])
             return refuse(CUBLAS_STATUS_NOT_SUPPORTED, "%s: %c at %p is %d-byte aligned; the algorithm was chosen for %u (set CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_%c_BYTES)",
                           who, "ABCD"[i], ptr[i], align_of((uintptr_t)ptr[i]), r.align[i], "ABCD"[i]);
-    if (p.op->bias && align_of((uintptr_t)p.op->bias) < (int)r.align[4])
+    /* bias and aux: no cuBLASLt preference states their alignment; an algorithm assumes at most the
+     * 256 bytes of the matrices' (cublasLt.h: the PREF_MIN_ALIGNMENT attributes top out at 256), so
+     * alignment beyond 256 at the heuristic promises nothing */
+    if (p.op->bias && align_of((uintptr_t)p.op->bias) < (int)(r.align[4] < 256 ? r.align[4] : 256))
         return refuse(CUBLAS_STATUS_NOT_SUPPORTED, "%s: bias pointer less aligned (%d) than at the heuristic (%u)", who, align_of((uintptr_t)p.op->bias), r.align[4]);
-    if (p.op->aux && align_of((uintptr_t)p.op->aux) < (int)r.align[5])
+    if (p.op->aux && align_of((uintptr_t)p.op->aux) < (int)(r.align[5] < 256 ? r.align[5] : 256))
         return refuse(CUBLAS_STATUS_NOT_SUPPORTED, "%s: aux pointer less aligned (%d) than at the heuristic (%u)", who, align_of((uintptr_t)p.op->aux), r.align[5]);
     /* Rule "fp8 pointers": FP8 needs every matrix 16-byte aligned (cuBLAS docs "Tensor Core Usage"). */
     if (p.fp8)
