@@ -202,11 +202,8 @@ EXPORT cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t
     free(p);
     return CUBLAS_STATUS_SUCCESS;
 }
-#define ATTR(name, field)                                                                                            \
-    case name:                                                                                                       \
-        if (n != sizeof p->field) return refuse(CUBLAS_STATUS_INVALID_VALUE, "%s: %s takes %zu bytes, given %zu", who, #name, sizeof p->field, n); \
-        memcpy(&p->field, buf, n);                                                                                   \
-        return CUBLAS_STATUS_SUCCESS;
+#define ATTR(name, field) \
+    case name: return set_attr(who, #name, &p->field, sizeof p->field, buf, n);
 EXPORT cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t x, cublasLtMatmulPreferenceAttributes_t a, const void *buf, size_t n) {
     static const char who[] = "cublasLtMatmulPreferenceSetAttribute";
     lt_pref *p = pref_of(x);
