@@ -930,6 +930,7 @@ static int train_loop(run_t *r, hyp_err *e) {
         if (r->mlog) {
             hyp_metric_kv kv[] = {{"tokens_per_s_window", win_tps}, {"tokens_per_s_p20", q[0]},
                                   {"tokens_per_s_p50", q[1]}, {"tokens_per_s_p80", q[2]}, {"tokens_per_s_mean", avg_tps},
+                                  {"tokens_seen", (double)step * (double)r->tokens_per_step}, /* all ranks: the D of a scaling fit */
                                   {"step_s", dt}, {"data_wait_s", tm.data_s}, {"comm_wait_s", tm.comm_s},
                                   {"mfu", mfu_v}, {"ckpt_s", r->ckpt_s}, {"skipped", skipped},
                                   {"skipped_steps", (double)r->guard.g.skipped}, {"rollbacks", (double)r->guard.g.rollbacks}};
