@@ -11,7 +11,6 @@
  * Lua sees two functions (hyp.scaling_fit, hyp.scaling_bootstrap); reading runs, approach 2, the
  * report and the plot are Lua (generator/lua/scaling.lua). Nothing here reads files or exits. */
 #include <lauxlib.h>
-#include <lbfgs.h>
 #include <lua.h>
 #include <math.h>
 #include <stdint.h>
@@ -19,81 +18,14 @@
 #include <string.h>
 
 #include "gen_host.h"
+#include "lawfit.h" /* runtime/obs: the objective and L-BFGS, shared with the trainer's v2148 */
 
 enum { NP = 5 }; /* a, b, e, alpha, beta */
 
-typedef struct {
-    const double *logn, *logd, *logl; /* per run */
-    const int *idx;                   /* which runs (a bootstrap resample), n of them */
-    int n;
-    double delta;
-} fit_data;
-
-/* The objective and its gradient at x; the log-sum-exp is shifted by its largest term so no
- * exponential overflows whatever the start of the grid. */
-static lbfgsfloatval_t evaluate(void *inst, const lbfgsfloatval_t *x, lbfgsfloatval_t *g, const int n,
-                                const lbfgsfloatval_t step) {
-    (void)n;
-    (void)step;
-    const fit_data *d = inst;
-    double f = 0, ga = 0, gb = 0, ge = 0, gal = 0, gbe = 0;
-    for (int k = 0; k < d->n; k++) {
-        int i = d->idx ? d->idx[k] : k;
-        double t1 = x[0] - x[3] * d->logn[i], t2 = x[1] - x[4] * d->logd[i], t3 = x[2];
-        double m = fmax(t1, fmax(t2, t3));
-        double e1 = exp(t1 - m), e2 = exp(t2 - m), e3 = exp(t3 - m), s = e1 + e2 + e3;
-        double pred = m + log(s);
-        double r = d->logl[i] - pred;
-        double dr; /* d Huber / d r */
-        if (fabs(r) <= d->delta) {
-            f += 0.5 * r * r;
-            dr = r;
-        } else {
-            f += d->delta * (fabs(r) - 0.5 * d->delta);
-            dr = r > 0 ? d->delta : -d->delta;
-        }
-        /* d pred / d theta: softmax weights w1, w2, w3; d/d alpha = -w1 log N, d/d beta = -w2 log D */
-        double w1 = e1 / s, w2 = e2 / s, w3 = e3 / s;
-        ga -= dr * w1;
-        gb -= dr * w2;
-        ge -= dr * w3;
-        gal += dr * w1 * d->logn[i];
-        gbe += dr * w2 * d->logd[i];
-    }
-    g[0] = ga;
-    g[1] = gb;
-    g[2] = ge;
-    g[3] = gal;
-    g[4] = gbe;
-    return f;
-}
-
-/* One L-BFGS run from x (in place). Returns libLBFGS's status; *fx the objective at the end. */
-static int minimize(const fit_data *d, double *x, double *fx) {
-    lbfgs_parameter_t p;
-    lbfgs_parameter_init(&p);
-    p.epsilon = 1e-10;       /* ||g|| < eps * max(1, ||x||): far below the Huber scale (1e-3) */
-    p.past = 5;              /* or the objective stopped moving: relative change < delta */
-    p.delta = 1e-14;         /* over 5 iterations (near double precision of f) */
-    p.max_iterations = 2000;
-    p.max_linesearch = 60;
-    lbfgsfloatval_t xx[NP], f = 0;
-    for (int j = 0; j < NP; j++) xx[j] = x[j];
-    int rc = lbfgs(NP, xx, &f, evaluate, NULL, (void *)d, &p);
-    for (int j = 0; j < NP; j++) x[j] = xx[j];
-    *fx = f;
-    return rc;
-}
-
-/* A stop that leaves a usable optimum: converged, objective stalled, or the line search could not
- * improve (the minimum to the precision of f) — not a bad input or an exploding start. */
-static int usable(int rc, const double *x, double fx) {
-    if (!isfinite(fx)) return 0;
-    for (int j = 0; j < NP; j++)
-        if (!isfinite(x[j])) return 0;
-    return rc == LBFGS_SUCCESS || rc == LBFGS_STOP || rc == LBFGS_ALREADY_MINIMIZED ||
-           rc == LBFGSERR_ROUNDING_ERROR || rc == LBFGSERR_MAXIMUMLINESEARCH ||
-           rc == LBFGSERR_MINIMUMSTEP || rc == LBFGSERR_MAXIMUMITERATION;
+static hyp_lawfit_data two_terms(const double *logn, const double *logd, const double *logl, const int *idx, int n,
+                                 double delta) {
+    hyp_lawfit_data d = {2, n, {logn, logd}, logl, idx, NULL, delta, 0};
+    return d;
 }
 
 /* Reads runs {N...}, {D...}, {L...} (Lua arrays of positive numbers) into logs. */
@@ -177,27 +109,10 @@ static int l_scaling_fit(lua_State *L) {
     lua_pop(L, 1);
     double *logn, *logd, *logl;
     int n = read_runs(L, &logn, &logd, &logl);
-    fit_data d = {logn, logd, logl, NULL, n, delta};
+    hyp_lawfit_data d = two_terms(logn, logd, logl, NULL, n, delta);
+    const double *axes[NP] = {ax[0], ax[1], ax[2], ax[3], ax[4]};
     double best[NP] = {0}, bestf = INFINITY;
-    long ok = 0;
-    int c[NP] = {0};
-    for (long s = 0; s < starts; s++) {
-        long r = s;
-        for (int j = NP - 1; j >= 0; j--) {
-            c[j] = (int)(r % na[j]);
-            r /= na[j];
-        }
-        double x[NP], fx;
-        for (int j = 0; j < NP; j++) x[j] = ax[j][c[j]];
-        int rc = minimize(&d, x, &fx);
-        if (!usable(rc, x, fx)) continue;
-        ok++;
-        /* strict <: among equal optima the first start in grid order wins (deterministic) */
-        if (fx < bestf) {
-            bestf = fx;
-            memcpy(best, x, sizeof best);
-        }
-    }
+    long ok = hyp_lawfit_grid(&d, axes, na, best, &bestf);
     free(logn);
     if (ok == 0) return luaL_error(L, "scaling_fit: no start of the grid converged");
     push_params(L, best, bestf);
@@ -206,13 +121,6 @@ static int l_scaling_fit(lua_State *L) {
     lua_pushinteger(L, ok);
     lua_setfield(L, -2, "usable");
     return 1;
-}
-
-static uint64_t splitmix64(uint64_t *s) {
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
 }
 
 /* hyp.scaling_bootstrap(N, D, L, start{a,b,e,alpha,beta}, samples, seed[, delta])
@@ -241,12 +149,11 @@ static int l_scaling_bootstrap(lua_State *L) {
     lua_createtable(L, samples, 0);
     int k = 0;
     for (int s = 0; s < samples; s++) {
-        for (int i = 0; i < n; i++) idx[i] = (int)(splitmix64(&seed) % (uint64_t)n);
-        fit_data d = {logn, logd, logl, idx, n, delta};
+        for (int i = 0; i < n; i++) idx[i] = (int)(hyp_lawfit_rand(&seed) % (uint64_t)n);
+        hyp_lawfit_data d = two_terms(logn, logd, logl, idx, n, delta);
         double x[NP], fx;
         memcpy(x, x0, sizeof x);
-        int rc = minimize(&d, x, &fx);
-        if (!usable(rc, x, fx)) continue; /* counted by the caller: #result < samples */
+        if (!hyp_lawfit_minimize(&d, x, &fx)) continue; /* counted by the caller: #result < samples */
         push_params(L, x, fx);
         lua_rawseti(L, -2, ++k);
     }
@@ -260,7 +167,7 @@ static int l_scaling_objective(lua_State *L) {
     luaL_checktype(L, 4, LUA_TTABLE);
     double delta = luaL_optnumber(L, 5, 1e-3);
     static const char *const P[NP] = {"a", "b", "e", "alpha", "beta"};
-    lbfgsfloatval_t x[NP], g[NP];
+    double x[NP], g[NP];
     for (int j = 0; j < NP; j++) {
         lua_getfield(L, 4, P[j]);
         x[j] = luaL_checknumber(L, -1);
@@ -268,8 +175,8 @@ static int l_scaling_objective(lua_State *L) {
     }
     double *logn, *logd, *logl;
     int n = read_runs(L, &logn, &logd, &logl);
-    fit_data d = {logn, logd, logl, NULL, n, delta};
-    double f = evaluate(&d, x, g, NP, 0);
+    hyp_lawfit_data d = two_terms(logn, logd, logl, NULL, n, delta);
+    double f = hyp_lawfit_objective(&d, x, g);
     free(logn);
     lua_pushnumber(L, f);
     lua_createtable(L, NP, 0);

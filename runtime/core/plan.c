@@ -608,7 +608,7 @@ static int load_optimizer(ld *c, const cJSON *root) {
 }
 
 /* p->state_hash: xxh3-128 of the plan without train.zero_stage / zero_prefetch / comm_overlap and
- * the preempt, tensorboard, profile, memory_profile and guard sections and
+ * the preempt, tensorboard, loss_prediction, profile, memory_profile and guard sections and
  * checkpoint.every/keep/dir/async/full_every (consumed: root loses them), so a checkpoint resumes
  * under another ZeRO stage of the same plan (v2175). */
 static int state_hash(ld *c, cJSON *root) {
@@ -619,6 +619,7 @@ static int state_hash(ld *c, cJSON *root) {
     cJSON_DeleteItemFromObjectCaseSensitive(t, "prefetch"); /* how batches are read, not which */
     cJSON_DeleteItemFromObjectCaseSensitive(root, "preempt"); /* how a run stops, not its state */
     cJSON_DeleteItemFromObjectCaseSensitive(root, "tensorboard"); /* what it logs, not its state */
+    cJSON_DeleteItemFromObjectCaseSensitive(root, "loss_prediction"); /* v2148: what it predicts, when it stops */
     cJSON_DeleteItemFromObjectCaseSensitive(root, "profile");        /* v2184/v2185: what it measures */
     cJSON_DeleteItemFromObjectCaseSensitive(root, "memory_profile");
     cJSON_DeleteItemFromObjectCaseSensitive(root, "guard"); /* v2176: when it skips, not the state */
@@ -963,6 +964,25 @@ p->tb_every = 1;
     return rc;
 }
 
+/* optional: v2148 loss prediction {fit_every, min_delta, patience, stop} (absent: no fits) */
+static int load_loss_prediction(ld *c, const cJSON *root) {
+    plan_t *p = c->p;
+    int rc = 0;
+    const cJSON *lp = cJSON_GetObjectItemCaseSensitive(root, "loss_prediction");
+    enter(c, "loss_prediction");
+    if (lp && !cJSON_IsObject(lp)) return bad(c, "field 'loss_prediction' is not an object");
+    if (lp) {
+        GI(lp, "fit_every", 10, 1 << 30, p->lp_every);
+        GI(lp, "patience", 1, 100, p->lp_patience);
+        GN(lp, "min_delta", 0, 1e6, p->lp_min_delta);
+        const cJSON *st = cJSON_GetObjectItemCaseSensitive(lp, "stop");
+        if (!cJSON_IsBool(st)) return bad(c, "field 'loss_prediction.stop' is not true or false");
+        p->lp_stop = cJSON_IsTrue(st);
+    }
+    enter(c, "%s", "");
+    return rc;
+}
+
 /* optional: v2184 profiling / v2185 memory profile by default (absent: only with the flags) */
 static int load_profiles(ld *c, const cJSON *root) {
     plan_t *p = c->p;
@@ -1069,7 +1089,7 @@ static const struct {
     {"model", load_model},           {"train", load_train},         {"sizes", load_sizes},
     {"hardware", load_hardware},     {"checkpoint", load_checkpoint}, {"guard", load_guard},
     {"loss_scale", load_loss_scale}, {"param_storage", load_param_storage}, {"grad_accum", load_grad_accum},
-    {"preempt", load_preempt},       {"tensorboard", load_tensorboard}, {"profile", load_profiles},
+    {"preempt", load_preempt},       {"tensorboard", load_tensorboard}, {"loss_prediction", load_loss_prediction}, {"profile", load_profiles},
     {"fp8", load_fp8},               {"params", load_params},       {"optimizer", load_optimizer},
     {"buffers", load_buffers},       {"forward", load_forward},     {"backward", load_backward},
     {"loss", load_loss},

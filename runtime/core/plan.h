@@ -160,6 +160,9 @@ typedef struct {
     char tb_logdir[256];    /* tensorboard.logdir (v2183): event files by default, relative to the
                                plan's directory; "" = no section (only --tensorboard DIR writes) */
     int tb_every;           /* tensorboard.every: steps between scalar events (1 without section) */
+    int lp_every;           /* loss_prediction.fit_every (v2148): steps between fits; 0 = no section */
+    int lp_patience, lp_stop; /* loss_prediction.patience, stop: early stop after patience fits below */
+    double lp_min_delta;    /* loss_prediction.min_delta: the predicted improvement left */
     char prof_trace[256];   /* profile.trace (v2184): the Chrome trace written by default, relative to
                                the plan's directory; "" = no section (only train --profile FILE) */
     int prof_start, prof_steps; /* profile.start_step, num_steps: the profiled window */
