@@ -4,7 +4,7 @@
 # next to what the run reached (the mean training loss of its last 5% of steps: the law predicts the
 # smooth curve, one step's loss is noisy), and whether it fell in the 80% band. Not a test: it
 # reports how good the extrapolation is on our data, whatever that is. Usage:
-#   bench/bench_loss_pred.sh [BUILD_DIR] [MODEL] [LENGTHS (comma list)] [B] [T]
+#   [LAW=lr_annealing|power] bench/bench_loss_pred.sh [BUILD_DIR] [MODEL] [LENGTHS (comma list)] [B] [T]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build}; MODEL=${2:-tiny}; LENS=${3:-200,400,800}; B=${4:-8}; T=${5:-64}
@@ -15,7 +15,7 @@ cat specs/*/*.yaml > "$TMP/corpus.txt"
 printf "%-10s %6s %5s %10s %22s %10s %8s %7s\n" model steps "at" predicted "80% band" actual "error" "in band"
 for S in ${LENS//,/ }; do
   E=$((S / 5))
-  "$BUILD/generator/gen" specs/v2500.yaml --enable adamw,loss-prediction --set v2148.fit_every=$E --model "$MODEL" \
+  "$BUILD/generator/gen" specs/v2500.yaml --enable adamw,loss-prediction --set v2148.fit_every=$E --set v2148.law=${LAW:-lr_annealing} --model "$MODEL" \
     --target cpu --batch "$B" --seq "$T" -o "$TMP/t$S" >/dev/null 2>&1
   "$TMP/t$S/train" --data "$TMP/data" --steps "$S" --sample 0 --eval-every 0 --metrics "$TMP/m$S.jsonl" >/dev/null
   python3 - "$TMP/m$S.jsonl" "$S" "$E" "$MODEL" <<'PY'

@@ -978,6 +978,10 @@ static int load_loss_prediction(ld *c, const cJSON *root) {
         const cJSON *st = cJSON_GetObjectItemCaseSensitive(lp, "stop");
         if (!cJSON_IsBool(st)) return bad(c, "field 'loss_prediction.stop' is not true or false");
         p->lp_stop = cJSON_IsTrue(st);
+        const cJSON *lw = cJSON_GetObjectItemCaseSensitive(lp, "law");
+        if (!cJSON_IsString(lw) || (strcmp(lw->valuestring, "power") && strcmp(lw->valuestring, "lr_annealing")))
+            return bad(c, "field 'loss_prediction.law' is not \"power\" or \"lr_annealing\"");
+        p->lp_law = !strcmp(lw->valuestring, "lr_annealing");
     }
     enter(c, "%s", "");
     return rc;

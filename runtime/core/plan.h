@@ -163,6 +163,7 @@ typedef struct {
     int lp_every;           /* loss_prediction.fit_every (v2148): steps between fits; 0 = no section */
     int lp_patience, lp_stop; /* loss_prediction.patience, stop: early stop after patience fits below */
     double lp_min_delta;    /* loss_prediction.min_delta: the predicted improvement left */
+    int lp_law;             /* loss_prediction.law: 0 power (in the step), 1 lr_annealing (losspred.h) */
     char prof_trace[256];   /* profile.trace (v2184): the Chrome trace written by default, relative to
                                the plan's directory; "" = no section (only train --profile FILE) */
     int prof_start, prof_steps; /* profile.start_step, num_steps: the profiled window */

@@ -951,9 +951,13 @@ static int train_loop(run_t *r, hyp_err *e) {
         }
         if (lpo.ok) {
             hyp_progress_break(&r->pg);
-            printf("loss prediction (v2148) at step %d: final loss (step %d) %.4f [%.4f, %.4f] (80%% band), %.4f below now (%.4f); L(t) = %.4g + %.4g t^-%.3f over steps %d-%d\n",
-                   step, r->opt.total_steps, lpo.final, lpo.lo, lpo.hi, lpo.remaining, lpo.now, lpo.E, lpo.A, lpo.alpha,
-                   lpo.first_step, step);
+            printf("loss prediction (v2148) at step %d: final loss (step %d) %.4f [%.4f, %.4f] (80%% band), %.4f below now (%.4f); ",
+                   step, r->opt.total_steps, lpo.final, lpo.lo, lpo.hi, lpo.remaining, lpo.now);
+            if (lpo.law == HYP_LAW_LR_ANNEALING)
+                printf("L = %.4g + %.4g S1^-%.3f - %.4g S2 (LR areas)", lpo.E, lpo.A, lpo.alpha, lpo.C);
+            else
+                printf("L(t) = %.4g + %.4g t^-%.3f", lpo.E, lpo.A, lpo.alpha);
+            printf(" over steps %d-%d\n", lpo.first_step, step);
             fflush(stdout);
         }
         hyp_progress_bar(&r->pg, step, r->opt.total_steps, loss, win_tps, eta, 0);
@@ -1272,6 +1276,16 @@ static int run(int argc, char **argv, hyp_coll *coll) {
         /* v2148 on rank 0 (it logs): its early-stop decision reaches the others through agree_stop */
         if (p->lp_every > 0 && r.d.rank == 0 && !(r.lp = hyp_losspred_new(r.opt.total_steps)))
             rc = hyp_fail(&e, HYP_EFAIL, "out of memory for the loss history (%d steps)", r.opt.total_steps);
+        if (!rc && r.lp && p->lp_law == HYP_LAW_LR_ANNEALING) { /* the schedule's LR areas, to the last step */
+            double *lr = malloc(sizeof(double) * ((size_t)r.opt.total_steps + 1));
+            if (lr) {
+                for (int s = 1; s <= r.opt.total_steps; s++) lr[s] = train_lr_at(&r.opt, s);
+                lr[0] = lr[1];
+            }
+            if (!lr || hyp_losspred_set_lr(r.lp, lr, r.opt.total_steps, r.opt.warmup_steps))
+                rc = hyp_fail(&e, HYP_EINPUT, "loss prediction (v2148): the LR schedule has no positive learning rate — use --set v2148.law=power");
+            free(lr);
+        }
         if (!rc && r.lp && r.start_step > 0 && a->metrics) /* a resumed run: its history from the metrics it appends to */
             printf("loss prediction (v2148): %d earlier steps' losses read back from %s\n",
                    hyp_losspred_load_metrics(r.lp, a->metrics, r.start_step), a->metrics);

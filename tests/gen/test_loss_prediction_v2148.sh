@@ -17,7 +17,7 @@ expect gen_plain 0 "wrote" -- "$GEN" "$T" --enable adamw --model tiny --target c
 expect gen_pred 0 "wrote" -- "$GEN" "$T" --enable adamw,loss-prediction --set v2148.fit_every=10 --model tiny --target cpu --batch 4 --seq 32 -o "$TMP/pred"
 expect audit_names_it 0 "loss prediction: every 10 steps" -- "$GEN" audit "$TMP/pred"
 expect train_plain 0 "done: 40 steps" -- "$TMP/plain/train" "${RUN[@]}" --metrics "$TMP/plain.jsonl"
-expect train_pred 0 "loss prediction \(v2148\) at step 30: final loss \(step 40\) [0-9.]+ \[[0-9.]+, [0-9.]+\]" -- "$TMP/pred/train" "${RUN[@]}" --metrics "$TMP/pred.jsonl"
+expect train_pred 0 "loss prediction \(v2148\) at step 30: final loss \(step 40\) [0-9.]+ \[[0-9.]+, [0-9.]+\] .*S1\^-.*S2 \(LR areas\)" -- "$TMP/pred/train" "${RUN[@]}" --metrics "$TMP/pred.jsonl"
 check test_v2148_same_losses_as_without same_losses "$TMP/plain.jsonl" "$TMP/pred.jsonl" 40
 check test_v2148_predictions_at_fit_steps test "$(grep '"pred_final_loss"' "$TMP/pred.jsonl" | grep -o '"step":[0-9]*' | cut -d: -f2 | tr '\n' ' ')" = "10 20 30 "
 check test_v2148_band_brackets python3 - "$TMP/pred.jsonl" <<'EOF'
@@ -49,6 +49,11 @@ expect early_stop_resumes 0 "resumed from" -- "$TMP/stop/train" "${RUN[@]}" --ck
 mkdir -p "$TMP/bad"
 python3 -c "import json, sys; p = json.load(open(sys.argv[1])); p['loss_prediction']['stop'] = 'yes'; json.dump(p, open(sys.argv[2], 'w'))" "$TMP/pred/plan.json" "$TMP/bad/plan.json"
 expect bad_section 2 "loss_prediction.stop' is not true or false" -- "$TMP/pred/train" --plan "$TMP/bad/plan.json" "${RUN[@]}"
+python3 -c "import json, sys; p = json.load(open(sys.argv[1])); p['loss_prediction']['law'] = 'cubic'; json.dump(p, open(sys.argv[2], 'w'))" "$TMP/pred/plan.json" "$TMP/bad/plan.json"
+expect bad_law 2 "loss_prediction.law' is not" -- "$TMP/pred/train" --plan "$TMP/bad/plan.json" "${RUN[@]}"
+# the power law in the step (--set v2148.law=power) runs too
+expect gen_power 0 "wrote" -- "$GEN" "$T" --enable adamw,loss-prediction --set v2148.fit_every=10 --set v2148.law=power --model tiny --target cpu --batch 4 --seq 32 -o "$TMP/pow"
+expect train_power 0 "L\(t\) = [-0-9.e+]+ \+ [0-9.e+]+ t\^-" -- "$TMP/pow/train" "${RUN[@]}"
 
 echo "loss prediction: $PASS passed, $FAIL failed"
 [ "$FAIL" = 0 ]

@@ -72,6 +72,36 @@ int main(void) {
     CHECK(o2.ok && rel(o2.final, want_final) < 1e-4, "a NaN loss and out-of-range steps do not disturb the fit");
     hyp_losspred_free(lp);
 
+    /* the LR-annealing law (Tissue et al.) on exact data: warm-up 20 then cosine to 10% over 1000
+     * steps; L = 2 + 5 S1^-0.5 - 1e-3 S2 (an annealing drop of ~0.34) with the areas the fitter computes from the schedule. The
+     * fit at step 300 (no binning: every step is a point) recovers the law and predicts step 1000;
+     * bound as above (exact data; the stopping rule), 1e-4 relative. */
+    enum { NS = 1000, WU = 20 };
+    static double lr[NS + 1];
+    for (int s = 1; s <= NS; s++) {
+        if (s <= WU) lr[s] = 1e-3 * s / WU;
+        else lr[s] = 1e-4 + 0.5 * (1e-3 - 1e-4) * (1 + cos(M_PI * (s - WU) / (double)(NS - WU)));
+    }
+    lr[0] = lr[1];
+    hyp_losspred *an = hyp_losspred_new(NS);
+    CHECK(hyp_losspred_set_lr(an, lr, NS, WU) == 0, "the schedule's areas computed");
+    /* the same areas by the definition, here: S1 = sum eta/eta_max, m = 0.999 m + (eta_prev - eta)/eta_max after warm-up */
+    double s1[NS + 1], s2[NS + 1], a1 = 0, a2 = 0, m = 0;
+    for (int s = 1; s <= NS; s++) {
+        double eta = lr[s] / 1e-3, prev = lr[s - 1] / 1e-3;
+        m = s <= WU + 1 ? 0 : 0.999 * m + (prev - eta);
+        a1 += eta, a2 += m, s1[s] = a1, s2[s] = a2;
+    }
+    for (int s = 1; s <= 300; s++) hyp_losspred_add(an, s, 2.0 + 5.0 * pow(s1[s], -0.5) - 1e-3 * s2[s]);
+    hyp_losspred_fit(an, 300, NS, WU, &o);
+    double want = 2.0 + 5.0 * pow(s1[NS], -0.5) - 1e-3 * s2[NS];
+    printf("    lr_annealing: L0 %.6f A %.6f alpha %.6f C %.6f final %.6f (want %.6f)\n", o.E, o.A, o.alpha, o.C, o.final, want);
+    CHECK(o.ok && o.law == HYP_LAW_LR_ANNEALING && rel(o.E, 2.0) < 1e-4 && rel(o.A, 5.0) < 1e-4 && rel(o.alpha, 0.5) < 1e-4 &&
+              rel(o.C, 1e-3) < 1e-4,
+          "the LR-annealing law recovered to 1e-4 from the first 30%% of the run");
+    CHECK(rel(o.final, want) < 1e-4, "its final loss (the decay still to come) predicted to 1e-4");
+    hyp_losspred_free(an);
+
     /* the objective's analytic gradient (two terms, as gen scaling fit uses it) */
     double ln[6] = {18, 19, 20, 21, 22, 23}, ld[6] = {20, 22, 21, 24, 23, 25}, ll[6] = {1.2, 1.1, 1.0, 0.95, 0.9, 0.85};
     hyp_lawfit_data d = {2, 6, {ln, ld}, ll, NULL, NULL, 0.05, 0};
