@@ -987,6 +987,36 @@ static int load_loss_prediction(ld *c, const cJSON *root) {
     return rc;
 }
 
+/* optional: v2154/v2156 pruning {pattern, target_sparsity, schedule, start, end, every}; part of
+ * the state hash (it changes the weights) */
+static int load_pruning(ld *c, const cJSON *root) {
+    plan_t *p = c->p;
+    int rc = 0;
+    const cJSON *pr = cJSON_GetObjectItemCaseSensitive(root, "pruning");
+    enter(c, "pruning");
+    if (pr && !cJSON_IsObject(pr)) return bad(c, "field 'pruning' is not an object");
+    if (pr) {
+        p->pr_on = 1;
+        const cJSON *pat = cJSON_GetObjectItemCaseSensitive(pr, "pattern"), *sch = cJSON_GetObjectItemCaseSensitive(pr, "schedule");
+        if (!cJSON_IsString(pat) || (strcmp(pat->valuestring, "unstructured") && strcmp(pat->valuestring, "2:4")))
+            return bad(c, "field 'pruning.pattern' is not \"unstructured\" or \"2:4\"");
+        p->pr_pattern = !strcmp(pat->valuestring, "2:4");
+        if (!cJSON_IsString(sch) || (strcmp(sch->valuestring, "oneshot") && strcmp(sch->valuestring, "gradual")))
+            return bad(c, "field 'pruning.schedule' is not \"oneshot\" or \"gradual\"");
+        p->pr_gradual = !strcmp(sch->valuestring, "gradual");
+        GN(pr, "target_sparsity", 0, 0.99, p->pr_target);
+        p->pr_start = 0, p->pr_end = 1, p->pr_every = 1;
+        if (p->pr_gradual) {
+            GN(pr, "start", 0, 1, p->pr_start);
+            GN(pr, "end", 0, 1, p->pr_end);
+            GI(pr, "every", 1, 1 << 30, p->pr_every);
+            if (p->pr_end <= p->pr_start) return bad(c, "field 'pruning.end' (%g) is not after 'pruning.start' (%g)", p->pr_end, p->pr_start);
+        }
+    }
+    enter(c, "%s", "");
+    return rc;
+}
+
 /* optional: v2184 profiling / v2185 memory profile by default (absent: only with the flags) */
 static int load_profiles(ld *c, const cJSON *root) {
     plan_t *p = c->p;
@@ -1093,7 +1123,7 @@ static const struct {
     {"model", load_model},           {"train", load_train},         {"sizes", load_sizes},
     {"hardware", load_hardware},     {"checkpoint", load_checkpoint}, {"guard", load_guard},
     {"loss_scale", load_loss_scale}, {"param_storage", load_param_storage}, {"grad_accum", load_grad_accum},
-    {"preempt", load_preempt},       {"tensorboard", load_tensorboard}, {"loss_prediction", load_loss_prediction}, {"profile", load_profiles},
+    {"preempt", load_preempt},       {"tensorboard", load_tensorboard}, {"loss_prediction", load_loss_prediction}, {"pruning", load_pruning}, {"profile", load_profiles},
     {"fp8", load_fp8},               {"params", load_params},       {"optimizer", load_optimizer},
     {"buffers", load_buffers},       {"forward", load_forward},     {"backward", load_backward},
     {"loss", load_loss},

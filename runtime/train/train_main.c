@@ -50,6 +50,7 @@
 #include "fsio.h"
 #include "tboard.h"
 #include "losspred.h"
+#include "prune.h"
 #include "tokenizer.h"
 #include "ops_cpu.h"
 #include "peak.h"
@@ -926,6 +927,11 @@ static int train_loop(run_t *r, hyp_err *e) {
                 }
             }
         }
+        if (r->be.prune && train_prune_last_update(r->be.prune) == step) { /* v2154/v2156 */
+            hyp_progress_break(&r->pg);
+            printf("pruning at step %d: sparsity %.4f of %lld prunable weights (schedule's target %.4f)\n", step,
+                   train_prune_sparsity(r->be.prune), train_prune_weights(r->be.prune), train_prune_target(r->be.prune, step));
+        }
         float vl = NAN;
         int do_eval = eval_on && (step % r->eval_every == 0 || step == last_step);
         if (do_eval && (rc = ob->i->eval(ob, &r->be, step, &vl, e))) break;
@@ -976,7 +982,7 @@ static int train_loop(run_t *r, hyp_err *e) {
                 kv2[n_kv++] = (hyp_metric_kv){"skipped_overflow", ovf};
                 kv2[n_kv++] = (hyp_metric_kv){"overflow_steps", (double)r->be.ls.overflows};
             }
-            hyp_metric_kv kv3[sizeof kv2 / sizeof kv2[0] + 10 + OBJ_METRICS];
+            hyp_metric_kv kv3[sizeof kv2 / sizeof kv2[0] + 11 + OBJ_METRICS];
             memcpy(kv3, kv2, sizeof kv2);
             if (r->x.fp16_nonzero) /* v2102 fp16: the share of nonzero GEMM operands this step that underflowed */
                 kv3[n_kv++] = (hyp_metric_kv){"fp16_flush_frac", (double)r->x.fp16_flushed / (double)r->x.fp16_nonzero};
@@ -987,6 +993,7 @@ static int train_loop(run_t *r, hyp_err *e) {
                 kv3[n_kv++] = (hyp_metric_kv){"loss_tokens", tm.loss_tokens};
                 kv3[n_kv++] = (hyp_metric_kv){"loss_tokens_per_s", tm.loss_tokens / dt};
             }
+            if (r->be.prune) kv3[n_kv++] = (hyp_metric_kv){"sparsity", train_prune_sparsity(r->be.prune)}; /* v2154 */
             if (lpo.ok) { /* v2148 */
                 kv3[n_kv++] = (hyp_metric_kv){"pred_final_loss", lpo.final};
                 kv3[n_kv++] = (hyp_metric_kv){"pred_final_lo", lpo.lo};
@@ -1276,6 +1283,14 @@ static int run(int argc, char **argv, hyp_coll *coll) {
         /* v2148 on rank 0 (it logs): its early-stop decision reaches the others through agree_stop */
         if (p->lp_every > 0 && r.d.rank == 0 && !(r.lp = hyp_losspred_new(r.opt.total_steps)))
             rc = hyp_fail(&e, HYP_EFAIL, "out of memory for the loss history (%d steps)", r.opt.total_steps);
+        if (!rc && p->pr_on) { /* v2154/v2156: masks on the host arenas (the plan allows only cpu) */
+            if (!r.be.i->caps.host_buffers)
+                rc = hyp_fail(&e, HYP_EINPUT, "pruning (v2154) needs the cpu backend; this trainer runs on %s — regenerate with --target cpu", r.be.name);
+            else if (!(rc = train_prune_open(&r.be.prune, p, &r.x, r.opt.total_steps, r.start_step > 0, &e))) {
+                char d[256];
+                printf("%s\n", train_prune_describe(r.be.prune, d, sizeof d));
+            }
+        }
         if (!rc && r.lp && p->lp_law == HYP_LAW_LR_ANNEALING) { /* the schedule's LR areas, to the last step */
             double *lr = malloc(sizeof(double) * ((size_t)r.opt.total_steps + 1));
             if (lr) {
@@ -1299,6 +1314,7 @@ static int run(int argc, char **argv, hyp_coll *coll) {
     hyp_metrics_close(r.mlog);
     hyp_tboard_close(r.tb);
     hyp_losspred_free(r.lp);
+    train_prune_close(r.be.prune);
     train_prof_close(&r.prof);
     train_objective_close(&r.obj);
     hyp_loader_close(r.train);
