@@ -35,6 +35,9 @@ usage:
                   [--grid full|coarse] [--seed S] [--params N] [--json]
                                           fit L(N, D) = E + A/N^alpha + B/D^beta to runs (CSV or
                                           metrics JSONL) with bootstrap intervals (gen scaling --help)
+  gen lottery OUT -o DIR [--rounds R] [--rate P] [--rewind K] -- TRAIN_ARGS...
+                                          the lottery ticket (v2155): rounds of training, magnitude
+                                          pruning and rewinding with the trainer in OUT
   gen export CKPT -o DIR [--plan PLAN]    a checkpoint as a Hugging Face model directory
                                           (GPT2LMHeadModel, LlamaForCausalLM, Qwen3ForCausalLM);
                                           PLAN defaults to the checkpoint's own copy (plan.json
@@ -507,6 +510,11 @@ function commands.scaling(args)
   return require("scaling").main(args, parse)
 end
 
+-- gen lottery OUT -o DIR -- TRAIN_ARGS: iterative magnitude pruning with rewinding (v2155)
+function commands.lottery(args)
+  return require("lottery").main(args, parse)
+end
+
 function commands.size(args)
   local ok, size = pcall(require, "size")
   if not ok then U.fail("<command line>", "gen size is not available in this build", "update Hyperion") end
@@ -558,7 +566,7 @@ local function main(args)
   if cmd:sub(1, 1) == "-" or not (cmd:match("%.ya?ml$") or hyp.stat(cmd)) then
     local names = U.sorted_keys(commands)
     U.fail("<command line>", "unknown command '" .. cmd .. "'" .. U.did_you_mean(cmd, names),
-      "use one of list, explain, audit, data, tokenizer, export, consolidate, size, perf, scaling, render, or give the tree file first")
+      "use one of list, explain, audit, data, tokenizer, export, consolidate, size, perf, scaling, lottery, render, or give the tree file first")
   end
   if asks_help(rest) then io.write(command_usage("generate")); return 0 end
   return commands.generate(args)

@@ -1001,12 +1001,13 @@ static int load_pruning(ld *c, const cJSON *root) {
         if (!cJSON_IsString(pat) || (strcmp(pat->valuestring, "unstructured") && strcmp(pat->valuestring, "2:4")))
             return bad(c, "field 'pruning.pattern' is not \"unstructured\" or \"2:4\"");
         p->pr_pattern = !strcmp(pat->valuestring, "2:4");
-        if (!cJSON_IsString(sch) || (strcmp(sch->valuestring, "oneshot") && strcmp(sch->valuestring, "gradual")))
-            return bad(c, "field 'pruning.schedule' is not \"oneshot\" or \"gradual\"");
-        p->pr_gradual = !strcmp(sch->valuestring, "gradual");
+        if (!cJSON_IsString(sch) ||
+            (strcmp(sch->valuestring, "oneshot") && strcmp(sch->valuestring, "gradual") && strcmp(sch->valuestring, "fixed")))
+            return bad(c, "field 'pruning.schedule' is not \"oneshot\", \"gradual\" or \"fixed\"");
+        p->pr_gradual = !strcmp(sch->valuestring, "gradual") ? 1 : !strcmp(sch->valuestring, "fixed") ? 2 : 0;
         GN(pr, "target_sparsity", 0, 0.99, p->pr_target);
         p->pr_start = 0, p->pr_end = 1, p->pr_every = 1;
-        if (p->pr_gradual) {
+        if (p->pr_gradual == 1) {
             GN(pr, "start", 0, 1, p->pr_start);
             GN(pr, "end", 0, 1, p->pr_end);
             GI(pr, "every", 1, 1 << 30, p->pr_every);

@@ -167,7 +167,8 @@ typedef struct {
     int pr_on;              /* pruning section present (v2154): masks on the layers' matrices */
     int pr_pattern;         /* pruning.pattern: 0 unstructured, 1 "2:4" */
     double pr_target;       /* pruning.target_sparsity */
-    int pr_gradual;         /* pruning.schedule: 0 "oneshot", 1 "gradual" (v2156) */
+    int pr_gradual;         /* pruning.schedule: 0 "oneshot", 1 "gradual" (v2156), 2 "fixed" (v2155:
+                               the mask is the initial weights' zeros, never updated) */
     double pr_start, pr_end; /* pruning.start, end: fractions of the run (gradual) */
     int pr_every;           /* pruning.every: steps between mask updates (gradual) */
     char prof_trace[256];   /* profile.trace (v2184): the Chrome trace written by default, relative to

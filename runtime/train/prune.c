@@ -62,12 +62,13 @@ int train_prune_open(train_prune **out, const plan_t *p, exec_t *x, int total_st
         train_prune_close(pr);
         return hyp_fail(e, HYP_EFAIL, "out of memory for the pruning masks (%lld weights)", n);
     }
-    /* a fresh run keeps every weight; a resumed one takes the mask from the checkpoint's zeros */
+    /* a fresh run keeps every weight; a resumed one (and v2155's fixed masks: the rewound weights
+     * of `gen lottery`) takes the mask from the zeros */
     int64_t at = 0;
     pr->masked = 0;
     for (int m = 0; m < pr->n_mat; m++)
         for (int64_t i = 0; i < pr->mat[m].n; i++, at++) {
-            pr->mask[at] = !resumed || x->params[pr->mat[m].off + i] != 0.0f;
+            pr->mask[at] = !(resumed || p->pr_gradual == 2) || x->params[pr->mat[m].off + i] != 0.0f;
             pr->masked += !pr->mask[at];
         }
     *out = pr;
@@ -94,6 +95,7 @@ void train_prune_grads(train_prune *pr, exec_t *x) {
 
 double train_prune_target(const train_prune *pr, int step) {
     const plan_t *p = pr->p;
+    if (p->pr_gradual == 2) return train_prune_sparsity(pr); /* fixed: whatever the zeros were */
     if (p->pr_pattern == 1) return 0.5;
     if (!p->pr_gradual) return p->pr_target;
     if (step <= pr->start) return 0;
@@ -106,6 +108,7 @@ double train_prune_target(const train_prune *pr, int step) {
  * every `every` steps from start, and the first step at or after end */
 static int due(const train_prune *pr, int step) {
     const plan_t *p = pr->p;
+    if (p->pr_gradual == 2) return 0;
     if (!p->pr_gradual) return pr->last_update == 0;
     if (step <= pr->start) return 0;
     if (step >= pr->end) return pr->last_update < pr->end;
@@ -175,7 +178,10 @@ int train_prune_matrices(const train_prune *pr) { return pr ? pr->n_mat : 0; }
 
 const char *train_prune_describe(const train_prune *pr, char *buf, size_t cap) {
     const plan_t *p = pr->p;
-    if (p->pr_pattern == 1)
+    if (p->pr_gradual == 2)
+        snprintf(buf, cap, "pruning (v2155): masks fixed to the initial weights' zeros: %lld of %lld weights in %d matrices (sparsity %.4f), held through training",
+                 pr->masked, pr->total, pr->n_mat, train_prune_sparsity(pr));
+    else if (p->pr_pattern == 1)
         snprintf(buf, cap, "pruning (v2154): 2:4 pattern on %d matrices (%lld weights), 2 of every 4 masked by magnitude %s",
                  pr->n_mat, pr->total, p->pr_gradual ? "at every update of the v2156 schedule" : "at the first step");
     else if (p->pr_gradual)

@@ -10,7 +10,9 @@
  * s(t) = s_f (1 - (1 - p)^3), p the progress through [start, end] of the run, every `every` steps.
  * Pattern "2:4": in every group of 4 consecutive weights of a row the 2 smallest |w| are masked
  * (sparsity 0.5, the layout sparse tensor cores run). A checkpoint needs no mask file: masked
- * weights are exactly zero, and a resumed run takes the mask from the zeros. Never: device arenas
+ * weights are exactly zero, and a resumed run takes the mask from the zeros; "fixed" (v2155, the
+ * lottery ticket's retraining rounds) takes it from the initial weights' zeros and never changes
+ * it. Never: device arenas
  * (the plan refuses sim/cuda), sharded or bf16 parameter arenas (refused at generation). */
 #ifndef HYP_PRUNE_H
 #define HYP_PRUNE_H
