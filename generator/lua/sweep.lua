@@ -24,6 +24,8 @@ usage:
         space:
           lr: {flag: --lr, log_uniform: [1.0e-4, 1.0e-2]}     (a train flag)
           clip: {set: v2133.max_norm, values: [0.5, 1.0]}       (a gen --set: one trainer per value)
+          depth: {model: n_layers, values: [2, 4]}              (v2190: a field of the --model file)
+          opt: {enable: true, values: [adamw, lion]}            (v2190: techniques added to --enable)
         (each parameter: values: [...] | uniform: [a, b] | log_uniform: [a, b] | int: [a, b])
       --resume continues DIR: trials and rungs already finished are not run again.
 ]]
@@ -65,7 +67,11 @@ local function check_spec(path, s)
   for name, p in pairs(s.space) do
     local w = U.where(s.space, name)
     need(type(p) == "table", w, "space." .. name .. " is not a mapping", "e.g. {flag: --lr, values: [1e-3, 3e-3]}")
-    need((p.flag ~= nil) ~= (p.set ~= nil), w, "space." .. name .. " needs exactly one of flag (a train flag) or set (a gen vNNNN.param)", "add flag: --lr or set: v2133.max_norm")
+    local where_to = (p.flag and 1 or 0) + (p.set and 1 or 0) + (p.model and 1 or 0) + (p.enable and 1 or 0)
+    need(where_to == 1, w, "space." .. name .. " needs exactly one of flag (a train flag), set (a gen vNNNN.param), model (a field of the model file) or enable (techniques added to --enable)",
+      "add flag: --lr, set: v2133.max_norm, model: n_layers or enable: true")
+    need(not p.enable or p.values, w, "space." .. name .. ": enable takes values (alias lists, \"\" for none)", "e.g. values: [\"\", \"recompute\"]")
+    need(not p.model or type(p.model) == "string", w, "space." .. name .. ".model must name a field of the model file", "e.g. model: n_layers")
     local kinds = 0
     for _, k in ipairs({ "values", "uniform", "log_uniform", "int" }) do if p[k] ~= nil then kinds = kinds + 1 end end
     need(kinds == 1, w, "space." .. name .. " needs exactly one of values, uniform, log_uniform, int", "e.g. values: [1e-3, 3e-3]")
@@ -228,16 +234,44 @@ function M.main(args, parse, generate)
   -- trainers: one per distinct combination of gen --set values
   local tree = s.tree or "specs/v2500.yaml"
   local function trainer_of(c)
-    local sets, key = {}, {}
+    local sets, key, fields, enables = {}, {}, {}, {}
     for _, n in ipairs(state.names) do
       local p = s.space[n]
       if p.set then sets[#sets + 1] = p.set .. "=" .. fmtv(c[n]); key[#key + 1] = sets[#sets] end
+      if p.model then fields[p.model] = c[n]; key[#key + 1] = p.model .. "=" .. fmtv(c[n]) end
+      if p.enable then enables[#enables + 1] = tostring(c[n]); key[#key + 1] = n .. "=" .. (tostring(c[n]) ~= "" and tostring(c[n]) or "none") end
     end
     local k = #key == 0 and "base" or table.concat(key, ","):gsub("[^%w%.%-=,]", "_")
+    k = k:gsub(",", "_")
     local tdir = dir .. "/trainers/" .. k
     if not state.trainers[k] then
       local argv = { tree }
-      for _, a in ipairs(s.gen) do argv[#argv + 1] = tostring(a) end
+      local model_at
+      for _, a in ipairs(s.gen) do
+        argv[#argv + 1] = tostring(a)
+        if a == "--model" then model_at = #argv + 1 end
+      end
+      if next(fields) then -- v2190: this trial's shape as a model file: the base model with the fields changed
+        if not model_at or not argv[model_at] then U.fail(path, "space has model fields but gen gives no --model", "add --model NAME to gen") end
+        local base = argv[model_at]
+        local mpath = base:match("%.ya?ml$") and base or (U.dirname(tree) .. "/models/" .. base .. ".yaml")
+        local doc, err = hyp.load_yaml(mpath)
+        if not doc then U.fail(mpath, err, "give --model a model name of the tree or a model file") end
+        local m = U.plain(doc)
+        for f, v in pairs(fields) do
+          if m[f] == nil then U.fail(path, "the model file " .. mpath .. " has no field '" .. f .. "'", "use one of its fields") end
+          m[f] = v
+        end
+        m.name = tostring(m.name) .. "-" .. k
+        m.params_note = nil
+        assert(hyp.mkdir_p(dir .. "/models"))
+        local out = {}
+        for _, f in ipairs(U.sorted_keys(m)) do out[#out + 1] = f .. ": " .. assert(hyp.json_encode(m[f])) end
+        local mfile = dir .. "/models/" .. k .. ".yaml"
+        assert(hyp.write_file(mfile, table.concat(out, "\n") .. "\n"))
+        argv[model_at] = mfile
+      end
+      for _, x in ipairs(enables) do if x ~= "" then argv[#argv + 1] = "--enable"; argv[#argv + 1] = x end end
       for _, x in ipairs(sets) do argv[#argv + 1] = "--set"; argv[#argv + 1] = x end
       argv[#argv + 1] = "-o"; argv[#argv + 1] = tdir
       local ok, e = pcall(generate, argv) -- gen's own generate command, in this process

@@ -6,6 +6,7 @@
 #   of the same configuration (losses equal to the last printed digit: resume is bit-exact);
 # - population-based training (v2189): exploited members continue from the donor's checkpoint
 #   (their next loss equals the donor's bit for bit) with perturbed hyperparameters;
+# - architecture/technique search (v2190): model-file fields and --enable choices per trial;
 # - --resume runs nothing twice; grid = the product of the value lists; random draws are the same
 #   for the same seed; bad sweep files refused with exit 2.
 source "$(dirname "$0")/lib.sh" "$1"
@@ -107,6 +108,33 @@ sys.exit(0 if ok and n == 3 else 1)
 PY
 printf 'gen: []\ntrain: []\nsteps: 10\nmethod: pbt\nspace:\n  c: {set: v2133.max_norm, values: [1]}\n' > "$TMP/b6.yaml"
 expect bad_pbt_set 2 "must be a train flag" -- "$GEN" sweep "$TMP/b6.yaml" -o "$TMP/x6"
+
+# v2190 architecture and technique search: a model field and an --enable choice per trial; each
+# trial's trainer has the chosen depth and optimizer in its plan
+cat > "$TMP/nas.yaml" <<YAML
+gen: [--model, tiny, --target, cpu, --batch, "4", --seq, "32"]
+train: $TRAINL
+steps: 4
+method: grid
+parallel: 2
+space:
+  depth: {model: n_layers, values: [2, 3]}
+  opt: {enable: true, values: [adamw, lion]}
+YAML
+expect sweep_nas 0 "grid search, 4 trials" -- "$GEN" sweep "$TMP/nas.yaml" -o "$TMP/n"
+check test_v2190_trials_have_their_shape_and_technique python3 - "$TMP/n" <<'PY'
+import json, sys
+d = sys.argv[1]
+st = json.load(open(f"{d}/state.json"))
+ok = len(st["trials"]) == 4
+for t in st["trials"]:
+    key = f"n_layers={t['config']['depth']}_opt={t['config']['opt']}"
+    plan = json.load(open(f"{d}/trainers/{key}/plan.json"))
+    good = plan["model"]["L"] == t["config"]["depth"] and plan["optimizer"]["kind"] == t["config"]["opt"]
+    print(f"    trial {t['id']}: {key}: L {plan['model']['L']}, optimizer {plan['optimizer']['kind']}")
+    ok = ok and good
+sys.exit(0 if ok else 1)
+PY
 
 # bad sweep files
 printf 'gen: []\ntrain: []\nsteps: 10\nmethod: grid\nspace:\n  lr: {flag: --lr, uniform: [0.001, 0.01]}\n' > "$TMP/b1.yaml"
