@@ -32,14 +32,20 @@ static const char *lib_path(const char *name, char *buf, size_t n) {
     return name;
 }
 
+/* RTLD_NODELETE: a dlclose never unmaps these libraries. The driver (and NCCL) run threads of their
+ * own that outlive every handle we free — the real driver's event and watchdog threads, NCCL's
+ * proxy threads, the stand-ins' stream workers — and unmapping their code under them crashes the
+ * process at exit (found by the stand-ins: SIGSEGV or a hang after "done:" in about 1 run in 10 of
+ * the np=2 headline trainer, in a thread of the unloaded libcuda.so.1). Loaded once per process,
+ * as every CUDA framework does. */
 static void *open_lib(const char *name) { /* the switches; else the loader's path, then the toolkit's */
     char path[4200];
     const char *p = lib_path(name, path, sizeof path);
-    void *h = *p ? dlopen(p, RTLD_NOW | RTLD_LOCAL) : NULL;
+    void *h = *p ? dlopen(p, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE) : NULL;
     if (!h && p == name && strcmp(name, "libcuda.so.1")) {
         const char *home = getenv("CUDA_HOME");
         snprintf(path, sizeof path, "%s/lib64/%s", home && *home ? home : "/usr/local/cuda", name);
-        h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+        h = dlopen(path, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
     }
     return h;
 }
