@@ -38,6 +38,12 @@ usage:
   gen lottery OUT -o DIR [--rounds R] [--rate P] [--rewind K] -- TRAIN_ARGS...
                                           the lottery ticket (v2155): rounds of training, magnitude
                                           pruning and rewinding with the trainer in OUT
+  gen grow SRC --to OUT -o DIR [--depth identity|stack] [--seed S]
+                                          a deeper/wider model's starting weights from a trained
+                                          smaller one (function-preserving; then train --init-from)
+  gen sweep SWEEP.yaml -o DIR [--parallel N] [--resume]
+                                          hyperparameter search (grid, random, successive halving)
+                                          over gen + train processes (gen sweep --help)
   gen export CKPT -o DIR [--plan PLAN]    a checkpoint as a Hugging Face model directory
                                           (GPT2LMHeadModel, LlamaForCausalLM, Qwen3ForCausalLM);
                                           PLAN defaults to the checkpoint's own copy (plan.json
@@ -515,6 +521,16 @@ function commands.lottery(args)
   return require("lottery").main(args, parse)
 end
 
+-- gen grow SRC --to OUT -o DIR: a larger model's starting weights from a trained smaller one (v2151, v2153)
+function commands.grow(args)
+  return require("grow").main(args, parse)
+end
+
+-- gen sweep SWEEP.yaml -o DIR: hyperparameter search over trainer processes (v2188)
+function commands.sweep(args)
+  return require("sweep").main(args, parse, commands.generate)
+end
+
 function commands.size(args)
   local ok, size = pcall(require, "size")
   if not ok then U.fail("<command line>", "gen size is not available in this build", "update Hyperion") end
@@ -566,7 +582,7 @@ local function main(args)
   if cmd:sub(1, 1) == "-" or not (cmd:match("%.ya?ml$") or hyp.stat(cmd)) then
     local names = U.sorted_keys(commands)
     U.fail("<command line>", "unknown command '" .. cmd .. "'" .. U.did_you_mean(cmd, names),
-      "use one of list, explain, audit, data, tokenizer, export, consolidate, size, perf, scaling, lottery, render, or give the tree file first")
+      "use one of list, explain, audit, data, tokenizer, export, consolidate, size, perf, scaling, lottery, grow, sweep, render, or give the tree file first")
   end
   if asks_help(rest) then io.write(command_usage("generate")); return 0 end
   return commands.generate(args)
