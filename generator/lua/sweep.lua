@@ -19,11 +19,13 @@ usage:
         tree: specs/v2500.yaml            gen: [--enable, adamw, --model, tiny, --target, cpu]
         train: [--data, data, --eval-every, "25"]
         steps: 200                        metric: val_loss | loss
-        method: grid | random | halving   trials: 8 (random, halving)   seed: 1   parallel: 2
-        halving: {min_steps: 25, eta: 2}
+        method: grid | random | halving | pbt   trials: 8 (random, halving, pbt)   seed: 1   parallel: 2
+        halving: {min_steps: 25, eta: 2}   pbt: {interval: 50, quantile: 0.25, factors: [0.8, 1.2]}
         space:
           lr: {flag: --lr, log_uniform: [1.0e-4, 1.0e-2]}     (a train flag)
           clip: {set: v2133.max_norm, values: [0.5, 1.0]}       (a gen --set: one trainer per value)
+          depth: {model: n_layers, values: [2, 4]}              (v2190: a field of the --model file)
+          opt: {enable: true, values: [adamw, lion]}            (v2190: techniques added to --enable)
         (each parameter: values: [...] | uniform: [a, b] | log_uniform: [a, b] | int: [a, b])
       --resume continues DIR: trials and rungs already finished are not run again.
 ]]
@@ -57,15 +59,19 @@ local function check_spec(path, s)
   end
   need(math.type(s.steps) == "integer" and s.steps >= 1, U.where(s, "steps"), "steps must be a positive integer", "e.g. steps: 200")
   s.method = s.method or "grid"
-  need(s.method == "grid" or s.method == "random" or s.method == "halving", U.where(s, "method"),
-    "method '" .. tostring(s.method) .. "' is not grid, random or halving", "pick one")
+  need(s.method == "grid" or s.method == "random" or s.method == "halving" or s.method == "pbt", U.where(s, "method"),
+    "method '" .. tostring(s.method) .. "' is not grid, random, halving or pbt", "pick one")
   s.metric = s.metric or "val_loss"
   need(s.metric == "val_loss" or s.metric == "loss", U.where(s, "metric"), "metric must be val_loss or loss", "pick one")
   need(type(s.space) == "table" and next(s.space) ~= nil, path, "no search space", "add space: {lr: {flag: --lr, values: [...]}}")
   for name, p in pairs(s.space) do
     local w = U.where(s.space, name)
     need(type(p) == "table", w, "space." .. name .. " is not a mapping", "e.g. {flag: --lr, values: [1e-3, 3e-3]}")
-    need((p.flag ~= nil) ~= (p.set ~= nil), w, "space." .. name .. " needs exactly one of flag (a train flag) or set (a gen vNNNN.param)", "add flag: --lr or set: v2133.max_norm")
+    local where_to = (p.flag and 1 or 0) + (p.set and 1 or 0) + (p.model and 1 or 0) + (p.enable and 1 or 0)
+    need(where_to == 1, w, "space." .. name .. " needs exactly one of flag (a train flag), set (a gen vNNNN.param), model (a field of the model file) or enable (techniques added to --enable)",
+      "add flag: --lr, set: v2133.max_norm, model: n_layers or enable: true")
+    need(not p.enable or p.values, w, "space." .. name .. ": enable takes values (alias lists, \"\" for none)", "e.g. values: [\"\", \"recompute\"]")
+    need(not p.model or type(p.model) == "string", w, "space." .. name .. ".model must name a field of the model file", "e.g. model: n_layers")
     local kinds = 0
     for _, k in ipairs({ "values", "uniform", "log_uniform", "int" }) do if p[k] ~= nil then kinds = kinds + 1 end end
     need(kinds == 1, w, "space." .. name .. " needs exactly one of values, uniform, log_uniform, int", "e.g. values: [1e-3, 3e-3]")
@@ -84,6 +90,20 @@ local function check_spec(path, s)
   need(math.type(s.trials) == "integer" and s.trials >= 1 and s.trials <= 10000, U.where(s, "trials"), "trials must be an integer in [1, 10000]", "e.g. trials: 8")
   s.seed = s.seed or 1
   need(math.type(s.seed) == "integer" and s.seed >= 0, U.where(s, "seed"), "seed must be a non-negative integer", "e.g. seed: 1")
+  if s.method == "pbt" then
+    s.pbt = s.pbt or {}
+    local b = s.pbt
+    b.interval = b.interval or math.max(1, s.steps // 4)
+    b.quantile = b.quantile or 0.25
+    b.factors = b.factors or { 0.8, 1.2 }
+    need(math.type(b.interval) == "integer" and b.interval >= 1 and b.interval < s.steps, U.where(s, "pbt"), "pbt.interval must be an integer in [1, steps)", "e.g. interval: " .. math.max(1, s.steps // 4))
+    need(type(b.quantile) == "number" and b.quantile > 0 and b.quantile <= 0.5, U.where(s, "pbt"), "pbt.quantile must be in (0, 0.5]", "e.g. quantile: 0.25")
+    need(type(b.factors) == "table" and #b.factors >= 1, U.where(s, "pbt"), "pbt.factors must list perturbation factors", "e.g. factors: [0.8, 1.2]")
+    for name, p in pairs(s.space) do
+      need(p.flag ~= nil, U.where(s.space, name), "pbt changes hyperparameters of running members: space." .. name .. " must be a train flag, not a gen --set", "use flag: or another method")
+    end
+    need(s.trials >= 2, U.where(s, "trials"), "pbt needs a population of at least 2", "e.g. trials: 8")
+  end
   if s.method == "halving" then
     s.halving = s.halving or {}
     local h = s.halving
@@ -147,6 +167,16 @@ local function metric_of(path, which)
   return s / k, rows[#rows].step
 end
 
+-- copies directory src into dst (created), files and subdirectories
+local copy_tree
+function copy_tree(src, dst)
+  assert(hyp.mkdir_p(dst))
+  for _, f in ipairs(assert(hyp.list_dir(src))) do
+    local a, b = src .. "/" .. f, dst .. "/" .. f
+    if hyp.stat(a) == "dir" then copy_tree(a, b) else assert(hyp.copy_file(a, b)) end
+  end
+end
+
 -- a pool of at most n background processes; each job: {argv, log, done = function(rc)}
 local function pool(n, jobs)
   local running, next_job = {}, 1
@@ -204,16 +234,44 @@ function M.main(args, parse, generate)
   -- trainers: one per distinct combination of gen --set values
   local tree = s.tree or "specs/v2500.yaml"
   local function trainer_of(c)
-    local sets, key = {}, {}
+    local sets, key, fields, enables = {}, {}, {}, {}
     for _, n in ipairs(state.names) do
       local p = s.space[n]
       if p.set then sets[#sets + 1] = p.set .. "=" .. fmtv(c[n]); key[#key + 1] = sets[#sets] end
+      if p.model then fields[p.model] = c[n]; key[#key + 1] = p.model .. "=" .. fmtv(c[n]) end
+      if p.enable then enables[#enables + 1] = tostring(c[n]); key[#key + 1] = n .. "=" .. (tostring(c[n]) ~= "" and tostring(c[n]) or "none") end
     end
     local k = #key == 0 and "base" or table.concat(key, ","):gsub("[^%w%.%-=,]", "_")
+    k = k:gsub(",", "_")
     local tdir = dir .. "/trainers/" .. k
     if not state.trainers[k] then
       local argv = { tree }
-      for _, a in ipairs(s.gen) do argv[#argv + 1] = tostring(a) end
+      local model_at
+      for _, a in ipairs(s.gen) do
+        argv[#argv + 1] = tostring(a)
+        if a == "--model" then model_at = #argv + 1 end
+      end
+      if next(fields) then -- v2190: this trial's shape as a model file: the base model with the fields changed
+        if not model_at or not argv[model_at] then U.fail(path, "space has model fields but gen gives no --model", "add --model NAME to gen") end
+        local base = argv[model_at]
+        local mpath = base:match("%.ya?ml$") and base or (U.dirname(tree) .. "/models/" .. base .. ".yaml")
+        local doc, err = hyp.load_yaml(mpath)
+        if not doc then U.fail(mpath, err, "give --model a model name of the tree or a model file") end
+        local m = U.plain(doc)
+        for f, v in pairs(fields) do
+          if m[f] == nil then U.fail(path, "the model file " .. mpath .. " has no field '" .. f .. "'", "use one of its fields") end
+          m[f] = v
+        end
+        m.name = tostring(m.name) .. "-" .. k
+        m.params_note = nil
+        assert(hyp.mkdir_p(dir .. "/models"))
+        local out = {}
+        for _, f in ipairs(U.sorted_keys(m)) do out[#out + 1] = f .. ": " .. assert(hyp.json_encode(m[f])) end
+        local mfile = dir .. "/models/" .. k .. ".yaml"
+        assert(hyp.write_file(mfile, table.concat(out, "\n") .. "\n"))
+        argv[model_at] = mfile
+      end
+      for _, x in ipairs(enables) do if x ~= "" then argv[#argv + 1] = "--enable"; argv[#argv + 1] = x end end
       for _, x in ipairs(sets) do argv[#argv + 1] = "--set"; argv[#argv + 1] = x end
       argv[#argv + 1] = "-o"; argv[#argv + 1] = tdir
       local ok, e = pcall(generate, argv) -- gen's own generate command, in this process
@@ -229,6 +287,10 @@ function M.main(args, parse, generate)
 
   -- rungs: halving stops trials at min_steps * eta^k; the others run to `steps` at once
   local rungs = {}
+  if s.method == "pbt" then
+    local r = s.pbt.interval
+    while r < s.steps do rungs[#rungs + 1] = r; r = r + s.pbt.interval end
+  end
   if s.method == "halving" then
     local r = s.halving.min_steps
     while r < s.steps do rungs[#rungs + 1] = r; r = r * s.halving.eta end
@@ -274,7 +336,42 @@ function M.main(args, parse, generate)
       if x ~= y then return x < y end
       return a.id < b.id
     end)
-    if ri < #rungs then
+    if ri < #rungs and s.method == "pbt" and not state["pbt_" .. budget] and #ranked >= 2 then
+      -- exploit: the worst quantile continue from a copy of the best quantile's checkpoints;
+      -- explore: their hyperparameters are the donor's, each perturbed (Jaderberg et al. 2017)
+      local nq = math.max(1, math.floor(s.pbt.quantile * #ranked))
+      state.rng = state.rng or (s.seed * 7919 + 1)
+      local r = rng(state.rng + budget)
+      for k = 1, nq do
+        local i, j = ranked[#ranked - k + 1], ranked[(k - 1) % nq + 1]
+        local di, dj = string.format("%s/trials/%d/ckpt", dir, i.id), string.format("%s/trials/%d/ckpt", dir, j.id)
+        assert(hyp.rm_rf(di))
+        copy_tree(dj, di)
+        local c = {}
+        for _, n in ipairs(state.names) do
+          local p, v = s.space[n], j.config[n]
+          if p.values then
+            local at = 1
+            for x, y in ipairs(p.values) do if y == v then at = x end end
+            at = math.max(1, math.min(#p.values, at + (r() < 0.5 and -1 or 1)))
+            v = p.values[at]
+          else
+            local lo, hi = table.unpack(p.uniform or p.log_uniform or p.int)
+            v = math.max(lo, math.min(hi, v * s.pbt.factors[math.floor(r() * #s.pbt.factors) + 1]))
+            if p.int then v = math.tointeger(math.floor(v + 0.5)) end
+          end
+          c[n] = v
+        end
+        i.history = i.history or {}
+        i.history[#i.history + 1] = { step = budget, from = j.id, from_config = j.config, config = c }
+        i.config = c
+        io.write(string.format("gen sweep: pbt at step %d: trial %d continues from trial %d's checkpoint with %s\n", budget, i.id, j.id,
+          (function() local t = {} for _, n in ipairs(state.names) do t[#t + 1] = n .. "=" .. fmtv(c[n]) end return table.concat(t, " ") end)()))
+      end
+      state["pbt_" .. budget] = true
+      save()
+    end
+    if ri < #rungs and s.method == "halving" then
       local keep = math.max(1, math.ceil(#ranked / s.halving.eta))
       active = { table.unpack(ranked, 1, keep) }
       io.write(string.format("gen sweep: rung %d (step %d): %d of %d trials go on\n", ri, budget, #active, #ranked))

@@ -4,6 +4,9 @@
 #   reaches step 10, the best 2 by val_loss at step 10 go on to 20, the best of those to 40;
 # - a trial stopped at each rung and resumed from its checkpoint trains exactly as a straight run
 #   of the same configuration (losses equal to the last printed digit: resume is bit-exact);
+# - population-based training (v2189): exploited members continue from the donor's checkpoint
+#   (their next loss equals the donor's bit for bit) with perturbed hyperparameters;
+# - architecture/technique search (v2190): model-file fields and --enable choices per trial;
 # - --resume runs nothing twice; grid = the product of the value lists; random draws are the same
 #   for the same seed; bad sweep files refused with exit 2.
 source "$(dirname "$0")/lib.sh" "$1"
@@ -77,6 +80,62 @@ check test_v2188_random_reproducible python3 -c "
 import json, sys; a, b = (json.load(open(p))['trials'] for p in ('$TMP/ra/state.json', '$TMP/rb/state.json'))
 sys.exit(0 if [t['config'] for t in a] == [t['config'] for t in b] and len({t['config']['lr'] for t in a}) == 4 else 1)"
 
+# v2189 population-based training: the worst quarter continues from a copy of the best quarter's
+# checkpoint with its hyperparameters perturbed. The loss at the step after an exploit is computed
+# before that step's update, from the copied weights and the copied data position: it must equal
+# the donor's loss at that step bit for bit; the new lr is the donor's times a listed factor.
+sed 's/method: halving/method: pbt/; s/^halving:.*/pbt: {interval: 10, quantile: 0.25, factors: [0.8, 1.2]}/; /^  clip:/d' "$TMP/halving.yaml" > "$TMP/pbt.yaml"
+expect sweep_pbt 0 "pbt search, 4 trials" -- "$GEN" sweep "$TMP/pbt.yaml" -o "$TMP/p"
+check test_v2189_pbt_exploit_copies_explore_perturbs python3 - "$TMP/p" <<'PY'
+import json, sys
+d = sys.argv[1]
+st = json.load(open(f"{d}/state.json"))
+def loss_at(i, step):
+    for l in open(f"{d}/trials/{i}/metrics.jsonl"):
+        r = json.loads(l)
+        if r["step"] == step: return r["loss"]
+n = 0; ok = True
+for t in st["trials"]:
+    for h in t.get("history", []):
+        n += 1
+        s, j = h["step"], h["from"]
+        ratio = h["config"]["lr"] / h["from_config"]["lr"]
+        same = loss_at(t["id"], s + 1) == loss_at(j, s + 1)
+        fac = any(abs(ratio - f) < 1e-12 for f in (0.8, 1.2)) or h["config"]["lr"] in (1e-4, 1e-2)
+        print(f"    step {s}: trial {t['id']} <- trial {j}: loss at {s + 1} {loss_at(t['id'], s + 1)} vs donor {loss_at(j, s + 1)}; lr x{ratio:.3f}")
+        ok = ok and same and fac
+sys.exit(0 if ok and n == 3 else 1)
+PY
+printf 'gen: []\ntrain: []\nsteps: 10\nmethod: pbt\nspace:\n  c: {set: v2133.max_norm, values: [1]}\n' > "$TMP/b6.yaml"
+expect bad_pbt_set 2 "must be a train flag" -- "$GEN" sweep "$TMP/b6.yaml" -o "$TMP/x6"
+
+# v2190 architecture and technique search: a model field and an --enable choice per trial; each
+# trial's trainer has the chosen depth and optimizer in its plan
+cat > "$TMP/nas.yaml" <<YAML
+gen: [--model, tiny, --target, cpu, --batch, "4", --seq, "32"]
+train: $TRAINL
+steps: 4
+method: grid
+parallel: 2
+space:
+  depth: {model: n_layers, values: [2, 3]}
+  opt: {enable: true, values: [adamw, lion]}
+YAML
+expect sweep_nas 0 "grid search, 4 trials" -- "$GEN" sweep "$TMP/nas.yaml" -o "$TMP/n"
+check test_v2190_trials_have_their_shape_and_technique python3 - "$TMP/n" <<'PY'
+import json, sys
+d = sys.argv[1]
+st = json.load(open(f"{d}/state.json"))
+ok = len(st["trials"]) == 4
+for t in st["trials"]:
+    key = f"n_layers={t['config']['depth']}_opt={t['config']['opt']}"
+    plan = json.load(open(f"{d}/trainers/{key}/plan.json"))
+    good = plan["model"]["L"] == t["config"]["depth"] and plan["optimizer"]["kind"] == t["config"]["opt"]
+    print(f"    trial {t['id']}: {key}: L {plan['model']['L']}, optimizer {plan['optimizer']['kind']}")
+    ok = ok and good
+sys.exit(0 if ok else 1)
+PY
+
 # bad sweep files
 printf 'gen: []\ntrain: []\nsteps: 10\nmethod: grid\nspace:\n  lr: {flag: --lr, uniform: [0.001, 0.01]}\n' > "$TMP/b1.yaml"
 printf 'gen: []\ntrain: []\nsteps: 10\nmethod: bayes\nspace:\n  lr: {flag: --lr, values: [1]}\n' > "$TMP/b2.yaml"
@@ -84,7 +143,7 @@ printf 'gen: []\ntrain: [--steps, "5"]\nsteps: 10\nspace:\n  lr: {flag: --lr, va
 printf 'gen: []\ntrain: []\nsteps: 10\n' > "$TMP/b4.yaml"
 printf 'gen: []\ntrain: []\nsteps: 10\nspace:\n  lr: {flag: --lr, set: v2131.x, values: [1]}\n' > "$TMP/b5.yaml"
 expect bad_grid_range 2 "grid search needs values" -- "$GEN" sweep "$TMP/b1.yaml" -o "$TMP/x1"
-expect bad_method 2 "method 'bayes' is not grid, random or halving" -- "$GEN" sweep "$TMP/b2.yaml" -o "$TMP/x2"
+expect bad_method 2 "method 'bayes' is not grid, random, halving or pbt" -- "$GEN" sweep "$TMP/b2.yaml" -o "$TMP/x2"
 expect bad_train_steps 2 "train sets --steps itself" -- "$GEN" sweep "$TMP/b3.yaml" -o "$TMP/x3"
 expect bad_no_space 2 "no search space" -- "$GEN" sweep "$TMP/b4.yaml" -o "$TMP/x4"
 expect bad_flag_and_set 2 "exactly one of flag" -- "$GEN" sweep "$TMP/b5.yaml" -o "$TMP/x5"
