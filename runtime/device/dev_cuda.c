@@ -76,7 +76,7 @@ int hyp_dev_cuda_check_libs(char *report, size_t n) {
     X(cuMemFree) X(cuMemAllocHost) X(cuMemFreeHost) X(cuMemGetInfo) X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync)        \
     X(cuMemcpyDtoDAsync) X(cuMemsetD8Async) X(cuModuleLoad) X(cuModuleUnload) X(cuModuleGetFunction)                 \
     X(cuFuncSetAttribute) X(cuLaunchKernel) X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize) X(cuStreamQuery)              \
-    X(cuStreamWaitEvent) X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord) X(cuEventSynchronize)                   \
+    X(cuStreamWaitEvent) X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord) X(cuEventSynchronize) X(cuEventQuery)                   \
     X(cuEventElapsedTime) X(cuGetErrorString) X(cuGetErrorName)
 #define LT_FUNCS(X)                                                                                                  \
     X(cublasLtCreate) X(cublasLtDestroy) X(cublasLtMatmulDescCreate) X(cublasLtMatmulDescDestroy)                    \
@@ -188,6 +188,29 @@ static int poll_stream(cu_dev *d, CUstream s, hyp_err *e) {
         struct timespec ts = {0, 200 * 1000};
         nanosleep(&ts, NULL);
     }
+}
+/* Waits for event ev as cuEventSynchronize does, polling NCCL's asynchronous error meanwhile (as
+ * poll_stream): an event recorded after a collective whose peer died would never complete. */
+static int poll_event(cu_dev *d, CUevent ev, hyp_err *e) {
+    if (d->sticky[0]) return hyp_fail(e, HYP_EFAIL, "%s", d->sticky);
+    while (d->comm) {
+        CUresult r = d->cu.cuEventQuery(ev);
+        if (r == CUDA_SUCCESS) return HYP_OK;
+        if (r != CUDA_ERROR_NOT_READY) return cu_fail(d, r, "event query", e);
+        ncclResult_t ar = ncclSuccess;
+        if (d->nc.ncclCommGetAsyncError(d->comm, &ar) != ncclSuccess) ar = ncclInternalError;
+        if (ar != ncclSuccess && ar != ncclInProgress) {
+            d->nc.ncclCommAbort(d->comm);
+            d->comm = NULL;
+            snprintf(d->sticky, sizeof d->sticky,
+                     "cuda: NCCL asynchronous error on rank %d: %s — a peer rank died or the network failed; the communicator was aborted: restart from the last checkpoint",
+                     d->rank, d->nc.ncclGetErrorString(ar));
+            return hyp_fail(e, HYP_EFAIL, "%s", d->sticky);
+        }
+        struct timespec ts = {0, 200 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    return HYP_OK;
 }
 /* every stream that was given collectives (then the whole context may be waited for) */
 static int poll_all(cu_dev *d, hyp_err *e) {
@@ -382,6 +405,7 @@ static int cu_event_wait(hyp_device *dv, hyp_stream *s, hyp_event *ev, hyp_err *
 }
 static int cu_event_synchronize(hyp_device *dv, hyp_event *ev, hyp_err *e) {
     cu_dev *d = CD(dv);
+    if (poll_event(d, (CUevent)ev, e)) return HYP_EFAIL;
     CU(cuEventSynchronize((CUevent)ev), "event_synchronize");
     return HYP_OK;
 }
