@@ -19,6 +19,16 @@ kernels = {
       "float decay", "const float* __restrict__ gscale" },
     block = "BLOCK", grid = "nblocks" },
 }
+-- cost of one launch (generator/lua/perf.lua; fields as in templates/gelu.cu.lua), per tensor of n
+-- elements (perf.lua enumerates the launches as optim_adammini.c's step_device issues them): the
+-- per-coordinate step as muon_adamw_step; a block step over nblocks blocks reads g twice (the
+-- sum of squares, then the update: the second pass an L2 hit), m and p, writes m and p, and reads
+-- and writes one v per block; *gscale once per thread
+cost = {
+  adam_mini_adam_step = function(a) return { fp32 = 16 * a.n, sfu = 2 * a.n, rd = 16 * a.n, wr = 12 * a.n, reread = 8 * a.n } end,
+  adam_mini_block_step = function(a) return { fp32 = 10 * a.n, sfu = 2 * a.nblocks, rd = 12 * a.n + 4 * a.nblocks,
+    wr = 8 * a.n + 4 * a.nblocks, reread = 4 * a.n + 4 * a.BLOCK * a.nblocks } end,
+}
 ops = {
   optimizer = { { "adam_mini_adam_step", "params", "m", "v", "grads", "n", "lr", "beta1", "beta2", "eps", "wd", "1/(1-beta1^t)", "1/(1-beta2^t)", "gscale" } },
 }

@@ -39,13 +39,13 @@ ops = {
 -- every thread of a row's block loads the row's target and its logit z[target] (L1 hits)
 cost = {
   crossentropy_fwd = function(a) local NV = a.N * a.V
-    return { fp32 = 4 * NV, sfu = NV, rd = a.E * NV + 4 * a.N, wr = 4 * a.N, reread = 8 * a.BLOCK * a.N - 4 * a.N } end,
+    return { fp32 = 4 * NV, sfu = NV, rd = a.E * NV + 4 * a.N, wr = 4 * a.N, reread = (4 + a.E) * a.BLOCK * a.N - 4 * a.N } end,
   crossentropy_fused = function(a) local NV, NP = a.N * a.V, a.N * a.VP
     return { fp32 = 7 * NV, sfu = 2 * NV, rd = a.E * NV + 4 * a.N, wr = a.E * NP + 4 * a.N,
-             reread = a.E * NV + 8 * a.BLOCK * a.N - 4 * a.N } end,
+             reread = a.E * NV + (4 + a.E) * a.BLOCK * a.N - 4 * a.N } end,
   crossentropy_fused_ext = function(a) local NV, NP = a.N * a.V, a.N * a.VP
     return { fp32 = 7 * NV, sfu = 2 * NV, rd = a.E * NV + 4 * a.N, wr = a.E * NP + 4 * a.N,
-             reread = a.E * NV + 8 * a.BLOCK * a.N - 4 * a.N } end,
+             reread = a.E * NV + (4 + a.E) * a.BLOCK * a.N - 4 * a.N } end,
 }
 ]]
 {{ partial("common") }}

@@ -25,6 +25,18 @@ kernels = {
     params = { "float* __restrict__ p", "const float* __restrict__ o", "long n", "float decay", "float lr", "float scale" },
     block = "BLOCK", grid = "cdiv(n, BLOCK)" },
 }
+-- cost of one launch (generator/lua/perf.lua; fields as in templates/gelu.cu.lua), per tensor of n
+-- elements (perf.lua enumerates the launches as optim_muon.c's step_device issues them): the AdamW
+-- step reads p, m, v, g and writes p, m, v (p's second load in `p -= lr * (... + wd * p)` and
+-- *gscale per thread hit L1: reread); the momentum pass reads m, g and writes m, u (grid-stride
+-- over PARTS blocks, *gscale once per thread, a partial per block); normalize reads the PARTS
+-- partials per element from L1; apply reads p and the Newton-Schulz result, writes p
+cost = {
+  muon_adamw_step = function(a) return { fp32 = 16 * a.n, sfu = 2 * a.n, rd = 16 * a.n, wr = 12 * a.n, reread = 8 * a.n } end,
+  muon_momentum = function(a) return { fp32 = 8 * a.n, rd = 8 * a.n, wr = 8 * a.n + 4 * a.PARTS, reread = 4 * a.PARTS * a.BLOCK } end,
+  muon_normalize = function(a) return { fp32 = a.n + a.PARTS * a.n, sfu = 2 * a.n, rd = 4 * a.n, wr = 4 * a.n, reread = 4 * a.PARTS * a.n } end,
+  muon_apply = function(a) return { fp32 = 3 * a.n, rd = 8 * a.n, wr = 4 * a.n } end,
+}
 ops = {
   optimizer = { { "muon_adamw_step", "params", "m", "v", "grads", "n", "lr", "beta1", "beta2", "eps", "wd", "1/(1-beta1^t)", "1/(1-beta2^t)", "gscale" } },
 }

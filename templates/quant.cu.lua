@@ -26,6 +26,31 @@ kernels = {
 -- int8_matmul_fwd / int8_matmul_dgrad (v2159): the operands quantized into scratch (int8 values
 -- and their scales), then one exact int32 GEMM with the dequantizing epilogue. The forward adds
 -- the bias; the input gradient accumulates into dx, as every backward does.
+-- cost of one launch (generator/lua/perf.lua; fields as in templates/gelu.cu.lua; has_X: pointer
+-- argument X is given, not NULL). fake_quant: a block per (row, group) reads its values twice (the
+-- max, then the quantization: the second from L1/L2) and writes them; the IEEE division per value
+-- counted as one special-function op plus its Newton steps. int8_scale: one block per row
+-- (rowwise), or block 0 alone over the whole tensor (one SM: the roofline is optimistic there).
+-- int8_quantize: 4-byte loads, 1-byte stores, the scale loaded per element (L1). int8_gemm, a
+-- scalar reference kernel (one thread per output, no tensor cores): 2 integer ops per
+-- multiply-add on the IMAD pipe, which issues at half the FP32 FMA rate on sm_80/sm_90 (CUDA C
+-- Programming Guide, arithmetic instruction throughput: 64 vs 128 results per clock per SM), so
+-- declared as 4 M N K fp32-pipe FLOPs; A and B from DRAM once, their re-reads by the other
+-- threads from L1/L2; the scales per thread; out read when accumulating, bias per thread
+cost = {
+  fake_quant = function(a) local n = a.rows * a.C
+    return { fp32 = 8 * n, sfu = n, rd = 4 * n, wr = 4 * n, reread = 4 * n } end,
+  int8_scale = function(a) local n = a.rows * a.cols
+    return { fp32 = 2 * n, rd = 4 * n, wr = a.rowwise ~= 0 and 4 * a.rows or 4 } end,
+  int8_quantize = function(a) local n = a.rows * a.cols
+    return { fp32 = 8 * n, sfu = n, rd = 4 * n, wr = n, reread = 4 * n } end,
+  int8_gemm = function(a) local MN = a.M * a.N
+    local ab = a.M * a.K + a.K * a.N
+    local sa = a.rowwise ~= 0 and 4 * a.M or 4
+    local bias = (a.accumulate == 0 and a.has_bias) and 4 * MN or 0
+    return { fp32 = 4.0 * MN * a.K + 2 * MN, rd = ab + sa + 4 + (a.accumulate ~= 0 and 4 * MN or 0) + (bias > 0 and 4 * a.N or 0),
+             wr = 4 * MN, reread = 2.0 * MN * a.K - ab + 8 * MN - sa - 4 + (bias > 0 and bias - 4 * a.N or 0) } end,
+}
 ops = {
   fake_quant = { { "fake_quant", "out1", "in1", "n", "C", "bits", "group" } },
   int8_matmul_fwd = {

@@ -91,6 +91,15 @@ end
 -- activation buffers (all f32 on the device today, v2102), or the what-if policy's.
 local DT_BYTES = { f32 = 4, bf16 = 2, f16 = 2, fp16 = 2, e4m3 = 1, e5m2 = 1, i32 = 4 }
 
+-- Bytes per element of buffer `name` as the trainer stores it: its plan dtype, or 2 for an
+-- activation (or activation gradient) under the bf16 what-if.
+local function buf_eb(ctx, name)
+  local b = ctx.bufs[name]
+  if not b then return ctx.E end
+  if ctx.policy == "bf16" and b.kind == "act" then return 2 end
+  return DT_BYTES[b.dtype or "f32"] or 4
+end
+
 -- The GEMM unit of a matmul: the dtype its operands are stored in, as the device executor issues
 -- it (exec_dev.c: fp32 buffers -> HYP_GEMM_F32 on the FP32 pipe; fp8 slots -> FP8 tensor cores;
 -- bf16 buffers -> BF16 tensor cores).
@@ -104,28 +113,49 @@ local function gemm_unit(ctx, o)
   return "fp32", 4
 end
 
--- The launches of a matmul op as exec_dev.c issues them (one cuBLASLt call each).
+-- The launches of a matmul op as exec_dev.c issues them (one cuBLASLt call each). Outputs are
+-- written (and, accumulated with beta = 1, read) in their own dtype: activations per the plan or
+-- the policy, parameter gradients fp32.
 local function gemm_launches(ctx, o, N)
   local IC, OC = o.attrs.IC, o.attrs.OC
   local unit, eb = gemm_unit(ctx, o)
-  local E = ctx.E -- output dtype (fp32 arenas, or the policy's)
   local out = {}
-  local function g(name, m, n, k, ra, rb, rwc, extra)
-    local c = { [unit] = 2.0 * m * n * k, rd = ra + rb + (rwc and m * n * E or 0), wr = m * n * E }
+  local function g(name, m, n, k, ra, rb, eo, rwc, extra)
+    local c = { [unit] = 2.0 * m * n * k, rd = ra + rb + (rwc and m * n * eo or 0), wr = m * n * eo }
     if extra then for kk, v in pairs(extra) do c[kk] = (c[kk] or 0) + v end end
     out[#out + 1] = { kernel = name, family = "cuBLASLt", cost = norm_cost(c) }
   end
   if o.op == "matmul_fwd" then
     local bias = o.ins[3] and o.ins[3] ~= ""
-    g("gemm_fwd", N, OC, IC, N * IC * eb, OC * IC * eb, false, bias and { rd = OC * 4, fp32 = N * OC } or nil)
+    local ey = buf_eb(ctx, o.outs[1])
+    g("gemm_fwd", N, OC, IC, N * IC * eb, OC * IC * eb, ey, false, bias and { rd = OC * ey, fp32 = N * OC } or nil)
+    local epi = ctx.epi_fwd[o]
+    if epi then -- the GELU epilogue (v2166): the GEMM also writes the pre-activation (aux) and applies GELU
+      local c = out[#out].cost
+      c.wr, c.fp32, c.sfu = c.wr + N * OC * buf_eb(ctx, epi.out), c.fp32 + 12 * N * OC, c.sfu + 2 * N * OC
+      out[#out].kernel = "gemm_fwd_bias_gelu"
+    end
   else
     local has = function(i) return o.outs[i] and o.outs[i] ~= "" end
-    if has(1) then g("gemm_dgrad", N, IC, OC, N * OC * eb, OC * IC * eb, true) end
-    if has(2) then g("gemm_wgrad", OC, IC, N, N * OC * eb, N * IC * eb, true) end
+    local ed = buf_eb(ctx, o.ins[1]) -- dout as stored (the bias gradient reads it so)
+    if has(1) then
+      g("gemm_dgrad", N, IC, OC, N * OC * eb, OC * IC * eb, buf_eb(ctx, o.outs[1]), true)
+      local epi = ctx.epi_bwd[o]
+      if epi then -- the dGELU epilogue: dinp of the GELU's input, reading the aux pre-activation
+        local c = out[#out].cost
+        c.rd, c.fp32, c.sfu = c.rd + N * IC * buf_eb(ctx, epi.aux), c.fp32 + 22 * N * IC, c.sfu + 2 * N * IC
+        out[#out].kernel = "gemm_dgrad_dgelu"
+      end
+    end
+    if has(2) then g("gemm_wgrad", OC, IC, N, N * OC * eb, N * IC * eb, 4, true) end
     -- db += dout^T 1: an n = 1 GEMM (a GEMV) on the fp32 pipe, memory-bound
-    if has(3) then
+    if has(3) and ctx.epi_bgrad[o] and has(2) then -- BGRADB: the wgrad GEMM sums dout's columns it reads anyway
+      local c = out[#out].cost
+      c.rd, c.wr, c.fp32 = c.rd + OC * 4, c.wr + OC * 4, c.fp32 + N * OC
+      out[#out].kernel = "gemm_wgrad_bgrad"
+    elseif has(3) then
       out[#out + 1] = { kernel = "gemm_dbias", family = "cuBLASLt",
-        cost = norm_cost({ fp32 = 2.0 * N * OC, rd = N * OC * E + OC * 4, wr = OC * 4 }) }
+        cost = norm_cost({ fp32 = 2.0 * N * OC, rd = N * OC * ed + OC * 4, wr = OC * 4 }) }
     end
   end
   return out
@@ -162,10 +192,22 @@ local function template_launches(ctx, binding, o, o2, N)
         if not p.type:find("%*") and arg then
           local v = eval(arg, a)
           if v then a[p.name] = v end
+        elseif p.type:find("%*") then -- has_NAME: the pointer is given (not "0", not an absent input or output)
+          local sarg = tostring(arg or "0")
+          local io, j = sarg:match("^(%a+)(%d+)$")
+          local given = sarg ~= "0" and sarg ~= ""
+          if given and (io == "in" or io == "out") then
+            local v = (io == "in" and o.ins or o.outs or {})[tonumber(j)]
+            given = v ~= nil and v ~= ""
+          end
+          a["has_" .. p.name] = given
         end
       end
     end
-    a.E = ctx.E
+    -- E: the file's activation storage (ACT, v2102) as rendered; the what-if's bf16; else the plan's
+    if ctx.policy == "bf16" then a.E = 2
+    elseif type(a.ACT) == "string" then a.E = DT_BYTES[a.ACT] or ctx.E
+    else a.E = ctx.E end
     -- the rendered constants' names for a plan without a manifest (cpu target): from the op dims
     a.HD = a.HD or a.hd
     a.VP = a.VP or a.Vp
@@ -204,6 +246,55 @@ local function index_fusions(manifest)
   return fwd, bwd
 end
 
+-- The optimizers that step one tensor per launch on a device (runtime/optim/optim_muon.c and
+-- optim_adammini.c step_device), enumerated from the plan's parameters and groups: Muon matrices
+-- take momentum (PARTS blocks), normalize, ns_steps x three fp32 GEMMs (A = X X^T, B = b A + c A A,
+-- Y = a X + B X on r = min(R, K)) and apply; Muon's other tensors and Adam-mini's "adam" rule a
+-- per-coordinate AdamW step; Adam-mini's block rules one CUDA block per block (the v state's numel).
+-- Returns the launches, or nil for an optimizer that runs as one launch over the arena.
+local function per_tensor_optimizer(ctx, plan, N)
+  local opt = plan.optimizer or {}
+  local family = ({ muon = "muon", ["adam-mini"] = "adam_mini", adam_mini = "adam_mini" })[opt.kind or ""]
+  if not family then return nil end
+  local file
+  for name, f in pairs(ctx.files) do if f.family == family then file = name end end
+  file = file or (family .. ".cu")
+  local rule = {}
+  for _, g in ipairs(opt.groups or {}) do rule[g.name] = g.rule end
+  local h = opt.hyper or {}
+  local vnum = ((opt.state or {})[2] or {}).numel
+  local res = {}
+  local function L(kernel, args, n, nb)
+    for _, l in ipairs(template_launches(ctx, { { kernel = kernel, file = file, args = args } },
+      { op = "optimizer", attrs = { n = n, nblocks = nb } }, nil, N)) do res[#res + 1] = l end
+  end
+  local function gemm(m, n, k, beta)
+    res[#res + 1] = { kernel = "gemm_newton_schulz", family = "cuBLASLt",
+      cost = norm_cost({ fp32 = 2.0 * m * n * k, rd = 4 * (m * k + k * n) + (beta and 4 * m * n or 0), wr = 4 * m * n }) }
+  end
+  for i, t in ipairs(plan.params or {}) do
+    local r, n = rule[t.group], t.numel
+    local adam_args = { "p", "m", "v", "g", n, 0, h.beta1 or 0.9, h.beta2 or 0.999, h.eps or 1e-8, 0, 1, 1, "gscale" }
+    if family == "muon" and r == "muon" then
+      local R, K = t.shape[1], t.shape[2]
+      local rr, kk = math.min(R, K), math.max(R, K)
+      L("muon_momentum", { "m", "u", "g", n, h.momentum or 0.95, h.nesterov or 1, "gscale", "partial" }, n)
+      L("muon_normalize", { "x", n, "partial" }, n)
+      for _ = 1, (h.ns_steps or 5) do
+        gemm(rr, rr, kk, false); gemm(rr, rr, rr, true); gemm(rr, kk, rr, true)
+      end
+      L("muon_apply", { "p", "o", n, 1, 0, 1 }, n)
+    elseif family == "muon" or r == "adam" then
+      L(family == "muon" and "muon_adamw_step" or "adam_mini_adam_step", adam_args, n)
+    else
+      local K = (#(t.shape or {}) == 2) and t.shape[2] or n
+      local nb = vnum and vnum[i] or (n // K)
+      L("adam_mini_block_step", { "p", "m", "v", "g", K, 0, 0, 0, h.beta1 or 0.9, h.beta2 or 0.999, 0, 1, h.eps or 1e-8, 1, "gscale" }, n, nb)
+    end
+  end
+  return res
+end
+
 -- Every launch of one training step: { op, phase, kernel, family, cost }.
 function M.step_launches(plan, manifest, opts)
   opts = opts or {}
@@ -211,7 +302,44 @@ function M.step_launches(plan, manifest, opts)
   local N = B * T
   local ctx = { B = B, T = T, bufs = buf_index(plan), files = index_files(manifest), undeclared = {},
     policy = opts.policy or "plan", E = 4, fp8_slot = {}, tf32 = opts.tf32 }
-  if ctx.policy == "bf16" then ctx.E = 2 end
+  -- activation bytes where no file says (a cpu plan, the runtime's ops): bf16 when the plan stores
+  -- activations in bf16 (v2102), else fp32; and whether the device executor keeps the bf16 weight
+  -- copy (exec_dev.c act_bf16: any bf16 activation buffer)
+  ctx.act_bf16 = false
+  for _, b in ipairs(plan.buffers or {}) do if b.kind == "act" and b.dtype == "bf16" then ctx.act_bf16 = true end end
+  if ctx.policy == "bf16" or ctx.act_bf16 then ctx.E = 2 end
+  -- GEMM epilogues (v2166), from the plan's marks (a matmul op's attrs.epilogue naming gelu, dgelu,
+  -- bgrad) or every site under the --epilogues what-if: a matmul_fwd whose output only a gelu_fwd
+  -- reads computes the GELU in its epilogue (writing the pre-activation as aux) and the gelu_fwd
+  -- launch goes; the dgrad GEMM producing that GELU's output gradient applies dGELU (reading aux)
+  -- and the gelu_bwd launch goes; a bias gradient folds into the wgrad GEMM (BGRADB), which reads
+  -- dout anyway
+  ctx.epi_fwd, ctx.epi_bwd, ctx.epi_skip, ctx.epi_bgrad = {}, {}, {}, {}
+  local function marked(o, what)
+    local e = o.attrs and o.attrs.epilogue
+    return opts.epilogues or (type(e) == "string" and e:find(what, 1, true) ~= nil)
+  end
+  local gelu_of = {} -- forward GELU input buffer -> its gelu_fwd op
+  for _, o in ipairs(plan.forward or {}) do if o.op == "gelu_fwd" then gelu_of[o.ins[1]] = o end end
+  local fused_pre = {}
+  for _, o in ipairs(plan.forward or {}) do
+    local gl = o.op == "matmul_fwd" and gelu_of[o.outs[1]]
+    if gl and marked(o, "gelu") then
+      ctx.epi_fwd[o], ctx.epi_skip[gl] = { out = gl.outs[1] }, true
+      fused_pre[o.outs[1]] = true
+    end
+  end
+  local bwd_of = {} -- output-gradient buffer of a fused GELU -> its gelu_bwd op
+  for _, o in ipairs(plan.backward or {}) do
+    if o.op == "gelu_bwd" and fused_pre[o.ins[2]] then bwd_of[o.ins[1]] = o end
+  end
+  for _, o in ipairs(plan.backward or {}) do
+    if o.op == "matmul_bwd" then
+      local gl = o.outs[1] and bwd_of[o.outs[1]]
+      if gl and marked(o, "dgelu") then ctx.epi_bwd[o], ctx.epi_skip[gl] = { aux = gl.ins[2] }, true end
+      if o.outs[3] and o.outs[3] ~= "" and marked(o, "bgrad") then ctx.epi_bgrad[o] = true end
+    end
+  end
   for _, list in ipairs({ plan.forward, plan.backward }) do
     for _, o in ipairs(list) do if o.op == "fp8_quantize" then ctx.fp8_slot[o.outs[1]] = true end end
   end
@@ -227,15 +355,14 @@ function M.step_launches(plan, manifest, opts)
     for i, o in ipairs(list) do
       local f = fus[i - 1]
       if f and f.skip then -- run by the site's launches at its second op
+      elseif ctx.epi_skip[o] then -- run by a GEMM's epilogue
       elseif f and f.launches then
         add(phase, o, template_launches(ctx, f.launches, list[f.first + 1], o, N))
       elseif o.op == "matmul_fwd" or o.op == "matmul_bwd" then
         add(phase, o, gemm_launches(ctx, o, N))
       elseif o.op == "zero" then
         local n = op_dims(o, B, T).n or 0
-        local b = ctx.bufs[o.outs[1]]
-        local eb = (b and b.kind == "act" and ctx.policy == "bf16") and 2 or 4
-        add(phase, o, { { kernel = "memset", family = "runtime", cost = norm_cost({ wr = n * eb }) } })
+        add(phase, o, { { kernel = "memset", family = "runtime", cost = norm_cost({ wr = n * buf_eb(ctx, o.outs[1]) }) } })
       elseif o.op == "fp8_quantize" and plan.fp8 then
         -- the manifest key the executor picks (exec_dev_bind.c op_key): E5M2 for gradient slots of
         -- the hybrid recipe, the current-scaling variant, and with FP8 GEMMs the byte casts too
@@ -247,14 +374,14 @@ function M.step_launches(plan, manifest, opts)
         for _, key in ipairs({ base, f8.gemm == "fp8" and ("fp8_quantize(fp8 gemm" .. (tag and ", " .. tag or "") .. ")") or nil }) do
           local binding = manifest.ops and manifest.ops[key]
           if binding then add(phase, o, template_launches(ctx, binding, o, nil, N))
-          else ctx.undeclared["op." .. key] = true end
+          else ctx.undeclared["op." .. key] = true; add(phase, o, { { kernel = key, family = "unbound" } }) end
         end
       elseif o.op == "round_bf16" and ctx.policy == "bf16" and ctx.bufs[o.ins[1]] and ctx.bufs[o.ins[1]].kind == "act" then
         -- bf16 arenas: the producer already wrote bf16; nothing to launch
       else
         local binding = manifest.ops and manifest.ops[o.op]
         if binding then add(phase, o, template_launches(ctx, binding, o, nil, N))
-        else ctx.undeclared["op." .. o.op] = true end
+        else ctx.undeclared["op." .. o.op] = true; add(phase, o, { { kernel = o.op, family = "unbound" } }) end
       end
     end
   end
@@ -271,13 +398,25 @@ function M.step_launches(plan, manifest, opts)
     end
   end
   local oo = { op = "optimizer", attrs = { n = nparam, nseg = ntensors }, outs = { "params" } }
+  -- the gradient arena zeroed at the step's start (exec_dev_zero_grads; the cpu backend likewise)
+  table.insert(out, 1, { op = "zero_grads", phase = "forward", name = "grads", kernel = "memset", family = "runtime",
+    cost = norm_cost({ wr = 4 * nparam }) })
   -- the gradient norm runs every step (the progress line prints it), clipping or not
   if manifest.ops and manifest.ops.grad_norm then
     add("optimizer", { op = "grad_norm", attrs = { n = nparam }, outs = { "gnorm" } },
       template_launches(ctx, manifest.ops.grad_norm, { op = "grad_norm", attrs = { n = nparam } }, nil, N))
   end
-  if manifest.ops and manifest.ops.optimizer then
+  local per_tensor = per_tensor_optimizer(ctx, plan, N)
+  if per_tensor then add("optimizer", oo, per_tensor)
+  elseif manifest.ops and manifest.ops.optimizer then
     add("optimizer", oo, template_launches(ctx, manifest.ops.optimizer, oo, nil, N))
+  end
+  -- bf16 activations on a device: the executor refreshes the bf16 weight copy the GEMMs read from
+  -- the fp32 masters once the parameters changed (exec_dev.c refresh_wcopy: cast_f32_bf16 over the arena)
+  if ctx.act_bf16 and ctx.files["cast.cu"] and ctx.files["cast.cu"].kernels.cast_f32_bf16 then
+    add("optimizer", { op = "weight_copy", outs = { "wcopy" } },
+      template_launches(ctx, { { kernel = "cast_f32_bf16", file = "cast.cu", args = { "wcopy", "params", "n" } } },
+        { op = "weight_copy", attrs = { n = nparam } }, nil, N))
   end
   return out, ctx
 end
@@ -373,9 +512,10 @@ function M.predict(plan, manifest, h, opts)
   local times, total = {}, { bytes = 0 }
   for _, u in ipairs(UNITS) do total[u] = 0 end
   local by_op = {}
-  local sum_kernel, sum_bound = 0, 0
+  local sum_kernel, sum_bound, n_undeclared = 0, 0, 0
   for i, l in ipairs(launches) do
     local t, bound, tpeak = 0, "undeclared", 0
+    if not l.cost then n_undeclared = n_undeclared + 1 end
     if l.cost then
       t, bound, tpeak = M.launch_time(l.cost, r)
       for _, u in ipairs(UNITS) do total[u] = total[u] + l.cost[u] end
@@ -428,7 +568,7 @@ function M.predict(plan, manifest, h, opts)
     flops_per_token = fpt, flops_convention = plan.flops_convention,
     mfu = fpt * tokens / step / peak_mfu, mfu_peak = peak_mfu,
     mfu_peak_name = (h.peak_tflops.bf16 or 0) > 0 and "bf16 dense" or "fp32",
-    mfu_cap = h.perf.eff.tc, totals = total, ops = ops, undeclared = undeclared,
+    mfu_cap = h.perf.eff.tc, totals = total, ops = ops, undeclared = undeclared, undeclared_launches = n_undeclared, epilogues = opts.epilogues and true or false,
     launch_list = opts.keep_launches and launches or nil,
   }
 end
@@ -455,7 +595,8 @@ function M.text(rep, plan, top)
   local o = {}
   local function w(...) o[#o + 1] = string.format(...) end
   w("## %s — %s, B=%d T=%d, policy %s%s", rep.hardware, plan.model.name, plan.train.B, plan.train.T, rep.policy,
-    rep.policy == "plan" and " (what the trainer executes)" or " (WHAT-IF: activations and GEMM operands in bf16; not what the trainer executes today)")
+    (rep.policy == "plan" and " (what the trainer executes)" or " (WHAT-IF: activations and GEMM operands in bf16; not what the trainer executes today)")
+    .. (rep.epilogues and " + WHAT-IF --epilogues (GEMM+GELU, dGELU, bias-gradient sites fused into cuBLASLt epilogues)" or ""))
   w("step: %s eager (%d launches), %s with CUDA graphs; kernels alone %s; roofline bound (peaks, no efficiency) %s",
     fmt_t(rep.step_eager), rep.launches, fmt_t(rep.step_graph), fmt_t(rep.kernel_time), fmt_t(rep.roofline_bound))
   for _, c in ipairs(rep.comm) do w("collective %s: %sB over %s: %s", c.name, fmt_n(c.bytes), c.via, fmt_t(c.time)) end
@@ -473,18 +614,23 @@ function M.text(rep, plan, top)
     w("| %s | %d | %s | %.1f%% | %s | %s | %s |", e.key, e.count, fmt_t(e.time), 100 * e.time / rep.kernel_time,
       fmt_n(e.flops), fmt_n(e.bytes), e.bound)
   end
-  if #rep.undeclared > 0 then w("not modelled (no cost declaration): %s", table.concat(rep.undeclared, ", ")) end
+  if #rep.undeclared > 0 then
+    w("INCOMPLETE: %d launch(es) have no cost declaration and count as 0 s (the figures above are optimistic): %s",
+      rep.undeclared_launches, table.concat(rep.undeclared, ", "))
+  end
   return table.concat(o, "\n") .. "\n"
 end
 
 local USAGE = [[
-usage: gen perf DIR --hw NAME[,NAME] [--policy plan|bf16] [--graphs] [--gpus P] [--top K]
+usage: gen perf DIR --hw NAME[,NAME] [--policy plan|bf16] [--graphs] [--epilogues] [--gpus P] [--top K]
                 [--tree FILE] [--set KEY=V] [--json]
   the performance model of the trainer generated into DIR (its plan.json and kernels/kernels.json)
   --hw LIST      hardware names from specs/hardware (or YAML paths)
   --policy P     plan: what the trainer executes (default); bf16: the what-if of bf16 activation
                  arenas and bf16 tensor-core GEMMs (the plan's dtypes switched), printed as such
   --graphs       headline figures with CUDA graphs (both are always printed)
+  --epilogues    what-if: every GEMM+GELU, dGELU and bias-gradient site fused into the GEMM's
+                 cuBLASLt epilogue (v2166) as if the plan marked it (attrs.epilogue); printed as such
   --gpus P       data-parallel GPUs for the collectives (default 1)
   --set KEY=V    override a hardware number: hbm_tbps, peak_tflops.{fp32,bf16,fp8},
                  perf.{sfu_tops,launch_us,graph_node_us} (e.g. this machine's measured peak)
@@ -523,11 +669,22 @@ function M.manifest_from_templates(plan)
       for _, k in ipairs(d.kernels) do if type(k) == "table" and k.name and not home[k.name] then home[k.name] = fam end end
     end
   end
+  local act = "f32"
+  for _, b in ipairs(plan.buffers or {}) do if b.kind == "act" and b.dtype == "bf16" then act = "bf16" end end
   local function bind(name, family)
     local d = family_decl(family)
-    if not d or not d.ops or not d.ops[name] then return end
+    local dops = d and d.ops
+    if type(dops) == "function" then -- a table of the constants (render.lua does the same): the defaults, ACT the plan's
+      local K = {}
+      for k, spec in pairs(type(d.constants) == "table" and d.constants or {}) do
+        if type(spec) == "table" then K[k] = spec.default end
+      end
+      K.ACT = act
+      dops = dops(K)
+    end
+    if not dops or not dops[name] then return end
     local b = {}
-    for _, L in ipairs(d.ops[name]) do
+    for _, L in ipairs(dops[name]) do
       local args = {}
       for i = 2, #L do args[#args + 1] = L[i] end
       b[#b + 1] = { kernel = L[1], file = (home[L[1]] or family) .. ".cu", args = args }
@@ -588,7 +745,7 @@ function M.load_hw(tree, name, sets)
 end
 
 function M.main(args, parse)
-  local o = parse(args, { ["--hw"] = "list", ["--policy"] = "value", ["--graphs"] = "flag", ["--gpus"] = "value",
+  local o = parse(args, { ["--hw"] = "list", ["--policy"] = "value", ["--graphs"] = "flag", ["--epilogues"] = "flag", ["--gpus"] = "value",
     ["--top"] = "value", ["--tree"] = "value", ["--json"] = "flag", ["--launches"] = "flag", ["--set"] = "multi", ["--help"] = "flag", ["-h"] = "flag" })
   if o["--help"] or o["-h"] then io.write(USAGE); return 0 end
   if #o._pos ~= 1 then U.fail("<command line>", "gen perf needs one trainer directory", "e.g. gen perf out/gpt2 --hw h100-sxm") end
@@ -617,7 +774,12 @@ function M.main(args, parse)
   local reps = {}
   for _, name in ipairs(o["--hw"]) do
     local h = M.load_hw(tree, name, sets)
-    local rep = M.predict(plan, manifest, h, { policy = policy, graphs = o["--graphs"], gpus = gpus, keep_launches = o["--launches"] })
+    local rep = M.predict(plan, manifest, h, { policy = policy, graphs = o["--graphs"], epilogues = o["--epilogues"], gpus = gpus, keep_launches = o["--launches"] })
+    -- a launch without a declared cost counts 0 s: said on stderr, in the text and the JSON
+    if #rep.undeclared > 0 then
+      io.stderr:write(string.format("gen: warning: gen perf %s: %d launch(es) of %s have no cost declaration and count as 0 s — the prediction is optimistic; declare `cost` in the template\n",
+        name, rep.undeclared_launches, table.concat(rep.undeclared, ", ")))
+    end
     if rep.launch_list then -- JSON-friendly: the launch, its op and its declared cost
       local ll = U.array()
       for _, l in ipairs(rep.launch_list) do

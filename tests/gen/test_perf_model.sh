@@ -7,7 +7,10 @@
 # LM-head GEMM also computes); with every rate doubled and no launch overhead the kernel time
 # halves exactly (the model is a roofline); an 8-GPU ring all-reduce moves 2*7/8 of the gradient
 # bytes over NVLink; gen size --plan reports gen perf's rate; gen audit of a GPU trainer ends with
-# the model's section; the bf16 what-if is labelled as one. Bad input (exit 2): unknown hardware,
+# the model's section; the bf16 what-if is labelled as one; the muon, adam_mini, int8 and QAT tiny
+# trainers have every kernel declared; an op without a declaration is said (stderr, text, JSON);
+# GEMM epilogues marked by the plan (attrs.epilogue) or --epilogues remove the GELU launches and
+# bias-gradient GEMMs with the GEMMs' FLOPs unchanged and fewer bytes. Bad input (exit 2): unknown hardware,
 # no plan, no --hw, a bad --policy or --set, an FP8 trainer on hardware without FP8 units. ~10 s.
 source "$(dirname "$0")/lib.sh"
 S="$ROOT/specs/v2500.yaml"
@@ -87,6 +90,55 @@ expect perf_text_plan 0 "what the trainer executes" -- "$GEN" perf "$TMP/t" --hw
 # gen audit DIR of a GPU trainer ends with the model's section for its target's hardware
 expect gen_sm90 0 "wrote" -- "$GEN" "$S" --enable bf16,flash --model tiny --target sm_90 --batch 2 --seq 64 -o "$TMP/g90"
 expect audit_has_perf 0 "Performance model.*|## h100-sxm — tiny" -- "$GEN" audit "$TMP/g90"
+# every kernel of the other optimizers and quantizations a device runs has a declaration too
+for v in "muon:bf16,muon" "adam_mini:adam_mini" "int8:int8" "qat:bf16,qat"; do
+  expect "gen_tiny_${v%%:*}" 0 "wrote" -- "$GEN" "$S" --enable "${v#*:}" --model tiny --target sim --batch 1 --seq 32 -o "$TMP/o_${v%%:*}"
+  "$GEN" perf "$TMP/o_${v%%:*}" --hw h100-sxm --json > "$TMP/o_${v%%:*}.json" 2>"$TMP/o_${v%%:*}.err"
+  check "test_perf_every_kernel_declared_${v%%:*}" py "$TMP/o_${v%%:*}.json" "$TMP/o_${v%%:*}.err" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))["predictions"][0]
+assert not r["undeclared"] and r["undeclared_launches"] == 0 and open(sys.argv[2]).read() == "", r["undeclared"]
+PY
+done
+# an op without a declaration is said (stderr, the text, the JSON), not silently 0 s
+python3 - "$TMP/t/plan.json" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1])); p["forward"].append({"op": "mystery_op", "ins": [], "outs": ["x"], "attrs": {}})
+json.dump(p, open(sys.argv[1], "w"))
+PY
+expect perf_undeclared_said 0 "warning: gen perf h100-sxm: 1 launch\(es\) of op.mystery_op have no cost declaration" -- "$GEN" perf "$TMP/t" --hw h100-sxm
+expect perf_undeclared_in_text 0 "INCOMPLETE: 1 launch" -- "$GEN" perf "$TMP/t" --hw h100-sxm
+# GEMM epilogues (v2166): a matmul_fwd the plan marks (attrs.epilogue) takes its GELU, the dgrad
+# GEMM the dGELU, the wgrad GEMM the bias gradient: the gelu launches and the bias-gradient GEMMs go,
+# the GEMMs carry their work and the aux bytes; --epilogues marks every site (a what-if)
+expect gen_epilogue_sm90 0 "wrote" -- "$GEN" "$S" --enable bf16,flash --model tiny --target sm_90 --batch 2 --seq 64 -o "$TMP/ep"
+"$GEN" perf "$TMP/ep" --hw h100-sxm --json --launches > "$TMP/ep0.json"
+"$GEN" perf "$TMP/ep" --hw h100-sxm --json --launches --epilogues > "$TMP/ep1.json"
+python3 - "$TMP/ep/plan.json" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1]))
+for o in p["forward"]:
+    if o["op"] == "matmul_fwd": o["attrs"]["epilogue"] = "bias_gelu"
+for o in p["backward"]:
+    if o["op"] == "matmul_bwd": o["attrs"]["epilogue"] = "dgelu_bgrad"
+json.dump(p, open(sys.argv[1], "w"))
+PY
+"$GEN" perf "$TMP/ep" --hw h100-sxm --json --launches > "$TMP/ep2.json"
+check test_perf_epilogues py "$TMP/ep0.json" "$TMP/ep1.json" "$TMP/ep2.json" "$TMP/ep/plan.json" <<'PY'
+import json, sys
+a, b, c = (json.load(open(f))["predictions"][0] for f in sys.argv[1:4])
+p = json.load(open(sys.argv[4]))
+L = p["model"]["L"]
+k = lambda r, name: sum(1 for l in r["launch_list"] if l["kernel"] == name)
+assert k(a, "gelu_fwd") == k(a, "gelu_bwd") == L and k(b, "gelu_fwd") == k(b, "gelu_bwd") == 0, (k(a, "gelu_fwd"), k(b, "gelu_fwd"))
+assert k(b, "gemm_fwd_bias_gelu") == k(b, "gemm_dgrad_dgelu") == L and k(b, "gemm_dbias") == 0
+assert b["launches"] == a["launches"] - 2 * L - k(a, "gemm_dbias")
+# the GEMMs' FLOPs are unchanged; DRAM bytes fall by the GELU round trips less the aux traffic
+fl = lambda r: sum(l["cost"]["tc_bf16"] for l in r["launch_list"])
+assert fl(a) == fl(b) and b["totals"]["bytes"] < a["totals"]["bytes"] and b["tokens_per_s"] > a["tokens_per_s"]
+# the plan's marks give what --epilogues gives
+assert c["launches"] == b["launches"] and c["totals"] == b["totals"] and c["step"] == b["step"]
+PY
 # --- bad input: one line, exit 2 -------------------------------------------------------------------
 mkdir -p "$TMP/empty"
 expect perf_unknown_hw 2 "h100-sxn.*did you mean|no hardware|h100-sxn" -- "$GEN" perf "$TMP/t" --hw h100-sxn
