@@ -1,47 +1,94 @@
 #!/usr/bin/env bash
-# The performance model's predictions that the README and docs/perf-model.md show, regenerated:
-# (1) the seed-003 ladder on an H100 — llama-176m-qknorm, B=8, T=1024, --target sm_90, each step one
-# more --enable, tokens/s per GPU predicted by `gen perf --hw h100-sxm` for the plan the trainer
-# executes, next to seed 003's claimed figures; (2) gpt2-124m, B=64, T=1024, bf16 + flash on A100,
-# H100 and H200 with the device trainer's fp32 storage (before issue 27) and its bf16 storage (now).
-# Prints markdown. tests/gen/test_perf_ladder.sh checks that the README's ladder equals its output.
-# Usage: scripts/perf_ladder.sh [BUILD_DIR] [ladder|gpt2|all]
+# The performance model's predictions that the README and docs/perf-model.md show, regenerated from
+# the plans and kernel costs (`gen perf`), as markdown:
+#   ladder  the seed-003 stack on an H100, each row one more --enable (tokens/s per GPU predicted for
+#           the plan the trainer executes) for the seed's model and batch (llama-176m-qknorm, B=8,
+#           T=1024) and for gpt2-124m (B=64, T=1024), next to seed 003's claimed figures
+#   gpt2    gpt2-124m, B=64, T=1024, bf16 + flash on A100, H100 and H200: fp32 storage (the device
+#           trainer before issue 27), bf16 storage (now), + CUDA graphs, + GEMM epilogues (what-if)
+#   llama3  llama3-8b, B=1, T=8192, bf16 + flash on A100, H100 and H200 (compute only)
+# Published figures of other trainers are not computed here: docs/perf-model.md cites them beside
+# these tables. tests/gen/test_perf_ladder.sh checks that README.md and docs/perf-model.md carry
+# exactly this output between their perf-table markers.
+# Usage: scripts/perf_ladder.sh [BUILD_DIR] [ladder|gpt2|llama3|all]   (all: every table, blank-line separated)
+# Never: a figure typed by hand — every number below comes from gen perf.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build}; WHAT=${2:-all}
+case $WHAT in ladder|gpt2|llama3|all) ;; *) echo "scripts/perf_ladder.sh: unknown table '$WHAT' — use ladder, gpt2, llama3 or all" >&2; exit 2 ;; esac
 GEN="$BUILD/generator/gen"
 TMP=$(mktemp -d /tmp/hyp-ladder.XXXXXX); trap 'rm -rf "$TMP"' EXIT
-tps() { # tps DIR HW [gen perf args]: predicted tokens/s per GPU
-  "$GEN" perf "$1" --hw "$2" --json "${@:3}" | python3 -c "import json, sys; p = json.load(sys.stdin)['predictions'][0]; print(p['tokens_per_s_per_gpu'], p['mfu'])"
+# gen_dir NAME MODEL TARGET B T ENABLE [more gen args]: generate once into $TMP/NAME
+gen_dir() {
+  [ -d "$TMP/$1" ] || "$GEN" specs/v2500.yaml --model "$2" --target "$3" --batch "$4" --seq "$5" --enable "$6" "${@:7}" \
+    -o "$TMP/$1" >/dev/null 2>"$TMP/$1.err" || { cat "$TMP/$1.err" >&2; exit 1; }
 }
-k() { python3 -c "import sys; v = float(sys.argv[1]); print(f'{v / 1e3:.1f}k' if v < 1e6 else f'{v / 1e6:.2f}M')" "$1"; }
+# pred DIR HW [gen perf args]: "tokens/s-per-GPU MFU"; a prediction with undeclared kernels fails
+pred() {
+  "$GEN" perf "$1" --hw "$2" --json "${@:3}" 2>"$TMP/perf.err" | python3 -c "
+import json, sys
+p = json.load(sys.stdin)['predictions'][0]
+assert not p['undeclared'], 'undeclared kernels: ' + ', '.join(p['undeclared'])
+print(p['tokens_per_s_per_gpu'], p['mfu'])"
+}
+fmt() { python3 -c "import sys; v, m = float(sys.argv[1]), float(sys.argv[2]); print((f'{v / 1e3:.1f}k' if v < 1e6 else f'{v / 1e6:.2f}M') + f' (MFU {100 * m:.1f}%)')" "$1" "$2"; }
+ratio() { [ -z "$2" ] && return 0; python3 -c "import sys; print(f'{float(sys.argv[1]) / float(sys.argv[2]):.2f}')" "$1" "$2"; }
+sep=""
 if [ "$WHAT" = ladder ] || [ "$WHAT" = all ]; then
-  echo "| step | seed 003 (claimed, tok/s) | ours, predicted tok/s per H100 (gen perf) | × |"
-  echo "|---|---|---|---|"
-  sel=adamw; prev=""
-  for step in "fp32:25K" "bf16:45K (1.8x)" "flash:55K (1.2x)" "fp8:75K (1.36x)" "fusion:84K (1.12x)" "graphs:100–108K (compile)"; do
-    name=${step%%:*}; seed=${step#*:}
-    extra=()
-    case $name in fp32) ;; graphs) extra=(--graphs) ;; *) sel="$sel,$name" ;; esac
-    if [ "$name" != graphs ]; then
-      "$GEN" specs/v2500.yaml --enable "$sel" --model llama-176m-qknorm --target sm_90 --batch 8 --seq 1024 -o "$TMP/l" >/dev/null 2>&1
-    fi
-    read -r v m <<< "$(tps "$TMP/l" h100-sxm "${extra[@]}")"
-    x=""; [ -n "$prev" ] && x=$(python3 -c "import sys; print(f'{float(sys.argv[1]) / float(sys.argv[2]):.2f}')" "$v" "$prev")
-    echo "| ${name/fp32/fp32 (adamw)} | $seed | $(k "$v") (MFU $(python3 -c "print(f'{100 * float(\"$m\"):.1f}%')")) | $x |"
-    prev=$v
+  echo "| step (--enable) | seed 003, claimed tok/s | llama-176m-qknorm B=8, predicted per H100 | × | gpt2-124m B=64, predicted per H100 | × |"
+  echo "|---|---|---|---|---|---|"
+  sel=adamw; pl=""; pg=""
+  # the seed's rows; ours: fusion = residual+norm fusion (no fused-QKV spec), no FP8-attention spec,
+  # AdamW is one fused kernel from the start, CUDA graphs in place of torch.compile; epilogues: v2166
+  for step in "fp32:~25K" "bf16:~45K (1.8x)" "flash:~55K (1.2x)" "fp8:~75K (1.36x)" "fusion:~84K (1.12x, fused QKV)" \
+              "fp8 attention:~89K (1.06x)" "fused adamw:~93K (1.04x)" "graphs:~100–108K (1.08–1.16x, torch.compile)" \
+              "epilogues:—"; do
+    name=${step%%:*}; seed=${step#*:}; extra=()
+    case $name in
+      fp32) ;;
+      "fp8 attention"|"fused adamw") echo "| $name | $seed | no such step (see below) | | no such step | |"; continue ;;
+      graphs) extra=(--graphs) ;;
+      epilogues) extra=(--graphs --epilogues) ;;
+      *) sel="$sel,$name" ;;
+    esac
+    gen_dir "l_$sel" llama-176m-qknorm sm_90 8 1024 "$sel"
+    gen_dir "g_$sel" gpt2-124m sm_90 64 1024 "$sel"
+    read -r vl ml <<< "$(pred "$TMP/l_$sel" h100-sxm "${extra[@]}")"
+    read -r vg mg <<< "$(pred "$TMP/g_$sel" h100-sxm "${extra[@]}")"
+    label=$name; [ "$name" = epilogues ] && label="epilogues (what-if, v2166)"
+    echo "| $label | $seed | $(fmt "$vl" "$ml") | $(ratio "$vl" "$pl") | $(fmt "$vg" "$mg") | $(ratio "$vg" "$pg") |"
+    pl=$vl; pg=$vg
   done
+  sep=1
 fi
+GPUS=("sm_80:a100-80gb:A100 80GB" "sm_90:h100-sxm:H100 SXM" "sm_90:h200:H200")
 if [ "$WHAT" = gpt2 ] || [ "$WHAT" = all ]; then
-  echo
-  echo "| GPU | fp32 storage (before) | bf16 storage (now, the plan) |"
-  echo "|---|---|---|"
-  for t in "sm_80:a100-80gb:A100 80GB" "sm_90:h100-sxm:H100 SXM" "sm_90:h200:H200"; do
+  [ -n "$sep" ] && echo
+  echo "| GPU | fp32 storage (before issue 27) | bf16 storage (now, the plan) | + CUDA graphs | + GEMM epilogues (what-if) |"
+  echo "|---|---|---|---|---|"
+  for t in "${GPUS[@]}"; do
     IFS=: read -r tgt hw label <<< "$t"
-    [ -d "$TMP/g_$tgt" ] || "$GEN" specs/v2500.yaml --enable bf16,flash --model gpt2-124m --target "$tgt" --batch 64 --seq 1024 -o "$TMP/g_$tgt" >/dev/null 2>&1
-    [ -d "$TMP/f_$tgt" ] || "$GEN" specs/v2500.yaml --enable bf16,flash --set v2102.storage=fp32 --model gpt2-124m --target "$tgt" --batch 64 --seq 1024 -o "$TMP/f_$tgt" >/dev/null 2>&1
-    read -r f fm <<< "$(tps "$TMP/f_$tgt" "$hw")"; read -r g gm <<< "$(tps "$TMP/g_$tgt" "$hw")"
-    pct() { python3 -c "import sys; print(f'{100 * float(sys.argv[1]):.1f}%')" "$1"; }
-    echo "| $label | $(k "$f") tok/s, MFU $(pct "$fm") | $(k "$g") tok/s, MFU $(pct "$gm") |"
+    gen_dir "f_$tgt" gpt2-124m "$tgt" 64 1024 bf16,flash --set v2102.storage=fp32
+    gen_dir "b_$tgt" gpt2-124m "$tgt" 64 1024 bf16,flash
+    row="| $label"
+    for args in "f_$tgt:" "b_$tgt:" "b_$tgt:--graphs" "b_$tgt:--graphs --epilogues"; do
+      # shellcheck disable=SC2086
+      read -r v m <<< "$(pred "$TMP/${args%%:*}" "$hw" ${args#*:})"
+      row="$row | $(fmt "$v" "$m")"
+    done
+    echo "$row |"
+  done
+  sep=1
+fi
+if [ "$WHAT" = llama3 ] || [ "$WHAT" = all ]; then
+  [ -n "$sep" ] && echo
+  echo "| GPU | llama3-8b B=1 T=8192, bf16 + flash (the plan) | + CUDA graphs |"
+  echo "|---|---|---|"
+  for t in "${GPUS[@]}"; do
+    IFS=: read -r tgt hw label <<< "$t"
+    gen_dir "l8_$tgt" llama3-8b "$tgt" 1 8192 bf16,flash
+    read -r v m <<< "$(pred "$TMP/l8_$tgt" "$hw")"
+    read -r vg mg <<< "$(pred "$TMP/l8_$tgt" "$hw" --graphs)"
+    echo "| $label | $(fmt "$v" "$m") | $(fmt "$vg" "$mg") |"
   done
 fi
