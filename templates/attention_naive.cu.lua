@@ -92,23 +92,23 @@ cost = (function()
     for t = t0, math.min(T, t0 + nr) - 1 do c = c + math.max(0, math.min(t, j0 + 31, T - 1) - j0 + 1) end
     return c
   end
-  local function scores(a) -- scores and datt: TQ x 32 tiles, two staged operands
+  local function scores(a, ea) -- scores (q: ea 4) and datt (dout: ea E): TQ x 32 tiles, two staged operands
     local TQ = a.TQ or 32
     local ld, st, fl = 0, 0, 0
     for t0 = 0, a.T - 1, TQ do
       for j0 = 0, a.T - 1, 32 do
         if j0 <= t0 + TQ - 1 then
-          ld = ld + (rows(a.T, t0, TQ) + rows(a.T, j0, 32)) * a.HD * 4
+          ld = ld + (rows(a.T, t0, TQ) * ea + rows(a.T, j0, 32) * 4) * a.HD
           st = st + tri(a.T, t0, j0, TQ) * 4
           fl = fl + 2 * TQ * 32 * a.HD
         end
       end
     end
     local BH = a.B * a.NH
-    local uniq = a.B * a.T * (a.NH + a.NKV) * a.HD * 4
+    local uniq = a.B * a.T * (a.NH * ea + a.NKV * 4) * a.HD
     return { fp32 = BH * fl, rd = uniq, wr = BH * st, reread = BH * ld - uniq }
   end
-  local function pv(a, kv_heads) -- value and dq: P (causal part) x X, 32-row tiles
+  local function pv(a, kv_heads, eo) -- value (out: eo E) and dq (fp32 scratch: eo 4): P (causal part) x X, 32-row tiles
     local ld, fl = 0, 0
     for t0 = 0, a.T - 1, 32 do
       for j0 = 0, math.min(a.T, t0 + 32) - 1, 32 do
@@ -119,35 +119,41 @@ cost = (function()
     local BH = a.B * a.NH
     local p = BH * a.T * (a.T + 1) // 2 * 4
     local x = a.B * a.T * kv_heads * a.HD * 4
-    return { fp32 = BH * fl, rd = p + x, wr = BH * a.T * a.HD * a.E, reread = BH * ld - p - x }
+    return { fp32 = BH * fl, rd = p + x, wr = BH * a.T * a.HD * eo, reread = BH * ld - p - x }
   end
+  -- softmax: the forward loads each visible score 3 times (fp32 scratch); the backward loads datt
+  -- (fp32) and att (as stored: E) twice each
   local function softmax(a, loads_per_visible)
     local vis = a.T * (a.T + 1) // 2 -- visible (t, j <= t) entries per (b, head)
     local BH = a.B * a.NH
+    local per = loads_per_visible == 3 and 4 or (4 + a.E) -- bytes per visible entry and pass
     return { fp32 = BH * vis * 4, sfu = BH * vis * (loads_per_visible == 3 and 2 or 0),
-             rd = BH * vis * 4 * (loads_per_visible == 3 and 1 or 2), wr = BH * a.T * a.T * 4,
-             reread = BH * vis * 4 * (loads_per_visible == 3 and 2 or 2) }
+             rd = BH * vis * per, wr = BH * a.T * a.T * 4,
+             reread = BH * vis * per * (loads_per_visible == 3 and 2 or 1) }
   end
   return {
-    attention_scores = scores, attention_bwd_datt = scores,
+    attention_scores = function(a) return scores(a, 4) end,
+    attention_bwd_datt = function(a) return scores(a, a.E) end,
     attention_softmax_fwd = function(a) return softmax(a, 3) end,
     attention_softmax_bwd = function(a) return softmax(a, 4) end,
-    attention_value = function(a) return pv(a, a.NKV) end,
-    attention_bwd_dq = function(a) return pv(a, a.NKV) end,
-    attention_bwd_dkv = function(a) -- z = 0: dk from dS^T q, z = 1: dv from P^T dout; G heads each
+    attention_value = function(a) return pv(a, a.NKV, a.E) end,
+    attention_bwd_dq = function(a) return pv(a, a.NKV, 4) end,
+    -- z = 0: dk from dS^T q (fp32 scratch), z = 1: dv from P^T dout (att and dout as stored: E);
+    -- G heads each; dk, dv fp32 scratch
+    attention_bwd_dkv = function(a)
       local ld, fl = 0, 0
       for j0 = 0, a.T - 1, 32 do
         for t0 = j0, a.T - 1, 32 do
-          ld = ld + tri(a.T, t0, j0, 32) * 4 + rows(a.T, t0, 32) * a.HD * 4
+          ld = ld + (tri(a.T, t0, j0, 32) + rows(a.T, t0, 32) * a.HD) * (4 + a.E) -- both z
           fl = fl + 2 * 32 * 32 * a.HD
         end
       end
       local G = a.NH // a.NKV
       local BH = a.B * a.NH
-      local p = 2 * BH * a.T * (a.T + 1) // 2 * 4
-      local x = 2 * BH * a.T * a.HD * 4
-      return { fp32 = 2 * a.B * a.NKV * G * fl, rd = p + x, wr = 2 * a.B * a.NKV * a.T * a.HD * a.E,
-               reread = 2 * a.B * a.NKV * G * ld - p - x }
+      local p = BH * a.T * (a.T + 1) // 2 * (4 + a.E)
+      local x = BH * a.T * a.HD * (4 + a.E)
+      return { fp32 = 2 * a.B * a.NKV * G * fl, rd = p + x, wr = 2 * a.B * a.NKV * a.T * a.HD * 4,
+               reread = a.B * a.NKV * G * ld - p - x }
     end,
   }
 end)()

@@ -42,10 +42,11 @@ ops = {
 -- cost of one launch (generator/lua/perf.lua; fields as in templates/gelu.cu.lua): every [N, R] row
 -- (R = (NH + 2 NKV) HD) once; the rotation's sin/cos are special functions per q/k pair
 cost = {
+  -- the permutes: qkv (and dqkv) as stored (E), q, k, v, dq, dk, dv fp32 scratch
   qkv_permute_fwd = function(a) local n = a.N * (a.NH + 2 * a.NKV) * a.HD
-    return { rd = a.E * n, wr = a.E * n } end,
+    return { rd = a.E * n, wr = 4 * n } end,
   qkv_permute_bwd = function(a) local n = a.N * (a.NH + 2 * a.NKV) * a.HD
-    return { fp32 = n, rd = 2 * a.E * n, wr = a.E * n } end,
+    return { fp32 = n, rd = (4 + a.E) * n, wr = a.E * n } end,
   rope_fwd = function(a) local R = (a.NH + 2 * a.NKV) * a.HD; local qk = a.N * (a.NH + a.NKV) * a.HD
     return { fp32 = 3 * qk, sfu = qk, rd = a.E * a.N * R, wr = a.E * a.N * R } end,
   rope_bwd = function(a) local R = (a.NH + 2 * a.NKV) * a.HD; local qk = a.N * (a.NH + a.NKV) * a.HD

@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
-# The performance model's declared costs against what the simulator executes. Two tiny trainers
-# (tiny-llama under bf16 with RMSNorm, QK norm, RoPE, SwiGLU, flash attention and the residual+norm
-# fusion; tiny gpt2 with LayerNorm, GELU, learned positions, naive attention and FP8 GEMMs with the
-# hybrid recipe's casts) run one step on the sim device with HYP_SIM_COUNT_FILE: their kernels are
-# compiled for counting (runtime/sim/sim.h HYP_SIM_COUNT_FLAGS: every global load/store inside a
+# The performance model's declared costs against what the simulator executes. Five tiny trainers
+# (tiny-llama with RMSNorm, QK norm, RoPE, SwiGLU, flash attention and the residual+norm fusion,
+# under bf16 and under fp32 activation storage; tiny gpt2 with LayerNorm, GELU, learned positions
+# and naive attention under bf16 storage, with FP8 GEMMs and the hybrid recipe's casts, and with
+# QAT; the optimizers AdamW, Muon and Adam-mini; int8 GEMMs) run one step on the sim device with
+# HYP_SIM_COUNT_FILE: their kernels are compiled for counting (runtime/sim/sim.h HYP_SIM_COUNT_FLAGS: every global load/store inside a
 # device allocation and every tensor-core mma reported) and each launch's counts are logged. Per
 # kernel, summed over the step: the launch count must equal the plan's (gen perf --launches), and
 # bytes loaded (declared rd + reread), bytes stored (wr) and mma instructions (tc FLOPs / 4096)
 # must agree within 10% — the issue's bound; the declarations are exact except AdamW's segment
 # search, declared as log2(nseg) loads on average. A failing line names template.kernel. Not
 # run here (to keep the test short): Lion, Sophia and schedule-free, checked by hand
-# (docs/perf-model.md). ~2 min (-O0 builds).
+# (docs/perf-model.md). ~2.5 min (-O0 builds).
 source "$(dirname "$0")/lib.sh"
 S="$ROOT/specs/v2500.yaml"
 cat "$ROOT"/specs/*/*.yaml > "$TMP/corpus.txt"
@@ -53,8 +54,9 @@ run_counts() { # NAME B T GEN-ARGS...
 # operands, the per-step weight-copy cast) with Muon (per-matrix momentum, normalize, apply and its
 # AdamW tensors), and fp32 with Adam-mini (block and per-coordinate steps) and int8 GEMMs (scales,
 # quantization, the reference GEMM); FP8 GEMMs (fp32 storage) with naive attention; QAT's fake
-# quantization (fp32 storage)
+# quantization (fp32 storage); naive attention with bf16 storage (fp32 score scratch, P cast to bf16)
 run_counts llama 2 64 --enable bf16,flash,fusion,muon --model tiny-llama
+run_counts naive_bf16 1 32 --enable bf16 --model tiny
 run_counts llama_f32 2 64 --enable bf16,flash,fusion,adam_mini,int8 --set v2102.storage=fp32 --model tiny-llama
 run_counts naive_fp8 1 32 --enable bf16,fp8 --model tiny
 run_counts qat 1 32 --enable bf16,qat --model tiny
