@@ -28,7 +28,7 @@ usage:
   gen tokenizer encode|decode TOKENIZER [FILE]   text -> ids (one per line) / ids -> text
   gen tokenizer info TOKENIZER            kind, vocabulary size, EOT id and hash
   gen size --model M [--hw LIST] [...]    size a training run (see gen size --help)
-  gen perf DIR --hw LIST [--policy plan|bf16] [--graphs] [--gpus P] [--json]
+  gen perf DIR --hw LIST [--policy plan|bf16] [--graphs] [--epilogues] [--gpus P] [--top K] [--json]
                                           predicted step time, tokens/s, MFU and top ops of the
                                           trainer in DIR, from its plan and kernels (gen perf --help)
   gen scaling fit RUNS... [-o FIT] [--svg FILE] [--budget C] [--bootstrap N] [--exclude-top K]
