@@ -162,37 +162,10 @@ static int l_scaling_bootstrap(lua_State *L) {
     return 1;
 }
 
-/* hyp.scaling_objective(N, D, L, {a,b,e,alpha,beta}[, delta]) -> objective, {gradient 5} */
-static int l_scaling_objective(lua_State *L) {
-    luaL_checktype(L, 4, LUA_TTABLE);
-    double delta = luaL_optnumber(L, 5, 1e-3);
-    static const char *const P[NP] = {"a", "b", "e", "alpha", "beta"};
-    double x[NP], g[NP];
-    for (int j = 0; j < NP; j++) {
-        lua_getfield(L, 4, P[j]);
-        x[j] = luaL_checknumber(L, -1);
-        lua_pop(L, 1);
-    }
-    double *logn, *logd, *logl;
-    int n = read_runs(L, &logn, &logd, &logl);
-    hyp_lawfit_data d = two_terms(logn, logd, logl, NULL, n, delta);
-    double f = hyp_lawfit_objective(&d, x, g);
-    free(logn);
-    lua_pushnumber(L, f);
-    lua_createtable(L, NP, 0);
-    for (int j = 0; j < NP; j++) {
-        lua_pushnumber(L, g[j]);
-        lua_rawseti(L, -2, j + 1);
-    }
-    return 2;
-}
-
 void gen_register_fit(lua_State *L, int idx) {
     idx = lua_absindex(L, idx);
     lua_pushcfunction(L, l_scaling_fit);
     lua_setfield(L, idx, "scaling_fit");
     lua_pushcfunction(L, l_scaling_bootstrap);
     lua_setfield(L, idx, "scaling_bootstrap");
-    lua_pushcfunction(L, l_scaling_objective);
-    lua_setfield(L, idx, "scaling_objective");
 }

@@ -3,9 +3,8 @@
  * matrix's remaining weights by magnitude (weights already zero stay pruned; ties by index), and
  * write the rewind point's weights under that mask as the next round's starting model. Both files
  * are Hugging Face safetensors of one model (`gen export` of two checkpoints), so tensor names and
- * shapes agree. Prunable: the 2-D weights inside the transformer layers (".h." or "model.layers."
- * in the name), as runtime/train/prune.c decides. Never writes a partial file (hyp_st_write is
- * atomic); reads only F32 tensors for the mask (others are copied as they are). */
+ * shapes agree. Prunable and ranked as runtime/core/magnitude.h says (as the trainer's masks).
+ * Never writes a partial file (hyp_st_write is atomic); reads only F32 tensors for the mask (others are copied as they are). */
 #include <lauxlib.h>
 #include <lua.h>
 #include <stdint.h>
@@ -13,23 +12,10 @@
 #include <string.h>
 
 #include "gen_host.h"
+#include "magnitude.h"
 #include "safetensors.h"
 
-static int prunable(const hyp_st_tensor *t) {
-    return t->ndim == 2 && t->dtype == HYP_ST_F32 && (strstr(t->name, ".h.") || strstr(t->name, "model.layers.")) &&
-           !strstr(t->name, "embed");
-}
-
-static int cmp_u64(const void *a, const void *b) {
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return (x > y) - (x < y);
-}
-
-static uint32_t mag_key(float w) {
-    uint32_t u;
-    memcpy(&u, &w, sizeof u);
-    return u & 0x7fffffffu;
-}
+static int prunable(const hyp_st_tensor *t) { return t->dtype == HYP_ST_F32 && hyp_prunable_matrix(t->name, t->ndim); }
 
 /* hyp.lottery_rewind(rewind.safetensors, final.safetensors, rate, out.safetensors)
  * -> rc, message, {prunable = n, pruned = n} */
@@ -82,9 +68,9 @@ static int l_lottery_rewind(lua_State *L) {
         int64_t zeros = 0;
         for (int64_t k = 0; k < m; k++) {
             zeros += f[k] == 0.0f;
-            o[k] = (f[k] == 0.0f ? 0 : (uint64_t)mag_key(f[k]) + 1) << 32 | (uint64_t)k; /* zeros sort first */
+            o[k] = (f[k] == 0.0f ? 0 : (uint64_t)hyp_mag_key(f[k]) + 1) << 32 | (uint64_t)k; /* zeros sort first */
         }
-        qsort(o, (size_t)m, sizeof *o, cmp_u64);
+        qsort(o, (size_t)m, sizeof *o, hyp_cmp_u64);
         int64_t cut = zeros + (int64_t)((double)(m - zeros) * rate);
         for (int64_t k = 0; k < cut; k++) w[o[k] & 0xffffffffu] = 0.0f;
         free(f);

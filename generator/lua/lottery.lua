@@ -37,22 +37,6 @@ local function tail(path, n)
   return table.concat(lines, "\n", math.max(1, #lines - n + 1))
 end
 
--- the final training loss (mean of the last 5% of rows) and last validation loss of a metrics file
-local function losses(path)
-  local rows = {}
-  for l in ((hyp.read_file(path) or "") .. "\n"):gmatch("([^\n]*)\n") do
-    if l ~= "" then
-      local ok, r = pcall(hyp.json_decode, l)
-      if ok and type(r) == "table" and type(r.loss) == "number" then rows[#rows + 1] = r end
-    end
-  end
-  if #rows == 0 then return nil end
-  local k, s, val = math.max(1, #rows // 20), 0, nil
-  for i = #rows - k + 1, #rows do s = s + rows[i].loss end
-  for i = #rows, 1, -1 do if type(rows[i].val_loss) == "number" then val = rows[i].val_loss; break end end
-  return s / k, val, #rows
-end
-
 function M.main(args, parse)
   local split
   for i, a in ipairs(args) do if a == "--" then split = i; break end end
@@ -112,8 +96,8 @@ function M.main(args, parse)
       io.stderr:write(tail(rd .. "/train.log", 8), "\n")
       U.fail(rd .. "/train.log", string.format("round %d's training exited with status %d", r, rc), "see the log; fix the arguments after --")
     end
-    local loss, val = losses(rd .. "/metrics.jsonl")
-    return rd, loss, val
+    local m = U.metrics_summary(rd .. "/metrics.jsonl") or {}
+    return rd, m.loss, m.val_loss
   end
   local function export(ck, to)
     local rc, msg = hyp.hf_export(ck, plan_path, to)

@@ -228,13 +228,16 @@ function M.size_section(fit, path, N, tokens, budget)
     out.loss = M.loss(law, N, tokens)
     out.loss_interval = M.interval(samples, function(s) return M.loss(s, N, tokens) end)
   end
-  if budget then
-    local opt = M.optimum(law, budget)
-    out.budget = { C = budget, N = opt.N, D = opt.D, loss = opt.loss,
-      N_interval = M.interval(samples, function(s) return M.optimum(s, budget).N end),
-      loss_interval = M.interval(samples, function(s) return M.optimum(s, budget).loss end) }
-  end
+  if budget then out.budget = M.budget(law, samples, budget) end
   return out
+end
+
+-- the compute-optimal split of a budget of C FLOPs under the law, with bootstrap intervals
+function M.budget(law, samples, C)
+  local opt = M.optimum(law, C)
+  return { C = C, N = opt.N, D = opt.D, loss = opt.loss,
+    N_interval = M.interval(samples, function(s) return M.optimum(s, C).N end),
+    loss_interval = M.interval(samples, function(s) return M.optimum(s, C).loss end) }
 end
 
 local function percentile(sorted, q)
@@ -504,12 +507,7 @@ function M.main(args, parse)
     res.bootstrap.params[#res.bootstrap.params + 1] = { A = s.A, B = s.B, E = s.E, alpha = s.alpha, beta = s.beta }
   end
   for _, r in ipairs(runs) do res.runs[#res.runs + 1] = { N = r.N, D = r.D, C = r.C, loss = r.loss, predicted = M.loss(law, r.N, r.D) } end
-  if budget then
-    local opt = M.optimum(law, budget)
-    res.budget = { C = budget, N = opt.N, D = opt.D, loss = opt.loss,
-      N_interval = M.interval(samples, function(s) return M.optimum(s, budget).N end),
-      loss_interval = M.interval(samples, function(s) return M.optimum(s, budget).loss end) }
-  end
+  if budget then res.budget = M.budget(law, samples, budget) end
   if o["-o"] then
     local text = assert(hyp.json_encode(res, true))
     local ok, err = hyp.write_file(o["-o"], text .. "\n")
@@ -525,12 +523,12 @@ function M.main(args, parse)
     local c = ci[k]
     return c and string.format(" [" .. fmt .. ", " .. fmt .. "]", c[1], c[2]) or ""
   end
+  local nlo, nhi, dlo, dhi = math.huge, 0, math.huge, 0
+  for _, r in ipairs(runs) do
+    nlo, nhi, dlo, dhi = math.min(nlo, r.N), math.max(nhi, r.N), math.min(dlo, r.D), math.max(dhi, r.D)
+  end
   io.write(string.format("gen scaling fit: %d runs (N %s–%s, D %s–%s), %d of %d starts converged, %.1f s\n", #runs,
-    si(math.min(table.unpack((function() local t = {} for i, r in ipairs(runs) do t[i] = r.N end return t end)()))),
-    si(math.max(table.unpack((function() local t = {} for i, r in ipairs(runs) do t[i] = r.N end return t end)()))),
-    si(math.min(table.unpack((function() local t = {} for i, r in ipairs(runs) do t[i] = r.D end return t end)()))),
-    si(math.max(table.unpack((function() local t = {} for i, r in ipairs(runs) do t[i] = r.D end return t end)()))),
-    best.usable, best.starts, secs))
+    si(nlo), si(nhi), si(dlo), si(dhi), best.usable, best.starts, secs))
   io.write(string.format("  L(N, D) = E + A/N^alpha + B/D^beta   (Huber delta %g; objective %.6g)\n", opts.delta, best.objective))
   io.write(string.format("  E     = %.4f%s\n  A     = %.2f%s\n  B     = %.2f%s\n  alpha = %.4f%s\n  beta  = %.4f%s\n",
     law.E, iv("E", "%.4f"), law.A, iv("A", "%.2f"), law.B, iv("B", "%.2f"), law.alpha, iv("alpha", "%.4f"), law.beta, iv("beta", "%.4f")))

@@ -149,22 +149,12 @@ local function configs(s)
   return out, names
 end
 
+-- the objective of a run: its last val_loss, or its mean final training loss (U.metrics_summary)
 local function metric_of(path, which)
-  local rows = {}
-  for l in ((hyp.read_file(path) or "") .. "\n"):gmatch("([^\n]*)\n") do
-    if l ~= "" then
-      local ok, r = pcall(hyp.json_decode, l)
-      if ok and type(r) == "table" and type(r.loss) == "number" then rows[#rows + 1] = r end
-    end
-  end
-  if #rows == 0 then return nil end
-  if which == "val_loss" then
-    for i = #rows, 1, -1 do if type(rows[i].val_loss) == "number" then return rows[i].val_loss, rows[i].step end end
-    return nil
-  end
-  local k, s = math.max(1, #rows // 20), 0
-  for i = #rows - k + 1, #rows do s = s + rows[i].loss end
-  return s / k, rows[#rows].step
+  local m = U.metrics_summary(path)
+  if not m then return nil end
+  if which == "val_loss" then return m.val_loss end
+  return m.loss
 end
 
 -- copies directory src into dst (created), files and subdirectories

@@ -133,4 +133,22 @@ end
 function U.dirname(p) return p:match("^(.*)/[^/]*$") or "." end
 function U.basename(p) return p:match("([^/]*)$") end
 
+-- A trainer's metrics JSONL summed up: the mean training loss of the last 5% of its rows (one
+-- step's loss is noisy) and its last val_loss (nil without one); nil for a file without loss rows.
+-- Lenient: lines that are not a JSON object with a numeric loss are skipped (a run cut short).
+function U.metrics_summary(path)
+  local rows = {}
+  for l in ((hyp.read_file(path) or "") .. "\n"):gmatch("([^\n]*)\n") do
+    if l ~= "" then
+      local ok, r = pcall(hyp.json_decode, l)
+      if ok and type(r) == "table" and type(r.loss) == "number" then rows[#rows + 1] = r end
+    end
+  end
+  if #rows == 0 then return nil end
+  local k, s, val = math.max(1, #rows // 20), 0, nil
+  for i = #rows - k + 1, #rows do s = s + rows[i].loss end
+  for i = #rows, 1, -1 do if type(rows[i].val_loss) == "number" then val = rows[i].val_loss; break end end
+  return { loss = s / k, val_loss = val }
+end
+
 return U

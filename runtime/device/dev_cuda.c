@@ -164,51 +164,48 @@ static int cu_fail(cu_dev *d, CUresult r, const char *what, hyp_err *e) {
 
 /* ---- NCCL's asynchronous errors ------------------------------------------------------------- */
 
-/* Waits for stream s as cuStreamSynchronize does, but, while NCCL is in use, polls the
- * communicator's asynchronous error (NCCL user guide, "Fault Tolerance": ncclCommGetAsyncError,
- * then ncclCommAbort): a dead peer would otherwise block the synchronize forever. An error aborts
- * the communicator and becomes sticky (device.h). */
+/* While NCCL is in use, the communicator's asynchronous error (NCCL user guide, "Fault Tolerance":
+ * ncclCommGetAsyncError, then ncclCommAbort): an error aborts the communicator and becomes sticky
+ * (device.h). 1 when the wait must end with it in e. */
+static int nccl_async_failed(cu_dev *d, hyp_err *e) {
+    ncclResult_t ar = ncclSuccess;
+    if (d->nc.ncclCommGetAsyncError(d->comm, &ar) != ncclSuccess) ar = ncclInternalError;
+    if (ar == ncclSuccess || ar == ncclInProgress) return 0;
+    d->nc.ncclCommAbort(d->comm);
+    d->comm = NULL;
+    snprintf(d->sticky, sizeof d->sticky,
+             "cuda: NCCL asynchronous error on rank %d: %s — a peer rank died or the network failed; the communicator was aborted: restart from the last checkpoint",
+             d->rank, d->nc.ncclGetErrorString(ar));
+    hyp_fail(e, HYP_EFAIL, "%s", d->sticky);
+    return 1;
+}
+static void poll_pause(void) {
+    struct timespec ts = {0, 200 * 1000};
+    nanosleep(&ts, NULL);
+}
+
+/* Waits for stream s as cuStreamSynchronize does, but polls NCCL's asynchronous error meanwhile:
+ * a dead peer would otherwise block the synchronize forever. */
 static int poll_stream(cu_dev *d, CUstream s, hyp_err *e) {
     if (d->sticky[0]) return hyp_fail(e, HYP_EFAIL, "%s", d->sticky);
-    if (!d->comm) return HYP_OK;
-    for (;;) {
+    while (d->comm) {
         CUresult r = d->cu.cuStreamQuery(s);
         if (r == CUDA_SUCCESS) return HYP_OK;
         if (r != CUDA_ERROR_NOT_READY) return cu_fail(d, r, "stream query", e);
-        ncclResult_t ar = ncclSuccess;
-        if (d->nc.ncclCommGetAsyncError(d->comm, &ar) != ncclSuccess) ar = ncclInternalError;
-        if (ar != ncclSuccess && ar != ncclInProgress) {
-            d->nc.ncclCommAbort(d->comm);
-            d->comm = NULL;
-            snprintf(d->sticky, sizeof d->sticky,
-                     "cuda: NCCL asynchronous error on rank %d: %s — a peer rank died or the network failed; the communicator was aborted: restart from the last checkpoint",
-                     d->rank, d->nc.ncclGetErrorString(ar));
-            return hyp_fail(e, HYP_EFAIL, "%s", d->sticky);
-        }
-        struct timespec ts = {0, 200 * 1000};
-        nanosleep(&ts, NULL);
+        if (nccl_async_failed(d, e)) return HYP_EFAIL;
+        poll_pause();
     }
+    return HYP_OK;
 }
-/* Waits for event ev as cuEventSynchronize does, polling NCCL's asynchronous error meanwhile (as
- * poll_stream): an event recorded after a collective whose peer died would never complete. */
+/* The same for event ev: an event recorded after a collective whose peer died would never complete. */
 static int poll_event(cu_dev *d, CUevent ev, hyp_err *e) {
     if (d->sticky[0]) return hyp_fail(e, HYP_EFAIL, "%s", d->sticky);
     while (d->comm) {
         CUresult r = d->cu.cuEventQuery(ev);
         if (r == CUDA_SUCCESS) return HYP_OK;
         if (r != CUDA_ERROR_NOT_READY) return cu_fail(d, r, "event query", e);
-        ncclResult_t ar = ncclSuccess;
-        if (d->nc.ncclCommGetAsyncError(d->comm, &ar) != ncclSuccess) ar = ncclInternalError;
-        if (ar != ncclSuccess && ar != ncclInProgress) {
-            d->nc.ncclCommAbort(d->comm);
-            d->comm = NULL;
-            snprintf(d->sticky, sizeof d->sticky,
-                     "cuda: NCCL asynchronous error on rank %d: %s — a peer rank died or the network failed; the communicator was aborted: restart from the last checkpoint",
-                     d->rank, d->nc.ncclGetErrorString(ar));
-            return hyp_fail(e, HYP_EFAIL, "%s", d->sticky);
-        }
-        struct timespec ts = {0, 200 * 1000};
-        nanosleep(&ts, NULL);
+        if (nccl_async_failed(d, e)) return HYP_EFAIL;
+        poll_pause();
     }
     return HYP_OK;
 }

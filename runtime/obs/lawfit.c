@@ -53,15 +53,21 @@ double hyp_lawfit_objective(const hyp_lawfit_data *d, const double *x, double *g
     return f;
 }
 
+/* one L-BFGS run of any smooth objective f (value, gradient into g) from x, in place */
+typedef struct {
+    double (*f)(void *ctx, const double *x, double *g);
+    void *ctx;
+} objective;
+
 static lbfgsfloatval_t evaluate(void *inst, const lbfgsfloatval_t *x, lbfgsfloatval_t *g, const int n,
                                 const lbfgsfloatval_t step) {
     (void)n;
     (void)step;
-    return hyp_lawfit_objective(inst, x, g);
+    const objective *o = inst;
+    return o->f(o->ctx, x, g);
 }
 
-int hyp_lawfit_minimize(const hyp_lawfit_data *d, double *x, double *fx) {
-    const int np = hyp_lawfit_params(d->terms);
+int hyp_lawfit_lbfgs(int np, double (*f)(void *ctx, const double *x, double *g), void *ctx, double *x, double *fx) {
     lbfgs_parameter_t p;
     lbfgs_parameter_init(&p);
     p.epsilon = 1e-10;    /* |g| < eps * max(1, |x|): far below the Huber scale (1e-3) */
@@ -69,20 +75,29 @@ int hyp_lawfit_minimize(const hyp_lawfit_data *d, double *x, double *fx) {
     p.delta = 1e-14;      /* over 5 iterations (near double precision of f) */
     p.max_iterations = 2000;
     p.max_linesearch = 60;
-    lbfgsfloatval_t xx[HYP_LAWFIT_MAX_PARAMS], f = 0;
+    lbfgsfloatval_t xx[HYP_LAWFIT_MAX_PARAMS + 1], v = 0;
+    if (np > HYP_LAWFIT_MAX_PARAMS + 1) return 0;
     for (int j = 0; j < np; j++) xx[j] = x[j];
-    int rc = lbfgs(np, xx, &f, evaluate, NULL, (void *)d, &p);
+    objective o = {f, ctx};
+    int rc = lbfgs(np, xx, &v, evaluate, NULL, &o, &p);
     for (int j = 0; j < np; j++) x[j] = xx[j];
-    *fx = f;
-    if (!isfinite(f)) return 0;
+    *fx = v;
+    if (!isfinite(v)) return 0;
     for (int j = 0; j < np; j++)
         if (!isfinite(x[j])) return 0;
-    for (int j = 0; d->decaying && j < d->terms; j++)
-        if (!(x[d->terms + 1 + j] > 0)) return 0;
     /* converged, stalled, or the line search could not improve f (the minimum to f's precision) */
     return rc == LBFGS_SUCCESS || rc == LBFGS_STOP || rc == LBFGS_ALREADY_MINIMIZED ||
            rc == LBFGSERR_ROUNDING_ERROR || rc == LBFGSERR_MAXIMUMLINESEARCH ||
            rc == LBFGSERR_MINIMUMSTEP || rc == LBFGSERR_MAXIMUMITERATION;
+}
+
+static double law_objective(void *ctx, const double *x, double *g) { return hyp_lawfit_objective(ctx, x, g); }
+
+int hyp_lawfit_minimize(const hyp_lawfit_data *d, double *x, double *fx) {
+    if (!hyp_lawfit_lbfgs(hyp_lawfit_params(d->terms), law_objective, (void *)d, x, fx)) return 0;
+    for (int j = 0; d->decaying && j < d->terms; j++)
+        if (!(x[d->terms + 1 + j] > 0)) return 0;
+    return 1;
 }
 
 long hyp_lawfit_grid(const hyp_lawfit_data *d, const double *const *axes, const int *na, double *x, double *fx) {

@@ -35,6 +35,10 @@ double hyp_lawfit_predict_log(int terms, const double *x, const double *logvars)
  * over 5 iterations). Returns 1 when it ended at a usable optimum (finite, converged or stopped by
  * the precision of f), 0 otherwise; *fx the objective at the end. */
 int hyp_lawfit_minimize(const hyp_lawfit_data *d, double *x, double *fx);
+/* One L-BFGS run of any smooth objective f (its value; its gradient into g) over np <= 6
+ * parameters from x (in place), with the stopping rule above; 1 at a usable optimum, *fx its value.
+ * The laws here and losspred.c's LR-annealing law share it. */
+int hyp_lawfit_lbfgs(int np, double (*f)(void *ctx, const double *x, double *g), void *ctx, double *x, double *fx);
 /* The best of a grid of starts: axes[j][0..na[j]) for each of the 2k+1 parameters, every
  * combination tried in order (the first of equal optima wins). Returns the number of usable starts
  * (0: none, x untouched); best in x, its objective in *fx. */

@@ -11,8 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <lbfgs.h>
-
 #include "lawfit.h"
 
 enum { BINS = 128, BOOT = 64, MIN_BINS = 8 };
@@ -124,10 +122,7 @@ typedef struct {
 
 static double ann_pred(const double *th, double s1, double s2) { return th[0] + exp(th[1] - th[2] * log(s1)) - th[3] * s2; }
 
-static lbfgsfloatval_t ann_eval(void *inst, const lbfgsfloatval_t *th, lbfgsfloatval_t *g, const int np,
-                                const lbfgsfloatval_t step) {
-    (void)np;
-    (void)step;
+static double ann_eval(void *inst, const double *th, double *g) {
     const ann_data *d = inst;
     const double delta = 1e-3;
     double f = 0, g0 = 0, g1 = 0, g2 = 0, g3 = 0;
@@ -143,18 +138,12 @@ static lbfgsfloatval_t ann_eval(void *inst, const lbfgsfloatval_t *th, lbfgsfloa
 }
 
 static int ann_minimize(const ann_data *d, double *th, double *fx) {
-    lbfgs_parameter_t p;
-    lbfgs_parameter_init(&p);
-    p.epsilon = 1e-10, p.past = 5, p.delta = 1e-14, p.max_iterations = 2000, p.max_linesearch = 60;
-    lbfgsfloatval_t x[4] = {th[0], th[1], th[2], th[3]}, f = 0;
-    int rc = lbfgs(4, x, &f, ann_eval, NULL, (void *)d, &p);
-    for (int j = 0; j < 4; j++) th[j] = x[j];
-    *fx = f;
-    if (!isfinite(f) || !(th[2] > 0)) return 0; /* a decaying forward term only */
-    for (int j = 0; j < 4; j++)
-        if (!isfinite(th[j])) return 0;
-    return rc == LBFGS_SUCCESS || rc == LBFGS_STOP || rc == LBFGS_ALREADY_MINIMIZED || rc == LBFGSERR_ROUNDING_ERROR ||
-           rc == LBFGSERR_MAXIMUMLINESEARCH || rc == LBFGSERR_MINIMUMSTEP || rc == LBFGSERR_MAXIMUMITERATION;
+    return hyp_lawfit_lbfgs(4, ann_eval, (void *)d, th, fx) && th[2] > 0; /* a decaying forward term only */
+}
+
+/* residual bootstrap: alt = fitted + n residuals drawn with replacement (splitmix64 from seed) */
+static void resample(const double *fit, const double *res, int n, double *alt, uint64_t *seed) {
+    for (int i = 0; i < n; i++) alt[i] = fit[i] + res[hyp_lawfit_rand(seed) % (uint64_t)n];
 }
 
 static int fit_annealing(hyp_losspred *lp, int skip, int now, int final, hyp_losspred_out *out) {
@@ -192,7 +181,7 @@ static int fit_annealing(hyp_losspred *lp, int skip, int now, int final, hyp_los
     uint64_t seed = 0x5EED0000ull + (uint64_t)now;
     int k = 0;
     for (int b = 0; b < BOOT; b++) {
-        for (int i = 0; i < n; i++) alt[i] = fitv[i] + res[hyp_lawfit_rand(&seed) % (uint64_t)n];
+        resample(fitv, res, n, alt, &seed);
         ann_data db = d;
         db.lalt = alt;
         double tb[4] = {best[0], best[1], best[2], best[3]}, fb;
@@ -249,7 +238,7 @@ int hyp_losspred_fit(hyp_losspred *lp, int now, int final, int first_valid, hyp_
     uint64_t seed = 0x5EED0000ull + (uint64_t)now;
     int k = 0;
     for (int b = 0; b < BOOT; b++) {
-        for (int i = 0; i < n; i++) alt[i] = fit[i] + res[hyp_lawfit_rand(&seed) % (uint64_t)n];
+        resample(fit, res, n, alt, &seed);
         hyp_lawfit_data db = d;
         db.logl_alt = alt;
         double tb[3] = {th[0], th[1], th[2]}, fb;

@@ -1,6 +1,8 @@
 /* prune.c — masks, magnitude criteria and the schedules of v2154/v2156 (see prune.h). */
 #include "prune.h"
 
+#include "magnitude.h"
+
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -25,9 +27,7 @@ struct train_prune {
 };
 
 /* the prunable matrices: 2-D weights inside the transformer layers */
-static int prunable(const plan_param *q) {
-    return q->ndim == 2 && (strstr(q->name, ".h.") || strstr(q->name, "model.layers.")) && !strstr(q->name, "embed");
-}
+static int prunable(const plan_param *q) { return hyp_prunable_matrix(q->name, q->ndim); }
 
 int train_prune_open(train_prune **out, const plan_t *p, exec_t *x, int total_steps, int resumed, hyp_err *e) {
     *out = NULL;
@@ -115,18 +115,6 @@ static int due(const train_prune *pr, int step) {
     return (step - pr->start) % p->pr_every == 0;
 }
 
-static int cmp_u64(const void *a, const void *b) {
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return (x > y) - (x < y);
-}
-
-/* |w| of a float as an integer key that sorts like the magnitude (sign bit cleared) */
-static uint32_t mag_key(float w) {
-    uint32_t u;
-    memcpy(&u, &w, sizeof u);
-    return u & 0x7fffffffu;
-}
-
 static void update_masks(train_prune *pr, exec_t *x, int step) {
     uint8_t *mk = pr->mask;
     double s = train_prune_target(pr, step);
@@ -138,17 +126,17 @@ static void update_masks(train_prune *pr, exec_t *x, int step) {
             for (int64_t g = 0; g < q->n; g += 4) {
                 int lo[2] = {-1, -1};
                 for (int k = 0; k < 4; k++) {
-                    uint32_t key = mag_key(w[g + k]);
-                    if (lo[0] < 0 || key < mag_key(w[g + lo[0]])) lo[1] = lo[0], lo[0] = k;
-                    else if (lo[1] < 0 || key < mag_key(w[g + lo[1]])) lo[1] = k;
+                    uint32_t key = hyp_mag_key(w[g + k]);
+                    if (lo[0] < 0 || key < hyp_mag_key(w[g + lo[0]])) lo[1] = lo[0], lo[0] = k;
+                    else if (lo[1] < 0 || key < hyp_mag_key(w[g + lo[1]])) lo[1] = k;
                 }
                 for (int k = 0; k < 4; k++) mk[g + k] = k != lo[0] && k != lo[1];
             }
             pr->masked += q->n / 2;
         } else {
             int64_t k = (int64_t)floor(s * (double)q->n);
-            for (int64_t i = 0; i < q->n; i++) pr->order[i] = (uint64_t)mag_key(w[i]) << 32 | (uint64_t)i;
-            qsort(pr->order, (size_t)q->n, sizeof *pr->order, cmp_u64);
+            for (int64_t i = 0; i < q->n; i++) pr->order[i] = (uint64_t)hyp_mag_key(w[i]) << 32 | (uint64_t)i;
+            qsort(pr->order, (size_t)q->n, sizeof *pr->order, hyp_cmp_u64);
             memset(mk, 1, (size_t)q->n);
             for (int64_t i = 0; i < k; i++) mk[pr->order[i] & 0xffffffffu] = 0;
             pr->masked += k;
