@@ -4,7 +4,8 @@
  * write the rewind point's weights under that mask as the next round's starting model. Both files
  * are Hugging Face safetensors of one model (`gen export` of two checkpoints), so tensor names and
  * shapes agree. Prunable and ranked as runtime/core/magnitude.h says (as the trainer's masks).
- * Never writes a partial file (hyp_st_write is atomic); reads only F32 tensors for the mask (others are copied as they are). */
+ * Never writes a partial file (hyp_st_write is atomic); reads only F32 tensors for the mask
+ * (others are copied as they are). */
 #include <lauxlib.h>
 #include <lua.h>
 #include <stdint.h>
