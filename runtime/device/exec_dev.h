@@ -76,7 +76,7 @@ typedef struct {
      * replayed from the third; counters for the launches-per-step report */
     int graphs;
     exec_dev_graph gr[EXD_G_MAX];
-    unsigned long long g_captures, g_replays, g_nodes_replayed;
+    unsigned long long g_captures, g_replays, g_nodes_replayed, g_nodes_captured;
     double g_issue_s;               /* host seconds spent issuing the regions (bodies or graph launches) */
     float *params, *grads;          /* device: [param_floats] each */
     float *state[HYP_OPT_MAX_STATE];/* device: the optimizer's states (plan optimizer.state), each

@@ -76,6 +76,7 @@ int exec_dev_region(exec_dev *x, int slot, const double *key, int nkey, int (*bo
         G->g = g;
         G->nodes = d->calls - c0;
         x->g_captures++;
+        x->g_nodes_captured += G->nodes; /* host calls of the capture: counted, not run */
     }
     rc = d->graph_launch(d, G->g, NULL, e);
     x->g_replays++;

@@ -73,7 +73,7 @@ typedef struct {
     char kdir[PATH_MAX]; /* the student's kernels */
     /* v2165: host calls (device.h calls) and region counters at the end of the previous step, and
      * the last step's figures */
-    unsigned long long mark_calls, mark_replays, mark_nodes, step_calls, step_eager, step_graphs;
+    unsigned long long mark_calls, mark_replays, mark_nodes, mark_captured, step_calls, step_eager, step_graphs;
     double mark_issue, step_issue_s;
     int steps_seen;
     char graphs_why[1100]; /* why graphs are off although asked for ("" otherwise) */
@@ -408,12 +408,14 @@ static int dev_finish_step(train_backend *b, double *norm, float *scale, hyp_err
         rc = d->all_reduce(d, xd->fp8_amax, (size_t)b->x->p->fp8_slots, HYP_DT_F32, HYP_RED_MAX, NULL, e);
     if (!rc) rc = d->stream_synchronize(d, NULL, e);
     if (!rc) rc = exec_dev_fp8_step(xd, e);
-    /* v2165: this step's host calls; eager equivalent = each graph launch replaced by the calls it recorded */
+    /* v2165: this step's host calls; eager equivalent = each graph launch replaced by the calls it
+     * recorded, a capture's recorded calls (issued, not run) not counted twice */
     t->step_calls = d->calls - t->mark_calls;
     t->step_graphs = xd->g_replays - t->mark_replays;
-    t->step_eager = t->step_calls - t->step_graphs + (xd->g_nodes_replayed - t->mark_nodes);
+    t->step_eager = t->step_calls - t->step_graphs + (xd->g_nodes_replayed - t->mark_nodes) - (xd->g_nodes_captured - t->mark_captured);
     t->step_issue_s = xd->g_issue_s - t->mark_issue;
     t->mark_calls = d->calls, t->mark_replays = xd->g_replays, t->mark_nodes = xd->g_nodes_replayed, t->mark_issue = xd->g_issue_s;
+    t->mark_captured = xd->g_nodes_captured;
     t->steps_seen++;
     *norm = t->h_gnorm[0];
     *scale = t->ls_folded ? (float)(t->h_gnorm[1] * t->ls_S) : t->h_gnorm[1]; /* the clip factor alone */
