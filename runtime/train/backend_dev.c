@@ -74,8 +74,8 @@ typedef struct {
     /* v2165: host calls (device.h calls) and region counters at the end of the previous step, and
      * the last step's figures */
     unsigned long long mark_calls, mark_replays, mark_nodes, mark_captured, step_calls, step_eager, step_graphs;
-    double mark_issue, step_issue_s;
-    int steps_seen;
+    double mark_issue, step_issue_s, issue_sum; /* issue_sum: steps 3.. (after warm-up and capture) */
+    int steps_seen, issue_n;
     char graphs_why[1100]; /* why graphs are off although asked for ("" otherwise) */
 } train_dev;
 
@@ -231,8 +231,9 @@ static void close_dev(train_dev *t) {
     hyp_device *d = t->dev;
     hyp_err e;
     if (t->steps_seen) /* v2165: the last step's host calls (launches, GEMMs, copies, graph launches) */
-        printf("device calls per step: %llu host calls%s (eager equivalent %llu), %llu graph launches; region issue time %.1f us/step; cuda graphs %s (v2165)\n",
-               t->step_calls, t->xd.graphs ? " with graphs" : "", t->step_eager, t->step_graphs, t->step_issue_s * 1e6,
+        printf("device calls per step: %llu host calls%s (eager equivalent %llu), %llu graph launches; region issue time %.1f us/step (%s); cuda graphs %s (v2165)\n",
+               t->step_calls, t->xd.graphs ? " with graphs" : "", t->step_eager, t->step_graphs,
+               (t->issue_n ? t->issue_sum / t->issue_n : t->step_issue_s) * 1e6, t->issue_n ? "mean from step 3" : "last step",
                t->xd.graphs ? "on" : t->graphs_why[0] ? "off: not captured with ZeRO or several ranks" : "off");
     d->synchronize(d, &e);
     for (int i = 0; i < t->n_buckets; i++)
@@ -416,7 +417,7 @@ static int dev_finish_step(train_backend *b, double *norm, float *scale, hyp_err
     t->step_issue_s = xd->g_issue_s - t->mark_issue;
     t->mark_calls = d->calls, t->mark_replays = xd->g_replays, t->mark_nodes = xd->g_nodes_replayed, t->mark_issue = xd->g_issue_s;
     t->mark_captured = xd->g_nodes_captured;
-    t->steps_seen++;
+    if (++t->steps_seen >= 3) t->issue_sum += t->step_issue_s, t->issue_n++;
     *norm = t->h_gnorm[0];
     *scale = t->ls_folded ? (float)(t->h_gnorm[1] * t->ls_S) : t->h_gnorm[1]; /* the clip factor alone */
     return rc;
