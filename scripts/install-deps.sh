@@ -3,7 +3,7 @@
 # Why each one is chosen is in docs/dependencies.md (short form in README.md).
 set -euo pipefail
 PKGS=(build-essential cmake pkg-config git
-      libyaml-dev liblua5.4-dev lua5.4 libcjson-dev libxxhash-dev libpcre2-dev zlib1g-dev libzstd-dev
+      libyaml-dev liblua5.4-dev lua5.4 libcjson-dev libxxhash-dev libpcre2-dev zlib1g-dev libzstd-dev liblbfgs-dev
       libdnnl-dev liblapack-dev libomp-dev libopenmpi-dev openmpi-bin
       clang libclang-rt-14-dev
       bible-kjv fortunes)

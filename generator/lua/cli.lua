@@ -31,6 +31,19 @@ usage:
   gen perf DIR --hw LIST [--policy plan|bf16] [--graphs] [--gpus P] [--json]
                                           predicted step time, tokens/s, MFU and top ops of the
                                           trainer in DIR, from its plan and kernels (gen perf --help)
+  gen scaling fit RUNS... [-o FIT] [--svg FILE] [--budget C] [--bootstrap N] [--exclude-top K]
+                  [--grid full|coarse] [--seed S] [--params N] [--json]
+                                          fit L(N, D) = E + A/N^alpha + B/D^beta to runs (CSV or
+                                          metrics JSONL) with bootstrap intervals (gen scaling --help)
+  gen lottery OUT -o DIR [--rounds R] [--rate P] [--rewind K] -- TRAIN_ARGS...
+                                          the lottery ticket (v2155): rounds of training, magnitude
+                                          pruning and rewinding with the trainer in OUT
+  gen grow SRC --to OUT -o DIR [--depth identity|stack] [--seed S]
+                                          a deeper/wider model's starting weights from a trained
+                                          smaller one (function-preserving; then train --init-from)
+  gen sweep SWEEP.yaml -o DIR [--parallel N] [--resume]
+                                          hyperparameter search (grid, random, successive halving)
+                                          over gen + train processes (gen sweep --help)
   gen export CKPT -o DIR [--plan PLAN]    a checkpoint as a Hugging Face model directory
                                           (GPT2LMHeadModel, LlamaForCausalLM, Qwen3ForCausalLM);
                                           PLAN defaults to the checkpoint's own copy (plan.json
@@ -498,6 +511,26 @@ function commands.perf(args)
   return require("perf").main(args, parse)
 end
 
+-- gen scaling fit RUNS...: the loss law of a set of runs (generator/lua/scaling.lua, v2146/v2147)
+function commands.scaling(args)
+  return require("scaling").main(args, parse)
+end
+
+-- gen lottery OUT -o DIR -- TRAIN_ARGS: iterative magnitude pruning with rewinding (v2155)
+function commands.lottery(args)
+  return require("lottery").main(args, parse)
+end
+
+-- gen grow SRC --to OUT -o DIR: a larger model's starting weights from a trained smaller one (v2151, v2153)
+function commands.grow(args)
+  return require("grow").main(args, parse)
+end
+
+-- gen sweep SWEEP.yaml -o DIR: hyperparameter search over trainer processes (v2188)
+function commands.sweep(args)
+  return require("sweep").main(args, parse, commands.generate)
+end
+
 function commands.size(args)
   local ok, size = pcall(require, "size")
   if not ok then U.fail("<command line>", "gen size is not available in this build", "update Hyperion") end
@@ -543,13 +576,13 @@ local function main(args)
   local rest = { table.unpack(args, 2) }
   if commands[cmd] and cmd ~= "generate" then
     -- gen size prints its own, longer help
-    if cmd ~= "size" and asks_help(rest) then io.write(command_usage(cmd)); return 0 end
+    if cmd ~= "size" and cmd ~= "scaling" and asks_help(rest) then io.write(command_usage(cmd)); return 0 end
     return commands[cmd](rest)
   end
   if cmd:sub(1, 1) == "-" or not (cmd:match("%.ya?ml$") or hyp.stat(cmd)) then
     local names = U.sorted_keys(commands)
     U.fail("<command line>", "unknown command '" .. cmd .. "'" .. U.did_you_mean(cmd, names),
-      "use one of list, explain, audit, data, tokenizer, export, consolidate, size, perf, render, or give the tree file first")
+      "use one of list, explain, audit, data, tokenizer, export, consolidate, size, perf, scaling, lottery, grow, sweep, render, or give the tree file first")
   end
   if asks_help(rest) then io.write(command_usage("generate")); return 0 end
   return commands.generate(args)

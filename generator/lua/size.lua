@@ -316,9 +316,12 @@ function Z.main(args, parse)
     "default: v2167 memory planning on (gen --enable memory-planning): activations = the peak of live buffers; off = every buffer its own region" }
 
   local tokens = o["--tokens"]
-  if o["--chinchilla"] then tokens = F.chinchilla_tokens(N) end
+  -- v2146 --fit FILE: the law `gen scaling fit` fitted to the user's runs replaces the 20 × N rule
+  local fit = o["--fit"] and require("scaling").load(o["--fit"]) or nil
+  if o["--chinchilla"] then tokens = fit and require("scaling").tokens_for(fit.law, N) or F.chinchilla_tokens(N) end
   if tokens then
-    inputs.tokens = { value = tokens, source = o["--chinchilla"] and "--chinchilla: 20 × N (Chinchilla, v2146)" or "--tokens" }
+    inputs.tokens = { value = tokens, source = o["--chinchilla"] and (fit and ("--chinchilla --fit: the compute-optimal tokens of the law in " .. o["--fit"] .. " (v2146)")
+      or "--chinchilla: 20 × N (Chinchilla, v2146)") or "--tokens" }
   end
   local budget = o["--flops-budget"]
 
@@ -418,6 +421,7 @@ function Z.main(args, parse)
     local co = F.compute_optimal(budget)
     chin.budget = { flops = budget, params = co.params, tokens = co.tokens }
   end
+  if fit then chin.fit = require("scaling").size_section(fit, o["--fit"], N, tokens, budget) end
 
   if o["--plot"] then
     local title = string.format("%s (%s params): %s", m.name, R.si(N),

@@ -65,6 +65,9 @@ time and cost (Chinchilla, v2146/v2147)
   --flops-budget C     compute-optimal N and tokens for a budget of C FLOPs
   --clusters LIST      compare cluster shapes, e.g. 1xh100-sxm,2xh100-sxm,4xa100-40gb
                        (needs --tokens or --chinchilla)
+  --fit FILE           the loss law `gen scaling fit -o FILE` fitted to your runs: --chinchilla
+                       takes its compute-optimal tokens for N, and the predicted loss of the run
+                       and the optimum for --flops-budget are printed with bootstrap intervals
 
   --plan DIR           the tokens/s per GPU from the performance model of the trainer generated
                        into DIR (gen perf: its plan and kernels, the hardware's perf section)
@@ -88,7 +91,7 @@ C.FLAGS = {
   ["--batch"] = "value", ["--seq"] = "value", ["--reserve-gb"] = "value", ["--tokens"] = "value",
   ["--chinchilla"] = "flag", ["--gpus"] = "value", ["--flops-budget"] = "value",
   ["--clusters"] = "list", ["--json"] = "flag", ["--plot"] = "value", ["--help"] = "flag",
-  ["-h"] = "flag", ["--memory-planning"] = "value", ["--plan"] = "value",
+  ["-h"] = "flag", ["--memory-planning"] = "value", ["--plan"] = "value", ["--fit"] = "value",
 }
 
 -- the hardware keys --set may change, and their least values

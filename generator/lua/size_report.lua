@@ -266,6 +266,20 @@ function R.text(m, msrc, inputs, results, clusters, chin, notes, hw_src, o)
     w("  v2147: a budget of %s FLOP is best spent on N = %s parameters and D = %s tokens (C = 6·N·20·N)\n",
       si(chin.budget.flops), si(chin.budget.params), si(chin.budget.tokens))
   end
+  if chin.fit then
+    local f, law = chin.fit, chin.fit.law
+    local function iv(t, fmt) return t and string.format(" [" .. fmt .. ", " .. fmt .. "]", t[1], t[2]) or "" end
+    local function ivs(t) return t and string.format(" [%s, %s]", si(t[1]), si(t[2])) or "" end
+    w("\nfitted law (v2146, %s): L(N, D) = %.4g + %.4g/N^%.4f + %.4g/D^%.4f%s\n", f.path, law.E, law.A, law.alpha, law.B, law.beta,
+      f.bootstrap_samples > 0 and string.format("; intervals: 2.5–97.5 percentiles of %d bootstrap fits", f.bootstrap_samples) or "")
+    w("  compute-optimal tokens for N = %s: %s%s (%.1f per parameter), loss there %.4f\n", si(N), si(f.tokens_opt),
+      ivs(f.tokens_opt_interval), f.tokens_opt / N, f.loss_at_opt)
+    if f.tokens then w("  predicted loss after %s tokens: %.4f%s\n", si(f.tokens), f.loss, iv(f.loss_interval, "%.4f")) end
+    if f.budget then
+      w("  v2147 with the fitted law: %s FLOP is best spent on N = %s%s parameters and D = %s tokens, loss %.4f%s\n",
+        si(f.budget.C), si(f.budget.N), ivs(f.budget.N_interval), si(f.budget.D), f.budget.loss, iv(f.budget.loss_interval, "%.4f"))
+    end
+  end
   if inputs.tokens then
     w("\ntime and cost to train %s tokens:\n", si(inputs.tokens.value))
     local th = { "hardware", "GPUs", "tokens/s", "time", "GPU-hours", "$/hr", "cost" }

@@ -608,7 +608,7 @@ static int load_optimizer(ld *c, const cJSON *root) {
 }
 
 /* p->state_hash: xxh3-128 of the plan without train.zero_stage / zero_prefetch / comm_overlap and
- * the preempt, tensorboard, profile, memory_profile and guard sections and
+ * the preempt, tensorboard, loss_prediction, profile, memory_profile and guard sections and
  * checkpoint.every/keep/dir/async/full_every (consumed: root loses them), so a checkpoint resumes
  * under another ZeRO stage of the same plan (v2175). */
 static int state_hash(ld *c, cJSON *root) {
@@ -619,6 +619,7 @@ static int state_hash(ld *c, cJSON *root) {
     cJSON_DeleteItemFromObjectCaseSensitive(t, "prefetch"); /* how batches are read, not which */
     cJSON_DeleteItemFromObjectCaseSensitive(root, "preempt"); /* how a run stops, not its state */
     cJSON_DeleteItemFromObjectCaseSensitive(root, "tensorboard"); /* what it logs, not its state */
+    cJSON_DeleteItemFromObjectCaseSensitive(root, "loss_prediction"); /* v2148: what it predicts, when it stops */
     cJSON_DeleteItemFromObjectCaseSensitive(root, "profile");        /* v2184/v2185: what it measures */
     cJSON_DeleteItemFromObjectCaseSensitive(root, "memory_profile");
     cJSON_DeleteItemFromObjectCaseSensitive(root, "guard"); /* v2176: when it skips, not the state */
@@ -963,6 +964,60 @@ p->tb_every = 1;
     return rc;
 }
 
+/* optional: v2148 loss prediction {fit_every, min_delta, patience, stop} (absent: no fits) */
+static int load_loss_prediction(ld *c, const cJSON *root) {
+    plan_t *p = c->p;
+    int rc = 0;
+    const cJSON *lp = cJSON_GetObjectItemCaseSensitive(root, "loss_prediction");
+    enter(c, "loss_prediction");
+    if (lp && !cJSON_IsObject(lp)) return bad(c, "field 'loss_prediction' is not an object");
+    if (lp) {
+        GI(lp, "fit_every", 10, 1 << 30, p->lp_every);
+        GI(lp, "patience", 1, 100, p->lp_patience);
+        GN(lp, "min_delta", 0, 1e6, p->lp_min_delta);
+        const cJSON *st = cJSON_GetObjectItemCaseSensitive(lp, "stop");
+        if (!cJSON_IsBool(st)) return bad(c, "field 'loss_prediction.stop' is not true or false");
+        p->lp_stop = cJSON_IsTrue(st);
+        const cJSON *lw = cJSON_GetObjectItemCaseSensitive(lp, "law");
+        if (!cJSON_IsString(lw) || (strcmp(lw->valuestring, "power") && strcmp(lw->valuestring, "lr_annealing")))
+            return bad(c, "field 'loss_prediction.law' is not \"power\" or \"lr_annealing\"");
+        p->lp_law = !strcmp(lw->valuestring, "lr_annealing");
+    }
+    enter(c, "%s", "");
+    return rc;
+}
+
+/* optional: v2154/v2156 pruning {pattern, target_sparsity, schedule, start, end, every}; part of
+ * the state hash (it changes the weights) */
+static int load_pruning(ld *c, const cJSON *root) {
+    plan_t *p = c->p;
+    int rc = 0;
+    const cJSON *pr = cJSON_GetObjectItemCaseSensitive(root, "pruning");
+    enter(c, "pruning");
+    if (pr && !cJSON_IsObject(pr)) return bad(c, "field 'pruning' is not an object");
+    if (pr) {
+        p->pr_on = 1;
+        const cJSON *pat = cJSON_GetObjectItemCaseSensitive(pr, "pattern"), *sch = cJSON_GetObjectItemCaseSensitive(pr, "schedule");
+        if (!cJSON_IsString(pat) || (strcmp(pat->valuestring, "unstructured") && strcmp(pat->valuestring, "2:4")))
+            return bad(c, "field 'pruning.pattern' is not \"unstructured\" or \"2:4\"");
+        p->pr_pattern = !strcmp(pat->valuestring, "2:4");
+        if (!cJSON_IsString(sch) ||
+            (strcmp(sch->valuestring, "oneshot") && strcmp(sch->valuestring, "gradual") && strcmp(sch->valuestring, "fixed")))
+            return bad(c, "field 'pruning.schedule' is not \"oneshot\", \"gradual\" or \"fixed\"");
+        p->pr_gradual = !strcmp(sch->valuestring, "gradual") ? 1 : !strcmp(sch->valuestring, "fixed") ? 2 : 0;
+        GN(pr, "target_sparsity", 0, 0.99, p->pr_target);
+        p->pr_start = 0, p->pr_end = 1, p->pr_every = 1;
+        if (p->pr_gradual == 1) {
+            GN(pr, "start", 0, 1, p->pr_start);
+            GN(pr, "end", 0, 1, p->pr_end);
+            GI(pr, "every", 1, 1 << 30, p->pr_every);
+            if (p->pr_end <= p->pr_start) return bad(c, "field 'pruning.end' (%g) is not after 'pruning.start' (%g)", p->pr_end, p->pr_start);
+        }
+    }
+    enter(c, "%s", "");
+    return rc;
+}
+
 /* optional: v2184 profiling / v2185 memory profile by default (absent: only with the flags) */
 static int load_profiles(ld *c, const cJSON *root) {
     plan_t *p = c->p;
@@ -1069,7 +1124,7 @@ static const struct {
     {"model", load_model},           {"train", load_train},         {"sizes", load_sizes},
     {"hardware", load_hardware},     {"checkpoint", load_checkpoint}, {"guard", load_guard},
     {"loss_scale", load_loss_scale}, {"param_storage", load_param_storage}, {"grad_accum", load_grad_accum},
-    {"preempt", load_preempt},       {"tensorboard", load_tensorboard}, {"profile", load_profiles},
+    {"preempt", load_preempt},       {"tensorboard", load_tensorboard}, {"loss_prediction", load_loss_prediction}, {"pruning", load_pruning}, {"profile", load_profiles},
     {"fp8", load_fp8},               {"params", load_params},       {"optimizer", load_optimizer},
     {"buffers", load_buffers},       {"forward", load_forward},     {"backward", load_backward},
     {"loss", load_loss},

@@ -160,6 +160,17 @@ typedef struct {
     char tb_logdir[256];    /* tensorboard.logdir (v2183): event files by default, relative to the
                                plan's directory; "" = no section (only --tensorboard DIR writes) */
     int tb_every;           /* tensorboard.every: steps between scalar events (1 without section) */
+    int lp_every;           /* loss_prediction.fit_every (v2148): steps between fits; 0 = no section */
+    int lp_patience, lp_stop; /* loss_prediction.patience, stop: early stop after patience fits below */
+    double lp_min_delta;    /* loss_prediction.min_delta: the predicted improvement left */
+    int lp_law;             /* loss_prediction.law: 0 power (in the step), 1 lr_annealing (losspred.h) */
+    int pr_on;              /* pruning section present (v2154): masks on the layers' matrices */
+    int pr_pattern;         /* pruning.pattern: 0 unstructured, 1 "2:4" */
+    double pr_target;       /* pruning.target_sparsity */
+    int pr_gradual;         /* pruning.schedule: 0 "oneshot", 1 "gradual" (v2156), 2 "fixed" (v2155:
+                               the mask is the initial weights' zeros, never updated) */
+    double pr_start, pr_end; /* pruning.start, end: fractions of the run (gradual) */
+    int pr_every;           /* pruning.every: steps between mask updates (gradual) */
     char prof_trace[256];   /* profile.trace (v2184): the Chrome trace written by default, relative to
                                the plan's directory; "" = no section (only train --profile FILE) */
     int prof_start, prof_steps; /* profile.start_step, num_steps: the profiled window */

@@ -32,14 +32,20 @@ static const char *lib_path(const char *name, char *buf, size_t n) {
     return name;
 }
 
+/* RTLD_NODELETE: a dlclose never unmaps these libraries. The driver (and NCCL) run threads of their
+ * own that outlive every handle we free — the real driver's event and watchdog threads, NCCL's
+ * proxy threads, the stand-ins' stream workers — and unmapping their code under them crashes the
+ * process at exit (found by the stand-ins: SIGSEGV or a hang after "done:" in about 1 run in 10 of
+ * the np=2 headline trainer, in a thread of the unloaded libcuda.so.1). Loaded once per process,
+ * as every CUDA framework does. */
 static void *open_lib(const char *name) { /* the switches; else the loader's path, then the toolkit's */
     char path[4200];
     const char *p = lib_path(name, path, sizeof path);
-    void *h = *p ? dlopen(p, RTLD_NOW | RTLD_LOCAL) : NULL;
+    void *h = *p ? dlopen(p, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE) : NULL;
     if (!h && p == name && strcmp(name, "libcuda.so.1")) {
         const char *home = getenv("CUDA_HOME");
         snprintf(path, sizeof path, "%s/lib64/%s", home && *home ? home : "/usr/local/cuda", name);
-        h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+        h = dlopen(path, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
     }
     return h;
 }
@@ -70,7 +76,7 @@ int hyp_dev_cuda_check_libs(char *report, size_t n) {
     X(cuMemFree) X(cuMemAllocHost) X(cuMemFreeHost) X(cuMemGetInfo) X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync)        \
     X(cuMemcpyDtoDAsync) X(cuMemsetD8Async) X(cuModuleLoad) X(cuModuleUnload) X(cuModuleGetFunction)                 \
     X(cuFuncSetAttribute) X(cuLaunchKernel) X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize) X(cuStreamQuery)              \
-    X(cuStreamWaitEvent) X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord) X(cuEventSynchronize)                   \
+    X(cuStreamWaitEvent) X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord) X(cuEventSynchronize) X(cuEventQuery)                   \
     X(cuEventElapsedTime) X(cuGetErrorString) X(cuGetErrorName)
 #define LT_FUNCS(X)                                                                                                  \
     X(cublasLtCreate) X(cublasLtDestroy) X(cublasLtMatmulDescCreate) X(cublasLtMatmulDescDestroy)                    \
@@ -182,6 +188,29 @@ static int poll_stream(cu_dev *d, CUstream s, hyp_err *e) {
         struct timespec ts = {0, 200 * 1000};
         nanosleep(&ts, NULL);
     }
+}
+/* Waits for event ev as cuEventSynchronize does, polling NCCL's asynchronous error meanwhile (as
+ * poll_stream): an event recorded after a collective whose peer died would never complete. */
+static int poll_event(cu_dev *d, CUevent ev, hyp_err *e) {
+    if (d->sticky[0]) return hyp_fail(e, HYP_EFAIL, "%s", d->sticky);
+    while (d->comm) {
+        CUresult r = d->cu.cuEventQuery(ev);
+        if (r == CUDA_SUCCESS) return HYP_OK;
+        if (r != CUDA_ERROR_NOT_READY) return cu_fail(d, r, "event query", e);
+        ncclResult_t ar = ncclSuccess;
+        if (d->nc.ncclCommGetAsyncError(d->comm, &ar) != ncclSuccess) ar = ncclInternalError;
+        if (ar != ncclSuccess && ar != ncclInProgress) {
+            d->nc.ncclCommAbort(d->comm);
+            d->comm = NULL;
+            snprintf(d->sticky, sizeof d->sticky,
+                     "cuda: NCCL asynchronous error on rank %d: %s — a peer rank died or the network failed; the communicator was aborted: restart from the last checkpoint",
+                     d->rank, d->nc.ncclGetErrorString(ar));
+            return hyp_fail(e, HYP_EFAIL, "%s", d->sticky);
+        }
+        struct timespec ts = {0, 200 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    return HYP_OK;
 }
 /* every stream that was given collectives (then the whole context may be waited for) */
 static int poll_all(cu_dev *d, hyp_err *e) {
@@ -376,6 +405,7 @@ static int cu_event_wait(hyp_device *dv, hyp_stream *s, hyp_event *ev, hyp_err *
 }
 static int cu_event_synchronize(hyp_device *dv, hyp_event *ev, hyp_err *e) {
     cu_dev *d = CD(dv);
+    if (poll_event(d, (CUevent)ev, e)) return HYP_EFAIL;
     CU(cuEventSynchronize((CUevent)ev), "event_synchronize");
     return HYP_OK;
 }
@@ -592,7 +622,10 @@ static int comm_init_nccl(cu_dev *d, hyp_coll *c, hyp_err *e) {
         return hyp_fail(e, HYP_EFAIL, "cuda: NCCL unavailable on %s (%s) — install NCCL 2 (libnccl2) on every node",
                         ok ? "another rank" : "this rank", missing ? missing : nccl_err(d, r));
     if (hyp_coll_broadcast(c, &id, sizeof id, 0, e)) return HYP_EFAIL;
-    if ((r = d->nc.ncclCommInitRank(&d->comm, d->world, id, d->rank)) != ncclSuccess)
+    if ((r = d->nc.ncclCommInitRank(&d->comm, d->world, id, d->rank)) == ncclInvalidUsage) /* NCCL's usual reason: "Duplicate GPU detected" */
+        return hyp_fail(e, HYP_EINPUT, "cuda: ncclCommInitRank (rank %d of %d, GPU %d): %s — the usual cause is two ranks of one node on one GPU: unset HYP_CUDA_DEVICE or give each rank its own, and start at most as many ranks per node as it has GPUs (NCCL_DEBUG=INFO says which)",
+                        d->rank, d->world, d->pub.info.ordinal, nccl_err(d, r));
+    if (r != ncclSuccess)
         return hyp_fail(e, HYP_EFAIL, "cuda: ncclCommInitRank (rank %d of %d): %s — check NCCL_DEBUG=INFO output", d->rank, d->world, nccl_err(d, r));
     return HYP_OK;
 }

@@ -5,6 +5,7 @@
 #include "gnb.h"
 #include "objective.h"
 #include "prof.h"
+#include "prune.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -78,6 +79,7 @@ int train_step(train_backend *b, train_objective *ob, const train_opts *o, int K
     if (!rc && h && h->before_reduce) rc = h->before_reduce(b->hooks_ctx, b, step, e);
     int overflow = 0;
     if (!rc && b->ls.on && !b->i->ls_check) rc = loss_scale_check(b, &overflow, e);
+    if (!rc && b->prune) train_prune_grads(b->prune, b->x); /* v2154: masked weights get no gradient */
     b->ls.reduce_scale = b->ls.on && b->i->ls_check ? b->ls.scale : 1;
     if (!rc) rc = b->i->reduce_grads(b, o, e);
     b->ls.reduce_scale = 1;
@@ -96,6 +98,7 @@ int train_step(train_backend *b, train_objective *ob, const train_opts *o, int K
     if (skipped) *skipped = skip;
     pt = hyp_prof_t();
     if (!rc && !skip) rc = b->i->optim_step(b, o, lr, step, e);
+    if (!rc && !skip && b->prune) train_prune_after_update(b->prune, b->x, step); /* masks held, updated on schedule */
     hyp_prof_phase("optimizer_step", HYP_PROF_OPTIMIZER, 1, pt);
     pt = hyp_prof_t();
     if (!rc) rc = b->i->finish_step(b, norm, scale, e);

@@ -169,6 +169,7 @@ struct train_backend {
     void *hooks_ctx;
     train_loss_scaler ls; /* v2162; zero: off (the trainer sets it from the plan after open) */
     const train_teacher *teacher; /* v2149 on a device backend; NULL: none */
+    struct train_prune *prune;    /* v2154 masks on the host arenas (prune.h); NULL: none */
 };
 
 /* Opens the plan's backend (backend_reg.c) over the host executor x (already initialized and,

@@ -49,6 +49,8 @@
 #include "metrics.h"
 #include "fsio.h"
 #include "tboard.h"
+#include "losspred.h"
+#include "prune.h"
 #include "tokenizer.h"
 #include "ops_cpu.h"
 #include "peak.h"
@@ -428,6 +430,10 @@ typedef struct {
     hyp_loader *train, *val;
     hyp_metrics *mlog;
     hyp_tboard *tb;             /* TensorBoard events (rank 0; --tensorboard or the plan's v2183) */
+    hyp_losspred *lp;           /* v2148: the losses so far and their fitted law (plan.lp_every > 0) */
+    int lp_below;               /* fits in a row that expected less than lp_min_delta */
+    int early_stopped;          /* v2148: the step the run stopped at early (0: it did not) */
+    hyp_losspred_out lp_last;   /* the fit that stopped it */
     int tb_every;
     int B, T, K, eval_every, eval_batches, start_step;
     uint64_t seed;
@@ -759,13 +765,14 @@ static void report_stop(run_t *r, int done_steps, double secs) {
 /* Should the run stop after this step? A signal on any rank, or a --deadline that another step
  * plus a checkpoint would overrun; under mpirun an all-reduce (max) of both, once per step, so
  * every rank stops after the same step. */
-static int agree_stop(run_t *r, int *by_signal, int *by_deadline, hyp_err *e) {
-    float v[2] = {hyp_stop_signal() ? 1.0f : 0.0f, hyp_stop_deadline_near(&r->stop, hyp_stop_now()) ? 1.0f : 0.0f};
+static int agree_stop(run_t *r, int *by_signal, int *by_deadline, int *early, hyp_err *e) {
+    float v[3] = {hyp_stop_signal() ? 1.0f : 0.0f, hyp_stop_deadline_near(&r->stop, hyp_stop_now()) ? 1.0f : 0.0f,
+                  *early ? 1.0f : 0.0f};
     if (r->d.world > 1) {
-        int rc = hyp_coll_allreduce_max_f32(r->d.coll, v, 2, e);
+        int rc = hyp_coll_allreduce_max_f32(r->d.coll, v, 3, e);
         if (rc) return rc;
     }
-    *by_signal = v[0] > 0, *by_deadline = v[1] > 0;
+    *by_signal = v[0] > 0, *by_deadline = v[1] > 0, *early = v[2] > 0;
     return HYP_OK;
 }
 
@@ -903,6 +910,28 @@ static int train_loop(run_t *r, hyp_err *e) {
         double mfu_v = r->peak > 0 ? flops / r->peak : NAN;
         char eta[32];
         fmt_eta((last_step - step) * r->tokens_per_step / avg_tps, eta, sizeof eta);
+        /* v2148: the loss curve so far fitted every fit_every steps; early stop after patience fits
+         * that expect less than min_delta from the remaining steps (agreed across ranks below) */
+        hyp_losspred_out lpo = {0};
+        int early = 0;
+        if (r->lp) {
+            char lnum[64]; /* the loss as the metrics file holds it, so a resumed run's history reads back identical */
+            hyp_metrics_fmt_number(loss, lnum, sizeof lnum);
+            hyp_losspred_add(r->lp, step, strtod(lnum, NULL));
+            if (step % p->lp_every == 0 && step < r->opt.total_steps) {
+                hyp_losspred_fit(r->lp, step, r->opt.total_steps, r->opt.warmup_steps, &lpo);
+                if (lpo.ok) {
+                    r->lp_below = lpo.remaining < p->lp_min_delta ? r->lp_below + 1 : 0;
+                    early = p->lp_stop && r->lp_below >= p->lp_patience;
+                    if (early) r->lp_last = lpo;
+                }
+            }
+        }
+        if (r->be.prune && train_prune_last_update(r->be.prune) == step) { /* v2154/v2156 */
+            hyp_progress_break(&r->pg);
+            printf("pruning at step %d: sparsity %.4f of %lld prunable weights (schedule's target %.4f)\n", step,
+                   train_prune_sparsity(r->be.prune), train_prune_weights(r->be.prune), train_prune_target(r->be.prune, step));
+        }
         float vl = NAN;
         int do_eval = eval_on && (step % r->eval_every == 0 || step == last_step);
         if (do_eval && (rc = ob->i->eval(ob, &r->be, step, &vl, e))) break;
@@ -926,10 +955,22 @@ static int train_loop(run_t *r, hyp_err *e) {
             printf("\n");
             fflush(stdout);
         }
+        if (lpo.ok) {
+            hyp_progress_break(&r->pg);
+            printf("loss prediction (v2148) at step %d: final loss (step %d) %.4f [%.4f, %.4f] (80%% band), %.4f below now (%.4f); ",
+                   step, r->opt.total_steps, lpo.final, lpo.lo, lpo.hi, lpo.remaining, lpo.now);
+            if (lpo.law == HYP_LAW_LR_ANNEALING)
+                printf("L = %.4g + %.4g S1^-%.3f - %.4g S2 (LR areas)", lpo.E, lpo.A, lpo.alpha, lpo.C);
+            else
+                printf("L(t) = %.4g + %.4g t^-%.3f", lpo.E, lpo.A, lpo.alpha);
+            printf(" over steps %d-%d\n", lpo.first_step, step);
+            fflush(stdout);
+        }
         hyp_progress_bar(&r->pg, step, r->opt.total_steps, loss, win_tps, eta, 0);
         if (r->mlog) {
             hyp_metric_kv kv[] = {{"tokens_per_s_window", win_tps}, {"tokens_per_s_p20", q[0]},
                                   {"tokens_per_s_p50", q[1]}, {"tokens_per_s_p80", q[2]}, {"tokens_per_s_mean", avg_tps},
+                                  {"tokens_seen", (double)step * (double)r->tokens_per_step}, /* all ranks: the D of a scaling fit */
                                   {"step_s", dt}, {"data_wait_s", tm.data_s}, {"comm_wait_s", tm.comm_s},
                                   {"mfu", mfu_v}, {"ckpt_s", r->ckpt_s}, {"skipped", skipped},
                                   {"skipped_steps", (double)r->guard.g.skipped}, {"rollbacks", (double)r->guard.g.rollbacks}};
@@ -941,7 +982,7 @@ static int train_loop(run_t *r, hyp_err *e) {
                 kv2[n_kv++] = (hyp_metric_kv){"skipped_overflow", ovf};
                 kv2[n_kv++] = (hyp_metric_kv){"overflow_steps", (double)r->be.ls.overflows};
             }
-            hyp_metric_kv kv3[sizeof kv2 / sizeof kv2[0] + 5 + OBJ_METRICS];
+            hyp_metric_kv kv3[sizeof kv2 / sizeof kv2[0] + 11 + OBJ_METRICS];
             memcpy(kv3, kv2, sizeof kv2);
             if (r->x.fp16_nonzero) /* v2102 fp16: the share of nonzero GEMM operands this step that underflowed */
                 kv3[n_kv++] = (hyp_metric_kv){"fp16_flush_frac", (double)r->x.fp16_flushed / (double)r->x.fp16_nonzero};
@@ -951,6 +992,14 @@ static int train_loop(run_t *r, hyp_err *e) {
                 kv3[n_kv++] = (hyp_metric_kv){"pad_frac", tm.slots > 0 ? tm.pad / tm.slots : 0};
                 kv3[n_kv++] = (hyp_metric_kv){"loss_tokens", tm.loss_tokens};
                 kv3[n_kv++] = (hyp_metric_kv){"loss_tokens_per_s", tm.loss_tokens / dt};
+            }
+            if (r->be.prune) kv3[n_kv++] = (hyp_metric_kv){"sparsity", train_prune_sparsity(r->be.prune)}; /* v2154 */
+            if (lpo.ok) { /* v2148 */
+                kv3[n_kv++] = (hyp_metric_kv){"pred_final_loss", lpo.final};
+                kv3[n_kv++] = (hyp_metric_kv){"pred_final_lo", lpo.lo};
+                kv3[n_kv++] = (hyp_metric_kv){"pred_final_hi", lpo.hi};
+                kv3[n_kv++] = (hyp_metric_kv){"pred_remaining", lpo.remaining};
+                if (early) kv3[n_kv++] = (hyp_metric_kv){"early_stop", 1};
             }
             if (ob->i->metrics) n_kv += ob->i->metrics(ob, kv3 + n_kv, OBJ_METRICS); /* the objective's own */
             hyp_metrics_row row = {.step = step, .loss = loss, .lr = lr, .grad_norm = norm, .tokens_per_s = tps,
@@ -982,8 +1031,8 @@ static int train_loop(run_t *r, hyp_err *e) {
         }
         hyp_stop_note_step(&r->stop, now_s() - t0); /* the whole iteration: step, eval, logs */
         int by_signal = 0, by_deadline = 0;
-        if (step < last_step && (rc = agree_stop(r, &by_signal, &by_deadline, e))) break;
-        int stop = by_signal || by_deadline;
+        if (step < last_step && (rc = agree_stop(r, &by_signal, &by_deadline, &early, e))) break;
+        int stop = by_signal || by_deadline || early;
         int due = a->ckpt_dir && ((a->ckpt_every && step % a->ckpt_every == 0) || step == last_step || stop);
         if ((due || ckpt_deferred) && train_guard_bad(&r->guard)) { /* never save a state the guard doubts */
             if (due) hyp_progress_break(&r->pg);
@@ -1001,6 +1050,10 @@ static int train_loop(run_t *r, hyp_err *e) {
             hyp_stop_note_ckpt(&r->stop, now_s() - tc);
         }
         check_grace(r, &grace_warned);
+        if (early && !by_signal && !by_deadline) { /* v2148: a finished run, not an interrupted one */
+            r->early_stopped = step;
+            break;
+        }
         if (stop) {
             r->stopped = step, r->stop_signal = by_signal, r->stop_deadline = by_deadline;
             r->stop_saved = a->ckpt_dir != NULL;
@@ -1009,7 +1062,12 @@ static int train_loop(run_t *r, hyp_err *e) {
     }
     hyp_progress_break(&r->pg);
     if (!rc && r->stopped) report_stop(r, done_steps, now_s() - t_start);
-    else if (!rc)
+    else if (!rc && r->early_stopped)
+        printf("early stop (v2148) after step %d of %d: %d fits in a row expected less than min_delta %g from the remaining steps (predicted final %.4f [%.4f, %.4f], now %.4f)%s%s%s\n",
+               r->early_stopped, r->opt.total_steps, r->lp_below, r->plan.lp_min_delta, r->lp_last.final, r->lp_last.lo,
+               r->lp_last.hi, r->lp_last.now, a->ckpt_dir ? "; checkpoint in " : "; no --ckpt-dir: nothing saved",
+               a->ckpt_dir ? a->ckpt_dir : "", "");
+    if (!rc && !r->stopped)
         printf("done: %d %s%ssteps in %.1f s, final loss %.4f, mean %.0f tok/s, last %d steps %.0f tok/s\n", done_steps,
                r->obj.label, r->obj.label[0] ? " " : "",
                now_s() - t_start, last_loss, steps_timed ? tok_s / steps_timed : 0.0, wn,
@@ -1222,7 +1280,31 @@ static int run(int argc, char **argv, hyp_coll *coll) {
         hyp_progress_init(&r.pg, stdout, a->log_every);
         choose_peak(&r);
         print_banner(&r, &e);
-        rc = train_loop(&r, &e);
+        /* v2148 on rank 0 (it logs): its early-stop decision reaches the others through agree_stop */
+        if (p->lp_every > 0 && r.d.rank == 0 && !(r.lp = hyp_losspred_new(r.opt.total_steps)))
+            rc = hyp_fail(&e, HYP_EFAIL, "out of memory for the loss history (%d steps)", r.opt.total_steps);
+        if (!rc && p->pr_on) { /* v2154/v2156: masks on the host arenas (the plan allows only cpu) */
+            if (!r.be.i->caps.host_buffers)
+                rc = hyp_fail(&e, HYP_EINPUT, "pruning (v2154) needs the cpu backend; this trainer runs on %s — regenerate with --target cpu", r.be.name);
+            else if (!(rc = train_prune_open(&r.be.prune, p, &r.x, r.opt.total_steps, r.start_step > 0, &e))) {
+                char d[256];
+                printf("%s\n", train_prune_describe(r.be.prune, d, sizeof d));
+            }
+        }
+        if (!rc && r.lp && p->lp_law == HYP_LAW_LR_ANNEALING) { /* the schedule's LR areas, to the last step */
+            double *lr = malloc(sizeof(double) * ((size_t)r.opt.total_steps + 1));
+            if (lr) {
+                for (int s = 1; s <= r.opt.total_steps; s++) lr[s] = train_lr_at(&r.opt, s);
+                lr[0] = lr[1];
+            }
+            if (!lr || hyp_losspred_set_lr(r.lp, lr, r.opt.total_steps, r.opt.warmup_steps))
+                rc = hyp_fail(&e, HYP_EINPUT, "loss prediction (v2148): the LR schedule has no positive learning rate — use --set v2148.law=power");
+            free(lr);
+        }
+        if (!rc && r.lp && r.start_step > 0 && a->metrics) /* a resumed run: its history from the metrics it appends to */
+            printf("loss prediction (v2148): %d earlier steps' losses read back from %s\n",
+                   hyp_losspred_load_metrics(r.lp, a->metrics, r.start_step), a->metrics);
+        if (!rc) rc = train_loop(&r, &e);
         if (!rc) rc = train_prof_finish(&r.prof, &r.be, &e);
         if (!rc && !r.stopped) rc = sample_after(&r, &e);
         if (!rc && r.stopped) rc = r.stop_saved ? HYP_EXIT_STOPPED_SAVED : HYP_EXIT_STOPPED_UNSAVED;
@@ -1231,6 +1313,8 @@ static int run(int argc, char **argv, hyp_coll *coll) {
     hyp_ckpt_async_close(r.ckpt_async); /* drains: nothing queued is lost on an error exit */
     hyp_metrics_close(r.mlog);
     hyp_tboard_close(r.tb);
+    hyp_losspred_free(r.lp);
+    train_prune_close(r.be.prune);
     train_prof_close(&r.prof);
     train_objective_close(&r.obj);
     hyp_loader_close(r.train);

@@ -6,6 +6,9 @@ GEN="$BUILD/generator/gen"
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 TMP=$(mktemp -d /tmp/hyp-test.XXXXXX)
 trap 'rm -rf "$TMP"' EXIT
+# waiting OpenMP threads sleep and waiting MPI ranks yield (ctest -j runs tests side by side: a
+# spinning waiter takes the core its neighbour needs); scripts/test.sh sets the same for every test
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive} OMPI_MCA_mpi_yield_when_idle=${OMPI_MCA_mpi_yield_when_idle:-1}
 PASS=0
 FAIL=0
 

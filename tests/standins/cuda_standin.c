@@ -723,6 +723,18 @@ EXPORT CUresult cuEventSynchronize(CUevent e) {
     pthread_mutex_unlock(&G.mu);
     return r;
 }
+/* API "cuEventQuery": CUDA_SUCCESS once the work before the latest record ran (or never recorded),
+ * CUDA_ERROR_NOT_READY before; a sticky error once one happened */
+EXPORT CUresult cuEventQuery(CUevent e) {
+    NEED_CTX();
+    pthread_mutex_lock(&G.mu);
+    CUresult r = CUDA_SUCCESS;
+    if (!e || !event_live(e)) r = refuse(CUDA_ERROR_INVALID_HANDLE, "cuEventQuery(%p): not a live event", (void *)e);
+    else if (G.sticky) r = G.sticky;
+    else if (e->reached < e->recorded) r = CUDA_ERROR_NOT_READY;
+    pthread_mutex_unlock(&G.mu);
+    return r;
+}
 EXPORT CUresult cuEventElapsedTime(float *ms, CUevent a, CUevent b) {
     NEED_CTX();
     if (!ms) return CUDA_ERROR_INVALID_VALUE;

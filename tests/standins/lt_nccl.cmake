@@ -55,4 +55,10 @@ if(MPI_C_FOUND AND EXISTS ${CMAKE_CURRENT_SOURCE_DIR}/test_standin_nccl.c)
   set_tests_properties(test_standin_nccl PROPERTIES LABELS standin TIMEOUT 120 PASS_REGULAR_EXPRESSION "rank 1/2: [0-9]+ passed, 0 failed"
     FAIL_REGULAR_EXPRESSION "FAIL"
     ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMP_NUM_THREADS=1")
+  # the same injected fault met by an event synchronize (dev_cuda polls NCCL's asynchronous error there too)
+  add_test(NAME test_standin_nccl_event COMMAND mpirun -np 2 --oversubscribe $<TARGET_FILE:test_standin_nccl>
+           WORKING_DIRECTORY ${HYP_SOURCE_DIR})
+  set_tests_properties(test_standin_nccl_event PROPERTIES LABELS standin TIMEOUT 120 PASS_REGULAR_EXPRESSION "rank 1/2: [0-9]+ passed, 0 failed"
+    FAIL_REGULAR_EXPRESSION "FAIL"
+    ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMP_NUM_THREADS=1;HYP_TEST_FAULT_VIA=event")
 endif()

@@ -150,8 +150,16 @@ static void values(void) {
     /* the 3rd all-reduce hangs with an asynchronous error (HYP_STANDIN_NCCL_FAULT=allreduce:3) */
     alarm(60);
     rc = D->all_reduce(D, dbuf, n, HYP_DT_F32, HYP_RED_SUM, s, &E);
-    int rs = rc ? rc : D->stream_synchronize(D, s, &E);
-    check(!rc && rs == HYP_EFAIL && strstr(E.msg, "asynchronous"), "dev_cuda: an asynchronous NCCL error returns from the synchronize", "%s", E.msg);
+    /* HYP_TEST_FAULT_VIA=event (the second ctest): the wait is an event recorded after it */
+    const char *via = getenv("HYP_TEST_FAULT_VIA");
+    int by_event = via && !strcmp(via, "event");
+    hyp_event *ev = NULL;
+    int rs = rc ? rc
+                : by_event ? (D->event_create(D, &ev, &E) || D->event_record(D, ev, s, &E) ? HYP_EINPUT : D->event_synchronize(D, ev, &E))
+                           : D->stream_synchronize(D, s, &E);
+    check(!rc && rs == HYP_EFAIL && strstr(E.msg, "asynchronous"), by_event ? "dev_cuda: an asynchronous NCCL error returns from an event synchronize"
+                                                                          : "dev_cuda: an asynchronous NCCL error returns from the synchronize", "%s", E.msg);
+    if (ev) D->event_destroy(D, ev);
     rc = D->all_reduce(D, dbuf, n, HYP_DT_F32, HYP_RED_SUM, s, &E);
     int rs2 = D->synchronize(D, &E);
     check(rc == HYP_EFAIL && rs2 == HYP_EFAIL && strstr(E.msg, "asynchronous"), "dev_cuda: the error is sticky (next collective, next synchronize)",

@@ -3,7 +3,9 @@
  * local-rank variable (as under MPICH, Intel MPI or a bare PMIx launch: the test removes Open
  * MPI's), and a failed comm_init (no NCCL in the library folder) leaves no half-set state: a later
  * collective is refused with a message instead of calling a function NCCL never provided.
- * HYP_STANDIN_DEVICES is the world size, so every rank has a GPU of its own. */
+ * HYP_STANDIN_DEVICES is the world size, so every rank has a GPU of its own. Then, with the NCCL
+ * stand-in: both ranks forced onto GPU 0 (HYP_CUDA_DEVICE=0) are refused at comm_init as NCCL
+ * refuses them ("Duplicate GPU detected"), and on their own GPUs the same init succeeds. */
 #define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,6 +54,26 @@ int main(int argc, char **argv) {
     d->mem_free(d, buf, &e);
     d->close(d);
     unlink(link), rmdir(dir);
+
+    /* the duplicate-GPU rule, planted: every rank on GPU 0 */
+    setenv("HYP_CUDA_LIBDIR", HYP_STANDIN_DIR, 1);
+    setenv("HYP_CUDA_DEVICE", "0", 1);
+    if (hyp_device_open("cuda", &d, &e)) {
+        printf("FAIL cuda device on the stand-in: %s\n", e.msg);
+        return 1;
+    }
+    rc = d->comm_init(d, c, &e);
+    check(rc == HYP_EINPUT && strstr(e.msg, "two ranks of one node on one GPU"), "nccl: two ranks on one GPU are refused at comm_init, saying why (planted)", "%s",
+          rc ? e.msg : "accepted");
+    d->close(d);
+    unsetenv("HYP_CUDA_DEVICE");
+    if (hyp_device_open("cuda", &d, &e)) {
+        printf("FAIL cuda device on the stand-in: %s\n", e.msg);
+        return 1;
+    }
+    rc = d->comm_init(d, c, &e);
+    check(rc == 0, "nccl: the same init with a GPU per rank succeeds", "%s", rc ? e.msg : "ok");
+    d->close(d);
     printf("rank %d/%d: ", rank, world);
     int st = hyp_test_finish();
     hyp_coll_finalize(c);

@@ -251,7 +251,9 @@ int main(int argc, char **argv) {
     for (int i = 0; i < rec.n; i++) tot += rec.spans[i].flops;
     CHECK(fabs(tot - p.flops_per_token * p.B * p.T) <= 1e-6 * tot, "v2184: the spans' FLOPs %.6g = flops_per_token x B x T %.6g", tot,
           p.flops_per_token * p.B * p.T);
-    CHECK(sum <= wall && sum > 0.5 * wall, "v2184: op times %.0f us within the %.0f us of forward+backward", sum, wall);
+    /* the op spans nest inside the forward+backward interval (what share of it they cover is a
+     * speed figure: bench/bench_profile.sh, not a test — it falls under ASan or a loaded machine) */
+    CHECK(sum <= wall && sum > 0, "v2184: op times %.0f us within the %.0f us of forward+backward", sum, wall);
     CHECK(l1 == l0 && isfinite(l1), "v2184: profiling leaves the loss bit-identical (%.7f)", l1);
 
     /* the cost of one recorded op (the hook: clock reads, the span, an append) */
@@ -263,7 +265,9 @@ int main(int argc, char **argv) {
     for (int i = 0; i < reps; i++) hyp_prof_op(&p, &p.fwd[i % p.n_fwd], p.B, p.T, hyp_prof_now_us());
     double per = (now_s() - c0) / reps * 1e9;
     hyp_prof_cur = NULL;
-    CHECK(cost.n == reps && per < 2000, "v2184: one recorded op costs %.0f ns (bound 2000 ns)", per);
+    /* every call recorded one span; the cost per op is reported, not bounded: a wall-clock bound
+     * failed under ASan on a loaded 2-core machine (5265 ns), and speed belongs to bench/ */
+    CHECK(cost.n == reps, "v2184: %d calls recorded %d spans (%.0f ns each on this machine)", reps, cost.n, per);
     printf("note: %.0f ns per recorded op; a step of this plan has %d ops\n", per, p.n_fwd + p.n_bwd);
     hyp_prof_free(&cost);
     hyp_prof_free(&rec);
