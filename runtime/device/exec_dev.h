@@ -259,9 +259,9 @@ int exec_dev_fp8_step(exec_dev *x, hyp_err *e);
 int exec_dev_fp8_set_states(exec_dev *x, const hyp_fp8_state *st, hyp_err *e);
 
 /* ---- v2165 graphs (exec_dev_graph.c) ---- */
-/* Turns capture and replay of the regions on (1) or off (0: eager, the graphs freed). Refused
- * (HYP_EINPUT, why) where the regions would touch other streams: ZeRO stage >= 1 or several
- * ranks, and ZeRO-2's gradient schedule. */
+/* Turns capture and replay of the regions on (1) or off (0: eager, the graphs freed). Work that
+ * involves collectives or another stream forms no region and runs eagerly: the forward and
+ * backward of ZeRO-3, the backward of ZeRO-2's gradient schedule and of the v2110 overlap hooks. */
 int exec_dev_set_graphs(exec_dev *x, int on, hyp_err *e);
 /* Runs region `slot`: body(x, ctx) issues its work on the default stream. Eager when graphs are
  * off or a profile is being taken (v2184 times each op with events); else with a key (nkey <=

@@ -23,9 +23,9 @@
  * writes back norm / S and clip / S: the optimizer kernel's gradient scale becomes clip / S, the
  * unscale folded in, no pass over the gradients.
  *
- * v2165 graphs (plan train.cuda_graphs, or HYP_CUDA_GRAPHS=1; =0 turns them off): one rank without
- * ZeRO captures the forward, the two backward regions (exec_dev.c) and the norm (below) once
- * and replays them; what stays eager, and why, is in docs/cuda-graphs.md. The host calls per
+ * v2165 graphs (plan train.cuda_graphs, or HYP_CUDA_GRAPHS=1; =0 turns them off): the forward, the
+ * two backward regions (exec_dev.c) and the norm (below) are captured once and replayed where no
+ * collective runs inside them; what stays eager, and why, is in docs/cuda-graphs.md. The host calls per
  * step (device.h `calls`) of the last step are reported at the end.
  *
  * The host executor x is a mirror without activations: it initializes, checkpoints and samples.
@@ -76,7 +76,6 @@ typedef struct {
     unsigned long long mark_calls, mark_replays, mark_nodes, mark_captured, step_calls, step_eager, step_graphs;
     double mark_issue, step_issue_s, issue_sum; /* issue_sum: steps 3.. (after warm-up and capture) */
     int steps_seen, issue_n;
-    char graphs_why[1100]; /* why graphs are off although asked for ("" otherwise) */
 } train_dev;
 
 /* The layer a parameter belongs to: its name up to the first all-digit component
@@ -219,10 +218,7 @@ static int open_dev(train_dev *t, const dp_t *dp, const plan_t *p, const char *p
     const char *gv = getenv("HYP_CUDA_GRAPHS");
     if (gv && *gv && strcmp(gv, "0") && strcmp(gv, "1"))
         return hyp_fail(e, HYP_EINPUT, "HYP_CUDA_GRAPHS=%s — use 1 (capture and replay the step's regions, v2165) or 0 (eager)", gv);
-    if (gv && *gv ? !strcmp(gv, "1") : p->cuda_graphs) {
-        hyp_err ge;
-        if (exec_dev_set_graphs(&t->xd, 1, &ge)) snprintf(t->graphs_why, sizeof t->graphs_why, "%.1000s", ge.msg);
-    }
+    if ((gv && *gv ? !strcmp(gv, "1") : p->cuda_graphs) && (rc = exec_dev_set_graphs(&t->xd, 1, e))) return rc;
     return t->overlap ? make_buckets(t, e) : HYP_OK;
 }
 
@@ -234,7 +230,7 @@ static void close_dev(train_dev *t) {
         printf("device calls per step: %llu host calls%s (eager equivalent %llu), %llu graph launches; region issue time %.1f us/step (%s); cuda graphs %s (v2165)\n",
                t->step_calls, t->xd.graphs ? " with graphs" : "", t->step_eager, t->step_graphs,
                (t->issue_n ? t->issue_sum / t->issue_n : t->step_issue_s) * 1e6, t->issue_n ? "mean from step 3" : "last step",
-               t->xd.graphs ? "on" : t->graphs_why[0] ? "off: not captured with ZeRO or several ranks" : "off");
+               t->xd.graphs ? "on" : "off");
     d->synchronize(d, &e);
     for (int i = 0; i < t->n_buckets; i++)
         if (t->buckets[i].ev) d->event_destroy(d, t->buckets[i].ev);
@@ -284,7 +280,7 @@ static int reduce_and_norm(train_dev *t, float max_norm, hyp_err *e) {
             rc = t->world > 1 ? d->reduce_scatter(d, xd->grads, xd->gshard, (size_t)xd->shard, HYP_DT_F32, NULL, e)
                               : d->d2d(d, xd->gshard, xd->grads, sizeof(float) * (size_t)xd->shard, NULL, e);
     }
-    if (!rc && xd->graphs) { /* v2165: one rank, the whole arena: partial + finish as one region */
+    if (!rc && xd->graphs && !(t->stage >= 2 && t->world > 1)) { /* v2165: partial + finish as one region (no all-reduce between) */
         norm_ctx c = {t, g, n, max_norm};
         double key[2] = {(double)n, max_norm};
         return exec_dev_region(xd, EXD_G_NORM, key, 2, norm_body, &c, e);
@@ -625,9 +621,11 @@ int train_backend_dev_open(train_backend *b, const plan_t *p, const char *plan_p
         printf("backend: sim — the generated CUDA kernels (kernels/ next to the plan) run on the CPU simulator (slow; for tests)\n");
     else
         printf("backend: cuda — %s, the compiled kernels (kernels/*.cubin) through the CUDA driver\n", t->dev->info.name);
-    if (t->xd.graphs)
-        printf("cuda graphs (v2165): the forward, the backward up to the loss and after it, and the norm are captured at their second run and replayed; the batch upload, loss read-back and optimizer stay eager\n");
-    else if (t->graphs_why[0])
-        printf("cuda graphs (v2165): off — %s\n", t->graphs_why);
+    if (t->xd.graphs) { /* which regions this configuration forms (exec_dev.c, reduce_and_norm) */
+        int fwd = t->stage < 3, bwd = fwd && !t->xd.zg && !t->overlap, norm = !(t->stage >= 2 && t->world > 1);
+        printf("cuda graphs (v2165): captured at their second run and replayed:%s%s%s%s; eager: the batch upload, loss read-back, optimizer%s%s\n",
+               fwd ? " the forward" : "", bwd ? ", the backward up to the loss and after it" : "", norm ? ", the norm" : "",
+               fwd || bwd || norm ? "" : " nothing", fwd ? "" : ", the forward", bwd ? "" : ", the backward (collectives inside)");
+    }
     return HYP_OK;
 }

@@ -31,7 +31,7 @@ for v in fp32:adamw,clip,warmup,cuda-graphs bf16:adamw,clip,warmup,bf16,cuda-gra
   HYP_CUDA_GRAPHS=0 "$OUT/$n/train" "${R[@]}" --ckpt-dir "$TMP/$n.ck_e" --metrics "$TMP/$n.e.jsonl" > "$TMP/$n.e.out" 2>&1
   check "${n}_eager_trains" grep -q "cuda graphs off (v2165)" "$TMP/$n.e.out"
   "$OUT/$n/train" "${R[@]}" --ckpt-dir "$TMP/$n.ck_g" --metrics "$TMP/$n.g.jsonl" > "$TMP/$n.g.out" 2>&1
-  check "${n}_graphs_trains" grep -q "cuda graphs (v2165): the forward" "$TMP/$n.g.out"
+  check "${n}_graphs_trains" grep -q "cuda graphs (v2165): captured at their second run and replayed: the forward, the backward up to the loss and after it, the norm;" "$TMP/$n.g.out"
   check "test_v2165_${n}_lr_warms_up" test "$(metric "$TMP/$n.g.jsonl" lr | sort -u | wc -l)" -ge 2
   check "test_v2165_${n}_graphs_equal_eager_every_metric_bit_for_bit" test "$(untimed "$TMP/$n.g.jsonl")" = "$(untimed "$TMP/$n.e.jsonl")"
   check "test_v2165_${n}_graphs_equal_eager_final_weights" cmp -s "$TMP/$n.ck_g/step_00000003/model.safetensors" "$TMP/$n.ck_e/step_00000003/model.safetensors"
