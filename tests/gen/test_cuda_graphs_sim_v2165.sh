@@ -9,7 +9,8 @@
 # (the same kernels with the same arguments in the same order on one stream: no tolerance). The
 # host calls per step (launches, GEMMs, memsets, copies; a graph launch is one) of the last step:
 # the graph run's eager equivalent (each graph launch replaced by the calls it recorded) equals
-# the eager run's count, and graphs issue at most a tenth of them. Then v2162 loss scaling
+# the eager run's count, and graphs issue at most a tenth of them; gen perf's graph timeline has
+# the same graph launches and host launches. Then v2162 loss scaling
 # (below). ~12 s (warm caches).
 source "$(dirname "$0")/lib.sh"
 export OMP_NUM_THREADS=2 HYP_SIM_CACHE="$BUILD/tests/sim_cache"
@@ -41,6 +42,14 @@ for v in fp32:adamw,clip,warmup,cuda-graphs bf16:adamw,clip,warmup,bf16,cuda-gra
   check "test_v2165_${n}_launches_per_step_eager_equivalent_is_the_eager_count" test "${gq:-x}" = "${ge:-y}"
   check "test_v2165_${n}_four_graph_launches_per_step" test "${gl:-0}" = 4
   check "test_v2165_${n}_graphs_cut_host_calls_tenfold" test $((10 * ${gg:-999})) -le "${ge:-0}"
+  # the performance model cuts the step into the same regions (gen perf: launches eager, host
+  # launches and graph launches with graphs): the same graph launches, and the host calls it does
+  # not model (5 copies: tokens, targets, losses, the weight-decay table, the norm) are as many
+  # with graphs as without
+  read -r me mh mg <<< "$("$GEN" perf "$OUT/$n" --hw h100-sxm | sed -nE 's/^step: .* \(([0-9]+) launches\), .* \(([0-9]+) host launches, ([0-9]+) of them graphs\).*/\1 \2 \3/p')"
+  echo "    $n: gen perf: $me launches eager, $mh host launches with graphs ($mg graphs)"
+  check "test_v2165_${n}_perf_model_graph_launches_are_the_runtimes" test "${mg:-x}" = "${gl:-y}"
+  check "test_v2165_${n}_perf_model_host_launches_match_the_runtimes" test $((ge - ${me:-0})) = $((gg - ${mh:-0}))
 done
 
 # v2162 dynamic loss scaling (fp16 GEMM operands, the v2162 test's settings): the scale S changes
