@@ -414,7 +414,7 @@ static int read_source(const char *cu_path, char **src, size_t *len, hyp_err *e)
  * does not check the headers' contents). g++ uses the .gch only where it is valid for the compile
  * (same compiler build and options) and otherwise reads the one-line header: the module's code is
  * the same either way. Any failure here leaves `out` empty and the compile force-includes the
- * prelude itself. */
+ * prelude itself; so does HYP_SIM_PCH=0 (to time or compare a compile without it). */
 static void prelude_pch(const toolchain_paths *tp, const char *dir, char **argv, int argc, int inc,
                         char *out, size_t n) {
     out[0] = 0;
@@ -539,7 +539,7 @@ static int sim_compile(const char *cu_path, const char *so_path, const char *ext
     argc = split_args(getenv("HYP_SIM_CXXFLAGS"), argv, argc, 140, &owned[1]);
     argc = split_args(extra_flags, argv, argc, 150, &owned[2]);
     char pch[PATH_MAX];
-    if (pch_dir) {
+    if (pch_dir && !(getenv("HYP_SIM_PCH") && !strcmp(getenv("HYP_SIM_PCH"), "0"))) { /* 0: none */
         int inc = 0;
         while (inc + 1 < argc && argv[inc + 1] != prelude) inc++;
         pch[0] = 0;
