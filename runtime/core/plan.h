@@ -47,6 +47,10 @@ typedef struct {
     int slot;              /* fp8_quantize: index into plan_t.fp8_roles */
     int64_t bits, group;   /* fake_quant: integer bits, columns per scale (v2158) */
     int64_t rowwise;       /* int8_matmul_*: 1 = one scale per input row, 0 = per tensor (v2159) */
+    /* attention (v2117, core/attn_mod.h): mask rule HYP_MASK_* (0 causal), its window / prefix,
+       score modifier HYP_MOD_* (0 none) and softcap's cap */
+    int64_t mask, window, prefix, score_mod;
+    float softcap;
 } plan_op;
 
 typedef struct {
