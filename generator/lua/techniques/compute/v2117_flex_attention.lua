@@ -51,6 +51,10 @@ function M.model(ctx, m)
     ctx.refuse("the mask rule and score modifier are rendered into the flash template only; the naive attention kernels of the " .. ctx.target.kind .. " target have no rule",
       "enable flash (v2113) with flex, or use --target cpu")
   end
+  if ctx.facts.attention and ctx.facts.attention.family == "mem_efficient_attention" and ctx.target.kind ~= "cpu" then
+    ctx.refuse("the mask rule and score modifier are rendered into the FA2 template only, not into v2118's memory-efficient kernels",
+      "use flash (v2113, sm_80+) with flex, or --target cpu")
+  end
   if r.mask == "document" and not ctx.facts.doc_mask then
     U.fail("v2117.mask", "mask document is causal attention within each packed document, which needs the per-token document positions of v2126 packing",
       "add --enable v2126 (packing), or use --set v2117.mask=causal")
