@@ -1,6 +1,6 @@
 --[[ hyperion template
 family = "mem_efficient_attention"
-doc = "memory-efficient causal attention in plain SIMT fp32 (v2118, the Rabe-Staats / xFormers chunked algorithm): one thread per query (forward, dQ) or key (dK/dV) row, K/V and Q/dO chunks staged in fp32 shared memory, online softmax saving only the log-sum-exp; no mma, no architecture gate; deterministic backward; grouped-query heads; optional document mask (v2126)"
+doc = "memory-efficient attention in plain SIMT fp32 (v2118, the Rabe-Staats / xFormers chunked algorithm): one thread per query (forward, dQ) or key (dK/dV) row, K/V and Q/dO chunks staged in fp32 shared memory, online softmax saving only the log-sum-exp; no mma, no architecture gate; deterministic backward; grouped-query heads; v2117's mask rule and score modifier rendered in, fully masked chunks skipped; optional document mask (v2126)"
 constants = {
   NH = { "int", doc = "query heads" },
   NKV = { "int", doc = "key/value heads (NH % NKV == 0)" },
@@ -8,10 +8,20 @@ constants = {
   ATT_SCALE = { "float", default = 0.0, doc = "the score scale from the plan's attention attr scale (muP: 1/HD); 0: 1/sqrt(HD)" },
   ACT = { "enum", values = { "f32", "bf16" }, default = "f32", doc = "activation storage (v2102) of qkv, out and their gradients; all arithmetic in fp32" },
   DOCMASK = { "bool", default = false, doc = "the document mask hook (v2126 packing): query q sees keys from q - pos[q]; false: plain causal, pos unused" },
+  MASK = { "enum", values = { "causal", "sliding_window", "prefix_lm" }, default = "causal", doc = "the mask rule (v2117), as in flash_attention.cu.lua" },
+  WINDOW = { "int", default = 0, doc = "keys visible per query under MASK sliding_window" },
+  PREFIX = { "int", default = 0, doc = "length of the bidirectional prefix under MASK prefix_lm" },
+  SCORE_MOD = { "enum", values = { "none", "softcap", "alibi" }, default = "none", doc = "the score modifier (v2117), as in flash_attention.cu.lua" },
+  SOFTCAP = { "float", default = 0.0, doc = "the cap of SCORE_MOD softcap" },
 }
 derive = function(K, decide)
   if K.NH % K.NKV ~= 0 then error("NH (" .. K.NH .. ") must be a multiple of NKV (" .. K.NKV .. ")") end
   if K.HD < 1 or K.HD > 128 then error("HD " .. K.HD .. " is not supported by the memory-efficient kernels (1..128: each thread keeps one or two HD-float accumulators in registers)") end
+  if K.MASK == "sliding_window" and K.WINDOW < 1 then error("MASK sliding_window needs WINDOW >= 1 (got " .. K.WINDOW .. ")") end
+  if K.MASK == "prefix_lm" and K.PREFIX < 1 then error("MASK prefix_lm needs PREFIX >= 1 (got " .. K.PREFIX .. ")") end
+  if K.MASK == "prefix_lm" and K.DOCMASK then error("MASK prefix_lm does not compose with the document mask (DOCMASK)") end
+  if K.SCORE_MOD == "softcap" and not (K.SOFTCAP > 0) then error("SCORE_MOD softcap needs SOFTCAP > 0 (got " .. K.SOFTCAP .. ")") end
+  if K.SCORE_MOD == "alibi" and (K.NH & (K.NH - 1)) ~= 0 then error("SCORE_MOD alibi needs NH a power of two (got " .. K.NH .. ")") end
   K.G = K.NH // K.NKV
   K.R = (K.NH + 2 * K.NKV) * K.HD
   K.DBLOCK = 128 -- mea_bwd_d: 4 warps, one row each
@@ -101,6 +111,25 @@ __device__ __forceinline__ void mea_stage(float* dst, int rows, int ld, const ac
     }
 }
 
+// v2117 flex attention, rendered from MASK and SCORE_MOD (the rules of runtime/core/attn_mod.h and
+// of flash_attention.cu.lua): does query q see key k; does a chunk hold a visible pair; the
+// modified score of the scaled score s; its derivative from the modified score sm.
+__device__ __forceinline__ bool mea_vis(int q, int k) {
+    return {{ MASK == "sliding_window" and "k <= q && q - k < WINDOW" or MASK == "prefix_lm" and "k <= q || k < PREFIX" or "k <= q" }};
+}
+__device__ __forceinline__ bool mea_tile_any(int qlo, int qhi, int klo, int khi) {
+    (void)qlo; (void)khi;
+    return {{ MASK == "sliding_window" and "klo <= qhi && qlo - khi < WINDOW" or MASK == "prefix_lm" and "klo <= qhi || klo < PREFIX" or "klo <= qhi" }};
+}
+__device__ __forceinline__ float mea_mod(float s, int q, int k, int h) {
+    (void)q; (void)k; (void)h;
+    return {{ SCORE_MOD == "softcap" and "SOFTCAP * tanhf(s / SOFTCAP)" or SCORE_MOD == "alibi" and "s - exp2f(-8.0f * (float)(h + 1) / (float)NH) * (float)(q > k ? q - k : k - q)" or "s" }};
+}
+__device__ __forceinline__ float mea_dmod(float sm) {
+    (void)sm;
+    return {{ SCORE_MOD == "softcap" and "1.0f - (sm / SOFTCAP) * (sm / SOFTCAP)" or "1.0f" }};
+}
+
 __device__ __forceinline__ float mea_dot(const float* x, const float* y) {
     float acc = 0.0f;
 #pragma unroll 8
@@ -131,18 +160,19 @@ __device__ __forceinline__ float mea_dot(const float* x, const float* y) {
     for (int d = 0; d < HD; d++) o[d] = 0.0f;
     float m = -HYP_INF, l = 0.0f;
     __syncthreads();
-    const int kend = min(T, q0 + BQ), kstart = s_lo / BK * BK;
+    const int kend = {{ MASK == "prefix_lm" and "T" or "min(T, q0 + BQ)" }}, kstart = s_lo / BK * BK;
     for (int k0 = kstart; k0 < kend; k0 += BK) {
+        if (!mea_tile_any(q0, q0 + BQ - 1, k0, k0 + BK - 1)) continue; // fully masked (block-uniform)
         __syncthreads(); // the previous chunk is no longer read
         mea_stage(Ks, BK, HD, base + (long)k0 * R + (NH + g) * HD, R, min(BK, T - k0));
         mea_stage(Vs, BK, HD, base + (long)k0 * R + (NH + NKV + g) * HD, R, min(BK, T - k0));
         __syncthreads();
-        if (q >= T || k0 > q) continue; // every key of the chunk is after this query
+        if (q >= T || !mea_tile_any(q, q, k0, k0 + BK - 1)) continue; // no key of the chunk visible
         float s[BK], mx = m;
 #pragma unroll
         for (int j = 0; j < BK; j++) {
             const int key = k0 + j;
-            s[j] = (key <= q && key >= lo) ? mea_dot(&Qs[t * HDP], &Ks[j * HD]) : -HYP_INF;
+            s[j] = (mea_vis(q, key) && key < T && key >= lo) ? mea_mod(mea_dot(&Qs[t * HDP], &Ks[j * HD]), q, key, h) : -HYP_INF;
             mx = fmaxf(mx, s[j]);
         }
         // a row with no visible key yet (document mask) keeps m = -inf: exponents relative to 0
@@ -201,19 +231,21 @@ __device__ __forceinline__ float mea_dot(const float* x, const float* y) {
     float dq[HD];
 #pragma unroll
     for (int d = 0; d < HD; d++) dq[d] = 0.0f;
-    const int kend = min(T, q0 + BQB);
+    const int kend = {{ MASK == "prefix_lm" and "T" or "min(T, q0 + BQB)" }};
     for (int k0 = 0; k0 < kend; k0 += BKB) {
+        if (!mea_tile_any(q0, q0 + BQB - 1, k0, k0 + BKB - 1)) continue; // fully masked (block-uniform)
         __syncthreads();
         mea_stage(Ks, BKB, HD, base + (long)k0 * R + (NH + g) * HD, R, min(BKB, T - k0));
         mea_stage(Vs, BKB, HD, base + (long)k0 * R + (NH + NKV + g) * HD, R, min(BKB, T - k0));
         __syncthreads();
-        if (q >= T || k0 > q || k0 + BKB <= lo) continue;
+        if (q >= T || !mea_tile_any(q, q, k0, k0 + BKB - 1) || k0 + BKB <= lo) continue;
 #pragma unroll 1
         for (int j = 0; j < BKB; j++) {
             const int key = k0 + j;
-            if (key > q || key < lo) continue;
-            const float p = expf(SCALE * mea_dot(&Qs[t * HDP], &Ks[j * HD]) - lr);
-            const float ds = SCALE * p * (mea_dot(&Os[t * HDP], &Vs[j * HD]) - dr);
+            if (!mea_vis(q, key) || key >= T || key < lo) continue;
+            const float sm = mea_mod(SCALE * mea_dot(&Qs[t * HDP], &Ks[j * HD]), q, key, h);
+            const float p = expf(sm - lr);
+            const float ds = SCALE * p * (mea_dot(&Os[t * HDP], &Vs[j * HD]) - dr) * mea_dmod(sm);
 #pragma unroll
             for (int d = 0; d < HD; d++) dq[d] = fmaf(ds, Ks[j * HD + d], dq[d]);
         }
@@ -248,7 +280,8 @@ __device__ __forceinline__ float mea_dot(const float* x, const float* y) {
     for (int d = 0; d < HD; d++) { dk[d] = 0.0f; dv[d] = 0.0f; }
     for (int h = g * G; h < (g + 1) * G; h++) {
         const long bh = (long)b * NH + h;
-        for (int q0 = k0; q0 < T; q0 += BQT) {
+        for (int q0 = {{ MASK == "prefix_lm" and "0" or "k0" }}; q0 < T; q0 += BQT) {
+            if (!mea_tile_any(q0, q0 + BQT - 1, k0, k0 + BKV - 1)) continue; // fully masked (block-uniform)
             __syncthreads();
             mea_stage(Qs, BQT, HD, base + (long)q0 * R + h * HD, R, min(BQT, T - q0));
             mea_stage(Os, BQT, HD, dout + ((long)b * T + q0) * OC + h * HD, OC, min(BQT, T - q0));
@@ -258,13 +291,14 @@ __device__ __forceinline__ float mea_dot(const float* x, const float* y) {
                 Lo[i] = q0 + i < T ? mea_lo(pos, b, T, q0 + i) : T;
             }
             __syncthreads();
-            if (key >= T || q0 + BQT - 1 < key) continue;
+            if (key >= T || !mea_tile_any(q0, q0 + BQT - 1, key, key)) continue;
 #pragma unroll 1
             for (int i = 0; i < BQT; i++) {
                 const int q = q0 + i;
-                if (q < key || q >= T || key < Lo[i]) continue;
-                const float p = expf(SCALE * mea_dot(&Ks[t * HDP], &Qs[i * HD]) - Ls[i]);
-                const float ds = SCALE * p * (mea_dot(&Vs[t * HDP], &Os[i * HD]) - Ds[i]);
+                if (!mea_vis(q, key) || q >= T || key < Lo[i]) continue;
+                const float sm = mea_mod(SCALE * mea_dot(&Ks[t * HDP], &Qs[i * HD]), q, key, h);
+                const float p = expf(sm - Ls[i]);
+                const float ds = SCALE * p * (mea_dot(&Vs[t * HDP], &Os[i * HD]) - Ds[i]) * mea_dmod(sm);
 #pragma unroll
                 for (int d = 0; d < HD; d++) {
                     dv[d] = fmaf(p, Os[i * HD + d], dv[d]);

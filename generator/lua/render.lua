@@ -194,7 +194,9 @@ function M.instances(tree, cfg, plan, decide, contrib)
     local fa = first_op(plan, "flash_attention_fwd")
     if facts.attention and facts.attention.family == "mem_efficient_attention" then -- v2118's SIMT kernels
       want("mem_efficient_attention", { "mea_fwd", "mea_bwd_d", "mea_bwd_dkv", "mea_bwd_dq" },
-        { NH = m.NH, NKV = m.NKV, HD = m.hd, DOCMASK = (fa.ins[2] or "") ~= "", ATT_SCALE = fa.attrs.scale })
+        { NH = m.NH, NKV = m.NKV, HD = m.hd, DOCMASK = (fa.ins[2] or "") ~= "", ATT_SCALE = fa.attrs.scale,
+          MASK = fa.attrs.mask, WINDOW = fa.attrs.window, PREFIX = fa.attrs.prefix,
+          SCORE_MOD = fa.attrs.score_mod, SOFTCAP = fa.attrs.softcap })
     else
     want("flash_attention", { "flash_attention_fwd", "flash_attention_bwd_d", "flash_attention_bwd_dkv", "flash_attention_bwd_dq" },
       { NH = m.NH, NKV = m.NKV, HD = m.hd, PREC = facts.attention and facts.attention.precision or "bf16x3",

@@ -30,7 +30,7 @@ bad prefix_missing "^v2117.prefix: mask prefix_lm needs .* — add --set v2117.p
 bad prefix_long "^v2117.prefix: .*longer than the sequence .* — " --enable flash,flex --set v2117.mask=prefix_lm --set v2117.prefix=100 --model tiny --seq 64
 bad alibi_12_heads "^v2117.score_mod: .*power-of-two head count.* 12 .* — " --enable flash,flex --set v2117.score_mod=alibi --model gpt2-124m
 bad document_no_packing "^v2117.mask: mask document .* — add --enable v2126" --enable flash,flex --set v2117.mask=document --model tiny
-bad sim_naive "v2117 flex_attention: .*flash template only.* — enable flash" --enable flex --model tiny --target sim
+bad sim_naive "v2117 flex_attention: .*flash templates only.* — enable flash" --enable flex --model tiny --target sim
 
 # --- plan, render, audit ---------------------------------------------------------------------
 expect gen_v2117_sim 0 "wrote" -- "$GEN" "$T" --enable flash,flex --set v2117.mask=sliding_window --set v2117.window=40 \

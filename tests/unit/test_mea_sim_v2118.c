@@ -4,7 +4,8 @@
  * itself checked against the naive attention in test_flash), forward (out, lse) and backward (dq,
  * dk, dv accumulated), on regular and odd shapes (partial chunks, grouped heads, hd 24/64/128,
  * bf16 activations, the v2126 document mask); the backward twice, bit-identical (one writer per
- * element, fixed order).
+ * element, fixed order); and with v2117's rules rendered in (sliding_window + softcap, prefix_lm +
+ * alibi) against the cpu flash op with the same rule.
  *
  * Tolerances (|err| <= atol * max|want| + rtol * |want|): fp32 activations 2e-5 each — both sides
  * are fp32 with different summation orders (test_flash.c's bound: docs/test-tolerances.md E1, E6,
@@ -22,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attn_mod.h"
 #include "ops_flash.h"
 #include "sim.h"
 
@@ -184,10 +186,11 @@ static float *of_bf16(const uint16_t *h, long n) {
     return p;
 }
 
-static void mea_case(const char *tag, int B, int T, int NH, int NKV, int HD, int bf16, int doc) {
-    char consts[160], nm[300];
+/* rule: v2117 template constants ("" = causal) and the same rule for the cpu op (NULL = causal) */
+static void mea_case(const char *tag, int B, int T, int NH, int NKV, int HD, int bf16, int doc, const char *rule, const hyp_attn_mod *md) {
+    char consts[300], nm[300];
     mod_t mf;
-    snprintf(consts, sizeof consts, "NH=%d NKV=%d HD=%d%s%s", NH, NKV, HD, bf16 ? " ACT=bf16" : "", doc ? " DOCMASK=true" : "");
+    snprintf(consts, sizeof consts, "NH=%d NKV=%d HD=%d%s%s %s", NH, NKV, HD, bf16 ? " ACT=bf16" : "", doc ? " DOCMASK=true" : "", rule);
     if (open_family(&mf, "mem_efficient_attention", consts, tag)) return;
     const double tol = bf16 ? 4e-3 : 2e-5;
     const long sf = rendered_const("mem_efficient_attention", tag, "SMEM_FWD"), sq = rendered_const("mem_efficient_attention", tag, "SMEM_DQ"),
@@ -207,9 +210,9 @@ static void mea_case(const char *tag, int B, int T, int NH, int NKV, int HD, int
                 pos[bb * T + t] = p;
             }
     }
-    op_flash_attention_fwd_doc(out_ref, lse_ref, qkv, pos, B, T, NH, NKV, HD, 0.0f);
+    op_flash_attention_fwd_mod(out_ref, lse_ref, qkv, pos, B, T, NH, NKV, HD, 0.0f, md, NULL);
     float *dqkv_ref = fcopy(dq0, nr);
-    op_flash_attention_bwd_doc(dqkv_ref, D_ref, dout, qkv, out_ref, lse_ref, pos, B, T, NH, NKV, HD, 0.0f);
+    op_flash_attention_bwd_mod(dqkv_ref, D_ref, dout, qkv, out_ref, lse_ref, pos, B, T, NH, NKV, HD, 0.0f, md);
     /* device buffers in the activation dtype */
     void *d_qkv = bf16 ? (void *)to_bf16(qkv, nr) : (void *)qkv, *d_dout = bf16 ? (void *)to_bf16(dout, no) : (void *)dout;
     void *d_out = bf16 ? (void *)zalloc((size_t)no * 2) : (void *)fbuf(no);
@@ -217,7 +220,7 @@ static void mea_case(const char *tag, int B, int T, int NH, int NKV, int HD, int
     void *f1[] = {&d_out, &lse, &d_qkv, &pos, &T};
     launch_smem(&mf, "mea_fwd", cdiv(T, bq), B * NH, 1, (unsigned)bq, (size_t)sf, f1);
     float *out = bf16 ? of_bf16(d_out, no) : d_out;
-    check_f32(NAME(nm, "test_v2118_sim_fwd[%s] B=%d T=%d NH=%d NKV=%d HD=%d%s%s out", tag, B, T, NH, NKV, HD, bf16 ? " bf16" : "", doc ? " +doc" : ""), out, out_ref, no, tol, tol);
+    check_f32(NAME(nm, "test_v2118_sim_fwd[%s] B=%d T=%d NH=%d NKV=%d HD=%d%s%s %s out", tag, B, T, NH, NKV, HD, bf16 ? " bf16" : "", doc ? " +doc" : "", rule), out, out_ref, no, tol, tol);
     check_f32(NAME(nm, "test_v2118_sim_fwd[%s] lse", tag), lse, lse_ref, nl, 2e-5, 2e-5);
     /* backward from the reference forward's out and lse, so each direction's error is its own */
     void *d_oref = bf16 ? (void *)to_bf16(out_ref, no) : (void *)out_ref;
@@ -242,9 +245,13 @@ int main(void) {
     char mk[400];
     snprintf(mk, sizeof mk, "mkdir -p '%s'", g_tmp);
     if (system(mk) != 0) return 1;
-    mea_case("regular", 1, 128, 4, 2, 64, 0, 0);
-    mea_case("odd_hd24", 2, 45, 3, 1, 24, 0, 0);
-    mea_case("odd_hd128_bf16_doc", 1, 70, 2, 2, 128, 1, 1);
+    mea_case("regular", 1, 128, 4, 2, 64, 0, 0, "", NULL);
+    mea_case("odd_hd24", 2, 45, 3, 1, 24, 0, 0, "", NULL);
+    mea_case("odd_hd128_bf16_doc", 1, 70, 2, 2, 128, 1, 1, "", NULL);
+    /* v2117's rules rendered into this kernel (test_v2117 in the names: the flex rule measured here) */
+    const hyp_attn_mod sw = {HYP_MASK_SLIDING_WINDOW, 21, 0, HYP_MOD_SOFTCAP, 2.0f}, pa = {HYP_MASK_PREFIX_LM, 0, 37, HYP_MOD_ALIBI, 0.0f};
+    mea_case("test_v2117_sw_softcap", 2, 90, 4, 2, 32, 0, 0, "MASK=sliding_window WINDOW=21 SCORE_MOD=softcap SOFTCAP=2", &sw);
+    mea_case("test_v2117_prefix_alibi", 1, 99, 4, 1, 32, 0, 0, "MASK=prefix_lm PREFIX=37 SCORE_MOD=alibi", &pa);
     free_all();
     return hyp_test_finish();
 }

@@ -2,12 +2,13 @@
 -- document = causal within v2126's documents) and a score modifier (softcap, alibi) as op
 -- attributes (mask, window, prefix, score_mod, softcap). The cpu ops read them
 -- (runtime/core/attn_mod.h: ops_attn_mod.c naive, ops_flash.c flash); render.lua passes them to
--- the FA2 template as MASK/WINDOW/PREFIX/SCORE_MOD/SOFTCAP, which renders the rule as one
--- expression each (templates/flash_attention.cu.lua). The audit gets the tiles the flash kernels
+-- the FA2 template and v2118's memory-efficient template as MASK/WINDOW/PREFIX/SCORE_MOD/SOFTCAP,
+-- which render the rule as one expression each (templates/flash_attention.cu.lua,
+-- templates/mem_efficient_attention.cu.lua). The audit gets the tiles the flash kernels
 -- visit and skip at the plan's T. Never: a copy of an attention kernel, a rule on a kernel that
 -- cannot apply it (the naive attention template: refused).
 local U = require("util")
-local M = { id = "v2117", families = { "flash_attention" } }
+local M = { id = "v2117", families = { "flash_attention", "mem_efficient_attention" } }
 
 local ATT = { attention_fwd = true, attention_bwd = true, flash_attention_fwd = true, flash_attention_bwd = true }
 
@@ -48,12 +49,8 @@ function M.model(ctx, m)
   local r = ctx.facts.flex
   local att = ctx.facts.attention and ctx.facts.attention.kind or "naive"
   if ctx.target.kind ~= "cpu" and att ~= "flash" then
-    ctx.refuse("the mask rule and score modifier are rendered into the flash template only; the naive attention kernels of the " .. ctx.target.kind .. " target have no rule",
-      "enable flash (v2113) with flex, or use --target cpu")
-  end
-  if ctx.facts.attention and ctx.facts.attention.family == "mem_efficient_attention" and ctx.target.kind ~= "cpu" then
-    ctx.refuse("the mask rule and score modifier are rendered into the FA2 template only, not into v2118's memory-efficient kernels",
-      "use flash (v2113, sm_80+) with flex, or --target cpu")
+    ctx.refuse("the mask rule and score modifier are rendered into the flash templates only (FA2, v2118's memory-efficient kernel); the naive attention kernels of the " .. ctx.target.kind .. " target have no rule",
+      "enable flash (v2113, or v2118 below sm_80) with flex, or use --target cpu")
   end
   if r.mask == "document" and not ctx.facts.doc_mask then
     U.fail("v2117.mask", "mask document is causal attention within each packed document, which needs the per-token document positions of v2126 packing",
