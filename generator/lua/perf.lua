@@ -333,10 +333,18 @@ function M.step_launches(plan, manifest, opts)
   for _, o in ipairs(plan.backward or {}) do
     if o.op == "gelu_bwd" and fused_pre[o.ins[2]] then bwd_of[o.ins[1]] = o end
   end
+  local zeros_of = {} -- buffer -> the zero ops clearing it
+  for _, o in ipairs(plan.backward or {}) do
+    if o.op == "zero" then zeros_of[o.outs[1]] = zeros_of[o.outs[1]] or {}; table.insert(zeros_of[o.outs[1]], o) end
+  end
   for _, o in ipairs(plan.backward or {}) do
     if o.op == "matmul_bwd" then
       local gl = o.outs[1] and bwd_of[o.outs[1]]
-      if gl and marked(o, "dgelu") then ctx.epi_bwd[o], ctx.epi_skip[gl] = { aux = gl.ins[2] }, true end
+      if gl and marked(o, "dgelu") then
+        -- the GEMM writes dP (beta 0): the memsets of dP and of the never-formed dA go too (exec_dev.c)
+        ctx.epi_bwd[o], ctx.epi_skip[gl] = { aux = gl.ins[2] }, true
+        for _, b in ipairs({ o.outs[1], gl.outs[1] }) do for _, z in ipairs(zeros_of[b] or {}) do ctx.epi_skip[z] = true end end
+      end
       if o.outs[3] and o.outs[3] ~= "" and marked(o, "bgrad") then ctx.epi_bgrad[o] = true end
     end
   end

@@ -29,7 +29,7 @@ typedef struct exec_dev_launch exec_dev_launch; /* one kernel launch of a plan o
 typedef struct exec_dev_file exec_dev_file;     /* one rendered module (exec_dev.c) */
 
 /* EXD_SKIP: the first op of a v2166 fusion site (kernels.json "fusions"), whose work the site's
- * launches do at the second op */
+ * launches do at the second op, or an op a GEMM epilogue does (plan attrs.epilogue) */
 typedef enum { EXD_NONE, EXD_KERNELS, EXD_GEMM, EXD_ZERO, EXD_SKIP } exec_dev_how;
 
 typedef struct {
