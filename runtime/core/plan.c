@@ -638,6 +638,7 @@ static int state_hash(ld *c, cJSON *root) {
     cJSON_DeleteItemFromObjectCaseSensitive(t, "zero_prefetch");
     cJSON_DeleteItemFromObjectCaseSensitive(t, "comm_overlap");
     cJSON_DeleteItemFromObjectCaseSensitive(t, "prefetch"); /* how batches are read, not which */
+    cJSON_DeleteItemFromObjectCaseSensitive(t, "cuda_graphs"); /* v2165: how work is issued, not what */
     cJSON_DeleteItemFromObjectCaseSensitive(root, "preempt"); /* how a run stops, not its state */
     cJSON_DeleteItemFromObjectCaseSensitive(root, "tensorboard"); /* what it logs, not its state */
     cJSON_DeleteItemFromObjectCaseSensitive(root, "loss_prediction"); /* v2148: what it predicts, when it stops */
@@ -724,6 +725,8 @@ static int load_train(ld *c, const cJSON *root) {
     GI(t, "data_parallel", 0, 1, p->data_parallel);
     if (cJSON_GetObjectItemCaseSensitive(t, "tf32")) /* optional (v2100 fp32_matmul tf32; absent: 0 = IEEE) */
         GI(t, "tf32", 0, 1, p->tf32);
+    if (cJSON_GetObjectItemCaseSensitive(t, "cuda_graphs")) /* optional (v2165; absent: 0 = eager) */
+        GI(t, "cuda_graphs", 0, 1, p->cuda_graphs);
     if (cJSON_GetObjectItemCaseSensitive(t, "prefetch")) /* optional (v2128; absent: 0 = none) */
         GI(t, "prefetch", 0, 64, p->prefetch);
     if (cJSON_GetObjectItemCaseSensitive(t, "stream_buffer")) /* optional (v2129; absent: 0 = shards) */

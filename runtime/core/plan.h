@@ -142,6 +142,8 @@ typedef struct {
                                cores (inputs rounded to 10 mantissa bits, fp32 accumulation; sim
                                rounds the same way); 0: IEEE fp32 */
     int data_parallel;      /* train.data_parallel: the trainer may run on several ranks (0/1) */
+    int cuda_graphs;        /* v2165 train.cuda_graphs: device targets capture the step's regions as
+                               graphs and replay them (0/1; absent: 0) */
     int ckpt_elastic;       /* checkpoint.elastic: resume at another world size (0/1) */
     int ckpt_sharded;       /* checkpoint.sharded: ZeRO ranks write their own shards (0/1) */
     int ckpt_every, ckpt_keep; /* checkpoint.every / keep (v2178): the defaults of --ckpt-every and

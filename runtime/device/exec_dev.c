@@ -19,6 +19,7 @@ void exec_dev_free(exec_dev *x) {
     if (!x->dev) return;
     hyp_err e;
     hyp_device *d = x->dev;
+    exec_dev_free_graphs(x); /* v2165: before the memory its replays use */
     free_z3(x);
     if (x->zg) hyp_z3_layout_free(x->zg);
     free(x->zg);
@@ -1021,12 +1022,33 @@ static int zg_reduce(void *ctx, int g, int slot, hyp_err *e) {
 
 static const hyp_z3_hooks ZG_DEVICE = {NULL, NULL, zg_grads_begin, z3_run_op, NULL, zg_reduce};
 
+/* v2165: ops [lo, hi) of a pass as one region (exec_dev_region's body) */
+typedef struct {
+    const plan_op *ops;
+    const exec_dev_op *eo; /* NULL: the backward's (exec_dev_bwd_op) */
+    int lo, hi;
+    float dloss;
+} ops_span;
+
+static int span_body(exec_dev *x, void *ctx, hyp_err *e) {
+    const ops_span *s = ctx;
+    int rc = HYP_OK;
+    for (int i = s->lo; i < s->hi && !rc; i++) rc = run_op(x, &s->ops[i], s->eo ? &s->eo[i] : exec_dev_bwd_op(x, i), s->dloss, e);
+    return rc;
+}
+
+/* The batch upload (host memory) and the bf16 weight cast (once per optimizer step) stay outside
+ * the region; the forward ops are one region (key: the bound batch shape). */
 int exec_dev_forward(exec_dev *x, hyp_err *e) {
     int rc = upload_batch(x, e);
     if (!rc) rc = refresh_wcopy(x, e);
     if (!rc && x->z3)
         rc = z3_run(x, x->p->fwd, x->fwd, x->p->n_fwd, x->z3->lay->fwd, x->z3->lay->n_fwd, 0, 0, NULL, e);
-    for (int i = 0; i < x->p->n_fwd && !rc && !x->z3; i++) rc = run_op(x, &x->p->fwd[i], &x->fwd[i], 0, e);
+    if (!rc && !x->z3) {
+        ops_span sp = {x->p->fwd, x->fwd, 0, x->p->n_fwd, 0};
+        double key[2] = {x->B, x->T};
+        rc = exec_dev_region(x, EXD_G_FWD, key, 2, span_body, &sp, e);
+    }
     if (!rc) rc = x->dev->stream_synchronize(x->dev, NULL, e);
     return rc;
 }
@@ -1118,6 +1140,23 @@ int exec_dev_backward_each(exec_dev *x, float dloss, float *loss, int (*after)(v
     if (x->zg) {
         z3_pass c = {x, x->p->bwd, x->bwd, dloss, loss};
         rc = hyp_z3_schedule(x->zg, x->zg->bwd, x->zg->n_bwd, x->p->n_bwd, 1, 0, &ZG_DEVICE, &c, e);
+    }
+    if (!x->z3 && !x->zg && !after && !x->row_scale && !x->teacher) {
+        /* v2165: regions cut where the host reads the fused loss's losses (mean_loss waits for
+         * them): the ops up to it, then the rest (key: batch shape and dloss, which carries the
+         * v2162 loss scale: a new scale is a new graph) */
+        double key[3] = {x->B, x->T, dloss};
+        for (int i = 0, lo = 0, part = 0; i <= x->p->n_bwd && !rc; i++) {
+            int loss_op = i < x->p->n_bwd && (hyp_op_get(x->p->bwd[i].op)->flags & HYP_OPF_WRITES_LOSSES);
+            if (!loss_op && i < x->p->n_bwd) continue;
+            int hi = loss_op ? i + 1 : i;
+            ops_span sp = {x->p->bwd, NULL, lo, hi, dloss};
+            if (hi > lo) rc = exec_dev_region(x, part == 0 ? EXD_G_BWD_HEAD : part == 1 ? EXD_G_BWD_TAIL : -1, key, 3, span_body, &sp, e);
+            part++;
+            if (!rc && loss_op) rc = mean_loss(x, loss, e);
+            lo = hi;
+        }
+        return rc ? rc : x->dev->stream_synchronize(x->dev, NULL, e);
     }
     for (int i = 0; i < x->p->n_bwd && !rc && !x->z3 && !x->zg; i++) {
         rc = run_op(x, &x->p->bwd[i], exec_dev_bwd_op(x, i), dloss, e);
