@@ -177,20 +177,24 @@ F.STATE_BYTES = {
 }
 
 -- Model state per GPU under ZeRO (Rajbhandari et al. 2020) / FSDP.
--- o = { dtype, stage 0..3, p world size, grad_bytes?, layer_params? (largest gather unit,
+-- o = { dtype, stage 0..3, p world size, grad_bytes?, opt_state? ("f32" | "q8"), layer_params? (largest gather unit,
 --       F.gather_params, for the stage-3 gather buffer), prefetch? (layers gathered ahead, v2104
 --       prefetch_layers, default 1) }. Stage 0 replicates everything; stage 1 shards the optimizer
 -- state over p; stage 2 also the gradients; stage 3 (= FSDP full shard) also the weights, and
 -- then needs a gather buffer for the full weights of the layer being computed and the prefetched
 -- ones: (prefetch + 1)·layer_params·param bytes (and a one-layer gradient workspace in backward, which
 -- F.model_state leaves out: like the stage-2 workspace it is transient). Returns bytes per GPU by part and the total.
+-- Adam's m and v per parameter: fp32 (8 B), or v2132 state_dtype q8 (bitsandbytes' block-wise
+-- 8-bit: one uint8 code each plus one fp32 absmax per 256 elements, runtime/optim/optim_adamw8.c)
+F.MOMENT_BYTES = { f32 = 8, q8 = 2 * (1 + 4 / 256) }
+
 function F.model_state(N, o)
   local sb = F.STATE_BYTES[o.dtype]
   local p, st = o.p or 1, o.stage or 0
   local gb = o.grad_bytes or sb.grad
   local params = sb.param * N
   local grads = gb * N
-  local optim = sb.optim * N
+  local optim = (sb.optim - F.MOMENT_BYTES.f32 + F.MOMENT_BYTES[o.opt_state or "f32"]) * N
   local fp8 = sb.fp8_copy * N
   if st >= 1 then optim = optim / p end
   if st >= 2 then grads = grads / p end

@@ -448,6 +448,16 @@ function P.lifetimes(g, fwd, bwd, losses)
       end
     end
   end
+  -- a GEMM with a v2166 epilogue (attrs.epilogue) also writes the outputs of the op it folds in
+  -- (the gelu_fwd after it; the gelu_bwd two ops on), at its own place in the step: those buffers
+  -- live from there, so they never share memory with the GEMM's inputs
+  for i, o in ipairs(sched) do
+    local e = o.attrs and o.attrs.epilogue
+    local f = e == "gelu" and sched[i + 1] or e == "dgelu" and sched[i + 2] or nil
+    for _, nm in ipairs(f and f.outs or {}) do
+      if life[nm] then life[nm].first = math.min(life[nm].first, i) end
+    end
+  end
   -- the losses are read after the step (reporting): keep them alive to the end
   life[losses].last = #sched + 1
   local items = {}

@@ -148,6 +148,8 @@ local function hw_settings(o, h, notes)
   s.b = { value = b or D.b, source = b and "--bytes" or ("--dtype " .. s.dtype.value) }
   local bg = o["--grad-bytes"]
   s.bg = { value = bg or D.bg, source = bg and "--grad-bytes" or ("--dtype " .. s.dtype.value) }
+  local os_ = o["--opt-state"]
+  s.opt_state = { value = os_ or "f32", source = os_ and "--opt-state" or "default: Adam's m and v in fp32" }
   local key
   for _, k in ipairs(D.peaks) do if h.peak_tflops[k] and h.peak_tflops[k] > 0 then key = k; break end end
   if not key then
@@ -169,8 +171,8 @@ local function hw_settings(o, h, notes)
   return s
 end
 
-local function min_zero3(N, dt, bg, m, act, res, cap)
-  local full = F.model_state(N, { dtype = dt, stage = 3, p = 1, grad_bytes = bg })
+local function min_zero3(N, dt, bg, m, act, res, cap, opt_state)
+  local full = F.model_state(N, { dtype = dt, stage = 3, p = 1, grad_bytes = bg, opt_state = opt_state })
   local gather = 2 * F.gather_params(m) * F.STATE_BYTES[dt].param
   local room = cap - act - res - gather
   if room <= 0 then return nil end
@@ -201,7 +203,7 @@ local function memory_for(o, h, m, N, S, inputs, p, stage)
   local act_np = F.activation_memory(m, B, Tn, { attention = S.attention.value, recompute = inputs.recompute.value,
     bytes = bytes, align = 64 })
   local act_bytes = planning and act.peak or act_np.unplanned
-  local state = F.model_state(N, { dtype = dt, stage = stage, p = p, grad_bytes = S.bg.value,
+  local state = F.model_state(N, { dtype = dt, stage = stage, p = p, grad_bytes = S.bg.value, opt_state = S.opt_state.value,
     layer_params = F.gather_params(m) })
   local per_layer = {}
   for _, a in ipairs({ "naive", "flash" }) do
@@ -228,8 +230,8 @@ local function memory_for(o, h, m, N, S, inputs, p, stage)
     per_layer = per_layer,
     -- the smallest p for which ZeRO-3 / FSDP fits: state/p + gather + activations + reserve <= cap,
     -- with the chosen recompute and with full recompute
-    min_gpus_zero3 = min_zero3(N, dt, S.bg.value, m, act_bytes, res, cap),
-    min_gpus_zero3_full_recompute = min_zero3(N, dt, S.bg.value, m, per_layer[S.attention.value .. "/full"].peak, res, cap),
+    min_gpus_zero3 = min_zero3(N, dt, S.bg.value, m, act_bytes, res, cap, S.opt_state.value),
+    min_gpus_zero3_full_recompute = min_zero3(N, dt, S.bg.value, m, per_layer[S.attention.value .. "/full"].peak, res, cap, S.opt_state.value),
   }
 end
 

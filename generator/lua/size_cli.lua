@@ -30,6 +30,8 @@ throughput model (seed 004)
                        mixed precision; fp32 on CPUs — what the CPU runtime trains in)
   --bytes B            bytes per activation element b (default from --dtype: 2, 4 or 1)
   --grad-bytes B       gradient bytes per element b_g (default from --dtype: 2, 4 or 2)
+  --opt-state S        f32 | q8: Adam's m and v in fp32 (8 B/param, the default) or 8-bit
+                       block-wise quantized (v2132 state_dtype q8: 2 x (1 + 4/256) = 2.03 B/param)
   --k-flops K          FLOPs per token per parameter k (default 6: training)
   --recompute R        none | selective | full (v2111 / v2101); sets the recompute multiplier
   --recompute-mult G   recompute multiplier g (default 1; 1.33 with full; selective: from dims)
@@ -81,7 +83,7 @@ output
 C.FLAGS = {
   ["--tree"] = "value", ["--model"] = "value", ["--params"] = "value", ["--layers"] = "value",
   ["--d-model"] = "value", ["--hw"] = "list", ["--set"] = "multi", ["--dtype"] = "value",
-  ["--bytes"] = "value", ["--grad-bytes"] = "value", ["--k-flops"] = "value",
+  ["--bytes"] = "value", ["--grad-bytes"] = "value", ["--k-flops"] = "value", ["--opt-state"] = "value",
   ["--recompute"] = "value", ["--recompute-mult"] = "value", ["--opt-bytes"] = "value",
   ["--c-act"] = "value", ["--tokens-per-step"] = "value", ["--dp"] = "value", ["--util"] = "value",
   ["--eff-compute"] = "value", ["--eff-memory"] = "value", ["--eff-network"] = "value",
@@ -230,6 +232,7 @@ function C.read(o)
   q["--dtype"] = choice(o, "--dtype", { "bf16", "fp32", "fp8" })
   q["--bytes"] = num(o, "--bytes", { example = "2" })
   q["--grad-bytes"] = num(o, "--grad-bytes", { example = "2" })
+  q["--opt-state"] = choice(o, "--opt-state", { "f32", "q8" })
   q["--attention"] = choice(o, "--attention", { "naive", "flash" })
   q["--batch"] = num(o, "--batch", { int = true, example = "8" })
   q["--reserve-gb"] = num(o, "--reserve-gb", { allow_zero = true, example = "1" })
