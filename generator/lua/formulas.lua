@@ -208,13 +208,16 @@ function F.model_state(N, o)
     total = params + grads + optim + fp8 + gather }
 end
 
--- Parameters of one transformer layer, norms included.
+-- Parameters of one transformer layer, norms included (an MoE model's largest: an MoE layer
+-- with every expert, when its experts outweigh the dense MLP of the first_dense_layers).
 function F.layer_params(m)
   local d = F.dims(m)
   local n = d.qkv * d.C + d.C * d.NH * d.hd + d.fc * d.C + d.C * d.H
   n = n + (m.norm_placement == "sandwich" and 4 or 2) * (m.norm == "layernorm" and (d.bias and 2 or 1) or 1) * d.C
   if d.bias then n = n + d.qkv + d.C + d.fc + d.C end
   if m.qk_norm then n = n + 2 * d.hd end
+  local x = F.moe_extra(m)
+  if x.layers > 0 and x.total > 0 then n = n + x.total end
   return n
 end
 

@@ -213,6 +213,11 @@ tinymoe.moe = { n_experts = 4, top_k = 2, router = "sigmoid", dropless = true, n
   expert_hidden = 32, first_dense_layers = 1 }
 eq("param_count tiny-moe shared+dense", F.param_count(tinymoe), 2 * (12288 + 128) + 24576 + 5 * 6144 + 256 + 32768 + 64)
 eq("active_param_count tiny-moe shared+dense", F.active_param_count(tinymoe), 2 * (12288 + 128) + 24576 + 3 * 6144 + 256 + 32768 + 64)
+-- ZeRO-3's gather unit is the largest layer: the MoE layer 1 (12288 + 128 + 5·6144 + 256 = 43392)
+-- outweighs the dense layer 0 (12288 + 128 + 24576 = 36992), the untied head (256·64 + 64) and
+-- the embedding (256·64)
+eq("layer_params tiny-moe shared+dense", F.layer_params(tinymoe), 43392)
+eq("gather_params tiny-moe shared+dense", F.gather_params(tinymoe), 43392)
 -- the throughput model's compute term uses the active count when given
 local th = { L = 1, d = 1, b = 2, k = 6, g = 1, alpha = 16, c = 6, B = 1e6, bg = 2, p = 1, peak_flops = 1e15,
   hbm_Bps = 1e12, nic_gbps = 0, ec = 1, em = 1, en = 1, N = 4e9 }
