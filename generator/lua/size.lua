@@ -59,6 +59,10 @@ local function get_model(tree, o, inputs)
   end
   local counted = F.param_count(m)
   inputs.N = { value = (N or counted) + 0.0, source = N and "--params" or ("F.param_count(" .. m.name .. ")") }
+  if m.moe and not N then
+    inputs.Na = { value = F.active_param_count(m) + 0.0, source = "F.active_param_count(" .. m.name
+      .. "): the compute term's N; memory uses the total" }
+  end
   inputs.L = { value = m.n_layers, source = L and "--layers" or ("model spec " .. src) }
   inputs.d = { value = m.d_model, source = D and "--d-model" or ("model spec " .. src) }
   return m, src, counted
@@ -237,7 +241,7 @@ local function throughput_for(h, S, inputs, p, strict)
     U.fail(h.path, string.format("%s has nic_gbps 0, so %d data-parallel GPUs cannot exchange gradients", h.name, p),
       "use one GPU, or give it a network: --set " .. h.name .. ".nic_gbps=100")
   end
-  return F.throughput({ N = inputs.N.value, L = inputs.L.value, d = inputs.d.value, b = S.b.value,
+  return F.throughput({ N = inputs.N.value, Na = inputs.Na and inputs.Na.value, L = inputs.L.value, d = inputs.d.value, b = S.b.value,
     k = inputs.k.value, g = inputs.g.value, alpha = inputs.alpha.value, c = inputs.c.value, B = inputs.B.value,
     bg = S.bg.value, p = p, peak_flops = h.peak_tflops[S.peak_key] * 1e12, hbm_Bps = h.hbm_tbps * 1e12,
     nic_gbps = h.nic_gbps, ec = inputs.ec.value, em = inputs.em.value, en = inputs.en.value })
