@@ -8,8 +8,10 @@
  * Never: change what is uploaded (losses are bit-identical with HYP_PINNED_BATCH=0: pageable
  * buffers and copies on the default stream, as before), or leave an upload unordered with the
  * kernels that read or overwrite its device buffers. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "exec_dev.h"
 
@@ -21,6 +23,17 @@ struct exec_dev_up {
     long n_async;       /* uploads issued on the copy stream */
 };
 
+/* HYP_PINNED_BATCH_STATS=1: the host time the uploads took (issuing the copies and the event
+ * calls; the pageable path's driver staging included), printed when the executor is freed. */
+static double up_host_s;
+static long up_calls;
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
 static int pinned_wanted(void) {
     const char *v = getenv("HYP_PINNED_BATCH");
     return !(v && !strcmp(v, "0"));
@@ -30,6 +43,11 @@ void exec_dev_batch_free(exec_dev *x) {
     hyp_device *d = x->dev;
     hyp_err e;
     int32_t **bufs[3] = {&x->h_tokens, &x->h_targets, &x->h_positions};
+    const char *st = getenv("HYP_PINNED_BATCH_STATS");
+    if (st && !strcmp(st, "1") && up_calls)
+        fprintf(stderr, "batch upload (v2128, %s): %ld uploads, host time %.1f us per upload\n",
+                x->up ? "pinned, copy stream" : "pageable, default stream", up_calls, 1e6 * up_host_s / (double)up_calls);
+    up_calls = 0, up_host_s = 0;
     for (int i = 0; i < 3; i++) {
         if (*bufs[i] && x->up) d->host_free(d, *bufs[i], &e);
         else free(*bufs[i]);
@@ -74,6 +92,7 @@ int exec_dev_batch_alloc(exec_dev *x, int64_t maxN, int positions, hyp_err *e) {
 int exec_dev_batch_upload(exec_dev *x, hyp_err *e) {
     hyp_device *d = x->dev;
     size_t n = sizeof(int32_t) * (size_t)x->B * x->T;
+    double t0 = now_s();
     hyp_stream *s = x->up ? x->up->copy : NULL;
     int rc = HYP_OK;
     if (x->up) { /* the device buffers are free once the compute stream's work so far has run */
@@ -88,6 +107,7 @@ int exec_dev_batch_upload(exec_dev *x, hyp_err *e) {
         if (!rc) rc = d->event_wait(d, NULL, x->up->done, e);
         if (!rc) x->up->issued = 1, x->up->n_async++;
     }
+    up_host_s += now_s() - t0, up_calls++;
     return rc;
 }
 
