@@ -67,9 +67,7 @@ void exec_dev_free(exec_dev *x) {
     exec_dev_free_launches(x);
     free(x->fwd);
     free(x->bwd);
-    free(x->h_tokens);
-    free(x->h_targets);
-    free(x->h_positions);
+    exec_dev_batch_free(x);
     free(x->h_losses);
     memset(x, 0, sizeof *x);
 }
@@ -365,9 +363,11 @@ static int init_any(exec_dev *x, const plan_t *p, const char *kernels_dir, hyp_d
         exec_dev_free(x);
         return rc;
     }
-    x->h_tokens = calloc((size_t)maxN, sizeof(int32_t));
-    x->h_targets = calloc((size_t)maxN, sizeof(int32_t));
-    if (p->positions_buf >= 0) x->h_positions = calloc((size_t)maxN, sizeof(int32_t));
+    rc = exec_dev_batch_alloc(x, maxN, p->positions_buf >= 0, e);
+    if (rc) {
+        exec_dev_free(x);
+        return rc;
+    }
     x->h_losses = calloc((size_t)maxN, sizeof(float));
     x->fwd = calloc((size_t)p->n_fwd + 1, sizeof *x->fwd);
     x->bwd = calloc((size_t)p->n_bwd + 1, sizeof *x->bwd);
@@ -856,13 +856,7 @@ static int run_op(exec_dev *x, const plan_op *o, const exec_dev_op *eo, float dl
     return rc;
 }
 
-static int upload_batch(exec_dev *x, hyp_err *e) {
-    size_t n = sizeof(int32_t) * (size_t)x->B * x->T;
-    int rc = x->dev->h2d(x->dev, x->tokens, x->h_tokens, n, NULL, e);
-    if (!rc) rc = x->dev->h2d(x->dev, x->targets, x->h_targets, n, NULL, e);
-    if (!rc && x->positions) rc = x->dev->h2d(x->dev, x->positions, x->h_positions, n, NULL, e);
-    return rc;
-}
+static int upload_batch(exec_dev *x, hyp_err *e) { return exec_dev_batch_upload(x, e); }
 
 static int mean_loss(exec_dev *x, float *loss, hyp_err *e) {
     int64_t n = (int64_t)x->B * x->T;

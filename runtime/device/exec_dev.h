@@ -102,6 +102,8 @@ typedef struct {
     int32_t *h_positions;           /* host: likewise (NULL without the buffer); exec_dev_bind sets
                                        row positions 0..T-1 */
     float *h_losses;                /* host: [maxB * maxT] */
+    struct exec_dev_up *up;         /* v2128 pinned batch buffers and their copy stream
+                                       (exec_dev_copy.c); NULL: pageable, default stream */
     int B, T;                       /* bound batch shape (<= the plan's) */
     size_t bytes;                   /* device bytes allocated */
     exec_dev_file *files;
@@ -204,6 +206,15 @@ void exec_dev_params_changed(exec_dev *x);
 int exec_dev_download_buf(exec_dev *x, int idx, float *host, int64_t n, hyp_err *e);
 /* Uploads h_tokens/h_targets (and h_positions), then runs the forward pass up to the logits. */
 int exec_dev_forward(exec_dev *x, hyp_err *e);
+
+/* v2128 (exec_dev_copy.c): the batch host buffers, pinned unless HYP_PINNED_BATCH=0, uploaded on a
+ * copy stream the compute stream waits for. Call exec_dev_batch_wait before writing a new batch
+ * into h_tokens/h_targets/h_positions while an upload may be in flight. */
+int exec_dev_batch_alloc(exec_dev *x, int64_t maxN, int positions, hyp_err *e);
+void exec_dev_batch_free(exec_dev *x);
+int exec_dev_batch_upload(exec_dev *x, hyp_err *e);
+int exec_dev_batch_wait(exec_dev *x, hyp_err *e);
+long exec_dev_batch_async_uploads(const exec_dev *x); /* -1 when off */
 /* Forward + loss (no gradients): the mean loss over non-ignored targets in *loss. */
 int exec_dev_eval_loss(exec_dev *x, float *loss, hyp_err *e);
 /* Fused loss + dlogits (scaled by dloss) then the backward pass, accumulating into grads; the

@@ -330,6 +330,8 @@ static int dev_sampled_targets(train_dev *t, exec_t *x, hyp_err *e) {
 /* The last micro-batch's backward starts the bucket all-reduces (overlap). */
 static int dev_micro_batch(train_backend *b, float dloss, int last, float *mean, hyp_err *e) {
     train_dev *t = b->impl;
+    int rc0 = exec_dev_batch_wait(&t->xd, e); /* v2128: the previous upload has read the buffers */
+    if (rc0) return rc0;
     stage_batch(t, b->x);
     int hook = t->overlap && last;
     int rc = HYP_OK;

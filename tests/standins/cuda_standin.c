@@ -124,6 +124,14 @@ static uint64_t env_u64(const char *name, uint64_t dflt) {
     return v && *v ? strtoull(v, NULL, 0) : dflt;
 }
 
+/* HYP_STANDIN_COPY_STATS=1: at exit, the asynchronous host copies by kind of host memory (the
+ * v2128/v2179 tests check that batch uploads and snapshots come from pinned memory). */
+static long copy_stats[2][2]; /* [htod, dtoh][pageable, pinned] */
+static void print_copy_stats(void) {
+    fprintf(stderr, "cuda standin: async copies: HtoD %ld pinned %ld pageable, DtoH %ld pinned %ld pageable\n",
+            copy_stats[0][1], copy_stats[0][0], copy_stats[1][1], copy_stats[1][0]);
+}
+
 EXPORT CUresult cuInit(unsigned flags) {
     if (flags) return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&G.mu);
@@ -138,6 +146,7 @@ EXPORT CUresult cuInit(unsigned flags) {
         G.ndev = (int)env_u64("HYP_STANDIN_DEVICES", 1);
         if (G.ndev < 0 || G.ndev > 16) G.ndev = 16;
         G.seed = env_u64("HYP_STANDIN_SEED", 1);
+        if (env_u64("HYP_STANDIN_COPY_STATS", 0)) atexit(print_copy_stats);
         G.delay_us = (unsigned)env_u64("HYP_STANDIN_DELAY_US", 50);
         G.size = (size_t)env_u64("HYP_STANDIN_MEM_MIB", 16384) << 20;
         G.fd = memfd_create("hyp-standin-device-memory", MFD_CLOEXEC);
@@ -866,6 +875,7 @@ EXPORT CUresult cuMemcpyHtoDAsync(CUdeviceptr dst, const void *src, size_t n, CU
     pthread_mutex_lock(&G.mu);
     CUresult r = check_dev(dst, n, "cuMemcpyHtoDAsync destination");
     if (!r) r = check_host(src, n, "cuMemcpyHtoDAsync source");
+    if (!r) copy_stats[0][is_pinned(src, n)]++;
     if (!r) r = enqueue_copy(h, n ? rw_of(dst) : NULL, src, n, -1, !is_pinned(src, n), 0);
     pthread_mutex_unlock(&G.mu);
     return r;
@@ -875,6 +885,7 @@ EXPORT CUresult cuMemcpyDtoHAsync(void *dst, CUdeviceptr src, size_t n, CUstream
     pthread_mutex_lock(&G.mu);
     CUresult r = check_dev(src, n, "cuMemcpyDtoHAsync source");
     if (!r) r = check_host(dst, n, "cuMemcpyDtoHAsync destination");
+    if (!r) copy_stats[1][is_pinned(dst, n)]++;
     if (!r) r = enqueue_copy(h, dst, n ? rw_of(src) : NULL, n, -1, 0, !is_pinned(dst, n));
     pthread_mutex_unlock(&G.mu);
     return r;
