@@ -75,5 +75,10 @@ expect test_v2106_refuses_elastic_checkpoints 2 "v2106 .*checkpoints of tp-shard
 expect test_v2106_refuses_sim 2 "v2106 .*cpu backend only.*use --target cpu" -- "${G[@]}" --enable adamw,tp --target sim -o "$TMP/r5"
 expect test_v2106_refuses_indivisible_heads 2 "v2106 .*n_heads 4 of tiny is not divisible by degree 3" -- "${G[@]}" --enable adamw,tp --set v2106.degree=3 --target cpu -o "$TMP/r6"
 expect test_v2106_refuses_degree_1 2 "v2106 .*degree must be >= 2" -- "${G[@]}" --enable adamw,tp --set v2106.degree=1 --target cpu -o "$TMP/r7"
+# the runtime has no allreduce_tp yet: the trainer refuses the tp plan at load (exit 2, one line)
+# instead of training a model whose layers are half missing
+printf 'In the beginning God created the heaven and the earth. %.0s' $(seq 400) > "$TMP/c.txt"
+"$GEN" data "$TMP/c.txt" -o "$TMP/data" >/dev/null
+expect test_v2106_runtime_refuses_tp_plan 2 "allreduce_tp.* is no op of this runtime" -- "$TMP/tp/train" --data "$TMP/data" --steps 1 --eval-every 0
 check test_v2106_refusal_leaves_no_output test ! -e "$TMP/r1" -a ! -e "$TMP/r6"
 finish
