@@ -255,7 +255,7 @@ static int load_buffers(ld *c, const cJSON *root) {
 }
 
 /* The attributes an op may carry and where they land in plan_op. */
-enum { A_DIM, A_NUM, A_SLOT, A_EPI };
+enum { A_DIM, A_NUM, A_SLOT, A_EPI, A_MASK, A_MOD };
 static const struct {
     const char *key;
     int type;
@@ -272,7 +272,14 @@ static const struct {
     {"scale", A_NUM, offsetof(plan_op, scale)}, {"alpha", A_NUM, offsetof(plan_op, alpha)},
     {"bits", A_DIM, offsetof(plan_op, bits)}, {"group", A_DIM, offsetof(plan_op, group)},
     {"rowwise", A_DIM, offsetof(plan_op, rowwise)}, {"epilogue", A_EPI, offsetof(plan_op, epi)},
+    {"mask", A_MASK, offsetof(plan_op, mask)}, {"window", A_DIM, offsetof(plan_op, window)},
+    {"prefix", A_DIM, offsetof(plan_op, prefix)}, {"score_mod", A_MOD, offsetof(plan_op, score_mod)},
+    {"softcap", A_NUM, offsetof(plan_op, softcap)},
 };
+
+/* v2117's names of the attention mask rules and score modifiers, by code (core/attn_mod.h) */
+static const char *const MASK_NAMES[] = {"causal", "sliding_window", "prefix_lm", NULL};
+static const char *const MOD_NAMES[] = {"none", "softcap", "alibi", NULL};
 
 /* Reads attribute v (key) of op o: a dim is a positive integer or one of "B", "T", "N". */
 static int read_attr(ld *c, const cJSON *v, const char *key, plan_op *o) {
@@ -291,6 +298,14 @@ static int read_attr(ld *c, const cJSON *v, const char *key, plan_op *o) {
             return bad(c, "field '%s.attrs.%s' is not a positive integer or B, T, N", c->at, key);
         }
         memcpy(dst, &d, sizeof d);
+    } else if (ATTRS[k].type == A_MASK || ATTRS[k].type == A_MOD) {
+        const char *const *names = ATTRS[k].type == A_MASK ? MASK_NAMES : MOD_NAMES;
+        int64_t code = -1;
+        for (int i = 0; cJSON_IsString(v) && names[i]; i++)
+            if (!strcmp(v->valuestring, names[i])) code = i;
+        if (code < 0)
+            return bad(c, "field '%s.attrs.%s' is not one of %s, %s, %s", c->at, key, names[0], names[1], names[2]);
+        memcpy(dst, &code, sizeof code);
     } else if (ATTRS[k].type == A_NUM) {
         if (!cJSON_IsNumber(v) || !(v->valuedouble > 0 && v->valuedouble < 1e30))
             return bad(c, "field '%s.attrs.%s' is not a positive number", c->at, key);

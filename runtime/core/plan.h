@@ -48,6 +48,10 @@ typedef struct {
     int64_t bits, group;   /* fake_quant: integer bits, columns per scale (v2158) */
     int64_t rowwise;       /* int8_matmul_*: 1 = one scale per input row, 0 = per tensor (v2159) */
     int epi;               /* matmul_fwd / matmul_bwd attrs.epilogue (v2166): PLAN_EPI_* bits, 0 = none */
+    /* attention (v2117, core/attn_mod.h): mask rule HYP_MASK_* (0 causal), its window / prefix,
+       score modifier HYP_MOD_* (0 none) and softcap's cap */
+    int64_t mask, window, prefix, score_mod;
+    float softcap;
 } plan_op;
 
 /* v2166 GEMM epilogues a plan marks (attrs.epilogue): a device executor folds the marked matmul's

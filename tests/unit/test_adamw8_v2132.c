@@ -19,15 +19,23 @@
 #include "safetensors.h"
 
 static hyp_st_file *F;
+static void *copies[512]; /* the aligned copies tensor() hands out, freed at exit */
+static int n_copies;
 
+/* A copy of fixture tensor `name` in malloc'd (aligned) memory: the file packs u8 code tensors
+ * between the f32 ones, so its f32 data need not be 4-byte aligned in the mapping. */
 static const void *tensor(const char *name, int64_t n, hyp_st_dtype dt) {
     const hyp_st_tensor *t = hyp_st_find(F, name);
-    if (!t || t->dtype != dt || t->ndim != 1 || t->shape[0] != n) {
+    if (!t || t->dtype != dt || t->ndim != 1 || t->shape[0] != n || n_copies == 512) {
         printf("FAIL fixture tensor %s missing or not [%lld] %s\n", name, (long long)n, hyp_st_dtype_name(dt));
         g_fail++;
         return NULL;
     }
-    return t->data;
+    size_t bytes = (size_t)n * (dt == HYP_ST_U8 ? 1 : 4);
+    void *c = malloc(bytes ? bytes : 1);
+    if (!c) return NULL;
+    memcpy(c, t->data, bytes);
+    return copies[n_copies++] = c;
 }
 
 static void run_tensor(const char *name, int64_t n, const hyp_optim_i *o) {
@@ -137,5 +145,6 @@ int main(void) {
     double bpp = 2.0 * 4.0 * (double)hyp_q8_state_floats(n) / (double)n;
     check(fabs(bpp - 2.0 * (1.0 + 4.0 / 256.0)) < 1e-6, "v2132 q8 state bytes per parameter", "%.4f B (fp32 AdamW: 8 B)", bpp);
     hyp_st_close(F);
+    for (int i = 0; i < n_copies; i++) free(copies[i]);
     return hyp_test_finish();
 }
