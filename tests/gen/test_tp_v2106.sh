@@ -79,6 +79,6 @@ expect test_v2106_refuses_degree_1 2 "v2106 .*degree must be >= 2" -- "${G[@]}" 
 # instead of training a model whose layers are half missing
 printf 'In the beginning God created the heaven and the earth. %.0s' $(seq 400) > "$TMP/c.txt"
 "$GEN" data "$TMP/c.txt" -o "$TMP/data" >/dev/null
-expect test_v2106_runtime_refuses_tp_plan 2 "allreduce_tp.* is no op of this runtime" -- "$TMP/tp/train" --data "$TMP/data" --steps 1 --eval-every 0
+expect test_v2106_runtime_refuses_tp_plan 2 "a tensor-parallel plan \(v2106 tp\): this runtime has no allreduce_tp op.*regenerate without tp" -- "$TMP/tp/train" --data "$TMP/data" --steps 1 --eval-every 0
 check test_v2106_refusal_leaves_no_output test ! -e "$TMP/r1" -a ! -e "$TMP/r6"
 finish
