@@ -22,7 +22,28 @@ function F.dims(m)
   }
 end
 
--- Parameter count (unpadded vocabulary, as papers count it).
+-- Mixture-of-experts MLP (model key `moe`, docs/moe.md): the weights of the MLPs of one layer
+-- beyond the dense MLP's own d.fc·C + C·H (which stays as the first expert's count), split in
+-- `total` (every routed and shared expert plus the router) and `active` (the top_k routed and the
+-- shared experts a token runs through, plus the router), and the layers that have them: all
+-- but the first `first_dense_layers`, whose MLP is dense with ffn_hidden.
+function F.moe_extra(m)
+  local e = m.moe
+  if not e then return { total = 0, active = 0, layers = 0 } end
+  local d = F.dims(m)
+  local Hx = e.expert_hidden or m.ffn_hidden
+  local fcx = (m.activation == "swiglu") and 2 * Hx or Hx
+  local one = fcx * d.C + d.C * Hx
+  if d.bias then one = one + fcx + d.C end
+  local dense = d.fc * d.C + d.C * d.H + (d.bias and (d.fc + d.C) or 0)
+  local shared = e.n_shared_experts or 0
+  local router = e.n_experts * d.C
+  return { total = (e.n_experts + shared) * one + router - dense,
+    active = (e.top_k + shared) * one + router - dense,
+    layers = d.L - (e.first_dense_layers or 0) }
+end
+
+-- Parameter count (unpadded vocabulary, as papers count it); an MoE model's total (every expert).
 function F.param_count(m)
   local d = F.dims(m)
   local C, L = d.C, d.L
@@ -34,7 +55,15 @@ function F.param_count(m)
   local n = L * per_layer + d.V * C + norms
   if m.position == "learned" then n = n + d.maxT * C end
   if not m.tied_embeddings then n = n + d.V * C end
-  return n
+  local x = F.moe_extra(m)
+  return n + x.layers * x.total
+end
+
+-- Parameters one token runs through (an MoE model's active count: top_k routed + shared experts
+-- + router per MoE layer); equal to F.param_count for a dense model.
+function F.active_param_count(m)
+  local x = F.moe_extra(m)
+  return F.param_count(m) - x.layers * (x.total - x.active)
 end
 
 -- Non-embedding parameters that take part in matmuls per token (for FLOPs): every linear weight
@@ -42,7 +71,8 @@ end
 function F.matmul_params(m)
   local d = F.dims(m)
   local per_layer = d.qkv * d.C + d.C * d.NH * d.hd + d.fc * d.C + d.C * d.H
-  return d.L * per_layer + d.V * d.C
+  local x = F.moe_extra(m)
+  return d.L * per_layer + d.V * d.C + x.layers * x.active
 end
 
 -- Training FLOPs per token at sequence length T — the one FLOP convention of Hyperion (the plan
@@ -91,7 +121,7 @@ end
 --   NIC); rate = min of the three and `bound` names it (ties: compute, then memory).
 --   intensity = F/M (FLOP/byte); balance = peak/hbm (FLOP/byte, raw peaks).
 function F.throughput(t)
-  local Ft = t.g * t.k * t.N
+  local Ft = t.g * t.k * (t.Na or t.N) -- Na: an MoE model's active parameters (the FLOPs a token costs)
   local M = t.alpha * t.N / t.B + t.c * t.L * t.d * t.b
   local X = 0
   if t.p > 1 then X = F.ring_bytes("all_reduce", t.p, t.N * t.bg) / (t.B / t.p) end
@@ -178,13 +208,16 @@ function F.model_state(N, o)
     total = params + grads + optim + fp8 + gather }
 end
 
--- Parameters of one transformer layer, norms included.
+-- Parameters of one transformer layer, norms included (an MoE model's largest: an MoE layer
+-- with every expert, when its experts outweigh the dense MLP of the first_dense_layers).
 function F.layer_params(m)
   local d = F.dims(m)
   local n = d.qkv * d.C + d.C * d.NH * d.hd + d.fc * d.C + d.C * d.H
   n = n + (m.norm_placement == "sandwich" and 4 or 2) * (m.norm == "layernorm" and (d.bias and 2 or 1) or 1) * d.C
   if d.bias then n = n + d.qkv + d.C + d.fc + d.C end
   if m.qk_norm then n = n + 2 * d.hd end
+  local x = F.moe_extra(m)
+  if x.layers > 0 and x.total > 0 then n = n + x.total end
   return n
 end
 

@@ -494,7 +494,17 @@ end
 
 -- The plan: a short driver over the technique hooks (techniques.lua). contrib collects what each
 -- spec contributed (the audit); opts: {batch, seq}.
+-- A mixture-of-experts model (key `moe`, docs/moe.md) is counted by `gen size` but has no
+-- router, dispatch or expert ops in any runtime yet: refuse it before anything is written.
+local function refuse_moe(model, path, target)
+  if not model.moe then return end
+  U.fail(path or U.where(model, "moe"), string.format("model %s is a mixture of experts, and no backend (%s included) has the router, dispatch and expert ops yet",
+    tostring(model.name), tostring(target and target.name or "cpu")),
+    "use it with `gen size` only (docs/moe.md), or choose a dense model such as tiny-llama")
+end
+
 function P.build(tree, cfg, contrib, opts)
+  refuse_moe(cfg.model, cfg.model_path, cfg.target)
   local TQ = require("techniques")
   local decisions = cfg.decisions
   local function decide(what, value, why) decisions[#decisions + 1] = { what = what, value = value, why = why } end

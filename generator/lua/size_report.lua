@@ -110,6 +110,7 @@ function R.emit_json(m, msrc, inputs, results, clusters, chin, notes, hw_src, o)
   local out = {
     command = "size",
     model = { name = m.name, source = msrc, arch = m.arch, params = inputs.N.value, params_counted = F.param_count(m),
+      params_active = inputs.Na and inputs.Na.value,
       layers = m.n_layers, d_model = m.d_model, n_heads = m.n_heads, n_kv_heads = m.n_kv_heads or m.n_heads,
       ffn_hidden = m.ffn_hidden, vocab_size = m.vocab_size, context = m.context },
     inputs = plain_inputs(inputs), hardware_source = hw_src, hardware = hw,
@@ -127,6 +128,7 @@ function R.text(m, msrc, inputs, results, clusters, chin, notes, hw_src, o)
   local function w(...) out[#out + 1] = string.format(...) end
   local N = inputs.N.value
   w("gen size — %s: N = %s parameters, L = %d, d = %d\n", m.name, si(N), inputs.L.value, inputs.d.value)
+  if inputs.Na then w("  mixture of experts: %s active per token (%s)\n", si(inputs.Na.value), inputs.Na.source) end
   w("  model: %s\n", msrc)
   w("\ninputs (value — source):\n")
   local function inp(label, k, fmt)
