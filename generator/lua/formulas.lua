@@ -12,7 +12,7 @@ end
 function F.dims(m)
   local NH = m.n_heads
   local NKV = m.n_kv_heads or NH
-  local hd = m.d_model // NH
+  local hd = m.head_dim or m.d_model // NH -- a tensor-parallel rank keeps the full model's head_dim
   return {
     V = m.vocab_size, Vp = F.padded_vocab(m.vocab_size), C = m.d_model, L = m.n_layers,
     NH = NH, NKV = NKV, hd = hd, H = m.ffn_hidden, maxT = m.context,

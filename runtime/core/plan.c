@@ -723,6 +723,9 @@ static int load_train(ld *c, const cJSON *root) {
     GI(t, "zero_prefetch", 0, 8, p->zero_prefetch);
     GI(t, "comm_overlap", 0, 1, p->comm_overlap);
     GI(t, "data_parallel", 0, 1, p->data_parallel);
+    if (cJSON_GetObjectItemCaseSensitive(t, "tp")) /* v2106 plans: generated, not run yet */
+        return hyp_fail(c->e, HYP_EINPUT, "%s: a tensor-parallel plan (v2106 tp): this runtime has no allreduce_tp op, tp sub-communicator or sharded parameter init yet — regenerate without tp",
+                        c->path);
     if (cJSON_GetObjectItemCaseSensitive(t, "tf32")) /* optional (v2100 fp32_matmul tf32; absent: 0 = IEEE) */
         GI(t, "tf32", 0, 1, p->tf32);
     if (cJSON_GetObjectItemCaseSensitive(t, "cuda_graphs")) /* optional (v2165; absent: 0 = eager) */
