@@ -15,6 +15,7 @@ local Cli = require("size_cli")
 local R = require("size_report")
 local Svg = require("size_svg")
 local Perf = require("perf")
+local Mesh = require("size_mesh")
 local Z = {}
 
 local GiB = 1024 ^ 3
@@ -381,6 +382,26 @@ function Z.main(args, parse)
       r.cluster.usd_per_hr = p * h.price_per_hr
     end
     r.memory = memory_for(o, h, m, N, S, inputs, p, stage)
+    if o["--mesh"] then -- a dp x pp x cp x tp mesh of the --gpus (generator/lua/size_mesh.lua)
+      local G = gpus_flag
+      if not G then U.fail("<command line>", "--mesh needs the GPU count", "add --gpus G (e.g. --gpus 64)") end
+      local mem1 = memory_for(o, h, m, N, S, inputs, 1, 0) -- the unsharded figures the mesh divides
+      local ctx = { m = m, N = N, h = h, S = S, mem = mem1, inputs = inputs, G = G, stage = stage }
+      local res = { G = G, hw = h.name, per_node = h.gpus_per_node or (h.kind == "gpu" and 8 or 1),
+        link = (h.perf and h.perf.link_name) or "the NIC" }
+      if o["--mesh"] == "auto" then
+        local all = Mesh.search(ctx)
+        res.auto, res.rows = true, {}
+        for i = 1, math.min(6, #all) do res.rows[i] = all[i] end
+        res.best = all[1] and all[1].fits and all[1] or nil
+      else
+        local q = Mesh.parse(o["--mesh"])
+        local one = Mesh.evaluate(ctx, q.tp, q.pp, q.cp)
+        if one.invalid then U.fail("<command line>", "--mesh " .. o["--mesh"] .. ": " .. one.invalid, "choose sizes that divide, or --mesh auto") end
+        res.rows = { one }
+      end
+      r.mesh = res
+    end
     if tokens then
       local G = gpus_flag or (target and r.cluster.gpus) or p
       r.train = F.train_cost(tokens, th.rate, G, h.price_per_hr)
@@ -439,6 +460,7 @@ function Z.main(args, parse)
     return R.emit_json(m, msrc, inputs, results, clusters, chin, notes, hw_src, o)
   end
   io.write(R.text(m, msrc, inputs, results, clusters, chin, notes, hw_src, o))
+  for _, r in ipairs(results) do if r.mesh then io.write(Mesh.text(r.mesh)) end end
   return 0
 end
 

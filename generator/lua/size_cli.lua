@@ -60,6 +60,10 @@ memory per GPU
 time and cost (Chinchilla, v2146/v2147)
   --tokens T           tokens to train: time and cost on the cluster
   --chinchilla         train the compute-optimal 20 × N tokens
+  --mesh auto|tp=T,pp=P,cp=C
+                       a dp x pp x cp x tp mesh of the --gpus: memory per GPU, bytes sent per GPU
+                       per step on each axis, the pipeline bubble, a step time; auto lists the
+                       best meshes that fit (a planning model: no trainer runs tp/pp/cp yet)
   --gpus G             cluster size for the time and cost (default: the GPUs for --target-tps,
                        else --dp); also the default --dp
   --flops-budget C     compute-optimal N and tokens for a budget of C FLOPs
@@ -92,6 +96,7 @@ C.FLAGS = {
   ["--chinchilla"] = "flag", ["--gpus"] = "value", ["--flops-budget"] = "value",
   ["--clusters"] = "list", ["--json"] = "flag", ["--plot"] = "value", ["--help"] = "flag",
   ["-h"] = "flag", ["--memory-planning"] = "value", ["--plan"] = "value", ["--fit"] = "value",
+  ["--mesh"] = "value",
 }
 
 -- the hardware keys --set may change, and their least values
