@@ -498,7 +498,7 @@ end
 -- router, dispatch or expert ops in any runtime yet: refuse it before anything is written.
 local function refuse_moe(model, path, target)
   if not model.moe then return end
-  U.fail(path or U.where(model, "moe"), string.format("model %s is a mixture of experts, and no backend (%s included) has the router, dispatch and expert ops yet",
+  U.fail(path or U.where(model, "moe"), string.format("model %s is a mixture of experts, and no generated trainer (%s included) runs the router, dispatch and expert ops yet",
     tostring(model.name), tostring(target and target.name or "cpu")),
     "use it with `gen size` only (docs/moe.md), or choose a dense model such as tiny-llama")
 end
