@@ -11,9 +11,14 @@
  *   (splitmix64 from the seed, per layer); incoming weights and biases are copied, outgoing weights
  *   divided by the number of copies of their source unit, so the sum over copies is the original
  *   outgoing weight (equal up to the rounding of the division and of the longer sum).
+ * - width shrink (v2157 structured pruning of MLP channels, H_t < H_s): per layer the H_t hidden
+ *   units with the largest ||incoming weights||_2 x ||outgoing weights||_2 (Li et al. 2017's norm
+ *   criterion, the product so a unit counts as much as the path through it) are kept, in their
+ *   order, their weights copied exactly; the others are removed from the tensors (a smaller model).
  * Everything else (embeddings, norms, head) is copied. F32 tensors only (our exports). Never writes
  * a partial file (hyp_st_write is atomic). */
 #include <lauxlib.h>
+#include <math.h>
 #include <lua.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -69,6 +74,56 @@ static int hidden_role(const char *rest) {
     return 0;
 }
 
+/* The kept units of layer ls when the MLP shrinks (v2157): map[0..Ht) = the Ht units of the largest
+ * ||in|| x ||out|| (ties: the lower index), ascending. */
+static int shrink_map(hyp_st_file *f, const char *src, int ls, int64_t Hs, int64_t Ht, int32_t *map, hyp_err *e) {
+    double *in = calloc((size_t)Hs, sizeof(double)), *out = calloc((size_t)Hs, sizeof(double));
+    int64_t *ord = malloc(sizeof(int64_t) * (size_t)Hs);
+    int rc = in && out && ord ? 0 : hyp_fail(e, HYP_EFAIL, "out of memory");
+    for (int i = 0; !rc && i < hyp_st_count(f); i++) {
+        const hyp_st_tensor *t = hyp_st_get(f, i);
+        char pre[32];
+        int l;
+        const char *rest;
+        if (!split_layer(t->name, pre, sizeof pre, &l, &rest) || l != ls || t->ndim != 2) continue;
+        int role = hidden_role(rest);
+        if (!role) continue;
+        int64_t rows = t->shape[0], cols = t->shape[1];
+        if (((role == 1 || role == 4) && cols != Hs) || ((role == 2 || role == 3) && rows != Hs)) {
+            rc = hyp_fail(e, HYP_EINPUT, "%s: '%s' has shape [%lld, %lld], not the MLP width %lld — give an export of the source trainer's checkpoint",
+                          src, t->name, (long long)rows, (long long)cols, (long long)Hs);
+            break;
+        }
+        float *v = malloc(sizeof(float) * (size_t)(rows * cols));
+        if (!v || (rc = hyp_st_to_f32(f, t, v, e))) {
+            free(v);
+            if (!rc) rc = hyp_fail(e, HYP_EFAIL, "out of memory");
+            break;
+        }
+        double *acc = role <= 2 ? in : out;
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t c = 0; c < cols; c++) acc[(role == 1 || role == 4) ? c : r] += (double)v[r * cols + c] * v[r * cols + c];
+        free(v);
+    }
+    for (int64_t u = 0; !rc && u < Hs; u++) in[u] = sqrt(in[u]) * sqrt(out[u]), ord[u] = u;
+    /* a selection by (score desc, index asc): an insertion sort of the Ht best would do too; Hs is
+     * thousands, so a plain sort */
+    for (int64_t a = 1; !rc && a < Hs; a++) {
+        int64_t x = ord[a], b = a - 1;
+        while (b >= 0 && (in[ord[b]] < in[x] || (in[ord[b]] == in[x] && ord[b] > x))) ord[b + 1] = ord[b], b--;
+        ord[b + 1] = x;
+    }
+    if (!rc) {
+        memset(out, 0, sizeof(double) * (size_t)Hs); /* reused as the kept flags */
+        for (int64_t u = 0; u < Ht; u++) out[ord[u]] = 1;
+        int64_t k = 0;
+        for (int64_t u = 0; u < Hs; u++)
+            if (out[u] != 0) map[k++] = (int32_t)u;
+    }
+    free(in), free(out), free(ord);
+    return rc;
+}
+
 /* hyp.grow(src.safetensors, out.safetensors, {L_s, L_t, H_s, H_t, depth = "identity"|"stack", seed})
  * -> rc, message, {tensors = n, new_layers = n, new_units = n} */
 static int l_grow(lua_State *L) {
@@ -83,9 +138,9 @@ static int l_grow(lua_State *L) {
     lua_pop(L, 6);
     hyp_err e = {{0}};
     int rc = 0;
-    if (Ls < 1 || Lt < Ls || Hs < 1 || Ht < Hs || Lt > 100000 || Ht > ((int64_t)1 << 31))
-        rc = hyp_fail(&e, HYP_EINPUT, "grow: layers %d -> %d and MLP width %lld -> %lld: a model only grows", Ls, Lt, (long long)Hs,
-                      (long long)Ht);
+    if (Ls < 1 || Lt < Ls || Hs < 1 || Ht < 1 || Lt > 100000 || Ht > ((int64_t)1 << 31) || Hs > ((int64_t)1 << 31))
+        rc = hyp_fail(&e, HYP_EINPUT, "grow: layers %d -> %d and MLP width %lld -> %lld: layers only grow, the width must stay >= 1", Ls,
+                      Lt, (long long)Hs, (long long)Ht);
     hyp_st_file *f = NULL;
     if (!rc) rc = hyp_st_open(src, &f, &e);
     int ns = rc ? 0 : hyp_st_count(f);
@@ -122,11 +177,12 @@ static int l_grow(lua_State *L) {
         /* this layer's unit map for the MLP width: identity, then uniform draws (per layer) */
         uint64_t st = seed * 0x100000001B3ull + (uint64_t)lt;
         memset(cnt, 0, sizeof(int32_t) * (size_t)Hs);
+        if (Ht < Hs && (rc = shrink_map(f, src, ls, Hs, Ht, map, &e))) break; /* v2157: the kept units */
         for (int64_t u = 0; u < Ht; u++) {
-            map[u] = u < Hs ? (int32_t)u : (int32_t)(splitmix(&st) % (uint64_t)Hs);
+            if (Ht >= Hs) map[u] = u < Hs ? (int32_t)u : (int32_t)(splitmix(&st) % (uint64_t)Hs);
             cnt[map[u]]++;
         }
-        if (lt == 0) new_units = (long long)(Ht - Hs) * Lt;
+        if (lt == 0) new_units = (long long)(Ht - Hs) * Lt; /* negative: units removed */
         for (int i = 0; !rc && i < ns; i++) {
             const hyp_st_tensor *t = hyp_st_get(f, i);
             char pre[32], nm[512];

@@ -3,8 +3,8 @@
 -- OUT from a trained smaller model of the same family — a checkpoint step directory (exported
 -- first with its own plan) or a `gen export` directory. Writes DIR as a Hugging Face directory
 -- (model.safetensors from hyp.grow, generator/grow_lua.c; config.json with the grown sizes) for
--- `OUT/train --init-from DIR`. Grows the number of layers and the MLP hidden width; every other
--- size must match. Never: touches SRC or OUT.
+-- `OUT/train --init-from DIR`. Grows the number of layers and the MLP hidden width, or shrinks
+-- the width by structured pruning (v2157); every other size must match. Never: touches SRC or OUT.
 local U = require("util")
 local M = {}
 
@@ -16,7 +16,9 @@ usage:
       identity: new layers copy a trained one with their output projections zeroed, so the grown
       model computes exactly what SRC did; --depth stack: the trained stack repeated, G_stack) and a
       wider MLP (function-preserving: new hidden units copy existing ones and the outgoing weights
-      are split among the copies, bert2BERT's fpi / Net2WiderNet). Then: OUT/train --init-from DIR.
+      are split among the copies, bert2BERT's fpi / Net2WiderNet). A narrower MLP in OUT prunes
+      channels instead (v2157): per layer the hidden units with the largest ||incoming weights|| x
+      ||outgoing weights|| are kept and the rest removed. Then: OUT/train --init-from DIR.
 ]]
 
 local function read_json(path)
@@ -70,7 +72,7 @@ function M.main(args, parse)
         "give --to a trainer whose model differs in n_layers and ffn_hidden only")
     end
   end
-  if tm.L < s.L or tm.H < s.H then fail(string.format("%s has %d layers and MLP width %d, fewer than SRC's %d and %d", out, tm.L, tm.H, s.L, s.H), "grow into a larger model") end
+  if tm.L < s.L then fail(string.format("%s has %d layers, fewer than SRC's %d", out, tm.L, s.L), "layers only grow: give a trainer with at least as many") end
 
   assert(hyp.mkdir_p(dir))
   local rc, msg, st = hyp.grow(hf .. "/model.safetensors", dir .. "/model.safetensors",
@@ -83,7 +85,9 @@ function M.main(args, parse)
   if tmp then hyp.rm_rf(tmp) end
   io.write(string.format("gen grow: %d -> %d layers (%s), MLP width %d -> %d (%s); %d tensors in %s — train with %s/train --init-from %s\n",
     s.L, tm.L, tm.L == s.L and "unchanged" or (depth == "identity" and "new layers add zero: function-preserving" or "stacked copies"),
-    s.H, tm.H, tm.H == s.H and "unchanged" or "function-preserving copies", st.tensors, dir, out, dir))
+    s.H, tm.H, tm.H == s.H and "unchanged" or (tm.H > s.H and "function-preserving copies"
+      or "structured pruning, v2157: per layer the units of largest ||in||·||out|| kept, not function-preserving"),
+    st.tensors, dir, out, dir))
   return 0
 end
 
