@@ -21,9 +21,19 @@
  *   extra_bytes,rss_delta_kb
  * and after each shape a comment line "# ... speedup" (starts with '#').
  *
- * Usage: bench_attention [--reps R] [--quick]     (--quick: only the two small shapes)
+ * --masks (v2117): instead, the flash op under mask rules at B=1 NH=12 hd=64, T 1024 and 2048:
+ * causal, sliding_window 128 / 512, prefix_lm T/4, causal + softcap 50; the rules alternate rep by
+ * rep like the implementations above. CSV, one line per (T, rule):
+ *   mask,T,window,threads,fwd_p50_ms,bwd_p50_ms,total_p50_ms,tiles_visited,tiles_skipped,
+ *   density,vs_causal
+ * (tiles per call over all heads; density = the visited fraction of the tile grid; vs_causal =
+ * causal's total p50 / this rule's). Memory is the flash op's whatever the rule (lse + D +
+ * scratch, as above).
+ *
+ * Usage: bench_attention [--reps R] [--quick] [--masks]   (--quick: only the two small shapes)
  * Threads: OMP_NUM_THREADS.
  */
+#include "attn_mod.h"
 #include "ops_cpu.h"
 #include "ops_flash.h"
 
@@ -179,22 +189,76 @@ static long rss_delta(int impl, shape s) {
     return atol(buf);
 }
 
+/* v2117: the flash op under mask rules (see the header). */
+static int bench_masks(int reps) {
+    enum { NRULE = 5 };
+    const char *names[NRULE] = {"causal", "sliding_window", "sliding_window", "prefix_lm", "causal+softcap"};
+    int threads = omp_get_max_threads();
+    printf("mask,T,window,threads,fwd_p50_ms,bwd_p50_ms,total_p50_ms,tiles_visited,tiles_skipped,density,vs_causal\n");
+    const int Ts[2] = {1024, 2048};
+    for (int ti = 0; ti < 2; ti++) {
+        shape s = {1, 12, 12, Ts[ti], 64};
+        hyp_attn_mod rules[NRULE] = {{HYP_MASK_CAUSAL, 0, 0, HYP_MOD_NONE, 0.0f},
+                                     {HYP_MASK_SLIDING_WINDOW, 128, 0, HYP_MOD_NONE, 0.0f},
+                                     {HYP_MASK_SLIDING_WINDOW, 512, 0, HYP_MOD_NONE, 0.0f},
+                                     {HYP_MASK_PREFIX_LM, 0, s.T / 4, HYP_MOD_NONE, 0.0f},
+                                     {HYP_MASK_CAUSAL, 0, 0, HYP_MOD_SOFTCAP, 50.0f}};
+        int R = reps > 0 ? reps : 5;
+        float *qkv = filled(n_qkv(s)), *dout = filled(n_out(s)), *out = alloc_f(n_out(s)), *dqkv = alloc_f(n_qkv(s));
+        float *lse = alloc_f(n_lse(s)), *dsc = alloc_f(n_lse(s));
+        double *t[NRULE][2];
+        hyp_attn_tiles tiles[NRULE];
+        for (int r = 0; r < NRULE; r++) {
+            for (int k = 0; k < 2; k++)
+                if (!(t[r][k] = malloc(sizeof(double) * (size_t)R))) return 2;
+            op_flash_attention_fwd_mod(out, lse, qkv, NULL, s.B, s.T, s.NH, s.NKV, s.hd, 0.0f, &rules[r], &tiles[r]);
+        }
+        for (int i = 0; i < R; i++)
+            for (int r = 0; r < NRULE; r++) {
+                double t0 = now_s();
+                op_flash_attention_fwd_mod(out, lse, qkv, NULL, s.B, s.T, s.NH, s.NKV, s.hd, 0.0f, &rules[r], NULL);
+                t[r][0][i] = now_s() - t0;
+                memset(dqkv, 0, sizeof(float) * (size_t)n_qkv(s));
+                t0 = now_s();
+                op_flash_attention_bwd_mod(dqkv, dsc, dout, qkv, out, lse, NULL, s.B, s.T, s.NH, s.NKV, s.hd, 0.0f, &rules[r]);
+                t[r][1][i] = now_s() - t0;
+            }
+        double causal = 0.0;
+        for (int r = 0; r < NRULE; r++) {
+            double f = 1e3 * median(t[r][0], R), b = 1e3 * median(t[r][1], R);
+            if (r == 0) causal = f + b;
+            printf("%s,%d,%d,%d,%.3f,%.3f,%.3f,%ld,%ld,%.3f,%.2f\n", names[r], s.T,
+                   rules[r].mask == HYP_MASK_SLIDING_WINDOW ? rules[r].window : rules[r].mask == HYP_MASK_PREFIX_LM ? rules[r].prefix : 0,
+                   threads, f, b, f + b, tiles[r].visited, tiles[r].skipped,
+                   (double)tiles[r].visited / (double)(tiles[r].visited + tiles[r].skipped), causal / (f + b));
+            fflush(stdout);
+            free(t[r][0]);
+            free(t[r][1]);
+        }
+        free(qkv); free(dout); free(out); free(dqkv); free(lse); free(dsc);
+    }
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc == 8 && !strcmp(argv[1], "--rss-child")) {
         shape s = {atoi(argv[3]), atoi(argv[4]), atoi(argv[5]), atoi(argv[6]), atoi(argv[7])};
         return rss_child(strcmp(argv[2], "naive") ? FLASH : NAIVE, s);
     }
-    int reps = 0, quick = 0;
+    int reps = 0, quick = 0, masks = 0;
     for (int a = 1; a < argc; a++) {
         if (!strcmp(argv[a], "--reps") && a + 1 < argc)
             reps = atoi(argv[++a]);
         else if (!strcmp(argv[a], "--quick"))
             quick = 1;
+        else if (!strcmp(argv[a], "--masks"))
+            masks = 1;
         else {
-            fprintf(stderr, "usage: bench_attention [--reps R] [--quick]\n");
+            fprintf(stderr, "usage: bench_attention [--reps R] [--quick] [--masks]\n");
             return 2;
         }
     }
+    if (masks) return bench_masks(reps);
     shape shapes[] = {
         {4, 12, 12, 64, 64}, {4, 12, 12, 256, 64}, {1, 12, 12, 1024, 64}, {1, 12, 12, 2048, 64}};
     int nshapes = quick ? 2 : 4;

@@ -1,6 +1,6 @@
 --[[ hyperion template
 family = "flash_attention"
-doc = "FlashAttention-2 causal attention on tensor cores (mma.sync m16n8k16 bf16, fp32 accumulation): online softmax saving only the log-sum-exp; deterministic backward; grouped-query heads; optional document mask (v2126 packing)"
+doc = "FlashAttention-2 attention on tensor cores (mma.sync m16n8k16 bf16, fp32 accumulation): online softmax saving only the log-sum-exp; deterministic backward; grouped-query heads; a mask rule (causal, sliding window, prefix-LM) and score modifier (softcap, ALiBi) rendered in (v2117), fully masked tiles skipped; optional document mask (v2126 packing)"
 constants = {
   NH = { "int", doc = "query heads" },
   NKV = { "int", doc = "key/value heads (NH % NKV == 0)" },
@@ -11,6 +11,11 @@ constants = {
   ACT = { "enum", values = { "f32", "bf16" }, default = "f32", doc = "activation storage (v2102) of qkv, out and their gradients: f32, or bf16 (staged into shared memory exactly, outputs rounded on store); lse and D stay fp32" },
   BLOCK = { "int", default = 128, doc = "threads per block (4 warps, 16 tile rows each)" },
   DOCMASK = { "bool", default = false, doc = "the document mask hook (v2126 packing): query q sees keys from q - pos[q] (its document's start); false: plain causal, pos unused" },
+  MASK = { "enum", values = { "causal", "sliding_window", "prefix_lm" }, default = "causal", doc = "the mask rule (v2117): causal k <= q; sliding_window k <= q && q - k < WINDOW; prefix_lm k <= q || k < PREFIX" },
+  WINDOW = { "int", default = 0, doc = "keys visible per query under MASK sliding_window" },
+  PREFIX = { "int", default = 0, doc = "length of the bidirectional prefix under MASK prefix_lm" },
+  SCORE_MOD = { "enum", values = { "none", "softcap", "alibi" }, default = "none", doc = "the score modifier (v2117) of the scaled score s: softcap SOFTCAP*tanh(s/SOFTCAP); alibi s - 2^(-8(h+1)/NH) |q - k|" },
+  SOFTCAP = { "float", default = 0.0, doc = "the cap of SCORE_MOD softcap" },
 }
 derive = function(K, decide)
   if K.NH % K.NKV ~= 0 then error("NH (" .. K.NH .. ") must be a multiple of NKV (" .. K.NKV .. ")") end
@@ -18,6 +23,11 @@ derive = function(K, decide)
     error("HD " .. K.HD .. " is not supported by the flash kernels (a multiple of 16 up to 128: the mma k-steps are 16 wide, and the dK/dV accumulators of 16 x HD per warp must stay in registers)")
   end
   if K.BLOCK ~= 128 then error("the tiles assume BLOCK = 128 (4 warps)") end
+  if K.MASK == "sliding_window" and K.WINDOW < 1 then error("MASK sliding_window needs WINDOW >= 1 (got " .. K.WINDOW .. ")") end
+  if K.MASK == "prefix_lm" and K.PREFIX < 1 then error("MASK prefix_lm needs PREFIX >= 1 (got " .. K.PREFIX .. ")") end
+  if K.MASK == "prefix_lm" and K.DOCMASK then error("MASK prefix_lm does not compose with the document mask (DOCMASK): the prefix is the row's, not each document's") end
+  if K.SCORE_MOD == "softcap" and not (K.SOFTCAP > 0) then error("SCORE_MOD softcap needs SOFTCAP > 0 (got " .. K.SOFTCAP .. ")") end
+  if K.SCORE_MOD == "alibi" and (K.NH & (K.NH - 1)) ~= 0 then error("SCORE_MOD alibi needs NH a power of two (got " .. K.NH .. "): the slopes 2^(-8(h+1)/NH) of the ALiBi paper") end
   K.G = K.NH // K.NKV
   K.R = (K.NH + 2 * K.NKV) * K.HD -- fused qkv row
   K.NS = K.PREC == "bf16x3" and 2 or 1 -- bf16 parts per operand
@@ -74,13 +84,21 @@ cost = (function()
   local MMA = 2 * 16 * 8 * 16
   local function mult(a) return a.PREC == "bf16x3" and 3 or 1 end
   local function rows(T, r0, n) return math.max(0, math.min(n, T - r0)) end
+  -- the kernels' fa_tile_any (v2117's mask rule at tile level)
+  local function any(a, qlo, qhi, klo, khi)
+    if a.MASK == "sliding_window" then return klo <= qhi and qlo - khi < a.WINDOW end
+    if a.MASK == "prefix_lm" then return klo <= qhi or klo < a.PREFIX end
+    return klo <= qhi
+  end
   local function qk_tiles(a, BQ, BK, per_warp_products) -- fwd and dq: query tiles x key tiles
     local staged, mma = 0, 0
     for q0 = 0, a.T - 1, BQ do
-      local kend = math.min(a.T, q0 + BQ)
+      local kend = a.MASK == "prefix_lm" and a.T or math.min(a.T, q0 + BQ)
       for k0 = 0, kend - 1, BK do
-        staged = staged + 2 * rows(a.T, k0, BK) * a.HD * a.E
-        for w = 0, 3 do if k0 <= q0 + 16 * w + 15 then mma = mma + per_warp_products end end
+        if any(a, q0, q0 + BQ - 1, k0, k0 + BK - 1) then
+          staged = staged + 2 * rows(a.T, k0, BK) * a.HD * a.E
+          for w = 0, 3 do if any(a, q0 + 16 * w, q0 + 16 * w + 15, k0, k0 + BK - 1) then mma = mma + per_warp_products end end
+        end
       end
     end
     return staged, mma
@@ -112,10 +130,12 @@ cost = (function()
     local G = a.NH // a.NKV
     local staged_qo, mma, stats = 0, 0, 0
     for k0 = 0, a.T - 1, BKV do
-      for q0 = k0, a.T - 1, BQB do
-        staged_qo = staged_qo + 2 * rows(a.T, q0, BQB) * a.HD * a.E
-        stats = stats + 8 * rows(a.T, q0, BQB)
-        for w = 0, 3 do if not (q0 + BQB - 1 < k0 + 16 * w) then mma = mma + 4 * (BQB // 8) * (a.HD // 16) end end
+      for q0 = a.MASK == "prefix_lm" and 0 or k0, a.T - 1, BQB do
+        if any(a, q0, q0 + BQB - 1, k0, k0 + BKV - 1) then
+          staged_qo = staged_qo + 2 * rows(a.T, q0, BQB) * a.HD * a.E
+          stats = stats + 8 * rows(a.T, q0, BQB)
+          for w = 0, 3 do if any(a, q0, q0 + BQB - 1, k0 + 16 * w, k0 + 16 * w + 15) then mma = mma + 4 * (BQB // 8) * (a.HD // 16) end end
+        end
       end
     end
     local BG, kvh = a.B * a.NKV, a.B * a.T * a.NKV * a.HD
@@ -174,6 +194,26 @@ __device__ __forceinline__ int fa_warp_min(int v) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) v = min(v, __shfl_xor_sync(0xffffffffu, v, o));
     return v;
+}
+
+// v2117 flex attention, rendered from MASK and SCORE_MOD (the same rules as runtime/core/attn_mod.h):
+// fa_vis: does query q see key k; fa_tile_any: does the tile [qlo, qhi] x [klo, khi] hold a
+// visible pair (tiles without one are skipped whole); fa_mod: the modified score of the scaled
+// score s; fa_dmod: its derivative ds'/ds from the modified score sm.
+__device__ __forceinline__ bool fa_vis(int q, int k) {
+    return {{ MASK == "sliding_window" and "k <= q && q - k < WINDOW" or MASK == "prefix_lm" and "k <= q || k < PREFIX" or "k <= q" }};
+}
+__device__ __forceinline__ bool fa_tile_any(int qlo, int qhi, int klo, int khi) {
+    (void)qlo; (void)khi;
+    return {{ MASK == "sliding_window" and "klo <= qhi && qlo - khi < WINDOW" or MASK == "prefix_lm" and "klo <= qhi || klo < PREFIX" or "klo <= qhi" }};
+}
+__device__ __forceinline__ float fa_mod(float s, int q, int k, int h) {
+    (void)q; (void)k; (void)h;
+    return {{ SCORE_MOD == "softcap" and "SOFTCAP * tanhf(s / SOFTCAP)" or SCORE_MOD == "alibi" and "s - exp2f(-8.0f * (float)(h + 1) / (float)NH) * (float)(q > k ? q - k : k - q)" or "s" }};
+}
+__device__ __forceinline__ float fa_dmod(float sm) {
+    (void)sm;
+    return {{ SCORE_MOD == "softcap" and "1.0f - (sm / SOFTCAP) * (sm / SOFTCAP)" or "1.0f" }};
 }
 
 // fp32 pair -> packed bf16 hi (and lo = the rounding remainder, for bf16x3)
@@ -308,16 +348,17 @@ __device__ __forceinline__ void fa_py(float (*acc)[4], float (*p)[4], const hyp_
     fa_stage(Qs, BQ, base + (long)q0 * R + h * HD, R, min(BQ, T - q0));
     float o[HD / 8][4], m[2] = { -HYP_INF, -HYP_INF }, l[2] = { 0.0f, 0.0f };
     fa_zero<HD / 8>(o);
-    const int kend = min(T, q0 + BQ);
+    const int kend = {{ MASK == "prefix_lm" and "T" or "min(T, q0 + BQ)" }};
     const int lo[2] = { fa_lo(pos, b, T, qa), fa_lo(pos, b, T, qa + 8) };
     const int wlo = fa_warp_min(min(qa < T ? lo[0] : T, qa + 8 < T ? lo[1] : T)); // this warp's first key
     const int kstart = fa_lo_min(pos, b, T, q0, min(BQ, T - q0)) / BK * BK;    // the block's
     for (int k0 = kstart; k0 < kend; k0 += BK) {
+        if (!fa_tile_any(q0, q0 + BQ - 1, k0, k0 + BK - 1)) continue; // fully masked (block-uniform)
         __syncthreads(); // the previous tile is no longer read
         fa_stage(Ks, BK, base + (long)k0 * R + (NH + g) * HD, R, min(BK, T - k0));
         fa_stage(Vs, BK, base + (long)k0 * R + (NH + NKV + g) * HD, R, min(BK, T - k0));
         __syncthreads();
-        if (k0 > q0 + wr + 15) continue; // every key of the tile is above this warp's rows
+        if (!fa_tile_any(q0 + wr, q0 + wr + 15, k0, k0 + BK - 1)) continue; // masked for this warp's rows
         if (k0 + BK <= wlo) continue;    // every key of the tile is before this warp's documents
         float s[BK / 8][4];
         fa_zero<BK / 8>(s);
@@ -328,7 +369,7 @@ __device__ __forceinline__ void fa_py(float (*acc)[4], float (*p)[4], const hyp_
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const int key = k0 + 8 * j + 2 * tq + (e & 1), q = qa + 8 * (e >> 1);
-                const float x = (key <= q && key < T && key >= lo[e >> 1]) ? s[j][e] * SCALE : -HYP_INF;
+                const float x = (fa_vis(q, key) && key < T && key >= lo[e >> 1]) ? fa_mod(s[j][e] * SCALE, q, key, h) : -HYP_INF;
                 s[j][e] = x;
                 mx[e >> 1] = fmaxf(mx[e >> 1], x);
             }
@@ -390,11 +431,12 @@ __device__ __forceinline__ void fa_py(float (*acc)[4], float (*p)[4], const hyp_
 }
 % end
 
-// P (exp of the scaled score minus the row's lse, 0 where masked) and dS = SCALE P (dP - D) of
-// one score/dP accumulator element: s, dp in, p, ds out.
-__device__ __forceinline__ void fa_pds(float& s, float& dp, bool visible, float lse_r, float d_r) {
-    const float p = visible ? expf(s * SCALE - lse_r) : 0.0f;
-    dp = SCALE * p * (dp - d_r);
+// P (exp of the modified scaled score minus the row's lse, 0 where masked) and
+// dS = SCALE P (dP - D) ds'/ds of one score/dP accumulator element: s, dp in, p, ds out.
+__device__ __forceinline__ void fa_pds(float& s, float& dp, bool visible, float lse_r, float d_r, int q, int key, int h) {
+    const float sm = fa_mod(s * SCALE, q, key, h);
+    const float p = visible ? expf(sm - lse_r) : 0.0f;
+    dp = SCALE * p * (dp - d_r) * fa_dmod(sm);
     s = p;
 }
 
@@ -423,7 +465,8 @@ __device__ __forceinline__ void fa_pds(float& s, float& dp, bool visible, float 
     fa_zero<HD / 8>(dv);
     for (int h = g * G; h < (g + 1) * G; h++) {
         const long bh = (long)b * NH + h;
-        for (int q0 = k0; q0 < T; q0 += BQB) {
+        for (int q0 = {{ MASK == "prefix_lm" and "0" or "k0" }}; q0 < T; q0 += BQB) {
+            if (!fa_tile_any(q0, q0 + BQB - 1, k0, k0 + BKV - 1)) continue; // fully masked (block-uniform)
             __syncthreads(); // the previous query tile is no longer read
             fa_stage(Qs, BQB, base + (long)q0 * R + h * HD, R, min(BQB, T - q0));
             fa_stage(Os, BQB, dout + ((long)b * T + q0) * OC + h * HD, OC, min(BQB, T - q0));
@@ -433,7 +476,7 @@ __device__ __forceinline__ void fa_pds(float& s, float& dp, bool visible, float 
                 if (DOCMASK) Lo[i] = q0 + i < T ? fa_lo(pos, b, T, q0 + i) : T;
             }
             __syncthreads();
-            if (q0 + BQB - 1 < k0 + wr) continue; // every query of the tile is before this warp's keys
+            if (!fa_tile_any(q0, q0 + BQB - 1, k0 + wr, k0 + wr + 15)) continue; // masked for this warp's keys
             // the document mask: positions restart at 0 at a document start and grow by 1
             // otherwise, so lo is non-decreasing in q. Every query of the tile starts its document
             // after this warp's keys: skip. Else the queries that may see key k form a prefix of
@@ -459,7 +502,7 @@ __device__ __forceinline__ void fa_pds(float& s, float& dp, bool visible, float 
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     const int qi = 8 * j + 2 * tq + (e & 1), q = q0 + qi, key = ka + 8 * (e >> 1);
-                    fa_pds(st[j][e], dpt[j][e], key <= q && q < T && key < T && qi < nvis[e >> 1], Ls[qi], Ds[qi]);
+                    fa_pds(st[j][e], dpt[j][e], fa_vis(q, key) && q < T && key < T && qi < nvis[e >> 1], Ls[qi], Ds[qi], q, key, h);
                 }
             fa_py<BQB / 8>(dv, st, Os, BQB);
             fa_py<BQB / 8>(dk, dpt, Qs, BQB);
@@ -506,16 +549,17 @@ __device__ __forceinline__ void fa_pds(float& s, float& dp, bool visible, float 
     }
     float dq[HD / 8][4];
     fa_zero<HD / 8>(dq);
-    const int kend = min(T, q0 + BQ);
+    const int kend = {{ MASK == "prefix_lm" and "T" or "min(T, q0 + BQ)" }};
     const int lo[2] = { fa_lo(pos, b, T, qa), fa_lo(pos, b, T, qa + 8) };
     const int wlo = fa_warp_min(min(qa < T ? lo[0] : T, qa + 8 < T ? lo[1] : T));
     const int kstart = fa_lo_min(pos, b, T, q0, min(BQ, T - q0)) / BKQ * BKQ;
     for (int k0 = kstart; k0 < kend; k0 += BKQ) {
+        if (!fa_tile_any(q0, q0 + BQ - 1, k0, k0 + BKQ - 1)) continue; // fully masked (block-uniform)
         __syncthreads(); // the previous key tile is no longer read
         fa_stage(Ks, BKQ, base + (long)k0 * R + (NH + g) * HD, R, min(BKQ, T - k0));
         fa_stage(Vs, BKQ, base + (long)k0 * R + (NH + NKV + g) * HD, R, min(BKQ, T - k0));
         __syncthreads();
-        if (k0 > q0 + wr + 15) continue; // every key of the tile is above this warp's rows
+        if (!fa_tile_any(q0 + wr, q0 + wr + 15, k0, k0 + BKQ - 1)) continue; // masked for this warp's rows
         if (k0 + BKQ <= wlo) continue;   // every key of the tile is before this warp's documents
         float s[BKQ / 8][4], dp[BKQ / 8][4];
         fa_zero<BKQ / 8>(s);
@@ -527,7 +571,7 @@ __device__ __forceinline__ void fa_pds(float& s, float& dp, bool visible, float 
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const int key = k0 + 8 * j + 2 * tq + (e & 1), r = e >> 1, q = qa + 8 * r;
-                fa_pds(s[j][e], dp[j][e], key <= q && q < T && key < T && key >= lo[r], lr[r], dr[r]);
+                fa_pds(s[j][e], dp[j][e], fa_vis(q, key) && q < T && key < T && key >= lo[r], lr[r], dr[r], q, key, h);
             }
         fa_py<BKQ / 8>(dq, dp, Ks, BKQ);
     }

@@ -35,7 +35,7 @@ usage:
                   [--grid full|coarse] [--seed S] [--params N] [--json]
                                           fit L(N, D) = E + A/N^alpha + B/D^beta to runs (CSV or
                                           metrics JSONL) with bootstrap intervals (gen scaling --help)
-  gen lottery OUT -o DIR [--rounds R] [--rate P] [--rewind K] -- TRAIN_ARGS...
+  gen lottery OUT -o DIR [--rounds R] [--rate P] [--rewind K] [--control] -- TRAIN_ARGS...
                                           the lottery ticket (v2155): rounds of training, magnitude
                                           pruning and rewinding with the trainer in OUT
   gen grow SRC --to OUT -o DIR [--depth identity|stack] [--seed S]

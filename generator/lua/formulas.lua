@@ -12,7 +12,7 @@ end
 function F.dims(m)
   local NH = m.n_heads
   local NKV = m.n_kv_heads or NH
-  local hd = m.d_model // NH
+  local hd = m.head_dim or m.d_model // NH -- a tensor-parallel rank keeps the full model's head_dim
   return {
     V = m.vocab_size, Vp = F.padded_vocab(m.vocab_size), C = m.d_model, L = m.n_layers,
     NH = NH, NKV = NKV, hd = hd, H = m.ffn_hidden, maxT = m.context,
@@ -22,7 +22,28 @@ function F.dims(m)
   }
 end
 
--- Parameter count (unpadded vocabulary, as papers count it).
+-- Mixture-of-experts MLP (model key `moe`, docs/moe.md): the weights of the MLPs of one layer
+-- beyond the dense MLP's own d.fc·C + C·H (which stays as the first expert's count), split in
+-- `total` (every routed and shared expert plus the router) and `active` (the top_k routed and the
+-- shared experts a token runs through, plus the router), and the layers that have them: all
+-- but the first `first_dense_layers`, whose MLP is dense with ffn_hidden.
+function F.moe_extra(m)
+  local e = m.moe
+  if not e then return { total = 0, active = 0, layers = 0 } end
+  local d = F.dims(m)
+  local Hx = e.expert_hidden or m.ffn_hidden
+  local fcx = (m.activation == "swiglu") and 2 * Hx or Hx
+  local one = fcx * d.C + d.C * Hx
+  if d.bias then one = one + fcx + d.C end
+  local dense = d.fc * d.C + d.C * d.H + (d.bias and (d.fc + d.C) or 0)
+  local shared = e.n_shared_experts or 0
+  local router = e.n_experts * d.C
+  return { total = (e.n_experts + shared) * one + router - dense,
+    active = (e.top_k + shared) * one + router - dense,
+    layers = d.L - (e.first_dense_layers or 0) }
+end
+
+-- Parameter count (unpadded vocabulary, as papers count it); an MoE model's total (every expert).
 function F.param_count(m)
   local d = F.dims(m)
   local C, L = d.C, d.L
@@ -34,7 +55,15 @@ function F.param_count(m)
   local n = L * per_layer + d.V * C + norms
   if m.position == "learned" then n = n + d.maxT * C end
   if not m.tied_embeddings then n = n + d.V * C end
-  return n
+  local x = F.moe_extra(m)
+  return n + x.layers * x.total
+end
+
+-- Parameters one token runs through (an MoE model's active count: top_k routed + shared experts
+-- + router per MoE layer); equal to F.param_count for a dense model.
+function F.active_param_count(m)
+  local x = F.moe_extra(m)
+  return F.param_count(m) - x.layers * (x.total - x.active)
 end
 
 -- Non-embedding parameters that take part in matmuls per token (for FLOPs): every linear weight
@@ -42,7 +71,8 @@ end
 function F.matmul_params(m)
   local d = F.dims(m)
   local per_layer = d.qkv * d.C + d.C * d.NH * d.hd + d.fc * d.C + d.C * d.H
-  return d.L * per_layer + d.V * d.C
+  local x = F.moe_extra(m)
+  return d.L * per_layer + d.V * d.C + x.layers * x.active
 end
 
 -- Training FLOPs per token at sequence length T — the one FLOP convention of Hyperion (the plan
@@ -91,7 +121,7 @@ end
 --   NIC); rate = min of the three and `bound` names it (ties: compute, then memory).
 --   intensity = F/M (FLOP/byte); balance = peak/hbm (FLOP/byte, raw peaks).
 function F.throughput(t)
-  local Ft = t.g * t.k * t.N
+  local Ft = t.g * t.k * (t.Na or t.N) -- Na: an MoE model's active parameters (the FLOPs a token costs)
   local M = t.alpha * t.N / t.B + t.c * t.L * t.d * t.b
   local X = 0
   if t.p > 1 then X = F.ring_bytes("all_reduce", t.p, t.N * t.bg) / (t.B / t.p) end
@@ -147,20 +177,24 @@ F.STATE_BYTES = {
 }
 
 -- Model state per GPU under ZeRO (Rajbhandari et al. 2020) / FSDP.
--- o = { dtype, stage 0..3, p world size, grad_bytes?, layer_params? (largest gather unit,
+-- o = { dtype, stage 0..3, p world size, grad_bytes?, opt_state? ("f32" | "q8"), layer_params? (largest gather unit,
 --       F.gather_params, for the stage-3 gather buffer), prefetch? (layers gathered ahead, v2104
 --       prefetch_layers, default 1) }. Stage 0 replicates everything; stage 1 shards the optimizer
 -- state over p; stage 2 also the gradients; stage 3 (= FSDP full shard) also the weights, and
 -- then needs a gather buffer for the full weights of the layer being computed and the prefetched
 -- ones: (prefetch + 1)·layer_params·param bytes (and a one-layer gradient workspace in backward, which
 -- F.model_state leaves out: like the stage-2 workspace it is transient). Returns bytes per GPU by part and the total.
+-- Adam's m and v per parameter: fp32 (8 B), or v2132 state_dtype q8 (bitsandbytes' block-wise
+-- 8-bit: one uint8 code each plus one fp32 absmax per 256 elements, runtime/optim/optim_adamw8.c)
+F.MOMENT_BYTES = { f32 = 8, q8 = 2 * (1 + 4 / 256) }
+
 function F.model_state(N, o)
   local sb = F.STATE_BYTES[o.dtype]
   local p, st = o.p or 1, o.stage or 0
   local gb = o.grad_bytes or sb.grad
   local params = sb.param * N
   local grads = gb * N
-  local optim = sb.optim * N
+  local optim = (sb.optim - F.MOMENT_BYTES.f32 + F.MOMENT_BYTES[o.opt_state or "f32"]) * N
   local fp8 = sb.fp8_copy * N
   if st >= 1 then optim = optim / p end
   if st >= 2 then grads = grads / p end
@@ -174,13 +208,16 @@ function F.model_state(N, o)
     total = params + grads + optim + fp8 + gather }
 end
 
--- Parameters of one transformer layer, norms included.
+-- Parameters of one transformer layer, norms included (an MoE model's largest: an MoE layer
+-- with every expert, when its experts outweigh the dense MLP of the first_dense_layers).
 function F.layer_params(m)
   local d = F.dims(m)
   local n = d.qkv * d.C + d.C * d.NH * d.hd + d.fc * d.C + d.C * d.H
   n = n + (m.norm_placement == "sandwich" and 4 or 2) * (m.norm == "layernorm" and (d.bias and 2 or 1) or 1) * d.C
   if d.bias then n = n + d.qkv + d.C + d.fc + d.C end
   if m.qk_norm then n = n + 2 * d.hd end
+  local x = F.moe_extra(m)
+  if x.layers > 0 and x.total > 0 then n = n + x.total end
   return n
 end
 

@@ -333,10 +333,18 @@ function M.step_launches(plan, manifest, opts)
   for _, o in ipairs(plan.backward or {}) do
     if o.op == "gelu_bwd" and fused_pre[o.ins[2]] then bwd_of[o.ins[1]] = o end
   end
+  local zeros_of = {} -- buffer -> the zero ops clearing it
+  for _, o in ipairs(plan.backward or {}) do
+    if o.op == "zero" then zeros_of[o.outs[1]] = zeros_of[o.outs[1]] or {}; table.insert(zeros_of[o.outs[1]], o) end
+  end
   for _, o in ipairs(plan.backward or {}) do
     if o.op == "matmul_bwd" then
       local gl = o.outs[1] and bwd_of[o.outs[1]]
-      if gl and marked(o, "dgelu") then ctx.epi_bwd[o], ctx.epi_skip[gl] = { aux = gl.ins[2] }, true end
+      if gl and marked(o, "dgelu") then
+        -- the GEMM writes dP (beta 0): the memsets of dP and of the never-formed dA go too (exec_dev.c)
+        ctx.epi_bwd[o], ctx.epi_skip[gl] = { aux = gl.ins[2] }, true
+        for _, b in ipairs({ o.outs[1], gl.outs[1] }) do for _, z in ipairs(zeros_of[b] or {}) do ctx.epi_skip[z] = true end end
+      end
       if o.outs[3] and o.outs[3] ~= "" and marked(o, "bgrad") then ctx.epi_bgrad[o] = true end
     end
   end
@@ -458,18 +466,46 @@ end
 
 -- Host/GPU queue. Eager: the host issues launch i at i * launch_us; it starts when it is issued
 -- and the previous one ended plus the GPU's dispatch gap (graph_node_us, the same gap a graph
--- node has). With a CUDA graph the host issues the whole step once (one launch_us), then only
--- the gaps remain: so graph <= eager, equal when every kernel outlasts a host launch.
-function M.timeline(times, h)
+-- node has). With CUDA graphs (v2165, runtime/device/exec_dev_graph.c) the launches of a region
+-- (region[i]: 1 forward, 2 backward up to the fused loss, 3 the rest of the backward, 4 the
+-- gradient norm) are one graph: the host issues it once (one launch_us) when its first node is
+-- due, its nodes then follow each other by the gap alone; launches outside every region (the
+-- gradient memset, the optimizer, the bf16 weight cast) stay host launches. So graph <= eager,
+-- equal when every kernel outlasts a host launch.
+function M.timeline(times, h, region)
   local L, gap = h.perf.launch_us * 1e-6, h.perf.graph_node_us * 1e-6
   local host, gpu = 0, 0
   for _, t in ipairs(times) do
     host = host + L
     gpu = math.max(gpu + gap, host) + t
   end
-  local g = L
-  for _, t in ipairs(times) do g = g + gap + t end
-  return gpu, g
+  local ghost, g, cur, nhost, ngraph = 0, 0, nil, 0, 0
+  for i, t in ipairs(times) do
+    local r = region and region[i]
+    if not r or r ~= cur then -- a host launch, or the region's graph launch
+      ghost, nhost = ghost + L, nhost + 1
+      if r then ngraph = ngraph + 1 end
+    end
+    cur = r
+    g = math.max(g + gap, ghost) + t
+  end
+  return gpu, g, nhost, ngraph
+end
+
+-- The v2165 region of each launch (M.timeline), as the device trainer cuts the step.
+function M.regions(launches)
+  local region, seen_loss = {}, false
+  for i, l in ipairs(launches) do
+    local r
+    local is_loss = l.phase == "backward" and l.op == "crossentropy_fused"
+    if l.op == "zero_grads" then r = nil
+    elseif l.phase == "forward" then r = 1
+    elseif l.phase == "backward" then r = (seen_loss and not is_loss) and 3 or 2
+    elseif l.op == "grad_norm" then r = 4 end
+    seen_loss = seen_loss or is_loss
+    region[i] = r
+  end
+  return region
 end
 
 -- Collectives of the step on the hardware's links: data parallel over `gpus` GPUs (ring:
@@ -537,7 +573,7 @@ function M.predict(plan, manifest, h, opts)
       for _, u in ipairs(UNITS) do if u ~= "sfu" then e.flops = e.flops + l.cost[u] end end
     end
   end
-  local eager, graph = M.timeline(times, h)
+  local eager, graph, graph_host, graph_launches = M.timeline(times, h, M.regions(launches))
   local gpus = opts.gpus or 1
   local grad_bytes, param_bytes = 0, 0
   for _, b in ipairs(plan.buffers or {}) do
@@ -562,7 +598,7 @@ function M.predict(plan, manifest, h, opts)
   return {
     hardware = h.name, policy = ctx.policy, mode = mode, gpus = gpus,
     launches = #launches, kernel_time = sum_kernel, roofline_bound = sum_bound,
-    step_eager = eager, step_graph = graph, step = step, comm = coll, comm_time = t_comm, comm_exposed = exposed,
+    step_eager = eager, step_graph = graph, graph_host_launches = graph_host, graph_launches = graph_launches, step = step, comm = coll, comm_time = t_comm, comm_exposed = exposed,
     tokens_per_step = tokens, tokens_per_s = tokens / step * gpus,
     tokens_per_s_per_gpu = tokens / step,
     flops_per_token = fpt, flops_convention = plan.flops_convention,
@@ -597,8 +633,9 @@ function M.text(rep, plan, top)
   w("## %s — %s, B=%d T=%d, policy %s%s", rep.hardware, plan.model.name, plan.train.B, plan.train.T, rep.policy,
     (rep.policy == "plan" and " (what the trainer executes)" or " (WHAT-IF: activations and GEMM operands in bf16; not what the trainer executes today)")
     .. (rep.epilogues and " + WHAT-IF --epilogues (GEMM+GELU, dGELU, bias-gradient sites fused into cuBLASLt epilogues)" or ""))
-  w("step: %s eager (%d launches), %s with CUDA graphs; kernels alone %s; roofline bound (peaks, no efficiency) %s",
-    fmt_t(rep.step_eager), rep.launches, fmt_t(rep.step_graph), fmt_t(rep.kernel_time), fmt_t(rep.roofline_bound))
+  w("step: %s eager (%d launches), %s with CUDA graphs (%d host launches, %d of them graphs); kernels alone %s; roofline bound (peaks, no efficiency) %s",
+    fmt_t(rep.step_eager), rep.launches, fmt_t(rep.step_graph), rep.graph_host_launches, rep.graph_launches, fmt_t(rep.kernel_time),
+    fmt_t(rep.roofline_bound))
   for _, c in ipairs(rep.comm) do w("collective %s: %sB over %s: %s", c.name, fmt_n(c.bytes), c.via, fmt_t(c.time)) end
   if #rep.comm > 0 then w("communication exposed: %s", fmt_t(rep.comm_exposed)) end
   w("predicted (%s): %s tokens/s per GPU, MFU %.1f%% of the %s peak (%s FLOP/token, %s)", rep.mode,

@@ -448,6 +448,16 @@ function P.lifetimes(g, fwd, bwd, losses)
       end
     end
   end
+  -- a GEMM with a v2166 epilogue (attrs.epilogue) also writes the outputs of the op it folds in
+  -- (the gelu_fwd after it; the gelu_bwd two ops on), at its own place in the step: those buffers
+  -- live from there, so they never share memory with the GEMM's inputs
+  for i, o in ipairs(sched) do
+    local e = o.attrs and o.attrs.epilogue
+    local f = e == "gelu" and sched[i + 1] or e == "dgelu" and sched[i + 2] or nil
+    for _, nm in ipairs(f and f.outs or {}) do
+      if life[nm] then life[nm].first = math.min(life[nm].first, i) end
+    end
+  end
   -- the losses are read after the step (reporting): keep them alive to the end
   life[losses].last = #sched + 1
   local items = {}
@@ -484,7 +494,17 @@ end
 
 -- The plan: a short driver over the technique hooks (techniques.lua). contrib collects what each
 -- spec contributed (the audit); opts: {batch, seq}.
+-- A mixture-of-experts model (key `moe`, docs/moe.md) is counted by `gen size` but has no
+-- router, dispatch or expert ops in any runtime yet: refuse it before anything is written.
+local function refuse_moe(model, path, target)
+  if not model.moe then return end
+  U.fail(path or U.where(model, "moe"), string.format("model %s is a mixture of experts, and no generated trainer (%s included) runs the router, dispatch and expert ops yet",
+    tostring(model.name), tostring(target and target.name or "cpu")),
+    "use it with `gen size` only (docs/moe.md), or choose a dense model such as tiny-llama")
+end
+
 function P.build(tree, cfg, contrib, opts)
+  refuse_moe(cfg.model, cfg.model_path, cfg.target)
   local TQ = require("techniques")
   local decisions = cfg.decisions
   local function decide(what, value, why) decisions[#decisions + 1] = { what = what, value = value, why = why } end

@@ -192,9 +192,19 @@ function M.instances(tree, cfg, plan, decide, contrib)
     end
     -- the mask hook is compiled in only where the plan's attention reads per-token positions
     local fa = first_op(plan, "flash_attention_fwd")
+    if facts.attention and facts.attention.family == "mem_efficient_attention" then -- v2118's SIMT kernels
+      want("mem_efficient_attention", { "mea_fwd", "mea_bwd_d", "mea_bwd_dkv", "mea_bwd_dq" },
+        { NH = m.NH, NKV = m.NKV, HD = m.hd, DOCMASK = (fa.ins[2] or "") ~= "", ATT_SCALE = fa.attrs.scale,
+          MASK = fa.attrs.mask, WINDOW = fa.attrs.window, PREFIX = fa.attrs.prefix,
+          SCORE_MOD = fa.attrs.score_mod, SOFTCAP = fa.attrs.softcap })
+    else
     want("flash_attention", { "flash_attention_fwd", "flash_attention_bwd_d", "flash_attention_bwd_dkv", "flash_attention_bwd_dq" },
       { NH = m.NH, NKV = m.NKV, HD = m.hd, PREC = facts.attention and facts.attention.precision or "bf16x3",
-        DOCMASK = (fa.ins[2] or "") ~= "", ATT_SCALE = fa.attrs.scale })
+        DOCMASK = (fa.ins[2] or "") ~= "", ATT_SCALE = fa.attrs.scale,
+        -- the mask rule and score modifier of the op (v2117), rendered into the kernels
+        MASK = fa.attrs.mask, WINDOW = fa.attrs.window, PREFIX = fa.attrs.prefix,
+        SCORE_MOD = fa.attrs.score_mod, SOFTCAP = fa.attrs.softcap })
+    end
   end
   if seen.gelu_fwd then want("gelu", { "gelu_fwd", "gelu_bwd" }, {}) end
   if seen.swiglu_fwd then want("swiglu", { "swiglu_fwd", "swiglu_bwd" }, { H = m.H }) end

@@ -15,6 +15,7 @@ local Cli = require("size_cli")
 local R = require("size_report")
 local Svg = require("size_svg")
 local Perf = require("perf")
+local Mesh = require("size_mesh")
 local Z = {}
 
 local GiB = 1024 ^ 3
@@ -58,6 +59,10 @@ local function get_model(tree, o, inputs)
   end
   local counted = F.param_count(m)
   inputs.N = { value = (N or counted) + 0.0, source = N and "--params" or ("F.param_count(" .. m.name .. ")") }
+  if m.moe and not N then
+    inputs.Na = { value = F.active_param_count(m) + 0.0, source = "F.active_param_count(" .. m.name
+      .. "): the compute term's N; memory uses the total" }
+  end
   inputs.L = { value = m.n_layers, source = L and "--layers" or ("model spec " .. src) }
   inputs.d = { value = m.d_model, source = D and "--d-model" or ("model spec " .. src) }
   return m, src, counted
@@ -144,6 +149,8 @@ local function hw_settings(o, h, notes)
   s.b = { value = b or D.b, source = b and "--bytes" or ("--dtype " .. s.dtype.value) }
   local bg = o["--grad-bytes"]
   s.bg = { value = bg or D.bg, source = bg and "--grad-bytes" or ("--dtype " .. s.dtype.value) }
+  local os_ = o["--opt-state"]
+  s.opt_state = { value = os_ or "f32", source = os_ and "--opt-state" or "default: Adam's m and v in fp32" }
   local key
   for _, k in ipairs(D.peaks) do if h.peak_tflops[k] and h.peak_tflops[k] > 0 then key = k; break end end
   if not key then
@@ -165,8 +172,8 @@ local function hw_settings(o, h, notes)
   return s
 end
 
-local function min_zero3(N, dt, bg, m, act, res, cap)
-  local full = F.model_state(N, { dtype = dt, stage = 3, p = 1, grad_bytes = bg })
+local function min_zero3(N, dt, bg, m, act, res, cap, opt_state)
+  local full = F.model_state(N, { dtype = dt, stage = 3, p = 1, grad_bytes = bg, opt_state = opt_state })
   local gather = 2 * F.gather_params(m) * F.STATE_BYTES[dt].param
   local room = cap - act - res - gather
   if room <= 0 then return nil end
@@ -197,7 +204,7 @@ local function memory_for(o, h, m, N, S, inputs, p, stage)
   local act_np = F.activation_memory(m, B, Tn, { attention = S.attention.value, recompute = inputs.recompute.value,
     bytes = bytes, align = 64 })
   local act_bytes = planning and act.peak or act_np.unplanned
-  local state = F.model_state(N, { dtype = dt, stage = stage, p = p, grad_bytes = S.bg.value,
+  local state = F.model_state(N, { dtype = dt, stage = stage, p = p, grad_bytes = S.bg.value, opt_state = S.opt_state.value,
     layer_params = F.gather_params(m) })
   local per_layer = {}
   for _, a in ipairs({ "naive", "flash" }) do
@@ -224,8 +231,8 @@ local function memory_for(o, h, m, N, S, inputs, p, stage)
     per_layer = per_layer,
     -- the smallest p for which ZeRO-3 / FSDP fits: state/p + gather + activations + reserve <= cap,
     -- with the chosen recompute and with full recompute
-    min_gpus_zero3 = min_zero3(N, dt, S.bg.value, m, act_bytes, res, cap),
-    min_gpus_zero3_full_recompute = min_zero3(N, dt, S.bg.value, m, per_layer[S.attention.value .. "/full"].peak, res, cap),
+    min_gpus_zero3 = min_zero3(N, dt, S.bg.value, m, act_bytes, res, cap, S.opt_state.value),
+    min_gpus_zero3_full_recompute = min_zero3(N, dt, S.bg.value, m, per_layer[S.attention.value .. "/full"].peak, res, cap, S.opt_state.value),
   }
 end
 
@@ -234,7 +241,7 @@ local function throughput_for(h, S, inputs, p, strict)
     U.fail(h.path, string.format("%s has nic_gbps 0, so %d data-parallel GPUs cannot exchange gradients", h.name, p),
       "use one GPU, or give it a network: --set " .. h.name .. ".nic_gbps=100")
   end
-  return F.throughput({ N = inputs.N.value, L = inputs.L.value, d = inputs.d.value, b = S.b.value,
+  return F.throughput({ N = inputs.N.value, Na = inputs.Na and inputs.Na.value, L = inputs.L.value, d = inputs.d.value, b = S.b.value,
     k = inputs.k.value, g = inputs.g.value, alpha = inputs.alpha.value, c = inputs.c.value, B = inputs.B.value,
     bg = S.bg.value, p = p, peak_flops = h.peak_tflops[S.peak_key] * 1e12, hbm_Bps = h.hbm_tbps * 1e12,
     nic_gbps = h.nic_gbps, ec = inputs.ec.value, em = inputs.em.value, en = inputs.en.value })
@@ -375,6 +382,26 @@ function Z.main(args, parse)
       r.cluster.usd_per_hr = p * h.price_per_hr
     end
     r.memory = memory_for(o, h, m, N, S, inputs, p, stage)
+    if o["--mesh"] then -- a dp x pp x cp x tp mesh of the --gpus (generator/lua/size_mesh.lua)
+      local G = gpus_flag
+      if not G then U.fail("<command line>", "--mesh needs the GPU count", "add --gpus G (e.g. --gpus 64)") end
+      local mem1 = memory_for(o, h, m, N, S, inputs, 1, 0) -- the unsharded figures the mesh divides
+      local ctx = { m = m, N = N, h = h, S = S, mem = mem1, inputs = inputs, G = G, stage = stage }
+      local res = { G = G, hw = h.name, per_node = h.gpus_per_node or (h.kind == "gpu" and 8 or 1),
+        link = (h.perf and h.perf.link_name) or "the NIC" }
+      if o["--mesh"] == "auto" then
+        local all = Mesh.search(ctx)
+        res.auto, res.rows = true, {}
+        for i = 1, math.min(6, #all) do res.rows[i] = all[i] end
+        res.best = all[1] and all[1].fits and all[1] or nil
+      else
+        local q = Mesh.parse(o["--mesh"])
+        local one = Mesh.evaluate(ctx, q.tp, q.pp, q.cp)
+        if one.invalid then U.fail("<command line>", "--mesh " .. o["--mesh"] .. ": " .. one.invalid, "choose sizes that divide, or --mesh auto") end
+        res.rows = { one }
+      end
+      r.mesh = res
+    end
     if tokens then
       local G = gpus_flag or (target and r.cluster.gpus) or p
       r.train = F.train_cost(tokens, th.rate, G, h.price_per_hr)
@@ -433,6 +460,7 @@ function Z.main(args, parse)
     return R.emit_json(m, msrc, inputs, results, clusters, chin, notes, hw_src, o)
   end
   io.write(R.text(m, msrc, inputs, results, clusters, chin, notes, hw_src, o))
+  for _, r in ipairs(results) do if r.mesh then io.write(Mesh.text(r.mesh)) end end
   return 0
 end
 

@@ -30,6 +30,8 @@ throughput model (seed 004)
                        mixed precision; fp32 on CPUs — what the CPU runtime trains in)
   --bytes B            bytes per activation element b (default from --dtype: 2, 4 or 1)
   --grad-bytes B       gradient bytes per element b_g (default from --dtype: 2, 4 or 2)
+  --opt-state S        f32 | q8: Adam's m and v in fp32 (8 B/param, the default) or 8-bit
+                       block-wise quantized (v2132 state_dtype q8: 2 x (1 + 4/256) = 2.03 B/param)
   --k-flops K          FLOPs per token per parameter k (default 6: training)
   --recompute R        none | selective | full (v2111 / v2101); sets the recompute multiplier
   --recompute-mult G   recompute multiplier g (default 1; 1.33 with full; selective: from dims)
@@ -58,6 +60,10 @@ memory per GPU
 time and cost (Chinchilla, v2146/v2147)
   --tokens T           tokens to train: time and cost on the cluster
   --chinchilla         train the compute-optimal 20 × N tokens
+  --mesh auto|tp=T,pp=P,cp=C
+                       a dp x pp x cp x tp mesh of the --gpus: memory per GPU, bytes sent per GPU
+                       per step on each axis, the pipeline bubble, a step time; auto lists the
+                       best meshes that fit (a planning model: no trainer runs tp/pp/cp yet)
   --gpus G             cluster size for the time and cost (default: the GPUs for --target-tps,
                        else --dp); also the default --dp
   --flops-budget C     compute-optimal N and tokens for a budget of C FLOPs
@@ -81,7 +87,7 @@ output
 C.FLAGS = {
   ["--tree"] = "value", ["--model"] = "value", ["--params"] = "value", ["--layers"] = "value",
   ["--d-model"] = "value", ["--hw"] = "list", ["--set"] = "multi", ["--dtype"] = "value",
-  ["--bytes"] = "value", ["--grad-bytes"] = "value", ["--k-flops"] = "value",
+  ["--bytes"] = "value", ["--grad-bytes"] = "value", ["--k-flops"] = "value", ["--opt-state"] = "value",
   ["--recompute"] = "value", ["--recompute-mult"] = "value", ["--opt-bytes"] = "value",
   ["--c-act"] = "value", ["--tokens-per-step"] = "value", ["--dp"] = "value", ["--util"] = "value",
   ["--eff-compute"] = "value", ["--eff-memory"] = "value", ["--eff-network"] = "value",
@@ -90,6 +96,7 @@ C.FLAGS = {
   ["--chinchilla"] = "flag", ["--gpus"] = "value", ["--flops-budget"] = "value",
   ["--clusters"] = "list", ["--json"] = "flag", ["--plot"] = "value", ["--help"] = "flag",
   ["-h"] = "flag", ["--memory-planning"] = "value", ["--plan"] = "value", ["--fit"] = "value",
+  ["--mesh"] = "value",
 }
 
 -- the hardware keys --set may change, and their least values
@@ -230,6 +237,7 @@ function C.read(o)
   q["--dtype"] = choice(o, "--dtype", { "bf16", "fp32", "fp8" })
   q["--bytes"] = num(o, "--bytes", { example = "2" })
   q["--grad-bytes"] = num(o, "--grad-bytes", { example = "2" })
+  q["--opt-state"] = choice(o, "--opt-state", { "f32", "q8" })
   q["--attention"] = choice(o, "--attention", { "naive", "flash" })
   q["--batch"] = num(o, "--batch", { int = true, example = "8" })
   q["--reserve-gb"] = num(o, "--reserve-gb", { allow_zero = true, example = "1" })

@@ -90,7 +90,7 @@ function R.emit_json(m, msrc, inputs, results, clusters, chin, notes, hw_src, o)
       name = r.name, title = r.title, kind = r.kind, path = r.path, overrides = r.overrides,
       price_per_hr = r.price_per_hr, hbm_tbps = r.hbm_tbps, nic_gbps = r.nic_gbps, memory_gb = r.memory_gb,
       peak_key = r.peak_key, peak_flops = r.peak_flops,
-      inputs = { dtype = s.dtype, b = s.b, bg = s.bg, attention = s.attention, p = r.p },
+      inputs = { dtype = s.dtype, b = s.b, bg = s.bg, opt_state = s.opt_state, attention = s.attention, p = r.p },
       throughput = { flops_per_token = th.flops_per_token, hbm_bytes_per_token = th.hbm_bytes_per_token,
         net_bytes_per_token = th.net_bytes_per_token, r_compute = th.r_compute, r_memory = th.r_memory,
         r_network = json_num(th.r_network), rate = th.rate, bound = th.bound, intensity = th.intensity,
@@ -110,6 +110,7 @@ function R.emit_json(m, msrc, inputs, results, clusters, chin, notes, hw_src, o)
   local out = {
     command = "size",
     model = { name = m.name, source = msrc, arch = m.arch, params = inputs.N.value, params_counted = F.param_count(m),
+      params_active = inputs.Na and inputs.Na.value,
       layers = m.n_layers, d_model = m.d_model, n_heads = m.n_heads, n_kv_heads = m.n_kv_heads or m.n_heads,
       ffn_hidden = m.ffn_hidden, vocab_size = m.vocab_size, context = m.context },
     inputs = plain_inputs(inputs), hardware_source = hw_src, hardware = hw,
@@ -127,6 +128,7 @@ function R.text(m, msrc, inputs, results, clusters, chin, notes, hw_src, o)
   local function w(...) out[#out + 1] = string.format(...) end
   local N = inputs.N.value
   w("gen size — %s: N = %s parameters, L = %d, d = %d\n", m.name, si(N), inputs.L.value, inputs.d.value)
+  if inputs.Na then w("  mixture of experts: %s active per token (%s)\n", si(inputs.Na.value), inputs.Na.source) end
   w("  model: %s\n", msrc)
   w("\ninputs (value — source):\n")
   local function inp(label, k, fmt)
@@ -161,6 +163,7 @@ function R.text(m, msrc, inputs, results, clusters, chin, notes, hw_src, o)
     local line = string.format(f, "dtype", s.dtype.value, s.dtype.source) ..
       string.format(f, "b bytes/element", U.fmt_value(s.b.value), s.b.source) ..
       string.format(f, "b_g gradient bytes/element", U.fmt_value(s.bg.value), s.bg.source) ..
+      string.format(f, "optimizer m, v", s.opt_state.value .. string.format(" (%.3g B/param)", F.MOMENT_BYTES[s.opt_state.value]), s.opt_state.source) ..
       string.format(f, "peak FLOP/s entry", "peak_tflops." .. r.peak_key, "--dtype " .. s.dtype.value) ..
       string.format(f, "attention", s.attention.value, s.attention.source) ..
       string.format(f, "micro-batch (sequences/GPU)", tostring(mi.batch.value), mi.batch.source) ..

@@ -260,6 +260,34 @@ local function load_named(tree, kind, schema, name, flag)
   return doc, path
 end
 
+-- Cross-field rules of a model's `moe` section (the schema checks each field alone).
+function T.check_moe(m, errs)
+  local e = m.moe
+  if e.top_k > e.n_experts then
+    errs:add(U.where(e, "top_k"), string.format("top_k %d exceeds n_experts %d", e.top_k, e.n_experts),
+      "choose top_k <= n_experts")
+  end
+  if e.dropless and e.capacity_factor then
+    errs:add(U.where(e, "capacity_factor"), "capacity_factor and dropless: true exclude each other",
+      "drop one: dropless routes every token, a capacity factor drops the overflow")
+  elseif not e.dropless and not e.capacity_factor then
+    errs:add(U.where(e), "neither capacity_factor nor dropless: true is given",
+      "add dropless: true (every token routed) or capacity_factor: 1.25 (tokens over capacity dropped)")
+  end
+  if e.capacity_factor and e.capacity_factor < 1 then
+    errs:add(U.where(e, "capacity_factor"), string.format("capacity_factor %g < 1 drops tokens even under a perfectly balanced load", e.capacity_factor),
+      "use a value >= 1 (1.0-2.0 is usual)")
+  end
+  if e.first_dense_layers and e.first_dense_layers >= m.n_layers then
+    errs:add(U.where(e, "first_dense_layers"), string.format("first_dense_layers %d leaves no MoE layer of %d", e.first_dense_layers, m.n_layers),
+      "choose fewer than n_layers, or drop the moe section")
+  end
+  if e.router == "softmax" and e.router_bias == "aux_free" then
+    errs:add(U.where(e, "router_bias"), "the aux-loss-free bias is defined for the sigmoid router (DeepSeek-V3)",
+      "set router: sigmoid, or router_bias: none")
+  end
+end
+
 function T.load_model(tree, name)
   local m, path = load_named(tree, "models", S.model, name, "--model")
   local errs = U.errors()
@@ -275,6 +303,7 @@ function T.load_model(tree, name)
   if m.position == "rope" and (m.d_model // m.n_heads) % 2 ~= 0 then
     errs:add(U.where(m, "position"), "RoPE needs an even head dimension", "change d_model or n_heads")
   end
+  if m.moe then T.check_moe(m, errs) end
   if m.tokenizer == "byte" and m.vocab_size < 256 then
     errs:add(U.where(m, "vocab_size"), "a byte tokenizer needs vocab_size >= 256", "set vocab_size: 256")
   end

@@ -255,7 +255,7 @@ static int load_buffers(ld *c, const cJSON *root) {
 }
 
 /* The attributes an op may carry and where they land in plan_op. */
-enum { A_DIM, A_NUM, A_SLOT };
+enum { A_DIM, A_NUM, A_SLOT, A_EPI, A_MASK, A_MOD };
 static const struct {
     const char *key;
     int type;
@@ -271,8 +271,15 @@ static const struct {
     {"theta", A_NUM, offsetof(plan_op, theta)}, {"slot", A_SLOT, offsetof(plan_op, slot)},
     {"scale", A_NUM, offsetof(plan_op, scale)}, {"alpha", A_NUM, offsetof(plan_op, alpha)},
     {"bits", A_DIM, offsetof(plan_op, bits)}, {"group", A_DIM, offsetof(plan_op, group)},
-    {"rowwise", A_DIM, offsetof(plan_op, rowwise)},
+    {"rowwise", A_DIM, offsetof(plan_op, rowwise)}, {"epilogue", A_EPI, offsetof(plan_op, epi)},
+    {"mask", A_MASK, offsetof(plan_op, mask)}, {"window", A_DIM, offsetof(plan_op, window)},
+    {"prefix", A_DIM, offsetof(plan_op, prefix)}, {"score_mod", A_MOD, offsetof(plan_op, score_mod)},
+    {"softcap", A_NUM, offsetof(plan_op, softcap)},
 };
+
+/* v2117's names of the attention mask rules and score modifiers, by code (core/attn_mod.h) */
+static const char *const MASK_NAMES[] = {"causal", "sliding_window", "prefix_lm", NULL};
+static const char *const MOD_NAMES[] = {"none", "softcap", "alibi", NULL};
 
 /* Reads attribute v (key) of op o: a dim is a positive integer or one of "B", "T", "N". */
 static int read_attr(ld *c, const cJSON *v, const char *key, plan_op *o) {
@@ -291,11 +298,25 @@ static int read_attr(ld *c, const cJSON *v, const char *key, plan_op *o) {
             return bad(c, "field '%s.attrs.%s' is not a positive integer or B, T, N", c->at, key);
         }
         memcpy(dst, &d, sizeof d);
+    } else if (ATTRS[k].type == A_MASK || ATTRS[k].type == A_MOD) {
+        const char *const *names = ATTRS[k].type == A_MASK ? MASK_NAMES : MOD_NAMES;
+        int64_t code = -1;
+        for (int i = 0; cJSON_IsString(v) && names[i]; i++)
+            if (!strcmp(v->valuestring, names[i])) code = i;
+        if (code < 0)
+            return bad(c, "field '%s.attrs.%s' is not one of %s, %s, %s", c->at, key, names[0], names[1], names[2]);
+        memcpy(dst, &code, sizeof code);
     } else if (ATTRS[k].type == A_NUM) {
         if (!cJSON_IsNumber(v) || !(v->valuedouble > 0 && v->valuedouble < 1e30))
             return bad(c, "field '%s.attrs.%s' is not a positive number", c->at, key);
         float f = (float)v->valuedouble;
         memcpy(dst, &f, sizeof f);
+    } else if (ATTRS[k].type == A_EPI) { /* "gelu" on matmul_fwd, "dgelu" on matmul_bwd */
+        int fwd = hyp_op_get(o->op)->device == HYP_OPDEV_GEMM_FWD;
+        const char *want = fwd ? "gelu" : "dgelu";
+        if (!cJSON_IsString(v) || strcmp(v->valuestring, want))
+            return bad(c, "field '%s.attrs.epilogue' must be \"%s\" on %s", c->at, want, hyp_op_name(o->op));
+        o->epi = fwd ? PLAN_EPI_GELU : PLAN_EPI_DGELU;
     } else {
         int64_t slot = 0;
         if (!json_whole(v, 0, (int64_t)c->p->fp8_slots - 1, &slot))
@@ -617,6 +638,7 @@ static int state_hash(ld *c, cJSON *root) {
     cJSON_DeleteItemFromObjectCaseSensitive(t, "zero_prefetch");
     cJSON_DeleteItemFromObjectCaseSensitive(t, "comm_overlap");
     cJSON_DeleteItemFromObjectCaseSensitive(t, "prefetch"); /* how batches are read, not which */
+    cJSON_DeleteItemFromObjectCaseSensitive(t, "cuda_graphs"); /* v2165: how work is issued, not what */
     cJSON_DeleteItemFromObjectCaseSensitive(root, "preempt"); /* how a run stops, not its state */
     cJSON_DeleteItemFromObjectCaseSensitive(root, "tensorboard"); /* what it logs, not its state */
     cJSON_DeleteItemFromObjectCaseSensitive(root, "loss_prediction"); /* v2148: what it predicts, when it stops */
@@ -701,8 +723,13 @@ static int load_train(ld *c, const cJSON *root) {
     GI(t, "zero_prefetch", 0, 8, p->zero_prefetch);
     GI(t, "comm_overlap", 0, 1, p->comm_overlap);
     GI(t, "data_parallel", 0, 1, p->data_parallel);
+    if (cJSON_GetObjectItemCaseSensitive(t, "tp")) /* v2106 plans: generated, not run yet */
+        return hyp_fail(c->e, HYP_EINPUT, "%s: a tensor-parallel plan (v2106 tp): this runtime has no allreduce_tp op, tp sub-communicator or sharded parameter init yet — regenerate without tp",
+                        c->path);
     if (cJSON_GetObjectItemCaseSensitive(t, "tf32")) /* optional (v2100 fp32_matmul tf32; absent: 0 = IEEE) */
         GI(t, "tf32", 0, 1, p->tf32);
+    if (cJSON_GetObjectItemCaseSensitive(t, "cuda_graphs")) /* optional (v2165; absent: 0 = eager) */
+        GI(t, "cuda_graphs", 0, 1, p->cuda_graphs);
     if (cJSON_GetObjectItemCaseSensitive(t, "prefetch")) /* optional (v2128; absent: 0 = none) */
         GI(t, "prefetch", 0, 64, p->prefetch);
     if (cJSON_GetObjectItemCaseSensitive(t, "stream_buffer")) /* optional (v2129; absent: 0 = shards) */
@@ -1109,8 +1136,53 @@ static int load_loss(ld *c, const cJSON *root) {
     return rc;
 }
 
-static int load_forward(ld *c, const cJSON *root) { return load_ops(c, root, "forward", &c->p->fwd, &c->p->n_fwd); }
-static int load_backward(ld *c, const cJSON *root) { return load_ops(c, root, "backward", &c->p->bwd, &c->p->n_bwd); }
+/* Does op o take buffer b as an input (out = 0) or an output (out = 1)? */
+static int op_uses(const plan_op *o, int b, int out) {
+    for (int k = 0; k < (out ? o->nout : o->nin); k++)
+        if ((out ? o->out[k] : o->in[k]) == b) return 1;
+    return 0;
+}
+
+/* v2166 attrs.epilogue: the ops a marked GEMM folds in are where the executors look for them.
+ * gelu (matmul_fwd at i): ops[i+1] is the gelu_fwd of its output, both outputs of one dtype
+ * (cuBLASLt's aux has D's type). dgelu (matmul_bwd at i, input gradient dA): ops[i+1] zeroes dP,
+ * ops[i+2] is gelu_bwd(dA, P) -> dP, of one dtype, and no other op reads dA or writes it (the
+ * GEMM then writes dP itself, in its own place, and dA is never formed). */
+static int check_epilogues(ld *c, const char *key, const plan_op *ops, int n) {
+    for (int i = 0; i < n; i++) {
+        const plan_op *o = &ops[i];
+        if (!o->epi) continue;
+        const plan_t *p = c->p;
+        enter(c, "%s[%d]", key, i);
+        if (o->epi == PLAN_EPI_GELU) {
+            const plan_op *g = i + 1 < n ? &ops[i + 1] : NULL;
+            if (!g || strcmp(hyp_op_name(g->op), "gelu_fwd") || g->in[0] != o->out[0] ||
+                p->bufs[g->out[0]].dtype != p->bufs[o->out[0]].dtype)
+                return bad(c, "field '%s.attrs.epilogue' = \"gelu\": the next op is not a gelu_fwd of this GEMM's output in its dtype — regenerate the trainer with gen", c->at);
+            continue;
+        }
+        const int dA = o->out[0];
+        const plan_op *z = i + 2 < n ? &ops[i + 1] : NULL, *g = z ? &ops[i + 2] : NULL;
+        int ok = dA >= 0 && g && !strcmp(hyp_op_name(z->op), "zero") && !strcmp(hyp_op_name(g->op), "gelu_bwd") &&
+                 g->in[0] == dA && z->out[0] == g->out[0] && p->bufs[g->out[0]].dtype == p->bufs[g->in[1]].dtype;
+        for (int j = 0; ok && j < n; j++) {
+            if (j == i || j == i + 2) continue;
+            ok = !op_uses(&ops[j], dA, 0) && (!op_uses(&ops[j], dA, 1) || !strcmp(hyp_op_name(ops[j].op), "zero"));
+        }
+        if (!ok)
+            return bad(c, "field '%s.attrs.epilogue' = \"dgelu\": the ops after this GEMM are not zero(dP), gelu_bwd(dx, P) -> dP with dx used by no other op — regenerate the trainer with gen", c->at);
+    }
+    return 0;
+}
+
+static int load_forward(ld *c, const cJSON *root) {
+    int rc = load_ops(c, root, "forward", &c->p->fwd, &c->p->n_fwd);
+    return rc ? rc : check_epilogues(c, "forward", c->p->fwd, c->p->n_fwd);
+}
+static int load_backward(ld *c, const cJSON *root) {
+    int rc = load_ops(c, root, "backward", &c->p->bwd, &c->p->n_bwd);
+    return rc ? rc : check_epilogues(c, "backward", c->p->bwd, c->p->n_bwd);
+}
 #undef GI
 #undef GN
 

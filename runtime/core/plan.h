@@ -47,7 +47,18 @@ typedef struct {
     int slot;              /* fp8_quantize: index into plan_t.fp8_roles */
     int64_t bits, group;   /* fake_quant: integer bits, columns per scale (v2158) */
     int64_t rowwise;       /* int8_matmul_*: 1 = one scale per input row, 0 = per tensor (v2159) */
+    int epi;               /* matmul_fwd / matmul_bwd attrs.epilogue (v2166): PLAN_EPI_* bits, 0 = none */
+    /* attention (v2117, core/attn_mod.h): mask rule HYP_MASK_* (0 causal), its window / prefix,
+       score modifier HYP_MOD_* (0 none) and softcap's cap */
+    int64_t mask, window, prefix, score_mod;
+    float softcap;
 } plan_op;
+
+/* v2166 GEMM epilogues a plan marks (attrs.epilogue): a device executor folds the marked matmul's
+ * neighbouring GELU op into the GEMM (cuBLASLt GELU_AUX(_BIAS) forward, DGELU backward); the cpu
+ * executor runs the ops as listed (the same values). */
+#define PLAN_EPI_GELU 1  /* matmul_fwd: the gelu_fwd right after it, reading its output */
+#define PLAN_EPI_DGELU 2 /* matmul_bwd: its input gradient through the gelu_bwd two ops later */
 
 typedef struct {
     char *name;
@@ -131,6 +142,8 @@ typedef struct {
                                cores (inputs rounded to 10 mantissa bits, fp32 accumulation; sim
                                rounds the same way); 0: IEEE fp32 */
     int data_parallel;      /* train.data_parallel: the trainer may run on several ranks (0/1) */
+    int cuda_graphs;        /* v2165 train.cuda_graphs: device targets capture the step's regions as
+                               graphs and replay them (0/1; absent: 0) */
     int ckpt_elastic;       /* checkpoint.elastic: resume at another world size (0/1) */
     int ckpt_sharded;       /* checkpoint.sharded: ZeRO ranks write their own shards (0/1) */
     int ckpt_every, ckpt_keep; /* checkpoint.every / keep (v2178): the defaults of --ckpt-every and

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attn_mod.h"
 #include "gemm_bf16.h"
 #include "ops_cpu.h"
 #include "ops_flash.h"
@@ -93,15 +94,25 @@ CALL(k_qknorm_bwd) {
 }
 CALL(k_rope_fwd) { UNUSED; op_rope_fwd_pos(OUT(0), IN(0), TOK(1), u, d->T, (int)o->NH, (int)o->NKV, (int)o->hd, o->theta); }
 CALL(k_rope_bwd) { UNUSED; op_rope_bwd_pos(OUT(0), IN(0), TOK(1), u, d->T, (int)o->NH, (int)o->NKV, (int)o->hd, o->theta); }
-CALL(k_attention_fwd) { UNUSED; op_attention_fwd_doc(OUT(0), OUT(1), IN(0), TOK(1), u, d->T, (int)o->NH, (int)o->NKV, (int)o->hd, o->scale); }
+CALL(k_attention_fwd) {
+    UNUSED;
+    hyp_attn_mod md = HYP_ATTN_MOD_OF(o);
+    op_attention_fwd_mod(OUT(0), OUT(1), IN(0), TOK(1), u, d->T, (int)o->NH, (int)o->NKV, (int)o->hd, o->scale, &md);
+}
 CALL(k_attention_bwd) {
     UNUSED;
-    op_attention_bwd_doc(OUT(0), OUT(1), IN(0), IN(1), IN(2), TOK(3), u, d->T, (int)o->NH, (int)o->NKV, (int)o->hd, o->scale);
+    hyp_attn_mod md = HYP_ATTN_MOD_OF(o);
+    op_attention_bwd_mod(OUT(0), OUT(1), IN(0), IN(1), IN(2), TOK(3), u, d->T, (int)o->NH, (int)o->NKV, (int)o->hd, o->scale, &md);
 }
-CALL(k_flash_fwd) { UNUSED; op_flash_attention_fwd_doc(OUT(0), OUT(1), IN(0), TOK(1), u, d->T, (int)o->NH, (int)o->NKV, (int)o->hd, o->scale); }
+CALL(k_flash_fwd) {
+    UNUSED;
+    hyp_attn_mod md = HYP_ATTN_MOD_OF(o);
+    op_flash_attention_fwd_mod(OUT(0), OUT(1), IN(0), TOK(1), u, d->T, (int)o->NH, (int)o->NKV, (int)o->hd, o->scale, &md, NULL);
+}
 CALL(k_flash_bwd) {
     UNUSED;
-    op_flash_attention_bwd_doc(OUT(0), OUT(1), IN(0), IN(1), IN(2), IN(3), TOK(4), u, d->T, (int)o->NH, (int)o->NKV, (int)o->hd, o->scale);
+    hyp_attn_mod md = HYP_ATTN_MOD_OF(o);
+    op_flash_attention_bwd_mod(OUT(0), OUT(1), IN(0), IN(1), IN(2), IN(3), TOK(4), u, d->T, (int)o->NH, (int)o->NKV, (int)o->hd, o->scale, &md);
 }
 CALL(k_gelu_fwd) { UNUSED; op_gelu_fwd(OUT(0), IN(0), ROWC); }
 CALL(k_gelu_bwd) { UNUSED; op_gelu_bwd(OUT(0), IN(1), IN(0), ROWC); }

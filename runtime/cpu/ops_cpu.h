@@ -110,6 +110,19 @@ void op_attention_bwd_doc(float *dqkv, float *datt, const float *dout, const flo
                           const float *att, const int32_t *positions, int B, int T, int NH,
                           int NKV, int hd, float scale);
 
+/* v2117 flex attention (core/attn_mod.h): the same ops with a mask rule (causal, sliding_window,
+ * prefix_lm; ANDed with the v2126 document mask when positions is given) and a score modifier
+ * (softcap, alibi), forward and backward. mod NULL or plain: exactly op_attention_*_doc. Otherwise
+ * a direct evaluation of the definition (ops_attn_mod.c: every visible score, softmax, sum; the
+ * backward recomputes the scores for softcap's derivative): the reference of the flash op. */
+struct hyp_attn_mod_s;
+void op_attention_fwd_mod(float *out, float *att, const float *qkv, const int32_t *positions,
+                          int B, int T, int NH, int NKV, int hd, float scale,
+                          const struct hyp_attn_mod_s *mod);
+void op_attention_bwd_mod(float *dqkv, float *datt, const float *dout, const float *qkv,
+                          const float *att, const int32_t *positions, int B, int T, int NH,
+                          int NKV, int hd, float scale, const struct hyp_attn_mod_s *mod);
+
 /* GELU, tanh approximation (GPT-2). */
 void op_gelu_fwd(float *out, const float *inp, long n);
 void op_gelu_bwd(float *dinp, const float *inp, const float *dout, long n);

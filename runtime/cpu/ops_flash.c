@@ -31,8 +31,18 @@
  * query row sees at least its own key in the diagonal tile and at least key 0 in tile 0 (the
  * first visited): the running max is finite after the first tile, so no -inf - -inf = NaN.
  * Keys past T only occur in the last (diagonal) tile, where they are above the diagonal.
+ *
+ * v2117 (the _mod functions): the mask rule and score modifier of core/attn_mod.h. Key tiles
+ * with no visible pair for the query tile are skipped (hyp_attn_tile_any) and counted; the causal
+ * shortcuts on the diagonal tile hold for causal and sliding_window (nothing visible above the
+ * diagonal) and are off for prefix_lm's diagonal tiles inside the prefix; visited tiles get the
+ * rule and the modifier element by element (fa_flex_tile; the backward's P loop). With a rule,
+ * the first visited tile of a row may hold no visible key: the m = -inf handling below covers it
+ * (every row sees at least its own key somewhere).
  */
 #include "ops_flash.h"
+
+#include "attn_mod.h"
 
 /* -std=c11 means -ffp-contract=off in gcc: allow a*b+c to become an FMA (see ops_cpu.c). */
 #if defined(__GNUC__) && !defined(__clang__)
@@ -290,6 +300,28 @@ static void fa_doc_lo(int *lo, const int32_t *pos, int q0, int nq, int *lomin, i
 
 void op_flash_attention_fwd_doc(float *out, float *lse, const float *qkv, const int32_t *positions,
                                 int B, int T, int NH, int NKV, int hd, float scale) {
+    op_flash_attention_fwd_mod(out, lse, qkv, positions, B, T, NH, NKV, hd, scale, NULL, NULL);
+}
+
+/* v2117: the rule's mask and modifier on the rows [0, nqr) x keys [0, nk) of a score tile ST
+ * (transposed, base-2 units: ST[c][r] = log2(e) * scale * q_r . k_c), after the products and
+ * before the document mask. Masked pairs become -inf. */
+static void fa_flex_tile(float *ST, int BT, const hyp_attn_mod *mod, int q0, int nqr, int k0, int nk,
+                         int h, int NH) {
+    for (int c = 0; c < nk; c++) {
+        float *s = ST + (long)c * BT;
+        for (int r = 0; r < nqr; r++) {
+            const int q = q0 + r, k = k0 + c;
+            s[r] = hyp_attn_visible(mod, q, k) ? hyp_attn_score(mod, s[r] * FA_LN2, q, k, h, NH) * FA_LOG2E
+                                               : -INFINITY;
+        }
+    }
+}
+
+void op_flash_attention_fwd_mod(float *out, float *lse, const float *qkv, const int32_t *positions,
+                                int B, int T, int NH, int NKV, int hd, float scale,
+                                const struct hyp_attn_mod_s *mod, struct hyp_attn_tiles_s *tiles) {
+    if (tiles) tiles->visited = tiles->skipped = 0;
     if (B <= 0 || T <= 0 || NH <= 0 || NKV <= 0 || hd <= 0) return;
     const long R = (long)(NH + 2 * NKV) * hd;
     const long OC = (long)NH * hd;
@@ -300,7 +332,9 @@ void op_flash_attention_fwd_doc(float *out, float *lse, const float *qkv, const 
     const float cl = scale > 0.0f ? FA_LOG2E * scale : FA_LOG2E / sqrtf((float)hd);
     const long BH = (long)B * NH;
     const long ntasks = BH * NQT;
-#pragma omp parallel
+    const int plain = hyp_attn_is_plain(mod);
+    long nvisited = 0;
+#pragma omp parallel reduction(+ : nvisited)
     {
         float QT[hd * BT], O[BT * hd], ST[BT * BT], KP[BT * hd], VP[BT * hd], m[BT], l[BT], al[BT];
         int lo[BT];
@@ -326,9 +360,15 @@ void op_flash_attention_fwd_doc(float *out, float *lse, const float *qkv, const 
              * end before the smallest lo are skipped whole */
             int lomin, lomax;
             fa_doc_lo(lo, positions ? positions + (long)b * T : NULL, q0, nq, &lomin, &lomax);
-            for (int j = lomin / BT; j <= i; j++) {
+            for (int j = lomin / BT; j < NQT; j++) {
                 const int k0 = j * BT, nk = imin(BT, T - k0);
-                const int diag = (j == i);
+                /* the mask rule (v2117): a tile with no visible pair is skipped (plain causal:
+                 * the tiles after the diagonal) */
+                if (!hyp_attn_tile_any(mod, q0, q0 + nq - 1, k0, k0 + nk - 1)) continue;
+                nvisited++;
+                /* diag: the diagonal tile with nothing visible above the diagonal (the causal
+                 * shortcuts apply) */
+                const int diag = (j == i) && !(mod && mod->mask == HYP_MASK_PREFIX_LM && k0 < mod->prefix);
                 fa_pack(KP, k + (long)k0 * R, R, nk, hd);
                 fa_pack(VP, v + (long)k0 * R, R, nk, hd);
                 /* ST[c][r] = cl * q_r . k_c ; on the diagonal only query columns >= c's block */
@@ -341,6 +381,7 @@ void op_flash_attention_fwd_doc(float *out, float *lse, const float *qkv, const 
                 if (diag) /* causal mask: query r sees keys c <= r */
                     for (int c = 0; c < nk; c++)
                         for (int r = 0; r < imin(c, nqr); r++) ST[(long)c * BT + r] = -INFINITY;
+                if (!plain) fa_flex_tile(ST, BT, mod, q0, nqr, k0, nk, h, NH);
                 if (k0 < lomax) /* document mask: query r sees keys >= lo[r] */
                     for (int c = 0; c < nk && k0 + c < lomax; c++)
                         for (int r = 0; r < nq; r++)
@@ -391,6 +432,10 @@ void op_flash_attention_fwd_doc(float *out, float *lse, const float *qkv, const 
             }
         }
     }
+    if (tiles) {
+        tiles->visited = nvisited;
+        tiles->skipped = (long)B * NH * NQT * NQT - nvisited;
+    }
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -405,6 +450,14 @@ void op_flash_attention_bwd(float *dqkv, float *dscratch, const float *dout, con
 void op_flash_attention_bwd_doc(float *dqkv, float *dscratch, const float *dout, const float *qkv,
                                 const float *out, const float *lse, const int32_t *positions,
                                 int B, int T, int NH, int NKV, int hd, float scale) {
+    op_flash_attention_bwd_mod(dqkv, dscratch, dout, qkv, out, lse, positions, B, T, NH, NKV, hd, scale, NULL);
+}
+
+void op_flash_attention_bwd_mod(float *dqkv, float *dscratch, const float *dout, const float *qkv,
+                                const float *out, const float *lse, const int32_t *positions,
+                                int B, int T, int NH, int NKV, int hd, float scale,
+                                const struct hyp_attn_mod_s *mod) {
+    const int plain = hyp_attn_is_plain(mod);
     if (B <= 0 || T <= 0 || NH <= 0 || NKV <= 0 || hd <= 0) return;
     const long R = (long)(NH + 2 * NKV) * hd;
     const long OC = (long)NH * hd;
@@ -463,9 +516,10 @@ void op_flash_attention_bwd_doc(float *dqkv, float *dscratch, const float *dout,
                     float *dq = dbase + (long)h * hd;
                     const float *lseh = lse + ((long)b * NH + h) * T;
                     const float *Dh = Dall + ((long)b * NH + h) * T;
-                    for (int i = j; i < NKT; i++) {
+                    for (int i = plain ? j : 0; i < NKT; i++) {
                         const int q0 = i * BT, nq = imin(BT, T - q0);
-                        const int diag = (i == j);
+                        if (!hyp_attn_tile_any(mod, q0, q0 + nq - 1, k0, k0 + nk - 1)) continue;
+                        const int diag = (i == j) && !(mod && mod->mask == HYP_MASK_PREFIX_LM && k0 < mod->prefix);
                         /* the mask hook (v2126): a query tile whose rows all start their
                          * document after this key tile gets nothing from it: skipped */
                         int lomin, lomax;
@@ -498,6 +552,21 @@ void op_flash_attention_bwd_doc(float *dqkv, float *dscratch, const float *dout,
                             const float lr = L2[r], dr = Dl[r];
                             const int cmax = diag ? r : BT; /* keys c <= cmax are visible */
                             const int cmin = lo[r] - k0;    /* and keys c >= cmin (document) */
+                            if (!plain) { /* v2117: the rule's mask, P from the modified score,
+                                           * dS through the modifier's derivative */
+                                for (int c = 0; c < cend; c++) {
+                                    const int q = q0 + r, k = k0 + c;
+                                    float p = 0.0f, dm = 1.0f;
+                                    if (c < nk && c >= cmin && hyp_attn_visible(mod, q, k)) {
+                                        float sm = hyp_attn_score(mod, s[c] * FA_LN2, q, k, h, NH);
+                                        p = fa_exp2(sm * FA_LOG2E - lr);
+                                        dm = hyp_attn_dscore(mod, sm);
+                                    }
+                                    s[c] = p; /* (columns past the tile's keys hold stale values: 0 exactly) */
+                                    ds[c] = p == 0.0f ? 0.0f : scale * p * (ds[c] - dr) * dm;
+                                }
+                                continue;
+                            }
 #pragma omp simd
                             for (int c = 0; c < cend; c++) {
                                 float p = (c <= cmax && c >= cmin) ? fa_exp2(s[c] - lr) : 0.0f;

@@ -65,6 +65,20 @@ void op_flash_attention_bwd_doc(float *dqkv, float *dscratch, const float *dout,
 /* (the _doc functions' scale: the score scale, a plan's attention attr `scale` such as muP's
  * 1/hd; 0 = 1/sqrt(hd), bit-identical to the functions above) */
 
+/* v2117 flex attention: the _doc functions with a mask rule and a score modifier (core/attn_mod.h;
+ * NULL = plain causal, bit-identical to _doc). The document mask (positions) still applies on top.
+ * tiles (may be NULL): on return the (query tile, key tile) pairs the forward visited and skipped
+ * as fully masked, over the full ceil(T/BT)^2 grid of every (b, head). */
+struct hyp_attn_mod_s;
+struct hyp_attn_tiles_s;
+void op_flash_attention_fwd_mod(float *out, float *lse, const float *qkv, const int32_t *positions,
+                                int B, int T, int NH, int NKV, int hd, float scale,
+                                const struct hyp_attn_mod_s *mod, struct hyp_attn_tiles_s *tiles);
+void op_flash_attention_bwd_mod(float *dqkv, float *dscratch, const float *dout, const float *qkv,
+                                const float *out, const float *lse, const int32_t *positions,
+                                int B, int T, int NH, int NKV, int hd, float scale,
+                                const struct hyp_attn_mod_s *mod);
+
 /* The tile edge BT used for head dim hd (64 or 32). */
 int op_flash_attention_tile(int hd);
 

@@ -9,6 +9,7 @@
 
 #include "exec.h"
 #include "ops_cpu.h"
+#include "attn_mod.h"
 #include "ops_flash.h"
 #include "quant.h"
 
@@ -70,19 +71,23 @@ ADAPTER(cpu_rope_bwd) {
 }
 ADAPTER(cpu_attention_fwd) {
     UNUSED_ARGS;
-    op_attention_fwd_doc(O[0], O[1], I[0], tok(x, o->in[1]), d->B, d->T, (int)o->NH, (int)o->NKV, (int)o->hd, o->scale);
+    hyp_attn_mod md = HYP_ATTN_MOD_OF(o);
+    op_attention_fwd_mod(O[0], O[1], I[0], tok(x, o->in[1]), d->B, d->T, (int)o->NH, (int)o->NKV, (int)o->hd, o->scale, &md);
 }
 ADAPTER(cpu_attention_bwd) {
     UNUSED_ARGS;
-    op_attention_bwd_doc(O[0], O[1], I[0], I[1], I[2], tok(x, o->in[3]), d->B, d->T, (int)o->NH, (int)o->NKV, (int)o->hd, o->scale);
+    hyp_attn_mod md = HYP_ATTN_MOD_OF(o);
+    op_attention_bwd_mod(O[0], O[1], I[0], I[1], I[2], tok(x, o->in[3]), d->B, d->T, (int)o->NH, (int)o->NKV, (int)o->hd, o->scale, &md);
 }
 ADAPTER(cpu_flash_attention_fwd) {
     UNUSED_ARGS;
-    op_flash_attention_fwd_doc(O[0], O[1], I[0], tok(x, o->in[1]), d->B, d->T, (int)o->NH, (int)o->NKV, (int)o->hd, o->scale);
+    hyp_attn_mod md = HYP_ATTN_MOD_OF(o);
+    op_flash_attention_fwd_mod(O[0], O[1], I[0], tok(x, o->in[1]), d->B, d->T, (int)o->NH, (int)o->NKV, (int)o->hd, o->scale, &md, NULL);
 }
 ADAPTER(cpu_flash_attention_bwd) {
     UNUSED_ARGS;
-    op_flash_attention_bwd_doc(O[0], O[1], I[0], I[1], I[2], I[3], tok(x, o->in[4]), d->B, d->T, (int)o->NH, (int)o->NKV, (int)o->hd, o->scale);
+    hyp_attn_mod md = HYP_ATTN_MOD_OF(o);
+    op_flash_attention_bwd_mod(O[0], O[1], I[0], I[1], I[2], I[3], tok(x, o->in[4]), d->B, d->T, (int)o->NH, (int)o->NKV, (int)o->hd, o->scale, &md);
 }
 ADAPTER(cpu_gelu_fwd) {
     UNUSED_ARGS;

@@ -77,7 +77,8 @@ int hyp_dev_cuda_check_libs(char *report, size_t n) {
     X(cuMemcpyDtoDAsync) X(cuMemsetD8Async) X(cuModuleLoad) X(cuModuleUnload) X(cuModuleGetFunction)                 \
     X(cuFuncSetAttribute) X(cuLaunchKernel) X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize) X(cuStreamQuery)              \
     X(cuStreamWaitEvent) X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord) X(cuEventSynchronize) X(cuEventQuery)                   \
-    X(cuEventElapsedTime) X(cuGetErrorString) X(cuGetErrorName)
+    X(cuEventElapsedTime) X(cuGetErrorString) X(cuGetErrorName) X(cuStreamBeginCapture) X(cuStreamEndCapture)                   \
+    X(cuGraphInstantiate) X(cuGraphLaunch) X(cuGraphExecDestroy) X(cuGraphDestroy)
 #define LT_FUNCS(X)                                                                                                  \
     X(cublasLtCreate) X(cublasLtDestroy) X(cublasLtMatmulDescCreate) X(cublasLtMatmulDescDestroy)                    \
     X(cublasLtMatmulDescSetAttribute) X(cublasLtMatrixLayoutCreate) X(cublasLtMatrixLayoutDestroy)                   \
@@ -254,21 +255,25 @@ static int cu_mem_info(hyp_device *dv, size_t *fr, size_t *tot, hyp_err *e) {
 }
 static int cu_h2d(hyp_device *dv, void *dst, const void *src, size_t n, hyp_stream *s, hyp_err *e) {
     cu_dev *d = CD(dv);
+    dv->calls++;
     CU(cuMemcpyHtoDAsync(DPTR(dst), src, n, STREAM(d, s)), "h2d");
     return HYP_OK;
 }
 static int cu_d2h(hyp_device *dv, void *dst, const void *src, size_t n, hyp_stream *s, hyp_err *e) {
     cu_dev *d = CD(dv);
+    dv->calls++;
     CU(cuMemcpyDtoHAsync(dst, DPTR(src), n, STREAM(d, s)), "d2h");
     return HYP_OK;
 }
 static int cu_d2d(hyp_device *dv, void *dst, const void *src, size_t n, hyp_stream *s, hyp_err *e) {
     cu_dev *d = CD(dv);
+    dv->calls++;
     CU(cuMemcpyDtoDAsync(DPTR(dst), DPTR(src), n, STREAM(d, s)), "d2d");
     return HYP_OK;
 }
 static int cu_memset(hyp_device *dv, void *dst, int byte, size_t n, hyp_stream *s, hyp_err *e) {
     cu_dev *d = CD(dv);
+    dv->calls++;
     CU(cuMemsetD8Async(DPTR(dst), (unsigned char)byte, n, STREAM(d, s)), "memset");
     return HYP_OK;
 }
@@ -346,6 +351,7 @@ static int cu_launch(hyp_device *dv, hyp_module *hm, const char *kernel, hyp_dim
         f->shmem = shmem;
     }
     hyp_kargs a = *args;
+    dv->calls++;
     CU(cuLaunchKernel(f->f, g.x, g.y, g.z, b.x, b.y, b.z, (unsigned)shmem, STREAM(d, s), hyp_kargs_params(&a), NULL), kernel);
     return HYP_OK;
 }
@@ -580,6 +586,7 @@ static int cu_gemm(hyp_device *dv, const hyp_gemm *g, hyp_stream *s, hyp_err *e)
      * bf16: C == D with Cdesc != Ddesc is refused (cuBLAS docs, cublasLtMatmul(): in place means
      * C == D and Cdesc == Ddesc), so C is NULL there, as beta 0 allows. */
     const void *cin = cp ? cp : hyp_gemm_ctype(g) == g->dtype ? g->d : NULL;
+    dv->calls++;
     LT(cublasLtMatmul(d->lt_handle, p->op, &g->alpha, g->a, p->lay[0], g->b, p->lay[1], &g->beta, cin,
                       p->lay[2], g->d, p->lay[3], &p->algo, ws, ws_bytes, STREAM(d, s)), "matmul");
     return HYP_OK;
@@ -651,6 +658,7 @@ static int cu_all_reduce(hyp_device *dv, void *buf, size_t n, hyp_dtype t, hyp_r
     if (!nccl_type(t, &nt)) return hyp_fail(e, HYP_EINPUT, "cuda: all_reduce of %s — reduce f32 or bf16", hyp_dtype_name(t));
     if (d->world == 1) return HYP_OK;
     note_cstream(d, STREAM(d, s));
+    dv->calls++;
     NC(ncclAllReduce(buf, buf, n, nt, op == HYP_RED_MAX ? ncclMax : ncclSum, d->comm, (cudaStream_t)STREAM(d, s)), "all_reduce");
     return HYP_OK;
 }
@@ -662,6 +670,7 @@ static int cu_reduce_scatter(hyp_device *dv, const void *send, void *recv, size_
     if (!nccl_type(t, &nt)) return hyp_fail(e, HYP_EINPUT, "cuda: reduce_scatter of %s — reduce f32 or bf16", hyp_dtype_name(t));
     if (d->world == 1) return send == recv ? HYP_OK : cu_d2d(dv, recv, send, n * hyp_dtype_size(t), s, e);
     note_cstream(d, STREAM(d, s));
+    dv->calls++;
     NC(ncclReduceScatter(send, recv, n, nt, ncclSum, d->comm, (cudaStream_t)STREAM(d, s)), "reduce_scatter");
     return HYP_OK;
 }
@@ -674,6 +683,7 @@ static int cu_all_gather(hyp_device *dv, const void *send, void *recv, size_t n,
     if (d->world == 1) return send == recv ? HYP_OK : cu_d2d(dv, recv, send, bytes, s, e);
     if (!nccl_type(t, &nt)) n = bytes; /* fp8: moved as bytes */
     note_cstream(d, STREAM(d, s));
+    dv->calls++;
     NC(ncclAllGather(send, recv, n, nt, d->comm, (cudaStream_t)STREAM(d, s)), "all_gather");
     return HYP_OK;
 }
@@ -686,6 +696,7 @@ static int cu_broadcast(hyp_device *dv, void *buf, size_t n, hyp_dtype t, int ro
     if (d->world == 1) return HYP_OK;
     if (!nccl_type(t, &nt)) n *= hyp_dtype_size(t);
     note_cstream(d, STREAM(d, s));
+    dv->calls++;
     NC(ncclBroadcast(buf, buf, n, nt, root, d->comm, (cudaStream_t)STREAM(d, s)), "broadcast");
     return HYP_OK;
 }
@@ -699,8 +710,42 @@ static int cu_reduce(hyp_device *dv, void *buf, size_t n, hyp_dtype t, int root,
     if (root < 0 || root >= d->world) return hyp_fail(e, HYP_EINPUT, "cuda: reduce root %d outside 0..%d", root, d->world - 1);
     if (d->world == 1) return HYP_OK;
     note_cstream(d, STREAM(d, s));
+    dv->calls++;
     NC(ncclReduce(buf, buf, n, nt, ncclSum, root, d->comm, (cudaStream_t)STREAM(d, s)), "reduce");
     return HYP_OK;
+}
+
+/* ---- v2165 graphs: stream capture in global mode, instantiated once, launched per replay ----- */
+
+static int cu_capture_begin(hyp_device *dv, hyp_stream *s, hyp_err *e) {
+    cu_dev *d = CD(dv);
+    CU(cuStreamBeginCapture(STREAM(d, s), CU_STREAM_CAPTURE_MODE_GLOBAL), "capture_begin");
+    return HYP_OK;
+}
+static int cu_capture_end(hyp_device *dv, hyp_stream *s, hyp_graph **out, hyp_err *e) {
+    cu_dev *d = CD(dv);
+    CUgraph g = NULL;
+    CUgraphExec x = NULL;
+    *out = NULL;
+    CU(cuStreamEndCapture(STREAM(d, s), &g), "capture_end");
+    CUresult r = d->cu.cuGraphInstantiate(&x, g, 0);
+    d->cu.cuGraphDestroy(g); /* the executable graph is independent of it */
+    if (r != CUDA_SUCCESS) return cu_fail(d, r, "graph instantiate", e);
+    *out = (hyp_graph *)x;
+    return HYP_OK;
+}
+static int cu_graph_launch(hyp_device *dv, hyp_graph *g, hyp_stream *s, hyp_err *e) {
+    cu_dev *d = CD(dv);
+    if (!g) return hyp_fail(e, HYP_EINPUT, "cuda: graph_launch of a NULL graph");
+    dv->calls++;
+    CU(cuGraphLaunch((CUgraphExec)g, STREAM(d, s)), "graph_launch");
+    return HYP_OK;
+}
+static void cu_graph_destroy(hyp_device *dv, hyp_graph *g) {
+    cu_dev *d = CD(dv);
+    if (!g) return;
+    d->cu.cuCtxSynchronize(); /* no replay still pending (as mem_free) */
+    d->cu.cuGraphExecDestroy((CUgraphExec)g);
 }
 
 /* ---- library check (no GPU needed) ---------------------------------------------------------- */
@@ -831,6 +876,10 @@ static const hyp_device CU_TABLE = {
     .all_gather = cu_all_gather,
     .broadcast = cu_broadcast,
     .reduce = cu_reduce,
+    .capture_begin = cu_capture_begin,
+    .capture_end = cu_capture_end,
+    .graph_launch = cu_graph_launch,
+    .graph_destroy = cu_graph_destroy,
 };
 
 int hyp_dev_cuda_open(hyp_device **out, hyp_err *e) {

@@ -10,6 +10,11 @@
  * number of its latest record; a stream waiting on an event runs the recording stream up to that
  * number first. A wait always names an earlier number than itself, so this recursion ends.
  *
+ * v2165 graphs: a capturing stream keeps the commands enqueued on it in a list instead of its
+ * queue; the list becomes a graph, and a graph launch enqueues a copy of every command, in order,
+ * on the launching stream (they then run lazily like any other work). What a capture cannot
+ * record is refused and invalidates the capture (device.h).
+ *
  * With HYP_SIM_COUNT_FILE=PATH the modules are compiled for counting (sim.h HYP_SIM_COUNT_FLAGS)
  * and every launch appends "kernel<TAB>bytes loaded<TAB>bytes stored<TAB>mma instructions" to
  * PATH: what it executed inside this device's allocations. */
@@ -76,7 +81,15 @@ typedef struct cmd {
 
 struct sim_stream {
     cmd *head, *tail;
+    int capturing;          /* v2165: enqueued commands go to cap_head instead */
+    cmd *cap_head, *cap_tail;
+    char cap_bad[512];      /* why the capture was invalidated ("" while valid) */
 };
+
+typedef struct {
+    cmd *head; /* the recorded commands, in order */
+    int n;
+} sim_graph;
 
 struct sim_event {
     sim_stream *s;
@@ -106,6 +119,7 @@ typedef struct {
     char sticky_msg[1024];
     hyp_coll *coll;
     FILE *count_out; /* HYP_SIM_COUNT_FILE: per-launch execution counts, or NULL */
+    int ncapturing;  /* streams capturing a graph */
 } sim_dev;
 
 #define SD(d) ((sim_dev *)(d))
@@ -223,14 +237,31 @@ static int sticky(sim_dev *d, hyp_err *e) {
 
 static sim_stream *stream_of(sim_dev *d, hyp_stream *s) { return s ? (sim_stream *)s : d->streams[0]; }
 
+/* v2165: call `what`, illegal while s (NULL: any stream) captures, invalidates those captures and
+ * is refused, as the driver refuses it with CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED. */
+static int cap_refuse(sim_dev *d, sim_stream *s, const char *what, hyp_err *e) {
+    if (!d->ncapturing || (s && !s->capturing)) return HYP_OK;
+    for (int i = 0; i < d->nstreams; i++) {
+        sim_stream *t = d->streams[i];
+        if (t->capturing && (!s || t == s) && !t->cap_bad[0]) snprintf(t->cap_bad, sizeof t->cap_bad, "%s", what);
+    }
+    return hyp_fail(e, HYP_EINPUT, "sim: %s while a stream captures a graph — keep it outside the captured region (the CUDA driver refuses it: CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED)", what);
+}
+
 static cmd *new_cmd(int kind) {
     cmd *c = calloc(1, sizeof *c);
     if (c) c->kind = kind;
     return c;
 }
 
-/* Appends c to s (numbering it); eager mode runs it at once. */
+/* Appends c to s (numbering it); eager mode runs it at once. A capturing stream records it. */
 static int enqueue(sim_dev *d, sim_stream *s, cmd *c, hyp_err *e) {
+    if (s->capturing) {
+        if (s->cap_tail) s->cap_tail->next = c;
+        else s->cap_head = c;
+        s->cap_tail = c;
+        return HYP_OK;
+    }
     c->seq = ++d->seq;
     if (s->tail) s->tail->next = c;
     else s->head = c;
@@ -276,6 +307,7 @@ static int sim_mem_alloc(hyp_device *dv, void **out, size_t bytes, hyp_err *e) {
     sim_dev *d = SD(dv);
     *out = NULL;
     if (sticky(d, e)) return d->sticky;
+    if (cap_refuse(d, NULL, "mem_alloc", e)) return HYP_EINPUT;
     if (d->nallocs == d->capallocs) {
         size_t cap = d->capallocs ? 2 * d->capallocs : 64;
         sim_alloc *na = realloc(d->allocs, cap * sizeof *na);
@@ -300,6 +332,7 @@ static int sim_mem_alloc(hyp_device *dv, void **out, size_t bytes, hyp_err *e) {
 static int sim_mem_free(hyp_device *dv, void *p, hyp_err *e) {
     sim_dev *d = SD(dv);
     if (!p) return HYP_OK;
+    if (cap_refuse(d, NULL, "mem_free", e)) return HYP_EINPUT;
     run_all(d);
     long i = find_alloc(d, p);
     if (i < 0 || d->allocs[i].p != p)
@@ -338,6 +371,8 @@ static int copy_cmd(sim_dev *d, void *dst, const void *src, size_t bytes, hyp_st
     if (dst_dev && check_range(d, dst, bytes, "copy destination", e)) return HYP_EINPUT;
     if (src_dev && check_range(d, src, bytes, "copy source", e)) return HYP_EINPUT;
     if (!dst || !src) return hyp_fail(e, HYP_EINPUT, "sim: copy with a NULL host pointer");
+    if ((!dst_dev || !src_dev) && cap_refuse(d, stream_of(d, s), "a copy to or from host memory", e)) return HYP_EINPUT;
+    d->pub.calls++;
     cmd *c = new_cmd(C_COPY);
     if (!c) return hyp_fail(e, HYP_EFAIL, "sim: out of memory");
     c->u.copy.dst = dst, c->u.copy.src = src, c->u.copy.bytes = bytes;
@@ -358,6 +393,7 @@ static int sim_memset(hyp_device *dv, void *dst, int byte, size_t bytes, hyp_str
     sim_dev *d = SD(dv);
     if (sticky(d, e)) return d->sticky;
     if (check_range(d, dst, bytes, "memset destination", e)) return HYP_EINPUT;
+    d->pub.calls++;
     cmd *c = new_cmd(C_MEMSET);
     if (!c) return hyp_fail(e, HYP_EFAIL, "sim: out of memory");
     c->u.set.dst = dst, c->u.set.byte = byte, c->u.set.bytes = bytes;
@@ -371,18 +407,22 @@ static int sync_after(sim_dev *d, int rc, hyp_err *e) {
     return sticky(d, e);
 }
 static int sim_h2d_sync(hyp_device *d, void *dst, const void *src, size_t n, hyp_err *e) {
+    if (cap_refuse(SD(d), NULL, "h2d_sync", e)) return HYP_EINPUT;
     run_all(SD(d));
     return sync_after(SD(d), sim_h2d(d, dst, src, n, NULL, e), e);
 }
 static int sim_d2h_sync(hyp_device *d, void *dst, const void *src, size_t n, hyp_err *e) {
+    if (cap_refuse(SD(d), NULL, "d2h_sync", e)) return HYP_EINPUT;
     run_all(SD(d));
     return sync_after(SD(d), sim_d2h(d, dst, src, n, NULL, e), e);
 }
 static int sim_d2d_sync(hyp_device *d, void *dst, const void *src, size_t n, hyp_err *e) {
+    if (cap_refuse(SD(d), NULL, "d2d_sync", e)) return HYP_EINPUT;
     run_all(SD(d));
     return sync_after(SD(d), sim_d2d(d, dst, src, n, NULL, e), e);
 }
 static int sim_memset_sync(hyp_device *d, void *dst, int byte, size_t n, hyp_err *e) {
+    if (cap_refuse(SD(d), NULL, "memset_sync", e)) return HYP_EINPUT;
     run_all(SD(d));
     return sync_after(SD(d), sim_memset(d, dst, byte, n, NULL, e), e);
 }
@@ -441,6 +481,7 @@ static int sim_launch(hyp_device *dv, hyp_module *mod, const char *kernel, hyp_d
     c->u.launch.m = (sim_module *)mod;
     c->u.launch.grid = grid, c->u.launch.block = block, c->u.launch.shmem = shmem;
     c->u.launch.args = *args;
+    d->pub.calls++;
     return enqueue(d, stream_of(d, s), c, e);
 }
 
@@ -467,11 +508,13 @@ static void sim_stream_destroy(hyp_device *dv, hyp_stream *hs) {
 
 static int sim_stream_synchronize(hyp_device *dv, hyp_stream *s, hyp_err *e) {
     sim_dev *d = SD(dv);
+    if (cap_refuse(d, stream_of(d, s), "stream_synchronize of the capturing stream", e)) return HYP_EINPUT;
     run_until(d, stream_of(d, s), UINT64_MAX);
     return sticky(d, e);
 }
 
 static int sim_synchronize(hyp_device *dv, hyp_err *e) {
+    if (cap_refuse(SD(dv), NULL, "synchronize", e)) return HYP_EINPUT;
     run_all(SD(dv));
     return sticky(SD(dv), e);
 }
@@ -498,6 +541,7 @@ static int sim_event_record(hyp_device *dv, hyp_event *hev, hyp_stream *hs, hyp_
     sim_dev *d = SD(dv);
     sim_event *ev = (sim_event *)hev;
     if (sticky(d, e)) return d->sticky;
+    if (cap_refuse(d, stream_of(d, hs), "event_record on the capturing stream (sim records no events in graphs)", e)) return HYP_EINPUT;
     cmd *c = new_cmd(C_RECORD);
     if (!c) return hyp_fail(e, HYP_EFAIL, "sim: out of memory");
     sim_stream *s = stream_of(d, hs);
@@ -511,6 +555,7 @@ static int sim_event_wait(hyp_device *dv, hyp_stream *hs, hyp_event *hev, hyp_er
     sim_dev *d = SD(dv);
     sim_event *ev = (sim_event *)hev;
     if (sticky(d, e)) return d->sticky;
+    if (cap_refuse(d, stream_of(d, hs), "event_wait on the capturing stream (sim records no events in graphs)", e)) return HYP_EINPUT;
     if (!ev->gen || ev->complete) return HYP_OK; /* never recorded, or its work has run */
     cmd *c = new_cmd(C_WAIT);
     if (!c) return hyp_fail(e, HYP_EFAIL, "sim: out of memory");
@@ -572,6 +617,7 @@ static int sim_gemm(hyp_device *dv, const hyp_gemm *g, hyp_stream *s, hyp_err *e
         return HYP_EINPUT;
     cmd *c = new_cmd(C_GEMM);
     if (!c) return hyp_fail(e, HYP_EFAIL, "sim: out of memory");
+    d->pub.calls++;
     c->u.gemm = *g;
     return enqueue(d, stream_of(d, s), c, e);
 }
@@ -603,6 +649,8 @@ static int coll_cmd(sim_dev *d, int what, void *buf, const void *send, size_t co
     size_t out_bytes = count * es * (what == COLL_ALLGATHER ? world : 1);
     if (check_range(d, buf, out_bytes, names[what], e)) return HYP_EINPUT;
     if (send && check_range(d, send, in_bytes, names[what], e)) return HYP_EINPUT;
+    if (cap_refuse(d, stream_of(d, s), "a collective on the capturing stream (sim records no collectives in graphs)", e)) return HYP_EINPUT;
+    d->pub.calls++;
     cmd *c = new_cmd(C_COLL);
     if (!c) return hyp_fail(e, HYP_EFAIL, "sim: out of memory");
     c->u.coll.what = what, c->u.coll.buf = buf, c->u.coll.send = send, c->u.coll.count = count;
@@ -627,6 +675,82 @@ static int sim_reduce(hyp_device *d, void *buf, size_t n, hyp_dtype t, int root,
     return coll_cmd(SD(d), COLL_REDUCE, buf, NULL, n, t, HYP_RED_SUM, root, s, e);
 }
 
+/* ---- v2165 graphs --------------------------------------------------------------------------- */
+
+static void free_list(cmd *c) {
+    while (c) {
+        cmd *n = c->next;
+        free_cmd(c);
+        c = n;
+    }
+}
+
+static int sim_capture_begin(hyp_device *dv, hyp_stream *hs, hyp_err *e) {
+    sim_dev *d = SD(dv);
+    sim_stream *s = stream_of(d, hs);
+    if (sticky(d, e)) return d->sticky;
+    if (s->capturing) return hyp_fail(e, HYP_EINPUT, "sim: capture_begin on a stream that is already capturing — end that capture first");
+    s->capturing = 1, s->cap_head = s->cap_tail = NULL, s->cap_bad[0] = 0;
+    d->ncapturing++;
+    return HYP_OK;
+}
+
+static int sim_capture_end(hyp_device *dv, hyp_stream *hs, hyp_graph **out, hyp_err *e) {
+    sim_dev *d = SD(dv);
+    sim_stream *s = stream_of(d, hs);
+    *out = NULL;
+    if (!s->capturing) return hyp_fail(e, HYP_EINPUT, "sim: capture_end on a stream that is not capturing — call capture_begin first");
+    s->capturing = 0;
+    d->ncapturing--;
+    cmd *list = s->cap_head;
+    s->cap_head = s->cap_tail = NULL;
+    if (s->cap_bad[0]) {
+        free_list(list);
+        return hyp_fail(e, HYP_EINPUT, "sim: the capture was invalidated by %s (CUDA_ERROR_STREAM_CAPTURE_INVALIDATED) — keep that call outside the captured region", s->cap_bad);
+    }
+    sim_graph *g = calloc(1, sizeof *g);
+    if (!g) {
+        free_list(list);
+        return hyp_fail(e, HYP_EFAIL, "sim: out of memory");
+    }
+    g->head = list;
+    for (cmd *c = list; c; c = c->next) g->n++;
+    *out = (hyp_graph *)g;
+    return sticky(d, e);
+}
+
+/* A copy of every recorded command enqueued on s, in order: one host call. */
+static int sim_graph_launch(hyp_device *dv, hyp_graph *hg, hyp_stream *hs, hyp_err *e) {
+    sim_dev *d = SD(dv);
+    sim_graph *g = (sim_graph *)hg;
+    sim_stream *s = stream_of(d, hs);
+    if (sticky(d, e)) return d->sticky;
+    if (!g) return hyp_fail(e, HYP_EINPUT, "sim: graph_launch of a NULL graph");
+    if (s->capturing) return hyp_fail(e, HYP_EINPUT, "sim: graph_launch on a capturing stream (sim does not nest graphs)");
+    d->pub.calls++;
+    for (cmd *c = g->head; c; c = c->next) {
+        cmd *k = malloc(sizeof *k);
+        if (!k) return hyp_fail(e, HYP_EFAIL, "sim: out of memory");
+        *k = *c;
+        k->next = NULL;
+        if (k->kind == C_LAUNCH && !(k->u.launch.name = strdup(c->u.launch.name))) {
+            free(k);
+            return hyp_fail(e, HYP_EFAIL, "sim: out of memory");
+        }
+        int rc = enqueue(d, s, k, e);
+        if (rc) return rc;
+    }
+    return HYP_OK;
+}
+
+static void sim_graph_destroy(hyp_device *dv, hyp_graph *hg) {
+    (void)dv;
+    sim_graph *g = (sim_graph *)hg;
+    if (!g) return;
+    free_list(g->head); /* a launch enqueued copies: pending replays do not use these */
+    free(g);
+}
+
 /* ---- open / close --------------------------------------------------------------------------- */
 
 static void sim_close(hyp_device *dv) {
@@ -634,7 +758,7 @@ static void sim_close(hyp_device *dv) {
     if (!d) return;
     run_all(d);
     for (int i = 0; i < d->nmodules; i++) hyp_sim_unload(d->modules[i]->m), free(d->modules[i]);
-    for (int i = 0; i < d->nstreams; i++) free(d->streams[i]);
+    for (int i = 0; i < d->nstreams; i++) free_list(d->streams[i]->cap_head), free(d->streams[i]);
     for (int i = 0; i < d->nevents; i++) free(d->events[i]);
     for (size_t i = 0; i < d->nallocs; i++) hyp_sim_count_region(d->allocs[i].p, d->allocs[i].n, 0), free(d->allocs[i].p);
     free(d->modules), free(d->streams), free(d->events), free(d->allocs);
@@ -679,6 +803,10 @@ static const hyp_device SIM_TABLE = {
     .reduce = sim_reduce,
     .all_gather = sim_all_gather,
     .broadcast = sim_broadcast,
+    .capture_begin = sim_capture_begin,
+    .capture_end = sim_capture_end,
+    .graph_launch = sim_graph_launch,
+    .graph_destroy = sim_graph_destroy,
 };
 
 int hyp_dev_sim_open(hyp_device **out, hyp_err *e) {

@@ -75,6 +75,7 @@ typedef struct hyp_device hyp_device;
 typedef struct hyp_stream hyp_stream; /* opaque: each implementation has its own */
 typedef struct hyp_event hyp_event;
 typedef struct hyp_module hyp_module;
+typedef struct hyp_graph hyp_graph; /* v2165: a captured, instantiated sequence of stream work */
 
 
 /* bf16 and tf32 as the GPU rounds them: round to nearest, ties to even; NaN stays a (quiet) NaN,
@@ -284,6 +285,26 @@ struct hyp_device {
     int (*broadcast)(hyp_device *d, void *buf, size_t count, hyp_dtype t, int root, hyp_stream *s,
                      hyp_err *e);
     int (*reduce)(hyp_device *d, void *buf, size_t count, hyp_dtype t, int root, hyp_stream *s, hyp_err *e);
+
+    /* ---- v2165 graphs (docs/cuda-graphs.md) ----
+     * capture_begin: work enqueued on s is recorded instead of run (cuda: cuStreamBeginCapture in
+     * global mode; sim: the commands are kept in a list) until capture_end, which returns it as a
+     * graph (cuda: cuGraphInstantiate) — or an error, and no graph, when something illegal
+     * happened during the capture. While a stream captures, what cannot be recorded is refused
+     * with HYP_EINPUT and invalidates the capture, as the driver does (CUDA_ERROR_STREAM_CAPTURE_*):
+     * every synchronizing call (*_sync, synchronize, stream_synchronize of the capturing stream),
+     * mem_alloc / mem_free; sim also refuses host copies, events and collectives on the capturing
+     * stream (the device executor captures none). Kernel arguments are recorded by value: a
+     * replay passes exactly the values of the capture (per-step values must be read from device
+     * memory, or stay outside the graph). graph_launch enqueues the whole graph on s as one host
+     * call, in the recorded order; graph_destroy waits for pending replays first. */
+    int (*capture_begin)(hyp_device *d, hyp_stream *s, hyp_err *e);
+    int (*capture_end)(hyp_device *d, hyp_stream *s, hyp_graph **g, hyp_err *e);
+    int (*graph_launch)(hyp_device *d, hyp_graph *g, hyp_stream *s, hyp_err *e);
+    void (*graph_destroy)(hyp_device *d, hyp_graph *g);
+    /* host calls that enqueued work (launch, gemm, memset, copies, collectives; a graph launch is
+     * one), counted by the implementation since open: the launches-per-step figure of v2165 */
+    unsigned long long calls;
 };
 
 /* Opens a device: kind "cuda" or "sim".

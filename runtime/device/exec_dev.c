@@ -19,6 +19,7 @@ void exec_dev_free(exec_dev *x) {
     if (!x->dev) return;
     hyp_err e;
     hyp_device *d = x->dev;
+    exec_dev_free_graphs(x); /* v2165: before the memory its replays use */
     free_z3(x);
     if (x->zg) hyp_z3_layout_free(x->zg);
     free(x->zg);
@@ -66,9 +67,7 @@ void exec_dev_free(exec_dev *x) {
     exec_dev_free_launches(x);
     free(x->fwd);
     free(x->bwd);
-    free(x->h_tokens);
-    free(x->h_targets);
-    free(x->h_positions);
+    exec_dev_batch_free(x);
     free(x->h_losses);
     memset(x, 0, sizeof *x);
 }
@@ -250,6 +249,37 @@ static int alloc_arenas(exec_dev *x, const hyp_z3_layout *lay, hyp_err *e) {
     return HYP_OK;
 }
 
+/* v2166 GEMM epilogues the plan marks (plan.c checked where the folded ops are): a gelu-marked
+ * matmul_fwd does the gelu_fwd after it (GELU_AUX(_BIAS): D the GELU's output, aux the
+ * pre-activation, which the backward reads); a dgelu-marked matmul_bwd does the gelu_bwd two ops
+ * on: its input-gradient GEMM with the DGELU epilogue writes dP (beta 0: the zero of dP between
+ * them is skipped, as are the zeros of dA, which is never formed). The plan's memory layout has
+ * the folded ops' outputs live from the GEMM on (plan.lua lifetimes), so they alias no input.
+ * Not with FP8 GEMMs (the bias would follow the epilogue) — gen marks none there. */
+static int fp8_slot(const exec_dev *x, int buf);
+static int bind_epilogues(exec_dev *x, hyp_err *e) {
+    for (int pass = 0; pass < 2; pass++) {
+        const plan_op *list = pass ? x->p->bwd : x->p->fwd;
+        exec_dev_op *eo = pass ? x->bwd : x->fwd;
+        int n = pass ? (x->fwd_only ? 0 : x->p->n_bwd) : x->p->n_fwd;
+        for (int i = 0; i < n; i++) {
+            const plan_op *o = &list[i];
+            if (!o->epi) continue;
+            if (eo[i].how != EXD_GEMM || fp8_slot(x, o->in[0]) >= 0)
+                return hyp_fail(e, HYP_EINPUT, "plan: a GEMM epilogue on a %s that does not run as a plain device GEMM (fp8, fused site) — regenerate the trainer with gen",
+                                hyp_op_name(o->op));
+            if (o->epi == PLAN_EPI_GELU) {
+                eo[i + 1].how = EXD_SKIP;
+                continue;
+            }
+            eo[i + 1].how = eo[i + 2].how = EXD_SKIP;
+            for (int j = 0; j < n; j++)
+                if (list[j].nout && list[j].out[0] == o->out[0] && hyp_op_get(list[j].op)->device == HYP_OPDEV_ZERO) eo[j].how = EXD_SKIP;
+        }
+    }
+    return HYP_OK;
+}
+
 /* Stage 3: a fusion site does its first op's work at the second op, in the second's segment —
  * the first must use no parameters of another group. */
 static int z3_check_fusions(const exec_dev *x, hyp_err *e) {
@@ -333,9 +363,11 @@ static int init_any(exec_dev *x, const plan_t *p, const char *kernels_dir, hyp_d
         exec_dev_free(x);
         return rc;
     }
-    x->h_tokens = calloc((size_t)maxN, sizeof(int32_t));
-    x->h_targets = calloc((size_t)maxN, sizeof(int32_t));
-    if (p->positions_buf >= 0) x->h_positions = calloc((size_t)maxN, sizeof(int32_t));
+    rc = exec_dev_batch_alloc(x, maxN, p->positions_buf >= 0, e);
+    if (rc) {
+        exec_dev_free(x);
+        return rc;
+    }
     x->h_losses = calloc((size_t)maxN, sizeof(float));
     x->fwd = calloc((size_t)p->n_fwd + 1, sizeof *x->fwd);
     x->bwd = calloc((size_t)p->n_bwd + 1, sizeof *x->bwd);
@@ -452,7 +484,8 @@ static int init_any(exec_dev *x, const plan_t *p, const char *kernels_dir, hyp_d
     if (!fwd_only && (rc = exec_dev_bind_op(x, man, &p->loss, &x->loss, sc, &nsc, e))) goto fail;
     for (int i = 0; i < p->n_bwd && !fwd_only; i++)
         if ((rc = exec_dev_bind_op(x, man, &p->bwd[i], &x->bwd[i], sc, &nsc, e))) goto fail;
-    if ((rc = exec_dev_bind_fusions(x, man, sc, &nsc, e)) || (x->z3 && (rc = z3_check_fusions(x, e))) ||
+    if ((rc = exec_dev_bind_fusions(x, man, sc, &nsc, e)) || (rc = bind_epilogues(x, e)) ||
+        (x->z3 && (rc = z3_check_fusions(x, e))) ||
         (x->zg && (rc = zg_check_fusions(x, e))) || (!fwd_only && (rc = exec_dev_bind_loss_ext(x, man, sc, &nsc, e))))
         goto fail;
     cJSON_Delete(man);
@@ -646,8 +679,46 @@ static int gemm_layer(exec_dev *x, int transa, int transb, int64_t m, int64_t n,
 
 /* matmul_fwd: y[N][OC] = x[N][IC] W[OC][IC]^T + b; in fp8 when both inputs are fp8 slots and IC
  * is a multiple of 16 (the bias then added by an fp32 rank-1 GEMM: b 1^T, accumulated). */
+/* A GEMM with a v2166 epilogue that has an aux matrix (GELU_AUX(_BIAS), DGELU): inputs of type
+ * in (f32: TF32 under train.tf32, as gemm_layer; bf16: fp32 compute), D and aux of type out. */
+static int gemm_aux(exec_dev *x, hyp_dtype in, hyp_dtype out, int transa, int64_t m, int64_t n, int64_t k, const void *a,
+                    int64_t lda, const void *b, int64_t ldb, void *d, hyp_epilogue ep, void *bias, void *aux, hyp_err *e) {
+    hyp_gemm g;
+    gemm_desc(&g, transa, 0, m, n, k, a, lda, b, ldb, 0.0f, d, m);
+    g.atype = g.btype = in;
+    g.dtype = out;
+    g.compute = in == HYP_DT_F32 && x->p->tf32 ? HYP_GEMM_TF32 : HYP_GEMM_F32;
+    g.epilogue = ep;
+    g.bias = bias;
+    g.aux = aux;
+    g.ldaux = m;
+    return x->dev->gemm(x->dev, &g, NULL, e);
+}
+
+/* matmul_fwd marked gelu (v2166): the pre-activation y = x W^T + b is the epilogue's aux and the
+ * gelu_fwd's output (the next op, skipped) is D = gelu(y). */
+static int matmul_gelu_fwd(exec_dev *x, const plan_op *o, int64_t N, hyp_err *e) {
+    const plan_op *gl = o + 1;
+    int bf = dt_of(x, o->in[0]) == HYP_DT_BF16;
+    hyp_dtype yt = dt_of(x, o->out[0]);
+    void *bias = NULL;
+    if (o->nin > 2 && o->in[2] >= 0) bias = yt == HYP_DT_BF16 ? (void *)operand(x, o->in[2], 1) : dbuf(x, o->in[2]);
+    return gemm_aux(x, bf ? HYP_DT_BF16 : HYP_DT_F32, yt, 1, o->OC, N, o->IC, operand(x, o->in[1], bf), o->IC,
+                    operand(x, o->in[0], bf), o->IC, dbuf(x, gl->out[0]), bias ? HYP_EPI_GELU_AUX_BIAS : HYP_EPI_GELU_AUX,
+                    bias, dbuf(x, o->out[0]), e);
+}
+
+/* The input gradient of a dgelu-marked matmul_bwd o through the gelu_bwd g two ops on (v2166):
+ * dP = (dout W) * gelu'(P), P the GELU's saved input (aux), written (beta 0). */
+static int matmul_dgelu_bwd(exec_dev *x, const plan_op *o, const plan_op *g, int64_t N, hyp_err *e) {
+    int bf = dt_of(x, o->in[0]) == HYP_DT_BF16;
+    return gemm_aux(x, bf ? HYP_DT_BF16 : HYP_DT_F32, dt_of(x, g->out[0]), 0, o->IC, N, o->OC, operand(x, o->in[2], bf),
+                    o->IC, operand(x, o->in[0], bf), o->OC, dbuf(x, g->out[0]), HYP_EPI_DGELU, NULL, dbuf(x, g->in[1]), e);
+}
+
 static int matmul_fwd(exec_dev *x, const plan_op *o, int64_t N, hyp_err *e) {
     int64_t IC = o->IC, OC = o->OC;
+    if (o->epi == PLAN_EPI_GELU) return matmul_gelu_fwd(x, o, N, e);
     void *bias = o->nin > 2 ? dbuf(x, o->in[2]) : NULL, *y = dbuf(x, o->out[0]);
     if (dt_of(x, o->in[0]) == HYP_DT_BF16) { /* v2102 bf16: y (bf16 or f32) = x W^T + b on the weight copy; a
                                                * bf16 y takes the bias rounded to bf16 (cuBLASLt: D's type) */
@@ -674,6 +745,11 @@ static int matmul_bwd(exec_dev *x, const plan_op *o, int64_t N, hyp_err *e) {
     void *dout = dbuf(x, o->in[0]), *inp = dbuf(x, o->in[1]), *w = dbuf(x, o->in[2]);
     void *dinp = dbuf(x, o->out[0]), *dw = o->nout > 1 ? dbuf(x, o->out[1]) : NULL;
     void *db = o->nout > 2 ? dbuf(x, o->out[2]) : NULL;
+    if (o->epi == PLAN_EPI_DGELU) { /* dP instead of dinp, through the gelu_bwd two ops on */
+        int rc = matmul_dgelu_bwd(x, o, o + 2, N, e);
+        if (rc) return rc;
+        dinp = NULL;
+    }
     if (dt_of(x, o->in[0]) == HYP_DT_BF16) { /* v2102 bf16: bf16 dout, inp and weight copy, fp32 compute;
                                                * dinp in its dtype and dW, db in fp32, all accumulated (beta 1) */
         const void *g = operand(x, o->in[0], 1), *xin = operand(x, o->in[1], 1), *wb = operand(x, o->in[2], 1);
@@ -760,7 +836,7 @@ static int run_op_work(exec_dev *x, const plan_op *o, const exec_dev_op *eo, flo
     case EXD_KERNELS:
         for (int i = 0; i < eo->count && !rc; i++) rc = run_launch(x, o, eo->pair, &x->launches[eo->first + i], dloss, e);
         return rc;
-    case EXD_SKIP: return HYP_OK; /* run by its fusion site's launches at the site's second op */
+    case EXD_SKIP: return HYP_OK; /* run by its fusion site's launches at the site's second op, or by a GEMM epilogue */
     case EXD_ZERO: {
         int64_t n = (o->n == DIM_B ? x->B : o->n == DIM_T ? x->T : o->n == DIM_N ? N : o->n) * (o->C ? o->C : 1);
         return x->dev->memset(x->dev, dbuf(x, o->out[0]), 0, hyp_dtype_size(dt_of(x, o->out[0])) * (size_t)n, NULL, e);
@@ -780,13 +856,7 @@ static int run_op(exec_dev *x, const plan_op *o, const exec_dev_op *eo, float dl
     return rc;
 }
 
-static int upload_batch(exec_dev *x, hyp_err *e) {
-    size_t n = sizeof(int32_t) * (size_t)x->B * x->T;
-    int rc = x->dev->h2d(x->dev, x->tokens, x->h_tokens, n, NULL, e);
-    if (!rc) rc = x->dev->h2d(x->dev, x->targets, x->h_targets, n, NULL, e);
-    if (!rc && x->positions) rc = x->dev->h2d(x->dev, x->positions, x->h_positions, n, NULL, e);
-    return rc;
-}
+static int upload_batch(exec_dev *x, hyp_err *e) { return exec_dev_batch_upload(x, e); }
 
 static int mean_loss(exec_dev *x, float *loss, hyp_err *e) {
     int64_t n = (int64_t)x->B * x->T;
@@ -946,12 +1016,33 @@ static int zg_reduce(void *ctx, int g, int slot, hyp_err *e) {
 
 static const hyp_z3_hooks ZG_DEVICE = {NULL, NULL, zg_grads_begin, z3_run_op, NULL, zg_reduce};
 
+/* v2165: ops [lo, hi) of a pass as one region (exec_dev_region's body) */
+typedef struct {
+    const plan_op *ops;
+    const exec_dev_op *eo; /* NULL: the backward's (exec_dev_bwd_op) */
+    int lo, hi;
+    float dloss;
+} ops_span;
+
+static int span_body(exec_dev *x, void *ctx, hyp_err *e) {
+    const ops_span *s = ctx;
+    int rc = HYP_OK;
+    for (int i = s->lo; i < s->hi && !rc; i++) rc = run_op(x, &s->ops[i], s->eo ? &s->eo[i] : exec_dev_bwd_op(x, i), s->dloss, e);
+    return rc;
+}
+
+/* The batch upload (host memory) and the bf16 weight cast (once per optimizer step) stay outside
+ * the region; the forward ops are one region (key: the bound batch shape). */
 int exec_dev_forward(exec_dev *x, hyp_err *e) {
     int rc = upload_batch(x, e);
     if (!rc) rc = refresh_wcopy(x, e);
     if (!rc && x->z3)
         rc = z3_run(x, x->p->fwd, x->fwd, x->p->n_fwd, x->z3->lay->fwd, x->z3->lay->n_fwd, 0, 0, NULL, e);
-    for (int i = 0; i < x->p->n_fwd && !rc && !x->z3; i++) rc = run_op(x, &x->p->fwd[i], &x->fwd[i], 0, e);
+    if (!rc && !x->z3) {
+        ops_span sp = {x->p->fwd, x->fwd, 0, x->p->n_fwd, 0};
+        double key[2] = {x->B, x->T};
+        rc = exec_dev_region(x, EXD_G_FWD, key, 2, span_body, &sp, e);
+    }
     if (!rc) rc = x->dev->stream_synchronize(x->dev, NULL, e);
     return rc;
 }
@@ -1043,6 +1134,23 @@ int exec_dev_backward_each(exec_dev *x, float dloss, float *loss, int (*after)(v
     if (x->zg) {
         z3_pass c = {x, x->p->bwd, x->bwd, dloss, loss};
         rc = hyp_z3_schedule(x->zg, x->zg->bwd, x->zg->n_bwd, x->p->n_bwd, 1, 0, &ZG_DEVICE, &c, e);
+    }
+    if (!x->z3 && !x->zg && !after && !x->row_scale && !x->teacher) {
+        /* v2165: regions cut where the host reads the fused loss's losses (mean_loss waits for
+         * them): the ops up to it, then the rest (key: batch shape and dloss, which carries the
+         * v2162 loss scale: a new scale is a new graph) */
+        double key[3] = {x->B, x->T, dloss};
+        for (int i = 0, lo = 0, part = 0; i <= x->p->n_bwd && !rc; i++) {
+            int loss_op = i < x->p->n_bwd && (hyp_op_get(x->p->bwd[i].op)->flags & HYP_OPF_WRITES_LOSSES);
+            if (!loss_op && i < x->p->n_bwd) continue;
+            int hi = loss_op ? i + 1 : i;
+            ops_span sp = {x->p->bwd, NULL, lo, hi, dloss};
+            if (hi > lo) rc = exec_dev_region(x, part == 0 ? EXD_G_BWD_HEAD : part == 1 ? EXD_G_BWD_TAIL : -1, key, 3, span_body, &sp, e);
+            part++;
+            if (!rc && loss_op) rc = mean_loss(x, loss, e);
+            lo = hi;
+        }
+        return rc ? rc : x->dev->stream_synchronize(x->dev, NULL, e);
     }
     for (int i = 0; i < x->p->n_bwd && !rc && !x->z3 && !x->zg; i++) {
         rc = run_op(x, &x->p->bwd[i], exec_dev_bwd_op(x, i), dloss, e);

@@ -29,7 +29,7 @@ typedef struct exec_dev_launch exec_dev_launch; /* one kernel launch of a plan o
 typedef struct exec_dev_file exec_dev_file;     /* one rendered module (exec_dev.c) */
 
 /* EXD_SKIP: the first op of a v2166 fusion site (kernels.json "fusions"), whose work the site's
- * launches do at the second op */
+ * launches do at the second op, or an op a GEMM epilogue does (plan attrs.epilogue) */
 typedef enum { EXD_NONE, EXD_KERNELS, EXD_GEMM, EXD_ZERO, EXD_SKIP } exec_dev_how;
 
 typedef struct {
@@ -56,9 +56,28 @@ typedef struct {
     hyp_event *start, *gdone, *wsfree, *done; /* compute so far; a group's grads; workspace free; comm */
 } exec_dev_z3;
 
+/* v2165 graphs (exec_dev_graph.c, docs/cuda-graphs.md): the regions of a step that are captured
+ * once and replayed — each a stretch of device work on the default stream between two points
+ * where the host must wait or decide (the forward; the backward up to the fused loss, whose
+ * losses the host reads; the rest of the backward; the gradient norm) */
+enum { EXD_G_FWD, EXD_G_BWD_HEAD, EXD_G_BWD_TAIL, EXD_G_NORM, EXD_G_MAX };
+#define EXD_G_KEYS 4
+typedef struct {
+    hyp_graph *g;                   /* NULL: not captured (yet) */
+    double key[EXD_G_KEYS];         /* the host values the region's launches were built from */
+    int seen;                       /* the region ran eagerly once with this key (the warm-up) */
+    unsigned long long nodes;       /* host calls the capture recorded */
+} exec_dev_graph;
+
 typedef struct {
     const plan_t *p;
     hyp_device *dev;
+    /* v2165 (exec_dev_set_graphs): regions captured on their second run with the same key and
+     * replayed from the third; counters for the launches-per-step report */
+    int graphs;
+    exec_dev_graph gr[EXD_G_MAX];
+    unsigned long long g_captures, g_replays, g_nodes_replayed, g_nodes_captured;
+    double g_issue_s;               /* host seconds spent issuing the regions (bodies or graph launches) */
     float *params, *grads;          /* device: [param_floats] each */
     float *state[HYP_OPT_MAX_STATE];/* device: the optimizer's states (plan optimizer.state), each
                                        the arena or this rank's shard */
@@ -83,6 +102,8 @@ typedef struct {
     int32_t *h_positions;           /* host: likewise (NULL without the buffer); exec_dev_bind sets
                                        row positions 0..T-1 */
     float *h_losses;                /* host: [maxB * maxT] */
+    struct exec_dev_up *up;         /* v2128 pinned batch buffers and their copy stream
+                                       (exec_dev_copy.c); NULL: pageable, default stream */
     int B, T;                       /* bound batch shape (<= the plan's) */
     size_t bytes;                   /* device bytes allocated */
     exec_dev_file *files;
@@ -185,6 +206,15 @@ void exec_dev_params_changed(exec_dev *x);
 int exec_dev_download_buf(exec_dev *x, int idx, float *host, int64_t n, hyp_err *e);
 /* Uploads h_tokens/h_targets (and h_positions), then runs the forward pass up to the logits. */
 int exec_dev_forward(exec_dev *x, hyp_err *e);
+
+/* v2128 (exec_dev_copy.c): the batch host buffers, pinned unless HYP_PINNED_BATCH=0, uploaded on a
+ * copy stream the compute stream waits for. Call exec_dev_batch_wait before writing a new batch
+ * into h_tokens/h_targets/h_positions while an upload may be in flight. */
+int exec_dev_batch_alloc(exec_dev *x, int64_t maxN, int positions, hyp_err *e);
+void exec_dev_batch_free(exec_dev *x);
+int exec_dev_batch_upload(exec_dev *x, hyp_err *e);
+int exec_dev_batch_wait(exec_dev *x, hyp_err *e);
+long exec_dev_batch_async_uploads(const exec_dev *x); /* -1 when off */
 /* Forward + loss (no gradients): the mean loss over non-ignored targets in *loss. */
 int exec_dev_eval_loss(exec_dev *x, float *loss, hyp_err *e);
 /* Fused loss + dlogits (scaled by dloss) then the backward pass, accumulating into grads; the
@@ -238,6 +268,21 @@ int exec_dev_fp8_step(exec_dev *x, hyp_err *e);
 /* Replaces the host scaling states by st[p->fp8_slots] (a checkpoint's, or the host executor's) and
  * uploads their scales. */
 int exec_dev_fp8_set_states(exec_dev *x, const hyp_fp8_state *st, hyp_err *e);
+
+/* ---- v2165 graphs (exec_dev_graph.c) ---- */
+/* Turns capture and replay of the regions on (1) or off (0: eager, the graphs freed). Work that
+ * involves collectives or another stream forms no region and runs eagerly: the forward and
+ * backward of ZeRO-3, the backward of ZeRO-2's gradient schedule and of the v2110 overlap hooks. */
+int exec_dev_set_graphs(exec_dev *x, int on, hyp_err *e);
+/* Runs region `slot`: body(x, ctx) issues its work on the default stream. Eager when graphs are
+ * off or a profile is being taken (v2184 times each op with events); else with a key (nkey <=
+ * EXD_G_KEYS values: every host value the body's launches depend on) not seen before, eagerly (a
+ * warm-up: lazily made cuBLASLt workspaces and plans are made outside any capture); the second
+ * time it is captured, and replayed by one graph launch from then on. The body must enqueue only
+ * on the default stream and must not synchronize. */
+int exec_dev_region(exec_dev *x, int slot, const double *key, int nkey, int (*body)(exec_dev *x, void *ctx, hyp_err *e),
+                    void *ctx, hyp_err *e);
+void exec_dev_free_graphs(exec_dev *x);
 
 /* ---- the fused loss's extension (exec_dev_loss.c) ---- */
 /* Whether the manifest has the crossentropy_fused_ext launch (else the setters refuse). */

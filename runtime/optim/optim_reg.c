@@ -6,6 +6,7 @@
 #include "optim.h"
 
 extern const hyp_optim_i hyp_optim_adamw;
+extern const hyp_optim_i hyp_optim_adamw8;
 extern const hyp_optim_i hyp_optim_lion;
 extern const hyp_optim_i hyp_optim_muon;
 extern const hyp_optim_i hyp_optim_sfadamw;
@@ -15,6 +16,7 @@ extern const hyp_optim_i hyp_optim_shampoo;
 
 static const hyp_optim_i *const REGISTRY[] = {
     &hyp_optim_adamw,
+    &hyp_optim_adamw8,
     &hyp_optim_lion,
     &hyp_optim_muon,
     &hyp_optim_sfadamw,

@@ -23,6 +23,11 @@
  * writes back norm / S and clip / S: the optimizer kernel's gradient scale becomes clip / S, the
  * unscale folded in, no pass over the gradients.
  *
+ * v2165 graphs (plan train.cuda_graphs, or HYP_CUDA_GRAPHS=1; =0 turns them off): the forward, the
+ * two backward regions (exec_dev.c) and the norm (below) are captured once and replayed where no
+ * collective runs inside them; what stays eager, and why, is in docs/cuda-graphs.md. The host calls per
+ * step (device.h `calls`) of the last step are reported at the end.
+ *
  * The host executor x is a mirror without activations: it initializes, checkpoints and samples.
  * Never: the micro-batch loop or loss weighting (the driver, backend.c). */
 #include <limits.h>
@@ -66,6 +71,11 @@ typedef struct {
     int t_on, t_logits, t_vp;
     exec_dev txd;
     char kdir[PATH_MAX]; /* the student's kernels */
+    /* v2165: host calls (device.h calls) and region counters at the end of the previous step, and
+     * the last step's figures */
+    unsigned long long mark_calls, mark_replays, mark_nodes, mark_captured, step_calls, step_eager, step_graphs;
+    double mark_issue, step_issue_s, issue_sum; /* issue_sum: steps 3.. (after warm-up and capture) */
+    int steps_seen, issue_n;
 } train_dev;
 
 /* The layer a parameter belongs to: its name up to the first all-digit component
@@ -205,6 +215,10 @@ static int open_dev(train_dev *t, const dp_t *dp, const plan_t *p, const char *p
         return rc;
     const char *ov = getenv("HYP_COMM_OVERLAP");
     t->overlap = t->world > 1 && stage <= 1 && p->comm_overlap && !(ov && !strcmp(ov, "0"));
+    const char *gv = getenv("HYP_CUDA_GRAPHS");
+    if (gv && *gv && strcmp(gv, "0") && strcmp(gv, "1"))
+        return hyp_fail(e, HYP_EINPUT, "HYP_CUDA_GRAPHS=%s — use 1 (capture and replay the step's regions, v2165) or 0 (eager)", gv);
+    if ((gv && *gv ? !strcmp(gv, "1") : p->cuda_graphs) && (rc = exec_dev_set_graphs(&t->xd, 1, e))) return rc;
     return t->overlap ? make_buckets(t, e) : HYP_OK;
 }
 
@@ -212,6 +226,11 @@ static void close_dev(train_dev *t) {
     if (!t->on) return;
     hyp_device *d = t->dev;
     hyp_err e;
+    if (t->steps_seen) /* v2165: the last step's host calls (launches, GEMMs, copies, graph launches) */
+        printf("device calls per step: %llu host calls%s (eager equivalent %llu), %llu graph launches; region issue time %.1f us/step (%s); cuda graphs %s (v2165)\n",
+               t->step_calls, t->xd.graphs ? " with graphs" : "", t->step_eager, t->step_graphs,
+               (t->issue_n ? t->issue_sum / t->issue_n : t->step_issue_s) * 1e6, t->issue_n ? "mean from step 3" : "last step",
+               t->xd.graphs ? "on" : "off");
     d->synchronize(d, &e);
     for (int i = 0; i < t->n_buckets; i++)
         if (t->buckets[i].ev) d->event_destroy(d, t->buckets[i].ev);
@@ -224,6 +243,20 @@ static void close_dev(train_dev *t) {
     exec_dev_free(&t->xd);
     d->close(d);
     memset(t, 0, sizeof *t);
+}
+
+/* v2165: the norm region's body (the norm and clip factor stay on the device: the optimizer reads
+ * the clip factor from gnorm[1], so replaying this region passes no stale value) */
+typedef struct {
+    train_dev *t;
+    const float *g;
+    int64_t n;
+    float max_norm;
+} norm_ctx;
+static int norm_body(exec_dev *xd, void *ctx, hyp_err *e) {
+    const norm_ctx *c = ctx;
+    int rc = exec_dev_norm_partial(xd, c->g, c->n, c->t->partial, e);
+    return rc ? rc : exec_dev_norm_finish(xd, c->t->partial, c->max_norm, c->t->gnorm, e);
 }
 
 /* The summed gradients this rank owns (all of them for stage 0/1, gshard for stage >= 2), then
@@ -246,6 +279,11 @@ static int reduce_and_norm(train_dev *t, float max_norm, hyp_err *e) {
         if (t->stage == 2 && !xd->zg) /* with zg each group was reduced into gshard during backward */
             rc = t->world > 1 ? d->reduce_scatter(d, xd->grads, xd->gshard, (size_t)xd->shard, HYP_DT_F32, NULL, e)
                               : d->d2d(d, xd->gshard, xd->grads, sizeof(float) * (size_t)xd->shard, NULL, e);
+    }
+    if (!rc && xd->graphs && !(t->stage >= 2 && t->world > 1)) { /* v2165: partial + finish as one region (no all-reduce between) */
+        norm_ctx c = {t, g, n, max_norm};
+        double key[2] = {(double)n, max_norm};
+        return exec_dev_region(xd, EXD_G_NORM, key, 2, norm_body, &c, e);
     }
     if (!rc) rc = exec_dev_norm_partial(xd, g, n, t->partial, e);
     if (!rc && t->stage >= 2 && t->world > 1) /* the shards' partial sums, summed across ranks */
@@ -292,6 +330,8 @@ static int dev_sampled_targets(train_dev *t, exec_t *x, hyp_err *e) {
 /* The last micro-batch's backward starts the bucket all-reduces (overlap). */
 static int dev_micro_batch(train_backend *b, float dloss, int last, float *mean, hyp_err *e) {
     train_dev *t = b->impl;
+    int rc0 = exec_dev_batch_wait(&t->xd, e); /* v2128: the previous upload has read the buffers */
+    if (rc0) return rc0;
     stage_batch(t, b->x);
     int hook = t->overlap && last;
     int rc = HYP_OK;
@@ -367,6 +407,15 @@ static int dev_finish_step(train_backend *b, double *norm, float *scale, hyp_err
         rc = d->all_reduce(d, xd->fp8_amax, (size_t)b->x->p->fp8_slots, HYP_DT_F32, HYP_RED_MAX, NULL, e);
     if (!rc) rc = d->stream_synchronize(d, NULL, e);
     if (!rc) rc = exec_dev_fp8_step(xd, e);
+    /* v2165: this step's host calls; eager equivalent = each graph launch replaced by the calls it
+     * recorded, a capture's recorded calls (issued, not run) not counted twice */
+    t->step_calls = d->calls - t->mark_calls;
+    t->step_graphs = xd->g_replays - t->mark_replays;
+    t->step_eager = t->step_calls - t->step_graphs + (xd->g_nodes_replayed - t->mark_nodes) - (xd->g_nodes_captured - t->mark_captured);
+    t->step_issue_s = xd->g_issue_s - t->mark_issue;
+    t->mark_calls = d->calls, t->mark_replays = xd->g_replays, t->mark_nodes = xd->g_nodes_replayed, t->mark_issue = xd->g_issue_s;
+    t->mark_captured = xd->g_nodes_captured;
+    if (++t->steps_seen >= 3) t->issue_sum += t->step_issue_s, t->issue_n++;
     *norm = t->h_gnorm[0];
     *scale = t->ls_folded ? (float)(t->h_gnorm[1] * t->ls_S) : t->h_gnorm[1]; /* the clip factor alone */
     return rc;
@@ -574,5 +623,11 @@ int train_backend_dev_open(train_backend *b, const plan_t *p, const char *plan_p
         printf("backend: sim — the generated CUDA kernels (kernels/ next to the plan) run on the CPU simulator (slow; for tests)\n");
     else
         printf("backend: cuda — %s, the compiled kernels (kernels/*.cubin) through the CUDA driver\n", t->dev->info.name);
+    if (t->xd.graphs) { /* which regions this configuration forms (exec_dev.c, reduce_and_norm) */
+        int fwd = t->stage < 3, bwd = fwd && !t->xd.zg && !t->overlap, norm = !(t->stage >= 2 && t->world > 1);
+        printf("cuda graphs (v2165): captured at their second run and replayed:%s%s%s%s; eager: the batch upload, loss read-back, optimizer%s%s\n",
+               fwd ? " the forward" : "", bwd ? ", the backward up to the loss and after it" : "", norm ? ", the norm" : "",
+               fwd || bwd || norm ? "" : " nothing", fwd ? "" : ", the forward", bwd ? "" : ", the backward (collectives inside)");
+    }
     return HYP_OK;
 }

@@ -6,6 +6,7 @@
 #   floor(0.5 * remaining) more weights (sparsity 0.5, then 0.75), and the pruned ones are the
 #   smallest |w| of the previous round's final weights;
 # - the mask is held through each round (its final zeros are its initial zeros) and only grows;
+# - --control: the last round's mask on a fresh initialization (seed + 1), held through its run;
 # - lottery.json and the table; bad input refused with exit 2.
 source "$(dirname "$0")/lib.sh" "$1"
 export OMP_NUM_THREADS=1
@@ -15,8 +16,9 @@ expect data 0 "" -- "$GEN" data "$TMP/corpus.txt" -o "$TMP/data"
 COMMON=(--model tiny --target cpu --batch 4 --seq 32)
 expect gen_lottery_trainer 0 "wrote" -- "$GEN" "$T" --enable adamw,lottery-ticket "${COMMON[@]}" -o "$TMP/t"
 ARGS=(--data "$TMP/data" --steps 30 --sample 0 --eval-every 10)
-expect lottery 0 "     2     0.7500" -- "$GEN" lottery "$TMP/t" -o "$TMP/L" --rounds 2 --rate 0.5 --rewind 3 -- "${ARGS[@]}"
+expect lottery 0 "     2     0.7500" -- "$GEN" lottery "$TMP/t" -o "$TMP/L" --rounds 2 --rate 0.5 --rewind 3 --control -- "${ARGS[@]}"
 "$GEN" export "$TMP/L/round_2/ckpt/step_00000030" -o "$TMP/L/round_2/final_hf" >/dev/null 2>&1
+"$GEN" export "$TMP/L/round_control/ckpt/step_00000030" -o "$TMP/L/round_control/final_hf" >/dev/null 2>&1
 check test_v2155_rounds_rewound_masked_held python3 - "$TMP/L" <<'PY'
 import json, struct, sys
 def tensors(path):
@@ -48,6 +50,20 @@ for r in (1, 2):
     print(f"    round {r}: {zs} of {tot} prunable weights zero ({zs / tot:.4f})")
 res = json.load(open(f"{L}/lottery.json"))
 ok = ok and [round(x["sparsity"], 4) for x in res["rounds"]] == [0.0, 0.5, 0.75]
+# the control (--control): round 2's mask exactly, on another draw of the initialization (no
+# surviving weight equals its rewind value), the mask held through its run
+ctl = tensors(f"{L}/init_control/model.safetensors")
+fin = tensors(f"{L}/round_control/final_hf/model.safetensors")
+i2 = tensors(f"{L}/init_2/model.safetensors")
+for k, w in ctl.items():
+    z = {i for i, x in enumerate(w) if x == 0.0}
+    z2 = {i for i, x in enumerate(i2[k]) if x == 0.0}
+    same = sum(1 for i in range(len(w)) if i not in z and w[i] == rew[k][i])
+    fz = {i for i, x in enumerate(fin[k]) if x == 0.0}
+    if not (z == z2 and same == 0 and fz == z):
+        ok = False; print(f"    control {k}: mask equal {z == z2}, survivors equal to rewind {same}, held {fz == z}")
+ok = ok and round(res["control"]["sparsity"], 4) == 0.75 and res["control"]["val_loss"] > 0
+print(f"    val loss: round 2 (ticket) {res['rounds'][2]['val_loss']:.4f}, control {res['control']['val_loss']:.4f}")
 sys.exit(0 if ok else 1)
 PY
 

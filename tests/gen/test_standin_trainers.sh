@@ -49,7 +49,7 @@ pair() {
 }
 
 pair tiny_fp32 tiny adamw,clip sm_90 sm_80
-pair tiny_bf16 tiny adamw,clip,bf16 sm_90
+pair tiny_bf16 tiny adamw,clip,bf16,fusion sm_90 # + v2166: residual+norm kernels and the GELU/dGELU epilogues through dev_cuda.c
 pair llama_fp32 tiny-llama adamw,clip sm_90
 
 # a checkpoint round trip through a preemption on the cuda path (v2177): SIGTERM once step 1 is

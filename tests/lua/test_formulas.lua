@@ -195,5 +195,35 @@ near("train 2 GPUs hours", c2.hours, 50)
 near("train 2 GPUs cost = 1 GPU cost", c2.usd, 250)
 near("train GPU-hours", c2.gpu_hours, 100)
 
+-- ---- mixture of experts (model key `moe`, docs/moe.md) ---------------------------------------
+-- tiny-moe by hand: attention per layer q 64·64 + k,v 2·32·64 + o 64·64 = 12288; 4 SwiGLU experts
+-- of 3·64·128 = 24576 each = 98304; router 4·64 = 256; two RMSNorms 128 -> 110976 per layer;
+-- × 2 = 221952 + embeddings 2·256·64 = 32768 + final norm 64 = 254784. Active: top-2 experts,
+-- 2 fewer per layer: 254784 - 2·2·24576 = 156480.
+local tinymoe = { name = "tiny-moe", arch = "llama", vocab_size = 256, context = 128, d_model = 64, n_layers = 2,
+  n_heads = 4, n_kv_heads = 2, ffn_hidden = 128, norm = "rmsnorm", activation = "swiglu", position = "rope",
+  tied_embeddings = false, bias = false, moe = { n_experts = 4, top_k = 2, router = "softmax", dropless = true } }
+eq("param_count tiny-moe", F.param_count(tinymoe), 254784)
+eq("active_param_count tiny-moe", F.active_param_count(tinymoe), 156480)
+-- matmul params: active linear weights incl. router and head: 2·(12288 + 2·24576 + 256) + 256·64
+eq("matmul_params tiny-moe", F.matmul_params(tinymoe), 2 * (12288 + 2 * 24576 + 256) + 256 * 64)
+-- a shared expert and a dense first layer: layer 0 keeps the dense MLP (3·64·128), layer 1 has
+-- 4 routed + 1 shared expert of 3·64·32 = 6144 and the router 256
+tinymoe.moe = { n_experts = 4, top_k = 2, router = "sigmoid", dropless = true, n_shared_experts = 1,
+  expert_hidden = 32, first_dense_layers = 1 }
+eq("param_count tiny-moe shared+dense", F.param_count(tinymoe), 2 * (12288 + 128) + 24576 + 5 * 6144 + 256 + 32768 + 64)
+eq("active_param_count tiny-moe shared+dense", F.active_param_count(tinymoe), 2 * (12288 + 128) + 24576 + 3 * 6144 + 256 + 32768 + 64)
+-- ZeRO-3's gather unit is the largest layer: the MoE layer 1 (12288 + 128 + 5·6144 + 256 = 43392)
+-- outweighs the dense layer 0 (12288 + 128 + 24576 = 36992), the untied head (256·64 + 64) and
+-- the embedding (256·64)
+eq("layer_params tiny-moe shared+dense", F.layer_params(tinymoe), 43392)
+eq("gather_params tiny-moe shared+dense", F.gather_params(tinymoe), 43392)
+-- the throughput model's compute term uses the active count when given
+local th = { L = 1, d = 1, b = 2, k = 6, g = 1, alpha = 16, c = 6, B = 1e6, bg = 2, p = 1, peak_flops = 1e15,
+  hbm_Bps = 1e12, nic_gbps = 0, ec = 1, em = 1, en = 1, N = 4e9 }
+local dense_t = F.throughput(th)
+th.Na = 1e9
+eq("throughput compute term uses active params", F.throughput(th).flops_per_token, dense_t.flops_per_token / 4)
+
 print(string.format("%d passed, %d failed", pass, fail))
 os.exit(fail == 0 and 0 or 1)

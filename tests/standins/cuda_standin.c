@@ -124,6 +124,14 @@ static uint64_t env_u64(const char *name, uint64_t dflt) {
     return v && *v ? strtoull(v, NULL, 0) : dflt;
 }
 
+/* HYP_STANDIN_COPY_STATS=1: at exit, the asynchronous host copies by kind of host memory (the
+ * v2128/v2179 tests check that batch uploads and snapshots come from pinned memory). */
+static long copy_stats[2][2]; /* [htod, dtoh][pageable, pinned] */
+static void print_copy_stats(void) {
+    fprintf(stderr, "cuda standin: async copies: HtoD %ld pinned %ld pageable, DtoH %ld pinned %ld pageable\n",
+            copy_stats[0][1], copy_stats[0][0], copy_stats[1][1], copy_stats[1][0]);
+}
+
 EXPORT CUresult cuInit(unsigned flags) {
     if (flags) return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&G.mu);
@@ -138,6 +146,7 @@ EXPORT CUresult cuInit(unsigned flags) {
         G.ndev = (int)env_u64("HYP_STANDIN_DEVICES", 1);
         if (G.ndev < 0 || G.ndev > 16) G.ndev = 16;
         G.seed = env_u64("HYP_STANDIN_SEED", 1);
+        if (env_u64("HYP_STANDIN_COPY_STATS", 0)) atexit(print_copy_stats);
         G.delay_us = (unsigned)env_u64("HYP_STANDIN_DELAY_US", 50);
         G.size = (size_t)env_u64("HYP_STANDIN_MEM_MIB", 16384) << 20;
         G.fd = memfd_create("hyp-standin-device-memory", MFD_CLOEXEC);
@@ -295,6 +304,7 @@ static int is_pinned(const void *p, size_t n) {
 }
 static int in_device_range(const void *p) { return (const char *)p >= G.dbase && (const char *)p < G.dbase + G.size; }
 
+static CUresult cap_refuse(struct CUstream_st *s, CUresult r, const char *what);
 EXPORT CUresult cuMemAlloc(CUdeviceptr *out, size_t n) {
     NEED_CTX();
     if (!out) return CUDA_ERROR_INVALID_VALUE;
@@ -302,6 +312,7 @@ EXPORT CUresult cuMemAlloc(CUdeviceptr *out, size_t n) {
     size_t need = (n + ALLOC_ALIGN - 1) & ~(size_t)(ALLOC_ALIGN - 1);
     pthread_mutex_lock(&G.mu);
     CUresult r = G.sticky;
+    if (!r) r = cap_refuse(NULL, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, "cuMemAlloc");
     if (r) goto out;
     size_t at = ALLOC_ALIGN, i = 0; /* offset 0 is never handed out */
     for (; i < G.nblocks; i++) {
@@ -337,6 +348,11 @@ static void wait_idle_locked(void);
 EXPORT CUresult cuMemFree(CUdeviceptr p) {
     NEED_CTX();
     pthread_mutex_lock(&G.mu);
+    CUresult rc = cap_refuse(NULL, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, "cuMemFree");
+    if (rc) {
+        pthread_mutex_unlock(&G.mu);
+        return rc;
+    }
     wait_idle_locked(); /* cuMemFree waits for work that may still use the block */
     dblock *b = find_block(p, 0);
     CUresult r = CUDA_SUCCESS;
@@ -416,6 +432,21 @@ struct CUstream_st {
     int quit;
     uint64_t rng;
     struct CUctx_st *ctx; /* current on its worker, so work run there (hypsi_enqueue) sees the context */
+    struct CUgraph_st *cap; /* capturing (cuStreamBeginCapture): operations are recorded here, not run */
+    char cap_bad[300];      /* why the capture was invalidated ("" while valid) */
+};
+
+/* A captured graph: its operations in capture order (shared by the graph and its instantiations,
+ * freed with the last; the operations' free_arg runs then). */
+typedef struct {
+    op *head, *tail;
+    int n, refs;
+} gnodes;
+struct CUgraph_st {
+    gnodes *g;
+};
+struct CUgraphExec_st {
+    gnodes *g;
 };
 
 struct CUevent_st {
@@ -529,9 +560,17 @@ static int implicit_waits(struct CUstream_st *s) {
     return 0;
 }
 
-/* Appends fn(arg) to s; G.mu held. */
+/* Appends fn(arg) to s (a capturing stream: to its graph); G.mu held. */
 static int add_op(struct CUstream_st *s, void (*fn)(void *), void *arg, void (*free_arg)(void *)) {
     op *o = calloc(1, sizeof *o);
+    if (o && s->cap) {
+        gnodes *g = s->cap->g;
+        o->fn = fn, o->arg = arg, o->free_arg = free_arg;
+        if (g->tail) g->tail->next = o;
+        else g->head = o;
+        g->tail = o, g->n++;
+        return 0;
+    }
     if (!o || implicit_waits(s)) return free(o), -1;
     o->fn = fn, o->arg = arg, o->free_arg = free_arg;
     push_op(s, o);
@@ -543,6 +582,24 @@ static void wait_stream_locked(struct CUstream_st *s, uint64_t upto) {
 }
 static void wait_idle_locked(void) {
     for (int i = 0; i < G.nstreams; i++) wait_stream_locked(G.streams[i], G.streams[i]->enq);
+}
+
+/* Stream capture in global mode (CUDA Programming Guide, "CUDA Graphs: Prohibited and Unhandled
+ * Operations"; cuStreamBeginCapture's mode): while a stream captures, a call that would
+ * synchronize with it or that is "potentially unsafe" (memory allocation, context
+ * synchronization, a copy with pageable host memory) is refused with
+ * CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and invalidates the capture (cuStreamEndCapture then
+ * returns CUDA_ERROR_STREAM_CAPTURE_INVALIDATED). s names the stream concerned (NULL: every
+ * capture). Returns CUDA_SUCCESS when nothing captures. G.mu held. */
+static CUresult cap_refuse(struct CUstream_st *s, CUresult r, const char *what) {
+    int hit = 0;
+    for (int i = 0; i < G.nstreams; i++) {
+        struct CUstream_st *t = G.streams[i];
+        if (!t->cap || (s && t != s)) continue;
+        hit = 1;
+        if (!t->cap_bad[0]) snprintf(t->cap_bad, sizeof t->cap_bad, "%s", what);
+    }
+    return hit ? refuse(r, "%s while a stream captures a graph (global mode): refused, and the capture is invalidated", what) : CUDA_SUCCESS;
 }
 
 EXPORT CUresult cuStreamCreate(CUstream *out, unsigned flags) {
@@ -576,7 +633,8 @@ EXPORT CUresult cuStreamSynchronize(CUstream h) {
     struct CUstream_st *s = stream_of(h);
     CUresult r = CUDA_SUCCESS;
     if (!s) r = refuse(CUDA_ERROR_INVALID_HANDLE, "cuStreamSynchronize(%p): not a live stream", (void *)h);
-    else {
+    else if ((r = cap_refuse(s == G.legacy ? NULL : s, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, "cuStreamSynchronize"))) {
+    } else {
         if (s == G.legacy) wait_idle_locked(); /* the NULL stream synchronizes with blocking streams */
         wait_stream_locked(s, s->enq);
         r = G.sticky;
@@ -591,6 +649,7 @@ EXPORT CUresult cuStreamQuery(CUstream h) {
     pthread_mutex_lock(&G.mu);
     struct CUstream_st *s = stream_of(h);
     CUresult r = !s ? refuse(CUDA_ERROR_INVALID_HANDLE, "cuStreamQuery(%p): not a live stream", (void *)h)
+               : s->cap ? cap_refuse(s, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, "cuStreamQuery of a capturing stream")
                : G.sticky ? G.sticky : s->done < s->enq ? CUDA_ERROR_NOT_READY : CUDA_SUCCESS;
     pthread_mutex_unlock(&G.mu);
     return r;
@@ -598,8 +657,13 @@ EXPORT CUresult cuStreamQuery(CUstream h) {
 EXPORT CUresult cuCtxSynchronize(void) {
     NEED_CTX();
     pthread_mutex_lock(&G.mu);
+    CUresult r = cap_refuse(NULL, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, "cuCtxSynchronize");
+    if (r) {
+        pthread_mutex_unlock(&G.mu);
+        return r;
+    }
     wait_idle_locked();
-    CUresult r = G.sticky;
+    r = G.sticky;
     pthread_mutex_unlock(&G.mu);
     return r;
 }
@@ -681,6 +745,7 @@ EXPORT CUresult cuEventRecord(CUevent e, CUstream h) {
     ev_op *o = NULL;
     if (!r && (!e || !event_live(e))) r = refuse(CUDA_ERROR_INVALID_HANDLE, "cuEventRecord(%p): not a live event", (void *)e);
     else if (!r && !s) r = refuse(CUDA_ERROR_INVALID_HANDLE, "cuEventRecord: %p is not a live stream", (void *)h);
+    else if (!r && s->cap) r = cap_refuse(s, CUDA_ERROR_NOT_SUPPORTED, "cuEventRecord on a capturing stream (the stand-in captures no event nodes)");
     else if (!r && !(o = malloc(sizeof *o))) r = CUDA_ERROR_OUT_OF_MEMORY;
     if (!r) {
         *o = (ev_op){e, ++e->recorded};
@@ -699,6 +764,7 @@ EXPORT CUresult cuStreamWaitEvent(CUstream h, CUevent e, unsigned flags) {
     ev_op *o = NULL;
     if (!r && (!e || !event_live(e))) r = refuse(CUDA_ERROR_INVALID_HANDLE, "cuStreamWaitEvent: %p is not a live event", (void *)e);
     else if (!r && !s) r = refuse(CUDA_ERROR_INVALID_HANDLE, "cuStreamWaitEvent: %p is not a live stream", (void *)h);
+    else if (!r && s->cap) r = cap_refuse(s, CUDA_ERROR_NOT_SUPPORTED, "cuStreamWaitEvent on a capturing stream (the stand-in captures no cross-stream dependencies)");
     else if (!r && e->recorded) { /* an event never recorded: nothing to wait for */
         if (!(o = malloc(sizeof *o))) r = CUDA_ERROR_OUT_OF_MEMORY;
         else {
@@ -774,6 +840,8 @@ static CUresult enqueue_copy(CUstream h, char *dst, const char *src, size_t n, i
     if (G.sticky) return G.sticky;
     if (!s) return refuse(CUDA_ERROR_INVALID_HANDLE, "a copy on %p, not a live stream", (void *)h);
     if (!n) return CUDA_SUCCESS;
+    if (s->cap && (stage || sync_after)) /* the driver copies pageable memory at the call, or waits */
+        return cap_refuse(s, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, "a copy with pageable host memory on a capturing stream");
     copy_op *c = calloc(1, sizeof *c);
     if (!c) return CUDA_ERROR_OUT_OF_MEMORY;
     *c = (copy_op){dst, src, n, byte, NULL};
@@ -807,6 +875,7 @@ EXPORT CUresult cuMemcpyHtoDAsync(CUdeviceptr dst, const void *src, size_t n, CU
     pthread_mutex_lock(&G.mu);
     CUresult r = check_dev(dst, n, "cuMemcpyHtoDAsync destination");
     if (!r) r = check_host(src, n, "cuMemcpyHtoDAsync source");
+    if (!r) copy_stats[0][is_pinned(src, n)]++;
     if (!r) r = enqueue_copy(h, n ? rw_of(dst) : NULL, src, n, -1, !is_pinned(src, n), 0);
     pthread_mutex_unlock(&G.mu);
     return r;
@@ -816,6 +885,7 @@ EXPORT CUresult cuMemcpyDtoHAsync(void *dst, CUdeviceptr src, size_t n, CUstream
     pthread_mutex_lock(&G.mu);
     CUresult r = check_dev(src, n, "cuMemcpyDtoHAsync source");
     if (!r) r = check_host(dst, n, "cuMemcpyDtoHAsync destination");
+    if (!r) copy_stats[1][is_pinned(dst, n)]++;
     if (!r) r = enqueue_copy(h, dst, n ? rw_of(src) : NULL, n, -1, 0, !is_pinned(dst, n));
     pthread_mutex_unlock(&G.mu);
     return r;
@@ -1267,6 +1337,111 @@ out:
     return r;
 }
 
+/* ---- graphs: stream capture (global mode), instantiate, launch ------------------------------- */
+
+static void gnodes_unref(gnodes *g) { /* G.mu held for the operations' free_arg (they may take it: not here) */
+    if (!g || --g->refs) return;
+    for (op *o = g->head, *n; o; o = n) {
+        n = o->next;
+        if (o->free_arg) {
+            pthread_mutex_unlock(&G.mu);
+            o->free_arg(o->arg);
+            pthread_mutex_lock(&G.mu);
+        }
+        free(o);
+    }
+    free(g);
+}
+
+EXPORT CUresult cuStreamBeginCapture(CUstream h, CUstreamCaptureMode mode) {
+    NEED_CTX();
+    pthread_mutex_lock(&G.mu);
+    struct CUstream_st *s = stream_of(h);
+    CUresult r = G.sticky;
+    if (!r && !s) r = refuse(CUDA_ERROR_INVALID_HANDLE, "cuStreamBeginCapture(%p): not a live stream", (void *)h);
+    else if (!r && s == G.legacy) r = refuse(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, "cuStreamBeginCapture on the legacy NULL stream");
+    else if (!r && s->cap) r = refuse(CUDA_ERROR_ILLEGAL_STATE, "cuStreamBeginCapture: the stream is already capturing");
+    else if (!r && mode != CU_STREAM_CAPTURE_MODE_GLOBAL)
+        r = refuse(CUDA_ERROR_NOT_SUPPORTED, "cuStreamBeginCapture: mode %d — the stand-in implements CU_STREAM_CAPTURE_MODE_GLOBAL", (int)mode);
+    if (!r) {
+        struct CUgraph_st *gr = calloc(1, sizeof *gr);
+        gnodes *g = calloc(1, sizeof *g);
+        if (!gr || !g) free(gr), free(g), r = CUDA_ERROR_OUT_OF_MEMORY;
+        else g->refs = 1, gr->g = g, s->cap = gr, s->cap_bad[0] = 0;
+    }
+    pthread_mutex_unlock(&G.mu);
+    return r;
+}
+EXPORT CUresult cuStreamEndCapture(CUstream h, CUgraph *out) {
+    NEED_CTX();
+    if (!out) return CUDA_ERROR_INVALID_VALUE;
+    *out = NULL;
+    pthread_mutex_lock(&G.mu);
+    struct CUstream_st *s = stream_of(h);
+    CUresult r = CUDA_SUCCESS;
+    if (!s) r = refuse(CUDA_ERROR_INVALID_HANDLE, "cuStreamEndCapture(%p): not a live stream", (void *)h);
+    else if (!s->cap) r = refuse(CUDA_ERROR_ILLEGAL_STATE, "cuStreamEndCapture: the stream is not capturing");
+    else {
+        struct CUgraph_st *gr = s->cap;
+        s->cap = NULL;
+        if (s->cap_bad[0]) {
+            r = refuse(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, "cuStreamEndCapture: the capture was invalidated by %s", s->cap_bad);
+            gnodes_unref(gr->g);
+            free(gr);
+        } else {
+            *out = gr;
+        }
+    }
+    pthread_mutex_unlock(&G.mu);
+    return r;
+}
+EXPORT CUresult cuGraphInstantiate(CUgraphExec *out, CUgraph g, unsigned long long flags) {
+    NEED_CTX();
+    if (!out || !g) return CUDA_ERROR_INVALID_VALUE;
+    if (flags) return refuse(CUDA_ERROR_NOT_SUPPORTED, "cuGraphInstantiate: flags %llu — the stand-in instantiates with none", flags);
+    struct CUgraphExec_st *x = calloc(1, sizeof *x);
+    if (!x) return CUDA_ERROR_OUT_OF_MEMORY;
+    pthread_mutex_lock(&G.mu);
+    x->g = g->g, g->g->refs++;
+    pthread_mutex_unlock(&G.mu);
+    *out = x;
+    return CUDA_SUCCESS;
+}
+/* Every operation of the graph, in capture order, on stream h (they run as enqueued work does). */
+EXPORT CUresult cuGraphLaunch(CUgraphExec x, CUstream h) {
+    NEED_CTX();
+    if (!x) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&G.mu);
+    struct CUstream_st *s = stream_of(h);
+    CUresult r = G.sticky;
+    if (!r && !s) r = refuse(CUDA_ERROR_INVALID_HANDLE, "cuGraphLaunch: %p is not a live stream", (void *)h);
+    else if (!r && s->cap) r = cap_refuse(s, CUDA_ERROR_NOT_SUPPORTED, "cuGraphLaunch on a capturing stream (the stand-in nests no graphs)");
+    for (op *o = x->g->head; o && !r; o = o->next)
+        if (add_op(s, o->fn, o->arg, NULL)) r = CUDA_ERROR_OUT_OF_MEMORY; /* the graph keeps the arguments */
+    pthread_mutex_unlock(&G.mu);
+    return r;
+}
+/* Waits for pending launches of it first (the driver defers the release instead; the caller sees the same). */
+EXPORT CUresult cuGraphExecDestroy(CUgraphExec x) {
+    NEED_CTX();
+    if (!x) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&G.mu);
+    wait_idle_locked();
+    gnodes_unref(x->g);
+    pthread_mutex_unlock(&G.mu);
+    free(x);
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuGraphDestroy(CUgraph g) {
+    NEED_CTX();
+    if (!g) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&G.mu);
+    gnodes_unref(g->g);
+    pthread_mutex_unlock(&G.mu);
+    free(g);
+    return CUDA_SUCCESS;
+}
+
 /* ---- errors --------------------------------------------------------------------------------- */
 
 static const struct {
@@ -1290,6 +1465,9 @@ static const struct {
     {CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES, "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES", "too many resources requested for launch"},
     {CUDA_ERROR_LAUNCH_FAILED, "CUDA_ERROR_LAUNCH_FAILED", "unspecified launch failure"},
     {CUDA_ERROR_NOT_SUPPORTED, "CUDA_ERROR_NOT_SUPPORTED", "operation not supported"},
+    {CUDA_ERROR_ILLEGAL_STATE, "CUDA_ERROR_ILLEGAL_STATE", "the operation cannot be performed in the present state"},
+    {CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED", "operation not permitted when stream is capturing"},
+    {CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED", "operation failed due to a previous error during capture"},
     {CUDA_ERROR_UNKNOWN, "CUDA_ERROR_UNKNOWN", "unknown error"},
 };
 EXPORT CUresult cuGetErrorName(CUresult r, const char **s) {

@@ -485,6 +485,54 @@ static void launches(CUmodule m) {
 
 /* The device layer (runtime/device/dev_cuda.c) on the stand-in: its call sequences obey the rules
  * above (each check would fail on a dev_cuda.c that broke one). */
+/* v2165 graphs through dev_cuda.c over the stand-in: a capture records and runs nothing, a replay
+ * runs it (one host call), and each call the driver refuses during a capture (a synchronize, an
+ * allocation, a synchronous or pageable copy) fails with CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and
+ * invalidates the capture (CUDA_ERROR_STREAM_CAPTURE_INVALIDATED), leaving the device usable. */
+static void graphs_v2165(hyp_device *d, hyp_module *m, float *x, float *y, hyp_stream *s) {
+    hyp_err e;
+    hyp_graph *g = NULL;
+    float back[1024], host[1024] = {0};
+    hyp_kargs f = {0}, sc = {0};
+    hyp_kargs_ptr(&f, x), hyp_kargs_f32(&f, 7.0f), hyp_kargs_i32(&f, 1024);
+    hyp_kargs_ptr(&sc, x), hyp_kargs_ptr(&sc, y), hyp_kargs_f32(&sc, 2.0f), hyp_kargs_i32(&sc, 1024);
+    int rc = d->memset_sync(d, x, 0, sizeof back, &e) || d->memset_sync(d, y, 0, sizeof back, &e) || d->capture_begin(d, s, &e) ||
+             d->launch(d, m, "fill", HYP_DIM3(4, 1, 1), HYP_DIM3(256, 1, 1), 0, &f, s, &e) ||
+             d->launch(d, m, "scale", HYP_DIM3(4, 1, 1), HYP_DIM3(256, 1, 1), 0, &sc, s, &e) || d->capture_end(d, s, &g, &e) ||
+             d->synchronize(d, &e) || d->d2h_sync(d, back, y, sizeof back, &e);
+    check(!rc && g && back[0] == 0 && back[1023] == 0, "v2165 dev_cuda: a capture (fill, scale) records and runs nothing", "%s", rc ? e.msg : "");
+    if (rc || !g) return;
+    unsigned long long c0 = d->calls;
+    rc = d->graph_launch(d, g, s, &e) || d->stream_synchronize(d, s, &e) || d->d2h_sync(d, back, y, sizeof back, &e);
+    check(!rc && back[0] == 14 && back[1023] == 14 && d->calls == c0 + 2, "v2165 dev_cuda: the replay runs both launches in order as one host call", "%s y[0] %g calls +%llu", rc ? e.msg : "", back[0], d->calls - c0);
+    struct {
+        const char *what;
+        int kind;
+    } bad[] = {{"v2165 dev_cuda: stream_synchronize in a capture: refused, invalidates it", 0},
+               {"v2165 dev_cuda: mem_alloc in a capture: refused, invalidates it", 1},
+               {"v2165 dev_cuda: d2h_sync in a capture: refused, invalidates it", 2},
+               {"v2165 dev_cuda: a pageable h2d in a capture: refused, invalidates it", 3}};
+    for (int i = 0; i < 4; i++) {
+        hyp_graph *g2 = NULL;
+        void *p = NULL;
+        hyp_err ie, ee;
+        rc = d->capture_begin(d, s, &ie) || d->launch(d, m, "fill", HYP_DIM3(4, 1, 1), HYP_DIM3(256, 1, 1), 0, &f, s, &ie);
+        int brc = rc ? rc
+                 : bad[i].kind == 0 ? d->stream_synchronize(d, s, &ie)
+                 : bad[i].kind == 1 ? d->mem_alloc(d, &p, 256, &ie)
+                 : bad[i].kind == 2 ? d->d2h_sync(d, back, y, sizeof back, &ie)
+                                    : d->h2d(d, x, host, sizeof host, s, &ie);
+        int erc = d->capture_end(d, s, &g2, &ee);
+        check(!rc && brc && strstr(ie.msg, "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED") && erc && !g2 && strstr(ee.msg, "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED"),
+              bad[i].what, "%.90s / end: %.80s", brc ? ie.msg : "accepted", erc ? ee.msg : "a graph");
+        if (p) d->mem_free(d, p, &ie);
+    }
+    rc = d->memset_sync(d, y, 0, sizeof back, &e) || d->graph_launch(d, g, s, &e) || d->graph_launch(d, g, s, &e) ||
+         d->stream_synchronize(d, s, &e) || d->d2h_sync(d, back, y, sizeof back, &e);
+    check(!rc && back[0] == 14, "v2165 dev_cuda: after the refusals the device and the graph still work (two replays)", "%s", rc ? e.msg : "");
+    d->graph_destroy(d, g);
+}
+
 static void dev_layer(void) {
     setenv("HYP_CUDA_LIBDIR", HYP_STANDIN_DIR, 1);
     unsetenv("HYP_LIBCUDA");
@@ -547,6 +595,7 @@ static void dev_layer(void) {
     hyp_kargs none = {0};
     rc = d->launch(d, m, "no_such_kernel", HYP_DIM3(1, 1, 1), HYP_DIM3(32, 1, 1), 0, &none, NULL, &e);
     check(rc && strstr(e.msg, "CUDA_ERROR_NOT_FOUND"), "dev_cuda: an unknown kernel", "%s", rc ? e.msg : "launched");
+    graphs_v2165(d, m, x, y, s1);
     d->host_free(d, pin, &e);
     d->event_destroy(d, e1), d->event_destroy(d, e2), d->stream_destroy(d, s1), d->stream_destroy(d, s2);
     d->mem_free(d, x, &e), d->mem_free(d, y, &e);

@@ -1,0 +1,168 @@
+/* ops_moe.c — the mixture-of-experts MLP on CPU (see ops_moe.h for the math and the contract).
+ * The expert GEMMs go through ops_cpu's op_matmul_fwd/bwd on each expert's gathered rows and the
+ * SwiGLU through op_swiglu_fwd/bwd, so they share the dense MLP's kernels. It must never allocate
+ * or depend on the thread count for its results.
+ */
+#include "ops_moe.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "ops_cpu.h"
+
+long op_moe_ws_floats(const moe_shape *s) {
+    long N = s->N, C = s->C, H = s->H;
+    /* xe, ye, dye, dxe: N*C each; he, dhe: N*2H; ae, dae: N*H; aux gradient: E; dg: N*K;
+     * router logit gradients: N*E. */
+    return 4 * N * C + 4 * N * H + 2 * N * H + s->E + N * s->K + N * s->E;
+}
+
+/* Gathers the rows routed to expert e (token order) into rows[]; returns their count. */
+static int expert_rows(int e, const int *topi, const moe_shape *s, int *rows, int *slot) {
+    int n_e = 0;
+    for (int n = 0; n < s->N; n++)
+        for (int k = 0; k < s->K; k++)
+            if (topi[(long)n * s->K + k] == e) {
+                rows[n_e] = n;
+                if (slot) slot[n_e] = k;
+                n_e++;
+            }
+    return n_e;
+}
+
+/* Runs expert e on its n_e gathered rows: xe [n_e, C] -> he [n_e, 2H] -> ae [n_e, H] -> ye. */
+static void expert_fwd(float *ye, float *ae, float *he, float *xe, const float *inp,
+                       const float *w1, const float *w2, int e, const int *rows, int n_e,
+                       const moe_shape *s) {
+    long C = s->C, H = s->H;
+    for (int r = 0; r < n_e; r++) memcpy(xe + r * C, inp + (long)rows[r] * C, C * sizeof(float));
+    op_matmul_fwd(he, xe, w1 + (long)e * 2 * H * C, NULL, n_e, (int)C, (int)(2 * H));
+    op_swiglu_fwd(ae, he, n_e, (int)H);
+    op_matmul_fwd(ye, ae, w2 + (long)e * C * H, NULL, n_e, (int)H, (int)C);
+}
+
+void op_moe_fwd(float *out, float *probs, int *topi, float *topw, int *loads, float *aux,
+                const float *inp, const float *wr, const float *w1, const float *w2,
+                const moe_shape *s, float *ws, int *rows) {
+    int N = s->N, C = s->C, E = s->E, K = s->K, H = s->H;
+    /* router logits into probs, then softmax per row (max-subtracted) */
+    op_matmul_fwd(probs, inp, wr, NULL, N, C, E);
+    for (int n = 0; n < N; n++) {
+        float *p = probs + (long)n * E;
+        float mx = p[0];
+        for (int e = 1; e < E; e++) mx = p[e] > mx ? p[e] : mx;
+        double sum = 0;
+        for (int e = 0; e < E; e++) {
+            p[e] = expf(p[e] - mx);
+            sum += p[e];
+        }
+        for (int e = 0; e < E; e++) p[e] = (float)(p[e] / sum);
+        /* top-k by selection: the largest not yet taken, ties to the lower index */
+        int *ti = topi + (long)n * K;
+        float *tw = topw + (long)n * K;
+        double tsum = 0;
+        for (int k = 0; k < K; k++) {
+            int best = -1;
+            for (int e = 0; e < E; e++) {
+                int taken = 0;
+                for (int j = 0; j < k; j++) taken |= ti[j] == e;
+                if (!taken && (best < 0 || p[e] > p[best])) best = e;
+            }
+            ti[k] = best;
+            tw[k] = p[best];
+            tsum += p[best];
+        }
+        if (s->norm_topk)
+            for (int k = 0; k < K; k++) tw[k] = (float)(tw[k] / tsum);
+    }
+    float *xe = ws, *ye = xe + (long)N * C, *he = ye + (long)N * C, *ae = he + (long)N * 2 * H;
+    int *slot = rows + N;
+    memset(out, 0, (size_t)N * C * sizeof(float));
+    double auxsum = 0;
+    for (int e = 0; e < E; e++) {
+        int n_e = expert_rows(e, topi, s, rows, slot);
+        if (loads) loads[e] = n_e;
+        double P = 0;
+        for (int n = 0; n < N; n++) P += probs[(long)n * E + e];
+        auxsum += ((double)n_e / N) * (P / N);
+        if (n_e == 0) continue;
+        expert_fwd(ye, ae, he, xe, inp, w1, w2, e, rows, n_e, s);
+        for (int r = 0; r < n_e; r++) {
+            float g = topw[(long)rows[r] * K + slot[r]];
+            float *o = out + (long)rows[r] * C;
+            const float *y = ye + (long)r * C;
+            for (int c = 0; c < C; c++) o[c] += g * y[c];
+        }
+    }
+    if (aux) *aux = (float)(s->aux_coef * E * auxsum);
+}
+
+void op_moe_bwd(float *dinp, float *dwr, float *dw1, float *dw2, const float *dout, float daux,
+                const float *inp, const float *wr, const float *w1, const float *w2,
+                const float *probs, const int *topi, const float *topw, const moe_shape *s,
+                float *ws, int *rows) {
+    int N = s->N, C = s->C, E = s->E, K = s->K, H = s->H;
+    float *xe = ws, *ye = xe + (long)N * C, *dye = ye + (long)N * C, *dxe = dye + (long)N * C;
+    float *he = dxe + (long)N * C, *dhe = he + (long)N * 2 * H, *ae = dhe + (long)N * 2 * H;
+    float *dae = ae + (long)N * H, *dl = dae + (long)N * H;
+    int *slot = rows + N;
+    float *dgbuf = dl + E;
+    for (int e = 0; e < E; e++) {
+        int n_e = expert_rows(e, topi, s, rows, slot);
+        if (n_e == 0) continue;
+        expert_fwd(ye, ae, he, xe, inp, w1, w2, e, rows, n_e, s);
+        for (int r = 0; r < n_e; r++) {
+            const float *d = dout + (long)rows[r] * C, *y = ye + (long)r * C;
+            float g = topw[(long)rows[r] * K + slot[r]];
+            double dot = 0;
+            for (int c = 0; c < C; c++) {
+                dot += (double)d[c] * y[c];
+                dye[(long)r * C + c] = g * d[c];
+            }
+            dgbuf[(long)rows[r] * K + slot[r]] = (float)dot;
+        }
+        memset(dae, 0, (size_t)n_e * H * sizeof(float));
+        memset(dhe, 0, (size_t)n_e * 2 * H * sizeof(float));
+        op_matmul_bwd(dae, dw2 ? dw2 + (long)e * C * H : NULL, NULL, dye, ae, w2 + (long)e * C * H,
+                      n_e, H, C);
+        op_swiglu_bwd(dhe, dae, he, n_e, H);
+        if (dinp) memset(dxe, 0, (size_t)n_e * C * sizeof(float));
+        op_matmul_bwd(dinp ? dxe : NULL, dw1 ? dw1 + (long)e * 2 * H * C : NULL, NULL, dhe, xe,
+                      w1 + (long)e * 2 * H * C, n_e, C, 2 * H);
+        if (dinp)
+            for (int r = 0; r < n_e; r++) {
+                float *dx = dinp + (long)rows[r] * C;
+                for (int c = 0; c < C; c++) dx[c] += dxe[(long)r * C + c];
+            }
+    }
+    /* aux gradient: d aux / d p[n, e] = coef * E * f_e / N */
+    float *dlog = dgbuf + (long)N * K; /* [N, E] router logit gradients */
+    float *auxg = dl;
+    for (int e = 0; e < E; e++) {
+        int cnt = 0;
+        for (long i = 0; i < (long)N * K; i++) cnt += topi[i] == e;
+        auxg[e] = (float)(daux * s->aux_coef * E * ((double)cnt / N) / N);
+    }
+    for (int n = 0; n < N; n++) {
+        const float *p = probs + (long)n * E;
+        const int *ti = topi + (long)n * K;
+        const float *tw = topw + (long)n * K, *dg = dgbuf + (long)n * K;
+        float *dlr = dlog + (long)n * E;
+        for (int e = 0; e < E; e++) dlr[e] = auxg[e]; /* dp, then turned into dlogit in place */
+        if (s->norm_topk) {
+            /* g_k = p_k / S: dp_k = (dg_k - sum_j dg_j g_j) / S */
+            double S = 0, dot = 0;
+            for (int k = 0; k < K; k++) {
+                S += p[ti[k]];
+                dot += (double)dg[k] * tw[k];
+            }
+            for (int k = 0; k < K; k++) dlr[ti[k]] += (float)((dg[k] - dot) / S);
+        } else {
+            for (int k = 0; k < K; k++) dlr[ti[k]] += dg[k];
+        }
+        double sdp = 0;
+        for (int e = 0; e < E; e++) sdp += (double)dlr[e] * p[e];
+        for (int e = 0; e < E; e++) dlr[e] = (float)(p[e] * (dlr[e] - sdp));
+    }
+    op_matmul_bwd(dinp, dwr, NULL, dlog, inp, wr, N, C, E);
+}

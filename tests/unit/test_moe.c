@@ -1,0 +1,227 @@
+/* test_moe.c — correctness of the CPU mixture-of-experts MLP (runtime/cpu/ops_moe.c).
+ *
+ * An independent double-precision reference written per token from the Mixtral formula (router
+ * softmax, top-k, renormalised weights, each chosen expert's SwiGLU MLP, weighted sum; the aux
+ * loss as transformers' load_balancing_loss_func: coef * E * sum_e (count_e / N) * mean_n p[n,e])
+ * checks:
+ *   1. forward output, loads and aux loss against the reference on odd shapes;
+ *   2. every gradient (input, router, w1, w2) against central finite differences of the reference
+ *      of L = sum(out * R) + daux * aux, with and without renormalisation;
+ *   3. the backward accumulates (+=), loads sum to N * top_k, two runs are bit-identical.
+ * Finite differences do not cross a top-k boundary: a test shape whose smallest gap between the
+ * k-th and (k+1)-th probability is under 100 h is rejected and redrawn (reported).
+ * Prints one line per check and "N passed, M failed"; exits 1 if anything failed. It must never
+ * compare against the kernel itself.
+ */
+#include "ops_moe.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hyp_test.h"
+
+static uint64_t g_rng = 0x2545F4914F6CDD1Dull;
+static uint64_t rng_u64(void) {
+    uint64_t z = (g_rng += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+static float rng_uniform(float lo, float hi) {
+    return lo + (hi - lo) * (float)((rng_u64() >> 40) * (1.0 / 16777216.0));
+}
+static void *xalloc(size_t n) {
+    void *p = calloc(n ? n : 1, 1);
+    if (!p) {
+        fprintf(stderr, "out of memory\n");
+        exit(2);
+    }
+    return p;
+}
+
+typedef struct {
+    moe_shape s;
+    float *inp, *wr, *w1, *w2, *R;
+} problem;
+
+/* Reference: returns L = sum(out * R) + daux * aux in double; out/aux/loads/gap optional. */
+static double ref_loss(const problem *P, const double *inp, const double *wr, const double *w1,
+                       const double *w2, double daux, double *out, double *aux_out, int *loads,
+                       double *min_gap) {
+    const moe_shape *s = &P->s;
+    int N = s->N, C = s->C, E = s->E, K = s->K, H = s->H;
+    double L = 0, *p = xalloc(sizeof(double) * E), *Pm = xalloc(sizeof(double) * E);
+    int *cnt = xalloc(sizeof(int) * E), *sel = xalloc(sizeof(int) * E);
+    double *a = xalloc(sizeof(double) * H);
+    if (min_gap) *min_gap = 1e30;
+    for (int n = 0; n < N; n++) {
+        const double *x = inp + (long)n * C;
+        double mx = -1e300, z = 0;
+        for (int e = 0; e < E; e++) {
+            double l = 0;
+            for (int c = 0; c < C; c++) l += x[c] * wr[(long)e * C + c];
+            p[e] = l;
+            mx = l > mx ? l : mx;
+        }
+        for (int e = 0; e < E; e++) z += (p[e] = exp(p[e] - mx));
+        for (int e = 0; e < E; e++) {
+            p[e] /= z;
+            Pm[e] += p[e] / N;
+            sel[e] = 0;
+        }
+        /* top-k: rank of e = number of experts strictly above it (ties to lower index) */
+        double S = 0, kth = 1e30, next = -1e30;
+        for (int e = 0; e < E; e++) {
+            int above = 0;
+            for (int j = 0; j < E; j++) above += p[j] > p[e] || (p[j] == p[e] && j < e);
+            if (above < K) {
+                sel[e] = 1;
+                S += p[e];
+                kth = p[e] < kth ? p[e] : kth;
+            } else {
+                next = p[e] > next ? p[e] : next;
+            }
+        }
+        if (min_gap && K < E && kth - next < *min_gap) *min_gap = kth - next;
+        for (int c = 0; c < C; c++) {
+            double o = 0;
+            for (int e = 0; e < E; e++) {
+                if (!sel[e]) continue;
+                double g = s->norm_topk ? p[e] / S : p[e];
+                for (int h = 0; h < H; h++) {
+                    double gt = 0, up = 0;
+                    for (int i = 0; i < C; i++) {
+                        gt += x[i] * w1[((long)e * 2 * H + h) * C + i];
+                        up += x[i] * w1[((long)e * 2 * H + H + h) * C + i];
+                    }
+                    a[h] = gt / (1 + exp(-gt)) * up;
+                }
+                double y = 0;
+                for (int h = 0; h < H; h++) y += a[h] * w2[((long)e * C + c) * H + h];
+                o += g * y;
+            }
+            if (out) out[(long)n * C + c] = o;
+            L += o * P->R[(long)n * C + c];
+        }
+        for (int e = 0; e < E; e++) cnt[e] += sel[e];
+    }
+    double aux = 0;
+    for (int e = 0; e < E; e++) aux += ((double)cnt[e] / N) * Pm[e];
+    aux *= s->aux_coef * E;
+    if (aux_out) *aux_out = aux;
+    if (loads) memcpy(loads, cnt, sizeof(int) * E);
+    free(p); free(Pm); free(cnt); free(sel); free(a);
+    return L + daux * aux;
+}
+
+static double *to_d(const float *f, long n) {
+    double *d = xalloc(sizeof(double) * n);
+    for (long i = 0; i < n; i++) d[i] = f[i];
+    return d;
+}
+
+static void run_case(const char *name, int N, int C, int E, int K, int H, int norm_topk) {
+    problem P = {.s = {N, C, E, K, H, norm_topk, 0.02f}};
+    const moe_shape *s = &P.s;
+    long nin = (long)N * C, nwr = (long)E * C, nw1 = (long)E * 2 * H * C, nw2 = (long)E * C * H;
+    P.inp = xalloc(4 * nin); P.wr = xalloc(4 * nwr); P.w1 = xalloc(4 * nw1);
+    P.w2 = xalloc(4 * nw2); P.R = xalloc(4 * nin);
+    const double h = 1e-5, daux = 3.0; /* daux != 1 so the aux gradient's scale is checked */
+    double gap = 0;
+    for (int tries = 0;; tries++) {
+        for (long i = 0; i < nin; i++) P.inp[i] = rng_uniform(-1, 1);
+        for (long i = 0; i < nwr; i++) P.wr[i] = rng_uniform(-1, 1);
+        for (long i = 0; i < nw1; i++) P.w1[i] = rng_uniform(-0.5f, 0.5f);
+        for (long i = 0; i < nw2; i++) P.w2[i] = rng_uniform(-0.5f, 0.5f);
+        for (long i = 0; i < nin; i++) P.R[i] = rng_uniform(-1, 1);
+        double *di = to_d(P.inp, nin), *dr = to_d(P.wr, nwr), *d1 = to_d(P.w1, nw1),
+               *d2 = to_d(P.w2, nw2);
+        ref_loss(&P, di, dr, d1, d2, daux, NULL, NULL, NULL, &gap);
+        free(di); free(dr); free(d1); free(d2);
+        if (gap > 100 * h || tries == 50) break;
+    }
+    check(gap > 100 * h, name, "smallest top-k probability gap %.2e (> 100 h)", gap);
+
+    float *out = xalloc(4 * nin), *out2 = xalloc(4 * nin), *probs = xalloc(4L * N * E);
+    float *topw = xalloc(4L * N * K), *ws = xalloc(4 * op_moe_ws_floats(s));
+    int *topi = xalloc(4L * N * K), *loads = xalloc(4L * E), *rows = xalloc(8L * N);
+    float aux = 0, aux2 = 0;
+    op_moe_fwd(out, probs, topi, topw, loads, &aux, P.inp, P.wr, P.w1, P.w2, s, ws, rows);
+    op_moe_fwd(out2, probs, topi, topw, NULL, &aux2, P.inp, P.wr, P.w1, P.w2, s, ws, rows);
+    double *di = to_d(P.inp, nin), *dr = to_d(P.wr, nwr), *d1 = to_d(P.w1, nw1),
+           *d2 = to_d(P.w2, nw2), *rout = xalloc(8 * nin), raux = 0;
+    int *rloads = xalloc(4L * E);
+    ref_loss(&P, di, dr, d1, d2, daux, rout, &raux, rloads, NULL);
+    /* fp32 forward vs double: each output is two chained dot products of length <= max(C, H)
+     * (< 32 here) plus a softmax; error <= ~3 * 32 * 2^-24 relative to the magnitudes (< 2),
+     * ~1e-5 absolute; 1e-4 leaves room for the exp/expf difference (1 ulp each). */
+    double fe = 0;
+    for (long i = 0; i < nin; i++) fe = fmax(fe, fabs(out[i] - rout[i]));
+    char nm[96];
+    snprintf(nm, sizeof nm, "%s forward", name);
+    check(fe < 1e-4, nm, "max |out - ref| %.2e", fe);
+    int lok = 1, lsum = 0, idle = 0;
+    for (int e = 0; e < E; e++) {
+        lok &= loads[e] == rloads[e];
+        lsum += loads[e];
+        idle += loads[e] == 0;
+    }
+    snprintf(nm, sizeof nm, "%s loads", name);
+    check(lok && lsum == N * K, nm, "equal to the reference, sum %d = N*K %d, %d idle", lsum,
+          N * K, idle);
+    snprintf(nm, sizeof nm, "%s aux loss", name);
+    /* aux is a sum of E products of float means: relative error ~ E * N * 2^-24 < 1e-5 */
+    check(fabs(aux - raux) <= 1e-5 * fabs(raux) + 1e-9, nm, "%.8f vs ref %.8f", aux, raux);
+    snprintf(nm, sizeof nm, "%s deterministic", name);
+    check(!memcmp(out, out2, 4 * nin) && aux == aux2, nm, "two forwards bit-identical");
+
+    /* backward with prefilled gradients (checks +=) */
+    float *g[4], *pre[4];
+    long cnt[4] = {nin, nwr, nw1, nw2};
+    for (int t = 0; t < 4; t++) {
+        g[t] = xalloc(4 * cnt[t]);
+        pre[t] = xalloc(4 * cnt[t]);
+        for (long i = 0; i < cnt[t]; i++) g[t][i] = pre[t][i] = rng_uniform(-1, 1);
+    }
+    op_moe_bwd(g[0], g[1], g[2], g[3], P.R, (float)daux, P.inp, P.wr, P.w1, P.w2, probs, topi,
+               topw, s, ws, rows);
+    double *dv[4] = {di, dr, d1, d2};
+    const char *tn[4] = {"d inp", "d router", "d w1", "d w2"};
+    for (int t = 0; t < 4; t++) {
+        double maxg = 0, maxe = 0;
+        for (long i = 0; i < cnt[t]; i++) {
+            double v = dv[t][i];
+            dv[t][i] = v + h;
+            double lp = ref_loss(&P, di, dr, d1, d2, daux, NULL, NULL, NULL, NULL);
+            dv[t][i] = v - h;
+            double lm = ref_loss(&P, di, dr, d1, d2, daux, NULL, NULL, NULL, NULL);
+            dv[t][i] = v;
+            double fd = (lp - lm) / (2 * h), kg = (double)g[t][i] - pre[t][i];
+            maxg = fmax(maxg, fabs(fd));
+            maxe = fmax(maxe, fabs(kg - fd));
+        }
+        /* FD in double: truncation ~h^2, round-off ~1e-16/h, both ~1e-10. The kernel's fp32
+         * gradients are chains of dot products of length <= N*K (< 64) accumulated in fp32:
+         * ~64 * 2^-24 ~ 4e-6 relative to the largest gradient, plus the prefill subtraction
+         * (|pre| <= 1, 2^-24). 1e-4 of max |g| + 1e-6 bounds both. */
+        snprintf(nm, sizeof nm, "%s %s", name, tn[t]);
+        check(maxe <= 1e-4 * maxg + 1e-6, nm, "max |kernel - fd| %.2e (max |g| %.2e)", maxe, maxg);
+    }
+    for (int t = 0; t < 4; t++) { free(g[t]); free(pre[t]); }
+    free(P.inp); free(P.wr); free(P.w1); free(P.w2); free(P.R);
+    free(out); free(out2); free(probs); free(topw); free(ws); free(topi); free(loads);
+    free(rows); free(di); free(dr); free(d1); free(d2); free(rout); free(rloads);
+}
+
+int main(void) {
+    run_case("N7 C13 E4 k2 H9 norm", 7, 13, 4, 2, 9, 1);
+    run_case("N11 C6 E5 k3 H5 no-norm", 11, 6, 5, 3, 5, 0);
+    run_case("N9 C10 E3 k1 H7 norm", 9, 10, 3, 1, 7, 1);
+    run_case("N5 C7 E6 k2 H4", 5, 7, 6, 2, 4, 1);
+    run_case("N3 C5 E8 k1 H3 (idle experts)", 3, 5, 8, 1, 3, 1);
+    return hyp_test_finish();
+}
