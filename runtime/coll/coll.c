@@ -12,10 +12,19 @@ struct hyp_coll {
     int rank, world, mpi;
     int local_rank, local_world;
     int busy[HYP_COLL_MAX_REQS];
+    int sub;           /* made by hyp_coll_split: finalize frees the communicator, not MPI */
+    uint64_t bytes;    /* ring-model bytes this rank sent (hyp_coll_bytes_sent) */
 #ifdef HYP_HAVE_MPI
+    MPI_Comm comm;     /* MPI_COMM_WORLD, or an axis of the mesh */
     MPI_Request reqs[HYP_COLL_MAX_REQS];
 #endif
 };
+
+/* Ring-model bytes one rank sends: all-reduce 2(p-1)/p*n, reduce-scatter/all-gather (p-1)/p*n
+ * for n bytes of full buffer (Patarasuk & Yuan; NCCL's busBw). */
+static void count_bytes(hyp_coll *c, double factor, size_t nbytes) {
+    if (c->world > 1) c->bytes += (uint64_t)(factor * (double)(c->world - 1) / c->world * (double)nbytes + 0.5);
+}
 
 static int g_local_rank = -1; /* hyp_coll_process_local_rank */
 
@@ -49,6 +58,7 @@ int hyp_coll_init(int *argc, char ***argv, hyp_coll **out, hyp_err *e) {
         MPI_Comm_rank(MPI_COMM_WORLD, &c->rank);
         MPI_Comm_size(MPI_COMM_WORLD, &c->world);
         c->mpi = 1;
+        c->comm = MPI_COMM_WORLD;
         MPI_Comm node;
         if ((rc = MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &node)) != MPI_SUCCESS) {
             MPI_Finalize();
@@ -78,7 +88,8 @@ int hyp_coll_process_local_rank(void) { return g_local_rank; }
 void hyp_coll_finalize(hyp_coll *c) {
     if (!c) return;
 #ifdef HYP_HAVE_MPI
-    if (c->mpi) MPI_Finalize();
+    if (c->mpi && c->sub) MPI_Comm_free(&c->comm);
+    else if (c->mpi) MPI_Finalize();
 #endif
     free(c);
 }
@@ -91,11 +102,12 @@ const char *hyp_coll_backend(const hyp_coll *c) { return c->mpi ? "mpi" : "singl
 #define CHUNK ((size_t)1 << 28)
 
 int hyp_coll_allreduce_f32(hyp_coll *c, float *buf, size_t n, hyp_err *e) {
+    count_bytes(c, 2.0, n * sizeof(float));
 #ifdef HYP_HAVE_MPI
     if (c->mpi)
         for (size_t off = 0; off < n; off += CHUNK) {
             int cnt = (int)(n - off < CHUNK ? n - off : CHUNK);
-            int rc = MPI_Allreduce(MPI_IN_PLACE, buf + off, cnt, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+            int rc = MPI_Allreduce(MPI_IN_PLACE, buf + off, cnt, MPI_FLOAT, MPI_SUM, c->comm);
             if (rc != MPI_SUCCESS) return mpi_fail(e, "all-reduce", rc);
         }
 #else
@@ -105,9 +117,10 @@ int hyp_coll_allreduce_f32(hyp_coll *c, float *buf, size_t n, hyp_err *e) {
 }
 
 int hyp_coll_allreduce_f64(hyp_coll *c, double *buf, size_t n, hyp_err *e) {
+    count_bytes(c, 2.0, n * sizeof(double));
 #ifdef HYP_HAVE_MPI
     if (c->mpi) {
-        int rc = MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+        int rc = MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, MPI_DOUBLE, MPI_SUM, c->comm);
         if (rc != MPI_SUCCESS) return mpi_fail(e, "all-reduce", rc);
     }
 #else
@@ -119,7 +132,7 @@ int hyp_coll_allreduce_f64(hyp_coll *c, double *buf, size_t n, hyp_err *e) {
 int hyp_coll_allreduce_max_f32(hyp_coll *c, float *buf, size_t n, hyp_err *e) {
 #ifdef HYP_HAVE_MPI
     if (c->mpi) {
-        int rc = MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, MPI_MAX, MPI_COMM_WORLD);
+        int rc = MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, MPI_MAX, c->comm);
         if (rc != MPI_SUCCESS) return mpi_fail(e, "all-reduce(max)", rc);
     }
 #else
@@ -129,10 +142,11 @@ int hyp_coll_allreduce_max_f32(hyp_coll *c, float *buf, size_t n, hyp_err *e) {
 }
 
 int hyp_coll_reduce_scatter_f32(hyp_coll *c, const float *send, float *recv, size_t count, hyp_err *e) {
+    count_bytes(c, 1.0, count * (size_t)c->world * sizeof(float));
 #ifdef HYP_HAVE_MPI
     if (c->mpi) {
         if (count > (size_t)1 << 30) return hyp_fail(e, HYP_EFAIL, "reduce-scatter shard too large");
-        int rc = MPI_Reduce_scatter_block(send, recv, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        int rc = MPI_Reduce_scatter_block(send, recv, (int)count, MPI_FLOAT, MPI_SUM, c->comm);
         if (rc != MPI_SUCCESS) return mpi_fail(e, "reduce-scatter", rc);
         return HYP_OK;
     }
@@ -144,11 +158,12 @@ int hyp_coll_reduce_scatter_f32(hyp_coll *c, const float *send, float *recv, siz
 }
 
 int hyp_coll_allgather_f32(hyp_coll *c, const float *send, float *recv, size_t count, hyp_err *e) {
+    count_bytes(c, 1.0, count * (size_t)c->world * sizeof(float));
 #ifdef HYP_HAVE_MPI
     if (c->mpi) {
         if (count > (size_t)1 << 30) return hyp_fail(e, HYP_EFAIL, "all-gather shard too large");
         const void *src = send == recv + (size_t)c->rank * count ? MPI_IN_PLACE : (const void *)send;
-        int rc = MPI_Allgather(src, (int)count, MPI_FLOAT, recv, (int)count, MPI_FLOAT, MPI_COMM_WORLD);
+        int rc = MPI_Allgather(src, (int)count, MPI_FLOAT, recv, (int)count, MPI_FLOAT, c->comm);
         if (rc != MPI_SUCCESS) return mpi_fail(e, "all-gather", rc);
         return HYP_OK;
     }
@@ -166,7 +181,7 @@ int hyp_coll_iallgather_f32(hyp_coll *c, const float *send, float *recv, size_t 
 #ifdef HYP_HAVE_MPI
     if (c->mpi) {
         if (count > (size_t)1 << 30) return hyp_fail(e, HYP_EFAIL, "all-gather shard too large");
-        int rc = MPI_Iallgather(send, (int)count, MPI_FLOAT, recv, (int)count, MPI_FLOAT, MPI_COMM_WORLD, &c->reqs[r]);
+        int rc = MPI_Iallgather(send, (int)count, MPI_FLOAT, recv, (int)count, MPI_FLOAT, c->comm, &c->reqs[r]);
         if (rc != MPI_SUCCESS) return mpi_fail(e, "all-gather (non-blocking)", rc);
         c->busy[r] = 1;
         *req = r;
@@ -198,7 +213,7 @@ int hyp_coll_reduce_scatter_add_f32(hyp_coll *c, float *buf, float *acc, size_t 
 #ifdef HYP_HAVE_MPI
     if (c->mpi) {
         if (count > (size_t)1 << 30) return hyp_fail(e, HYP_EFAIL, "reduce-scatter shard too large");
-        int rc = MPI_Reduce_scatter_block(MPI_IN_PLACE, buf, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        int rc = MPI_Reduce_scatter_block(MPI_IN_PLACE, buf, (int)count, MPI_FLOAT, MPI_SUM, c->comm);
         if (rc != MPI_SUCCESS) return mpi_fail(e, "reduce-scatter", rc);
         mine = buf; /* in place: the own block lands at the front */
     }
@@ -215,8 +230,8 @@ int hyp_coll_reduce_f32(hyp_coll *c, float *buf, size_t n, int root, hyp_err *e)
     if (c->mpi) {
         for (size_t off = 0; off < n; off += CHUNK) {
             size_t k = n - off < CHUNK ? n - off : CHUNK;
-            int rc = c->rank == root ? MPI_Reduce(MPI_IN_PLACE, buf + off, (int)k, MPI_FLOAT, MPI_SUM, root, MPI_COMM_WORLD)
-                                     : MPI_Reduce(buf + off, NULL, (int)k, MPI_FLOAT, MPI_SUM, root, MPI_COMM_WORLD);
+            int rc = c->rank == root ? MPI_Reduce(MPI_IN_PLACE, buf + off, (int)k, MPI_FLOAT, MPI_SUM, root, c->comm)
+                                     : MPI_Reduce(buf + off, NULL, (int)k, MPI_FLOAT, MPI_SUM, root, c->comm);
             if (rc != MPI_SUCCESS) return mpi_fail(e, "reduce", rc);
         }
     }
@@ -239,7 +254,7 @@ int hyp_coll_reduce_scatter_range_add_f32(hyp_coll *c, float *buf, int64_t start
             int64_t rl = (int64_t)r * shard, ra = start > rl ? start : rl, rb = start + len < rl + shard ? start + len : rl + shard;
             counts[r] = rb > ra ? (int)(rb - ra) : 0;
         }
-        int rc = MPI_Reduce_scatter(MPI_IN_PLACE, buf, counts, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        int rc = MPI_Reduce_scatter(MPI_IN_PLACE, buf, counts, MPI_FLOAT, MPI_SUM, c->comm);
         free(counts);
         if (rc != MPI_SUCCESS) return mpi_fail(e, "reduce-scatter", rc);
         mine = buf; /* in place: the own part lands at the front */
@@ -256,7 +271,7 @@ int hyp_coll_allgather_bytes(hyp_coll *c, const void *send, void *recv, size_t b
 #ifdef HYP_HAVE_MPI
     if (c->mpi) {
         if (bytes > (size_t)1 << 30) return hyp_fail(e, HYP_EFAIL, "all-gather block too large");
-        int rc = MPI_Allgather(send, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE, MPI_COMM_WORLD);
+        int rc = MPI_Allgather(send, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE, c->comm);
         if (rc != MPI_SUCCESS) return mpi_fail(e, "all-gather", rc);
         return HYP_OK;
     }
@@ -270,7 +285,7 @@ int hyp_coll_allgather_bytes(hyp_coll *c, const void *send, void *recv, size_t b
 int hyp_coll_broadcast(hyp_coll *c, void *buf, size_t bytes, int root, hyp_err *e) {
 #ifdef HYP_HAVE_MPI
     if (c->mpi) {
-        int rc = MPI_Bcast(buf, (int)bytes, MPI_BYTE, root, MPI_COMM_WORLD);
+        int rc = MPI_Bcast(buf, (int)bytes, MPI_BYTE, root, c->comm);
         if (rc != MPI_SUCCESS) return mpi_fail(e, "broadcast", rc);
     }
 #else
@@ -282,7 +297,7 @@ int hyp_coll_broadcast(hyp_coll *c, void *buf, size_t bytes, int root, hyp_err *
 int hyp_coll_barrier(hyp_coll *c, hyp_err *e) {
 #ifdef HYP_HAVE_MPI
     if (c->mpi) {
-        int rc = MPI_Barrier(MPI_COMM_WORLD);
+        int rc = MPI_Barrier(c->comm);
         if (rc != MPI_SUCCESS) return mpi_fail(e, "barrier", rc);
     }
 #else
@@ -295,7 +310,7 @@ int hyp_coll_all_ok(hyp_coll *c, int ok) {
 #ifdef HYP_HAVE_MPI
     if (c->mpi) {
         int mine = ok ? 1 : 0, all = 0;
-        if (MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD) != MPI_SUCCESS) return 0;
+        if (MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, c->comm) != MPI_SUCCESS) return 0;
         return all;
     }
 #else
@@ -303,3 +318,41 @@ int hyp_coll_all_ok(hyp_coll *c, int ok) {
 #endif
     return ok;
 }
+
+int hyp_coll_split(hyp_coll *c, int color, int key, hyp_coll **out, hyp_err *e) {
+    hyp_coll *s = calloc(1, sizeof *s);
+    if (!s) return hyp_fail(e, HYP_EFAIL, "out of memory");
+    s->world = 1, s->local_rank = c->local_rank, s->local_world = c->local_world, s->sub = 1;
+#ifdef HYP_HAVE_MPI
+    if (c->mpi) {
+        int rc = MPI_Comm_split(c->comm, color, key, &s->comm);
+        if (rc != MPI_SUCCESS) {
+            free(s);
+            return mpi_fail(e, "Comm_split (a mesh axis)", rc);
+        }
+        MPI_Comm_set_errhandler(s->comm, MPI_ERRORS_RETURN);
+        MPI_Comm_rank(s->comm, &s->rank);
+        MPI_Comm_size(s->comm, &s->world);
+        s->mpi = 1;
+    }
+#else
+    (void)color, (void)key;
+#endif
+    *out = s;
+    return HYP_OK;
+}
+
+int hyp_coll_mesh_split(hyp_coll *c, int tp, hyp_coll **tp_out, hyp_coll **dp_out, hyp_err *e) {
+    if (tp < 1 || c->world % tp != 0)
+        return hyp_fail(e, HYP_EINPUT, "mesh: tp=%d does not divide the world size %d — start mpirun with -np a multiple of tp, or change parallel.tp", tp, c->world);
+    *tp_out = *dp_out = NULL;
+    if (hyp_coll_split(c, c->rank / tp, c->rank % tp, tp_out, e)) return HYP_EFAIL;
+    if (hyp_coll_split(c, c->rank % tp, c->rank / tp, dp_out, e)) {
+        hyp_coll_finalize(*tp_out);
+        *tp_out = NULL;
+        return HYP_EFAIL;
+    }
+    return HYP_OK;
+}
+
+uint64_t hyp_coll_bytes_sent(const hyp_coll *c) { return c->bytes; }

@@ -62,4 +62,16 @@ int hyp_coll_barrier(hyp_coll *c, hyp_err *e);
 /* 1 when every rank passes ok != 0 (collective "did everyone succeed?") */
 int hyp_coll_all_ok(hyp_coll *c, int ok);
 
+/* Mesh axes. hyp_coll_split: a sub-communicator of c (MPI_Comm_split: ranks with the same color,
+ * ordered by key); finalize it before its parent (it frees the communicator, never MPI).
+ * hyp_coll_mesh_split: world = dp x tp with tp ranks contiguous (tp group = rank / tp, tp rank =
+ * rank % tp), so with mpirun's default by-slot placement a tp group stays inside a node, where
+ * its per-layer all-reduces belong; dp groups are strided by tp. EINPUT when tp does not divide
+ * the world size. hyp_coll_bytes_sent: bytes this rank sent on that communicator by the ring
+ * model (all-reduce 2(p-1)/p*n, reduce-scatter and all-gather (p-1)/p*n of the full n bytes),
+ * counted for the f32/f64 all-reduce, reduce-scatter and all-gather calls. */
+int hyp_coll_split(hyp_coll *c, int color, int key, hyp_coll **out, hyp_err *e);
+int hyp_coll_mesh_split(hyp_coll *c, int tp, hyp_coll **tp_out, hyp_coll **dp_out, hyp_err *e);
+uint64_t hyp_coll_bytes_sent(const hyp_coll *c);
+
 #endif
