@@ -1,6 +1,7 @@
-/* sim_kernel_test.h — helpers the simulator kernel tests share (test_flex_sim_v2117.c,
- * test_mea_sim_v2118.c): seeded data, tracked allocations, the tolerance check, rendering a
- * template family with `gen render` into g_tmp and opening it in the simulator, launches.
+/* sim_kernel_test.h — helpers the simulator kernel tests share (test_kernels_sim.c,
+ * test_flex_sim_v2117.c, test_mea_sim_v2118.c): seeded data, tracked allocations, the tolerance
+ * check, rendering a template family with `gen render` into g_tmp and opening it in the
+ * simulator, launches.
  * Static functions in a header: each test is one translation unit; this is not a library.
  * Never: holds a tolerance of its own (each caller passes its own, with its error source). */
 #ifndef HYP_SIM_KERNEL_TEST_H
