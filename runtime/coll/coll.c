@@ -1,5 +1,6 @@
 /* coll.c — collectives over MPI or a single rank (see coll.h). */
 #include "coll.h"
+#include "coll_algo.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -14,8 +15,11 @@ struct hyp_coll {
     int busy[HYP_COLL_MAX_REQS];
     int sub;           /* made by hyp_coll_split: finalize frees the communicator, not MPI */
     uint64_t bytes;    /* ring-model bytes this rank sent (hyp_coll_bytes_sent) */
+    uint64_t steps;    /* and rounds (hyp_coll_steps) */
+    int algo, node_size; /* v2171 f32 all-reduce algorithm (HYP_AR_*) and ranks per node */
 #ifdef HYP_HAVE_MPI
     MPI_Comm comm;     /* MPI_COMM_WORLD, or an axis of the mesh */
+    MPI_Comm algo_comm; /* a duplicate of comm for coll_algo.c's messages (algo != HYP_AR_MPI) */
     MPI_Request reqs[HYP_COLL_MAX_REQS];
 #endif
 };
@@ -24,6 +28,7 @@ struct hyp_coll {
  * for n bytes of full buffer (Patarasuk & Yuan; NCCL's busBw). */
 static void count_bytes(hyp_coll *c, double factor, size_t nbytes) {
     if (c->world > 1) c->bytes += (uint64_t)(factor * (double)(c->world - 1) / c->world * (double)nbytes + 0.5);
+    if (c->world > 1) c->steps += (uint64_t)(factor + 0.5) * (uint64_t)(c->world - 1);
 }
 
 static int g_local_rank = -1; /* hyp_coll_process_local_rank */
@@ -88,6 +93,7 @@ int hyp_coll_process_local_rank(void) { return g_local_rank; }
 void hyp_coll_finalize(hyp_coll *c) {
     if (!c) return;
 #ifdef HYP_HAVE_MPI
+    if (c->mpi && c->algo != HYP_AR_MPI) MPI_Comm_free(&c->algo_comm);
     if (c->mpi && c->sub) MPI_Comm_free(&c->comm);
     else if (c->mpi) MPI_Finalize();
 #endif
@@ -102,6 +108,15 @@ const char *hyp_coll_backend(const hyp_coll *c) { return c->mpi ? "mpi" : "singl
 #define CHUNK ((size_t)1 << 28)
 
 int hyp_coll_allreduce_f32(hyp_coll *c, float *buf, size_t n, hyp_err *e) {
+#ifdef HYP_HAVE_MPI
+    if (c->mpi && c->algo != HYP_AR_MPI) { /* v2171: coll_algo.c, counting what it really sends */
+        coll_tally t = {0, 0};
+        int k = c->node_size ? c->node_size : c->local_world;
+        int rc = coll_algo_allreduce_f32(c->algo, c->algo_comm, c->rank, c->world, k, buf, n, &t, e);
+        c->bytes += t.bytes, c->steps += t.steps;
+        return rc;
+    }
+#endif
     count_bytes(c, 2.0, n * sizeof(float));
 #ifdef HYP_HAVE_MPI
     if (c->mpi)
@@ -356,3 +371,39 @@ int hyp_coll_mesh_split(hyp_coll *c, int tp, hyp_coll **tp_out, hyp_coll **dp_ou
 }
 
 uint64_t hyp_coll_bytes_sent(const hyp_coll *c) { return c->bytes; }
+
+uint64_t hyp_coll_steps(const hyp_coll *c) { return c->steps; }
+
+static const char *const algo_names[] = {"auto", "ring", "tree", "halving_doubling", "hierarchical"};
+
+const char *hyp_coll_allreduce_algo_name(int algo) {
+    return algo >= 0 && algo < (int)(sizeof algo_names / sizeof *algo_names) ? algo_names[algo] : "?";
+}
+
+int hyp_coll_allreduce_algo_parse(const char *name, int *algo, hyp_err *e) {
+    for (int a = 0; a < (int)(sizeof algo_names / sizeof *algo_names); a++)
+        if (!strcmp(name, algo_names[a])) {
+            *algo = a;
+            return HYP_OK;
+        }
+    return hyp_fail(e, HYP_EINPUT, "all-reduce algorithm '%s' is none of auto, ring, tree, halving_doubling, hierarchical — pick one (v2171 all_reduce.algorithm)", name);
+}
+
+int hyp_coll_allreduce_algo(const hyp_coll *c) { return c->algo; }
+
+int hyp_coll_set_allreduce(hyp_coll *c, int algo, int node_size, hyp_err *e) {
+    if (algo < HYP_AR_MPI || algo > HYP_AR_HIERARCHICAL)
+        return hyp_fail(e, HYP_EINPUT, "all-reduce algorithm %d unknown — use one of HYP_AR_*", algo);
+    if (node_size < 0)
+        return hyp_fail(e, HYP_EINPUT, "all-reduce: node_size %d is negative — give the ranks per node, or 0 for the ranks sharing this node", node_size);
+#ifdef HYP_HAVE_MPI
+    if (c->mpi && c->algo != HYP_AR_MPI && algo == HYP_AR_MPI) MPI_Comm_free(&c->algo_comm);
+    if (c->mpi && c->algo == HYP_AR_MPI && algo != HYP_AR_MPI) {
+        /* its own context: point-to-point messages of others on comm can never match ours */
+        int rc = MPI_Comm_dup(c->comm, &c->algo_comm);
+        if (rc != MPI_SUCCESS) return mpi_fail(e, "Comm_dup (the all-reduce algorithm's channel)", rc);
+    }
+#endif
+    c->algo = algo, c->node_size = node_size;
+    return HYP_OK;
+}

@@ -74,4 +74,24 @@ int hyp_coll_split(hyp_coll *c, int color, int key, hyp_coll **out, hyp_err *e);
 int hyp_coll_mesh_split(hyp_coll *c, int tp, hyp_coll **tp_out, hyp_coll **dp_out, hyp_err *e);
 uint64_t hyp_coll_bytes_sent(const hyp_coll *c);
 
+/* v2171 all-reduce algorithm of a communicator, for its f32 sum all-reduces
+ * (hyp_coll_allreduce_f32: the data-parallel gradient reduction). HYP_AR_MPI (the default) is
+ * MPI_Allreduce, MPI's own choice; the others are written on MPI point-to-point in coll_algo.c,
+ * each summing in a fixed order stated there: ring (reduce-scatter + all-gather, 2(p-1) rounds,
+ * 2(p-1)/p·n sent per rank), tree (binomial reduce to rank 0 + binomial broadcast), recursive
+ * halving-doubling (Rabenseifner, the ranks above a power of two folded in pairwise), hierarchical
+ * (binomial reduce within a node, ring among the nodes' first ranks, binomial broadcast within a
+ * node). node_size (hierarchical): ranks per node, the ranks of node g being g*node_size onwards;
+ * 0 = the ranks MPI finds sharing this node (MPI_COMM_TYPE_SHARED). With an algorithm set,
+ * hyp_coll_bytes_sent counts the bytes this rank really sent in those all-reduces, and
+ * hyp_coll_steps the rounds it took part in (a round: one send, one receive or one send-receive
+ * pair); for MPI's own collectives both stay the ring model (all-reduce 2(p-1) rounds,
+ * reduce-scatter and all-gather p-1). EINPUT for an unknown name or a negative node size. */
+enum { HYP_AR_MPI = 0, HYP_AR_RING, HYP_AR_TREE, HYP_AR_HALVING_DOUBLING, HYP_AR_HIERARCHICAL };
+int hyp_coll_allreduce_algo_parse(const char *name, int *algo, hyp_err *e); /* "auto" = HYP_AR_MPI */
+const char *hyp_coll_allreduce_algo_name(int algo);
+int hyp_coll_set_allreduce(hyp_coll *c, int algo, int node_size, hyp_err *e);
+int hyp_coll_allreduce_algo(const hyp_coll *c);
+uint64_t hyp_coll_steps(const hyp_coll *c);
+
 #endif
