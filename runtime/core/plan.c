@@ -637,6 +637,7 @@ static int state_hash(ld *c, cJSON *root) {
     cJSON_DeleteItemFromObjectCaseSensitive(t, "zero_stage");
     cJSON_DeleteItemFromObjectCaseSensitive(t, "zero_prefetch");
     cJSON_DeleteItemFromObjectCaseSensitive(t, "comm_overlap");
+    cJSON_DeleteItemFromObjectCaseSensitive(t, "allreduce"); /* v2171: the order gradients are summed in, not the state */
     cJSON_DeleteItemFromObjectCaseSensitive(t, "prefetch"); /* how batches are read, not which */
     cJSON_DeleteItemFromObjectCaseSensitive(t, "cuda_graphs"); /* v2165: how work is issued, not what */
     cJSON_DeleteItemFromObjectCaseSensitive(root, "preempt"); /* how a run stops, not its state */
@@ -730,6 +731,17 @@ static int load_train(ld *c, const cJSON *root) {
         GI(t, "tf32", 0, 1, p->tf32);
     if (cJSON_GetObjectItemCaseSensitive(t, "cuda_graphs")) /* optional (v2165; absent: 0 = eager) */
         GI(t, "cuda_graphs", 0, 1, p->cuda_graphs);
+    if (cJSON_GetObjectItemCaseSensitive(t, "allreduce")) { /* optional (v2171; absent: the library's own) */
+        const cJSON *ar = need(c, t, "allreduce", cJSON_Object, &rc);
+        if (!ar) return rc;
+        enter(c, "train.allreduce");
+        if ((rc = get_str(c, ar, "algorithm", p->allreduce_algo, sizeof p->allreduce_algo))) return rc;
+        if (strcmp(p->allreduce_algo, "ring") && strcmp(p->allreduce_algo, "tree") &&
+            strcmp(p->allreduce_algo, "halving_doubling") && strcmp(p->allreduce_algo, "hierarchical"))
+            return bad(c, "field 'train.allreduce.algorithm' = \"%s\" is none of ring, tree, halving_doubling, hierarchical", p->allreduce_algo);
+        GI(ar, "node_size", 0, 1 << 20, p->allreduce_node_size);
+        enter(c, "train");
+    }
     if (cJSON_GetObjectItemCaseSensitive(t, "prefetch")) /* optional (v2128; absent: 0 = none) */
         GI(t, "prefetch", 0, 64, p->prefetch);
     if (cJSON_GetObjectItemCaseSensitive(t, "stream_buffer")) /* optional (v2129; absent: 0 = shards) */

@@ -138,6 +138,9 @@ typedef struct {
     int B, T, grad_accum, warmup_steps, steps, eval_every, eval_batches, zero_stage;
     int zero_prefetch;      /* ZeRO-3: layer groups gathered ahead of the one computing (0..8) */
     int comm_overlap;       /* v2110 overlap: device gradient all-reduce during backward (0/1) */
+    char allreduce_algo[24]; /* v2171 train.allreduce.algorithm: ring, tree, halving_doubling,
+                               hierarchical ("" = absent: the library's own all-reduce) */
+    int allreduce_node_size; /* train.allreduce.node_size: ranks per node (0: MPI's node) */
     int tf32;               /* v2100 fp32_matmul tf32: the device's fp32 layer GEMMs on TF32 tensor
                                cores (inputs rounded to 10 mantissa bits, fp32 accumulation; sim
                                rounds the same way); 0: IEEE fp32 */

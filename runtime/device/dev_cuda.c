@@ -626,6 +626,9 @@ static int comm_init_nccl(cu_dev *d, hyp_coll *c, hyp_err *e) {
         return hyp_fail(e, HYP_EFAIL, "cuda: NCCL unavailable on %s (%s) — install NCCL 2 (libnccl2) on every node",
                         ok ? "another rank" : "this rank", missing ? missing : nccl_err(d, r));
     if (hyp_coll_broadcast(c, &id, sizeof id, 0, e)) return HYP_EFAIL;
+    /* v2171: the plan's ring or tree (gen refuses NCCL's missing ones); NCCL reads it at init */
+    int algo = hyp_coll_allreduce_algo(c);
+    if (algo == HYP_AR_RING || algo == HYP_AR_TREE) setenv("NCCL_ALGO", algo == HYP_AR_RING ? "Ring" : "Tree", 1);
     if ((r = d->nc.ncclCommInitRank(&d->comm, d->world, id, d->rank)) == ncclInvalidUsage) /* NCCL's usual reason: "Duplicate GPU detected" */
         return hyp_fail(e, HYP_EINPUT, "cuda: ncclCommInitRank (rank %d of %d, GPU %d): %s — the usual cause is two ranks of one node on one GPU: unset HYP_CUDA_DEVICE or give each rank its own, and start at most as many ranks per node as it has GPUs (NCCL_DEBUG=INFO says which)",
                         d->rank, d->world, d->pub.info.ordinal, nccl_err(d, r));

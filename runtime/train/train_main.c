@@ -1146,6 +1146,18 @@ static int open_async(run_t *r, hyp_err *e) {
     return hyp_ckpt_async_open(&r->ckpt_async, p->ckpt_async, e);
 }
 
+/* v2171: the plan's all-reduce algorithm on the data-parallel communicator (every rank calls it:
+ * it duplicates the communicator), and one line saying so when there is more than one rank. */
+static int train_set_allreduce(hyp_coll *coll, const plan_t *p, hyp_err *e) {
+    int algo = 0, rc = hyp_coll_allreduce_algo_parse(p->allreduce_algo, &algo, e);
+    if (!rc) rc = hyp_coll_set_allreduce(coll, algo, p->allreduce_node_size, e);
+    if (!rc && hyp_coll_world(coll) > 1)
+        printf(!strcmp(p->backend, "cuda") ? "all-reduce: NCCL_ALGO=%s for the gradients (v2171)\n"
+                                            : "all-reduce: %s on MPI point-to-point for the gradients (v2171)\n",
+               !strcmp(p->backend, "cuda") ? (algo == HYP_AR_RING ? "Ring" : "Tree") : p->allreduce_algo);
+    return rc;
+}
+
 static int run(int argc, char **argv, hyp_coll *coll) {
     static run_t r; /* large (paths); one per process */
     memset(&r, 0, sizeof r);
@@ -1201,6 +1213,11 @@ static int run(int argc, char **argv, hyp_coll *coll) {
                     r.plan_path, r.d.world);
         plan_free(p);
         return HYP_EINPUT;
+    }
+    if (p->allreduce_algo[0] && (rc = train_set_allreduce(coll, p, &e))) { /* v2171 */
+        fprintf(stderr, "train: %s: %s\n", r.plan_path, e.msg);
+        plan_free(p);
+        return rc;
     }
     /* v2125: data made for another vocabulary is refused before anything starts */
     if (!a->sample_mode && (rc = train_stream_check(p, a->stream, a->data, a->tokenizer, &r.dtok, &e))) {
