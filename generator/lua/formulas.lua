@@ -108,6 +108,53 @@ function F.ring_bytes(kind, p, n)
   error("F.ring_bytes: unknown collective " .. tostring(kind))
 end
 
+-- v2171 (with the v2169/v2170 link facts): alpha-beta time of one all-reduce of n bytes over p
+-- ranks, k per node, for each algorithm of runtime/coll/coll_algo.c. net = { a_in, b_in: seconds
+-- per round and bytes/s inside a node (NVLink/PCIe); a_out, b_out: across nodes (the NIC) }. A
+-- round costs a + (bytes sent in it)/b (Hockney); a flat algorithm over several nodes runs at the
+-- NIC's a and b (each round waits for its slowest pair). Rounds and bytes as counted per rank by
+-- the runtime and checked in test_coll_algo_v2171:
+--   ring              2(p-1) rounds, 2(p-1)/p·n bytes                     (Patarasuk & Yuan 2009)
+--   tree              2·ceil(log2 p) rounds of n bytes (binomial reduce + broadcast, at the root)
+--   halving_doubling  2·log2 p' rounds, 2(p'-1)/p'·n bytes, + 2 rounds of n when p > p' (the fold;
+--                     p' = the largest power of two <= p)               (Thakur et al. 2005)
+--   hierarchical      tree inside a node (2·ceil(log2 k) rounds of n at the link) + ring among the
+--                     m = ceil(p/k) node leaders (at the NIC); one NIC per node carries the traffic
+-- nil for hierarchical when p <= k (one node: it is the tree).
+local function log2ceil(x) local r = 0; while 2 ^ r < x do r = r + 1 end; return r end
+function F.allreduce_time(algo, p, n, net, k)
+  if p <= 1 then return 0 end
+  local inside = p <= k
+  local a, b = inside and net.a_in or net.a_out, inside and net.b_in or net.b_out
+  if algo == "ring" then return 2 * (p - 1) * a + 2 * (p - 1) / p * n / b end
+  if algo == "tree" then return 2 * log2ceil(p) * (a + n / b) end
+  if algo == "halving_doubling" then
+    local pp = 2 ^ (log2ceil(p + 1) - 1)
+    local t = 2 * math.log(pp, 2) * a + 2 * (pp - 1) / pp * n / b
+    if p > pp then t = t + 2 * (a + n / b) end
+    return t
+  end
+  if algo == "hierarchical" then
+    if inside then return nil end
+    local m = math.ceil(p / k)
+    return 2 * log2ceil(k) * (net.a_in + n / net.b_in) + F.allreduce_time("ring", m, n, net, 1)
+  end
+  error("F.allreduce_time: unknown algorithm " .. tostring(algo))
+end
+F.ALLREDUCE_ALGOS = { "ring", "tree", "halving_doubling", "hierarchical" }
+
+-- The fastest algorithm of F.allreduce_time for n bytes (ties: the earlier in F.ALLREDUCE_ALGOS)
+-- and every algorithm's time.
+function F.allreduce_choice(p, n, net, k)
+  local best, times = nil, {}
+  for _, algo in ipairs(F.ALLREDUCE_ALGOS) do
+    local t = F.allreduce_time(algo, p, n, net, k)
+    times[algo] = t
+    if t and (not best or t < times[best]) then best = algo end
+  end
+  return best, times
+end
+
 -- Throughput model of seed 004 ("Sizing AI Training by Cost per Memory Bandwidth"), per GPU.
 -- t = { N params, L layers, d width, b bytes/element, k FLOPs/token/param (6 = training),
 --       g recompute multiplier, alpha optimizer bytes/param/step, c activation coefficient,

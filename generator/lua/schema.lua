@@ -83,11 +83,13 @@ S.hardware = map({
   peak_tflops = map({ fp32 = num(0, 1e6), tf32 = num(0, 1e6), bf16 = num(0, 1e6),
     fp16 = num(0, 1e6), fp8 = num(0, 1e6) }, { "fp32" }),
   price_per_hr = num(0, 1e6), source = str,
+  gpus_per_node = intr(1, 1 << 16), -- GPUs sharing one node's link (the all-reduce model, --mesh)
   -- the performance model's inputs (generator/lua/perf.lua, docs/perf-model.md); every number
   -- carries its source in a comment of the hardware file
   perf = map({
     sfu_tops = num(0, 1e6), launch_us = num(0, 1e6), graph_node_us = num(0, 1e6),
     link_gbps = num(0, 1e7), link_name = str,
+    link_latency_us = num(0, 1e6), nic_latency_us = num(0, 1e6), -- per round of an all-reduce (v2171 model)
     eff = map({ tc = num(0.01, 1), fp32 = num(0.01, 1), sfu = num(0.01, 1), hbm = num(0.01, 1),
       link = num(0.01, 1), nic = num(0.01, 1) }, { "tc", "fp32", "sfu", "hbm", "link", "nic" }),
     eff_source = str,

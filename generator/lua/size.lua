@@ -277,6 +277,30 @@ end
 
 -- ---- main ----------------------------------------------------------------------------------
 
+-- v2171: the all-reduce algorithm the alpha-beta model (F.allreduce_choice) picks on this
+-- hardware's links (v2169 NVLink/PCIe and v2170 NIC facts of the hardware YAML) for p ranks, per
+-- message size and for the step's gradient; nil for p = 1, { missing = why } without the facts.
+local AR_SIZES = { 64 * 1024, 1024 * 1024, 16 * 1024 * 1024, 256 * 1024 * 1024 }
+local function allreduce_for(h, p, grad_bytes)
+  if p <= 1 then return nil end
+  local pf = h.perf
+  if not (pf and h.gpus_per_node and pf.link_latency_us and pf.nic_latency_us and pf.link_gbps > 0 and h.nic_gbps > 0) then
+    return { missing = "no gpus_per_node, perf.link_latency_us/nic_latency_us or link/NIC bandwidth in " .. (h.path or h.name) }
+  end
+  local net = { a_in = pf.link_latency_us * 1e-6, b_in = pf.link_gbps * 1e9 * pf.eff.link,
+    a_out = pf.nic_latency_us * 1e-6, b_out = h.nic_gbps * 1e9 / 8 * pf.eff.nic }
+  local k = h.gpus_per_node
+  local rows = {}
+  local sizes = { table.unpack(AR_SIZES) }
+  sizes[#sizes + 1] = grad_bytes
+  for i, n in ipairs(sizes) do
+    local best, times = F.allreduce_choice(p, n, net, k)
+    rows[#rows + 1] = { bytes = n, best = best, times = times, gradient = i == #sizes }
+  end
+  return { p = p, gpus_per_node = k, nodes = math.ceil(p / k), net = net, rows = rows,
+    link = pf.link_name, nic_gbps = h.nic_gbps }
+end
+
 function Z.main(args, parse)
   local o = Cli.read(parse(args, Cli.FLAGS, 0))
   if o["--help"] or o["-h"] then io.write(Cli.HELP); return 0 end
@@ -382,6 +406,7 @@ function Z.main(args, parse)
       r.cluster.usd_per_hr = p * h.price_per_hr
     end
     r.memory = memory_for(o, h, m, N, S, inputs, p, stage)
+    r.allreduce = allreduce_for(h, p, N * S.bg.value)
     if o["--mesh"] then -- a dp x pp x cp x tp mesh of the --gpus (generator/lua/size_mesh.lua)
       local G = gpus_flag
       if not G then U.fail("<command line>", "--mesh needs the GPU count", "add --gpus G (e.g. --gpus 64)") end

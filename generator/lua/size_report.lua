@@ -105,6 +105,7 @@ function R.emit_json(m, msrc, inputs, results, clusters, chin, notes, hw_src, o)
         total = mem.total, capacity = mem.capacity, fits = mem.fits, margin = mem.margin,
         per_layer = per_layer, min_gpus_zero3 = mem.min_gpus_zero3 },
       train = r.train,
+      allreduce = r.allreduce,
     }
   end
   local out = {
@@ -214,6 +215,28 @@ function R.text(m, msrc, inputs, results, clusters, chin, notes, hw_src, o)
     for _, r in ipairs(results) do bal[#bal + 1] = string.format("%s %.0f", r.name, r.throughput.balance) end
     w("  machine balance peak/HBM (FLOP/B): %s — intensity below balance means memory-bound at equal efficiencies\n",
       table.concat(bal, ", "))
+  end
+
+  -- v2171: the all-reduce algorithm the alpha-beta model picks per message size (v2169/v2170 facts)
+  for _, r in ipairs(results) do
+    local ar = r.allreduce
+    if ar and ar.missing then
+      w("\nall-reduce algorithm (v2171) on %s: not modelled — %s\n", r.name, ar.missing)
+    elseif ar then
+      w("\nall-reduce algorithm (v2171) on %s, p = %d over %d node(s) of %d: alpha-beta time per call (round = alpha + bytes/beta; %s %.3g us, %s GB/s; NIC %.3g us, %s GB/s):\n",
+        r.name, ar.p, ar.nodes, ar.gpus_per_node, ar.link, ar.net.a_in * 1e6, si(ar.net.b_in / 1e9), ar.net.a_out * 1e6, si(ar.net.b_out / 1e9))
+      local ah = { "message", "ring", "tree", "halving_doubling", "hierarchical", "pick", "cuda (NCCL_ALGO)" }
+      local arows = {}
+      local function us(t) return t and string.format("%.1f us", t * 1e6) or "-" end
+      for _, row in ipairs(ar.rows) do
+        local t = row.times
+        arows[#arows + 1] = { gib(row.bytes) .. (row.gradient and " (gradient)" or ""), us(t.ring), us(t.tree),
+          us(t.halving_doubling), us(t.hierarchical), row.best, t.tree < t.ring and "tree" or "ring" }
+      end
+      w("%s", table_text(ah, arows))
+      w("  pick: --enable allreduce --set v2171.algorithm=<pick> (cpu/sim: runtime/coll/coll_algo.c; cuda: ring or tree, as NCCL_ALGO).\n")
+      w("  The model has no link contention, pipelining or NCCL protocol choice: a guide between algorithms, not a measured time.\n")
+    end
   end
 
   w("\nmemory per GPU (ZeRO stage %d over p ranks; activations = %s):\n", inputs.stage.value,

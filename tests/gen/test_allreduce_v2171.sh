@@ -44,4 +44,42 @@ check test_v2171_np3_halving_doubling_losses_close close "$TMP/base3.jsonl" "$TM
 expect test_v2171_refused_under_zero2 2 "ZeRO stage 2 reduce-scatters" -- "$GEN" $T --enable adamw,zero2,allreduce --set v2171.algorithm=tree "${SHAPE[@]}" -o "$TMP/bad1"
 expect test_v2171_cuda_refuses_halving_doubling 2 "NCCL has no such all-reduce" -- "$GEN" $T --enable adamw,dp,allreduce --set v2171.algorithm=halving_doubling --model tiny --target sm_90 -o "$TMP/bad2"
 check test_v2171_refusal_wrote_nothing test ! -e "$TMP/bad1" -a ! -e "$TMP/bad2"
+
+# gen size's all-reduce model (v2171 with the v2169 link and v2170 NIC facts of the hardware YAML):
+# every algorithm's time at p = 16 (two HGX nodes of 8) and p = 4 (one node) equals its closed
+# form, recomputed here from h100-sxm.yaml's numbers; the pick is the fastest. Tolerance 1e-12
+# relative: the same double-precision formulas in another operation order.
+"$GEN" size --model gpt2-124m --hw h100-sxm,host-cpu --dp 16 --json > "$TMP/size16.json"
+"$GEN" size --model gpt2-124m --hw h100-sxm --dp 4 --json > "$TMP/size4.json"
+model_ok() { python3 - "$1" "$2" <<'PY'
+import json, math, sys
+d = json.load(open(sys.argv[1])); p = int(sys.argv[2])
+ar = d["hardware"][0]["allreduce"]
+a_in, b_in, a_out, b_out, k = 3.4e-6, 450e9 * 0.8, 9.6e-6, 400e9 / 8 * 0.8, 8  # specs/hardware/h100-sxm.yaml
+lg = lambda x: math.ceil(math.log2(x))
+def t(algo, p, n, flat_in):
+    a, b = (a_in, b_in) if flat_in else (a_out, b_out)
+    if algo == "ring": return 2 * (p - 1) * a + 2 * (p - 1) / p * n / b
+    if algo == "tree": return 2 * lg(p) * (a + n / b)
+    if algo == "halving_doubling":
+        q = 2 ** int(math.log2(p)); x = 2 * math.log2(q) * a + 2 * (q - 1) / q * n / b
+        return x + (2 * (a + n / b) if p > q else 0)
+    m = math.ceil(p / k)
+    return 2 * lg(k) * (a_in + n / b_in) + 2 * (m - 1) * a_out + 2 * (m - 1) / m * n / b_out
+bad = 0
+for row in ar["rows"]:
+    n, times = row["bytes"], row["times"]
+    for algo in ("ring", "tree", "halving_doubling", "hierarchical"):
+        if algo == "hierarchical" and p <= k:
+            bad += algo in times; continue
+        want = t(algo, p, n, p <= k)
+        if abs(times[algo] - want) > 1e-12 * want: bad += 1; print("  %s n=%d: %g, closed form %g" % (algo, n, times[algo], want))
+    if times[row["best"]] != min(times.values()): bad += 1; print("  pick %s is not the fastest at n=%d" % (row["best"], n))
+print("    p=%d picks: %s" % (p, ", ".join("%d B %s" % (r["bytes"], r["best"]) for r in ar["rows"])))
+sys.exit(1 if bad else 0)
+PY
+}
+check test_v2171_size_model_p16_two_nodes model_ok "$TMP/size16.json" 16
+check test_v2171_size_model_p4_one_node model_ok "$TMP/size4.json" 4
+check test_v2171_size_says_why_not_modelled grep -q '"missing":.*link_latency_us' "$TMP/size16.json"
 finish
