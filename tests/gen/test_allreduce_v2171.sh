@@ -4,17 +4,16 @@
 # runtime's ring (runtime/coll/coll_algo.c) instead of MPI_Allreduce; 5 steps on the KJV give the
 # default trainer's losses and weights bit for bit: with two ranks every algorithm forms each
 # gradient element as the one sum g0 + g1, which IEEE addition makes independent of operand order
-# (docs/test-tolerances.md E0, E7). At np 3 halving_doubling (one rank folded in) sums three terms
-# in another order than Open MPI does: losses within 2e-5 relative (E2 + E3: two fp32 summation
-# orders through tiny and 5 AdamW steps). gen refuses the algorithm under ZeRO-2 (no all-reduce)
+# (docs/test-tolerances.md E0, E7). At np 3 the ring sums two of its three blocks in another order
+# than Open MPI's rank order ((x1 + x2) + x0, (x2 + x0) + x1): losses within 2e-5 relative (E2 + E3:
+# two fp32 summation orders through tiny and 5 AdamW steps). gen refuses the algorithm under ZeRO-2 (no all-reduce)
 # and halving_doubling/hierarchical for cuda (NCCL has neither). The collective layer's own
 # per-algorithm checks (exact sums, bytes and rounds per rank) are test_coll_algo_v2171.
 source "$(dirname "$0")/lib.sh"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 export OMP_NUM_THREADS=1
 if ! command -v mpirun >/dev/null; then echo "mpirun not found (scripts/install-deps.sh installs openmpi-bin)"; exit 1; fi
-command -v bible >/dev/null || { echo "FAIL: bible missing — run scripts/install-deps.sh (Debian package bible-kjv)"; exit 1; }
-bible -f 'Gen1:1-Gen50:26' | sed -E 's/^[0-9A-Za-z]+[0-9]+:[0-9]+ //' | head -c 200000 > "$TMP/corpus.txt"
+kjv_corpus "$TMP/corpus.txt" 200000
 "$GEN" data "$TMP/corpus.txt" -o "$TMP/data" >/dev/null
 DIFF="$BUILD/tests/st_diff"
 T=specs/v2500.yaml
@@ -32,14 +31,14 @@ echo "    losses ring:    $(losses "$TMP/ring.jsonl" | tr '\n' ' ')"
 check test_v2171_np2_ring_losses_bit_identical same_losses "$TMP/base.jsonl" "$TMP/ring.jsonl" 5
 expect test_v2171_np2_ring_weights_bit_identical 0 "max \|a-b\| = 0 " -- "$DIFF" "$TMP/ck_base/step_00000005/model.safetensors" "$TMP/ck_ring/step_00000005/model.safetensors" 0
 
-# np 3, halving-doubling: three-term sums in another order than MPI's
-expect gen_rhd 0 "wrote" -- "$GEN" $T --enable adamw,dp,allreduce --set v2171.algorithm=halving_doubling "${SHAPE[@]}" -o "$TMP/rhd"
-expect np3_default 0 "done: 5 steps" -- mpirun -np 3 -x OMP_NUM_THREADS "$TMP/base/train" "${RUN[@]}" --metrics "$TMP/base3.jsonl"
-expect np3_rhd 0 "all-reduce: halving_doubling" -- mpirun -np 3 -x OMP_NUM_THREADS "$TMP/rhd/train" "${RUN[@]}" --metrics "$TMP/rhd3.jsonl"
+# np 3, ring: three-term sums in another order than MPI's
+expect np3_default 0 "done: 5 steps" -- mpirun -np 3 -x OMP_NUM_THREADS "$TMP/base/train" "${RUN[@]}" --metrics "$TMP/base3.jsonl" --ckpt-dir "$TMP/ck_base3"
+expect np3_ring 0 "all-reduce: ring" -- mpirun -np 3 -x OMP_NUM_THREADS "$TMP/ring/train" "${RUN[@]}" --metrics "$TMP/ring3.jsonl" --ckpt-dir "$TMP/ck_ring3"
+echo "    np3 weights, ring vs default: $("$DIFF" "$TMP/ck_base3/step_00000005/model.safetensors" "$TMP/ck_ring3/step_00000005/model.safetensors" 0 2>&1 | grep -o 'max |a-b| = [^ ]*')"
 close() { # every loss within 2e-5 relative, 5 of them
   paste <(losses "$1") <(losses "$2") | awk '{ n++; d = $1 - $2; if (d < 0) d = -d; if (d > 2e-5 * $1) bad = 1; if (d / $1 > w) w = d / $1 } END { printf "    np3 worst relative loss difference %.2g\n", w; exit bad || n != 5 }'
 }
-check test_v2171_np3_halving_doubling_losses_close close "$TMP/base3.jsonl" "$TMP/rhd3.jsonl"
+check test_v2171_np3_ring_losses_close close "$TMP/base3.jsonl" "$TMP/ring3.jsonl"
 
 expect test_v2171_refused_under_zero2 2 "ZeRO stage 2 reduce-scatters" -- "$GEN" $T --enable adamw,zero2,allreduce --set v2171.algorithm=tree "${SHAPE[@]}" -o "$TMP/bad1"
 expect test_v2171_cuda_refuses_halving_doubling 2 "NCCL has no such all-reduce" -- "$GEN" $T --enable adamw,dp,allreduce --set v2171.algorithm=halving_doubling --model tiny --target sm_90 -o "$TMP/bad2"
