@@ -5,7 +5,8 @@
  * collective is refused with a message instead of calling a function NCCL never provided.
  * HYP_STANDIN_DEVICES is the world size, so every rank has a GPU of its own. Then, with the NCCL
  * stand-in: both ranks forced onto GPU 0 (HYP_CUDA_DEVICE=0) are refused at comm_init as NCCL
- * refuses them ("Duplicate GPU detected"), and on their own GPUs the same init succeeds. */
+ * refuses them ("Duplicate GPU detected"), and on their own GPUs the same init succeeds, setting
+ * NCCL_ALGO=Tree from the communicator's v2171 algorithm. */
 #define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
@@ -67,12 +68,17 @@ int main(int argc, char **argv) {
           rc ? e.msg : "accepted");
     d->close(d);
     unsetenv("HYP_CUDA_DEVICE");
+    unsetenv("NCCL_ALGO"); /* v2171: the communicator's algorithm reaches NCCL as NCCL_ALGO */
+    rc = hyp_coll_set_allreduce(c, HYP_AR_TREE, 0, &e);
+    check(rc == 0, "v2171: tree set on the communicator", "%s", rc ? e.msg : "ok");
     if (hyp_device_open("cuda", &d, &e)) {
         printf("FAIL cuda device on the stand-in: %s\n", e.msg);
         return 1;
     }
     rc = d->comm_init(d, c, &e);
     check(rc == 0, "nccl: the same init with a GPU per rank succeeds", "%s", rc ? e.msg : "ok");
+    const char *algo = getenv("NCCL_ALGO");
+    check(algo && !strcmp(algo, "Tree"), "v2171: comm_init set NCCL_ALGO=Tree from the communicator's tree", "%s", algo ? algo : "unset");
     d->close(d);
     printf("rank %d/%d: ", rank, world);
     int st = hyp_test_finish();
