@@ -42,6 +42,10 @@ check test_v2171_np3_ring_losses_close close "$TMP/base3.jsonl" "$TMP/ring3.json
 
 expect test_v2171_refused_under_zero2 2 "ZeRO stage 2 reduce-scatters" -- "$GEN" $T --enable adamw,zero2,allreduce --set v2171.algorithm=tree "${SHAPE[@]}" -o "$TMP/bad1"
 expect test_v2171_cuda_refuses_halving_doubling 2 "NCCL has no such all-reduce" -- "$GEN" $T --enable adamw,dp,allreduce --set v2171.algorithm=halving_doubling --model tiny --target sm_90 -o "$TMP/bad2"
+# a plan naming an algorithm the runtime does not have: one line, exit 2, before any rank trains
+mkdir -p "$TMP/badplan" && cp -r "$TMP/ring/." "$TMP/badplan/"
+sed -i 's/"algorithm":[[:space:]]*"ring"/"algorithm": "butterfly"/' "$TMP/badplan/plan.json"
+expect test_v2171_trainer_refuses_unknown_algorithm 2 "train.allreduce.algorithm. = \"butterfly\" is none of ring, tree" -- "$TMP/badplan/train" "${RUN[@]}"
 check test_v2171_refusal_wrote_nothing test ! -e "$TMP/bad1" -a ! -e "$TMP/bad2"
 
 # gen size's all-reduce model (v2171 with the v2169 link and v2170 NIC facts of the hardware YAML):

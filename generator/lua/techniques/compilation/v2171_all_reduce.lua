@@ -39,6 +39,9 @@ function M.sections(ctx, plan)
     return
   end
   plan.train.allreduce = { algorithm = algo, node_size = node }
+  if node > 0 and algo ~= "hierarchical" then
+    ctx.decide("v2171.node_size", "not used", string.format("node_size=%d applies to hierarchical only; %s does not group ranks by node", node, algo))
+  end
   if ctx.target.kind == "cuda" then
     ctx.contribute(string.format("gradient all-reduce: NCCL_ALGO=%s set before the communicator is made (%s)", NCCL[algo], HOW[algo]))
   else
