@@ -15,7 +15,8 @@
 # - --noise 0.01 (Net2Net's symmetry breaking): the copies differ, the loss moves a little;
 # - the grown files: the new units are copies (source weights, consumers divided by 2);
 # - refusals (exit 2, nothing written): a head size that changes, a narrower d_model, a wider
-#   d_model with a narrower MLP, another vocabulary, another query-per-kv-head ratio, a bad --noise.
+#   d_model with a narrower MLP, another vocabulary, another query-per-kv-head ratio, a bad --noise;
+#   selecting v2152 for a trainer (it does not grow itself) with the pointer to gen grow.
 source "$(dirname "$0")/lib.sh" "$1"
 export OMP_NUM_THREADS=1
 T=specs/v2500.yaml
@@ -99,6 +100,7 @@ expect refuse_wider_and_narrower 2 "wider in d_model \(256 > 128\) but narrower 
 expect refuse_vocab 2 "the vocabulary differs" -- "$GEN" grow "$SRC" --to "$TMP/bad-vocab" -o "$TMP/x4"
 expect refuse_gqa 2 "same number of query heads per kv head" -- "$GEN" grow "$TMP/ck-tiny-llama/step_00000030" --to "$TMP/bad-gqa" -o "$TMP/x5"
 expect refuse_noise 2 "--noise must be a number in \[0, 1\]" -- "$GEN" grow "$SRC" --to "$TMP/w2" -o "$TMP/x6" --noise 2
-check no_partial_output test ! -e "$TMP/x1" -a ! -e "$TMP/x2" -a ! -e "$TMP/x3" -a ! -e "$TMP/x4" -a ! -e "$TMP/x5" -a ! -e "$TMP/x6"
+expect refuse_select_v2152 2 "the trainer does not grow itself" -- "$GEN" "$T" --enable adamw,v2152 --model tiny "${COMMON[@]}" -o "$TMP/x7"
+check no_partial_output test ! -e "$TMP/x1" -a ! -e "$TMP/x2" -a ! -e "$TMP/x3" -a ! -e "$TMP/x4" -a ! -e "$TMP/x5" -a ! -e "$TMP/x6" -a ! -e "$TMP/x7"
 echo "grow width: $PASS passed, $FAIL failed"
 [ "$FAIL" = 0 ]
