@@ -88,7 +88,28 @@ proj = all(gpr[r * Ct + c] == pr[(r % C) * C + c % C] / 2 for r in range(Ct) for
 print(f"    embedding columns copied: {emb}; final norm halved: {final}; q/k/v of the new heads copied, inputs halved: {att}; output projection: {proj}")
 sys.exit(0 if emb and final and att and proj else 1)
 PY
-expect train_w2 0 "done: 20 steps" -- "$TMP/w2/train" --data "$TMP/data" --steps 20 --sample 0 --eval-every 0 --init-from "$TMP/init-noise" --metrics "$TMP/w2-20.jsonl"
+expect train_w2 0 "done: 20 steps" -- "$TMP/w2/train" --data "$TMP/data" --steps 20 --sample 0 --eval-every 0 --init-from "$TMP/init-noise" --metrics "$TMP/w2-20.jsonl" --ckpt-dir "$TMP/ck-noise"
+# Without noise a copy and its source get equal gradients and AdamW updates, so they stay equal
+# (the wider model computes what the narrow one would): trained 5 steps, the embedding's new
+# columns still equal their sources (bit for bit here; held to 1e-6: only a GEMM summing a copy's
+# column in another order could separate them, a relative gradient difference of at most
+# n*u = 128 * 6e-8 (B*T terms), which AdamW's normalized step turns into at most lr * 7.7e-6 =
+# 1.5e-8 per step, 7.7e-8 over 5, with a margin for the compounding through the forward); with
+# --noise 0.01 they differ by more than that bound
+expect train_w2_exact 0 "done: 5 steps" -- "$TMP/w2/train" --data "$TMP/data" --steps 5 --sample 0 --eval-every 0 --init-from "$TMP/init-w2" --ckpt-dir "$TMP/ck-exact"
+"$GEN" export "$TMP/ck-exact/step_00000005" -o "$TMP/exact_hf" >/dev/null 2>&1
+"$GEN" export "$TMP/ck-noise/step_00000020" -o "$TMP/noise_hf" >/dev/null 2>&1
+copies() { python3 - "$1" "$2" <<'PY'
+import json, struct, sys
+b = open(sys.argv[1], "rb").read(); n = struct.unpack("<Q", b[:8])[0]; v = json.loads(b[8:8 + n])["transformer.wte.weight"]
+s, e = v["data_offsets"]; w = struct.unpack("<%df" % ((e - s) // 4), b[8 + n + s:8 + n + e])
+d = max(abs(w[r * 256 + c] - w[r * 256 + c + 128]) for r in range(256) for c in range(128))
+print(f"    {sys.argv[2]}: max |new embedding column - its source| = {d:.3g}")
+sys.exit(0 if (d <= 1e-6) == (sys.argv[2] == "exact") else 1)
+PY
+}
+check test_v2152_exact_copies_stay_copies copies "$TMP/exact_hf/model.safetensors" exact
+check test_v2152_noise_breaks_symmetry copies "$TMP/noise_hf/model.safetensors" noise
 mean() { losses "$1" | sed -n "$2,$3p" | awk '{ s += $1 } END { printf "%.4f", s / NR }'; }
 a=$(mean "$TMP/w2-20.jsonl" 1 5); b=$(mean "$TMP/w2-20.jsonl" 16 20)
 echo "    grown (noise 0.01) trained 20 steps: mean loss steps 1-5 $a, steps 16-20 $b"
