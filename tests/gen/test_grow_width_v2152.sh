@@ -20,8 +20,7 @@
 source "$(dirname "$0")/lib.sh" "$1"
 export OMP_NUM_THREADS=1
 T=specs/v2500.yaml
-command -v bible >/dev/null || { echo "FAIL: bible missing — run scripts/install-deps.sh (Debian package bible-kjv)"; exit 1; }
-bible -f 'Gen1:1-Deu34:12' | sed -E 's/^[0-9A-Za-z]+[0-9]+:[0-9]+ //' | head -c 200000 > "$TMP/corpus.txt"
+kjv_corpus "$TMP/corpus.txt" 200000
 expect data 0 "" -- "$GEN" data "$TMP/corpus.txt" -o "$TMP/data"
 # model NAME BASE KEY=VALUE...: a copy of specs/models/BASE.yaml with the keys replaced
 model() {
