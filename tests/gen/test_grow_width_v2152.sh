@@ -20,7 +20,7 @@
 source "$(dirname "$0")/lib.sh" "$1"
 export OMP_NUM_THREADS=1
 T=specs/v2500.yaml
-kjv_corpus "$TMP/corpus.txt" 200000
+kjv_corpus "$TMP/corpus.txt"
 expect data 0 "" -- "$GEN" data "$TMP/corpus.txt" -o "$TMP/data"
 # model NAME BASE KEY=VALUE...: a copy of specs/models/BASE.yaml with the keys replaced
 model() {
