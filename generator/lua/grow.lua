@@ -115,8 +115,8 @@ function M.main(args, parse)
       or "structured pruning, v2157: per layer the units of largest ||in||·||out|| kept, not function-preserving"),
     s.C, tm.C, s.NH, tm.NH, tm.C == s.C and "unchanged" or (exact and "function-preserving copies, v2152"
       or "copies, v2152: not a multiple, the norms' mean and variance change: approximately function-preserving"),
-    noise > 0 and string.format(", new units' weights perturbed by %g relative noise (not function-preserving)", noise)
-      or ((tm.C > s.C or tm.H > s.H) and ", copies stay equal under training without --noise" or ""),
+    not (tm.C > s.C or tm.H > s.H) and "" or noise > 0 and string.format(", new units' weights perturbed by %g relative noise (not function-preserving)", noise)
+      or ", copies stay equal under training without --noise",
     st.tensors, dir, out, dir))
   return 0
 end
