@@ -38,7 +38,7 @@ usage:
   gen lottery OUT -o DIR [--rounds R] [--rate P] [--rewind K] [--control] -- TRAIN_ARGS...
                                           the lottery ticket (v2155): rounds of training, magnitude
                                           pruning and rewinding with the trainer in OUT
-  gen grow SRC --to OUT -o DIR [--depth identity|stack] [--seed S]
+  gen grow SRC --to OUT -o DIR [--depth identity|stack] [--seed S] [--noise R]
                                           a deeper/wider model's starting weights from a trained
                                           smaller one (function-preserving; then train --init-from)
   gen sweep SWEEP.yaml -o DIR [--parallel N] [--resume]
@@ -521,7 +521,7 @@ function commands.lottery(args)
   return require("lottery").main(args, parse)
 end
 
--- gen grow SRC --to OUT -o DIR: a larger model's starting weights from a trained smaller one (v2151, v2153)
+-- gen grow SRC --to OUT -o DIR: a larger model's starting weights from a trained smaller one (v2151, v2152, v2153)
 function commands.grow(args)
   return require("grow").main(args, parse)
 end

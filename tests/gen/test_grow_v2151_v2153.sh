@@ -10,7 +10,7 @@
 #   Accuracy and Stability, eq. 3.5); the loss is held to that 5e-5 relative;
 # - depth stack (G_stack): not function-preserving — the loss moves (reported), training continues;
 # - the grown file: layers 0-3 equal the trained ones, layers 4-5's output projections are zero;
-# - bad input refused (exit 2): other d_model, a smaller target, an existing -o, a bad --depth.
+# - bad input refused (exit 2): a d_model with another head size, a smaller target, an existing -o, a bad --depth.
 source "$(dirname "$0")/lib.sh" "$1"
 export OMP_NUM_THREADS=1
 T=specs/v2500.yaml
@@ -85,7 +85,7 @@ echo "    step-1 loss at lr 0: small $(first_metric "$TMP/small.jsonl" loss), pr
 expect train_narrow 0 "done: 10 steps" -- "$TMP/tiny-narrow/train" --data "$TMP/data" --steps 10 --sample 0 --eval-every 0 --init-from "$TMP/init-narrow" --metrics "$TMP/narrow10.jsonl"
 check v2157_pruned_model_trains awk -v a="$(first_metric "$TMP/narrow10.jsonl" loss)" -v b="$(last_metric "$TMP/narrow10.jsonl" loss)" 'BEGIN { exit !(a > 0 && b < a) }'
 
-expect refuse_other_c 2 "C differs" -- "$GEN" grow "$SRC" --to "$TMP/tiny-c256" -o "$TMP/x1"
+expect refuse_other_c 2 "the head size changes" -- "$GEN" grow "$SRC" --to "$TMP/tiny-c256" -o "$TMP/x1"
 expect refuse_shrink 2 "fewer than SRC" -- "$GEN" grow "$TMP/init-deep" --to "$TMP/tiny" -o "$TMP/x2"
 expect refuse_existing 2 "already exists" -- "$GEN" grow "$SRC" --to "$TMP/tiny-deep" -o "$TMP/init-deep"
 expect refuse_depth 2 "--depth 'deep' is not identity or stack" -- "$GEN" grow "$SRC" --to "$TMP/tiny-deep" -o "$TMP/x3" --depth deep
