@@ -12,11 +12,13 @@ constants = {
     doc = "applied to the fp32 accumulator before the store: none; + bias[n]; gelu(. + bias[n]) (tanh form, as templates/gelu.cu.lua)" },
   PROLOGUE = { "enum", values = { "none", "rmsnorm" }, default = "none",
     doc = "rmsnorm: D = (diag(rstd) (A diag(gain))) B^T — A's fragments are multiplied by gain[k] (and rounded to bf16) on their way to the mma, the row's rstd[m] (a precomputed 1/rms) scales the accumulator" },
-  OUT = { "enum", values = { "f32", "bf16" }, default = "f32", doc = "output storage: fp32, or bf16 rounded to nearest even" },
+  OUT = { "enum", values = { "f32", "bf16" }, default = "f32", doc = "output storage (D, aux and bias: cuBLASLt's rule, the bias has D's type): fp32, or bf16 rounded to nearest even" },
+  AUX = { "bool", default = false, doc = "EPILOGUE bias_gelu: also store the pre-activation (after the bias, before GELU) into aux, the GELU backward's input (cuBLASLt's GELU_AUX_BIAS, v2166)" },
 }
 derive = function(K, decide)
   local function need(ok, msg) if not ok then error(msg) end end
   need(K.TILE_K % 16 == 0 and K.TILE_K >= 16 and K.TILE_K <= 128, "TILE_K " .. K.TILE_K .. " must be a multiple of 16 in 16..128 (the mma k-step is 16)")
+  need(not K.AUX or K.EPILOGUE == "bias_gelu", "AUX stores the GELU's input: it needs EPILOGUE bias_gelu")
   need(K.STAGES >= 2 and K.STAGES <= 5, "STAGES " .. K.STAGES .. " must be 2..5")
   need(K.WARPS_M >= 1 and K.WARPS_N >= 1 and K.WARPS_M * K.WARPS_N <= 8, "WARPS_M x WARPS_N must be 1..8 warps")
   need(K.TILE_M % (16 * K.WARPS_M) == 0, "TILE_M " .. K.TILE_M .. " must be a multiple of 16 x WARPS_M (each warp's rows are whole m16 fragments)")
@@ -32,13 +34,14 @@ derive = function(K, decide)
     string.format("warp tile %dx%d (%d mma per k-step of 16); dynamic shared memory %d B", K.WTM, K.WTN, K.MI * K.NI, K.SMEM))
 end
 kernels = {
-  { name = "gemm_bf16", doc = "D[M,N] = epilogue(rstd? * (A[M,K] (gain?) B[N,K]^T)); bias, rstd, gain may be NULL when the rendered epilogue/prologue does not read them",
-    params = { "out_t* __restrict__ D", "const hyp_bf16* __restrict__ A", "const hyp_bf16* __restrict__ B",
-               "const float* __restrict__ bias", "const float* __restrict__ rstd", "const float* __restrict__ gain",
+  { name = "gemm_bf16", doc = "D[M,N] = epilogue(rstd? * (A[M,K] (gain?) B[N,K]^T)) (aux[M,N] = the GELU's input under AUX); aux, bias, rstd, gain may be NULL when the rendered epilogue/prologue does not use them",
+    params = { "out_t* __restrict__ D", "out_t* __restrict__ aux", "const hyp_bf16* __restrict__ A", "const hyp_bf16* __restrict__ B",
+               "const out_t* __restrict__ bias", "const float* __restrict__ rstd", "const float* __restrict__ gain",
                "int M", "int N", "int K" },
     block = "BLOCK", grid = "cdiv(N, TILE_N), cdiv(M, TILE_M)", smem = "SMEM" },
 }
--- No plan op routes here yet (every GEMM of the trainers is cuBLASLt; see specs/compute/v2119).
+-- No plan op binds it: under v2119 the device executor launches it itself for the GEMM+GELU sites
+-- v2166 marks (runtime/device/exec_dev.c, matmul_gelu_fwd); every other GEMM stays cuBLASLt.
 ops = {}
 -- cost of one launch (generator/lua/perf.lua): every block runs cdiv(K, TILE_K) whole k-tiles
 -- (the zero-filled edges cost mma too); A and B come from DRAM once, the other blocks of a row
@@ -50,7 +53,7 @@ cost = {
     return { tc_bf16 = 2 * gm * gn * kt * a.TILE_M * a.TILE_N * a.TILE_K,
              fp32 = (a.EPILOGUE == "bias_gelu" and 14 or a.EPILOGUE == "bias" and 1 or 0) * mn,
              sfu = a.EPILOGUE == "bias_gelu" and 2 * mn or 0,
-             rd = 2 * (a.M + a.N) * a.K, wr = (a.OUT == "bf16" and 2 or 4) * mn,
+             rd = 2 * (a.M + a.N) * a.K, wr = (a.OUT == "bf16" and 2 or 4) * mn * (a.AUX and 2 or 1),
              reread = 2 * ((gn - 1) * a.M * a.K + (gm - 1) * a.N * a.K) }
   end,
 }
@@ -214,6 +217,7 @@ __device__ __forceinline__ unsigned gemm_scale2(unsigned r, float g0, float g1) 
 % else
             (void)rstd;
 % end
+            (void)aux;
 #pragma unroll
             for (int j = 0; j < NI; j++)
 #pragma unroll
@@ -225,9 +229,13 @@ __device__ __forceinline__ unsigned gemm_scale2(unsigned r, float g0, float g1) 
                     v *= rs;
 % end
 % if EPILOGUE == "bias" then
-                    v += bias[col];
+                    v += hyp_ld(bias + col);
 % elseif EPILOGUE == "bias_gelu" then
-                    v = gemm_gelu(v + bias[col]);
+                    v += hyp_ld(bias + col);
+%   if AUX then
+                    hyp_st(aux + (long)row * N + col, v);
+%   end
+                    v = gemm_gelu(v);
 % else
                     (void)bias;
 % end

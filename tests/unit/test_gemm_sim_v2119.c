@@ -17,7 +17,8 @@
  *   sigmoid is off by <= 8 u (1 + |2z|) relative, times |x|. RMSNorm prologue: the scaled operand
  *   bf16(a * gain) is formed by the same fp32 multiply and bf16 rounding on both sides (bit-
  *   identical: no FMA can contract a lone multiply), the rstd row scale adds one rounding u |v|.
- *   bf16 output: round to nearest with 8 significant bits, <= 2^-8 relative of the value on top of
+ *   AUX (the pre-activation stored beside gelu's output): the bias bound, before GELU.
+ *   bf16 output (and its bias, which has D's type): round to nearest with 8 significant bits, <= 2^-8 relative of the value on top of
  *   the fp32 error.
  *   A dropped k-term, a wrong row/column or a missing zero-fill moves an element by ~|a b| ~ S/K,
  *   which for K <= 200 is > 1e4 times the bound.
@@ -40,7 +41,7 @@
 typedef struct {
     const char *tag, *consts;
     int epilogue; /* 0 none, 1 bias, 2 bias_gelu */
-    int rmsnorm, out_bf16;
+    int rmsnorm, out_bf16, aux;
 } variant_t;
 
 static double gelu_d(double x) { return 0.5 * x * (1.0 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x))); }
@@ -52,15 +53,20 @@ static void gemm_case(mod_t *md, const variant_t *v, int M, int N, int K) {
     for (long i = 0; i < (long)M * K; i++) A[i] = cpu_bf16_of(frand());
     for (long i = 0; i < (long)N * K; i++) B[i] = cpu_bf16_of(frand());
     float *bias = frandbuf(N, 1.0f), *rstd = fbuf(M), *gain = fbuf(K);
+    uint16_t *bias16 = zalloc((size_t)N * 2); /* OUT bf16: the bias has D's type (cuBLASLt's rule) */
+    for (int n = 0; n < N; n++) bias16[n] = cpu_bf16_of(bias[n]), bias[n] = v->out_bf16 ? cpu_bf16_val(bias16[n]) : bias[n];
     for (int m = 0; m < M; m++) rstd[m] = 0.5f + 0.5f * (frand() + 1.0f); /* [0.5, 1.5) */
     for (int k = 0; k < K; k++) gain[k] = 1.0f + 0.5f * frand();          /* [0.5, 1.5) */
     const int osz = v->out_bf16 ? 2 : 4;
     unsigned char *D = zalloc((size_t)M * N * osz);
+    float *aux = fbuf((long)M * N);
     memset(D, 0xff, (size_t)M * N * osz); /* NaN everywhere: an element never written fails */
+    memset(aux, 0xff, (size_t)M * N * 4);
     const long smem = rendered_const("gemm", v->tag, "SMEM"), TM = rendered_const("gemm", v->tag, "TILE_M"),
                TN = rendered_const("gemm", v->tag, "TILE_N"), BLK = rendered_const("gemm", v->tag, "BLOCK");
-    float *bp = v->epilogue ? bias : NULL, *rp = v->rmsnorm ? rstd : NULL, *gp = v->rmsnorm ? gain : NULL;
-    void *args[] = {&D, &A, &B, &bp, &rp, &gp, &M, &N, &K};
+    void *bp = v->epilogue ? (v->out_bf16 ? (void *)bias16 : (void *)bias) : NULL;
+    float *rp = v->rmsnorm ? rstd : NULL, *gp = v->rmsnorm ? gain : NULL, *xp = v->aux ? aux : NULL;
+    void *args[] = {&D, &xp, &A, &B, &bp, &rp, &gp, &M, &N, &K};
     launch_smem(md, "gemm_bf16", cdiv(N, TN), cdiv(M, TM), 1, (unsigned)BLK, (size_t)smem, args);
 
     long bad = 0, first = -1;
@@ -85,13 +91,17 @@ static void gemm_case(mod_t *md, const variant_t *v, int M, int N, int K) {
                 x += bias[n];
             }
             double want = x;
+            const long i = (long)m * N + n;
+            if (v->aux && !(fabs(aux[i] - x) <= tol)) { /* the pre-activation, before GELU */
+                if (first < 0) first = i, got_first = aux[i], want_first = x;
+                bad++;
+            }
             if (v->epilogue == 2) {
                 const double z = 0.7978845608028654 * (x + 0.044715 * x * x * x);
                 tol = 1.13 * tol + 8 * u * (1 + fabs(2 * z)) * fabs(x);
                 want = gelu_d(x);
             }
             if (v->out_bf16) tol += 0x1p-8 * (fabs(want) + tol);
-            const long i = (long)m * N + n;
             const double got = v->out_bf16 ? cpu_bf16_val(((uint16_t *)D)[i]) : ((float *)D)[i];
             const double d = fabs(got - want);
             if (!(d <= tol)) {
@@ -116,10 +126,10 @@ int main(void) {
     snprintf(mk, sizeof mk, "mkdir -p '%s'", g_tmp);
     if (system(mk) != 0) return 1;
     static const variant_t variants[] = {
-        {"default", "EPILOGUE=none OUT=f32", 0, 0, 0}, /* 128x128x32, 3 stages, 2x2 warps */
-        {"bias_bf16", "TILE_M=64 TILE_N=64 TILE_K=32 STAGES=2 WARPS_M=2 WARPS_N=2 EPILOGUE=bias OUT=bf16", 1, 0, 1},
-        {"gelu", "TILE_M=64 TILE_N=128 TILE_K=64 STAGES=4 WARPS_M=1 WARPS_N=4 EPILOGUE=bias_gelu", 2, 0, 0},
-        {"rms_gelu", "TILE_M=32 TILE_N=64 TILE_K=16 STAGES=5 WARPS_M=2 WARPS_N=2 PROLOGUE=rmsnorm EPILOGUE=bias_gelu", 2, 1, 0},
+        {"default", "EPILOGUE=none OUT=f32", 0, 0, 0, 0}, /* 128x128x32, 3 stages, 2x2 warps */
+        {"bias_bf16", "TILE_M=64 TILE_N=64 TILE_K=32 STAGES=2 WARPS_M=2 WARPS_N=2 EPILOGUE=bias OUT=bf16", 1, 0, 1, 0},
+        {"gelu_aux", "TILE_M=64 TILE_N=128 TILE_K=64 STAGES=4 WARPS_M=1 WARPS_N=4 EPILOGUE=bias_gelu AUX=true", 2, 0, 0, 1},
+        {"rms_gelu", "TILE_M=32 TILE_N=64 TILE_K=16 STAGES=5 WARPS_M=2 WARPS_N=2 PROLOGUE=rmsnorm EPILOGUE=bias_gelu", 2, 1, 0, 0},
     };
     static const int shapes[][3] = {{128, 128, 64}, {77, 50, 40}, {1, 8, 16}, {130, 72, 200}, {33, 24, 37}};
     for (size_t vi = 0; vi < sizeof variants / sizeof variants[0]; vi++) {
