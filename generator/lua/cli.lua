@@ -51,7 +51,7 @@ usage:
   gen consolidate CKPT -o DIR [--plan PLAN]
                                           merge a sharded (ZeRO, mpirun) checkpoint into one
                                           file set in DIR/step_N that resumes at any world size
-  gen render FAMILY [NAME=VALUE ...] [--kernels LIST] [-o FILE]
+  gen render FAMILY [NAME=VALUE ...] [--kernels LIST] [-o FILE] [--target sm_XX]
                                           render one kernel template (gen render --list)
 options:
   --enable LIST   comma-separated aliases, spec ids or names, and presets (repeatable)

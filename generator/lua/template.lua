@@ -323,11 +323,14 @@ end
 
 -- Per entry kernel: registers, barriers, shared/constant memory, its own stack frame and the
 ------------------------------------------------------------------------------------------------
--- `gen render FAMILY [NAME=VALUE ...] [--kernels a,b] [-o FILE] [--list]`: one template, for tests
--- and for reading. Constants not given take the template's defaults.
+-- `gen render FAMILY [NAME=VALUE ...] [--kernels a,b] [-o FILE] [--list] [--target sm_XX]`: one
+-- template, for tests and for reading. Constants not given take the template's defaults. With
+-- --target the rendered file is also compiled with NVRTC (through the kernel cache) and each
+-- kernel's ptxas resources are printed to stderr as `gen: KERNEL: N registers, S bytes spilled,
+-- M bytes smem (sm_XX)`; exit 1 if the compile fails or a kernel spills without a spill_reason.
 
 function M.cli(args, parse)
-  local o = parse(args, { ["--kernels"] = "list", ["-o"] = "value", ["--list"] = "flag" })
+  local o = parse(args, { ["--kernels"] = "list", ["-o"] = "value", ["--list"] = "flag", ["--target"] = "value" })
   if o["--list"] then
     for _, fam in ipairs(M.families()) do
       local t = M.load(fam)
@@ -365,7 +368,31 @@ function M.cli(args, parse)
   else
     io.write(r.source)
   end
+  if o["--target"] then return M.compile_report(fam, r, o["--target"]) end
   return 0
+end
+
+-- `gen render --target sm_XX`: NVRTC compile of one rendered family, its ptxas report on stderr.
+function M.compile_report(fam, r, arch)
+  local KC = require("kcompile")
+  if not arch:match("^sm_%d+a?$") then U.fail("--target " .. arch, "gen render compiles for a GPU arch only", "e.g. --target sm_90") end
+  if not KC.have_nvrtc() then
+    U.fail("--target " .. arch, "this gen was built without NVRTC", "install the CUDA toolkit and reconfigure, or render without --target")
+  end
+  local okc, res = pcall(hyp.nvrtc_compile, { { name = fam, source = r.source } }, { arch = arch, options = KC.nvrtc_options(),
+    include_dirs = KC.include_dirs(), cache_dir = KC.cache_dir(), version = hyp.version })
+  if not okc then io.stderr:write("gen: " .. tostring(res) .. "\n"); return 1 end
+  res = res[1]
+  if not res.ok then io.stderr:write(KC.format_compile_error(fam .. ".cu", res, r.source)); return 1 end
+  local bad = 0
+  for _, k in ipairs(KC.parse_ptxas(res.log or "")) do
+    local sp = k.spill_stores + k.spill_loads
+    local why = sp > 0 and r.spill_reasons[k.kernel]
+    io.stderr:write(string.format("gen: %s: %d registers, %d bytes spilled, %d bytes smem (%s)%s\n", k.kernel, k.registers, sp, k.smem, arch,
+      why and (" — " .. why) or ""))
+    if sp > 0 and not why then bad = 1 end
+  end
+  return bad
 end
 
 return M

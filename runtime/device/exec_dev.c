@@ -352,6 +352,7 @@ static int init_any(exec_dev *x, const plan_t *p, const char *kernels_dir, hyp_d
     x->dev = dev;
     x->opt_file = -1;
     x->cast_file = -1;
+    x->gemm_file = -1;
     x->act_bf16 = act_bf16;
     x->wstale = 1;
     x->B = p->B;
@@ -476,6 +477,8 @@ static int init_any(exec_dev *x, const plan_t *p, const char *kernels_dir, hyp_d
             goto fail;
         }
     }
+    for (int i = 0; i < x->n_files; i++)
+        if (!strcmp(x->files[i].name, "gemm.cu")) x->gemm_file = i; /* v2119 (gen renders it for the gelu-marked GEMMs) */
     if (!fwd_only && ((rc = exec_dev_bind_optimizer(x, man, e)) || (rc = prepare_shard(x, e)))) goto fail;
     scratch_t sc[64];
     int nsc = 0;
@@ -695,11 +698,48 @@ static int gemm_aux(exec_dev *x, hyp_dtype in, hyp_dtype out, int transa, int64_
     return x->dev->gemm(x->dev, &g, NULL, e);
 }
 
+/* A constant of a rendered module (its consts), or def. */
+static double file_const(const exec_dev_file *F, const char *name, double def) {
+    for (int j = 0; j < F->consts.n; j++)
+        if (!strcmp(F->consts.name[j], name)) return F->consts.val[j];
+    return def;
+}
+
+/* v2119: the gelu-marked GEMM on the templated kernel (gemm.cu's gemm_bf16, rendered EPILOGUE
+ * bias_gelu, AUX, OUT bf16): y[N][OC] = x[N][IC] W[OC][IC]^T + b into aux, gelu(y) into D — the
+ * kernel's A is x, its B the weight copy's W; the bias is the copy's bf16 b (D's type, as cuBLASLt). */
+static int matmul_gelu_fwd_template(exec_dev *x, const plan_op *o, const plan_op *gl, int64_t N, hyp_err *e) {
+    const exec_dev_file *F = &x->files[x->gemm_file];
+    if (dt_of(x, o->out[0]) != HYP_DT_BF16 || dt_of(x, gl->out[0]) != HYP_DT_BF16 || o->nin < 3 || o->in[2] < 0)
+        return hyp_fail(e, HYP_EINPUT, "kernels.json: gemm.cu serves a GELU site with bf16 output and a bias, but %s has %s — regenerate the trainer with gen",
+                        hyp_op_name(o->op), o->nin < 3 || o->in[2] < 0 ? "no bias" : "an fp32 output");
+    const double tm = file_const(F, "TILE_M", 0), tn = file_const(F, "TILE_N", 0), block = file_const(F, "BLOCK", 0),
+                 smem = file_const(F, "SMEM", -1);
+    if (tm < 1 || tn < 1 || block < 1 || smem < 0)
+        return hyp_fail(e, HYP_EINPUT, "kernels.json: gemm.cu lacks its TILE_M/TILE_N/BLOCK/SMEM constants — regenerate the trainer with gen");
+    hyp_kargs a;
+    memset(&a, 0, sizeof a);
+    hyp_kargs_ptr(&a, dbuf(x, gl->out[0]));
+    hyp_kargs_ptr(&a, dbuf(x, o->out[0]));
+    hyp_kargs_ptr(&a, (void *)operand(x, o->in[0], 1));
+    hyp_kargs_ptr(&a, (void *)operand(x, o->in[1], 1));
+    hyp_kargs_ptr(&a, (void *)operand(x, o->in[2], 1));
+    hyp_kargs_ptr(&a, NULL); /* rstd, gain: no prologue */
+    hyp_kargs_ptr(&a, NULL);
+    hyp_kargs_i32(&a, (int32_t)N);
+    hyp_kargs_i32(&a, (int32_t)o->OC);
+    hyp_kargs_i32(&a, (int32_t)o->IC);
+    const unsigned gx = (unsigned)((o->OC + (int64_t)tn - 1) / (int64_t)tn), gy = (unsigned)((N + (int64_t)tm - 1) / (int64_t)tm);
+    return x->dev->launch(x->dev, F->mod, "gemm_bf16", HYP_DIM3(gx, gy, 1), HYP_DIM3((unsigned)block, 1, 1), (size_t)smem, &a,
+                          NULL, e);
+}
+
 /* matmul_fwd marked gelu (v2166): the pre-activation y = x W^T + b is the epilogue's aux and the
  * gelu_fwd's output (the next op, skipped) is D = gelu(y). */
 static int matmul_gelu_fwd(exec_dev *x, const plan_op *o, int64_t N, hyp_err *e) {
     const plan_op *gl = o + 1;
     int bf = dt_of(x, o->in[0]) == HYP_DT_BF16;
+    if (bf && x->gemm_file >= 0) return matmul_gelu_fwd_template(x, o, gl, N, e);
     hyp_dtype yt = dt_of(x, o->out[0]);
     void *bias = NULL;
     if (o->nin > 2 && o->in[2] >= 0) bias = yt == HYP_DT_BF16 ? (void *)operand(x, o->in[2], 1) : dbuf(x, o->in[2]);

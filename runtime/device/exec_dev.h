@@ -92,6 +92,7 @@ typedef struct {
     uint16_t *wcopy;                /* device: [arena] bf16 copy of params, NULL without act_bf16 */
     int wstale;                     /* wcopy must be cast again before the next GEMM */
     int cast_file;                  /* the module with cast_f32_bf16, -1: none */
+    int gemm_file;                  /* v2119: gemm.cu (gemm_bf16, bias+GELU with aux), run at the gelu-marked GEMMs; -1: none */
     uint16_t *ones_bf16;            /* device: [maxB * maxT] bf16 1.0 (bias gradients of bf16 dout) */
     int32_t *tokens, *targets;      /* device: [maxB * maxT] */
     int32_t *positions;             /* device: [maxB * maxT] v2126 document positions, or NULL
