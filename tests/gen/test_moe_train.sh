@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# A mixture-of-experts model trains on the cpu target (docs/moe.md): gen emits one fused moe_fwd /
+# moe_bwd op pair per MoE layer with the router and every expert's w1/w3/w2 as parameters under
+# transformers' Mixtral names; tiny-moe trains on the KJV and its loss falls; the metrics log holds
+# per step each expert's load (summing, per layer, to the step's tokens x top_k) and the
+# load-balancing loss (within its bounds), which is part of what the step minimises: with a large
+# coefficient the loads end up more even than without it; a stopped run resumes bit for bit; the
+# plan loader refuses a hand-edited MoE op (exit 2, one line); gen refuses the selections the MoE
+# op cannot run under (each with what to do), writing nothing.
+source "$(dirname "$0")/lib.sh"
+export OMP_NUM_THREADS=1
+command -v bible >/dev/null || { echo "FAIL: bible missing — run scripts/install-deps.sh (Debian package bible-kjv)"; exit 1; }
+bible -f 'Gen1:1-Deu34:12' | sed -E 's/^[0-9A-Za-z]+[0-9]+:[0-9]+ //' | head -c 300000 > "$TMP/corpus.txt"
+"$GEN" data "$TMP/corpus.txt" -o "$TMP/data" >/dev/null
+json() { python3 -c "import json,sys; p=json.load(open(sys.argv[1])); print(eval(sys.argv[2]))" "$@"; }
+B=4; T=64; K=2; E=4; STEPS=30
+SEL=(specs/v2500.yaml --enable adamw --model tiny-moe --target cpu --batch $B --seq $T)
+COMMON=(--data "$TMP/data" --eval-every 0 --lr 3e-3)
+
+expect gen_tiny_moe 0 "wrote" -- "$GEN" "${SEL[@]}" -o "$TMP/moe"
+P="$TMP/moe/plan.json"
+check test_moe_plan_one_op_pair_per_layer test "$(json "$P" "[o['op'] for o in p['forward'] + p['backward']].count('moe_fwd'), [o['op'] for o in p['backward']].count('moe_bwd')")" = "(2, 2)"
+check test_moe_plan_no_dense_mlp test "$(json "$P" "sum('mlp.' in q['name'] for q in p['params'])")" = 0
+check test_moe_plan_mixtral_names test "$(json "$P" "sorted(q['name'] for q in p['params'] if q['name'].startswith('model.layers.1.block_sparse_moe.'))[:4]")" = \
+  "['model.layers.1.block_sparse_moe.experts.0.w1.weight', 'model.layers.1.block_sparse_moe.experts.0.w2.weight', 'model.layers.1.block_sparse_moe.experts.0.w3.weight', 'model.layers.1.block_sparse_moe.experts.1.w1.weight']"
+check test_moe_plan_shapes test "$(json "$P" "[q['shape'] for q in p['params'] if q['name'].startswith('model.layers.0.block_sparse_moe.') and q['name'].endswith(('gate.weight', 'experts.3.w1.weight', 'experts.3.w2.weight'))]")" = "[[4, 64], [128, 64], [64, 128]]"
+# the plan's parameters are the model file's count (gen size: 254,784)
+check test_moe_plan_param_count test "$(json "$P" "sum(q['numel'] for q in p['params'])")" = 254784
+expect test_moe_plan_attrs 0 "True" -- json "$P" "all(o['attrs']['E'] == 4 and o['attrs']['K'] == 2 and o['attrs']['H'] == 128 and o['attrs']['norm_topk'] == 1 and o['attrs']['aux_coef'] == 0.02 for o in p['forward'] if o['op'] == 'moe_fwd')"
+
+expect moe_trains 0 "done: $STEPS steps" -- "$TMP/moe/train" "${COMMON[@]}" --steps $STEPS --metrics "$TMP/moe.jsonl"
+l1=$(losses "$TMP/moe.jsonl" | head -1)
+l5=$(losses "$TMP/moe.jsonl" | tail -5 | awk '{ s += $1 } END { printf "%.4f", s / NR }')
+echo "tiny-moe on the KJV: loss step 1 $l1, mean of steps $((STEPS - 4))-$STEPS $l5"
+# a byte model starts at ln 256 = 5.55; the dense tiny-llama drops below 3.2 in 30 such steps
+check test_moe_loss_falls awk -v a="$l1" -v b="$l5" 'BEGIN { exit !(a > 5.0 && b < a - 1.5) }'
+
+# loads: per step and layer the experts' loads sum to B*T tokens x top_k (integers, exact)
+loads_ok() {
+  python3 - "$1" "$2" <<'EOF'
+import json, sys
+want = int(sys.argv[2])
+rows = [json.loads(l) for l in open(sys.argv[1])]
+bad = [(r['step'], l, sum(r['moe_load_l%d_e%d' % (l, e)] for e in range(4))) for r in rows for l in range(2)
+       if sum(r['moe_load_l%d_e%d' % (l, e)] for e in range(4)) != want]
+print(len(rows), bad[:3])
+sys.exit(1 if bad or not rows else 0)
+EOF
+}
+check test_moe_loads_sum_tokens_x_k loads_ok "$TMP/moe.jsonl" $((B * T * K))
+# the aux loss: coef * E * sum_e f_e P_e with sum_e f_e = top_k and sum_e P_e = 1, so in
+# (0, coef * E * top_k] per layer; 2 layers
+aux_ok() { metric "$1" moe_aux_loss | awk -v hi="$2" '{ n++; if (!($1 > 0 && $1 <= hi)) bad++ } END { exit !(n == '"$STEPS"' && !bad) }'; }
+check test_moe_aux_loss_in_bounds aux_ok "$TMP/moe.jsonl" "$(awk 'BEGIN { print 2 * 0.02 * 4 * 2 }')"
+
+# the aux loss is trained on: with coefficient 1 the loads over the last 10 steps are more even
+# (smaller max/mean) than with coefficient 0 on the same batches
+imbalance() {
+  python3 - "$1" <<'EOF'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])][-10:]
+tot = [sum(r['moe_load_l%d_e%d' % (l, e)] for r in rows) for l in range(2) for e in range(4)]
+print('%.4f' % max(max(tot[0:4]) / (sum(tot[0:4]) / 4), max(tot[4:8]) / (sum(tot[4:8]) / 4)))
+EOF
+}
+for c in 0 1; do
+  sed "s/aux_loss_coef: 0.02/aux_loss_coef: $c/" specs/models/tiny-moe.yaml > "$TMP/tiny-moe-aux$c.yaml"
+  "$GEN" specs/v2500.yaml --enable adamw --model "$TMP/tiny-moe-aux$c.yaml" --target cpu --batch $B --seq $T -o "$TMP/aux$c" >/dev/null 2>&1
+  "$TMP/aux$c/train" "${COMMON[@]}" --steps $STEPS --metrics "$TMP/aux$c.jsonl" > "$TMP/aux$c.log" 2>&1
+done
+i0=$(imbalance "$TMP/aux0.jsonl"); i1=$(imbalance "$TMP/aux1.jsonl")
+echo "max/mean expert load, last 10 steps: aux coefficient 0: $i0, 1: $i1"
+check test_moe_aux_loss_balances awk -v a="$i0" -v b="$i1" 'BEGIN { exit !(b < a) }'
+check test_moe_aux_coef0_no_aux_metric_term test "$(metric "$TMP/aux0.jsonl" moe_aux_loss | sort -u)" = 0
+
+# resume: 8 steps straight == 4 steps, stop, --resume 4 more (metrics bit for bit, loads included)
+"$TMP/moe/train" "${COMMON[@]}" --steps 8 --metrics "$TMP/r8.jsonl" --ckpt-dir "$TMP/ck8" > /dev/null 2>&1
+"$TMP/moe/train" "${COMMON[@]}" --steps 4 --metrics "$TMP/r44.jsonl" --ckpt-dir "$TMP/ck44" > /dev/null 2>&1
+"$TMP/moe/train" "${COMMON[@]}" --steps 8 --metrics "$TMP/r44.jsonl" --ckpt-dir "$TMP/ck44" --resume > /dev/null 2>&1
+check test_moe_resume_bit_exact test "$(untimed "$TMP/r8.jsonl")" = "$(untimed "$TMP/r44.jsonl")"
+expect test_moe_eval 0 "val [0-9.]+" -- "$TMP/moe/train" --data "$TMP/data" --steps 2 --eval-every 2 --eval-batches 2
+
+# the plan loader checks the MoE op like every op (a hand-edited plan: one line, exit 2)
+edit() { python3 - "$P" "$1" "$2" <<'EOF'
+import json, sys
+p = json.load(open(sys.argv[1]))
+exec(sys.argv[3])
+json.dump(p, open(sys.argv[2], 'w'))
+EOF
+}
+mkdir -p "$TMP/bad1" "$TMP/bad2"
+edit "$TMP/bad1/plan.json" "[o for o in p['forward'] if o['op'] == 'moe_fwd'][0]['attrs']['K'] = 5"
+expect test_moe_plan_k_over_e 2 "plan.json: field 'forward\[[0-9]+\].attrs': op 'moe_fwd' needs K <= E" -- "$TMP/moe/train" --plan "$TMP/bad1/plan.json" --data "$TMP/data" --steps 1
+edit "$TMP/bad2/plan.json" "[o for o in p['forward'] if o['op'] == 'moe_fwd'][0]['attrs']['E'] = 8"
+expect test_moe_plan_router_too_small 2 "op 'moe_fwd' needs 512 elements in 'model.layers.0.block_sparse_moe.gate.weight', which has 256" -- "$TMP/moe/train" --plan "$TMP/bad2/plan.json" --data "$TMP/data" --steps 1
+
+# --- what the MoE op cannot run under: refused, nothing written -------------------------------
+refused() { # refused NAME REGEX gen-args...
+  local name=$1 re=$2; shift 2
+  expect "test_moe_refuses_$name" 2 "tiny-moe.yaml: model tiny-moe \\(mixture of experts\\): $re" -- "$GEN" specs/v2500.yaml --model tiny-moe "$@" -o "$TMP/r-$name"
+  check "test_moe_refuses_${name}_no_output" test ! -e "$TMP/r-$name"
+}
+refused sim "no sim trainer runs .* — use --target cpu" --enable adamw --target sim
+refused zero2 "ZeRO stage 2.* — use zero1, or no ZeRO" --enable adamw,dp,zero2 --target cpu
+refused zero3 "ZeRO stage 3.* — use zero1, or no ZeRO" --enable adamw,dp,zero3 --target cpu
+refused bf16 "mixed precision \\(bf16\\).* — drop mixed-precision" --enable adamw,bf16 --target cpu
+refused dpo "the dpo objective .* — use pretraining or SFT" --enable adamw,dpo --target cpu
+sed 's/dropless: true/capacity_factor: 1.25/' specs/models/tiny-moe.yaml > "$TMP/tiny-moe-cap.yaml"
+expect test_moe_refuses_capacity 2 "model tiny-moe \\(mixture of experts\\): capacity_factor \\(token dropping\\) is not in the runtime op.* — set moe.dropless: true" \
+  -- "$GEN" specs/v2500.yaml --enable adamw --model "$TMP/tiny-moe-cap.yaml" --target cpu -o "$TMP/r-cap"
+sed 's/n_shared_experts: 0/n_shared_experts: 1/' specs/models/tiny-moe.yaml > "$TMP/tiny-moe-shared.yaml"
+expect test_moe_refuses_shared 2 "shared experts are not in the runtime op — set moe.n_shared_experts: 0" \
+  -- "$GEN" specs/v2500.yaml --enable adamw --model "$TMP/tiny-moe-shared.yaml" --target cpu -o "$TMP/r-shared"
+finish
