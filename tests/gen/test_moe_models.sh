@@ -5,7 +5,9 @@
 # OLMoE-1B-7B 6.9B / 1.3B: counts from the config are exact integers, so they must round to the
 # published 3 significant digits; DeepSeek-V3's shape differs by its latent attention and MTP
 # module, stated in its YAML, so within 2%/5%); gen refuses to generate a trainer for an MoE model
-# on the device targets (sim, cuda), whose trainers have no MoE kernels. Must never need a compiler or a network.
+# on the device targets (sim, cuda), whose trainers have no MoE kernels, and with every selection
+# the cpu MoE op cannot run under (ZeRO-2/3, mixed precision, preference objectives; capacity,
+# shared experts), each with what to do and nothing written. Must never need a compiler or a network.
 source "$(dirname "$0")/lib.sh"
 json() { python3 -c "import json,sys; p=json.load(sys.stdin); print(eval(sys.argv[1]))" "$@"; }
 
@@ -48,4 +50,21 @@ for t in sim sm_90; do
     -- "$GEN" specs/v2500.yaml --enable adamw --model tiny-moe --target $t -o "$TMP/out-$t"
   check test_moe_refused_on_${t}_no_output test ! -e "$TMP/out-$t"
 done
+# --- what the MoE op cannot run under: refused, nothing written -------------------------------
+refused() { # refused NAME REGEX gen-args...
+  local name=$1 re=$2; shift 2
+  expect "test_moe_refuses_$name" 2 "tiny-moe.yaml: model tiny-moe \\(mixture of experts\\): $re" -- "$GEN" specs/v2500.yaml --model tiny-moe "$@" -o "$TMP/r-$name"
+  check "test_moe_refuses_${name}_no_output" test ! -e "$TMP/r-$name"
+}
+refused sim "no sim trainer runs .* — use --target cpu" --enable adamw --target sim
+refused zero2 "ZeRO stage 2.* — use zero1, or no ZeRO" --enable adamw,dp,zero2 --target cpu
+refused zero3 "ZeRO stage 3.* — use zero1, or no ZeRO" --enable adamw,dp,zero3 --target cpu
+refused bf16 "mixed precision \\(bf16\\).* — drop mixed-precision" --enable adamw,bf16 --target cpu
+refused dpo "the dpo objective .* — use pretraining or SFT" --enable adamw,dpo --target cpu
+sed 's/dropless: true/capacity_factor: 1.25/' specs/models/tiny-moe.yaml > "$TMP/tiny-moe-cap.yaml"
+expect test_moe_refuses_capacity 2 "model tiny-moe \\(mixture of experts\\): capacity_factor \\(token dropping\\) is not in the runtime op.* — set moe.dropless: true" \
+  -- "$GEN" specs/v2500.yaml --enable adamw --model "$TMP/tiny-moe-cap.yaml" --target cpu -o "$TMP/r-cap"
+sed 's/n_shared_experts: 0/n_shared_experts: 1/' specs/models/tiny-moe.yaml > "$TMP/tiny-moe-shared.yaml"
+expect test_moe_refuses_shared 2 "shared experts are not in the runtime op — set moe.n_shared_experts: 0" \
+  -- "$GEN" specs/v2500.yaml --enable adamw --model "$TMP/tiny-moe-shared.yaml" --target cpu -o "$TMP/r-shared"
 finish
