@@ -43,9 +43,6 @@ function M.check(cfg, m, decide)
   end
   local f = cfg.facts or {}
   if f.tp then refuse("tensor parallelism does not shard the experts", "drop tp") end
-  if f.zero and (f.zero.stage or 0) >= 2 then
-    refuse(string.format("ZeRO stage %d's layer-group gradient schedule is not tested with the MoE op", f.zero.stage), "use zero1, or no ZeRO")
-  end
   if f.precision and f.precision.dtype ~= "fp32" then
     refuse("mixed precision (" .. tostring(f.precision.dtype) .. ") would leave the expert GEMMs in fp32 behind bf16/fp16 activations: the MoE op has fp32 kernels only", "drop mixed-precision")
   end

@@ -6,7 +6,7 @@
 # published 3 significant digits; DeepSeek-V3's shape differs by its latent attention and MTP
 # module, stated in its YAML, so within 2%/5%); gen refuses to generate a trainer for an MoE model
 # on the device targets (sim, cuda), whose trainers have no MoE kernels, and with every selection
-# the cpu MoE op cannot run under (ZeRO-2/3, mixed precision, preference objectives; capacity,
+# the cpu MoE op cannot run under (tensor parallelism, mixed precision, preference objectives; capacity,
 # shared experts), each with what to do and nothing written. Must never need a compiler or a network.
 source "$(dirname "$0")/lib.sh"
 json() { python3 -c "import json,sys; p=json.load(sys.stdin); print(eval(sys.argv[1]))" "$@"; }
@@ -57,8 +57,9 @@ refused() { # refused NAME REGEX gen-args...
   check "test_moe_refuses_${name}_no_output" test ! -e "$TMP/r-$name"
 }
 refused sim "no sim trainer runs .* — use --target cpu" --enable adamw --target sim
-refused zero2 "ZeRO stage 2.* — use zero1, or no ZeRO" --enable adamw,dp,zero2 --target cpu
-refused zero3 "ZeRO stage 3.* — use zero1, or no ZeRO" --enable adamw,dp,zero3 --target cpu
+# tensor parallelism: refused (by tp's own llama check, or by the MoE check once tp shards llama)
+expect test_moe_refuses_tp 2 "tensor parallelism .*— .*drop tp" -- "$GEN" specs/v2500.yaml --model tiny-moe --enable adamw,tp --target cpu -o "$TMP/r-tp"
+check test_moe_refuses_tp_no_output test ! -e "$TMP/r-tp"
 refused bf16 "mixed precision \\(bf16\\).* — drop mixed-precision" --enable adamw,bf16 --target cpu
 refused dpo "the dpo objective .* — use pretraining or SFT" --enable adamw,dpo --target cpu
 sed 's/dropless: true/capacity_factor: 1.25/' specs/models/tiny-moe.yaml > "$TMP/tiny-moe-cap.yaml"

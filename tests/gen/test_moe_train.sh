@@ -82,14 +82,20 @@ check test_moe_aux_coef0_no_aux_metric_term test "$(metric "$TMP/aux0.jsonl" moe
 check test_moe_resume_bit_exact test "$(untimed "$TMP/r8.jsonl")" = "$(untimed "$TMP/r44.jsonl")"
 expect test_moe_eval 0 "val [0-9.]+" -- "$TMP/moe/train" --data "$TMP/data" --steps 2 --eval-every 2 --eval-batches 2
 
-# gradient accumulation and data parallelism (2 ranks, ZeRO-1): a step's loads are summed over its
-# micro-batches and ranks
+# gradient accumulation and data parallelism (2 ranks, ZeRO-1/2/3): a step's loads are summed over
+# its micro-batches and ranks
 "$TMP/moe/train" "${COMMON[@]}" --steps 3 --grad-accum 2 --metrics "$TMP/ga.jsonl" > "$TMP/ga.log" 2>&1
 check test_moe_loads_grad_accum2 loads_ok "$TMP/ga.jsonl" $((2 * B * T * K))
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-expect gen_moe_dp_zero1 0 "wrote" -- "$GEN" specs/v2500.yaml --enable adamw,dp,zero1 --model tiny-moe --target cpu --batch $B --seq $T -o "$TMP/dp"
-expect moe_dp2_trains 0 "done: 3 steps" -- mpirun -np 2 "$TMP/dp/train" "${COMMON[@]}" --steps 3 --metrics "$TMP/dp.jsonl"
-check test_moe_loads_dp2 loads_ok "$TMP/dp.jsonl" $((2 * B * T * K))
+for z in zero1 zero2 zero3; do
+  expect gen_moe_dp_$z 0 "wrote" -- "$GEN" specs/v2500.yaml --enable adamw,dp,$z --model tiny-moe --target cpu --batch $B --seq $T -o "$TMP/$z"
+  expect moe_dp2_${z}_trains 0 "done: 3 steps" -- mpirun -np 2 "$TMP/$z/train" "${COMMON[@]}" --steps 3 --metrics "$TMP/$z.jsonl"
+done
+check test_moe_loads_dp2 loads_ok "$TMP/zero1.jsonl" $((2 * B * T * K))
+# ZeRO-2 and -3 run the op on their layer groups (the experts' fused view inside its layer's group)
+# and reduce the same gradients: losses, loads and aux bit-identical to ZeRO-1
+check test_moe_zero2_equals_zero1 test "$(untimed "$TMP/zero2.jsonl")" = "$(untimed "$TMP/zero1.jsonl")"
+check test_moe_zero3_equals_zero1 test "$(untimed "$TMP/zero3.jsonl")" = "$(untimed "$TMP/zero1.jsonl")"
 # Hugging Face export as MixtralForCausalLM (its numerics against transformers: test_hf_io's
 # hf_mixtral_*); an MoE model Mixtral does not compute (a dense first layer) is refused
 expect test_moe_hf_export_mixtral 0 "exported" -- "$GEN" export "$TMP/ck8" -o "$TMP/hf"
