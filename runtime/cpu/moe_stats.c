@@ -8,11 +8,19 @@
 
 #include "moe_layout.h"
 
+/* The transformer layer of a state buffer named "[prefix:]l<layer>.moe_state" (a recomputation
+ * prefix "r:" names the replayed forward's copy), or -1. */
+static int layer_of_state(const char *name) {
+    const char *c = strrchr(name, ':');
+    int l = -1;
+    return sscanf(c ? c + 1 : name, "l%d.", &l) == 1 ? l : -1;
+}
+
 int exec_moe_init(exec_t *x, hyp_err *e) {
     const plan_t *p = x->p;
-    int op = hyp_op_find("moe_fwd"), n = 0, n_loads = 0;
-    for (int i = 0; i < p->n_fwd; i++)
-        if (p->fwd[i].op == op) n++, n_loads += (int)p->fwd[i].E;
+    int op = hyp_op_find("moe_bwd"), n = 0, n_loads = 0;
+    for (int i = 0; i < p->n_bwd; i++)
+        if (p->bwd[i].op == op) n++, n_loads += (int)p->bwd[i].E;
     if (!n) return HYP_OK;
     exec_moe *m = x->moe = calloc(1, sizeof *m);
     if (!m) return hyp_fail(e, HYP_EFAIL, "out of memory");
@@ -25,17 +33,21 @@ int exec_moe_init(exec_t *x, hyp_err *e) {
     m->key = calloc((size_t)n_loads + 1, sizeof *m->key);
     if (!m->state_buf || !m->layer || !m->E || !m->first || !m->loads || !m->aux || !m->key)
         return hyp_fail(e, HYP_EFAIL, "out of memory");
-    for (int i = 0, j = 0; i < p->n_fwd; i++) {
-        const plan_op *o = &p->fwd[i];
+    /* the backward's MoE ops (the statistics come from what each one reads), in layer order */
+    for (int i = 0, j = 0; i < p->n_bwd; i++) {
+        const plan_op *o = &p->bwd[i];
         if (o->op != op) continue;
-        m->state_buf[j] = o->out[1];
-        if (sscanf(p->bufs[o->out[1]].name, "l%d.", &m->layer[j]) != 1) m->layer[j] = j;
-        m->E[j] = (int)o->E;
+        int l = layer_of_state(p->bufs[o->in[4]].name), k = j++;
+        if (l < 0) l = k;
+        for (; k > 0 && m->layer[k - 1] > l; k--)
+            m->state_buf[k] = m->state_buf[k - 1], m->layer[k] = m->layer[k - 1], m->E[k] = m->E[k - 1];
+        m->state_buf[k] = o->in[4], m->layer[k] = l, m->E[k] = (int)o->E;
+    }
+    for (int j = 0; j < n; j++) {
         m->first[j] = m->n_loads;
         for (int k = 0; k < m->E[j]; k++)
             snprintf(m->key[m->n_loads + k], sizeof m->key[0], "moe_load_l%d_e%d", m->layer[j], k);
         m->n_loads += m->E[j];
-        j++;
     }
     m->n = n;
     snprintf(m->key[m->n_loads], sizeof m->key[0], "moe_aux_loss");
@@ -64,7 +76,7 @@ void exec_moe_add(exec_t *x, int state_buf, const float *state, int N, int K) {
         moe_state_view v = moe_state_at((float *)(uintptr_t)state, N, m->E[j], K);
         for (int k = 0; k < m->E[j]; k++) m->loads[m->first[j] + k] += v.loads[k];
         m->aux[j] += *v.aux;
-        if (j == 0) m->passes++;
+        if (j == m->n - 1) m->passes++; /* the backward reaches the last layer first */
         return;
     }
 }

@@ -11,8 +11,9 @@
 #include "exec.h"
 
 typedef struct exec_moe {
-    int n;              /* MoE layers: the moe_fwd ops of the forward list, in order */
-    int *state_buf;     /* [n] each one's state buffer (moe_fwd out[1]) */
+    int n;              /* MoE layers: the moe_bwd ops of the backward list, sorted by layer */
+    int *state_buf;     /* [n] the state buffer each one reads (moe_bwd in[4]: the forward's, or a
+                           recomputation's replayed copy) */
     int *layer;         /* [n] its transformer layer (from the state buffer's name "l<layer>.") */
     int *E;             /* [n] its experts */
     int *first;         /* [n] index of its first expert in loads[] */

@@ -82,6 +82,12 @@ check test_moe_aux_coef0_no_aux_metric_term test "$(metric "$TMP/aux0.jsonl" moe
 check test_moe_resume_bit_exact test "$(untimed "$TMP/r8.jsonl")" = "$(untimed "$TMP/r44.jsonl")"
 expect test_moe_eval 0 "val [0-9.]+" -- "$TMP/moe/train" --data "$TMP/data" --steps 2 --eval-every 2 --eval-batches 2
 
+# full recomputation (the moe_fwd replayed before its layer's backward) with the memory planner
+# (state and scratch buffers sharing the arena): the same losses and loads bit for bit
+expect gen_moe_recompute 0 "wrote" -- "$GEN" specs/v2500.yaml --enable adamw,recompute,memory-planning --model tiny-moe --target cpu --batch $B --seq $T -o "$TMP/rc"
+"$TMP/rc/train" "${COMMON[@]}" --steps 8 --metrics "$TMP/rc8.jsonl" > "$TMP/rc.log" 2>&1
+check test_moe_recompute_memory_planning_bit_identical test "$(untimed "$TMP/rc8.jsonl")" = "$(untimed "$TMP/r8.jsonl")"
+
 # gradient accumulation and data parallelism (2 ranks, ZeRO-1/2/3): a step's loads are summed over
 # its micro-batches and ranks
 "$TMP/moe/train" "${COMMON[@]}" --steps 3 --grad-accum 2 --metrics "$TMP/ga.jsonl" > "$TMP/ga.log" 2>&1
