@@ -7,6 +7,7 @@
 -- The plan is the contract with runtime/core/plan.c (which validates it again on load).
 local U = require("util")
 local F = require("formulas")
+local MOE = require("moe")
 local P = {}
 
 P.FORMAT = "hyperion-plan"
@@ -96,7 +97,10 @@ local function tensor_params(m, d)
     if sandwich then sandwich_norm("lnao", gpt and "ln_attn_out" or "post_attention_layernorm") end
     n.ln2w = pre .. ln2 .. ".weight"; p(n.ln2w, { d.C }, ones, false)
     if m.norm == "layernorm" and d.bias then n.ln2b = pre .. ln2 .. ".bias"; p(n.ln2b, { d.C }, zeros, false) end
-    if m.activation == "swiglu" then
+    local moe = MOE.layer(m, l)
+    if moe then
+      MOE.params(p, n, pre, d, moe, normal, small)
+    elseif m.activation == "swiglu" then
       n.fcw = pre .. "mlp.gate_proj.weight"
       p(pre .. "mlp.gate_proj.weight", { d.H, d.C }, normal, true)
       p(pre .. "mlp.up_proj.weight", { d.H, d.C }, normal, true)
@@ -105,7 +109,7 @@ local function tensor_params(m, d)
       n.fcw = pre .. (gpt and "mlp.c_fc.weight" or "mlp.up_proj.weight"); p(n.fcw, { d.fc, d.C }, normal, true)
     end
     if d.bias then n.fcb = pre .. (gpt and "mlp.c_fc.bias" or "mlp.up_proj.bias"); p(n.fcb, { d.fc }, zeros, false) end
-    n.pw = pre .. (gpt and "mlp.c_proj.weight" or "mlp.down_proj.weight"); p(n.pw, { d.C, d.H }, small, true)
+    if not moe then n.pw = pre .. (gpt and "mlp.c_proj.weight" or "mlp.down_proj.weight"); p(n.pw, { d.C, d.H }, small, true) end
     if d.bias then n.pb = pre .. (gpt and "mlp.c_proj.bias" or "mlp.down_proj.bias"); p(n.pb, { d.C }, zeros, false) end
     if sandwich then sandwich_norm("lnmo", gpt and "ln_mlp_out" or "post_feedforward_layernorm") end
     layer[l] = n
@@ -178,6 +182,7 @@ local function place_params(g, ps, d, layer)
     if n.fc_fused then
       n.fcw = fused_view(n.fc_fused, { d.fc, d.C }, "model.layers." .. l .. ".mlp.gate_up_proj(fused)")
     end
+    if n.moe then n.experts = MOE.view(fused_view, n, l, d) end
   end
   return params, poff
 end
@@ -285,16 +290,20 @@ local function build_graph(g, m, d, names, layer, attention)
       s.ln2 = act(t .. ".ln2", { "N", d.C })
       s.ln2s = norm_fwd(F_, s.ln2, s.xm, n.ln2w, n.ln2b, t .. ".ln2")
     end
-    s.fch = act(t .. ".fch", { "N", d.fc })
-    g.op(F_, "matmul_fwd", { s.ln2, n.fcw, n.fcb or "" }, { s.fch }, { N = "N", IC = d.C, OC = d.fc })
-    s.fca = act(t .. ".fch_act", { "N", d.H })
-    if m.activation == "swiglu" then
-      g.op(F_, "swiglu_fwd", { s.fch }, { s.fca }, { N = "N", H = d.H })
+    if n.moe then
+      MOE.forward(g, F_, act, t, s, s.ln2, n, d.C)
     else
-      g.op(F_, "gelu_fwd", { s.fch }, { s.fca }, { n = "N", C = d.H })
+      s.fch = act(t .. ".fch", { "N", d.fc })
+      g.op(F_, "matmul_fwd", { s.ln2, n.fcw, n.fcb or "" }, { s.fch }, { N = "N", IC = d.C, OC = d.fc })
+      s.fca = act(t .. ".fch_act", { "N", d.H })
+      if m.activation == "swiglu" then
+        g.op(F_, "swiglu_fwd", { s.fch }, { s.fca }, { N = "N", H = d.H })
+      else
+        g.op(F_, "gelu_fwd", { s.fch }, { s.fca }, { n = "N", C = d.H })
+      end
+      s.fcp = act(t .. ".fcproj", { "N", d.C })
+      g.op(F_, "matmul_fwd", { s.fca, n.pw, n.pb or "" }, { s.fcp }, { N = "N", IC = d.H, OC = d.C })
     end
-    s.fcp = act(t .. ".fcproj", { "N", d.C })
-    g.op(F_, "matmul_fwd", { s.fca, n.pw, n.pb or "" }, { s.fcp }, { N = "N", IC = d.H, OC = d.C })
     local mlpout = s.fcp
     if sandwich then
       s.mlp_o = act(t .. ".fcproj_norm", { "N", d.C })
@@ -351,16 +360,20 @@ local function build_graph(g, m, d, names, layer, attention)
       dmlp = dact(s.fcp)
       norm_bwd(dmlp, n.lnmow, n.lnmob, dh2, s.fcp, s.mlp_os)
     end
-    local dfca = dact(s.fca)
-    g.op(B_, "matmul_bwd", { dmlp, s.fca, n.pw }, { dfca, G(n.pw), G(n.pb) or "" }, { N = "N", IC = d.H, OC = d.C })
-    local dfch = dact(s.fch)
-    if m.activation == "swiglu" then
-      g.op(B_, "swiglu_bwd", { dfca, s.fch }, { dfch }, { N = "N", H = d.H })
-    else
-      g.op(B_, "gelu_bwd", { dfca, s.fch }, { dfch }, { n = "N", C = d.H })
-    end
     local dln2 = dact(s.ln2)
-    g.op(B_, "matmul_bwd", { dfch, s.ln2, n.fcw }, { dln2, G(n.fcw), G(n.fcb) or "" }, { N = "N", IC = d.C, OC = d.fc })
+    if n.moe then
+      MOE.backward(g, B_, "l" .. l, s, dmlp, dln2, s.ln2, n, d.C, G)
+    else
+      local dfca = dact(s.fca)
+      g.op(B_, "matmul_bwd", { dmlp, s.fca, n.pw }, { dfca, G(n.pw), G(n.pb) or "" }, { N = "N", IC = d.H, OC = d.C })
+      local dfch = dact(s.fch)
+      if m.activation == "swiglu" then
+        g.op(B_, "swiglu_bwd", { dfca, s.fch }, { dfch }, { N = "N", H = d.H })
+      else
+        g.op(B_, "gelu_bwd", { dfca, s.fch }, { dfch }, { n = "N", C = d.H })
+      end
+      g.op(B_, "matmul_bwd", { dfch, s.ln2, n.fcw }, { dln2, G(n.fcw), G(n.fcb) or "" }, { N = "N", IC = d.C, OC = d.fc })
+    end
     local dxm = dln2
     if not post then
       dxm = dact(s.xm)
@@ -494,17 +507,7 @@ end
 
 -- The plan: a short driver over the technique hooks (techniques.lua). contrib collects what each
 -- spec contributed (the audit); opts: {batch, seq}.
--- A mixture-of-experts model (key `moe`, docs/moe.md) is counted by `gen size` but has no
--- router, dispatch or expert ops in any runtime yet: refuse it before anything is written.
-local function refuse_moe(model, path, target)
-  if not model.moe then return end
-  U.fail(path or U.where(model, "moe"), string.format("model %s is a mixture of experts, and no generated trainer (%s included) runs the router, dispatch and expert ops yet",
-    tostring(model.name), tostring(target and target.name or "cpu")),
-    "use it with `gen size` only (docs/moe.md), or choose a dense model such as tiny-llama")
-end
-
 function P.build(tree, cfg, contrib, opts)
-  refuse_moe(cfg.model, cfg.model_path, cfg.target)
   local TQ = require("techniques")
   local decisions = cfg.decisions
   local function decide(what, value, why) decisions[#decisions + 1] = { what = what, value = value, why = why } end
@@ -516,6 +519,7 @@ function P.build(tree, cfg, contrib, opts)
   local m = {}
   for k, v in pairs(cfg.model) do m[k] = v end
   TQ.run(tree, cfg, contrib, "model", m)
+  MOE.check(cfg, m, decide) -- a mixture of experts: what the runtime's MoE op cannot run is refused
   local d = F.dims(m)
   local maxB, maxT = planned_shape(m, opts, facts, decide)
   local attention = facts.attention and facts.attention.kind or "naive"

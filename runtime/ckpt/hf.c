@@ -21,9 +21,9 @@
 #include "op_registry.h"
 #include "safetensors.h"
 
-enum { HF_GPT2, HF_LLAMA, HF_QWEN3 };
-static const char *const HF_CLASS[] = {"GPT2LMHeadModel", "LlamaForCausalLM", "Qwen3ForCausalLM"};
-static const char *const HF_TYPE[] = {"gpt2", "llama", "qwen3"};
+enum { HF_GPT2, HF_LLAMA, HF_QWEN3, HF_MIXTRAL };
+static const char *const HF_CLASS[] = {"GPT2LMHeadModel", "LlamaForCausalLM", "Qwen3ForCausalLM", "MixtralForCausalLM"};
+static const char *const HF_TYPE[] = {"gpt2", "llama", "qwen3", "mixtral"};
 
 #define HF_MAX_FILES 64
 
@@ -31,6 +31,8 @@ static const char *const HF_TYPE[] = {"gpt2", "llama", "qwen3"};
 typedef struct {
     int kind;
     double eps, theta;
+    int E, K, H;     /* Mixtral: experts, top_k, expert width (the moe ops' attributes) */
+    double aux_coef; /* Mixtral: router_aux_loss_coef */
 } hf_model;
 
 static const char *fmt7(double v) {
@@ -53,6 +55,21 @@ static int hf_model_of(const plan_t *p, hf_model *m, hyp_err *e) {
                         "Llama (RMSNorm, SwiGLU, RoPE) and Llama with QK-norm (as Qwen3)",
                         p->model_name, p->arch, p->norm, p->activation, p->position, p->qk_norm ? ", QK-norm" : "",
                         p->bias ? ", biases" : "");
+    /* a mixture of experts (moe ops, docs/moe.md) is MixtralForCausalLM when every layer is an MoE
+     * layer with Mixtral's routing (softmax top-k renormalised); its names are Mixtral's already */
+    int n_moe = 0, renorm = 1;
+    for (int i = 0; i < p->n_fwd; i++)
+        if (p->fwd[i].op == hyp_op_find("moe_fwd")) {
+            const plan_op *o = &p->fwd[i];
+            n_moe++, renorm &= o->norm_topk == 1;
+            m->E = (int)o->E, m->K = (int)o->K, m->H = (int)o->H, m->aux_coef = o->aux_coef;
+        }
+    if (n_moe && (m->kind != HF_LLAMA || n_moe != p->L || !renorm))
+        return hyp_fail(e, HYP_EINPUT, "model %s is a mixture of experts that MixtralForCausalLM does not compute (%s) — export and import "
+                        "support Mixtral-shaped MoE models: every layer MoE, top_k weights renormalised, no QK-norm",
+                        p->model_name, n_moe != p->L ? "dense layers" : !renorm ? "top_k weights not renormalised" : "QK-norm");
+    if (n_moe) m->kind = HF_MIXTRAL;
+    if (m->kind == HF_MIXTRAL) m->aux_coef = strtod(fmt7(m->aux_coef), NULL);
     for (int i = 0; i < p->n_fwd && (!m->eps || !m->theta); i++) {
         if (!m->eps && p->fwd[i].eps > 0) m->eps = p->fwd[i].eps;
         if (!m->theta && p->fwd[i].theta > 0) m->theta = p->fwd[i].theta;
@@ -146,7 +163,7 @@ static cJSON *config_json(const plan_t *p, const hf_model *m) {
         cJSON_AddBoolToObject(j, "scale_attn_weights", 1);
     } else {
         cJSON_AddNumberToObject(j, "hidden_size", p->C);
-        cJSON_AddNumberToObject(j, "intermediate_size", p->H);
+        cJSON_AddNumberToObject(j, "intermediate_size", m->kind == HF_MIXTRAL ? m->H : p->H);
         cJSON_AddNumberToObject(j, "num_hidden_layers", p->L);
         cJSON_AddNumberToObject(j, "num_attention_heads", p->NH);
         cJSON_AddNumberToObject(j, "num_key_value_heads", p->NKV);
@@ -161,7 +178,15 @@ static cJSON *config_json(const plan_t *p, const hf_model *m) {
         cJSON_AddBoolToObject(j, "attention_bias", 0);
         cJSON_AddNumberToObject(j, "attention_dropout", 0);
         if (m->kind == HF_LLAMA) cJSON_AddBoolToObject(j, "mlp_bias", 0);
-        else cJSON_AddBoolToObject(j, "use_sliding_window", 0);
+        else if (m->kind == HF_QWEN3) cJSON_AddBoolToObject(j, "use_sliding_window", 0);
+        if (m->kind == HF_MIXTRAL) {
+            cJSON_AddNumberToObject(j, "num_local_experts", m->E);
+            cJSON_AddNumberToObject(j, "num_experts_per_tok", m->K);
+            cJSON_AddNumberToObject(j, "router_aux_loss_coef", m->aux_coef);
+            cJSON_AddBoolToObject(j, "output_router_logits", 0);
+            cJSON_AddNumberToObject(j, "router_jitter_noise", 0);
+            cJSON_AddNullToObject(j, "sliding_window");
+        }
     }
     cJSON_AddBoolToObject(j, "tie_word_embeddings", p->tied);
     cJSON_AddStringToObject(j, "torch_dtype", "float32");
@@ -450,7 +475,15 @@ static int check_config(const char *dir, const cJSON *cfg, const plan_t *p, cons
         if (!rc) rc = check_key(where, cfg, "num_hidden_layers", p->L, 1, 0, e);
         if (!rc) rc = check_key(where, cfg, "num_attention_heads", p->NH, 1, 0, e);
         if (!rc) rc = check_key(where, cfg, "num_key_value_heads", p->NKV, 0, 0, e);
-        if (!rc) rc = check_key(where, cfg, "intermediate_size", p->H, 1, 0, e);
+        if (!rc) rc = check_key(where, cfg, "intermediate_size", m->kind == HF_MIXTRAL ? m->H : p->H, 1, 0, e);
+        if (!rc && m->kind == HF_MIXTRAL) {
+            rc = check_key(where, cfg, "num_local_experts", m->E, 1, 0, e);
+            if (!rc) rc = check_key(where, cfg, "num_experts_per_tok", m->K, 1, 0, e);
+            const cJSON *sw = cJSON_GetObjectItemCaseSensitive(cfg, "sliding_window");
+            if (!rc && cJSON_IsNumber(sw) && sw->valuedouble < p->maxT)
+                rc = hyp_fail(e, HYP_EINPUT, "%s: sliding_window is %g, this trainer attends over the whole context of %d — use a model without a window this short",
+                              where, sw->valuedouble, p->maxT);
+        }
         if (!rc) rc = check_key(where, cfg, "head_dim", p->hd, 0, 0, e);
         if (!rc) rc = check_key(where, cfg, "rms_norm_eps", m->eps, 0, 1e-6, e);
         if (!rc) rc = check_key(where, cfg, "rope_theta", m->theta, 0, 1e-9, e);

@@ -9,6 +9,8 @@
  *                     as Llama they would load silently wrong, so they are never called Llama
  *   every arch        the vocabulary rows (wte / embed_tokens / lm_head) are V in HF, Vp (padded)
  *                     in our arena; the padding rows are written out never, read in as zeros
+ *   MixtralForCausalLM  Llama-style plans whose every layer is a Mixtral MoE layer (softmax top-k renormalised;
+ *                     docs/moe.md): our names are Mixtral's (block_sparse_moe.gate, experts.E.w1/w2/w3)
  * Plans with no transformers class (GPT-2 with RMSNorm or QK-norm, Llama with LayerNorm or GELU)
  * are refused by name. Never: writes a partial directory, or changes the caller's weights on error.
  */

@@ -275,6 +275,8 @@ static const struct {
     {"mask", A_MASK, offsetof(plan_op, mask)}, {"window", A_DIM, offsetof(plan_op, window)},
     {"prefix", A_DIM, offsetof(plan_op, prefix)}, {"score_mod", A_MOD, offsetof(plan_op, score_mod)},
     {"softcap", A_NUM, offsetof(plan_op, softcap)},
+    {"E", A_DIM, offsetof(plan_op, E)},     {"K", A_DIM, offsetof(plan_op, K)},
+    {"norm_topk", A_DIM, offsetof(plan_op, norm_topk)}, {"aux_coef", A_NUM, offsetof(plan_op, aux_coef)},
 };
 
 /* v2117's names of the attention mask rules and score modifiers, by code (core/attn_mod.h) */
@@ -393,6 +395,8 @@ static int parse_op(ld *c, const cJSON *j, plan_op *o) {
             return bad(c, "missing field '%s.attrs.%s' (op '%s' takes %s)", c->at, ATTRS[a].key, name, hyp_op_get(k)->attrs);
     }
     if (o->NKV && o->NH % o->NKV) return bad(c, "field '%s.attrs': NH is not a multiple of NKV", c->at);
+    if (o->E < 0 || o->K < 0 || o->K > o->E || o->norm_topk > 1)
+        return bad(c, "field '%s.attrs': op '%s' needs K <= E (top_k of the experts) and norm_topk 1 or absent", c->at, name);
     /* every argument big enough at the planned maximum batch */
     for (int side = 0; side < 2; side++) {
         int cnt = side ? o->nout : o->nin;

@@ -52,6 +52,10 @@ typedef struct {
        score modifier HYP_MOD_* (0 none) and softcap's cap */
     int64_t mask, window, prefix, score_mod;
     float softcap;
+    /* moe_fwd / moe_bwd (cpu/ops_moe.h): experts, top_k, renormalise the top_k weights (1) or
+       not (0), the load-balancing loss coefficient (0: none); H is the expert's hidden width */
+    int64_t E, K, norm_topk;
+    float aux_coef;
 } plan_op;
 
 /* v2166 GEMM epilogues a plan marks (attrs.epilogue): a device executor folds the marked matmul's

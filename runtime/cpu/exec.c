@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "gemm_bf16.h"
+#include "moe_stats.h"
 #include "ops_bf16.h"
 #include "ops_cpu.h"
 #include "prof.h"
@@ -167,7 +168,8 @@ static int init_dp(exec_t *x, const plan_t *p, hyp_coll *coll, int stage, int ac
     x->tokens = calloc((size_t)p->B * p->T, sizeof(int32_t));
     x->targets = calloc((size_t)p->B * p->T, sizeof(int32_t));
     if (p->positions_buf >= 0) x->positions = calloc((size_t)p->B * p->T, sizeof(int32_t));
-    if ((p->fp8_slots && (rc = init_fp8(x, e))) || (acts && x->acts && (rc = exec_lowp_init(x, e)))) {
+    if ((p->fp8_slots && (rc = init_fp8(x, e))) || (acts && x->acts && (rc = exec_lowp_init(x, e))) ||
+        (acts && (rc = exec_moe_init(x, e)))) {
         exec_free(x);
         return rc;
     }
@@ -222,6 +224,7 @@ void exec_free(exec_t *x) {
     for (int k = 0; k < x->n_state; k++) free(x->state[k]);
     free(x->acts);
     exec_lowp_free(x);
+    exec_moe_free(x);
     free(x->tokens);
     free(x->targets);
     free(x->positions);

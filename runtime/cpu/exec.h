@@ -91,6 +91,7 @@ typedef struct exec_t {
      * (bytes_grads) */
     size_t bytes_params, bytes_grads, bytes_grad_workspace, bytes_optim, bytes_acts;
     long long fp16_flushed, fp16_nonzero; /* v2102 fp16: round_fp16 operands that underflowed to 0 / were nonzero */
+    struct exec_moe *moe;           /* the MoE layers' router statistics (moe_stats.h), NULL without MoE ops */
 } exec_t;
 
 int exec_init(exec_t *x, const plan_t *p, hyp_err *e);

@@ -1,6 +1,6 @@
 /* ops_table.c — the cpu backend's half of the op registry: one small adapter per registered op
  * (core/op_registry.h), binding a plan op's buffers and attributes to the kernel that computes it
- * (ops_cpu.c, ops_flash.c, fp8.c), and the table that names them. exec.c resolves the table
+ * (ops_cpu.c, ops_flash.c, ops_moe.c, fp8.c), and the table that names them. exec.c resolves the table
  * against the registry once per executor and dispatches through it.
  *
  * An adapter only unpacks arguments: no allocation, no checks (plan.c validated every argument,
@@ -11,6 +11,9 @@
 #include "ops_cpu.h"
 #include "attn_mod.h"
 #include "ops_flash.h"
+#include "moe_layout.h"
+#include "moe_stats.h"
+#include "ops_moe.h"
 #include "quant.h"
 
 /* The token array an i32 argument names: the targets or the inputs. */
@@ -160,6 +163,35 @@ ADAPTER(cpu_int8_matmul_dgrad) {
     op_int8_matmul_dgrad(O[0], I[0], I[1], d->N, (int)o->IC, (int)o->OC, o->rowwise == 1);
 }
 
+/* The mixture-of-experts MLP (ops_moe.h): state and scratch laid out by core/moe_layout.h */
+static moe_shape moe_shape_of(const plan_op *o, int N) {
+    moe_shape s = {N, (int)o->C, (int)o->E, (int)o->K, (int)o->H, o->norm_topk == 1, o->aux_coef};
+    return s;
+}
+ADAPTER(cpu_moe_fwd) {
+    UNUSED_ARGS;
+    moe_shape s = moe_shape_of(o, d->N);
+    moe_state_view v = moe_state_at(O[1], d->N, o->E, o->K);
+    float *ws = O[2];
+    int32_t *rows = (int32_t *)(void *)(ws + moe_ws_floats(d->N, o->C, o->H, o->E, o->K));
+    op_moe_fwd(O[0], v.probs, v.topi, v.topw, v.loads, v.aux, I[0], I[1], I[2], I[2] + o->E * 2 * o->H * o->C, &s, ws, rows);
+}
+/* The load-balancing loss enters the training loss with the weight of this micro-batch's tokens
+ * (dloss per counted target x their count, as the cross-entropy's mean over them), so the step
+ * minimises the global mean cross-entropy + the token-weighted mean aux loss. */
+ADAPTER(cpu_moe_bwd) {
+    UNUSED_ARGS;
+    moe_shape s = moe_shape_of(o, d->N);
+    moe_state_view v = moe_state_at(I[4], d->N, o->E, o->K);
+    float *ws = O[3];
+    int32_t *rows = (int32_t *)(void *)(ws + moe_ws_floats(d->N, o->C, o->H, o->E, o->K));
+    float daux = s.aux_coef > 0 ? dloss * (float)exec_count_targets(x) : 0.0f;
+    long eo = (long)o->E * 2 * o->H * o->C;
+    op_moe_bwd(O[0], O[1], O[2], O[2] + eo, I[0], daux, I[1], I[2], I[3], I[3] + eo, v.probs, v.topi, v.topw, &s, ws,
+               rows);
+    exec_moe_add(x, o->in[4], I[4], d->N, (int)o->K);
+}
+
 static const struct {
     const char *name; /* the op registry's name */
     exec_op_fn fn;
@@ -195,6 +227,8 @@ static const struct {
     {"fake_quant", cpu_fake_quant},
     {"int8_matmul_fwd", cpu_int8_matmul_fwd},
     {"int8_matmul_dgrad", cpu_int8_matmul_dgrad},
+    {"moe_fwd", cpu_moe_fwd},
+    {"moe_bwd", cpu_moe_bwd},
 };
 
 exec_op_fn exec_cpu_op(const char *name) {

@@ -69,6 +69,7 @@
 #include "train_ckpt.h"
 #include "train_guard.h"
 #include "train_stream.h"
+#include "train_moe.h"
 
 typedef struct {
     const char *data, *ckpt_dir, *metrics, *plan, *prompt, *init_from, *tensorboard;
@@ -967,6 +968,9 @@ static int train_loop(run_t *r, hyp_err *e) {
             fflush(stdout);
         }
         hyp_progress_bar(&r->pg, step, r->opt.total_steps, loss, win_tps, eta, 0);
+        hyp_metric_kv *moe_kv = NULL; /* the step's router statistics (train_moe.h): collective, every rank */
+        int n_moe = 0;
+        if ((rc = train_moe_take(&r->x, r->d.coll, r->d.world, &moe_kv, &n_moe, e))) break;
         if (r->mlog) {
             hyp_metric_kv kv[] = {{"tokens_per_s_window", win_tps}, {"tokens_per_s_p20", q[0]},
                                   {"tokens_per_s_p50", q[1]}, {"tokens_per_s_p80", q[2]}, {"tokens_per_s_mean", avg_tps},
@@ -1002,10 +1006,16 @@ static int train_loop(run_t *r, hyp_err *e) {
                 if (early) kv3[n_kv++] = (hyp_metric_kv){"early_stop", 1};
             }
             if (ob->i->metrics) n_kv += ob->i->metrics(ob, kv3 + n_kv, OBJ_METRICS); /* the objective's own */
+            hyp_metric_kv *all = n_moe ? malloc(sizeof *all * (size_t)(n_kv + n_moe)) : kv3;
+            if (!all) rc = hyp_fail(e, HYP_EFAIL, "out of memory");
+            if (n_moe && all) memcpy(all, kv3, sizeof *all * (size_t)n_kv), memcpy(all + n_kv, moe_kv, sizeof *all * (size_t)n_moe);
             hyp_metrics_row row = {.step = step, .loss = loss, .lr = lr, .grad_norm = norm, .tokens_per_s = tps,
-                                   .val_loss = do_eval ? vl : NAN, .extra = kv3, .n_extra = n_kv};
-            if ((rc = hyp_metrics_write(r->mlog, &row, e))) break;
+                                   .val_loss = do_eval ? vl : NAN, .extra = all, .n_extra = n_kv + n_moe};
+            if (all && !rc) rc = hyp_metrics_write(r->mlog, &row, e);
+            if (all != kv3) free(all);
         }
+        free(moe_kv);
+        if (rc) break;
         if (r->tb && (step % r->tb_every == 0 || step == last_step || do_eval)) {
             struct rusage ru;
             double rss = getrusage(RUSAGE_SELF, &ru) == 0 ? ru.ru_maxrss / 1024.0 : NAN; /* KiB -> MiB */

@@ -1,7 +1,8 @@
 /* test_hf_io.c — Hugging Face weights in and out (runtime/ckpt/hf.c: `train --init-from`,
  * `gen export`) against fixtures made by transformers (tests/reference/make_hf_fixtures.py):
- * tiny GPT2LMHeadModel, LlamaForCausalLM (tied, GQA) and Qwen3ForCausalLM (QK-norm, untied; also
- * saved as BF16). Plans come from the real `gen` with the fixture model YAMLs.
+ * tiny GPT2LMHeadModel, LlamaForCausalLM (tied, GQA), Qwen3ForCausalLM (QK-norm, untied; also
+ * saved as BF16) and MixtralForCausalLM (tests/reference/make_moe_fixture.py: the MoE op's routing
+ * and aux loss too, mixtral_routing). Plans come from the real `gen` with the fixture model YAMLs.
  *
  * For each model:
  *   import   hyp_hf_init_from(HF dir) then our forward on the fixture's 16 tokens equals HF's
@@ -33,6 +34,7 @@
 #include "fsio.h"
 #include "hf.h"
 #include "hyp_test.h"
+#include "moe_layout.h"
 #include "plan.h"
 #include "safetensors.h"
 
@@ -487,6 +489,85 @@ static void refuse_config(const char *model, const char *fixture_name, const cha
     plan_free(&p);
 }
 
+/* The MoE fixture (MixtralForCausalLM, tests/reference/make_moe_fixture.py): after the import,
+ * each layer's routing as our moe_fwd saved it (core/moe_layout.h) against transformers' router
+ * outputs on the same weights and tokens:
+ *   probabilities  max |ours - HF| <= 2e-5 (fp32 through the layers below, as the logits' bound)
+ *   top-k          the same experts in the same order, exactly (the fixture's 2nd-3rd gaps are
+ *                  > 1e-3, far above that error)
+ *   aux per layer  |ours - HF| <= coef E K 2e-5 (the counts are exact; each mean probability is
+ *                  within the probabilities' bound, weighted by f summing to K)
+ *   pooled         transformers' own aux_loss (layers pooled before the product), recomputed from
+ *                  our routing, within the same bound: what differs from our per-layer sum is
+ *                  the definition, not the numbers (docs/moe.md). */
+static void mixtral_routing(void) {
+    char dir[512], path[1024], fixture[512];
+    snprintf(dir, sizeof dir, "%s/mixtral", g_tmp);
+    snprintf(fixture, sizeof fixture, "%s/tests/fixtures/hf_mixtral_tiny", HYP_SOURCE_DIR);
+    snprintf(path, sizeof path, "%s/plan.json", dir);
+    plan_t p;
+    exec_t x;
+    hyp_err e = {{0}};
+    if (plan_load(path, &p, &e)) { /* run_model generated it */
+        check(0, "hf_mixtral_routing_plan", "%s", e.msg);
+        return;
+    }
+    hyp_st_file *ref = NULL;
+    snprintf(path, sizeof path, "%s/reference.safetensors", fixture);
+    if (exec_init(&x, &p, &e) || exec_bind(&x, 1, 16, &e) || hyp_hf_init_from(fixture, &p, x.params, NULL, 0, &e) ||
+        hyp_st_open(path, &ref, &e)) {
+        check(0, "hf_mixtral_routing_setup", "%s", e.msg);
+        plan_free(&p);
+        return;
+    }
+    const int L = 2, N = 16, E = 4, K = 2;
+    const double coef = 0.02;
+    float *probs = malloc(sizeof(float) * L * N * E), *aux = malloc(sizeof(float) * L), pooled = 0;
+    int32_t *topk = malloc(sizeof(int32_t) * L * N * K);
+    hyp_st_to_f32(ref, hyp_st_find(ref, "router_probs"), probs, &e);
+    hyp_st_to_f32(ref, hyp_st_find(ref, "aux_layer"), aux, &e);
+    hyp_st_to_f32(ref, hyp_st_find(ref, "aux_pooled"), &pooled, &e);
+    memcpy(topk, hyp_st_find(ref, "router_topk")->data, sizeof(int32_t) * L * N * K);
+    memcpy(x.tokens, hyp_st_find(ref, "inputs")->data, 16 * sizeof(int32_t));
+    exec_forward(&x);
+    double pworst = 0, aworst = 0, Fbar[4] = {0}, Pbar[4] = {0};
+    int same_topk = 1;
+    for (int l = 0; l < L; l++) {
+        char bn[32];
+        snprintf(bn, sizeof bn, "l%d.moe_state", l);
+        int b = -1;
+        for (int i = 0; i < p.n_bufs; i++)
+            if (!strcmp(p.bufs[i].name, bn)) b = i;
+        if (b < 0) {
+            check(0, "hf_mixtral_routing_state", "no buffer %s", bn);
+            break;
+        }
+        moe_state_view v = moe_state_at(exec_buf(&x, b), N, E, K);
+        for (int n = 0; n < N; n++)
+            for (int k = 0; k < E; k++) {
+                pworst = fmax(pworst, fabs(v.probs[n * E + k] - probs[(l * N + n) * E + k]));
+                Pbar[k] += v.probs[n * E + k] / (double)(L * N);
+            }
+        for (int i = 0; i < N * K; i++) {
+            same_topk &= v.topi[i] == topk[l * N * K + i];
+            Fbar[v.topi[i]] += 1.0 / (L * N);
+        }
+        aworst = fmax(aworst, fabs(*v.aux - aux[l]));
+    }
+    double bound = coef * E * K * 2e-5, ours_pooled = 0;
+    for (int k = 0; k < E; k++) ours_pooled += coef * E * Fbar[k] * Pbar[k];
+    check(pworst <= 2e-5, "hf_mixtral_router_probs_equal_transformers", "max |ours - HF| %.3g", pworst);
+    check(same_topk, "hf_mixtral_topk_equal_transformers", "every token's 2 experts, in order");
+    check(aworst <= bound, "hf_mixtral_aux_per_layer_equals_load_balancing_loss_func", "max |ours - HF| %.3g (bound %.3g; HF %.6f %.6f)", aworst,
+          bound, aux[0], aux[1]);
+    check(fabs(ours_pooled - pooled) <= bound, "hf_mixtral_pooled_aux_equals_transformers_aux_loss", "%.7f vs HF %.7f (our trained loss: per-layer sum %.7f)",
+          ours_pooled, pooled, (double)aux[0] + aux[1]);
+    free(probs), free(aux), free(topk);
+    hyp_st_close(ref);
+    exec_free(&x);
+    plan_free(&p);
+}
+
 int main(void) {
     snprintf(g_tmp, sizeof g_tmp, "/tmp/hyp-hfio-%d", (int)getpid());
     mkdir(g_tmp, 0755);
@@ -494,6 +575,8 @@ int main(void) {
     run_model("ref-llama-tied", "hf_llama_tiny", "llama", "model.layers.0.self_attn.k_proj.weight");
     run_model("ref-llama", "hf_qwen3_tiny", "qwen3", "model.layers.1.mlp.down_proj.weight");
     run_model("ref-llama", "hf_qwen3_tiny_bf16", "qwen3_bf16", "model.layers.0.mlp.up_proj.weight");
+    run_model("ref-mixtral", "hf_mixtral_tiny", "mixtral", "model.layers.1.block_sparse_moe.experts.2.w2.weight");
+    mixtral_routing();
     padded_vocab();
     tied_into_untied();
     /* a QK-norm model is Qwen3, never Llama (which would compute something else silently) */

@@ -7,7 +7,8 @@
  *   1. forward output, loads and aux loss against the reference on odd shapes;
  *   2. every gradient (input, router, w1, w2) against central finite differences of the reference
  *      of L = sum(out * R) + daux * aux, with and without renormalisation;
- *   3. the backward accumulates (+=), loads sum to N * top_k, two runs are bit-identical.
+ *   3. the backward accumulates (+=), loads sum to N * top_k, two runs are bit-identical;
+ *   4. the workspace size agrees with the plan's layout (core/moe_layout.h).
  * Finite differences do not cross a top-k boundary: a test shape whose smallest gap between the
  * k-th and (k+1)-th probability is under 100 h is rejected and redrawn (reported).
  * Prints one line per check and "N passed, M failed"; exits 1 if anything failed. It must never
@@ -23,6 +24,7 @@
 #include <string.h>
 
 #include "hyp_test.h"
+#include "moe_layout.h"
 
 static uint64_t g_rng = 0x2545F4914F6CDD1Dull;
 static uint64_t rng_u64(void) {
@@ -145,6 +147,8 @@ static void run_case(const char *name, int N, int C, int E, int K, int H, int no
         if (gap > 100 * h || tries == 50) break;
     }
     check(gap > 100 * h, name, "smallest top-k probability gap %.2e (> 100 h)", gap);
+    check(op_moe_ws_floats(s) == moe_ws_floats(N, C, H, E, K), name, "workspace %ld floats = core/moe_layout.h's %lld",
+          op_moe_ws_floats(s), (long long)moe_ws_floats(N, C, H, E, K));
 
     float *out = xalloc(4 * nin), *out2 = xalloc(4 * nin), *probs = xalloc(4L * N * E);
     float *topw = xalloc(4L * N * K), *ws = xalloc(4 * op_moe_ws_floats(s));

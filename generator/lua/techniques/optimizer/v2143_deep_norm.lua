@@ -22,10 +22,12 @@ function M.model(ctx, m)
   ctx.decide("model.residual_alpha", alpha, string.format("v2143 DeepNorm: alpha = (2N)^(1/4) with N = %d layers (decoder-only, Wang et al. 2022)", N))
 end
 
--- the tensors DeepNorm scales by beta: v_proj, the attention output, the MLP matrices
+-- the tensors DeepNorm scales by beta: v_proj, the attention output, the MLP matrices (an MoE
+-- layer's: every expert's, not the router)
 local function beta_scaled(name)
   return name:find("v_proj.weight", 1, true) or name:find("attn.c_proj.weight", 1, true)
     or name:find("o_proj.weight", 1, true) or name:find("mlp.", 1, true) and name:find("weight", 1, true)
+    or name:find("block_sparse_moe.experts.", 1, true)
 end
 
 function M.params(ctx, ps)

@@ -1,0 +1,36 @@
+/* moe_stats.h — the router statistics of the cpu executor's mixture-of-experts layers: tokens per
+ * expert and the load-balancing loss of every MoE layer, summed over the training backward passes
+ * (micro-batches) since the trainer last took them. The moe_bwd adapter (ops_table.c) adds one
+ * pass from the routing state its forward saved (core/moe_layout.h); the trainer reads and resets
+ * them once per step (train/train_moe.c). Evaluation and sampling run no backward and add nothing.
+ * Never: a statistic the op did not compute, or any effect on the numerics of a step.
+ */
+#ifndef HYP_MOE_STATS_H
+#define HYP_MOE_STATS_H
+
+#include "exec.h"
+
+typedef struct exec_moe {
+    int n;              /* MoE layers: the moe_bwd ops of the backward list, sorted by layer */
+    int *state_buf;     /* [n] the state buffer each one reads (moe_bwd in[4]: the forward's, or a
+                           recomputation's replayed copy) */
+    int *layer;         /* [n] its transformer layer (from the state buffer's name "l<layer>.") */
+    int *E;             /* [n] its experts */
+    int *first;         /* [n] index of its first expert in loads[] */
+    int n_loads;        /* sum of E */
+    double *loads;      /* [n_loads] tokens routed per expert (each token counts top_k times) */
+    double *aux;        /* [n] load-balancing loss (coefficient included), summed over passes */
+    int passes;         /* backward passes summed */
+    char (*key)[40];    /* [n_loads + 1] metric names: "moe_load_l<layer>_e<expert>", "moe_aux_loss" */
+} exec_moe;
+
+/* Allocates x->moe when the plan has MoE ops (else leaves it NULL). */
+int exec_moe_init(exec_t *x, hyp_err *e);
+void exec_moe_free(exec_t *x);
+/* One backward pass of the MoE op (top_k K) whose state buffer is state_buf: its loads and aux
+ * loss from the state of N rows. */
+void exec_moe_add(exec_t *x, int state_buf, const float *state, int N, int K);
+/* Clears the sums (after the trainer took them). */
+void exec_moe_reset(exec_t *x);
+
+#endif

@@ -1,0 +1,35 @@
+/* train_moe.c — a step's router statistics as metrics (train_moe.h). */
+#include "train_moe.h"
+
+#include <stdlib.h>
+
+#include "moe_stats.h"
+
+int train_moe_take(exec_t *x, hyp_coll *coll, int world, hyp_metric_kv **kv, int *n, hyp_err *e) {
+    exec_moe *m = x->moe;
+    *kv = NULL, *n = 0;
+    if (!m) return HYP_OK;
+    int cnt = m->n_loads + 1;
+    double *v = malloc(sizeof(double) * (size_t)(cnt + 1));
+    hyp_metric_kv *out = malloc(sizeof *out * (size_t)cnt);
+    if (!v || !out) {
+        free(v), free(out);
+        return hyp_fail(e, HYP_EFAIL, "out of memory");
+    }
+    double aux = 0;
+    for (int j = 0; j < m->n; j++) aux += m->aux[j];
+    for (int i = 0; i < m->n_loads; i++) v[i] = m->loads[i];
+    v[m->n_loads] = aux, v[m->n_loads + 1] = m->passes;
+    exec_moe_reset(x);
+    int rc = coll && world > 1 ? hyp_coll_allreduce_f64(coll, v, (size_t)cnt + 1, e) : HYP_OK;
+    if (rc) {
+        free(v), free(out);
+        return rc;
+    }
+    for (int i = 0; i < m->n_loads; i++) out[i] = (hyp_metric_kv){m->key[i], v[i]};
+    /* passes: the micro-batches of all ranks (each rank's aux sum is over its own) */
+    out[m->n_loads] = (hyp_metric_kv){m->key[m->n_loads], v[m->n_loads + 1] > 0 ? v[m->n_loads] / v[m->n_loads + 1] : 0};
+    free(v);
+    *kv = out, *n = cnt;
+    return HYP_OK;
+}
