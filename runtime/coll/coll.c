@@ -14,6 +14,7 @@ struct hyp_coll {
     int busy[HYP_COLL_MAX_REQS];
     int sub;           /* made by hyp_coll_split: finalize frees the communicator, not MPI */
     uint64_t bytes;    /* ring-model bytes this rank sent (hyp_coll_bytes_sent) */
+    uint64_t calls;    /* the collectives those bytes went in (hyp_coll_calls) */
 #ifdef HYP_HAVE_MPI
     MPI_Comm comm;     /* MPI_COMM_WORLD, or an axis of the mesh */
     MPI_Request reqs[HYP_COLL_MAX_REQS];
@@ -23,7 +24,7 @@ struct hyp_coll {
 /* Ring-model bytes one rank sends: all-reduce 2(p-1)/p*n, reduce-scatter/all-gather (p-1)/p*n
  * for n bytes of full buffer (Patarasuk & Yuan; NCCL's busBw). */
 static void count_bytes(hyp_coll *c, double factor, size_t nbytes) {
-    if (c->world > 1) c->bytes += (uint64_t)(factor * (double)(c->world - 1) / c->world * (double)nbytes + 0.5);
+    if (c->world > 1) c->bytes += (uint64_t)(factor * (double)(c->world - 1) / c->world * (double)nbytes + 0.5), c->calls++;
 }
 
 static int g_local_rank = -1; /* hyp_coll_process_local_rank */
@@ -356,3 +357,4 @@ int hyp_coll_mesh_split(hyp_coll *c, int tp, hyp_coll **tp_out, hyp_coll **dp_ou
 }
 
 uint64_t hyp_coll_bytes_sent(const hyp_coll *c) { return c->bytes; }
+uint64_t hyp_coll_calls(const hyp_coll *c) { return c->calls; }

@@ -10,6 +10,7 @@
 
 #include "backend.h"
 #include "gemm_bf16.h"
+#include "local_sgd.h"
 #include "ops_bf16.h"
 #include "ops_cpu.h"
 
@@ -50,7 +51,8 @@ static int cpu_reduce_grads(train_backend *b, const train_opts *o, hyp_err *e) {
         if ((rc = hyp_coll_allreduce_f64(d->coll, &ss, 1, e))) return rc;
         s->norm = sqrt(ss);
     } else {
-        if (d->world > 1 && (rc = hyp_coll_allreduce_f32(d->coll, x->grads, (size_t)x->shard * d->world, e))) return rc;
+        if (b->lsgd) train_local_sgd_grads(b->lsgd, x); /* v2173: no all-reduce, each rank its own gradient */
+        else if (d->world > 1 && (rc = hyp_coll_allreduce_f32(d->coll, x->grads, (size_t)x->shard * d->world, e))) return rc;
         s->norm = train_grad_norm(x);
     }
     s->scale = train_clip_scale(o, s->norm);
