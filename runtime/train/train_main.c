@@ -1307,6 +1307,9 @@ static int run(int argc, char **argv, hyp_coll *coll) {
             else if (!(rc = train_local_sgd_open(&r.be.lsgd, p, &r.x, &r.d, &e))) {
                 char d[256];
                 printf("%s\n", train_local_sgd_describe(r.be.lsgd, d, sizeof d));
+                if (a->ckpt_dir && r.d.world > 1 && a->ckpt_every % p->lsgd_every)
+                    printf("note: --ckpt-every %d is not a multiple of sync_every %d: a checkpoint between synchronizations holds rank 0's own parameters (not the average)\n",
+                           a->ckpt_every, p->lsgd_every);
             }
         }
         if (!rc && r.lp && p->lp_law == HYP_LAW_LR_ANNEALING) { /* the schedule's LR areas, to the last step */
