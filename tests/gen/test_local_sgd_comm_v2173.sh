@@ -17,10 +17,9 @@ source "$(dirname "$0")/lib.sh"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 export OMP_NUM_THREADS=1
 if ! command -v mpirun >/dev/null; then echo "mpirun not found (scripts/install-deps.sh installs openmpi-bin)"; exit 1; fi
-command -v bible >/dev/null || { echo "FAIL: bible missing — run scripts/install-deps.sh (Debian package bible-kjv)"; exit 1; }
 MPI="mpirun -np 2 --oversubscribe -x OMP_NUM_THREADS"
 DIFF="$BUILD/tests/st_diff"
-bible -f 'Gen1:1-Deu34:12' | sed -E 's/^[0-9A-Za-z]+[0-9]+:[0-9]+ //' | head -c 400000 > "$TMP/corpus.txt"
+kjv_corpus "$TMP/corpus.txt" 400000
 "$GEN" data "$TMP/corpus.txt" -o "$TMP/data" >/dev/null
 SHAPE=(--model tiny --target cpu --batch 4 --seq 64)
 RUN=(--data "$TMP/data" --seq 32 --batch 2)
