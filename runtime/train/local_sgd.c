@@ -82,6 +82,11 @@ int train_local_sgd_after_update(train_local_sgd *ls, exec_t *x, const dp_t *d, 
     return HYP_OK;
 }
 
+void train_local_sgd_rebase(train_local_sgd *ls, const exec_t *x) {
+    memcpy(ls->anchor, x->params, sizeof(float) * (size_t)ls->n);
+    if (ls->mom) memset(ls->mom, 0, sizeof(float) * (size_t)ls->n);
+}
+
 const char *train_local_sgd_describe(const train_local_sgd *ls, char *buf, size_t n) {
     if (ls->nesterov)
         snprintf(buf, n, "local SGD (v2173): parameters synchronized every %d steps by one all-reduce of the change since the last; outer Nesterov (DiLoCo) lr %g momentum %g",

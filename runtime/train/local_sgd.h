@@ -29,6 +29,9 @@ void train_local_sgd_grads(const train_local_sgd *ls, exec_t *x);
  * step (one all-reduce of the arena's deltas on d's communicator), the parameters set to the new
  * anchor on every rank. *synced (may be NULL) = 1 when it ran. Collective. */
 int train_local_sgd_after_update(train_local_sgd *ls, exec_t *x, const dp_t *d, int step, int *synced, hyp_err *e);
+/* After the parameters were replaced on every rank alike (a v2176 rollback loaded a checkpoint):
+ * the anchor becomes them and the outer momentum restarts at 0. */
+void train_local_sgd_rebase(train_local_sgd *ls, const exec_t *x);
 /* One phrase for the banner: "local SGD (v2173): ..." */
 const char *train_local_sgd_describe(const train_local_sgd *ls, char *buf, size_t n);
 

@@ -815,6 +815,7 @@ static int rollback(run_t *r, int at, int *step, hyp_err *e) {
         train_guard_attach(tg, &r->be);
     }
     hyp_rng_set_state(&r->rng, st.rng);
+    if (r->be.lsgd) train_local_sgd_rebase(r->be.lsgd, &r->x); /* v2173: the loaded point is the new anchor */
     if (r->be.ls.on && st.has_loss_scale) r->be.ls.scale = st.loss_scale, r->be.ls.good = (long long)st.loss_scale_good;
     if ((rc = r->obj.i->ckpt_restore(&r->obj, &st, r->d.world, e))) return rc;
     r->opt.lr = r->lr0 * tg->g.lr_scale;

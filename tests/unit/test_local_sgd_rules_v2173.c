@@ -7,6 +7,7 @@
  * Tolerances: each fp32 element update rounds 3 operations (fused multiply-adds) of values of
  * magnitude <= 4 here, so it differs from the double reference by <= 3 x 2^-24 x 4 = 7.2e-7 per
  * step; over 5 steps with the momentum carrying earlier roundings (sum of 0.9^k < 5) <= 2e-5.
+ * train_local_sgd_rebase (a v2176 rollback) restarts the anchor and the momentum.
  * Never: collectives (one rank; the np=2 behaviour is tests/gen/test_local_sgd*_v2173.sh). */
 #include <math.h>
 #include <stdlib.h>
@@ -105,6 +106,15 @@ static void outer_case(int nesterov) {
     CHECK(rc == HYP_OK && synced_at_3 && quiet_between, "%s: only every 3rd step synchronizes", nesterov ? "nesterov" : "average");
     CHECK(err < 2e-5, "%s: 4 outer steps equal the reference (%s), max |d anchor| %.2g", nesterov ? "nesterov" : "average",
           nesterov ? "torch.optim.SGD nesterov, lr 0.7, momentum 0.9" : "the anchor becomes the parameters", err);
+    /* a rollback's rebase: the loaded point becomes the anchor and the momentum restarts, so a sync
+     * with no inner movement leaves it exactly (the built-up momentum would move it by ~0.1) */
+    float loaded[N];
+    for (int i = 0; i < N; i++) params[i] = loaded[i] = frand(&s);
+    train_local_sgd_rebase(ls, &x);
+    int synced = 0;
+    rc = train_local_sgd_after_update(ls, &x, &d, 15, &synced, &e);
+    CHECK(rc == HYP_OK && synced && !memcmp(params, loaded, sizeof loaded), "%s: after a rebase a sync without inner steps keeps the loaded point",
+          nesterov ? "nesterov" : "average");
     train_local_sgd_close(ls);
 }
 

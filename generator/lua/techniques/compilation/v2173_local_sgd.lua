@@ -53,9 +53,9 @@ function M.sections(ctx, plan)
         ctx.decide("v2173." .. k, "not applied", "outer = average sets the anchor to the mean of the ranks' parameters (outer SGD with lr 1, no momentum); " .. k .. " applies to outer = nesterov")
       end
     end
-    ctx.contribute(string.format("local SGD: no per-step gradient all-reduce; every %d steps one all-reduce of the parameter change since the last synchronization, the ranks' parameters averaged (%gx less gradient traffic)", H, H))
+    ctx.contribute(string.format("local SGD: no per-step gradient all-reduce; every %d steps one all-reduce of the parameter change since the last synchronization, the ranks' parameters averaged (gradient traffic / %d)", H, H))
   else
-    ctx.contribute(string.format("DiLoCo: no per-step gradient all-reduce; every %d steps one all-reduce of the parameter change, the mean change as the outer gradient of Nesterov SGD (outer lr %s, momentum %s) on the anchor (%gx less gradient traffic)",
+    ctx.contribute(string.format("DiLoCo: no per-step gradient all-reduce; every %d steps one all-reduce of the parameter change, the mean change as the outer gradient of Nesterov SGD (outer lr %s, momentum %s) on the anchor (gradient traffic / %d)",
       H, U.fmt_value(lr), U.fmt_value(mom), H))
   end
   if ctx.param("inner") == "sgd" then
