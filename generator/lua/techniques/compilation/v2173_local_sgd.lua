@@ -69,7 +69,7 @@ function M.sections(ctx, plan)
       ", torch.optim.SGD's update; L2 weight decay " .. U.fmt_value(o.weight_decay) .. " on the decay group); the default peak LR is AdamW's: pass train --lr for SGD")
     ctx.contribute(string.format("inner optimizer sgd: momentum %s, one f32 state (momentum_buffer)", U.fmt_value(o.hyper.momentum)))
   end
-  ctx.decide("v2173.checkpoints", "synchronized steps only", "a checkpoint between synchronizations holds rank 0's local parameters and no anchor or outer momentum: save at multiples of sync_every (--ckpt-every) for a resume that continues the run")
+  ctx.decide("v2173.checkpoints", "rank 0's state", "a checkpoint at a multiple of sync_every holds the averaged parameters, one between synchronizations rank 0's own; neither holds the other ranks' inner optimizer states or the outer momentum, so a resume restarts every rank from rank 0's states (use --ckpt-every a multiple of sync_every)")
 end
 
 return M
