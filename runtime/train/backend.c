@@ -101,7 +101,11 @@ int train_step(train_backend *b, train_objective *ob, const train_opts *o, int K
     pt = hyp_prof_t();
     if (!rc && !skip) rc = b->i->optim_step(b, o, lr, step, e);
     if (!rc && !skip && b->prune) train_prune_after_update(b->prune, b->x, step); /* masks held, updated on schedule */
-    if (!rc && b->lsgd) rc = train_local_sgd_after_update(b->lsgd, b->x, &b->dp, step, NULL, e); /* v2173 outer step */
+    if (!rc && b->lsgd) { /* v2173: the outer step (its all-reduce every sync_every steps is communication time) */
+        double t2 = now_s();
+        rc = train_local_sgd_after_update(b->lsgd, b->x, &b->dp, step, NULL, e);
+        if (b->dp.world > 1) t.comm_s += now_s() - t2;
+    }
     hyp_prof_phase("optimizer_step", HYP_PROF_OPTIMIZER, 1, pt);
     pt = hyp_prof_t();
     if (!rc) rc = b->i->finish_step(b, norm, scale, e);

@@ -1,7 +1,8 @@
 /* backend_cpu.c — the cpu executor (exec.h) as a trainer backend (backend.h): forward/backward
  * on the host, gradients made global over the collectives per ZeRO stage (v2110, v2104: an
  * all-reduce at stages 0-1; stages 2-3 reduce-scatter each layer's gradients into the own shard
- * during backward), the norm and clip factor on the host, the optimizer (optim.h) on the own part and
+ * during backward; under v2173 local SGD none: each rank keeps its own, local_sgd.h), the norm and
+ * clip factor on the host, the optimizer (optim.h) on the own part and
  * the all-gather of the updated shards (stages 1-2), the FP8 scaling states (v2160).
  * Never: the micro-batch loop, loss weighting or evaluation loop (the driver, backend.c). */
 #include <math.h>
