@@ -16,6 +16,7 @@ struct hyp_coll {
     int sub;           /* made by hyp_coll_split: finalize frees the communicator, not MPI */
     uint64_t bytes;    /* ring-model bytes this rank sent (hyp_coll_bytes_sent) */
     uint64_t steps;    /* and rounds (hyp_coll_steps) */
+    uint64_t calls;    /* the collectives those bytes went in (hyp_coll_calls) */
     int algo, node_size; /* v2171 f32 all-reduce algorithm (HYP_AR_*) and ranks per node */
 #ifdef HYP_HAVE_MPI
     MPI_Comm comm;     /* MPI_COMM_WORLD, or an axis of the mesh */
@@ -27,7 +28,7 @@ struct hyp_coll {
 /* Ring-model bytes one rank sends: all-reduce 2(p-1)/p*n, reduce-scatter/all-gather (p-1)/p*n
  * for n bytes of full buffer (Patarasuk & Yuan; NCCL's busBw). */
 static void count_bytes(hyp_coll *c, double factor, size_t nbytes) {
-    if (c->world > 1) c->bytes += (uint64_t)(factor * (double)(c->world - 1) / c->world * (double)nbytes + 0.5);
+    if (c->world > 1) c->bytes += (uint64_t)(factor * (double)(c->world - 1) / c->world * (double)nbytes + 0.5), c->calls++;
     if (c->world > 1) c->steps += (uint64_t)(factor + 0.5) * (uint64_t)(c->world - 1);
 }
 
@@ -113,7 +114,7 @@ int hyp_coll_allreduce_f32(hyp_coll *c, float *buf, size_t n, hyp_err *e) {
         coll_tally t = {0, 0};
         int k = c->node_size ? c->node_size : c->local_world;
         int rc = coll_algo_allreduce_f32(c->algo, c->algo_comm, c->rank, c->world, k, buf, n, &t, e);
-        c->bytes += t.bytes, c->steps += t.steps;
+        c->bytes += t.bytes, c->steps += t.steps, c->calls += c->world > 1;
         return rc;
     }
 #endif
@@ -407,3 +408,5 @@ int hyp_coll_set_allreduce(hyp_coll *c, int algo, int node_size, hyp_err *e) {
     c->algo = algo, c->node_size = node_size;
     return HYP_OK;
 }
+
+uint64_t hyp_coll_calls(const hyp_coll *c) { return c->calls; }

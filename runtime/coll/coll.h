@@ -73,6 +73,9 @@ int hyp_coll_all_ok(hyp_coll *c, int ok);
 int hyp_coll_split(hyp_coll *c, int color, int key, hyp_coll **out, hyp_err *e);
 int hyp_coll_mesh_split(hyp_coll *c, int tp, hyp_coll **tp_out, hyp_coll **dp_out, hyp_err *e);
 uint64_t hyp_coll_bytes_sent(const hyp_coll *c);
+/* The collectives hyp_coll_bytes_sent counted on that communicator (each one a round of
+ * communication, whatever its size). */
+uint64_t hyp_coll_calls(const hyp_coll *c);
 
 /* v2171 all-reduce algorithm of a communicator, for its f32 sum all-reduces
  * (hyp_coll_allreduce_f32: the data-parallel gradient reduction). HYP_AR_MPI (the default) is

@@ -884,6 +884,33 @@ static int load_guard(ld *c, const cJSON *root) {
     return rc;
 }
 
+/* optional: v2173 local SGD / DiLoCo (absent: the gradients are all-reduced every step) */
+static int load_local_sgd(ld *c, const cJSON *root) {
+    plan_t *p = c->p;
+    int rc = 0;
+    const cJSON *ls = cJSON_GetObjectItemCaseSensitive(root, "local_sgd");
+    enter(c, "local_sgd");
+    if (ls && !cJSON_IsObject(ls)) {
+        rc = bad(c, "field 'local_sgd' is not an object");
+        return rc;
+    }
+    if (ls) {
+        char outer[16];
+        GI(ls, "sync_every", 1, 100000, p->lsgd_every);
+        if ((rc = get_str(c, ls, "outer", outer, sizeof outer))) return rc;
+        if (strcmp(outer, "average") && strcmp(outer, "nesterov")) {
+            rc = bad(c, "field 'local_sgd.outer' = \"%s\" is none of average, nesterov", outer);
+            return rc;
+        }
+        p->lsgd_nesterov = !strcmp(outer, "nesterov");
+        GN(ls, "outer_lr", 0, 10, p->lsgd_outer_lr);
+        GN(ls, "outer_momentum", 0, 1, p->lsgd_outer_momentum);
+    }
+    enter(c, "%s", "");
+    enter(c, "%s", "");
+    return rc;
+}
+
 /* optional: v2162 dynamic loss scaling (absent: no scaling) */
 static int load_loss_scale(ld *c, const cJSON *root) {
     plan_t *p = c->p;
@@ -1211,7 +1238,7 @@ static const struct {
 } SECTIONS[] = {
     {"model", load_model},           {"train", load_train},         {"sizes", load_sizes},
     {"hardware", load_hardware},     {"checkpoint", load_checkpoint}, {"guard", load_guard},
-    {"loss_scale", load_loss_scale}, {"param_storage", load_param_storage}, {"grad_accum", load_grad_accum},
+    {"loss_scale", load_loss_scale}, {"local_sgd", load_local_sgd}, {"param_storage", load_param_storage}, {"grad_accum", load_grad_accum},
     {"preempt", load_preempt},       {"tensorboard", load_tensorboard}, {"loss_prediction", load_loss_prediction}, {"pruning", load_pruning}, {"profile", load_profiles},
     {"fp8", load_fp8},               {"params", load_params},       {"optimizer", load_optimizer},
     {"buffers", load_buffers},       {"forward", load_forward},     {"backward", load_backward},

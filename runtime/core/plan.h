@@ -171,6 +171,10 @@ typedef struct {
     unsigned param_seed;    /* param_storage.seed: key of the rounding hash (with step, element) */
     int grad_bf16;          /* grad_accum section (v2163) dtype "bf16": the gradient-accumulation
                                buffer holds bf16 values (rounded to nearest after each micro-batch) */
+    int lsgd_every;         /* local_sgd section (v2173): optimizer steps between parameter
+                               averagings (0: no section, gradients all-reduced every step) */
+    int lsgd_nesterov;      /* local_sgd.outer: 0 "average", 1 "nesterov" (DiLoCo) */
+    double lsgd_outer_lr, lsgd_outer_momentum; /* local_sgd: the Nesterov outer step's */
     int guard;              /* guard section present (v2176): skip bad steps, roll back */
     double guard_z, guard_ema, guard_loss_ceiling, guard_lr_factor;
     int guard_warmup, guard_max_bad, guard_max_rollbacks;

@@ -13,6 +13,7 @@ extern const hyp_optim_i hyp_optim_sfadamw;
 extern const hyp_optim_i hyp_optim_adammini;
 extern const hyp_optim_i hyp_optim_sophia;
 extern const hyp_optim_i hyp_optim_shampoo;
+extern const hyp_optim_i hyp_optim_sgd;
 
 static const hyp_optim_i *const REGISTRY[] = {
     &hyp_optim_adamw,
@@ -23,6 +24,7 @@ static const hyp_optim_i *const REGISTRY[] = {
     &hyp_optim_adammini,
     &hyp_optim_sophia,
     &hyp_optim_shampoo,
+    &hyp_optim_sgd,
 };
 
 const hyp_optim_i *hyp_optim_find(const char *kind) {

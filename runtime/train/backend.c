@@ -3,6 +3,7 @@
  * differently (that is a slot of train_backend_i), printing progress, checkpoints. */
 #include "backend.h"
 #include "gnb.h"
+#include "local_sgd.h"
 #include "objective.h"
 #include "prof.h"
 #include "prune.h"
@@ -59,7 +60,8 @@ static int loss_scale_check(train_backend *b, int *overflow, hyp_err *e) {
 
 int train_step(train_backend *b, train_objective *ob, const train_opts *o, int K, int step, double lr, double *loss,
                double *norm, float *scale, train_step_times *tm, int *skipped, hyp_err *e) {
-    train_step_times t = {0, 0, 0, 0, 0, 0};
+    train_step_times t = {0, 0, 0, 0, 0, 0, 0, 0};
+    uint64_t bytes0 = hyp_coll_bytes_sent(b->dp.coll), calls0 = hyp_coll_calls(b->dp.coll);
     double pt = hyp_prof_t(); /* v2184 phase spans: no-ops outside the profiled window */
     int rc = HYP_OK;
     if (ob->i->step_begin) {
@@ -99,6 +101,11 @@ int train_step(train_backend *b, train_objective *ob, const train_opts *o, int K
     pt = hyp_prof_t();
     if (!rc && !skip) rc = b->i->optim_step(b, o, lr, step, e);
     if (!rc && !skip && b->prune) train_prune_after_update(b->prune, b->x, step); /* masks held, updated on schedule */
+    if (!rc && b->lsgd) { /* v2173: the outer step (its all-reduce every sync_every steps is communication time) */
+        double t2 = now_s();
+        rc = train_local_sgd_after_update(b->lsgd, b->x, &b->dp, step, NULL, e);
+        if (b->dp.world > 1) t.comm_s += now_s() - t2;
+    }
     hyp_prof_phase("optimizer_step", HYP_PROF_OPTIMIZER, 1, pt);
     pt = hyp_prof_t();
     if (!rc) rc = b->i->finish_step(b, norm, scale, e);
@@ -108,6 +115,8 @@ int train_step(train_backend *b, train_objective *ob, const train_opts *o, int K
         rc = gnb_pass(b, o, step, e);
         hyp_prof_phase("hessian_gnb_pass", HYP_PROF_OPTIMIZER, 1, pt);
     }
+    t.comm_bytes = (double)(hyp_coll_bytes_sent(b->dp.coll) - bytes0);
+    t.comm_calls = (double)(hyp_coll_calls(b->dp.coll) - calls0);
     if (tm) *tm = t;
     return rc;
 }

@@ -170,6 +170,8 @@ struct train_backend {
     train_loss_scaler ls; /* v2162; zero: off (the trainer sets it from the plan after open) */
     const train_teacher *teacher; /* v2149 on a device backend; NULL: none */
     struct train_prune *prune;    /* v2154 masks on the host arenas (prune.h); NULL: none */
+    struct train_local_sgd *lsgd; /* v2173 on the cpu backend (local_sgd.h): no per-step gradient
+                                     all-reduce, the outer step after the update; NULL: none */
 };
 
 /* Opens the plan's backend (backend_reg.c) over the host executor x (already initialized and,
@@ -197,6 +199,9 @@ typedef struct {
     /* this rank's batches over the step's micro-batches: input slots (rows x T), rows, padded
      * slots (v2126 / v2127 layouts), and the loss tokens of all ranks */
     double slots, rows, pad, loss_tokens;
+    /* v2173 measurements: bytes this rank sent (ring model, hyp_coll_bytes_sent) and collectives
+     * it took part in on the data-parallel communicator during the step */
+    double comm_bytes, comm_calls;
 } train_step_times;
 
 /* One optimizer step (t = step) of the objective ob (objective.h) over K micro-batches: its

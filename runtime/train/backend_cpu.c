@@ -1,7 +1,8 @@
 /* backend_cpu.c — the cpu executor (exec.h) as a trainer backend (backend.h): forward/backward
  * on the host, gradients made global over the collectives per ZeRO stage (v2110, v2104: an
  * all-reduce at stages 0-1; stages 2-3 reduce-scatter each layer's gradients into the own shard
- * during backward), the norm and clip factor on the host, the optimizer (optim.h) on the own part and
+ * during backward; under v2173 local SGD none: each rank keeps its own, local_sgd.h), the norm and
+ * clip factor on the host, the optimizer (optim.h) on the own part and
  * the all-gather of the updated shards (stages 1-2), the FP8 scaling states (v2160).
  * Never: the micro-batch loop, loss weighting or evaluation loop (the driver, backend.c). */
 #include <math.h>
@@ -10,6 +11,7 @@
 
 #include "backend.h"
 #include "gemm_bf16.h"
+#include "local_sgd.h"
 #include "ops_bf16.h"
 #include "ops_cpu.h"
 
@@ -50,7 +52,8 @@ static int cpu_reduce_grads(train_backend *b, const train_opts *o, hyp_err *e) {
         if ((rc = hyp_coll_allreduce_f64(d->coll, &ss, 1, e))) return rc;
         s->norm = sqrt(ss);
     } else {
-        if (d->world > 1 && (rc = hyp_coll_allreduce_f32(d->coll, x->grads, (size_t)x->shard * d->world, e))) return rc;
+        if (b->lsgd) train_local_sgd_grads(b->lsgd, x); /* v2173: no all-reduce, each rank its own gradient */
+        else if (d->world > 1 && (rc = hyp_coll_allreduce_f32(d->coll, x->grads, (size_t)x->shard * d->world, e))) return rc;
         s->norm = train_grad_norm(x);
     }
     s->scale = train_clip_scale(o, s->norm);

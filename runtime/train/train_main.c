@@ -51,6 +51,7 @@
 #include "tboard.h"
 #include "losspred.h"
 #include "prune.h"
+#include "local_sgd.h"
 #include "tokenizer.h"
 #include "ops_cpu.h"
 #include "peak.h"
@@ -815,6 +816,7 @@ static int rollback(run_t *r, int at, int *step, hyp_err *e) {
         train_guard_attach(tg, &r->be);
     }
     hyp_rng_set_state(&r->rng, st.rng);
+    if (r->be.lsgd) train_local_sgd_rebase(r->be.lsgd, &r->x); /* v2173: the loaded point is the new anchor */
     if (r->be.ls.on && st.has_loss_scale) r->be.ls.scale = st.loss_scale, r->be.ls.good = (long long)st.loss_scale_good;
     if ((rc = r->obj.i->ckpt_restore(&r->obj, &st, r->d.world, e))) return rc;
     r->opt.lr = r->lr0 * tg->g.lr_scale;
@@ -854,6 +856,7 @@ static int train_loop(run_t *r, hyp_err *e) {
     double t_start = now_s(), tok_s = 0;
     double fpt = p->flops_per_token; /* at the planned T; attention part scales with T */
     int steps_timed = 0, done_steps = 0, rc = HYP_OK, grace_warned = 0, ckpt_deferred = 0;
+    double comm_bytes = 0, comm_calls = 0; /* the steps' data-parallel traffic (v2173's measure) */
     /* v2186: the last `window` timed steps' times, a ring; tokens/s over them = tokens / time */
     int W = p->metrics_window, wn = 0, wpos = 0;
     double *wdt = calloc((size_t)W * 2, sizeof *wdt), wsum = 0, q[3] = {0, 0, 0};
@@ -874,13 +877,14 @@ static int train_loop(run_t *r, hyp_err *e) {
         if ((rc = train_prof_step_begin(&r->prof, &r->be, step, r->start_step, last_step, e))) break;
         double t0 = now_s(), loss = 0, norm = 0, lr = train_lr_at(&r->opt, step);
         float scale = 1;
-        train_step_times tm = {0, 0, 0, 0, 0, 0};
+        train_step_times tm = {0, 0, 0, 0, 0, 0, 0, 0};
         int skipped = 0, warn = 0;
         double ls_used = r->be.ls.scale; /* v2162: the scale this step ran under */
         r->x.fp16_flushed = r->x.fp16_nonzero = 0;
         if ((rc = train_step(&r->be, ob, &r->opt, r->K, step, lr, &loss, &norm, &scale, &tm, &skipped, e)))
             break;
         int ovf = r->be.ls.on && r->be.ls.skipped; /* a loss-scale overflow: not the guard's skip */
+        comm_bytes += tm.comm_bytes, comm_calls += tm.comm_calls;
         if (ovf) skipped = 0;
         double dt = now_s() - t0;
         if ((rc = train_prof_step_end(&r->prof, &r->be, step, dt, e))) break;
@@ -986,7 +990,7 @@ static int train_loop(run_t *r, hyp_err *e) {
                 kv2[n_kv++] = (hyp_metric_kv){"skipped_overflow", ovf};
                 kv2[n_kv++] = (hyp_metric_kv){"overflow_steps", (double)r->be.ls.overflows};
             }
-            hyp_metric_kv kv3[sizeof kv2 / sizeof kv2[0] + 11 + OBJ_METRICS];
+            hyp_metric_kv kv3[sizeof kv2 / sizeof kv2[0] + 13 + OBJ_METRICS];
             memcpy(kv3, kv2, sizeof kv2);
             if (r->x.fp16_nonzero) /* v2102 fp16: the share of nonzero GEMM operands this step that underflowed */
                 kv3[n_kv++] = (hyp_metric_kv){"fp16_flush_frac", (double)r->x.fp16_flushed / (double)r->x.fp16_nonzero};
@@ -998,6 +1002,10 @@ static int train_loop(run_t *r, hyp_err *e) {
                 kv3[n_kv++] = (hyp_metric_kv){"loss_tokens_per_s", tm.loss_tokens / dt};
             }
             if (r->be.prune) kv3[n_kv++] = (hyp_metric_kv){"sparsity", train_prune_sparsity(r->be.prune)}; /* v2154 */
+            if (r->d.world > 1) { /* the step's traffic on the data-parallel communicator (ring model) */
+                kv3[n_kv++] = (hyp_metric_kv){"comm_bytes", tm.comm_bytes};
+                kv3[n_kv++] = (hyp_metric_kv){"comm_calls", tm.comm_calls};
+            }
             if (lpo.ok) { /* v2148 */
                 kv3[n_kv++] = (hyp_metric_kv){"pred_final_loss", lpo.final};
                 kv3[n_kv++] = (hyp_metric_kv){"pred_final_lo", lpo.lo};
@@ -1082,6 +1090,9 @@ static int train_loop(run_t *r, hyp_err *e) {
                r->obj.label, r->obj.label[0] ? " " : "",
                now_s() - t_start, last_loss, steps_timed ? tok_s / steps_timed : 0.0, wn,
                wn ? wn * (double)r->tokens_per_step / wsum : 0.0);
+    if (!rc && r->d.world > 1 && done_steps > 0) /* sent by this rank inside the steps (ring model, coll.h) */
+        printf("communication per step (rank %d, data-parallel group): %.1f bytes sent in %.3f collectives%s\n", r->d.rank,
+               comm_bytes / done_steps, comm_calls / done_steps, r->be.lsgd ? " (v2173 local SGD)" : "");
     free(wdt);
     return rc;
 }
@@ -1318,6 +1329,17 @@ static int run(int argc, char **argv, hyp_coll *coll) {
                 printf("%s\n", train_prune_describe(r.be.prune, d, sizeof d));
             }
         }
+        if (!rc && p->lsgd_every > 0) { /* v2173: no per-step gradient all-reduce; the outer step */
+            if (!r.be.i->caps.host_buffers)
+                rc = hyp_fail(&e, HYP_EINPUT, "local SGD (v2173) runs on the cpu backend; this trainer runs on %s — regenerate with --target cpu", r.be.name);
+            else if (!(rc = train_local_sgd_open(&r.be.lsgd, p, &r.x, &r.d, &e))) {
+                char d[256];
+                printf("%s\n", train_local_sgd_describe(r.be.lsgd, d, sizeof d));
+                if (a->ckpt_dir && r.d.world > 1 && a->ckpt_every % p->lsgd_every)
+                    printf("note: --ckpt-every %d is not a multiple of sync_every %d: a checkpoint between synchronizations holds rank 0's own parameters (not the average)\n",
+                           a->ckpt_every, p->lsgd_every);
+            }
+        }
         if (!rc && r.lp && p->lp_law == HYP_LAW_LR_ANNEALING) { /* the schedule's LR areas, to the last step */
             double *lr = malloc(sizeof(double) * ((size_t)r.opt.total_steps + 1));
             if (lr) {
@@ -1342,6 +1364,7 @@ static int run(int argc, char **argv, hyp_coll *coll) {
     hyp_tboard_close(r.tb);
     hyp_losspred_free(r.lp);
     train_prune_close(r.be.prune);
+    train_local_sgd_close(r.be.lsgd);
     train_prof_close(&r.prof);
     train_objective_close(&r.obj);
     hyp_loader_close(r.train);
