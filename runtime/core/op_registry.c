@@ -117,6 +117,12 @@ static int64_t need_rows(const plan_op *o, int arg, int64_t B, int64_t T, int64_
     return bd(o->n, B, T) * (o->C ? o->C : 1);
 }
 
+/* v2106 allreduce_tp: x and out are the same [n, C] rows (in place), b the bias row added after the sum */
+static int64_t need_allreduce_tp(const plan_op *o, int arg, int64_t B, int64_t T, int64_t V) {
+    (void)V;
+    return arg == 1 ? o->C : bd(o->n, B, T) * o->C;
+}
+
 static int64_t need_swiglu_fwd(const plan_op *o, int arg, int64_t B, int64_t T, int64_t V) {
     (void)V;
     int64_t N = bd(o->N, B, T);
@@ -184,6 +190,7 @@ static const hyp_op_desc OPS[] = {
     {"fake_quant", "x -> q", "n C bits group", need_rows, 0, HYP_OPDEV_KERNELS},
     {"int8_matmul_fwd", "x w b? -> out", "N IC OC rowwise?", need_matmul_fwd, 0, HYP_OPDEV_KERNELS},
     {"int8_matmul_dgrad", "dout w -> dx", "N IC OC rowwise?", need_matmul_dgrad, 0, HYP_OPDEV_KERNELS},
+    {"allreduce_tp", "x b? -> out", "n C", need_allreduce_tp, 0, HYP_OPDEV_KERNELS},
 };
 
 #define N_OPS ((int)(sizeof OPS / sizeof *OPS))

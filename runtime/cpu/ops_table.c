@@ -159,6 +159,10 @@ ADAPTER(cpu_int8_matmul_dgrad) {
     UNUSED_ARGS;
     op_int8_matmul_dgrad(O[0], I[0], I[1], d->N, (int)o->IC, (int)o->OC, o->rowwise == 1);
 }
+ADAPTER(cpu_allreduce_tp) {
+    UNUSED_ARGS;
+    exec_allreduce_tp(x, O[0], I[1], d->n, (int)o->C);
+}
 
 static const struct {
     const char *name; /* the op registry's name */
@@ -195,6 +199,7 @@ static const struct {
     {"fake_quant", cpu_fake_quant},
     {"int8_matmul_fwd", cpu_int8_matmul_fwd},
     {"int8_matmul_dgrad", cpu_int8_matmul_dgrad},
+    {"allreduce_tp", cpu_allreduce_tp},
 };
 
 exec_op_fn exec_cpu_op(const char *name) {

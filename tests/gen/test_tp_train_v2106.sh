@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# v2106 Megatron tensor parallelism trained on the cpu backend: a tiny trainer generated with tp
+# (degree 2) under mpirun -np 2 gives the losses of the np=1 trainer without tp for 10 AdamW steps
+# with global-norm clipping active, from the same initial weights (every rank draws each tensor
+# whole with the np=1 seed and keeps its slice). The bytes each rank sends on its tp group per step
+# (counted by the collective layer) equal the plan's formula. A world size that tp does not divide,
+# and options a tp run cannot honour yet (checkpoints), are refused: exit 2, one line.
+#
+# Tolerance (docs/test-tolerances.md): tp=2 computes every row-parallel GEMM (attention-out,
+# K = 128; MLP-out, K = 512) as two K/2 partial dot products summed by the all-reduce, and the
+# column-parallel GEMMs' input gradients (K = 3*128 and 512) the same way: the np=1 sums in
+# another order, E1 (2*lambda*u*sqrt(K) rms: <= 8.6e-6 relative at K = 512). Through the network
+# E2 (<= 3e-6 on the mean over 64 tokens) and AdamW's amplification E3 (1e-5 per 8 steps: 1.25e-5
+# for 10) give <= 1.6e-5 relative on every loss: bound 2e-5. What it still catches: a missing
+# all-reduce drops half of each layer's attention/MLP output (step-1 loss off by > 1e-2), a bias
+# added on both ranks or a wrong slice of the initial weights moves the step-1 loss by > 1e-3, a
+# gradient norm that does not sum the sharded tensors over the group changes the clip factor
+# (the norm is ~1.5-2 against max_norm 1.0) and the step-2 loss by > 1e-3.
+source "$(dirname "$0")/lib.sh"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+export OMP_NUM_THREADS=1
+if ! command -v mpirun >/dev/null; then echo "mpirun not found (scripts/install-deps.sh installs openmpi-bin)"; exit 1; fi
+MPI="mpirun -np 2 --oversubscribe -x OMP_NUM_THREADS"
+# a fixed text (the KJV, as test_dp.sh): the bound above is for a corpus that does not move
+command -v bible >/dev/null || { echo "FAIL: bible missing — run scripts/install-deps.sh (Debian package bible-kjv)"; exit 1; }
+bible -f 'Gen1:1-Deu34:12' | sed -E 's/^[0-9A-Za-z]+[0-9]+:[0-9]+ //' | head -c 400000 > "$TMP/corpus.txt"
+"$GEN" data "$TMP/corpus.txt" -o "$TMP/data" >/dev/null
+G=("$GEN" specs/v2500.yaml --model tiny --target cpu --batch 2 --seq 32)
+expect gen_tp2 0 "wrote" -- "${G[@]}" --enable adamw,clip,tp -o "$TMP/tp"
+expect gen_np1 0 "wrote" -- "${G[@]}" --enable adamw,clip -o "$TMP/one"
+COMMON=(--data "$TMP/data" --steps 10 --eval-every 0 --lr 3e-3)
+expect np1_no_tp 0 "done: 10 steps" -- "$TMP/one/train" "${COMMON[@]}" --metrics "$TMP/one.jsonl"
+$MPI "$TMP/tp/train" "${COMMON[@]}" --metrics "$TMP/tp.jsonl" > "$TMP/tp.log" 2>&1
+check test_v2106_np2_tp2_trains grep -q "done: 10 steps" "$TMP/tp.log"
+grep -E "tensor parallel|tp traffic" "$TMP/tp.log"
+check test_v2106_np2_tp2_mesh_banner grep -q "tensor parallel (v2106): tp 2 x dp 1 = 2 ranks (tp ranks contiguous); each rank holds 2 of 4 heads and 256 of 512 MLP units, 24 tensors sharded" "$TMP/tp.log"
+paste <(losses "$TMP/one.jsonl") <(losses "$TMP/tp.jsonl") | awk '{ d = $1 - $2; if (d < 0) d = -d; printf "    step %2d: np=1 %s  tp=2 %s  |d|/loss %.1e\n", NR, $1, $2, d / $1 }'
+close() { # every one of 10 losses within 2e-5 relative
+  paste <(losses "$1") <(losses "$2") | awk 'BEGIN { n = 0 } { n++; d = $1 - $2; if (d < 0) d = -d; if (d > 2e-5 * $1) bad = 1 } END { exit bad || n != 10 }'
+}
+check test_v2106_np2_tp2_losses_equal_np1 close "$TMP/one.jsonl" "$TMP/tp.jsonl"
+check test_v2106_clipping_active grep -q "(clipped)" "$TMP/tp.log"
+# tp traffic per step per rank: 4 layers x (2 forward + 2 backward) all-reduces of B*T*C = 2*32*128
+# floats, ring 2(p-1)/p * n * 4 B = 32768 B each: 524288 B, plus the f64 sum of the sharded
+# tensors' squared gradients for the clip norm (8 B x 2(p-1)/p = 8 B): 524296 B
+check test_v2106_tp_bytes_per_step_equal_formula grep -q "tp traffic (v2106): 5242960 B sent by this rank on its tp group of 2 in 10 steps, 524296 B/step" "$TMP/tp.log"
+
+# refusals: one line, exit 2, nothing trained
+expect test_v2106_np1_refused 2 "tensor-parallel over tp=2 ranks \(v2106\) and 1 rank was started: the world size must be a multiple of 2 — start it with mpirun -np 2" -- "$TMP/tp/train" "${COMMON[@]}"
+expect gen_tp4 0 "wrote" -- "${G[@]}" --enable adamw,clip,tp --set v2106.degree=4 -o "$TMP/tp4"
+expect test_v2106_np2_tp4_refused 2 "tensor-parallel over tp=4 ranks \(v2106\) and 2 ranks were started: the world size must be a multiple of 4 — start it with mpirun -np 4" -- $MPI "$TMP/tp4/train" "${COMMON[@]}"
+expect test_v2106_checkpoints_refused 2 "--ckpt-dir/--ckpt-every \(checkpoints per tp shard\) with tensor parallelism \(v2106 tp=2\) is not implemented — drop it" -- "$TMP/tp/train" "${COMMON[@]}" --ckpt-dir "$TMP/ck"
+check test_v2106_refusals_wrote_nothing test ! -e "$TMP/ck"
+finish
