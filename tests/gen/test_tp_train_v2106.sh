@@ -3,7 +3,7 @@
 # (degree 2) under mpirun -np 2 gives the losses of the np=1 trainer without tp for 10 AdamW steps
 # with global-norm clipping active, from the same initial weights (every rank draws each tensor
 # whole with the np=1 seed and keeps its slice). The bytes each rank sends on its tp group per step
-# (counted by the collective layer) equal the plan's formula. A world size that tp does not divide,
+# (counted by the collective layer) equal the plan's formula; with full recompute (v2101) too. A world size that tp does not divide,
 # and options a tp run cannot honour yet (checkpoints), are refused: exit 2, one line.
 #
 # Tolerance (docs/test-tolerances.md): tp=2 computes every row-parallel GEMM (attention-out,
@@ -46,6 +46,15 @@ check test_v2106_clipping_active grep -q "(clipped)" "$TMP/tp.log"
 # floats, ring 2(p-1)/p * n * 4 B = 32768 B each: 524288 B, plus the f64 sum of the sharded
 # tensors' squared gradients for the clip norm (8 B x 2(p-1)/p = 8 B): 524296 B
 check test_v2106_tp_bytes_per_step_equal_formula grep -q "tp traffic (v2106): 5242960 B sent by this rank on its tp group of 2 in 10 steps, 524296 B/step" "$TMP/tp.log"
+
+# full recompute (v2101) re-runs layers' forward in backward: their row-parallel GEMMs are
+# all-reduced again (one more allreduce_tp each, 32768 B), and the losses stay those of np=1
+expect gen_tp2_recompute 0 "wrote" -- "${G[@]}" --enable adamw,clip,tp,v2101 -o "$TMP/rc"
+$MPI "$TMP/rc/train" "${COMMON[@]}" --metrics "$TMP/rc.jsonl" > "$TMP/rc.log" 2>&1
+check test_v2106_v2101_recompute_losses_equal_np1 close "$TMP/one.jsonl" "$TMP/rc.jsonl"
+n=$(grep -o '"allreduce_tp"' "$TMP/rc/plan.json" | wc -l)
+grep "tp traffic" "$TMP/rc.log"; echo "    recompute plan: $n allreduce_tp ops"
+check test_v2106_v2101_recompute_tp_bytes test "$n" -gt 16 -a "$(grep -o '[0-9]* B/step' "$TMP/rc.log")" = "$((n * 32768 + 8)) B/step"
 
 # refusals: one line, exit 2, nothing trained
 expect test_v2106_np1_refused 2 "tensor-parallel over tp=2 ranks \(v2106\) and 1 rank was started: the world size must be a multiple of 2 — start it with mpirun -np 2" -- "$TMP/tp/train" "${COMMON[@]}"

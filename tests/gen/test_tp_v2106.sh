@@ -70,6 +70,7 @@ check test_v2106_tp_bytes_formula has "tp_bytes_per_step_per_rank 524288 (16 all
 G=("$GEN" specs/v2500.yaml --model tiny --batch 2 --seq 32)
 expect test_v2106_refuses_zero 2 "v2106 .*ZeRO.*not implemented.*drop" -- "${G[@]}" --enable adamw,dp,zero1,tp --target cpu -o "$TMP/r1"
 expect test_v2106_refuses_fp8 2 "v2106 .*FP8.*drop fp8, or drop tp" -- "${G[@]}" --enable adamw,fp8,tp --target cpu -o "$TMP/r2"
+expect test_v2106_refuses_mixed_precision 2 "v2106 .*mixed precision \(v2102 bf16\).*drop v2102" -- "${G[@]}" --enable adamw,v2102,tp --target cpu -o "$TMP/r8"
 expect test_v2106_refuses_flash 2 "v2106 .*flash attention.*drop flash" -- "${G[@]}" --enable adamw,flash,tp --target cpu -o "$TMP/r3"
 expect test_v2106_refuses_elastic_checkpoints 2 "v2106 .*checkpoints of tp-sharded parameters.*drop v2175" -- "${G[@]}" --enable adamw,dp,v2175,tp --target cpu -o "$TMP/r4"
 expect test_v2106_refuses_sim 2 "v2106 .*cpu backend only.*use --target cpu" -- "${G[@]}" --enable adamw,tp --target sim -o "$TMP/r5"
