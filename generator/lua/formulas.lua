@@ -177,7 +177,8 @@ F.STATE_BYTES = {
 }
 
 -- Model state per GPU under ZeRO (Rajbhandari et al. 2020) / FSDP.
--- o = { dtype, stage 0..3, p world size, grad_bytes?, opt_state? ("f32" | "q8"), layer_params? (largest gather unit,
+-- o = { dtype, stage 0..3, p world size, grad_bytes?, opt_state? ("f32" | "q8"), q8_f32_params? (F.q8_f32_params),
+--       layer_params? (largest gather unit,
 --       F.gather_params, for the stage-3 gather buffer), prefetch? (layers gathered ahead, v2104
 --       prefetch_layers, default 1) }. Stage 0 replicates everything; stage 1 shards the optimizer
 -- state over p; stage 2 also the gradients; stage 3 (= FSDP full shard) also the weights, and
@@ -188,13 +189,28 @@ F.STATE_BYTES = {
 -- 8-bit: one uint8 code each plus one fp32 absmax per 256 elements, runtime/optim/optim_adamw8.c)
 F.MOMENT_BYTES = { f32 = 8, q8 = 2 * (1 + 4 / 256) }
 
+-- The parameters a q8 run keeps in fp32 states (v2132 q8_min_size 4096 and q8_embeddings f32, the
+-- defaults; bitsandbytes' min_8bit_size and StableEmbedding): the token and learned position
+-- embeddings, and every per-layer vector under 4096 elements (norm gains and biases).
+function F.q8_f32_params(m)
+  local d = F.dims(m)
+  local n = d.Vp * d.C + (m.position == "learned" and d.maxT * d.C or 0)
+  local small = function(k) return k < 4096 and k or 0 end
+  local per = (m.norm_placement == "sandwich" and 4 or 2) * (m.norm == "layernorm" and (d.bias and 2 or 1) or 1) * small(d.C)
+  if d.bias then per = per + small(d.qkv) + small(d.C) + small(d.fc) + small(d.C) end
+  if m.qk_norm then per = per + 2 * small(d.hd) end
+  return n + d.L * per + (m.norm == "layernorm" and (d.bias and 2 or 1) or 1) * small(d.C)
+end
+
 function F.model_state(N, o)
   local sb = F.STATE_BYTES[o.dtype]
   local p, st = o.p or 1, o.stage or 0
   local gb = o.grad_bytes or sb.grad
   local params = sb.param * N
   local grads = gb * N
-  local optim = (sb.optim - F.MOMENT_BYTES.f32 + F.MOMENT_BYTES[o.opt_state or "f32"]) * N
+  local q8f = (o.opt_state == "q8") and math.min(N, o.q8_f32_params or 0) or 0 -- these keep fp32 m, v
+  local optim = (sb.optim - F.MOMENT_BYTES.f32) * N + F.MOMENT_BYTES[o.opt_state or "f32"] * (N - q8f)
+    + F.MOMENT_BYTES.f32 * q8f
   local fp8 = sb.fp8_copy * N
   if st >= 1 then optim = optim / p end
   if st >= 2 then grads = grads / p end

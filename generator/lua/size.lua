@@ -173,7 +173,8 @@ local function hw_settings(o, h, notes)
 end
 
 local function min_zero3(N, dt, bg, m, act, res, cap, opt_state)
-  local full = F.model_state(N, { dtype = dt, stage = 3, p = 1, grad_bytes = bg, opt_state = opt_state })
+  local full = F.model_state(N, { dtype = dt, stage = 3, p = 1, grad_bytes = bg, opt_state = opt_state,
+    q8_f32_params = F.q8_f32_params(m) })
   local gather = 2 * F.gather_params(m) * F.STATE_BYTES[dt].param
   local room = cap - act - res - gather
   if room <= 0 then return nil end
@@ -205,7 +206,7 @@ local function memory_for(o, h, m, N, S, inputs, p, stage)
     bytes = bytes, align = 64 })
   local act_bytes = planning and act.peak or act_np.unplanned
   local state = F.model_state(N, { dtype = dt, stage = stage, p = p, grad_bytes = S.bg.value, opt_state = S.opt_state.value,
-    layer_params = F.gather_params(m) })
+    q8_f32_params = F.q8_f32_params(m), layer_params = F.gather_params(m) })
   local per_layer = {}
   for _, a in ipairs({ "naive", "flash" }) do
     for _, r in ipairs({ "none", "selective", "full" }) do

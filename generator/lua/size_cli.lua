@@ -31,7 +31,8 @@ throughput model (seed 004)
   --bytes B            bytes per activation element b (default from --dtype: 2, 4 or 1)
   --grad-bytes B       gradient bytes per element b_g (default from --dtype: 2, 4 or 2)
   --opt-state S        f32 | q8: Adam's m and v in fp32 (8 B/param, the default) or 8-bit
-                       block-wise quantized (v2132 state_dtype q8: 2 x (1 + 4/256) = 2.03 B/param)
+                       block-wise quantized (v2132 state_dtype q8: 2 x (1 + 4/256) = 2.03 B/param;
+                       embeddings and tensors under 4096 elements keep fp32, as bitsandbytes)
   --k-flops K          FLOPs per token per parameter k (default 6: training)
   --recompute R        none | selective | full (v2111 / v2101); sets the recompute multiplier
   --recompute-mult G   recompute multiplier g (default 1; 1.33 with full; selective: from dims)

@@ -50,7 +50,7 @@ function M.evaluate(ctx, tp, pp, cp)
   -- in flight on the first stage; the step's transient peak beyond the saved layers likewise
   local stage = ctx.stage
   local state = F.model_state(N / (tp * pp), { dtype = S.dtype.value, stage = stage, p = dp, grad_bytes = S.bg.value,
-    opt_state = S.opt_state.value, layer_params = F.gather_params(m) / tp })
+    opt_state = S.opt_state.value, q8_f32_params = F.q8_f32_params(m) / (tp * pp), layer_params = F.gather_params(m) / tp })
   local saved = mem.saved_per_layer
   local transient = math.max(0, mem.activations - L * saved)
   local acts = (saved * (L / pp) * math.min(pp, mb) + transient) / (tp * cp)

@@ -636,9 +636,21 @@ inline float __fdividef(float x, float y) { return x / y; }
 inline float __frcp_rn(float x) { return 1.0f / x; }
 inline float __fsqrt_rn(float x) { return sqrtf(x); }
 inline float __frsqrt_rn(float x) { return 1.0f / sqrtf(x); }
-inline float __fadd_rn(float x, float y) { return x + y; }
-inline float __fsub_rn(float x, float y) { return x - y; }
-inline float __fmul_rn(float x, float y) { return x * y; }
+/* CUDA never contracts an _rn intrinsic into a multiply-add; g++ with FMA instructions
+ * (HYP_SIM_CXXFLAGS=-march=...) would fuse the inlined x * y into a following add. The empty asm
+ * makes each result a value the compiler must materialize (no instruction emitted). */
+inline float hyp_sim_rn(float r) {
+#if defined(__x86_64__) || defined(__i386__)
+    __asm__("" : "+x"(r));
+#else
+    volatile float v = r;
+    r = v;
+#endif
+    return r;
+}
+inline float __fadd_rn(float x, float y) { return hyp_sim_rn(x + y); }
+inline float __fsub_rn(float x, float y) { return hyp_sim_rn(x - y); }
+inline float __fmul_rn(float x, float y) { return hyp_sim_rn(x * y); }
 inline float __fdiv_rn(float x, float y) { return x / y; }
 inline float __fmaf_rn(float x, float y, float z) { return fmaf(x, y, z); }
 inline float __saturatef(float x) { return x > 0.0f ? (x < 1.0f ? x : 1.0f) : 0.0f; } /* NaN -> 0 */

@@ -10,7 +10,9 @@
  * exact (bitsandbytes' quantize_2D walks a binary search with approximate division), and a block
  * whose state is all zero keeps the zero code (bitsandbytes divides 0 by 0).
  * States, packed per tensor (state_numel): ceil(n/256) absmax floats, then n uint8 codes; whole
- * tensors only (shard_matrix 1), so ZeRO is refused. On a device: one launch per tensor of
+ * tensors only (shard_matrix 1), so ZeRO is refused. Tensors of group rule "f32" (the plan puts
+ * there those under v2132's q8_min_size and the embeddings, as bitsandbytes' min_8bit_size and
+ * StableEmbedding) keep plain fp32 m and v. On a device: one launch per tensor of
  * templates/adamw8.cu.lua's adamw8_block_step (one CUDA block per 256-element block, the two maps
  * uploaded into the optimizer workspace). This file is compiled with -ffp-contract=off:
  * no fused multiply-adds, so the step is the same bits on every x86 (with or without AVX-512) and
@@ -171,6 +173,31 @@ void hyp_adamw8_tensor(float *p, const float *g, float *sm, float *sv, int64_t n
     }
 }
 
+/* A tensor of group rule "f32" (under v2132's q8_min_size elements, or an embedding: the plan puts
+ * it there, as bitsandbytes keeps such tensors in 32-bit states) keeps plain float m[n] and v[n]:
+ * op_adamw's update in block_step's expressions, uncontracted like them (the device's
+ * adamw8_f32_step is the same bits). */
+static void f32_step(float *p, const float *g, float *m, float *v, int64_t n, float lr, float beta1, float beta2,
+                     float eps, float wd, float ibc1, float ibc2, float gscale) {
+    for (int64_t i = 0; i < n; i++) {
+        float gi = g[i] * gscale;
+        float mi = beta1 * m[i] + (1.0f - beta1) * gi;
+        float vi = beta2 * v[i] + (1.0f - beta2) * gi * gi;
+        m[i] = mi, v[i] = vi;
+        float mhat = mi * ibc1, vhat = vi * ibc2;
+        p[i] -= lr * (mhat / (sqrtf(vhat) + eps) + wd * p[i]);
+    }
+}
+
+void hyp_adamw8_f32_tensor(float *p, const float *g, float *m, float *v, int64_t n, float lr, float beta1, float beta2,
+                           float eps, float wd, int t, float gscale) {
+    float ibc1 = 1.0f / (float)(1.0 - pow((double)beta1, (double)t));
+    float ibc2 = 1.0f / (float)(1.0 - pow((double)beta2, (double)t));
+    f32_step(p, g, m, v, n, lr, beta1, beta2, eps, wd, ibc1, ibc2, gscale);
+}
+
+static int is_f32(const hyp_optim_group *g) { return !strcmp(g->rule, "f32"); }
+
 static int check(const hyp_optim_cfg *c, hyp_err *e) {
     static const hyp_optim_hyper_range H[] = {{"beta1", 0, 1, 1}, {"beta2", 0, 1, 1}, {"eps", 0, 1, 1}};
     int rc = hyp_optim_check_hypers(c, "AdamW (8-bit states)", H, (int)(sizeof H / sizeof *H), e);
@@ -178,6 +205,12 @@ static int check(const hyp_optim_cfg *c, hyp_err *e) {
 }
 
 static void step_span(const hyp_optim_cfg *c, const hyp_optim_span *s, const hyp_optim_step *a) {
+    if (is_f32(s->group)) {
+        hyp_adamw8_f32_tensor(s->param, s->grad, s->state[0], s->state[1], s->n, (float)(a->lr * s->group->lr_mult),
+                              (float)hyp_optim_hyper(c, "beta1"), (float)hyp_optim_hyper(c, "beta2"),
+                              (float)hyp_optim_hyper(c, "eps"), (float)s->group->weight_decay, a->t, a->grad_scale);
+        return;
+    }
     if (!s->tensor || s->first != 0 || s->n != s->tensor->numel) {
         op_cpu_fail("adamw8bit: the packed 8-bit states need whole tensors (a sharded span reached them)");
         return;
@@ -223,7 +256,8 @@ static int step_device(const hyp_optim_cfg *c, exec_dev *x, const hyp_optim_step
         hyp_kargs_ptr(&k, o.state[0] + plan_state_off(c, 0, i, t));
         hyp_kargs_ptr(&k, o.state[1] + plan_state_off(c, 1, i, t));
         hyp_kargs_ptr(&k, o.grad + t->offset);
-        hyp_kargs_ptr(&k, d_maps);
+        const int f32 = is_f32(gr);
+        if (!f32) hyp_kargs_ptr(&k, d_maps);
         hyp_kargs_i64(&k, t->numel);
         hyp_kargs_f32(&k, (float)(a->lr * gr->lr_mult));
         hyp_kargs_f32(&k, beta1);
@@ -233,14 +267,15 @@ static int step_device(const hyp_optim_cfg *c, exec_dev *x, const hyp_optim_step
         hyp_kargs_f32(&k, ibc1);
         hyp_kargs_f32(&k, ibc2);
         hyp_kargs_ptr(&k, d_grad_scale);
-        rc = exec_dev_optim_launch_grid(x, "adamw8_block_step", (unsigned)((t->numel + HYP_Q8_BLOCK - 1) / HYP_Q8_BLOCK), &k, e);
+        rc = exec_dev_optim_launch_grid(x, f32 ? "adamw8_f32_step" : "adamw8_block_step",
+                                        (unsigned)((t->numel + HYP_Q8_BLOCK - 1) / HYP_Q8_BLOCK), &k, e);
     }
     return rc;
 }
 
 static int64_t state_numel(const hyp_optim_cfg *c, const plan_param *t, int k) {
-    (void)c, (void)k;
-    return hyp_q8_state_floats(t->numel);
+    (void)k;
+    return is_f32(&c->groups[t->group]) ? t->numel : hyp_q8_state_floats(t->numel);
 }
 
 const hyp_optim_i hyp_optim_adamw8 = {
@@ -251,6 +286,7 @@ const hyp_optim_i hyp_optim_adamw8 = {
     /* bitsandbytes keeps state1/state2 (codes) and absmax1/absmax2; one packed tensor each here */
     .ckpt_suffix = {".state1_q8", ".state2_q8"},
     .shard_matrix = 1,
+    .rules = {"f32", NULL},
     .state_numel = state_numel,
     .check = check,
     .step_span = step_span,

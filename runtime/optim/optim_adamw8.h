@@ -23,5 +23,9 @@ int64_t hyp_q8_state_floats(int64_t n);
  * nearest code (m keeps its sign, as bitsandbytes). */
 void hyp_adamw8_tensor(float *p, const float *g, float *sm, float *sv, int64_t n, float lr, float beta1, float beta2,
                        float eps, float wd, int t, float gscale);
+/* The same step for a tensor that keeps fp32 states (group rule f32): m[n], v[n] plain floats,
+ * op_adamw's expressions without contraction (the device's adamw8_f32_step bit for bit). */
+void hyp_adamw8_f32_tensor(float *p, const float *g, float *m, float *v, int64_t n, float lr, float beta1, float beta2,
+                           float eps, float wd, int t, float gscale);
 
 #endif

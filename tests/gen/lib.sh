@@ -11,6 +11,13 @@ trap 'rm -rf "$TMP"' EXIT
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive} OMPI_MCA_mpi_yield_when_idle=${OMPI_MCA_mpi_yield_when_idle:-1}
 PASS=0
 FAIL=0
+# kjv_corpus FILE [BYTES]: the trainer tests' fixed corpus, BYTES (300000) of the King James Bible's first five
+# books (Debian package bible-kjv) without verse labels. Never the spec files' text: it changes with
+# every edit of a spec, and a loss check on it drifts with them.
+kjv_corpus() {
+  command -v bible >/dev/null || { echo "FAIL: bible missing — run scripts/install-deps.sh (Debian package bible-kjv)"; exit 1; }
+  bible -f 'Gen1:1-Deu34:12' | sed -E 's/^[0-9A-Za-z]+[0-9]+:[0-9]+ //' | head -c "${2:-300000}" > "$1"
+}
 
 # expect NAME RC REGEX -- command...   (REGEX is matched against stdout+stderr)
 expect() {

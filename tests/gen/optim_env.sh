@@ -7,6 +7,6 @@ DIFF="$BUILD/tests/st_diff"
 
 # spec_data: the spec files concatenated ($TMP/corpus.txt) made into a data directory, $TMP/data
 spec_data() {
-  cat "$ROOT"/specs/*/*.yaml > "$TMP/corpus.txt"
+  kjv_corpus "$TMP/corpus.txt"
   "$GEN" data "$TMP/corpus.txt" -o "$TMP/data" >/dev/null
 }

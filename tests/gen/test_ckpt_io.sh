@@ -15,7 +15,7 @@ source "$(dirname "$0")/lib.sh"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 export OMP_NUM_THREADS=1
 unset HYP_FAULT_INJECT
-cat "$ROOT"/specs/*/*.yaml > "$TMP/corpus.txt"
+kjv_corpus "$TMP/corpus.txt"
 "$GEN" data "$TMP/corpus.txt" -o "$TMP/data" >/dev/null
 SEL=adamw,clip
 G=(specs/v2500.yaml --model tiny --target cpu --batch 16 --seq 64)

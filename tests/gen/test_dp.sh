@@ -19,8 +19,7 @@ MPI="mpirun -np 2 --oversubscribe -x OMP_NUM_THREADS"
 DIFF="$BUILD/tests/st_diff"
 # a fixed text (the KJV, as scripts/demo.sh makes data/kjv.txt): the np=2 vs np=1 weight bound is
 # a few rounding steps of Adam's update, and a corpus that moves with spec wording moved it
-command -v bible >/dev/null || { echo "FAIL: bible missing — run scripts/install-deps.sh (Debian package bible-kjv)"; exit 1; }
-bible -f 'Gen1:1-Deu34:12' | sed -E 's/^[0-9A-Za-z]+[0-9]+:[0-9]+ //' | head -c 400000 > "$TMP/corpus.txt"
+kjv_corpus "$TMP/corpus.txt" 400000
 "$GEN" data "$TMP/corpus.txt" -o "$TMP/data" >/dev/null
 COMMON=(--data "$TMP/data" --seq 64 --steps 4 --eval-every 0 --lr 3e-3)
 close() { # close FILE_A FILE_B: every loss within 2e-5 relative

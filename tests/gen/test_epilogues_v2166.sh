@@ -14,8 +14,7 @@
 # A plan whose mark names ops that are not there is refused at load (exit 2).
 source "$(dirname "$0")/lib.sh"
 export OMP_NUM_THREADS=2 HYP_SIM_CACHE="$BUILD/tests/sim_cache"
-command -v bible >/dev/null || { echo "FAIL: bible missing — run scripts/install-deps.sh (Debian package bible-kjv)"; exit 1; }
-bible -f 'Gen1:1-Deu34:12' | sed -E 's/^[0-9A-Za-z]+[0-9]+:[0-9]+ //' | head -c 100000 > "$TMP/c.txt"
+kjv_corpus "$TMP/c.txt" 100000
 "$GEN" data "$TMP/c.txt" -o "$TMP/data" >/dev/null
 OUT="$BUILD/tests/epilogues" # fixed folders: the simulator's module cache keys on the kernel path
 mkdir -p "$OUT"

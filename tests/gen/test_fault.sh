@@ -17,8 +17,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_
 export OMP_NUM_THREADS=1
 unset HYP_FAULT_INJECT
 # fixed text (the clean run must not depend on spec wording): the first 400 kB of the KJV, as in data/kjv.txt
-command -v bible >/dev/null || { echo "FAIL: bible missing — run scripts/install-deps.sh (Debian package bible-kjv)"; exit 1; }
-bible -f 'Gen1:1-Deu34:12' | sed -E 's/^[0-9A-Za-z]+[0-9]+:[0-9]+ //' | head -c 400000 > "$TMP/corpus.txt"
+kjv_corpus "$TMP/corpus.txt" 400000
 "$GEN" data "$TMP/corpus.txt" -o "$TMP/data" >/dev/null
 SEL=adamw,clip
 G=(specs/v2500.yaml --model tiny --target cpu --batch 16 --seq 64)

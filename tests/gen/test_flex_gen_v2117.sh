@@ -13,7 +13,7 @@
 #    sim-vs-cpu bound); softcap and prefix_lm (prefix 8) train too.
 source "$(dirname "$0")/lib.sh"
 export OMP_NUM_THREADS=1
-bible -f 'Gen1:1-Deu34:12' | sed -E 's/^[0-9A-Za-z]+[0-9]+:[0-9]+ //' | head -c 60000 > "$TMP/corpus.txt"
+kjv_corpus "$TMP/corpus.txt" 60000
 "$GEN" data "$TMP/corpus.txt" -o "$TMP/data" >/dev/null
 T=specs/v2500.yaml
 json() { python3 -c "import json,sys; p=json.load(open(sys.argv[1])); print(eval(sys.argv[2]))" "$@"; }

@@ -14,7 +14,7 @@
 source "$(dirname "$0")/lib.sh" "$1"
 export OMP_NUM_THREADS=1
 T=specs/v2500.yaml
-cat specs/*/*.yaml > "$TMP/corpus.txt"
+kjv_corpus "$TMP/corpus.txt"
 expect data 0 "" -- "$GEN" data "$TMP/corpus.txt" -o "$TMP/data"
 model() { sed "s/^name: tiny/name: $1/; s/^n_layers: 4/n_layers: $2/; s/^ffn_hidden: 512/ffn_hidden: $3/; s/^d_model: 128/d_model: ${4:-128}/" specs/models/tiny.yaml > "$TMP/$1.yaml"; }
 model tiny-deep 6 512; model tiny-wide 4 768; model tiny-both 6 768; model tiny-c256 6 512 256; model tiny-narrow 4 384

@@ -24,8 +24,7 @@ if ! command -v mpirun >/dev/null; then echo "mpirun not found (scripts/install-
 MPI="mpirun -np 2 --oversubscribe -x OMP_NUM_THREADS -x HYP_SIM_CACHE"
 # a fixed corpus: the specs' text drifts with every wording change (SCHEMA.md's MoE section once
 # turned this run's first 3 losses upward), the KJV does not
-command -v bible >/dev/null || { echo "FAIL: bible missing — run scripts/install-deps.sh (Debian package bible-kjv)"; exit 1; }
-bible -f 'Gen1:1-Deu34:12' | sed -E 's/^[0-9A-Za-z]+[0-9]+:[0-9]+ //' | head -c 60000 > "$TMP/c.txt"
+kjv_corpus "$TMP/c.txt" 60000
 "$GEN" data "$TMP/c.txt" -o "$TMP/data" >/dev/null
 SEL=(specs/v2500.yaml --enable fp8,flash,zero3 --model tiny --batch 2 --seq 32)
 

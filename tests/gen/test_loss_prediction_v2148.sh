@@ -10,7 +10,7 @@
 source "$(dirname "$0")/lib.sh" "$1"
 export OMP_NUM_THREADS=1
 T=specs/v2500.yaml
-cat specs/*/*.yaml > "$TMP/corpus.txt"
+kjv_corpus "$TMP/corpus.txt"
 expect data 0 "" -- "$GEN" data "$TMP/corpus.txt" -o "$TMP/data"
 RUN=(--data "$TMP/data" --steps 40 --sample 0 --eval-every 0)
 expect gen_plain 0 "wrote" -- "$GEN" "$T" --enable adamw --model tiny --target cpu --batch 4 --seq 32 -o "$TMP/plain"

@@ -19,8 +19,7 @@
 source "$(dirname "$0")/lib.sh"
 export OMP_NUM_THREADS=1
 unset HYP_FAULT_INJECT
-command -v bible >/dev/null || { echo "FAIL: bible missing — run scripts/install-deps.sh (Debian package bible-kjv)"; exit 1; }
-bible -f 'Gen1:1-Deu34:12' | sed -E 's/^[0-9A-Za-z]+[0-9]+:[0-9]+ //' | head -c 200000 > "$TMP/corpus.txt"
+kjv_corpus "$TMP/corpus.txt" 200000
 "$GEN" data "$TMP/corpus.txt" -o "$TMP/data" >/dev/null
 cd "$ROOT"
 G=(specs/v2500.yaml --model tiny --target cpu --batch 16 --seq 64)

@@ -21,8 +21,7 @@ source "$(dirname "$0")/lib.sh"
 export OMP_NUM_THREADS=1
 unset HYP_FAULT_INJECT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-command -v bible >/dev/null || { echo "FAIL: bible missing — run scripts/install-deps.sh (Debian package bible-kjv)"; exit 1; }
-bible -f 'Gen1:1-Deu34:12' | sed -E 's/^[0-9A-Za-z]+[0-9]+:[0-9]+ //' | head -c 200000 > "$TMP/corpus.txt"
+kjv_corpus "$TMP/corpus.txt" 200000
 "$GEN" data "$TMP/corpus.txt" -o "$TMP/data" >/dev/null
 cd "$ROOT"
 G=(specs/v2500.yaml --model tiny --batch 2 --seq 16 --enable adamw,clip,dp,v2102,v2162 --set v2102.dtype=fp16

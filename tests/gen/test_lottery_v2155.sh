@@ -11,7 +11,7 @@
 source "$(dirname "$0")/lib.sh" "$1"
 export OMP_NUM_THREADS=1
 T=specs/v2500.yaml
-cat specs/*/*.yaml > "$TMP/corpus.txt"
+kjv_corpus "$TMP/corpus.txt"
 expect data 0 "" -- "$GEN" data "$TMP/corpus.txt" -o "$TMP/data"
 COMMON=(--model tiny --target cpu --batch 4 --seq 32)
 expect gen_lottery_trainer 0 "wrote" -- "$GEN" "$T" --enable adamw,lottery-ticket "${COMMON[@]}" -o "$TMP/t"

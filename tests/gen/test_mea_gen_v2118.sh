@@ -9,7 +9,7 @@
 #    summation orders: the bound test_mup_v2144 uses for sim vs cpu) and its loss falls.
 source "$(dirname "$0")/lib.sh"
 export OMP_NUM_THREADS=1
-bible -f 'Gen1:1-Deu34:12' | sed -E 's/^[0-9A-Za-z]+[0-9]+:[0-9]+ //' | head -c 60000 > "$TMP/corpus.txt"
+kjv_corpus "$TMP/corpus.txt" 60000
 "$GEN" data "$TMP/corpus.txt" -o "$TMP/data" >/dev/null
 T=specs/v2500.yaml
 expect test_v2118_flash_alias_sm75 0 "no spills" -- "$GEN" "$T" --enable flash --model tiny --target sm_75 -o "$TMP/sm75"

@@ -11,7 +11,7 @@
 # a bad path exits 2 before training. ~25 s.
 source "$(dirname "$0")/lib.sh"
 export OMP_NUM_THREADS=1
-cat "$ROOT"/specs/*/*.yaml > "$TMP/corpus.txt"
+kjv_corpus "$TMP/corpus.txt"
 "$GEN" data "$TMP/corpus.txt" -o "$TMP/data" >/dev/null
 SEL=adamw,clip,memory-planning
 expect gen_plain 0 "wrote" -- "$GEN" specs/v2500.yaml --enable $SEL --model tiny --target cpu --batch 8 --seq 64 -o "$TMP/t"

@@ -10,7 +10,7 @@
 # (bf16 under the bf16 policy), the simulator has none; v2186 sets the window. ~20 s.
 source "$(dirname "$0")/lib.sh"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-cat "$ROOT"/specs/*/*.yaml > "$TMP/corpus.txt"
+kjv_corpus "$TMP/corpus.txt"
 "$GEN" data "$TMP/corpus.txt" -o "$TMP/data" >/dev/null
 S="$ROOT/specs/v2500.yaml"
 plan() { python3 -c "import json,sys; p=json.load(open('$1/plan.json')); print(eval(sys.argv[1]))" "$2"; }

@@ -16,7 +16,7 @@
 # 1.8e-5 on c_attn.bias; the others 1.2e-7); another CPU's oneDNN kernels round otherwise.
 source "$(dirname "$0")/lib.sh"
 export OMP_NUM_THREADS=1
-bible -f 'Gen1:1-Deu34:12' | sed -E 's/^[0-9A-Za-z]+[0-9]+:[0-9]+ //' | head -c 200000 > "$TMP/corpus.txt"
+kjv_corpus "$TMP/corpus.txt" 200000
 "$GEN" data "$TMP/corpus.txt" -o "$TMP/data" >/dev/null
 COMMON=(--data "$TMP/data" --seq 64 --eval-every 0 --lr 2e-3 --batch 4 --steps 5 --ckpt-every 5)
 stcmp() { python3 "$ROOT/tests/gen/stcmp.py" "$@" muon; }

@@ -12,7 +12,7 @@
 # header derives them): losses 2e-5 relative, weights 1e-4 absolute after 8 steps at lr 2e-3.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/optim_env.sh"
-bible -f 'Gen1:1-Deu34:12' | sed -E 's/^[0-9A-Za-z]+[0-9]+:[0-9]+ //' | head -c 200000 > "$TMP/corpus.txt"
+kjv_corpus "$TMP/corpus.txt" 200000
 "$GEN" data "$TMP/corpus.txt" -o "$TMP/data" >/dev/null
 COMMON=(--data "$TMP/data" --seq 64 --lr 2e-3 --steps 8 --ckpt-every 8 --eval-every 0)
 MPI=(mpirun -np 2 --oversubscribe -x OMP_NUM_THREADS)

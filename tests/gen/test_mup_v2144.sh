@@ -18,7 +18,7 @@ source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/model_yaml.sh"
 export OMP_NUM_THREADS=1
 COORD="$BUILD/tests/mup_coord"
-bible -f 'Gen1:1-Deu34:12' | sed -E 's/^[0-9A-Za-z]+[0-9]+:[0-9]+ //' | head -c 60000 > "$TMP/corpus.txt"
+kjv_corpus "$TMP/corpus.txt" 60000
 "$GEN" data "$TMP/corpus.txt" -o "$TMP/data" >/dev/null
 json() { python3 -c "import json,sys; p=json.load(open(sys.argv[1])); print(eval(sys.argv[2]))" "$@"; }
 std() { json "$1/plan.json" "[q['init'].get('std', q['init']['kind']) for q in p['params'] if q['name'] == '$2'][0]"; }

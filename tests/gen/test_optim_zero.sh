@@ -19,7 +19,7 @@
 # shard or a rank's stale state moves weights by ~lr.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/optim_env.sh"
-bible -f 'Gen1:1-Deu34:12' | sed -E 's/^[0-9A-Za-z]+[0-9]+:[0-9]+ //' | head -c 200000 > "$TMP/corpus.txt"
+kjv_corpus "$TMP/corpus.txt" 200000
 "$GEN" data "$TMP/corpus.txt" -o "$TMP/data" >/dev/null
 COMMON=(--data "$TMP/data" --seq 64 --lr 2e-3 --steps 8 --ckpt-every 4 --eval-every 4 --eval-batches 2)
 MPI=(mpirun -np 2 --oversubscribe -x OMP_NUM_THREADS)

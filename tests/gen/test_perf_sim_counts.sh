@@ -14,7 +14,7 @@
 # (docs/perf-model.md). ~2.5 min (-O0 builds).
 source "$(dirname "$0")/lib.sh"
 S="$ROOT/specs/v2500.yaml"
-cat "$ROOT"/specs/*/*.yaml > "$TMP/corpus.txt"
+kjv_corpus "$TMP/corpus.txt"
 "$GEN" data "$TMP/corpus.txt" -o "$TMP/data" >/dev/null
 cat > "$TMP/cmp.py" <<'PY'
 import collections, json, sys

@@ -13,7 +13,7 @@ source "$(dirname "$0")/lib.sh"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 export OMP_NUM_THREADS=1
 STEPS=${HYP_PREEMPT_STEPS:-30}
-cat "$ROOT"/specs/*/*.yaml > "$TMP/corpus.txt"
+kjv_corpus "$TMP/corpus.txt"
 "$GEN" data "$TMP/corpus.txt" -o "$TMP/data" >/dev/null
 SEL=adamw,clip,memory-planning,dp,zero1
 expect gen_baseline 0 "wrote" -- "$GEN" specs/v2500.yaml --enable $SEL --model tiny --target cpu --batch 16 --seq 64 -o "$TMP/t"

@@ -6,7 +6,7 @@
 source "$(dirname "$0")/lib.sh"
 export OMP_NUM_THREADS=1
 unset HYP_FAULT_INJECT HYP_PROGRESS
-cat "$ROOT"/specs/*/*.yaml > "$TMP/corpus.txt"
+kjv_corpus "$TMP/corpus.txt"
 "$GEN" data "$TMP/corpus.txt" -o "$TMP/data" >/dev/null
 cd "$ROOT"
 expect gen_tiny 0 "wrote" -- "$GEN" specs/v2500.yaml --model tiny --target cpu --batch 16 --seq 64 --enable adamw,clip -o "$TMP/b"

@@ -19,8 +19,7 @@
 #   int8+fp8 (the spec's conflict), int8 with v2102 storage bf16.
 source "$(dirname "$0")/lib.sh"
 export OMP_NUM_THREADS=1
-command -v bible >/dev/null || { echo "FAIL: bible missing — run scripts/install-deps.sh (Debian package bible-kjv)"; exit 1; }
-bible -f 'Gen1:1-Deu34:12' | sed -E 's/^[0-9A-Za-z]+[0-9]+:[0-9]+ //' | head -c 600000 > "$TMP/corpus.txt"
+kjv_corpus "$TMP/corpus.txt" 600000
 "$GEN" data "$TMP/corpus.txt" -o "$TMP/data" --val-fraction 0.1 >/dev/null
 mk() { # NAME ENABLE [SET...]
   local n=$1 e=$2; shift 2

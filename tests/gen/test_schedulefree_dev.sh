@@ -14,7 +14,7 @@
 # interpolation weight or warm-up moves a whole tensor by ~lr.
 source "$(dirname "$0")/lib.sh"
 export OMP_NUM_THREADS=1
-bible -f 'Gen1:1-Deu34:12' | sed -E 's/^[0-9A-Za-z]+[0-9]+:[0-9]+ //' | head -c 200000 > "$TMP/corpus.txt"
+kjv_corpus "$TMP/corpus.txt" 200000
 "$GEN" data "$TMP/corpus.txt" -o "$TMP/data" >/dev/null
 COMMON=(--data "$TMP/data" --seq 64 --lr 2e-3 --batch 4 --steps 5 --ckpt-every 5 --eval-every 5 --eval-batches 2)
 rel_close() { awk -v a="$1" -v b="$2" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a != "" && b != "" && d <= 2e-5 * a) }'; }

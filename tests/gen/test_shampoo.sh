@@ -24,7 +24,7 @@ source "$(dirname "$0")/lib.sh"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 export OMP_NUM_THREADS=1
 DIFF="$BUILD/tests/st_diff"
-bible -f 'Gen1:1-Deu34:12' | sed -E 's/^[0-9A-Za-z]+[0-9]+:[0-9]+ //' | head -c 200000 > "$TMP/corpus.txt"
+kjv_corpus "$TMP/corpus.txt" 200000
 "$GEN" data "$TMP/corpus.txt" -o "$TMP/data" >/dev/null
 COMMON=(--data "$TMP/data" --seq 64 --eval-every 0)
 SH=(--set v2139.block_size=64 --set v2139.precondition_frequency=3 --set v2139.start_preconditioning_step=3)

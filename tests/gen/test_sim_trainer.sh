@@ -14,8 +14,7 @@ source "$(dirname "$0")/lib.sh"
 export OMP_NUM_THREADS=2 HYP_SIM_CACHE="$BUILD/tests/sim_cache"
 # a fixed corpus (the specs' text drifts with every wording change, and with it whether 20 steps
 # of tiny hit a loss spike)
-command -v bible >/dev/null || { echo "FAIL: bible missing — run scripts/install-deps.sh (Debian package bible-kjv)"; exit 1; }
-bible -f 'Gen1:1-Deu34:12' | sed -E 's/^[0-9A-Za-z]+[0-9]+:[0-9]+ //' | head -c 100000 > "$TMP/c.txt"
+kjv_corpus "$TMP/c.txt" 100000
 "$GEN" data "$TMP/c.txt" -o "$TMP/data" >/dev/null
 expect gen_sim 0 "rendered for sim" -- "$GEN" specs/v2500.yaml --enable adamw,clip --model tiny --target sim --batch 2 --seq 16 -o "$TMP/sim"
 expect gen_cpu 0 "wrote" -- "$GEN" specs/v2500.yaml --enable adamw,clip --model tiny --target cpu --batch 2 --seq 16 -o "$TMP/cpu"

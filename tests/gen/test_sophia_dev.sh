@@ -18,7 +18,7 @@
 # wrong step, change m/h by O(their size).
 source "$(dirname "$0")/lib.sh"
 export OMP_NUM_THREADS=1
-bible -f 'Gen1:1-Deu34:12' | sed -E 's/^[0-9A-Za-z]+[0-9]+:[0-9]+ //' | head -c 200000 > "$TMP/corpus.txt"
+kjv_corpus "$TMP/corpus.txt" 200000
 "$GEN" data "$TMP/corpus.txt" -o "$TMP/data" >/dev/null
 COMMON=(--data "$TMP/data" --seq 64 --lr 2e-3 --batch 2 --steps 4 --ckpt-every 4 --eval-every 0)
 losses_close() {

@@ -19,8 +19,7 @@ for lib in libcuda.so.1 libcublasLt.so.13; do
     exit 1
   fi
 done
-command -v bible >/dev/null || { echo "FAIL: bible missing — run scripts/install-deps.sh (Debian package bible-kjv)"; exit 1; }
-bible -f 'Gen1:1-Deu34:12' | sed -E 's/^[0-9A-Za-z]+[0-9]+:[0-9]+ //' | head -c 100000 > "$TMP/c.txt"
+kjv_corpus "$TMP/c.txt" 100000
 "$GEN" data "$TMP/c.txt" -o "$TMP/data" >/dev/null
 STEPS=3
 # fixed folders: the simulator's module cache keys on a kernel's path, so reruns compile nothing

@@ -18,8 +18,7 @@
 source "$(dirname "$0")/lib.sh"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 export OMP_NUM_THREADS=1
-command -v bible >/dev/null || { echo "FAIL: bible missing — run scripts/install-deps.sh (Debian package bible-kjv)"; exit 1; }
-bible -f 'Gen1:1-Deu34:12' | sed -E 's/^[0-9A-Za-z]+[0-9]+:[0-9]+ //' | head -c 300000 > "$TMP/kjv.txt"
+kjv_corpus "$TMP/kjv.txt"
 # documents of 12 verses: '%'-separated text, and the same documents as .jsonl (+ .gz)
 awk '{print} NR % 12 == 0 {print "%"}' "$TMP/kjv.txt" > "$TMP/docs.txt"
 awk 'function flush() { if (d != "") print "{\"text\": \"" d "\"}"; d = "" }

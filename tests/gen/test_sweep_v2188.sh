@@ -11,7 +11,7 @@
 #   for the same seed; bad sweep files refused with exit 2.
 source "$(dirname "$0")/lib.sh" "$1"
 export OMP_NUM_THREADS=1
-cat specs/*/*.yaml > "$TMP/corpus.txt"
+kjv_corpus "$TMP/corpus.txt"
 expect data 0 "" -- "$GEN" data "$TMP/corpus.txt" -o "$TMP/data"
 GENL='[--enable, "adamw,clip", --model, tiny, --target, cpu, --batch, "4", --seq, "32"]'
 TRAINL="[--data, $TMP/data, --sample, \"0\", --eval-every, \"10\", --eval-batches, \"2\"]"

@@ -9,7 +9,7 @@ source "$(dirname "$0")/lib.sh"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 export OMP_NUM_THREADS=1
 DUMP="$BUILD/tests/test_tboard_v2183"
-cat "$ROOT"/specs/*/*.yaml > "$TMP/corpus.txt"
+kjv_corpus "$TMP/corpus.txt"
 "$GEN" data "$TMP/corpus.txt" -o "$TMP/data" >/dev/null
 SEL=adamw,clip,memory-planning,dp
 expect gen_plain 0 "wrote" -- "$GEN" specs/v2500.yaml --enable $SEL --model tiny --target cpu --batch 4 --seq 32 -o "$TMP/t"

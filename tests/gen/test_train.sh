@@ -8,8 +8,7 @@ export OMP_NUM_THREADS=2
 
 # a fixed corpus of English prose (the first 600 kB of the KJV, as scripts/demo.sh makes data/kjv.txt):
 # the fp8/bf16/fp32 comparisons below are at one seed, so the text must not move with spec wording
-command -v bible >/dev/null || { echo "FAIL: bible missing — run scripts/install-deps.sh (Debian package bible-kjv)"; exit 1; }
-bible -f 'Gen1:1-Deu34:12' | sed -E 's/^[0-9A-Za-z]+[0-9]+:[0-9]+ //' | head -c 600000 > "$TMP/corpus.txt"
+kjv_corpus "$TMP/corpus.txt" 600000
 expect gen_data 0 "wrote shards" -- "$GEN" data "$TMP/corpus.txt" -o "$TMP/data" --val-fraction 0.1
 expect gen_data_refuses_clobber 2 "data" -- "$GEN" data "$TMP/corpus.txt" -o "$TMP/data"
 expect gen_data_missing_input 2 "nope.txt" -- "$GEN" data "$TMP/nope.txt" -o "$TMP/data2"

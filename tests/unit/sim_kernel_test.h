@@ -20,18 +20,18 @@
 static char g_tmp[320];
 
 static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
-static float frand(void) { /* uniform in [-1, 1) */
+static inline float frand(void) { /* uniform in [-1, 1) */
     g_rng ^= g_rng << 13;
     g_rng ^= g_rng >> 7;
     g_rng ^= g_rng << 17;
     return (float)((g_rng >> 40) * (1.0 / 8388608.0)) - 1.0f;
 }
-static int irand(int n) { return (int)((frand() + 1.0f) * 0.5f * n) % n; }
+static inline int irand(int n) { return (int)((frand() + 1.0f) * 0.5f * n) % n; }
 
 /* 64-byte aligned (the runtime's arena alignment), zeroed, counted for cleanup */
 static void *g_allocs[4096];
 static int g_nallocs;
-static void *zalloc(size_t bytes) {
+static inline void *zalloc(size_t bytes) {
     size_t sz = (bytes + 63) & ~(size_t)63;
     void *p = aligned_alloc(64, sz ? sz : 64);
     if (!p) {
@@ -42,24 +42,24 @@ static void *zalloc(size_t bytes) {
     if (g_nallocs < 4096) g_allocs[g_nallocs++] = p;
     return p;
 }
-static float *fbuf(long n) { return zalloc((size_t)n * sizeof(float)); }
-static float *frandbuf(long n, float scale) {
+static inline float *fbuf(long n) { return zalloc((size_t)n * sizeof(float)); }
+static inline float *frandbuf(long n, float scale) {
     float *p = fbuf(n);
     for (long i = 0; i < n; i++) p[i] = scale * frand();
     return p;
 }
-static float *fcopy(const float *x, long n) {
+static inline float *fcopy(const float *x, long n) {
     float *p = fbuf(n);
     memcpy(p, x, (size_t)n * sizeof(float));
     return p;
 }
-static void free_all(void) {
+static inline void free_all(void) {
     for (int i = 0; i < g_nallocs; i++) free(g_allocs[i]);
     g_nallocs = 0;
 }
 
 /* fp32 comparison: |got - want| <= atol_rel * max|want| + rtol * |want|; NaN matches NaN. */
-static void check_f32(const char *name, const float *got, const float *want, long n, double rtol,
+static inline void check_f32(const char *name, const float *got, const float *want, long n, double rtol,
                       double atol_rel) {
     double maxw = 0.0;
     for (long i = 0; i < n; i++)
@@ -94,7 +94,7 @@ typedef struct {
     char what[160];
 } mod_t;
 
-static int open_family(mod_t *md, const char *family, const char *consts, const char *tag) {
+static inline int open_family(mod_t *md, const char *family, const char *consts, const char *tag) {
     char cu[512], cmd[1536];
     snprintf(md->what, sizeof md->what, "%s[%s]", family, tag);
     snprintf(cu, sizeof cu, "%s/%s_%s.cu", g_tmp, family, tag);
@@ -114,7 +114,7 @@ static int open_family(mod_t *md, const char *family, const char *consts, const 
 }
 
 /* A compile-time constant of a file open_family rendered (derived tile sizes), or -1. */
-static long rendered_const(const char *family, const char *tag, const char *name) {
+static inline long rendered_const(const char *family, const char *tag, const char *name) {
     char path[512], line[512], pat[128];
     snprintf(path, sizeof path, "%s/%s_%s.cu", g_tmp, family, tag);
     snprintf(pat, sizeof pat, "static constexpr int %s = %%ld;", name);
@@ -128,13 +128,13 @@ static long rendered_const(const char *family, const char *tag, const char *name
     return v;
 }
 
-static void close_family(mod_t *md) {
+static inline void close_family(mod_t *md) {
     if (md->m) hyp_sim_unload(md->m);
     md->m = NULL;
 }
 
 /* A launch with `smem` bytes of dynamic shared memory. */
-static void launch_smem(mod_t *md, const char *kernel, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+static inline void launch_smem(mod_t *md, const char *kernel, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                         size_t smem, void **args) {
     hyp_err e = {{0}};
     if (hyp_sim_launch(md->m, kernel, hyp_dim3_of(gx, gy, gz), hyp_dim3_of(bx, 1, 1), smem, args, NULL, &e)) {
@@ -144,12 +144,12 @@ static void launch_smem(mod_t *md, const char *kernel, unsigned gx, unsigned gy,
     }
 }
 
-static void launch(mod_t *md, const char *kernel, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+static inline void launch(mod_t *md, const char *kernel, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                    void **args) {
     launch_smem(md, kernel, gx, gy, gz, bx, 0, args);
 }
 
-static unsigned cdiv(long a, long b) { return (unsigned)((a + b - 1) / b); }
+static inline unsigned cdiv(long a, long b) { return (unsigned)((a + b - 1) / b); }
 
 #define NAME(buf, ...) (snprintf(buf, sizeof buf, __VA_ARGS__), buf)
 

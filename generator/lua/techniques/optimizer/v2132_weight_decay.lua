@@ -38,21 +38,40 @@ local function q8_sections(ctx, plan)
   local o = plan.optimizer
   o.kind = "adamw8bit"
   o.shard = "matrix"
-  local sn, floats, n = U.array(), 0, 0
+  -- Tensors that keep fp32 m and v (group rule "f32"), as bitsandbytes does: those under
+  -- q8_min_size elements (its min_8bit_size) and, with q8_embeddings f32, the token/position
+  -- embeddings (the paper's stable embedding layer keeps 32-bit states). An embedding row of a token
+  -- absent from recent batches keeps a nonzero m while its v, 1e-7 below its block's largest, falls
+  -- to the zero code; its next step is then m / eps (docs/optimizer-8bit.md "Why some tensors keep fp32").
+  local min_size, emb32 = ctx.param("q8_min_size"), ctx.param("q8_embeddings") == "f32"
+  local f32_groups = { decay = "decay_f32", no_decay = "no_decay_f32" }
+  o.extra_groups = o.extra_groups or {}
+  o.extra_groups[#o.extra_groups + 1] = { name = "decay_f32", lr_mult = 1.0, weight_decay = o.weight_decay, rule = "f32" }
+  o.extra_groups[#o.extra_groups + 1] = { name = "no_decay_f32", lr_mult = 1.0, weight_decay = 0.0, rule = "f32" }
+  local sn, floats, n, nf, ff = U.array(), 0, 0, 0, 0
   for i, p in ipairs(plan.params) do
-    sn[i] = (p.numel + Q8_BLOCK - 1) // Q8_BLOCK + (p.numel + 3) // 4
+    local emb = p.name:find("wte", 1, true) or p.name:find("wpe", 1, true) or p.name:find("embed", 1, true)
+    if not p.group and (p.numel < min_size or (emb32 and emb)) then
+      p.group = f32_groups[p.decay and "decay" or "no_decay"]
+      sn[i] = p.numel
+      nf, ff = nf + 1, ff + p.numel
+    else
+      sn[i] = (p.numel + Q8_BLOCK - 1) // Q8_BLOCK + (p.numel + 3) // 4
+    end
     floats, n = floats + sn[i], n + p.numel
   end
   o.state = U.array({ { name = "m", dtype = "f32", numel = sn }, { name = "v", dtype = "f32", numel = U.array({ table.unpack(sn) }) } })
   local bpp = 8 * floats / n
   ctx.decide("optimizer.kind", "adamw8bit", string.format("v2132 state_dtype=q8: AdamW's m and v as 8-bit codes with one fp32 absmax per %d elements (%.3f bytes/param of state instead of 8)", Q8_BLOCK, bpp))
-  ctx.contribute(string.format("8-bit AdamW states (bitsandbytes' block-wise dynamic quantization, blocks of %d): %.3f bytes/param of optimizer state instead of 8 (%d packed floats for %d parameters)",
-    Q8_BLOCK, bpp, 2 * floats, n))
+  ctx.decide("optimizer.q8_f32", nf, string.format("v2132 q8: %d tensors (%d parameters) keep fp32 states: under q8_min_size %d elements%s", nf, ff, min_size,
+    emb32 and ", and the embeddings (q8_embeddings f32)" or ""))
+  ctx.contribute(string.format("8-bit AdamW states (bitsandbytes' block-wise dynamic quantization, blocks of %d): %.3f bytes/param of optimizer state instead of 8 (%d packed floats for %d parameters; %d tensors of %d parameters keep fp32 states)",
+    Q8_BLOCK, bpp, 2 * floats, n, nf, ff))
 end
 
 function M.kernels(ctx, k)
   if ctx.param("state_dtype") ~= "q8" then return end
-  k.want("adamw8", { "adamw8_block_step" }, {})
+  k.want("adamw8", { "adamw8_block_step", "adamw8_f32_step" }, {})
   ctx.contribute("kernel: adamw8_block_step (one CUDA block per 256-element block: dequantize, AdamW, block absmax, requantize), one launch per tensor")
 end
 
