@@ -20,8 +20,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_
 export OMP_NUM_THREADS=1
 if ! command -v mpirun >/dev/null; then echo "mpirun not found (scripts/install-deps.sh installs openmpi-bin)"; exit 1; fi
 MPI4="mpirun -np 4 --oversubscribe -x OMP_NUM_THREADS"
-command -v bible >/dev/null || { echo "FAIL: bible missing — run scripts/install-deps.sh (Debian package bible-kjv)"; exit 1; }
-bible -f 'Gen1:1-Deu34:12' | sed -E 's/^[0-9A-Za-z]+[0-9]+:[0-9]+ //' | head -c 400000 > "$TMP/corpus.txt"
+kjv_corpus "$TMP/corpus.txt" 400000 # fixed text: the bounds above are for a corpus that does not move
 "$GEN" data "$TMP/corpus.txt" -o "$TMP/data" >/dev/null
 G=("$GEN" specs/v2500.yaml --model tiny --target cpu --batch 4 --seq 32)
 expect gen_dp_tp2 0 "wrote" -- "${G[@]}" --enable adamw,clip,dp,tp -o "$TMP/tpdp"
