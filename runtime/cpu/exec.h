@@ -159,6 +159,8 @@ int exec_tp_status(const exec_t *x, hyp_err *e);
 void exec_init_params_tp(exec_t *x, uint64_t seed, int rank);
 /* full[] (the tensor pp is a slice of, row-major tp_full) -> this rank's slice local[pp->numel]. */
 void exec_tp_slice(const plan_param *pp, int tp, int rank, const float *full, float *local);
+/* The reverse: this rank's slice local[pp->numel] into its places of full[] (the rest untouched). */
+void exec_tp_unslice(const plan_param *pp, int tp, int rank, const float *local, float *full);
 /* The squared L2 norm of the whole model's gradients: the sharded tensors' squares summed over the
  * tp group (collective), the replicated ones counted once. */
 int exec_tp_grad_sumsq(const exec_t *x, double *ss, hyp_err *e);

@@ -49,6 +49,24 @@ void exec_tp_slice(const plan_param *pp, int tp, int rank, const float *full, fl
         }
 }
 
+void exec_tp_unslice(const plan_param *pp, int tp, int rank, const float *local, float *full) {
+    int64_t rows = pp->tp_full[0], cols = pp->ndim == 2 ? pp->tp_full[1] : 1;
+    if (pp->tp_dim == 0) {
+        for (int b = 0; b < pp->tp_nblk; b++) {
+            int64_t part = pp->tp_blk[b][1] / tp, first = pp->tp_blk[b][0] + rank * part;
+            memcpy(full + first * cols, local, sizeof(float) * (size_t)(part * cols));
+            local += part * cols;
+        }
+        return;
+    }
+    for (int64_t r = 0; r < rows; r++)
+        for (int b = 0; b < pp->tp_nblk; b++) {
+            int64_t part = pp->tp_blk[b][1] / tp, first = pp->tp_blk[b][0] + rank * part;
+            memcpy(full + r * cols + first, local, sizeof(float) * (size_t)part);
+            local += part;
+        }
+}
+
 /* The element count of the full tensor pp is (a slice of). */
 static int64_t full_numel(const plan_param *pp) {
     return pp->tp_nblk ? pp->tp_full[0] * (pp->ndim == 2 ? pp->tp_full[1] : 1) : pp->numel;

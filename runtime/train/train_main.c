@@ -704,6 +704,8 @@ static int save_checkpoint(run_t *r, int step, hyp_err *e) {
     snprintf(st.config_hash, sizeof st.config_hash, "%s", r->plan.state_hash);
     snprintf(st.plan, sizeof st.plan, "%s on %d rank%s, ZeRO stage %d", r->plan.model_name, r->d.world,
              r->d.world == 1 ? "" : "s", r->plan.zero_stage);
+    if (r->plan.tp) /* v2106: the mesh it was trained on (the tensors are whole, the np=1 layout) */
+        snprintf(st.plan + strlen(st.plan), sizeof st.plan - strlen(st.plan), ", x tp %d (consolidated)", r->plan.tp);
     snprintf(st.tokenizer, sizeof st.tokenizer, "%s", r->dtok.kind);
     snprintf(st.tokenizer_hash, sizeof st.tokenizer_hash, "%s", r->dtok.hash);
     snprintf(st.tokenizer_file, sizeof st.tokenizer_file, "%s", r->dtok.file);
@@ -1140,7 +1142,7 @@ static int ckpt_defaults(run_t *r) {
  * whole checkpoint (sharded ZeRO saves under mpirun stay blocking). */
 static int open_async(run_t *r, hyp_err *e) {
     const plan_t *p = &r->plan;
-    if (!p->ckpt_async || !r->a.ckpt_dir || r->d.rank != 0) return HYP_OK;
+    if (!p->ckpt_async || !r->a.ckpt_dir || r->d.rank != 0 || r->d.tp) return HYP_OK; /* v2106: tp saves block */
     if (r->d.stage >= 1 && r->d.world > 1) {
         printf("note: async checkpoints (v2179) are off for sharded ZeRO saves on %d ranks: each rank writes its shard while training waits\n",
                r->d.world);
@@ -1199,8 +1201,7 @@ static int run(int argc, char **argv, hyp_coll *coll) {
     }
     r.d = (dp_t){coll, hyp_coll_rank(coll), hyp_coll_world(coll), p->zero_stage, NULL, NULL, NULL, 0};
     if (p->tp) { /* v2106: the dp x tp mesh; r.d becomes the dp axis */
-        const char *no = a->ckpt_dir ? "--ckpt-dir/--ckpt-every (checkpoints per tp shard)" : a->resume ? "--resume"
-                         : a->init_from ? "--init-from" : a->sample_mode || a->sample > 0 ? "sampling"
+        const char *no = a->init_from ? "--init-from" : a->sample_mode || a->sample > 0 ? "sampling"
                          : post.objective != POST_NONE ? "a post-training objective" : p->pr_on ? "pruning (v2154)"
                          : p->param_bf16 ? "bf16 parameters (v2161)" : p->zero_stage ? "ZeRO" : NULL;
         rc = no ? train_tp_refuse(p, r.plan_path, no, &e) : train_tp_mesh(p, r.plan_path, &r.d, &e);

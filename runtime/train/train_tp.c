@@ -43,6 +43,6 @@ void train_tp_describe(const dp_t *d, const plan_t *p) {
 void train_tp_report(const dp_t *d, int steps) {
     if (!d->tp || steps < 1) return;
     unsigned long long b = (unsigned long long)hyp_coll_bytes_sent(d->tp);
-    printf("tp traffic (v2106): %llu B sent by this rank on its tp group of %d in %d steps, %.0f B/step (ring model, evaluation passes included)\n",
+    printf("tp traffic (v2106): %llu B sent by this rank on its tp group of %d in %d steps, %.0f B/step (ring model; evaluation passes and checkpoint gathers included)\n",
            b, hyp_coll_world(d->tp), steps, (double)b / steps);
 }
