@@ -276,6 +276,7 @@ int train_ckpt_load(dp_t *d, exec_t *x, const char *dir, int for_sampling, const
 }
 
 int train_ckpt_init_from(dp_t *d, exec_t *x, const char *path, char *what, size_t what_cap, hyp_err *e) {
+    if (d->tp) return train_ckpt_tp_init_from(d, x, path, what, what_cap, e); /* v2106: whole tensors, sliced */
     /* every rank reads the files (same weights everywhere); stage 3 keeps its own shards */
     int own = d->stage >= 3 || x->p->param_bf16; /* v2161: read in fp32, kept rounded to nearest bf16 */
     float *full = own ? calloc((size_t)x->p->param_floats, sizeof(float)) : x->params;

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "ckpt_delta.h"
+#include "hf.h"
 #include "train_ckpt_tp.h"
 
 #define NT (1 + HYP_OPT_MAX_STATE) /* the weights, then each optimizer state */
@@ -111,6 +112,29 @@ int train_ckpt_tp_load(dp_t *d, exec_t *x, const char *dir, const char *plan_has
             else memcpy(dst, v.buf[k] + v.off[i], sizeof(float) * (size_t)pp->numel);
         }
     view_free(&v);
+    exec_params_changed(x);
+    return rc;
+}
+
+int train_ckpt_tp_init_from(dp_t *d, exec_t *x, const char *path, char *what, size_t what_cap, hyp_err *e) {
+    if (!hyp_hf_is_our_ckpt(path))
+        return hyp_fail(e, HYP_EINPUT, "%s: --init-from with tensor parallelism (v2106) reads Hyperion checkpoints only (any mesh: they hold whole tensors), not Hugging Face directories yet — convert it with a trainer without tp first, or drop tp",
+                        path);
+    tp_view v;
+    int rc = view_open(d, x, &v, e);
+    if (rc) return rc;
+    hyp_ckpt_state st;
+    memset(&st, 0, sizeof st);
+    rc = hyp_ckpt_load(path, NULL, v.t[0], NULL, 0, v.n, NULL, &st, e); /* the weights of any plan of this model */
+    if (rc == HYP_ENOCKPT) rc = hyp_fail(e, HYP_EINPUT, "%s: no checkpoint in it yet — point --init-from at a trainer's --ckpt-dir", path);
+    for (int i = 0; i < v.n && rc == HYP_OK; i++) {
+        const plan_param *pp = &x->p->params[i];
+        if (pp->tp_nblk) exec_tp_slice(pp, x->p->tp, d->tp_rank, v.buf[0] + v.off[i], x->params + pp->offset);
+        else memcpy(x->params + pp->offset, v.buf[0] + v.off[i], sizeof(float) * (size_t)pp->numel);
+    }
+    if (!rc && what) snprintf(what, what_cap, "Hyperion checkpoint %s (step %llu), this rank's tp slices", st.path, (unsigned long long)st.step);
+    view_free(&v);
+    if (!hyp_coll_all_ok(d->all, rc == 0) && !rc) rc = hyp_fail(e, HYP_EINPUT, "another rank could not read %s (its message is above)", path);
     exec_params_changed(x);
     return rc;
 }

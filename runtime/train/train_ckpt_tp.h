@@ -13,5 +13,8 @@ int train_ckpt_tp_save(dp_t *d, exec_t *x, const char *dir, int keep, const hyp_
                        hyp_err *e);
 /* HYP_ENOCKPT when dir has none yet (as train_ckpt_load). */
 int train_ckpt_tp_load(dp_t *d, exec_t *x, const char *dir, const char *plan_hash, hyp_ckpt_state *st, hyp_err *e);
+/* --init-from a Hyperion checkpoint of any plan of this model (np=1, tp, dp: whole tensors): the
+ * weights, this rank's slices kept; optimizer and step fresh. HF directories are refused. */
+int train_ckpt_tp_init_from(dp_t *d, exec_t *x, const char *path, char *what, size_t what_cap, hyp_err *e);
 
 #endif

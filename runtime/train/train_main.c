@@ -1201,7 +1201,7 @@ static int run(int argc, char **argv, hyp_coll *coll) {
     }
     r.d = (dp_t){coll, hyp_coll_rank(coll), hyp_coll_world(coll), p->zero_stage, NULL, NULL, NULL, 0};
     if (p->tp) { /* v2106: the dp x tp mesh; r.d becomes the dp axis */
-        const char *no = a->init_from ? "--init-from" : a->sample_mode || a->sample > 0 ? "sampling"
+        const char *no = a->sample_mode || a->sample > 0 ? "sampling"
                          : post.objective != POST_NONE ? "a post-training objective" : p->pr_on ? "pruning (v2154)"
                          : p->param_bf16 ? "bf16 parameters (v2161)" : p->zero_stage ? "ZeRO" : NULL;
         rc = no ? train_tp_refuse(p, r.plan_path, no, &e) : train_tp_mesh(p, r.plan_path, &r.d, &e);

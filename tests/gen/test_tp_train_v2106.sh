@@ -5,7 +5,7 @@
 # whole with the np=1 seed and keeps its slice). The bytes each rank sends on its tp group per step
 # (counted by the collective layer) equal the plan's formula; with full recompute (v2101) too.
 # Checkpoints are consolidated (the np=1 layout) and resume bit for bit. A world size that tp does not divide,
-# and options a tp run cannot honour yet (--init-from), are refused: exit 2, one line.
+# and options a tp run cannot honour yet (sampling), are refused: exit 2, one line.
 #
 # Tolerance (docs/test-tolerances.md): tp=2 computes every row-parallel GEMM (attention-out,
 # K = 128; MLP-out, K = 512) as two K/2 partial dot products summed by the all-reduce, and the
@@ -75,6 +75,6 @@ check test_v2106_v2101_recompute_tp_bytes test "$n" -gt 16 -a "$(grep -o '[0-9]*
 expect test_v2106_np1_refused 2 "tensor-parallel over tp=2 ranks \(v2106\) and 1 rank was started: the world size must be a multiple of 2 — start it with mpirun -np 2" -- "$TMP/tp/train" "${COMMON[@]}"
 expect gen_tp4 0 "wrote" -- "${G[@]}" --enable adamw,clip,tp --set v2106.degree=4 -o "$TMP/tp4"
 expect test_v2106_np2_tp4_refused 2 "tensor-parallel over tp=4 ranks \(v2106\) and 2 ranks were started: the world size must be a multiple of 4 — start it with mpirun -np 4" -- $MPI "$TMP/tp4/train" "${COMMON[@]}"
-expect test_v2106_init_from_refused 2 "--init-from with tensor parallelism \(v2106 tp=2\) is not implemented — drop it" -- "$TMP/tp/train" "${COMMON[@]}" --init-from "$TMP/ck1/step_00000010" --ckpt-dir "$TMP/ckx"
+expect test_v2106_sampling_refused 2 "sampling with tensor parallelism \(v2106 tp=2\) is not implemented — drop it" -- "$TMP/tp/train" "${COMMON[@]}" --sample 20 --ckpt-dir "$TMP/ckx"
 check test_v2106_refusals_wrote_nothing test ! -e "$TMP/ckx"
 finish
