@@ -118,6 +118,12 @@ static int64_t need_rows(const plan_op *o, int arg, int64_t B, int64_t T, int64_
     return bd(o->n, B, T) * (o->C ? o->C : 1);
 }
 
+/* v2106 allreduce_tp: x and out are the same [n, C] rows (in place), b the bias row added after the sum */
+static int64_t need_allreduce_tp(const plan_op *o, int arg, int64_t B, int64_t T, int64_t V) {
+    (void)V;
+    return arg == 1 ? o->C : bd(o->n, B, T) * o->C;
+}
+
 static int64_t need_swiglu_fwd(const plan_op *o, int arg, int64_t B, int64_t T, int64_t V) {
     (void)V;
     int64_t N = bd(o->N, B, T);
@@ -211,6 +217,7 @@ static const hyp_op_desc OPS[] = {
     {"moe_fwd", "x w_router experts -> out state scratch", "N C H E K norm_topk? aux_coef?", need_moe_fwd, 0, HYP_OPDEV_KERNELS},
     {"moe_bwd", "dout x w_router experts state -> dx dw_router dexperts scratch", "N C H E K norm_topk? aux_coef?", need_moe_bwd, 0,
      HYP_OPDEV_KERNELS},
+    {"allreduce_tp", "x b? -> out", "n C", need_allreduce_tp, 0, HYP_OPDEV_KERNELS},
 };
 
 #define N_OPS ((int)(sizeof OPS / sizeof *OPS))

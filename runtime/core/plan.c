@@ -728,9 +728,8 @@ static int load_train(ld *c, const cJSON *root) {
     GI(t, "zero_prefetch", 0, 8, p->zero_prefetch);
     GI(t, "comm_overlap", 0, 1, p->comm_overlap);
     GI(t, "data_parallel", 0, 1, p->data_parallel);
-    if (cJSON_GetObjectItemCaseSensitive(t, "tp")) /* v2106 plans: generated, not run yet */
-        return hyp_fail(c->e, HYP_EINPUT, "%s: a tensor-parallel plan (v2106 tp): this runtime has no allreduce_tp op, tp sub-communicator or sharded parameter init yet — regenerate without tp",
-                        c->path);
+    if (cJSON_GetObjectItemCaseSensitive(t, "tp")) /* optional (v2106; absent: 0 = no tensor parallelism) */
+        GI(t, "tp", 2, 64, p->tp);
     if (cJSON_GetObjectItemCaseSensitive(t, "tf32")) /* optional (v2100 fp32_matmul tf32; absent: 0 = IEEE) */
         GI(t, "tf32", 0, 1, p->tf32);
     if (cJSON_GetObjectItemCaseSensitive(t, "cuda_graphs")) /* optional (v2165; absent: 0 = eager) */
@@ -1229,6 +1228,9 @@ static int load_backward(ld *c, const cJSON *root) {
 #undef GI
 #undef GN
 
+/* v2106: the tensor-parallel section (core/plan_tp.c), once the params are known */
+static int load_tp(ld *c, const cJSON *root) { return plan_tp_load(root, c->p, c->path, c->e); }
+
 /* The plan's sections in the order they are read, one loader each: a loader validates its part of
  * the JSON into plan_t and answers HYP_OK for an optional section that is absent. A technique with
  * settings of its own adds one loader here, next to the others, never a branch in plan_load. */
@@ -1240,7 +1242,7 @@ static const struct {
     {"hardware", load_hardware},     {"checkpoint", load_checkpoint}, {"guard", load_guard},
     {"loss_scale", load_loss_scale}, {"local_sgd", load_local_sgd}, {"param_storage", load_param_storage}, {"grad_accum", load_grad_accum},
     {"preempt", load_preempt},       {"tensorboard", load_tensorboard}, {"loss_prediction", load_loss_prediction}, {"pruning", load_pruning}, {"profile", load_profiles},
-    {"fp8", load_fp8},               {"params", load_params},       {"optimizer", load_optimizer},
+    {"fp8", load_fp8},               {"params", load_params},       {"tp", load_tp},       {"optimizer", load_optimizer},
     {"buffers", load_buffers},       {"forward", load_forward},     {"backward", load_backward},
     {"loss", load_loss},
 };

@@ -64,6 +64,8 @@ typedef struct {
 #define PLAN_EPI_GELU 1  /* matmul_fwd: the gelu_fwd right after it, reading its output */
 #define PLAN_EPI_DGELU 2 /* matmul_bwd: its input gradient through the gelu_bwd two ops later */
 
+#define PLAN_TP_MAX_BLOCKS 3 /* v2106: a fused QKV weight splits its q, k and v blocks */
+
 typedef struct {
     char *name;
     hyp_dtype dtype;
@@ -75,6 +77,10 @@ typedef struct {
     int group;             /* index into plan_t.optim.groups */
     int init;              /* PINIT_* */
     float init_std;
+    /* v2106 tensor parallelism (plan.tp, core/plan_tp.c): tp_nblk > 0 when a tp rank holds a slice
+     * of a full tensor of shape tp_full: along dimension tp_dim, 1/tp of each [start, length] block */
+    int tp_nblk, tp_dim;
+    int64_t tp_full[2], tp_blk[PLAN_TP_MAX_BLOCKS][2];
 } plan_param;
 
 enum { PINIT_NORMAL, PINIT_ONES, PINIT_ZEROS };
@@ -149,6 +155,8 @@ typedef struct {
                                cores (inputs rounded to 10 mantissa bits, fp32 accumulation; sim
                                rounds the same way); 0: IEEE fp32 */
     int data_parallel;      /* train.data_parallel: the trainer may run on several ranks (0/1) */
+    int tp;                 /* train.tp (v2106): the plan is one rank's of a tensor-parallel group of
+                               tp ranks (params' tp_* say which tensors are slices); 0 = none */
     int cuda_graphs;        /* v2165 train.cuda_graphs: device targets capture the step's regions as
                                graphs and replay them (0/1; absent: 0) */
     int ckpt_elastic;       /* checkpoint.elastic: resume at another world size (0/1) */
@@ -236,6 +244,9 @@ typedef struct {
 
 /* Loads and validates path. On error returns HYP_EINPUT with "path: what — how to fix". */
 int plan_load(const char *path, plan_t *p, hyp_err *e);
+/* plan_load's reader of the v2106 'tp' section (core/plan_tp.c), after the params and train.tp. */
+struct cJSON;
+int plan_tp_load(const struct cJSON *root, plan_t *p, const char *path, hyp_err *e);
 void plan_free(plan_t *p);
 
 #endif

@@ -92,6 +92,11 @@ typedef struct exec_t {
     size_t bytes_params, bytes_grads, bytes_grad_workspace, bytes_optim, bytes_acts;
     long long fp16_flushed, fp16_nonzero; /* v2102 fp16: round_fp16 operands that underflowed to 0 / were nonzero */
     struct exec_moe *moe;           /* the MoE layers' router statistics (moe_stats.h), NULL without MoE ops */
+    /* v2106 tensor parallelism (cpu/exec_tp.c): the tp group's communicator the plan's allreduce_tp
+     * ops sum over (set by the trainer; NULL: the plan has none), and its first failure */
+    hyp_coll *tp;
+    int tp_rc;
+    hyp_err tp_err;
 } exec_t;
 
 int exec_init(exec_t *x, const plan_t *p, hyp_err *e);
@@ -142,5 +147,23 @@ float *exec_buf(exec_t *x, int idx);
 void exec_params_changed(exec_t *x);
 /* Counts targets >= 0 of the bound batch. */
 int64_t exec_count_targets(const exec_t *x);
+
+/* v2106 tensor parallelism (cpu/exec_tp.c), for a plan with p->tp >= 2 and x->tp set:
+ * allreduce_tp's work: buf[n] (rows of C) = the sum over the tp group, then + bias per row (bias
+ * may be NULL). A collective failure is kept for exec_tp_status; later calls do nothing. */
+void exec_allreduce_tp(exec_t *x, float *buf, const float *bias, long n, int C);
+/* The first allreduce_tp failure since the executor started (HYP_OK if none; e gets its message). */
+int exec_tp_status(const exec_t *x, hyp_err *e);
+/* exec_init_params for tp rank `rank` of p->tp: every tensor is drawn whole, in the plan's order
+ * from one stream of `seed` (as the np=1 trainer draws it) and the rank keeps its slice of each
+ * sharded one, so that the tp group starts from the np=1 weights. */
+void exec_init_params_tp(exec_t *x, uint64_t seed, int rank);
+/* full[] (the tensor pp is a slice of, row-major tp_full) -> this rank's slice local[pp->numel]. */
+void exec_tp_slice(const plan_param *pp, int tp, int rank, const float *full, float *local);
+/* The reverse: this rank's slice local[pp->numel] into its places of full[] (the rest untouched). */
+void exec_tp_unslice(const plan_param *pp, int tp, int rank, const float *local, float *full);
+/* The squared L2 norm of the whole model's gradients: the sharded tensors' squares summed over the
+ * tp group (collective), the replicated ones counted once. */
+int exec_tp_grad_sumsq(const exec_t *x, double *ss, hyp_err *e);
 
 #endif

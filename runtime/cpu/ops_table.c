@@ -162,6 +162,10 @@ ADAPTER(cpu_int8_matmul_dgrad) {
     UNUSED_ARGS;
     op_int8_matmul_dgrad(O[0], I[0], I[1], d->N, (int)o->IC, (int)o->OC, o->rowwise == 1);
 }
+ADAPTER(cpu_allreduce_tp) {
+    UNUSED_ARGS;
+    exec_allreduce_tp(x, O[0], I[1], d->n, (int)o->C);
+}
 
 /* The mixture-of-experts MLP (ops_moe.h): state and scratch laid out by core/moe_layout.h */
 static moe_shape moe_shape_of(const plan_op *o, int N) {
@@ -229,6 +233,7 @@ static const struct {
     {"int8_matmul_dgrad", cpu_int8_matmul_dgrad},
     {"moe_fwd", cpu_moe_fwd},
     {"moe_bwd", cpu_moe_bwd},
+    {"allreduce_tp", cpu_allreduce_tp},
 };
 
 exec_op_fn exec_cpu_op(const char *name) {

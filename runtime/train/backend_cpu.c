@@ -36,7 +36,8 @@ static int cpu_micro_batch(train_backend *b, float dloss, int last, float *mean,
     *mean = exec_backward(b->x, dloss);
     /* v2163: a bf16 accumulation buffer holds the running sum rounded after every micro-batch */
     if (b->x->p->grad_bf16) op_round_bf16(b->x->grads, b->x->grads, (long)(b->x->shard * b->dp.world));
-    return exec_z3_status(b->x, e);
+    int rc = exec_z3_status(b->x, e);
+    return rc ? rc : exec_tp_status(b->x, e); /* v2106: an allreduce_tp that failed */
 }
 
 /* Every rank's gradients (stages 0/1) or gradient shard (stage >= 2) become the sum over ranks. */
@@ -54,7 +55,9 @@ static int cpu_reduce_grads(train_backend *b, const train_opts *o, hyp_err *e) {
     } else {
         if (b->lsgd) train_local_sgd_grads(b->lsgd, x); /* v2173: no all-reduce, each rank its own gradient */
         else if (d->world > 1 && (rc = hyp_coll_allreduce_f32(d->coll, x->grads, (size_t)x->shard * d->world, e))) return rc;
-        s->norm = train_grad_norm(x);
+        double ss = 0; /* v2106: sharded tensors' squares summed over the tp group, replicated ones once */
+        if (x->tp && (rc = exec_tp_grad_sumsq(x, &ss, e))) return rc;
+        s->norm = x->tp ? sqrt(ss) : train_grad_norm(x);
     }
     s->scale = train_clip_scale(o, s->norm);
     return HYP_OK;
@@ -105,9 +108,8 @@ static int cpu_hess_step(train_backend *b, double tokens, int t, hyp_err *e) {
 }
 
 static int cpu_eval_batch(train_backend *b, float *loss, hyp_err *e) {
-    (void)e;
     *loss = exec_eval_loss(b->x);
-    return HYP_OK;
+    return exec_tp_status(b->x, e);
 }
 
 static void cpu_memory(const train_backend *b, double *m) {

@@ -13,6 +13,10 @@ typedef struct {
     hyp_coll *coll;
     int rank, world, stage;
     const hyp_optim_i *opt;     /* hyp_optim_open */
+    /* v2106 tensor parallelism (train_tp.h): coll, rank and world are then the dp axis of the
+     * mesh, tp the rank's tp group (tp_rank in it) and all the whole world; NULL, 0 without tp */
+    hyp_coll *tp, *all;
+    int tp_rank;
 } dp_t;
 
 typedef struct {

@@ -12,6 +12,7 @@
 #include "gemm_bf16.h"
 #include "hf.h"
 #include "safetensors.h"
+#include "train_ckpt_tp.h"
 
 /* The plan's tensors as checkpoint tensors "<name><suffix>", data at base's full arena layout. */
 static hyp_ckpt_tensor *ckpt_tensors(exec_t *x, float *base, const char *suffix, int k) {
@@ -259,6 +260,7 @@ int train_unshard(exec_t *x, hyp_err *e) {
 
 int train_ckpt_load(dp_t *d, exec_t *x, const char *dir, int for_sampling, const char *plan_hash, hyp_ckpt_state *st,
                     hyp_err *e) {
+    if (d->tp) return train_ckpt_tp_load(d, x, dir, plan_hash, st, e); /* v2106: whole tensors, sliced */
     ckpt_view cv;
     int rc = view_open(d, x, &cv, e);
     if (rc) return rc;
@@ -274,6 +276,7 @@ int train_ckpt_load(dp_t *d, exec_t *x, const char *dir, int for_sampling, const
 }
 
 int train_ckpt_init_from(dp_t *d, exec_t *x, const char *path, char *what, size_t what_cap, hyp_err *e) {
+    if (d->tp) return train_ckpt_tp_init_from(d, x, path, what, what_cap, e); /* v2106: whole tensors, sliced */
     /* every rank reads the files (same weights everywhere); stage 3 keeps its own shards */
     int own = d->stage >= 3 || x->p->param_bf16; /* v2161: read in fp32, kept rounded to nearest bf16 */
     float *full = own ? calloc((size_t)x->p->param_floats, sizeof(float)) : x->params;
@@ -302,7 +305,8 @@ int train_ckpt_save_async(dp_t *d, exec_t *x, const char *dir, int keep, const h
     if (!sp) return hyp_fail(e, HYP_EFAIL, "%s: out of memory", dir);
     *sp = *st;
     if (!sp->plan_text) sp->plan_text = x->p->text, sp->plan_len = x->p->text_len;
-    int rc = train_ckpt_sharded(d) ? save_shards(d, x, dir, keep, sp, e)
+    int rc = d->tp                  ? train_ckpt_tp_save(d, x, dir, keep, sp, delta_base, e) /* v2106 */
+             : train_ckpt_sharded(d) ? save_shards(d, x, dir, keep, sp, e)
                                    : save_full(d, x, dir, keep, sp, async, delta_base, e);
     free(sp);
     return rc;

@@ -71,6 +71,7 @@
 #include "train_guard.h"
 #include "train_stream.h"
 #include "train_moe.h"
+#include "train_tp.h"
 
 typedef struct {
     const char *data, *ckpt_dir, *metrics, *plan, *prompt, *init_from, *tensorboard;
@@ -585,8 +586,9 @@ static int open_loaders(run_t *r, hyp_err *e) {
 static int open_logs(run_t *r, hyp_err *e) {
     const args_t *a = &r->a;
     int rc = HYP_OK;
-    if (r->d.rank == 0 && a->metrics) rc = hyp_metrics_open(&r->mlog, a->metrics, r->start_step > 0, e);
-    if (rc || r->d.rank != 0) return rc;
+    int rank0 = r->d.rank == 0 && r->d.tp_rank == 0; /* v2106: of the world, not only the dp axis */
+    if (rank0 && a->metrics) rc = hyp_metrics_open(&r->mlog, a->metrics, r->start_step > 0, e);
+    if (rc || !rank0) return rc;
     /* TensorBoard: --tensorboard DIR, else the plan's section (v2183) beside plan.json */
     char dir[PATH_MAX + 256];
     r->tb_every = a->tensorboard || !r->plan.tb_logdir[0] ? 1 : r->plan.tb_every;
@@ -704,6 +706,8 @@ static int save_checkpoint(run_t *r, int step, hyp_err *e) {
     snprintf(st.config_hash, sizeof st.config_hash, "%s", r->plan.state_hash);
     snprintf(st.plan, sizeof st.plan, "%s on %d rank%s, ZeRO stage %d", r->plan.model_name, r->d.world,
              r->d.world == 1 ? "" : "s", r->plan.zero_stage);
+    if (r->plan.tp) /* v2106: the mesh it was trained on (the tensors are whole, the np=1 layout) */
+        snprintf(st.plan + strlen(st.plan), sizeof st.plan - strlen(st.plan), ", x tp %d (consolidated)", r->plan.tp);
     snprintf(st.tokenizer, sizeof st.tokenizer, "%s", r->dtok.kind);
     snprintf(st.tokenizer_hash, sizeof st.tokenizer_hash, "%s", r->dtok.hash);
     snprintf(st.tokenizer_file, sizeof st.tokenizer_file, "%s", r->dtok.file);
@@ -770,8 +774,9 @@ static void report_stop(run_t *r, int done_steps, double secs) {
 static int agree_stop(run_t *r, int *by_signal, int *by_deadline, int *early, hyp_err *e) {
     float v[3] = {hyp_stop_signal() ? 1.0f : 0.0f, hyp_stop_deadline_near(&r->stop, hyp_stop_now()) ? 1.0f : 0.0f,
                   *early ? 1.0f : 0.0f};
-    if (r->d.world > 1) {
-        int rc = hyp_coll_allreduce_max_f32(r->d.coll, v, 3, e);
+    hyp_coll *all = r->d.all ? r->d.all : r->d.coll; /* v2106: every rank of the mesh */
+    if (hyp_coll_world(all) > 1) {
+        int rc = hyp_coll_allreduce_max_f32(all, v, 3, e);
         if (rc) return rc;
     }
     *by_signal = v[0] > 0, *by_deadline = v[1] > 0, *early = v[2] > 0;
@@ -1158,7 +1163,7 @@ static int ckpt_defaults(run_t *r) {
  * whole checkpoint (sharded ZeRO saves under mpirun stay blocking). */
 static int open_async(run_t *r, hyp_err *e) {
     const plan_t *p = &r->plan;
-    if (!p->ckpt_async || !r->a.ckpt_dir || r->d.rank != 0) return HYP_OK;
+    if (!p->ckpt_async || !r->a.ckpt_dir || r->d.rank != 0 || r->d.tp) return HYP_OK; /* v2106: tp saves block */
     if (r->d.stage >= 1 && r->d.world > 1) {
         printf("note: async checkpoints (v2179) are off for sharded ZeRO saves on %d ranks: each rank writes its shard while training waits\n",
                r->d.world);
@@ -1227,7 +1232,19 @@ static int run(int argc, char **argv, hyp_coll *coll) {
         plan_free(p);
         return HYP_EINPUT;
     }
-    r.d = (dp_t){coll, hyp_coll_rank(coll), hyp_coll_world(coll), p->zero_stage, NULL};
+    r.d = (dp_t){coll, hyp_coll_rank(coll), hyp_coll_world(coll), p->zero_stage, NULL, NULL, NULL, 0};
+    if (p->tp) { /* v2106: the dp x tp mesh; r.d becomes the dp axis */
+        const char *no = a->sample_mode || a->sample > 0 ? "sampling"
+                         : post.objective != POST_NONE ? "a post-training objective" : p->pr_on ? "pruning (v2154)"
+                         : p->param_bf16 ? "bf16 parameters (v2161)" : p->zero_stage ? "ZeRO" : NULL;
+        rc = no ? train_tp_refuse(p, r.plan_path, no, &e) : train_tp_mesh(p, r.plan_path, &r.d, &e);
+        if (rc) {
+            if (hyp_coll_rank(coll) == 0) fprintf(stderr, "train: %s\n", e.msg);
+            train_tp_close(&r.d);
+            plan_free(p);
+            return rc;
+        }
+    }
     if (r.d.world > 1 && !p->data_parallel) {
         if (r.d.rank == 0)
             fprintf(stderr, "train: %s: this trainer was generated without data parallelism, and mpirun started %d ranks — regenerate it with --enable dp (or zero1/zero2/zero3/fsdp), or run one process\n",
@@ -1282,10 +1299,14 @@ static int run(int argc, char **argv, hyp_coll *coll) {
         (mirror || !(r.d.opt->matrix_solve || (r.d.opt->zero1_full_grad && r.d.stage == 1))))
         rc = hyp_fail(&e, HYP_EINPUT, "optimizer '%s' updates whole matrices or blocks, which this runtime distributes under ZeRO (stage %d here) only on the cpu backend, at stages 1-2 (Muon) or 1 (Adam-mini) — generate the trainer without ZeRO or with a supported stage",
                       r.d.opt->kind, r.d.stage);
+    if (!rc && p->tp && (mirror || r.d.opt->shard_matrix))
+        rc = train_tp_refuse(p, r.plan_path, mirror ? "a device backend" : "an optimizer of whole matrices", &e);
     if (!rc &&
-        !(rc = mirror ? exec_init_mirror(&r.x, p, coll, r.d.stage, &e) : exec_init_dp(&r.x, p, coll, r.d.stage, &e)) &&
+        !(rc = mirror ? exec_init_mirror(&r.x, p, r.d.coll, r.d.stage, &e) : exec_init_dp(&r.x, p, r.d.coll, r.d.stage, &e)) &&
         !(rc = exec_bind(&r.x, r.B, r.T, &e))) {
-        exec_init_params(&r.x, r.seed); /* same seed on every rank: identical replicas */
+        r.x.tp = r.d.tp; /* v2106: the group its allreduce_tp ops sum over */
+        if (p->tp) exec_init_params_tp(&r.x, r.seed, r.d.tp_rank); /* the np=1 weights, sliced */
+        else exec_init_params(&r.x, r.seed); /* same seed on every rank: identical replicas */
         hyp_rng_seed2(&r.rng, r.seed, 1);
         if (a->init_from) {
             char what[4400];
@@ -1306,6 +1327,7 @@ static int run(int argc, char **argv, hyp_coll *coll) {
         hyp_tok_free(tok);
     } else if (!rc && !(rc = distill_open(&dist, r.plan_path, &r.x, &caps, &e)) && dist)
         printf("%s\n", distill_describe(dist));
+    if (!rc && dist && p->tp) rc = train_tp_refuse(p, r.plan_path, "distillation (v2149)", &e);
     /* one loop for every objective: the next-token loss over the loader (pretraining, SFT,
      * distillation) or a post-training objective over the examples (objective.h) */
     int post_obj = post.objective >= POST_DPO;
@@ -1318,6 +1340,7 @@ static int run(int argc, char **argv, hyp_coll *coll) {
         hyp_progress_init(&r.pg, stdout, a->log_every);
         choose_peak(&r);
         print_banner(&r, &e);
+        train_tp_describe(&r.d, p);
         /* v2148 on rank 0 (it logs): its early-stop decision reaches the others through agree_stop */
         if (p->lp_every > 0 && r.d.rank == 0 && !(r.lp = hyp_losspred_new(r.opt.total_steps)))
             rc = hyp_fail(&e, HYP_EFAIL, "out of memory for the loss history (%d steps)", r.opt.total_steps);
@@ -1354,6 +1377,7 @@ static int run(int argc, char **argv, hyp_coll *coll) {
             printf("loss prediction (v2148): %d earlier steps' losses read back from %s\n",
                    hyp_losspred_load_metrics(r.lp, a->metrics, r.start_step), a->metrics);
         if (!rc) rc = train_loop(&r, &e);
+        if (!rc) train_tp_report(&r.d, r.opt.total_steps - r.start_step);
         if (!rc) rc = train_prof_finish(&r.prof, &r.be, &e);
         if (!rc && !r.stopped) rc = sample_after(&r, &e);
         if (!rc && r.stopped) rc = r.stop_saved ? HYP_EXIT_STOPPED_SAVED : HYP_EXIT_STOPPED_UNSAVED;
@@ -1372,6 +1396,7 @@ static int run(int argc, char **argv, hyp_coll *coll) {
     distill_close(dist, &r.x);
     train_backend_close(&r.be);
     exec_free(&r.x);
+    train_tp_close(&r.d);
     plan_free(p);
     return rc;
 }

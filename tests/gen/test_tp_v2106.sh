@@ -7,7 +7,7 @@
 # sharded parameters hold 1/2 of the full tensors, whose shapes and slices plan.tp records; the
 # bytes the tp all-reduces move per step follow from the plan (4 per layer of B*T*C floats, ring
 # 2(p-1)/p * n * 4 B per rank). Refusals: what a tp plan cannot run with, and models whose
-# head counts or MLP width do not divide. The runtime does not run tp plans yet (spec: missing).
+# head counts or MLP width do not divide. Training under mpirun: test_tp_train_v2106.sh.
 source "$(dirname "$0")/lib.sh"
 command -v python3 >/dev/null || { echo "FAIL: python3 missing"; exit 1; }
 expect gen_tp 0 "wrote" -- "$GEN" specs/v2500.yaml --enable adamw,clip,tp --model tiny --target cpu --batch 2 --seq 32 -o "$TMP/tp"
@@ -70,15 +70,16 @@ check test_v2106_tp_bytes_formula has "tp_bytes_per_step_per_rank 524288 (16 all
 G=("$GEN" specs/v2500.yaml --model tiny --batch 2 --seq 32)
 expect test_v2106_refuses_zero 2 "v2106 .*ZeRO.*not implemented.*drop" -- "${G[@]}" --enable adamw,dp,zero1,tp --target cpu -o "$TMP/r1"
 expect test_v2106_refuses_fp8 2 "v2106 .*FP8.*drop fp8, or drop tp" -- "${G[@]}" --enable adamw,fp8,tp --target cpu -o "$TMP/r2"
+expect test_v2106_refuses_mixed_precision 2 "v2106 .*mixed precision \(v2102 bf16\).*drop v2102" -- "${G[@]}" --enable adamw,v2102,tp --target cpu -o "$TMP/r8"
 expect test_v2106_refuses_flash 2 "v2106 .*flash attention.*drop flash" -- "${G[@]}" --enable adamw,flash,tp --target cpu -o "$TMP/r3"
 expect test_v2106_refuses_elastic_checkpoints 2 "v2106 .*checkpoints of tp-sharded parameters.*drop v2175" -- "${G[@]}" --enable adamw,dp,v2175,tp --target cpu -o "$TMP/r4"
 expect test_v2106_refuses_sim 2 "v2106 .*cpu backend only.*use --target cpu" -- "${G[@]}" --enable adamw,tp --target sim -o "$TMP/r5"
 expect test_v2106_refuses_indivisible_heads 2 "v2106 .*n_heads 4 of tiny is not divisible by degree 3" -- "${G[@]}" --enable adamw,tp --set v2106.degree=3 --target cpu -o "$TMP/r6"
 expect test_v2106_refuses_degree_1 2 "v2106 .*degree must be >= 2" -- "${G[@]}" --enable adamw,tp --set v2106.degree=1 --target cpu -o "$TMP/r7"
-# the runtime has no allreduce_tp yet: the trainer refuses the tp plan at load (exit 2, one line)
-# instead of training a model whose layers are half missing
+# one process cannot run a tp plan: refused at start (exit 2, one line) instead of training a
+# model whose layers are half missing (test_tp_train_v2106.sh trains it under mpirun)
 printf 'In the beginning God created the heaven and the earth. %.0s' $(seq 400) > "$TMP/c.txt"
 "$GEN" data "$TMP/c.txt" -o "$TMP/data" >/dev/null
-expect test_v2106_runtime_refuses_tp_plan 2 "a tensor-parallel plan \(v2106 tp\): this runtime has no allreduce_tp op.*regenerate without tp" -- "$TMP/tp/train" --data "$TMP/data" --steps 1 --eval-every 0
+expect test_v2106_runtime_refuses_tp_plan_on_one_rank 2 "tensor-parallel over tp=2 ranks \(v2106\) and 1 rank was started.*mpirun -np 2" -- "$TMP/tp/train" --data "$TMP/data" --steps 1 --eval-every 0
 check test_v2106_refusal_leaves_no_output test ! -e "$TMP/r1" -a ! -e "$TMP/r6"
 finish

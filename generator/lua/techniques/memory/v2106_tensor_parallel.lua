@@ -8,7 +8,7 @@
 -- all-reduced before the norms' backward. Norms, embeddings, the head and the loss stay
 -- replicated (every tp rank reads the same batch). plan.tp records the degree and, per sharded
 -- parameter, its full shape and the blocks of the split dimension each rank takes 1/degree of.
--- Never: a selection this plan cannot run correctly (ZeRO, fp8, flash, a device target, models
+-- Never: a selection this plan cannot run correctly (ZeRO, bf16/fp16, fp8, flash, a device target, models
 -- whose head counts or MLP width do not divide) — those are refused with what is missing.
 local U = require("util")
 local M = { id = "v2106" }
@@ -27,6 +27,11 @@ function M.model(ctx, m)
     ctx.refuse("tensor parallelism with ZeRO/FSDP: sharding the optimizer state of tp-sharded parameters is not implemented", "drop zero1/zero2/zero3/fsdp, or drop tp")
   end
   if ctx.facts.fp8 then ctx.refuse("tensor parallelism with FP8 GEMMs: the per-tensor scales would need a tp all-reduce of amax, not implemented", "drop fp8, or drop tp") end
+  local prec = ctx.facts.precision
+  if prec and (prec.bf16 or prec.fp16) then
+    ctx.refuse("tensor parallelism with mixed precision (v2102 " .. tostring(prec.dtype) .. "): the allreduce_tp op sums fp32 activations only, and the tp ranks' rounded partial sums are not derived against np=1",
+      "drop v2102 (and v2161/v2163, which need it), or drop tp")
+  end
   if ctx.facts.attention and ctx.facts.attention.kind == "flash" then
     ctx.refuse("tensor parallelism with flash attention: only the naive attention op is sharded by heads", "drop flash, or drop tp")
   end
@@ -94,8 +99,18 @@ function M.schedule(ctx, g, sched)
     end
   end
   local bwd = U.array()
+  t.recompute = 0
   for _, o in ipairs(sched.bwd) do
     bwd[#bwd + 1] = o
+    -- full recompute (v2101) re-runs a layer's forward in backward ("r:" buffers): its row-parallel
+    -- GEMMs need the same all-reduce as in forward, or the recomputed residual is half a sum
+    if o.op == "matmul_fwd" and is_row((o.outs[1]:gsub("^r:", ""))) and o.outs[1]:match("^r:") then
+      local bias = o.ins[3] or ""
+      o.ins = U.array({ o.ins[1], o.ins[2], "" })
+      bwd[#bwd + 1] = { op = "allreduce_tp", ins = U.array({ o.outs[1], bias }), outs = U.array({ o.outs[1] }),
+        attrs = { n = "N", C = o.attrs.OC }, layer = o.layer }
+      t.recompute = t.recompute + 1
+    end
     if o.op == "matmul_bwd" and o.outs[1] ~= "" and is_col_dinp(o.outs[1]) then
       bwd[#bwd + 1] = { op = "allreduce_tp", ins = U.array({ o.outs[1], "" }), outs = U.array({ o.outs[1] }),
         attrs = { n = "N", C = o.attrs.IC }, layer = o.layer }
@@ -113,7 +128,7 @@ function M.sections(ctx, plan)
   plan.train.tp = t.degree
   plan.tp = { degree = t.degree, full_model = { NH = t.NH, NKV = t.NKV, H = t.H, hd = t.hd }, params = t.shards }
   ctx.contribute(string.format("plan of one tp rank of %d: %d column-parallel and %d row-parallel GEMMs sharded (%d parameters), %d allreduce_tp ops in forward and %d in backward",
-    t.degree, 2 * plan.model.L, 2 * plan.model.L, #t.shards, t.fwd, t.bwd))
+    t.degree, 2 * plan.model.L, 2 * plan.model.L, #t.shards, t.fwd, t.bwd + t.recompute))
 end
 
 return M
