@@ -67,7 +67,7 @@ static void outer_case(int nesterov) {
     unsigned s = 11;
     for (int i = 0; i < N; i++) params[i] = frand(&s);
     x.p = &p, x.params = params, x.shard = N, x.world = 1;
-    dp_t d = {NULL, 0, 1, 0, NULL};
+    dp_t d = {.coll = NULL, .rank = 0, .world = 1, .stage = 0, .opt = NULL};
     train_local_sgd *ls = NULL;
     hyp_err e = {{0}};
     int rc = train_local_sgd_open(&ls, &p, &x, &d, &e);
@@ -126,7 +126,7 @@ static void test_refusals(void) {
     memset(&x, 0, sizeof x);
     float w[16] = {0};
     x.p = &p, x.params = w, x.shard = 16, x.world = 1;
-    dp_t d = {NULL, 0, 1, 1, NULL};
+    dp_t d = {.coll = NULL, .rank = 0, .world = 1, .stage = 1, .opt = NULL};
     train_local_sgd *ls = NULL;
     hyp_err e = {{0}};
     int rc = train_local_sgd_open(&ls, &p, &x, &d, &e);
