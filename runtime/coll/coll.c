@@ -210,6 +210,27 @@ int hyp_coll_iallgather_f32(hyp_coll *c, const float *send, float *recv, size_t 
     return HYP_OK;
 }
 
+int hyp_coll_iallreduce_f32(hyp_coll *c, float *buf, size_t n, int *req, hyp_err *e) {
+    int r = 0;
+    while (r < HYP_COLL_MAX_REQS && c->busy[r]) r++;
+    if (r == HYP_COLL_MAX_REQS) return hyp_fail(e, HYP_EFAIL, "too many non-blocking collectives in flight");
+#ifdef HYP_HAVE_MPI
+    if (c->mpi && c->algo != HYP_AR_MPI)
+        return hyp_fail(e, HYP_EINPUT, "non-blocking all-reduce: the v2171 algorithm %s has no non-blocking form — use MPI's own (auto)", hyp_coll_allreduce_algo_name(c->algo));
+    if (c->mpi) {
+        if (n > (size_t)0x7fffffff) return hyp_fail(e, HYP_EFAIL, "non-blocking all-reduce of %zu floats: above MPI's int count", n);
+        int rc = MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, MPI_SUM, c->comm, &c->reqs[r]);
+        if (rc != MPI_SUCCESS) return mpi_fail(e, "all-reduce (non-blocking)", rc);
+    }
+#else
+    (void)buf, (void)n, (void)e;
+#endif
+    count_bytes(c, 2.0, n * sizeof(float));
+    c->busy[r] = 1;
+    *req = r;
+    return HYP_OK;
+}
+
 int hyp_coll_wait(hyp_coll *c, int req, hyp_err *e) {
     if (req < 0 || req >= HYP_COLL_MAX_REQS || !c->busy[req]) return hyp_fail(e, HYP_EFAIL, "wait on an unknown collective request");
     c->busy[req] = 0;

@@ -42,6 +42,11 @@ int hyp_coll_allgather_f32(hyp_coll *c, const float *send, float *recv, size_t c
 #define HYP_COLL_MAX_REQS 16
 int hyp_coll_iallgather_f32(hyp_coll *c, const float *send, float *recv, size_t count, int *req, hyp_err *e);
 int hyp_coll_wait(hyp_coll *c, int req, hyp_err *e);
+/* Non-blocking in-place sum all-reduce (MPI_Iallreduce; v2174 async data parallelism): starts it
+ * and returns a request id in *req; buf holds the sum only after hyp_coll_wait(*req) and must not
+ * be touched before. Counted like hyp_coll_allreduce_f32 (ring model) when started. MPI's own
+ * algorithm only: EINPUT when a v2171 algorithm is set on c; EFAIL above INT_MAX floats. */
+int hyp_coll_iallreduce_f32(hyp_coll *c, float *buf, size_t n, int *req, hyp_err *e);
 /* In place: buf[world*count] is summed over ranks and acc[count] += this rank's block of the sum
  * (buf is scratch afterwards). ZeRO-3 uses it to fold a layer's gradients into the own shard. */
 int hyp_coll_reduce_scatter_add_f32(hyp_coll *c, float *buf, float *acc, size_t count, hyp_err *e);

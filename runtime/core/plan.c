@@ -910,6 +910,29 @@ static int load_local_sgd(ld *c, const cJSON *root) {
     return rc;
 }
 
+/* optional: v2174 async data parallelism (absent: the gradient all-reduce blocks every step) */
+static int load_async_dp(ld *c, const cJSON *root) {
+    plan_t *p = c->p;
+    int rc = 0;
+    const cJSON *ad = cJSON_GetObjectItemCaseSensitive(root, "async_dp");
+    enter(c, "async_dp");
+    if (ad && !cJSON_IsObject(ad)) {
+        rc = bad(c, "field 'async_dp' is not an object");
+        return rc;
+    }
+    if (ad) {
+        GI(ad, "staleness", 0, 8, p->adp_staleness);
+        p->adp_on = 1;
+        if (p->lsgd_every > 0) {
+            rc = bad(c, "sections 'async_dp' (v2174) and 'local_sgd' (v2173) both replace the per-step gradient all-reduce — keep one");
+            return rc;
+        }
+    }
+    enter(c, "%s", "");
+    enter(c, "%s", "");
+    return rc;
+}
+
 /* optional: v2162 dynamic loss scaling (absent: no scaling) */
 static int load_loss_scale(ld *c, const cJSON *root) {
     plan_t *p = c->p;
@@ -1240,7 +1263,7 @@ static const struct {
 } SECTIONS[] = {
     {"model", load_model},           {"train", load_train},         {"sizes", load_sizes},
     {"hardware", load_hardware},     {"checkpoint", load_checkpoint}, {"guard", load_guard},
-    {"loss_scale", load_loss_scale}, {"local_sgd", load_local_sgd}, {"param_storage", load_param_storage}, {"grad_accum", load_grad_accum},
+    {"loss_scale", load_loss_scale}, {"local_sgd", load_local_sgd}, {"async_dp", load_async_dp}, {"param_storage", load_param_storage}, {"grad_accum", load_grad_accum},
     {"preempt", load_preempt},       {"tensorboard", load_tensorboard}, {"loss_prediction", load_loss_prediction}, {"pruning", load_pruning}, {"profile", load_profiles},
     {"fp8", load_fp8},               {"params", load_params},       {"tp", load_tp},       {"optimizer", load_optimizer},
     {"buffers", load_buffers},       {"forward", load_forward},     {"backward", load_backward},

@@ -183,6 +183,8 @@ typedef struct {
                                averagings (0: no section, gradients all-reduced every step) */
     int lsgd_nesterov;      /* local_sgd.outer: 0 "average", 1 "nesterov" (DiLoCo) */
     double lsgd_outer_lr, lsgd_outer_momentum; /* local_sgd: the Nesterov outer step's */
+    int adp_on, adp_staleness; /* async_dp section (v2174): gradient all-reduces started non-blocking,
+                               applied adp_staleness steps later (0 = at once); adp_on 0: no section */
     int guard;              /* guard section present (v2176): skip bad steps, roll back */
     double guard_z, guard_ema, guard_loss_ceiling, guard_lr_factor;
     int guard_warmup, guard_max_bad, guard_max_rollbacks;

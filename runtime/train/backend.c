@@ -3,6 +3,7 @@
  * differently (that is a slot of train_backend_i), printing progress, checkpoints. */
 #include "backend.h"
 #include "gnb.h"
+#include "async_dp.h"
 #include "local_sgd.h"
 #include "objective.h"
 #include "prof.h"
@@ -83,6 +84,7 @@ int train_step(train_backend *b, train_objective *ob, const train_opts *o, int K
     if (!rc && b->ls.on && !b->i->ls_check) rc = loss_scale_check(b, &overflow, e);
     if (!rc && b->prune) train_prune_grads(b->prune, b->x); /* v2154: masked weights get no gradient */
     b->ls.reduce_scale = b->ls.on && b->i->ls_check ? b->ls.scale : 1;
+    b->adp_step = step;
     if (!rc) rc = b->i->reduce_grads(b, o, e);
     b->ls.reduce_scale = 1;
     if (!rc && b->ls.on && b->i->ls_check) { /* the device: after the reduction, on the global norm */
@@ -99,7 +101,9 @@ int train_step(train_backend *b, train_objective *ob, const train_opts *o, int K
     }
     if (skipped) *skipped = skip;
     pt = hyp_prof_t();
-    if (!rc && !skip) rc = b->i->optim_step(b, o, lr, step, e);
+    int upd = step; /* v2174: the update of step t is update t - s (its LR and optimizer count), none before */
+    if (b->adp) upd = b->adp_ready ? step - train_async_staleness(b->adp) : 0, lr = upd ? train_lr_at(o, upd) : lr;
+    if (!rc && !skip && upd) rc = b->i->optim_step(b, o, lr, upd, e);
     if (!rc && !skip && b->prune) train_prune_after_update(b->prune, b->x, step); /* masks held, updated on schedule */
     if (!rc && b->lsgd) { /* v2173: the outer step (its all-reduce every sync_every steps is communication time) */
         double t2 = now_s();

@@ -172,6 +172,10 @@ struct train_backend {
     struct train_prune *prune;    /* v2154 masks on the host arenas (prune.h); NULL: none */
     struct train_local_sgd *lsgd; /* v2173 on the cpu backend (local_sgd.h): no per-step gradient
                                      all-reduce, the outer step after the update; NULL: none */
+    struct train_async_dp *adp;   /* v2174 on the cpu backend (async_dp.h): the gradient all-reduce
+                                     applied staleness steps later; NULL: none */
+    int adp_step, adp_ready;      /* v2174: the step reduce_grads runs for; whether it delivered a
+                                     gradient to apply */
 };
 
 /* Opens the plan's backend (backend_reg.c) over the host executor x (already initialized and,

@@ -11,6 +11,7 @@
 
 #include "backend.h"
 #include "gemm_bf16.h"
+#include "async_dp.h"
 #include "local_sgd.h"
 #include "ops_bf16.h"
 #include "ops_cpu.h"
@@ -54,7 +55,9 @@ static int cpu_reduce_grads(train_backend *b, const train_opts *o, hyp_err *e) {
         s->norm = sqrt(ss);
     } else {
         if (b->lsgd) train_local_sgd_grads(b->lsgd, x); /* v2173: no all-reduce, each rank its own gradient */
-        else if (d->world > 1 && (rc = hyp_coll_allreduce_f32(d->coll, x->grads, (size_t)x->shard * d->world, e))) return rc;
+        else if (b->adp) { /* v2174: step t - s's sum, or none yet (b->adp_ready) */
+            if ((rc = train_async_grads(b->adp, x, d, b->adp_step, &b->adp_ready, e))) return rc;
+        } else if (d->world > 1 && (rc = hyp_coll_allreduce_f32(d->coll, x->grads, (size_t)x->shard * d->world, e))) return rc;
         double ss = 0; /* v2106: sharded tensors' squares summed over the tp group, replicated ones once */
         if (x->tp && (rc = exec_tp_grad_sumsq(x, &ss, e))) return rc;
         s->norm = x->tp ? sqrt(ss) : train_grad_norm(x);

@@ -51,6 +51,7 @@
 #include "tboard.h"
 #include "losspred.h"
 #include "prune.h"
+#include "async_dp.h"
 #include "local_sgd.h"
 #include "tokenizer.h"
 #include "ops_cpu.h"
@@ -1097,7 +1098,7 @@ static int train_loop(run_t *r, hyp_err *e) {
                wn ? wn * (double)r->tokens_per_step / wsum : 0.0);
     if (!rc && r->d.world > 1 && done_steps > 0) /* sent by this rank inside the steps (ring model, coll.h) */
         printf("communication per step (rank %d, data-parallel group): %.1f bytes sent in %.3f collectives%s\n", r->d.rank,
-               comm_bytes / done_steps, comm_calls / done_steps, r->be.lsgd ? " (v2173 local SGD)" : "");
+               comm_bytes / done_steps, comm_calls / done_steps, r->be.lsgd ? " (v2173 local SGD)" : r->be.adp ? " (v2174 async dp)" : "");
     free(wdt);
     return rc;
 }
@@ -1363,6 +1364,17 @@ static int run(int argc, char **argv, hyp_coll *coll) {
                            a->ckpt_every, p->lsgd_every);
             }
         }
+        if (!rc && p->adp_on) { /* v2174: the gradient all-reduce applied staleness steps later */
+            if (!r.be.i->caps.host_buffers)
+                rc = hyp_fail(&e, HYP_EINPUT, "async dp (v2174) runs on the cpu backend; this trainer runs on %s — regenerate with --target cpu", r.be.name);
+            else if (!(rc = train_async_open(&r.be.adp, p, &r.x, &r.d, &e))) {
+                char d[256];
+                printf("%s\n", train_async_describe(r.be.adp, d, sizeof d));
+                if (a->ckpt_dir && p->adp_staleness > 0)
+                    printf("note: checkpoints do not hold the %d gradient reductions in flight: a resumed run drops them (not the uninterrupted run)\n",
+                           p->adp_staleness);
+            }
+        }
         if (!rc && r.lp && p->lp_law == HYP_LAW_LR_ANNEALING) { /* the schedule's LR areas, to the last step */
             double *lr = malloc(sizeof(double) * ((size_t)r.opt.total_steps + 1));
             if (lr) {
@@ -1389,6 +1401,7 @@ static int run(int argc, char **argv, hyp_coll *coll) {
     hyp_losspred_free(r.lp);
     train_prune_close(r.be.prune);
     train_local_sgd_close(r.be.lsgd);
+    train_async_close(r.be.adp, &r.d);
     train_prof_close(&r.prof);
     train_objective_close(&r.obj);
     hyp_loader_close(r.train);
