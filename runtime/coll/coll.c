@@ -231,6 +231,33 @@ int hyp_coll_iallreduce_f32(hyp_coll *c, float *buf, size_t n, int *req, hyp_err
     return HYP_OK;
 }
 
+int hyp_coll_test(hyp_coll *c, int req, int *done, hyp_err *e) {
+    *done = 0;
+    if (req < 0 || req >= HYP_COLL_MAX_REQS || !c->busy[req]) return hyp_fail(e, HYP_EFAIL, "test of an unknown collective request");
+#ifdef HYP_HAVE_MPI
+    if (c->mpi) {
+        int flag = 0, rc = MPI_Test(&c->reqs[req], &flag, MPI_STATUS_IGNORE);
+        if (rc != MPI_SUCCESS) return mpi_fail(e, "test", rc);
+        if (!flag) return HYP_OK;
+    }
+#else
+    (void)e;
+#endif
+    c->busy[req] = 0;
+    *done = 1;
+    return HYP_OK;
+}
+
+int hyp_coll_mpi_threads(const hyp_coll *c) {
+#ifdef HYP_HAVE_MPI
+    int level = 0;
+    return c->mpi && MPI_Query_thread(&level) == MPI_SUCCESS && level == MPI_THREAD_MULTIPLE;
+#else
+    (void)c;
+    return 0;
+#endif
+}
+
 int hyp_coll_wait(hyp_coll *c, int req, hyp_err *e) {
     if (req < 0 || req >= HYP_COLL_MAX_REQS || !c->busy[req]) return hyp_fail(e, HYP_EFAIL, "wait on an unknown collective request");
     c->busy[req] = 0;

@@ -47,6 +47,11 @@ int hyp_coll_wait(hyp_coll *c, int req, hyp_err *e);
  * be touched before. Counted like hyp_coll_allreduce_f32 (ring model) when started. MPI's own
  * algorithm only: EINPUT when a v2171 algorithm is set on c; EFAIL above INT_MAX floats. */
 int hyp_coll_iallreduce_f32(hyp_coll *c, float *buf, size_t n, int *req, hyp_err *e);
+/* Drives a non-blocking collective (MPI_Test): *done = 1 when it completed (the request is freed,
+ * as by hyp_coll_wait), else 0. One thread per request; hyp_coll_mpi_threads says whether another
+ * thread may call it while this one runs other collectives (MPI_THREAD_MULTIPLE provided). */
+int hyp_coll_test(hyp_coll *c, int req, int *done, hyp_err *e);
+int hyp_coll_mpi_threads(const hyp_coll *c);
 /* In place: buf[world*count] is summed over ranks and acc[count] += this rank's block of the sum
  * (buf is scratch afterwards). ZeRO-3 uses it to fold a layer's gradients into the own shard. */
 int hyp_coll_reduce_scatter_add_f32(hyp_coll *c, float *buf, float *acc, size_t count, hyp_err *e);

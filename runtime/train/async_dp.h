@@ -27,6 +27,9 @@ void train_async_close(train_async_dp *a, const dp_t *d);
  * *ready = 1 then, else 0 (x->grads zeroed: nothing to apply). Collective. */
 int train_async_grads(train_async_dp *a, exec_t *x, const dp_t *d, int step, int *ready, hyp_err *e);
 int train_async_staleness(const train_async_dp *a);
+/* 1 when a progress thread drives the reductions in flight (world > 1, staleness > 0, MPI with
+ * MPI_THREAD_MULTIPLE, HYP_ASYNC_PROGRESS not 0). */
+int train_async_threaded(const train_async_dp *a);
 /* One phrase for the banner: "async dp (v2174): ..." */
 const char *train_async_describe(const train_async_dp *a, char *buf, size_t n);
 
