@@ -14,6 +14,7 @@
 
 struct train_async_dp {
     int s;           /* staleness: the update of step t applies the mean gradient of step t - s */
+    int first;       /* the first step this run reduced (a resumed run starts after 1); 0: none yet */
     int64_t n;       /* floats of the gradient arena (shard x world at stage 0) */
     float *ring[ASYNC_MAX_STALENESS + 1]; /* step t's gradients in ring[t % (s + 1)], summed in place */
     int req[ASYNC_MAX_STALENESS + 1];     /* its request; -1: none in flight */
@@ -149,7 +150,8 @@ int train_async_grads(train_async_dp *a, exec_t *x, const dp_t *d, int step, int
         pthread_mutex_unlock(&a->mu);
     }
     if (rc) return rc;
-    if (step <= a->s) { /* nothing has arrived yet: no update this step */
+    if (!a->first) a->first = step;
+    if (step - a->s < a->first) { /* nothing has arrived yet: no update this step */
         op_zero(x->grads, a->n);
         return HYP_OK;
     }

@@ -22,8 +22,9 @@ typedef struct train_async_dp train_async_dp;
 int train_async_open(train_async_dp **out, const plan_t *p, const exec_t *x, const dp_t *d, hyp_err *e);
 /* Waits for the reductions still in flight (their gradients are dropped) and frees. */
 void train_async_close(train_async_dp *a, const dp_t *d);
-/* In place of the blocking all-reduce of step `step` (1-based): copies x->grads into the ring,
- * starts their all-reduce, then (step > s) waits for step - s's and puts that sum into x->grads;
+/* In place of the blocking all-reduce of step `step` (1-based, consecutive from the run's first,
+ * which is 1 or a resumed run's start + 1): copies x->grads into the ring, starts their all-reduce,
+ * then (from the run's first step + s on) waits for step - s's and puts that sum into x->grads;
  * *ready = 1 then, else 0 (x->grads zeroed: nothing to apply). Collective. */
 int train_async_grads(train_async_dp *a, exec_t *x, const dp_t *d, int step, int *ready, hyp_err *e);
 int train_async_staleness(const train_async_dp *a);

@@ -1371,7 +1371,7 @@ static int run(int argc, char **argv, hyp_coll *coll) {
                 char d[256];
                 printf("%s\n", train_async_describe(r.be.adp, d, sizeof d));
                 if (a->ckpt_dir && p->adp_staleness > 0)
-                    printf("note: checkpoints do not hold the %d gradient reductions in flight: a resumed run drops them (not the uninterrupted run)\n",
+                    printf("note: checkpoints do not hold the gradient reductions in flight (staleness %d): a resumed run drops them (not the uninterrupted run)\n",
                            p->adp_staleness);
             }
         }

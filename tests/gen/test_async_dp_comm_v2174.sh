@@ -7,6 +7,8 @@
 # - staleness 2 trains: over 40 steps (38 updates) the median of the last 10 losses and the
 #   validation loss fall below 0.65 x the first loss (ln 256 = 5.55 at the start; synchronous dp
 #   ends near 3.0 as in test_local_sgd_comm_v2173, an untrained model stays at 5.5).
+# - A resumed run (checkpoint at step 3, resume to 5) says it drops the reductions in flight and
+#   runs: its first step applies nothing and the next waits only for a reduction it started.
 source "$(dirname "$0")/lib.sh"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 export OMP_NUM_THREADS=1
@@ -31,4 +33,7 @@ med=$(losses "$TMP/a2.jsonl" | tail -10 | sort -g | awk '{ a[NR] = $1 } END { pr
 val=$(metric "$TMP/a2.jsonl" val_loss | grep -v null | tail -1)
 echo "    staleness 2: first loss $first, median of the last 10 $med, validation at step 40 $val"
 check test_v2174_s2_loss_falls awk -v a="$first" -v m="$med" -v v="$val" 'BEGIN { exit !(m < 0.65 * a && v > 0 && v < 0.65 * a) }'
+$MPI "$TMP/a2/train" "${RUN[@]}" --steps 3 --eval-every 0 --ckpt-dir "$TMP/ck" > "$TMP/r1.log" 2>&1
+expect test_v2174_resume_drops_in_flight_and_runs 0 "do not hold the gradient reductions in flight \(staleness 2\)" -- \
+  $MPI "$TMP/a2/train" "${RUN[@]}" --steps 6 --eval-every 0 --ckpt-dir "$TMP/ck" --resume
 finish

@@ -1,7 +1,7 @@
 /* test_async_dp_ring_v2174.c — async_dp.c's delay on one rank (the single-rank collective: the
  * all-reduce is the identity, so what reaches the update is exactly what entered): for staleness
  * s = 0..4 over 14 steps, steps 1..s deliver nothing and zeroed gradients, step t > s delivers the
- * gradients of step t - s bit for bit (each step's are distinct), so a wrong ring slot, an off-by-one
+ * gradients of step t - s bit for bit (and so from a resumed run's first step 6 on, s = 2) (each step's are distinct), so a wrong ring slot, an off-by-one
  * delay or a buffer reused before its reduction ends fails. Then the refusals of train_async_open
  * (ZeRO stage 1, a tp mesh, staleness 9), each one line with " — ".
  * Never: MPI ranks (tests/gen/test_async_dp*_v2174.sh run np=2). */
@@ -18,7 +18,7 @@ static void fill(float *g, int step) {
     for (int i = 0; i < N; i++) g[i] = (float)step * 1000.0f + (float)i;
 }
 
-static void delay_case(hyp_coll *c, int s) {
+static void delay_case(hyp_coll *c, int s, int t0) {
     plan_t p;
     memset(&p, 0, sizeof p);
     p.adp_on = 1, p.adp_staleness = s;
@@ -33,11 +33,11 @@ static void delay_case(hyp_coll *c, int s) {
     CHECK(rc == HYP_OK && a && train_async_staleness(a) == s, "staleness %d: opens (%s)", s, e.msg);
     if (rc) return;
     int ok = 1;
-    for (int t = 1; t <= 14; t++) {
+    for (int t = t0; t < t0 + 14; t++) {
         fill(g, t);
         int ready = -1;
         rc |= train_async_grads(a, &x, &d, t, &ready, &e);
-        if (t <= s) {
+        if (t < t0 + s) {
             ok &= ready == 0;
             for (int i = 0; i < N; i++) ok &= g[i] == 0.0f;
         } else {
@@ -45,7 +45,7 @@ static void delay_case(hyp_coll *c, int s) {
             ok &= ready == 1 && !memcmp(g, want, sizeof want);
         }
     }
-    CHECK(rc == HYP_OK && ok, "staleness %d: steps 1..%d deliver nothing, step t the gradients of step t - %d (%s)", s, s, s, e.msg);
+    CHECK(rc == HYP_OK && ok, "staleness %d from step %d: its first %d steps deliver nothing, step t the gradients of step t - %d (%s)", s, t0, s, s, e.msg);
     train_async_close(a, &d);
 }
 
@@ -74,7 +74,8 @@ int main(int argc, char **argv) {
         CHECK(0, "coll init: %s", e.msg);
         return hyp_test_finish();
     }
-    for (int s = 0; s <= 4; s++) delay_case(c, s);
+    for (int s = 0; s <= 4; s++) delay_case(c, s, 1);
+    delay_case(c, 2, 6); /* a resumed run: steps 6 and 7 deliver nothing, 8 step 6's */
     test_refusals(c);
     hyp_coll_finalize(c);
     return hyp_test_finish();
