@@ -71,6 +71,7 @@
 #include "train_guard.h"
 #include "train_stream.h"
 #include "train_moe.h"
+#include "train_ep.h"
 #include "train_tp.h"
 
 typedef struct {
@@ -1232,7 +1233,7 @@ static int run(int argc, char **argv, hyp_coll *coll) {
         plan_free(p);
         return HYP_EINPUT;
     }
-    r.d = (dp_t){coll, hyp_coll_rank(coll), hyp_coll_world(coll), p->zero_stage, NULL, NULL, NULL, 0};
+    r.d = (dp_t){coll, hyp_coll_rank(coll), hyp_coll_world(coll), p->zero_stage, NULL, NULL, NULL, 0, NULL, NULL};
     if (p->tp) { /* v2106: the dp x tp mesh; r.d becomes the dp axis */
         const char *no = a->sample_mode || a->sample > 0 ? "sampling"
                          : post.objective != POST_NONE ? "a post-training objective" : p->pr_on ? "pruning (v2154)"
@@ -1241,6 +1242,17 @@ static int run(int argc, char **argv, hyp_coll *coll) {
         if (rc) {
             if (hyp_coll_rank(coll) == 0) fprintf(stderr, "train: %s\n", e.msg);
             train_tp_close(&r.d);
+            plan_free(p);
+            return rc;
+        }
+    }
+    if (p->ep) { /* v2109: ep groups inside the world; r.d stays the world (every rank data-parallel) */
+        const char *no = a->sample_mode || a->sample > 0 ? "sampling" : a->ckpt_dir ? "checkpoints (--ckpt-dir)"
+                         : post.objective != POST_NONE ? "a post-training objective" : p->zero_stage ? "ZeRO"
+                         : p->tp ? "tensor parallelism" : p->lsgd_every > 0 ? "local SGD (v2173)" : NULL;
+        if ((rc = train_ep_mesh(p, r.plan_path, no, &r.d, &e))) {
+            if (hyp_coll_rank(coll) == 0) fprintf(stderr, "train: %s\n", e.msg);
+            train_ep_close(&r.d, &r.x);
             plan_free(p);
             return rc;
         }
@@ -1314,6 +1326,7 @@ static int run(int argc, char **argv, hyp_coll *coll) {
                 printf("initial weights: %s (optimizer and schedule fresh)\n", what);
         }
         if (!rc && (a->resume || a->sample_mode)) rc = resume(&r, &e);
+        if (!rc) rc = train_ep_attach(&r.d, &r.x, r.plan_path, &e); /* v2109: the moe ops dispatch */
     }
     distill *dist = NULL; /* v2149: a teacher inside the fused loss (cpu, train/distill.c) */
     if (!rc && a->sample_mode) { /* sampling runs on the host executor: same weights, same numerics */
@@ -1341,6 +1354,7 @@ static int run(int argc, char **argv, hyp_coll *coll) {
         choose_peak(&r);
         print_banner(&r, &e);
         train_tp_describe(&r.d, p);
+        train_ep_describe(&r.d, p);
         /* v2148 on rank 0 (it logs): its early-stop decision reaches the others through agree_stop */
         if (p->lp_every > 0 && r.d.rank == 0 && !(r.lp = hyp_losspred_new(r.opt.total_steps)))
             rc = hyp_fail(&e, HYP_EFAIL, "out of memory for the loss history (%d steps)", r.opt.total_steps);
@@ -1378,6 +1392,7 @@ static int run(int argc, char **argv, hyp_coll *coll) {
                    hyp_losspred_load_metrics(r.lp, a->metrics, r.start_step), a->metrics);
         if (!rc) rc = train_loop(&r, &e);
         if (!rc) train_tp_report(&r.d, r.opt.total_steps - r.start_step);
+        if (!rc) train_ep_report(&r.d, r.opt.total_steps - r.start_step);
         if (!rc) rc = train_prof_finish(&r.prof, &r.be, &e);
         if (!rc && !r.stopped) rc = sample_after(&r, &e);
         if (!rc && r.stopped) rc = r.stop_saved ? HYP_EXIT_STOPPED_SAVED : HYP_EXIT_STOPPED_UNSAVED;
@@ -1395,6 +1410,7 @@ static int run(int argc, char **argv, hyp_coll *coll) {
     hyp_loader_close(r.val);
     distill_close(dist, &r.x);
     train_backend_close(&r.be);
+    train_ep_close(&r.d, &r.x);
     exec_free(&r.x);
     train_tp_close(&r.d);
     plan_free(p);
