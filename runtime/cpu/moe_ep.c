@@ -341,3 +341,32 @@ int exec_moe_ep_reduce_grads(exec_t *x, hyp_coll *world, double *norm, hyp_err *
     *norm = sqrt(s);
     return rc;
 }
+
+int exec_moe_ep_can_gather(const exec_t *x) {
+    const plan_t *p = x->p;
+    if (strcmp(p->optim.kind, "adamw") || p->zero_stage) return 0;
+    for (int k = 0; k < x->n_state; k++)
+        if (p->optim.state_dtype[k] != HYP_DT_F32) return 0;
+    return 1;
+}
+
+int exec_moe_ep_gather(exec_t *x, hyp_err *e) {
+    const plan_t *p = x->p;
+    moe_ep *m = x->moe_ep;
+    if (!m) return HYP_OK;
+    if (!exec_moe_ep_can_gather(x))
+        return hyp_fail(e, HYP_EINPUT, "a checkpoint with expert parallelism (v2109) gathers AdamW's fp32 states at ZeRO stage 0 only, this plan's optimizer is '%s' — drop --ckpt-dir, or use adamw",
+                        p->optim.kind);
+    int op = hyp_op_find("moe_fwd"), El = 0, rc = HYP_OK;
+    for (int i = 0; i < p->n_fwd && !El; i++)
+        if (p->fwd[i].op == op) El = (int)p->fwd[i].E / m->P;
+    for (int i = 0; i < p->n_params_t && !rc; i++) {
+        int ex = expert_of(p->params[i].name);
+        if (ex < 0) continue;
+        size_t off = (size_t)p->params[i].offset, bytes = sizeof(float) * (size_t)p->params[i].numel;
+        rc = hyp_coll_broadcast(x->ep, x->params + off, bytes, ex / El, e);
+        for (int k = 0; k < x->n_state && !rc; k++) rc = hyp_coll_broadcast(x->ep, x->state[k] + off, bytes, ex / El, e);
+    }
+    exec_params_changed(x);
+    return rc;
+}

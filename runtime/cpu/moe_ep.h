@@ -33,4 +33,11 @@ int exec_moe_ep_status(const exec_t *x, hyp_err *e);
  * gradient norm summed per parameter in plan order, as train_grad_norm. world: the trainer's. */
 int exec_moe_ep_reduce_grads(exec_t *x, hyp_coll *world, double *norm, hyp_err *e);
 
+/* Before a checkpoint (collective over the ep group): every expert's weights and optimizer states
+ * broadcast from its owner, so each rank (rank 0 writes) holds the whole model as trained. The
+ * states must be per-element fp32 arrays of the parameter layout (ZeRO stage 0, AdamW):
+ * exec_moe_ep_can_gather says so. */
+int exec_moe_ep_can_gather(const exec_t *x);
+int exec_moe_ep_gather(exec_t *x, hyp_err *e);
+
 #endif

@@ -1247,7 +1247,9 @@ static int run(int argc, char **argv, hyp_coll *coll) {
         }
     }
     if (p->ep) { /* v2109: ep groups inside the world; r.d stays the world (every rank data-parallel) */
-        const char *no = a->sample_mode || a->sample > 0 ? "sampling" : a->ckpt_dir ? "checkpoints (--ckpt-dir)"
+        const char *no = a->sample_mode || a->sample > 0 ? "sampling"
+                         : a->ckpt_dir && (strcmp(p->optim.kind, "adamw") || p->optim.state_dtype[0] != HYP_DT_F32)
+                             ? "checkpoints (--ckpt-dir) of an optimizer other than AdamW with fp32 states"
                          : post.objective != POST_NONE ? "a post-training objective" : p->zero_stage ? "ZeRO"
                          : p->tp ? "tensor parallelism" : p->lsgd_every > 0 ? "local SGD (v2173)" : NULL;
         if ((rc = train_ep_mesh(p, r.plan_path, no, &r.d, &e))) {

@@ -19,9 +19,12 @@
 # W ranks x 2 count exchanges x (P-1) peers x El experts x 4 B, plus every routed row whose expert
 # is on another rank (moe_ep_remote_rows, counted from the saved routing) x 4 B x (C forward
 # dispatch + C combine + 2C+1 backward dispatch (x, dout, gate) + C+1 return (dx, <dout,y>)).
+# Checkpoints: the 20-step checkpoint's weights and AdamW states equal the dp run's tensor for
+# tensor (every expert gathered from its owner before the save), and 10 + 10 resumed steps equal
+# the 20 straight ones.
 # Refused (exit 2, one line, nothing written): ep without an MoE model, with ZeRO, a degree that
 # does not divide n_experts, --set of a parameter the model owns; at run time one rank for ep 2
-# and --ckpt-dir.
+# and a checkpoint of an optimizer whose states are not gathered (Lion).
 source "$(dirname "$0")/lib.sh"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 export OMP_NUM_THREADS=1
@@ -35,8 +38,8 @@ COMMON=(--data "$TMP/data" --eval-every 0 --lr 3e-3 --steps $STEPS)
 expect gen_ep2 0 "wrote" -- "${G[@]}" --enable adamw,dp,ep -o "$TMP/ep"
 expect gen_dp 0 "wrote" -- "${G[@]}" --enable adamw,dp -o "$TMP/dp"
 check test_v2109_plan_ep2 grep -q '"ep":[[:space:]]*2' "$TMP/ep/plan.json"
-$MPI2 "$TMP/dp/train" "${COMMON[@]}" --metrics "$TMP/dp.jsonl" > "$TMP/dp.log" 2>&1
-$MPI2 "$TMP/ep/train" "${COMMON[@]}" --metrics "$TMP/ep.jsonl" > "$TMP/ep.log" 2>&1
+$MPI2 "$TMP/dp/train" "${COMMON[@]}" --metrics "$TMP/dp.jsonl" --ckpt-dir "$TMP/ckdp" > "$TMP/dp.log" 2>&1
+$MPI2 "$TMP/ep/train" "${COMMON[@]}" --metrics "$TMP/ep.jsonl" --ckpt-dir "$TMP/ckep" > "$TMP/ep.log" 2>&1
 check test_v2109_ep2_np2_trains grep -q "done: $STEPS steps" "$TMP/ep.log"
 grep -E "expert parallel|ep traffic|communication per step" "$TMP/ep.log" "$TMP/dp.log"
 check test_v2109_ep2_describes grep -q "expert parallel (v2109): ep 2 x 1 groups = 2 ranks .* rank 0 computes experts 0-1 of 4 in each of 2 MoE layers" "$TMP/ep.log"
@@ -64,6 +67,28 @@ check test_v2109_loads_sum_tokens_x_k grep -q "^$STEPS loads \[\]" "$TMP/chk.txt
 check test_v2109_a2a_bytes_equal_routing_formula grep -q " bytes \[\] " "$TMP/chk.txt"
 check test_v2109_remote_rows_in_range grep -q "remote \[\]$" "$TMP/chk.txt"
 
+# checkpoints: before a save every expert's weights and AdamW states are broadcast from its owner,
+# so rank 0 writes the whole model — tensor for tensor the data-parallel run's checkpoint; and a
+# run stopped at step 10 and resumed to 20 equals the straight run bit for bit
+tensors_equal() {
+  python3 - "$1" "$2" <<'EOF'
+import json, struct, sys
+def load(f):
+    b = open(f, 'rb').read(); n = struct.unpack('<Q', b[:8])[0]; h = json.loads(b[8:8 + n]); d = b[8 + n:]
+    return {k: d[v['data_offsets'][0]:v['data_offsets'][1]] for k, v in h.items() if k != '__metadata__'}
+a, b = load(sys.argv[1]), load(sys.argv[2])
+diff = [k for k in a if a[k] != b.get(k)]
+print(sys.argv[1].split('/')[-1], len(a), 'tensors,', len(diff), 'differ', diff[:3])
+sys.exit(1 if diff or set(a) != set(b) or not a else 0)
+EOF
+}
+s20="step_$(printf %08d $STEPS)"
+check test_v2109_ckpt_weights_equal_dp tensors_equal "$TMP/ckep/$s20/model.safetensors" "$TMP/ckdp/$s20/model.safetensors"
+check test_v2109_ckpt_adamw_states_equal_dp tensors_equal "$TMP/ckep/$s20/optimizer.safetensors" "$TMP/ckdp/$s20/optimizer.safetensors"
+$MPI2 "$TMP/ep/train" "${COMMON[@]}" --steps 10 --metrics "$TMP/r.jsonl" --ckpt-dir "$TMP/ckr" > "$TMP/r1.log" 2>&1
+$MPI2 "$TMP/ep/train" "${COMMON[@]}" --metrics "$TMP/r.jsonl" --ckpt-dir "$TMP/ckr" --resume > "$TMP/r2.log" 2>&1
+check test_v2109_resume_bit_exact test "$(untimed "$TMP/r.jsonl")" = "$(untimed "$TMP/ep.jsonl")"
+
 # refusals (gen: nothing written; train: before the first step)
 expect test_v2109_dense_model_refused 2 "model tiny has no mixture-of-experts layers .* — use an MoE model" -- "$GEN" specs/v2500.yaml --model tiny --target cpu --enable adamw,dp,ep -o "$TMP/r1"
 check test_v2109_refused_no_output test ! -e "$TMP/r1"
@@ -71,6 +96,7 @@ expect test_v2109_zero_refused 2 "expert parallelism with ZeRO/FSDP.* — drop z
 expect test_v2109_degree_not_dividing_refused 2 "n_experts 4 of tiny-moe is not divisible by degree 3" -- "${G[@]}" --enable adamw,dp,ep --set v2109.degree=3 -o "$TMP/r3"
 expect test_v2109_model_param_set_refused 2 "v2109.top_k is the model's" -- "${G[@]}" --enable adamw,dp,ep --set v2109.top_k=1 -o "$TMP/r4"
 expect test_v2109_one_rank_refused 2 "places its experts over ep=2 ranks \(v2109\) and 1 rank was started: the world size must be a multiple of 2 — start it with mpirun -np 2" -- "$TMP/ep/train" "${COMMON[@]}" --steps 1
-expect test_v2109_ckpt_refused 2 "checkpoints \(--ckpt-dir\) with expert parallelism \(v2109 ep=2\) is not implemented" -- $MPI2 "$TMP/ep/train" "${COMMON[@]}" --steps 1 --ckpt-dir "$TMP/ck"
+expect gen_ep2_lion 0 "wrote" -- "${G[@]}" --enable lion,dp,ep -o "$TMP/lion"
+expect test_v2109_ckpt_of_lion_refused 2 "checkpoints \(--ckpt-dir\) of an optimizer other than AdamW with fp32 states with expert parallelism \(v2109 ep=2\) is not implemented" -- $MPI2 "$TMP/lion/train" "${COMMON[@]}" --steps 1 --ckpt-dir "$TMP/ck"
 check test_v2109_ckpt_refused_nothing_written test ! -e "$TMP/ck"
 finish
