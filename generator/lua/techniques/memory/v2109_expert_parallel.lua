@@ -5,7 +5,7 @@
 -- micro-batch, so the plan is data-parallel (train.data_parallel) and records train.ep; the
 -- plan's op list is the ep=1 one (the runtime's moe ops dispatch when the trainer runs with an
 -- ep communicator). Never: a selection the runtime cannot run with ep (a dense model, a device
--- target, ZeRO/FSDP, tp, local SGD, E not divisible by degree) — refused here, naming the fix.
+-- target, ZeRO/FSDP, tp, local SGD, checkpoint specs, E not divisible by degree) — refused here, naming the fix.
 local M = { id = "v2109" }
 
 function M.model(ctx, m)
@@ -28,7 +28,8 @@ function M.model(ctx, m)
   local a = ctx.cfg.active
   if a.v2173 or a.v2174 then ctx.refuse("expert parallelism with local SGD / asynchronous data parallelism: the experts' gradients must be reduced every step", "drop local-sgd/async, or drop ep") end
   if a.v2175 or a.v2181 or a.v2178 or a.v2179 or a.v2180 then
-    ctx.refuse("expert parallelism with checkpoints: a rank holds its own experts' weights only and checkpoints are not gathered from the ep group yet", "drop ckpt/async-ckpt/incremental/sharded/elastic checkpoints, or drop ep")
+    ctx.refuse("expert parallelism with the checkpoint specs (v2175 elastic, v2178 plan settings, v2179 async, v2180 incremental, v2181 sharded): only the trainer's plain full checkpoints gather the experts from their ranks",
+      "drop those specs and pass --ckpt-dir to the trainer, or drop ep")
   end
   for _, p in ipairs({ "experts", "top_k", "capacity_factor", "aux_loss_weight" }) do
     if ctx.param_source(p) == "--set" then
