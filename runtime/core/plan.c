@@ -740,6 +740,8 @@ static int load_train(ld *c, const cJSON *root) {
         }
         p->cp_layout = !strcmp(lay, "zigzag");
     }
+    if (cJSON_GetObjectItemCaseSensitive(t, "ep")) /* optional (v2109; absent: 0 = no expert parallelism) */
+        GI(t, "ep", 2, 256, p->ep);
     if (cJSON_GetObjectItemCaseSensitive(t, "tf32")) /* optional (v2100 fp32_matmul tf32; absent: 0 = IEEE) */
         GI(t, "tf32", 0, 1, p->tf32);
     if (cJSON_GetObjectItemCaseSensitive(t, "cuda_graphs")) /* optional (v2165; absent: 0 = eager) */

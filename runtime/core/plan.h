@@ -160,6 +160,8 @@ typedef struct {
     int cp, cp_layout;      /* train.cp, train.cp_layout (v2108): the plan is one rank's of a
                                context-parallel group of cp ranks splitting every sequence (T is
                                the rank's share); layout 0 contiguous, 1 zigzag; 0 = none */
+    int ep;                 /* train.ep (v2109): experts placed over ep groups of ep ranks, tokens
+                               dispatched by all-to-all (cpu/moe_ep.c); 0 = none */
     int cuda_graphs;        /* v2165 train.cuda_graphs: device targets capture the step's regions as
                                graphs and replay them (0/1; absent: 0) */
     int ckpt_elastic;       /* checkpoint.elastic: resume at another world size (0/1) */

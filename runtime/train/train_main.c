@@ -71,6 +71,7 @@
 #include "train_guard.h"
 #include "train_stream.h"
 #include "train_moe.h"
+#include "train_ep.h"
 #include "train_tp.h"
 #include "train_cp.h"
 
@@ -1236,7 +1237,7 @@ static int run(int argc, char **argv, hyp_coll *coll) {
         plan_free(p);
         return HYP_EINPUT;
     }
-    r.d = (dp_t){coll, hyp_coll_rank(coll), hyp_coll_world(coll), p->zero_stage, NULL, NULL, NULL, 0};
+    r.d = (dp_t){coll, hyp_coll_rank(coll), hyp_coll_world(coll), p->zero_stage, NULL, NULL, NULL, 0, NULL, NULL};
     if (p->tp) { /* v2106: the dp x tp mesh; r.d becomes the dp axis */
         const char *no = a->sample_mode || a->sample > 0 ? "sampling"
                          : post.objective != POST_NONE ? "a post-training objective" : p->pr_on ? "pruning (v2154)"
@@ -1255,6 +1256,19 @@ static int run(int argc, char **argv, hyp_coll *coll) {
                          : a->resume ? "--resume" : a->stream ? "--stream" : a->seq ? "--seq" : NULL;
         if ((rc = train_cp_open(p, r.plan_path, coll, no, &r.cp, &e))) {
             if (hyp_coll_rank(coll) == 0) fprintf(stderr, "train: %s\n", e.msg);
+            plan_free(p);
+            return rc;
+        }
+    }
+    if (p->ep) { /* v2109: ep groups inside the world; r.d stays the world (every rank data-parallel) */
+        const char *no = a->sample_mode || a->sample > 0 ? "sampling"
+                         : a->ckpt_dir && (strcmp(p->optim.kind, "adamw") || p->optim.state_dtype[0] != HYP_DT_F32)
+                             ? "checkpoints (--ckpt-dir) of an optimizer other than AdamW with fp32 states"
+                         : post.objective != POST_NONE ? "a post-training objective" : p->zero_stage ? "ZeRO"
+                         : p->tp ? "tensor parallelism" : p->lsgd_every > 0 ? "local SGD (v2173)" : NULL;
+        if ((rc = train_ep_mesh(p, r.plan_path, no, &r.d, &e))) {
+            if (hyp_coll_rank(coll) == 0) fprintf(stderr, "train: %s\n", e.msg);
+            train_ep_close(&r.d, &r.x);
             plan_free(p);
             return rc;
         }
@@ -1329,6 +1343,7 @@ static int run(int argc, char **argv, hyp_coll *coll) {
                 printf("initial weights: %s (optimizer and schedule fresh)\n", what);
         }
         if (!rc && (a->resume || a->sample_mode)) rc = resume(&r, &e);
+        if (!rc) rc = train_ep_attach(&r.d, &r.x, r.plan_path, &e); /* v2109: the moe ops dispatch */
     }
     distill *dist = NULL; /* v2149: a teacher inside the fused loss (cpu, train/distill.c) */
     if (!rc && a->sample_mode) { /* sampling runs on the host executor: same weights, same numerics */
@@ -1357,6 +1372,7 @@ static int run(int argc, char **argv, hyp_coll *coll) {
         print_banner(&r, &e);
         train_tp_describe(&r.d, p);
         train_cp_describe(p, r.cp, r.d.world / (p->cp ? p->cp : 1));
+        train_ep_describe(&r.d, p);
         /* v2148 on rank 0 (it logs): its early-stop decision reaches the others through agree_stop */
         if (p->lp_every > 0 && r.d.rank == 0 && !(r.lp = hyp_losspred_new(r.opt.total_steps)))
             rc = hyp_fail(&e, HYP_EFAIL, "out of memory for the loss history (%d steps)", r.opt.total_steps);
@@ -1395,6 +1411,7 @@ static int run(int argc, char **argv, hyp_coll *coll) {
         if (!rc) rc = train_loop(&r, &e);
         if (!rc) train_tp_report(&r.d, r.opt.total_steps - r.start_step);
         if (!rc) train_cp_report(r.cp, r.opt.total_steps - r.start_step);
+        if (!rc) train_ep_report(&r.d, r.opt.total_steps - r.start_step);
         if (!rc) rc = train_prof_finish(&r.prof, &r.be, &e);
         if (!rc && !r.stopped) rc = sample_after(&r, &e);
         if (!rc && r.stopped) rc = r.stop_saved ? HYP_EXIT_STOPPED_SAVED : HYP_EXIT_STOPPED_UNSAVED;
@@ -1412,6 +1429,7 @@ static int run(int argc, char **argv, hyp_coll *coll) {
     hyp_loader_close(r.val);
     distill_close(dist, &r.x);
     train_backend_close(&r.be);
+    train_ep_close(&r.d, &r.x);
     exec_free(&r.x);
     train_tp_close(&r.d);
     if (r.cp) hyp_coll_finalize(r.cp);
