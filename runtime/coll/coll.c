@@ -346,6 +346,26 @@ int hyp_coll_allgather_bytes(hyp_coll *c, const void *send, void *recv, size_t b
     return HYP_OK;
 }
 
+int hyp_coll_ring_shift_f32(hyp_coll *c, const float *send, float *recv, size_t n, hyp_err *e) {
+#ifdef HYP_HAVE_MPI
+    if (c->mpi && c->world > 1) {
+        int next = (c->rank + 1) % c->world, prev = (c->rank - 1 + c->world) % c->world;
+        for (size_t off = 0; off < n; off += CHUNK) {
+            size_t k = n - off < CHUNK ? n - off : CHUNK;
+            int rc = MPI_Sendrecv(send + off, (int)k, MPI_FLOAT, next, 0x2116, recv + off, (int)k, MPI_FLOAT, prev,
+                                  0x2116, c->comm, MPI_STATUS_IGNORE);
+            if (rc != MPI_SUCCESS) return mpi_fail(e, "ring send-receive", rc);
+        }
+        c->bytes += (uint64_t)n * sizeof(float), c->steps++, c->calls++;
+        return HYP_OK;
+    }
+#else
+    (void)e;
+#endif
+    if (n) memcpy(recv, send, n * sizeof(float));
+    return HYP_OK;
+}
+
 int hyp_coll_broadcast(hyp_coll *c, void *buf, size_t bytes, int root, hyp_err *e) {
 #ifdef HYP_HAVE_MPI
     if (c->mpi) {
@@ -420,6 +440,32 @@ int hyp_coll_mesh_split(hyp_coll *c, int tp, hyp_coll **tp_out, hyp_coll **dp_ou
 }
 
 uint64_t hyp_coll_bytes_sent(const hyp_coll *c) { return c->bytes; }
+
+int hyp_coll_alltoallv(hyp_coll *c, const void *send, const size_t *scount, const size_t *sdispl, void *recv,
+                       const size_t *rcount, const size_t *rdispl, hyp_err *e) {
+    uint64_t out = 0;
+    for (int q = 0; q < c->world; q++) {
+        if (scount[q] > (size_t)1 << 30 || rcount[q] > (size_t)1 << 30 || sdispl[q] > (size_t)1 << 30 || rdispl[q] > (size_t)1 << 30)
+            return hyp_fail(e, HYP_EFAIL, "all-to-all block too large");
+        if (q != c->rank) out += scount[q];
+    }
+    if (c->world > 1) c->bytes += out, c->steps++, c->calls++;
+#ifdef HYP_HAVE_MPI
+    if (c->mpi) {
+        int *v = malloc(sizeof(int) * 4 * (size_t)c->world);
+        if (!v) return hyp_fail(e, HYP_EFAIL, "out of memory");
+        for (int q = 0; q < c->world; q++)
+            v[q] = (int)scount[q], v[c->world + q] = (int)sdispl[q], v[2 * c->world + q] = (int)rcount[q], v[3 * c->world + q] = (int)rdispl[q];
+        int rc = MPI_Alltoallv(send, v, v + c->world, MPI_BYTE, recv, v + 2 * c->world, v + 3 * c->world, MPI_BYTE, c->comm);
+        free(v);
+        if (rc != MPI_SUCCESS) return mpi_fail(e, "all-to-all", rc);
+        return HYP_OK;
+    }
+#endif
+    if (scount[c->rank] != rcount[c->rank]) return hyp_fail(e, HYP_EFAIL, "all-to-all: own block of %zu bytes sent, %zu expected", scount[c->rank], rcount[c->rank]);
+    if (scount[c->rank]) memcpy((char *)recv + rdispl[c->rank], (const char *)send + sdispl[c->rank], scount[c->rank]);
+    return HYP_OK;
+}
 
 uint64_t hyp_coll_steps(const hyp_coll *c) { return c->steps; }
 

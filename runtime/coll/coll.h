@@ -69,6 +69,10 @@ int hyp_coll_reduce_f32(hyp_coll *c, float *buf, size_t n, int root, hyp_err *e)
 int hyp_coll_allgather_bytes(hyp_coll *c, const void *send, void *recv, size_t bytes, hyp_err *e);
 int hyp_coll_broadcast(hyp_coll *c, void *buf, size_t bytes, int root, hyp_err *e);
 int hyp_coll_barrier(hyp_coll *c, hyp_err *e);
+/* v2116 ring shift: send n floats to rank (rank + 1) % world and receive n floats from rank
+ * (rank - 1 + world) % world into recv (send and recv must not overlap); one MPI_Sendrecv.
+ * Counts n*4 bytes sent, one round and one call; one rank: recv = send, nothing counted. */
+int hyp_coll_ring_shift_f32(hyp_coll *c, const float *send, float *recv, size_t n, hyp_err *e);
 /* 1 when every rank passes ok != 0 (collective "did everyone succeed?") */
 int hyp_coll_all_ok(hyp_coll *c, int ok);
 
@@ -83,6 +87,12 @@ int hyp_coll_all_ok(hyp_coll *c, int ok);
 int hyp_coll_split(hyp_coll *c, int color, int key, hyp_coll **out, hyp_err *e);
 int hyp_coll_mesh_split(hyp_coll *c, int tp, hyp_coll **tp_out, hyp_coll **dp_out, hyp_err *e);
 uint64_t hyp_coll_bytes_sent(const hyp_coll *c);
+/* v2109 all-to-all with per-rank sizes (MPI_Alltoallv of bytes): rank q receives send[sdispl[q],
+ * + scount[q]) into its recv[rdispl[me], + rcount[me]); every size in bytes, each < 2^31. The
+ * bytes this rank sends to the others (its own block is a local copy) are counted in
+ * hyp_coll_bytes_sent as they are, one round and one call. One rank: the own block is copied. */
+int hyp_coll_alltoallv(hyp_coll *c, const void *send, const size_t *scount, const size_t *sdispl, void *recv,
+                       const size_t *rcount, const size_t *rdispl, hyp_err *e);
 /* The collectives hyp_coll_bytes_sent counted on that communicator (each one a round of
  * communication, whatever its size). */
 uint64_t hyp_coll_calls(const hyp_coll *c);

@@ -11,7 +11,9 @@
 #include "ops_cpu.h"
 #include "attn_mod.h"
 #include "ops_flash.h"
+#include "ops_ring.h"
 #include "moe_layout.h"
+#include "moe_ep.h"
 #include "moe_stats.h"
 #include "ops_moe.h"
 #include "quant.h"
@@ -162,6 +164,20 @@ ADAPTER(cpu_int8_matmul_dgrad) {
     UNUSED_ARGS;
     op_int8_matmul_dgrad(O[0], I[0], I[1], d->N, (int)o->IC, (int)o->OC, o->rowwise == 1);
 }
+/* v2108: the ring over x->cp; T of the full sequence = the rank's T x cp. A failure is kept for
+ * exec_tp_status (the step's collective check); later calls do nothing. */
+ADAPTER(cpu_ring_attention_fwd) {
+    UNUSED_ARGS;
+    if (x->cp_rc) return;
+    if (!x->cp) x->cp_rc = hyp_fail(&x->cp_err, HYP_EINPUT, "a context-parallel plan (v2108, cp=%d) run without its cp group — start it under mpirun with a multiple of %d ranks", x->p->cp, x->p->cp);
+    else x->cp_rc = op_ring_attention_fwd(x->cp, x->p->cp_layout, O[0], O[1], I[0], d->B, d->T * x->p->cp, (int)o->NH, (int)o->NKV, (int)o->hd, NULL, &x->cp_err);
+}
+ADAPTER(cpu_ring_attention_bwd) {
+    UNUSED_ARGS;
+    if (x->cp_rc) return;
+    if (!x->cp) x->cp_rc = hyp_fail(&x->cp_err, HYP_EINPUT, "a context-parallel plan (v2108, cp=%d) run without its cp group — start it under mpirun with a multiple of %d ranks", x->p->cp, x->p->cp);
+    else x->cp_rc = op_ring_attention_bwd(x->cp, x->p->cp_layout, O[0], I[0], I[1], I[2], I[3], d->B, d->T * x->p->cp, (int)o->NH, (int)o->NKV, (int)o->hd, &x->cp_err);
+}
 ADAPTER(cpu_allreduce_tp) {
     UNUSED_ARGS;
     exec_allreduce_tp(x, O[0], I[1], d->n, (int)o->C);
@@ -178,6 +194,10 @@ ADAPTER(cpu_moe_fwd) {
     moe_state_view v = moe_state_at(O[1], d->N, o->E, o->K);
     float *ws = O[2];
     int32_t *rows = (int32_t *)(void *)(ws + moe_ws_floats(d->N, o->C, o->H, o->E, o->K));
+    if (x->moe_ep) { /* v2109: the experts over the ep group */
+        exec_moe_ep_fwd(x, O[0], &v, I[0], I[1], I[2], I[2] + o->E * 2 * o->H * o->C, &s);
+        return;
+    }
     op_moe_fwd(O[0], v.probs, v.topi, v.topw, v.loads, v.aux, I[0], I[1], I[2], I[2] + o->E * 2 * o->H * o->C, &s, ws, rows);
 }
 /* The load-balancing loss enters the training loss with the weight of this micro-batch's tokens
@@ -191,8 +211,11 @@ ADAPTER(cpu_moe_bwd) {
     int32_t *rows = (int32_t *)(void *)(ws + moe_ws_floats(d->N, o->C, o->H, o->E, o->K));
     float daux = s.aux_coef > 0 ? dloss * (float)exec_count_targets(x) : 0.0f;
     long eo = (long)o->E * 2 * o->H * o->C;
-    op_moe_bwd(O[0], O[1], O[2], O[2] + eo, I[0], daux, I[1], I[2], I[3], I[3] + eo, v.probs, v.topi, v.topw, &s, ws,
-               rows);
+    if (x->moe_ep) /* v2109: the experts over the ep group */
+        exec_moe_ep_bwd(x, O[0], O[1], O[2], O[2] + eo, I[0], daux, I[1], I[2], I[3], I[3] + eo, &v, &s);
+    else
+        op_moe_bwd(O[0], O[1], O[2], O[2] + eo, I[0], daux, I[1], I[2], I[3], I[3] + eo, v.probs, v.topi, v.topw, &s, ws,
+                   rows);
     exec_moe_add(x, o->in[4], I[4], d->N, (int)o->K);
 }
 
@@ -234,6 +257,8 @@ static const struct {
     {"moe_fwd", cpu_moe_fwd},
     {"moe_bwd", cpu_moe_bwd},
     {"allreduce_tp", cpu_allreduce_tp},
+    {"ring_attention_fwd", cpu_ring_attention_fwd},
+    {"ring_attention_bwd", cpu_ring_attention_bwd},
 };
 
 exec_op_fn exec_cpu_op(const char *name) {

@@ -13,6 +13,7 @@
 #include "gemm_bf16.h"
 #include "async_dp.h"
 #include "local_sgd.h"
+#include "moe_ep.h"
 #include "ops_bf16.h"
 #include "ops_cpu.h"
 
@@ -38,6 +39,7 @@ static int cpu_micro_batch(train_backend *b, float dloss, int last, float *mean,
     /* v2163: a bf16 accumulation buffer holds the running sum rounded after every micro-batch */
     if (b->x->p->grad_bf16) op_round_bf16(b->x->grads, b->x->grads, (long)(b->x->shard * b->dp.world));
     int rc = exec_z3_status(b->x, e);
+    if (!rc) rc = exec_moe_ep_status(b->x, e); /* v2109: a failed all-to-all */
     return rc ? rc : exec_tp_status(b->x, e); /* v2106: an allreduce_tp that failed */
 }
 
@@ -53,6 +55,8 @@ static int cpu_reduce_grads(train_backend *b, const train_opts *o, hyp_err *e) {
         double ss = op_sumsq(x->gshard, x->shard);
         if ((rc = hyp_coll_allreduce_f64(d->coll, &ss, 1, e))) return rc;
         s->norm = sqrt(ss);
+    } else if (x->moe_ep) { /* v2109: expert gradients over their replicas only (moe_ep.h) */
+        if ((rc = exec_moe_ep_reduce_grads(x, d->coll, &s->norm, e))) return rc;
     } else {
         if (b->lsgd) train_local_sgd_grads(b->lsgd, x); /* v2173: no all-reduce, each rank its own gradient */
         else if (b->adp) { /* v2174: step t - s's sum, or none yet (b->adp_ready) */
@@ -112,7 +116,8 @@ static int cpu_hess_step(train_backend *b, double tokens, int t, hyp_err *e) {
 
 static int cpu_eval_batch(train_backend *b, float *loss, hyp_err *e) {
     *loss = exec_eval_loss(b->x);
-    return exec_tp_status(b->x, e);
+    int rc = exec_moe_ep_status(b->x, e); /* v2109 */
+    return rc ? rc : exec_tp_status(b->x, e);
 }
 
 static void cpu_memory(const train_backend *b, double *m) {

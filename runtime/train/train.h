@@ -17,6 +17,9 @@ typedef struct {
      * mesh, tp the rank's tp group (tp_rank in it) and all the whole world; NULL, 0 without tp */
     hyp_coll *tp, *all;
     int tp_rank;
+    /* v2109 expert parallelism (train_ep.h): the rank's ep group and its experts' replicas (the
+     * same ep rank in the other groups); coll stays the whole world. NULL without ep */
+    hyp_coll *ep, *ep_rep;
 } dp_t;
 
 typedef struct {
