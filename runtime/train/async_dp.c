@@ -68,6 +68,8 @@ int train_async_open(train_async_dp **out, const plan_t *p, const exec_t *x, con
                         d->stage);
     if (x->tp)
         return hyp_fail(e, HYP_EINPUT, "plan: async dp (v2174) over a dp x tp mesh is not implemented — regenerate without tp");
+    if (x->moe_ep)
+        return hyp_fail(e, HYP_EINPUT, "plan: async dp (v2174) with expert parallelism (v2109) is not implemented: expert gradients are reduced every step — regenerate without ep");
     if (p->adp_staleness < 0 || p->adp_staleness > ASYNC_MAX_STALENESS)
         return hyp_fail(e, HYP_EINPUT, "plan: async_dp.staleness %d is outside 0..%d — regenerate with --set v2174.staleness in range",
                         p->adp_staleness, ASYNC_MAX_STALENESS);

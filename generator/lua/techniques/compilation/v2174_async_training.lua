@@ -1,7 +1,8 @@
 -- v2174 bounded-staleness async data parallelism: plan.async_dp {staleness} makes the cpu trainer
 -- start each step's gradient all-reduce non-blocking and apply its sum `staleness` steps later
 -- (runtime/train/async_dp.c). Selections it cannot run are refused here: a device target (the
--- device step all-reduces on the device), ZeRO/FSDP (sharded gradients), tensor parallelism,
+-- device step all-reduces on the device), ZeRO/FSDP (sharded gradients), tensor and context
+-- parallelism (cp untested),
 -- local SGD (the spec's conflict) and gradient compression (each replaces the per-step
 -- all-reduce), a v2171 all-reduce algorithm other than auto (written on blocking point-to-point),
 -- dynamic loss scaling (an overflow skip would drop a gradient already in flight), the guard
@@ -23,6 +24,10 @@ function M.derive(ctx)
   if A.v2106 then
     ctx.refuse("async dp over the dp axis of a dp x tp mesh is not implemented",
       "drop tp, or drop v2174")
+  end
+  if A.v2108 then
+    ctx.refuse("async dp with context parallelism (the cp ranks' gradients in the same delayed sum) is not tested",
+      "drop sp, or drop v2174")
   end
   if A.v2172 then
     ctx.refuse("gradient compression (v2172) and async dp both replace the blocking gradient all-reduce",
