@@ -920,9 +920,10 @@ static int load_grad_compress(ld *c, const cJSON *root) {
     if (g) {
         char method[16];
         if ((rc = get_str(c, g, "method", method, sizeof method))) return rc;
-        if (strcmp(method, "topk") && strcmp(method, "randk"))
-            return bad(c, "field 'grad_compress.method' = \"%s\" is none of topk, randk", method);
-        p->gc_on = 1, p->gc_randk = !strcmp(method, "randk");
+        if (strcmp(method, "topk") && strcmp(method, "randk") && strcmp(method, "powersgd"))
+            return bad(c, "field 'grad_compress.method' = \"%s\" is none of topk, randk, powersgd", method);
+        p->gc_on = 1, p->gc_randk = !strcmp(method, "randk"), p->gc_power = !strcmp(method, "powersgd");
+        GI(g, "rank", 1, 1024, p->gc_rank);
         GN(g, "ratio", 1e-6, 1, p->gc_ratio);
         GI(g, "error_feedback", 0, 1, p->gc_error_feedback);
     }

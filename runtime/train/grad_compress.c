@@ -8,8 +8,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+typedef struct {
+    int64_t off, rows, cols; /* a matrix of the arena: rows x cols floats at off (row-major) */
+    int64_t p_off, q_off;    /* its P [rows x r] and Q [cols x r] in pbuf / qbuf */
+} gc_matrix;
+
 struct train_grad_compress {
     int randk;        /* 0 topk, 1 randk */
+    int power, rank;  /* PowerSGD (method powersgd), its rank r */
     int ef;           /* error feedback */
     double ratio;
     int64_t n, k;     /* floats of the gradient arena (shard x world), entries sent per rank */
@@ -19,6 +25,14 @@ struct train_grad_compress {
     float *send;      /* topk: [2k] (index bits, value) pairs; randk: [k] values */
     float *recv;      /* topk: [world x 2k] every rank's pairs */
     uint64_t rng;     /* randk: the generator every rank advances alike */
+    /* PowerSGD: the 2-D parameters' matrices, the 1-D rest sent whole behind the P factors */
+    gc_matrix *mat;
+    int n_mat;
+    int64_t *vec_off, *vec_len; /* the uncompressed spans (1-D parameters) */
+    int n_vec;
+    int64_t p_len, q_len, v_len; /* floats of all P factors, all Q factors, all 1-D spans */
+    float *pbuf;      /* [p_len + v_len] P factors, then the 1-D gradients: one all-reduce */
+    float *qbuf;      /* [q_len] Q factors (kept between steps: the warm start) */
 };
 
 static float magnitude(float v) { return isnan(v) ? INFINITY : fabsf(v); }
@@ -63,6 +77,115 @@ void train_topk_select(const float *v, int64_t n, int64_t k, float *scratch, int
     }
 }
 
+void train_orthogonalize(float *a, int64_t rows, int r) {
+    for (int j = 0; j < r; j++) { /* modified Gram-Schmidt over the columns, sums in double */
+        for (int i = 0; i < j; i++) {
+            double dot = 0;
+            for (int64_t k = 0; k < rows; k++) dot += (double)a[k * r + i] * a[k * r + j];
+            for (int64_t k = 0; k < rows; k++) a[k * r + j] -= (float)dot * a[k * r + i];
+        }
+        double ss = 0;
+        for (int64_t k = 0; k < rows; k++) ss += (double)a[k * r + j] * a[k * r + j];
+        const float inv = (float)(1.0 / (sqrt(ss) + 1e-8)); /* torch's powerSGD_hook epsilon: a zero column stays 0 */
+        for (int64_t k = 0; k < rows; k++) a[k * r + j] *= inv;
+    }
+}
+
+static uint64_t splitmix64(uint64_t *s);
+static float gaussian(uint64_t *s) { /* Box-Muller from two 53-bit uniforms in (0, 1] */
+    double u = ((double)(splitmix64(s) >> 11) + 1.0) / 9007199254740992.0;
+    double v = (double)(splitmix64(s) >> 11) / 9007199254740992.0;
+    return (float)(sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v));
+}
+
+/* The plan's parameters as PowerSGD sees them: ndim >= 2 a rows x (numel / rows) matrix
+ * compressed at rank min(r, rows, cols), the rest sent whole; Q drawn N(0, 1) from a seed every
+ * rank shares. */
+static int power_open(train_grad_compress *gc, const plan_t *p) {
+    gc->mat = calloc((size_t)p->n_params_t + 1, sizeof(gc_matrix));
+    gc->vec_off = calloc((size_t)p->n_params_t + 1, sizeof(int64_t));
+    gc->vec_len = calloc((size_t)p->n_params_t + 1, sizeof(int64_t));
+    if (!gc->mat || !gc->vec_off || !gc->vec_len) return 0;
+    const int r = gc->rank;
+    for (int i = 0; i < p->n_params_t; i++) {
+        const plan_param *pp = &p->params[i];
+        int64_t rows = pp->ndim >= 2 ? pp->shape[0] : 0, cols = rows ? pp->numel / rows : 0;
+        if (rows >= r && cols >= r && rows * cols == pp->numel) { /* worth compressing: r(rows + cols) < rows x cols mostly */
+            gc_matrix *m = &gc->mat[gc->n_mat++];
+            m->off = pp->offset, m->rows = rows, m->cols = cols, m->p_off = gc->p_len, m->q_off = gc->q_len;
+            gc->p_len += rows * r, gc->q_len += cols * r;
+        } else {
+            gc->vec_off[gc->n_vec] = pp->offset, gc->vec_len[gc->n_vec++] = pp->numel;
+            gc->v_len += pp->numel;
+        }
+    }
+    gc->pbuf = malloc(sizeof(float) * (size_t)(gc->p_len + gc->v_len + 1));
+    gc->qbuf = malloc(sizeof(float) * (size_t)(gc->q_len + 1));
+    if (!gc->pbuf || !gc->qbuf) return 0;
+    uint64_t s = 0x9E3779B97F4A7C15ull; /* the same Q on every rank */
+    for (int64_t i = 0; i < gc->q_len; i++) gc->qbuf[i] = gaussian(&s);
+    gc->k = gc->p_len + gc->q_len + gc->v_len;
+    return 1;
+}
+
+/* PowerSGD (Vogels et al. 2019, torch's powerSGD_hook): per matrix M = g + e (rows x cols),
+ * P = M Q; all-reduce P (with the 1-D gradients); orthogonalize P; Q = M^T P; all-reduce Q; the
+ * gradient becomes P Q^T (the sum over ranks projected on P's columns); e = M - P Q^T / W (the
+ * rank's share of the mean approximation, as the hook keeps input - mean approximation). */
+static int power_reduce(train_grad_compress *gc, exec_t *x, const dp_t *d, hyp_err *e) {
+    float *g = x->grads, *res = gc->resid, *P = gc->pbuf, *Q = gc->qbuf;
+    const int r = gc->rank, W = d->world;
+    int rc = HYP_OK;
+    for (int i = 0; i < gc->n_mat; i++) {
+        const gc_matrix *m = &gc->mat[i];
+        float *M = g + m->off, *Pm = P + m->p_off;
+        const float *Qm = Q + m->q_off;
+        if (res)
+            for (int64_t k = 0; k < m->rows * m->cols; k++) M[k] += res[m->off + k];
+        for (int64_t a = 0; a < m->rows; a++)
+            for (int j = 0; j < r; j++) {
+                float s = 0;
+                for (int64_t b = 0; b < m->cols; b++) s = fmaf(M[a * m->cols + b], Qm[b * r + j], s);
+                Pm[a * r + j] = s;
+            }
+    }
+    float *V = P + gc->p_len;
+    for (int64_t i = 0, o = 0; i < gc->n_vec; o += gc->vec_len[i], i++) memcpy(V + o, g + gc->vec_off[i], sizeof(float) * (size_t)gc->vec_len[i]);
+    if (W > 1 && (rc = hyp_coll_allreduce_f32(d->coll, P, (size_t)(gc->p_len + gc->v_len), e))) return rc;
+    for (int64_t i = 0, o = 0; i < gc->n_vec; o += gc->vec_len[i], i++) {
+        memcpy(g + gc->vec_off[i], V + o, sizeof(float) * (size_t)gc->vec_len[i]);
+        if (res) memset(res + gc->vec_off[i], 0, sizeof(float) * (size_t)gc->vec_len[i]); /* sent whole */
+    }
+    for (int i = 0; i < gc->n_mat; i++) {
+        const gc_matrix *m = &gc->mat[i];
+        float *Pm = P + m->p_off, *Qm = Q + m->q_off;
+        const float *M = g + m->off;
+        train_orthogonalize(Pm, m->rows, r);
+        for (int64_t b = 0; b < m->cols; b++)
+            for (int j = 0; j < r; j++) Qm[b * r + j] = 0;
+        for (int64_t a = 0; a < m->rows; a++)
+            for (int64_t b = 0; b < m->cols; b++) {
+                const float v = M[a * m->cols + b];
+                for (int j = 0; j < r; j++) Qm[b * r + j] = fmaf(v, Pm[a * r + j], Qm[b * r + j]);
+            }
+    }
+    if (W > 1 && (rc = hyp_coll_allreduce_f32(d->coll, Q, (size_t)gc->q_len, e))) return rc;
+    const float invW = 1.0f / (float)W;
+    for (int i = 0; i < gc->n_mat; i++) {
+        const gc_matrix *m = &gc->mat[i];
+        const float *Pm = P + m->p_off, *Qm = Q + m->q_off;
+        float *M = g + m->off;
+        for (int64_t a = 0; a < m->rows; a++)
+            for (int64_t b = 0; b < m->cols; b++) {
+                float s = 0;
+                for (int j = 0; j < r; j++) s = fmaf(Pm[a * r + j], Qm[b * r + j], s);
+                if (res) res[m->off + a * m->cols + b] = M[a * m->cols + b] - s * invW;
+                M[a * m->cols + b] = s;
+            }
+    }
+    return HYP_OK;
+}
+
 static uint64_t splitmix64(uint64_t *s) {
     uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
@@ -82,6 +205,7 @@ int train_grad_compress_open(train_grad_compress **out, const plan_t *p, const e
     train_grad_compress *gc = calloc(1, sizeof *gc);
     if (!gc) return hyp_fail(e, HYP_EFAIL, "out of memory");
     gc->randk = p->gc_randk, gc->ef = p->gc_error_feedback, gc->ratio = p->gc_ratio, gc->n = n;
+    gc->power = p->gc_power, gc->rank = p->gc_rank;
     gc->k = (int64_t)llround(p->gc_ratio * (double)n);
     if (gc->k < 1) gc->k = 1;
     if (gc->k > n) gc->k = n;
@@ -89,7 +213,9 @@ int train_grad_compress_open(train_grad_compress **out, const plan_t *p, const e
     const size_t N = (size_t)n, K = (size_t)gc->k, W = (size_t)d->world;
     int ok = 1;
     if (gc->ef) ok &= !!(gc->resid = calloc(N, sizeof(float)));
-    if (gc->randk) {
+    if (gc->power) {
+        ok &= power_open(gc, p);
+    } else if (gc->randk) {
         ok &= !!(gc->idx = malloc(sizeof(int32_t) * N)) && !!(gc->send = malloc(sizeof(float) * K));
         if (ok)
             for (int64_t i = 0; i < n; i++) gc->idx[i] = (int32_t)i;
@@ -112,6 +238,11 @@ void train_grad_compress_close(train_grad_compress *gc) {
     free(gc->idx);
     free(gc->send);
     free(gc->recv);
+    free(gc->mat);
+    free(gc->vec_off);
+    free(gc->vec_len);
+    free(gc->pbuf);
+    free(gc->qbuf);
     free(gc);
 }
 
@@ -123,6 +254,7 @@ int train_grad_compress_reduce(train_grad_compress *gc, exec_t *x, const dp_t *d
     const int64_t n = gc->n, k = gc->k;
     const int W = d->world;
     int rc = HYP_OK;
+    if (gc->power) return power_reduce(gc, x, d, e);
     if (r) /* g becomes what this rank owes: its gradient plus what it has not sent yet */
         for (int64_t i = 0; i < n; i++) g[i] += r[i];
     if (!gc->randk) {
@@ -170,7 +302,11 @@ int train_grad_compress_reduce(train_grad_compress *gc, exec_t *x, const dp_t *d
 }
 
 const char *train_grad_compress_describe(const train_grad_compress *gc, char *buf, size_t n) {
-    if (!gc->randk)
+    if (gc->power)
+        snprintf(buf, n, "gradient compression (v2172): PowerSGD rank %d, %d matrices as P and Q factors (%lld + %lld floats) and %lld floats of 1-D parameters whole, of %lld, in two all-reduces per step, %s",
+                 gc->rank, gc->n_mat, (long long)gc->p_len, (long long)gc->q_len, (long long)gc->v_len, (long long)gc->n,
+                 gc->ef ? "error feedback" : "no error feedback");
+    else if (!gc->randk)
         snprintf(buf, n, "gradient compression (v2172): top-k, %lld of %lld gradient entries (ratio %g) per rank and step as (index, value) pairs in one all-gather, %s",
                  (long long)gc->k, (long long)gc->n, gc->ratio, gc->ef ? "error feedback" : "no error feedback (the unsent part is dropped)");
     else

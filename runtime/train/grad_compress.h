@@ -9,8 +9,13 @@
  *   generator every rank advances alike, their values all-reduced (2(p-1)/p x 4k bytes); without
  *   error feedback the values are scaled by n/k (an unbiased estimate of the sum), with error
  *   feedback they are sent unscaled.
+ * - powersgd: PowerSGD rank r (Vogels et al. 2019, as torch's powerSGD_hook): each 2-D parameter's
+ *   gradient M (rows x cols) as P = M Q, all-reduced with the 1-D parameters' gradients whole,
+ *   orthogonalized, Q = M^T P all-reduced, the gradient P Q^T; Q warm-starts the next step.
+ *   k is then the floats sent per step: sum over matrices of r(rows + cols) plus the 1-D ones.
  * With error feedback (Stich et al. 2018) the rank keeps residual = (g + residual) - sent, exactly
- * (an entry is either sent whole or kept whole), and adds it to the next step's gradient.
+ * for top-k and random-k (an entry is either sent whole or kept whole; for PowerSGD it is
+ * M - (P Q^T) / world), and adds it to the next step's gradient.
  * Never: sharded gradients (ZeRO stage 2-3 reduce-scatter, refused at gen time), device arenas,
  * printing. */
 #ifndef HYP_GRAD_COMPRESS_H
@@ -37,6 +42,9 @@ const float *train_grad_compress_residual(const train_grad_compress *gc);
 /* The k entries of v[n] of largest magnitude (NaN counts as infinite), ties broken by the lower
  * index, written to idx[k] in ascending index order; scratch holds n floats. */
 void train_topk_select(const float *v, int64_t n, int64_t k, float *scratch, int32_t *idx);
+/* PowerSGD's orthogonalization: the r columns of a[rows x r] (row-major) become orthonormal by
+ * modified Gram-Schmidt (a zero column stays zero). */
+void train_orthogonalize(float *a, int64_t rows, int r);
 /* One phrase for the banner: "gradient compression (v2172): ..." */
 const char *train_grad_compress_describe(const train_grad_compress *gc, char *buf, size_t n);
 

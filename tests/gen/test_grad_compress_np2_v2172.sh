@@ -5,7 +5,10 @@
 #   step sends 2(p-1)/p x 4 B x N (the gradient arena of N floats) plus two 8-byte scalar
 #   all-reduces (token count, loss): 4N + 16 B at p=2 in 3 collectives. top-k sends one all-gather
 #   of k (index, value) pairs: (p-1) x k x (4 + 4) B = 8k + 16 B at p=2; random-k one all-reduce of
-#   k values: 2(p-1)/p x 4k = 4k + 16 B; k = round(ratio x N); still 3 collectives.
+#   k values: 2(p-1)/p x 4k = 4k + 16 B; k = round(ratio x N); still 3 collectives. PowerSGD
+#   rank r: one all-reduce of the P factors with the 1-D gradients, one of the Q factors:
+#   4 (sum over matrices of r (rows + cols) + the 1-D floats) + 16 B at p=2, in 4 collectives
+#   (the sum computed here from plan.json's parameter shapes).
 # - top-k at ratio 1 (k = N, every entry sent, residual 0) is synchronous dp bit for bit: at p=2
 #   each entry's sum is one fp32 addition of the two ranks' values, which is commutative, so the
 #   all-gather's rank-order sum and the all-reduce give the same float (tolerance 0: the losses
@@ -28,12 +31,13 @@ gen sync --enable dp
 gen topk1 --enable dp,v2172 --set v2172.ratio=1
 gen topk --enable dp,v2172 --set v2172.ratio=0.01
 gen randk --enable dp,v2172 --set v2172.method=randk --set v2172.ratio=0.01
+gen power --enable dp,v2172 --set v2172.method=powersgd --set v2172.rank=4
 
 pf=$(( $(tr -d ' \n\t' < "$TMP/sync/plan.json" | grep -oE '"param_bytes":[0-9]+' | cut -d: -f2) / 4 ))
 N=$(( 2 * ( ( (pf + 1) / 2 + 15 ) / 16 * 16 ) ))
 K=$(( (N + 50) / 100 )) # round(0.01 N)
 echo "    parameters $pf floats, arena N = $N floats, k = round(0.01 N) = $K"
-bytes_are() { [ "$(metric "$1" comm_bytes | sort -u)" = "$2" ] && [ "$(metric "$1" comm_calls | sort -u)" = 3 ]; }
+bytes_are() { [ "$(metric "$1" comm_bytes | sort -u)" = "$2" ] && [ "$(metric "$1" comm_calls | sort -u)" = "${3:-3}" ]; }
 
 for v in sync topk1; do
   $MPI "$TMP/$v/train" "${RUN[@]}" --steps 4 --eval-every 0 --metrics "$TMP/$v.jsonl" --ckpt-dir "$TMP/$v.ck" > "$TMP/$v.log" 2>&1
@@ -55,6 +59,19 @@ expect test_v2172_randk_np2 0 "random-k, $K of $N gradient entries" -- \
   $MPI "$TMP/randk/train" "${RUN[@]}" --steps 3 --eval-every 0 --metrics "$TMP/randk.jsonl"
 check test_v2172_randk_sends_4k_plus_16_bytes bytes_are "$TMP/randk.jsonl" $((4 * K + 16))
 
+PF=$(python3 -c '
+import json, sys
+r = 4
+n = 0
+for q in json.load(open(sys.argv[1]))["params"]:
+    s = q["shape"]; rows = s[0] if len(s) >= 2 else 0; cols = q["numel"] // rows if rows else 0
+    n += r * (rows + cols) if rows >= r and cols >= r and rows * cols == q["numel"] else q["numel"]
+print(n)' "$TMP/power/plan.json")
+echo "    PowerSGD rank 4: $PF floats per step (of $N)"
+expect test_v2172_powersgd_np2 0 "PowerSGD rank 4, .* matrices" -- \
+  $MPI "$TMP/power/train" "${RUN[@]}" --steps 3 --eval-every 0 --metrics "$TMP/power.jsonl"
+check test_v2172_powersgd_sends_4_factor_floats_plus_16_bytes bytes_are "$TMP/power.jsonl" $((4 * PF + 16)) 4
+
 refuse() { # refuse NAME REGEX gen-args...
   local name=$1 re=$2; shift 2
   expect "$name" 2 "$re" -- "$GEN" specs/v2500.yaml "$@" -o "$TMP/bad"
@@ -65,5 +82,5 @@ refuse test_v2172_refuses_zero2 "v2172 gradient_compression: ZeRO stage 2-3 .* â
 refuse test_v2172_refuses_tp "v2172 gradient_compression: .*tp.* â€” drop tp" --enable dp,v2172,tp "${SHAPE[@]}"
 refuse test_v2172_refuses_local_sgd "v2172.*v2173|v2173.*v2172" --enable dp,v2172,v2173 "${SHAPE[@]}"
 refuse test_v2172_refuses_sim "v2172 gradient_compression: the compressed exchange runs in the cpu trainer only" --enable dp,v2172 --model tiny --target sim
-refuse test_v2172_refuses_bad_method "v2172.*method" --enable dp,v2172 --set v2172.method=powersgd "${SHAPE[@]}"
+refuse test_v2172_refuses_bad_method "v2172.*method" --enable dp,v2172 --set v2172.method=signsgd "${SHAPE[@]}"
 finish

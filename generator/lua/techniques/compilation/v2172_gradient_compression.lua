@@ -1,6 +1,7 @@
 -- v2172 gradient compression: plan.grad_compress {method, ratio, error_feedback} makes the cpu
 -- trainer replace the data-parallel gradient all-reduce with a top-k all-gather of (index, value)
--- pairs or a random-k all-reduce of the entries every rank draws alike, with an error-feedback
+-- pairs, a random-k all-reduce of the entries every rank draws alike, or PowerSGD's rank-r factors
+-- (two all-reduces), with an error-feedback
 -- residual per rank (runtime/train/grad_compress.c).
 -- Selections it cannot run are refused here: a device target (the device step all-reduces the
 -- gradients on the device), ZeRO stage 2-3 / FSDP (they reduce-scatter the gradients, which is not
@@ -32,9 +33,18 @@ function M.derive(ctx)
 end
 
 function M.sections(ctx, plan)
-  local method, ratio, ef = ctx.param("method"), ctx.param("ratio"), ctx.param("error_feedback")
-  plan.grad_compress = { method = method, ratio = ratio, error_feedback = ef and 1 or 0 }
-  if method == "topk" then
+  local method, ratio, ef, rank = ctx.param("method"), ctx.param("ratio"), ctx.param("error_feedback"), ctx.param("rank")
+  plan.grad_compress = { method = method, ratio = ratio, error_feedback = ef and 1 or 0, rank = rank }
+  if method ~= "powersgd" and ctx.param_source("rank") == "--set" then
+    ctx.decide("v2172.rank", "not applied", "rank is PowerSGD's; method " .. method .. " sends the fraction ratio")
+  end
+  if method == "powersgd" then
+    if ctx.param_source("ratio") == "--set" then
+      ctx.decide("v2172.ratio", "not applied", "PowerSGD sends rank x (rows + cols) floats per matrix, set by rank, not ratio")
+    end
+    ctx.contribute(string.format("PowerSGD gradient compression rank %d: each 2-D gradient as P = M Q and Q = M^T P (two all-reduces, P orthogonalized, Q warm-started), 1-D gradients whole, %s",
+      rank, ef and "the approximation error kept as an error-feedback residual" or "the approximation error dropped"))
+  elseif method == "topk" then
     ctx.contribute(string.format("top-k gradient compression: each rank sends its ratio %s largest |g + residual| entries as (index, value) pairs in one all-gather (8 bytes an entry), %s",
       U.fmt_value(ratio), ef and "the unsent part kept as an error-feedback residual" or "the unsent part dropped"))
   else
