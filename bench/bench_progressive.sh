@@ -5,17 +5,21 @@
 # S2 + S1 x F(2 layers) / F(4 layers) steps (F = the plans' flops_per_token; the same tokens per
 # step), and (b) at equal tokens, S1 + S2 steps; each with a cosine schedule of its own length; and
 # the control (c): the 2-layer model alone for S1 + S2 steps (does the growth add anything?).
-# Every run: cpu, B=4, T=32, AdamW at tiny's lr, the KJV's first 300 KB (as lib.sh's kjv_corpus),
+# Every run: cpu, B=4, T=32, AdamW at tiny's lr with WARMUP steps of linear warmup (v2130; 0: none —
+# then the 4-layer model stalls on a plateau and loses even to the 2-layer one, see docs/scaling.md),
+# the KJV's first 300 KB (as lib.sh's kjv_corpus),
 # one training seed per row (--seed: initialization and data order). Compared: the final
 # validation loss (16 batches), and the FLOPs. Usage:
-#   bench/bench_progressive.sh [BUILD_DIR] [S1] [S2] [SEEDS]    (defaults 200 200 "1 2 3"; minutes)
+#   bench/bench_progressive.sh [BUILD_DIR] [S1] [S2] [SEEDS] [WARMUP]   (defaults 300 300 "1 2 3" 50;
+#   about 9 minutes on 2 cores)
 # Prints a markdown table (docs/scaling.md shows one run of it). Never run by ctest.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${1:-$ROOT/build}
-S1=${2:-200}
-S2=${3:-200}
+S1=${2:-300}
+S2=${3:-300}
 SEEDS=${4:-1 2 3}
+WARMUP=${5:-50}
 GEN="$BUILD/generator/gen"
 TMP=$(mktemp -d /tmp/hyp-prog.XXXXXX)
 trap 'rm -rf "$TMP"' EXIT
@@ -25,7 +29,7 @@ command -v bible >/dev/null || { echo "bible missing — run scripts/install-dep
 (set +o pipefail; bible -f 'Gen1:1-Deu34:12' | sed -E 's/^[0-9A-Za-z]+[0-9]+:[0-9]+ //' | head -c 300000 > "$TMP/corpus.txt")  # head closes the pipe early
 "$GEN" data "$TMP/corpus.txt" -o "$TMP/data" >/dev/null
 sed "s/^name: tiny/name: tiny-2L/; s/^n_layers: 4/n_layers: 2/" specs/models/tiny.yaml > "$TMP/tiny-2L.yaml"
-GOPT=(--enable adamw,cosine --target cpu --batch 4 --seq 32)
+GOPT=(--enable adamw,cosine,warmup --set "v2130.warmup_steps=$WARMUP" --target cpu --batch 4 --seq 32)
 "$GEN" specs/v2500.yaml "${GOPT[@]}" --model tiny -o "$TMP/big" >/dev/null 2>&1
 "$GEN" specs/v2500.yaml "${GOPT[@]}" --model "$TMP/tiny-2L.yaml" -o "$TMP/small" >/dev/null 2>&1
 fpt() { tr -d ' \n\t' < "$1/plan.json" | grep -oE '"flops_per_token":[0-9]+' | cut -d: -f2; }
@@ -50,4 +54,4 @@ done
 printf "| mean | %.4f | %.4f | %.4f | %.4f | %+.4f |\n" "$(python3 -c "print($sp / $n)")" "$(python3 -c "print($ss / $n)")" "$(python3 -c "print($st / $n)")" "$(python3 -c "print($sc / $n)")" "$(python3 -c "print(($sp - $ss) / $n)")"
 echo
 echo "training GFLOPs (plans' flops_per_token x $TOK tokens per step): progressive $(python3 -c "print(f'{($S1 * $fs + $S2 * $fl) * $TOK / 1e9:.2f}')"), scratch equal FLOPs $(gf "$SC" "$fl"), scratch equal tokens $(gf $((S1 + S2)) "$fl"), 2 layers only $(gf $((S1 + S2)) "$fs")"
-echo "flops_per_token: 2 layers $fs, 4 layers $fl"
+echo "flops_per_token: 2 layers $fs, 4 layers $fl; warmup $WARMUP steps, then cosine"

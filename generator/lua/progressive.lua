@@ -153,6 +153,16 @@ function M.main(args, parse, generate)
         U.fail("--stages", "gen refused stage " .. k .. "'s trainer (" .. s.model .. ")", "fix the model or the gen options")
       end
       s.plan = hyp.json_decode(assert(hyp.read_file(s.trainer .. "/plan.json")))
+      -- what the handoff checkpoint cannot carry (progressive_lua.c refuses it too, after stage 1)
+      for _, st in ipairs((s.plan.optimizer or {}).state or {}) do
+        if type(st) == "table" and st.numel then
+          U.fail("<command line>", "the " .. tostring(s.plan.optimizer.kind) .. " optimizer keeps packed states whose layout depends on the shapes",
+            "use adamw, sgd or lion for progressive training")
+        end
+      end
+      if type(s.plan.fp8) == "table" and type(s.plan.fp8.slots) == "table" and #s.plan.fp8.slots > 0 then
+        U.fail("<command line>", "FP8 scaling states are per tensor of one shape", "train the stages without FP8")
+      end
       if k > 1 then growable(stages[k - 1].plan.model, s.plan.model, "--stages") end
     end
   end)

@@ -15,7 +15,7 @@
 #   tensors (bit for bit) and zeros for the new layers';
 # - the whole run's loss falls (mean of the last 5 steps below the first 5);
 # - refusals (exit 2, no -o directory left): one stage, a malformed stage, a shrinking pair,
-#   missing data, --steps after --.
+#   missing data, --steps after --, an optimizer with packed states (Muon).
 source "$(dirname "$0")/lib.sh" "$1"
 export OMP_NUM_THREADS=1
 T=specs/v2500.yaml
@@ -79,4 +79,7 @@ refuse malformed "is not MODEL:STEPS" --stages "$TMP/tiny-2L.yaml:10,tiny" -- "$
 refuse shrink "smaller than" --stages "tiny:10,$TMP/tiny-2L.yaml:10" -- "${TOPT[@]}"
 refuse no_data "no such data" --stages "$TMP/tiny-2L.yaml:10,tiny:10" -- --data "$TMP/nodata"
 refuse steps "sets --steps itself" --stages "$TMP/tiny-2L.yaml:10,tiny:10" -- "${TOPT[@]}" --steps 5
+expect refuse_packed_optimizer 2 "packed states" -- "$GEN" progressive "$T" --stages "$TMP/tiny-2L.yaml:10,tiny:10" -o "$TMP/bad_muon" \
+  --enable muon --target cpu --batch 4 --seq 32 -- "${TOPT[@]}"
+check test_v2150_refuse_packed_optimizer_leaves_nothing test ! -e "$TMP/bad_muon"
 finish
