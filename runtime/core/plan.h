@@ -157,6 +157,9 @@ typedef struct {
     int data_parallel;      /* train.data_parallel: the trainer may run on several ranks (0/1) */
     int tp;                 /* train.tp (v2106): the plan is one rank's of a tensor-parallel group of
                                tp ranks (params' tp_* say which tensors are slices); 0 = none */
+    int cp, cp_layout;      /* train.cp, train.cp_layout (v2108): the plan is one rank's of a
+                               context-parallel group of cp ranks splitting every sequence (T is
+                               the rank's share); layout 0 contiguous, 1 zigzag; 0 = none */
     int cuda_graphs;        /* v2165 train.cuda_graphs: device targets capture the step's regions as
                                graphs and replay them (0/1; absent: 0) */
     int ckpt_elastic;       /* checkpoint.elastic: resume at another world size (0/1) */
