@@ -190,6 +190,11 @@ typedef struct {
     double lsgd_outer_lr, lsgd_outer_momentum; /* local_sgd: the Nesterov outer step's */
     int adp_on, adp_staleness; /* async_dp section (v2174): gradient all-reduces started non-blocking,
                                applied adp_staleness steps later (0 = at once); adp_on 0: no section */
+    int gc_on;              /* grad_compress section (v2172): compressed gradient exchange */
+    int gc_randk;           /* grad_compress.method: 1 "randk" (0 "topk") */
+    int gc_power, gc_rank;  /* grad_compress.method "powersgd", grad_compress.rank (its r) */
+    int gc_error_feedback;  /* grad_compress.error_feedback: 1 keep the unsent part */
+    double gc_ratio;        /* grad_compress.ratio: fraction of the gradient entries sent */
     int guard;              /* guard section present (v2176): skip bad steps, roll back */
     double guard_z, guard_ema, guard_loss_ceiling, guard_lr_factor;
     int guard_warmup, guard_max_bad, guard_max_rollbacks;

@@ -1,7 +1,8 @@
 /* backend_cpu.c — the cpu executor (exec.h) as a trainer backend (backend.h): forward/backward
  * on the host, gradients made global over the collectives per ZeRO stage (v2110, v2104: an
  * all-reduce at stages 0-1; stages 2-3 reduce-scatter each layer's gradients into the own shard
- * during backward; under v2173 local SGD none: each rank keeps its own, local_sgd.h), the norm and
+ * during backward; under v2173 local SGD none: each rank keeps its own, local_sgd.h; under v2172 a compressed exchange,
+ * grad_compress.h), the norm and
  * clip factor on the host, the optimizer (optim.h) on the own part and
  * the all-gather of the updated shards (stages 1-2), the FP8 scaling states (v2160).
  * Never: the micro-batch loop, loss weighting or evaluation loop (the driver, backend.c). */
@@ -12,6 +13,7 @@
 #include "backend.h"
 #include "gemm_bf16.h"
 #include "async_dp.h"
+#include "grad_compress.h"
 #include "local_sgd.h"
 #include "moe_ep.h"
 #include "ops_bf16.h"
@@ -61,7 +63,10 @@ static int cpu_reduce_grads(train_backend *b, const train_opts *o, hyp_err *e) {
         if (b->lsgd) train_local_sgd_grads(b->lsgd, x); /* v2173: no all-reduce, each rank its own gradient */
         else if (b->adp) { /* v2174: step t - s's sum, or none yet (b->adp_ready) */
             if ((rc = train_async_grads(b->adp, x, d, b->adp_step, &b->adp_ready, e))) return rc;
-        } else if (d->world > 1 && (rc = hyp_coll_allreduce_f32(d->coll, x->grads, (size_t)x->shard * d->world, e))) return rc;
+        } else if (b->gc) { /* v2172: the sum of what each rank sent of its top-k / random-k entries */
+            if ((rc = train_grad_compress_reduce(b->gc, x, d, e))) return rc;
+        }
+        else if (d->world > 1 && (rc = hyp_coll_allreduce_f32(d->coll, x->grads, (size_t)x->shard * d->world, e))) return rc;
         double ss = 0; /* v2106: sharded tensors' squares summed over the tp group, replicated ones once */
         if (x->tp && (rc = exec_tp_grad_sumsq(x, &ss, e))) return rc;
         s->norm = x->tp ? sqrt(ss) : train_grad_norm(x);

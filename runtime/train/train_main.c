@@ -52,6 +52,7 @@
 #include "losspred.h"
 #include "prune.h"
 #include "async_dp.h"
+#include "grad_compress.h"
 #include "local_sgd.h"
 #include "tokenizer.h"
 #include "ops_cpu.h"
@@ -1407,6 +1408,14 @@ static int run(int argc, char **argv, hyp_coll *coll) {
                            p->adp_staleness);
             }
         }
+        if (!rc && p->gc_on) { /* v2172: a compressed exchange in place of the gradient all-reduce */
+            if (!r.be.i->caps.host_buffers)
+                rc = hyp_fail(&e, HYP_EINPUT, "gradient compression (v2172) runs on the cpu backend; this trainer runs on %s — regenerate with --target cpu", r.be.name);
+            else if (!(rc = train_grad_compress_open(&r.be.gc, p, &r.x, &r.d, &e))) {
+                char d[320];
+                printf("%s\n", train_grad_compress_describe(r.be.gc, d, sizeof d));
+            }
+        }
         if (!rc && r.lp && p->lp_law == HYP_LAW_LR_ANNEALING) { /* the schedule's LR areas, to the last step */
             double *lr = malloc(sizeof(double) * ((size_t)r.opt.total_steps + 1));
             if (lr) {
@@ -1436,6 +1445,7 @@ static int run(int argc, char **argv, hyp_coll *coll) {
     train_prune_close(r.be.prune);
     train_local_sgd_close(r.be.lsgd);
     train_async_close(r.be.adp, &r.d);
+    train_grad_compress_close(r.be.gc);
     train_prof_close(&r.prof);
     train_objective_close(&r.obj);
     hyp_loader_close(r.train);
