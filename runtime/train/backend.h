@@ -172,6 +172,7 @@ struct train_backend {
     struct train_prune *prune;    /* v2154 masks on the host arenas (prune.h); NULL: none */
     struct train_local_sgd *lsgd; /* v2173 on the cpu backend (local_sgd.h): no per-step gradient
                                      all-reduce, the outer step after the update; NULL: none */
+    struct train_pp *pp;          /* v2107 pipeline stage driver on the cpu backend (train_pp.h); NULL: none */
 };
 
 /* Opens the plan's backend (backend_reg.c) over the host executor x (already initialized and,

@@ -71,6 +71,7 @@
 #include "train_guard.h"
 #include "train_stream.h"
 #include "train_moe.h"
+#include "train_pp.h"
 #include "train_tp.h"
 
 typedef struct {
@@ -1245,6 +1246,20 @@ static int run(int argc, char **argv, hyp_coll *coll) {
             return rc;
         }
     }
+    if (p->pp) { /* v2107: one pipeline, a stage per rank; r.d becomes a one-rank dp axis */
+        const char *no = a->sample_mode || a->sample > 0 ? "sampling"
+                         : post.objective != POST_NONE ? "a post-training objective" : p->pr_on ? "pruning (v2154)"
+                         : p->param_bf16 ? "bf16 parameters (v2161)" : p->zero_stage ? "ZeRO"
+                         : a->ckpt_dir || a->resume ? "checkpoints (--ckpt-dir, --resume)" : a->init_from ? "--init-from" : NULL;
+        rc = no ? hyp_fail(&e, HYP_EINPUT, "%s: %s with pipeline parallelism (v2107, %d stages) is not implemented — drop it, or regenerate the trainer without pp", r.plan_path, no, p->pp)
+                : train_pp_mesh(p, r.plan_path, &r.d, &e);
+        if (rc) {
+            if (hyp_coll_rank(coll) == 0) fprintf(stderr, "train: %s\n", e.msg);
+            train_tp_close(&r.d);
+            plan_free(p);
+            return rc;
+        }
+    }
     if (r.d.world > 1 && !p->data_parallel) {
         if (r.d.rank == 0)
             fprintf(stderr, "train: %s: this trainer was generated without data parallelism, and mpirun started %d ranks — regenerate it with --enable dp (or zero1/zero2/zero3/fsdp), or run one process\n",
@@ -1341,6 +1356,7 @@ static int run(int argc, char **argv, hyp_coll *coll) {
         choose_peak(&r);
         print_banner(&r, &e);
         train_tp_describe(&r.d, p);
+        if (p->pp && !(rc = train_pp_open(p, r.plan_path, r.d.all, &r.x, r.K, &r.be.pp, &e))) train_pp_describe(r.be.pp, p);
         /* v2148 on rank 0 (it logs): its early-stop decision reaches the others through agree_stop */
         if (p->lp_every > 0 && r.d.rank == 0 && !(r.lp = hyp_losspred_new(r.opt.total_steps)))
             rc = hyp_fail(&e, HYP_EFAIL, "out of memory for the loss history (%d steps)", r.opt.total_steps);
@@ -1378,6 +1394,7 @@ static int run(int argc, char **argv, hyp_coll *coll) {
                    hyp_losspred_load_metrics(r.lp, a->metrics, r.start_step), a->metrics);
         if (!rc) rc = train_loop(&r, &e);
         if (!rc) train_tp_report(&r.d, r.opt.total_steps - r.start_step);
+        if (!rc && r.be.pp) train_pp_report(r.be.pp, r.opt.total_steps - r.start_step);
         if (!rc) rc = train_prof_finish(&r.prof, &r.be, &e);
         if (!rc && !r.stopped) rc = sample_after(&r, &e);
         if (!rc && r.stopped) rc = r.stop_saved ? HYP_EXIT_STOPPED_SAVED : HYP_EXIT_STOPPED_UNSAVED;
@@ -1394,6 +1411,7 @@ static int run(int argc, char **argv, hyp_coll *coll) {
     hyp_loader_close(r.train);
     hyp_loader_close(r.val);
     distill_close(dist, &r.x);
+    train_pp_close(r.be.pp);
     train_backend_close(&r.be);
     exec_free(&r.x);
     train_tp_close(&r.d);
