@@ -412,11 +412,23 @@ void train_pp_describe(const train_pp *pp, const plan_t *p) {
 
 void train_pp_report(const train_pp *pp, int steps) {
     if (steps < 1 || !pp->steps) return;
+    /* every stage's figures to world rank 0, which prints (the others' stdout is closed) */
+    double mine[6] = {(double)hyp_coll_bytes_sent(pp->c), (double)pp->bytes_p2p, pp->wait_s, pp->busy_s, pp->step_s,
+                      (double)pp->slots * (double)pp->stash_n * 4.0};
+    double *all = calloc((size_t)pp->P * 6, sizeof(double));
+    hyp_err e;
+    if (!all || hyp_coll_allgather_bytes(pp->c, mine, all, sizeof mine, &e)) {
+        free(all);
+        return;
+    }
     double formula = (double)(pp->P - 1) / (pp->K + pp->P - 1);
     double sched = schedule_bubble(pp->P, pp->K, pp->p->pp_1f1b);
-    printf("pipeline bubble (v2107): schedule %.4f of each step idle per stage with unit op times, formula (p-1)/(m+p-1) = %.4f; measured on this rank: %.1f%% of %.3f s in schedules blocked in receives, %.1f%% computing\n",
-           sched, formula, pp->step_s > 0 ? 100 * pp->wait_s / pp->step_s : 0, pp->step_s, pp->step_s > 0 ? 100 * pp->busy_s / pp->step_s : 0);
-    unsigned long long b = (unsigned long long)hyp_coll_bytes_sent(pp->c);
-    printf("pp traffic (v2107): stage %d sent %llu B in %d steps, %.0f B/step (point-to-point %llu B: activations, gradients, shared-parameter gradients; the rest the norm's all-reduce)\n",
-           pp->s, b, steps, (double)b / steps, (unsigned long long)pp->bytes_p2p);
+    printf("pipeline bubble (v2107, %s, p=%d, m=%d): %.4f of each stage's step idle with unit forward/backward times in the schedule the stages ran, formula (p-1)/(m+p-1) = %.4f\n",
+           pp->p->pp_1f1b ? "1F1B" : "GPipe", pp->P, pp->K, sched, formula);
+    for (int s = 0; s < pp->P; s++) {
+        const double *m = all + 6 * s;
+        printf("pp stage %d (v2107): sent %.0f B in %d steps, %.0f B/step (point-to-point %.0f B/step: activations, gradients, shared-parameter gradients; the rest the clip norm's all-reduce); stash %.0f B; wall time in schedules %.3f s: %.1f%% computing, %.1f%% blocked in receives\n",
+               s, m[0], steps, m[0] / steps, m[1] / steps, m[5], m[4], m[4] > 0 ? 100 * m[3] / m[4] : 0, m[4] > 0 ? 100 * m[2] / m[4] : 0);
+    }
+    free(all);
 }
