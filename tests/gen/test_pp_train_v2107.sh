@@ -59,6 +59,16 @@ check test_v2107_clipping_active grep -q "(clipped)" "$TMP/fb.log"
 slots() { grep -o "pp stage $2 (v2107).*stash [0-9]* B" "$1" | grep -o "stash [0-9]*" | cut -d' ' -f2; }
 check test_v2107_1f1b_stashes_fewer test "$(( $(slots "$TMP/gp.log" 0) / 4 * 2 ))" = "$(slots "$TMP/fb.log" 0)" -a "$(( $(slots "$TMP/gp.log" 1) / 4 ))" = "$(slots "$TMP/fb.log" 1)"
 
+# pp=4 (np 4, one layer per stage: two middle stages that receive and send both ways), 1F1B: the
+# same losses (same argument), bubble 3/7; a middle stage sends 4 activations forward and 4
+# gradients back (8 x 32768 B, no wte) + the norm's all-reduce 2*3/4 * 8 B = 12 B: 262156 B/step
+expect gen_pp4_1f1b 0 "wrote" -- "${G[@]}" --enable adamw,clip,pp --set v2107.stages=4 -o "$TMP/p4"
+mpirun -np 4 --oversubscribe -x OMP_NUM_THREADS "$TMP/p4/train" "${COMMON[@]}" --metrics "$TMP/p4.jsonl" > "$TMP/p4.log" 2>&1
+grep -E "pipeline bubble|pp stage 1" "$TMP/p4.log"
+check test_v2107_np4_pp4_1f1b_losses_equal_np1 close "$TMP/one.jsonl" "$TMP/p4.jsonl"
+check test_v2107_pp4_bubble_formula grep -q "pipeline bubble (v2107, 1F1B, p=4, m=4): 0.4286 .* = 0.4286" "$TMP/p4.log"
+check test_v2107_pp4_middle_stage_bytes grep -q "pp stage 1 (v2107): sent 2621560 B in 10 steps, 262156 B/step (point-to-point 262144 B/step" "$TMP/p4.log"
+
 # refusals: one line, exit 2, nothing trained
 expect test_v2107_np1_refused 2 "a pipeline of 2 stages \(v2107\), one rank each, and 1 rank was started: start it with mpirun -np 2" -- "$TMP/fb/train" "${COMMON[@]}"
 expect test_v2107_np3_refused 2 "a pipeline of 2 stages \(v2107\), one rank each, and 3 ranks were started: start it with mpirun -np 2 \(pp x dp is not implemented\)" -- mpirun -np 3 --oversubscribe "$TMP/fb/train" "${COMMON[@]}"
