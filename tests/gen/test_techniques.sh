@@ -51,7 +51,7 @@ expect test_planned_custom_kernels_refused 2 "v2119 triton_kernels \(--enable cu
   -- "$GEN" "$T" --enable custom-kernels --target sim --model tiny -o "$TMP/planned"
 check test_planned_refusal_writes_nothing test ! -e "$TMP/planned"
 expect test_planned_one_line_per_spec 2 "v2109 .*planned" -- "$GEN" "$T" --enable recompute,ep,custom-kernels,rmsnorm --target sim --model tiny -o "$TMP/four"
-n=$("$GEN" "$T" --enable pp,ep,custom-kernels --target sim --model tiny -o "$TMP/three" 2>&1 | grep -c "planned: contributes nothing yet")
+n=$("$GEN" "$T" --enable v2114,ep,custom-kernels --target sim --model tiny -o "$TMP/three" 2>&1 | grep -c "planned: contributes nothing yet")
 check test_planned_three_specs_three_lines test "$n" = 3
 expect test_allow_planned_generates_with_a_warning 0 "warning: v2119 triton_kernels .*planned: contributes nothing yet \(--allow-planned\)" \
   -- "$GEN" "$T" --enable custom-kernels --allow-planned --target sim --model tiny -o "$TMP/planned2"
