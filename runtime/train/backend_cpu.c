@@ -59,10 +59,11 @@ static int cpu_reduce_grads(train_backend *b, const train_opts *o, hyp_err *e) {
         s->norm = sqrt(ss);
     } else {
         if (b->lsgd) train_local_sgd_grads(b->lsgd, x); /* v2173: no all-reduce, each rank its own gradient */
-        else if (d->world > 1 && (rc = hyp_coll_allreduce_f32(d->coll, x->grads, (size_t)x->shard * d->world, e))) return rc;
+        else if (d->world > 1 && !b->pp && (rc = hyp_coll_allreduce_f32(d->coll, x->grads, (size_t)x->shard * d->world, e))) return rc;
+        /* v2107 pp x dp: train_pp_reduce sums the stage's own tensors over the dp axis */
         if (b->pp) { /* v2107: each stage's tensors once, summed over the stages */
             double pss = 0;
-            if ((rc = train_pp_reduce(b->pp, x, &pss, e))) return rc;
+            if ((rc = train_pp_reduce(b->pp, x, d->coll, &pss, e))) return rc;
             s->norm = sqrt(pss);
             s->scale = train_clip_scale(o, s->norm);
             return HYP_OK;

@@ -1233,7 +1233,7 @@ static int run(int argc, char **argv, hyp_coll *coll) {
         plan_free(p);
         return HYP_EINPUT;
     }
-    r.d = (dp_t){coll, hyp_coll_rank(coll), hyp_coll_world(coll), p->zero_stage, NULL, NULL, NULL, 0};
+    r.d = (dp_t){coll, hyp_coll_rank(coll), hyp_coll_world(coll), p->zero_stage, NULL, NULL, NULL, 0, NULL};
     if (p->tp) { /* v2106: the dp x tp mesh; r.d becomes the dp axis */
         const char *no = a->sample_mode || a->sample > 0 ? "sampling"
                          : post.objective != POST_NONE ? "a post-training objective" : p->pr_on ? "pruning (v2154)"
@@ -1356,7 +1356,7 @@ static int run(int argc, char **argv, hyp_coll *coll) {
         choose_peak(&r);
         print_banner(&r, &e);
         train_tp_describe(&r.d, p);
-        if (p->pp && !(rc = train_pp_open(p, r.plan_path, r.d.all, &r.x, r.K, &r.be.pp, &e))) train_pp_describe(r.be.pp, p);
+        if (p->pp && !(rc = train_pp_open(p, r.plan_path, r.d.pp, &r.x, r.K, &r.be.pp, &e))) train_pp_describe(r.be.pp, p);
         /* v2148 on rank 0 (it logs): its early-stop decision reaches the others through agree_stop */
         if (p->lp_every > 0 && r.d.rank == 0 && !(r.lp = hyp_losspred_new(r.opt.total_steps)))
             rc = hyp_fail(&e, HYP_EFAIL, "out of memory for the loss history (%d steps)", r.opt.total_steps);

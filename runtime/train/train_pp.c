@@ -119,15 +119,18 @@ static int param_owners(train_pp *pp, hyp_err *e) {
 }
 
 int train_pp_mesh(const plan_t *p, const char *plan_path, dp_t *d, hyp_err *e) {
-    hyp_coll *world = d->coll, *one = NULL;
-    int n = hyp_coll_world(world), r = hyp_coll_rank(world);
-    if (n != p->pp)
-        return hyp_fail(e, HYP_EINPUT, "%s: this trainer is a pipeline of %d stages (v2107), one rank each, and %d rank%s started: start it with mpirun -np %d (pp x dp is not implemented), or regenerate with --set v2107.stages=%d",
-                        plan_path, p->pp, n, n == 1 ? " was" : "s were", p->pp, n);
-    int rc = hyp_coll_split(world, r, 0, &one, e);
+    hyp_coll *world = d->coll, *pp = NULL, *dp = NULL;
+    int n = hyp_coll_world(world);
+    if (n % p->pp)
+        return hyp_fail(e, HYP_EINPUT, "%s: this trainer is a pipeline of %d stages (v2107), one rank each, and %d rank%s started: the world size must be a multiple of %d — start it with mpirun -np %d (or a multiple of %d for pp x dp), or regenerate with another --set v2107.stages",
+                        plan_path, p->pp, n, n == 1 ? " was" : "s were", p->pp, p->pp, p->pp);
+    if (n / p->pp > 1 && !p->data_parallel)
+        return hyp_fail(e, HYP_EINPUT, "%s: %d ranks make %d pipelines of %d stages, a data-parallel axis of %d, but this trainer was generated without data parallelism — regenerate it with --enable dp,pp, or run mpirun -np %d",
+                        plan_path, n, n / p->pp, p->pp, n / p->pp, p->pp);
+    int rc = hyp_coll_mesh_split(world, p->pp, &pp, &dp, e); /* a pipeline's stages: contiguous ranks */
     if (rc) return rc;
-    d->all = world, d->tp_rank = r;
-    d->coll = one, d->rank = 0, d->world = 1;
+    d->all = world, d->pp = pp, d->tp_rank = hyp_coll_rank(pp);
+    d->coll = dp, d->rank = hyp_coll_rank(dp), d->world = hyp_coll_world(dp);
     return HYP_OK;
 }
 
@@ -148,8 +151,8 @@ int train_pp_open(const plan_t *p, const char *plan_path, hyp_coll *world, exec_
         rc = hyp_fail(e, HYP_EINPUT, "%s: pipeline stage %d's boundary has no gradient buffer 'd:...' — regenerate the trainer with gen", plan_path, pp->s);
     if (!rc && !stash_regions(pp)) rc = hyp_fail(e, HYP_EFAIL, "out of memory");
     if (!rc) rc = param_owners(pp, e);
-    int64_t btc = (int64_t)p->B * p->T * p->C;
-    pp->bt = (int64_t)p->B * p->T;
+    pp->bt = (int64_t)x->B * x->T; /* the bound batch (<= the plan's) */
+    int64_t btc = pp->bt * p->C;
     if (!rc) {
         pp->stash = malloc(sizeof(float) * (size_t)(pp->stash_n * pp->slots));
         pp->fsend = g->send >= 0 ? malloc(sizeof(float) * (size_t)(btc * K)) : NULL;
@@ -359,9 +362,12 @@ double train_pp_loss(const train_pp *pp) {
     return l;
 }
 
-int train_pp_reduce(train_pp *pp, exec_t *x, double *sumsq, hyp_err *e) {
+int train_pp_reduce(train_pp *pp, exec_t *x, hyp_coll *dp, double *sumsq, hyp_err *e) {
     const plan_t *p = pp->p;
     int rc = HYP_OK;
+    /* pp x dp: each of the stage's tensors summed over the replicas of this stage */
+    for (int i = 0; i < p->n_params_t && !rc && dp && hyp_coll_world(dp) > 1; i++)
+        if (pp->own[i]) rc = hyp_coll_allreduce_f32(dp, x->grads + p->params[i].offset, (size_t)p->params[i].numel, e);
     /* a parameter two stages use (tied embeddings: the first stage's embedding, the last stage's
      * head): each sends its part of the gradient to the other and both add first-stage + last-stage
      * part, the same sum bit for bit on both */

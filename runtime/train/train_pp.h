@@ -13,8 +13,10 @@
 
 typedef struct train_pp train_pp;
 
-/* The mesh of a pipeline trainer: the world must be p->pp ranks (one pipeline); d keeps the world
- * in d->all, its stage in d->tp_rank (world rank 0 logs) and becomes a one-rank dp axis. */
+/* The mesh of a pipeline trainer: world = dp x pp, a pipeline's stages contiguous ranks (coll.h
+ * hyp_coll_mesh_split); d keeps the world in d->all, the pipeline in d->pp, the stage in
+ * d->tp_rank (world rank 0 logs) and becomes the dp axis. EINPUT when pp does not divide the world
+ * or several pipelines run a trainer without dp. */
 int train_pp_mesh(const plan_t *p, const char *plan_path, dp_t *d, hyp_err *e);
 /* The eval forward of the bound batch through the stages; every stage gets the last's loss. */
 int train_pp_eval(train_pp *pp, exec_t *x, float *loss, hyp_err *e);
@@ -30,9 +32,10 @@ int train_pp_micro_batch(train_pp *pp, exec_t *x, float dloss, int last, hyp_err
  * (micro-batch k's targets here and over all ranks, given before the schedule runs). */
 void train_pp_weight(train_pp *pp, int k, double cnt, double gcnt);
 double train_pp_loss(const train_pp *pp);
-/* After the schedule: the shared parameters' gradients summed between their stages, and the
- * squared gradient norm of the whole model (each tensor counted once, summed over the stages). */
-int train_pp_reduce(train_pp *pp, exec_t *x, double *sumsq, hyp_err *e);
+/* After the schedule: the stage's gradients summed over the dp axis dp (NULL or one rank: none),
+ * the shared parameters' gradients summed between their stages, and the squared gradient norm of
+ * the whole model (each tensor counted once, summed over the stages). */
+int train_pp_reduce(train_pp *pp, exec_t *x, hyp_coll *dp, double *sumsq, hyp_err *e);
 /* The optimizer on this stage's parameters only (the others are never read here). */
 void train_pp_optim(train_pp *pp, exec_t *x, const hyp_optim_i *o, const hyp_optim_step *a);
 void train_pp_describe(const train_pp *pp, const plan_t *p);

@@ -69,9 +69,27 @@ check test_v2107_np4_pp4_1f1b_losses_equal_np1 close "$TMP/one.jsonl" "$TMP/p4.j
 check test_v2107_pp4_bubble_formula grep -q "pipeline bubble (v2107, 1F1B, p=4, m=4): 0.4286 .* = 0.4286" "$TMP/p4.log"
 check test_v2107_pp4_middle_stage_bytes grep -q "pp stage 1 (v2107): sent 2621560 B in 10 steps, 262156 B/step (point-to-point 262144 B/step" "$TMP/p4.log"
 
+# pp2 x dp2 (np 4: pipelines {0,1} and {2,3}, dp axes {0,2} and {1,3}), batch 2 per pipeline
+# against np=1 at batch 4: the dp split of every weight gradient's sum over the batch into two
+# rank sums added by MPI is one more E1 reordering (E7; test_tp_dp_v2106.sh), independent of the
+# wte one: in quadrature <= 2.3e-5, bound 3e-5 (step 1 is no longer bit-identical: the loss is
+# the dp sum of two half-batch means). The dp axis carries each stage's own tensors only: stage 0
+# all-reduces wte + wpe (256*128 each) + 2 layers of 198272 floats = 462080 floats, ring 2(p-1)/p
+# = 1 x 4 B, plus 4 token counts and the loss (f64, 8 B each): 1848360 B per step (rank 0's metrics)
+expect gen_pp2_dp 0 "wrote" -- "${G[@]}" --batch 4 --enable adamw,clip,dp,pp -o "$TMP/pdp"
+expect gen_np1_b4 0 "wrote" -- "${G[@]}" --batch 4 --enable adamw,clip -o "$TMP/one4"
+expect np1_batch4 0 "done: 10 steps" -- "$TMP/one4/train" "${COMMON[@]}" --metrics "$TMP/one4.jsonl"
+mpirun -np 4 --oversubscribe -x OMP_NUM_THREADS "$TMP/pdp/train" "${COMMON[@]}" --batch 2 --metrics "$TMP/pdp.jsonl" > "$TMP/pdp.log" 2>&1
+check test_v2107_pp2_dp2_trains grep -q "batch 2 x seq 32 x accum 4 x ranks 2 = 512 tokens/step" "$TMP/pdp.log"
+paste <(losses "$TMP/one4.jsonl") <(losses "$TMP/pdp.jsonl") | awk '{ d = $1 - $2; if (d < 0) d = -d; printf "    step %2d: np=1 %s  pp2 x dp2 %s  |d|/loss %.1e\n", NR, $1, $2, d / $1 }'
+close3() { paste <(losses "$1") <(losses "$2") | awk 'BEGIN { n = 0 } { n++; d = $1 - $2; if (d < 0) d = -d; if (d > 3e-5 * $1) bad = 1 } END { exit bad || n != 10 }'; }
+check test_v2107_np4_pp2_dp2_losses_equal_np1 close3 "$TMP/one4.jsonl" "$TMP/pdp.jsonl"
+check test_v2107_pp2_dp2_dp_bytes_equal_formula test "$(metric "$TMP/pdp.jsonl" comm_bytes | sort -u)" = 1848360
+
 # refusals: one line, exit 2, nothing trained
-expect test_v2107_np1_refused 2 "a pipeline of 2 stages \(v2107\), one rank each, and 1 rank was started: start it with mpirun -np 2" -- "$TMP/fb/train" "${COMMON[@]}"
-expect test_v2107_np3_refused 2 "a pipeline of 2 stages \(v2107\), one rank each, and 3 ranks were started: start it with mpirun -np 2 \(pp x dp is not implemented\)" -- mpirun -np 3 --oversubscribe "$TMP/fb/train" "${COMMON[@]}"
+expect test_v2107_np1_refused 2 "a pipeline of 2 stages \(v2107\), one rank each, and 1 rank was started: the world size must be a multiple of 2 — start it with mpirun -np 2" -- "$TMP/fb/train" "${COMMON[@]}"
+expect test_v2107_np3_refused 2 "a pipeline of 2 stages \(v2107\), one rank each, and 3 ranks were started: the world size must be a multiple of 2" -- mpirun -np 3 --oversubscribe "$TMP/fb/train" "${COMMON[@]}"
+expect test_v2107_np4_without_dp_refused 2 "4 ranks make 2 pipelines of 2 stages, a data-parallel axis of 2, but this trainer was generated without data parallelism — regenerate it with --enable dp,pp" -- mpirun -np 4 --oversubscribe "$TMP/fb/train" "${COMMON[@]}"
 expect test_v2107_ckpt_refused 2 "checkpoints \(--ckpt-dir, --resume\) with pipeline parallelism \(v2107, 2 stages\) is not implemented — drop it" -- $MPI "$TMP/fb/train" "${COMMON[@]}" --ckpt-dir "$TMP/ckx"
 check test_v2107_refusals_wrote_nothing test ! -e "$TMP/ckx"
 expect test_v2107_layers_not_divisible_refused 2 "n_layers 4 of tiny is not divisible by stages 3 .* — drop pp, or choose another --set v2107.stages" -- "${G[@]}" --enable adamw,clip,pp --set v2107.stages=3 -o "$TMP/bad1"

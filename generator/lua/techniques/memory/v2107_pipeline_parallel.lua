@@ -20,9 +20,6 @@ function M.model(ctx, m)
   if ctx.facts.zero and (ctx.facts.zero.stage or 0) > 0 then
     ctx.refuse("pipeline parallelism with ZeRO/FSDP: sharding a stage's optimizer state over a dp axis is not implemented", "drop zero1/zero2/zero3/fsdp, or drop pp")
   end
-  if ctx.cfg.active.v2110 then
-    ctx.refuse("pipeline parallelism with data parallelism (pp x dp) is not implemented: one pipeline of `stages` ranks only", "drop dp, or drop pp")
-  end
   if ctx.facts.fp8 then ctx.refuse("pipeline parallelism with FP8 GEMMs: the per-tensor amax histories are not exchanged between stages", "drop fp8, or drop pp") end
   if ctx.cfg.active.v2101 then ctx.refuse("pipeline parallelism with full recompute (v2101): a stage's replayed forward is not cut yet", "drop v2101, or drop pp") end
   if ctx.cfg.active.v2175 or ctx.cfg.active.v2181 then
