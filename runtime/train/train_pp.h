@@ -1,11 +1,11 @@
 /* train_pp.h — v2107 pipeline parallelism on the cpu backend: this rank is one stage of a
- * pipeline of p->pp ranks (world rank = stage); it runs only its stage's op ranges of the plan
+ * pipeline of p->pp ranks (its stage: the rank in its pipeline, train.h dp_t.tp_rank); it runs only its stage's op ranges of the plan
  * (core/plan_pp.c) for the step's K micro-batches in the GPipe or 1F1B order, receiving the
  * boundary activation from the previous stage and its gradient from the next (coll.h
  * point-to-point, counted in bytes), keeps each in-flight micro-batch's activations in a stash
  * slot, sums a parameter two stages share (tied embeddings) between them, and reports the bubble.
  * Never: the optimizer rule, data loading or printing progress (the trainer's); composing with
- * dp, tp or ZeRO (refused at gen time). */
+ * tp or ZeRO (refused at gen time). */
 #ifndef HYP_TRAIN_PP_H
 #define HYP_TRAIN_PP_H
 

@@ -4,7 +4,8 @@
 # steps with clipping active, same global batch (micro-batches = grad-accum 4), in both schedules
 # (GPipe and 1F1B). The bubble the stages' schedule leaves is (p-1)/(m+p-1); the bytes each stage
 # sends per step (counted by the collective layer) equal the formula; 1F1B keeps fewer micro-batches'
-# activations than GPipe. Combinations it cannot run are refused: exit 2, one line.
+# activations than GPipe. pp=4 (np 4, 1F1B) and pp2 x dp2 (np 4) equal np=1 too, the dp axis
+# carrying each stage's own tensors. Combinations it cannot run are refused: exit 2, one line.
 #
 # Tolerance (docs/test-tolerances.md): each stage runs the np=1 plan's own ops in the np=1 order on
 # each micro-batch, with its activations restored bit for bit from the stash, and accumulates every
