@@ -522,6 +522,9 @@ function P.build(tree, cfg, contrib, opts)
   MOE.check(cfg, m, decide) -- a mixture of experts: what the runtime's MoE op cannot run is refused
   local d = F.dims(m)
   local maxB, maxT = planned_shape(m, opts, facts, decide)
+  if facts.seq_split then -- a module that splits the sequence over ranks: the plan is one rank's share
+    maxT = facts.seq_split.local_T(maxT)
+  end
   local attention = facts.attention and facts.attention.kind or "naive"
 
   local ps, names, layer = tensor_params(m, d)

@@ -337,6 +337,26 @@ int hyp_coll_allgather_bytes(hyp_coll *c, const void *send, void *recv, size_t b
     return HYP_OK;
 }
 
+int hyp_coll_ring_shift_f32(hyp_coll *c, const float *send, float *recv, size_t n, hyp_err *e) {
+#ifdef HYP_HAVE_MPI
+    if (c->mpi && c->world > 1) {
+        int next = (c->rank + 1) % c->world, prev = (c->rank - 1 + c->world) % c->world;
+        for (size_t off = 0; off < n; off += CHUNK) {
+            size_t k = n - off < CHUNK ? n - off : CHUNK;
+            int rc = MPI_Sendrecv(send + off, (int)k, MPI_FLOAT, next, 0x2116, recv + off, (int)k, MPI_FLOAT, prev,
+                                  0x2116, c->comm, MPI_STATUS_IGNORE);
+            if (rc != MPI_SUCCESS) return mpi_fail(e, "ring send-receive", rc);
+        }
+        c->bytes += (uint64_t)n * sizeof(float), c->steps++, c->calls++;
+        return HYP_OK;
+    }
+#else
+    (void)e;
+#endif
+    if (n) memcpy(recv, send, n * sizeof(float));
+    return HYP_OK;
+}
+
 int hyp_coll_broadcast(hyp_coll *c, void *buf, size_t bytes, int root, hyp_err *e) {
 #ifdef HYP_HAVE_MPI
     if (c->mpi) {

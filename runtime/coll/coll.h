@@ -66,6 +66,10 @@ int hyp_coll_reduce_f32(hyp_coll *c, float *buf, size_t n, int root, hyp_err *e)
 int hyp_coll_allgather_bytes(hyp_coll *c, const void *send, void *recv, size_t bytes, hyp_err *e);
 int hyp_coll_broadcast(hyp_coll *c, void *buf, size_t bytes, int root, hyp_err *e);
 int hyp_coll_barrier(hyp_coll *c, hyp_err *e);
+/* v2116 ring shift: send n floats to rank (rank + 1) % world and receive n floats from rank
+ * (rank - 1 + world) % world into recv (send and recv must not overlap); one MPI_Sendrecv.
+ * Counts n*4 bytes sent, one round and one call; one rank: recv = send, nothing counted. */
+int hyp_coll_ring_shift_f32(hyp_coll *c, const float *send, float *recv, size_t n, hyp_err *e);
 /* 1 when every rank passes ok != 0 (collective "did everyone succeed?") */
 int hyp_coll_all_ok(hyp_coll *c, int ok);
 

@@ -196,6 +196,10 @@ static const hyp_op_desc OPS[] = {
     {"rope_bwd", "dout:f32|bf16 positions:i32? -> dqkv:f32|bf16", "B T NH NKV hd theta", need_rope, 0, HYP_OPDEV_KERNELS},
     {"attention_fwd", "qkv:f32|bf16 positions:i32? -> out:f32|bf16 att:f32|bf16", "B T NH NKV hd scale? mask? window? prefix? score_mod? softcap?", need_attention_fwd, 0, HYP_OPDEV_KERNELS},
     {"attention_bwd", "dout:f32|bf16 qkv:f32|bf16 att:f32|bf16 positions:i32? -> dqkv:f32|bf16 datt:f32|bf16", "B T NH NKV hd scale? mask? window? prefix? score_mod? softcap?", need_attention_bwd, 0, HYP_OPDEV_KERNELS},
+    /* v2108 ring attention (cpu/ops_ring.c): flash attention's arguments over the rank's T/cp
+     * tokens; the cp degree and layout are the plan's train.cp */
+    {"ring_attention_fwd", "qkv positions:i32? -> out lse", "B T NH NKV hd scale? mask? window? prefix? score_mod? softcap?", need_flash_fwd, 0, HYP_OPDEV_KERNELS},
+    {"ring_attention_bwd", "dout qkv out lse positions:i32? -> dqkv scratch", "B T NH NKV hd scale? mask? window? prefix? score_mod? softcap?", need_flash_bwd, 0, HYP_OPDEV_KERNELS},
     {"flash_attention_fwd", "qkv:f32|bf16 positions:i32? -> out:f32|bf16 lse", "B T NH NKV hd scale? mask? window? prefix? score_mod? softcap?", need_flash_fwd, 0, HYP_OPDEV_KERNELS},
     {"flash_attention_bwd", "dout:f32|bf16 qkv:f32|bf16 out:f32|bf16 lse positions:i32? -> dqkv:f32|bf16 scratch", "B T NH NKV hd scale? mask? window? prefix? score_mod? softcap?", need_flash_bwd, 0, HYP_OPDEV_KERNELS},
     {"gelu_fwd", "x:f32|bf16 -> out:f32|bf16", "n C", need_rows, 0, HYP_OPDEV_KERNELS},

@@ -732,6 +732,16 @@ static int load_train(ld *c, const cJSON *root) {
         GI(t, "tp", 2, 64, p->tp);
     if (cJSON_GetObjectItemCaseSensitive(t, "pp")) /* optional (v2107; absent: 0 = no pipeline) */
         GI(t, "pp", 2, PLAN_PP_MAX_STAGES, p->pp);
+    if (cJSON_GetObjectItemCaseSensitive(t, "cp")) { /* optional (v2108; absent: 0 = no context parallelism) */
+        char lay[16];
+        GI(t, "cp", 2, 1024, p->cp);
+        if ((rc = get_str(c, t, "cp_layout", lay, sizeof lay))) return rc;
+        if (strcmp(lay, "contiguous") && strcmp(lay, "zigzag")) {
+            char f[700];
+            return bad(c, "field '%s' = \"%s\" is neither contiguous nor zigzag", field(c, "cp_layout", f, sizeof f), lay);
+        }
+        p->cp_layout = !strcmp(lay, "zigzag");
+    }
     if (cJSON_GetObjectItemCaseSensitive(t, "tf32")) /* optional (v2100 fp32_matmul tf32; absent: 0 = IEEE) */
         GI(t, "tf32", 0, 1, p->tf32);
     if (cJSON_GetObjectItemCaseSensitive(t, "cuda_graphs")) /* optional (v2165; absent: 0 = eager) */

@@ -167,6 +167,9 @@ typedef struct {
     int pp;                 /* train.pp (v2107): pipeline stages; 0 = none (then pp_stage is unused) */
     int pp_1f1b;            /* pp.schedule: 1 = 1F1B (PipeDream-Flush), 0 = GPipe */
     plan_pp_stage pp_stage[PLAN_PP_MAX_STAGES]; /* pp.stage[s] (core/plan_pp.c) */
+    int cp, cp_layout;      /* train.cp, train.cp_layout (v2108): the plan is one rank's of a
+                               context-parallel group of cp ranks splitting every sequence (T is
+                               the rank's share); layout 0 contiguous, 1 zigzag; 0 = none */
     int cuda_graphs;        /* v2165 train.cuda_graphs: device targets capture the step's regions as
                                graphs and replay them (0/1; absent: 0) */
     int ckpt_elastic;       /* checkpoint.elastic: resume at another world size (0/1) */

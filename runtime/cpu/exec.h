@@ -97,6 +97,11 @@ typedef struct exec_t {
     hyp_coll *tp;
     int tp_rc;
     hyp_err tp_err;
+    /* v2108 context parallelism: the cp group the ring_attention ops pass K/V blocks around (set
+     * by the trainer; NULL: the plan has none), and the first failure of the ring */
+    hyp_coll *cp;
+    int cp_rc;
+    hyp_err cp_err;
 } exec_t;
 
 int exec_init(exec_t *x, const plan_t *p, hyp_err *e);

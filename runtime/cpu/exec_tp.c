@@ -26,6 +26,10 @@ void exec_allreduce_tp(exec_t *x, float *buf, const float *bias, long n, int C) 
 }
 
 int exec_tp_status(const exec_t *x, hyp_err *e) {
+    if (x->cp_rc) { /* v2108: a ring_attention op failed (same slot of the step's checks) */
+        *e = x->cp_err;
+        return x->cp_rc;
+    }
     if (!x->tp_rc) return HYP_OK;
     *e = x->tp_err;
     return x->tp_rc;

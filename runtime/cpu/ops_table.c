@@ -11,6 +11,7 @@
 #include "ops_cpu.h"
 #include "attn_mod.h"
 #include "ops_flash.h"
+#include "ops_ring.h"
 #include "moe_layout.h"
 #include "moe_stats.h"
 #include "ops_moe.h"
@@ -162,6 +163,20 @@ ADAPTER(cpu_int8_matmul_dgrad) {
     UNUSED_ARGS;
     op_int8_matmul_dgrad(O[0], I[0], I[1], d->N, (int)o->IC, (int)o->OC, o->rowwise == 1);
 }
+/* v2108: the ring over x->cp; T of the full sequence = the rank's T x cp. A failure is kept for
+ * exec_tp_status (the step's collective check); later calls do nothing. */
+ADAPTER(cpu_ring_attention_fwd) {
+    UNUSED_ARGS;
+    if (x->cp_rc) return;
+    if (!x->cp) x->cp_rc = hyp_fail(&x->cp_err, HYP_EINPUT, "a context-parallel plan (v2108, cp=%d) run without its cp group — start it under mpirun with a multiple of %d ranks", x->p->cp, x->p->cp);
+    else x->cp_rc = op_ring_attention_fwd(x->cp, x->p->cp_layout, O[0], O[1], I[0], d->B, d->T * x->p->cp, (int)o->NH, (int)o->NKV, (int)o->hd, NULL, &x->cp_err);
+}
+ADAPTER(cpu_ring_attention_bwd) {
+    UNUSED_ARGS;
+    if (x->cp_rc) return;
+    if (!x->cp) x->cp_rc = hyp_fail(&x->cp_err, HYP_EINPUT, "a context-parallel plan (v2108, cp=%d) run without its cp group — start it under mpirun with a multiple of %d ranks", x->p->cp, x->p->cp);
+    else x->cp_rc = op_ring_attention_bwd(x->cp, x->p->cp_layout, O[0], I[0], I[1], I[2], I[3], d->B, d->T * x->p->cp, (int)o->NH, (int)o->NKV, (int)o->hd, &x->cp_err);
+}
 ADAPTER(cpu_allreduce_tp) {
     UNUSED_ARGS;
     exec_allreduce_tp(x, O[0], I[1], d->n, (int)o->C);
@@ -234,6 +249,8 @@ static const struct {
     {"moe_fwd", cpu_moe_fwd},
     {"moe_bwd", cpu_moe_bwd},
     {"allreduce_tp", cpu_allreduce_tp},
+    {"ring_attention_fwd", cpu_ring_attention_fwd},
+    {"ring_attention_bwd", cpu_ring_attention_bwd},
 };
 
 exec_op_fn exec_cpu_op(const char *name) {

@@ -4,6 +4,7 @@
 #include "backend.h"
 #include "gnb.h"
 #include "local_sgd.h"
+#include "train_cp.h"
 #include "objective.h"
 #include "prof.h"
 #include "prune.h"
@@ -131,7 +132,7 @@ int train_eval(train_backend *b, hyp_loader *val, int batches, float *loss, hyp_
     if (!rc && b->i->eval_point) rc = b->i->eval_point(b, 1, e);
     for (int i = 0; i < batches && !rc; i++) {
         float l = 0;
-        if (!(rc = hyp_loader_next_pos(val, x->tokens, x->targets, x->positions, e))) rc = b->i->eval_batch(b, &l, e);
+        if (!(rc = train_cp_next(val, x, e))) rc = b->i->eval_batch(b, &l, e); /* v2108: the rank's chunks */
         s += l;
     }
     int rc2 = train_eval_point_dp(x, b->dp.opt, b->dp.coll, 0, e);

@@ -12,6 +12,7 @@
 #include "prof.h"
 #include "train_pp.h"
 #include "train_stream.h"
+#include "train_cp.h"
 
 typedef struct {
     hyp_loader *train, *val; /* the caller's (it closes them) */
@@ -33,10 +34,11 @@ static int tok_micro_batch(train_objective *o, train_backend *b, int k, int K, i
     exec_t *x = b->x;
     if (k == 0) t->B0 = x->B, t->T0 = x->T;
     double t0 = now_s(), pt = hyp_prof_t(); /* v2184 phase spans: no-ops outside the profiled window */
-    int rc = hyp_loader_next_pos(t->train, x->tokens, x->targets, x->positions, e);
+    int rc = train_cp_next(t->train, x, e); /* v2108: a cp rank's chunks of the rows */
     if (rc) return rc;
     hyp_batch_info bi;
     hyp_loader_last_batch(t->train, &bi);
+    if (x->cp) bi.T /= x->p->cp;
     if ((bi.B != x->B || bi.T != x->T) && (rc = exec_reshape(x, bi.B, bi.T, e))) return rc;
     tm->slots += (double)bi.B * bi.T, tm->rows += bi.B, tm->pad += (double)bi.pad;
     double cnt = (double)exec_count_targets(x), gcnt = cnt, t1 = now_s();

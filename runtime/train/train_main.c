@@ -73,6 +73,7 @@
 #include "train_moe.h"
 #include "train_pp.h"
 #include "train_tp.h"
+#include "train_cp.h"
 
 typedef struct {
     const char *data, *ckpt_dir, *metrics, *plan, *prompt, *init_from, *tensorboard;
@@ -427,6 +428,7 @@ typedef struct {
     plan_t plan;
     char plan_path[PATH_MAX];
     dp_t d;
+    hyp_coll *cp; /* v2108: the rank's context-parallel group (NULL without cp) */
     exec_t x;                   /* the host executor (the cpu backend's, or a device run's mirror) */
     train_backend be;
     train_opts opt;
@@ -551,8 +553,10 @@ static int rows_layout(const run_t *r, hyp_loader *L, int train, hyp_err *e) {
 static int open_loaders(run_t *r, hyp_err *e) {
     const args_t *a = &r->a;
     int rc;
+    int lr, lw, lT; /* v2108: the dp axis reads whole rows of cp x T tokens */
+    train_cp_loader_shape(&r->plan, &r->d, r->T, &lr, &lw, &lT);
     if (a->stream) rc = train_stream_open(&r->plan, &r->d, a->stream, a->doc_sep, a->tokenizer, r->B, r->T, r->seed, &r->train, e);
-    else rc = hyp_loader_open_rc(a->data, "train", r->B, r->T, r->seed, r->d.rank, r->d.world, &r->train, e);
+    else rc = hyp_loader_open_rc(a->data, "train", r->B, lT, r->seed, lr, lw, &r->train, e);
     if (!rc && a->stream && r->plan.token_budget > 0)
         rc = hyp_fail(e, HYP_EINPUT, "--stream: dynamic batching (v2127) groups documents by length over the whole split — train from gen data shards (--data), or regenerate without dynamic-batching");
     if (!rc && a->stream && r->plan.pack_max_docs > 0)
@@ -568,7 +572,7 @@ static int open_loaders(run_t *r, hyp_err *e) {
         printf("note: --stream has no validation split; validation is off\n");
     else if (r->eval_every > 0 && r->eval_batches > 0) {
         hyp_err ve;
-        if (hyp_loader_open_rc(a->data, "val", r->B, r->T, r->seed, r->d.rank, r->d.world, &r->val, &ve) == HYP_OK &&
+        if (hyp_loader_open_rc(a->data, "val", r->B, lT, r->seed, lr, lw, &r->val, &ve) == HYP_OK &&
             (rc = rows_layout(r, r->val, 0, &ve)) != HYP_OK) { /* too few documents for one packed row per rank */
             hyp_loader_close(r->val);
             r->val = NULL;
@@ -1246,7 +1250,7 @@ static int run(int argc, char **argv, hyp_coll *coll) {
             return rc;
         }
     }
-    if (p->pp) { /* v2107: one pipeline, a stage per rank; r.d becomes a one-rank dp axis */
+    if (p->pp) { /* v2107: dp x pp, a stage per rank; r.d becomes the dp axis */
         const char *no = a->sample_mode || a->sample > 0 ? "sampling"
                          : post.objective != POST_NONE ? "a post-training objective" : p->pr_on ? "pruning (v2154)"
                          : p->param_bf16 ? "bf16 parameters (v2161)" : p->zero_stage ? "ZeRO"
@@ -1256,6 +1260,16 @@ static int run(int argc, char **argv, hyp_coll *coll) {
         if (rc) {
             if (hyp_coll_rank(coll) == 0) fprintf(stderr, "train: %s\n", e.msg);
             train_tp_close(&r.d);
+            plan_free(p);
+            return rc;
+        }
+    }
+    if (p->cp) { /* v2108: the cp groups; the world stays the data-parallel communicator */
+        const char *no = a->sample_mode || a->sample > 0 ? "sampling"
+                         : post.objective != POST_NONE ? "a post-training objective" : p->pr_on ? "pruning (v2154)"
+                         : a->resume ? "--resume" : a->stream ? "--stream" : a->seq ? "--seq" : NULL;
+        if ((rc = train_cp_open(p, r.plan_path, coll, no, &r.cp, &e))) {
+            if (hyp_coll_rank(coll) == 0) fprintf(stderr, "train: %s\n", e.msg);
             plan_free(p);
             return rc;
         }
@@ -1320,6 +1334,7 @@ static int run(int argc, char **argv, hyp_coll *coll) {
         !(rc = mirror ? exec_init_mirror(&r.x, p, r.d.coll, r.d.stage, &e) : exec_init_dp(&r.x, p, r.d.coll, r.d.stage, &e)) &&
         !(rc = exec_bind(&r.x, r.B, r.T, &e))) {
         r.x.tp = r.d.tp; /* v2106: the group its allreduce_tp ops sum over */
+        r.x.cp = r.cp;   /* v2108: the group its ring_attention ops pass K/V around */
         if (p->tp) exec_init_params_tp(&r.x, r.seed, r.d.tp_rank); /* the np=1 weights, sliced */
         else exec_init_params(&r.x, r.seed); /* same seed on every rank: identical replicas */
         hyp_rng_seed2(&r.rng, r.seed, 1);
@@ -1357,6 +1372,7 @@ static int run(int argc, char **argv, hyp_coll *coll) {
         print_banner(&r, &e);
         train_tp_describe(&r.d, p);
         if (p->pp && !(rc = train_pp_open(p, r.plan_path, r.d.pp, &r.x, r.K, &r.be.pp, &e))) train_pp_describe(r.be.pp, p);
+        train_cp_describe(p, r.cp, r.d.world / (p->cp ? p->cp : 1));
         /* v2148 on rank 0 (it logs): its early-stop decision reaches the others through agree_stop */
         if (p->lp_every > 0 && r.d.rank == 0 && !(r.lp = hyp_losspred_new(r.opt.total_steps)))
             rc = hyp_fail(&e, HYP_EFAIL, "out of memory for the loss history (%d steps)", r.opt.total_steps);
@@ -1395,6 +1411,7 @@ static int run(int argc, char **argv, hyp_coll *coll) {
         if (!rc) rc = train_loop(&r, &e);
         if (!rc) train_tp_report(&r.d, r.opt.total_steps - r.start_step);
         if (!rc && r.be.pp) train_pp_report(r.be.pp, r.opt.total_steps - r.start_step);
+        if (!rc) train_cp_report(r.cp, r.opt.total_steps - r.start_step);
         if (!rc) rc = train_prof_finish(&r.prof, &r.be, &e);
         if (!rc && !r.stopped) rc = sample_after(&r, &e);
         if (!rc && r.stopped) rc = r.stop_saved ? HYP_EXIT_STOPPED_SAVED : HYP_EXIT_STOPPED_UNSAVED;
@@ -1415,6 +1432,7 @@ static int run(int argc, char **argv, hyp_coll *coll) {
     train_backend_close(&r.be);
     exec_free(&r.x);
     train_tp_close(&r.d);
+    if (r.cp) hyp_coll_finalize(r.cp);
     plan_free(p);
     return rc;
 }

@@ -53,7 +53,9 @@ for p in quick-wins memory data stack-003 fp16-amp; do
 done
 # advanced holds v2139 Shampoo, cpu only until it has a device kernel; the rest of it resolves on sm_90
 expect "preset advanced refused on sm_90 for Shampoo (no device kernel)" 2 'v2139 shampoo: Shampoo has no device kernel' -- "$GEN" audit "$TREE" --enable advanced --target sm_90 --model tiny
-expect "preset advanced without Shampoo resolves on sm_90" 0 'Specs: [0-9]+ active' -- "$GEN" audit "$TREE" --enable fp8,curriculum,custom-kernels,ring-attention --target sm_90 --model tiny
+expect "preset advanced without Shampoo and ring attention resolves on sm_90" 0 'Specs: [0-9]+ active' -- "$GEN" audit "$TREE" --enable fp8,curriculum,custom-kernels --target sm_90 --model tiny
+# ring attention brings in v2108, whose module refuses every target but cpu
+expect "preset advanced's ring attention refused (v2108 has no trainer yet)" 2 'v2108 sequence_parallel: context parallelism' -- "$GEN" audit "$TREE" --enable fp8,curriculum,custom-kernels,ring-attention --target sm_90 --model tiny
 expect "preset advanced needs sm_89+ for fp8" 2 'v2160' -- "$GEN" audit "$TREE" --enable advanced --target sm_80 --model tiny
 expect "flash is FA2 on sm_90 (what runs)" 0 'v2113 flash_attention_2\*\* \(partial\) — --enable flash' -- "$GEN" audit "$TREE" --enable flash --target sm_90 --model tiny
 expect "flash is FA2 on sm_80" 0 'v2113 flash_attention_2\*\* \(partial\) — --enable flash' -- "$GEN" audit "$TREE" --enable flash --target sm_80 --model tiny

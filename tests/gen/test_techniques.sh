@@ -57,7 +57,7 @@ expect test_allow_planned_generates_with_a_warning 0 "warning: v2119 triton_kern
   -- "$GEN" "$T" --enable custom-kernels --allow-planned --target sim --model tiny -o "$TMP/planned2"
 expect test_allow_planned_recorded_in_the_audit 0 "v2119 → planned: enabled with --allow-planned" -- "$GEN" audit "$TMP/planned2"
 expect test_preset_with_planned_specs_refused 2 "v2116 ring_attention \(preset advanced" -- "$GEN" "$T" --enable advanced --target sim --model tiny -o "$TMP/mem"
-expect test_list_says_which_preset_parts_are_planned 0 "advanced .*\[planned: v2108, v2116, v2119 — needs --allow-planned\]" -- "$GEN" list "$T"
+expect test_list_says_which_preset_parts_are_planned 0 "advanced .*\[planned: v2116 — needs --allow-planned\]" -- "$GEN" list "$T"
 expect test_partial_spec_warns_what_is_missing 0 "warning: v2104 zero_optimizer is partial: stage 2 reduces each layer group" \
   -- "$GEN" "$T" --enable zero2 --model tiny -o "$TMP/z2"
 expect test_advisory_spec_warns 0 "warning: v2164 compile_optimization .*advisory: documentation and estimates only" \

@@ -17,6 +17,7 @@ function M.model(ctx, m)
     ctx.refuse("pipeline parallelism runs on the cpu backend only (no sim/cuda stage driver, no NCCL send/recv yet)", "use --target cpu, or drop pp")
   end
   if ctx.cfg.active.v2106 then ctx.refuse("pipeline parallelism with tensor parallelism (pp x tp) is not implemented", "drop tp, or drop pp") end
+  if ctx.cfg.active.v2108 then ctx.refuse("pipeline parallelism with context parallelism (pp x cp) is not implemented", "drop sp/cp, or drop pp") end
   if ctx.facts.zero and (ctx.facts.zero.stage or 0) > 0 then
     ctx.refuse("pipeline parallelism with ZeRO/FSDP: sharding a stage's optimizer state over a dp axis is not implemented", "drop zero1/zero2/zero3/fsdp, or drop pp")
   end
