@@ -14,6 +14,7 @@ void gen_register_extra(lua_State *L, int idx); /* ext_lua.c: data prep, NVRTC, 
 void gen_register_post(lua_State *L, int idx);  /* post_lua.c: chat / preference data (gen data --chat, --pref) */
 void gen_register_tokenizer(lua_State *L, int idx); /* tok_lua.c: gen tokenizer (v2125) */
 void gen_register_grow(lua_State *L, int idx);    /* grow_lua.c: gen grow (v2151, v2153) */
+void gen_register_progressive(lua_State *L, int idx); /* progressive_lua.c: gen progressive (v2150) */
 void gen_register_lottery(lua_State *L, int idx); /* lottery_lua.c: gen lottery (v2155) */
 void gen_register_fit(lua_State *L, int idx);   /* fit_lua.c: gen scaling fit (v2146/v2147) */
 #endif

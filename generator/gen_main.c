@@ -46,6 +46,7 @@ int main(int argc, char **argv) {
     gen_register_fit(L, -1);
     gen_register_lottery(L, -1);
     gen_register_grow(L, -1);
+    gen_register_progressive(L, -1);
     lua_pushstring(L, home);
     lua_setfield(L, -2, "home");
     lua_pushstring(L, HYP_VERSION);

@@ -41,6 +41,9 @@ usage:
   gen grow SRC --to OUT -o DIR [--depth identity|stack] [--seed S] [--noise R]
                                           a deeper/wider model's starting weights from a trained
                                           smaller one (function-preserving; then train --init-from)
+  gen progressive TREE --stages MODEL:STEPS,... -o DIR [GEN_OPTIONS] -- TRAIN_ARGS
+                                          progressive training (v2150): stages whose model grows
+                                          (gen grow) inside one run (gen progressive --help)
   gen sweep SWEEP.yaml -o DIR [--parallel N] [--resume]
                                           hyperparameter search (grid, random, successive halving)
                                           over gen + train processes (gen sweep --help)
@@ -526,6 +529,11 @@ function commands.grow(args)
   return require("grow").main(args, parse)
 end
 
+-- gen progressive TREE --stages M:N,... -o DIR -- TRAIN_ARGS: a run whose model grows between stages (v2150)
+function commands.progressive(args)
+  return require("progressive").main(args, parse, commands.generate)
+end
+
 -- gen sweep SWEEP.yaml -o DIR: hyperparameter search over trainer processes (v2188)
 function commands.sweep(args)
   return require("sweep").main(args, parse, commands.generate)
@@ -582,7 +590,7 @@ local function main(args)
   if cmd:sub(1, 1) == "-" or not (cmd:match("%.ya?ml$") or hyp.stat(cmd)) then
     local names = U.sorted_keys(commands)
     U.fail("<command line>", "unknown command '" .. cmd .. "'" .. U.did_you_mean(cmd, names),
-      "use one of list, explain, audit, data, tokenizer, export, consolidate, size, perf, scaling, lottery, grow, sweep, render, or give the tree file first")
+      "use one of list, explain, audit, data, tokenizer, export, consolidate, size, perf, scaling, lottery, grow, progressive, sweep, render, or give the tree file first")
   end
   if asks_help(rest) then io.write(command_usage("generate")); return 0 end
   return commands.generate(args)

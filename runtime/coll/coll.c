@@ -432,6 +432,32 @@ int hyp_coll_mesh_split(hyp_coll *c, int tp, hyp_coll **tp_out, hyp_coll **dp_ou
 
 uint64_t hyp_coll_bytes_sent(const hyp_coll *c) { return c->bytes; }
 
+int hyp_coll_alltoallv(hyp_coll *c, const void *send, const size_t *scount, const size_t *sdispl, void *recv,
+                       const size_t *rcount, const size_t *rdispl, hyp_err *e) {
+    uint64_t out = 0;
+    for (int q = 0; q < c->world; q++) {
+        if (scount[q] > (size_t)1 << 30 || rcount[q] > (size_t)1 << 30 || sdispl[q] > (size_t)1 << 30 || rdispl[q] > (size_t)1 << 30)
+            return hyp_fail(e, HYP_EFAIL, "all-to-all block too large");
+        if (q != c->rank) out += scount[q];
+    }
+    if (c->world > 1) c->bytes += out, c->steps++, c->calls++;
+#ifdef HYP_HAVE_MPI
+    if (c->mpi) {
+        int *v = malloc(sizeof(int) * 4 * (size_t)c->world);
+        if (!v) return hyp_fail(e, HYP_EFAIL, "out of memory");
+        for (int q = 0; q < c->world; q++)
+            v[q] = (int)scount[q], v[c->world + q] = (int)sdispl[q], v[2 * c->world + q] = (int)rcount[q], v[3 * c->world + q] = (int)rdispl[q];
+        int rc = MPI_Alltoallv(send, v, v + c->world, MPI_BYTE, recv, v + 2 * c->world, v + 3 * c->world, MPI_BYTE, c->comm);
+        free(v);
+        if (rc != MPI_SUCCESS) return mpi_fail(e, "all-to-all", rc);
+        return HYP_OK;
+    }
+#endif
+    if (scount[c->rank] != rcount[c->rank]) return hyp_fail(e, HYP_EFAIL, "all-to-all: own block of %zu bytes sent, %zu expected", scount[c->rank], rcount[c->rank]);
+    if (scount[c->rank]) memcpy((char *)recv + rdispl[c->rank], (const char *)send + sdispl[c->rank], scount[c->rank]);
+    return HYP_OK;
+}
+
 uint64_t hyp_coll_steps(const hyp_coll *c) { return c->steps; }
 
 static const char *const algo_names[] = {"auto", "ring", "tree", "halving_doubling", "hierarchical"};

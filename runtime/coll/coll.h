@@ -84,6 +84,12 @@ int hyp_coll_all_ok(hyp_coll *c, int ok);
 int hyp_coll_split(hyp_coll *c, int color, int key, hyp_coll **out, hyp_err *e);
 int hyp_coll_mesh_split(hyp_coll *c, int tp, hyp_coll **tp_out, hyp_coll **dp_out, hyp_err *e);
 uint64_t hyp_coll_bytes_sent(const hyp_coll *c);
+/* v2109 all-to-all with per-rank sizes (MPI_Alltoallv of bytes): rank q receives send[sdispl[q],
+ * + scount[q]) into its recv[rdispl[me], + rcount[me]); every size in bytes, each < 2^31. The
+ * bytes this rank sends to the others (its own block is a local copy) are counted in
+ * hyp_coll_bytes_sent as they are, one round and one call. One rank: the own block is copied. */
+int hyp_coll_alltoallv(hyp_coll *c, const void *send, const size_t *scount, const size_t *sdispl, void *recv,
+                       const size_t *rcount, const size_t *rdispl, hyp_err *e);
 /* The collectives hyp_coll_bytes_sent counted on that communicator (each one a round of
  * communication, whatever its size). */
 uint64_t hyp_coll_calls(const hyp_coll *c);

@@ -742,6 +742,8 @@ static int load_train(ld *c, const cJSON *root) {
         }
         p->cp_layout = !strcmp(lay, "zigzag");
     }
+    if (cJSON_GetObjectItemCaseSensitive(t, "ep")) /* optional (v2109; absent: 0 = no expert parallelism) */
+        GI(t, "ep", 2, 256, p->ep);
     if (cJSON_GetObjectItemCaseSensitive(t, "tf32")) /* optional (v2100 fp32_matmul tf32; absent: 0 = IEEE) */
         GI(t, "tf32", 0, 1, p->tf32);
     if (cJSON_GetObjectItemCaseSensitive(t, "cuda_graphs")) /* optional (v2165; absent: 0 = eager) */
@@ -916,6 +918,28 @@ static int load_local_sgd(ld *c, const cJSON *root) {
         p->lsgd_nesterov = !strcmp(outer, "nesterov");
         GN(ls, "outer_lr", 0, 10, p->lsgd_outer_lr);
         GN(ls, "outer_momentum", 0, 1, p->lsgd_outer_momentum);
+    }
+    enter(c, "%s", "");
+    enter(c, "%s", "");
+    return rc;
+}
+
+/* optional: v2172 gradient compression (absent: the gradients are all-reduced whole) */
+static int load_grad_compress(ld *c, const cJSON *root) {
+    plan_t *p = c->p;
+    int rc = 0;
+    const cJSON *g = cJSON_GetObjectItemCaseSensitive(root, "grad_compress");
+    enter(c, "grad_compress");
+    if (g && !cJSON_IsObject(g)) return bad(c, "field 'grad_compress' is not an object");
+    if (g) {
+        char method[16];
+        if ((rc = get_str(c, g, "method", method, sizeof method))) return rc;
+        if (strcmp(method, "topk") && strcmp(method, "randk") && strcmp(method, "powersgd"))
+            return bad(c, "field 'grad_compress.method' = \"%s\" is none of topk, randk, powersgd", method);
+        p->gc_on = 1, p->gc_randk = !strcmp(method, "randk"), p->gc_power = !strcmp(method, "powersgd");
+        GI(g, "rank", 1, 1024, p->gc_rank);
+        GN(g, "ratio", 1e-6, 1, p->gc_ratio);
+        GI(g, "error_feedback", 0, 1, p->gc_error_feedback);
     }
     enter(c, "%s", "");
     enter(c, "%s", "");
@@ -1254,7 +1278,7 @@ static const struct {
 } SECTIONS[] = {
     {"model", load_model},           {"train", load_train},         {"sizes", load_sizes},
     {"hardware", load_hardware},     {"checkpoint", load_checkpoint}, {"guard", load_guard},
-    {"loss_scale", load_loss_scale}, {"local_sgd", load_local_sgd}, {"param_storage", load_param_storage}, {"grad_accum", load_grad_accum},
+    {"loss_scale", load_loss_scale}, {"local_sgd", load_local_sgd}, {"grad_compress", load_grad_compress}, {"param_storage", load_param_storage}, {"grad_accum", load_grad_accum},
     {"preempt", load_preempt},       {"tensorboard", load_tensorboard}, {"loss_prediction", load_loss_prediction}, {"pruning", load_pruning}, {"profile", load_profiles},
     {"fp8", load_fp8},               {"params", load_params},       {"tp", load_tp},       {"optimizer", load_optimizer},
     {"buffers", load_buffers},       {"forward", load_forward},     {"backward", load_backward},

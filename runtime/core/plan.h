@@ -170,6 +170,8 @@ typedef struct {
     int cp, cp_layout;      /* train.cp, train.cp_layout (v2108): the plan is one rank's of a
                                context-parallel group of cp ranks splitting every sequence (T is
                                the rank's share); layout 0 contiguous, 1 zigzag; 0 = none */
+    int ep;                 /* train.ep (v2109): experts placed over ep groups of ep ranks, tokens
+                               dispatched by all-to-all (cpu/moe_ep.c); 0 = none */
     int cuda_graphs;        /* v2165 train.cuda_graphs: device targets capture the step's regions as
                                graphs and replay them (0/1; absent: 0) */
     int ckpt_elastic;       /* checkpoint.elastic: resume at another world size (0/1) */
@@ -196,6 +198,11 @@ typedef struct {
                                averagings (0: no section, gradients all-reduced every step) */
     int lsgd_nesterov;      /* local_sgd.outer: 0 "average", 1 "nesterov" (DiLoCo) */
     double lsgd_outer_lr, lsgd_outer_momentum; /* local_sgd: the Nesterov outer step's */
+    int gc_on;              /* grad_compress section (v2172): compressed gradient exchange */
+    int gc_randk;           /* grad_compress.method: 1 "randk" (0 "topk") */
+    int gc_power, gc_rank;  /* grad_compress.method "powersgd", grad_compress.rank (its r) */
+    int gc_error_feedback;  /* grad_compress.error_feedback: 1 keep the unsent part */
+    double gc_ratio;        /* grad_compress.ratio: fraction of the gradient entries sent */
     int guard;              /* guard section present (v2176): skip bad steps, roll back */
     double guard_z, guard_ema, guard_loss_ceiling, guard_lr_factor;
     int guard_warmup, guard_max_bad, guard_max_rollbacks;

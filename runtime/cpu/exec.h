@@ -102,6 +102,11 @@ typedef struct exec_t {
     hyp_coll *cp;
     int cp_rc;
     hyp_err cp_err;
+    /* v2109 expert parallelism (cpu/moe_ep.h): the ep group the moe ops dispatch tokens over (set
+     * by the trainer; NULL: every expert runs here), the replicas of this rank's experts (the same
+     * ep rank of the other ep groups) and the dispatch's buffers and first failure */
+    hyp_coll *ep, *ep_rep;
+    struct moe_ep *moe_ep;
 } exec_t;
 
 int exec_init(exec_t *x, const plan_t *p, hyp_err *e);

@@ -76,6 +76,10 @@ void exec_moe_add(exec_t *x, int state_buf, const float *state, int N, int K) {
         moe_state_view v = moe_state_at((float *)(uintptr_t)state, N, m->E[j], K);
         for (int k = 0; k < m->E[j]; k++) m->loads[m->first[j] + k] += v.loads[k];
         m->aux[j] += *v.aux;
+        if (x->ep) { /* v2109: rows this rank sends to another ep rank's experts, from the routing itself */
+            int P = hyp_coll_world(x->ep), me = hyp_coll_rank(x->ep), El = m->E[j] / P;
+            for (long i = 0; i < (long)N * K; i++) m->ep_remote += v.topi[i] / El != me;
+        }
         if (j == m->n - 1) m->passes++; /* the backward reaches the last layer first */
         return;
     }
@@ -86,5 +90,6 @@ void exec_moe_reset(exec_t *x) {
     if (!m) return;
     memset(m->loads, 0, sizeof(double) * (size_t)m->n_loads);
     memset(m->aux, 0, sizeof(double) * (size_t)m->n);
+    m->ep_remote = 0;
     m->passes = 0;
 }

@@ -21,6 +21,8 @@ typedef struct exec_moe {
     double *loads;      /* [n_loads] tokens routed per expert (each token counts top_k times) */
     double *aux;        /* [n] load-balancing loss (coefficient included), summed over passes */
     int passes;         /* backward passes summed */
+    double ep_remote;   /* v2109: routed rows whose expert is on another ep rank, summed over passes */
+    unsigned long long ep_bytes0; /* the ep group's all-to-all bytes when the trainer last took them */
     char (*key)[40];    /* [n_loads + 1] metric names: "moe_load_l<layer>_e<expert>", "moe_aux_loss" */
 } exec_moe;
 

@@ -30,21 +30,30 @@ static int expert_rows(int e, const int *topi, const moe_shape *s, int *rows, in
     return n_e;
 }
 
+void op_moe_expert_fwd(float *ye, float *ae, float *he, const float *xe, const float *w1e, const float *w2e, int n,
+                       const moe_shape *s) {
+    long C = s->C, H = s->H;
+    op_matmul_fwd(he, xe, w1e, NULL, n, (int)C, (int)(2 * H));
+    op_swiglu_fwd(ae, he, n, (int)H);
+    op_matmul_fwd(ye, ae, w2e, NULL, n, (int)H, (int)C);
+}
+
 /* Runs expert e on its n_e gathered rows: xe [n_e, C] -> he [n_e, 2H] -> ae [n_e, H] -> ye. */
 static void expert_fwd(float *ye, float *ae, float *he, float *xe, const float *inp,
                        const float *w1, const float *w2, int e, const int *rows, int n_e,
                        const moe_shape *s) {
     long C = s->C, H = s->H;
     for (int r = 0; r < n_e; r++) memcpy(xe + r * C, inp + (long)rows[r] * C, C * sizeof(float));
-    op_matmul_fwd(he, xe, w1 + (long)e * 2 * H * C, NULL, n_e, (int)C, (int)(2 * H));
-    op_swiglu_fwd(ae, he, n_e, (int)H);
-    op_matmul_fwd(ye, ae, w2 + (long)e * C * H, NULL, n_e, (int)H, (int)C);
+    op_moe_expert_fwd(ye, ae, he, xe, w1 + (long)e * 2 * H * C, w2 + (long)e * C * H, n_e, s);
 }
 
-void op_moe_fwd(float *out, float *probs, int *topi, float *topw, int *loads, float *aux,
-                const float *inp, const float *wr, const float *w1, const float *w2,
-                const moe_shape *s, float *ws, int *rows) {
-    int N = s->N, C = s->C, E = s->E, K = s->K, H = s->H;
+void op_moe_combine_row(float *o, float g, const float *y, int C) {
+    for (int c = 0; c < C; c++) o[c] += g * y[c];
+}
+
+void op_moe_route(float *probs, int *topi, float *topw, int *loads, float *aux, const float *inp, const float *wr,
+                  const moe_shape *s) {
+    int N = s->N, C = s->C, E = s->E, K = s->K;
     /* router logits into probs, then softmax per row (max-subtracted) */
     op_matmul_fwd(probs, inp, wr, NULL, N, C, E);
     for (int n = 0; n < N; n++) {
@@ -75,69 +84,64 @@ void op_moe_fwd(float *out, float *probs, int *topi, float *topw, int *loads, fl
         if (s->norm_topk)
             for (int k = 0; k < K; k++) tw[k] = (float)(tw[k] / tsum);
     }
-    float *xe = ws, *ye = xe + (long)N * C, *he = ye + (long)N * C, *ae = he + (long)N * 2 * H;
-    int *slot = rows + N;
-    memset(out, 0, (size_t)N * C * sizeof(float));
     double auxsum = 0;
     for (int e = 0; e < E; e++) {
-        int n_e = expert_rows(e, topi, s, rows, slot);
+        int n_e = 0;
+        for (long i = 0; i < (long)N * K; i++) n_e += topi[i] == e;
         if (loads) loads[e] = n_e;
         double P = 0;
         for (int n = 0; n < N; n++) P += probs[(long)n * E + e];
         auxsum += ((double)n_e / N) * (P / N);
-        if (n_e == 0) continue;
-        expert_fwd(ye, ae, he, xe, inp, w1, w2, e, rows, n_e, s);
-        for (int r = 0; r < n_e; r++) {
-            float g = topw[(long)rows[r] * K + slot[r]];
-            float *o = out + (long)rows[r] * C;
-            const float *y = ye + (long)r * C;
-            for (int c = 0; c < C; c++) o[c] += g * y[c];
-        }
     }
     if (aux) *aux = (float)(s->aux_coef * E * auxsum);
 }
 
-void op_moe_bwd(float *dinp, float *dwr, float *dw1, float *dw2, const float *dout, float daux,
+void op_moe_fwd(float *out, float *probs, int *topi, float *topw, int *loads, float *aux,
                 const float *inp, const float *wr, const float *w1, const float *w2,
-                const float *probs, const int *topi, const float *topw, const moe_shape *s,
-                float *ws, int *rows) {
+                const moe_shape *s, float *ws, int *rows) {
     int N = s->N, C = s->C, E = s->E, K = s->K, H = s->H;
-    float *xe = ws, *ye = xe + (long)N * C, *dye = ye + (long)N * C, *dxe = dye + (long)N * C;
-    float *he = dxe + (long)N * C, *dhe = he + (long)N * 2 * H, *ae = dhe + (long)N * 2 * H;
-    float *dae = ae + (long)N * H, *dl = dae + (long)N * H;
+    op_moe_route(probs, topi, topw, loads, aux, inp, wr, s);
+    float *xe = ws, *ye = xe + (long)N * C, *he = ye + (long)N * C, *ae = he + (long)N * 2 * H;
     int *slot = rows + N;
-    float *dgbuf = dl + E;
+    memset(out, 0, (size_t)N * C * sizeof(float));
     for (int e = 0; e < E; e++) {
         int n_e = expert_rows(e, topi, s, rows, slot);
         if (n_e == 0) continue;
         expert_fwd(ye, ae, he, xe, inp, w1, w2, e, rows, n_e, s);
-        for (int r = 0; r < n_e; r++) {
-            const float *d = dout + (long)rows[r] * C, *y = ye + (long)r * C;
-            float g = topw[(long)rows[r] * K + slot[r]];
-            double dot = 0;
-            for (int c = 0; c < C; c++) {
-                dot += (double)d[c] * y[c];
-                dye[(long)r * C + c] = g * d[c];
-            }
-            dgbuf[(long)rows[r] * K + slot[r]] = (float)dot;
-        }
-        memset(dae, 0, (size_t)n_e * H * sizeof(float));
-        memset(dhe, 0, (size_t)n_e * 2 * H * sizeof(float));
-        op_matmul_bwd(dae, dw2 ? dw2 + (long)e * C * H : NULL, NULL, dye, ae, w2 + (long)e * C * H,
-                      n_e, H, C);
-        op_swiglu_bwd(dhe, dae, he, n_e, H);
-        if (dinp) memset(dxe, 0, (size_t)n_e * C * sizeof(float));
-        op_matmul_bwd(dinp ? dxe : NULL, dw1 ? dw1 + (long)e * 2 * H * C : NULL, NULL, dhe, xe,
-                      w1 + (long)e * 2 * H * C, n_e, C, 2 * H);
-        if (dinp)
-            for (int r = 0; r < n_e; r++) {
-                float *dx = dinp + (long)rows[r] * C;
-                for (int c = 0; c < C; c++) dx[c] += dxe[(long)r * C + c];
-            }
+        for (int r = 0; r < n_e; r++)
+            op_moe_combine_row(out + (long)rows[r] * C, topw[(long)rows[r] * K + slot[r]], ye + (long)r * C, C);
     }
+}
+
+void op_moe_expert_bwd(float *dxe, float *dg, float *dw1e, float *dw2e, const float *xe, const float *dout,
+                       const int *drow, const float *g, const int *gidx, const float *w1e, const float *w2e, int n,
+                       const moe_shape *s, const moe_expert_tmp *t) {
+    int C = s->C, H = s->H;
+    float *ye = t->ye, *dye = t->dye;
+    op_moe_expert_fwd(ye, t->ae, t->he, xe, w1e, w2e, n, s);
+    for (int r = 0; r < n; r++) {
+        const float *d = dout + (long)(drow ? drow[r] : r) * C, *y = ye + (long)r * C;
+        int gi = gidx ? gidx[r] : r;
+        float gw = g[gi];
+        double dot = 0;
+        for (int c = 0; c < C; c++) {
+            dot += (double)d[c] * y[c];
+            dye[(long)r * C + c] = gw * d[c];
+        }
+        dg[gi] = (float)dot;
+    }
+    memset(t->dae, 0, (size_t)n * H * sizeof(float));
+    memset(t->dhe, 0, (size_t)n * 2 * H * sizeof(float));
+    op_matmul_bwd(t->dae, dw2e, NULL, dye, t->ae, w2e, n, H, C);
+    op_swiglu_bwd(t->dhe, t->dae, t->he, n, H);
+    if (dxe) memset(dxe, 0, (size_t)n * C * sizeof(float));
+    op_matmul_bwd(dxe, dw1e, NULL, t->dhe, xe, w1e, n, C, 2 * H);
+}
+
+void op_moe_router_bwd(float *dinp, float *dwr, float daux, const float *inp, const float *wr, const float *probs,
+                       const int *topi, const float *topw, const float *dgbuf, float *dlog, float *auxg, const moe_shape *s) {
+    int N = s->N, C = s->C, E = s->E, K = s->K;
     /* aux gradient: d aux / d p[n, e] = coef * E * f_e / N */
-    float *dlog = dgbuf + (long)N * K; /* [N, E] router logit gradients */
-    float *auxg = dl;
     for (int e = 0; e < E; e++) {
         int cnt = 0;
         for (long i = 0; i < (long)N * K; i++) cnt += topi[i] == e;
@@ -165,4 +169,34 @@ void op_moe_bwd(float *dinp, float *dwr, float *dw1, float *dw2, const float *do
         for (int e = 0; e < E; e++) dlr[e] = (float)(p[e] * (dlr[e] - sdp));
     }
     op_matmul_bwd(dinp, dwr, NULL, dlog, inp, wr, N, C, E);
+}
+
+void op_moe_bwd(float *dinp, float *dwr, float *dw1, float *dw2, const float *dout, float daux,
+                const float *inp, const float *wr, const float *w1, const float *w2,
+                const float *probs, const int *topi, const float *topw, const moe_shape *s,
+                float *ws, int *rows) {
+    int N = s->N, C = s->C, E = s->E, K = s->K, H = s->H;
+    float *xe = ws, *ye = xe + (long)N * C, *dye = ye + (long)N * C, *dxe = dye + (long)N * C;
+    float *he = dxe + (long)N * C, *dhe = he + (long)N * 2 * H, *ae = dhe + (long)N * 2 * H;
+    float *dae = ae + (long)N * H, *dl = dae + (long)N * H;
+    int *slot = rows + N;
+    float *dgbuf = dl + E;
+    moe_expert_tmp t = {ye, dye, he, dhe, ae, dae};
+    for (int e = 0; e < E; e++) {
+        int n_e = expert_rows(e, topi, s, rows, slot);
+        if (n_e == 0) continue;
+        for (int r = 0; r < n_e; r++) {
+            memcpy(xe + (long)r * C, inp + (long)rows[r] * C, (size_t)C * sizeof(float));
+            slot[r] += rows[r] * K; /* the routed row's index into [N, K] */
+        }
+        op_moe_expert_bwd(dinp ? dxe : NULL, dgbuf, dw1 ? dw1 + (long)e * 2 * H * C : NULL,
+                          dw2 ? dw2 + (long)e * C * H : NULL, xe, dout, rows, topw, slot, w1 + (long)e * 2 * H * C,
+                          w2 + (long)e * C * H, n_e, s, &t);
+        if (dinp)
+            for (int r = 0; r < n_e; r++) {
+                float *dx = dinp + (long)rows[r] * C;
+                for (int c = 0; c < C; c++) dx[c] += dxe[(long)r * C + c];
+            }
+    }
+    op_moe_router_bwd(dinp, dwr, daux, inp, wr, probs, topi, topw, dgbuf, dgbuf + (long)N * K, dl, s);
 }

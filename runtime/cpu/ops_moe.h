@@ -43,4 +43,33 @@ void op_moe_bwd(float *dinp, float *dwr, float *dw1, float *dw2, const float *do
                 const float *probs, const int *topi, const float *topw, const moe_shape *s,
                 float *ws, int *rows);
 
+/* The pieces both op_moe_fwd/op_moe_bwd and the expert-parallel dispatch (cpu/moe_ep.c, v2109)
+ * are made of, so that an expert computes bit for bit the same whichever rank runs it.
+ * op_moe_route: router logits, softmax, top-k and gate weights of the N rows, the loads [E] (may
+ * be NULL) and the aux loss (may be NULL). */
+void op_moe_route(float *probs, int *topi, float *topw, int *loads, float *aux, const float *inp, const float *wr,
+                  const moe_shape *s);
+/* Expert e's SwiGLU MLP on n contiguous rows xe [n, C] -> ye [n, C] (he [n, 2H], ae [n, H] kept);
+ * w1e / w2e: the expert's w1 [2H, C] and w2 [C, H]. */
+void op_moe_expert_fwd(float *ye, float *ae, float *he, const float *xe, const float *w1e, const float *w2e, int n,
+                       const moe_shape *s);
+/* o[C] += g * y[C] (the combine of one routed row). */
+void op_moe_combine_row(float *o, float g, const float *y, int C);
+/* Expert e's backward on n contiguous rows xe: row r's output gradient is dout + (drow ? drow[r] : r)
+ * * C and its gate weight g[gidx ? gidx[r] : r]; writes dg[gidx ? gidx[r] : r] = <dout row, y row>
+ * (the gate weight's gradient), dxe [n, C] = the rows' input gradient (overwritten; NULL: skipped)
+ * and accumulates the expert's weight gradients into dw1e [2H, C] / dw2e [C, H] (NULL: skipped).
+ * t: ye, dye [n, C], he, dhe [n, 2H], ae, dae [n, H] of workspace. */
+typedef struct {
+    float *ye, *dye, *he, *dhe, *ae, *dae;
+} moe_expert_tmp;
+void op_moe_expert_bwd(float *dxe, float *dg, float *dw1e, float *dw2e, const float *xe, const float *dout,
+                       const int *drow, const float *g, const int *gidx, const float *w1e, const float *w2e, int n,
+                       const moe_shape *s, const moe_expert_tmp *t);
+/* The router's backward once every routed row's dg [N, K] is known: accumulates the router's and
+ * the aux loss's input gradient into dinp and the router weight gradient into dwr (NULL skips);
+ * dlog [N, E] and auxg [E] are workspace. */
+void op_moe_router_bwd(float *dinp, float *dwr, float daux, const float *inp, const float *wr, const float *probs,
+                       const int *topi, const float *topw, const float *dg, float *dlog, float *auxg, const moe_shape *s);
+
 #endif

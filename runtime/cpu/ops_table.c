@@ -13,6 +13,7 @@
 #include "ops_flash.h"
 #include "ops_ring.h"
 #include "moe_layout.h"
+#include "moe_ep.h"
 #include "moe_stats.h"
 #include "ops_moe.h"
 #include "quant.h"
@@ -193,6 +194,10 @@ ADAPTER(cpu_moe_fwd) {
     moe_state_view v = moe_state_at(O[1], d->N, o->E, o->K);
     float *ws = O[2];
     int32_t *rows = (int32_t *)(void *)(ws + moe_ws_floats(d->N, o->C, o->H, o->E, o->K));
+    if (x->moe_ep) { /* v2109: the experts over the ep group */
+        exec_moe_ep_fwd(x, O[0], &v, I[0], I[1], I[2], I[2] + o->E * 2 * o->H * o->C, &s);
+        return;
+    }
     op_moe_fwd(O[0], v.probs, v.topi, v.topw, v.loads, v.aux, I[0], I[1], I[2], I[2] + o->E * 2 * o->H * o->C, &s, ws, rows);
 }
 /* The load-balancing loss enters the training loss with the weight of this micro-batch's tokens
@@ -206,8 +211,11 @@ ADAPTER(cpu_moe_bwd) {
     int32_t *rows = (int32_t *)(void *)(ws + moe_ws_floats(d->N, o->C, o->H, o->E, o->K));
     float daux = s.aux_coef > 0 ? dloss * (float)exec_count_targets(x) : 0.0f;
     long eo = (long)o->E * 2 * o->H * o->C;
-    op_moe_bwd(O[0], O[1], O[2], O[2] + eo, I[0], daux, I[1], I[2], I[3], I[3] + eo, v.probs, v.topi, v.topw, &s, ws,
-               rows);
+    if (x->moe_ep) /* v2109: the experts over the ep group */
+        exec_moe_ep_bwd(x, O[0], O[1], O[2], O[2] + eo, I[0], daux, I[1], I[2], I[3], I[3] + eo, &v, &s);
+    else
+        op_moe_bwd(O[0], O[1], O[2], O[2] + eo, I[0], daux, I[1], I[2], I[3], I[3] + eo, v.probs, v.topi, v.topw, &s, ws,
+                   rows);
     exec_moe_add(x, o->in[4], I[4], d->N, (int)o->K);
 }
 

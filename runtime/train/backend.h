@@ -173,6 +173,8 @@ struct train_backend {
     struct train_local_sgd *lsgd; /* v2173 on the cpu backend (local_sgd.h): no per-step gradient
                                      all-reduce, the outer step after the update; NULL: none */
     struct train_pp *pp;          /* v2107 pipeline stage driver on the cpu backend (train_pp.h); NULL: none */
+    struct train_grad_compress *gc; /* v2172 on the cpu backend (grad_compress.h): top-k / random-k
+                                       in place of the gradient all-reduce; NULL: none */
 };
 
 /* Opens the plan's backend (backend_reg.c) over the host executor x (already initialized and,

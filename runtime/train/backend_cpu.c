@@ -1,7 +1,8 @@
 /* backend_cpu.c — the cpu executor (exec.h) as a trainer backend (backend.h): forward/backward
  * on the host, gradients made global over the collectives per ZeRO stage (v2110, v2104: an
  * all-reduce at stages 0-1; stages 2-3 reduce-scatter each layer's gradients into the own shard
- * during backward; under v2173 local SGD none: each rank keeps its own, local_sgd.h), the norm and
+ * during backward; under v2173 local SGD none: each rank keeps its own, local_sgd.h; under v2172 a compressed exchange,
+ * grad_compress.h), the norm and
  * clip factor on the host, the optimizer (optim.h) on the own part and
  * the all-gather of the updated shards (stages 1-2), the FP8 scaling states (v2160).
  * Never: the micro-batch loop, loss weighting or evaluation loop (the driver, backend.c). */
@@ -11,8 +12,10 @@
 
 #include "backend.h"
 #include "gemm_bf16.h"
+#include "grad_compress.h"
 #include "local_sgd.h"
 #include "train_pp.h"
+#include "moe_ep.h"
 #include "ops_bf16.h"
 #include "ops_cpu.h"
 
@@ -42,6 +45,7 @@ static int cpu_micro_batch(train_backend *b, float dloss, int last, float *mean,
     /* v2163: a bf16 accumulation buffer holds the running sum rounded after every micro-batch */
     if (b->x->p->grad_bf16) op_round_bf16(b->x->grads, b->x->grads, (long)(b->x->shard * b->dp.world));
     int rc = exec_z3_status(b->x, e);
+    if (!rc) rc = exec_moe_ep_status(b->x, e); /* v2109: a failed all-to-all */
     return rc ? rc : exec_tp_status(b->x, e); /* v2106: an allreduce_tp that failed */
 }
 
@@ -57,8 +61,13 @@ static int cpu_reduce_grads(train_backend *b, const train_opts *o, hyp_err *e) {
         double ss = op_sumsq(x->gshard, x->shard);
         if ((rc = hyp_coll_allreduce_f64(d->coll, &ss, 1, e))) return rc;
         s->norm = sqrt(ss);
+    } else if (x->moe_ep) { /* v2109: expert gradients over their replicas only (moe_ep.h) */
+        if ((rc = exec_moe_ep_reduce_grads(x, d->coll, &s->norm, e))) return rc;
     } else {
         if (b->lsgd) train_local_sgd_grads(b->lsgd, x); /* v2173: no all-reduce, each rank its own gradient */
+        else if (b->gc) { /* v2172: the sum of what each rank sent of its top-k / random-k entries */
+            if ((rc = train_grad_compress_reduce(b->gc, x, d, e))) return rc;
+        }
         else if (d->world > 1 && !b->pp && (rc = hyp_coll_allreduce_f32(d->coll, x->grads, (size_t)x->shard * d->world, e))) return rc;
         /* v2107 pp x dp: train_pp_reduce sums the stage's own tensors over the dp axis */
         if (b->pp) { /* v2107: each stage's tensors once, summed over the stages */
@@ -125,7 +134,8 @@ static int cpu_hess_step(train_backend *b, double tokens, int t, hyp_err *e) {
 static int cpu_eval_batch(train_backend *b, float *loss, hyp_err *e) {
     if (b->pp) return train_pp_eval(b->pp, b->x, loss, e); /* v2107: through the stages */
     *loss = exec_eval_loss(b->x);
-    return exec_tp_status(b->x, e);
+    int rc = exec_moe_ep_status(b->x, e); /* v2109 */
+    return rc ? rc : exec_tp_status(b->x, e);
 }
 
 static void cpu_memory(const train_backend *b, double *m) {

@@ -19,6 +19,9 @@ typedef struct {
     int tp_rank;
     /* v2107 pipeline (train_pp.h): the rank's pipeline (its stage = tp_rank), coll the dp axis */
     hyp_coll *pp;
+    /* v2109 expert parallelism (train_ep.h): the rank's ep group and its experts' replicas (the
+     * same ep rank in the other groups); coll stays the whole world. NULL without ep */
+    hyp_coll *ep, *ep_rep;
 } dp_t;
 
 typedef struct {

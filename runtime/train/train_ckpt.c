@@ -12,6 +12,7 @@
 #include "gemm_bf16.h"
 #include "hf.h"
 #include "safetensors.h"
+#include "moe_ep.h"
 #include "train_ckpt_tp.h"
 
 /* The plan's tensors as checkpoint tensors "<name><suffix>", data at base's full arena layout. */
@@ -305,7 +306,12 @@ int train_ckpt_save_async(dp_t *d, exec_t *x, const char *dir, int keep, const h
     if (!sp) return hyp_fail(e, HYP_EFAIL, "%s: out of memory", dir);
     *sp = *st;
     if (!sp->plan_text) sp->plan_text = x->p->text, sp->plan_len = x->p->text_len;
-    int rc = d->tp                  ? train_ckpt_tp_save(d, x, dir, keep, sp, delta_base, e) /* v2106 */
+    int rc = exec_moe_ep_gather(x, e); /* v2109: every expert from its owner, so rank 0 holds them all */
+    if (rc) {
+        free(sp);
+        return rc;
+    }
+    rc = d->tp                  ? train_ckpt_tp_save(d, x, dir, keep, sp, delta_base, e) /* v2106 */
              : train_ckpt_sharded(d) ? save_shards(d, x, dir, keep, sp, e)
                                    : save_full(d, x, dir, keep, sp, async, delta_base, e);
     free(sp);

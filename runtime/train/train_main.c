@@ -51,6 +51,7 @@
 #include "tboard.h"
 #include "losspred.h"
 #include "prune.h"
+#include "grad_compress.h"
 #include "local_sgd.h"
 #include "tokenizer.h"
 #include "ops_cpu.h"
@@ -72,6 +73,7 @@
 #include "train_stream.h"
 #include "train_moe.h"
 #include "train_pp.h"
+#include "train_ep.h"
 #include "train_tp.h"
 #include "train_cp.h"
 
@@ -1237,7 +1239,7 @@ static int run(int argc, char **argv, hyp_coll *coll) {
         plan_free(p);
         return HYP_EINPUT;
     }
-    r.d = (dp_t){coll, hyp_coll_rank(coll), hyp_coll_world(coll), p->zero_stage, NULL, NULL, NULL, 0, NULL};
+    r.d = (dp_t){coll, hyp_coll_rank(coll), hyp_coll_world(coll), p->zero_stage, NULL, NULL, NULL, 0, NULL, NULL, NULL};
     if (p->tp) { /* v2106: the dp x tp mesh; r.d becomes the dp axis */
         const char *no = a->sample_mode || a->sample > 0 ? "sampling"
                          : post.objective != POST_NONE ? "a post-training objective" : p->pr_on ? "pruning (v2154)"
@@ -1270,6 +1272,19 @@ static int run(int argc, char **argv, hyp_coll *coll) {
                          : a->resume ? "--resume" : a->stream ? "--stream" : a->seq ? "--seq" : NULL;
         if ((rc = train_cp_open(p, r.plan_path, coll, no, &r.cp, &e))) {
             if (hyp_coll_rank(coll) == 0) fprintf(stderr, "train: %s\n", e.msg);
+            plan_free(p);
+            return rc;
+        }
+    }
+    if (p->ep) { /* v2109: ep groups inside the world; r.d stays the world (every rank data-parallel) */
+        const char *no = a->sample_mode || a->sample > 0 ? "sampling"
+                         : a->ckpt_dir && (strcmp(p->optim.kind, "adamw") || p->optim.state_dtype[0] != HYP_DT_F32)
+                             ? "checkpoints (--ckpt-dir) of an optimizer other than AdamW with fp32 states"
+                         : post.objective != POST_NONE ? "a post-training objective" : p->zero_stage ? "ZeRO"
+                         : p->tp ? "tensor parallelism" : p->lsgd_every > 0 ? "local SGD (v2173)" : NULL;
+        if ((rc = train_ep_mesh(p, r.plan_path, no, &r.d, &e))) {
+            if (hyp_coll_rank(coll) == 0) fprintf(stderr, "train: %s\n", e.msg);
+            train_ep_close(&r.d, &r.x);
             plan_free(p);
             return rc;
         }
@@ -1344,6 +1359,7 @@ static int run(int argc, char **argv, hyp_coll *coll) {
                 printf("initial weights: %s (optimizer and schedule fresh)\n", what);
         }
         if (!rc && (a->resume || a->sample_mode)) rc = resume(&r, &e);
+        if (!rc) rc = train_ep_attach(&r.d, &r.x, r.plan_path, &e); /* v2109: the moe ops dispatch */
     }
     distill *dist = NULL; /* v2149: a teacher inside the fused loss (cpu, train/distill.c) */
     if (!rc && a->sample_mode) { /* sampling runs on the host executor: same weights, same numerics */
@@ -1373,6 +1389,7 @@ static int run(int argc, char **argv, hyp_coll *coll) {
         train_tp_describe(&r.d, p);
         if (p->pp && !(rc = train_pp_open(p, r.plan_path, r.d.pp, &r.x, r.K, &r.be.pp, &e))) train_pp_describe(r.be.pp, p);
         train_cp_describe(p, r.cp, r.d.world / (p->cp ? p->cp : 1));
+        train_ep_describe(&r.d, p);
         /* v2148 on rank 0 (it logs): its early-stop decision reaches the others through agree_stop */
         if (p->lp_every > 0 && r.d.rank == 0 && !(r.lp = hyp_losspred_new(r.opt.total_steps)))
             rc = hyp_fail(&e, HYP_EFAIL, "out of memory for the loss history (%d steps)", r.opt.total_steps);
@@ -1395,6 +1412,14 @@ static int run(int argc, char **argv, hyp_coll *coll) {
                            a->ckpt_every, p->lsgd_every);
             }
         }
+        if (!rc && p->gc_on) { /* v2172: a compressed exchange in place of the gradient all-reduce */
+            if (!r.be.i->caps.host_buffers)
+                rc = hyp_fail(&e, HYP_EINPUT, "gradient compression (v2172) runs on the cpu backend; this trainer runs on %s — regenerate with --target cpu", r.be.name);
+            else if (!(rc = train_grad_compress_open(&r.be.gc, p, &r.x, &r.d, &e))) {
+                char d[320];
+                printf("%s\n", train_grad_compress_describe(r.be.gc, d, sizeof d));
+            }
+        }
         if (!rc && r.lp && p->lp_law == HYP_LAW_LR_ANNEALING) { /* the schedule's LR areas, to the last step */
             double *lr = malloc(sizeof(double) * ((size_t)r.opt.total_steps + 1));
             if (lr) {
@@ -1412,6 +1437,7 @@ static int run(int argc, char **argv, hyp_coll *coll) {
         if (!rc) train_tp_report(&r.d, r.opt.total_steps - r.start_step);
         if (!rc && r.be.pp) train_pp_report(r.be.pp, r.opt.total_steps - r.start_step);
         if (!rc) train_cp_report(r.cp, r.opt.total_steps - r.start_step);
+        if (!rc) train_ep_report(&r.d, r.opt.total_steps - r.start_step);
         if (!rc) rc = train_prof_finish(&r.prof, &r.be, &e);
         if (!rc && !r.stopped) rc = sample_after(&r, &e);
         if (!rc && r.stopped) rc = r.stop_saved ? HYP_EXIT_STOPPED_SAVED : HYP_EXIT_STOPPED_UNSAVED;
@@ -1423,6 +1449,7 @@ static int run(int argc, char **argv, hyp_coll *coll) {
     hyp_losspred_free(r.lp);
     train_prune_close(r.be.prune);
     train_local_sgd_close(r.be.lsgd);
+    train_grad_compress_close(r.be.gc);
     train_prof_close(&r.prof);
     train_objective_close(&r.obj);
     hyp_loader_close(r.train);
@@ -1430,6 +1457,7 @@ static int run(int argc, char **argv, hyp_coll *coll) {
     distill_close(dist, &r.x);
     train_pp_close(r.be.pp);
     train_backend_close(&r.be);
+    train_ep_close(&r.d, &r.x);
     exec_free(&r.x);
     train_tp_close(&r.d);
     if (r.cp) hyp_coll_finalize(r.cp);

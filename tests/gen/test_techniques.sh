@@ -47,15 +47,15 @@ check test_no_spec_id_in_pipeline_files test -z "$(ids_in_pipeline)"
 ids_in_pipeline
 
 # --- planned specs are refused, partial ones warn ----------------------------------------------
-expect test_planned_custom_kernels_refused 2 "v2119 triton_kernels \(--enable custom-kernels \(alias custom-kernels\)\): planned: contributes nothing yet — drop it, or pass --allow-planned" \
-  -- "$GEN" "$T" --enable custom-kernels --target sim --model tiny -o "$TMP/planned"
+expect test_planned_fa3_refused 2 "v2114 flash_attention_3 \(--enable fa3 \(alias fa3\)\): planned: contributes nothing yet — drop it, or pass --allow-planned" \
+  -- "$GEN" "$T" --enable fa3 --target sim --model tiny -o "$TMP/planned"
 check test_planned_refusal_writes_nothing test ! -e "$TMP/planned"
-expect test_planned_one_line_per_spec 2 "v2109 .*planned" -- "$GEN" "$T" --enable recompute,ep,custom-kernels,rmsnorm --target sim --model tiny -o "$TMP/four"
-n=$("$GEN" "$T" --enable v2114,ep,custom-kernels --target sim --model tiny -o "$TMP/three" 2>&1 | grep -c "planned: contributes nothing yet")
+expect test_planned_one_line_per_spec 2 "v2114 .*planned" -- "$GEN" "$T" --enable recompute,fa3,overlap,rmsnorm --target sim --model tiny -o "$TMP/four"
+n=$("$GEN" "$T" --enable fa3,ring-attention,overlap --target sim --model tiny -o "$TMP/three" 2>&1 | grep -c "planned: contributes nothing yet")
 check test_planned_three_specs_three_lines test "$n" = 3
-expect test_allow_planned_generates_with_a_warning 0 "warning: v2119 triton_kernels .*planned: contributes nothing yet \(--allow-planned\)" \
-  -- "$GEN" "$T" --enable custom-kernels --allow-planned --target sim --model tiny -o "$TMP/planned2"
-expect test_allow_planned_recorded_in_the_audit 0 "v2119 → planned: enabled with --allow-planned" -- "$GEN" audit "$TMP/planned2"
+expect test_allow_planned_generates_with_a_warning 0 "warning: v2114 flash_attention_3 .*planned: contributes nothing yet \(--allow-planned\)" \
+  -- "$GEN" "$T" --enable fa3 --allow-planned --target sim --model tiny -o "$TMP/planned2"
+expect test_allow_planned_recorded_in_the_audit 0 "v2114 → planned: enabled with --allow-planned" -- "$GEN" audit "$TMP/planned2"
 expect test_preset_with_planned_specs_refused 2 "v2116 ring_attention \(preset advanced" -- "$GEN" "$T" --enable advanced --target sim --model tiny -o "$TMP/mem"
 expect test_list_says_which_preset_parts_are_planned 0 "advanced .*\[planned: v2116 — needs --allow-planned\]" -- "$GEN" list "$T"
 expect test_partial_spec_warns_what_is_missing 0 "warning: v2104 zero_optimizer is partial: stage 2 reduces each layer group" \

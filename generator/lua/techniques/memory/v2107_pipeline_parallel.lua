@@ -18,6 +18,10 @@ function M.model(ctx, m)
   end
   if ctx.cfg.active.v2106 then ctx.refuse("pipeline parallelism with tensor parallelism (pp x tp) is not implemented", "drop tp, or drop pp") end
   if ctx.cfg.active.v2108 then ctx.refuse("pipeline parallelism with context parallelism (pp x cp) is not implemented", "drop sp/cp, or drop pp") end
+  if ctx.cfg.active.v2109 then ctx.refuse("pipeline parallelism with expert parallelism (pp x ep) is not implemented", "drop ep, or drop pp") end
+  if ctx.cfg.active.v2172 or ctx.cfg.active.v2173 then
+    ctx.refuse("pipeline parallelism with gradient compression or local SGD (v2172/v2173): the stages' dp reductions are plain all-reduces", "drop v2172/v2173, or drop pp")
+  end
   if ctx.facts.zero and (ctx.facts.zero.stage or 0) > 0 then
     ctx.refuse("pipeline parallelism with ZeRO/FSDP: sharding a stage's optimizer state over a dp axis is not implemented", "drop zero1/zero2/zero3/fsdp, or drop pp")
   end
