@@ -272,6 +272,45 @@ int hyp_coll_wait(hyp_coll *c, int req, hyp_err *e) {
     return HYP_OK;
 }
 
+int hyp_coll_isend_f32(hyp_coll *c, const float *buf, size_t n, int peer, int tag, int *req, hyp_err *e) {
+    int r = 0;
+    while (r < HYP_COLL_MAX_REQS && c->busy[r]) r++;
+    if (r == HYP_COLL_MAX_REQS) return hyp_fail(e, HYP_EFAIL, "too many non-blocking sends and collectives in flight");
+    if (peer < 0 || peer >= c->world || peer == c->rank || n > (size_t)1 << 30)
+        return hyp_fail(e, HYP_EFAIL, "send of %zu floats to rank %d of a communicator of %d (rank %d): no such peer", n, peer, c->world, c->rank);
+#ifdef HYP_HAVE_MPI
+    if (c->mpi) {
+        int rc = MPI_Isend(buf, (int)n, MPI_FLOAT, peer, tag, c->comm, &c->reqs[r]);
+        if (rc != MPI_SUCCESS) return mpi_fail(e, "send (non-blocking)", rc);
+        c->busy[r] = 1;
+        *req = r;
+        c->bytes += n * sizeof(float), c->calls++, c->steps++;
+        return HYP_OK;
+    }
+#else
+    (void)buf, (void)tag, (void)req;
+#endif
+    return hyp_fail(e, HYP_EFAIL, "point-to-point send without MPI");
+}
+
+int hyp_coll_recv_f32(hyp_coll *c, float *buf, size_t n, int peer, int tag, hyp_err *e) {
+    if (peer < 0 || peer >= c->world || peer == c->rank || n > (size_t)1 << 30)
+        return hyp_fail(e, HYP_EFAIL, "receive of %zu floats from rank %d of a communicator of %d (rank %d): no such peer", n, peer, c->world, c->rank);
+#ifdef HYP_HAVE_MPI
+    if (c->mpi) {
+        MPI_Status st;
+        int rc = MPI_Recv(buf, (int)n, MPI_FLOAT, peer, tag, c->comm, &st), got = 0;
+        if (rc != MPI_SUCCESS) return mpi_fail(e, "receive", rc);
+        MPI_Get_count(&st, MPI_FLOAT, &got);
+        if ((size_t)got != n) return hyp_fail(e, HYP_EFAIL, "receive from rank %d: %d floats arrived, %zu expected", peer, got, n);
+        return HYP_OK;
+    }
+#else
+    (void)buf, (void)tag;
+#endif
+    return hyp_fail(e, HYP_EFAIL, "point-to-point receive without MPI");
+}
+
 int hyp_coll_reduce_scatter_add_f32(hyp_coll *c, float *buf, float *acc, size_t count, hyp_err *e) {
     const float *mine = buf + (size_t)c->rank * count;
 #ifdef HYP_HAVE_MPI

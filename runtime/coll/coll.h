@@ -52,6 +52,13 @@ int hyp_coll_iallreduce_f32(hyp_coll *c, float *buf, size_t n, int *req, hyp_err
  * thread may call it while this one runs other collectives (MPI_THREAD_MULTIPLE provided). */
 int hyp_coll_test(hyp_coll *c, int req, int *done, hyp_err *e);
 int hyp_coll_mpi_threads(const hyp_coll *c);
+/* Point-to-point (v2107 pipeline stages): a non-blocking send of buf[n] floats to rank `peer` of c
+ * under `tag` (MPI_Isend: buf stays untouched until hyp_coll_wait(*req)), and a blocking receive
+ * of exactly n floats from peer under tag. hyp_coll_bytes_sent counts the bytes really sent (4n
+ * per send), hyp_coll_calls and hyp_coll_steps one each per send. EFAIL on a single rank (there is
+ * no peer) or for a peer outside the communicator. */
+int hyp_coll_isend_f32(hyp_coll *c, const float *buf, size_t n, int peer, int tag, int *req, hyp_err *e);
+int hyp_coll_recv_f32(hyp_coll *c, float *buf, size_t n, int peer, int tag, hyp_err *e);
 /* In place: buf[world*count] is summed over ranks and acc[count] += this rank's block of the sum
  * (buf is scratch afterwards). ZeRO-3 uses it to fold a layer's gradients into the own shard. */
 int hyp_coll_reduce_scatter_add_f32(hyp_coll *c, float *buf, float *acc, size_t count, hyp_err *e);

@@ -730,6 +730,8 @@ static int load_train(ld *c, const cJSON *root) {
     GI(t, "data_parallel", 0, 1, p->data_parallel);
     if (cJSON_GetObjectItemCaseSensitive(t, "tp")) /* optional (v2106; absent: 0 = no tensor parallelism) */
         GI(t, "tp", 2, 64, p->tp);
+    if (cJSON_GetObjectItemCaseSensitive(t, "pp")) /* optional (v2107; absent: 0 = no pipeline) */
+        GI(t, "pp", 2, PLAN_PP_MAX_STAGES, p->pp);
     if (cJSON_GetObjectItemCaseSensitive(t, "cp")) { /* optional (v2108; absent: 0 = no context parallelism) */
         char lay[16];
         GI(t, "cp", 2, 1024, p->cp);
@@ -1287,6 +1289,8 @@ static int load_backward(ld *c, const cJSON *root) {
 
 /* v2106: the tensor-parallel section (core/plan_tp.c), once the params are known */
 static int load_tp(ld *c, const cJSON *root) { return plan_tp_load(root, c->p, c->path, c->e); }
+/* v2107: the pipeline section (core/plan_pp.c), once the op lists are known */
+static int load_pp(ld *c, const cJSON *root) { return plan_pp_load(root, c->p, c->path, c->e); }
 
 /* The plan's sections in the order they are read, one loader each: a loader validates its part of
  * the JSON into plan_t and answers HYP_OK for an optional section that is absent. A technique with
@@ -1301,7 +1305,7 @@ static const struct {
     {"preempt", load_preempt},       {"tensorboard", load_tensorboard}, {"loss_prediction", load_loss_prediction}, {"pruning", load_pruning}, {"profile", load_profiles},
     {"fp8", load_fp8},               {"params", load_params},       {"tp", load_tp},       {"optimizer", load_optimizer},
     {"buffers", load_buffers},       {"forward", load_forward},     {"backward", load_backward},
-    {"loss", load_loss},
+    {"loss", load_loss},             {"pp", load_pp},
 };
 
 int plan_load(const char *path, plan_t *p, hyp_err *e) {

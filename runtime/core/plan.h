@@ -64,6 +64,13 @@ typedef struct {
 #define PLAN_EPI_GELU 1  /* matmul_fwd: the gelu_fwd right after it, reading its output */
 #define PLAN_EPI_DGELU 2 /* matmul_bwd: its input gradient through the gelu_bwd two ops later */
 
+#define PLAN_PP_MAX_STAGES 64 /* v2107: pipeline stages a plan may have */
+/* v2107: one pipeline stage: its ops fwd[from, to), bwd[from, to), its layers[from, to) and the
+ * boundary activations (buffer indices) it receives (input) and sends (output); -1: none (the first
+ * stage receives nothing, the last sends nothing) */
+typedef struct {
+    int fwd[2], bwd[2], layers[2], recv, send;
+} plan_pp_stage;
 #define PLAN_TP_MAX_BLOCKS 3 /* v2106: a fused QKV weight splits its q, k and v blocks */
 
 typedef struct {
@@ -157,6 +164,9 @@ typedef struct {
     int data_parallel;      /* train.data_parallel: the trainer may run on several ranks (0/1) */
     int tp;                 /* train.tp (v2106): the plan is one rank's of a tensor-parallel group of
                                tp ranks (params' tp_* say which tensors are slices); 0 = none */
+    int pp;                 /* train.pp (v2107): pipeline stages; 0 = none (then pp_stage is unused) */
+    int pp_1f1b;            /* pp.schedule: 1 = 1F1B (PipeDream-Flush), 0 = GPipe */
+    plan_pp_stage pp_stage[PLAN_PP_MAX_STAGES]; /* pp.stage[s] (core/plan_pp.c) */
     int cp, cp_layout;      /* train.cp, train.cp_layout (v2108): the plan is one rank's of a
                                context-parallel group of cp ranks splitting every sequence (T is
                                the rank's share); layout 0 contiguous, 1 zigzag; 0 = none */
@@ -259,6 +269,8 @@ int plan_load(const char *path, plan_t *p, hyp_err *e);
 /* plan_load's reader of the v2106 'tp' section (core/plan_tp.c), after the params and train.tp. */
 struct cJSON;
 int plan_tp_load(const struct cJSON *root, plan_t *p, const char *path, hyp_err *e);
+/* plan_load's reader of the v2107 'pp' section (core/plan_pp.c), after the op lists and buffers. */
+int plan_pp_load(const struct cJSON *root, plan_t *p, const char *path, hyp_err *e);
 void plan_free(plan_t *p);
 
 #endif

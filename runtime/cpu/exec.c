@@ -495,6 +495,15 @@ float exec_backward(exec_t *x, float dloss) {
     return loss;
 }
 
+float exec_run_range(exec_t *x, const plan_op *ops, int from, int to, float dloss) {
+    float loss = 0;
+    for (int i = from; i < to; i++) {
+        run_op(x, &ops[i], dloss);
+        if (writes_losses(&ops[i])) loss = mean_loss(x);
+    }
+    return loss;
+}
+
 void exec_fp8_step(exec_t *x) {
     for (int i = 0; i < x->p->fp8_slots; i++) hyp_fp8_state_update(&x->fp8[i]);
 }

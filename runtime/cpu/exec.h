@@ -134,6 +134,9 @@ float exec_eval_loss(exec_t *x);
 /* Fused loss + dlogits (scaled by dloss) then the backward pass, accumulating into grads.
  * Returns the mean loss of this micro-batch. */
 float exec_backward(exec_t *x, float dloss);
+/* v2107 pipeline stages: runs ops[from, to) (a slice of the plan's forward or backward list, no
+ * ZeRO) with the loss scale dloss; returns the mean loss if one of them wrote the losses, else 0. */
+float exec_run_range(exec_t *x, const plan_op *ops, int from, int to, float dloss);
 /* v2160: ends an optimizer step for the FP8 scaling states (after the amax of this step's slot
  * has been reduced across ranks by the caller, if any): rolls the amax histories, new scales. */
 void exec_fp8_step(exec_t *x);

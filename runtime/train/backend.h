@@ -176,6 +176,7 @@ struct train_backend {
                                      applied staleness steps later; NULL: none */
     int adp_step, adp_ready;      /* v2174: the step reduce_grads runs for; whether it delivered a
                                      gradient to apply */
+    struct train_pp *pp;          /* v2107 pipeline stage driver on the cpu backend (train_pp.h); NULL: none */
     struct train_grad_compress *gc; /* v2172 on the cpu backend (grad_compress.h): top-k / random-k
                                        in place of the gradient all-reduce; NULL: none */
 };

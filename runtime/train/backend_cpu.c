@@ -15,6 +15,7 @@
 #include "async_dp.h"
 #include "grad_compress.h"
 #include "local_sgd.h"
+#include "train_pp.h"
 #include "moe_ep.h"
 #include "ops_bf16.h"
 #include "ops_cpu.h"
@@ -36,6 +37,10 @@ static int cpu_zero_grads(train_backend *b, hyp_err *e) {
 
 static int cpu_micro_batch(train_backend *b, float dloss, int last, float *mean, hyp_err *e) {
     (void)last;
+    if (b->pp) { /* v2107: kept until the last micro-batch runs the stage's schedule */
+        *mean = 0;
+        return train_pp_micro_batch(b->pp, b->x, dloss, last, e);
+    }
     exec_forward(b->x);
     *mean = exec_backward(b->x, dloss);
     /* v2163: a bf16 accumulation buffer holds the running sum rounded after every micro-batch */
@@ -66,7 +71,15 @@ static int cpu_reduce_grads(train_backend *b, const train_opts *o, hyp_err *e) {
         } else if (b->gc) { /* v2172: the sum of what each rank sent of its top-k / random-k entries */
             if ((rc = train_grad_compress_reduce(b->gc, x, d, e))) return rc;
         }
-        else if (d->world > 1 && (rc = hyp_coll_allreduce_f32(d->coll, x->grads, (size_t)x->shard * d->world, e))) return rc;
+        else if (d->world > 1 && !b->pp && (rc = hyp_coll_allreduce_f32(d->coll, x->grads, (size_t)x->shard * d->world, e))) return rc;
+        /* v2107 pp x dp: train_pp_reduce sums the stage's own tensors over the dp axis */
+        if (b->pp) { /* v2107: each stage's tensors once, summed over the stages */
+            double pss = 0;
+            if ((rc = train_pp_reduce(b->pp, x, d->coll, &pss, e))) return rc;
+            s->norm = sqrt(pss);
+            s->scale = train_clip_scale(o, s->norm);
+            return HYP_OK;
+        }
         double ss = 0; /* v2106: sharded tensors' squares summed over the tp group, replicated ones once */
         if (x->tp && (rc = exec_tp_grad_sumsq(x, &ss, e))) return rc;
         s->norm = x->tp ? sqrt(ss) : train_grad_norm(x);
@@ -85,6 +98,8 @@ static int cpu_optim_step(train_backend *b, const train_opts *o, double lr, int 
     } else if (d->stage >= 1 && d->opt->matrix_solve) { /* distributed Muon: whole matrices per rank */
         int rc = train_optim_own_matrix(x, d->opt, &a, d->coll, e);
         if (rc) return rc;
+    } else if (b->pp) { /* v2107: the stage's own tensors */
+        train_pp_optim(b->pp, x, d->opt, &a);
     } else {
         train_optim_own_a(x, d->opt, &a);
     }
@@ -120,6 +135,7 @@ static int cpu_hess_step(train_backend *b, double tokens, int t, hyp_err *e) {
 }
 
 static int cpu_eval_batch(train_backend *b, float *loss, hyp_err *e) {
+    if (b->pp) return train_pp_eval(b->pp, b->x, loss, e); /* v2107: through the stages */
     *loss = exec_eval_loss(b->x);
     int rc = exec_moe_ep_status(b->x, e); /* v2109 */
     return rc ? rc : exec_tp_status(b->x, e);

@@ -10,6 +10,7 @@
 
 #include "objective.h"
 #include "prof.h"
+#include "train_pp.h"
 #include "train_stream.h"
 #include "train_cp.h"
 
@@ -52,6 +53,7 @@ static int tok_micro_batch(train_objective *o, train_backend *b, int k, int K, i
     /* every token of the global batch weighs 1 / (tokens * K): the sum over ranks is the mean */
     float dl = gcnt > 0 ? (float)(1.0 / (gcnt * K)) : 0.0f;
     if (dscale != 1) dl = (float)(dl * dscale); /* v2162: the loss x S */
+    if (b->pp) train_pp_weight(b->pp, k, cnt, gcnt); /* v2107: the means arrive after the schedule */
     rc = b->i->micro_batch(b, dl, k == K - 1, &mean, e);
     *loss += gcnt > 0 ? mean * cnt / gcnt / K : 0;
     tm->loss_tokens += gcnt;
@@ -64,6 +66,7 @@ static int tok_step_end(train_objective *o, train_backend *b, double *loss, trai
     exec_t *x = b->x;
     int rc = x->B != t->B0 || x->T != t->T0 ? exec_bind(x, t->B0, t->T0, e) : HYP_OK;
     double t0 = now_s(), pt = hyp_prof_t();
+    if (!rc && b->pp) *loss = train_pp_loss(b->pp);
     if (!rc) rc = hyp_coll_allreduce_f64(b->dp.coll, loss, 1, e);
     tm->comm_s += now_s() - t0;
     hyp_prof_phase("allreduce_loss", HYP_PROF_COMM, 1, pt);

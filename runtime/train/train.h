@@ -17,6 +17,8 @@ typedef struct {
      * mesh, tp the rank's tp group (tp_rank in it) and all the whole world; NULL, 0 without tp */
     hyp_coll *tp, *all;
     int tp_rank;
+    /* v2107 pipeline (train_pp.h): the rank's pipeline (its stage = tp_rank), coll the dp axis */
+    hyp_coll *pp;
     /* v2109 expert parallelism (train_ep.h): the rank's ep group and its experts' replicas (the
      * same ep rank in the other groups); coll stays the whole world. NULL without ep */
     hyp_coll *ep, *ep_rep;

@@ -73,6 +73,7 @@
 #include "train_guard.h"
 #include "train_stream.h"
 #include "train_moe.h"
+#include "train_pp.h"
 #include "train_ep.h"
 #include "train_tp.h"
 #include "train_cp.h"
@@ -1239,12 +1240,26 @@ static int run(int argc, char **argv, hyp_coll *coll) {
         plan_free(p);
         return HYP_EINPUT;
     }
-    r.d = (dp_t){coll, hyp_coll_rank(coll), hyp_coll_world(coll), p->zero_stage, NULL, NULL, NULL, 0, NULL, NULL};
+    r.d = (dp_t){coll, hyp_coll_rank(coll), hyp_coll_world(coll), p->zero_stage, NULL, NULL, NULL, 0, NULL, NULL, NULL};
     if (p->tp) { /* v2106: the dp x tp mesh; r.d becomes the dp axis */
         const char *no = a->sample_mode || a->sample > 0 ? "sampling"
                          : post.objective != POST_NONE ? "a post-training objective" : p->pr_on ? "pruning (v2154)"
                          : p->param_bf16 ? "bf16 parameters (v2161)" : p->zero_stage ? "ZeRO" : NULL;
         rc = no ? train_tp_refuse(p, r.plan_path, no, &e) : train_tp_mesh(p, r.plan_path, &r.d, &e);
+        if (rc) {
+            if (hyp_coll_rank(coll) == 0) fprintf(stderr, "train: %s\n", e.msg);
+            train_tp_close(&r.d);
+            plan_free(p);
+            return rc;
+        }
+    }
+    if (p->pp) { /* v2107: dp x pp, a stage per rank; r.d becomes the dp axis */
+        const char *no = a->sample_mode || a->sample > 0 ? "sampling"
+                         : post.objective != POST_NONE ? "a post-training objective" : p->pr_on ? "pruning (v2154)"
+                         : p->param_bf16 ? "bf16 parameters (v2161)" : p->zero_stage ? "ZeRO"
+                         : a->ckpt_dir || a->resume ? "checkpoints (--ckpt-dir, --resume)" : a->init_from ? "--init-from" : NULL;
+        rc = no ? hyp_fail(&e, HYP_EINPUT, "%s: %s with pipeline parallelism (v2107, %d stages) is not implemented — drop it, or regenerate the trainer without pp", r.plan_path, no, p->pp)
+                : train_pp_mesh(p, r.plan_path, &r.d, &e);
         if (rc) {
             if (hyp_coll_rank(coll) == 0) fprintf(stderr, "train: %s\n", e.msg);
             train_tp_close(&r.d);
@@ -1373,6 +1388,7 @@ static int run(int argc, char **argv, hyp_coll *coll) {
         choose_peak(&r);
         print_banner(&r, &e);
         train_tp_describe(&r.d, p);
+        if (p->pp && !(rc = train_pp_open(p, r.plan_path, r.d.pp, &r.x, r.K, &r.be.pp, &e))) train_pp_describe(r.be.pp, p);
         train_cp_describe(p, r.cp, r.d.world / (p->cp ? p->cp : 1));
         train_ep_describe(&r.d, p);
         /* v2148 on rank 0 (it logs): its early-stop decision reaches the others through agree_stop */
@@ -1431,6 +1447,7 @@ static int run(int argc, char **argv, hyp_coll *coll) {
                    hyp_losspred_load_metrics(r.lp, a->metrics, r.start_step), a->metrics);
         if (!rc) rc = train_loop(&r, &e);
         if (!rc) train_tp_report(&r.d, r.opt.total_steps - r.start_step);
+        if (!rc && r.be.pp) train_pp_report(r.be.pp, r.opt.total_steps - r.start_step);
         if (!rc) train_cp_report(r.cp, r.opt.total_steps - r.start_step);
         if (!rc) train_ep_report(&r.d, r.opt.total_steps - r.start_step);
         if (!rc) rc = train_prof_finish(&r.prof, &r.be, &e);
@@ -1451,6 +1468,7 @@ static int run(int argc, char **argv, hyp_coll *coll) {
     hyp_loader_close(r.train);
     hyp_loader_close(r.val);
     distill_close(dist, &r.x);
+    train_pp_close(r.be.pp);
     train_backend_close(&r.be);
     train_ep_close(&r.d, &r.x);
     exec_free(&r.x);

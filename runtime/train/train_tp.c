@@ -24,7 +24,8 @@ void train_tp_close(dp_t *d) {
     if (!d->all) return;
     if (d->coll != d->all) hyp_coll_finalize(d->coll);
     hyp_coll_finalize(d->tp);
-    d->coll = d->all, d->tp = d->all = NULL;
+    hyp_coll_finalize(d->pp); /* v2107 (train_pp.c) */
+    d->coll = d->all, d->tp = d->all = d->pp = NULL;
 }
 
 int train_tp_refuse(const plan_t *p, const char *plan_path, const char *what, hyp_err *e) {

@@ -25,6 +25,10 @@ function M.derive(ctx)
     ctx.refuse("async dp over the dp axis of a dp x tp mesh is not implemented",
       "drop tp, or drop v2174")
   end
+  if A.v2107 then
+    ctx.refuse("async dp with pipeline parallelism is not implemented (the stages' sends and the background all-reduce share the request table)",
+      "drop pp, or drop v2174")
+  end
   if A.v2108 then
     ctx.refuse("async dp with context parallelism (the cp ranks' gradients in the same delayed sum) is not tested",
       "drop sp, or drop v2174")
