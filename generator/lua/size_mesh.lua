@@ -131,8 +131,8 @@ function M.text(res)
   local lines = {}
   local function w(...) lines[#lines + 1] = string.format(...) end
   w("")
-  w("mesh for %d GPUs on %s (%d per node): dp x pp x cp x tp — a planning model (v2106 tp, v2107 pp, v2108/v2116 cp are", res.G, res.hw, res.per_node)
-  w("  planned: no generated trainer runs them yet). tp innermost, then cp, pp, dp; an axis inside a node uses %s.", res.link)
+  w("mesh for %d GPUs on %s (%d per node): dp x pp x cp x tp — a planning model (generated trainers run v2106 tp, v2107 pp", res.G, res.hw, res.per_node)
+  w("  and v2108 cp on the cpu target only, one axis beside dp). tp innermost, then cp, pp, dp; an axis inside a node uses %s.", res.link)
   w("  bytes = sent per GPU per step: tp 4 all-reduces/layer/micro-batch (sequence parallel), cp K/V around the ring (fwd 1x, bwd 2x),")
   w("  pp activations and gradients per micro-batch, dp the gradient all-reduce (+ ZeRO-3 gathers); exposed: tp, pp, cp beyond the")
   w("  compute, dp beyond the backward; step = compute / (1 - bubble) + exposed; bubble (pp-1)/(m+pp-1), m micro-batches per step")
