@@ -405,6 +405,50 @@ int hyp_coll_ring_shift_f32(hyp_coll *c, const float *send, float *recv, size_t 
     return HYP_OK;
 }
 
+int hyp_coll_ring_ishift_f32(hyp_coll *c, const float *send, float *recv, size_t n, int req[2], hyp_err *e) {
+    req[0] = req[1] = -1;
+#ifdef HYP_HAVE_MPI
+    if (c->mpi && c->world > 1) {
+        int a = 0, b;
+        while (a < HYP_COLL_MAX_REQS && c->busy[a]) a++;
+        b = a + 1;
+        while (b < HYP_COLL_MAX_REQS && c->busy[b]) b++;
+        if (b >= HYP_COLL_MAX_REQS) return hyp_fail(e, HYP_EFAIL, "ring shift: too many non-blocking operations in flight");
+        if (n > (size_t)0x7fffffff) return hyp_fail(e, HYP_EFAIL, "ring shift of %zu floats: above MPI's int count", n);
+        int next = (c->rank + 1) % c->world, prev = (c->rank - 1 + c->world) % c->world;
+        int rc = MPI_Irecv(recv, (int)n, MPI_FLOAT, prev, 0x2116, c->comm, &c->reqs[a]);
+        if (rc != MPI_SUCCESS) return mpi_fail(e, "ring receive (non-blocking)", rc);
+        c->busy[a] = 1, req[0] = a;
+        rc = MPI_Isend(send, (int)n, MPI_FLOAT, next, 0x2116, c->comm, &c->reqs[b]);
+        if (rc != MPI_SUCCESS) return mpi_fail(e, "ring send (non-blocking)", rc);
+        c->busy[b] = 1, req[1] = b;
+        c->bytes += (uint64_t)n * sizeof(float), c->steps++, c->calls++;
+        return HYP_OK;
+    }
+#else
+    (void)e;
+#endif
+    if (n) memcpy(recv, send, n * sizeof(float));
+    return HYP_OK;
+}
+
+int hyp_coll_ring_wait(hyp_coll *c, int req[2], hyp_err *e) {
+    int rc = HYP_OK;
+    for (int i = 0; i < 2; i++)
+        if (req[i] >= 0) {
+            int r = hyp_coll_wait(c, req[i], e);
+            rc = rc ? rc : r;
+            req[i] = -1;
+        }
+    return rc;
+}
+
+int hyp_coll_in_flight(const hyp_coll *c) {
+    int n = 0;
+    for (int i = 0; i < HYP_COLL_MAX_REQS; i++) n += c->busy[i] != 0;
+    return n;
+}
+
 int hyp_coll_broadcast(hyp_coll *c, void *buf, size_t bytes, int root, hyp_err *e) {
 #ifdef HYP_HAVE_MPI
     if (c->mpi) {

@@ -80,6 +80,14 @@ int hyp_coll_barrier(hyp_coll *c, hyp_err *e);
  * (rank - 1 + world) % world into recv (send and recv must not overlap); one MPI_Sendrecv.
  * Counts n*4 bytes sent, one round and one call; one rank: recv = send, nothing counted. */
 int hyp_coll_ring_shift_f32(hyp_coll *c, const float *send, float *recv, size_t n, hyp_err *e);
+/* v2116 overlapped ring shift: posts the same transfer as hyp_coll_ring_shift_f32 without waiting
+ * (MPI_Irecv from rank - 1, MPI_Isend to rank + 1: two request slots, ids in req[0], req[1]);
+ * send must stay unmodified and recv untouched until hyp_coll_ring_wait(req). Counted (n*4 bytes,
+ * one round, one call) when posted. One rank or no MPI: recv = send at once, req = {-1, -1}. */
+int hyp_coll_ring_ishift_f32(hyp_coll *c, const float *send, float *recv, size_t n, int req[2], hyp_err *e);
+int hyp_coll_ring_wait(hyp_coll *c, int req[2], hyp_err *e);
+/* The non-blocking operations posted on c and not yet waited for (its busy request slots). */
+int hyp_coll_in_flight(const hyp_coll *c);
 /* 1 when every rank passes ok != 0 (collective "did everyone succeed?") */
 int hyp_coll_all_ok(hyp_coll *c, int ok);
 

@@ -741,6 +741,12 @@ static int load_train(ld *c, const cJSON *root) {
             return bad(c, "field '%s' = \"%s\" is neither contiguous nor zigzag", field(c, "cp_layout", f, sizeof f), lay);
         }
         p->cp_layout = !strcmp(lay, "zigzag");
+        if ((rc = get_str(c, t, "cp_comm", lay, sizeof lay))) return rc;
+        if (strcmp(lay, "allgather") && strcmp(lay, "ring")) {
+            char f[700];
+            return bad(c, "field '%s' = \"%s\" is neither allgather nor ring", field(c, "cp_comm", f, sizeof f), lay);
+        }
+        p->cp_comm = !strcmp(lay, "ring");
     }
     if (cJSON_GetObjectItemCaseSensitive(t, "ep")) /* optional (v2109; absent: 0 = no expert parallelism) */
         GI(t, "ep", 2, 256, p->ep);

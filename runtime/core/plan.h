@@ -170,6 +170,8 @@ typedef struct {
     int cp, cp_layout;      /* train.cp, train.cp_layout (v2108): the plan is one rank's of a
                                context-parallel group of cp ranks splitting every sequence (T is
                                the rank's share); layout 0 contiguous, 1 zigzag; 0 = none */
+    int cp_comm;            /* train.cp_comm: 0 "allgather" (v2108 alone: K/V all-gathered per layer),
+                               1 "ring" (v2116: K/V shifted around the cp group, overlapped) */
     int ep;                 /* train.ep (v2109): experts placed over ep groups of ep ranks, tokens
                                dispatched by all-to-all (cpu/moe_ep.c); 0 = none */
     int cuda_graphs;        /* v2165 train.cuda_graphs: device targets capture the step's regions as

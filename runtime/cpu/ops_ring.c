@@ -1,6 +1,7 @@
 /* ops_ring.c — v2108/v2116 Ring Attention on the cpu (contract and layouts in ops_ring.h).
  * Never: attention arithmetic of its own beyond the logsumexp merge (the block products are
- * ops_flash.c's), nor communication other than hyp_coll_ring_shift_f32.
+ * ops_flash.c's), nor communication other than coll.h's ring shift (blocking or posted) and the
+ * all-gather / reduce-scatter of the all-gather mode.
  *
  * A chunk pair (query chunk ia of this rank, key chunk jb of block src) is handed to the flash op
  * as a [B, c] sequence whose rows are the query chunk's q heads and the key chunk's k and v heads
@@ -166,6 +167,9 @@ int op_ring_attention_bwd_block(float *dqkv, float *dkv, const float *dout, cons
     return HYP_OK;
 }
 
+/* The ring (v2116): the next block's shift is posted before the current block's compute and waited
+ * after it, so the transfer runs behind the chunk-pair products (st->overlapped counts the blocks
+ * computed while one of this op's transfers was in flight on cp). */
 int op_ring_attention_fwd(hyp_coll *cp, int layout, float *out, float *lse, const float *qkv, int B, int T, int NH,
                           int NKV, int hd, hyp_ring_stats *st, hyp_err *e) {
     const int p = hyp_coll_world(cp), r = hyp_coll_rank(cp);
@@ -175,42 +179,108 @@ int op_ring_attention_fwd(hyp_coll *cp, int layout, float *out, float *lse, cons
     const size_t nkv = (size_t)B * Tl * 2 * NKV * hd;
     float *kv = malloc(sizeof(float) * 2 * nkv);
     if (!kv) return hyp_fail(e, HYP_EFAIL, "ring attention: out of memory for the K/V blocks");
-    float *next = kv + nkv;
+    float *next = kv + nkv, *base = kv;
     hyp_cp_pack_kv(kv, qkv, B, Tl, NH, NKV, hd);
     for (int s = 0; s < p && !rc; s++) {
+        int req[2] = {-1, -1};
+        if (s + 1 < p && (rc = hyp_coll_ring_ishift_f32(cp, kv, next, nkv, req, e))) break;
+        if (st && hyp_coll_in_flight(cp) > 0) st->overlapped++;
         rc = op_ring_attention_fwd_block(out, lse, qkv, kv, layout, p, r, (r - s + p) % p, B, T, NH, NKV, hd, st, e);
-        if (!rc && s + 1 < p && !(rc = hyp_coll_ring_shift_f32(cp, kv, next, nkv, e))) {
-            float *t = kv;
-            kv = next, next = t;
-        }
+        int wrc = hyp_coll_ring_wait(cp, req, e);
+        rc = rc ? rc : wrc;
+        float *t = kv;
+        kv = next, next = t;
     }
-    free(kv < next ? kv : next);
+    free(base);
     return rc;
 }
 
+/* Backward ring: the K/V block's shift overlaps the block's products; this rank's contribution to
+ * the block's gradient is computed into a zeroed buffer `part` while the accumulator of the
+ * ranks before it is still arriving, then acc = acc_in + part is posted on (overlapping the next
+ * block's products). So block o's gradient is the left fold part_o + part_o+1 + ... in ring order,
+ * and after cp steps (one more shift than K/V) it is home. */
 int op_ring_attention_bwd(hyp_coll *cp, int layout, float *dqkv, const float *dout, const float *qkv,
-                          const float *out, const float *lse, int B, int T, int NH, int NKV, int hd, hyp_err *e) {
+                          const float *out, const float *lse, int B, int T, int NH, int NKV, int hd, hyp_ring_stats *st,
+                          hyp_err *e) {
     const int p = hyp_coll_world(cp), r = hyp_coll_rank(cp);
     int rc = hyp_cp_check(layout, p, T, e);
     if (rc) return rc;
     const int Tl = T / p;
     const size_t nkv = (size_t)B * Tl * 2 * NKV * hd;
-    /* two buffers of [kv | dkv]: the block and its gradient accumulator travel as one message */
-    float *buf = calloc(4 * nkv, sizeof(float));
+    /* kv, kv_next, part, acc (posted), acc_in (arriving) */
+    float *buf = calloc(5 * nkv, sizeof(float));
     if (!buf) return hyp_fail(e, HYP_EFAIL, "ring attention backward: out of memory for the K/V blocks");
-    float *cur = buf, *next = buf + 2 * nkv;
-    hyp_cp_pack_kv(cur, qkv, B, Tl, NH, NKV, hd);
+    float *kv = buf, *next = buf + nkv, *part = buf + 2 * nkv, *acc = buf + 3 * nkv, *acc_in = buf + 4 * nkv;
+    int rq_acc[2] = {-1, -1};
+    hyp_cp_pack_kv(kv, qkv, B, Tl, NH, NKV, hd);
     for (int s = 0; s < p && !rc; s++) {
-        rc = op_ring_attention_bwd_block(dqkv, cur + nkv, dout, qkv, out, lse, cur, layout, p, r, (r - s + p) % p, B, T,
-                                         NH, NKV, hd, e);
-        if (!rc && s + 1 < p && !(rc = hyp_coll_ring_shift_f32(cp, cur, next, 2 * nkv, e))) {
-            float *t = cur;
-            cur = next, next = t;
-        }
+        int rq_kv[2] = {-1, -1};
+        if (s + 1 < p && (rc = hyp_coll_ring_ishift_f32(cp, kv, next, nkv, rq_kv, e))) break;
+        if (st && hyp_coll_in_flight(cp) > 0) st->overlapped++;
+        memset(part, 0, sizeof(float) * nkv);
+        rc = op_ring_attention_bwd_block(dqkv, part, dout, qkv, out, lse, kv, layout, p, r, (r - s + p) % p, B, T, NH,
+                                         NKV, hd, e);
+        int wrc = hyp_coll_ring_wait(cp, rq_acc, e); /* acc_in: the ranks before this one; acc is free again */
+        rc = rc ? rc : wrc;
+        if (s == 0) memcpy(acc, part, sizeof(float) * nkv);
+        else
+            for (size_t i = 0; i < nkv; i++) acc[i] = acc_in[i] + part[i];
+        if (!rc) rc = hyp_coll_ring_ishift_f32(cp, acc, acc_in, nkv, rq_acc, e);
+        wrc = hyp_coll_ring_wait(cp, rq_kv, e);
+        rc = rc ? rc : wrc;
+        float *t = kv;
+        kv = next, next = t;
     }
-    /* cur's gradient is rank r+1's block's: one more step home */
-    if (!rc && !(rc = hyp_coll_ring_shift_f32(cp, cur + nkv, next + nkv, nkv, e)))
-        hyp_cp_add_dkv(dqkv, next + nkv, B, Tl, NH, NKV, hd);
+    int wrc = hyp_coll_ring_wait(cp, rq_acc, e); /* acc_in: the own block's whole gradient, home */
+    rc = rc ? rc : wrc;
+    if (!rc) hyp_cp_add_dkv(dqkv, acc_in, B, Tl, NH, NKV, hd);
     free(buf);
+    return rc;
+}
+
+/* All-gather mode (v2108 without v2116): every rank's block at once, then the ring's very block
+ * calls in the ring's order; no transfer overlaps them. */
+int op_cp_allgather_attention_fwd(hyp_coll *cp, int layout, float *out, float *lse, const float *qkv, int B, int T,
+                                  int NH, int NKV, int hd, hyp_ring_stats *st, hyp_err *e) {
+    const int p = hyp_coll_world(cp), r = hyp_coll_rank(cp);
+    int rc = hyp_cp_check(layout, p, T, e);
+    if (rc) return rc;
+    const int Tl = T / p;
+    const size_t nkv = (size_t)B * Tl * 2 * NKV * hd;
+    float *all = malloc(sizeof(float) * (size_t)p * nkv);
+    if (!all) return hyp_fail(e, HYP_EFAIL, "context parallel attention: out of memory for %d gathered K/V blocks", p);
+    hyp_cp_pack_kv(all + (size_t)r * nkv, qkv, B, Tl, NH, NKV, hd);
+    rc = hyp_coll_allgather_f32(cp, all + (size_t)r * nkv, all, nkv, e);
+    for (int s = 0; s < p && !rc; s++) {
+        int src = (r - s + p) % p;
+        rc = op_ring_attention_fwd_block(out, lse, qkv, all + (size_t)src * nkv, layout, p, r, src, B, T, NH, NKV, hd, st, e);
+    }
+    free(all);
+    return rc;
+}
+
+/* Backward: K/V gathered again, this rank's contribution to every block's gradient computed from
+ * zero (each block once), then reduce-scattered: the owner gets the sum over ranks. */
+int op_cp_allgather_attention_bwd(hyp_coll *cp, int layout, float *dqkv, const float *dout, const float *qkv,
+                                  const float *out, const float *lse, int B, int T, int NH, int NKV, int hd, hyp_err *e) {
+    const int p = hyp_coll_world(cp), r = hyp_coll_rank(cp);
+    int rc = hyp_cp_check(layout, p, T, e);
+    if (rc) return rc;
+    const int Tl = T / p;
+    const size_t nkv = (size_t)B * Tl * 2 * NKV * hd;
+    float *all = calloc((size_t)(2 * p + 1) * nkv, sizeof(float));
+    if (!all) return hyp_fail(e, HYP_EFAIL, "context parallel attention backward: out of memory for %d gathered K/V blocks", p);
+    float *parts = all + (size_t)p * nkv, *mine = parts + (size_t)p * nkv;
+    hyp_cp_pack_kv(all + (size_t)r * nkv, qkv, B, Tl, NH, NKV, hd);
+    rc = hyp_coll_allgather_f32(cp, all + (size_t)r * nkv, all, nkv, e);
+    for (int s = 0; s < p && !rc; s++) {
+        int src = (r - s + p) % p;
+        rc = op_ring_attention_bwd_block(dqkv, parts + (size_t)src * nkv, dout, qkv, out, lse, all + (size_t)src * nkv, layout, p,
+                                         r, src, B, T, NH, NKV, hd, e);
+    }
+    if (!rc) rc = hyp_coll_reduce_scatter_f32(cp, parts, mine, nkv, e);
+    if (!rc) hyp_cp_add_dkv(dqkv, mine, B, Tl, NH, NKV, hd);
+    free(all);
     return rc;
 }

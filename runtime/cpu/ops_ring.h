@@ -1,6 +1,7 @@
 /* ops_ring.h — v2108/v2116 context parallelism on the cpu: causal Ring Attention over the ranks of
  * a cp group, forward (out, logsumexp) and backward (dq, dk, dv). Never: a second attention kernel
- * (every block product is ops_flash.c's), nor a collective other than the ring shift of coll.h.
+ * (every block product is ops_flash.c's), nor a collective other than coll.h's ring shift (blocking
+ * or posted) and, in the all-gather mode, its all-gather and reduce-scatter.
  *
  * The sequence of T tokens is cut into nch equal chunks of c = T / nch tokens:
  *   contiguous  nch = cp,   rank r holds chunk r;
@@ -20,9 +21,10 @@
  * out' = e^(lse - lse') out + e^(lse_p - lse') out_p; between steps the block moves one rank on.
  * Backward: with the FINAL out and lse, P = exp(S - lse) of every pair is the full softmax's, so
  * op_flash_attention_bwd_mod per pair gives exact contributions: dq stays local; the block's dK/dV
- * accumulator travels with it and, after the last step, one more shift brings it home.
+ * accumulator follows it one step behind (acc = acc_in + this rank's part) and, after the last
+ * step, is home. v2116 ring: every shift is posted before the block compute and waited after it.
  * Bytes sent per rank per call (counted by coll): forward (cp-1)|kv|, backward (2cp-1)|kv|
- * (K/V with their gradients cp-1 times, the gradients home once), |kv| = B Tl 2 NKV hd 4 bytes.
+ * (K/V cp-1 times, the gradient accumulator cp times), |kv| = B Tl 2 NKV hd 4 bytes.
  *
  * The _block functions are one ring step of one rank: the drivers call exactly them, so a single
  * process can run the whole ring over in-memory blocks (tests/unit/test_ring_attention_v2108.c)
@@ -42,6 +44,7 @@ enum { HYP_CP_CONTIGUOUS = 0, HYP_CP_ZIGZAG = 1 };
 /* Chunk pairs one rank visited (summed over calls): the work balance of a layout. */
 typedef struct {
     long diag, full, skipped;
+    long overlapped; /* blocks computed while one of the op's transfers was in flight (v2116 ring) */
 } hyp_ring_stats;
 
 /* EINPUT ("where: what — how to fix") unless cp >= 1, the layout is known and T % nch == 0. */
@@ -74,6 +77,14 @@ int op_ring_attention_fwd(hyp_coll *cp, int layout, float *out, float *lse, cons
                           int T, int NH, int NKV, int hd, hyp_ring_stats *st, hyp_err *e);
 int op_ring_attention_bwd(hyp_coll *cp, int layout, float *dqkv, const float *dout, const float *qkv,
                           const float *out, const float *lse, int B, int T, int NH, int NKV, int hd,
-                          hyp_err *e);
+                          hyp_ring_stats *st, hyp_err *e);
+/* v2108 alone: all-gather mode, the same contract. Forward: K/V all-gathered, then the ring's block
+ * calls in the ring's order (out, lse bit-identical to the ring's). Backward: K/V all-gathered
+ * again, the rank's contribution to each block's gradient from zero, reduce-scattered to the
+ * owners. Bytes per rank per call (coll's ring model): forward (cp-1)|kv|, backward 2(cp-1)|kv|. */
+int op_cp_allgather_attention_fwd(hyp_coll *cp, int layout, float *out, float *lse, const float *qkv, int B, int T,
+                                  int NH, int NKV, int hd, hyp_ring_stats *st, hyp_err *e);
+int op_cp_allgather_attention_bwd(hyp_coll *cp, int layout, float *dqkv, const float *dout, const float *qkv,
+                                  const float *out, const float *lse, int B, int T, int NH, int NKV, int hd, hyp_err *e);
 
 #endif

@@ -170,13 +170,13 @@ ADAPTER(cpu_ring_attention_fwd) {
     UNUSED_ARGS;
     if (x->cp_rc) return;
     if (!x->cp) x->cp_rc = hyp_fail(&x->cp_err, HYP_EINPUT, "a context-parallel plan (v2108, cp=%d) run without its cp group — start it under mpirun with a multiple of %d ranks", x->p->cp, x->p->cp);
-    else x->cp_rc = op_ring_attention_fwd(x->cp, x->p->cp_layout, O[0], O[1], I[0], d->B, d->T * x->p->cp, (int)o->NH, (int)o->NKV, (int)o->hd, NULL, &x->cp_err);
+    else x->cp_rc = (x->p->cp_comm ? op_ring_attention_fwd : op_cp_allgather_attention_fwd)(x->cp, x->p->cp_layout, O[0], O[1], I[0], d->B, d->T * x->p->cp, (int)o->NH, (int)o->NKV, (int)o->hd, NULL, &x->cp_err);
 }
 ADAPTER(cpu_ring_attention_bwd) {
     UNUSED_ARGS;
     if (x->cp_rc) return;
     if (!x->cp) x->cp_rc = hyp_fail(&x->cp_err, HYP_EINPUT, "a context-parallel plan (v2108, cp=%d) run without its cp group — start it under mpirun with a multiple of %d ranks", x->p->cp, x->p->cp);
-    else x->cp_rc = op_ring_attention_bwd(x->cp, x->p->cp_layout, O[0], I[0], I[1], I[2], I[3], d->B, d->T * x->p->cp, (int)o->NH, (int)o->NKV, (int)o->hd, &x->cp_err);
+    else x->cp_rc = (x->p->cp_comm ? op_ring_attention_bwd(x->cp, x->p->cp_layout, O[0], I[0], I[1], I[2], I[3], d->B, d->T * x->p->cp, (int)o->NH, (int)o->NKV, (int)o->hd, NULL, &x->cp_err) : op_cp_allgather_attention_bwd(x->cp, x->p->cp_layout, O[0], I[0], I[1], I[2], I[3], d->B, d->T * x->p->cp, (int)o->NH, (int)o->NKV, (int)o->hd, &x->cp_err));
 }
 ADAPTER(cpu_allreduce_tp) {
     UNUSED_ARGS;

@@ -48,13 +48,16 @@ int train_cp_next(hyp_loader *L, exec_t *x, hyp_err *e) {
 
 void train_cp_describe(const plan_t *p, const hyp_coll *cp, int dp) {
     if (!cp) return;
-    printf("context parallel (v2108): cp %d x dp %d = %d ranks (cp ranks contiguous), %s split: each rank holds %d of every %d tokens, ring attention over its cp group\n",
-           p->cp, dp, p->cp * dp, p->cp_layout ? "zigzag" : "contiguous", p->T, p->T * p->cp);
+    printf("context parallel (v2108): cp %d x dp %d = %d ranks (cp ranks contiguous), %s split: each rank holds %d of every %d tokens, %s\n",
+           p->cp, dp, p->cp * dp, p->cp_layout ? "zigzag" : "contiguous", p->T, p->T * p->cp,
+           p->cp_comm ? "K/V passed around the cp group's ring, each shift overlapped with the block compute (v2116)"
+                      : "K/V all-gathered per layer, their gradients reduce-scattered (no v2116)");
 }
 
-void train_cp_report(const hyp_coll *cp, int steps) {
+void train_cp_report(const plan_t *p, const hyp_coll *cp, int steps) {
     if (!cp || steps < 1) return;
     unsigned long long b = (unsigned long long)hyp_coll_bytes_sent(cp);
-    printf("cp traffic (v2108): %llu B sent by this rank on its cp group of %d in %d steps, %.0f B/step (K/V blocks and their gradients around the ring; evaluation passes included)\n",
-           b, hyp_coll_world(cp), steps, (double)b / steps);
+    printf("cp traffic (v2108): %llu B sent by this rank on its cp group of %d in %d steps, %.0f B/step (%s; evaluation passes included)\n",
+           b, hyp_coll_world(cp), steps, (double)b / steps,
+           p->cp_comm ? "K/V blocks around the ring and their gradient accumulators, v2116" : "K/V all-gathers and gradient reduce-scatters");
 }

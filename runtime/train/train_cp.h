@@ -23,6 +23,6 @@ void train_cp_loader_shape(const plan_t *p, const dp_t *d, int T, int *rank, int
 int train_cp_next(hyp_loader *L, exec_t *x, hyp_err *e);
 /* One banner line, and the bytes this rank sent on its cp group over `steps` steps. */
 void train_cp_describe(const plan_t *p, const hyp_coll *cp, int dp);
-void train_cp_report(const hyp_coll *cp, int steps);
+void train_cp_report(const plan_t *p, const hyp_coll *cp, int steps);
 
 #endif

@@ -1448,7 +1448,7 @@ static int run(int argc, char **argv, hyp_coll *coll) {
         if (!rc) rc = train_loop(&r, &e);
         if (!rc) train_tp_report(&r.d, r.opt.total_steps - r.start_step);
         if (!rc && r.be.pp) train_pp_report(r.be.pp, r.opt.total_steps - r.start_step);
-        if (!rc) train_cp_report(r.cp, r.opt.total_steps - r.start_step);
+        if (!rc) train_cp_report(&r.plan, r.cp, r.opt.total_steps - r.start_step);
         if (!rc) train_ep_report(&r.d, r.opt.total_steps - r.start_step);
         if (!rc) rc = train_prof_finish(&r.prof, &r.be, &e);
         if (!rc && !r.stopped) rc = sample_after(&r, &e);

@@ -2,7 +2,10 @@
  * the sequence split over cp ranks, contiguous and zigzag, gives the full-sequence flash attention's
  * out, lse, dq, dk and dv (each local row = the full run's row at its global position), the zigzag
  * split balances the causal work, RoPE at the positions hyp_cp_positions gives is the full run's,
- * and the ring sends exactly (cp-1)|kv| forward and (2cp-1)|kv| backward per rank.
+ * and the ring sends exactly (cp-1)|kv| forward and (2cp-1)|kv| backward per rank, posting each
+ * shift before the block compute it overlaps (v2116); the all-gather mode (v2108 alone) gives the
+ * ring's results (bit for bit but for the dK/dV sum order at cp > 2, argued at run_mpi) with
+ * (cp-1)|kv| forward and 2(cp-1)|kv| backward.
  * Run alone it simulates the ring of cp = 1..4 ranks over in-memory blocks (the very step functions
  * the mpirun driver calls, in its order), then starts itself under `mpirun -np 2` and `-np 4`
  * (--oversubscribe), where every rank runs the real ring and must match the simulation bit for
@@ -151,7 +154,8 @@ static void local_rows(rank_t *rk, int layout, int cp, int r) {
 }
 
 /* The ring of cp ranks in one process: step s, every rank r attends block (r - s) mod cp; the
- * block's gradient is accumulated by ranks o, o+1, ... in that order, as it travels. steps < cp
+ * block's gradient is the left fold of the parts of ranks o, o+1, ... (each computed from zero),
+ * in that order, as it travels. steps < cp
  * cuts the ring short (the test's own failure check). */
 static int simulate(rank_t *rk, int layout, int cp, int steps) {
     hyp_err e = {{0}};
@@ -163,12 +167,16 @@ static int simulate(rank_t *rk, int layout, int cp, int steps) {
                                             &rk[r].st, &e))
                 return printf("simulate: %s\n", e.msg), 1;
         }
+    static float part[B * T * KVW];
     for (int s = 0; s < steps; s++)
         for (int r = 0; r < cp; r++) {
             int src = (r - s + cp) % cp;
-            if (op_ring_attention_bwd_block(rk[r].dqkv, rk[src].dkv, rk[r].dout, rk[r].qkv, rk[r].out, rk[r].lse, rk[src].kv, layout,
+            memset(part, 0, sizeof part);
+            if (op_ring_attention_bwd_block(rk[r].dqkv, part, rk[r].dout, rk[r].qkv, rk[r].out, rk[r].lse, rk[src].kv, layout,
                                             cp, r, src, B, T, NH, NKV, HD, &e))
                 return printf("simulate: %s\n", e.msg), 1;
+            /* the accumulator that arrived + this rank's part, as the driver folds it */
+            for (long i = 0; i < (long)B * (T / cp) * KVW; i++) rk[src].dkv[i] = s ? rk[src].dkv[i] + part[i] : part[i];
         }
     for (int r = 0; r < cp; r++) hyp_cp_add_dkv(rk[r].dqkv, rk[r].dkv, B, T / cp, NH, NKV, HD);
     return 0;
@@ -270,31 +278,63 @@ static void check_refusals(void) {
           "contiguous cp=4 takes T = 36; cp 0 and an unknown layout are refused");
 }
 
-/* under mpirun: the real ring, bit-identical to the simulation, with the bytes its formula says */
+/* under mpirun, both modes of the same problem:
+ * v2116 ring: the real ring, bit-identical to the simulation, with the bytes its formula says, and
+ *   every shift posted before the block compute it overlaps (cp-1 forward blocks and all cp
+ *   backward blocks computed with a transfer of the op in flight: the block of step s while the
+ *   next block travels, the last backward block while the previous accumulator arrives).
+ * v2108 all-gather: out, lse and the dq rows are the ring's bit for bit (the same block calls on
+ *   the same blocks in the same order; dq never leaves the rank). The dK/dV of a block are the
+ *   same cp parts (each computed from zero in both modes) summed in another order: the ring's
+ *   left fold from the owner vs MPI's reduce-scatter. For cp = 2 that is one addition a + b =
+ *   b + a, so all of dqkv is bit-identical too; for cp = 4 the orders differ and dqkv is checked
+ *   against the full-sequence flash op within the bound (the bound's 2 T u term covers any order
+ *   of the sums). Bytes: forward (cp-1)|kv| (one all-gather), backward 2(cp-1)|kv| (all-gather
+ *   again + reduce-scatter), nothing in flight during compute. */
 static int run_mpi(hyp_coll *w) {
     const int cp = hyp_coll_world(w), r = hyp_coll_rank(w), Tl = T / cp;
     hyp_err e = {{0}};
     static rank_t me;
+    const char *MODE[2] = {"all-gather", "ring"};
     for (int layout = HYP_CP_CONTIGUOUS; layout <= HYP_CP_ZIGZAG; layout++) {
         simulate(g_sim, layout, cp, cp);
-        local_rows(&me, layout, cp, r);
-        uint64_t b0 = hyp_coll_bytes_sent(w);
-        int rc = op_ring_attention_fwd(w, layout, me.out, me.lse, me.qkv, B, T, NH, NKV, HD, &me.st, &e);
-        uint64_t b1 = hyp_coll_bytes_sent(w);
-        rc = rc ? rc : op_ring_attention_bwd(w, layout, me.dqkv, me.dout, me.qkv, me.out, me.lse, B, T, NH, NKV, HD, &e);
-        uint64_t b2 = hyp_coll_bytes_sent(w), kvb = (uint64_t)B * Tl * KVW * 4;
-        CHECK(!rc, "rank %d/%d %s: ring forward and backward run (%s)", r, cp, LNAME[layout], rc ? e.msg : "ok");
         const rank_t *s = &g_sim[r];
-        CHECK(!memcmp(me.out, s->out, sizeof(float) * B * Tl * OC) && !memcmp(me.lse, s->lse, sizeof(float) * B * NH * Tl) &&
-                  !memcmp(me.dqkv, s->dqkv, sizeof(float) * B * Tl * R),
-              "rank %d/%d %s: out, lse, dqkv of the mpirun ring = the simulated ring's, bit for bit", r, cp, LNAME[layout]);
-        double wr[3] = {0, 0, 0};
-        worst(&me, cp, wr);
-        CHECK(wr[0] <= 1 && wr[1] <= 1 && wr[2] <= 1, "rank %d/%d %s: = full-sequence flash within the bound (%.3g %.3g %.3g)", r, cp,
-              LNAME[layout], wr[0], wr[1], wr[2]);
-        CHECK(b1 - b0 == (uint64_t)(cp - 1) * kvb && b2 - b1 == (uint64_t)(2 * cp - 1) * kvb,
-              "rank %d/%d %s: sent %llu B forward = (cp-1)|kv|, %llu B backward = (2cp-1)|kv|, |kv| = %llu B", r, cp, LNAME[layout],
-              (unsigned long long)(b1 - b0), (unsigned long long)(b2 - b1), (unsigned long long)kvb);
+        for (int ring = 0; ring <= 1; ring++) {
+            local_rows(&me, layout, cp, r);
+            hyp_ring_stats sb = {0, 0, 0, 0};
+            uint64_t b0 = hyp_coll_bytes_sent(w);
+            int rc = ring ? op_ring_attention_fwd(w, layout, me.out, me.lse, me.qkv, B, T, NH, NKV, HD, &me.st, &e)
+                          : op_cp_allgather_attention_fwd(w, layout, me.out, me.lse, me.qkv, B, T, NH, NKV, HD, &me.st, &e);
+            uint64_t b1 = hyp_coll_bytes_sent(w);
+            if (!rc)
+                rc = ring ? op_ring_attention_bwd(w, layout, me.dqkv, me.dout, me.qkv, me.out, me.lse, B, T, NH, NKV, HD, &sb, &e)
+                          : op_cp_allgather_attention_bwd(w, layout, me.dqkv, me.dout, me.qkv, me.out, me.lse, B, T, NH, NKV, HD, &e);
+            uint64_t b2 = hyp_coll_bytes_sent(w), kvb = (uint64_t)B * Tl * KVW * 4;
+            CHECK(!rc, "rank %d/%d %s %s: forward and backward run (%s)", r, cp, LNAME[layout], MODE[ring], rc ? e.msg : "ok");
+            int same_fwd = !memcmp(me.out, s->out, sizeof(float) * B * Tl * OC) && !memcmp(me.lse, s->lse, sizeof(float) * B * NH * Tl);
+            int same_d = !memcmp(me.dqkv, s->dqkv, sizeof(float) * B * Tl * R), same_dq = 1;
+            for (long n = 0; n < (long)B * Tl; n++) same_dq &= !memcmp(me.dqkv + n * R, s->dqkv + n * R, sizeof(float) * OC);
+            if (ring || cp == 2)
+                CHECK(same_fwd && same_d, "rank %d/%d %s %s: out, lse, dqkv = the simulated ring's, bit for bit", r, cp, LNAME[layout], MODE[ring]);
+            else
+                CHECK(same_fwd && same_dq, "rank %d/%d %s %s: out, lse and the dq rows = the simulated ring's, bit for bit", r, cp,
+                      LNAME[layout], MODE[ring]);
+            double wr[3] = {0, 0, 0};
+            worst(&me, cp, wr);
+            CHECK(wr[0] <= 1 && wr[1] <= 1 && wr[2] <= 1, "rank %d/%d %s %s: = full-sequence flash within the bound (%.3g %.3g %.3g)", r, cp,
+                  LNAME[layout], MODE[ring], wr[0], wr[1], wr[2]);
+            uint64_t fb = (uint64_t)(cp - 1) * kvb, bb = (uint64_t)(ring ? 2 * cp - 1 : 2 * (cp - 1)) * kvb;
+            CHECK(b1 - b0 == fb && b2 - b1 == bb, "rank %d/%d %s %s: sent %llu B forward = (cp-1)|kv|, %llu B backward = %s|kv|, |kv| = %llu B", r, cp,
+                  LNAME[layout], MODE[ring], (unsigned long long)(b1 - b0), (unsigned long long)(b2 - b1), ring ? "(2cp-1)" : "2(cp-1)",
+                  (unsigned long long)kvb);
+            if (ring)
+                CHECK(me.st.overlapped == cp - 1 && sb.overlapped == cp,
+                      "rank %d/%d %s ring (v2116): %ld of %d forward and %ld of %d backward blocks computed with the next transfer already posted",
+                      r, cp, LNAME[layout], me.st.overlapped, cp, sb.overlapped, cp);
+            else
+                CHECK(me.st.overlapped == 0, "rank %d/%d %s all-gather: no transfer in flight during its block compute", r, cp, LNAME[layout]);
+            CHECK(hyp_coll_in_flight(w) == 0, "rank %d/%d %s %s: nothing left in flight after the op", r, cp, LNAME[layout], MODE[ring]);
+        }
     }
     return hyp_coll_all_ok(w, g_fail == 0) ? 0 : 1;
 }
@@ -324,7 +364,7 @@ int main(int argc, char **argv) {
                      "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_mpi_yield_when_idle=1 OMP_NUM_THREADS=1 "
                      "mpirun -np %d --oversubscribe %s",
                      np, argv[0]);
-            CHECK(system(cmd) == 0, "np=%d: the ring on every rank (v2108, v2116)", np);
+            CHECK(system(cmd) == 0, "np=%d: the ring (v2116) and the all-gather mode (v2108) on every rank", np);
         }
     } else
         printf("note: no mpirun; the multi-rank half did not run\n");

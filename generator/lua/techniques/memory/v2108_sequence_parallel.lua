@@ -1,8 +1,9 @@
 -- v2108 context (sequence) parallelism on the cpu: the plan is ONE rank's of a cp group of
 -- `degree` ranks that split every sequence of --seq tokens (contiguous chunks, or zigzag: chunks
 -- r and 2cp-1-r, load-balanced for the causal mask). Its T is --seq / degree; the flash attention
--- ops become ring_attention ops (runtime/cpu/ops_ring.c: K/V blocks passed around the group,
--- logsumexp merge, backward with the K/V gradients sent home); the position ops read the tokens'
+-- ops become ring_attention ops (runtime/cpu/ops_ring.c: chunk-pair blocks merged through the
+-- logsumexp; K/V all-gathered per layer and their gradients reduce-scattered, train.cp_comm =
+-- "allgather", or with v2116 passed around the ring, "ring"); the position ops read the tokens'
 -- global positions from the token array "positions"; every other op is per token. The trainer
 -- reads each dp group's rows whole and keeps its chunks; the loss and the gradients are reduced
 -- over dp x cp like data parallelism (each token weighs 1 / all tokens).
@@ -64,8 +65,9 @@ function M.sections(ctx, plan)
   local s = ctx.facts.seq_split
   plan.train.cp = s.degree
   plan.train.cp_layout = s.layout
-  ctx.contribute(string.format("plan of one cp rank of %d (%s): T = %d of --seq %d; %d flash attention ops replaced by ring_attention, %d position ops read the global positions",
-    s.degree, s.layout, s.T // s.degree, s.T, s.ring or 0, s.pos or 0))
+  plan.train.cp_comm = ctx.facts.cp_comm or "allgather"
+  ctx.contribute(string.format("plan of one cp rank of %d (%s): T = %d of --seq %d; %d flash attention ops replaced by ring_attention (K/V exchange: %s), %d position ops read the global positions",
+    s.degree, s.layout, s.T // s.degree, s.T, s.ring or 0, plan.train.cp_comm == "ring" and "ring, v2116" or "all-gather per layer", s.pos or 0))
 end
 
 return M
