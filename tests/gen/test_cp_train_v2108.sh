@@ -62,6 +62,9 @@ check test_v2108_np2_cp2_zigzag_equals_np1 close "$TMP/one.jsonl" "$TMP/cp.jsonl
 check test_v2108_np2_cp2_contiguous_equals_np1 close "$TMP/one.jsonl" "$TMP/cpc.jsonl"
 check test_v2108_np4_cp2_dp2_equals_np1 close "$TMP/one4.jsonl" "$TMP/cpdp.jsonl"
 check test_v2116_np2_cp2_ring_equals_np1 close "$TMP/one.jsonl" "$TMP/cpr.jsonl"
+# cp 2: the two modes make the same block calls in the same order; a block's dK/dV is the sum of
+# the two ranks' parts, a + b in either mode (commutative): every loss equal, bit for bit (E0)
+check test_v2116_ring_equals_allgather_bit_for_bit diff <(losses "$TMP/cp.jsonl") <(losses "$TMP/cpr.jsonl")
 check test_v2116_banner grep -q "each rank holds 16 of every 32 tokens, K/V passed around the cp group's ring, each shift overlapped with the block compute (v2116)" "$TMP/cpr.log"
 # tiny: 4 layers, 4 kv heads of hd 32; B=2, T/cp=16: |kv| = 2*16*2*4*32*4 = 32768 B; per layer
 # all-gather (1 + 2)|kv| = 98304 B, ring (1 + 3)|kv| = 131072 B; x 4 layers
