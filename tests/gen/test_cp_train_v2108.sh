@@ -77,5 +77,7 @@ expect test_v2108_seq_not_multiple_refused 2 "--seq 30 is not a multiple of 4 \(
 expect test_v2108_needs_flash 2 "replaces the flash attention ops by the ring: enable flash" -- "${G[@]}" --enable adamw,dp,sp -o "$TMP/bad2"
 expect test_v2108_needs_dp 2 "like data parallelism: enable dp" -- "${G[@]}" --enable adamw,flash,sp -o "$TMP/bad3"
 expect test_v2108_with_tp_refused 2 "(context parallelism with tensor parallelism|tensor parallelism with flash attention)" -- "${G[@]}" --enable adamw,flash,dp,sp,tp -o "$TMP/bad4"
+cp -r "$TMP/cp" "$TMP/badcomm" && sed -i 's/"cp_comm":[[:space:]]*"allgather"/"cp_comm": "star"/' "$TMP/badcomm/plan.json"
+expect test_v2108_plan_bad_cp_comm_refused 2 "cp_comm' = \"star\" is neither allgather nor ring" -- "$TMP/badcomm/train" "${C[@]}"
 check test_v2108_refusals_wrote_nothing test ! -e "$TMP/bad1" -a ! -e "$TMP/bad2" -a ! -e "$TMP/bad3" -a ! -e "$TMP/bad4"
 finish
