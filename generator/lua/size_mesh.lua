@@ -3,7 +3,7 @@
 -- "Efficient Large-Scale Language Model Training on GPU Clusters"; Korthikanti et al. 2022 for
 -- sequence-parallel activations; Liu et al. 2023 for ring attention): memory per GPU, bytes each
 -- GPU sends per step on each axis, the pipeline bubble and a step time. A planning model of
--- formulas: no trainer runs tp, pp or cp yet (v2106-v2108, v2116 planned) — the output says so.
+-- formulas (generated cpu trainers run tp, pp and cp — v2106-v2108, v2116 — each beside dp only).
 -- Never: reads a plan, or claims a figure was measured.
 local F = require("formulas")
 local U = require("util")
