@@ -10,7 +10,7 @@
 # bf16 storage bit-identical to no recompute: test_recompute.sh.) ~30 s.
 source "$(dirname "$0")/lib.sh"
 export OMP_NUM_THREADS=2
-cat "$ROOT"/specs/memory/*.yaml "$ROOT"/specs/SCHEMA.md > "$TMP/c.txt"
+kjv_corpus "$TMP/c.txt" 50000
 "$GEN" data "$TMP/c.txt" -o "$TMP/data" --val-fraction 0.1 >/dev/null
 
 S=(specs/v2500.yaml --model tiny --target cpu --batch 4 --seq 64)

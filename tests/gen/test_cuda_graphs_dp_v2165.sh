@@ -11,7 +11,7 @@ source "$(dirname "$0")/lib.sh"
 if ! command -v mpirun >/dev/null; then echo "mpirun not found (scripts/install-deps.sh installs openmpi-bin)"; exit 1; fi
 export OMP_NUM_THREADS=1 HYP_SIM_CACHE="$BUILD/tests/sim_cache" OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 MPI=(mpirun -np 2 --oversubscribe -x OMP_NUM_THREADS -x HYP_SIM_CACHE -x HYP_COMM_OVERLAP -x HYP_CUDA_GRAPHS)
-cat "$ROOT"/specs/memory/*.yaml "$ROOT"/specs/SCHEMA.md > "$TMP/c.txt"
+kjv_corpus "$TMP/c.txt" 50000
 "$GEN" data "$TMP/c.txt" -o "$TMP/data" --val-fraction 0.1 >/dev/null
 OUT="$BUILD/tests/cuda_graphs_dp_v2165" # fixed: the simulator's module cache keys on a kernel's path
 rm -rf "$OUT" && mkdir -p "$OUT"

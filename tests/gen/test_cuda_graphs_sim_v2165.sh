@@ -14,7 +14,7 @@
 # (below). ~12 s (warm caches).
 source "$(dirname "$0")/lib.sh"
 export OMP_NUM_THREADS=2 HYP_SIM_CACHE="$BUILD/tests/sim_cache"
-cat "$ROOT"/specs/memory/*.yaml "$ROOT"/specs/SCHEMA.md > "$TMP/c.txt"
+kjv_corpus "$TMP/c.txt" 50000
 "$GEN" data "$TMP/c.txt" -o "$TMP/data" --val-fraction 0.1 >/dev/null
 G=(specs/v2500.yaml --batch 2 --seq 16 --model tiny --target sim --set v2130.warmup_steps=2)
 R=(--data "$TMP/data" --eval-every 0 --sample 0 --steps 3 --seq 8)

@@ -15,7 +15,7 @@ export OMP_NUM_THREADS=1 HYP_SIM_CACHE="$BUILD/tests/sim_cache" HYP_CUDA_LIBDIR=
 for lib in libcuda.so.1 libcublasLt.so.13; do
   [ -f "$HYP_CUDA_LIBDIR/$lib" ] || { echo "FAIL $HYP_CUDA_LIBDIR/$lib: stand-in not built (tests/standins; needs the CUDA headers)"; exit 1; }
 done
-cat "$ROOT"/specs/memory/*.yaml "$ROOT"/specs/SCHEMA.md > "$TMP/c.txt"
+kjv_corpus "$TMP/c.txt" 50000
 "$GEN" data "$TMP/c.txt" -o "$TMP/data" --val-fraction 0.1 >/dev/null
 # a fixed folder: the simulator's module cache keys on a kernel's path, so reruns compile nothing
 OUT="$BUILD/tests/cuda_graphs_v2165"

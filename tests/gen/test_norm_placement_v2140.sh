@@ -11,7 +11,7 @@
 # PyTorch is in test_reference (reference_ref-gpt2_v2140_*). A bad placement is refused (exit 2).
 source "$(dirname "$0")/lib.sh"
 export OMP_NUM_THREADS=1
-cat "$ROOT"/specs/optimizer/*.yaml > "$TMP/corpus.txt"
+kjv_corpus "$TMP/corpus.txt" 50000
 "$GEN" data "$TMP/corpus.txt" -o "$TMP/data" >/dev/null
 json() { python3 -c "import json,sys; p=json.load(open(sys.argv[1])); print(eval(sys.argv[2]))" "$@"; }
 NP=(--enable adamw,norm-placement --batch 2 --seq 16)

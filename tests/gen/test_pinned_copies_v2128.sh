@@ -13,7 +13,7 @@ source "$(dirname "$0")/lib.sh"
 export OMP_NUM_THREADS=1 HYP_SIM_CACHE="$BUILD/tests/sim_cache" HYP_STANDIN_SEED=7
 LIBDIR="$BUILD/standins"
 [ -f "$LIBDIR/libcuda.so.1" ] || { echo "FAIL $LIBDIR/libcuda.so.1: stand-in not built (tests/standins; needs the CUDA headers)"; exit 1; }
-cat "$ROOT"/specs/memory/*.yaml "$ROOT"/specs/SCHEMA.md > "$TMP/c.txt"
+kjv_corpus "$TMP/c.txt" 50000
 "$GEN" data "$TMP/c.txt" -o "$TMP/data" --val-fraction 0.1 >/dev/null
 # a fixed folder: the simulator's module cache keys on a kernel's path, so reruns compile nothing
 OUT="$BUILD/tests/pinned_copies_v2128"

@@ -13,7 +13,7 @@ source "$(dirname "$0")/lib.sh"
 export OMP_NUM_THREADS=2 HYP_SIM_CACHE="$BUILD/tests/sim_cache"
 DIFF="$BUILD/tests/st_diff"
 T="$ROOT/specs/v2500.yaml"
-head -c 40000 "$ROOT/specs/SCHEMA.md" > "$TMP/c.txt"; cat "$ROOT"/specs/memory/*.yaml >> "$TMP/c.txt"
+kjv_corpus "$TMP/c.txt" 50000
 "$GEN" data "$TMP/c.txt" -o "$TMP/data" >/dev/null
 
 PAIR_SPEC=v2101 PAIR_ENABLE=recompute

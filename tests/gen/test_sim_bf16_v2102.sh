@@ -12,7 +12,7 @@
 # comparison (logits bit-identical on the fixtures, every gradient) is test_dev_bf16_v2102.c. ~90 s.
 source "$(dirname "$0")/lib.sh"
 export OMP_NUM_THREADS=2 HYP_SIM_CACHE="$BUILD/tests/sim_cache"
-cat "$ROOT"/specs/memory/*.yaml "$ROOT"/specs/SCHEMA.md > "$TMP/c.txt"
+kjv_corpus "$TMP/c.txt" 50000
 "$GEN" data "$TMP/c.txt" -o "$TMP/data" --val-fraction 0.1 >/dev/null
 plan() { python3 -c "import json,sys; p=json.load(open('$1/plan.json')); print($2)"; }
 S=(specs/v2500.yaml --batch 2 --seq 16)

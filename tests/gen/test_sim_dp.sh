@@ -28,7 +28,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_
 export OMP_NUM_THREADS=1 HYP_SIM_CACHE="$BUILD/tests/sim_cache"
 if ! command -v mpirun >/dev/null; then echo "mpirun not found (scripts/install-deps.sh installs openmpi-bin)"; exit 1; fi
 MPI="mpirun -np 2 --oversubscribe -x OMP_NUM_THREADS -x HYP_SIM_CACHE -x HYP_SIM_STREAM_ORDER -x HYP_COMM_OVERLAP"
-head -c 40000 "$ROOT/specs/SCHEMA.md" > "$TMP/c.txt"
+kjv_corpus "$TMP/c.txt" 40000
 "$GEN" data "$TMP/c.txt" -o "$TMP/data" >/dev/null
 COMMON=(--data "$TMP/data" --seq 16 --steps 3 --eval-every 0)
 close() { # close FILE_A FILE_B TOL: every loss and norm within TOL relative, 3 rows

@@ -22,7 +22,7 @@
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/model_yaml.sh"
 export OMP_NUM_THREADS=2 HYP_SIM_CACHE="$BUILD/tests/sim_cache"
-head -c 40000 "$ROOT/specs/SCHEMA.md" > "$TMP/c.txt"; cat "$ROOT"/specs/memory/*.yaml >> "$TMP/c.txt"
+kjv_corpus "$TMP/c.txt" 50000
 "$GEN" data "$TMP/c.txt" -o "$TMP/data" >/dev/null
 gpt2_yaml mini 32 2 128 "a 2-layer GPT-2 style model for quick sim tests" > "$TMP/mini.yaml"
 cat > "$TMP/minil.yaml" <<'EOF'

@@ -16,7 +16,7 @@
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/model_yaml.sh"
 export OMP_NUM_THREADS=1 HYP_SIM_CACHE="$BUILD/tests/sim_cache"
-head -c 40000 "$ROOT/specs/SCHEMA.md" > "$TMP/c.txt"
+kjv_corpus "$TMP/c.txt" 40000
 "$GEN" data "$TMP/c.txt" -o "$TMP/data" >/dev/null
 gpt2_yaml mini 32 2 128 "a 2-layer GPT-2 style model for quick sim tests" > "$TMP/mini.yaml"
 STEPS=6
