@@ -31,21 +31,7 @@ usage:
       loss of one step at lr 0 on the same batch before and after), DIR/progressive.json.
 ]]
 
-local function q(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
-
-local function run(argv, log)
-  local parts = {}
-  for i, a in ipairs(argv) do parts[i] = q(a) end
-  local ok, how, code = os.execute(table.concat(parts, " ") .. " > " .. q(log) .. " 2>&1")
-  return ok and 0 or (how == "exit" and code or 1)
-end
-
-local function tail(path, n)
-  local t = hyp.read_file(path) or ""
-  local lines = {}
-  for l in t:gmatch("[^\n]+") do lines[#lines + 1] = l end
-  return table.concat(lines, "\n", math.max(1, #lines - n + 1))
-end
+local q, run, tail = U.shq, U.run_logged, U.tail_lines
 
 local function rows(path)
   local r = {}

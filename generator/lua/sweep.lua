@@ -30,7 +30,7 @@ usage:
       --resume continues DIR: trials and rungs already finished are not run again.
 ]]
 
-local function q(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
+local q = U.shq
 
 local function fmtv(v)
   if math.type(v) == "integer" then return tostring(v) end

@@ -151,4 +151,23 @@ function U.metrics_summary(path)
   return { loss = s / k, val_loss = val }
 end
 
+-- The drivers that run generated trainers (gen lottery, gen progressive, gen sweep): an argument
+-- quoted for sh, a command run with its stdout and stderr into LOG (its exit status: 0, the
+-- command's code, or 1 when killed), and the last N lines of a file.
+function U.shq(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
+
+function U.run_logged(argv, log)
+  local parts = {}
+  for i, a in ipairs(argv) do parts[i] = U.shq(a) end
+  local ok, how, code = os.execute(table.concat(parts, " ") .. " > " .. U.shq(log) .. " 2>&1")
+  return ok and 0 or (how == "exit" and code or 1)
+end
+
+function U.tail_lines(path, n)
+  local t = hyp.read_file(path) or ""
+  local lines = {}
+  for l in t:gmatch("[^\n]+") do lines[#lines + 1] = l end
+  return table.concat(lines, "\n", math.max(1, #lines - n + 1))
+end
+
 return U
