@@ -18,11 +18,8 @@
 # - Refusals at gen time (exit 2, one line, nothing written): ZeRO/FSDP, tp, cp, a device target,
 #   local SGD (v2173, the spec conflict), dynamic loss scaling (v2162), the guard (v2176).
 source "$(dirname "$0")/lib.sh"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-export OMP_NUM_THREADS=1
-if ! command -v mpirun >/dev/null; then echo "mpirun not found (scripts/install-deps.sh installs openmpi-bin)"; exit 1; fi
-MPI="mpirun -np 2 --oversubscribe -x OMP_NUM_THREADS"
-DIFF="$BUILD/tests/st_diff"
+source "$(dirname "$0")/optim_env.sh"
+mpi2
 kjv_corpus "$TMP/corpus.txt" 400000
 "$GEN" data "$TMP/corpus.txt" -o "$TMP/data" >/dev/null
 SHAPE=(--model tiny --target cpu --batch 4 --seq 64)
@@ -60,11 +57,6 @@ out=$("$DIFF" "$(ck sync1 4)" "$(ck a1np1 4)" 2e-4 2>&1); rc=$?
 echo "    np=1 delayed (s=1) vs np=1 synchronous after 4 steps: $out"
 check test_v2174_s1_delay_exceeds_the_bound test $rc -ne 0 -a -s "$(ck a1np1 4)"
 
-refuse() { # refuse NAME REGEX gen-args...
-  local name=$1 re=$2; shift 2
-  expect "$name" 2 "$re" -- "$GEN" specs/v2500.yaml "$@" -o "$TMP/bad"
-  check "${name}_writes_nothing" test ! -e "$TMP/bad"
-}
 refuse test_v2174_refuses_zero1 "v2174 async_training: .*ZeRO/FSDP shard it — drop" --enable dp,v2174,zero1 "${SHAPE[@]}"
 refuse test_v2174_refuses_fsdp "v2174 async_training: .*ZeRO/FSDP" --enable dp,v2174,fsdp "${SHAPE[@]}"
 refuse test_v2174_refuses_tp "v2174 async_training: .*tp mesh.* — drop tp" --enable dp,v2174,tp "${SHAPE[@]}"

@@ -12,11 +12,8 @@
 # at np=3 (uneven per-layer padding) equals np=1; a
 # checkpoint written at 2 ranks resumes at 1 rank and continues like an uninterrupted run (v2175).
 source "$(dirname "$0")/lib.sh"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-export OMP_NUM_THREADS=1
-if ! command -v mpirun >/dev/null; then echo "mpirun not found (scripts/install-deps.sh installs openmpi-bin)"; exit 1; fi
-MPI="mpirun -np 2 --oversubscribe -x OMP_NUM_THREADS"
-DIFF="$BUILD/tests/st_diff"
+source "$(dirname "$0")/optim_env.sh"
+mpi2
 # a fixed text (the KJV, as scripts/demo.sh makes data/kjv.txt): the np=2 vs np=1 weight bound is
 # a few rounding steps of Adam's update, and a corpus that moves with spec wording moved it
 kjv_corpus "$TMP/corpus.txt" 400000

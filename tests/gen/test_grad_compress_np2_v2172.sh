@@ -17,11 +17,8 @@
 #   falls below 0.8 x the first loss (ln 256 = 5.55 at the start; an untrained model stays there).
 # - refusals: exit 2, one line, nothing written.
 source "$(dirname "$0")/lib.sh"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-export OMP_NUM_THREADS=1
-if ! command -v mpirun >/dev/null; then echo "mpirun not found (scripts/install-deps.sh installs openmpi-bin)"; exit 1; fi
-MPI="mpirun -np 2 --oversubscribe -x OMP_NUM_THREADS"
-DIFF="$BUILD/tests/st_diff"
+source "$(dirname "$0")/optim_env.sh"
+mpi2
 kjv_corpus "$TMP/corpus.txt" 400000
 "$GEN" data "$TMP/corpus.txt" -o "$TMP/data" >/dev/null
 SHAPE=(--model tiny --target cpu --batch 4 --seq 64)
@@ -72,11 +69,6 @@ expect test_v2172_powersgd_np2 0 "PowerSGD rank 4, .* matrices" -- \
   $MPI "$TMP/power/train" "${RUN[@]}" --steps 3 --eval-every 0 --metrics "$TMP/power.jsonl"
 check test_v2172_powersgd_sends_4_factor_floats_plus_16_bytes bytes_are "$TMP/power.jsonl" $((4 * PF + 16)) 4
 
-refuse() { # refuse NAME REGEX gen-args...
-  local name=$1 re=$2; shift 2
-  expect "$name" 2 "$re" -- "$GEN" specs/v2500.yaml "$@" -o "$TMP/bad"
-  check "${name}_writes_nothing" test ! -e "$TMP/bad"
-}
 refuse test_v2172_refuses_fsdp "v2172.*(conflicts|reduce-scatter)" --enable dp,v2172,fsdp "${SHAPE[@]}"
 refuse test_v2172_refuses_zero2 "v2172 gradient_compression: ZeRO stage 2-3 .* — use plain dp or zero1" --enable dp,v2172,zero2 "${SHAPE[@]}"
 refuse test_v2172_refuses_tp "v2172 gradient_compression: .*tp.* — drop tp" --enable dp,v2172,tp "${SHAPE[@]}"

@@ -14,11 +14,8 @@
 #   is exact, a - 1*g rounds once like a + sum/W), so the nesterov path's sign and scale are checked
 #   exactly against the average path.
 source "$(dirname "$0")/lib.sh"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-export OMP_NUM_THREADS=1
-if ! command -v mpirun >/dev/null; then echo "mpirun not found (scripts/install-deps.sh installs openmpi-bin)"; exit 1; fi
-MPI="mpirun -np 2 --oversubscribe -x OMP_NUM_THREADS"
-DIFF="$BUILD/tests/st_diff"
+source "$(dirname "$0")/optim_env.sh"
+mpi2
 kjv_corpus "$TMP/corpus.txt" 400000
 "$GEN" data "$TMP/corpus.txt" -o "$TMP/data" >/dev/null
 SHAPE=(--model tiny --target cpu --batch 4 --seq 64)

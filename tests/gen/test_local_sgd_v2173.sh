@@ -17,11 +17,8 @@
 # - Refusals at gen time (exit 2, one line): ZeRO/FSDP (sharded states), tp, a device target,
 #   inner sgd beside another optimizer, bf16 parameters (v2161), schedule-free (v2137).
 source "$(dirname "$0")/lib.sh"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-export OMP_NUM_THREADS=1
-if ! command -v mpirun >/dev/null; then echo "mpirun not found (scripts/install-deps.sh installs openmpi-bin)"; exit 1; fi
-MPI="mpirun -np 2 --oversubscribe -x OMP_NUM_THREADS"
-DIFF="$BUILD/tests/st_diff"
+source "$(dirname "$0")/optim_env.sh"
+mpi2
 kjv_corpus "$TMP/corpus.txt" 400000
 "$GEN" data "$TMP/corpus.txt" -o "$TMP/data" >/dev/null
 SHAPE=(--model tiny --target cpu --batch 4 --seq 64)
@@ -49,11 +46,6 @@ echo "    AdamW inner, sync_every=1: $out"
 check test_v2173_adamw_h1_differs_from_sync test $rc -ne 0 -a -s "$TMP/adam2/$CK"
 
 # refusals: exit 2, one line naming v2173 or the conflict, nothing written
-refuse() { # refuse NAME REGEX gen-args...
-  local name=$1 re=$2; shift 2
-  expect "$name" 2 "$re" -- "$GEN" specs/v2500.yaml "$@" -o "$TMP/bad"
-  check "${name}_writes_nothing" test ! -e "$TMP/bad"
-}
 refuse test_v2173_refuses_zero1 "conflicts with v2173" --enable dp,v2173,zero1 "${SHAPE[@]}"
 refuse test_v2173_refuses_fsdp "conflicts with v2173" --enable dp,v2173,fsdp "${SHAPE[@]}"
 refuse test_v2173_refuses_tp "v2173 local_sgd: .*tp.* — drop tp" --enable dp,v2173,tp "${SHAPE[@]}"
