@@ -2,8 +2,8 @@
 -- are MoE layers, their parameters under transformers' Mixtral names, the fused `moe_fwd` /
 -- `moe_bwd` ops that replace such a layer's dense MLP ops, and the selections the runtime cannot
 -- run an MoE model under (refused before anything is written). plan.lua calls it at four points;
--- the cpu kernels are runtime/cpu/ops_moe.c (softmax top-k router, dropless dispatch, SwiGLU
--- experts, Switch load-balancing loss). Never: a router, capacity or expert kind the runtime op
+-- the cpu kernels are runtime/cpu/ops_moe.c (softmax top-k router, dropless dispatch or a capacity
+-- factor with token dropping, SwiGLU experts, Switch load-balancing loss). Never: a router, capacity or expert kind the runtime op
 -- does not compute (those are refused here with what is missing).
 local U = require("util")
 local M = {}
@@ -13,7 +13,8 @@ function M.layer(m, l)
   local e = m.moe
   if not e or l < (e.first_dense_layers or 0) then return nil end
   return { E = e.n_experts, K = e.top_k, H = e.expert_hidden or m.ffn_hidden,
-    norm_topk = e.norm_topk ~= false, aux = e.aux_loss_coef or 0 }
+    norm_topk = e.norm_topk ~= false, aux = e.aux_loss_coef or 0,
+    cap = not e.dropless and e.capacity_factor or nil }
 end
 
 -- Refuses what the runtime's MoE op cannot run: the model's router kinds and the selections whose
@@ -32,7 +33,7 @@ function M.check(cfg, m, decide)
   end
   if e.router ~= "softmax" then refuse("the " .. e.router .. " router is not in the runtime op (softmax top-k only)", "set moe.router: softmax, or use this model with `gen size` only") end
   if e.router_bias == "aux_free" then refuse("the aux-loss-free router bias is not in the runtime op", "set moe.router_bias: none") end
-  if not e.dropless then refuse("capacity_factor (token dropping) is not in the runtime op: it routes every token (dropless)", "set moe.dropless: true instead of a capacity_factor") end
+  if not e.dropless and tgt.kind ~= "cpu" then refuse("capacity_factor (token dropping) is in the cpu op only: the " .. tostring(tgt.name) .. " MoE op routes every token (dropless)", "set moe.dropless: true instead of a capacity_factor, or --target cpu") end
   if (e.n_shared_experts or 0) > 0 then refuse("shared experts are not in the runtime op", "set moe.n_shared_experts: 0") end
   if m.activation ~= "swiglu" then refuse("the experts are SwiGLU MLPs in the runtime op, the model says " .. tostring(m.activation), "set activation: swiglu") end
   if m.bias == true or m.arch == "gpt2" then refuse("the experts and the router have no biases in the runtime op", "use a llama-arch model with bias: false") end
@@ -81,6 +82,7 @@ local function attrs(x, C)
   local a = { N = "N", C = C, H = x.H, E = x.E, K = x.K }
   if x.norm_topk then a.norm_topk = 1 end
   if x.aux > 0 then a.aux_coef = x.aux end
+  if x.cap then a.capacity = x.cap end
   return a
 end
 

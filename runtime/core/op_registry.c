@@ -218,8 +218,8 @@ static const hyp_op_desc OPS[] = {
     {"fake_quant", "x -> q", "n C bits group", need_rows, 0, HYP_OPDEV_KERNELS},
     {"int8_matmul_fwd", "x w b? -> out", "N IC OC rowwise?", need_matmul_fwd, 0, HYP_OPDEV_KERNELS},
     {"int8_matmul_dgrad", "dout w -> dx", "N IC OC rowwise?", need_matmul_dgrad, 0, HYP_OPDEV_KERNELS},
-    {"moe_fwd", "x w_router experts -> out state scratch", "N C H E K norm_topk? aux_coef?", need_moe_fwd, 0, HYP_OPDEV_KERNELS},
-    {"moe_bwd", "dout x w_router experts state -> dx dw_router dexperts scratch", "N C H E K norm_topk? aux_coef?", need_moe_bwd, 0,
+    {"moe_fwd", "x w_router experts -> out state scratch", "N C H E K norm_topk? aux_coef? capacity?", need_moe_fwd, 0, HYP_OPDEV_KERNELS},
+    {"moe_bwd", "dout x w_router experts state -> dx dw_router dexperts scratch", "N C H E K norm_topk? aux_coef? capacity?", need_moe_bwd, 0,
      HYP_OPDEV_KERNELS},
     {"allreduce_tp", "x b? -> out", "n C", need_allreduce_tp, 0, HYP_OPDEV_KERNELS},
 };

@@ -56,6 +56,7 @@ typedef struct {
        not (0), the load-balancing loss coefficient (0: none); H is the expert's hidden width */
     int64_t E, K, norm_topk;
     float aux_coef;
+    float capacity;        /* moe: capacity factor, tokens over it dropped (0: dropless; cpu/ops_moe.h) */
 } plan_op;
 
 /* v2166 GEMM epilogues a plan marks (attrs.epilogue): a device executor folds the marked matmul's

@@ -174,9 +174,10 @@ void exec_moe_ep_fwd(exec_t *x, float *out, moe_state_view *v, const float *inp,
     long nr = route_counts(x, v->topi, s);
     if (nr < 0) return;
     hyp_err e = {0};
-    long ns = (long)N * K;
-    float *sb = need(x, B_SEND, (size_t)(ns * C)), *rb = need(x, B_RECV, (size_t)(nr * C) + 1);
-    float *yb = need(x, B_OUT, (size_t)(nr * C) + 1), *back = need(x, B_BACK, (size_t)(ns * C));
+    long ns = 0; /* this rank's routed rows: N * K less the ones dropped over capacity (ops_moe.h) */
+    for (int ex = 0; ex < s->E; ex++) ns += m->scnt[ex];
+    float *sb = need(x, B_SEND, (size_t)(ns * C) + 1), *rb = need(x, B_RECV, (size_t)(nr * C) + 1);
+    float *yb = need(x, B_OUT, (size_t)(nr * C) + 1), *back = need(x, B_BACK, (size_t)(ns * C) + 1);
     moe_expert_tmp t;
     if (!sb || !rb || !yb || !back || !expert_tmp(x, N, s, &t)) {
         oom(x);

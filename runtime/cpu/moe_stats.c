@@ -31,8 +31,15 @@ int exec_moe_init(exec_t *x, hyp_err *e) {
     m->loads = calloc((size_t)n_loads, sizeof(double));
     m->aux = calloc((size_t)n, sizeof(double));
     m->key = calloc((size_t)n_loads + 1, sizeof *m->key);
-    if (!m->state_buf || !m->layer || !m->E || !m->first || !m->loads || !m->aux || !m->key)
+    m->cap_of = calloc((size_t)n, sizeof(int));
+    m->dropped = calloc((size_t)n, sizeof(double));
+    m->dkey = calloc((size_t)n, sizeof *m->dkey);
+    float *cap = calloc((size_t)n, sizeof(float));
+    if (!m->state_buf || !m->layer || !m->E || !m->first || !m->loads || !m->aux || !m->key || !m->cap_of ||
+        !m->dropped || !m->dkey || !cap) {
+        free(cap);
         return hyp_fail(e, HYP_EFAIL, "out of memory");
+    }
     /* the backward's MoE ops (the statistics come from what each one reads), in layer order */
     for (int i = 0, j = 0; i < p->n_bwd; i++) {
         const plan_op *o = &p->bwd[i];
@@ -40,9 +47,14 @@ int exec_moe_init(exec_t *x, hyp_err *e) {
         int l = layer_of_state(p->bufs[o->in[4]].name), k = j++;
         if (l < 0) l = k;
         for (; k > 0 && m->layer[k - 1] > l; k--)
-            m->state_buf[k] = m->state_buf[k - 1], m->layer[k] = m->layer[k - 1], m->E[k] = m->E[k - 1];
-        m->state_buf[k] = o->in[4], m->layer[k] = l, m->E[k] = (int)o->E;
+            m->state_buf[k] = m->state_buf[k - 1], m->layer[k] = m->layer[k - 1], m->E[k] = m->E[k - 1], cap[k] = cap[k - 1];
+        m->state_buf[k] = o->in[4], m->layer[k] = l, m->E[k] = (int)o->E, cap[k] = o->capacity;
     }
+    for (int j = 0; j < n; j++) {
+        m->cap_of[j] = cap[j] > 0 ? m->n_cap++ : -1;
+        if (cap[j] > 0) snprintf(m->dkey[m->cap_of[j]], sizeof m->dkey[0], "moe_dropped_l%d", m->layer[j]);
+    }
+    free(cap);
     for (int j = 0; j < n; j++) {
         m->first[j] = m->n_loads;
         for (int k = 0; k < m->E[j]; k++)
@@ -64,6 +76,9 @@ void exec_moe_free(exec_t *x) {
     free(m->loads);
     free(m->aux);
     free(m->key);
+    free(m->cap_of);
+    free(m->dropped);
+    free(m->dkey);
     free(m);
     x->moe = NULL;
 }
@@ -76,9 +91,11 @@ void exec_moe_add(exec_t *x, int state_buf, const float *state, int N, int K) {
         moe_state_view v = moe_state_at((float *)(uintptr_t)state, N, m->E[j], K);
         for (int k = 0; k < m->E[j]; k++) m->loads[m->first[j] + k] += v.loads[k];
         m->aux[j] += *v.aux;
+        if (m->cap_of[j] >= 0) /* assignments dropped over capacity: topi < 0 (cpu/ops_moe.h) */
+            for (long i = 0; i < (long)N * K; i++) m->dropped[m->cap_of[j]] += v.topi[i] < 0;
         if (x->ep) { /* v2109: rows this rank sends to another ep rank's experts, from the routing itself */
             int P = hyp_coll_world(x->ep), me = hyp_coll_rank(x->ep), El = m->E[j] / P;
-            for (long i = 0; i < (long)N * K; i++) m->ep_remote += v.topi[i] / El != me;
+            for (long i = 0; i < (long)N * K; i++) m->ep_remote += v.topi[i] >= 0 && v.topi[i] / El != me;
         }
         if (j == m->n - 1) m->passes++; /* the backward reaches the last layer first */
         return;
@@ -90,6 +107,7 @@ void exec_moe_reset(exec_t *x) {
     if (!m) return;
     memset(m->loads, 0, sizeof(double) * (size_t)m->n_loads);
     memset(m->aux, 0, sizeof(double) * (size_t)m->n);
+    memset(m->dropped, 0, sizeof(double) * (size_t)m->n);
     m->ep_remote = 0;
     m->passes = 0;
 }

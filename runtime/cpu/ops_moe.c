@@ -84,10 +84,21 @@ void op_moe_route(float *probs, int *topi, float *topw, int *loads, float *aux, 
         if (s->norm_topk)
             for (int k = 0; k < K; k++) tw[k] = (float)(tw[k] / tsum);
     }
+    if (s->capacity > 0) { /* drops over capacity, k-major then token order (ops_moe.h) */
+        int cap = moe_cap(s, N);
+        for (int e = 0; e < E; e++) { /* one pass per expert: no storage, the cost of the counts below */
+            int fill = 0;
+            for (int k = 0; k < K; k++)
+                for (int n = 0; n < N; n++) {
+                    int *t = topi + (long)n * K + k;
+                    if (*t == e && fill++ >= cap) *t = -1 - e;
+                }
+        }
+    }
     double auxsum = 0;
     for (int e = 0; e < E; e++) {
         int n_e = 0;
-        for (long i = 0; i < (long)N * K; i++) n_e += topi[i] == e;
+        for (long i = 0; i < (long)N * K; i++) n_e += moe_expert_of(topi[i]) == e;
         if (loads) loads[e] = n_e;
         double P = 0;
         for (int n = 0; n < N; n++) P += probs[(long)n * E + e];
@@ -144,7 +155,7 @@ void op_moe_router_bwd(float *dinp, float *dwr, float daux, const float *inp, co
     /* aux gradient: d aux / d p[n, e] = coef * E * f_e / N */
     for (int e = 0; e < E; e++) {
         int cnt = 0;
-        for (long i = 0; i < (long)N * K; i++) cnt += topi[i] == e;
+        for (long i = 0; i < (long)N * K; i++) cnt += moe_expert_of(topi[i]) == e;
         auxg[e] = (float)(daux * s->aux_coef * E * ((double)cnt / N) / N);
     }
     for (int n = 0; n < N; n++) {
@@ -153,17 +164,20 @@ void op_moe_router_bwd(float *dinp, float *dwr, float daux, const float *inp, co
         const float *tw = topw + (long)n * K, *dg = dgbuf + (long)n * K;
         float *dlr = dlog + (long)n * E;
         for (int e = 0; e < E; e++) dlr[e] = auxg[e]; /* dp, then turned into dlogit in place */
+        /* a dropped assignment (ti < 0) computes nothing: its gate weight's gradient is 0 */
+#define DGK(k) (ti[k] < 0 ? 0.0f : dg[k])
         if (s->norm_topk) {
-            /* g_k = p_k / S: dp_k = (dg_k - sum_j dg_j g_j) / S */
+            /* g_k = p_k / S (S over the router's k choices, dropped ones included): dp_k = (dg_k - sum_j dg_j g_j) / S */
             double S = 0, dot = 0;
             for (int k = 0; k < K; k++) {
-                S += p[ti[k]];
-                dot += (double)dg[k] * tw[k];
+                S += p[moe_expert_of(ti[k])];
+                dot += (double)DGK(k) * tw[k];
             }
-            for (int k = 0; k < K; k++) dlr[ti[k]] += (float)((dg[k] - dot) / S);
+            for (int k = 0; k < K; k++) dlr[moe_expert_of(ti[k])] += (float)((DGK(k) - dot) / S);
         } else {
-            for (int k = 0; k < K; k++) dlr[ti[k]] += dg[k];
+            for (int k = 0; k < K; k++) dlr[moe_expert_of(ti[k])] += DGK(k);
         }
+#undef DGK
         double sdp = 0;
         for (int e = 0; e < E; e++) sdp += (double)dlr[e] * p[e];
         for (int e = 0; e < E; e++) dlr[e] = (float)(p[e] * (dlr[e] - sdp));

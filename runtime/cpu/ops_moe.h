@@ -19,11 +19,29 @@
 #ifndef HYP_OPS_MOE_H
 #define HYP_OPS_MOE_H
 
+#include <math.h>
+
 typedef struct {
     int N, C, E, K, H; /* rows, model width, experts, top_k, expert hidden width */
     int norm_topk;     /* renormalise the top_k weights to sum 1 */
     float aux_coef;    /* load-balancing loss coefficient (0: none) */
+    float capacity;    /* capacity factor (0: dropless); see moe_cap below */
 } moe_shape;
+
+/* Capacity (token dropping, GShard / Switch / DeepSpeed-MoE): every expert takes at most
+ *   cap = ceil(capacity * N * K / E)   (in double from the fp32 factor; DeepSpeed-MoE's _capacity
+ *                                       with GShard's top-k scaling by K)
+ * routed rows of the N. Priority is GShard's top-2 order: every token's first choice (in token
+ * order), then every token's second choice, and so on (k-major, token order within); an assignment
+ * beyond its expert's cap is dropped: topi keeps it as -1 - expert (moe_expert_of decodes it), it
+ * computes nothing and contributes nothing to the output (the token keeps its residual), its gate
+ * weight's gradient is zero. The gate weights and their renormalisation are those of the router's
+ * choice before dropping (GShard, transformers' Switch), and so are the loads and the aux loss's
+ * counts f_e (transformers' load_balancing_loss_func counts the router's top-k). */
+static inline int moe_cap(const moe_shape *s, int N) {
+    return s->capacity > 0 ? (int)ceil((double)s->capacity * N * s->K / s->E) : N * s->K;
+}
+static inline int moe_expert_of(int t) { return t < 0 ? -1 - t : t; }
 
 /* Floats of workspace the forward and the backward need. */
 long op_moe_ws_floats(const moe_shape *s);

@@ -185,7 +185,7 @@ ADAPTER(cpu_allreduce_tp) {
 
 /* The mixture-of-experts MLP (ops_moe.h): state and scratch laid out by core/moe_layout.h */
 static moe_shape moe_shape_of(const plan_op *o, int N) {
-    moe_shape s = {N, (int)o->C, (int)o->E, (int)o->K, (int)o->H, o->norm_topk == 1, o->aux_coef};
+    moe_shape s = {N, (int)o->C, (int)o->E, (int)o->K, (int)o->H, o->norm_topk == 1, o->aux_coef, o->capacity};
     return s;
 }
 ADAPTER(cpu_moe_fwd) {
