@@ -14,7 +14,8 @@ function M.layer(m, l)
   if not e or l < (e.first_dense_layers or 0) then return nil end
   return { E = e.n_experts, K = e.top_k, H = e.expert_hidden or m.ffn_hidden,
     norm_topk = e.norm_topk ~= false, aux = e.aux_loss_coef or 0,
-    cap = not e.dropless and e.capacity_factor or nil }
+    cap = not e.dropless and e.capacity_factor or nil,
+    Hs = (e.n_shared_experts or 0) * (e.expert_hidden or m.ffn_hidden) }
 end
 
 -- Refuses what the runtime's MoE op cannot run: the model's router kinds and the selections whose
@@ -34,7 +35,7 @@ function M.check(cfg, m, decide)
   if e.router ~= "softmax" then refuse("the " .. e.router .. " router is not in the runtime op (softmax top-k only)", "set moe.router: softmax, or use this model with `gen size` only") end
   if e.router_bias == "aux_free" then refuse("the aux-loss-free router bias is not in the runtime op", "set moe.router_bias: none") end
   if not e.dropless and tgt.kind ~= "cpu" then refuse("capacity_factor (token dropping) is in the cpu op only: the " .. tostring(tgt.name) .. " MoE op routes every token (dropless)", "set moe.dropless: true instead of a capacity_factor, or --target cpu") end
-  if (e.n_shared_experts or 0) > 0 then refuse("shared experts are not in the runtime op", "set moe.n_shared_experts: 0") end
+  if (e.n_shared_experts or 0) > 0 and tgt.kind ~= "cpu" then refuse("shared experts are in the cpu op only, not in the " .. tostring(tgt.name) .. " MoE op", "set moe.n_shared_experts: 0, or --target cpu") end
   if m.activation ~= "swiglu" then refuse("the experts are SwiGLU MLPs in the runtime op, the model says " .. tostring(m.activation), "set activation: swiglu") end
   if m.bias == true or m.arch == "gpt2" then refuse("the experts and the router have no biases in the runtime op", "use a llama-arch model with bias: false") end
   local H = e.expert_hidden or m.ffn_hidden
@@ -58,8 +59,10 @@ end
 
 -- The parameters of MoE layer l in arena order (p: tensor_params' adder; n: the layer's names;
 -- pre: "model.layers.l."): the router, then every expert's gate (w1) and up (w3) projection,
--- then every expert's down projection (w2), so that the experts' weights are one contiguous
--- block [E x 2H x C | E x C x H] — the layout the op reads (w1 of ops_moe.h: gate rows, then up).
+-- then every expert's down projection (w2), then the shared experts' gate, up and down projections
+-- (one MLP of n_shared x H, DeepSeek-V3's `shared_experts`), so that the experts' weights are one
+-- contiguous block [E x 2H x C | E x C x H | 2Hs x C | C x Hs] — the layout the op reads (w1 of
+-- ops_moe.h: gate rows, then up).
 function M.params(p, n, pre, d, x, normal, small)
   local b = pre .. "block_sparse_moe."
   n.moe = x
@@ -70,12 +73,18 @@ function M.params(p, n, pre, d, x, normal, small)
     p(b .. "experts." .. e .. ".w3.weight", { x.H, d.C }, normal, true)
   end
   for e = 0, x.E - 1 do p(b .. "experts." .. e .. ".w2.weight", { d.C, x.H }, small, true) end
+  if x.Hs > 0 then -- the shared experts as one MLP of n_shared x H (DeepSeek-V3's shared_experts names)
+    p(b .. "shared_experts.gate_proj.weight", { x.Hs, d.C }, normal, true)
+    p(b .. "shared_experts.up_proj.weight", { x.Hs, d.C }, normal, true)
+    p(b .. "shared_experts.down_proj.weight", { d.C, x.Hs }, small, true)
+  end
 end
 
 -- The fused view over one MoE layer's expert weights (place_params' fused_view); returns its name.
 function M.view(fused_view, n, l, d)
   local x = n.moe
-  return fused_view({ n.experts_first }, { x.E, 3 * x.H, d.C }, "model.layers." .. l .. ".block_sparse_moe.experts(fused)")
+  local shape = x.Hs > 0 and { x.E * 3 * x.H + 3 * x.Hs, d.C } or { x.E, 3 * x.H, d.C }
+  return fused_view({ n.experts_first }, shape, "model.layers." .. l .. ".block_sparse_moe.experts(fused)")
 end
 
 local function attrs(x, C)
@@ -83,6 +92,7 @@ local function attrs(x, C)
   if x.norm_topk then a.norm_topk = 1 end
   if x.aux > 0 then a.aux_coef = x.aux end
   if x.cap then a.capacity = x.cap end
+  if x.Hs > 0 then a.Hs = x.Hs end
   return a
 end
 
@@ -111,7 +121,7 @@ end
 -- op_moe_ws_floats (ops_moe.h) plus the [2N] i32 row lists.
 function M.state_floats(N, x) return N * x.E + 2 * N * x.K + x.E + 1 end
 function M.scratch_floats(N, C, x)
-  return 4 * N * C + 4 * N * x.H + 2 * N * x.H + x.E + N * x.K + N * x.E + 2 * N
+  return 4 * N * C + 4 * N * x.H + 2 * N * x.H + x.E + N * x.K + N * x.E + 6 * N * x.Hs + 2 * N
 end
 
 return M

@@ -277,7 +277,7 @@ static const struct {
     {"softcap", A_NUM, offsetof(plan_op, softcap)},
     {"E", A_DIM, offsetof(plan_op, E)},     {"K", A_DIM, offsetof(plan_op, K)},
     {"norm_topk", A_DIM, offsetof(plan_op, norm_topk)}, {"aux_coef", A_NUM, offsetof(plan_op, aux_coef)},
-    {"capacity", A_NUM, offsetof(plan_op, capacity)},
+    {"capacity", A_NUM, offsetof(plan_op, capacity)}, {"Hs", A_DIM, offsetof(plan_op, Hs)},
 };
 
 /* v2117's names of the attention mask rules and score modifiers, by code (core/attn_mod.h) */

@@ -57,6 +57,7 @@ typedef struct {
     int64_t E, K, norm_topk;
     float aux_coef;
     float capacity;        /* moe: capacity factor, tokens over it dropped (0: dropless; cpu/ops_moe.h) */
+    int64_t Hs;            /* moe: the shared experts' hidden width (0: none) */
 } plan_op;
 
 /* v2166 GEMM epilogues a plan marks (attrs.epilogue): a device executor folds the marked matmul's

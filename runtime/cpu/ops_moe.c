@@ -14,7 +14,38 @@ long op_moe_ws_floats(const moe_shape *s) {
     long N = s->N, C = s->C, H = s->H;
     /* xe, ye, dye, dxe: N*C each; he, dhe: N*2H; ae, dae: N*H; aux gradient: E; dg: N*K;
      * router logit gradients: N*E. */
-    return 4 * N * C + 4 * N * H + 2 * N * H + s->E + N * s->K + N * s->E;
+    return 4 * N * C + 4 * N * H + 2 * N * H + s->E + N * s->K + N * s->E + 6 * N * (long)s->Hs;
+}
+
+/* The shared experts' workspace: after the routed experts' (he, dhe [N, 2Hs], ae, dae [N, Hs]). */
+static float *shared_ws(float *ws, const moe_shape *s) {
+    long N = s->N, C = s->C, H = s->H;
+    return ws + 4 * N * C + 4 * N * H + 2 * N * H + s->E + N * s->K + N * s->E;
+}
+
+void op_moe_shared_fwd(float *out, const float *inp, const float *ws1, const float *ws2, const moe_shape *s, float *ye,
+                       float *sws) {
+    if (s->Hs <= 0) return;
+    int N = s->N, C = s->C, Hs = s->Hs;
+    float *he = sws, *ae = he + (long)N * 4 * Hs;
+    op_matmul_fwd(he, inp, ws1, NULL, N, C, 2 * Hs);
+    op_swiglu_fwd(ae, he, N, Hs);
+    op_matmul_fwd(ye, ae, ws2, NULL, N, Hs, C);
+    for (long i = 0; i < (long)N * C; i++) out[i] += ye[i];
+}
+
+void op_moe_shared_bwd(float *dinp, float *dws1, float *dws2, const float *dout, const float *inp, const float *ws1,
+                       const float *ws2, const moe_shape *s, float *sws) {
+    if (s->Hs <= 0) return;
+    int N = s->N, C = s->C, Hs = s->Hs;
+    float *he = sws, *dhe = he + (long)N * 2 * Hs, *ae = dhe + (long)N * 2 * Hs, *dae = ae + (long)N * Hs;
+    op_matmul_fwd(he, inp, ws1, NULL, N, C, 2 * Hs); /* recomputed, as the routed experts */
+    op_swiglu_fwd(ae, he, N, Hs);
+    memset(dae, 0, (size_t)N * Hs * sizeof(float));
+    memset(dhe, 0, (size_t)N * 2 * Hs * sizeof(float));
+    op_matmul_bwd(dae, dws2, NULL, dout, ae, ws2, N, Hs, C);
+    op_swiglu_bwd(dhe, dae, he, N, Hs);
+    op_matmul_bwd(dinp, dws1, NULL, dhe, inp, ws1, N, C, 2 * Hs);
 }
 
 /* Gathers the rows routed to expert e (token order) into rows[]; returns their count. */
@@ -122,6 +153,7 @@ void op_moe_fwd(float *out, float *probs, int *topi, float *topw, int *loads, fl
         for (int r = 0; r < n_e; r++)
             op_moe_combine_row(out + (long)rows[r] * C, topw[(long)rows[r] * K + slot[r]], ye + (long)r * C, C);
     }
+    op_moe_shared_fwd(out, inp, w2 + (long)E * C * H, w2 + (long)E * C * H + 2L * s->Hs * C, s, ye, shared_ws(ws, s));
 }
 
 void op_moe_expert_bwd(float *dxe, float *dg, float *dw1e, float *dw2e, const float *xe, const float *dout,
@@ -213,4 +245,6 @@ void op_moe_bwd(float *dinp, float *dwr, float *dw1, float *dw2, const float *do
             }
     }
     op_moe_router_bwd(dinp, dwr, daux, inp, wr, probs, topi, topw, dgbuf, dgbuf + (long)N * K, dl, s);
+    long so = (long)E * C * H, s2 = so + 2L * s->Hs * C;
+    op_moe_shared_bwd(dinp, dw2 ? dw2 + so : NULL, dw2 ? dw2 + s2 : NULL, dout, inp, w2 + so, w2 + s2, s, shared_ws(ws, s));
 }

@@ -26,7 +26,15 @@ typedef struct {
     int norm_topk;     /* renormalise the top_k weights to sum 1 */
     float aux_coef;    /* load-balancing loss coefficient (0: none) */
     float capacity;    /* capacity factor (0: dropless); see moe_cap below */
+    int Hs;            /* shared experts' hidden width (n_shared x H; 0: none), see below */
 } moe_shape;
+
+/* Shared experts (DeepSeek-V3 / Qwen-MoE): when Hs > 0 every token also runs through one SwiGLU MLP
+ * of width Hs (the n_shared experts side by side, as DeepSeek-V3's DeepseekV3MLP of
+ * n_shared x moe_intermediate_size), ungated, added to the routed output:
+ *   out[n] = sum_k g_k * y_k[n] + swiglu(x[n] @ ws1^T) @ ws2^T
+ * Its weights follow the routed experts' in the same block: w2 [E, C, H] is followed by
+ * ws1 [2Hs, C] (gate rows, then up) and ws2 [C, Hs]; their gradients likewise after dw2. */
 
 /* Capacity (token dropping, GShard / Switch / DeepSpeed-MoE): every expert takes at most
  *   cap = ceil(capacity * N * K / E)   (in double from the fp32 factor; DeepSpeed-MoE's _capacity
@@ -71,6 +79,13 @@ void op_moe_route(float *probs, int *topi, float *topw, int *loads, float *aux, 
  * w1e / w2e: the expert's w1 [2H, C] and w2 [C, H]. */
 void op_moe_expert_fwd(float *ye, float *ae, float *he, const float *xe, const float *w1e, const float *w2e, int n,
                        const moe_shape *s);
+/* The shared experts (Hs > 0; nothing when 0): forward adds their output to out [N, C] (ye [N, C]
+ * and sws [6 N Hs] of workspace); backward recomputes them and accumulates dinp and their weight
+ * gradients dws1 [2Hs, C], dws2 [C, Hs] (NULL skips). */
+void op_moe_shared_fwd(float *out, const float *inp, const float *ws1, const float *ws2, const moe_shape *s, float *ye,
+                       float *sws);
+void op_moe_shared_bwd(float *dinp, float *dws1, float *dws2, const float *dout, const float *inp, const float *ws1,
+                       const float *ws2, const moe_shape *s, float *sws);
 /* o[C] += g * y[C] (the combine of one routed row). */
 void op_moe_combine_row(float *o, float g, const float *y, int C);
 /* Expert e's backward on n contiguous rows xe: row r's output gradient is dout + (drow ? drow[r] : r)

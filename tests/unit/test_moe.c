@@ -9,6 +9,8 @@
  *      of L = sum(out * R) + daux * aux, with and without renormalisation;
  *   3. the backward accumulates (+=), loads sum to N * top_k, two runs are bit-identical;
  *   4. the workspace size agrees with the plan's layout (core/moe_layout.h);
+ *   6. shared experts (DeepSeek-V3: one ungated SwiGLU MLP of n_shared x H on every token, added):
+ *      the reference adds it per token; its weights' gradients are checked with w2's (they follow it);
  *   5. capacity with token dropping (cf > 0): the reference drops by its own pass (capacity
  *      ceil(cf * N * K / E), first choices of all tokens in token order, then second choices...),
  *      the op's dropped assignments equal it (and the case drops some), outputs and gradients as
@@ -131,6 +133,17 @@ static double ref_loss(const problem *P, const double *inp, const double *wr, co
                 for (int h = 0; h < H; h++) y += a[h] * w2[((long)e * C + c) * H + h];
                 o += g * y;
             }
+            if (s->Hs > 0) { /* the shared MLP, ungated: ws1 [2Hs, C], ws2 [C, Hs] after w2 */
+                int Hs = s->Hs;
+                const double *ws1 = w2 + (long)E * C * H, *ws2 = ws1 + 2L * Hs * C;
+                double y = 0;
+                for (int h = 0; h < Hs; h++) {
+                    double gt = 0, up = 0;
+                    for (int i = 0; i < C; i++) gt += x[i] * ws1[(long)h * C + i], up += x[i] * ws1[(long)(Hs + h) * C + i];
+                    y += gt / (1 + exp(-gt)) * up * ws2[(long)c * Hs + h];
+                }
+                o += y;
+            }
             if (out) out[(long)n * C + c] = o;
             L += o * P->R[(long)n * C + c];
         }
@@ -151,10 +164,11 @@ static double *to_d(const float *f, long n) {
     return d;
 }
 
-static void run_case_cf(const char *name, int N, int C, int E, int K, int H, int norm_topk, float cf) {
-    problem P = {.s = {N, C, E, K, H, norm_topk, 0.02f, cf}};
+static void run_case_all(const char *name, int N, int C, int E, int K, int H, int norm_topk, float cf, int Hs) {
+    problem P = {.s = {N, C, E, K, H, norm_topk, 0.02f, cf, Hs}};
     const moe_shape *s = &P.s;
-    long nin = (long)N * C, nwr = (long)E * C, nw1 = (long)E * 2 * H * C, nw2 = (long)E * C * H;
+    /* w2 holds the shared experts' ws1, ws2 after the routed experts' (ops_moe.h) */
+    long nin = (long)N * C, nwr = (long)E * C, nw1 = (long)E * 2 * H * C, nw2 = (long)E * C * H + 3L * Hs * C;
     P.inp = xalloc(4 * nin); P.wr = xalloc(4 * nwr); P.w1 = xalloc(4 * nw1);
     P.w2 = xalloc(4 * nw2); P.R = xalloc(4 * nin);
     const double h = 1e-5, daux = 3.0; /* daux != 1 so the aux gradient's scale is checked */
@@ -172,8 +186,8 @@ static void run_case_cf(const char *name, int N, int C, int E, int K, int H, int
         if (gap > 100 * h || tries == 50) break;
     }
     check(gap > 100 * h, name, "smallest top-k probability gap %.2e (> 100 h)", gap);
-    check(op_moe_ws_floats(s) == moe_ws_floats(N, C, H, E, K), name, "workspace %ld floats = core/moe_layout.h's %lld",
-          op_moe_ws_floats(s), (long long)moe_ws_floats(N, C, H, E, K));
+    check(op_moe_ws_floats(s) == moe_ws_floats_sh(N, C, H, E, K, Hs), name, "workspace %ld floats = core/moe_layout.h's %lld",
+          op_moe_ws_floats(s), (long long)moe_ws_floats_sh(N, C, H, E, K, Hs));
 
     float *out = xalloc(4 * nin), *out2 = xalloc(4 * nin), *probs = xalloc(4L * N * E);
     float *topw = xalloc(4L * N * K), *ws = xalloc(4 * op_moe_ws_floats(s));
@@ -266,7 +280,7 @@ static void run_case_cf(const char *name, int N, int C, int E, int K, int H, int
  * are bit-identical to the dropless op's (the same rows in the same GEMMs). */
 static void check_cap_large(void) {
     int N = 10, C = 6, E = 4, K = 2, H = 5;
-    moe_shape s0 = {N, C, E, K, H, 1, 0.02f, 0}, s1 = s0;
+    moe_shape s0 = {N, C, E, K, H, 1, 0.02f, 0, 0}, s1 = s0;
     s1.capacity = (float)E;
     long nin = (long)N * C, nwr = (long)E * C, nw = (long)E * 3 * H * C;
     float *inp = xalloc(4 * nin), *wr = xalloc(4 * nwr), *w = xalloc(4 * nw), *R = xalloc(4 * nin);
@@ -296,8 +310,11 @@ static void check_cap_large(void) {
     for (int v = 0; v < 2; v++) free(out[v]), free(g[v]);
 }
 
+static void run_case_cf(const char *name, int N, int C, int E, int K, int H, int norm_topk, float cf) {
+    run_case_all(name, N, C, E, K, H, norm_topk, cf, 0);
+}
 static void run_case(const char *name, int N, int C, int E, int K, int H, int norm_topk) {
-    run_case_cf(name, N, C, E, K, H, norm_topk, 0);
+    run_case_all(name, N, C, E, K, H, norm_topk, 0, 0);
 }
 
 int main(void) {
@@ -312,5 +329,8 @@ int main(void) {
     run_case_cf("N12 C6 E4 k2 H4 norm cf0.75", 12, 6, 4, 2, 4, 1, 0.75f); /* cap 5: >= 4 dropped */
     run_case_cf("N9 C8 E3 k1 H6 norm cf0.5", 9, 8, 3, 1, 6, 1, 0.5f);     /* cap 2: >= 3 dropped */
     check_cap_large();
+    /* shared experts (Hs = n_shared x H): their ws1/ws2 gradients are in "d w2" */
+    run_case_all("N7 C6 E4 k2 H4 norm shared Hs8", 7, 6, 4, 2, 4, 1, 0, 8);
+    run_case_all("N12 C5 E4 k2 H3 cf0.75 shared Hs3", 12, 5, 4, 2, 3, 1, 0.75f, 3);
     return hyp_test_finish();
 }
