@@ -15,7 +15,9 @@ function M.layer(m, l)
   return { E = e.n_experts, K = e.top_k, H = e.expert_hidden or m.ffn_hidden,
     norm_topk = e.norm_topk ~= false, aux = e.aux_loss_coef or 0,
     cap = not e.dropless and e.capacity_factor or nil,
-    Hs = (e.n_shared_experts or 0) * (e.expert_hidden or m.ffn_hidden) }
+    Hs = (e.n_shared_experts or 0) * (e.expert_hidden or m.ffn_hidden),
+    sigmoid = e.router == "sigmoid", bias = e.router_bias == "aux_free",
+    bias_rate = e.bias_update_rate or 0.001 }
 end
 
 -- Refuses what the runtime's MoE op cannot run: the model's router kinds and the selections whose
@@ -32,8 +34,9 @@ function M.check(cfg, m, decide)
     refuse(string.format("no %s trainer runs the router, dispatch and expert ops yet (the MoE op has cpu kernels only)", tostring(tgt.name)),
       "use --target cpu, or `gen size` for sizing (docs/moe.md)")
   end
-  if e.router ~= "softmax" then refuse("the " .. e.router .. " router is not in the runtime op (softmax top-k only)", "set moe.router: softmax, or use this model with `gen size` only") end
-  if e.router_bias == "aux_free" then refuse("the aux-loss-free router bias is not in the runtime op", "set moe.router_bias: none") end
+  if e.router ~= "softmax" and tgt.kind ~= "cpu" then refuse("the " .. e.router .. " router is in the cpu op only (the " .. tostring(tgt.name) .. " MoE op routes by softmax)", "set moe.router: softmax, or --target cpu") end
+  if e.router_bias == "aux_free" and tgt.kind ~= "cpu" then refuse("the aux-loss-free router bias is in the cpu op only", "set moe.router_bias: none, or --target cpu") end
+  M.check_router(cfg, e, refuse)
   if not e.dropless and tgt.kind ~= "cpu" then refuse("capacity_factor (token dropping) is in the cpu op only: the " .. tostring(tgt.name) .. " MoE op routes every token (dropless)", "set moe.dropless: true instead of a capacity_factor, or --target cpu") end
   if (e.n_shared_experts or 0) > 0 and tgt.kind ~= "cpu" then refuse("shared experts are in the cpu op only, not in the " .. tostring(tgt.name) .. " MoE op", "set moe.n_shared_experts: 0, or --target cpu") end
   if m.activation ~= "swiglu" then refuse("the experts are SwiGLU MLPs in the runtime op, the model says " .. tostring(m.activation), "set activation: swiglu") end
@@ -54,7 +57,30 @@ function M.check(cfg, m, decide)
   end
   if f.fp8 or f.int8 or f.qat then refuse("fp8/int8/quantization-aware GEMMs are not applied to the expert GEMMs of the MoE op", "drop fp8/int8/qat") end
   if e.norm_topk == nil then decide("model.moe.norm_topk", true, "absent: the top_k weights renormalised to sum 1 (Mixtral)") end
+  if e.router_bias == "aux_free" and e.bias_update_rate == nil then
+    decide("model.moe.bias_update_rate", 0.001, "absent: DeepSeek-V3's bias update speed gamma = 0.001")
+  end
   if e.aux_loss_coef == nil then decide("model.moe.aux_loss_coef", 0, "absent: no load-balancing loss (set moe.aux_loss_coef, e.g. 0.02)") end
+end
+
+-- The sigmoid router and its aux-loss-free bias on cpu (ops_moe.h): the op defines no
+-- load-balancing loss for sigmoid scores, and the bias is a parameter no gradient reaches that the
+-- trainer moves after each step — kept unchanged by AdamW's update of a zero gradient (no decay),
+-- not by every optimizer, and present on every rank only without ZeRO-3/FSDP sharding.
+function M.check_router(cfg, e, refuse)
+  local f = cfg.facts or {}
+  if e.router == "sigmoid" and (e.aux_loss_coef or 0) > 0 then
+    refuse("the sigmoid router has no load-balancing aux loss in the op (DeepSeek-V3's sequence-wise one is not implemented)",
+      "set moe.aux_loss_coef: 0 and balance with router_bias: aux_free")
+  end
+  if e.router_bias == "aux_free" then
+    if f.optimizer and f.optimizer ~= "adamw" then
+      refuse("the aux-loss-free bias needs AdamW (a zero gradient leaves it unchanged), the optimizer is " .. tostring(f.optimizer), "use adamw")
+    end
+    if f.zero and (f.zero.stage or 0) >= 3 then
+      refuse("the aux-loss-free bias is updated on every rank's full parameters, ZeRO-3/FSDP shards them", "use ZeRO stage <= 2")
+    end
+  end
 end
 
 -- The parameters of MoE layer l in arena order (p: tensor_params' adder; n: the layer's names;
@@ -67,6 +93,9 @@ function M.params(p, n, pre, d, x, normal, small)
   local b = pre .. "block_sparse_moe."
   n.moe = x
   n.router = b .. "gate.weight"; p(n.router, { x.E, d.C }, normal, true)
+  if x.bias then -- DeepSeek-V3's selection bias (a parameter no gradient reaches; moved after each step)
+    n.router_bias = b .. "gate.e_score_correction_bias"; p(n.router_bias, { x.E }, { kind = "zeros" }, false)
+  end
   n.experts_first = b .. "experts.0.w1.weight"
   for e = 0, x.E - 1 do
     p(b .. "experts." .. e .. ".w1.weight", { x.H, d.C }, normal, true)
@@ -93,6 +122,7 @@ local function attrs(x, C)
   if x.aux > 0 then a.aux_coef = x.aux end
   if x.cap then a.capacity = x.cap end
   if x.Hs > 0 then a.Hs = x.Hs end
+  if x.sigmoid then a.sigmoid = 1 end
   return a
 end
 
@@ -105,7 +135,9 @@ function M.forward(g, list, act, t, s, inp, n, C)
   s.fcp = act(t .. ".fcproj", { "N", C })
   s.moe_state = act(t .. ".moe_state", { M.state_floats(N, x) })
   local scratch = g.buf("scratch:" .. t .. ".moe_fwd", "act", { M.scratch_floats(N, C, x) })
-  g.op(list, "moe_fwd", { inp, n.router, n.experts }, { s.fcp, s.moe_state, scratch }, attrs(x, C))
+  local a = attrs(x, C)
+  if n.router_bias then a.bias_rate = x.bias_rate end
+  g.op(list, "moe_fwd", { inp, n.router, n.experts, n.router_bias or "" }, { s.fcp, s.moe_state, scratch }, a)
 end
 
 -- Its backward: dout [N, C] -> dinp [N, C] (+=) and the router's and experts' gradients.

@@ -65,6 +65,7 @@ static int hf_model_of(const plan_t *p, hf_model *m, hyp_err *e) {
             n_moe++, renorm &= o->norm_topk == 1;
             if (o->capacity > 0) unlike = "a capacity factor (token dropping; Mixtral is dropless)";
             if (o->Hs > 0) unlike = "shared experts";
+            if (o->sigmoid) unlike = "a sigmoid router";
             m->E = (int)o->E, m->K = (int)o->K, m->H = (int)o->H, m->aux_coef = o->aux_coef;
         }
     if (n_moe && (m->kind != HF_LLAMA || n_moe != p->L || !renorm || unlike))

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "moe_layout.h"
+#include "ops_moe.h"
 
 /* The transformer layer of a state buffer named "[prefix:]l<layer>.moe_state" (a recomputation
  * prefix "r:" names the replayed forward's copy), or -1. */
@@ -63,6 +64,19 @@ int exec_moe_init(exec_t *x, hyp_err *e) {
     }
     m->n = n;
     snprintf(m->key[m->n_loads], sizeof m->key[0], "moe_aux_loss");
+    /* the forward's MoE ops with a selection bias (the aux-loss-free balancing), by layer */
+    int fop = hyp_op_find("moe_fwd");
+    m->bias_buf = calloc((size_t)n, sizeof(int)), m->bias_j = calloc((size_t)n, sizeof(int));
+    m->bias_u = calloc((size_t)n, sizeof(float));
+    if (!m->bias_buf || !m->bias_j || !m->bias_u) return hyp_fail(e, HYP_EFAIL, "out of memory");
+    for (int i = 0; i < p->n_fwd; i++) {
+        const plan_op *o = &p->fwd[i];
+        if (o->op != fop || o->in[3] < 0) continue;
+        int l = layer_of_state(p->bufs[o->out[1]].name);
+        for (int j = 0; j < n; j++)
+            if (m->layer[j] == l && m->n_bias < n)
+                m->bias_buf[m->n_bias] = o->in[3], m->bias_j[m->n_bias] = j, m->bias_u[m->n_bias++] = o->bias_rate;
+    }
     return HYP_OK;
 }
 
@@ -79,6 +93,9 @@ void exec_moe_free(exec_t *x) {
     free(m->cap_of);
     free(m->dropped);
     free(m->dkey);
+    free(m->bias_buf);
+    free(m->bias_j);
+    free(m->bias_u);
     free(m);
     x->moe = NULL;
 }
@@ -99,6 +116,15 @@ void exec_moe_add(exec_t *x, int state_buf, const float *state, int N, int K) {
         }
         if (j == m->n - 1) m->passes++; /* the backward reaches the last layer first */
         return;
+    }
+}
+
+void exec_moe_bias_step(exec_t *x, const double *loads) {
+    exec_moe *m = x->moe;
+    if (!m) return;
+    for (int i = 0; i < m->n_bias; i++) {
+        int j = m->bias_j[i];
+        op_moe_bias_update(exec_buf(x, m->bias_buf[i]), loads + m->first[j], m->E[j], m->bias_u[i]);
     }
 }
 

@@ -28,6 +28,9 @@ typedef struct exec_moe {
     int *cap_of;        /* [n] index into dropped[] of layer j, -1 when it is dropless */
     double *dropped;    /* [n_cap] routed assignments dropped over capacity, summed over passes */
     char (*dkey)[40];   /* [n_cap] "moe_dropped_l<layer>" */
+    int n_bias;         /* layers with DeepSeek-V3's aux-loss-free selection bias (moe_fwd in[3]) */
+    int *bias_buf, *bias_j; /* [n_bias] the bias parameter buffer and its layer's index j */
+    float *bias_u;      /* [n_bias] its update rate (attrs.bias_rate) */
     unsigned long long ep_bytes0; /* the ep group's all-to-all bytes when the trainer last took them */
     char (*key)[40];    /* [n_loads + 1] metric names: "moe_load_l<layer>_e<expert>", "moe_aux_loss" */
 } exec_moe;
@@ -38,6 +41,9 @@ void exec_moe_free(exec_t *x);
 /* One backward pass of the MoE op (top_k K) whose state buffer is state_buf: its loads and aux
  * loss from the state of N rows. */
 void exec_moe_add(exec_t *x, int state_buf, const float *state, int N, int K);
+/* After a step, with the step's loads summed over micro-batches and every rank (loads [n_loads],
+ * the same on every rank): each aux-loss-free bias moves by op_moe_bias_update (cpu/ops_moe.h). */
+void exec_moe_bias_step(exec_t *x, const double *loads);
 /* Clears the sums (after the trainer took them). */
 void exec_moe_reset(exec_t *x);
 

@@ -85,18 +85,23 @@ void op_moe_combine_row(float *o, float g, const float *y, int C) {
 void op_moe_route(float *probs, int *topi, float *topw, int *loads, float *aux, const float *inp, const float *wr,
                   const moe_shape *s) {
     int N = s->N, C = s->C, E = s->E, K = s->K;
-    /* router logits into probs, then softmax per row (max-subtracted) */
+    const float *b = s->bias;
+    /* router logits into probs, then softmax per row (max-subtracted), or the sigmoid */
     op_matmul_fwd(probs, inp, wr, NULL, N, C, E);
     for (int n = 0; n < N; n++) {
         float *p = probs + (long)n * E;
-        float mx = p[0];
-        for (int e = 1; e < E; e++) mx = p[e] > mx ? p[e] : mx;
-        double sum = 0;
-        for (int e = 0; e < E; e++) {
-            p[e] = expf(p[e] - mx);
-            sum += p[e];
+        if (s->sigmoid) {
+            for (int e = 0; e < E; e++) p[e] = 1.0f / (1.0f + expf(-p[e]));
+        } else {
+            float mx = p[0];
+            for (int e = 1; e < E; e++) mx = p[e] > mx ? p[e] : mx;
+            double sum = 0;
+            for (int e = 0; e < E; e++) {
+                p[e] = expf(p[e] - mx);
+                sum += p[e];
+            }
+            for (int e = 0; e < E; e++) p[e] = (float)(p[e] / sum);
         }
-        for (int e = 0; e < E; e++) p[e] = (float)(p[e] / sum);
         /* top-k by selection: the largest not yet taken, ties to the lower index */
         int *ti = topi + (long)n * K;
         float *tw = topw + (long)n * K;
@@ -106,7 +111,7 @@ void op_moe_route(float *probs, int *topi, float *topw, int *loads, float *aux, 
             for (int e = 0; e < E; e++) {
                 int taken = 0;
                 for (int j = 0; j < k; j++) taken |= ti[j] == e;
-                if (!taken && (best < 0 || p[e] > p[best])) best = e;
+                if (!taken && (best < 0 || (b ? p[e] + b[e] > p[best] + b[best] : p[e] > p[best]))) best = e;
             }
             ti[k] = best;
             tw[k] = p[best];
@@ -135,7 +140,7 @@ void op_moe_route(float *probs, int *topi, float *topw, int *loads, float *aux, 
         for (int n = 0; n < N; n++) P += probs[(long)n * E + e];
         auxsum += ((double)n_e / N) * (P / N);
     }
-    if (aux) *aux = (float)(s->aux_coef * E * auxsum);
+    if (aux) *aux = s->sigmoid ? 0.0f : (float)(s->aux_coef * E * auxsum); /* none for the sigmoid router (ops_moe.h) */
 }
 
 void op_moe_fwd(float *out, float *probs, int *topi, float *topw, int *loads, float *aux,
@@ -181,6 +186,13 @@ void op_moe_expert_bwd(float *dxe, float *dg, float *dw1e, float *dw2e, const fl
     op_matmul_bwd(dxe, dw1e, NULL, t->dhe, xe, w1e, n, C, 2 * H);
 }
 
+void op_moe_bias_update(float *bias, const double *loads, int E, float u) {
+    double mean = 0;
+    for (int e = 0; e < E; e++) mean += loads[e];
+    mean /= E;
+    for (int e = 0; e < E; e++) bias[e] += loads[e] < mean ? u : loads[e] > mean ? -u : 0.0f;
+}
+
 void op_moe_router_bwd(float *dinp, float *dwr, float daux, const float *inp, const float *wr, const float *probs,
                        const int *topi, const float *topw, const float *dgbuf, float *dlog, float *auxg, const moe_shape *s) {
     int N = s->N, C = s->C, E = s->E, K = s->K;
@@ -188,7 +200,7 @@ void op_moe_router_bwd(float *dinp, float *dwr, float daux, const float *inp, co
     for (int e = 0; e < E; e++) {
         int cnt = 0;
         for (long i = 0; i < (long)N * K; i++) cnt += moe_expert_of(topi[i]) == e;
-        auxg[e] = (float)(daux * s->aux_coef * E * ((double)cnt / N) / N);
+        auxg[e] = s->sigmoid ? 0.0f : (float)(daux * s->aux_coef * E * ((double)cnt / N) / N);
     }
     for (int n = 0; n < N; n++) {
         const float *p = probs + (long)n * E;
@@ -210,6 +222,10 @@ void op_moe_router_bwd(float *dinp, float *dwr, float daux, const float *inp, co
             for (int k = 0; k < K; k++) dlr[moe_expert_of(ti[k])] += DGK(k);
         }
 #undef DGK
+        if (s->sigmoid) { /* ds/dl = s (1 - s); no aux term (aux_coef 0 with the sigmoid router) */
+            for (int e = 0; e < E; e++) dlr[e] = dlr[e] * p[e] * (1.0f - p[e]);
+            continue;
+        }
         double sdp = 0;
         for (int e = 0; e < E; e++) sdp += (double)dlr[e] * p[e];
         for (int e = 0; e < E; e++) dlr[e] = (float)(p[e] * (dlr[e] - sdp));

@@ -27,7 +27,15 @@ typedef struct {
     float aux_coef;    /* load-balancing loss coefficient (0: none) */
     float capacity;    /* capacity factor (0: dropless); see moe_cap below */
     int Hs;            /* shared experts' hidden width (n_shared x H; 0: none), see below */
+    int sigmoid;       /* the router's scores: 0 softmax, 1 sigmoid (DeepSeek-V3), see below */
+    const float *bias; /* [E] the aux-loss-free selection bias (NULL: none), see below */
 } moe_shape;
+
+/* Sigmoid router (DeepSeek-V3, transformers' DeepseekV3TopkRouter without expert groups and with
+ * routed_scaling_factor 1): scores s = sigmoid(l) (kept in probs), the top_k experts by s + bias
+ * (ties: lower index), gate weights the chosen s (no bias), renormalised to sum 1 when norm_topk.
+ * The bias only selects: no gradient flows to it; op_moe_bias_update moves it after each step.
+ * The load-balancing aux loss is not defined for it here (aux_coef must be 0; the plan refuses it). */
 
 /* Shared experts (DeepSeek-V3 / Qwen-MoE): when Hs > 0 every token also runs through one SwiGLU MLP
  * of width Hs (the n_shared experts side by side, as DeepSeek-V3's DeepseekV3MLP of
@@ -50,6 +58,10 @@ static inline int moe_cap(const moe_shape *s, int N) {
     return s->capacity > 0 ? (int)ceil((double)s->capacity * N * s->K / s->E) : N * s->K;
 }
 static inline int moe_expert_of(int t) { return t < 0 ? -1 - t : t; }
+
+/* DeepSeek-V3's aux-loss-free balancing, after a step: bias[e] += u * sign(mean load - loads[e]),
+ * loads [E] the step's tokens per expert (over micro-batches and ranks), mean their average. */
+void op_moe_bias_update(float *bias, const double *loads, int E, float u);
 
 /* Floats of workspace the forward and the backward need. */
 long op_moe_ws_floats(const moe_shape *s);

@@ -185,12 +185,13 @@ ADAPTER(cpu_allreduce_tp) {
 
 /* The mixture-of-experts MLP (ops_moe.h): state and scratch laid out by core/moe_layout.h */
 static moe_shape moe_shape_of(const plan_op *o, int N) {
-    moe_shape s = {N, (int)o->C, (int)o->E, (int)o->K, (int)o->H, o->norm_topk == 1, o->aux_coef, o->capacity, (int)o->Hs};
+    moe_shape s = {N, (int)o->C, (int)o->E, (int)o->K, (int)o->H, o->norm_topk == 1, o->aux_coef, o->capacity, (int)o->Hs, o->sigmoid == 1, NULL};
     return s;
 }
 ADAPTER(cpu_moe_fwd) {
     UNUSED_ARGS;
     moe_shape s = moe_shape_of(o, d->N);
+    s.bias = I[3]; /* NULL without the aux-loss-free bias */
     moe_state_view v = moe_state_at(O[1], d->N, o->E, o->K);
     float *ws = O[2];
     int32_t *rows = (int32_t *)(void *)(ws + moe_ws_floats_sh(d->N, o->C, o->H, o->E, o->K, o->Hs));

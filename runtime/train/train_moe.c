@@ -32,6 +32,7 @@ int train_moe_take(exec_t *x, hyp_coll *coll, int world, hyp_metric_kv **kv, int
         free(v), free(out);
         return rc;
     }
+    exec_moe_bias_step(x, v); /* the aux-loss-free biases, from the step's global loads (v[0..n_loads)) */
     for (int i = 0; i < m->n_loads; i++) out[i] = (hyp_metric_kv){m->key[i], v[i]};
     /* passes: the micro-batches of all ranks (each rank's aux sum is over its own) */
     out[m->n_loads] = (hyp_metric_kv){m->key[m->n_loads], v[m->n_loads + 1] > 0 ? v[m->n_loads] / v[m->n_loads + 1] : 0};

@@ -81,28 +81,32 @@ static double ref_loss(const problem *P, const double *inp, const double *wr, co
             p[e] = l;
             mx = l > mx ? l : mx;
         }
-        for (int e = 0; e < E; e++) z += (p[e] = exp(p[e] - mx));
-        for (int e = 0; e < E; e++) {
-            p[e] /= z;
-            Pm[e] += p[e] / N;
+        if (s->sigmoid) { /* DeepSeek-V3: sigmoid scores, chosen by score + bias */
+            for (int e = 0; e < E; e++) p[e] = 1 / (1 + exp(-p[e]));
+        } else {
+            for (int e = 0; e < E; e++) z += (p[e] = exp(p[e] - mx));
+            for (int e = 0; e < E; e++) p[e] /= z;
         }
+        for (int e = 0; e < E; e++) Pm[e] += p[e] / N;
+#define Q(e) (p[e] + (s->bias ? (double)s->bias[e] : 0.0)) /* the selection score */
         /* top-k: rank of e = number of experts strictly above it (ties to lower index) */
         double kth = 1e30, next = -1e30;
         for (int e = 0; e < E; e++) {
             int above = 0;
-            for (int j = 0; j < E; j++) above += p[j] > p[e] || (p[j] == p[e] && j < e);
+            for (int j = 0; j < E; j++) above += Q(j) > Q(e) || (Q(j) == Q(e) && j < e);
             rank[(long)n * E + e] = above < K ? above : -1;
             if (above < K) {
                 cnt[e]++;
-                kth = p[e] < kth ? p[e] : kth;
+                kth = Q(e) < kth ? Q(e) : kth;
                 /* with a capacity the order of the chosen matters too (it sets the priority) */
                 if (s->capacity > 0 && min_gap)
                     for (int j = 0; j < e; j++)
-                        if (rank[(long)n * E + j] >= 0 && fabs(p[j] - p[e]) < *min_gap) *min_gap = fabs(p[j] - p[e]);
+                        if (rank[(long)n * E + j] >= 0 && fabs(Q(j) - Q(e)) < *min_gap) *min_gap = fabs(Q(j) - Q(e));
             } else {
-                next = p[e] > next ? p[e] : next;
+                next = Q(e) > next ? Q(e) : next;
             }
         }
+#undef Q
         if (min_gap && K < E && kth - next < *min_gap) *min_gap = kth - next;
     }
     if (s->capacity > 0) {
@@ -150,7 +154,7 @@ static double ref_loss(const problem *P, const double *inp, const double *wr, co
     }
     double aux = 0;
     for (int e = 0; e < E; e++) aux += ((double)cnt[e] / N) * Pm[e];
-    aux *= s->aux_coef * E;
+    aux *= s->sigmoid ? 0 : s->aux_coef * E; /* no aux loss with the sigmoid router (ops_moe.h) */
     if (aux_out) *aux_out = aux;
     if (loads) memcpy(loads, cnt, sizeof(int) * E);
     if (dropped) *dropped = ndrop;
@@ -164,8 +168,9 @@ static double *to_d(const float *f, long n) {
     return d;
 }
 
-static void run_case_all(const char *name, int N, int C, int E, int K, int H, int norm_topk, float cf, int Hs) {
-    problem P = {.s = {N, C, E, K, H, norm_topk, 0.02f, cf, Hs}};
+static void run_case_all(const char *name, int N, int C, int E, int K, int H, int norm_topk, float cf, int Hs,
+                         int sigmoid, const float *bias) {
+    problem P = {.s = {N, C, E, K, H, norm_topk, 0.02f, cf, Hs, sigmoid, bias}};
     const moe_shape *s = &P.s;
     /* w2 holds the shared experts' ws1, ws2 after the routed experts' (ops_moe.h) */
     long nin = (long)N * C, nwr = (long)E * C, nw1 = (long)E * 2 * H * C, nw2 = (long)E * C * H + 3L * Hs * C;
@@ -280,7 +285,7 @@ static void run_case_all(const char *name, int N, int C, int E, int K, int H, in
  * are bit-identical to the dropless op's (the same rows in the same GEMMs). */
 static void check_cap_large(void) {
     int N = 10, C = 6, E = 4, K = 2, H = 5;
-    moe_shape s0 = {N, C, E, K, H, 1, 0.02f, 0, 0}, s1 = s0;
+    moe_shape s0 = {N, C, E, K, H, 1, 0.02f, 0, 0, 0, NULL}, s1 = s0;
     s1.capacity = (float)E;
     long nin = (long)N * C, nwr = (long)E * C, nw = (long)E * 3 * H * C;
     float *inp = xalloc(4 * nin), *wr = xalloc(4 * nwr), *w = xalloc(4 * nw), *R = xalloc(4 * nin);
@@ -311,10 +316,45 @@ static void check_cap_large(void) {
 }
 
 static void run_case_cf(const char *name, int N, int C, int E, int K, int H, int norm_topk, float cf) {
-    run_case_all(name, N, C, E, K, H, norm_topk, cf, 0);
+    run_case_all(name, N, C, E, K, H, norm_topk, cf, 0, 0, NULL);
 }
 static void run_case(const char *name, int N, int C, int E, int K, int H, int norm_topk) {
-    run_case_all(name, N, C, E, K, H, norm_topk, 0, 0);
+    run_case_all(name, N, C, E, K, H, norm_topk, 0, 0, 0, NULL);
+}
+
+/* DeepSeek-V3's aux-loss-free bias: the update's arithmetic, then on a skewed batch (every token
+ * leans to expert 0) 60 steps of route -> loads -> update move the loads toward balance. */
+static void check_bias_update(void) {
+    float b[4] = {0, 0, 0, 0};
+    const double l1[4] = {10, 2, 2, 2}, l2[4] = {4, 4, 4, 4};
+    op_moe_bias_update(b, l1, 4, 0.01f);
+    int ok = b[0] == -0.01f && b[1] == 0.01f && b[2] == 0.01f && b[3] == 0.01f;
+    op_moe_bias_update(b, l2, 4, 0.01f);
+    ok &= b[0] == -0.01f && b[1] == 0.01f; /* load == mean: sign 0, unchanged */
+    check(ok, "aux-free bias update", "loads {10,2,2,2}: bias {%g, %g, %g, %g} (u = 0.01); balanced loads leave it", b[0], b[1], b[2], b[3]);
+
+    int N = 64, C = 8, E = 4, K = 2;
+    float *inp = xalloc(4L * N * C), *wr = xalloc(4L * E * C), *probs = xalloc(4L * N * E), *topw = xalloc(4L * N * K);
+    int *topi = xalloc(4L * N * K), loads[4];
+    for (long i = 0; i < (long)N * C; i++) inp[i] = rng_uniform(-1, 1) + (i % C == 0 ? 1.0f : 0.0f);
+    for (long i = 0; i < (long)E * C; i++) wr[i] = rng_uniform(-0.3f, 0.3f);
+    wr[0] = 2.5f; /* expert 0's logit follows the shared input component */
+    float bias[4] = {0, 0, 0, 0};
+    moe_shape s = {N, C, E, K, 8, 1, 0, 0, 0, 1, bias};
+    double first = 0, last = 0;
+    for (int it = 0; it <= 60; it++) {
+        op_moe_route(probs, topi, topw, loads, NULL, inp, wr, &s);
+        double mx = 0, ld[4];
+        for (int e = 0; e < E; e++) mx = loads[e] > mx ? loads[e] : mx, ld[e] = loads[e];
+        double imb = mx / ((double)N * K / E);
+        if (it == 0) first = imb;
+        if (it >= 51) last += imb / 10; /* mean over the last 10 (the sign update oscillates by u) */
+        op_moe_bias_update(bias, ld, E, 0.02f);
+    }
+    check(first > 1.5 && last < first - 0.5 && bias[0] < 0, "aux-free bias balances a skewed batch",
+          "max/mean load %.2f before, %.2f over steps 51-60 (u = 0.02); bias {%.2f, %.2f, %.2f, %.2f}", first, last, bias[0],
+          bias[1], bias[2], bias[3]);
+    free(inp); free(wr); free(probs); free(topw); free(topi);
 }
 
 int main(void) {
@@ -330,7 +370,13 @@ int main(void) {
     run_case_cf("N9 C8 E3 k1 H6 norm cf0.5", 9, 8, 3, 1, 6, 1, 0.5f);     /* cap 2: >= 3 dropped */
     check_cap_large();
     /* shared experts (Hs = n_shared x H): their ws1/ws2 gradients are in "d w2" */
-    run_case_all("N7 C6 E4 k2 H4 norm shared Hs8", 7, 6, 4, 2, 4, 1, 0, 8);
-    run_case_all("N12 C5 E4 k2 H3 cf0.75 shared Hs3", 12, 5, 4, 2, 3, 1, 0.75f, 3);
+    run_case_all("N7 C6 E4 k2 H4 norm shared Hs8", 7, 6, 4, 2, 4, 1, 0, 8, 0, NULL);
+    run_case_all("N12 C5 E4 k2 H3 cf0.75 shared Hs3", 12, 5, 4, 2, 3, 1, 0.75f, 3, 0, NULL);
+    /* the sigmoid router (DeepSeek-V3), without and with a selection bias that changes the choice */
+    static const float bias5[5] = {0.3f, -0.2f, 0.05f, 0.0f, -0.4f}, bias4[4] = {-0.25f, 0.1f, 0.2f, 0.0f};
+    run_case_all("N9 C7 E5 k2 H4 sigmoid norm", 9, 7, 5, 2, 4, 1, 0, 0, 1, NULL);
+    run_case_all("N9 C7 E5 k2 H4 sigmoid norm bias", 9, 7, 5, 2, 4, 1, 0, 0, 1, bias5);
+    run_case_all("N10 C6 E4 k3 H3 sigmoid no-norm bias shared Hs3", 10, 6, 4, 3, 3, 0, 0, 3, 1, bias4);
+    check_bias_update();
     return hyp_test_finish();
 }
