@@ -23,7 +23,7 @@
  * sqrt(2/3) u sqrt(256) = 7.8e-7 of the scale, 1e-5 is 12.8 sigmas), and the SwiGLU's sigmoid is
  * glibc expf here and the cpu's polynomial hyp_expv there (a few ulp each); the router backward's
  * cancellations p (dp - <dp, p>) are judged against the tensor's largest value. A wrong row, slot,
- * order of a missing term is off by O(max|want|).
+ * order or a missing term is off by O(max|want|).
  * Determinism: two device forwards and two device backwards are bit-identical.
  * Prints one line per check and "N passed, M failed"; exits 1 on failure.
  */
