@@ -30,15 +30,16 @@ function M.check(cfg, m, decide)
   local name = tostring(m.name)
   local function refuse(what, fix) U.fail(where, string.format("model %s (mixture of experts): %s", name, what), fix) end
   local tgt = cfg.target
-  if tgt.kind ~= "cpu" then
-    refuse(string.format("no %s trainer runs the router, dispatch and expert ops yet (the MoE op has cpu kernels only)", tostring(tgt.name)),
-      "use --target cpu, or `gen size` for sizing (docs/moe.md)")
+  if tgt.kind ~= "cpu" and tgt.kind ~= "sim" and tgt.kind ~= "cuda" then
+    refuse(string.format("no %s trainer runs the router, dispatch and expert ops", tostring(tgt.name)),
+      "use --target cpu, sim or sm_XX, or `gen size` for sizing (docs/moe.md)")
   end
   if e.router ~= "softmax" and tgt.kind ~= "cpu" then refuse("the " .. e.router .. " router is in the cpu op only (the " .. tostring(tgt.name) .. " MoE op routes by softmax)", "set moe.router: softmax, or --target cpu") end
   if e.router_bias == "aux_free" and tgt.kind ~= "cpu" then refuse("the aux-loss-free router bias is in the cpu op only", "set moe.router_bias: none, or --target cpu") end
   M.check_router(cfg, e, refuse)
   if not e.dropless and tgt.kind ~= "cpu" then refuse("capacity_factor (token dropping) is in the cpu op only: the " .. tostring(tgt.name) .. " MoE op routes every token (dropless)", "set moe.dropless: true instead of a capacity_factor, or --target cpu") end
   if (e.n_shared_experts or 0) > 0 and tgt.kind ~= "cpu" then refuse("shared experts are in the cpu op only, not in the " .. tostring(tgt.name) .. " MoE op", "set moe.n_shared_experts: 0, or --target cpu") end
+  if tgt.kind ~= "cpu" then M.check_device(cfg, refuse) end
   if m.activation ~= "swiglu" then refuse("the experts are SwiGLU MLPs in the runtime op, the model says " .. tostring(m.activation), "set activation: swiglu") end
   if m.bias == true or m.arch == "gpt2" then refuse("the experts and the router have no biases in the runtime op", "use a llama-arch model with bias: false") end
   local H = e.expert_hidden or m.ffn_hidden
@@ -81,6 +82,18 @@ function M.check_router(cfg, e, refuse)
       refuse("the aux-loss-free bias is updated on every rank's full parameters, ZeRO-3/FSDP shards them", "use ZeRO stage <= 2")
     end
   end
+end
+
+-- What the device op (runtime/device/exec_dev_moe.c, templates/moe.cu.lua) does not do on sim and
+-- cuda, refused there: its expert GEMM sizes are the loads read back mid-op (no captured graph, no
+-- ZeRO-2/3 grouped gradient schedule), and its kernels are fp32 (the mixed-precision refusal above).
+function M.check_device(cfg, refuse)
+  local f, a = cfg.facts or {}, cfg.active or {}
+  if f.zero and (f.zero.stage or 0) >= 2 then
+    refuse(string.format("ZeRO stage %d on %s: the device MoE op runs with ZeRO stage <= 1", f.zero.stage, tostring(cfg.target.name)),
+      "use zero1 (or no ZeRO), or --target cpu")
+  end
+  if a.v2165 then refuse("cuda graphs (v2165) cannot capture the device MoE op: it reads its expert loads back to size the GEMMs", "drop cuda-graphs") end
 end
 
 -- The parameters of MoE layer l in arena order (p: tensor_params' adder; n: the layer's names;
