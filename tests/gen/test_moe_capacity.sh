@@ -7,7 +7,8 @@
 # the loads are the router's choices before dropping and every expert keeps its first cap. Under
 # v2109 expert parallelism (np 2, ep 2) every rank drops from its own routing before the dispatch,
 # so the run equals the np 2 data-parallel run without ep bit for bit — losses, norms, loads,
-# drops (the argument of test_ep_v2109.sh, with the dropped rows simply not sent). Refused: the
+# drops (the argument of test_ep_v2109.sh, with the dropped rows simply not sent: the all-to-all
+# bytes are test_ep_v2109's formula over the kept rows). Refused: the
 # export as MixtralForCausalLM (transformers' Mixtral is dropless) and any non-cpu target.
 source "$(dirname "$0")/lib.sh"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
@@ -67,6 +68,15 @@ if command -v mpirun >/dev/null; then
   d=$(metric "$TMP/ep.jsonl" moe_dropped_l0 | awk '{ s += $1 } END { print s + 0 }')
   echo "ep 2 x np 2, capacity $CF: $d assignments dropped in layer 0 over 8 steps (the dp run: $(metric "$TMP/dp.jsonl" moe_dropped_l0 | awk '{ s += $1 } END { print s + 0 }'))"
   check test_v2109_capacity_ep2_drops test "$d" -gt 0
+  # dropped rows are never sent: the all-to-all bytes equal test_ep_v2109's formula with the remote
+  # rows counted from the kept routing (L 2 layers, W 2 ranks, P 2, El 2, C 64)
+  check test_v2109_capacity_a2a_bytes_kept_rows_only python3 -c "
+import json
+rows = [json.loads(l) for l in open('$TMP/ep.jsonl')]
+bad = [(r['step'], r['moe_ep_a2a_bytes'], r['moe_ep_remote_rows']) for r in rows
+       if r['moe_ep_a2a_bytes'] != 2 * 2 * 2 * 1 * 2 * 4 + r['moe_ep_remote_rows'] * 4 * (5 * 64 + 2)
+       or r['moe_ep_remote_rows'] > 2 * 2 * 512 - r['moe_dropped_l0'] - r['moe_dropped_l1']]
+print(len(rows), bad[:3]); assert rows and not bad"
 else
   echo "FAIL: mpirun not found (scripts/install-deps.sh installs openmpi-bin)"; FAIL=$((FAIL + 1))
 fi
