@@ -7,7 +7,7 @@
 # the step's loads over all micro-batches and ranks. Measured: with u = 0.05 the loads of the last
 # 10 of 20 steps are more even than with no bias (the same model, batches and seeds); the bias is
 # in the checkpoint (non-zero after training, and the saved one equals what the update rule gives
-# from the logged loads, replayed here in float32) and a run of 4 + 4 resumed steps equals 8
+# from the logged loads, replayed here in float32) and a run of 3 + 3 resumed steps equals 6
 # straight ones bit for bit; under v2109 (np 2, ep 2) the run equals np 2 data parallelism bit for
 # bit (every rank applies the same update from the same all-reduced loads). Refused: an aux loss
 # with the sigmoid router, the bias with another optimizer than AdamW, non-cpu targets,
@@ -63,10 +63,17 @@ for l in range(2):
     print('layer', l, 'saved bias', saved, 'replayed', b)
     assert list(saved) == b and any(b), (saved, b)
 PY
-"$TMP/bias/train" "${COMMON[@]}" --steps 8 --metrics "$TMP/r8.jsonl" > /dev/null 2>&1
-"$TMP/bias/train" "${COMMON[@]}" --steps 4 --metrics "$TMP/r44.jsonl" --ckpt-dir "$TMP/ck44" > /dev/null 2>&1
-"$TMP/bias/train" "${COMMON[@]}" --steps 8 --metrics "$TMP/r44.jsonl" --ckpt-dir "$TMP/ck44" --resume > /dev/null 2>&1
+"$TMP/bias/train" "${COMMON[@]}" --steps 6 --metrics "$TMP/r8.jsonl" > /dev/null 2>&1
+"$TMP/bias/train" "${COMMON[@]}" --steps 3 --metrics "$TMP/r44.jsonl" --ckpt-dir "$TMP/ck44" > /dev/null 2>&1
+"$TMP/bias/train" "${COMMON[@]}" --steps 6 --metrics "$TMP/r44.jsonl" --ckpt-dir "$TMP/ck44" --resume > /dev/null 2>&1
 check test_moe_aux_free_resume_bit_exact test "$(untimed "$TMP/r8.jsonl")" = "$(untimed "$TMP/r44.jsonl")"
+
+# the model file with all of DeepSeek-V3's routing pieces the op has (sigmoid, aux-free bias, a
+# shared expert) generates and trains; its plan holds the model's count plus the 2 x 4 bias entries
+expect gen_tiny_deepseek_moe 0 "wrote" -- "$GEN" specs/v2500.yaml --model tiny-deepseek-moe --target cpu --batch $B --seq $T --enable adamw -o "$TMP/ds"
+check test_tiny_deepseek_moe_params python3 -c "
+import json; p = json.load(open('$TMP/ds/plan.json')); n = sum(q['numel'] for q in p['params']); print(n); assert n == 303936 + 8"
+expect tiny_deepseek_moe_trains 0 "done: 3 steps" -- "$TMP/ds/train" "${COMMON[@]}" --steps 3
 
 # refusals (exit 2, one line, nothing written)
 mk sigaux ".02"
