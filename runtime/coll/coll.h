@@ -132,4 +132,17 @@ int hyp_coll_set_allreduce(hyp_coll *c, int algo, int node_size, hyp_err *e);
 int hyp_coll_allreduce_algo(const hyp_coll *c);
 uint64_t hyp_coll_steps(const hyp_coll *c);
 
+/* v2168: a duplicate of c (MPI_Comm_dup semantics through MPI_Comm_split: same ranks, its own
+ * context, so collectives on it never match those on c), with c's all-reduce algorithm and link
+ * model and its own counters; finalize it before c. A communication helper thread owns one, so
+ * concurrent collectives of several threads never share a communicator (MPI_THREAD_MULTIPLE). */
+int hyp_coll_dup(hyp_coll *c, hyp_coll **out, hyp_err *e);
+/* Moves from's counters (bytes sent, rounds, calls) into into's and zeroes from's: the calling
+ * thread must be the only one using either. */
+void hyp_coll_take_counts(hyp_coll *into, hyp_coll *from);
+/* The emulated link of HYP_COLL_LINK_GBPS (read at hyp_coll_init; a test knob, not a model of a
+ * network): every f32 sum all-reduce returns no earlier than its counted bytes / the link's
+ * bytes per second after it started. 0: none. */
+double hyp_coll_link_gbps(const hyp_coll *c);
+
 #endif

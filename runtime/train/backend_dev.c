@@ -41,6 +41,7 @@
 #include "device.h"
 #include "exec_dev.h"
 #include "gnb.h"
+#include "grad_buckets.h"
 #include "op_registry.h"
 
 typedef struct {
@@ -78,75 +79,22 @@ typedef struct {
     int steps_seen, issue_n;
 } train_dev;
 
-/* The layer a parameter belongs to: its name up to the first all-digit component
- * ("transformer.h.3.attn.c_attn.weight" -> "transformer.h.3"), else the whole name. */
-static void layer_key(const char *name, char *key, size_t n) {
-    snprintf(key, n, "%s", name);
-    for (char *c = key; *c;) {
-        char *dot = strchr(c, '.');
-        size_t len = dot ? (size_t)(dot - c) : strlen(c);
-        if (len && strspn(c, "0123456789") == len) {
-            c[len] = 0;
-            return;
-        }
-        if (!dot) return;
-        c = dot + 1;
-    }
-}
-
-/* The last backward op that reads or writes a gradient buffer overlapping arena[lo, hi). */
-static int last_grad_op(const plan_t *p, int64_t lo, int64_t hi) {
-    int last = -1;
-    for (int i = 0; i < p->n_bwd; i++) {
-        const plan_op *o = &p->bwd[i];
-        for (int j = 0; j < o->nin + o->nout; j++) {
-            int b = j < o->nin ? o->in[j] : o->out[j - o->nin];
-            if (b < 0 || p->bufs[b].kind != BUF_GRAD) continue;
-            if (p->bufs[b].offset < hi && p->bufs[b].offset + p->bufs[b].numel > lo) last = i;
-        }
-    }
-    return last;
-}
-
-static int cmp_offset(const void *a, const void *b) {
-    int64_t x = (*(const plan_param *const *)a)->offset, y = (*(const plan_param *const *)b)->offset;
-    return x < y ? -1 : x > y;
-}
-
 /* Buckets of contiguous tensors of one layer covering the arena, each with the backward op after
- * which its gradients are final; the communication stream and its events. */
+ * which its gradients are final (grad_buckets.h, the cpu trainer's v2168 buckets too); the
+ * communication stream and its events. */
 static int make_buckets(train_dev *t, hyp_err *e) {
-    const plan_t *p = t->xd.p;
-    int n = p->n_params_t;
-    const plan_param **ord = malloc(sizeof *ord * (size_t)(n + 1));
-    t->buckets = calloc((size_t)n + 1, sizeof *t->buckets);
-    if (!ord || !t->buckets) {
-        free(ord);
+    grad_bucket *gb = NULL;
+    int rc = grad_buckets_make(t->xd.p, t->xd.arena, &gb, &t->n_buckets, e);
+    if (rc) return rc;
+    if (!(t->buckets = calloc((size_t)t->n_buckets, sizeof *t->buckets))) {
+        free(gb);
         return hyp_fail(e, HYP_EFAIL, "out of memory");
     }
-    for (int i = 0; i < n; i++) ord[i] = &p->params[i];
-    qsort(ord, (size_t)n, sizeof *ord, cmp_offset);
-    char key[256], prev[256] = "";
-    for (int i = 0; i < n; i++) {
-        layer_key(ord[i]->name, key, sizeof key);
-        if (t->n_buckets == 0 || strcmp(key, prev)) {
-            dev_bucket *b = &t->buckets[t->n_buckets++];
-            b->lo = t->n_buckets == 1 ? 0 : b[-1].hi;
-            snprintf(prev, sizeof prev, "%s", key);
-        }
-        t->buckets[t->n_buckets - 1].hi = ord[i]->offset + ord[i]->numel;
-    }
-    free(ord);
-    if (t->n_buckets == 0) t->n_buckets = 1;
-    t->buckets[t->n_buckets - 1].hi = t->xd.arena; /* the padding joins the last bucket */
-    int rc = t->dev->stream_create(t->dev, &t->comm, e);
+    for (int i = 0; i < t->n_buckets; i++) t->buckets[i].lo = gb[i].lo, t->buckets[i].hi = gb[i].hi, t->buckets[i].ready = gb[i].ready;
+    free(gb);
+    rc = t->dev->stream_create(t->dev, &t->comm, e);
     if (!rc) rc = t->dev->event_create(t->dev, &t->comm_done, e);
-    for (int i = 0; i < t->n_buckets && !rc; i++) {
-        dev_bucket *b = &t->buckets[i];
-        b->ready = last_grad_op(p, b->lo, b->hi);
-        if (b->ready < 0) b->ready = p->n_bwd - 1;
-        rc = t->dev->event_create(t->dev, &b->ev, e);
-    }
+    for (int i = 0; i < t->n_buckets && !rc; i++) rc = t->dev->event_create(t->dev, &t->buckets[i].ev, e);
     return rc;
 }
 
