@@ -45,7 +45,7 @@ static double mono_s(void) {
 
 /* The emulated link (HYP_COLL_LINK_GBPS): an f32 all-reduce that sent `bytes` and started at t0
  * returns no earlier than bytes / link_Bps after t0 (the rest of that time slept). */
-static void link_delay(const hyp_coll *c, uint64_t bytes, double t0) {
+void hyp_coll_link_delay(const hyp_coll *c, uint64_t bytes, double t0) {
     if (c->link_Bps <= 0 || c->world < 2) return;
     double left = (double)bytes / c->link_Bps - (mono_s() - t0);
     if (left <= 0) return;
@@ -146,7 +146,7 @@ int hyp_coll_allreduce_f32(hyp_coll *c, float *buf, size_t n, hyp_err *e) {
         int k = c->node_size ? c->node_size : c->local_world;
         int rc = coll_algo_allreduce_f32(c->algo, c->algo_comm, c->rank, c->world, k, buf, n, &t, e);
         c->bytes += t.bytes, c->steps += t.steps, c->calls += c->world > 1;
-        if (!rc) link_delay(c, c->bytes - b0, t0);
+        if (!rc) hyp_coll_link_delay(c, c->bytes - b0, t0);
         return rc;
     }
 #endif
@@ -161,7 +161,7 @@ int hyp_coll_allreduce_f32(hyp_coll *c, float *buf, size_t n, hyp_err *e) {
 #else
     (void)c, (void)buf, (void)n, (void)e;
 #endif
-    link_delay(c, c->bytes - b0, t0);
+    hyp_coll_link_delay(c, c->bytes - b0, t0);
     return HYP_OK;
 }
 
@@ -636,5 +636,3 @@ void hyp_coll_take_counts(hyp_coll *into, hyp_coll *from) {
     into->bytes += from->bytes, into->steps += from->steps, into->calls += from->calls;
     from->bytes = from->steps = from->calls = 0;
 }
-
-double hyp_coll_link_gbps(const hyp_coll *c) { return c->link_Bps * 8 / 1e9; }

@@ -140,9 +140,13 @@ int hyp_coll_dup(hyp_coll *c, hyp_coll **out, hyp_err *e);
 /* Moves from's counters (bytes sent, rounds, calls) into into's and zeroes from's: the calling
  * thread must be the only one using either. */
 void hyp_coll_take_counts(hyp_coll *into, hyp_coll *from);
-/* The emulated link of HYP_COLL_LINK_GBPS (read at hyp_coll_init; a test knob, not a model of a
- * network): every f32 sum all-reduce returns no earlier than its counted bytes / the link's
- * bytes per second after it started. 0: none. */
-double hyp_coll_link_gbps(const hyp_coll *c);
+/* The emulated link of HYP_COLL_LINK_GBPS (Gbit/s, read at hyp_coll_init and copied to
+ * duplicates; a test knob that makes communication slow enough to see overlap on one machine,
+ * not a model of a network): every f32 sum all-reduce (hyp_coll_allreduce_f32) returns no
+ * earlier than its counted bytes (hyp_coll_bytes_sent) / the link's bytes per second after it
+ * started, the rest slept. hyp_coll_link_delay is that wait for a transfer of `bytes` started at
+ * t0_s (CLOCK_MONOTONIC seconds), for a caller completing a non-blocking all-reduce itself;
+ * nothing without the variable or on one rank. */
+void hyp_coll_link_delay(const hyp_coll *c, uint64_t bytes, double t0_s);
 
 #endif

@@ -11,8 +11,10 @@
  * overlaps the backward pass (v2110): the arena is cut into buckets (contiguous parameter tensors
  * of one layer); after the last backward op that touches a bucket's gradients, an event on the
  * default (compute) stream orders that bucket's all-reduce on a communication stream; the host
- * waits for the communication stream's last event before the norm. HYP_COMM_OVERLAP=0 turns
- * this off (one all-reduce of the whole arena after backward).
+ * waits for the communication stream's last event before the norm (with v2168, plan
+ * train.comm_streams, the compute stream waits for it instead: cuStreamWaitEvent, the host goes
+ * on issuing the norm and the optimizer). HYP_COMM_OVERLAP=0 turns this off (one all-reduce of
+ * the whole arena after backward).
  *
  * v2162 loss scaling (ls_check): the gradients arrive scaled by S; the norm kernels run on them
  * as they are, the clip factor against max_norm x S (so it is the unscaled one), and the norm's
@@ -219,7 +221,9 @@ static int reduce_and_norm(train_dev *t, float max_norm, hyp_err *e) {
         /* the host waits for the last bucket's all-reduce, which waited for backward; under sim this
          * runs the bucket all-reduces as early as their events allow (interleaved with backward),
          * so a bucket reduced before its last gradient write gives wrong numbers */
-        if (!(rc = d->event_record(d, t->comm_done, t->comm, e))) rc = d->event_synchronize(d, t->comm_done, e);
+        if (!(rc = d->event_record(d, t->comm_done, t->comm, e)))
+            rc = xd->p->comm_streams > 0 ? d->event_wait(d, NULL, t->comm_done, e) /* v2168: the compute stream waits, not the host */
+                                         : d->event_synchronize(d, t->comm_done, e);
     } else if (t->world > 1 && t->stage <= 1) {
         rc = d->all_reduce(d, xd->grads, (size_t)xd->arena, HYP_DT_F32, HYP_RED_SUM, NULL, e);
     } else if (t->stage >= 2) { /* stage 3 reduce-scattered each group into gshard during backward */
@@ -415,6 +419,8 @@ static const char *dev_memory_title(const train_backend *b) { return ((const tra
 
 static const char *dev_comm_note(const train_backend *b) {
     const train_dev *t = b->impl;
+    if (t->overlap && t->xd.p->comm_streams > 0)
+        return "per-layer buckets all-reduced on a comm stream while backward runs, the compute stream waiting on its event before the norm (v2110 overlap, v2168)";
     return t->overlap ? "per-layer buckets all-reduced on a comm stream while backward runs (v2110 overlap)"
            : t->stage == 2 && t->xd.zg ? "each layer group's gradients reduced to their owners right after its backward, on the compute stream (ZeRO stage 2: not overlapped)"
            : t->stage >= 3 ? "each layer group's gradients reduce-scattered on a comm stream right after its backward (ZeRO stage 3)"

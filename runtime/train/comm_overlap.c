@@ -53,6 +53,22 @@ static double now_s(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* One bucket's all-reduce: MPI_Iallreduce completed by MPI_Test with 20 us sleeps between the
+ * tests, so a helper waiting for the other ranks (or the network) leaves the cores to the
+ * backward pass instead of spinning in MPI's progress loop (a blocking MPI_Allreduce busy-polls);
+ * the v2171 algorithms have no non-blocking form and run blocking. The serial path calls it too,
+ * so overlapped and serial runs sum each bucket with the same MPI collective. */
+static int bucket_allreduce(hyp_coll *c, float *buf, size_t n, hyp_err *e) {
+    if (hyp_coll_world(c) < 2 || hyp_coll_allreduce_algo(c) != HYP_AR_MPI) return hyp_coll_allreduce_f32(c, buf, n, e);
+    double t0 = now_s();
+    uint64_t b0 = hyp_coll_bytes_sent(c);
+    int req = -1, done = 0, rc = hyp_coll_iallreduce_f32(c, buf, n, &req, e);
+    const struct timespec nap = {0, 20000};
+    while (!rc && !(rc = hyp_coll_test(c, req, &done, e)) && !done) nanosleep(&nap, NULL);
+    if (!rc) hyp_coll_link_delay(c, hyp_coll_bytes_sent(c) - b0, t0);
+    return rc;
+}
+
 static void *helper_main(void *arg) {
     ov_helper *h = arg;
     struct train_comm_overlap *o = h->o;
@@ -68,7 +84,7 @@ static void *helper_main(void *arg) {
         b->helper = h->id;
         b->t0 = now_s();
         hyp_err e = {0};
-        int rc = failed ? failed : hyp_coll_allreduce_f32(h->coll, g + b->lo, (size_t)(b->hi - b->lo), &e);
+        int rc = failed ? failed : bucket_allreduce(h->coll, g + b->lo, (size_t)(b->hi - b->lo), &e);
         b->t1 = now_s();
         pthread_mutex_lock(&o->mu);
         if (rc && !h->rc) h->rc = rc, h->err = e;
@@ -243,7 +259,7 @@ int train_overlap_reduce_serial(train_comm_overlap *o, float *grads, hyp_err *e)
     for (int j = 0; j < o->nb && !rc; j++) {
         ov_bucket *b = &o->b[o->order[j]];
         b->t0 = now_s();
-        rc = hyp_coll_allreduce_f32(o->dp, grads + b->lo, (size_t)(b->hi - b->lo), e);
+        rc = bucket_allreduce(o->dp, grads + b->lo, (size_t)(b->hi - b->lo), e);
         b->t1 = now_s();
     }
     hyp_prof_phase("comm_wait_exposed", HYP_PROF_COMM, 1, pt);

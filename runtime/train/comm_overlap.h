@@ -2,7 +2,8 @@
  * the backward pass. The gradient arena is cut into the per-layer buckets of grad_buckets.h (the
  * device trainer's); the last micro-batch's backward runs op by op, and as soon as an op has made a
  * bucket's gradients final (reverse layer order) the bucket is handed to one of `streams`
- * communication helper threads, which all-reduces it (hyp_coll_allreduce_f32, the sum in place)
+ * communication helper threads, which all-reduces it (MPI_Iallreduce completed by MPI_Test with
+ * short sleeps, so a waiting helper does not spin; a v2171 algorithm blocking; the sum in place)
  * while backward continues. The main thread waits for them only in the gradient reduction, before
  * the norm, the clip factor and the optimizer step.
  *
