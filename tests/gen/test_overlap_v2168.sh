@@ -6,7 +6,8 @@
 #   with two (--set v2168.comm_streams=2), and with the same buckets reduced after backward
 #   (HYP_COMM_OVERLAP=0): with 2 ranks every gradient element is the one sum g0 + g1 whatever
 #   the bucketing, and IEEE addition is commutative (docs/test-tolerances.md E0); each bucket is
-#   final when handed over, or a racing write would change the sum. ZeRO-1 + v2168 equals ZeRO-1.
+#   final when handed over, or a racing write would change the sum. ZeRO-1 + v2168 equals ZeRO-1;
+#   v2163 (bf16 accumulation, 2 micro-batches: buckets rounded before hand-over) equals v2163.
 # - Measure: with an emulated 2 Gbit/s link (HYP_COLL_LINK_GBPS=2, coll.h: each all-reduce lasts at
 #   least its ring-model bytes / the link rate, the rest slept, so the comm takes ~14 ms a step, not
 #   the ~1 ms of shared memory), the plain trainer waits for all of it (exposed = in flight, at least
@@ -47,6 +48,13 @@ expect gen_v2168_zero1_overlap 0 "wrote" -- "$GEN" specs/v2500.yaml --enable ada
 expect np2_zero1 0 "done: 5 steps" -- $MPI "$TMP/z1/train" "${RUN[@]}" --metrics "$TMP/z1.jsonl"
 expect np2_zero1_overlap 0 "done: 5 steps" -- $MPI "$TMP/z1ov/train" "${RUN[@]}" --metrics "$TMP/z1ov.jsonl"
 check test_v2168_zero1_losses_bit_identical same_losses "$TMP/z1.jsonl" "$TMP/z1ov.jsonl" 5
+# v2163 bf16 gradient accumulation over 2 micro-batches: each bucket rounded before its hand-over
+expect gen_v2168_v2163 0 "wrote" -- "$GEN" specs/v2500.yaml --enable adamw,dp,v2163 "${SHAPE[@]}" -o "$TMP/acc"
+expect gen_v2168_v2163_overlap 0 "wrote" -- "$GEN" specs/v2500.yaml --enable adamw,dp,v2163,overlap "${SHAPE[@]}" -o "$TMP/accov"
+expect np2_v2163 0 "done: 5 steps" -- $MPI "$TMP/acc/train" "${RUN[@]}" --grad-accum 2 --metrics "$TMP/acc.jsonl" --ckpt-dir "$TMP/ck_acc"
+expect np2_v2163_overlap 0 "done: 5 steps" -- $MPI "$TMP/accov/train" "${RUN[@]}" --grad-accum 2 --metrics "$TMP/accov.jsonl" --ckpt-dir "$TMP/ck_accov"
+check test_v2168_v2163_accum2_losses_bit_identical same_losses "$TMP/acc.jsonl" "$TMP/accov.jsonl" 5
+expect test_v2168_v2163_accum2_weights_bit_identical 0 "max \|a-b\| = 0 " -- "$DIFF" "$TMP/ck_acc/$W" "$TMP/ck_accov/$W" 0
 
 # the measure, over an emulated 2 Gbit/s link; steps 2-8 (step 1 warms up)
 M=(--data "$TMP/data" --steps 8 --eval-every 0 --lr 3e-3)
