@@ -88,7 +88,6 @@ int train_step(train_backend *b, train_objective *ob, const train_opts *o, int K
     b->adp_step = step;
     b->comm_measured = 0;
     if (!rc) rc = b->i->reduce_grads(b, o, e);
-    if (b->comm_measured) t.comm_total_s = b->comm_total_s, t.comm_exposed_s = b->comm_exposed_s, t.comm_measured = 1; /* v2168 */
     b->ls.reduce_scale = 1;
     if (!rc && b->ls.on && b->i->ls_check) { /* the device: after the reduction, on the global norm */
         int bad = 0;
@@ -117,6 +116,9 @@ int train_step(train_backend *b, train_objective *ob, const train_opts *o, int K
     pt = hyp_prof_t();
     if (!rc) rc = b->i->finish_step(b, norm, scale, e);
     hyp_prof_phase("finish_step", HYP_PROF_OPTIMIZER, 1, pt);
+    /* v2168: the gradient all-reduce's figures (the cpu sets them in reduce_grads, a device after
+     * finish_step's synchronize; a GNB pass's second reduction below does not replace them) */
+    if (b->comm_measured) t.comm_total_s = b->comm_total_s, t.comm_exposed_s = b->comm_exposed_s, t.comm_measured = 1;
     if (!rc && gnb_due(b, step)) { /* Sophia-G: the Hessian estimate from sampled labels (gnb.h) */
         pt = hyp_prof_t();
         rc = gnb_pass(b, o, step, e);

@@ -179,8 +179,8 @@ struct train_backend {
     struct train_pp *pp;          /* v2107 pipeline stage driver on the cpu backend (train_pp.h); NULL: none */
     struct train_grad_compress *gc; /* v2172 on the cpu backend (grad_compress.h): top-k / random-k
                                        in place of the gradient all-reduce; NULL: none */
-    /* v2168 figures of the last gradient reduction (seconds), set by reduce_grads when
-     * comm_measured: the time the gradient all-reduce(s) were in flight, and the part of it the
+    /* v2168 figures of the last gradient reduction (seconds), set when comm_measured by
+     * reduce_grads (cpu) or finish_step (a device: event times of the comm stream): the time the gradient all-reduce(s) were in flight, and the part of it the
      * step waited for (the rest ran under the backward pass) */
     double comm_total_s, comm_exposed_s;
     int comm_measured;

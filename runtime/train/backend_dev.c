@@ -50,6 +50,7 @@ typedef struct {
     int64_t lo, hi;   /* arena range [lo, hi) */
     int ready;        /* its all-reduce starts after this backward op */
     hyp_event *ev;
+    hyp_event *ev_s, *ev_e; /* v2168: its all-reduce's start and end on the comm stream (timing) */
 } dev_bucket;
 
 typedef struct {
@@ -67,6 +68,10 @@ typedef struct {
     hyp_event *comm_done;
     dev_bucket *buckets;
     int n_buckets, overlap;
+    /* v2168 (plan train.comm_streams): the compute stream's point after backward, and whether this
+     * step's buckets were posted (their events are read after finish_step's synchronize) */
+    hyp_event *bwd_done;
+    int measure, posted;
     char title[64];   /* "sim device memory" */
     train_avg_state avg; /* the schedule-free averaging weight's running sums */
     /* v2149 device teacher (train_backend_dev_teacher): its executor over the teacher's plan and
@@ -97,6 +102,10 @@ static int make_buckets(train_dev *t, hyp_err *e) {
     rc = t->dev->stream_create(t->dev, &t->comm, e);
     if (!rc) rc = t->dev->event_create(t->dev, &t->comm_done, e);
     for (int i = 0; i < t->n_buckets && !rc; i++) rc = t->dev->event_create(t->dev, &t->buckets[i].ev, e);
+    t->measure = t->xd.p->comm_streams > 0;
+    for (int i = 0; i < t->n_buckets && !rc && t->measure; i++)
+        if (!(rc = t->dev->event_create(t->dev, &t->buckets[i].ev_s, e))) rc = t->dev->event_create(t->dev, &t->buckets[i].ev_e, e);
+    if (!rc && t->measure) rc = t->dev->event_create(t->dev, &t->bwd_done, e);
     return rc;
 }
 
@@ -108,8 +117,10 @@ static int after_bwd_op(void *ctx, int op, hyp_err *e) {
     for (int i = 0; i < t->n_buckets && !rc; i++) {
         dev_bucket *b = &t->buckets[i];
         if (b->ready != op) continue;
-        if (!(rc = d->event_record(d, b->ev, NULL, e)) && !(rc = d->event_wait(d, t->comm, b->ev, e)))
+        if (!(rc = d->event_record(d, b->ev, NULL, e)) && !(rc = d->event_wait(d, t->comm, b->ev, e)) &&
+            !(rc = t->measure ? d->event_record(d, b->ev_s, t->comm, e) : HYP_OK))
             rc = d->all_reduce(d, t->xd.grads + b->lo, (size_t)(b->hi - b->lo), HYP_DT_F32, HYP_RED_SUM, t->comm, e);
+        if (!rc && t->measure) rc = d->event_record(d, b->ev_e, t->comm, e), t->posted = 1;
     }
     return rc;
 }
@@ -182,8 +193,12 @@ static void close_dev(train_dev *t) {
                (t->issue_n ? t->issue_sum / t->issue_n : t->step_issue_s) * 1e6, t->issue_n ? "mean from step 3" : "last step",
                t->xd.graphs ? "on" : "off");
     d->synchronize(d, &e);
-    for (int i = 0; i < t->n_buckets; i++)
+    for (int i = 0; i < t->n_buckets; i++) {
         if (t->buckets[i].ev) d->event_destroy(d, t->buckets[i].ev);
+        if (t->buckets[i].ev_s) d->event_destroy(d, t->buckets[i].ev_s);
+        if (t->buckets[i].ev_e) d->event_destroy(d, t->buckets[i].ev_e);
+    }
+    if (t->bwd_done) d->event_destroy(d, t->bwd_done);
     free(t->buckets);
     if (t->comm_done) d->event_destroy(d, t->comm_done);
     if (t->comm) d->stream_destroy(d, t->comm);
@@ -221,7 +236,9 @@ static int reduce_and_norm(train_dev *t, float max_norm, hyp_err *e) {
         /* the host waits for the last bucket's all-reduce, which waited for backward; under sim this
          * runs the bucket all-reduces as early as their events allow (interleaved with backward),
          * so a bucket reduced before its last gradient write gives wrong numbers */
-        if (!(rc = d->event_record(d, t->comm_done, t->comm, e)))
+        if (!(rc = d->event_record(d, t->comm_done, t->comm, e)) && t->measure && t->posted)
+            rc = d->event_record(d, t->bwd_done, NULL, e); /* v2168: where the compute stream starts waiting */
+        if (!rc)
             rc = xd->p->comm_streams > 0 ? d->event_wait(d, NULL, t->comm_done, e) /* v2168: the compute stream waits, not the host */
                                          : d->event_synchronize(d, t->comm_done, e);
     } else if (t->world > 1 && t->stage <= 1) {
@@ -348,6 +365,25 @@ static int dev_optim_step(train_backend *b, const train_opts *o, double lr, int 
     return rc;
 }
 
+/* v2168: this step's bucket all-reduces, timed by their events on the comm stream (the stream runs
+ * them one after another: their sum is its busy time), and the exposed part: how long after the
+ * compute stream finished backward the comm stream finished (what the compute stream waited for).
+ * After the default stream's synchronize, which waited for comm_done. */
+static int comm_figures(train_backend *b, hyp_err *e) {
+    train_dev *t = b->impl;
+    hyp_device *d = t->dev;
+    double total = 0;
+    float ms = 0;
+    int rc = HYP_OK;
+    for (int i = 0; i < t->n_buckets && !rc; i++)
+        if (!(rc = d->event_elapsed_ms(d, t->buckets[i].ev_s, t->buckets[i].ev_e, &ms, e))) total += ms;
+    if (!rc) rc = d->event_elapsed_ms(d, t->bwd_done, t->comm_done, &ms, e);
+    if (rc) return rc;
+    b->comm_total_s = total * 1e-3, b->comm_exposed_s = ms > 0 ? ms * 1e-3 : 0, b->comm_measured = 1;
+    t->posted = 0;
+    return HYP_OK;
+}
+
 static int dev_finish_step(train_backend *b, double *norm, float *scale, hyp_err *e) {
     train_dev *t = b->impl;
     hyp_device *d = t->dev;
@@ -358,6 +394,7 @@ static int dev_finish_step(train_backend *b, double *norm, float *scale, hyp_err
     if (!rc && b->x->p->fp8_slots && t->world > 1)
         rc = d->all_reduce(d, xd->fp8_amax, (size_t)b->x->p->fp8_slots, HYP_DT_F32, HYP_RED_MAX, NULL, e);
     if (!rc) rc = d->stream_synchronize(d, NULL, e);
+    if (!rc && t->posted) rc = comm_figures(b, e); /* v2168 */
     if (!rc) rc = exec_dev_fp8_step(xd, e);
     /* v2165: this step's host calls; eager equivalent = each graph launch replaced by the calls it
      * recorded, a capture's recorded calls (issued, not run) not counted twice */
