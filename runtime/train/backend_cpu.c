@@ -1,6 +1,7 @@
 /* backend_cpu.c — the cpu executor (exec.h) as a trainer backend (backend.h): forward/backward
  * on the host, gradients made global over the collectives per ZeRO stage (v2110, v2104: an
- * all-reduce at stages 0-1; stages 2-3 reduce-scatter each layer's gradients into the own shard
+ * all-reduce at stages 0-1 — under v2168 per layer bucket on helper threads while backward runs,
+ * comm_overlap.h; stages 2-3 reduce-scatter each layer's gradients into the own shard
  * during backward; under v2173 local SGD none: each rank keeps its own, local_sgd.h; under v2172 a compressed exchange,
  * grad_compress.h), the norm and
  * clip factor on the host, the optimizer (optim.h) on the own part and
