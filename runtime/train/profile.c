@@ -281,13 +281,14 @@ static int row_cmp(const void *a, const void *b) {
     return x < y ? 1 : x > y ? -1 : 0;
 }
 
-/* v2168: the union of the helper tracks' bucket spans inside the steps (*total_us) and the host's
- * comm_wait_exposed phases (*exposed_us); 0 when no helper ran a bucket. */
+/* [start, end) pairs by start */
 static int cmp_start(const void *a, const void *b) {
     double x = ((const double *)a)[0], y = ((const double *)b)[0];
     return x < y ? -1 : x > y;
 }
 
+/* v2168: the union of the helper tracks' bucket spans inside the steps (*total_us) and the host's
+ * comm_wait_exposed phases (*exposed_us); 0 when no helper ran a bucket. */
 static int comm_split(const hyp_prof *r, double *total_us, double *exposed_us) {
     *total_us = *exposed_us = 0;
     double *iv = malloc(sizeof(double) * 2 * ((size_t)r->n + 1));
