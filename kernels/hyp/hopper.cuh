@@ -23,9 +23,10 @@
  *                                         bits). Pass it as `const __grid_constant__ hyp_tmap m`
  *                                         (a kernel parameter; sim supports exactly this form) and
  *                                         give the wrappers `&m`. Encoded on the host by
- *                                         cuTensorMapEncodeTiled (the stand-in libcuda and the sim
- *                                         use hyp_tmap_encode_tiled of runtime/sim/tmap.h, the
- *                                         same fields).
+ *                                         cuTensorMapEncodeTiled; for sim, by
+ *                                         hyp_sim_tmap_encode_tiled (kernels/sim/sim_tmap.h: the
+ *                                         same arguments and checks; the stand-in libcuda's
+ *                                         cuTensorMapEncodeTiled calls it).
  *   hyp_tma_load_2d(dst, &m, c0, c1, bar) cp.async.bulk.tensor.2d.shared::cluster.global.tile.
  *   hyp_tma_load_3d(dst, &m, c0, c1, c2, bar)    mbarrier::complete_tx::bytes: the box at element
  *                                         coordinates (c0 innermost, may be negative or past the
