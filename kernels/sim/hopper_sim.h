@@ -26,7 +26,9 @@ enum {
     NBAR = 16,         /* named barriers 0..15 */
     ACC_MAX = 4,       /* accumulators with a wgmma in flight, per thread */
     ACC_FLOATS = 128,  /* N/2 for N = 256 */
-    WG_THREADS_MAX = 512 /* threads that may issue wgmma: warpgroups 0..3 */
+    WG_THREADS_MAX = 512, /* threads that may issue wgmma: warpgroups 0..3 */
+    STORE_MAX = 64,       /* TMA stores issued and not yet waited for, per block */
+    THREADS_MAX = 1024
 };
 static const long long TX_LIMIT = (1ll << 20) - 1; /* PTX: tx-count range is +-(2^20 - 1) */
 
@@ -42,6 +44,14 @@ struct tma_op {
     long long c[5];
     unsigned bar;
     unsigned long long phase; /* the barrier phase its complete_tx counted toward */
+};
+struct tma_store_op {
+    const unsigned char *src;
+    hyp_sim_tmap_fields map;
+    long long c[5];
+    unsigned thread, group;
+    const char *file;
+    unsigned line;
 };
 struct acc {
     float *d;
@@ -71,9 +81,11 @@ struct nbar {
 };
 struct block {
     unsigned long long serial;
-    unsigned nthreads, nbars, ntma;
+    unsigned nthreads, nbars, ntma, nstore;
     mbar bars[MBAR_MAX];
     tma_op tma[TMA_MAX];
+    tma_store_op store[STORE_MAX];
+    unsigned bulk_commits[THREADS_MAX]; /* cp.async.bulk.commit_group per thread */
     rendezvous wg[WG_MAX];
     nbar nb[NBAR];
     tstate ts[WG_THREADS_MAX];
@@ -87,7 +99,8 @@ inline block &state() {
     if (b.serial != t->block_serial) {
         b.serial = t->block_serial;
         b.nthreads = t->block_dim.x * t->block_dim.y * t->block_dim.z;
-        b.nbars = b.ntma = 0;
+        b.nbars = b.ntma = b.nstore = 0;
+        for (unsigned i = 0; i < b.nthreads && i < (unsigned)THREADS_MAX; i++) b.bulk_commits[i] = 0;
         for (auto &r : b.wg) {
             r.arrived = 0;
             for (auto &o : r.ops) o = nullptr;
@@ -217,11 +230,10 @@ inline bool mbar_wait(unsigned long long *bar, unsigned parity, const char *file
 }
 
 /* ---- TMA ---- */
-inline void tma_load(void *dst, const void *map, const int *c, unsigned rank, unsigned long long *bar,
-                     const char *file, unsigned line) {
+inline hyp_sim_tmap_fields decode_map(const void *map, unsigned rank, const char *what, const char *file,
+                                      unsigned line, size_t *bytes) {
     hyp_sim_tmap_fields f;
     std::memcpy(&f, map, sizeof f);
-    const char *what = "cp.async.bulk.tensor";
     if (f.magic != HYP_SIM_TMAP_MAGIC)
         fail(file, line, "%s: the tensor map at %p was not encoded by cuTensorMapEncodeTiled / "
              "hyp_sim_tmap_encode_tiled — pass the encoded map as a const __grid_constant__ kernel "
@@ -231,12 +243,20 @@ inline void tma_load(void *dst, const void *map, const int *c, unsigned rank, un
     if (f.interleave || f.oobfill)
         fail(file, line, "%s: interleaved layouts and OOB fill NAN_REQUEST_ZERO_FMA are not emulated "
              "by sim — encode with INTERLEAVE_NONE and FLOAT_OOB_FILL_NONE", what);
-    size_t bytes = f.esize;
+    *bytes = f.esize;
     for (unsigned d = 0; d < rank; d++) {
         if (f.estrides[d] != 1 && d > 0)
             fail(file, line, "%s: elementStrides[%u] = %u is not emulated by sim (only 1)", what, d, f.estrides[d]);
-        bytes *= f.box[d];
+        *bytes *= f.box[d];
     }
+    return f;
+}
+
+inline void tma_load(void *dst, const void *map, const int *c, unsigned rank, unsigned long long *bar,
+                     const char *file, unsigned line) {
+    const char *what = "cp.async.bulk.tensor";
+    size_t bytes;
+    hyp_sim_tmap_fields f = decode_map(map, rank, what, file, line, &bytes);
     unsigned long long off = dyn_offset(dst, bytes, what, file, line);
     if (off % 128)
         fail(file, line, "%s: the shared-memory destination (offset %llu) is not 128-byte aligned", what, off);
@@ -286,6 +306,89 @@ inline void tma_flush(unsigned bar_index, unsigned long long completed_phase) {
         else b.tma[keep++] = b.tma[i];
     }
     b.ntma = keep;
+}
+
+/* ---- TMA stores (cp.async.bulk.tensor global <- shared, bulk_group) ----
+ * Queued at issue; performed, reading shared memory and writing global memory, when the issuing
+ * thread's cp.async.bulk.wait_group.read completes their group: so shared memory overwritten
+ * before that wait shows in the result, as it may on a GPU. Out-of-bounds elements are not
+ * written. A thread that exits with stores not waited for fails the launch. */
+inline void tma_store_do(const tma_store_op &op) {
+    const hyp_sim_tmap_fields &f = op.map;
+    unsigned r = f.rank, es = f.esize;
+    hyp_sim_thread *t = cur;
+    unsigned long long base = (unsigned long long)(op.src - t->dyn_shared), n = 1;
+    for (unsigned d = 0; d < r; d++) n *= f.box[d];
+    unsigned idx[5] = {0, 0, 0, 0, 0};
+    for (unsigned long long e = 0; e < n; e++) {
+        bool in = true;
+        unsigned long long dst = 0;
+        for (unsigned d = 0; d < r; d++) {
+            long long g = op.c[d] + (long long)idx[d];
+            if (g < 0 || g >= (long long)f.dims[d]) in = false;
+            else dst += (unsigned long long)g * f.strides[d];
+        }
+        if (in)
+            std::memcpy((unsigned char *)(uintptr_t)f.addr + dst, t->dyn_shared + swizzle_tma(base + e * es, f.swizzle), es);
+        for (unsigned d = 0; d < r && ++idx[d] == f.box[d]; d++) idx[d] = 0;
+    }
+}
+
+inline void tma_store_thread_end(hyp_sim_thread *t);
+
+inline void tma_store(const void *src, const void *map, const int *c, unsigned rank, const char *file, unsigned line) {
+    const char *what = "cp.async.bulk.tensor (store)";
+    size_t bytes;
+    hyp_sim_tmap_fields f = decode_map(map, rank, what, file, line, &bytes);
+    unsigned long long off = dyn_offset(src, bytes, what, file, line);
+    if (off % 128)
+        fail(file, line, "%s: the shared-memory source (offset %llu) is not 128-byte aligned", what, off);
+    block &b = state();
+    hyp_sim_thread *t = cur;
+    if (t->linear >= (unsigned)THREADS_MAX) fail(file, line, "%s from thread %u: beyond sim's 1024", what, t->linear);
+    if (b.nstore == STORE_MAX)
+        fail(file, line, "%s: more than %d TMA stores not waited for in one block (sim's limit) — "
+             "hyp_tma_store_wait sooner", what, (int)STORE_MAX);
+    thread_end_hook = tma_store_thread_end;
+    tma_store_op &op = b.store[b.nstore++];
+    op.src = (const unsigned char *)src;
+    op.map = f;
+    for (unsigned d = 0; d < 5; d++) op.c[d] = d < rank ? c[d] : 0;
+    op.thread = t->linear;
+    op.group = b.bulk_commits[t->linear];
+    op.file = file;
+    op.line = line;
+}
+
+inline void bulk_commit() {
+    hyp_sim_thread *t = cur;
+    block &b = state();
+    if (t->linear < (unsigned)THREADS_MAX) b.bulk_commits[t->linear]++;
+}
+
+/* cp.async.bulk.wait_group.read n: every group of this thread but the newest n committed ones. */
+inline void bulk_wait(unsigned n) {
+    hyp_sim_thread *t = cur;
+    block &b = state();
+    if (t->linear >= (unsigned)THREADS_MAX) return;
+    unsigned commits = b.bulk_commits[t->linear], keep = 0;
+    for (unsigned i = 0; i < b.nstore; i++) {
+        const tma_store_op &op = b.store[i];
+        if (op.thread == t->linear && op.group < commits && commits - op.group > n) tma_store_do(op);
+        else b.store[keep++] = op;
+    }
+    b.nstore = keep;
+}
+
+inline void tma_store_thread_end(hyp_sim_thread *t) {
+    block &b = blk;
+    if (b.serial != t->block_serial) return;
+    for (unsigned i = 0; i < b.nstore; i++)
+        if (b.store[i].thread == t->linear)
+            fail(b.store[i].file, b.store[i].line,
+                 "thread %u exits with a TMA store not waited for — commit it (hyp_tma_store_commit) "
+                 "and hyp_tma_store_wait<0>() before the block's shared memory goes away",
+                 t->linear);
 }
 
 /* ---- the warpgroup rendezvous: 128 threads of warps 4k..4k+3 ---- */

@@ -4,7 +4,7 @@
 # gemm_tma_wgmma.cu) for sm_90a with zero register spills (ptxas -v through
 # --ptxas-options=-v), and the PTX of hopper_all.cu holds the real instructions (wgmma.mma_async from descriptors
 # and from registers, fence/commit/wait_group, cp.async.bulk.tensor 2d/3d with complete_tx,
-# mbarrier init/arrive/expect_tx/try_wait.parity, fence.proxy.async, setmaxnreg inc/dec,
+# TMA stores with bulk_group commit/wait, mbarrier init/arrive/expect_tx/try_wait.parity, fence.proxy.async, setmaxnreg inc/dec,
 # bar.sync/bar.arrive with ids). Needs NVRTC; without it the checks are skipped, not failed.
 # Never: runs a kernel (the sim tests of hopper.cuh do).
 source "$(dirname "$0")/lib.sh"
@@ -77,6 +77,8 @@ for ins in 'wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16' 'wgmma.mma_as
            'mbarrier.init.shared::cta.b64' 'mbarrier.arrive.shared::cta.b64' 'mbarrier.arrive.expect_tx.shared::cta.b64' \
            'mbarrier.expect_tx.relaxed.cta.shared::cta.b64' 'mbarrier.try_wait.parity.shared::cta.b64' \
            'fence.mbarrier_init.release.cluster' 'fence.proxy.async.shared::cta' \
+           'cp.async.bulk.tensor.2d.global.shared::cta.bulk_group' 'cp.async.bulk.tensor.3d.global.shared::cta.bulk_group' \
+           'cp.async.bulk.commit_group' 'cp.async.bulk.wait_group.read 0' \
            'setmaxnreg.inc.sync.aligned.u32 232' 'setmaxnreg.dec.sync.aligned.u32 40' 'bar.sync' 'bar.arrive'; do
   check "test_v2114_ptx_has ${ins//\\/}" has "$ins"
 done

@@ -25,6 +25,26 @@ extern "C" __global__ void tma_box(unsigned char* out, const __grid_constant__ h
     for (unsigned i = threadIdx.x; i < bytes; i += blockDim.x) out[i] = smem[i];
 }
 
+// A TMA store: every thread copies `img` (a box image, already swizzled) into smem, then thread 0
+// stores the box at (c0, c1, c2).
+//   mode 0: correct; mode 1: BUG: overwrites the smem source before cp.async.bulk.wait_group.read;
+//   mode 2: BUG: never waits for the store
+extern "C" __global__ void tma_store_box(const __grid_constant__ hyp_tmap map, int rank, int c0, int c1, int c2,
+                                         const unsigned char* img, unsigned bytes, int mode) {
+    extern __shared__ __align__(1024) unsigned char smem[];
+    for (unsigned i = threadIdx.x; i < bytes; i += blockDim.x) smem[i] = img[i];
+    hyp_fence_proxy_async();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        if (rank == 2) hyp_tma_store_2d(&map, c0, c1, smem);
+        else hyp_tma_store_3d(&map, c0, c1, c2, smem);
+        hyp_tma_store_commit();
+        if (mode == 1)
+            for (unsigned i = 0; i < bytes; i++) smem[i] = 0x33;
+        if (mode != 2) hyp_tma_store_wait<0>();
+    }
+}
+
 // `n` boxes of a 2-D map side by side along dim 1 (rows c1 + i * box1), `bytes` each, one barrier.
 //   mode 0: one arrive.expect_tx for all; mode 1: expect_tx per load, then one plain arrive (the
 //   loads are issued BEFORE the expect_tx: the tx-count goes negative first, as the ISA allows);
@@ -195,6 +215,10 @@ extern "C" __global__ void wgmma_tile(float* out, float* out2, float* out3, cons
 extern "C" void hyp_sim_entry_tma_box(void** args) {
     tma_box(*(unsigned char**)args[0], *(const hyp_tmap*)args[1], *(int*)args[2], *(int*)args[3], *(int*)args[4],
             *(int*)args[5], *(unsigned*)args[6], *(int*)args[7]);
+}
+extern "C" void hyp_sim_entry_tma_store_box(void** args) {
+    tma_store_box(*(const hyp_tmap*)args[0], *(int*)args[1], *(int*)args[2], *(int*)args[3], *(int*)args[4],
+                  *(const unsigned char**)args[5], *(unsigned*)args[6], *(int*)args[7]);
 }
 extern "C" void hyp_sim_entry_tma_multi(void** args) {
     tma_multi(*(unsigned char**)args[0], *(const hyp_tmap*)args[1], *(int*)args[2], *(int*)args[3], *(int*)args[4],
