@@ -28,6 +28,7 @@ enum {
     ACC_FLOATS = 128,  /* N/2 for N = 256 */
     WG_THREADS_MAX = 512, /* threads that may issue wgmma: warpgroups 0..3 */
     STORE_MAX = 64,       /* TMA stores issued and not yet waited for, per block */
+    REC_MAX = 64,         /* wgmma in flight per block */
     THREADS_MAX = 1024
 };
 static const long long TX_LIMIT = (1ll << 20) - 1; /* PTX: tx-count range is +-(2^20 - 1) */
@@ -50,6 +51,16 @@ struct tma_store_op {
     hyp_sim_tmap_fields map;
     long long c[5];
     unsigned thread, group;
+    const char *file;
+    unsigned line;
+};
+/* A wgmma in flight, for the checks that its shared-memory operands stay untouched until a
+ * wgmma.wait_group completes it: the byte ranges it reads (A, B) and a hash of their contents. */
+struct wg_rec {
+    bool live;
+    unsigned wg, group;
+    unsigned long long da, db, alo, ahi, blo, bhi, hash;
+    unsigned n, ta, tb, rs;
     const char *file;
     unsigned line;
 };
@@ -85,6 +96,7 @@ struct block {
     mbar bars[MBAR_MAX];
     tma_op tma[TMA_MAX];
     tma_store_op store[STORE_MAX];
+    wg_rec rec[REC_MAX];
     unsigned bulk_commits[THREADS_MAX]; /* cp.async.bulk.commit_group per thread */
     rendezvous wg[WG_MAX];
     nbar nb[NBAR];
@@ -100,6 +112,7 @@ inline block &state() {
         b.serial = t->block_serial;
         b.nthreads = t->block_dim.x * t->block_dim.y * t->block_dim.z;
         b.nbars = b.ntma = b.nstore = 0;
+        for (auto &r : b.rec) r.live = false;
         for (unsigned i = 0; i < b.nthreads && i < (unsigned)THREADS_MAX; i++) b.bulk_commits[i] = 0;
         for (auto &r : b.wg) {
             r.arrived = 0;
@@ -252,6 +265,8 @@ inline hyp_sim_tmap_fields decode_map(const void *map, unsigned rank, const char
     return f;
 }
 
+inline void check_tma_vs_wgmma(unsigned long long off, size_t bytes, const char *file, unsigned line);
+
 inline void tma_load(void *dst, const void *map, const int *c, unsigned rank, unsigned long long *bar,
                      const char *file, unsigned line) {
     const char *what = "cp.async.bulk.tensor";
@@ -260,6 +275,7 @@ inline void tma_load(void *dst, const void *map, const int *c, unsigned rank, un
     unsigned long long off = dyn_offset(dst, bytes, what, file, line);
     if (off % 128)
         fail(file, line, "%s: the shared-memory destination (offset %llu) is not 128-byte aligned", what, off);
+    check_tma_vs_wgmma(off, bytes, file, line);
     block &b = state();
     mbar &m = find_bar(bar, what, file, line);
     if (b.ntma == TMA_MAX)
@@ -463,6 +479,41 @@ inline unsigned long long desc_elem(unsigned long long desc, unsigned mn, unsign
     return swizzle_tma(start + o, mode);
 }
 
+/* FNV-1a over the operand bytes a wgmma reads, in element order; also their offset ranges. */
+inline unsigned long long operand_hash(const wg_rec &r, unsigned long long *alo, unsigned long long *ahi,
+                                       unsigned long long *blo, unsigned long long *bhi) {
+    const unsigned char *sm = cur->dyn_shared;
+    unsigned long long h = 1469598103934665603ull;
+    *alo = *blo = ~0ull;
+    *ahi = *bhi = 0;
+    auto eat = [&](unsigned long long off, unsigned long long *lo, unsigned long long *hi) {
+        h = (h ^ sm[off]) * 1099511628211ull;
+        h = (h ^ sm[off + 1]) * 1099511628211ull;
+        if (off < *lo) *lo = off;
+        if (off + 2 > *hi) *hi = off + 2;
+    };
+    if (!r.rs)
+        for (unsigned m = 0; m < 64; m++)
+            for (unsigned k = 0; k < 16; k++) eat(desc_elem(r.da, m, k, r.ta == 0), alo, ahi);
+    for (unsigned n = 0; n < r.n; n++)
+        for (unsigned k = 0; k < 16; k++) eat(desc_elem(r.db, n, k, r.tb == 0), blo, bhi);
+    return h;
+}
+
+inline bool overlaps(unsigned long long lo, unsigned long long hi, unsigned long long a, unsigned long long b) {
+    return lo < hi && a < hi && lo < b;
+}
+
+/* A TMA load into shared memory that a wgmma in flight reads: the buffer was released too early. */
+inline void check_tma_vs_wgmma(unsigned long long off, size_t bytes, const char *file, unsigned line) {
+    block &b = state();
+    for (const wg_rec &r : b.rec)
+        if (r.live && (overlaps(r.alo, r.ahi, off, off + bytes) || overlaps(r.blo, r.bhi, off, off + bytes)))
+            fail(file, line, "cp.async.bulk.tensor writes shared bytes %llu..%llu that the wgmma issued at %s:%u "
+                 "(warpgroup %u) still reads — complete it with hyp_wgmma_wait before releasing its buffer "
+                 "(e.g. before arriving on the stage's empty barrier)", off, off + bytes, r.file, r.line, r.wg);
+}
+
 struct wgmma_op {
     wg_op base;
     unsigned long long da, db;
@@ -560,6 +611,17 @@ inline void wgmma_combine(wg_op *const *ops, hyp_sim_thread *caller) {
         }
         e->group = ts.commits;
     }
+    wg_rec *rec = nullptr;
+    for (wg_rec &r : b.rec)
+        if (!r.live) {
+            rec = &r;
+            break;
+        }
+    if (!rec)
+        fail(file, line, "wgmma.mma_async: more than %d wgmma in flight in the block (sim's limit) — wait for some",
+             (int)REC_MAX);
+    *rec = wg_rec{true, wg, b.ts[wg * 128].commits, o0->da, o0->db, 0, 0, 0, 0, 0, N, o0->ta, o0->tb, o0->rs, file, line};
+    rec->hash = operand_hash(*rec, &rec->alo, &rec->ahi, &rec->blo, &rec->bhi);
 }
 
 inline void wgmma(float *d, unsigned n, unsigned long long da, const unsigned *a, unsigned long long db, int ta,
@@ -590,6 +652,17 @@ inline void wgmma_commit(const char *file, unsigned line) { thread_state(cur, "w
 /* wait_group n: the accumulators of every group but the newest n committed ones become readable. */
 inline void wgmma_wait(unsigned n, const char *file, unsigned line) {
     tstate &ts = thread_state(cur, "wgmma.wait_group", file, line);
+    block &b = state();
+    unsigned wg = cur->linear / 128;
+    for (wg_rec &r : b.rec) {
+        if (!r.live || r.wg != wg || !(r.group < ts.commits && ts.commits - r.group > n)) continue;
+        unsigned long long alo, ahi, blo, bhi;
+        if (operand_hash(r, &alo, &ahi, &blo, &bhi) != r.hash)
+            fail(file, line, "wgmma.wait_group: shared memory read by the wgmma issued at %s:%u changed before this "
+                 "wait completed it — the operands of a wgmma in flight must not be written (wait first)",
+                 r.file, r.line);
+        r.live = false;
+    }
     unsigned keep = 0;
     for (unsigned j = 0; j < ts.nacc; j++) {
         acc &x = ts.a[j];

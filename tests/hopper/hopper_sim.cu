@@ -152,7 +152,10 @@ extern "C" __global__ void regs(int* out, int mode) {
 //   mode 0: correct; mode 1: BUG: reads the accumulators before wgmma.wait_group; mode 2: BUG: no
 //   wgmma.fence; mode 3: BUG: thread 77 returns before the wgmma (deadlock); mode 4: two wgmmas
 //   in two groups (the second into out2's accumulators, same operands) and wait_group 1: the
-//   first group is readable, the second not yet (NaN), then wait_group 0 makes it so (out3)
+//   first group is readable, the second not yet (NaN), then wait_group 0 makes it so (out3);
+//   mode 5: BUG: thread 127 (the first to run on after the wgmma) overwrites an A element before
+//   its wait_group; mode 6: BUG: thread 127 issues a TMA load into B's shared memory while the
+//   wgmma is in flight (`map`: any bf16 map with a 64x8 box)
 template <int N, int TA, int TB>
 __device__ void wgmma_one(float* d, unsigned long long da, const unsigned* a, unsigned long long db, bool acc,
                           bool rs) {
@@ -183,7 +186,9 @@ struct wgmma_args {
     int swA, swB, n, ta, tb, rs, accumulate, mode;
 };
 extern "C" __global__ void wgmma_tile(float* out, float* out2, float* out3, const unsigned char* img,
-                                      unsigned img_bytes, const float* cin, const unsigned* afrag, wgmma_args p) {
+                                      unsigned img_bytes, const float* cin, const unsigned* afrag, wgmma_args p,
+                                      const __grid_constant__ hyp_tmap map) {
+    __shared__ __align__(8) unsigned long long bar;
     extern __shared__ __align__(1024) unsigned char smem[];
     const unsigned tid = threadIdx.x, nv = p.n / 2;
     for (unsigned i = tid; i < img_bytes; i += blockDim.x) smem[i] = img[i];
@@ -199,6 +204,12 @@ extern "C" __global__ void wgmma_tile(float* out, float* out2, float* out3, cons
     if (p.mode != 2) hyp_wgmma_fence();
     wgmma_dispatch(p.n, d, da, a, db, p.accumulate != 0, p.rs != 0, p.ta, p.tb);
     hyp_wgmma_commit();
+    if (p.mode == 5 && tid == 127) smem[p.offA] ^= 0x40;
+    if (p.mode == 6 && tid == 127) {
+        hyp_mbar_init(&bar, 1);
+        hyp_mbar_arrive_expect_tx(&bar, 1024);
+        hyp_tma_load_2d(smem + p.offB, &map, 0, 0, &bar);
+    }
     if (p.mode == 4) {
         wgmma_dispatch(p.n, d2, da, a, db, p.accumulate != 0, p.rs != 0, p.ta, p.tb);
         hyp_wgmma_commit();
@@ -229,6 +240,7 @@ extern "C" void hyp_sim_entry_named_bars(void** args) { named_bars(*(int**)args[
 extern "C" void hyp_sim_entry_regs(void** args) { regs(*(int**)args[0], *(int*)args[1]); }
 extern "C" void hyp_sim_entry_wgmma_tile(void** args) {
     wgmma_tile(*(float**)args[0], *(float**)args[1], *(float**)args[2], *(const unsigned char**)args[3],
-               *(unsigned*)args[4], *(const float**)args[5], *(const unsigned**)args[6], *(wgmma_args*)args[7]);
+               *(unsigned*)args[4], *(const float**)args[5], *(const unsigned**)args[6], *(wgmma_args*)args[7],
+               *(const hyp_tmap*)args[8]);
 }
 #endif

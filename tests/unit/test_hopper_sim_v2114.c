@@ -19,7 +19,8 @@
  *     scale-d = 0 (NaN inputs ignored); integer data (exact in any order) compared bit for bit
  *     through the per-thread fragment layout; random bf16 within the fp32 summation bound;
  *     planted: wrong SBO, wrong swizzle (wrong numbers), accumulators read before wait_group
- *     (NaN), no wgmma.fence, a thread missing (deadlock), wait_group 1 vs 0.
+ *     (NaN), no wgmma.fence, a thread missing (deadlock), wait_group 1 vs 0, an operand written or
+ *     a TMA load into an operand while the wgmma is in flight.
  *   the demonstration GEMM (tests/hopper/gemm_tma_wgmma.cu: producer warpgroup with TMA and a
  *     2-stage mbarrier ring, consumer warpgroup with wgmma) equals a double-precision reference
  *     within the fp32 summation bound on a regular (128x256x128) and an odd (100x136x72) shape. */
@@ -446,13 +447,24 @@ static int run_wgmma(const wcase *c, int data, int bug, int mode, int quiet) {
     float *po = out, *po2 = out2, *po3 = out3, *pc = C0;
     uint8_t *pi = img;
     unsigned *pa = afrag, img_bytes = IMG;
-    void *args[] = {&po, &po2, &po3, &pi, &img_bytes, &pc, &pa, &p};
+    static uint16_t tensor[64 * 8] __attribute__((aligned(64)));
+    static unsigned char map[128] __attribute__((aligned(64)));
+    uint64_t tdims[2] = {64, 8}, tstr[1] = {128};
+    uint32_t tbox[2] = {64, 8}, tes[2] = {1, 1};
+    char why[200];
+    if (hyp_sim_tmap_encode_tiled(map, HYP_TMAP_BF16, 2, tensor, tdims, tstr, tbox, tes, 0, 0, 0, 0, why, sizeof why))
+        printf("    (map: %s)\n", why);
+    void *args[] = {&po, &po2, &po3, &pi, &img_bytes, &pc, &pa, &p, map};
     hyp_err e;
     int rc = hyp_sim_launch(g_hop, "wgmma_tile", hyp_dim3_of(1, 1, 1), hyp_dim3_of(128, 1, 1), IMG, args, NULL, &e);
-    if (mode == 2 || mode == 3) {
-        const char *needle = mode == 2 ? "before any wgmma.fence" : "deadlock";
-        CHECK(fails_with(rc, &e, needle, mode == 3 ? "wgmma" : NULL), "test_v2114_wgmma planted: %s is reported",
-              mode == 2 ? "a wgmma without wgmma.fence" : "a thread missing from the warpgroup");
+    if (mode == 2 || mode == 3 || mode == 5 || mode == 6) {
+        static const char *needle[] = {0, 0, "before any wgmma.fence", "deadlock", 0, "changed before this wait",
+                                       "still reads"};
+        static const char *what[] = {0, 0, "a wgmma without wgmma.fence", "a thread missing from the warpgroup", 0,
+                                     "an operand written while the wgmma is in flight",
+                                     "a TMA load into an operand of a wgmma in flight"};
+        CHECK(fails_with(rc, &e, needle[mode], mode == 3 ? "wgmma" : NULL), "test_v2114_wgmma planted: %s is reported",
+              what[mode]);
         return 1;
     }
     if (rc != HYP_OK) {
@@ -541,6 +553,8 @@ static void test_wgmma(void) {
     run_wgmma(&cases[0], 0, 0, 2, 0);
     run_wgmma(&cases[0], 0, 0, 3, 0);
     run_wgmma(&cases[3], 0, 0, 4, 0);
+    run_wgmma(&cases[0], 0, 0, 5, 0);
+    run_wgmma(&cases[1], 0, 0, 6, 0);
 }
 
 /* ------------------------------------------------------------------------------------------ */
