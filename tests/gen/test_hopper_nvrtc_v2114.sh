@@ -62,11 +62,9 @@ fi
 P="$TMP/hopper_all.ptx"
 expect test_v2114_hopper_wrappers_sm90a_no_spills 0 "0 bytes spill stores, 0 bytes spill loads" -- \
   "$TMP/nvrtc_v" "$ROOT/tests/hopper/hopper_all.cu" sm_90a "$ROOT/kernels" "$CUDA/include" "$P"
-for k in hopper_sim gemm_tma_wgmma; do
-  expect "test_v2114_${k}_sm90a_no_spills" 0 "0 bytes spill stores, 0 bytes spill loads" -- \
-    "$TMP/nvrtc_v" "$ROOT/tests/hopper/$k.cu" sm_90a "$ROOT/kernels" "$CUDA/include" "$TMP/$k.ptx"
+for k in hopper_sim gemm_tma_wgmma; do # every kernel of the file spill-free: no nonzero spill count
   out=$("$TMP/nvrtc_v" "$ROOT/tests/hopper/$k.cu" sm_90a "$ROOT/kernels" "$CUDA/include" "$TMP/$k.ptx" 2>&1)
-  check "test_v2114_${k}_sm90a_no_kernel_spills" bash -c "! printf '%s' \"\$1\" | grep -E '[1-9][0-9]* bytes spill (stores|loads)'" _ "$out"
+  check "test_v2114_${k}_sm90a_compiles_no_spills" bash -c "printf '%s' \"\$1\" | grep -q '0 bytes spill stores' && ! printf '%s' \"\$1\" | grep -Eq '[1-9][0-9]* bytes spill (stores|loads)'" _ "$out"
 done
 has() { [ -f "$P" ] && grep -Eq -- "$1" "$P"; }
 for ins in 'wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16' 'wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16' \
