@@ -276,7 +276,10 @@ function M.build(tree, cfg, plan, contrib)
     contrib[id] = contrib[id] or {}
     table.insert(contrib[id], what)
   end
-  local compile = target.kind == "cuda"
+  local compile = target.kind == "cuda" and not cfg.no_compile
+  if target.kind == "cuda" and cfg.no_compile then
+    decide("kernels.compile", "skipped (--no-compile)", "rendered only: no cubin or resources.json, so the trainer cannot run; the plan and kernel manifest are complete for gen perf and gen audit")
+  end
   if compile and not KC.have_nvrtc() then
     U.fail("--target " .. target.name, "this gen was built without NVRTC (the CUDA toolkit was not found when it was configured)" ..
       ((os.getenv("HYP_NVRTC_DISABLE") or "") ~= "" and " [HYP_NVRTC_DISABLE is set]" or ""),

@@ -463,7 +463,9 @@ static int init_any(exec_dev *x, const plan_t *p, const char *kernels_dir, hyp_d
         const cJSON *cubin = cJSON_GetObjectItemCaseSensitive(fe, "cubin");
         int gpu = !strcmp(dev->name, "cuda");
         if (gpu && !cJSON_IsString(cubin)) {
-            rc = hyp_fail(e, HYP_EINPUT, "%s: %s has no cubin — generate the trainer with --target sm_XX to run it on a GPU", path, F->name);
+            rc = hyp_fail(e, HYP_EINPUT,
+                          "%s: %s has no cubin — generate the trainer with --target sm_XX (without --no-compile) to run it on a GPU",
+                          path, F->name);
             goto fail;
         }
         char mpath[4200];
