@@ -55,6 +55,41 @@ kernels = {
                "float daux", "float coef" },
     block = "BLOCK", grid = "cdiv(N, BLOCK)" },
 }
+-- Cost per launch (generator/lua/perf.lua, perf_moe.lua), every global load and store as the
+-- kernel issues it (tests/gen/test_perf_moe_counts.sh holds them to the simulator's counts):
+-- `rd`/`wr` DRAM bytes, `reread` the loads L1/L2 serve again (a token's row read once per routed
+-- copy, the routing lists read per element). moe_route's running maximum reloads p[e] at each new
+-- maximum: H_E - 1 times per token for exchangeable logits (harmonic number, an expectation).
+local function harm(n) local h = 0 for i = 1, n do h = h + 1 / i end return h end
+cost = {
+  moe_route = function(a) local E, K, N = a.NE, a.TOPK, a.N
+    local ld = 4 * E + (harm(E) - 1) + E * K * (K - 1) / 2 + 2 * (K * E - K * (K - 1) / 2) - 2 * K + 2 * K + a.NORM * K
+    local st = 2 * E + 2 * K + a.NORM * K
+    return { fp32 = N * (4 * E + 2 * K), sfu = N * E, rd = 4 * N * E, wr = 4 * N * st, reread = 4 * N * (ld - E) } end,
+  moe_stats = function(a) local E, K, N = a.NE, a.TOPK, a.N
+    return { fp32 = 2 * E * N, rd = 4 * N * (K + E) + 4 * E, wr = 4 * (2 * E + 2), reread = 4 * (E - 1) * N * K } end,
+  moe_scatter = function(a) local E, K, N = a.NE, a.TOPK, a.N
+    return { rd = 4 * N * K + 4 * E, wr = 12 * N * K, reread = 4 * (E - 1) * N * K } end,
+  moe_gather = function(a) local n = a.R * a.C
+    return { rd = 4 * n + 4 * a.R, wr = 4 * n, reread = 4 * (n - a.R) } end,
+  moe_swiglu_fwd = function(a) local n = a.R * a.H
+    return { fp32 = 6 * n, sfu = 2 * n, rd = 8 * n, wr = 4 * n } end,
+  moe_swiglu_bwd = function(a) local n = a.R * a.H
+    return { fp32 = 14 * n, sfu = 2 * n, rd = 20 * n, wr = 8 * n } end,
+  moe_combine = function(a) local K, n = a.TOPK, a.N * a.C
+    local rd = 4 * K * n + 12 * a.N * K
+    return { fp32 = 2 * K * n, rd = rd, wr = 4 * n, reread = 4 * (2 * K * K + 3 * K) * n - rd } end,
+  moe_dy = function(a) local R, C = a.R, a.C
+    local rd = 8 * R * C + 16 * R
+    return { fp32 = 4 * R * C, rd = rd, wr = 4 * R * (C + 1), reread = 4 * R * (3 * C + 4) - rd } end,
+  moe_scatter_add = function(a) local K, n = a.TOPK, a.N * a.C
+    local rd = 4 * n + 4 * K * n + 8 * a.N * K
+    return { fp32 = K * n, rd = rd, wr = 4 * n, reread = 4 * (2 * K * K + 2 * K + 1) * n - rd } end,
+  moe_router_bwd = function(a) local E, K, N = a.NE, a.TOPK, a.N
+    local rd = 4 * N * (E + 3 * K) + 4 * E
+    return { fp32 = N * (8 * E + 6 * K), rd = rd, wr = 4 * N * (2 * E + K),
+      reread = 4 * N * (5 * E + 4 * K + a.NORM * 4 * K) - rd } end,
+}
 -- no `ops`: runtime/device/exec_dev_moe.c runs the plan's moe_fwd / moe_bwd (these kernels between
 -- the device layer's expert GEMMs, whose sizes are the per-expert loads read back to the host)
 ops = {}
