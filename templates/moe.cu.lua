@@ -11,7 +11,7 @@ constants = {
 }
 derive = function(K, decide)
   if K.TOPK < 1 or K.TOPK > K.NE then error({ input = true, render = string.format("moe: TOPK %d must be in [1, NE = %d]", K.TOPK, K.NE) }) end
-  decide("dispatch", "one thread per expert, tokens in order",
+  decide("dispatch", "a parallel stable counting sort: per-block per-expert counts, a scan over the blocks, each block's rows at its offset",
     "deterministic: each expert's rows are written in token order at its exclusive-scan offset (no atomics), so every run routes identically")
   decide("combine", "per token, its top-k outputs in ascending expert order",
     "the order runtime/cpu/ops_moe.c adds them in (expert by expert); no atomics")
@@ -20,14 +20,17 @@ kernels = {
   { name = "moe_route", doc = "per token: probs = softmax(logits) in place, top-k (ties to the lower expert), gate weights (renormalised when NORM)",
     params = { "float* __restrict__ probs", "int* __restrict__ topi", "float* __restrict__ topw", "int N" },
     block = "BLOCK", grid = "cdiv(N, BLOCK)" },
-  { name = "moe_stats", doc = "loads[e] = routed rows of e, offs = exclusive scan of loads (offs[NE] = N*TOPK), aux = coef*NE*sum_e (loads_e/N)(mean_n p[n,e])",
-    params = { "int* __restrict__ loads", "int* __restrict__ offs", "float* __restrict__ aux", "const float* __restrict__ probs",
-               "const int* __restrict__ topi", "int N", "float coef" },
+  { name = "moe_count", doc = "per block b of BLOCK routed slots (slot i = n*TOPK+k, token order): blk[b*NE + e] = the slots of b routed to e",
+    params = { "int* __restrict__ blk", "const int* __restrict__ topi", "int N" },
+    block = "BLOCK", grid = "cdiv(N*TOPK, BLOCK)" },
+  { name = "moe_stats", doc = "loads[e] = sum over blocks of blk[., e], blk turned into its exclusive scan over the blocks per expert, offs = exclusive scan of loads (offs[NE] = N*TOPK), aux = coef*NE*sum_e (loads_e/N)(mean_n p[n,e])",
+    params = { "int* __restrict__ loads", "int* __restrict__ offs", "float* __restrict__ aux", "int* __restrict__ blk",
+               "const float* __restrict__ probs", "int N", "int nblk", "float coef" },
     block = "BLOCK", grid = "1", smem = "8*NE" },
-  { name = "moe_scatter", doc = "per expert e: its routed rows in token order at offs[e]: rows[r] = token, src[r] = n*TOPK+k, dest[n*TOPK+k] = r",
+  { name = "moe_scatter", doc = "per routed slot i of block b: r = offs[e] + blk[b*NE + e] + the slots of b before i routed to e: rows[r] = token, src[r] = i, dest[i] = r",
     params = { "int* __restrict__ rows", "int* __restrict__ src", "int* __restrict__ dest", "const int* __restrict__ topi",
-               "const int* __restrict__ offs", "int N" },
-    block = "BLOCK", grid = "cdiv(NE, BLOCK)" },
+               "const int* __restrict__ offs", "const int* __restrict__ blk", "int N" },
+    block = "BLOCK", grid = "cdiv(N*TOPK, BLOCK)" },
   { name = "moe_gather", doc = "xe[r, c] = x[rows[r], c] for the R = N*TOPK routed rows",
     params = { "float* __restrict__ xe", "const float* __restrict__ x", "const int* __restrict__ rows", "int R" },
     block = "BLOCK", grid = "cdiv(R*C, BLOCK)" },
@@ -66,10 +69,13 @@ cost = {
     local ld = 4 * E + (harm(E) - 1) + E * K * (K - 1) / 2 + 2 * (K * E - K * (K - 1) / 2) - 2 * K + 2 * K + a.NORM * K
     local st = 2 * E + 2 * K + a.NORM * K
     return { fp32 = N * (4 * E + 2 * K), sfu = N * E, rd = 4 * N * E, wr = 4 * N * st, reread = 4 * N * (ld - E) } end,
-  moe_stats = function(a) local E, K, N = a.NE, a.TOPK, a.N
-    return { fp32 = 2 * E * N, rd = 4 * N * (K + E) + 4 * E, wr = 4 * (2 * E + 2), reread = 4 * (E - 1) * N * K } end,
-  moe_scatter = function(a) local E, K, N = a.NE, a.TOPK, a.N
-    return { rd = 4 * N * K + 4 * E, wr = 12 * N * K, reread = 4 * (E - 1) * N * K } end,
+  moe_count = function(a) local nb = (a.N * a.TOPK + a.BLOCK - 1) // a.BLOCK
+    return { rd = 4 * a.N * a.TOPK, wr = 4 * nb * a.NE } end,
+  moe_stats = function(a) local E, N = a.NE, a.N
+    local nb = (N * a.TOPK + a.BLOCK - 1) // a.BLOCK
+    return { fp32 = 2 * E * N, rd = 4 * (N * E + nb * E), wr = 4 * (nb * E + 2 * E + 2), reread = 4 * E } end,
+  moe_scatter = function(a) local R = a.N * a.TOPK
+    return { rd = 4 * R + 4 * a.NE, wr = 12 * R, reread = 4 * R - 4 * a.NE + 4 * R } end,
   moe_gather = function(a) local n = a.R * a.C
     return { rd = 4 * n + 4 * a.R, wr = 4 * n, reread = 4 * (n - a.R) } end,
   moe_swiglu_fwd = function(a) local n = a.R * a.H
@@ -134,15 +140,37 @@ __device__ __forceinline__ float moe_sigmoid(float g) { return 1.0f / (1.0f + ex
 }
 % end
 
+% if emit.moe_count then
+// The counting sort's first pass: the block's BLOCK slots into shared memory, then thread e
+// (strided) counts expert e's among them. Integer counts: no order to depend on.
+{{ signature("moe_count") }} {
+    __shared__ int ex[BLOCK];
+    const long R = (long)N * TOPK, i = (long)blockIdx.x * BLOCK + threadIdx.x;
+    ex[threadIdx.x] = i < R ? topi[i] : -1;
+    __syncthreads();
+    for (int e = threadIdx.x; e < NE; e += blockDim.x) {
+        int c = 0;
+        for (int j = 0; j < BLOCK; j++) c += ex[j] == e;
+        blk[(long)blockIdx.x * NE + e] = c;
+    }
+}
+% end
+
 % if emit.moe_stats then
-// One block: thread e (strided) counts expert e's routed rows and sums its probabilities over
-// the tokens in order (double); thread 0 then forms the exclusive scan and the aux loss in
-// expert order. Integer counts and fixed-order sums: the same on every run and device.
+// One block: thread e (strided) turns expert e's per-block counts into their exclusive scan over
+// the blocks (the block's first row within the expert's segment), totals them, and sums its
+// probabilities over the tokens in order (double); thread 0 then forms the exclusive scan over the
+// experts and the aux loss in expert order. Integer counts and fixed-order sums: the same on every
+// run and device.
 {{ signature("moe_stats") }} {
     extern __shared__ double moe_sh[]; // [NE]: (count_e / N) * (P_e / N)
     for (int e = threadIdx.x; e < NE; e += blockDim.x) {
         int cnt = 0;
-        for (long i = 0; i < (long)N * TOPK; i++) cnt += topi[i] == e;
+        for (int b = 0; b < nblk; b++) {
+            const int c = blk[(long)b * NE + e];
+            blk[(long)b * NE + e] = cnt;
+            cnt += c;
+        }
         double P = 0.0;
         for (int n = 0; n < N; n++) P += probs[(long)n * NE + e];
         loads[e] = cnt;
@@ -163,20 +191,23 @@ __device__ __forceinline__ float moe_sigmoid(float g) { return 1.0f / (1.0f + ex
 % end
 
 % if emit.moe_scatter then
-// Thread e walks the routing in token order and writes its rows from offs[e] on: a stable,
-// atomic-free counting sort of the N*TOPK routed rows by expert.
+// The counting sort's last pass, one thread per routed slot: its row is the expert's offset, plus
+// the rows of the expert in the blocks before (moe_stats' scan), plus the block's earlier slots
+// routed to the same expert. Stable (token order within every expert) and atomic-free: the rows
+// of the serial walk "for each expert, every slot in token order", bit for bit.
 {{ signature("moe_scatter") }} {
-    const int e = blockIdx.x * blockDim.x + threadIdx.x;
-    if (e >= NE) return;
-    int r = offs[e];
-    for (int n = 0; n < N; n++)
-        for (int k = 0; k < TOPK; k++)
-            if (topi[(long)n * TOPK + k] == e) {
-                rows[r] = n;
-                src[r] = n * TOPK + k;
-                dest[n * TOPK + k] = r;
-                r++;
-            }
+    __shared__ int ex[BLOCK];
+    const long R = (long)N * TOPK, i = (long)blockIdx.x * BLOCK + threadIdx.x;
+    ex[threadIdx.x] = i < R ? topi[i] : -1;
+    __syncthreads();
+    if (i >= R) return;
+    const int e = ex[threadIdx.x];
+    int rank = 0;
+    for (int j = 0; j < (int)threadIdx.x; j++) rank += ex[j] == e;
+    const int r = offs[e] + blk[(long)blockIdx.x * NE + e] + rank;
+    rows[r] = (int)(i / TOPK);
+    src[r] = (int)i;
+    dest[i] = r;
 }
 % end
 

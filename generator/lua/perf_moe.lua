@@ -44,8 +44,9 @@ function M.launches(P, ctx, o, N)
     end
   end
   local function dispatch()
-    k("moe_stats", { "loads", "offs", "aux", "probs", "topi", "N", "coef" })
-    k("moe_scatter", { "rows", "src", "dest", "topi", "offs", "N" })
+    k("moe_count", { "blk", "topi", "N" })
+    k("moe_stats", { "loads", "offs", "aux", "blk", "probs", "N", "nblk", "coef" })
+    k("moe_scatter", { "rows", "src", "dest", "topi", "offs", "blk", "N" })
     k("moe_gather", { "xe", "x", "rows", "R" })
     -- the E loads read back to size the GEMMs: the host waits for the GPU to drain here
     out[#out + 1] = { kernel = "moe_loads_d2h", family = "runtime", sync = true, cost = P.norm_cost({ rd = 4 * E, wr = 4 * E }) }

@@ -13,21 +13,33 @@
 #include "moe_layout.h"
 
 /* The workspace, in this order: xe, ye, dye, dxe [R, C]; he, dhe [R, 2H]; ae, dae [R, H]; dg [R];
- * dlog [N, E]; then the i32 rows, src, dest [R] and offs [E + 1]. */
+ * dlog [N, E]; then the i32 rows, src, dest [R], offs [E + 1] and the dispatch's per-block
+ * counts blk [cdiv(R, block), E]. */
 typedef struct {
     float *xe, *ye, *dye, *dxe, *he, *dhe, *ae, *dae, *dg, *dlog;
-    int32_t *rows, *src, *dest, *offs;
+    int32_t *rows, *src, *dest, *offs, *blk;
 } moe_ws;
+
+/* The dispatch's blocks: BLOCK routed slots each (moe_count, moe_scatter). */
+static int32_t n_blocks(const dev_moe_shape *s) {
+    return (int32_t)(((int64_t)s->N * s->K + s->block - 1) / s->block);
+}
 
 static int64_t ws_floats(const dev_moe_shape *s, int64_t *fl) {
     int64_t R = (int64_t)s->N * s->K, C = s->C, H = s->H;
     *fl = 4 * R * C + 4 * R * H + 2 * R * H + R + (int64_t)s->N * s->E;
-    return *fl + 3 * R + s->E + 1;
+    return *fl + 3 * R + s->E + 1 + (int64_t)n_blocks(s) * s->E;
 }
 
 int64_t dev_moe_ws_bytes(const dev_moe_shape *s) {
     int64_t fl;
     return 4 * ws_floats(s, &fl);
+}
+
+int64_t dev_moe_ws_rows_offset(const dev_moe_shape *s) {
+    int64_t fl;
+    ws_floats(s, &fl);
+    return 4 * fl;
 }
 
 static moe_ws ws_at(const dev_moe_shape *s, void *base) {
@@ -48,7 +60,8 @@ static moe_ws ws_at(const dev_moe_shape *s, void *base) {
     w.rows = i, i += R;
     w.src = i, i += R;
     w.dest = i, i += R;
-    w.offs = i;
+    w.offs = i, i += s->E + 1;
+    w.blk = i;
     return w;
 }
 
@@ -83,15 +96,19 @@ static int dispatch(const dev_moe_shape *s, moe_state_view *v, const float *inp,
     int64_t R = (int64_t)s->N * s->K;
     hyp_kargs a;
     memset(&a, 0, sizeof a);
-    hyp_kargs_ptr(&a, v->loads), hyp_kargs_ptr(&a, w->offs), hyp_kargs_ptr(&a, v->aux), hyp_kargs_ptr(&a, v->probs);
-    hyp_kargs_ptr(&a, v->topi), hyp_kargs_i32(&a, s->N), hyp_kargs_f32(&a, s->aux_coef);
-    int rc = s->dev->launch(s->dev, s->mod, "moe_stats", HYP_DIM3(1, 1, 1), HYP_DIM3((unsigned)s->block, 1, 1),
-                            sizeof(double) * (size_t)s->E, &a, NULL, e);
+    hyp_kargs_ptr(&a, w->blk), hyp_kargs_ptr(&a, v->topi), hyp_kargs_i32(&a, s->N);
+    int rc = run(s, "moe_count", R, 0, &a, e);
+    if (rc) return rc;
+    memset(&a, 0, sizeof a);
+    hyp_kargs_ptr(&a, v->loads), hyp_kargs_ptr(&a, w->offs), hyp_kargs_ptr(&a, v->aux), hyp_kargs_ptr(&a, w->blk);
+    hyp_kargs_ptr(&a, v->probs), hyp_kargs_i32(&a, s->N), hyp_kargs_i32(&a, n_blocks(s)), hyp_kargs_f32(&a, s->aux_coef);
+    rc = s->dev->launch(s->dev, s->mod, "moe_stats", HYP_DIM3(1, 1, 1), HYP_DIM3((unsigned)s->block, 1, 1),
+                        sizeof(double) * (size_t)s->E, &a, NULL, e);
     if (rc) return rc;
     memset(&a, 0, sizeof a);
     hyp_kargs_ptr(&a, w->rows), hyp_kargs_ptr(&a, w->src), hyp_kargs_ptr(&a, w->dest), hyp_kargs_ptr(&a, v->topi);
-    hyp_kargs_ptr(&a, w->offs), hyp_kargs_i32(&a, s->N);
-    if ((rc = run(s, "moe_scatter", s->E, 0, &a, e))) return rc;
+    hyp_kargs_ptr(&a, w->offs), hyp_kargs_ptr(&a, w->blk), hyp_kargs_i32(&a, s->N);
+    if ((rc = run(s, "moe_scatter", R, 0, &a, e))) return rc;
     memset(&a, 0, sizeof a);
     hyp_kargs_ptr(&a, w->xe), hyp_kargs_ptr(&a, inp), hyp_kargs_ptr(&a, w->rows), hyp_kargs_i32(&a, (int32_t)R);
     if ((rc = run(s, "moe_gather", R * s->C, 0, &a, e))) return rc;

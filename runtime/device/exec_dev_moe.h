@@ -5,9 +5,11 @@
  * moe_bwd plan ops on top of it (exec_dev_moe.c).
  *
  * One op, step by step (all on the default stream; R = N * top_k routed rows):
- *   forward:  logits = x wr^T (GEMM) -> moe_route (softmax, top-k, weights) -> moe_stats (loads,
- *             exclusive-scan offsets, aux loss) -> moe_scatter (each expert's rows in token order
- *             at its offset: a stable counting sort, no atomics) -> moe_gather (xe [R, C]) -> the
+ *   forward:  logits = x wr^T (GEMM) -> moe_route (softmax, top-k, weights) -> moe_count (per
+ *             block of BLOCK routed slots, its rows per expert) -> moe_stats (loads, the scan of
+ *             the block counts per expert, exclusive-scan offsets, aux loss) -> moe_scatter (one
+ *             thread per slot: each expert's rows in token order at its offset; a stable parallel
+ *             counting sort, no atomics) -> moe_gather (xe [R, C]) -> the
  *             loads read back to the host (E ints: the GEMM sizes; the one synchronization) ->
  *             per expert e with rows: h = xe_e w1_e^T (GEMM) -> moe_swiglu_fwd over all R rows ->
  *             per expert: ye_e = a_e w2_e^T (GEMM) -> moe_combine (each token sums its k outputs
@@ -43,6 +45,9 @@ typedef struct {
 
 /* Device workspace of the op in bytes (forward and backward). */
 int64_t dev_moe_ws_bytes(const dev_moe_shape *s);
+/* Byte offset in the workspace of the dispatch's i32 lists rows, src, dest [R] (in this order):
+ * the tests read them back to check the sort. */
+int64_t dev_moe_ws_rows_offset(const dev_moe_shape *s);
 
 /* Forward: out [N, C] overwritten; state (core/moe_layout.h, N rows) written; ws: the workspace;
  * h_loads [E] (host) receives the tokens per expert. */

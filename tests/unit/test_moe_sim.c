@@ -6,7 +6,9 @@
  *
  * Shapes (rendered by `gen render moe`, one module each): odd N 11 C 13 E 6 top-3 H 5 with
  * renormalisation; odd N 7 C 9 E 8 top-2 H 7 without, 3 of 8 experts idle (their router rows pushed
- * down by a constant input column); tiny-moe's layer N 64 C 64 E 4 top-2 H 128.
+ * down by a constant input column); tiny-moe's layer N 64 C 64 E 4 top-2 H 128; many tokens N 1500
+ * C 8 E 5 top-2 H 4 (3000 routed rows: the dispatch's parallel counting sort over 12 blocks of 256
+ * slots, the last partial). The dispatch lists (rows, src, dest) equal the serial stable sort's.
  *
  * Two inputs per shape:
  *  - dyadic: x in {k/4}, router weights in {k/8} (|k| <= 4), so every router logit is an exact
@@ -144,7 +146,7 @@ static void run_case(const char *tag, hyp_module *mod, const moe_shape *s, int d
     float *dR = dput(R, sizeof(float) * nx), *dout = dput(NULL, sizeof(float) * nx), *dst = dput(NULL, sizeof(float) * ns);
     void *dws = dput(NULL, (size_t)dev_moe_ws_bytes(&ds));
     int32_t loads[64];
-    float *got = malloc(sizeof(float) * nx), *gst = malloc(sizeof(float) * ns), *again = malloc(sizeof(float) * (n1 + n2));
+    float *got = malloc(sizeof(float) * nx), *gst = malloc(sizeof(float) * ns), *again = malloc(sizeof(float) * (size_t)(n1 + n2 > nx ? n1 + n2 : nx));
     if (dev_moe_fwd(&ds, dout, dst, dx, dwr, dw, dw + n1, dws, loads, &g.e)) {
         check(0, tag, "dev_moe_fwd: %s", g.e.msg);
         return;
@@ -163,6 +165,18 @@ static void run_case(const char *tag, hyp_module *mod, const moe_shape *s, int d
     }
     snprintf(nm, sizeof nm, "moe_sim[%s] loads = cpu's, sum N*k", tag);
     check(same_loads && sum == (long)N * K && idle_ok, nm, "sum %ld (N*k %d)%s", sum, N * K, idle ? ", idle experts 0" : "");
+    { /* the dispatch: the parallel counting sort's lists = the serial walk "each expert, every slot in token order" */
+        long Rr = (long)N * K;
+        int32_t *got_l = malloc(sizeof(int32_t) * 3 * (size_t)Rr), *want_l = malloc(sizeof(int32_t) * 3 * (size_t)Rr);
+        dget(got_l, (char *)dws + dev_moe_ws_rows_offset(&ds), sizeof(int32_t) * 3 * (size_t)Rr);
+        long r = 0;
+        for (int x2 = 0; x2 < E; x2++)
+            for (long i = 0; i < Rr; i++)
+                if (gv.topi[i] == x2) want_l[r] = (int32_t)(i / K), want_l[Rr + r] = (int32_t)i, want_l[2 * Rr + i] = (int32_t)r, r++;
+        snprintf(nm, sizeof nm, "moe_sim[%s] dispatch rows, src, dest = the serial stable sort", tag);
+        check(r == Rr && !memcmp(got_l, want_l, sizeof(int32_t) * 3 * (size_t)Rr), nm, "%ld routed rows, %ld blocks of 256", Rr, (Rr + 255) / 256);
+        free(got_l), free(want_l);
+    }
     snprintf(nm, sizeof nm, "moe_sim[%s] chosen experts = cpu's", tag);
     check(!memcmp(gv.topi, v.topi, sizeof(int32_t) * (size_t)N * K), nm, NULL);
     if (dy) {
@@ -239,6 +253,7 @@ int main(void) {
     run_shape("odd_norm", 11, 13, 6, 3, 5, 1, 0);
     run_shape("odd_raw_idle", 7, 9, 8, 2, 7, 0, 3);
     run_shape("tiny_moe", 64, 64, 4, 2, 128, 1, 0);
+    run_shape("many_tokens", 1500, 8, 5, 2, 4, 1, 0); /* 3000 routed rows: 12 dispatch blocks, the last partial */
     g.d->close(g.d);
     return hyp_test_finish();
 }
