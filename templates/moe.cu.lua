@@ -8,6 +8,8 @@ constants = {
   TOPK = { "int", doc = "experts per token" },
   NORM = { "int", default = 1, doc = "1: renormalise the top-k weights to sum 1 (Mixtral); 0: the raw probabilities (OLMoE)" },
   BLOCK = { "int", default = 256, doc = "threads per block" },
+  GT = { "int", default = 64, doc = "grouped GEMM: output tile edge (rows and columns); 256 threads compute GT/16 x GT/16 outputs each" },
+  GK = { "int", default = 16, doc = "grouped GEMM: the reduction's tile depth" },
 }
 derive = function(K, decide)
   if K.TOPK < 1 or K.TOPK > K.NE then error({ input = true, render = string.format("moe: TOPK %d must be in [1, NE = %d]", K.TOPK, K.NE) }) end
@@ -52,6 +54,14 @@ kernels = {
     params = { "float* __restrict__ dinp", "const float* __restrict__ dxe", "const int* __restrict__ topi",
                "const int* __restrict__ dest", "int N" },
     block = "BLOCK", grid = "cdiv(N*C, BLOCK)" },
+  { name = "moe_gemm_rows", doc = "grouped GEMM over every expert's row segment (offs from device memory, no host sizes): out[r, n] = sum_k act[r, k] W_e(k, n) for r in expert e's rows, W_e = w + e*Nout*Kd stored [Nout, Kd] (wt 1: act W_e^T) or [Kd, Nout] (wt 0); written. fp32, k ascending",
+    params = { "float* __restrict__ out", "const float* __restrict__ act", "const float* __restrict__ w", "const int* __restrict__ offs",
+               "int Nout", "int Kd", "int wt" },
+    block = 256, grid = "cdiv(N*TOPK, GT) + NE, cdiv(Nout, GT)" },
+  { name = "moe_gemm_wgrad", doc = "grouped weight gradient: dw_e[m, n] += sum over expert e's rows r (ascending) of a[r, m] b[r, n]; dw_e = dw + e*M*Nn. fp32",
+    params = { "float* __restrict__ dw", "const float* __restrict__ a", "const float* __restrict__ b", "const int* __restrict__ offs",
+               "int M", "int Nn" },
+    block = 256, grid = "cdiv(Nn, GT), cdiv(M, GT), NE" },
   { name = "moe_router_bwd", doc = "per token: dlog[n, :] = the softmax backward of (aux gradient + the gate weights' gradient through the renormalisation)",
     params = { "float* __restrict__ dlog", "const float* __restrict__ probs", "const int* __restrict__ topi",
                "const float* __restrict__ topw", "const float* __restrict__ dg", "const int* __restrict__ loads", "int N",
@@ -91,6 +101,22 @@ cost = {
   moe_scatter_add = function(a) local K, n = a.TOPK, a.N * a.C
     local rd = 4 * n + 4 * K * n + 8 * a.N * K
     return { fp32 = K * n, rd = rd, wr = 4 * n, reread = 4 * (2 * K * K + 2 * K + 1) * n - rd } end,
+  -- the grouped GEMMs at balance (perf_moe.lua's assumption: N*TOPK/NE rows per expert, each in
+  -- cdiv(rows, GT) row tiles): per row tile x column tile, every k tile loads its valid act rows
+  -- and its valid weight columns once; shared memory serves the rest
+  moe_gemm_rows = function(a) local R, E = a.N * a.TOPK, a.NE
+    local tpe = math.ceil(R / E / a.GT)
+    local tiles, ct = E * tpe, math.ceil(a.Nout / a.GT)
+    local grid = (math.ceil(R / a.GT) + E) * ct
+    local offs = tpe * ct * E * (E + 1) + (grid - tiles * ct) * 2 * E -- thread 0's search
+    local ld = ct * R * a.Kd + tiles * a.Nout * a.Kd + offs
+    local rd = R * a.Kd + E * a.Nout * a.Kd + E + 1
+    return { fp32 = 2 * R * a.Nout * a.Kd, rd = 4 * rd, reread = 4 * (ld - rd), wr = 4 * R * a.Nout } end,
+  moe_gemm_wgrad = function(a) local R, E = a.N * a.TOPK, a.NE
+    local rt, ct = math.ceil(a.M / a.GT), math.ceil(a.Nn / a.GT)
+    local ld = ct * R * a.M + rt * R * a.Nn + E * a.M * a.Nn + 2 * E * rt * ct
+    local rd = R * (a.M + a.Nn) + E * a.M * a.Nn + E + 1
+    return { fp32 = 2 * R * a.M * a.Nn, rd = 4 * rd, reread = 4 * (ld - rd), wr = 4 * E * a.M * a.Nn } end,
   moe_router_bwd = function(a) local E, K, N = a.NE, a.TOPK, a.N
     local rd = 4 * N * (E + 3 * K) + 4 * E
     return { fp32 = N * (8 * E + 6 * K), rd = rd, wr = 4 * N * (2 * E + K),
@@ -298,6 +324,100 @@ __device__ __forceinline__ int moe_next_slot(const int* ti, int last) {
         last = ti[k];
     }
     dinp[i] = v;
+}
+% end
+
+// The grouped GEMMs: 256 threads, an output tile of GT x GT (thread (ty, tx) = (tid / 16, tid % 16)
+// computes rows ty + 16 i and columns tx + 16 j), the reduction in tiles of GK through shared
+// memory, each output summed by one thread with fmaf in ascending k: deterministic, no atomics.
+#define MOE_TPR (GT / 16)
+
+% if emit.moe_gemm_rows then
+// Block (t, nt): the t-th row tile over the experts in order (expert e has cdiv(load_e, GT) tiles,
+// read from offs on the device); blocks past the last tile exit (the grid is sized for the worst
+// case, cdiv(R, GT) + NE row tiles).
+{{ signature("moe_gemm_rows") }} {
+    __shared__ float As[GK][GT + 1], Bs[GK][GT + 1];
+    __shared__ int seg[3];
+    if (threadIdx.x == 0) {
+        int t = blockIdx.x, e = 0;
+        seg[0] = NE;
+        for (; e < NE; e++) {
+            const int o = offs[e], L = offs[e + 1] - o, nt = (L + GT - 1) / GT;
+            if (t < nt) {
+                seg[0] = e, seg[1] = o + t * GT, seg[2] = L - t * GT < GT ? L - t * GT : GT;
+                break;
+            }
+            t -= nt;
+        }
+    }
+    __syncthreads();
+    const int e = seg[0], row0 = seg[1], rows = seg[2];
+    if (e == NE) return;
+    const int n0 = blockIdx.y * GT, tid = threadIdx.x, ty = tid / 16, tx = tid % 16;
+    const float* we = w + (long)e * Nout * Kd;
+    float acc[MOE_TPR][MOE_TPR];
+    for (int i = 0; i < MOE_TPR; i++)
+        for (int j = 0; j < MOE_TPR; j++) acc[i][j] = 0.0f;
+    for (int k0 = 0; k0 < Kd; k0 += GK) {
+        for (int idx = tid; idx < GK * GT; idx += 256) {
+            const int m = idx / GK, kk = idx % GK;
+            As[kk][m] = (m < rows && k0 + kk < Kd) ? act[(long)(row0 + m) * Kd + k0 + kk] : 0.0f;
+            int n, kb;
+            if (wt) n = idx / GK, kb = idx % GK;
+            else n = idx % GT, kb = idx / GT;
+            Bs[kb][n] = (n0 + n < Nout && k0 + kb < Kd) ? (wt ? we[(long)(n0 + n) * Kd + k0 + kb] : we[(long)(k0 + kb) * Nout + n0 + n]) : 0.0f;
+        }
+        __syncthreads();
+        for (int kk = 0; kk < GK; kk++)
+            for (int i = 0; i < MOE_TPR; i++)
+                for (int j = 0; j < MOE_TPR; j++) acc[i][j] = fmaf(As[kk][ty + 16 * i], Bs[kk][tx + 16 * j], acc[i][j]);
+        __syncthreads();
+    }
+    for (int i = 0; i < MOE_TPR; i++)
+        for (int j = 0; j < MOE_TPR; j++) {
+            const int m = ty + 16 * i, n = n0 + tx + 16 * j;
+            if (m < rows && n < Nout) out[(long)(row0 + m) * Nout + n] = acc[i][j];
+        }
+}
+% end
+
+% if emit.moe_gemm_wgrad then
+// Block (nt, mt, e): the (mt, nt) tile of expert e's gradient, reduced over its rows in order.
+{{ signature("moe_gemm_wgrad") }} {
+    __shared__ float As[GK][GT + 1], Bs[GK][GT + 1];
+    __shared__ int seg[2];
+    const int e = blockIdx.z;
+    if (threadIdx.x == 0) {
+        const int o0 = offs[e];
+        seg[0] = o0, seg[1] = offs[e + 1] - o0;
+    }
+    __syncthreads();
+    const int o = seg[0], L = seg[1];
+    if (L == 0) return;
+    const int m0 = blockIdx.y * GT, n0 = blockIdx.x * GT, tid = threadIdx.x, ty = tid / 16, tx = tid % 16;
+    float acc[MOE_TPR][MOE_TPR];
+    for (int i = 0; i < MOE_TPR; i++)
+        for (int j = 0; j < MOE_TPR; j++) acc[i][j] = 0.0f;
+    for (int r0 = 0; r0 < L; r0 += GK) {
+        for (int idx = tid; idx < GK * GT; idx += 256) {
+            const int kk = idx / GT, c = idx % GT;
+            const bool rv = r0 + kk < L;
+            As[kk][c] = (rv && m0 + c < M) ? a[(long)(o + r0 + kk) * M + m0 + c] : 0.0f;
+            Bs[kk][c] = (rv && n0 + c < Nn) ? b[(long)(o + r0 + kk) * Nn + n0 + c] : 0.0f;
+        }
+        __syncthreads();
+        for (int kk = 0; kk < GK; kk++)
+            for (int i = 0; i < MOE_TPR; i++)
+                for (int j = 0; j < MOE_TPR; j++) acc[i][j] = fmaf(As[kk][ty + 16 * i], Bs[kk][tx + 16 * j], acc[i][j]);
+        __syncthreads();
+    }
+    float* dwe = dw + (long)e * M * Nn;
+    for (int i = 0; i < MOE_TPR; i++)
+        for (int j = 0; j < MOE_TPR; j++) {
+            const int m = m0 + ty + 16 * i, n = n0 + tx + 16 * j;
+            if (m < M && n < Nn) dwe[(long)m * Nn + n] += acc[i][j];
+        }
 }
 % end
 

@@ -1,11 +1,12 @@
 -- perf_moe.lua — the performance model's launches of the mixture-of-experts plan ops (moe_fwd,
 -- moe_bwd) as runtime/device/exec_dev_moe.c issues them, and the expert-parallel all-to-all bytes
 -- (v2109, runtime/cpu/moe_ep.c). Used by perf.lua; docs/perf-model.md and docs/moe.md state it.
--- The kernels' costs are the declarations of templates/moe.cu.lua; the GEMMs are the device
--- layer's (fp32, or TF32 under train.tf32), each D = op(A) op(B) (+ D with beta 1).
+-- The kernels' costs are the declarations of templates/moe.cu.lua, the expert GEMMs its grouped
+-- kernels (moe_gemm_rows, moe_gemm_wgrad: one launch per projection, fp32 SIMT); the router GEMMs
+-- are the device layer's (fp32, or TF32 under train.tf32), each D = op(A) op(B) (+ D with beta 1).
 -- Assumption (the one a plan cannot settle): every expert gets N*K/E routed rows (balance). The
 -- sums over experts (FLOPs, activation bytes) are exact whatever the routing; the balance only
--- sets how they split into launches (experts with rows) and each launch's roofline.
+-- sets the grouped kernels' row tiles (and so their weight re-reads).
 -- Never: a launch the executor does not issue, or a routing-dependent figure presented as exact.
 local M = {}
 
@@ -15,31 +16,26 @@ function M.shape(o, N)
   return { N = N, C = a.C, H = a.H, E = a.E, K = a.K, norm = (a.norm_topk or 0) ~= 0 and 1 or 0, R = N * a.K }
 end
 
--- The balanced loads: the experts that get rows and the rows each gets (N*K/E, or N*K rows over
--- N*K experts when there are fewer routed rows than experts).
-function M.balanced(s)
-  local busy = math.min(s.E, s.R)
-  return busy, s.R / busy
-end
-
 -- Every launch of one moe_fwd or moe_bwd op: { kernel, family, cost[, sync] }. P: perf.lua's
 -- module (template_launches, norm_cost).
 function M.launches(P, ctx, o, N)
   local s = M.shape(o, N)
   local C, H, E, R = s.C, s.H, s.E, s.R
-  local busy, L = M.balanced(s)
   local unit = ctx.tf32 and "tc_tf32" or "fp32"
   local out = {}
   local function gemm(name, m, n, k, beta)
     local c = { [unit] = 2.0 * m * n * k, rd = 4 * (m * k + k * n) + (beta and 4 * m * n or 0), wr = 4 * m * n }
     out[#out + 1] = { kernel = name, family = "cuBLASLt", cost = P.norm_cost(c) }
   end
-  local function experts(name, m, n, k, beta) -- one GEMM per expert with rows (the loop of exec_dev_moe.c)
-    for _ = 1, busy do gemm(name, m, n, k, beta) end
-  end
   local op = { op = o.op, attrs = { N = N, R = R, C = C, H = H, NE = E, TOPK = s.K, NORM = s.norm } }
-  local function k(kernel, args)
-    for _, l in ipairs(P.template_launches(ctx, { { kernel = kernel, file = "moe.cu", args = args } }, op, nil, N)) do
+  local function k(kernel, args, extra) -- extra: the scalar arguments by name (a cpu plan has no manifest to bind them)
+    local o2 = op
+    if extra then
+      o2 = { op = op.op, attrs = {} }
+      for kk, v in pairs(op.attrs) do o2.attrs[kk] = v end
+      for kk, v in pairs(extra) do o2.attrs[kk] = v end
+    end
+    for _, l in ipairs(P.template_launches(ctx, { { kernel = kernel, file = "moe.cu", args = args } }, o2, nil, N)) do
       out[#out + 1] = l
     end
   end
@@ -48,13 +44,13 @@ function M.launches(P, ctx, o, N)
     k("moe_stats", { "loads", "offs", "aux", "blk", "probs", "N", "nblk", "coef" })
     k("moe_scatter", { "rows", "src", "dest", "topi", "offs", "blk", "N" })
     k("moe_gather", { "xe", "x", "rows", "R" })
-    -- the E loads read back to size the GEMMs: the host waits for the GPU to drain here
-    out[#out + 1] = { kernel = "moe_loads_d2h", family = "runtime", sync = true, cost = P.norm_cost({ rd = 4 * E, wr = 4 * E }) }
   end
+  local function rows(nout, kd) k("moe_gemm_rows", { "out", "act", "w", "offs", nout, kd, 1 }, { Nout = nout, Kd = kd, wt = 1 }) end
+  local function wgrad(m, n) k("moe_gemm_wgrad", { "dw", "a", "b", "offs", m, n }, { M = m, Nn = n }) end
   local function experts_fwd()
-    experts("gemm_moe_w1", 2 * H, L, C)
+    rows(2 * H, C)
     k("moe_swiglu_fwd", { "a", "h", "R" })
-    experts("gemm_moe_w2", C, L, H)
+    rows(C, H)
   end
   local has = function(i) return o.outs and o.outs[i] and o.outs[i] ~= "" end
   if o.op == "moe_fwd" then
@@ -67,24 +63,17 @@ function M.launches(P, ctx, o, N)
     dispatch()
     experts_fwd()
     k("moe_dy", { "dye", "dg", "dout", "ye", "rows", "src", "topw", "R" })
-    for _ = 1, busy do
-      gemm("gemm_moe_dgrad_w2", H, L, C)
-      if has(3) then gemm("gemm_moe_wgrad_w2", H, C, L, true) end
-    end
+    rows(H, C)
+    if has(3) then wgrad(C, H) end
     out[#out + 1] = { kernel = "memset", family = "runtime", cost = P.norm_cost({ wr = 4 * R * 2 * H }) }
     k("moe_swiglu_bwd", { "dh", "da", "h", "R" })
-    for _ = 1, busy do
-      if has(1) then gemm("gemm_moe_dgrad_w1", C, L, 2 * H) end
-      if has(3) then gemm("gemm_moe_wgrad_w1", C, 2 * H, L, true) end
-    end
+    if has(1) then rows(C, 2 * H) end
+    if has(3) then wgrad(2 * H, C) end
     if has(1) then k("moe_scatter_add", { "dinp", "dxe", "topi", "dest", "N" }) end
     k("moe_router_bwd", { "dlog", "probs", "topi", "topw", "dg", "loads", "N", "daux", "coef" })
     if has(1) then gemm("gemm_moe_router_dgrad", C, N, E, true) end
     if has(2) then gemm("gemm_moe_router_wgrad", C, E, N, true) end
   end
-  -- the op reads its loads back mid-op: no CUDA graph can capture it (exec_dev_moe.c refuses
-  -- graphs), so its launches are host launches in the graph timeline too (perf.lua M.regions)
-  for _, l in ipairs(out) do l.host = true end
   return out
 end
 

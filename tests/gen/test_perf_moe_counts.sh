@@ -8,8 +8,9 @@
 #    (the issue's bound; the declarations count each access as issued, except moe_route's running
 #    maximum, whose reloads are an expectation, H_E - 1 per token);
 #  - the MoE GEMMs' FLOPs equal the executor's (exec_dev_moe.c): router 2NCE forward and 2 x 2NCE
-#    backward, the experts 2 x 3HC per routed row in the forward, again in the backward's recompute
-#    and 4 x 3HC in the backward — whatever the routing (the balance assumption only splits them);
+#    backward (device-layer GEMMs), the experts (moe.cu's grouped GEMMs) 2 x 3HC per routed row in
+#    the forward, again in the backward's recompute and 4 x 3HC in the backward — whatever the
+#    routing (the balance assumption only sets the grouped kernels' row tiles);
 #  - gen perf of mixtral-8x7b on an H100 has no INCOMPLETE line (every launch declared), and a
 #    plan with expert parallelism (v2109, ep 2) prices its all-to-all bytes by moe_ep.c's formula.
 source "$(dirname "$0")/lib.sh"
@@ -38,6 +39,7 @@ for l in json.load(open(perf))["predictions"][0]["launch_list"]:
     if l["family"] == "cuBLASLt":
         gemm[l["op"][4:]] += c["fp32"] + c["tc_tf32"]; continue
     if l["family"] == "runtime": continue
+    if l["kernel"].startswith("moe_gemm_"): gemm[l["op"][4:]] += c["fp32"]
     e = de[l["kernel"]]; e[0] += 1; e[1] += c["rd"] + c["reread"]; e[2] += c["wr"]
 bad = 0
 def rel(a, b): return abs(a - b) / max(a, b) if max(a, b) > 0 else 0.0
