@@ -286,8 +286,6 @@ int exec_dev_moe_bind(exec_dev *x, const plan_op *o, exec_dev_op *eo, hyp_err *e
     memset(eo, 0, sizeof *eo);
     if (x->act_bf16)
         return hyp_fail(e, HYP_EINPUT, "kernels.json: the MoE op on a device has fp32 kernels only and this plan stores activations in bf16 — regenerate with --set v2102.storage=fp32");
-    if (x->z3 || x->zg)
-        return hyp_fail(e, HYP_EINPUT, "exec_dev: the MoE op on a device runs with ZeRO stage <= 1 (its GEMM sizes are read back mid-op, which the grouped gradient schedule of ZeRO-2/3 does not allow) — generate without zero2/zero3");
     if (!x->moe) {
         int fi = -1;
         for (int i = 0; i < x->n_files; i++)

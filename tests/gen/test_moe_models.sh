@@ -5,7 +5,7 @@
 # OLMoE-1B-7B 6.9B / 1.3B: counts from the config are exact integers, so they must round to the
 # published 3 significant digits; DeepSeek-V3's shape differs by its latent attention and MTP
 # module, stated in its YAML, so within 2%/5%); gen refuses to generate a trainer for an MoE model
-# on the device targets (sim, cuda) with what their MoE op does not do (ZeRO-2/3, bf16),
+# on the device targets (sim, cuda) with what their MoE op does not do (bf16),
 # and with every selection the cpu MoE op cannot run under (tensor parallelism, mixed precision, preference objectives; capacity,
 # shared experts), each with what to do and nothing written. Must never need a compiler or a network.
 source "$(dirname "$0")/lib.sh"
@@ -43,13 +43,8 @@ bad test_moe_zero_experts 's/n_experts: 4/n_experts: 1/' "n_experts"
 bad test_moe_aux_free_needs_sigmoid '/dropless: true/a\  router_bias: aux_free' "aux-loss-free bias .* — set router: sigmoid"
 bad test_moe_all_layers_dense '/dropless: true/a\  first_dense_layers: 2' "first_dense_layers 2 leaves no MoE layer of 2"
 
-# --- trainers: cpu, sim and cuda run the MoE op (training: test_moe_train.sh, test_moe_sim_train.sh);
-# on sim and cuda what the device op does not do is refused, nothing written -------------------
-for t in sim sm_90; do
-  expect test_moe_device_refuses_zero2_on_$t 2 "tiny-moe.yaml: model tiny-moe \(mixture of experts\): ZeRO stage 2 on $t: the device MoE op runs with ZeRO stage <= 1 — use zero1" \
-    -- "$GEN" specs/v2500.yaml --enable adamw,dp,zero2 --model tiny-moe --target $t -o "$TMP/out-$t"
-  check test_moe_device_refuses_zero2_on_${t}_no_output test ! -e "$TMP/out-$t"
-done
+# --- trainers: cpu, sim and cuda run the MoE op (training: test_moe_train.sh, test_moe_sim_train.sh,
+# ZeRO-2/3 on sim: test_moe_zero_sim.sh, CUDA graphs: test_moe_graphs_v2165.sh) ------------------
 # --- what the MoE op cannot run under: refused, nothing written -------------------------------
 refused() { # refused NAME REGEX gen-args...
   local name=$1 re=$2; shift 2
