@@ -6,8 +6,10 @@
 # published 3 significant digits; DeepSeek-V3's shape differs by its latent attention and MTP
 # module, stated in its YAML, so within 2%/5%); gen refuses to generate a trainer for an MoE model
 # on the device targets (sim, cuda) with what their MoE op does not do (bf16),
-# and with every selection the cpu MoE op cannot run under (tensor parallelism, mixed precision, preference objectives; capacity,
-# shared experts), each with what to do and nothing written. Must never need a compiler or a network.
+# and with every selection the cpu MoE op cannot run under (tensor parallelism, mixed precision,
+# preference objectives), each with what to do and nothing written (capacity, shared experts, the
+# sigmoid router and the aux-free bias run on cpu only: test_moe_capacity.sh, test_moe_shared.sh,
+# test_moe_router.sh). Must never need a compiler or a network.
 source "$(dirname "$0")/lib.sh"
 json() { python3 -c "import json,sys; p=json.load(sys.stdin); print(eval(sys.argv[1]))" "$@"; }
 
@@ -57,10 +59,4 @@ expect test_moe_refuses_tp 2 "tensor parallelism .*— .*drop tp" -- "$GEN" spec
 check test_moe_refuses_tp_no_output test ! -e "$TMP/r-tp"
 refused bf16 "mixed precision \\(bf16\\).* — drop mixed-precision" --enable adamw,bf16 --target cpu
 refused dpo "the dpo objective .* — use pretraining or SFT" --enable adamw,dpo --target cpu
-sed 's/dropless: true/capacity_factor: 1.25/' specs/models/tiny-moe.yaml > "$TMP/tiny-moe-cap.yaml"
-expect test_moe_refuses_capacity 2 "model tiny-moe \\(mixture of experts\\): capacity_factor \\(token dropping\\) is not in the runtime op.* — set moe.dropless: true" \
-  -- "$GEN" specs/v2500.yaml --enable adamw --model "$TMP/tiny-moe-cap.yaml" --target cpu -o "$TMP/r-cap"
-sed 's/n_shared_experts: 0/n_shared_experts: 1/' specs/models/tiny-moe.yaml > "$TMP/tiny-moe-shared.yaml"
-expect test_moe_refuses_shared 2 "shared experts are not in the runtime op — set moe.n_shared_experts: 0" \
-  -- "$GEN" specs/v2500.yaml --enable adamw --model "$TMP/tiny-moe-shared.yaml" --target cpu -o "$TMP/r-shared"
 finish

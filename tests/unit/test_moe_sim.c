@@ -239,7 +239,7 @@ static void run_shape(const char *tag, int N, int C, int E, int K, int H, int no
         check(0, tag, "render/load failed: %s", g.e.msg);
         return;
     }
-    moe_shape s = {N, C, E, K, H, norm, 0.02f};
+    moe_shape s = {N, C, E, K, H, norm, 0.02f, 0, 0, 0, NULL}; /* dropless, no shared experts, softmax */
     char t[96];
     snprintf(t, sizeof t, "%s,dyadic", tag);
     run_case(t, mod, &s, 1, idle, 1);
