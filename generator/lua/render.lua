@@ -211,8 +211,8 @@ function M.instances(tree, cfg, plan, decide, contrib)
   if seen.swiglu_fwd then want("swiglu", { "swiglu_fwd", "swiglu_bwd" }, { H = m.H }) end
   if seen.moe_fwd then -- runtime/device/exec_dev_moe.c runs the ops (every MoE layer has the model's moe settings)
     local a = first_op(plan, "moe_fwd").attrs
-    want("moe", { "moe_route", "moe_stats", "moe_scatter", "moe_gather", "moe_swiglu_fwd", "moe_swiglu_bwd", "moe_combine",
-      "moe_dy", "moe_scatter_add", "moe_router_bwd" }, { C = a.C, H = a.H, NE = a.E, TOPK = a.K, NORM = a.norm_topk and 1 or 0 })
+    want("moe", { "moe_route", "moe_count", "moe_stats", "moe_scatter", "moe_gather", "moe_swiglu_fwd", "moe_swiglu_bwd", "moe_combine",
+      "moe_dy", "moe_scatter_add", "moe_router_bwd", "moe_gemm_rows", "moe_gemm_wgrad" }, { C = a.C, H = a.H, NE = a.E, TOPK = a.K, NORM = a.norm_topk and 1 or 0 })
   end
   if seen.crossentropy or seen.crossentropy_fused then
     want("classifier", { "crossentropy_fwd", "crossentropy_fused" }, { V = m.V, VP = m.Vp })
