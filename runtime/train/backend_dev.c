@@ -39,6 +39,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "async_dp.h"
 #include "coll.h"
 #include "device.h"
 #include "exec_dev.h"
@@ -72,6 +73,8 @@ typedef struct {
     int n_buckets, overlap;
     int lsgd;         /* v2173 local SGD over world > 1 ranks: no gradient all-reduce, each rank's
                          gradients times world (dloss x world), the outer step on the host */
+    int adp;          /* v2174 async dp: no device all-reduce; the gradients go to the host mirror,
+                         through train_async_grads (the delayed sum) and back (dev_reduce_grads) */
     /* v2168 (plan train.comm_streams): the compute stream's point after backward, and whether this
      * step's buckets were posted (their events are read after finish_step's synchronize) */
     hyp_event *bwd_done;
@@ -181,7 +184,8 @@ static int open_dev(train_dev *t, const dp_t *dp, const plan_t *p, const char *p
         return rc;
     const char *ov = getenv("HYP_COMM_OVERLAP");
     t->lsgd = p->lsgd_every > 0 && t->world > 1;
-    t->overlap = t->world > 1 && stage <= 1 && p->comm_overlap && !(ov && !strcmp(ov, "0")) && !t->lsgd;
+    t->adp = p->adp_on;
+    t->overlap = t->world > 1 && stage <= 1 && p->comm_overlap && !(ov && !strcmp(ov, "0")) && !t->lsgd && !t->adp;
     const char *gv = getenv("HYP_CUDA_GRAPHS");
     if (gv && *gv && strcmp(gv, "0") && strcmp(gv, "1"))
         return hyp_fail(e, HYP_EINPUT, "HYP_CUDA_GRAPHS=%s — use 1 (capture and replay the step's regions, v2165) or 0 (eager)", gv);
@@ -247,7 +251,7 @@ static int reduce_and_norm(train_dev *t, float max_norm, hyp_err *e) {
         if (!rc)
             rc = xd->p->comm_streams > 0 ? d->event_wait(d, NULL, t->comm_done, e) /* v2168: the compute stream waits, not the host */
                                          : d->event_synchronize(d, t->comm_done, e);
-    } else if (t->world > 1 && t->stage <= 1 && !t->lsgd) { /* v2173: each rank keeps its own */
+    } else if (t->world > 1 && t->stage <= 1 && !t->lsgd && !t->adp) { /* v2173: each rank keeps its own; v2174: reduced on the host */
         rc = d->all_reduce(d, xd->grads, (size_t)xd->arena, HYP_DT_F32, HYP_RED_SUM, NULL, e);
     } else if (t->stage >= 2) { /* stage 3 reduce-scattered each group into gshard during backward */
         g = xd->gshard, n = xd->shard;
@@ -359,6 +363,16 @@ static int dev_reduce_grads(train_backend *b, const train_opts *o, hyp_err *e) {
     train_dev *t = b->impl;
     t->ls_S = b->ls.reduce_scale > 0 ? b->ls.reduce_scale : 1.0; /* v2162: clip against max_norm x S */
     t->ls_folded = 0;
+    if (t->adp) { /* v2174: the host's delayed all-reduce (async_dp.c) on a copy, 2 x 4 B x arena of PCIe a step */
+        if (t->stage != 0)
+            return hyp_fail(e, HYP_EINPUT, "async dp (v2174) on the device needs the replicated gradient arena, and ZeRO stage %d shards it — regenerate without zero/fsdp", t->stage);
+        hyp_device *d = t->dev;
+        size_t bytes = sizeof(float) * (size_t)t->xd.arena;
+        int rc = d->d2h_sync(d, b->x->grads, t->xd.grads, bytes, e);
+        if (!rc) rc = train_async_grads(b->adp, b->x, &b->dp, b->adp_step, &b->adp_ready, e);
+        if (!rc) rc = d->h2d_sync(d, t->xd.grads, b->x->grads, bytes, e);
+        if (rc) return rc;
+    }
     return reduce_and_norm(t, (float)(o->max_norm * t->ls_S), e);
 }
 
@@ -499,6 +513,7 @@ static const char *dev_memory_title(const train_backend *b) { return ((const tra
 static const char *dev_comm_note(const train_backend *b) {
     const train_dev *t = b->impl;
     if (t->lsgd) return "none per step: each rank keeps its own gradients; the parameter delta all-reduced on the host every sync_every steps (v2173 local SGD)";
+    if (t->adp) return "the gradients copied to the host, all-reduced there non-blocking and applied staleness steps later, copied back (v2174 async dp)";
     if (t->overlap && t->xd.p->comm_streams > 0)
         return "per-layer buckets all-reduced on a comm stream while backward runs, the compute stream waiting on its event before the norm (v2110 overlap, v2168)";
     return t->overlap ? "per-layer buckets all-reduced on a comm stream while backward runs (v2110 overlap)"

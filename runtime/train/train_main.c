@@ -1431,8 +1431,8 @@ static int run(int argc, char **argv, hyp_coll *coll) {
             }
         }
         if (!rc && p->adp_on) { /* v2174: the gradient all-reduce applied staleness steps later */
-            if (!r.be.i->caps.host_buffers)
-                rc = hyp_fail(&e, HYP_EINPUT, "async dp (v2174) runs on the cpu backend; this trainer runs on %s — regenerate with --target cpu", r.be.name);
+            if (!r.be.i->caps.host_buffers && !r.be.i->params_host) /* a device: its gradients through the host mirror (backend_dev.c) */
+                rc = hyp_fail(&e, HYP_EINPUT, "async dp (v2174) runs on the cpu and device backends; this trainer runs on %s — regenerate with --target cpu", r.be.name);
             else if (!(rc = train_async_open(&r.be.adp, p, &r.x, &r.d, &e))) {
                 char d[256];
                 printf("%s\n", train_async_describe(r.be.adp, d, sizeof d));
