@@ -16,6 +16,8 @@ constants = {
   PREFIX = { "int", default = 0, doc = "length of the bidirectional prefix under MASK prefix_lm" },
   SCORE_MOD = { "enum", values = { "none", "softcap", "alibi" }, default = "none", doc = "the score modifier (v2117) of the scaled score s: softcap SOFTCAP*tanh(s/SOFTCAP); alibi s - 2^(-8(h+1)/NH) |q - k|" },
   SOFTCAP = { "float", default = 0.0, doc = "the cap of SCORE_MOD softcap" },
+  FA3_BK = { "int", default = 128, doc = "flash3_attn_fwd (v2114): key rows per pipeline stage (v2114.block_k; a multiple of 16)" },
+  FA3_STAGES = { "int", default = 2, doc = "flash3_attn_fwd (v2114): shared-memory K/V pipeline stages (v2114.stages)" },
 }
 derive = function(K, decide)
   if K.NH % K.NKV ~= 0 then error("NH (" .. K.NH .. ") must be a multiple of NKV (" .. K.NKV .. ")") end
@@ -43,6 +45,9 @@ derive = function(K, decide)
   -- block may have on sm_86/sm_89 (HD 128 bf16x3: 85 KB instead of 102 KB)
   K.BKQ = (K.NS * K.HD > 128) and 16 or 32
   K.SMEM_DQ = K.NS * (2 * K.BQ + 2 * K.BKQ) * K.LD * 2
+  -- flash3_attn_fwd: 1024 bytes to align the swizzled tiles, Q (128 rows), K and V stages (bf16),
+  -- 4 mbarriers per stage and Q's
+  K.SMEM3 = 1024 + (128 + 2 * K.FA3_STAGES * K.FA3_BK) * K.HD * 2 + 8 * (4 * K.FA3_STAGES + 1)
   decide("tiles", "fwd 64x32, dkv 64x" .. K.BQB .. ", dq 64x" .. K.BKQ,
     string.format("4 warps x 16 rows per block; dynamic shared memory %d / %d / %d B (fwd / dkv / dq, HD=%d, %s)", K.SMEM_FWD, K.SMEM_DKV, K.SMEM_DQ, K.HD, K.PREC))
   decide("precision", K.PREC, K.PREC == "bf16x3"
@@ -53,6 +58,10 @@ kernels = {
   { name = "flash_attention_fwd", doc = "out [B,T,NH*HD] = softmax(q k^T / sqrt(HD), causal) v, lse [B,NH,T] = log of each row's sum of exp (natural log)",
     params = { "act_t* __restrict__ out", "float* __restrict__ lse", "const act_t* __restrict__ qkv", "const int* __restrict__ pos", "int T" },
     block = "BLOCK", grid = "cdiv(T, BQ), B*NH", smem = "SMEM_FWD" },
+  { name = "flash3_attn_fwd", doc = "the FlashAttention-3 forward (v2114): the outputs of flash_attention_fwd from a warp-specialized, mbarrier-pipelined wgmma kernel (bf16 operands); rendered when asked",
+    params = { "act_t* __restrict__ out", "float* __restrict__ lse", "const act_t* __restrict__ qkv", "const int* __restrict__ pos", "int T" },
+    block = 384, grid = "cdiv(T, 128), B*NH", smem = "SMEM3", when = function() return false end,
+    arch_specific = "flash3_attn_fwd (v2114) uses wgmma, setmaxnreg and mbarrier try_wait: sm_90a only" },
   { name = "flash_attention_bwd_d", doc = "D[b,h,t] = dout_t . out_t over head h (the softmax backward's row term); one warp per row",
     params = { "float* __restrict__ D", "const act_t* __restrict__ dout", "const act_t* __restrict__ out", "int B", "int T" },
     block = "BLOCK", grid = "cdiv(B*NH*T, 4)" },
@@ -70,7 +79,8 @@ spill_reasons = { flash_attention_bwd_dkv = "at HD >= 64 the kernel sits at the 
 -- atty, lse, positions?; outs dqkv (accumulated), the [B,NH,T] scratch that holds D. positions
 -- absent: pos = NULL, plain causal.
 ops = {
-  flash_attention_fwd = { { "flash_attention_fwd", "out1", "out2", "in1", "in2", "T" } },
+  -- one of the two forward kernels is rendered (render.lua keeps the launches of rendered kernels)
+  flash_attention_fwd = { { "flash_attention_fwd", "out1", "out2", "in1", "in2", "T" }, { "flash3_attn_fwd", "out1", "out2", "in1", "in2", "T" } },
   flash_attention_bwd = { { "flash_attention_bwd_d", "out2", "in1", "in3", "B", "T" },
                           { "flash_attention_bwd_dkv", "out1", "in1", "in2", "in4", "out2", "in5", "T" },
                           { "flash_attention_bwd_dq", "out1", "in1", "in2", "in4", "out2", "in5", "T" } },
@@ -145,8 +155,31 @@ cost = (function()
              rd = 2 * a.E * kvh + qo + 8 * a.B * a.NH * a.T + 2 * a.E * kvh, wr = 2 * a.E * kvh,
              reread = BG * G * (staged_qo + stats) - qo - 8 * a.B * a.NH * a.T }
   end
+  -- flash3_attn_fwd (v2114): per visited (128-query, FA3_BK-key) tile both consumer warpgroups
+  -- run the whole tile (wgmma has no per-warp skip): S = Q K^T and O += P V, 2 * 64 * BK * HD
+  -- FLOPs each per warpgroup; per score: one exp (sfu) and ~6 fp32 ops (scale, mask select, max,
+  -- subtract, sum, bf16 pack), per row and tile HD rescales of O. The producer stages q once and
+  -- k/v per visited tile (fp32 or bf16 loads; the re-staged tiles hit L2, `reread`).
+  local function fwd3(a)
+    local BQ, BK = 128, a.FA3_BK
+    local tiles, staged_kv = 0, 0
+    for q0 = 0, a.T - 1, BQ do
+      local kend = a.MASK == "prefix_lm" and a.T or math.min(a.T, q0 + BQ)
+      for k0 = 0, kend - 1, BK do
+        if any(a, q0, q0 + BQ - 1, k0, k0 + BK - 1) then
+          tiles = tiles + 1
+          staged_kv = staged_kv + 2 * rows(a.T, k0, BK) * a.HD * a.E
+        end
+      end
+    end
+    local BH, q = a.B * a.NH, a.B * a.T * a.NH * a.HD
+    local kv = a.B * a.T * 2 * a.NKV * a.HD * a.E
+    local scores = BH * tiles * BQ * BK
+    return { tc_bf16 = BH * tiles * 2 * 2 * (2 * 64 * BK * a.HD), fp32 = 6 * scores + BH * tiles * BQ * a.HD, sfu = scores,
+             rd = a.E * q + kv, wr = a.E * q + 4 * BH * a.T, reread = BH * staged_kv - kv }
+  end
   return {
-    flash_attention_fwd = fwd, flash_attention_bwd_dq = dq, flash_attention_bwd_dkv = dkv,
+    flash_attention_fwd = fwd, flash3_attn_fwd = fwd3, flash_attention_bwd_dq = dq, flash_attention_bwd_dkv = dkv,
     flash_attention_bwd_d = function(a) local n = a.B * a.T * a.NH * a.HD
       return { fp32 = 2 * n, rd = 2 * a.E * n, wr = 4 * a.B * a.NH * a.T } end,
   }
@@ -411,6 +444,221 @@ __device__ __forceinline__ void fa_py(float (*acc)[4], float (*p)[4], const hyp_
         for (int j = 0; j < HD / 8; j++) {
             hyp_st(orow + 8 * j + 2 * tq, o[j][2 * r] * inv);
             hyp_st(orow + 8 * j + 2 * tq + 1, o[j][2 * r + 1] * inv);
+        }
+        if (tq == 0) lse[(long)bh * T + q] = m[r] + logf(l[r]);
+    }
+}
+% end
+
+% if emit.flash3_attn_fwd then
+%   if HD ~= 64 and HD ~= 128 then error("flash3_attn_fwd needs HD 64 or 128 (rows of 128-byte swizzle atoms, 64 bf16 each), got " .. HD) end
+%   if FA3_BK % 16 ~= 0 or FA3_BK < 16 or FA3_BK > 256 then error("FA3_BK " .. FA3_BK .. ": a multiple of 16 up to 256 (the S wgmma's N, the P.V wgmma's k-steps)") end
+%   if HD // 2 + 3 * FA3_BK // 4 > 200 then error(string.format("FA3_BK %d at HD %d: O (HD/2), S (BK/2) and P (BK/4) registers per consumer thread exceed the 240 of setmaxnreg (keep HD/2 + 3 BK/4 <= 200)", FA3_BK, HD)) end
+%   if SMEM3 > 232448 then error(string.format("FA3_STAGES %d x FA3_BK %d at HD %d needs %d bytes of shared memory; sm_90 gives a block 232448 (227 KB)", FA3_STAGES, FA3_BK, HD, SMEM3)) end
+#include "hyp/hopper.cuh"
+// FlashAttention-3 forward (v2114) for sm_90a. Block (query tile of 128 rows, b*NH + h), 384
+// threads = 3 warpgroups. Warpgroup 0 is the producer: it stages the Q tile once and the K and V
+// tiles of every visited key tile into a FA3_STAGES-deep ring of shared-memory stages, converting
+// the activations to bf16 on the way in; mbarriers guard each stage (full: the producer's 128
+// threads arrived after their stores; empty: the 8 consumer warps arrived after the wgmma that
+// read it completed). Warpgroups 1 and 2 are consumers of 64 query rows each: S = Q K^T by wgmma
+// m64nBKk16 with both operands in shared memory, the online softmax in registers, O += P V by
+// wgmma m64nHDk16 with P from registers (its accumulator layout is the A-fragment layout, as for
+// mma.sync). The S GEMM of tile i and the P V GEMM of tile i-1 are issued together; the softmax
+// of tile i runs while P V of tile i-1 is still in flight (intra-warpgroup overlap), and the two
+// consumers take turns issuing through named barriers (ping-pong: one's softmax under the other's
+// GEMMs). setmaxnreg moves registers from the producer (40) to the consumers (232).
+//
+// Shared memory, bf16 tiles in the 128-byte swizzle of wgmma/TMA: a tile of `rows` rows is HD/64
+// column blocks of [rows][64] (128 bytes a row, 8-row atoms of 1024 bytes, 16-byte chunk c of row
+// r stored at chunk c ^ (r % 8)); base 1024-byte aligned. Q [128 rows], then K stages, V stages.
+static constexpr int BQ3 = 128, CB3 = HD / 64;
+static constexpr int Q3_ELEMS = BQ3 * HD, KV3_ELEMS = FA3_BK * HD;
+static constexpr int FULL_K = 0, FULL_V = FA3_STAGES, EMPTY_K = 2 * FA3_STAGES, EMPTY_V = 3 * FA3_STAGES, Q_FULL = 4 * FA3_STAGES;
+static constexpr int BAR_PINGPONG = 1; // named barriers 1, 2 (0 is __syncthreads)
+
+// Index (in bf16 elements) of element (r, c) of a swizzled [rows x HD] tile.
+__device__ __forceinline__ int fa3_sw(int rows, int r, int c) {
+    return (c >> 6) * rows * 64 + r * 64 + ((((c & 63) >> 3) ^ (r & 7)) << 3) + (c & 7);
+}
+
+// The producer's 128 threads: rows [r0, r0 + rows) of one head (column offset col of the fused
+// row) into the swizzled tile dst; rows at or past T are zeros.
+__device__ __forceinline__ void fa3_stage(hyp_bf16* dst, int rows, const act_t* base, int col, int r0, int T, int tid) {
+    for (int e = tid; e < rows * (HD / 4); e += 128) {
+        const int r = e / (HD / 4), c = 4 * (e - r * (HD / 4));
+        hyp_f128 v = f128(0.0f, 0.0f, 0.0f, 0.0f);
+        if (r0 + r < T) v = hyp_load4(base + (long)(r0 + r) * R + col + c);
+        uint2 u;
+        u.x = hyp_pack_bf16x2(__float2bfloat16_rn(v[0]), __float2bfloat16_rn(v[1]));
+        u.y = hyp_pack_bf16x2(__float2bfloat16_rn(v[2]), __float2bfloat16_rn(v[3]));
+        *reinterpret_cast<uint2*>(&dst[fa3_sw(rows, r, c)]) = u;
+    }
+}
+
+// wgmma descriptors. K-major (Q as A, K as B of S = Q K^T): the k-step kk (16 columns) starts
+// at column block kk/4, byte 32 (kk % 4) of the swizzled row; 8-row atoms 1024 bytes apart.
+// MN-major (V as B of O = P V: k = key rows, n = head columns): k-step ks starts at row 16 ks
+// (2048 bytes), the next 64 columns are the next column block (rows x 128 bytes on).
+__device__ __forceinline__ unsigned long long fa3_desc_k(const hyp_bf16* tile, int rows, int r0, int kk) {
+    return hyp_wgmma_desc(tile + (kk >> 2) * rows * 64 + r0 * 64 + (kk & 3) * 16, 1, 1024, HYP_SWIZZLE_128B);
+}
+__device__ __forceinline__ unsigned long long fa3_desc_v(const hyp_bf16* tile, int ks) {
+    return hyp_wgmma_desc(tile + ks * 16 * 64, FA3_BK * 128, 1024, HYP_SWIZZLE_128B);
+}
+
+{{ signature("flash3_attn_fwd") }} {
+    extern __shared__ __align__(16) unsigned char fa_smem[];
+    hyp_bf16* Qs = (hyp_bf16*)(fa_smem + ((1024 - ((unsigned long long)fa_smem & 1023)) & 1023));
+    hyp_bf16* Ks = Qs + Q3_ELEMS;                  // [FA3_STAGES][FA3_BK x HD]
+    hyp_bf16* Vs = Ks + FA3_STAGES * KV3_ELEMS;    // [FA3_STAGES][FA3_BK x HD]
+    unsigned long long* bar = (unsigned long long*)(Vs + FA3_STAGES * KV3_ELEMS);
+    const int bh = blockIdx.y, b = bh / NH, h = bh - b * NH, g = h / G;
+    const int q0 = blockIdx.x * BQ3, wgi = threadIdx.x >> 7, tid = threadIdx.x & 127;
+    const act_t* base = qkv + (long)b * T * R;
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < FA3_STAGES; s++) {
+            hyp_mbar_init(&bar[FULL_K + s], 128);
+            hyp_mbar_init(&bar[FULL_V + s], 128);
+            hyp_mbar_init(&bar[EMPTY_K + s], 8);
+            hyp_mbar_init(&bar[EMPTY_V + s], 8);
+        }
+        hyp_mbar_init(&bar[Q_FULL], 128);
+        hyp_fence_mbar_init();
+    }
+    __syncthreads();
+    // the visited key tiles, the same sequence for producer and consumers: from the block's
+    // first document start (mask hook) to its last row (prefix_lm: to T), fully masked ones skipped
+    const int kend = {{ MASK == "prefix_lm" and "T" or "min(T, q0 + BQ3)" }};
+    const int kstart = fa_lo_min(pos, b, T, q0, min(BQ3, T - q0)) / FA3_BK * FA3_BK;
+    if (wgi == 0) { // producer
+        hyp_setmaxnreg_dec<40>();
+        fa3_stage(Qs, BQ3, base, h * HD, q0, T, tid);
+        hyp_fence_proxy_async();
+        hyp_mbar_arrive(&bar[Q_FULL]);
+        int i = 0;
+        for (int k0 = kstart; k0 < kend; k0 += FA3_BK) {
+            if (!fa_tile_any(q0, q0 + BQ3 - 1, k0, k0 + FA3_BK - 1)) continue;
+            const int st = i % FA3_STAGES, ph = (i / FA3_STAGES) & 1;
+            hyp_mbar_wait(&bar[EMPTY_K + st], ph ^ 1); // a fresh barrier passes parity 1: round 0 does not wait
+            fa3_stage(Ks + st * KV3_ELEMS, FA3_BK, base, (NH + g) * HD, k0, T, tid);
+            hyp_fence_proxy_async(); // the stores become visible to wgmma (the async proxy)
+            hyp_mbar_arrive(&bar[FULL_K + st]);
+            hyp_mbar_wait(&bar[EMPTY_V + st], ph ^ 1);
+            fa3_stage(Vs + st * KV3_ELEMS, FA3_BK, base, (NH + NKV + g) * HD, k0, T, tid);
+            hyp_fence_proxy_async();
+            hyp_mbar_arrive(&bar[FULL_V + st]);
+            i++;
+        }
+        return;
+    }
+    hyp_setmaxnreg_inc<232>();
+    const int wg = wgi - 1, warp = tid >> 5, lane = tid & 31, tq = lane & 3;
+    const int qa = q0 + 64 * wg + 16 * warp + (lane >> 2); // this thread's rows qa, qa + 8
+    int n = 0; // the visited tiles (the ping-pong's last turn)
+    for (int k0 = kstart; k0 < kend; k0 += FA3_BK) n += fa_tile_any(q0, q0 + BQ3 - 1, k0, k0 + FA3_BK - 1);
+    float o[HD / 2], s[FA3_BK / 2], m[2] = { -HYP_INF, -HYP_INF }, l[2] = { 0.0f, 0.0f };
+    unsigned p[FA3_BK / 16][4];
+#pragma unroll
+    for (int j = 0; j < HD / 2; j++) o[j] = 0.0f;
+    const int lo[2] = { fa_lo(pos, b, T, qa), fa_lo(pos, b, T, qa + 8) };
+    // consumer 0 goes first: consumer 1 opens its turn
+    if (wg == 1) hyp_named_bar_arrive(BAR_PINGPONG, 256);
+    hyp_mbar_wait(&bar[Q_FULL], 0);
+    int i = 0;
+    for (int k0 = kstart; k0 < kend; k0 += FA3_BK) {
+        if (!fa_tile_any(q0, q0 + BQ3 - 1, k0, k0 + FA3_BK - 1)) continue;
+        const int st = i % FA3_STAGES, ph = (i / FA3_STAGES) & 1;
+        const int sp = (i + FA3_STAGES - 1) % FA3_STAGES, pp = ((i - 1) / FA3_STAGES) & 1; // tile i-1
+        hyp_mbar_wait(&bar[FULL_K + st], ph);
+        hyp_named_bar_sync(BAR_PINGPONG + wg, 256); // this consumer's turn to issue
+        hyp_wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < HD / 16; kk++)
+            hyp_wgmma_m64k16_ss<FA3_BK>(s, fa3_desc_k(Qs, BQ3, 64 * wg, kk), fa3_desc_k(Ks + st * KV3_ELEMS, FA3_BK, 0, kk), kk > 0, false);
+        hyp_wgmma_commit();
+        if (i > 0) { // O += P V of the previous tile, in flight during this tile's softmax
+            hyp_mbar_wait(&bar[FULL_V + sp], pp);
+#pragma unroll
+            for (int ks = 0; ks < FA3_BK / 16; ks++)
+                hyp_wgmma_m64k16_rs<HD>(o, p[ks], fa3_desc_v(Vs + sp * KV3_ELEMS, ks), true, true);
+            hyp_wgmma_commit();
+        }
+        if (wg == 0 || i < n - 1) hyp_named_bar_arrive(BAR_PINGPONG + 1 - wg, 256); // the other's turn
+        if (i > 0) hyp_wgmma_wait<1>(); else hyp_wgmma_wait<0>(); // S done (P V may still run)
+        hyp_wgmma_fence_operand(s);
+        if (lane == 0) hyp_mbar_arrive(&bar[EMPTY_K + st]);
+        float mx[2] = { m[0], m[1] };
+#pragma unroll
+        for (int j = 0; j < FA3_BK / 8; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int key = k0 + 8 * j + 2 * tq + (e & 1), r = e >> 1, q = qa + 8 * r;
+                const float x = (fa_vis(q, key) && key < T && key >= lo[r]) ? fa_mod(s[4 * j + e] * SCALE, q, key, h) : -HYP_INF;
+                s[4 * j + e] = x;
+                mx[r] = fmaxf(mx[r], x);
+            }
+        float al[2], mu[2];
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+            // as the FA2 kernel: a row with no visible key yet keeps m = -inf, p = 0, al = 0
+            mu[r] = mx[r] == -HYP_INF ? 0.0f : mx[r];
+            al[r] = expf(m[r] - mu[r]);
+            m[r] = mx[r];
+            l[r] *= al[r];
+        }
+#pragma unroll
+        for (int j = 0; j < FA3_BK / 8; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const float x = expf(s[4 * j + e] - mu[e >> 1]);
+                s[4 * j + e] = x;
+                l[e >> 1] += x;
+            }
+        if (i > 0) {
+            hyp_wgmma_wait<0>(); // P V of tile i-1 done: o and p are free
+            hyp_wgmma_fence_operand(o);
+            if (lane == 0) hyp_mbar_arrive(&bar[EMPTY_V + sp]);
+        }
+#pragma unroll
+        for (int j = 0; j < HD / 8; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) o[4 * j + e] *= al[e >> 1];
+#pragma unroll
+        for (int ks = 0; ks < FA3_BK / 16; ks++) { // P in the A-fragment layout, k-step ks = keys 16ks..
+            p[ks][0] = hyp_pack_bf16x2(__float2bfloat16_rn(s[8 * ks + 0]), __float2bfloat16_rn(s[8 * ks + 1]));
+            p[ks][1] = hyp_pack_bf16x2(__float2bfloat16_rn(s[8 * ks + 2]), __float2bfloat16_rn(s[8 * ks + 3]));
+            p[ks][2] = hyp_pack_bf16x2(__float2bfloat16_rn(s[8 * ks + 4]), __float2bfloat16_rn(s[8 * ks + 5]));
+            p[ks][3] = hyp_pack_bf16x2(__float2bfloat16_rn(s[8 * ks + 6]), __float2bfloat16_rn(s[8 * ks + 7]));
+        }
+        i++;
+    }
+    if (i > 0) { // P V of the last tile
+        const int sp = (i - 1) % FA3_STAGES, pp = ((i - 1) / FA3_STAGES) & 1;
+        hyp_mbar_wait(&bar[FULL_V + sp], pp);
+        hyp_wgmma_fence();
+#pragma unroll
+        for (int ks = 0; ks < FA3_BK / 16; ks++)
+            hyp_wgmma_m64k16_rs<HD>(o, p[ks], fa3_desc_v(Vs + sp * KV3_ELEMS, ks), true, true);
+        hyp_wgmma_commit();
+        hyp_wgmma_wait<0>();
+        hyp_wgmma_fence_operand(o);
+        if (lane == 0) hyp_mbar_arrive(&bar[EMPTY_V + sp]);
+    }
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+        const int q = qa + 8 * r;
+        if (q >= T) continue;
+        const float inv = 1.0f / l[r];
+        act_t* orow = out + ((long)b * T + q) * OC + h * HD;
+#pragma unroll
+        for (int j = 0; j < HD / 8; j++) {
+            hyp_st(orow + 8 * j + 2 * tq, o[4 * j + 2 * r] * inv);
+            hyp_st(orow + 8 * j + 2 * tq + 1, o[4 * j + 2 * r + 1] * inv);
         }
         if (tq == 0) lse[(long)bh * T + q] = m[r] + logf(l[r]);
     }

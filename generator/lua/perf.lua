@@ -530,6 +530,35 @@ function M.collectives(plan, h, gpus, grad_bytes, param_bytes)
   return out
 end
 
+-- FA3 vs FA2 (v2114) per attention layer's forward on a Hopper part, from the two kernels'
+-- declared work at this launch's shapes (templates/flash_attention.cu.lua: flash3_attn_fwd and
+-- flash_attention_fwd with bf16 operands): FA2's mma.sync reaches eff.mma_sync of the wgmma rate
+-- and its softmax adds to its GEMMs (the roofline's sum); FA3's ping-pong hides the softmax
+-- under the other warpgroup's GEMMs (the larger of the two). nil without a flash launch or
+-- without eff.mma_sync (not a Hopper entry).
+function M.fa3_vs_fa2(launches, h)
+  local ms = h.perf.eff.mma_sync
+  if not ms then return nil end
+  local a
+  for _, l in ipairs(launches) do
+    if l.family == "flash_attention" and (l.kernel == "flash_attention_fwd" or l.kernel == "flash3_attn_fwd") then a = l.args; break end
+  end
+  if not a then return nil end
+  local a2 = {}
+  for k, v in pairs(a) do a2[k] = v end
+  a2.PREC = "bf16"
+  a2.FA3_BK = a2.FA3_BK or 128
+  local c2, c3 = M.kernel_cost("flash_attention", "flash_attention_fwd", a2), M.kernel_cost("flash_attention", "flash3_attn_fwd", a2)
+  local r = M.rates(h)
+  local r2 = {}
+  for k, v in pairs(r) do r2[k] = v end
+  r2.tc_bf16 = r.tc_bf16 * ms
+  local t2 = M.launch_time(c2, r2)
+  local tmem = (c3.rd + c3.wr) / r.hbm
+  local t3 = math.max(c3.tc_bf16 / r.tc_bf16, c3.fp32 / r.fp32 + c3.sfu / r.sfu, tmem)
+  return { fa2 = t2, fa3 = t3, ratio = t2 / t3, B = a.B, T = a.T, NH = a.NH, HD = a.HD, mma_sync = ms }
+end
+
 -- The whole prediction for one hardware entry.
 function M.predict(plan, manifest, h, opts)
   opts = opts or {}
@@ -605,7 +634,7 @@ function M.predict(plan, manifest, h, opts)
     mfu = fpt * tokens / step / peak_mfu, mfu_peak = peak_mfu,
     mfu_peak_name = (h.peak_tflops.bf16 or 0) > 0 and "bf16 dense" or "fp32",
     mfu_cap = h.perf.eff.tc, totals = total, ops = ops, undeclared = undeclared, undeclared_launches = n_undeclared, epilogues = opts.epilogues and true or false,
-    launch_list = opts.keep_launches and launches or nil,
+    launch_list = opts.keep_launches and launches or nil, fa3 = M.fa3_vs_fa2(launches, h),
   }
 end
 
@@ -650,6 +679,11 @@ function M.text(rep, plan, top)
     local e = rep.ops[i]
     w("| %s | %d | %s | %.1f%% | %s | %s | %s |", e.key, e.count, fmt_t(e.time), 100 * e.time / rep.kernel_time,
       fmt_n(e.flops), fmt_n(e.bytes), e.bound)
+  end
+  if rep.fa3 then
+    local f = rep.fa3
+    w("attention forward per layer (B=%d T=%d NH=%d HD=%d, bf16 operands): FA2 (mma.sync at %.3g of the wgmma rate, softmax after the GEMMs) %s, FA3 (wgmma, softmax hidden by ping-pong) %s: FA3 predicted %.2fx faster; the FA3 paper measured 1.5-2.0x on H100 (FP16 forward, arXiv 2407.08608)",
+      f.B, f.T, f.NH, f.HD, f.mma_sync, fmt_t(f.fa2), fmt_t(f.fa3), f.ratio)
   end
   if #rep.undeclared > 0 then
     w("INCOMPLETE: %d launch(es) have no cost declaration and count as 0 s (the figures above are optimistic): %s",
