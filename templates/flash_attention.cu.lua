@@ -501,10 +501,81 @@ __device__ __forceinline__ void fa3_stage(hyp_bf16* dst, int rows, const act_t* 
 // MN-major (V as B of O = P V: k = key rows, n = head columns): k-step ks starts at row 16 ks
 // (2048 bytes), the next 64 columns are the next column block (rows x 128 bytes on).
 __device__ __forceinline__ unsigned long long fa3_desc_k(const hyp_bf16* tile, int rows, int r0, int kk) {
-    return hyp_wgmma_desc(tile + (kk >> 2) * rows * 64 + r0 * 64 + (kk & 3) * 16, 1, 1024, HYP_SWIZZLE_128B);
+    return hyp_wgmma_desc(tile + (kk >> 2) * rows * 64 + r0 * 64 + (kk & 3) * 16, HYP_SWZ_128B, 0, 1024);
 }
 __device__ __forceinline__ unsigned long long fa3_desc_v(const hyp_bf16* tile, int ks) {
-    return hyp_wgmma_desc(tile + ks * 16 * 64, FA3_BK * 128, 1024, HYP_SWIZZLE_128B);
+    return hyp_wgmma_desc(tile + ks * 16 * 64, HYP_SWZ_128B, FA3_BK * 128, 1024);
+}
+
+// The next visited key tile at or after k0 (block-uniform: producer and consumers walk the same).
+__device__ __forceinline__ int fa3_next(int k0, int kend, int q0) {
+    while (k0 < kend && !fa_tile_any(q0, q0 + BQ3 - 1, k0, k0 + FA3_BK - 1)) k0 += FA3_BK;
+    return k0;
+}
+
+// S = Q K^T of consumer wg's 64 rows (issued and committed; the caller waits).
+__device__ __forceinline__ void fa3_qk(float* s, const hyp_bf16* Qs, const hyp_bf16* Kt, int wg) {
+    hyp_wgmma_fence_operand(s, FA3_BK / 2);
+    hyp_wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < HD / 16; kk++)
+        hyp_wgmma_ss<FA3_BK, 0, 0>(s, fa3_desc_k(Qs, BQ3, 64 * wg, kk), fa3_desc_k(Kt, FA3_BK, 0, kk), kk > 0);
+    hyp_wgmma_commit();
+    hyp_wgmma_fence_operand(s, FA3_BK / 2);
+}
+
+// O += P V (P from registers; issued and committed).
+__device__ __forceinline__ void fa3_pv(float* o, unsigned (*p)[4], const hyp_bf16* Vt) {
+    hyp_wgmma_fence_operand(o, HD / 2);
+    hyp_wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < FA3_BK / 16; ks++)
+        hyp_wgmma_rs<HD, 1>(o, p[ks], fa3_desc_v(Vt, ks), true);
+    hyp_wgmma_commit();
+    hyp_wgmma_fence_operand(o, HD / 2);
+}
+
+// The online softmax of one S tile (keys k0..) on this thread's rows qa, qa + 8, as the FA2
+// forward: the mask rule and modifier, the running max m (a row with no visible key yet keeps
+// -inf, its p and al 0), s <- exp(s - m), the per-lane partial sums l, al = the rescale of O.
+__device__ __forceinline__ void fa3_softmax(float* s, float* m, float* l, float* al, int k0, int qa, const int* lo, int h, int T) {
+    const int tq = (threadIdx.x & 31) & 3;
+    float mx[2] = { m[0], m[1] }, mu[2];
+#pragma unroll
+    for (int j = 0; j < FA3_BK / 8; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int key = k0 + 8 * j + 2 * tq + (e & 1), r = e >> 1, q = qa + 8 * r;
+            const float x = (fa_vis(q, key) && key < T && key >= lo[r]) ? fa_mod(s[4 * j + e] * SCALE, q, key, h) : -HYP_INF;
+            s[4 * j + e] = x;
+            mx[r] = fmaxf(mx[r], x);
+        }
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+        mu[r] = mx[r] == -HYP_INF ? 0.0f : mx[r];
+        al[r] = expf(m[r] - mu[r]);
+        m[r] = mx[r];
+        l[r] *= al[r];
+    }
+#pragma unroll
+    for (int j = 0; j < FA3_BK / 8; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const float x = expf(s[4 * j + e] - mu[e >> 1]);
+            s[4 * j + e] = x;
+            l[e >> 1] += x;
+        }
+}
+
+// P (bf16) in the A-fragment layout of the P V wgmma: k-step ks = keys 16ks..16ks+15.
+__device__ __forceinline__ void fa3_pack(unsigned (*p)[4], const float* s) {
+#pragma unroll
+    for (int ks = 0; ks < FA3_BK / 16; ks++)
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            p[ks][i] = hyp_pack_bf16x2(__float2bfloat16_rn(s[8 * ks + 2 * i]), __float2bfloat16_rn(s[8 * ks + 2 * i + 1]));
 }
 
 {{ signature("flash3_attn_fwd") }} {
@@ -553,100 +624,62 @@ __device__ __forceinline__ unsigned long long fa3_desc_v(const hyp_bf16* tile, i
         return;
     }
     hyp_setmaxnreg_inc<232>();
-    const int wg = wgi - 1, warp = tid >> 5, lane = tid & 31, tq = lane & 3;
+    const int wg = wgi - 1, warp = tid >> 5, lane = tid & 31;
     const int qa = q0 + 64 * wg + 16 * warp + (lane >> 2); // this thread's rows qa, qa + 8
-    int n = 0; // the visited tiles (the ping-pong's last turn)
+    int n = 0; // the visited tiles (>= 1: the tile holding key q0 is visible under every rule)
     for (int k0 = kstart; k0 < kend; k0 += FA3_BK) n += fa_tile_any(q0, q0 + BQ3 - 1, k0, k0 + FA3_BK - 1);
-    float o[HD / 2], s[FA3_BK / 2], m[2] = { -HYP_INF, -HYP_INF }, l[2] = { 0.0f, 0.0f };
+    float o[HD / 2], s[FA3_BK / 2], m[2] = { -HYP_INF, -HYP_INF }, l[2] = { 0.0f, 0.0f }, al[2];
     unsigned p[FA3_BK / 16][4];
 #pragma unroll
     for (int j = 0; j < HD / 2; j++) o[j] = 0.0f;
     const int lo[2] = { fa_lo(pos, b, T, qa), fa_lo(pos, b, T, qa + 8) };
-    // consumer 0 goes first: consumer 1 opens its turn
+    // consumer 0 issues first: consumer 1 opens its turn; each then hands the turn over after
+    // issuing, consumer 1 not after its last (the arrivals and syncs of both barriers pair up)
     if (wg == 1) hyp_named_bar_arrive(BAR_PINGPONG, 256);
     hyp_mbar_wait(&bar[Q_FULL], 0);
-    int i = 0;
-    for (int k0 = kstart; k0 < kend; k0 += FA3_BK) {
-        if (!fa_tile_any(q0, q0 + BQ3 - 1, k0, k0 + FA3_BK - 1)) continue;
+    // tile 0: S only
+    int k0 = fa3_next(kstart, kend, q0);
+    hyp_mbar_wait(&bar[FULL_K], 0);
+    hyp_named_bar_sync(BAR_PINGPONG + wg, 256);
+    fa3_qk(s, Qs, Ks, wg);
+    if (wg == 0 || n > 1) hyp_named_bar_arrive(BAR_PINGPONG + 1 - wg, 256);
+    hyp_wgmma_wait<0>();
+    hyp_wgmma_fence_operand(s, FA3_BK / 2);
+    if (lane == 0) hyp_mbar_arrive(&bar[EMPTY_K]);
+    fa3_softmax(s, m, l, al, k0, qa, lo, h, T);
+    fa3_pack(p, s);
+    for (int i = 1; i < n; i++) {
+        k0 = fa3_next(k0 + FA3_BK, kend, q0);
         const int st = i % FA3_STAGES, ph = (i / FA3_STAGES) & 1;
-        const int sp = (i + FA3_STAGES - 1) % FA3_STAGES, pp = ((i - 1) / FA3_STAGES) & 1; // tile i-1
+        const int sp = (i - 1) % FA3_STAGES, pp = ((i - 1) / FA3_STAGES) & 1; // tile i-1
         hyp_mbar_wait(&bar[FULL_K + st], ph);
         hyp_named_bar_sync(BAR_PINGPONG + wg, 256); // this consumer's turn to issue
-        hyp_wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < HD / 16; kk++)
-            hyp_wgmma_m64k16_ss<FA3_BK>(s, fa3_desc_k(Qs, BQ3, 64 * wg, kk), fa3_desc_k(Ks + st * KV3_ELEMS, FA3_BK, 0, kk), kk > 0, false);
-        hyp_wgmma_commit();
-        if (i > 0) { // O += P V of the previous tile, in flight during this tile's softmax
-            hyp_mbar_wait(&bar[FULL_V + sp], pp);
-#pragma unroll
-            for (int ks = 0; ks < FA3_BK / 16; ks++)
-                hyp_wgmma_m64k16_rs<HD>(o, p[ks], fa3_desc_v(Vs + sp * KV3_ELEMS, ks), true, true);
-            hyp_wgmma_commit();
-        }
+        fa3_qk(s, Qs, Ks + st * KV3_ELEMS, wg);
+        hyp_mbar_wait(&bar[FULL_V + sp], pp);
+        fa3_pv(o, p, Vs + sp * KV3_ELEMS); // O += P V of tile i-1, in flight during this softmax
         if (wg == 0 || i < n - 1) hyp_named_bar_arrive(BAR_PINGPONG + 1 - wg, 256); // the other's turn
-        if (i > 0) hyp_wgmma_wait<1>(); else hyp_wgmma_wait<0>(); // S done (P V may still run)
-        hyp_wgmma_fence_operand(s);
+        hyp_wgmma_wait<1>(); // S done (P V may still run)
+        hyp_wgmma_fence_operand(s, FA3_BK / 2);
         if (lane == 0) hyp_mbar_arrive(&bar[EMPTY_K + st]);
-        float mx[2] = { m[0], m[1] };
-#pragma unroll
-        for (int j = 0; j < FA3_BK / 8; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int key = k0 + 8 * j + 2 * tq + (e & 1), r = e >> 1, q = qa + 8 * r;
-                const float x = (fa_vis(q, key) && key < T && key >= lo[r]) ? fa_mod(s[4 * j + e] * SCALE, q, key, h) : -HYP_INF;
-                s[4 * j + e] = x;
-                mx[r] = fmaxf(mx[r], x);
-            }
-        float al[2], mu[2];
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-            // as the FA2 kernel: a row with no visible key yet keeps m = -inf, p = 0, al = 0
-            mu[r] = mx[r] == -HYP_INF ? 0.0f : mx[r];
-            al[r] = expf(m[r] - mu[r]);
-            m[r] = mx[r];
-            l[r] *= al[r];
-        }
-#pragma unroll
-        for (int j = 0; j < FA3_BK / 8; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const float x = expf(s[4 * j + e] - mu[e >> 1]);
-                s[4 * j + e] = x;
-                l[e >> 1] += x;
-            }
-        if (i > 0) {
-            hyp_wgmma_wait<0>(); // P V of tile i-1 done: o and p are free
-            hyp_wgmma_fence_operand(o);
-            if (lane == 0) hyp_mbar_arrive(&bar[EMPTY_V + sp]);
-        }
+        fa3_softmax(s, m, l, al, k0, qa, lo, h, T);
+        hyp_wgmma_wait<0>(); // P V of tile i-1 done: o and p are free
+        hyp_wgmma_fence_operand(o, HD / 2);
+        if (lane == 0) hyp_mbar_arrive(&bar[EMPTY_V + sp]);
 #pragma unroll
         for (int j = 0; j < HD / 8; j++)
 #pragma unroll
             for (int e = 0; e < 4; e++) o[4 * j + e] *= al[e >> 1];
-#pragma unroll
-        for (int ks = 0; ks < FA3_BK / 16; ks++) { // P in the A-fragment layout, k-step ks = keys 16ks..
-            p[ks][0] = hyp_pack_bf16x2(__float2bfloat16_rn(s[8 * ks + 0]), __float2bfloat16_rn(s[8 * ks + 1]));
-            p[ks][1] = hyp_pack_bf16x2(__float2bfloat16_rn(s[8 * ks + 2]), __float2bfloat16_rn(s[8 * ks + 3]));
-            p[ks][2] = hyp_pack_bf16x2(__float2bfloat16_rn(s[8 * ks + 4]), __float2bfloat16_rn(s[8 * ks + 5]));
-            p[ks][3] = hyp_pack_bf16x2(__float2bfloat16_rn(s[8 * ks + 6]), __float2bfloat16_rn(s[8 * ks + 7]));
-        }
-        i++;
+        fa3_pack(p, s);
     }
-    if (i > 0) { // P V of the last tile
-        const int sp = (i - 1) % FA3_STAGES, pp = ((i - 1) / FA3_STAGES) & 1;
+    { // P V of the last tile
+        const int sp = (n - 1) % FA3_STAGES, pp = ((n - 1) / FA3_STAGES) & 1;
         hyp_mbar_wait(&bar[FULL_V + sp], pp);
-        hyp_wgmma_fence();
-#pragma unroll
-        for (int ks = 0; ks < FA3_BK / 16; ks++)
-            hyp_wgmma_m64k16_rs<HD>(o, p[ks], fa3_desc_v(Vs + sp * KV3_ELEMS, ks), true, true);
-        hyp_wgmma_commit();
+        fa3_pv(o, p, Vs + sp * KV3_ELEMS);
         hyp_wgmma_wait<0>();
-        hyp_wgmma_fence_operand(o);
+        hyp_wgmma_fence_operand(o, HD / 2);
         if (lane == 0) hyp_mbar_arrive(&bar[EMPTY_V + sp]);
     }
+    const int tq = lane & 3;
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);

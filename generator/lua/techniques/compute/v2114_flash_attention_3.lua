@@ -6,6 +6,7 @@
 -- FA2 template's (same tensors, same log-sum-exp). Never: a cpu path (the gate refuses: v2113 is
 -- the cpu's flash op), a head dim the FA3 kernel has no layout for (the FA2 forward then runs,
 -- and the audit says so).
+local U = require("util")
 local M = { id = "v2114", families = { "flash_attention" } }
 
 local HDS = { [64] = true, [128] = true } -- the head dims of the FA3 kernel (128-byte swizzle rows)
@@ -19,6 +20,7 @@ end
 function M.sections(ctx, plan)
   local B, T, NH, hd = plan.train.B, plan.train.T, plan.model.NH, plan.model.hd
   local a = ctx.facts.attention
+  a.hd = hd
   if HDS[hd] then
     a.fwd_kernel = "flash3_attn_fwd"
     -- wgmma bf16: q, k, v and P are bf16 operands whatever the activation storage; the FA2
@@ -35,9 +37,29 @@ function M.sections(ctx, plan)
     B * NH * T * 4 / 1048576, B * NH * T * T * 4 / 1048576, B, T))
 end
 
+-- the FA3 kernel's limits on block_k and stages at head dim hd (templates/flash_attention.cu.lua
+-- checks the same when it renders): nil, or what is wrong and how to fix it
+function M.check_tiles(hd, bk, st)
+  if bk % 16 ~= 0 then
+    return string.format("block_k %d is not a multiple of 16 (the k-steps of the P V wgmma)", bk), "use --set v2114.block_k=64 or 128"
+  end
+  if hd // 2 + 3 * bk // 4 > 200 then
+    return string.format("block_k %d at head dim %d: the S (block_k/2), P (block_k/4) and O (head dim/2) registers of a consumer thread exceed its 232 (setmaxnreg)", bk, hd),
+      "use --set v2114.block_k=128 or less"
+  end
+  local smem = 1024 + (128 + 2 * st * bk) * hd * 2 + 8 * (4 * st + 1)
+  if smem > 232448 then
+    return string.format("%d stages of %d keys at head dim %d need %d bytes of shared memory; an sm_90 block has 232448", st, bk, hd, smem),
+      "use fewer --set v2114.stages or a smaller v2114.block_k"
+  end
+end
+
 function M.kernels(ctx, k)
   if not k.seen.flash_attention_fwd or ctx.facts.attention.fwd_kernel ~= "flash3_attn_fwd" then return end
-  k.want("flash_attention", {}, { FA3_BK = ctx.param("block_k"), FA3_STAGES = ctx.param("stages") })
+  local bk, st = ctx.param("block_k"), ctx.param("stages")
+  local what, fix = M.check_tiles(ctx.facts.attention.hd, bk, st)
+  if what then U.fail("v2114.block_k", what, fix) end
+  k.want("flash_attention", {}, { FA3_BK = bk, FA3_STAGES = st })
   if (ctx.param("block_q") or 128) ~= 128 then
     ctx.decide(ctx.id .. ".block_q", "128 (not applied)", string.format(
       "v2114.block_q=%d, but the FA3 kernel's query tile is its two consumer warpgroups' m64 wgmma rows: 128", ctx.param("block_q")))
