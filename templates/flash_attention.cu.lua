@@ -18,6 +18,7 @@ constants = {
   SOFTCAP = { "float", default = 0.0, doc = "the cap of SCORE_MOD softcap" },
   FA3_BK = { "int", default = 128, doc = "flash3_attn_fwd (v2114): key rows per pipeline stage (v2114.block_k; a multiple of 16)" },
   FA3_STAGES = { "int", default = 2, doc = "flash3_attn_fwd (v2114): shared-memory K/V pipeline stages (v2114.stages)" },
+  FA3_TMA = { "bool", default = false, doc = "flash3_attn_fwd (v2114): the producer loads with TMA (cp.async.bulk.tensor.3d, 64 x 64 boxes, 128-byte swizzle) through a tensor map argument tmap over qkv as [B][T][R] bf16 (needs ACT bf16); false: plain loads converted on the way (trainers: the runtime has no tensor-map argument yet)" },
 }
 derive = function(K, decide)
   if K.NH % K.NKV ~= 0 then error("NH (" .. K.NH .. ") must be a multiple of NKV (" .. K.NKV .. ")") end
@@ -59,7 +60,11 @@ kernels = {
     params = { "act_t* __restrict__ out", "float* __restrict__ lse", "const act_t* __restrict__ qkv", "const int* __restrict__ pos", "int T" },
     block = "BLOCK", grid = "cdiv(T, BQ), B*NH", smem = "SMEM_FWD" },
   { name = "flash3_attn_fwd", doc = "the FlashAttention-3 forward (v2114): the outputs of flash_attention_fwd from a warp-specialized, mbarrier-pipelined wgmma kernel (bf16 operands); rendered when asked",
-    params = { "act_t* __restrict__ out", "float* __restrict__ lse", "const act_t* __restrict__ qkv", "const int* __restrict__ pos", "int T" },
+    params = function(K)
+      local ps = { "act_t* __restrict__ out", "float* __restrict__ lse", "const act_t* __restrict__ qkv", "const int* __restrict__ pos", "int T" }
+      if K.FA3_TMA then ps[#ps + 1] = "const __grid_constant__ hyp_tmap tmap" end
+      return ps
+    end,
     block = 384, grid = "cdiv(T, 128), B*NH", smem = "SMEM3", when = function() return false end,
     arch_specific = "flash3_attn_fwd (v2114) uses wgmma, setmaxnreg and mbarrier try_wait: sm_90a only" },
   { name = "flash_attention_bwd_d", doc = "D[b,h,t] = dout_t . out_t over head h (the softmax backward's row term); one warp per row",
@@ -454,6 +459,7 @@ __device__ __forceinline__ void fa_py(float (*acc)[4], float (*p)[4], const hyp_
 %   if HD ~= 64 and HD ~= 128 then error("flash3_attn_fwd needs HD 64 or 128 (rows of 128-byte swizzle atoms, 64 bf16 each), got " .. HD) end
 %   if FA3_BK % 16 ~= 0 or FA3_BK < 16 or FA3_BK > 256 then error("FA3_BK " .. FA3_BK .. ": a multiple of 16 up to 256 (the S wgmma's N, the P.V wgmma's k-steps)") end
 %   if HD // 2 + 3 * FA3_BK // 4 > 200 then error(string.format("FA3_BK %d at HD %d: O (HD/2), S (BK/2) and P (BK/4) registers per consumer thread exceed the 240 of setmaxnreg (keep HD/2 + 3 BK/4 <= 200)", FA3_BK, HD)) end
+%   if FA3_TMA and (ACT ~= "bf16" or FA3_BK % 64 ~= 0) then error("FA3_TMA needs ACT bf16 (TMA copies bytes: no conversion) and FA3_BK a multiple of 64 (64-row boxes), got ACT " .. ACT .. ", FA3_BK " .. FA3_BK) end
 %   if SMEM3 > 232448 then error(string.format("FA3_STAGES %d x FA3_BK %d at HD %d needs %d bytes of shared memory; sm_90 gives a block 232448 (227 KB)", FA3_STAGES, FA3_BK, HD, SMEM3)) end
 #include "hyp/hopper.cuh"
 // FlashAttention-3 forward (v2114) for sm_90a. Block (query tile of 128 rows, b*NH + h), 384
@@ -476,6 +482,7 @@ static constexpr int BQ3 = 128, CB3 = HD / 64;
 static constexpr int Q3_ELEMS = BQ3 * HD, KV3_ELEMS = FA3_BK * HD;
 static constexpr int FULL_K = 0, FULL_V = FA3_STAGES, EMPTY_K = 2 * FA3_STAGES, EMPTY_V = 3 * FA3_STAGES, Q_FULL = 4 * FA3_STAGES;
 static constexpr int BAR_PINGPONG = 1; // named barriers 1, 2 (0 is __syncthreads)
+static constexpr unsigned FILL_ARRIVALS = FA3_TMA ? 1 : 128; // a full barrier's arrivals: the TMA thread, or every producer thread
 
 // Index (in bf16 elements) of element (r, c) of a swizzled [rows x HD] tile.
 __device__ __forceinline__ int fa3_sw(int rows, int r, int c) {
@@ -495,6 +502,17 @@ __device__ __forceinline__ void fa3_stage(hyp_bf16* dst, int rows, const act_t* 
         *reinterpret_cast<uint2*>(&dst[fa3_sw(rows, r, c)]) = u;
     }
 }
+
+% if FA3_TMA then
+// TMA: rows [r0, r0 + rows) of the head at column col of the fused row of sequence b, as
+// 64 x 64 boxes of the 3-d map tmap (qkv as [B][T][R] bf16, 128-byte swizzle) into the swizzled
+// tile dst; rows at or past T arrive as zeros (out of bounds).
+__device__ __forceinline__ void fa3_tma_tile(hyp_bf16* dst, int rows, const hyp_tmap* tmap, int col, int r0, int b, unsigned long long* bar) {
+    for (int c = 0; c < CB3; c++)
+        for (int r = 0; r < rows; r += 64)
+            hyp_tma_load_3d(dst + c * rows * 64 + r * 64, tmap, col + 64 * c, r0 + r, b, bar);
+}
+% end
 
 // wgmma descriptors. K-major (Q as A, K as B of S = Q K^T): the k-step kk (16 columns) starts
 // at column block kk/4, byte 32 (kk % 4) of the swizzled row; 8-row atoms 1024 bytes apart.
@@ -589,12 +607,12 @@ __device__ __forceinline__ void fa3_pack(unsigned (*p)[4], const float* s) {
     const act_t* base = qkv + (long)b * T * R;
     if (threadIdx.x == 0) {
         for (int s = 0; s < FA3_STAGES; s++) {
-            hyp_mbar_init(&bar[FULL_K + s], 128);
-            hyp_mbar_init(&bar[FULL_V + s], 128);
+            hyp_mbar_init(&bar[FULL_K + s], FILL_ARRIVALS);
+            hyp_mbar_init(&bar[FULL_V + s], FILL_ARRIVALS);
             hyp_mbar_init(&bar[EMPTY_K + s], 8);
             hyp_mbar_init(&bar[EMPTY_V + s], 8);
         }
-        hyp_mbar_init(&bar[Q_FULL], 128);
+        hyp_mbar_init(&bar[Q_FULL], FILL_ARRIVALS);
         hyp_fence_mbar_init();
     }
     __syncthreads();
@@ -604,6 +622,28 @@ __device__ __forceinline__ void fa3_pack(unsigned (*p)[4], const float* s) {
     const int kstart = fa_lo_min(pos, b, T, q0, min(BQ3, T - q0)) / FA3_BK * FA3_BK;
     if (wgi == 0) { // producer
         hyp_setmaxnreg_dec<40>();
+% if FA3_TMA then
+        // TMA: one thread issues every copy; a stage's full barrier completes when its
+        // arrive_expect_tx arrival and the boxes' bytes (zeros past T included) have landed
+        if (tid == 0) {
+            hyp_mbar_arrive_expect_tx(&bar[Q_FULL], Q3_ELEMS * 2);
+            fa3_tma_tile(Qs, BQ3, &tmap, h * HD, q0, b, &bar[Q_FULL]);
+            int i = 0;
+            for (int k0 = kstart; k0 < kend; k0 += FA3_BK) {
+                if (!fa_tile_any(q0, q0 + BQ3 - 1, k0, k0 + FA3_BK - 1)) continue;
+                const int st = i % FA3_STAGES, ph = (i / FA3_STAGES) & 1;
+                hyp_mbar_wait(&bar[EMPTY_K + st], ph ^ 1); // a fresh barrier passes parity 1: round 0 does not wait
+                hyp_mbar_arrive_expect_tx(&bar[FULL_K + st], KV3_ELEMS * 2);
+                fa3_tma_tile(Ks + st * KV3_ELEMS, FA3_BK, &tmap, (NH + g) * HD, k0, b, &bar[FULL_K + st]);
+                hyp_mbar_wait(&bar[EMPTY_V + st], ph ^ 1);
+                hyp_mbar_arrive_expect_tx(&bar[FULL_V + st], KV3_ELEMS * 2);
+                fa3_tma_tile(Vs + st * KV3_ELEMS, FA3_BK, &tmap, (NH + NKV + g) * HD, k0, b, &bar[FULL_V + st]);
+                i++;
+            }
+        }
+        (void)base;
+        return;
+% else
         fa3_stage(Qs, BQ3, base, h * HD, q0, T, tid);
         hyp_fence_proxy_async();
         hyp_mbar_arrive(&bar[Q_FULL]);
@@ -622,6 +662,7 @@ __device__ __forceinline__ void fa3_pack(unsigned (*p)[4], const float* s) {
             i++;
         }
         return;
+% end
     }
     hyp_setmaxnreg_inc<232>();
     const int wg = wgi - 1, warp = tid >> 5, lane = tid & 31;

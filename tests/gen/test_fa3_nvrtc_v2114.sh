@@ -3,7 +3,8 @@
 #  - `gen render flash_attention --kernels flash3_attn_fwd --target sm_90` compiles the FA3
 #    forward for sm_90a (the template marks it arch-specific) with zero spills: head dim 64 with
 #    bf16 storage, 128 with fp32 storage and grouped heads, and 64 with the document mask, a
-#    v2117 rule (sliding window + softcap), 64-key tiles and 3 stages;
+#    v2117 rule (sliding window + softcap), 64-key tiles and 3 stages; the TMA producer variant
+#    (FA3_TMA, bf16 storage, a tensor-map argument) at head dims 128 and 64;
 #  - the `flash` alias is v2114 on sm_90: a trainer for the fa3-gpt2 fixture (head dim 64) renders
 #    flash3_attn_fwd beside the FA2 backward, compiles flash_attention.cu for sm_90a and the
 #    other families for sm_90, with no spills; its PTX holds the warp-specialized schedule's
@@ -29,6 +30,11 @@ r() { # tag, constants...: render + compile flash3_attn_fwd, the ptxas line on s
 r hd64_bf16 NH=2 NKV=2 HD=64 PREC=bf16 ACT=bf16
 r hd128_gqa NH=8 NKV=2 HD=128 PREC=bf16
 r hd64_doc_sw_softcap_bk64_st3 NH=4 NKV=2 HD=64 PREC=bf16 DOCMASK=true MASK=sliding_window WINDOW=100 SCORE_MOD=softcap SOFTCAP=5 FA3_BK=64 FA3_STAGES=3
+# the TMA producer (bf16 storage, a tensor-map argument; not in trainers yet)
+r tma_hd128_gqa NH=8 NKV=2 HD=128 PREC=bf16 ACT=bf16 FA3_TMA=true
+r tma_hd64_doc_bk64_st3 NH=4 NKV=2 HD=64 PREC=bf16 ACT=bf16 FA3_TMA=true DOCMASK=true FA3_BK=64 FA3_STAGES=3
+check test_v2114_tma_signature grep -q "int T, const __grid_constant__ hyp_tmap tmap)" "$TMP/tma_hd128_gqa.cu"
+expect test_v2114_tma_needs_bf16 1 "FA3_TMA needs ACT bf16" -- "$GEN" render flash_attention NH=2 NKV=2 HD=64 PREC=bf16 FA3_TMA=true --kernels flash3_attn_fwd -o "$TMP/tma_f32.cu"
 check test_v2114_rule_rendered grep -q "return k <= q && q - k < WINDOW;" "$TMP/hd64_doc_sw_softcap_bk64_st3.cu"
 expect test_v2114_render_hd32_refused 1 "flash3_attn_fwd needs HD 64 or 128" -- "$GEN" render flash_attention NH=4 NKV=4 HD=32 --kernels flash3_attn_fwd -o "$TMP/hd32.cu"
 
