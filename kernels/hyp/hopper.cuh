@@ -56,7 +56,8 @@
  *                                         the compiler from moving their reads/writes across an
  *                                         asynchronous wgmma)
  *   hyp_setmaxnreg_inc<R>() / _dec<R>()   setmaxnreg (warpgroup-uniform; R in 24..256, multiple
- *                                         of 8)
+ *                                         of 8). The kernel needs __launch_bounds__(threads, 1):
+ *                                         without it ptxas ignores setmaxnreg (warning C7508)
  *   hyp_named_bar_sync(id, n)             bar.sync id, n   (id 1..15: 0 is __syncthreads'; n a
  *   hyp_named_bar_arrive(id, n)           bar.arrive id, n  multiple of 32)
  *
@@ -80,10 +81,6 @@
 
 #include "hyp/types.cuh"
 
-#ifdef HYP_SIM
-#error "hyp/hopper.cuh: not yet emulated in sim (the device side only, for now)"
-#endif
-
 #ifndef __grid_constant__
 #define __grid_constant__
 #endif
@@ -93,6 +90,90 @@ struct alignas(64) hyp_tmap {
 };
 
 enum { HYP_SWZ_NONE = 0, HYP_SWZ_128B = 1, HYP_SWZ_64B = 2, HYP_SWZ_32B = 3 };
+
+#ifdef HYP_SIM
+#include "sim/hopper_sim.h"
+/* the caller's site for wrappers without other parameters */
+#define HYP_HOPPER_SITE const char *hyp_file = __builtin_FILE(), unsigned hyp_line = __builtin_LINE()
+
+__device__ __forceinline__ void hyp_mbar_init(unsigned long long *bar, unsigned count HYP_SITE_PARAMS) {
+    ::hyp_sim::hopper::mbar_init(bar, count, hyp_file, hyp_line);
+}
+/* the sim's barrier state is visible to every thread of the block at once */
+__device__ __forceinline__ void hyp_fence_mbar_init() {}
+__device__ __forceinline__ void hyp_mbar_arrive(unsigned long long *bar HYP_SITE_PARAMS) {
+    ::hyp_sim::hopper::mbar_arrive(bar, 0, "mbarrier.arrive", hyp_file, hyp_line);
+}
+__device__ __forceinline__ void hyp_mbar_arrive_expect_tx(unsigned long long *bar, unsigned bytes HYP_SITE_PARAMS) {
+    ::hyp_sim::hopper::mbar_arrive(bar, bytes, "mbarrier.arrive.expect_tx", hyp_file, hyp_line);
+}
+__device__ __forceinline__ void hyp_mbar_expect_tx(unsigned long long *bar, unsigned bytes HYP_SITE_PARAMS) {
+    ::hyp_sim::hopper::mbar_expect_tx(bar, bytes, hyp_file, hyp_line);
+}
+__device__ __forceinline__ bool hyp_mbar_try_wait(unsigned long long *bar, unsigned parity HYP_SITE_PARAMS) {
+    return ::hyp_sim::hopper::mbar_wait(bar, parity, hyp_file, hyp_line);
+}
+__device__ __forceinline__ void hyp_mbar_wait(unsigned long long *bar, unsigned parity HYP_SITE_PARAMS) {
+    ::hyp_sim::hopper::mbar_wait(bar, parity, hyp_file, hyp_line);
+}
+/* sim has one proxy: generic writes are visible to the emulated wgmma/TMA at once */
+__device__ __forceinline__ void hyp_fence_proxy_async() {}
+__device__ __forceinline__ void hyp_tma_load_2d(void *smem_dst, const hyp_tmap *map, int c0, int c1,
+                                                unsigned long long *bar HYP_SITE_PARAMS) {
+    const int c[2] = {c0, c1};
+    ::hyp_sim::hopper::tma_load(smem_dst, map, c, 2, bar, hyp_file, hyp_line);
+}
+__device__ __forceinline__ void hyp_tma_load_3d(void *smem_dst, const hyp_tmap *map, int c0, int c1, int c2,
+                                                unsigned long long *bar HYP_SITE_PARAMS) {
+    const int c[3] = {c0, c1, c2};
+    ::hyp_sim::hopper::tma_load(smem_dst, map, c, 3, bar, hyp_file, hyp_line);
+}
+__device__ __forceinline__ unsigned long long hyp_wgmma_desc(const void *smem, int swizzle, unsigned lbo_bytes,
+                                                             unsigned sbo_bytes HYP_SITE_PARAMS) {
+    return ::hyp_sim::hopper::wgmma_desc(smem, swizzle, lbo_bytes, sbo_bytes, hyp_file, hyp_line);
+}
+__device__ __forceinline__ void hyp_wgmma_fence(HYP_HOPPER_SITE) { ::hyp_sim::hopper::wgmma_fence(hyp_file, hyp_line); }
+__device__ __forceinline__ void hyp_wgmma_commit(HYP_HOPPER_SITE) { ::hyp_sim::hopper::wgmma_commit(hyp_file, hyp_line); }
+template <int N> __device__ __forceinline__ void hyp_wgmma_wait(HYP_HOPPER_SITE) {
+    ::hyp_sim::hopper::wgmma_wait(N, hyp_file, hyp_line);
+}
+__device__ __forceinline__ void hyp_wgmma_fence_operand(float *, int) {}
+template <int N> struct hyp_wgmma_n_ok {
+    static constexpr bool value = N == 8 || N == 16 || N == 24 || N == 32 || N == 48 || N == 64 || N == 96 ||
+                                  N == 128 || N == 192 || N == 256;
+};
+template <int N, int TA, int TB>
+__device__ __forceinline__ void hyp_wgmma_ss(float *d, unsigned long long da, unsigned long long db,
+                                             bool accumulate HYP_SITE_PARAMS) {
+    static_assert(hyp_wgmma_n_ok<N>::value, "hyp_wgmma_ss: N is one of 8,16,24,32,48,64,96,128,192,256");
+    static_assert(TA == 0 || TA == 1, "hyp_wgmma_ss: TA is 0 (K-major) or 1 (M-major)");
+    static_assert(TB == 0 || TB == 1, "hyp_wgmma_ss: TB is 0 (K-major) or 1 (N-major)");
+    ::hyp_sim::hopper::wgmma(d, N, da, nullptr, db, TA, TB, accumulate, hyp_file, hyp_line);
+}
+template <int N, int TB>
+__device__ __forceinline__ void hyp_wgmma_rs(float *d, const unsigned a[4], unsigned long long db,
+                                             bool accumulate HYP_SITE_PARAMS) {
+    static_assert(hyp_wgmma_n_ok<N>::value, "hyp_wgmma_rs: N is one of 8,16,24,32,48,64,96,128,192,256");
+    static_assert(TB == 0 || TB == 1, "hyp_wgmma_rs: TB is 0 (K-major) or 1 (N-major)");
+    ::hyp_sim::hopper::wgmma(d, N, 0, a, db, 0, TB, accumulate, hyp_file, hyp_line);
+}
+template <int R> __device__ __forceinline__ void hyp_setmaxnreg_inc(HYP_HOPPER_SITE) {
+    static_assert(R >= 24 && R <= 256 && R % 8 == 0, "setmaxnreg: 24..256, a multiple of 8");
+    ::hyp_sim::hopper::setmaxnreg(R, true, hyp_file, hyp_line);
+}
+template <int R> __device__ __forceinline__ void hyp_setmaxnreg_dec(HYP_HOPPER_SITE) {
+    static_assert(R >= 24 && R <= 256 && R % 8 == 0, "setmaxnreg: 24..256, a multiple of 8");
+    ::hyp_sim::hopper::setmaxnreg(R, false, hyp_file, hyp_line);
+}
+__device__ __forceinline__ void hyp_named_bar_sync(int id, int nthreads HYP_SITE_PARAMS) {
+    ::hyp_sim::hopper::named_bar(id, nthreads, true, hyp_file, hyp_line);
+}
+__device__ __forceinline__ void hyp_named_bar_arrive(int id, int nthreads HYP_SITE_PARAMS) {
+    ::hyp_sim::hopper::named_bar(id, nthreads, false, hyp_file, hyp_line);
+}
+#undef HYP_HOPPER_SITE
+
+#else /* the device: sm_90a inline PTX */
 
 __device__ __forceinline__ unsigned hyp_smem_addr(const void *p) {
     return static_cast<unsigned>(__cvta_generic_to_shared(p));
@@ -332,4 +413,5 @@ __device__ __forceinline__ void hyp_named_bar_arrive(int id, int nthreads) {
     asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(nthreads) : "memory");
 }
 
+#endif /* HYP_SIM */
 #endif

@@ -19,7 +19,7 @@
 extern "C" {
 #endif
 
-#define HYP_SIM_ABI_VERSION 1u
+#define HYP_SIM_ABI_VERSION 2u
 #define HYP_SIM_WARP 32u
 #define HYP_SIM_CP_ASYNC_MAX 64 /* pending cp.async copies per thread before the oldest is forced */
 
@@ -45,6 +45,8 @@ typedef struct hyp_sim_thread {
     unsigned cp_n, cp_group;        /* cp.async queue, managed by the module ... */
     hyp_sim_cp_async *cp;           /* ... in HYP_SIM_CP_ASYNC_MAX entries the runtime owns */
     void *rt;                       /* runtime-private: the fiber */
+    unsigned long long block_serial; /* unique per block run in this process: module-side
+                                        per-block state (hyp/hopper.cuh's) resets when it changes */
 } hyp_sim_thread;
 
 /* A warp-collective operation (shuffle, vote, __syncwarp, mma, ldmatrix). Each participating lane
@@ -76,6 +78,13 @@ typedef struct hyp_sim_host_api {
     void (*fail)(hyp_sim_thread *t, const char *file, unsigned line, const char *msg);
     /* Lanes of t's warp that exist and have not exited. */
     unsigned (*active_mask)(hyp_sim_thread *t);
+    /* Parks t until ready(arg) returns nonzero (returns at once if it already does). Parked
+     * threads are polled when no thread of the block can run; if none is ready then, the launch
+     * fails with a deadlock naming `what` at file:line. ready must only read memory (it runs on
+     * the scheduler, not on a fiber). Used by mbarrier waits, named barriers and the warpgroup
+     * rendezvous of wgmma (hyp/hopper.cuh). */
+    void (*park)(hyp_sim_thread *t, int (*ready)(void *arg), void *arg, const char *what,
+                 const char *file, unsigned line);
 } hyp_sim_host_api;
 
 #ifdef __cplusplus

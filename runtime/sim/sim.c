@@ -102,7 +102,7 @@ void __asan_unpoison_memory_region(void const volatile *addr, size_t size);
 /* ------------------------------------------------------------------------------------------ */
 /* State */
 
-enum { F_READY, F_RUNNING, F_BARRIER, F_WARP, F_EXITED };
+enum { F_READY, F_RUNNING, F_BARRIER, F_WARP, F_EXITED, F_PARKED };
 
 struct sim_runner;
 struct sim_launch;
@@ -120,6 +120,8 @@ typedef struct sim_fiber {
     unsigned line;
     int bar_value;        /* in: this thread's predicate; out: the block-wide result */
     hyp_sim_warp_op *wop; /* F_WARP: the op it waits in (on its own stack) */
+    int (*park_ready)(void *); /* F_PARKED: runnable again once park_ready(park_arg) != 0 */
+    void *park_arg;
 #ifdef SIM_ASAN
     void *asan_fake;
 #endif
@@ -157,6 +159,7 @@ typedef struct sim_runner {
     /* the block being run */
     struct sim_launch *L;
     unsigned n, nwarps, q_head, q_len, n_exited, n_barrier;
+    unsigned n_parked; /* fibers in F_PARKED (rt_park) */
     int failed;
     volatile sig_atomic_t in_handler;
     uint64_t rng;
@@ -196,6 +199,7 @@ typedef struct sim_launch {
 
 static _Thread_local sim_runner *tls_runner;
 static size_t g_page;
+static _Atomic unsigned long long g_block_serial; /* hyp_sim_thread.block_serial */
 
 /* ------------------------------------------------------------------------------------------ */
 /* Errors */
@@ -587,13 +591,52 @@ static unsigned rt_active_mask(hyp_sim_thread *t) {
     return r->warps[t->warp].exist & ~r->warps[t->warp].exited;
 }
 
+static void rt_park(hyp_sim_thread *t, int (*ready)(void *), void *arg, const char *what,
+                    const char *file, unsigned line) {
+    if (ready(arg)) return;
+    sim_fiber *f = (sim_fiber *)t->rt;
+    f->state = F_PARKED;
+    f->park_ready = ready;
+    f->park_arg = arg;
+    f->what = what;
+    f->file = file;
+    f->line = line;
+    f->r->n_parked++;
+    fiber_block(f);
+}
+
+/* Nothing can run: parked fibers whose condition now holds become runnable. Returns how many. */
+static unsigned unpark_ready(sim_runner *r) {
+    unsigned woke = 0;
+    for (unsigned i = 0; i < r->n && r->n_parked > 0; i++) {
+        sim_fiber *g = &r->fibers[i];
+        if (g->state != F_PARKED || !g->park_ready(g->park_arg)) continue;
+        g->state = F_READY;
+        r->n_parked--;
+        q_push(r, i);
+        woke++;
+    }
+    return woke;
+}
+
 static const hyp_sim_host_api g_api = {HYP_SIM_ABI_VERSION, rt_barrier, rt_warp_sync, rt_fail,
-                                       rt_active_mask};
+                                       rt_active_mask, rt_park};
 
 /* The run queue is empty but fibers remain: they wait for something that cannot happen. The
  * checks at each arrival catch the usual cases first; this is the net under them. */
 static void report_stuck(sim_runner *r) {
     char a[64];
+    for (unsigned i = 0; i < r->n && r->n_parked > 0; i++) {
+        sim_fiber *g = &r->fibers[i];
+        if (g->state != F_PARKED) continue;
+        launch_error(r->L,
+                     "%s:%u: kernel '%s' %s: deadlock: it waits in %s, which can never complete "
+                     "(no other thread of the block can run) — a missing arrive, a wrong phase "
+                     "parity, a transaction count that the copies never reach, or a thread that "
+                     "exited or waits elsewhere",
+                     g->file, g->line, r->L->kernel, who(g, a, sizeof a), g->what);
+        return;
+    }
     for (unsigned i = 0; i < r->n; i++) {
         sim_fiber *g = &r->fibers[i];
         if (g->state == F_WARP) {
@@ -878,8 +921,9 @@ static void run_block(sim_runner *r, uint64_t b) {
     unsigned n = L->nthreads;
     r->n = n;
     r->nwarps = (n + 31) / 32;
-    r->q_head = r->q_len = r->n_exited = r->n_barrier = 0;
+    r->q_head = r->q_len = r->n_exited = r->n_barrier = r->n_parked = 0;
     r->failed = 0;
+    unsigned long long serial = atomic_fetch_add(&g_block_serial, 1) + 1;
     for (unsigned w = 0; w < r->nwarps; w++) {
         unsigned lanes = n - w * 32 >= 32 ? 32 : n - w * 32;
         sim_warp *W = &r->warps[w];
@@ -909,6 +953,7 @@ static void run_block(sim_runner *r, uint64_t b) {
         t->dyn_shared_bytes = r->dyn_bytes;
         t->cp_n = t->cp_group = 0;
         t->rt = f;
+        t->block_serial = serial;
         f->state = F_READY;
         f->wop = NULL;
         ctx_arm(f);
@@ -916,6 +961,7 @@ static void run_block(sim_runner *r, uint64_t b) {
     }
     for (;;) {
         if (r->failed || atomic_load_explicit(&L->failed, memory_order_relaxed)) break;
+        if (r->q_len == 0 && r->n_parked > 0 && unpark_ready(r) > 0) continue;
         if (r->q_len == 0) {
             if (r->n_exited != n) report_stuck(r);
             break;

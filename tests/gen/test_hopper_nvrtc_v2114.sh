@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # v2114 (the Hopper wrappers of kernels/hyp/hopper.cuh): NVRTC compiles tests/hopper/hopper_all.cu,
-# which calls every wrapper, for sm_90a with zero register spills (ptxas -v through
-# --ptxas-options=-v), and the PTX holds the real instructions (wgmma.mma_async from descriptors
+# which calls every wrapper, and the sim test kernels (hopper_sim.cu, the demonstration GEMM
+# gemm_tma_wgmma.cu) for sm_90a with zero register spills (ptxas -v through
+# --ptxas-options=-v), and the PTX of hopper_all.cu holds the real instructions (wgmma.mma_async from descriptors
 # and from registers, fence/commit/wait_group, cp.async.bulk.tensor 2d/3d with complete_tx,
 # mbarrier init/arrive/expect_tx/try_wait.parity, fence.proxy.async, setmaxnreg inc/dec,
 # bar.sync/bar.arrive with ids). Needs NVRTC; without it the checks are skipped, not failed.
@@ -61,6 +62,12 @@ fi
 P="$TMP/hopper_all.ptx"
 expect test_v2114_hopper_wrappers_sm90a_no_spills 0 "0 bytes spill stores, 0 bytes spill loads" -- \
   "$TMP/nvrtc_v" "$ROOT/tests/hopper/hopper_all.cu" sm_90a "$ROOT/kernels" "$CUDA/include" "$P"
+for k in hopper_sim gemm_tma_wgmma; do
+  expect "test_v2114_${k}_sm90a_no_spills" 0 "0 bytes spill stores, 0 bytes spill loads" -- \
+    "$TMP/nvrtc_v" "$ROOT/tests/hopper/$k.cu" sm_90a "$ROOT/kernels" "$CUDA/include" "$TMP/$k.ptx"
+  out=$("$TMP/nvrtc_v" "$ROOT/tests/hopper/$k.cu" sm_90a "$ROOT/kernels" "$CUDA/include" "$TMP/$k.ptx" 2>&1)
+  check "test_v2114_${k}_sm90a_no_kernel_spills" bash -c "! printf '%s' \"\$1\" | grep -E '[1-9][0-9]* bytes spill (stores|loads)'" _ "$out"
+done
 has() { [ -f "$P" ] && grep -Eq -- "$1" "$P"; }
 for ins in 'wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16' 'wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16' \
            'wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16' 'wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 \{[^}]*\}, \{' \
