@@ -598,7 +598,10 @@ __device__ __forceinline__ void fa3_pack(unsigned (*p)[4], const float* s) {
 
 {{ signature("flash3_attn_fwd") }} {
     extern __shared__ __align__(16) unsigned char fa_smem[];
-    hyp_bf16* Qs = (hyp_bf16*)(fa_smem + ((1024 - ((unsigned long long)fa_smem & 1023)) & 1023));
+    // the swizzle and TMA work on shared-memory addresses: align the shared address (a wgmma
+    // descriptor's start-address field, bits 0-13 = address >> 4, on the device and in sim alike)
+    const unsigned fa_sa = (unsigned)(hyp_wgmma_desc(fa_smem, HYP_SWZ_NONE, 0, 0) & 0x3FFFu) << 4;
+    hyp_bf16* Qs = (hyp_bf16*)(fa_smem + ((1024 - (fa_sa & 1023)) & 1023));
     hyp_bf16* Ks = Qs + Q3_ELEMS;                  // [FA3_STAGES][FA3_BK x HD]
     hyp_bf16* Vs = Ks + FA3_STAGES * KV3_ELEMS;    // [FA3_STAGES][FA3_BK x HD]
     unsigned long long* bar = (unsigned long long*)(Vs + FA3_STAGES * KV3_ELEMS);
