@@ -26,10 +26,11 @@ function M.check(cfg, m, decide)
   local name = tostring(m.name)
   local function refuse(what, fix) U.fail(where, string.format("model %s (mixture of experts): %s", name, what), fix) end
   local tgt = cfg.target
-  if tgt.kind ~= "cpu" then
-    refuse(string.format("no %s trainer runs the router, dispatch and expert ops yet (the MoE op has cpu kernels only)", tostring(tgt.name)),
-      "use --target cpu, or `gen size` for sizing (docs/moe.md)")
+  if tgt.kind ~= "cpu" and tgt.kind ~= "sim" and tgt.kind ~= "cuda" then
+    refuse(string.format("no %s trainer runs the router, dispatch and expert ops", tostring(tgt.name)),
+      "use --target cpu, sim or sm_XX, or `gen size` for sizing (docs/moe.md)")
   end
+  if tgt.kind ~= "cpu" then M.check_device(cfg, refuse) end
   if e.router ~= "softmax" then refuse("the " .. e.router .. " router is not in the runtime op (softmax top-k only)", "set moe.router: softmax, or use this model with `gen size` only") end
   if e.router_bias == "aux_free" then refuse("the aux-loss-free router bias is not in the runtime op", "set moe.router_bias: none") end
   if not e.dropless then refuse("capacity_factor (token dropping) is not in the runtime op: it routes every token (dropless)", "set moe.dropless: true instead of a capacity_factor") end
@@ -53,6 +54,18 @@ function M.check(cfg, m, decide)
   if f.fp8 or f.int8 or f.qat then refuse("fp8/int8/quantization-aware GEMMs are not applied to the expert GEMMs of the MoE op", "drop fp8/int8/qat") end
   if e.norm_topk == nil then decide("model.moe.norm_topk", true, "absent: the top_k weights renormalised to sum 1 (Mixtral)") end
   if e.aux_loss_coef == nil then decide("model.moe.aux_loss_coef", 0, "absent: no load-balancing loss (set moe.aux_loss_coef, e.g. 0.02)") end
+end
+
+-- What the device op (runtime/device/exec_dev_moe.c, templates/moe.cu.lua) does not do on sim and
+-- cuda, refused there: its expert GEMM sizes are the loads read back mid-op (no captured graph, no
+-- ZeRO-2/3 grouped gradient schedule), and its kernels are fp32 (the mixed-precision refusal above).
+function M.check_device(cfg, refuse)
+  local f, a = cfg.facts or {}, cfg.active or {}
+  if f.zero and (f.zero.stage or 0) >= 2 then
+    refuse(string.format("ZeRO stage %d on %s: the device MoE op runs with ZeRO stage <= 1", f.zero.stage, tostring(cfg.target.name)),
+      "use zero1 (or no ZeRO), or --target cpu")
+  end
+  if a.v2165 then refuse("cuda graphs (v2165) cannot capture the device MoE op: it reads its expert loads back to size the GEMMs", "drop cuda-graphs") end
 end
 
 -- The parameters of MoE layer l in arena order (p: tensor_params' adder; n: the layer's names;

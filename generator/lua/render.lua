@@ -22,6 +22,7 @@ M.OP_FAMILY = {
   crossentropy = "classifier", crossentropy_fused = "classifier", fp8_quantize = "cast", round_bf16 = "cast",
   round_fp16 = "cast", matmul_fwd = false, matmul_bwd = false, zero = false,
   fake_quant = "quant", int8_matmul_fwd = "quant", int8_matmul_dgrad = "quant",
+  moe_fwd = "moe", moe_bwd = "moe",
 }
 local NOT_TEMPLATE = { matmul_fwd = "cuBLASLt (runtime)", matmul_bwd = "cuBLASLt (runtime)",
   zero = "cudaMemsetAsync (runtime)" }
@@ -209,6 +210,11 @@ function M.instances(tree, cfg, plan, decide, contrib)
   end
   if seen.gelu_fwd then want("gelu", { "gelu_fwd", "gelu_bwd" }, {}) end
   if seen.swiglu_fwd then want("swiglu", { "swiglu_fwd", "swiglu_bwd" }, { H = m.H }) end
+  if seen.moe_fwd then -- runtime/device/exec_dev_moe.c runs the ops (every MoE layer has the model's moe settings)
+    local a = first_op(plan, "moe_fwd").attrs
+    want("moe", { "moe_route", "moe_stats", "moe_scatter", "moe_gather", "moe_swiglu_fwd", "moe_swiglu_bwd", "moe_combine",
+      "moe_dy", "moe_scatter_add", "moe_router_bwd" }, { C = a.C, H = a.H, NE = a.E, TOPK = a.K, NORM = a.norm_topk and 1 or 0 })
+  end
   if seen.crossentropy or seen.crossentropy_fused then
     want("classifier", { "crossentropy_fwd", "crossentropy_fused" }, { V = m.V, VP = m.Vp })
     -- a loss that is not plain cross-entropy (the plan's post section trains a preference

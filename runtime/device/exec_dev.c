@@ -20,6 +20,7 @@ void exec_dev_free(exec_dev *x) {
     hyp_err e;
     hyp_device *d = x->dev;
     exec_dev_free_graphs(x); /* v2165: before the memory its replays use */
+    exec_dev_moe_free(x);
     free_z3(x);
     if (x->zg) hyp_z3_layout_free(x->zg);
     free(x->zg);
@@ -883,6 +884,7 @@ static int run_op_work(exec_dev *x, const plan_op *o, const exec_dev_op *eo, flo
     }
     case EXD_GEMM:
         return hyp_op_get(o->op)->device == HYP_OPDEV_GEMM_FWD ? matmul_fwd(x, o, N, e) : matmul_bwd(x, o, N, e);
+    case EXD_MOE: return exec_dev_moe_run(x, o, dloss, e);
     default: return hyp_fail(e, HYP_EINPUT, "plan op '%s' cannot run on the device", hyp_op_name(o->op));
     }
 }

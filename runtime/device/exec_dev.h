@@ -30,7 +30,7 @@ typedef struct exec_dev_file exec_dev_file;     /* one rendered module (exec_dev
 
 /* EXD_SKIP: the first op of a v2166 fusion site (kernels.json "fusions"), whose work the site's
  * launches do at the second op, or an op a GEMM epilogue does (plan attrs.epilogue) */
-typedef enum { EXD_NONE, EXD_KERNELS, EXD_GEMM, EXD_ZERO, EXD_SKIP } exec_dev_how;
+typedef enum { EXD_NONE, EXD_KERNELS, EXD_GEMM, EXD_ZERO, EXD_SKIP, EXD_MOE } exec_dev_how; /* EXD_MOE: exec_dev_moe.c */
 
 typedef struct {
     exec_dev_how how;
@@ -171,6 +171,7 @@ typedef struct {
     int teacher_vp;
     float temperature, alpha;
     int fwd_only;                   /* exec_dev_init_forward: no gradients, states, loss or backward */
+    struct exec_dev_moe *moe;       /* the MoE ops' module and workspace (exec_dev_moe.c); NULL: none */
 } exec_dev;
 
 /* Allocates the device arenas (params and grads: the arena; the optimizer's states: the arena, or

@@ -358,6 +358,7 @@ int exec_dev_bind_op(exec_dev *x, const cJSON *man, const plan_op *o, exec_dev_o
     const cJSON *ops = cJSON_GetObjectItemCaseSensitive(man, "ops");
     const cJSON *ls = cJSON_GetObjectItemCaseSensitive(ops, name);
     memset(eo, 0, sizeof *eo);
+    if (exec_dev_moe_is(o)) return exec_dev_moe_bind(x, o, eo, e);
     if (!ls) {
         hyp_op_device dv = hyp_op_get(o->op)->device;
         if (dv == HYP_OPDEV_GEMM_FWD || dv == HYP_OPDEV_GEMM_BWD) eo->how = EXD_GEMM;

@@ -66,5 +66,11 @@ int exec_dev_bind_fusions(exec_dev *x, const cJSON *man, scratch_t *sc, int *nsc
  * crossentropy_fused op, into x->loss_ext / x->loss_ext_op (exec_dev_loss.c runs them). */
 int exec_dev_bind_loss_ext(exec_dev *x, const cJSON *man, scratch_t *sc, int *nsc, hyp_err *e);
 void exec_dev_free_launches(exec_dev *x);
+/* The moe_fwd / moe_bwd plan ops (exec_dev_moe.c): whether o is one; binding (moe.cu found, the
+ * workspace allocated; eo->how = EXD_MOE); running one; freeing what binding made. */
+int exec_dev_moe_is(const plan_op *o);
+int exec_dev_moe_bind(exec_dev *x, const plan_op *o, exec_dev_op *eo, hyp_err *e);
+int exec_dev_moe_run(exec_dev *x, const plan_op *o, float dloss, hyp_err *e);
+void exec_dev_moe_free(exec_dev *x);
 
 #endif

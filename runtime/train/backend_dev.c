@@ -41,6 +41,8 @@
 #include "device.h"
 #include "exec_dev.h"
 #include "gnb.h"
+#include "moe_layout.h"
+#include "moe_stats.h"
 #include "op_registry.h"
 
 typedef struct {
@@ -196,6 +198,7 @@ static int open_dev(train_dev *t, const dp_t *dp, const plan_t *p, const char *p
     t->on = 1;
     snprintf(t->title, sizeof t->title, "%s device memory", t->dev->name);
     if (t->world > 1 && (rc = t->dev->comm_init(t->dev, coll, e))) return rc;
+    if (!x->moe && (rc = exec_moe_init(x, e))) return rc; /* the MoE layers' router statistics (dev_moe_stats) */
     if ((rc = stage == 3 ? exec_dev_init_z3(&t->xd, p, kdir, t->dev, &x->z3->L, e)
                          : exec_dev_init_dp(&t->xd, p, kdir, t->dev, t->world, t->rank, stage, e)) ||
         (rc = exec_dev_bind(&t->xd, B, T, e)))
@@ -327,6 +330,24 @@ static int dev_sampled_targets(train_dev *t, exec_t *x, hyp_err *e) {
     return rc;
 }
 
+/* The router statistics of the MoE layers (cpu/moe_stats.h, kept on the host mirror x as the cpu
+ * executor keeps them): each moe_bwd op's routing state (core/moe_layout.h) read back after the
+ * backward, so the metrics' loads and aux loss are the ones the device op used. */
+static int dev_moe_stats(train_dev *t, exec_t *x, hyp_err *e) {
+    const plan_t *p = t->xd.p;
+    int N = t->xd.B * t->xd.T, op = hyp_op_find("moe_bwd"), rc = HYP_OK;
+    for (int i = 0; i < p->n_bwd && !rc; i++) {
+        const plan_op *o = &p->bwd[i];
+        if (o->op != op) continue;
+        int64_t n = moe_state_floats(N, o->E, o->K);
+        float *h = malloc(sizeof(float) * (size_t)n);
+        if (!h) return hyp_fail(e, HYP_EFAIL, "out of memory");
+        if (!(rc = exec_dev_download_buf(&t->xd, o->in[4], h, n, e))) exec_moe_add(x, o->in[4], h, N, (int)o->K);
+        free(h);
+    }
+    return rc;
+}
+
 /* The last micro-batch's backward starts the bucket all-reduces (overlap). */
 static int dev_micro_batch(train_backend *b, float dloss, int last, float *mean, hyp_err *e) {
     train_dev *t = b->impl;
@@ -355,7 +376,8 @@ static int dev_micro_batch(train_backend *b, float dloss, int last, float *mean,
     }
     if (!rc) rc = exec_dev_forward(&t->xd, e);
     if (!rc && b->x->loss_fused) rc = dev_sampled_targets(t, b->x, e); /* Sophia's GNB pass */
-    return rc ? rc : exec_dev_backward_each(&t->xd, dloss, mean, hook ? after_bwd_op : NULL, t, e);
+    if (!rc) rc = exec_dev_backward_each(&t->xd, dloss, mean, hook ? after_bwd_op : NULL, t, e);
+    return rc || !b->x->moe ? rc : dev_moe_stats(t, b->x, e);
 }
 
 static int dev_reduce_grads(train_backend *b, const train_opts *o, hyp_err *e) {

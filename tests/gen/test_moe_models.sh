@@ -5,8 +5,8 @@
 # OLMoE-1B-7B 6.9B / 1.3B: counts from the config are exact integers, so they must round to the
 # published 3 significant digits; DeepSeek-V3's shape differs by its latent attention and MTP
 # module, stated in its YAML, so within 2%/5%); gen refuses to generate a trainer for an MoE model
-# on the device targets (sim, cuda), whose trainers have no MoE kernels, and with every selection
-# the cpu MoE op cannot run under (tensor parallelism, mixed precision, preference objectives; capacity,
+# on the device targets (sim, cuda) with what their MoE op does not do (ZeRO-2/3, cuda graphs, bf16),
+# and with every selection the cpu MoE op cannot run under (tensor parallelism, mixed precision, preference objectives; capacity,
 # shared experts), each with what to do and nothing written. Must never need a compiler or a network.
 source "$(dirname "$0")/lib.sh"
 json() { python3 -c "import json,sys; p=json.load(sys.stdin); print(eval(sys.argv[1]))" "$@"; }
@@ -43,12 +43,12 @@ bad test_moe_zero_experts 's/n_experts: 4/n_experts: 1/' "n_experts"
 bad test_moe_aux_free_needs_sigmoid '/dropless: true/a\  router_bias: aux_free' "aux-loss-free bias .* — set router: sigmoid"
 bad test_moe_all_layers_dense '/dropless: true/a\  first_dense_layers: 2' "first_dense_layers 2 leaves no MoE layer of 2"
 
-# --- trainers: the cpu target runs the MoE op (training: test_moe_train.sh); sim and cuda have
-# no MoE kernels: refused, nothing written ------------------------------------------------------
+# --- trainers: cpu, sim and cuda run the MoE op (training: test_moe_train.sh, test_moe_sim_train.sh);
+# on sim and cuda what the device op does not do is refused, nothing written -------------------
 for t in sim sm_90; do
-  expect test_moe_refused_on_$t 2 "tiny-moe.yaml: model tiny-moe \(mixture of experts\): no $t trainer runs the router, dispatch and expert ops yet .* — use --target cpu" \
-    -- "$GEN" specs/v2500.yaml --enable adamw --model tiny-moe --target $t -o "$TMP/out-$t"
-  check test_moe_refused_on_${t}_no_output test ! -e "$TMP/out-$t"
+  expect test_moe_device_refuses_zero2_on_$t 2 "tiny-moe.yaml: model tiny-moe \(mixture of experts\): ZeRO stage 2 on $t: the device MoE op runs with ZeRO stage <= 1 — use zero1" \
+    -- "$GEN" specs/v2500.yaml --enable adamw,dp,zero2 --model tiny-moe --target $t -o "$TMP/out-$t"
+  check test_moe_device_refuses_zero2_on_${t}_no_output test ! -e "$TMP/out-$t"
 done
 # --- what the MoE op cannot run under: refused, nothing written -------------------------------
 refused() { # refused NAME REGEX gen-args...
@@ -56,7 +56,8 @@ refused() { # refused NAME REGEX gen-args...
   expect "test_moe_refuses_$name" 2 "tiny-moe.yaml: model tiny-moe \\(mixture of experts\\): $re" -- "$GEN" specs/v2500.yaml --model tiny-moe "$@" -o "$TMP/r-$name"
   check "test_moe_refuses_${name}_no_output" test ! -e "$TMP/r-$name"
 }
-refused sim "no sim trainer runs .* — use --target cpu" --enable adamw --target sim
+refused graphs "cuda graphs \\(v2165\\) cannot capture the device MoE op.* — drop cuda-graphs" --enable adamw,cuda-graphs --target sim
+refused bf16_sim "mixed precision \\(bf16\\).* — drop mixed-precision" --enable adamw,bf16 --target sim
 # tensor parallelism: refused (by tp's own llama check, or by the MoE check once tp shards llama)
 expect test_moe_refuses_tp 2 "tensor parallelism .*— .*drop tp" -- "$GEN" specs/v2500.yaml --model tiny-moe --enable adamw,tp --target cpu -o "$TMP/r-tp"
 check test_moe_refuses_tp_no_output test ! -e "$TMP/r-tp"
