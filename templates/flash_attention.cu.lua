@@ -1,6 +1,6 @@
 --[[ hyperion template
 family = "flash_attention"
-doc = "FlashAttention-2 attention on tensor cores (mma.sync m16n8k16 bf16, fp32 accumulation): online softmax saving only the log-sum-exp; deterministic backward; grouped-query heads; a mask rule (causal, sliding window, prefix-LM) and score modifier (softcap, ALiBi) rendered in (v2117), fully masked tiles skipped; optional document mask (v2126 packing)"
+doc = "FlashAttention-2 attention on tensor cores (mma.sync m16n8k16 bf16, fp32 accumulation): online softmax saving only the log-sum-exp; deterministic backward; grouped-query heads; a mask rule (causal, sliding window, prefix-LM) and score modifier (softcap, ALiBi) rendered in (v2117), fully masked tiles skipped; optional document mask (v2126 packing); and the FlashAttention-3 forward for sm_90a (v2114: flash3_attn_fwd, warp-specialized wgmma with an mbarrier pipeline)"
 constants = {
   NH = { "int", doc = "query heads" },
   NKV = { "int", doc = "key/value heads (NH % NKV == 0)" },

@@ -70,7 +70,7 @@ function M.rendered(ctx)
   local a = ctx.facts.attention
   if a.fwd_kernel ~= "flash3_attn_fwd" then return end
   ctx.decide("kernels.attention", "flash: FA3 forward (wgmma, warp-specialized), FA2 backward",
-    "the plan uses flash attention (" .. ctx.id .. "): templates/flash_attention.cu.lua's flash3_attn_fwd for sm_90a (producer warpgroup + STAGES-deep mbarrier pipeline, two consumer warpgroups of 64 query rows on wgmma m64nNk16 bf16 with fp32 accumulation, ping-pong through named barriers, setmaxnreg 24/240), operands rounded to bf16; the backward is the FA2 template's (mma.sync, bf16 operands) on the same log-sum-exp")
+    "the plan uses flash attention (" .. ctx.id .. "): templates/flash_attention.cu.lua's flash3_attn_fwd for sm_90a (producer warpgroup + STAGES-deep mbarrier pipeline, two consumer warpgroups of 64 query rows on wgmma m64nNk16 bf16 with fp32 accumulation, ping-pong through named barriers, setmaxnreg 40/232), operands rounded to bf16; the backward is the FA2 template's (mma.sync, bf16 operands) on the same log-sum-exp")
 end
 
 return M
