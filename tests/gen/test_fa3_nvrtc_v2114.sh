@@ -55,6 +55,10 @@ done
 check test_v2114_no_serialized_wgmma bash -c "! grep -q C7514 '$TMP/t90/kernels/compile.log'"
 grep -A4 "Compiling entry function 'flash3_attn_fwd'" "$TMP/t90/kernels/compile.log" | grep "Used" | sed 's/^/     flash3_attn_fwd (fa3-gpt2, sm_90a): /'
 check test_v2114_hd32_keeps_fa2_forward bash -c "'$GEN' audit '$T' --enable flash --model tiny --target sm_90 | grep -q 'v2114.forward → FA2 template: head dim 32'"
+# v2117's audit counts the FA3 forward's skipped tiles (sliding window 128 at T 1024: each
+# 128-query tile sees its own key tile and the one before, 1 + 7 x 2 = 15 of 64; causal 36)
+expect test_v2114_v2117_fa3_tiles_in_audit 0 "the FA3 forward \(128x128 tiles\) visits 15 of 64, skips 49 fully masked \(causal 36: 58.3% fewer\)" \
+  -- "$GEN" audit "$T" --enable flash,flex --set v2117.mask=sliding_window --set v2117.window=128 --model gpt2-124m --seq 1024 --target sm_90
 
 # the performance model: FA3 vs FA2 per attention layer on H100 from the two kernels' declared
 # work (gpt2-124m, T 1024, causal; a sim trainer: gen compiles nothing), beside the paper's ratio

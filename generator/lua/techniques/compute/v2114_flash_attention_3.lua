@@ -23,6 +23,7 @@ function M.sections(ctx, plan)
   a.hd = hd
   if HDS[hd] then
     a.fwd_kernel = "flash3_attn_fwd"
+    a.block_k = ctx.param("block_k")
     -- wgmma bf16: q, k, v and P are bf16 operands whatever the activation storage; the FA2
     -- backward then rounds the same way (its P from the same log-sum-exp)
     if a.precision ~= "bf16" then
