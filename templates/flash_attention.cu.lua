@@ -90,8 +90,8 @@ ops = {
                           { "flash_attention_bwd_dkv", "out1", "in1", "in2", "in4", "out2", "in5", "T" },
                           { "flash_attention_bwd_dq", "out1", "in1", "in2", "in4", "out2", "in5", "T" } },
 }
--- cost of one launch (generator/lua/perf.lua; fields as in templates/gelu.cu.lua), enumerating the
--- kernels' own loops: tiles staged by the whole block (fp32 loads), m16n8k16 products per warp
+-- cost of one launch (generator/lua/perf.lua; fields as in templates/gelu.cu.lua; mma_sync: the FA2
+-- kernels issue mma.sync, tc_async: FA3's wgmma overlaps its softmax), enumerating the kernels' own loops: tiles staged by the whole block (fp32 loads), m16n8k16 products per warp
 -- after its causal skips (4096 FLOPs each, x3 under PREC bf16x3: hi*hi + hi*lo + lo*hi), the
 -- per-row statistics every thread loads. DRAM: q, k, v, dout, out once per (b, head); k/v tiles
 -- staged again by later query tiles hit L2 (`reread`). No document mask (DOCMASK adds pos loads).
@@ -123,7 +123,7 @@ cost = (function()
     local staged_kv, mma = qk_tiles(a, BQ, BK, (BK // 8) * (a.HD // 16) + (a.HD // 8) * (BK // 16))
     local BH, q = a.B * a.NH, a.B * a.T * a.NH * a.HD
     local kv = a.B * a.T * 2 * a.NKV * a.HD * a.E
-    return { tc_bf16 = mult(a) * MMA * BH * mma, fp32 = BH * mma * 64, sfu = BH * mma * 16,
+    return { tc_bf16 = mult(a) * MMA * BH * mma, fp32 = BH * mma * 64, sfu = BH * mma * 16, mma_sync = true,
              rd = a.E * q + kv, wr = a.E * q + 4 * BH * a.T, reread = BH * staged_kv - kv }
   end
   local function dq(a)
@@ -135,7 +135,7 @@ cost = (function()
     local qtiles = (a.T + BQ - 1) // BQ
     local stats = BH * qtiles * 128 * 2 * 8 -- every thread loads lse and D of two rows
     -- q and dout staged, k/v tiles, the row statistics, dq read and written back (+=)
-    return { tc_bf16 = mult(a) * MMA * BH * mma, fp32 = BH * mma * 64, sfu = BH * mma * 16,
+    return { tc_bf16 = mult(a) * MMA * BH * mma, fp32 = BH * mma * 64, sfu = BH * mma * 16, mma_sync = true,
              rd = 2 * a.E * q + kv + 8 * BH * a.T + a.E * q, wr = a.E * q,
              reread = BH * staged_kv - kv + stats - 8 * BH * a.T }
   end
@@ -156,7 +156,7 @@ cost = (function()
     local BG, kvh = a.B * a.NKV, a.B * a.T * a.NKV * a.HD
     local qo = 2 * a.B * a.T * a.NH * a.HD * a.E
     -- k, v staged once per key tile; q, dout tiles per head of the group; dk, dv read and written (+=)
-    return { tc_bf16 = mult(a) * MMA * BG * G * mma, fp32 = BG * G * mma * 64, sfu = BG * G * mma * 16,
+    return { tc_bf16 = mult(a) * MMA * BG * G * mma, fp32 = BG * G * mma * 64, sfu = BG * G * mma * 16, mma_sync = true,
              rd = 2 * a.E * kvh + qo + 8 * a.B * a.NH * a.T + 2 * a.E * kvh, wr = 2 * a.E * kvh,
              reread = BG * G * (staged_qo + stats) - qo - 8 * a.B * a.NH * a.T }
   end
@@ -180,7 +180,7 @@ cost = (function()
     local BH, q = a.B * a.NH, a.B * a.T * a.NH * a.HD
     local kv = a.B * a.T * 2 * a.NKV * a.HD * a.E
     local scores = BH * tiles * BQ * BK
-    return { tc_bf16 = BH * tiles * 2 * 2 * (2 * 64 * BK * a.HD), fp32 = 6 * scores + BH * tiles * BQ * a.HD, sfu = scores,
+    return { tc_bf16 = BH * tiles * 2 * 2 * (2 * 64 * BK * a.HD), fp32 = 6 * scores + BH * tiles * BQ * a.HD, sfu = scores, tc_async = true,
              rd = a.E * q + kv, wr = a.E * q + 4 * BH * a.T, reread = BH * staged_kv - kv }
   end
   return {

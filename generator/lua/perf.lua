@@ -48,9 +48,12 @@ local function family_decl(family)
   return decl_cache[family] or nil
 end
 
--- A cost table with every unit and byte field present (missing ones 0).
+-- A cost table with every unit and byte field present (missing ones 0), and the two issue flags a
+-- template may declare: mma_sync (its tensor-core work is mma.sync, which reaches eff.mma_sync of
+-- the tc rate where the hardware file gives one: Hopper), tc_async (its tensor-core work is
+-- asynchronous wgmma that overlaps its other units: v2114's FA3).
 local function norm_cost(c)
-  local o = { rd = c.rd or 0, wr = c.wr or 0, reread = c.reread or 0 }
+  local o = { rd = c.rd or 0, wr = c.wr or 0, reread = c.reread or 0, mma_sync = c.mma_sync or nil, tc_async = c.tc_async or nil }
   for _, u in ipairs(UNITS) do o[u] = c[u] or 0 end
   return o
 end
@@ -443,21 +446,32 @@ function M.rates(h)
   end
   r.sfu = p.sfu_tops * 1e12 * p.eff.sfu
   r.sfu_peak = p.sfu_tops * 1e12
+  r.mma_sync = p.eff.mma_sync
   return r
 end
 
 -- Roofline time of one launch: the compute units share the SMs' issue slots (their times add),
 -- memory traffic overlaps them (the larger of the two). DRAM bytes = rd + wr (reread: served by
 -- L1/L2, not DRAM). Returns seconds, the bound, and the pure-peak bound (no efficiency factors).
+-- A launch declaring mma_sync runs its bf16 tensor-core work at eff.mma_sync of the tc rate
+-- (where the hardware gives it); one declaring tc_async overlaps its tensor-core time with its
+-- other units (the larger of the two instead of the sum), at peaks too.
 function M.launch_time(c, r)
-  local tc, tp = 0, 0
+  local tc, tp, ta, tap = 0, 0, 0, 0
   for _, u in ipairs(UNITS) do
     if c[u] > 0 then
       if r[u] <= 0 then return math.huge, "no " .. u .. " unit", math.huge end
-      tc = tc + c[u] / r[u]
-      tp = tp + c[u] / r[u .. "_peak"]
+      local rate = r[u]
+      if c.mma_sync and u == "tc_bf16" and r.mma_sync then rate = rate * r.mma_sync end
+      if c.tc_async and u:sub(1, 3) == "tc_" then
+        ta, tap = ta + c[u] / rate, tap + c[u] / r[u .. "_peak"]
+      else
+        tc = tc + c[u] / rate
+        tp = tp + c[u] / r[u .. "_peak"]
+      end
     end
   end
+  tc, tp = math.max(tc, ta), math.max(tp, tap)
   local bytes = c.rd + c.wr
   local tm, tmp = bytes / r.hbm, bytes / r.hbm_peak
   if tc >= tm then return tc, "compute", math.max(tp, tmp) end
@@ -550,12 +564,7 @@ function M.fa3_vs_fa2(launches, h)
   a2.FA3_BK = a2.FA3_BK or 128
   local c2, c3 = M.kernel_cost("flash_attention", "flash_attention_fwd", a2), M.kernel_cost("flash_attention", "flash3_attn_fwd", a2)
   local r = M.rates(h)
-  local r2 = {}
-  for k, v in pairs(r) do r2[k] = v end
-  r2.tc_bf16 = r.tc_bf16 * ms
-  local t2 = M.launch_time(c2, r2)
-  local tmem = (c3.rd + c3.wr) / r.hbm
-  local t3 = math.max(c3.tc_bf16 / r.tc_bf16, c3.fp32 / r.fp32 + c3.sfu / r.sfu, tmem)
+  local t2, t3 = M.launch_time(c2, r), M.launch_time(c3, r)
   return { fa2 = t2, fa3 = t3, ratio = t2 / t3, B = a.B, T = a.T, NH = a.NH, HD = a.HD, mma_sync = ms }
 end
 
