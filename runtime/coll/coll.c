@@ -2,8 +2,10 @@
 #include "coll.h"
 #include "coll_algo.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #ifdef HYP_HAVE_MPI
 #include <mpi.h>
@@ -18,6 +20,7 @@ struct hyp_coll {
     uint64_t steps;    /* and rounds (hyp_coll_steps) */
     uint64_t calls;    /* the collectives those bytes went in (hyp_coll_calls) */
     int algo, node_size; /* v2171 f32 all-reduce algorithm (HYP_AR_*) and ranks per node */
+    double link_Bps;   /* HYP_COLL_LINK_GBPS: the emulated link's bytes/s (0: none) */
 #ifdef HYP_HAVE_MPI
     MPI_Comm comm;     /* MPI_COMM_WORLD, or an axis of the mesh */
     MPI_Comm algo_comm; /* a duplicate of comm for coll_algo.c's messages (algo != HYP_AR_MPI) */
@@ -33,6 +36,22 @@ static void count_bytes(hyp_coll *c, double factor, size_t nbytes) {
 }
 
 static int g_local_rank = -1; /* hyp_coll_process_local_rank */
+
+static double mono_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* The emulated link (HYP_COLL_LINK_GBPS): an f32 all-reduce that sent `bytes` and started at t0
+ * returns no earlier than bytes / link_Bps after t0 (the rest of that time slept). */
+void hyp_coll_link_delay(const hyp_coll *c, uint64_t bytes, double t0) {
+    if (c->link_Bps <= 0 || c->world < 2) return;
+    double left = (double)bytes / c->link_Bps - (mono_s() - t0);
+    if (left <= 0) return;
+    struct timespec ts = {(time_t)left, (long)((left - (double)(time_t)left) * 1e9)};
+    while (nanosleep(&ts, &ts) == -1 && errno == EINTR) {}
+}
 
 static int launched_by_mpi(void) {
     return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK") ||
@@ -82,6 +101,16 @@ int hyp_coll_init(int *argc, char ***argv, hyp_coll **out, hyp_err *e) {
         return hyp_fail(e, HYP_EINPUT, "started by mpirun but this trainer was built without MPI — install libopenmpi-dev and rebuild");
     }
 #endif
+    const char *lk = getenv("HYP_COLL_LINK_GBPS");
+    if (lk && *lk) {
+        char *end = NULL;
+        double g = strtod(lk, &end);
+        if (!(g > 0) || *end) {
+            hyp_coll_finalize(c);
+            return hyp_fail(e, HYP_EINPUT, "HYP_COLL_LINK_GBPS=%s: not a positive number — give the emulated link's Gbit/s (e.g. 1), or unset it", lk);
+        }
+        c->link_Bps = g * 1e9 / 8;
+    }
     g_local_rank = c->local_rank;
     *out = c;
     return HYP_OK;
@@ -109,12 +138,15 @@ const char *hyp_coll_backend(const hyp_coll *c) { return c->mpi ? "mpi" : "singl
 #define CHUNK ((size_t)1 << 28)
 
 int hyp_coll_allreduce_f32(hyp_coll *c, float *buf, size_t n, hyp_err *e) {
+    double t0 = c->link_Bps > 0 ? mono_s() : 0;
+    uint64_t b0 = c->bytes;
 #ifdef HYP_HAVE_MPI
     if (c->mpi && c->algo != HYP_AR_MPI) { /* v2171: coll_algo.c, counting what it really sends */
         coll_tally t = {0, 0};
         int k = c->node_size ? c->node_size : c->local_world;
         int rc = coll_algo_allreduce_f32(c->algo, c->algo_comm, c->rank, c->world, k, buf, n, &t, e);
         c->bytes += t.bytes, c->steps += t.steps, c->calls += c->world > 1;
+        if (!rc) hyp_coll_link_delay(c, c->bytes - b0, t0);
         return rc;
     }
 #endif
@@ -129,6 +161,7 @@ int hyp_coll_allreduce_f32(hyp_coll *c, float *buf, size_t n, hyp_err *e) {
 #else
     (void)c, (void)buf, (void)n, (void)e;
 #endif
+    hyp_coll_link_delay(c, c->bytes - b0, t0);
     return HYP_OK;
 }
 
@@ -587,3 +620,19 @@ int hyp_coll_set_allreduce(hyp_coll *c, int algo, int node_size, hyp_err *e) {
 }
 
 uint64_t hyp_coll_calls(const hyp_coll *c) { return c->calls; }
+
+int hyp_coll_dup(hyp_coll *c, hyp_coll **out, hyp_err *e) {
+    int rc = hyp_coll_split(c, 0, c->rank, out, e);
+    if (rc) return rc;
+    (*out)->link_Bps = c->link_Bps;
+    if (c->algo != HYP_AR_MPI && (rc = hyp_coll_set_allreduce(*out, c->algo, c->node_size, e))) {
+        hyp_coll_finalize(*out);
+        *out = NULL;
+    }
+    return rc;
+}
+
+void hyp_coll_take_counts(hyp_coll *into, hyp_coll *from) {
+    into->bytes += from->bytes, into->steps += from->steps, into->calls += from->calls;
+    from->bytes = from->steps = from->calls = 0;
+}

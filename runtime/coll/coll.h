@@ -132,4 +132,21 @@ int hyp_coll_set_allreduce(hyp_coll *c, int algo, int node_size, hyp_err *e);
 int hyp_coll_allreduce_algo(const hyp_coll *c);
 uint64_t hyp_coll_steps(const hyp_coll *c);
 
+/* v2168: a duplicate of c (MPI_Comm_dup semantics through MPI_Comm_split: same ranks, its own
+ * context, so collectives on it never match those on c), with c's all-reduce algorithm and link
+ * model and its own counters; finalize it before c. A communication helper thread owns one, so
+ * concurrent collectives of several threads never share a communicator (MPI_THREAD_MULTIPLE). */
+int hyp_coll_dup(hyp_coll *c, hyp_coll **out, hyp_err *e);
+/* Moves from's counters (bytes sent, rounds, calls) into into's and zeroes from's: the calling
+ * thread must be the only one using either. */
+void hyp_coll_take_counts(hyp_coll *into, hyp_coll *from);
+/* The emulated link of HYP_COLL_LINK_GBPS (Gbit/s, read at hyp_coll_init and copied to
+ * duplicates; a test knob that makes communication slow enough to see overlap on one machine,
+ * not a model of a network): every f32 sum all-reduce (hyp_coll_allreduce_f32) returns no
+ * earlier than its counted bytes (hyp_coll_bytes_sent) / the link's bytes per second after it
+ * started, the rest slept. hyp_coll_link_delay is that wait for a transfer of `bytes` started at
+ * t0_s (CLOCK_MONOTONIC seconds), for a caller completing a non-blocking all-reduce itself;
+ * nothing without the variable or on one rank. */
+void hyp_coll_link_delay(const hyp_coll *c, uint64_t bytes, double t0_s);
+
 #endif

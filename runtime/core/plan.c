@@ -641,6 +641,7 @@ static int state_hash(ld *c, cJSON *root) {
     cJSON_DeleteItemFromObjectCaseSensitive(t, "zero_stage");
     cJSON_DeleteItemFromObjectCaseSensitive(t, "zero_prefetch");
     cJSON_DeleteItemFromObjectCaseSensitive(t, "comm_overlap");
+    cJSON_DeleteItemFromObjectCaseSensitive(t, "comm_streams"); /* v2168: when gradients are summed, not what */
     cJSON_DeleteItemFromObjectCaseSensitive(t, "allreduce"); /* v2171: the order gradients are summed in, not the state */
     cJSON_DeleteItemFromObjectCaseSensitive(t, "prefetch"); /* how batches are read, not which */
     cJSON_DeleteItemFromObjectCaseSensitive(t, "cuda_graphs"); /* v2165: how work is issued, not what */
@@ -728,6 +729,8 @@ static int load_train(ld *c, const cJSON *root) {
     GI(t, "zero_prefetch", 0, 8, p->zero_prefetch);
     GI(t, "comm_overlap", 0, 1, p->comm_overlap);
     GI(t, "data_parallel", 0, 1, p->data_parallel);
+    if (cJSON_GetObjectItemCaseSensitive(t, "comm_streams")) /* optional (v2168; absent: 0 = none) */
+        GI(t, "comm_streams", 1, 4, p->comm_streams);
     if (cJSON_GetObjectItemCaseSensitive(t, "tp")) /* optional (v2106; absent: 0 = no tensor parallelism) */
         GI(t, "tp", 2, 64, p->tp);
     if (cJSON_GetObjectItemCaseSensitive(t, "pp")) /* optional (v2107; absent: 0 = no pipeline) */

@@ -155,6 +155,8 @@ typedef struct {
     int B, T, grad_accum, warmup_steps, steps, eval_every, eval_batches, zero_stage;
     int zero_prefetch;      /* ZeRO-3: layer groups gathered ahead of the one computing (0..8) */
     int comm_overlap;       /* v2110 overlap: device gradient all-reduce during backward (0/1) */
+    int comm_streams;       /* v2168 train.comm_streams: the cpu trainer's communication helper
+                               threads (1-4) overlapping the gradient all-reduce; 0: no v2168 */
     char allreduce_algo[24]; /* v2171 train.allreduce.algorithm: ring, tree, halving_doubling,
                                hierarchical ("" = absent: the library's own all-reduce) */
     int allreduce_node_size; /* train.allreduce.node_size: ranks per node (0: MPI's node) */

@@ -30,7 +30,8 @@ typedef enum {
 } hyp_prof_cat;
 
 /* Trace tracks (Chrome "tid"): the host thread, the device's compute stream. */
-enum { HYP_PROF_TID_HOST = 1, HYP_PROF_TID_DEVICE = 2 };
+enum { HYP_PROF_TID_HOST = 1, HYP_PROF_TID_DEVICE = 2,
+       HYP_PROF_TID_COMM = 3 /* v2168: communication helper k of the cpu trainer is track 3 + k */ };
 
 typedef struct {
     char name[40];     /* an op's registry name, or the phase's name */

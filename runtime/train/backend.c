@@ -62,7 +62,7 @@ static int loss_scale_check(train_backend *b, int *overflow, hyp_err *e) {
 
 int train_step(train_backend *b, train_objective *ob, const train_opts *o, int K, int step, double lr, double *loss,
                double *norm, float *scale, train_step_times *tm, int *skipped, hyp_err *e) {
-    train_step_times t = {0, 0, 0, 0, 0, 0, 0, 0};
+    train_step_times t = {0};
     uint64_t bytes0 = hyp_coll_bytes_sent(b->dp.coll), calls0 = hyp_coll_calls(b->dp.coll);
     double pt = hyp_prof_t(); /* v2184 phase spans: no-ops outside the profiled window */
     int rc = HYP_OK;
@@ -86,6 +86,7 @@ int train_step(train_backend *b, train_objective *ob, const train_opts *o, int K
     if (!rc && b->prune) train_prune_grads(b->prune, b->x); /* v2154: masked weights get no gradient */
     b->ls.reduce_scale = b->ls.on && b->i->ls_check ? b->ls.scale : 1;
     b->adp_step = step;
+    b->comm_measured = 0;
     if (!rc) rc = b->i->reduce_grads(b, o, e);
     b->ls.reduce_scale = 1;
     if (!rc && b->ls.on && b->i->ls_check) { /* the device: after the reduction, on the global norm */
@@ -115,6 +116,9 @@ int train_step(train_backend *b, train_objective *ob, const train_opts *o, int K
     pt = hyp_prof_t();
     if (!rc) rc = b->i->finish_step(b, norm, scale, e);
     hyp_prof_phase("finish_step", HYP_PROF_OPTIMIZER, 1, pt);
+    /* v2168: the gradient all-reduce's figures (the cpu sets them in reduce_grads, a device after
+     * finish_step's synchronize; a GNB pass's second reduction below does not replace them) */
+    if (b->comm_measured) t.comm_total_s = b->comm_total_s, t.comm_exposed_s = b->comm_exposed_s, t.comm_measured = 1;
     if (!rc && gnb_due(b, step)) { /* Sophia-G: the Hessian estimate from sampled labels (gnb.h) */
         pt = hyp_prof_t();
         rc = gnb_pass(b, o, step, e);

@@ -179,6 +179,11 @@ struct train_backend {
     struct train_pp *pp;          /* v2107 pipeline stage driver on the cpu backend (train_pp.h); NULL: none */
     struct train_grad_compress *gc; /* v2172 on the cpu backend (grad_compress.h): top-k / random-k
                                        in place of the gradient all-reduce; NULL: none */
+    /* v2168 figures of the last gradient reduction (seconds), set when comm_measured by
+     * reduce_grads (cpu) or finish_step (a device: event times of the comm stream): the time the gradient all-reduce(s) were in flight, and the part of it the
+     * step waited for (the rest ran under the backward pass) */
+    double comm_total_s, comm_exposed_s;
+    int comm_measured;
 };
 
 /* Opens the plan's backend (backend_reg.c) over the host executor x (already initialized and,
@@ -209,6 +214,10 @@ typedef struct {
     /* v2173 measurements: bytes this rank sent (ring model, hyp_coll_bytes_sent) and collectives
      * it took part in on the data-parallel communicator during the step */
     double comm_bytes, comm_calls;
+    /* v2168: the gradient all-reduce's time in flight, and the part the step waited for (exposed;
+     * total - exposed ran hidden under backward); comm_measured 0: the backend did not measure them */
+    double comm_total_s, comm_exposed_s;
+    int comm_measured;
 } train_step_times;
 
 /* One optimizer step (t = step) of the objective ob (objective.h) over K micro-batches: its

@@ -1,6 +1,7 @@
 /* backend_cpu.c — the cpu executor (exec.h) as a trainer backend (backend.h): forward/backward
  * on the host, gradients made global over the collectives per ZeRO stage (v2110, v2104: an
- * all-reduce at stages 0-1; stages 2-3 reduce-scatter each layer's gradients into the own shard
+ * all-reduce at stages 0-1 — under v2168 per layer bucket on helper threads while backward runs,
+ * comm_overlap.h; stages 2-3 reduce-scatter each layer's gradients into the own shard
  * during backward; under v2173 local SGD none: each rank keeps its own, local_sgd.h; under v2172 a compressed exchange,
  * grad_compress.h), the norm and
  * clip factor on the host, the optimizer (optim.h) on the own part and
@@ -8,11 +9,14 @@
  * Never: the micro-batch loop, loss weighting or evaluation loop (the driver, backend.c). */
 #include <math.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "backend.h"
 #include "gemm_bf16.h"
 #include "async_dp.h"
+#include "comm_overlap.h"
 #include "grad_compress.h"
 #include "local_sgd.h"
 #include "train_pp.h"
@@ -24,7 +28,31 @@ typedef struct {
     double norm;    /* this step's global gradient norm */
     float scale;    /* and its clip factor */
     train_avg_state avg; /* schedule-free averaging weight sums (train_avg_weight_next) */
+    train_comm_overlap *ovl; /* v2168: the gradient buckets' helper threads; NULL: none */
 } cpu_state;
+
+/* HYP_COMM_OVERLAP=0: the v2168 buckets reduced after backward on the main thread (the same sums). */
+static int getenv_off(void) {
+    const char *v = getenv("HYP_COMM_OVERLAP");
+    return v && !strcmp(v, "0");
+}
+
+static double mono_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* v2168: the plain all-reduce path (stage 0-1, none of the techniques that replace or precede the
+ * reduction) is the one the helpers can take over; NULL when the trainer has no helpers. */
+static train_comm_overlap *overlap_of(const train_backend *b) {
+    const cpu_state *s = b->impl;
+    const exec_t *x = b->x;
+    if (!s->ovl || b->dp.world < 2 || b->dp.stage >= 2 || x->zg || x->z3 || x->moe_ep || x->tp || b->pp || b->lsgd ||
+        b->adp || b->gc)
+        return NULL;
+    return s->ovl;
+}
 
 static int cpu_zero_grads(train_backend *b, hyp_err *e) {
     (void)e;
@@ -42,9 +70,19 @@ static int cpu_micro_batch(train_backend *b, float dloss, int last, float *mean,
         return train_pp_micro_batch(b->pp, b->x, dloss, last, e);
     }
     exec_forward(b->x);
-    *mean = exec_backward(b->x, dloss);
-    /* v2163: a bf16 accumulation buffer holds the running sum rounded after every micro-batch */
-    if (b->x->p->grad_bf16) op_round_bf16(b->x->grads, b->x->grads, (long)(b->x->shard * b->dp.world));
+    train_comm_overlap *ovl = last && !getenv_off() ? overlap_of(b) : NULL;
+    if (ovl && (b->ls.on || b->prune || b->hooks))
+        return hyp_fail(e, HYP_EINPUT, "v2168 overlap: %s reads or changes the gradients before their reduction, which the helper threads have already begun — regenerate the trainer without v2168 (or without %s)",
+                        b->ls.on ? "dynamic loss scaling (v2162)" : b->prune ? "pruning (v2154)" : "the guard / fault injection (v2176)",
+                        b->ls.on ? "v2162" : b->prune ? "v2154" : "v2176 and HYP_FAULT_INJECT");
+    if (ovl) { /* v2168: buckets handed to the helpers as backward finishes them (bf16 rounding per bucket) */
+        int rc = train_overlap_backward(ovl, b->x, dloss, b->x->p->grad_bf16, mean, e);
+        if (rc) return rc;
+    } else {
+        *mean = exec_backward(b->x, dloss);
+        /* v2163: a bf16 accumulation buffer holds the running sum rounded after every micro-batch */
+        if (b->x->p->grad_bf16) op_round_bf16(b->x->grads, b->x->grads, (long)(b->x->shard * b->dp.world));
+    }
     int rc = exec_z3_status(b->x, e);
     if (!rc) rc = exec_moe_ep_status(b->x, e); /* v2109: a failed all-to-all */
     return rc ? rc : exec_tp_status(b->x, e); /* v2106: an allreduce_tp that failed */
@@ -71,7 +109,17 @@ static int cpu_reduce_grads(train_backend *b, const train_opts *o, hyp_err *e) {
         } else if (b->gc) { /* v2172: the sum of what each rank sent of its top-k / random-k entries */
             if ((rc = train_grad_compress_reduce(b->gc, x, d, e))) return rc;
         }
-        else if (d->world > 1 && !b->pp && (rc = hyp_coll_allreduce_f32(d->coll, x->grads, (size_t)x->shard * d->world, e))) return rc;
+        else if (overlap_of(b)) { /* v2168: wait for the helpers, or the same buckets here (HYP_COMM_OVERLAP=0, a weighted backward) */
+            train_comm_overlap *ovl = overlap_of(b);
+            if ((rc = train_overlap_posted(ovl) ? train_overlap_wait(ovl, e) : train_overlap_reduce_serial(ovl, x->grads, e))) return rc;
+            train_overlap_last(ovl, &b->comm_total_s, &b->comm_exposed_s);
+            b->comm_measured = 1;
+        } else if (d->world > 1 && !b->pp) { /* one all-reduce after backward: all of it exposed */
+            double t0 = mono_s();
+            if ((rc = hyp_coll_allreduce_f32(d->coll, x->grads, (size_t)x->shard * d->world, e))) return rc;
+            b->comm_total_s = b->comm_exposed_s = mono_s() - t0;
+            b->comm_measured = 1;
+        }
         /* v2107 pp x dp: train_pp_reduce sums the stage's own tensors over the dp axis */
         if (b->pp) { /* v2107: each stage's tensors once, summed over the stages */
             double pss = 0;
@@ -156,7 +204,21 @@ static const char *cpu_memory_title(const train_backend *b) {
     return "memory";
 }
 
-static void cpu_close(train_backend *b) { free(b->impl); }
+static void cpu_close(train_backend *b) {
+    cpu_state *s = b->impl;
+    if (s) train_overlap_close(s->ovl);
+    free(b->impl);
+}
+
+static const char *cpu_comm_note(const train_backend *b) {
+    static char note[200];
+    const cpu_state *s = b->impl;
+    if (!s->ovl) return NULL;
+    snprintf(note, sizeof note, "%d per-layer buckets all-reduced by %d helper thread%s while backward runs (v2168%s)",
+             train_overlap_buckets(s->ovl), train_overlap_streams(s->ovl), train_overlap_streams(s->ovl) == 1 ? "" : "s",
+             getenv_off() ? "; HYP_COMM_OVERLAP=0: the same buckets after backward" : "");
+    return note;
+}
 
 static int cpu_peek_norm(train_backend *b, double *norm, hyp_err *e) {
     (void)e;
@@ -194,7 +256,7 @@ const train_backend_i train_backend_cpu_i = {
     .memory = cpu_memory,
     .memory_title = cpu_memory_title,
     .reports_other = 0,
-    .comm_note = NULL,
+    .comm_note = cpu_comm_note,
     .close = cpu_close,
     .peek_norm = cpu_peek_norm,
     .token_losses = cpu_token_losses,
@@ -208,5 +270,9 @@ int train_backend_cpu_open(train_backend *b, const plan_t *p, const char *plan_p
                         p->optim.kind);
     if (!(b->impl = calloc(1, sizeof(cpu_state)))) return hyp_fail(e, HYP_EFAIL, "out of memory");
     b->i = &train_backend_cpu_i;
+    cpu_state *s = b->impl;
+    /* v2168: helpers only where there is a plain all-reduce to overlap (gen refuses the rest) */
+    if (p->comm_streams > 0 && b->dp.world > 1 && b->dp.stage <= 1)
+        return train_overlap_open(&s->ovl, p, b->dp.coll, p->comm_streams, b->x->shard * b->dp.world, e);
     return HYP_OK;
 }

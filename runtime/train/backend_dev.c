@@ -11,8 +11,10 @@
  * overlaps the backward pass (v2110): the arena is cut into buckets (contiguous parameter tensors
  * of one layer); after the last backward op that touches a bucket's gradients, an event on the
  * default (compute) stream orders that bucket's all-reduce on a communication stream; the host
- * waits for the communication stream's last event before the norm. HYP_COMM_OVERLAP=0 turns
- * this off (one all-reduce of the whole arena after backward).
+ * waits for the communication stream's last event before the norm (with v2168, plan
+ * train.comm_streams, the compute stream waits for it instead: cuStreamWaitEvent, the host goes
+ * on issuing the norm and the optimizer). HYP_COMM_OVERLAP=0 turns this off (one all-reduce of
+ * the whole arena after backward).
  *
  * v2162 loss scaling (ls_check): the gradients arrive scaled by S; the norm kernels run on them
  * as they are, the clip factor against max_norm x S (so it is the unscaled one), and the norm's
@@ -41,6 +43,7 @@
 #include "device.h"
 #include "exec_dev.h"
 #include "gnb.h"
+#include "grad_buckets.h"
 #include "moe_layout.h"
 #include "moe_stats.h"
 #include "op_registry.h"
@@ -49,6 +52,7 @@ typedef struct {
     int64_t lo, hi;   /* arena range [lo, hi) */
     int ready;        /* its all-reduce starts after this backward op */
     hyp_event *ev;
+    hyp_event *ev_s, *ev_e; /* v2168: its all-reduce's start and end on the comm stream (timing) */
 } dev_bucket;
 
 typedef struct {
@@ -66,6 +70,10 @@ typedef struct {
     hyp_event *comm_done;
     dev_bucket *buckets;
     int n_buckets, overlap;
+    /* v2168 (plan train.comm_streams): the compute stream's point after backward, and whether this
+     * step's buckets were posted (their events are read after finish_step's synchronize) */
+    hyp_event *bwd_done;
+    int measure, posted;
     char title[64];   /* "sim device memory" */
     train_avg_state avg; /* the schedule-free averaging weight's running sums */
     /* v2149 device teacher (train_backend_dev_teacher): its executor over the teacher's plan and
@@ -80,75 +88,26 @@ typedef struct {
     int steps_seen, issue_n;
 } train_dev;
 
-/* The layer a parameter belongs to: its name up to the first all-digit component
- * ("transformer.h.3.attn.c_attn.weight" -> "transformer.h.3"), else the whole name. */
-static void layer_key(const char *name, char *key, size_t n) {
-    snprintf(key, n, "%s", name);
-    for (char *c = key; *c;) {
-        char *dot = strchr(c, '.');
-        size_t len = dot ? (size_t)(dot - c) : strlen(c);
-        if (len && strspn(c, "0123456789") == len) {
-            c[len] = 0;
-            return;
-        }
-        if (!dot) return;
-        c = dot + 1;
-    }
-}
-
-/* The last backward op that reads or writes a gradient buffer overlapping arena[lo, hi). */
-static int last_grad_op(const plan_t *p, int64_t lo, int64_t hi) {
-    int last = -1;
-    for (int i = 0; i < p->n_bwd; i++) {
-        const plan_op *o = &p->bwd[i];
-        for (int j = 0; j < o->nin + o->nout; j++) {
-            int b = j < o->nin ? o->in[j] : o->out[j - o->nin];
-            if (b < 0 || p->bufs[b].kind != BUF_GRAD) continue;
-            if (p->bufs[b].offset < hi && p->bufs[b].offset + p->bufs[b].numel > lo) last = i;
-        }
-    }
-    return last;
-}
-
-static int cmp_offset(const void *a, const void *b) {
-    int64_t x = (*(const plan_param *const *)a)->offset, y = (*(const plan_param *const *)b)->offset;
-    return x < y ? -1 : x > y;
-}
-
 /* Buckets of contiguous tensors of one layer covering the arena, each with the backward op after
- * which its gradients are final; the communication stream and its events. */
+ * which its gradients are final (grad_buckets.h, the cpu trainer's v2168 buckets too); the
+ * communication stream and its events. */
 static int make_buckets(train_dev *t, hyp_err *e) {
-    const plan_t *p = t->xd.p;
-    int n = p->n_params_t;
-    const plan_param **ord = malloc(sizeof *ord * (size_t)(n + 1));
-    t->buckets = calloc((size_t)n + 1, sizeof *t->buckets);
-    if (!ord || !t->buckets) {
-        free(ord);
+    grad_bucket *gb = NULL;
+    int rc = grad_buckets_make(t->xd.p, t->xd.arena, &gb, &t->n_buckets, e);
+    if (rc) return rc;
+    if (!(t->buckets = calloc((size_t)t->n_buckets, sizeof *t->buckets))) {
+        free(gb);
         return hyp_fail(e, HYP_EFAIL, "out of memory");
     }
-    for (int i = 0; i < n; i++) ord[i] = &p->params[i];
-    qsort(ord, (size_t)n, sizeof *ord, cmp_offset);
-    char key[256], prev[256] = "";
-    for (int i = 0; i < n; i++) {
-        layer_key(ord[i]->name, key, sizeof key);
-        if (t->n_buckets == 0 || strcmp(key, prev)) {
-            dev_bucket *b = &t->buckets[t->n_buckets++];
-            b->lo = t->n_buckets == 1 ? 0 : b[-1].hi;
-            snprintf(prev, sizeof prev, "%s", key);
-        }
-        t->buckets[t->n_buckets - 1].hi = ord[i]->offset + ord[i]->numel;
-    }
-    free(ord);
-    if (t->n_buckets == 0) t->n_buckets = 1;
-    t->buckets[t->n_buckets - 1].hi = t->xd.arena; /* the padding joins the last bucket */
-    int rc = t->dev->stream_create(t->dev, &t->comm, e);
+    for (int i = 0; i < t->n_buckets; i++) t->buckets[i].lo = gb[i].lo, t->buckets[i].hi = gb[i].hi, t->buckets[i].ready = gb[i].ready;
+    free(gb);
+    rc = t->dev->stream_create(t->dev, &t->comm, e);
     if (!rc) rc = t->dev->event_create(t->dev, &t->comm_done, e);
-    for (int i = 0; i < t->n_buckets && !rc; i++) {
-        dev_bucket *b = &t->buckets[i];
-        b->ready = last_grad_op(p, b->lo, b->hi);
-        if (b->ready < 0) b->ready = p->n_bwd - 1;
-        rc = t->dev->event_create(t->dev, &b->ev, e);
-    }
+    for (int i = 0; i < t->n_buckets && !rc; i++) rc = t->dev->event_create(t->dev, &t->buckets[i].ev, e);
+    t->measure = t->xd.p->comm_streams > 0;
+    for (int i = 0; i < t->n_buckets && !rc && t->measure; i++)
+        if (!(rc = t->dev->event_create(t->dev, &t->buckets[i].ev_s, e))) rc = t->dev->event_create(t->dev, &t->buckets[i].ev_e, e);
+    if (!rc && t->measure) rc = t->dev->event_create(t->dev, &t->bwd_done, e);
     return rc;
 }
 
@@ -160,8 +119,10 @@ static int after_bwd_op(void *ctx, int op, hyp_err *e) {
     for (int i = 0; i < t->n_buckets && !rc; i++) {
         dev_bucket *b = &t->buckets[i];
         if (b->ready != op) continue;
-        if (!(rc = d->event_record(d, b->ev, NULL, e)) && !(rc = d->event_wait(d, t->comm, b->ev, e)))
+        if (!(rc = d->event_record(d, b->ev, NULL, e)) && !(rc = d->event_wait(d, t->comm, b->ev, e)) &&
+            !(rc = t->measure ? d->event_record(d, b->ev_s, t->comm, e) : HYP_OK))
             rc = d->all_reduce(d, t->xd.grads + b->lo, (size_t)(b->hi - b->lo), HYP_DT_F32, HYP_RED_SUM, t->comm, e);
+        if (!rc && t->measure) rc = d->event_record(d, b->ev_e, t->comm, e), t->posted = 1;
     }
     return rc;
 }
@@ -235,8 +196,12 @@ static void close_dev(train_dev *t) {
                (t->issue_n ? t->issue_sum / t->issue_n : t->step_issue_s) * 1e6, t->issue_n ? "mean from step 3" : "last step",
                t->xd.graphs ? "on" : "off");
     d->synchronize(d, &e);
-    for (int i = 0; i < t->n_buckets; i++)
+    for (int i = 0; i < t->n_buckets; i++) {
         if (t->buckets[i].ev) d->event_destroy(d, t->buckets[i].ev);
+        if (t->buckets[i].ev_s) d->event_destroy(d, t->buckets[i].ev_s);
+        if (t->buckets[i].ev_e) d->event_destroy(d, t->buckets[i].ev_e);
+    }
+    if (t->bwd_done) d->event_destroy(d, t->bwd_done);
     free(t->buckets);
     if (t->comm_done) d->event_destroy(d, t->comm_done);
     if (t->comm) d->stream_destroy(d, t->comm);
@@ -274,7 +239,11 @@ static int reduce_and_norm(train_dev *t, float max_norm, hyp_err *e) {
         /* the host waits for the last bucket's all-reduce, which waited for backward; under sim this
          * runs the bucket all-reduces as early as their events allow (interleaved with backward),
          * so a bucket reduced before its last gradient write gives wrong numbers */
-        if (!(rc = d->event_record(d, t->comm_done, t->comm, e))) rc = d->event_synchronize(d, t->comm_done, e);
+        if (!(rc = d->event_record(d, t->comm_done, t->comm, e)) && t->measure && t->posted)
+            rc = d->event_record(d, t->bwd_done, NULL, e); /* v2168: where the compute stream starts waiting */
+        if (!rc)
+            rc = xd->p->comm_streams > 0 ? d->event_wait(d, NULL, t->comm_done, e) /* v2168: the compute stream waits, not the host */
+                                         : d->event_synchronize(d, t->comm_done, e);
     } else if (t->world > 1 && t->stage <= 1) {
         rc = d->all_reduce(d, xd->grads, (size_t)xd->arena, HYP_DT_F32, HYP_RED_SUM, NULL, e);
     } else if (t->stage >= 2) { /* stage 3 reduce-scattered each group into gshard during backward */
@@ -418,6 +387,25 @@ static int dev_optim_step(train_backend *b, const train_opts *o, double lr, int 
     return rc;
 }
 
+/* v2168: this step's bucket all-reduces, timed by their events on the comm stream (the stream runs
+ * them one after another: their sum is its busy time), and the exposed part: how long after the
+ * compute stream finished backward the comm stream finished (what the compute stream waited for).
+ * After the default stream's synchronize, which waited for comm_done. */
+static int comm_figures(train_backend *b, hyp_err *e) {
+    train_dev *t = b->impl;
+    hyp_device *d = t->dev;
+    double total = 0;
+    float ms = 0;
+    int rc = HYP_OK;
+    for (int i = 0; i < t->n_buckets && !rc; i++)
+        if (!(rc = d->event_elapsed_ms(d, t->buckets[i].ev_s, t->buckets[i].ev_e, &ms, e))) total += ms;
+    if (!rc) rc = d->event_elapsed_ms(d, t->bwd_done, t->comm_done, &ms, e);
+    if (rc) return rc;
+    b->comm_total_s = total * 1e-3, b->comm_exposed_s = ms > 0 ? ms * 1e-3 : 0, b->comm_measured = 1;
+    t->posted = 0;
+    return HYP_OK;
+}
+
 static int dev_finish_step(train_backend *b, double *norm, float *scale, hyp_err *e) {
     train_dev *t = b->impl;
     hyp_device *d = t->dev;
@@ -428,6 +416,7 @@ static int dev_finish_step(train_backend *b, double *norm, float *scale, hyp_err
     if (!rc && b->x->p->fp8_slots && t->world > 1)
         rc = d->all_reduce(d, xd->fp8_amax, (size_t)b->x->p->fp8_slots, HYP_DT_F32, HYP_RED_MAX, NULL, e);
     if (!rc) rc = d->stream_synchronize(d, NULL, e);
+    if (!rc && t->posted) rc = comm_figures(b, e); /* v2168 */
     if (!rc) rc = exec_dev_fp8_step(xd, e);
     /* v2165: this step's host calls; eager equivalent = each graph launch replaced by the calls it
      * recorded, a capture's recorded calls (issued, not run) not counted twice */
@@ -489,6 +478,8 @@ static const char *dev_memory_title(const train_backend *b) { return ((const tra
 
 static const char *dev_comm_note(const train_backend *b) {
     const train_dev *t = b->impl;
+    if (t->overlap && t->xd.p->comm_streams > 0)
+        return "per-layer buckets all-reduced on a comm stream while backward runs, the compute stream waiting on its event before the norm (v2110 overlap, v2168)";
     return t->overlap ? "per-layer buckets all-reduced on a comm stream while backward runs (v2110 overlap)"
            : t->stage == 2 && t->xd.zg ? "each layer group's gradients reduced to their owners right after its backward, on the compute stream (ZeRO stage 2: not overlapped)"
            : t->stage >= 3 ? "each layer group's gradients reduce-scattered on a comm stream right after its backward (ZeRO stage 3)"

@@ -203,6 +203,14 @@ static int write_trace(train_prof *t, const char *device, int dev, hyp_err *e) {
         snprintf(dn, sizeof dn, "%s compute stream", device);
         cJSON_AddItemToArray(ev, meta("thread_name", HYP_PROF_TID_DEVICE, dn));
     }
+    for (int k = 0; k < 4; k++) /* v2168: the cpu trainer's communication helpers that ran a bucket */
+        for (int i = 0; i < r->n; i++)
+            if (r->spans[i].tid == HYP_PROF_TID_COMM + k) {
+                char cn[64];
+                snprintf(cn, sizeof cn, "communication helper %d", k);
+                cJSON_AddItemToArray(ev, meta("thread_name", HYP_PROF_TID_COMM + k, cn));
+                break;
+            }
     for (int i = 0; i < r->n; i++) {
         const hyp_prof_span *s = &r->spans[i];
         cJSON *x = cJSON_CreateObject(), *a = cJSON_CreateObject();
@@ -273,6 +281,36 @@ static int row_cmp(const void *a, const void *b) {
     return x < y ? 1 : x > y ? -1 : 0;
 }
 
+/* [start, end) pairs by start */
+static int cmp_start(const void *a, const void *b) {
+    double x = ((const double *)a)[0], y = ((const double *)b)[0];
+    return x < y ? -1 : x > y;
+}
+
+/* v2168: the union of the helper tracks' bucket spans inside the steps (*total_us) and the host's
+ * comm_wait_exposed phases (*exposed_us); 0 when no helper ran a bucket. */
+static int comm_split(const hyp_prof *r, double *total_us, double *exposed_us) {
+    *total_us = *exposed_us = 0;
+    double *iv = malloc(sizeof(double) * 2 * ((size_t)r->n + 1));
+    int n = 0;
+    if (!iv) return 0;
+    for (int i = 0; i < r->n; i++) {
+        const hyp_prof_span *s = &r->spans[i];
+        if (s->step <= 0) continue;
+        if (s->tid == HYP_PROF_TID_HOST && !strcmp(s->name, "comm_wait_exposed")) *exposed_us += s->dur_us;
+        if (s->tid >= HYP_PROF_TID_COMM) iv[2 * n] = s->ts_us, iv[2 * n + 1] = s->ts_us + s->dur_us, n++;
+    }
+    qsort(iv, (size_t)n, 2 * sizeof(double), cmp_start);
+    double end = -1e300;
+    for (int i = 0; i < n; i++) {
+        double from = iv[2 * i] > end ? iv[2 * i] : end;
+        if (iv[2 * i + 1] > from) *total_us += iv[2 * i + 1] - from;
+        if (iv[2 * i + 1] > end) end = iv[2 * i + 1];
+    }
+    free(iv);
+    return n > 0;
+}
+
 static void print_summary(train_prof *t, const char *device, int dev) {
     const hyp_prof *r = &t->rec;
     row_t *rows = calloc((size_t)r->n + 1, sizeof *rows), *out = calloc(16, sizeof *out);
@@ -309,12 +347,16 @@ static void print_summary(train_prof *t, const char *device, int dev) {
         char gf[16] = "";
         if (rows[k].flops > 0 && rows[k].us > 0) snprintf(gf, sizeof gf, "%.1f", rows[k].flops / rows[k].us * 1e-3);
         printf("  %-24s %-13s %-6s %7d %10.2f %9.3f %6.1f%% %9s\n", rows[k].name, hyp_prof_cat_name(rows[k].cat),
-               rows[k].tid == HYP_PROF_TID_DEVICE ? "device" : "host", rows[k].calls, rows[k].us / 1e3,
+               rows[k].tid == HYP_PROF_TID_DEVICE ? "device" : rows[k].tid >= HYP_PROF_TID_COMM ? "comm" : "host", rows[k].calls, rows[k].us / 1e3,
                rows[k].us / 1e3 / t->steps, 100 * rows[k].us / step, gf);
     }
     printf("  sum of op and phase times %.2f ms = %.1f%% of the measured step time %.2f ms (%d steps)%s\n", sum / 1e3,
            100 * sum / step, t->step_us / 1e3, t->steps,
            dev ? "; device ops timed by events on the compute stream" : "");
+    double ct = 0, cx = 0;
+    if (comm_split(r, &ct, &cx))
+        printf("  gradient all-reduce (v2168 helpers): %.3f ms/step in flight, %.3f ms/step exposed (comm_wait_exposed), %.3f ms/step hidden under backward\n",
+               ct / 1e3 / t->steps, cx / 1e3 / t->steps, (ct > cx ? ct - cx : 0) / 1e3 / t->steps);
     if (no) {
         printf("  outside the steps:");
         for (int k = 0; k < no; k++) printf(" %s %d x %.2f ms", out[k].name, out[k].calls, out[k].us / 1e3 / out[k].calls);

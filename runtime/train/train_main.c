@@ -870,6 +870,8 @@ static int train_loop(run_t *r, hyp_err *e) {
     double fpt = p->flops_per_token; /* at the planned T; attention part scales with T */
     int steps_timed = 0, done_steps = 0, rc = HYP_OK, grace_warned = 0, ckpt_deferred = 0;
     double comm_bytes = 0, comm_calls = 0; /* the steps' data-parallel traffic (v2173's measure) */
+    double grad_comm[2] = {0, 0}; /* v2168: the gradient all-reduce's total and exposed seconds, steps after the warm-up */
+    int grad_comm_n = 0;
     /* v2186: the last `window` timed steps' times, a ring; tokens/s over them = tokens / time */
     int W = p->metrics_window, wn = 0, wpos = 0;
     double *wdt = calloc((size_t)W * 2, sizeof *wdt), wsum = 0, q[3] = {0, 0, 0};
@@ -890,7 +892,7 @@ static int train_loop(run_t *r, hyp_err *e) {
         if ((rc = train_prof_step_begin(&r->prof, &r->be, step, r->start_step, last_step, e))) break;
         double t0 = now_s(), loss = 0, norm = 0, lr = train_lr_at(&r->opt, step);
         float scale = 1;
-        train_step_times tm = {0, 0, 0, 0, 0, 0, 0, 0};
+        train_step_times tm = {0};
         int skipped = 0, warn = 0;
         double ls_used = r->be.ls.scale; /* v2162: the scale this step ran under */
         r->x.fp16_flushed = r->x.fp16_nonzero = 0;
@@ -898,6 +900,8 @@ static int train_loop(run_t *r, hyp_err *e) {
             break;
         int ovf = r->be.ls.on && r->be.ls.skipped; /* a loss-scale overflow: not the guard's skip */
         comm_bytes += tm.comm_bytes, comm_calls += tm.comm_calls;
+        if (tm.comm_measured && step > r->start_step + p->metrics_skip)
+            grad_comm[0] += tm.comm_total_s, grad_comm[1] += tm.comm_exposed_s, grad_comm_n++;
         if (ovf) skipped = 0;
         double dt = now_s() - t0;
         if ((rc = train_prof_step_end(&r->prof, &r->be, step, dt, e))) break;
@@ -1003,7 +1007,7 @@ static int train_loop(run_t *r, hyp_err *e) {
                 kv2[n_kv++] = (hyp_metric_kv){"skipped_overflow", ovf};
                 kv2[n_kv++] = (hyp_metric_kv){"overflow_steps", (double)r->be.ls.overflows};
             }
-            hyp_metric_kv kv3[sizeof kv2 / sizeof kv2[0] + 13 + OBJ_METRICS];
+            hyp_metric_kv kv3[sizeof kv2 / sizeof kv2[0] + 16 + OBJ_METRICS];
             memcpy(kv3, kv2, sizeof kv2);
             if (r->x.fp16_nonzero) /* v2102 fp16: the share of nonzero GEMM operands this step that underflowed */
                 kv3[n_kv++] = (hyp_metric_kv){"fp16_flush_frac", (double)r->x.fp16_flushed / (double)r->x.fp16_nonzero};
@@ -1018,6 +1022,11 @@ static int train_loop(run_t *r, hyp_err *e) {
             if (r->d.world > 1) { /* the step's traffic on the data-parallel communicator (ring model) */
                 kv3[n_kv++] = (hyp_metric_kv){"comm_bytes", tm.comm_bytes};
                 kv3[n_kv++] = (hyp_metric_kv){"comm_calls", tm.comm_calls};
+            }
+            if (r->d.world > 1 && tm.comm_measured) { /* v2168: the gradient all-reduce, hidden under backward or waited for */
+                kv3[n_kv++] = (hyp_metric_kv){"grad_comm_total_s", tm.comm_total_s};
+                kv3[n_kv++] = (hyp_metric_kv){"grad_comm_exposed_s", tm.comm_exposed_s};
+                kv3[n_kv++] = (hyp_metric_kv){"grad_comm_hidden_s", tm.comm_total_s > tm.comm_exposed_s ? tm.comm_total_s - tm.comm_exposed_s : 0};
             }
             if (lpo.ok) { /* v2148 */
                 kv3[n_kv++] = (hyp_metric_kv){"pred_final_loss", lpo.final};
@@ -1106,6 +1115,11 @@ static int train_loop(run_t *r, hyp_err *e) {
     if (!rc && r->d.world > 1 && done_steps > 0) /* sent by this rank inside the steps (ring model, coll.h) */
         printf("communication per step (rank %d, data-parallel group): %.1f bytes sent in %.3f collectives%s\n", r->d.rank,
                comm_bytes / done_steps, comm_calls / done_steps, r->be.lsgd ? " (v2173 local SGD)" : r->be.adp ? " (v2174 async dp)" : "");
+    if (!rc && r->d.world > 1 && grad_comm_n > 0) /* v2168's measure, with or without it */
+        printf("gradient all-reduce per step (rank %d, %d steps after the warm-up): %.3f ms in flight, %.3f ms exposed (the step waited), %.3f ms hidden under backward%s\n",
+               r->d.rank, grad_comm_n, 1e3 * grad_comm[0] / grad_comm_n, 1e3 * grad_comm[1] / grad_comm_n,
+               1e3 * (grad_comm[0] > grad_comm[1] ? grad_comm[0] - grad_comm[1] : 0) / grad_comm_n,
+               p->comm_streams > 0 ? " (v2168 overlap)" : " (after backward)");
     free(wdt);
     return rc;
 }

@@ -53,10 +53,10 @@ first_metric() { metric "$1" "$2" | head -1; }
 last_metric() { metric "$1" "$2" | tail -1; }
 losses() { metric "$1" loss; }
 # A metrics JSONL without the fields that time the run (tokens/s, step and wait times, MFU, the
-# checkpoint's time) or count its communication (comm_bytes, comm_calls: ZeRO stages and
+# checkpoint's time, the gradient all-reduce's grad_comm_*_s) or count its communication (comm_bytes, comm_calls: ZeRO stages and
 # all-reduce algorithms move other bytes for the same sums): what two runs of the same numbers
 # must agree on bit for bit.
-untimed() { sed -E 's/"(tokens_per_s[a-z0-9_]*|step_s|data_wait_s|comm_wait_s|mfu|ckpt_s|comm_bytes|comm_calls)":[^,}]*,?//g' "$1"; }
+untimed() { sed -E 's/"(tokens_per_s[a-z0-9_]*|step_s|data_wait_s|comm_wait_s|grad_comm_[a-z]*_s|mfu|ckpt_s|comm_bytes|comm_calls)":[^,}]*,?//g' "$1"; }
 
 # Recompute equivalence (v2101, v2111): PAIR_SPEC (test-name prefix) and PAIR_ENABLE (the alias
 # added to the second trainer) set by the caller; $T the tree, $TMP/data the corpus, $DIFF st_diff.

@@ -128,7 +128,9 @@ bad test_bad_weight_list_mismatch "v2121 data_mixing: weights '0.5,0.3,0.2' has 
 bad test_bad_weight_not_a_number "weights 'a,b': 'a' is not a number" "$TMP/fortunes.txt" "$TMP/other.jsonl.gz" --enable mixing --set mixing.weights=a,b
 bad test_bad_unknown_stage "unknown technique 'dedupe' in --enable.*did you mean 'dedup'" "$TMP/other.jsonl" --enable dedupe
 bad test_bad_trainer_technique "v2113 flash_attention_2 .* does not act in gen data" "$TMP/other.jsonl" --enable flash
-bad test_bad_planned_stage "v2168 async_execution .*planned" "$TMP/other.jsonl" --enable overlap
+# a planned spec: a copy of the tree whose v2164 (advisory, no module) is made planned
+cp -r "$ROOT/specs" "$TMP/ptree" && sed -i 's/^status: advisory$/status: planned/' "$TMP/ptree/compilation/v2164_compile_optimization.yaml"
+bad test_bad_planned_stage "v2164 compile_optimization .*planned" "$TMP/other.jsonl" --tree "$TMP/ptree/v2500.yaml" --enable compile
 bad test_bad_trainer_only_data_technique "v2129 streaming_dataset .* does not act in gen data: it shapes the trainer" "$TMP/other.jsonl" --enable streaming
 bad test_bad_set_value "v2122.num_perm" "$TMP/other.jsonl" --enable dedup --set dedup.num_perm=abc
 bad test_bad_set_out_of_range "v2123.max_digit_ratio" "$TMP/other.jsonl" --enable filter --set filter.max_digit_ratio=7

@@ -47,8 +47,8 @@ check test_no_spec_id_in_pipeline_files test -z "$(ids_in_pipeline)"
 ids_in_pipeline
 
 # --- planned specs are refused, partial ones warn ----------------------------------------------
-# the tree has one planned spec left (v2168, which another branch implements): a copy of the tree
-# in which v2114 (fa3) is planned again stands in for "a planned spec"
+# the tree has no planned spec left: a copy of the tree in which v2114 (fa3) is planned again
+# stands in for "a planned spec"
 cp -r "$ROOT/specs" "$TMP/ptree"
 sed -i -e 's/^status: partial$/status: planned/' -e '/^missing:/d' "$TMP/ptree/compute/v2114_flash_attention_3.yaml"
 P="$TMP/ptree/v2500.yaml"
@@ -56,11 +56,13 @@ expect test_planned_fa3_refused 2 "v2114 flash_attention_3 \(--enable fa3 \(alia
   -- "$GEN" "$P" --enable fa3 --target sim --model tiny -o "$TMP/planned"
 check test_planned_refusal_writes_nothing test ! -e "$TMP/planned"
 expect test_planned_one_line_per_spec 2 "v2114 .*planned" -- "$GEN" "$P" --enable recompute,fa3,overlap,rmsnorm --target sim --model tiny -o "$TMP/four"
-n=$("$GEN" "$P" --enable fa3,overlap --target sim --model tiny -o "$TMP/two" 2>&1 | grep -c "planned: contributes nothing yet")
-check test_planned_two_specs_two_lines test "$n" = 2
 expect test_allow_planned_generates_with_a_warning 0 "warning: v2114 flash_attention_3 .*planned: contributes nothing yet \(--allow-planned\)" \
   -- "$GEN" "$P" --enable fa3 --allow-planned --target sim --model tiny -o "$TMP/planned2"
 expect test_allow_planned_recorded_in_the_audit 0 "v2114 → planned: enabled with --allow-planned" -- "$GEN" audit "$TMP/planned2"
+# two planned specs, two lines: the copy's v2164 (advisory, no module) made planned beside fa3
+sed -i 's/^status: advisory$/status: planned/' "$TMP/ptree/compilation/v2164_compile_optimization.yaml"
+n=$("$GEN" "$P" --enable fa3,compile --target sim --model tiny -o "$TMP/two" 2>&1 | grep -c "planned: contributes nothing yet")
+check test_planned_two_specs_two_lines test "$n" = 2
 # no shipped preset has a planned part now: the copy gets one that has (fa3, v2114)
 sed -i 's/^  advanced:$/  with-planned:\n    doc: "test only: a preset with a planned part"\n    source: "tests\/gen\/test_techniques.sh"\n    enable: [adamw, fa3]\n  advanced:/' "$P"
 expect test_preset_with_planned_specs_refused 2 "v2114 flash_attention_3 \(preset with-planned" -- "$GEN" "$P" --enable with-planned --target sim --model tiny -o "$TMP/mem"

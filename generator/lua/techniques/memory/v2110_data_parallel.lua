@@ -11,7 +11,7 @@ function M.sections(ctx, plan)
     train.comm_overlap = 0
     ctx.decide("v2110.overlap", false, "the gradient all-reduce runs after backward")
   end
-  ctx.decide("v2110.bucket_mb", "not applied", string.format("bucket_mb=%s is not used: the device step cuts the gradient arena into one bucket per layer, each all-reduced once its last backward op is done (runtime/train/train_dev.c); the cpu backend all-reduces after backward",
+  ctx.decide("v2110.bucket_mb", "not applied", string.format("bucket_mb=%s is not used: the device step cuts the gradient arena into one bucket per layer, each all-reduced once its last backward op is done (runtime/train/grad_buckets.c); the cpu backend all-reduces after backward unless v2168 overlaps the same buckets",
     tostring(ctx.param("bucket_mb"))))
   local kind = ctx.target.kind
   ctx.contribute(kind == "cpu"
