@@ -23,9 +23,10 @@
  *                                         bits). Pass it as `const __grid_constant__ hyp_tmap m`
  *                                         (a kernel parameter; sim supports exactly this form) and
  *                                         give the wrappers `&m`. Encoded on the host by
- *                                         cuTensorMapEncodeTiled (the stand-in libcuda and the sim
- *                                         use hyp_tmap_encode_tiled of runtime/sim/tmap.h, the
- *                                         same fields).
+ *                                         cuTensorMapEncodeTiled; for sim, by
+ *                                         hyp_sim_tmap_encode_tiled (kernels/sim/sim_tmap.h: the
+ *                                         same arguments and checks; the stand-in libcuda's
+ *                                         cuTensorMapEncodeTiled calls it).
  *   hyp_tma_load_2d(dst, &m, c0, c1, bar) cp.async.bulk.tensor.2d.shared::cluster.global.tile.
  *   hyp_tma_load_3d(dst, &m, c0, c1, c2, bar)    mbarrier::complete_tx::bytes: the box at element
  *                                         coordinates (c0 innermost, may be negative or past the
@@ -34,6 +35,16 @@
  *                                         rows packed at box[0]*elemsize bytes, swizzled as the
  *                                         map says; completes by tx-count -= box bytes on `bar`.
  *                                         Issue from one thread after its arrive_expect_tx.
+ *   hyp_tma_store_2d(&m, c0, c1, src)    cp.async.bulk.tensor.2d.global.shared::cta.bulk_group: the
+ *   hyp_tma_store_3d(&m, c0, c1, c2, src)        box at `src` (shared, 128-byte aligned, laid out and
+ *                                         swizzled as a load would write it) to the tensor at those
+ *                                         coordinates; out-of-bounds elements are not written. Write
+ *                                         `src` with ordinary stores, hyp_fence_proxy_async(), sync the
+ *                                         writers, then one thread issues:
+ *   hyp_tma_store_commit()                cp.async.bulk.commit_group
+ *   hyp_tma_store_wait<N>()               cp.async.bulk.wait_group.read N: the source shared memory of
+ *                                         all but the newest N groups may be reused. Every store must
+ *                                         be waited for (wait<0>) before the thread exits.
  *   hyp_wgmma_desc(smem, swizzle, lbo, sbo)  the 64-bit shared-memory matrix descriptor (PTX ISA
  *                                         "Matrix Descriptor Format"): start address>>4 in bits
  *                                         0-13, LBO>>4 in 16-29, SBO>>4 in 32-45, base offset 0,
@@ -128,6 +139,18 @@ __device__ __forceinline__ void hyp_tma_load_3d(void *smem_dst, const hyp_tmap *
     const int c[3] = {c0, c1, c2};
     ::hyp_sim::hopper::tma_load(smem_dst, map, c, 3, bar, hyp_file, hyp_line);
 }
+__device__ __forceinline__ void hyp_tma_store_2d(const hyp_tmap *map, int c0, int c1,
+                                                 const void *smem_src HYP_SITE_PARAMS) {
+    const int c[2] = {c0, c1};
+    ::hyp_sim::hopper::tma_store(smem_src, map, c, 2, hyp_file, hyp_line);
+}
+__device__ __forceinline__ void hyp_tma_store_3d(const hyp_tmap *map, int c0, int c1, int c2,
+                                                 const void *smem_src HYP_SITE_PARAMS) {
+    const int c[3] = {c0, c1, c2};
+    ::hyp_sim::hopper::tma_store(smem_src, map, c, 3, hyp_file, hyp_line);
+}
+__device__ __forceinline__ void hyp_tma_store_commit() { ::hyp_sim::hopper::bulk_commit(); }
+template <int N> __device__ __forceinline__ void hyp_tma_store_wait() { ::hyp_sim::hopper::bulk_wait(N); }
 __device__ __forceinline__ unsigned long long hyp_wgmma_desc(const void *smem, int swizzle, unsigned lbo_bytes,
                                                              unsigned sbo_bytes HYP_SITE_PARAMS) {
     return ::hyp_sim::hopper::wgmma_desc(smem, swizzle, lbo_bytes, sbo_bytes, hyp_file, hyp_line);
@@ -225,6 +248,21 @@ __device__ __forceinline__ void hyp_tma_load_3d(void *smem_dst, const hyp_tmap *
     asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];\n"
                  ::"r"(hyp_smem_addr(smem_dst)), "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(hyp_smem_addr(bar))
                  : "memory");
+}
+
+__device__ __forceinline__ void hyp_tma_store_2d(const hyp_tmap *map, int c0, int c1, const void *smem_src) {
+    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];\n"
+                 ::"l"(map), "r"(c0), "r"(c1), "r"(hyp_smem_addr(smem_src))
+                 : "memory");
+}
+__device__ __forceinline__ void hyp_tma_store_3d(const hyp_tmap *map, int c0, int c1, int c2, const void *smem_src) {
+    asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%1, %2, %3}], [%4];\n"
+                 ::"l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(hyp_smem_addr(smem_src))
+                 : "memory");
+}
+__device__ __forceinline__ void hyp_tma_store_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void hyp_tma_store_wait() {
+    asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
 }
 
 /* ---- wgmma ---- */

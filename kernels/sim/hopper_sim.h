@@ -26,7 +26,10 @@ enum {
     NBAR = 16,         /* named barriers 0..15 */
     ACC_MAX = 4,       /* accumulators with a wgmma in flight, per thread */
     ACC_FLOATS = 128,  /* N/2 for N = 256 */
-    WG_THREADS_MAX = 512 /* threads that may issue wgmma: warpgroups 0..3 */
+    WG_THREADS_MAX = 512, /* threads that may issue wgmma: warpgroups 0..3 */
+    STORE_MAX = 64,       /* TMA stores issued and not yet waited for, per block */
+    REC_MAX = 64,         /* wgmma in flight per block */
+    THREADS_MAX = 1024
 };
 static const long long TX_LIMIT = (1ll << 20) - 1; /* PTX: tx-count range is +-(2^20 - 1) */
 
@@ -42,6 +45,24 @@ struct tma_op {
     long long c[5];
     unsigned bar;
     unsigned long long phase; /* the barrier phase its complete_tx counted toward */
+};
+struct tma_store_op {
+    const unsigned char *src;
+    hyp_sim_tmap_fields map;
+    long long c[5];
+    unsigned thread, group;
+    const char *file;
+    unsigned line;
+};
+/* A wgmma in flight, for the checks that its shared-memory operands stay untouched until a
+ * wgmma.wait_group completes it: the byte ranges it reads (A, B) and a hash of their contents. */
+struct wg_rec {
+    bool live;
+    unsigned wg, group;
+    unsigned long long da, db, alo, ahi, blo, bhi, hash;
+    unsigned n, ta, tb, rs;
+    const char *file;
+    unsigned line;
 };
 struct acc {
     float *d;
@@ -71,9 +92,12 @@ struct nbar {
 };
 struct block {
     unsigned long long serial;
-    unsigned nthreads, nbars, ntma;
+    unsigned nthreads, nbars, ntma, nstore;
     mbar bars[MBAR_MAX];
     tma_op tma[TMA_MAX];
+    tma_store_op store[STORE_MAX];
+    wg_rec rec[REC_MAX];
+    unsigned bulk_commits[THREADS_MAX]; /* cp.async.bulk.commit_group per thread */
     rendezvous wg[WG_MAX];
     nbar nb[NBAR];
     tstate ts[WG_THREADS_MAX];
@@ -87,7 +111,9 @@ inline block &state() {
     if (b.serial != t->block_serial) {
         b.serial = t->block_serial;
         b.nthreads = t->block_dim.x * t->block_dim.y * t->block_dim.z;
-        b.nbars = b.ntma = 0;
+        b.nbars = b.ntma = b.nstore = 0;
+        for (auto &r : b.rec) r.live = false;
+        for (unsigned i = 0; i < b.nthreads && i < (unsigned)THREADS_MAX; i++) b.bulk_commits[i] = 0;
         for (auto &r : b.wg) {
             r.arrived = 0;
             for (auto &o : r.ops) o = nullptr;
@@ -217,11 +243,10 @@ inline bool mbar_wait(unsigned long long *bar, unsigned parity, const char *file
 }
 
 /* ---- TMA ---- */
-inline void tma_load(void *dst, const void *map, const int *c, unsigned rank, unsigned long long *bar,
-                     const char *file, unsigned line) {
+inline hyp_sim_tmap_fields decode_map(const void *map, unsigned rank, const char *what, const char *file,
+                                      unsigned line, size_t *bytes) {
     hyp_sim_tmap_fields f;
     std::memcpy(&f, map, sizeof f);
-    const char *what = "cp.async.bulk.tensor";
     if (f.magic != HYP_SIM_TMAP_MAGIC)
         fail(file, line, "%s: the tensor map at %p was not encoded by cuTensorMapEncodeTiled / "
              "hyp_sim_tmap_encode_tiled — pass the encoded map as a const __grid_constant__ kernel "
@@ -231,15 +256,26 @@ inline void tma_load(void *dst, const void *map, const int *c, unsigned rank, un
     if (f.interleave || f.oobfill)
         fail(file, line, "%s: interleaved layouts and OOB fill NAN_REQUEST_ZERO_FMA are not emulated "
              "by sim — encode with INTERLEAVE_NONE and FLOAT_OOB_FILL_NONE", what);
-    size_t bytes = f.esize;
+    *bytes = f.esize;
     for (unsigned d = 0; d < rank; d++) {
         if (f.estrides[d] != 1 && d > 0)
             fail(file, line, "%s: elementStrides[%u] = %u is not emulated by sim (only 1)", what, d, f.estrides[d]);
-        bytes *= f.box[d];
+        *bytes *= f.box[d];
     }
+    return f;
+}
+
+inline void check_tma_vs_wgmma(unsigned long long off, size_t bytes, const char *file, unsigned line);
+
+inline void tma_load(void *dst, const void *map, const int *c, unsigned rank, unsigned long long *bar,
+                     const char *file, unsigned line) {
+    const char *what = "cp.async.bulk.tensor";
+    size_t bytes;
+    hyp_sim_tmap_fields f = decode_map(map, rank, what, file, line, &bytes);
     unsigned long long off = dyn_offset(dst, bytes, what, file, line);
     if (off % 128)
         fail(file, line, "%s: the shared-memory destination (offset %llu) is not 128-byte aligned", what, off);
+    check_tma_vs_wgmma(off, bytes, file, line);
     block &b = state();
     mbar &m = find_bar(bar, what, file, line);
     if (b.ntma == TMA_MAX)
@@ -286,6 +322,89 @@ inline void tma_flush(unsigned bar_index, unsigned long long completed_phase) {
         else b.tma[keep++] = b.tma[i];
     }
     b.ntma = keep;
+}
+
+/* ---- TMA stores (cp.async.bulk.tensor global <- shared, bulk_group) ----
+ * Queued at issue; performed, reading shared memory and writing global memory, when the issuing
+ * thread's cp.async.bulk.wait_group.read completes their group: so shared memory overwritten
+ * before that wait shows in the result, as it may on a GPU. Out-of-bounds elements are not
+ * written. A thread that exits with stores not waited for fails the launch. */
+inline void tma_store_do(const tma_store_op &op) {
+    const hyp_sim_tmap_fields &f = op.map;
+    unsigned r = f.rank, es = f.esize;
+    hyp_sim_thread *t = cur;
+    unsigned long long base = (unsigned long long)(op.src - t->dyn_shared), n = 1;
+    for (unsigned d = 0; d < r; d++) n *= f.box[d];
+    unsigned idx[5] = {0, 0, 0, 0, 0};
+    for (unsigned long long e = 0; e < n; e++) {
+        bool in = true;
+        unsigned long long dst = 0;
+        for (unsigned d = 0; d < r; d++) {
+            long long g = op.c[d] + (long long)idx[d];
+            if (g < 0 || g >= (long long)f.dims[d]) in = false;
+            else dst += (unsigned long long)g * f.strides[d];
+        }
+        if (in)
+            std::memcpy((unsigned char *)(uintptr_t)f.addr + dst, t->dyn_shared + swizzle_tma(base + e * es, f.swizzle), es);
+        for (unsigned d = 0; d < r && ++idx[d] == f.box[d]; d++) idx[d] = 0;
+    }
+}
+
+inline void tma_store_thread_end(hyp_sim_thread *t);
+
+inline void tma_store(const void *src, const void *map, const int *c, unsigned rank, const char *file, unsigned line) {
+    const char *what = "cp.async.bulk.tensor (store)";
+    size_t bytes;
+    hyp_sim_tmap_fields f = decode_map(map, rank, what, file, line, &bytes);
+    unsigned long long off = dyn_offset(src, bytes, what, file, line);
+    if (off % 128)
+        fail(file, line, "%s: the shared-memory source (offset %llu) is not 128-byte aligned", what, off);
+    block &b = state();
+    hyp_sim_thread *t = cur;
+    if (t->linear >= (unsigned)THREADS_MAX) fail(file, line, "%s from thread %u: beyond sim's 1024", what, t->linear);
+    if (b.nstore == STORE_MAX)
+        fail(file, line, "%s: more than %d TMA stores not waited for in one block (sim's limit) — "
+             "hyp_tma_store_wait sooner", what, (int)STORE_MAX);
+    thread_end_hook = tma_store_thread_end;
+    tma_store_op &op = b.store[b.nstore++];
+    op.src = (const unsigned char *)src;
+    op.map = f;
+    for (unsigned d = 0; d < 5; d++) op.c[d] = d < rank ? c[d] : 0;
+    op.thread = t->linear;
+    op.group = b.bulk_commits[t->linear];
+    op.file = file;
+    op.line = line;
+}
+
+inline void bulk_commit() {
+    hyp_sim_thread *t = cur;
+    block &b = state();
+    if (t->linear < (unsigned)THREADS_MAX) b.bulk_commits[t->linear]++;
+}
+
+/* cp.async.bulk.wait_group.read n: every group of this thread but the newest n committed ones. */
+inline void bulk_wait(unsigned n) {
+    hyp_sim_thread *t = cur;
+    block &b = state();
+    if (t->linear >= (unsigned)THREADS_MAX) return;
+    unsigned commits = b.bulk_commits[t->linear], keep = 0;
+    for (unsigned i = 0; i < b.nstore; i++) {
+        const tma_store_op &op = b.store[i];
+        if (op.thread == t->linear && op.group < commits && commits - op.group > n) tma_store_do(op);
+        else b.store[keep++] = op;
+    }
+    b.nstore = keep;
+}
+
+inline void tma_store_thread_end(hyp_sim_thread *t) {
+    block &b = blk;
+    if (b.serial != t->block_serial) return;
+    for (unsigned i = 0; i < b.nstore; i++)
+        if (b.store[i].thread == t->linear)
+            fail(b.store[i].file, b.store[i].line,
+                 "thread %u exits with a TMA store not waited for — commit it (hyp_tma_store_commit) "
+                 "and hyp_tma_store_wait<0>() before the block's shared memory goes away",
+                 t->linear);
 }
 
 /* ---- the warpgroup rendezvous: 128 threads of warps 4k..4k+3 ---- */
@@ -358,6 +477,41 @@ inline unsigned long long desc_elem(unsigned long long desc, unsigned mn, unsign
                    : (mn % (S / 2)) * 2 + (mn / (S / 2)) * lbo + (k % 8) * S + (k / 8) * sbo;
     }
     return swizzle_tma(start + o, mode);
+}
+
+/* FNV-1a over the operand bytes a wgmma reads, in element order; also their offset ranges. */
+inline unsigned long long operand_hash(const wg_rec &r, unsigned long long *alo, unsigned long long *ahi,
+                                       unsigned long long *blo, unsigned long long *bhi) {
+    const unsigned char *sm = cur->dyn_shared;
+    unsigned long long h = 1469598103934665603ull;
+    *alo = *blo = ~0ull;
+    *ahi = *bhi = 0;
+    auto eat = [&](unsigned long long off, unsigned long long *lo, unsigned long long *hi) {
+        h = (h ^ sm[off]) * 1099511628211ull;
+        h = (h ^ sm[off + 1]) * 1099511628211ull;
+        if (off < *lo) *lo = off;
+        if (off + 2 > *hi) *hi = off + 2;
+    };
+    if (!r.rs)
+        for (unsigned m = 0; m < 64; m++)
+            for (unsigned k = 0; k < 16; k++) eat(desc_elem(r.da, m, k, r.ta == 0), alo, ahi);
+    for (unsigned n = 0; n < r.n; n++)
+        for (unsigned k = 0; k < 16; k++) eat(desc_elem(r.db, n, k, r.tb == 0), blo, bhi);
+    return h;
+}
+
+inline bool overlaps(unsigned long long lo, unsigned long long hi, unsigned long long a, unsigned long long b) {
+    return lo < hi && a < hi && lo < b;
+}
+
+/* A TMA load into shared memory that a wgmma in flight reads: the buffer was released too early. */
+inline void check_tma_vs_wgmma(unsigned long long off, size_t bytes, const char *file, unsigned line) {
+    block &b = state();
+    for (const wg_rec &r : b.rec)
+        if (r.live && (overlaps(r.alo, r.ahi, off, off + bytes) || overlaps(r.blo, r.bhi, off, off + bytes)))
+            fail(file, line, "cp.async.bulk.tensor writes shared bytes %llu..%llu that the wgmma issued at %s:%u "
+                 "(warpgroup %u) still reads — complete it with hyp_wgmma_wait before releasing its buffer "
+                 "(e.g. before arriving on the stage's empty barrier)", off, off + bytes, r.file, r.line, r.wg);
 }
 
 struct wgmma_op {
@@ -457,6 +611,17 @@ inline void wgmma_combine(wg_op *const *ops, hyp_sim_thread *caller) {
         }
         e->group = ts.commits;
     }
+    wg_rec *rec = nullptr;
+    for (wg_rec &r : b.rec)
+        if (!r.live) {
+            rec = &r;
+            break;
+        }
+    if (!rec)
+        fail(file, line, "wgmma.mma_async: more than %d wgmma in flight in the block (sim's limit) — wait for some",
+             (int)REC_MAX);
+    *rec = wg_rec{true, wg, b.ts[wg * 128].commits, o0->da, o0->db, 0, 0, 0, 0, 0, N, o0->ta, o0->tb, o0->rs, file, line};
+    rec->hash = operand_hash(*rec, &rec->alo, &rec->ahi, &rec->blo, &rec->bhi);
 }
 
 inline void wgmma(float *d, unsigned n, unsigned long long da, const unsigned *a, unsigned long long db, int ta,
@@ -487,6 +652,17 @@ inline void wgmma_commit(const char *file, unsigned line) { thread_state(cur, "w
 /* wait_group n: the accumulators of every group but the newest n committed ones become readable. */
 inline void wgmma_wait(unsigned n, const char *file, unsigned line) {
     tstate &ts = thread_state(cur, "wgmma.wait_group", file, line);
+    block &b = state();
+    unsigned wg = cur->linear / 128;
+    for (wg_rec &r : b.rec) {
+        if (!r.live || r.wg != wg || !(r.group < ts.commits && ts.commits - r.group > n)) continue;
+        unsigned long long alo, ahi, blo, bhi;
+        if (operand_hash(r, &alo, &ahi, &blo, &bhi) != r.hash)
+            fail(file, line, "wgmma.wait_group: shared memory read by the wgmma issued at %s:%u changed before this "
+                 "wait completed it — the operands of a wgmma in flight must not be written (wait first)",
+                 r.file, r.line);
+        r.live = false;
+    }
     unsigned keep = 0;
     for (unsigned j = 0; j < ts.nacc; j++) {
         acc &x = ts.a[j];

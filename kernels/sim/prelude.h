@@ -52,6 +52,9 @@ namespace hyp_sim {
 
 inline const hyp_sim_host_api *host;      /* set by hyp_sim_module_bind */
 inline thread_local hyp_sim_thread *cur;  /* the running fiber's context on this OS thread */
+/* Called when a thread's kernel function returns (set by hyp/hopper.cuh's emulation: bulk copies a
+ * thread must have waited for); NULL: nothing. */
+inline void (*thread_end_hook)(hyp_sim_thread *t);
 #ifdef HYP_SIM_COUNT
 /* A counting build (runtime/sim/sim.h HYP_SIM_COUNT_FLAGS): hyp_sim_count_hook, set at load. */
 inline void (*count_fn)(uintptr_t addr, size_t n, int kind);
@@ -791,6 +794,7 @@ __attribute__((weak)) void hyp_sim_module_run_thread(void (*stub)(void **), void
     ::hyp_sim::cur = t;
     for (unsigned i = 0; i < t->cp_n; i++) ::hyp_sim::cp_do(t->cp[i]); /* copies still in flight */
     t->cp_n = 0;
+    if (::hyp_sim::thread_end_hook) ::hyp_sim::thread_end_hook(t);
 }
 #ifdef HYP_SIM_COUNT
 /* -fsanitize=kernel-address with call instrumentation makes every load and store of the module a

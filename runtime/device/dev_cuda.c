@@ -78,7 +78,7 @@ int hyp_dev_cuda_check_libs(char *report, size_t n) {
     X(cuFuncSetAttribute) X(cuLaunchKernel) X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize) X(cuStreamQuery)              \
     X(cuStreamWaitEvent) X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord) X(cuEventSynchronize) X(cuEventQuery)                   \
     X(cuEventElapsedTime) X(cuGetErrorString) X(cuGetErrorName) X(cuStreamBeginCapture) X(cuStreamEndCapture)                   \
-    X(cuGraphInstantiate) X(cuGraphLaunch) X(cuGraphExecDestroy) X(cuGraphDestroy)
+    X(cuGraphInstantiate) X(cuGraphLaunch) X(cuGraphExecDestroy) X(cuGraphDestroy) X(cuTensorMapEncodeTiled)
 #define LT_FUNCS(X)                                                                                                  \
     X(cublasLtCreate) X(cublasLtDestroy) X(cublasLtMatmulDescCreate) X(cublasLtMatmulDescDestroy)                    \
     X(cublasLtMatmulDescSetAttribute) X(cublasLtMatrixLayoutCreate) X(cublasLtMatrixLayoutDestroy)                   \
@@ -353,6 +353,29 @@ static int cu_launch(hyp_device *dv, hyp_module *hm, const char *kernel, hyp_dim
     hyp_kargs a = *args;
     dv->calls++;
     CU(cuLaunchKernel(f->f, g.x, g.y, g.z, b.x, b.y, b.z, (unsigned)shmem, STREAM(d, s), hyp_kargs_params(&a), NULL), kernel);
+    return HYP_OK;
+}
+
+/* The TMA tensor map (device.h): cuTensorMapEncodeTiled, zero fill, no interleave, L2 promotion 128B. */
+static int cu_tensor_map(hyp_device *dv, void *map, hyp_dtype t, int rank, const void *gaddr, const uint64_t *dims,
+                         const uint64_t *strides, const uint32_t *box, int swizzle, hyp_err *e) {
+    cu_dev *d = CD(dv);
+    static const int code[HYP_DT__COUNT] = {[HYP_DT_F32] = CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
+                                            [HYP_DT_BF16] = CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+                                            [HYP_DT_E4M3] = CU_TENSOR_MAP_DATA_TYPE_UINT8,
+                                            [HYP_DT_E5M2] = CU_TENSOR_MAP_DATA_TYPE_UINT8,
+                                            [HYP_DT_F16] = CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+                                            [HYP_DT_I8] = CU_TENSOR_MAP_DATA_TYPE_UINT8,
+                                            [HYP_DT_I32] = CU_TENSOR_MAP_DATA_TYPE_INT32};
+    if ((unsigned)t >= HYP_DT__COUNT || rank < 1 || rank > 5 || swizzle < 0 || swizzle > 3)
+        return hyp_fail(e, HYP_EINPUT, "cuda: tensor_map: bad dtype %d, rank %d or swizzle %d", (int)t, rank, swizzle);
+    cuuint32_t ones[5] = {1, 1, 1, 1, 1};
+    CUresult r = d->cu.cuTensorMapEncodeTiled((CUtensorMap *)map, (CUtensorMapDataType)code[t], (cuuint32_t)rank,
+                                              (void *)(uintptr_t)gaddr, dims, strides, box, ones,
+                                              CU_TENSOR_MAP_INTERLEAVE_NONE, (CUtensorMapSwizzle)swizzle,
+                                              CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS)
+        return hyp_fail(e, HYP_EINPUT, "cuda: cuTensorMapEncodeTiled failed (%d) — check the alignment, strides, box and swizzle (device.h)", (int)r);
     return HYP_OK;
 }
 
@@ -862,6 +885,7 @@ static const hyp_device CU_TABLE = {
     .module_load = cu_module_load,
     .module_unload = cu_module_unload,
     .launch = cu_launch,
+    .tensor_map = cu_tensor_map,
     .stream_create = cu_stream_create,
     .stream_destroy = cu_stream_destroy,
     .stream_synchronize = cu_stream_synchronize,

@@ -24,6 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../../kernels/sim/sim_tmap.h"
 #include "device.h"
 #include "sim.h"
 
@@ -766,6 +767,29 @@ static void sim_close(hyp_device *dv) {
     free(d);
 }
 
+/* The TMA tensor map (device.h): kernels/sim/sim_tmap.h's encoding, the extent inside one block. */
+static int sim_tensor_map(hyp_device *dv, void *map, hyp_dtype t, int rank, const void *gaddr, const uint64_t *dims,
+                          const uint64_t *strides, const uint32_t *box, int swizzle, hyp_err *e) {
+    sim_dev *d = SD(dv);
+    static const int code[HYP_DT__COUNT] = {[HYP_DT_F32] = HYP_TMAP_F32, [HYP_DT_BF16] = HYP_TMAP_BF16,
+                                            [HYP_DT_E4M3] = HYP_TMAP_U8,  [HYP_DT_E5M2] = HYP_TMAP_U8,
+                                            [HYP_DT_F16] = HYP_TMAP_F16,  [HYP_DT_I8] = HYP_TMAP_U8,
+                                            [HYP_DT_I32] = HYP_TMAP_I32};
+    if ((unsigned)t >= HYP_DT__COUNT || rank < 1 || rank > 5 || !dims || !box || (rank > 1 && !strides))
+        return hyp_fail(e, HYP_EINPUT, "sim: tensor_map: bad dtype %d, rank %d or a NULL array", (int)t, rank);
+    unsigned es = hyp_sim_tmap_esize(code[t]);
+    size_t extent = es;
+    for (int k = 0; k < rank; k++) extent += (size_t)(dims[k] ? dims[k] - 1 : 0) * (k ? strides[k - 1] : es);
+    int rc = check_range(d, gaddr, extent, "tensor_map: the tensor", e);
+    if (rc) return rc;
+    uint32_t ones[5] = {1, 1, 1, 1, 1};
+    char why[256];
+    if (hyp_sim_tmap_encode_tiled(map, code[t], (unsigned)rank, gaddr, dims, strides, box, ones, 0, swizzle, 0, 0, why,
+                                  sizeof why))
+        return hyp_fail(e, HYP_EINPUT, "sim: tensor_map: %s", why);
+    return HYP_OK;
+}
+
 /* The sim device's entries (device.h documents each slot). */
 static const hyp_device SIM_TABLE = {
     .name = "sim",
@@ -786,6 +810,7 @@ static const hyp_device SIM_TABLE = {
     .module_load = sim_module_load,
     .module_unload = sim_module_unload,
     .launch = sim_launch,
+    .tensor_map = sim_tensor_map,
     .stream_create = sim_stream_create,
     .stream_destroy = sim_stream_destroy,
     .stream_synchronize = sim_stream_synchronize,

@@ -51,8 +51,32 @@ void hyp_kargs_add(hyp_kargs *a, const void *value, size_t size) {
     a->n++;
 }
 
+void hyp_kargs_tmap(hyp_kargs *a, const void *map) {
+    if (a->n < 0) return;
+    if (a->n >= HYP_KARGS_MAX || a->ntmap >= HYP_KARGS_TMAP_MAX) {
+        a->n = -1;
+        return;
+    }
+    memcpy(a->tmap[a->ntmap], map, 128);
+    memset(a->val[a->n], 0, sizeof a->val[0]);
+    a->val[a->n][0] = (uint64_t)a->ntmap++;
+    a->size[a->n] = 128;
+    a->n++;
+}
+
 void **hyp_kargs_params(hyp_kargs *a) {
-    for (int i = 0; i < a->n; i++) a->ptr[i] = a->val[i];
+    for (int i = 0; i < a->n; i++) {
+        if (a->size[i] != 128) {
+            a->ptr[i] = a->val[i];
+            continue;
+        }
+        /* a tensor map: 64-byte aligned where this copy of the set lives (a kernel's hyp_tmap
+         * parameter is alignas(64); the sim reads it in place) */
+        unsigned k = (unsigned)a->val[i][0];
+        unsigned char *at = a->tmap_at[k] + ((64 - ((uintptr_t)a->tmap_at[k] & 63)) & 63);
+        memcpy(at, a->tmap[k], 128);
+        a->ptr[i] = at;
+    }
     return a->ptr;
 }
 

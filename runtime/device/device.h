@@ -91,13 +91,20 @@ float hyp_tf32_round(float x);
  * More than HYP_KARGS_MAX arguments or a value over 16 bytes marks the set invalid (n = -1) and
  * launch returns HYP_EINPUT. */
 #define HYP_KARGS_MAX 32
+#define HYP_KARGS_TMAP_MAX 4 /* tensor maps (128 bytes, hyp/hopper.cuh's hyp_tmap) per launch */
 typedef struct hyp_kargs {
     int n;
     unsigned short size[HYP_KARGS_MAX];
     uint64_t val[HYP_KARGS_MAX][2]; /* 16 bytes, 8-byte aligned, per argument */
     void *ptr[HYP_KARGS_MAX];
+    int ntmap;                                         /* hyp_kargs_tmap: the maps' bytes ... */
+    unsigned char tmap[HYP_KARGS_TMAP_MAX][128];
+    unsigned char tmap_at[HYP_KARGS_TMAP_MAX][192];    /* ... placed 64-byte aligned by _params */
 } hyp_kargs;
 void hyp_kargs_add(hyp_kargs *a, const void *value, size_t size);
+/* A tensor map (the 128 bytes device->tensor_map wrote) as the next argument, for a kernel
+ * parameter `const __grid_constant__ hyp_tmap`. */
+void hyp_kargs_tmap(hyp_kargs *a, const void *map);
 void **hyp_kargs_params(hyp_kargs *a);
 static inline void hyp_kargs_ptr(hyp_kargs *a, const void *p) { hyp_kargs_add(a, &p, sizeof p); }
 static inline void hyp_kargs_i32(hyp_kargs *a, int32_t v) { hyp_kargs_add(a, &v, sizeof v); }
@@ -302,6 +309,15 @@ struct hyp_device {
     int (*capture_end)(hyp_device *d, hyp_stream *s, hyp_graph **g, hyp_err *e);
     int (*graph_launch)(hyp_device *d, hyp_graph *g, hyp_stream *s, hyp_err *e);
     void (*graph_destroy)(hyp_device *d, hyp_graph *g);
+    /* The TMA tensor map of hyp/hopper.cuh (v2114): a tiled map of the device tensor at gaddr
+     * written into the 128 bytes at map (64-byte aligned) — cuTensorMapEncodeTiled on cuda,
+     * kernels/sim/sim_tmap.h on sim, with the driver's checks (sim also: the extent inside one
+     * mem_alloc block). rank 1..5; dims in elements, dim 0 innermost; strides in bytes for dims
+     * 1..rank-1 (multiples of 16); box in elements (box[0] * element size a multiple of 16, within
+     * the swizzle span); swizzle 0 none, 1 32B, 2 64B, 3 128B; out-of-bounds elements read as zero.
+     * Pass the map to the kernel with hyp_kargs_tmap. HYP_EINPUT with the reason otherwise. */
+    int (*tensor_map)(hyp_device *d, void *map, hyp_dtype t, int rank, const void *gaddr, const uint64_t *dims,
+                      const uint64_t *strides, const uint32_t *box, int swizzle, hyp_err *e);
     /* host calls that enqueued work (launch, gemm, memset, copies, collectives; a graph launch is
      * one), counted by the implementation since open: the launches-per-step figure of v2165 */
     unsigned long long calls;

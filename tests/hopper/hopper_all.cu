@@ -19,6 +19,12 @@ extern "C" __global__ void __launch_bounds__(384) hopper_all(float *out, const _
             hyp_tma_load_3d(Bs, &mb3, 0, 0, blockIdx.y, &bar[0]);
         }
         hyp_mbar_wait(&bar[1], 0);
+        if (threadIdx.x == 0) {
+            hyp_tma_store_2d(&ma, 0, blockIdx.x * 64, As);
+            hyp_tma_store_3d(&mb3, 0, 0, blockIdx.y, Bs);
+            hyp_tma_store_commit();
+            hyp_tma_store_wait<0>();
+        }
     } else {
         hyp_setmaxnreg_inc<232>();
         hyp_mbar_wait(&bar[0], 0);

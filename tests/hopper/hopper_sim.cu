@@ -25,6 +25,26 @@ extern "C" __global__ void tma_box(unsigned char* out, const __grid_constant__ h
     for (unsigned i = threadIdx.x; i < bytes; i += blockDim.x) out[i] = smem[i];
 }
 
+// A TMA store: every thread copies `img` (a box image, already swizzled) into smem, then thread 0
+// stores the box at (c0, c1, c2).
+//   mode 0: correct; mode 1: BUG: overwrites the smem source before cp.async.bulk.wait_group.read;
+//   mode 2: BUG: never waits for the store
+extern "C" __global__ void tma_store_box(const __grid_constant__ hyp_tmap map, int rank, int c0, int c1, int c2,
+                                         const unsigned char* img, unsigned bytes, int mode) {
+    extern __shared__ __align__(1024) unsigned char smem[];
+    for (unsigned i = threadIdx.x; i < bytes; i += blockDim.x) smem[i] = img[i];
+    hyp_fence_proxy_async();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        if (rank == 2) hyp_tma_store_2d(&map, c0, c1, smem);
+        else hyp_tma_store_3d(&map, c0, c1, c2, smem);
+        hyp_tma_store_commit();
+        if (mode == 1)
+            for (unsigned i = 0; i < bytes; i++) smem[i] = 0x33;
+        if (mode != 2) hyp_tma_store_wait<0>();
+    }
+}
+
 // `n` boxes of a 2-D map side by side along dim 1 (rows c1 + i * box1), `bytes` each, one barrier.
 //   mode 0: one arrive.expect_tx for all; mode 1: expect_tx per load, then one plain arrive (the
 //   loads are issued BEFORE the expect_tx: the tx-count goes negative first, as the ISA allows);
@@ -132,7 +152,10 @@ extern "C" __global__ void regs(int* out, int mode) {
 //   mode 0: correct; mode 1: BUG: reads the accumulators before wgmma.wait_group; mode 2: BUG: no
 //   wgmma.fence; mode 3: BUG: thread 77 returns before the wgmma (deadlock); mode 4: two wgmmas
 //   in two groups (the second into out2's accumulators, same operands) and wait_group 1: the
-//   first group is readable, the second not yet (NaN), then wait_group 0 makes it so (out3)
+//   first group is readable, the second not yet (NaN), then wait_group 0 makes it so (out3);
+//   mode 5: BUG: thread 127 (the first to run on after the wgmma) overwrites an A element before
+//   its wait_group; mode 6: BUG: thread 127 issues a TMA load into B's shared memory while the
+//   wgmma is in flight (`map`: any bf16 map with a 64x8 box)
 template <int N, int TA, int TB>
 __device__ void wgmma_one(float* d, unsigned long long da, const unsigned* a, unsigned long long db, bool acc,
                           bool rs) {
@@ -163,7 +186,9 @@ struct wgmma_args {
     int swA, swB, n, ta, tb, rs, accumulate, mode;
 };
 extern "C" __global__ void wgmma_tile(float* out, float* out2, float* out3, const unsigned char* img,
-                                      unsigned img_bytes, const float* cin, const unsigned* afrag, wgmma_args p) {
+                                      unsigned img_bytes, const float* cin, const unsigned* afrag, wgmma_args p,
+                                      const __grid_constant__ hyp_tmap map) {
+    __shared__ __align__(8) unsigned long long bar;
     extern __shared__ __align__(1024) unsigned char smem[];
     const unsigned tid = threadIdx.x, nv = p.n / 2;
     for (unsigned i = tid; i < img_bytes; i += blockDim.x) smem[i] = img[i];
@@ -179,6 +204,12 @@ extern "C" __global__ void wgmma_tile(float* out, float* out2, float* out3, cons
     if (p.mode != 2) hyp_wgmma_fence();
     wgmma_dispatch(p.n, d, da, a, db, p.accumulate != 0, p.rs != 0, p.ta, p.tb);
     hyp_wgmma_commit();
+    if (p.mode == 5 && tid == 127) smem[p.offA] ^= 0x40;
+    if (p.mode == 6 && tid == 127) {
+        hyp_mbar_init(&bar, 1);
+        hyp_mbar_arrive_expect_tx(&bar, 1024);
+        hyp_tma_load_2d(smem + p.offB, &map, 0, 0, &bar);
+    }
     if (p.mode == 4) {
         wgmma_dispatch(p.n, d2, da, a, db, p.accumulate != 0, p.rs != 0, p.ta, p.tb);
         hyp_wgmma_commit();
@@ -196,6 +227,10 @@ extern "C" void hyp_sim_entry_tma_box(void** args) {
     tma_box(*(unsigned char**)args[0], *(const hyp_tmap*)args[1], *(int*)args[2], *(int*)args[3], *(int*)args[4],
             *(int*)args[5], *(unsigned*)args[6], *(int*)args[7]);
 }
+extern "C" void hyp_sim_entry_tma_store_box(void** args) {
+    tma_store_box(*(const hyp_tmap*)args[0], *(int*)args[1], *(int*)args[2], *(int*)args[3], *(int*)args[4],
+                  *(const unsigned char**)args[5], *(unsigned*)args[6], *(int*)args[7]);
+}
 extern "C" void hyp_sim_entry_tma_multi(void** args) {
     tma_multi(*(unsigned char**)args[0], *(const hyp_tmap*)args[1], *(int*)args[2], *(int*)args[3], *(int*)args[4],
               *(int*)args[5], *(unsigned*)args[6], *(int*)args[7]);
@@ -205,6 +240,7 @@ extern "C" void hyp_sim_entry_named_bars(void** args) { named_bars(*(int**)args[
 extern "C" void hyp_sim_entry_regs(void** args) { regs(*(int**)args[0], *(int*)args[1]); }
 extern "C" void hyp_sim_entry_wgmma_tile(void** args) {
     wgmma_tile(*(float**)args[0], *(float**)args[1], *(float**)args[2], *(const unsigned char**)args[3],
-               *(unsigned*)args[4], *(const float**)args[5], *(const unsigned**)args[6], *(wgmma_args*)args[7]);
+               *(unsigned*)args[4], *(const float**)args[5], *(const unsigned**)args[6], *(wgmma_args*)args[7],
+               *(const hyp_tmap*)args[8]);
 }
 #endif

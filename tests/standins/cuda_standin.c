@@ -45,6 +45,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "../../kernels/sim/sim_tmap.h"
 #include "sim.h"
 #include "standin.h"
 
@@ -968,6 +969,8 @@ static int param_size(const char *t, int *is_ptr) {
     if (!strcmp(b, "long") || !strcmp(b, "long long") || !strcmp(b, "unsigned long long") || !strcmp(b, "double") ||
         !strcmp(b, "int64_t") || !strcmp(b, "uint64_t"))
         return 8;
+    if (!strcmp(b, "__grid_constant__ hyp_tmap") || !strcmp(b, "hyp_tmap") || !strcmp(b, "CUtensorMap"))
+        return 128; /* a tensor map (hyp/hopper.cuh), by value: cuTensorMapEncodeTiled's bytes */
     return 0;
 }
 
@@ -1236,7 +1239,7 @@ typedef struct {
     const kdecl *k;
     hyp_dim3 grid, block;
     unsigned shmem;
-    uint64_t val[MAX_PARAMS][2];
+    uint64_t val[MAX_PARAMS][16] __attribute__((aligned(64))); /* up to a 128-byte tensor map */
 } launch_op;
 
 static void run_launch(void *a) {
@@ -1310,10 +1313,11 @@ EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned 
     else if (k->nparams && !params)
         r = refuse(CUDA_ERROR_INVALID_VALUE, "cuLaunchKernel(%s): kernelParams NULL for %d parameters", k->name, k->nparams);
     if (r) goto out;
-    if (!(l = calloc(1, sizeof *l))) {
+    if (!(l = aligned_alloc(64, sizeof *l))) {
         r = CUDA_ERROR_OUT_OF_MEMORY;
         goto out;
     }
+    memset(l, 0, sizeof *l);
     for (int i = 0; i < k->nparams && !r; i++) {
         if (!params[i]) {
             r = refuse(CUDA_ERROR_INVALID_VALUE, "cuLaunchKernel(%s): kernelParams[%d] is NULL: the kernel declares %d parameters", k->name, i, k->nparams);
@@ -1335,6 +1339,33 @@ out:
     free(l);
     pthread_mutex_unlock(&G.mu);
     return r;
+}
+
+/* The tensor map TMA reads (hyp/hopper.cuh): kernels/sim/sim_tmap.h's encoding with the driver's
+ * checks, of the read-write view of the tensor's device memory (kernel parameters are copied
+ * bytes, so the address is translated here, not at launch). Stricter than the driver: the whole
+ * extent the map can address must lie in one live cuMemAlloc block. */
+EXPORT CUresult cuTensorMapEncodeTiled(CUtensorMap *map, CUtensorMapDataType dtype, cuuint32_t rank, void *gaddr,
+                                       const cuuint64_t *dims, const cuuint64_t *strides, const cuuint32_t *box,
+                                       const cuuint32_t *estrides, CUtensorMapInterleave interleave,
+                                       CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2,
+                                       CUtensorMapFloatOOBfill oob) {
+    NEED_INIT();
+    unsigned es = hyp_sim_tmap_esize((int)dtype);
+    if (!map || !dims || !box || !estrides || (rank > 1 && !strides) || rank < 1 || rank > 5 || !es)
+        return refuse(CUDA_ERROR_INVALID_VALUE, "cuTensorMapEncodeTiled: a NULL array, rank %u outside 1..5 or data type %d the stand-in does not emulate", rank, (int)dtype);
+    size_t extent = (size_t)es;
+    for (unsigned d = 0; d < rank; d++) extent += (size_t)(dims[d] ? dims[d] - 1 : 0) * (d ? strides[d - 1] : es);
+    pthread_mutex_lock(&G.mu);
+    void *view = find_block((CUdeviceptr)(uintptr_t)gaddr, extent) ? rw_of((CUdeviceptr)(uintptr_t)gaddr) : NULL;
+    pthread_mutex_unlock(&G.mu);
+    if (!view)
+        return refuse(CUDA_ERROR_INVALID_VALUE, "cuTensorMapEncodeTiled: the tensor at %p (%zu bytes by its dims and strides) is not inside one live cuMemAlloc block", gaddr, extent);
+    char why[256];
+    if (hyp_sim_tmap_encode_tiled(map, (int)dtype, rank, view, dims, strides, box, estrides, (int)interleave, (int)swizzle, (int)l2,
+                                  (int)oob, why, sizeof why))
+        return refuse(CUDA_ERROR_INVALID_VALUE, "cuTensorMapEncodeTiled: %s", why);
+    return CUDA_SUCCESS;
 }
 
 /* ---- graphs: stream capture (global mode), instantiate, launch ------------------------------- */

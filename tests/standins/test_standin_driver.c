@@ -19,6 +19,7 @@
 #include "../unit/hyp_test.h"
 #include "device.h"
 #include "standin.h"
+#include "../../kernels/sim/sim_tmap.h"
 
 #define STR(x) #x
 #define XSTR(x) STR(x)
@@ -29,7 +30,7 @@
     X(cuModuleUnload) X(cuModuleGetFunction) X(cuFuncSetAttribute) X(cuLaunchKernel) X(cuStreamCreate)               \
     X(cuStreamDestroy) X(cuStreamSynchronize) X(cuStreamWaitEvent) X(cuEventCreate) X(cuEventDestroy)                \
     X(cuEventRecord) X(cuEventSynchronize) X(cuEventElapsedTime) X(cuGetErrorName) X(hypsi_host_view)               \
-    X(hypsi_enqueue) X(hypsi_stream_fault) X(hypsi_current_device)
+    X(hypsi_enqueue) X(hypsi_stream_fault) X(hypsi_current_device) X(cuTensorMapEncodeTiled)
 #define MEMBER(f) static __typeof__(f) *p_##f;
 FUNCS(MEMBER)
 #define LOAD(f)                                                                                                      \
@@ -603,6 +604,39 @@ static void dev_layer(void) {
     d->close(d);
 }
 
+/* cuTensorMapEncodeTiled (hyp/hopper.cuh's TMA): the map carries the block's read-write view (what
+ * the simulated kernel reads), with the driver's argument checks and the stand-in's extent check. */
+static void tensor_maps(void) {
+    CUdeviceptr a;
+    EXPECT(p_cuMemAlloc(&a, 64 * 40 * 2), CUDA_SUCCESS, "tensor map: cuMemAlloc");
+    CUtensorMap map __attribute__((aligned(64)));
+    cuuint64_t dims[2] = {64, 40}, str[1] = {128}, big[2] = {64, 41};
+    cuuint32_t box[2] = {64, 8}, box257[2] = {257, 8}, es[2] = {1, 1};
+    EXPECT(p_cuTensorMapEncodeTiled(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)(uintptr_t)a, dims, str, box, es,
+                                    CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_NONE,
+                                    CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
+           CUDA_SUCCESS, "tensor map: a 64x40 bf16 tensor with 128B swizzle encodes (v2114)");
+    hyp_sim_tmap_fields f;
+    memcpy(&f, &map, sizeof f);
+    check(f.magic == HYP_SIM_TMAP_MAGIC && f.addr == (uint64_t)(uintptr_t)p_hypsi_host_view(a, 16, "test") && f.box[0] == 64 &&
+              f.swizzle == HYP_TMAP_SWIZZLE_128B,
+          "tensor map: it holds the block's read-write view and the box (v2114)", NULL);
+    EXPECT(p_cuTensorMapEncodeTiled(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)(uintptr_t)a, big, str, box, es,
+                                    CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_NONE,
+                                    CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
+           CUDA_ERROR_INVALID_VALUE, "tensor map: dims reaching one row past the block");
+    EXPECT(p_cuTensorMapEncodeTiled(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)(uintptr_t)a, dims, str, box257, es,
+                                    CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_NONE,
+                                    CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
+           CUDA_ERROR_INVALID_VALUE, "tensor map: a box dimension of 257");
+    static unsigned char host[64 * 40 * 2] __attribute__((aligned(64)));
+    EXPECT(p_cuTensorMapEncodeTiled(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, host, dims, str, box, es,
+                                    CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_NONE,
+                                    CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
+           CUDA_ERROR_INVALID_VALUE, "tensor map: a host pointer as the global address");
+    EXPECT(p_cuMemFree(a), CUDA_SUCCESS, "tensor map: cuMemFree");
+}
+
 int main(int argc, char **argv) {
     if (argc == 4 && !strcmp(argv[1], "--case")) {
         snprintf(g_dir, sizeof g_dir, "%s", argv[3]);
@@ -639,6 +673,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     memory(m);
+    tensor_maps();
     ordering();
     launches(m);
     dev_layer();

@@ -7,6 +7,9 @@
  *     several loads on one barrier (one arrive.expect_tx; or expect_tx after the loads, the
  *     tx-count going negative first); the encoder's refusals; planted: reading before the wait
  *     (sees the poison, not the data), a tx-count never reached (deadlock reported, not hung).
+ *   TMA store: the box from shared memory (un-swizzled) to the tensor, nothing written outside it;
+ *     planted: the source overwritten before cp.async.bulk.wait_group.read (wrong data), no wait
+ *     (reported at the thread's exit).
  *   mbarrier: six phases of 64 and 96 threads with parity waits (the counter each thread sees is
  *     exactly what the phase guarantees), also shuffled; planted: a count never reached
  *     (deadlock), an arrival beyond the count, use before init.
@@ -16,7 +19,8 @@
  *     scale-d = 0 (NaN inputs ignored); integer data (exact in any order) compared bit for bit
  *     through the per-thread fragment layout; random bf16 within the fp32 summation bound;
  *     planted: wrong SBO, wrong swizzle (wrong numbers), accumulators read before wait_group
- *     (NaN), no wgmma.fence, a thread missing (deadlock), wait_group 1 vs 0.
+ *     (NaN), no wgmma.fence, a thread missing (deadlock), wait_group 1 vs 0, an operand written or
+ *     a TMA load into an operand while the wgmma is in flight.
  *   the demonstration GEMM (tests/hopper/gemm_tma_wgmma.cu: producer warpgroup with TMA and a
  *     2-stage mbarrier ring, consumer warpgroup with wgmma) equals a double-precision reference
  *     within the fp32 summation bound on a regular (128x256x128) and an odd (100x136x72) shape. */
@@ -156,6 +160,63 @@ static void test_tma_box(void) {
         }
         free(want);
         free(got);
+    }
+}
+
+/* TMA store: the box image in shared memory (swizzled as a load writes it) goes to the tensor;
+ * elements outside the tensor are not written. */
+static void test_tma_store(void) {
+    enum { ROWS = 37, COLS = 100, PITCH = 104 }; /* bf16, rows padded to 208 bytes */
+    static uint16_t T[ROWS * PITCH] __attribute__((aligned(64))), W[ROWS * PITCH];
+    static uint8_t img[2048];
+    struct {
+        const char *what;
+        int swz;
+        uint32_t box[2];
+        int c[2];
+    } cases[] = {
+        {"bf16 128B swizzle, 64x16 box past the right and bottom edges", 3, {64, 16}, {64, 32}},
+        {"bf16 64B swizzle, 32x12 box before the left and top edges", 2, {32, 12}, {-5, -7}},
+        {"bf16 no swizzle, 8x8 box inside", 0, {8, 8}, {40, 9}},
+    };
+    uint64_t dims[2] = {COLS, ROWS}, str[1] = {PITCH * 2};
+    uint32_t es1[2] = {1, 1};
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        unsigned bytes = cases[ci].box[0] * cases[ci].box[1] * 2;
+        for (unsigned i = 0; i < bytes; i++) img[i] = (uint8_t)(rnd() & 0xFF);
+        /* the reference: element (x, y) of the box, found in the image where a load would have put it */
+        for (int i = 0; i < ROWS * PITCH; i++) W[i] = 0xEEEE;
+        for (uint32_t y = 0; y < cases[ci].box[1]; y++)
+            for (uint32_t x = 0; x < cases[ci].box[0]; x++) {
+                long gx = cases[ci].c[0] + (long)x, gy = cases[ci].c[1] + (long)y;
+                if (gx < 0 || gx >= COLS || gy < 0 || gy >= ROWS) continue;
+                memcpy(&W[gy * PITCH + gx], img + ref_swizzle((y * cases[ci].box[0] + x) * 2, cases[ci].swz), 2);
+            }
+        unsigned char map[128] __attribute__((aligned(64)));
+        char why[200];
+        if (hyp_sim_tmap_encode_tiled(map, HYP_TMAP_BF16, 2, T, dims, str, cases[ci].box, es1, 0, cases[ci].swz, 0, 0, why,
+                                      sizeof why)) {
+            CHECK(0, "encode %s: %s", cases[ci].what, why);
+            continue;
+        }
+        for (int mode = 0; mode < (ci == 0 ? 3 : 1); mode++) {
+            for (int i = 0; i < ROWS * PITCH; i++) T[i] = 0xEEEE;
+            int r = 2, c2 = 0;
+            uint8_t *pi = img;
+            void *args[] = {map, &r, &cases[ci].c[0], &cases[ci].c[1], &c2, &pi, &bytes, &mode};
+            hyp_err e;
+            int rc = hyp_sim_launch(g_hop, "tma_store_box", hyp_dim3_of(1, 1, 1), hyp_dim3_of(64, 1, 1), 2048, args, NULL, &e);
+            int same = memcmp(T, W, sizeof T) == 0;
+            if (mode == 0)
+                CHECK(rc == HYP_OK && same, "test_v2114_tma_store %s: the tensor equals the reference, nothing written "
+                      "outside it%s%s", cases[ci].what, rc ? ": " : "", rc ? e.msg : "");
+            else if (mode == 1)
+                CHECK(rc == HYP_OK && !same, "test_v2114_tma_store planted: shared memory overwritten before "
+                      "cp.async.bulk.wait_group.read reaches the tensor (wrong data)");
+            else
+                CHECK(fails_with(rc, &e, "TMA store not waited for", NULL), "test_v2114_tma_store planted: a thread "
+                      "exiting with its store not waited for is reported");
+        }
     }
 }
 
@@ -386,13 +447,24 @@ static int run_wgmma(const wcase *c, int data, int bug, int mode, int quiet) {
     float *po = out, *po2 = out2, *po3 = out3, *pc = C0;
     uint8_t *pi = img;
     unsigned *pa = afrag, img_bytes = IMG;
-    void *args[] = {&po, &po2, &po3, &pi, &img_bytes, &pc, &pa, &p};
+    static uint16_t tensor[64 * 8] __attribute__((aligned(64)));
+    static unsigned char map[128] __attribute__((aligned(64)));
+    uint64_t tdims[2] = {64, 8}, tstr[1] = {128};
+    uint32_t tbox[2] = {64, 8}, tes[2] = {1, 1};
+    char why[200];
+    if (hyp_sim_tmap_encode_tiled(map, HYP_TMAP_BF16, 2, tensor, tdims, tstr, tbox, tes, 0, 0, 0, 0, why, sizeof why))
+        printf("    (map: %s)\n", why);
+    void *args[] = {&po, &po2, &po3, &pi, &img_bytes, &pc, &pa, &p, map};
     hyp_err e;
     int rc = hyp_sim_launch(g_hop, "wgmma_tile", hyp_dim3_of(1, 1, 1), hyp_dim3_of(128, 1, 1), IMG, args, NULL, &e);
-    if (mode == 2 || mode == 3) {
-        const char *needle = mode == 2 ? "before any wgmma.fence" : "deadlock";
-        CHECK(fails_with(rc, &e, needle, mode == 3 ? "wgmma" : NULL), "test_v2114_wgmma planted: %s is reported",
-              mode == 2 ? "a wgmma without wgmma.fence" : "a thread missing from the warpgroup");
+    if (mode == 2 || mode == 3 || mode == 5 || mode == 6) {
+        static const char *needle[] = {0, 0, "before any wgmma.fence", "deadlock", 0, "changed before this wait",
+                                       "still reads"};
+        static const char *what[] = {0, 0, "a wgmma without wgmma.fence", "a thread missing from the warpgroup", 0,
+                                     "an operand written while the wgmma is in flight",
+                                     "a TMA load into an operand of a wgmma in flight"};
+        CHECK(fails_with(rc, &e, needle[mode], mode == 3 ? "wgmma" : NULL), "test_v2114_wgmma planted: %s is reported",
+              what[mode]);
         return 1;
     }
     if (rc != HYP_OK) {
@@ -481,6 +553,8 @@ static void test_wgmma(void) {
     run_wgmma(&cases[0], 0, 0, 2, 0);
     run_wgmma(&cases[0], 0, 0, 3, 0);
     run_wgmma(&cases[3], 0, 0, 4, 0);
+    run_wgmma(&cases[0], 0, 0, 5, 0);
+    run_wgmma(&cases[1], 0, 0, 6, 0);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -554,6 +628,7 @@ int main(void) {
         test_tmap_encode();
         test_tma_box();
         test_tma_multi();
+        test_tma_store();
         test_mbar();
         test_named_and_regs();
         test_wgmma();
