@@ -83,13 +83,19 @@ spill_reasons = { flash_attention_bwd_dkv = "at HD >= 64 the kernel sits at the 
 -- flash_attention_fwd: ins qkv, positions?; outs atty, lse. flash_attention_bwd: ins datty, qkv,
 -- atty, lse, positions?; outs dqkv (accumulated), the [B,NH,T] scratch that holds D. positions
 -- absent: pos = NULL, plain causal.
-ops = {
-  -- one of the two forward kernels is rendered (render.lua keeps the launches of rendered kernels)
-  flash_attention_fwd = { { "flash_attention_fwd", "out1", "out2", "in1", "in2", "T" }, { "flash3_attn_fwd", "out1", "out2", "in1", "in2", "T" } },
-  flash_attention_bwd = { { "flash_attention_bwd_d", "out2", "in1", "in3", "B", "T" },
-                          { "flash_attention_bwd_dkv", "out1", "in1", "in2", "in4", "out2", "in5", "T" },
-                          { "flash_attention_bwd_dq", "out1", "in1", "in2", "in4", "out2", "in5", "T" } },
-}
+-- FA3_TMA: flash3_attn_fwd's tensor map over qkv (in1) as [B][T][R] bf16, 64 x 64 boxes, 128-byte
+-- swizzle (runtime/device/exec_dev.c tmap_arg: "tmap:BUFFER:DIMS:BOX:SWIZZLE", dim 0 innermost).
+ops = function(K)
+  local fa3 = { "flash3_attn_fwd", "out1", "out2", "in1", "in2", "T" }
+  if K.FA3_TMA then fa3[#fa3 + 1] = "tmap:in1:R, T, B:64, 64, 1:3" end
+  return {
+    -- one of the two forward kernels is rendered (render.lua keeps the launches of rendered kernels)
+    flash_attention_fwd = { { "flash_attention_fwd", "out1", "out2", "in1", "in2", "T" }, fa3 },
+    flash_attention_bwd = { { "flash_attention_bwd_d", "out2", "in1", "in3", "B", "T" },
+                            { "flash_attention_bwd_dkv", "out1", "in1", "in2", "in4", "out2", "in5", "T" },
+                            { "flash_attention_bwd_dq", "out1", "in1", "in2", "in4", "out2", "in5", "T" } },
+  }
+end
 -- cost of one launch (generator/lua/perf.lua; fields as in templates/gelu.cu.lua; mma_sync: the FA2
 -- kernels issue mma.sync, tc_async: FA3's wgmma overlaps its softmax), enumerating the kernels' own loops: tiles staged by the whole block (fp32 loads), m16n8k16 products per warp
 -- after its causal skips (4096 FLOPs each, x3 under PREC bf16x3: hi*hi + hi*lo + lo*hi), the

@@ -7,9 +7,10 @@
 #    (FA3_TMA, bf16 storage, a tensor-map argument) at head dims 128 and 64;
 #  - the `flash` alias is v2114 on sm_90: a trainer for the fa3-gpt2 fixture (head dim 64) renders
 #    flash3_attn_fwd beside the FA2 backward, compiles flash_attention.cu for sm_90a and the
-#    other families for sm_90, with no spills; its PTX holds the warp-specialized schedule's
+#    other families for sm_90, with no spills; with bf16 storage its producer is TMA (the
+#    manifest binds a tensor map over qkv); its PTX holds the warp-specialized schedule's
 #    instructions (setmaxnreg 40/232, wgmma from descriptors and from registers, mbarrier
-#    try_wait, bar.sync/bar.arrive, fence.proxy.async) and ptxas reports no serialized wgmma
+#    try_wait and arrive.expect_tx, cp.async.bulk.tensor.3d, bar.sync/bar.arrive) and ptxas reports no serialized wgmma
 #    (C7514); a head dim without an FA3 layout (tiny: 32) keeps the FA2 forward and says so;
 #  - refusals (exit 2, `where: what — how`, nothing written): fa3 below sm_90 and on cpu, a
 #    block_k that is not a multiple of 16, more registers than setmaxnreg gives, too much shared
@@ -49,9 +50,12 @@ check test_v2114_other_families_sm_90 grep -q "Compiling entry function 'layerno
 for w in 'setmaxnreg.inc.sync.aligned.u32 232' 'setmaxnreg.dec.sync.aligned.u32 40' \
          'wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {[^}]*}, %rd' \
          'wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {[^}]*}, {%r' \
-         'mbarrier.try_wait.parity' 'bar.arrive' 'bar.sync' 'fence.proxy.async' 'wgmma.wait_group.sync.aligned 1'; do
+         'mbarrier.try_wait.parity' 'bar.arrive' 'bar.sync' 'wgmma.wait_group.sync.aligned 1' \
+         'cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes' 'mbarrier.arrive.expect_tx'; do
   check "test_v2114_ptx_has ${w%% *}" grep -qE "$w" "$TMP/t90/kernels/flash_attention.ptx"
 done
+check test_v2114_bf16_trainer_producer_is_tma grep -q "v2114.producer → TMA" "$TMP/t90/audit.md"
+check test_v2114_tma_binding_in_manifest grep -q '"tmap:in1:R, T, B:64, 64, 1:3"' "$TMP/t90/kernels/kernels.json"
 check test_v2114_no_serialized_wgmma bash -c "! grep -q C7514 '$TMP/t90/kernels/compile.log'"
 grep -A4 "Compiling entry function 'flash3_attn_fwd'" "$TMP/t90/kernels/compile.log" | grep "Used" | sed 's/^/     flash3_attn_fwd (fa3-gpt2, sm_90a): /'
 check test_v2114_hd32_keeps_fa2_forward bash -c "'$GEN' audit '$T' --enable flash --model tiny --target sm_90 | grep -q 'v2114.forward → FA2 template: head dim 32'"

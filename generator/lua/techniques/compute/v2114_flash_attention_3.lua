@@ -60,7 +60,15 @@ function M.kernels(ctx, k)
   local bk, st = ctx.param("block_k"), ctx.param("stages")
   local what, fix = M.check_tiles(ctx.facts.attention.hd, bk, st)
   if what then U.fail("v2114.block_k", what, fix) end
-  k.want("flash_attention", {}, { FA3_BK = bk, FA3_STAGES = st })
+  -- TMA copies bytes: with bf16 storage (v2102) the producer loads K/V tiles with TMA through a
+  -- tensor map the executor builds per launch; fp32 storage keeps the load-and-convert producer
+  local p = ctx.facts.precision
+  local tma = (p and p.storage == "bf16") and bk % 64 == 0
+  k.want("flash_attention", {}, { FA3_BK = bk, FA3_STAGES = st, FA3_TMA = tma and true or false })
+  ctx.decide(ctx.id .. ".producer", tma and "TMA" or "loads + bf16 conversion",
+    tma and "bf16 activation storage: one producer thread issues cp.async.bulk.tensor.3d (64 x 64 boxes, 128-byte swizzle) through a tensor map over qkv that the executor encodes per launch (cuTensorMapEncodeTiled on cuda)"
+      or ((p and p.storage == "bf16") and string.format("block_k %d is not a multiple of the 64-row TMA box: the producer warpgroup loads and stores the tiles", bk)
+        or "fp32 activation storage: TMA copies bytes and cannot round to bf16, so the producer warpgroup loads the fp32 tiles, rounds them to bf16 and stores them swizzled"))
   if (ctx.param("block_q") or 128) ~= 128 then
     ctx.decide(ctx.id .. ".block_q", "128 (not applied)", string.format(
       "v2114.block_q=%d, but the FA3 kernel's query tile is its two consumer warpgroups' m64 wgmma rows: 128", ctx.param("block_q")))
