@@ -470,10 +470,11 @@ __device__ __forceinline__ void fa_py(float (*acc)[4], float (*p)[4], const hyp_
 #include "hyp/hopper.cuh"
 // FlashAttention-3 forward (v2114) for sm_90a. Block (query tile of 128 rows, b*NH + h), 384
 // threads = 3 warpgroups. Warpgroup 0 is the producer: it stages the Q tile once and the K and V
-// tiles of every visited key tile into a FA3_STAGES-deep ring of shared-memory stages, converting
-// the activations to bf16 on the way in; mbarriers guard each stage (full: the producer's 128
-// threads arrived after their stores; empty: the 8 consumer warps arrived after the wgmma that
-// read it completed). Warpgroups 1 and 2 are consumers of 64 query rows each: S = Q K^T by wgmma
+// tiles of every visited key tile into a FA3_STAGES-deep ring of shared-memory stages: with
+// FA3_TMA one thread issues TMA boxes through the tensor map `tmap` (bf16 storage), else its 128
+// threads load the activations, round them to bf16 and store them swizzled; mbarriers guard each
+// stage (full: the TMA thread's arrive_expect_tx and the boxes' bytes, or the 128 threads' arrivals
+// after their stores; empty: the 8 consumer warps arrived after the wgmma that read it completed). Warpgroups 1 and 2 are consumers of 64 query rows each: S = Q K^T by wgmma
 // m64nBKk16 with both operands in shared memory, the online softmax in registers, O += P V by
 // wgmma m64nHDk16 with P from registers (its accumulator layout is the A-fragment layout, as for
 // mma.sync). The S GEMM of tile i and the P V GEMM of tile i-1 are issued together; the softmax
