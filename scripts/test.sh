@@ -26,7 +26,13 @@ if [ "${HYP_SKIP_SANITIZE:-}" != "1" ]; then
   # by the build above
   mapfile -t UNIT < <(cd tests/unit && ls test_*.c | sed 's/\.c$//')
   cmake --build build-asan -j"$(nproc)" --target gen hyperion-train "${UNIT[@]}"
-  # its own simulator cache: the unit tests compile their kernels under the sanitizer build too
+  # its simulator cache starts as a copy of the first pass's: a module's code does not depend on
+  # the build that compiles it (the key names the source, the prelude, the compiler and its
+  # flags), so compiling the same kernels again was g++ time, not a sanitizer check; test_sim
+  # compiles its modules into a cold cache of its own (tests/CMakeLists.txt), so the compile and
+  # cache-writing path (g++ processes, the precompiled prelude, locks) still runs under the sanitizers
+  rm -rf build-asan/sim-cache build-asan/sim-cache-cold
+  if [ -d build/tests/sim_cache ]; then cp -r build/tests/sim_cache build-asan/sim-cache; fi
   export HYP_SIM_CACHE="$PWD/build-asan/sim-cache"
   # one retry: LeakSanitizer's exit-time tracer occasionally crashes itself ("Tracer caught signal
   # 11") after every check of a test passed (seen once in test_exec_sim); a real finding repeats

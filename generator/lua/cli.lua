@@ -64,6 +64,8 @@ options:
                   or alias: --set dedup.threshold=0.7, --set mixing.weights=0.7,0.3)
   --allow-planned generate even though the selection activates planned specs (they contribute
                   nothing: each is named in a warning and in the audit)
+  --no-compile    sm_XX: render the kernels but do not compile them (no cubins: the trainer
+                  cannot run; its plan and kernel manifest are complete for gen perf and audit)
 A selection that activates a planned spec is refused (exit 2); a partial spec is named in a
 one-line warning saying what it lacks; an advisory spec adds documentation and estimates only.
 ]]
@@ -242,7 +244,7 @@ end
 local SELECT_FLAGS = {
   ["--enable"] = "list", ["--preset"] = "list", ["--target"] = "value", ["--model"] = "value",
   ["--set"] = "multi", ["--json"] = "flag", ["-o"] = "value", ["--out"] = "value",
-  ["--batch"] = "value", ["--seq"] = "value", ["--allow-planned"] = "flag",
+  ["--batch"] = "value", ["--seq"] = "value", ["--allow-planned"] = "flag", ["--no-compile"] = "flag",
 }
 
 -- What the active specs can do, said before anything is written: planned specs are refused
@@ -371,6 +373,7 @@ function commands.generate(args)
   lap("load")
   local cfg = resolve_with_model(tree, o, "no --model given: the default")
   check_statuses(tree, cfg, o["--allow-planned"])
+  cfg.no_compile = o["--no-compile"] and true or nil
   local out = o["-o"] or o["--out"] or ("out/" .. cfg.model.name)
   local contrib = {}
   local files = {}

@@ -12,6 +12,7 @@
 local U = require("util")
 local F = require("formulas")
 local TPL = require("template")
+local PM = require("perf_moe")
 local M = {}
 
 local UNITS = { "tc_bf16", "tc_fp8", "tc_tf32", "fp32", "sfu" }
@@ -224,6 +225,8 @@ local function template_launches(ctx, binding, o, o2, N)
   return res
 end
 
+M.template_launches = template_launches
+
 -- The manifest's kernel declarations by file and kernel name.
 local function index_files(manifest)
   local files = {}
@@ -371,6 +374,8 @@ function M.step_launches(plan, manifest, opts)
         add(phase, o, template_launches(ctx, f.launches, list[f.first + 1], o, N))
       elseif o.op == "matmul_fwd" or o.op == "matmul_bwd" then
         add(phase, o, gemm_launches(ctx, o, N))
+      elseif o.op == "moe_fwd" or o.op == "moe_bwd" then -- perf_moe.lua: exec_dev_moe.c's launches
+        add(phase, o, PM.launches(M, ctx, o, N))
       elseif o.op == "zero" then
         local n = op_dims(o, B, T).n or 0
         add(phase, o, { { kernel = "memset", family = "runtime", cost = norm_cost({ wr = n * buf_eb(ctx, o.outs[1]) }) } })
@@ -486,12 +491,13 @@ end
 -- due, its nodes then follow each other by the gap alone; launches outside every region (the
 -- gradient memset, the optimizer, the bf16 weight cast) stay host launches. So graph <= eager,
 -- equal when every kernel outlasts a host launch.
-function M.timeline(times, h, region)
+function M.timeline(times, h, region, sync)
   local L, gap = h.perf.launch_us * 1e-6, h.perf.graph_node_us * 1e-6
   local host, gpu = 0, 0
-  for _, t in ipairs(times) do
+  for i, t in ipairs(times) do
     host = host + L
     gpu = math.max(gpu + gap, host) + t
+    if sync and sync[i] then host = gpu end -- a read-back: the host waits for the GPU to drain
   end
   local ghost, g, cur, nhost, ngraph = 0, 0, nil, 0, 0
   for i, t in ipairs(times) do
@@ -502,6 +508,7 @@ function M.timeline(times, h, region)
     end
     cur = r
     g = math.max(g + gap, ghost) + t
+    if sync and sync[i] then ghost = g end
   end
   return gpu, g, nhost, ngraph
 end
@@ -512,7 +519,7 @@ function M.regions(launches)
   for i, l in ipairs(launches) do
     local r
     local is_loss = l.phase == "backward" and l.op == "crossentropy_fused"
-    if l.op == "zero_grads" then r = nil
+    if l.op == "zero_grads" or l.host then r = nil -- l.host: an op that reads back mid-op (perf_moe.lua)
     elseif l.phase == "forward" then r = 1
     elseif l.phase == "backward" then r = (seen_loss and not is_loss) and 3 or 2
     elseif l.op == "grad_norm" then r = 4 end
@@ -611,7 +618,9 @@ function M.predict(plan, manifest, h, opts)
       for _, u in ipairs(UNITS) do if u ~= "sfu" then e.flops = e.flops + l.cost[u] end end
     end
   end
-  local eager, graph, graph_host, graph_launches = M.timeline(times, h, M.regions(launches))
+  local sync = {}
+  for i, l in ipairs(launches) do sync[i] = l.sync or false end
+  local eager, graph, graph_host, graph_launches = M.timeline(times, h, M.regions(launches), sync)
   local gpus = opts.gpus or 1
   local grad_bytes, param_bytes = 0, 0
   for _, b in ipairs(plan.buffers or {}) do
@@ -624,6 +633,16 @@ function M.predict(plan, manifest, h, opts)
   local bwd = 0
   for _, l in ipairs(launches) do if l.phase == "backward" then bwd = bwd + l.time end end
   local exposed = (plan.train.comm_overlap or 0) ~= 0 and math.max(0, t_comm - bwd) or t_comm
+  -- expert parallelism (v2109): the MoE layers' all-to-alls sit inside the forward and backward,
+  -- in the critical path (nothing overlaps them)
+  local a2a = PM.alltoall(plan)
+  if a2a then
+    local link = a2a.ep <= (h.gpus_per_node or 8) and h.perf.link_gbps * 1e9 * h.perf.eff.link or h.nic_gbps * 1e9 / 8 * h.perf.eff.nic
+    local via = a2a.ep <= (h.gpus_per_node or 8) and (h.perf.link_name .. " " .. h.perf.link_gbps .. " GB/s per direction") or (h.nic_gbps .. " Gb/s NIC")
+    local c = { name = string.format("all_to_all(moe rows, ep %d, %d layers)", a2a.ep, a2a.layers), bytes = a2a.bytes, time = a2a.bytes / link, via = via }
+    coll[#coll + 1] = c
+    t_comm, exposed = t_comm + c.time, exposed + c.time
+  end
   local tokens = plan.train.B * plan.train.T * (plan.train.grad_accum or 1)
   local mode = opts.graphs and "graph" or "eager"
   local step = (opts.graphs and graph or eager) * (plan.train.grad_accum or 1) + exposed

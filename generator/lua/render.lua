@@ -212,8 +212,8 @@ function M.instances(tree, cfg, plan, decide, contrib)
   if seen.swiglu_fwd then want("swiglu", { "swiglu_fwd", "swiglu_bwd" }, { H = m.H }) end
   if seen.moe_fwd then -- runtime/device/exec_dev_moe.c runs the ops (every MoE layer has the model's moe settings)
     local a = first_op(plan, "moe_fwd").attrs
-    want("moe", { "moe_route", "moe_stats", "moe_scatter", "moe_gather", "moe_swiglu_fwd", "moe_swiglu_bwd", "moe_combine",
-      "moe_dy", "moe_scatter_add", "moe_router_bwd" }, { C = a.C, H = a.H, NE = a.E, TOPK = a.K, NORM = a.norm_topk and 1 or 0 })
+    want("moe", { "moe_route", "moe_count", "moe_stats", "moe_scatter", "moe_gather", "moe_swiglu_fwd", "moe_swiglu_bwd", "moe_combine",
+      "moe_dy", "moe_scatter_add", "moe_router_bwd", "moe_gemm_rows", "moe_gemm_wgrad" }, { C = a.C, H = a.H, NE = a.E, TOPK = a.K, NORM = a.norm_topk and 1 or 0 })
   end
   if seen.crossentropy or seen.crossentropy_fused then
     want("classifier", { "crossentropy_fwd", "crossentropy_fused" }, { V = m.V, VP = m.Vp })
@@ -277,7 +277,10 @@ function M.build(tree, cfg, plan, contrib)
     contrib[id] = contrib[id] or {}
     table.insert(contrib[id], what)
   end
-  local compile = target.kind == "cuda"
+  local compile = target.kind == "cuda" and not cfg.no_compile
+  if target.kind == "cuda" and cfg.no_compile then
+    decide("kernels.compile", "skipped (--no-compile)", "rendered only: no cubin or resources.json, so the trainer cannot run; the plan and kernel manifest are complete for gen perf and gen audit")
+  end
   if compile and not KC.have_nvrtc() then
     U.fail("--target " .. target.name, "this gen was built without NVRTC (the CUDA toolkit was not found when it was configured)" ..
       ((os.getenv("HYP_NVRTC_DISABLE") or "") ~= "" and " [HYP_NVRTC_DISABLE is set]" or ""),

@@ -71,7 +71,7 @@ S.model = map({
   moe = map({
     n_experts = intr(2, 1 << 16), top_k = intr(1, 1 << 16), router = enum("softmax", "sigmoid"),
     norm_topk = bool, aux_loss_coef = num(0, 10), router_bias = enum("none", "aux_free"),
-    capacity_factor = num(0, 1e3), dropless = bool, n_shared_experts = intr(0, 1 << 10),
+    capacity_factor = num(0, 1e3), dropless = bool, n_shared_experts = intr(0, 1 << 10), bias_update_rate = num(0, 1),
     expert_hidden = intr(1, 1 << 22), first_dense_layers = intr(0, 10000),
   }, { "n_experts", "top_k", "router" }),
 }, { "name", "arch", "vocab_size", "context", "d_model", "n_layers", "n_heads", "ffn_hidden",

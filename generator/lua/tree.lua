@@ -282,6 +282,10 @@ function T.check_moe(m, errs)
     errs:add(U.where(e, "first_dense_layers"), string.format("first_dense_layers %d leaves no MoE layer of %d", e.first_dense_layers, m.n_layers),
       "choose fewer than n_layers, or drop the moe section")
   end
+  if e.bias_update_rate and e.router_bias ~= "aux_free" then
+    errs:add(U.where(e, "bias_update_rate"), "bias_update_rate is the aux-loss-free bias's step, and router_bias is not aux_free",
+      "set router_bias: aux_free, or drop bias_update_rate")
+  end
   if e.router == "softmax" and e.router_bias == "aux_free" then
     errs:add(U.where(e, "router_bias"), "the aux-loss-free bias is defined for the sigmoid router (DeepSeek-V3)",
       "set router: sigmoid, or router_bias: none")

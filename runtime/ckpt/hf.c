@@ -58,16 +58,20 @@ static int hf_model_of(const plan_t *p, hf_model *m, hyp_err *e) {
     /* a mixture of experts (moe ops, docs/moe.md) is MixtralForCausalLM when every layer is an MoE
      * layer with Mixtral's routing (softmax top-k renormalised); its names are Mixtral's already */
     int n_moe = 0, renorm = 1;
+    const char *unlike = NULL; /* a routing feature transformers' Mixtral does not have */
     for (int i = 0; i < p->n_fwd; i++)
         if (p->fwd[i].op == hyp_op_find("moe_fwd")) {
             const plan_op *o = &p->fwd[i];
             n_moe++, renorm &= o->norm_topk == 1;
+            if (o->capacity > 0) unlike = "a capacity factor (token dropping; Mixtral is dropless)";
+            if (o->Hs > 0) unlike = "shared experts";
+            if (o->sigmoid) unlike = "a sigmoid router";
             m->E = (int)o->E, m->K = (int)o->K, m->H = (int)o->H, m->aux_coef = o->aux_coef;
         }
-    if (n_moe && (m->kind != HF_LLAMA || n_moe != p->L || !renorm))
+    if (n_moe && (m->kind != HF_LLAMA || n_moe != p->L || !renorm || unlike))
         return hyp_fail(e, HYP_EINPUT, "model %s is a mixture of experts that MixtralForCausalLM does not compute (%s) — export and import "
                         "support Mixtral-shaped MoE models: every layer MoE, top_k weights renormalised, no QK-norm",
-                        p->model_name, n_moe != p->L ? "dense layers" : !renorm ? "top_k weights not renormalised" : "QK-norm");
+                        p->model_name, n_moe != p->L ? "dense layers" : !renorm ? "top_k weights not renormalised" : unlike ? unlike : "QK-norm");
     if (n_moe) m->kind = HF_MIXTRAL;
     if (m->kind == HF_MIXTRAL) m->aux_coef = strtod(fmt7(m->aux_coef), NULL);
     for (int i = 0; i < p->n_fwd && (!m->eps || !m->theta); i++) {

@@ -5,7 +5,7 @@
  *
  * state [moe_state_floats]: what the forward saves for the backward and the trainer's metrics,
  *   probs [N, E] f32 | topw [N, K] f32 | topi [N, K] i32 | loads [E] i32 | aux (1 f32)
- * scratch [moe_scratch_floats]: op_moe_ws_floats (cpu/ops_moe.h) floats, then rows [2N] i32.
+ * scratch [moe_scratch_floats_sh]: op_moe_ws_floats (cpu/ops_moe.h) floats, then rows [2N] i32.
  * N is the bound batch's rows (B*T); a state written at one N is read back at the same N.
  * Pure arithmetic: nothing here allocates or runs an op. */
 #ifndef HYP_MOE_LAYOUT_H
@@ -21,6 +21,13 @@ static inline int64_t moe_ws_floats(int64_t N, int64_t C, int64_t H, int64_t E, 
 }
 static inline int64_t moe_scratch_floats(int64_t N, int64_t C, int64_t H, int64_t E, int64_t K) {
     return moe_ws_floats(N, C, H, E, K) + 2 * N;
+}
+/* With shared experts of hidden width Hs (attrs.Hs; 0: none) the workspace grows by 6 N Hs. */
+static inline int64_t moe_ws_floats_sh(int64_t N, int64_t C, int64_t H, int64_t E, int64_t K, int64_t Hs) {
+    return moe_ws_floats(N, C, H, E, K) + 6 * N * Hs;
+}
+static inline int64_t moe_scratch_floats_sh(int64_t N, int64_t C, int64_t H, int64_t E, int64_t K, int64_t Hs) {
+    return moe_ws_floats_sh(N, C, H, E, K, Hs) + 2 * N;
 }
 
 /* The parts of a state of N rows. */

@@ -155,16 +155,17 @@ static int64_t need_matmul_dgrad(const plan_op *o, int arg, int64_t B, int64_t T
     return arg == 0 ? N * o->OC : arg == 1 ? o->OC * o->IC : N * o->IC;
 }
 
-/* moe_fwd: x [N,C], router [E,C], experts [E x 2H x C | E x C x H] -> out [N,C], state, scratch
+/* moe_fwd: x [N,C], router [E,C], experts [E x 2H x C | E x C x H | 2Hs x C | C x Hs] -> out [N,C], state, scratch
  * (core/moe_layout.h) */
 static int64_t need_moe_fwd(const plan_op *o, int arg, int64_t B, int64_t T, int64_t V) {
     (void)V;
     int64_t N = bd(o->N, B, T);
     return (arg == 0 || arg == 100) ? N * o->C
            : arg == 1              ? o->E * o->C
-           : arg == 2              ? o->E * 3 * o->H * o->C
+           : arg == 2              ? (o->E * 3 * o->H + 3 * o->Hs) * o->C
+           : arg == 3              ? o->E /* the aux-loss-free selection bias */
            : arg == 101            ? moe_state_floats(N, o->E, o->K)
-                                   : moe_scratch_floats(N, o->C, o->H, o->E, o->K);
+                                   : moe_scratch_floats_sh(N, o->C, o->H, o->E, o->K, o->Hs);
 }
 
 /* moe_bwd: dout, x, router, experts, state -> dx, drouter, dexperts, scratch */
@@ -173,9 +174,9 @@ static int64_t need_moe_bwd(const plan_op *o, int arg, int64_t B, int64_t T, int
     int64_t N = bd(o->N, B, T);
     return (arg <= 1 || arg == 100) ? N * o->C
            : (arg == 2 || arg == 101) ? o->E * o->C
-           : (arg == 3 || arg == 102) ? o->E * 3 * o->H * o->C
+           : (arg == 3 || arg == 102) ? (o->E * 3 * o->H + 3 * o->Hs) * o->C
            : arg == 4                 ? moe_state_floats(N, o->E, o->K)
-                                      : moe_scratch_floats(N, o->C, o->H, o->E, o->K);
+                                      : moe_scratch_floats_sh(N, o->C, o->H, o->E, o->K, o->Hs);
 }
 
 /* Activation arguments take f32 or bf16 buffers (v2102 bf16 storage: the cpu executor converts
@@ -218,8 +219,8 @@ static const hyp_op_desc OPS[] = {
     {"fake_quant", "x -> q", "n C bits group", need_rows, 0, HYP_OPDEV_KERNELS},
     {"int8_matmul_fwd", "x w b? -> out", "N IC OC rowwise?", need_matmul_fwd, 0, HYP_OPDEV_KERNELS},
     {"int8_matmul_dgrad", "dout w -> dx", "N IC OC rowwise?", need_matmul_dgrad, 0, HYP_OPDEV_KERNELS},
-    {"moe_fwd", "x w_router experts -> out state scratch", "N C H E K norm_topk? aux_coef?", need_moe_fwd, 0, HYP_OPDEV_KERNELS},
-    {"moe_bwd", "dout x w_router experts state -> dx dw_router dexperts scratch", "N C H E K norm_topk? aux_coef?", need_moe_bwd, 0,
+    {"moe_fwd", "x w_router experts bias? -> out state scratch", "N C H E K norm_topk? aux_coef? capacity? Hs? sigmoid? bias_rate?", need_moe_fwd, 0, HYP_OPDEV_KERNELS},
+    {"moe_bwd", "dout x w_router experts state -> dx dw_router dexperts scratch", "N C H E K norm_topk? aux_coef? capacity? Hs? sigmoid?", need_moe_bwd, 0,
      HYP_OPDEV_KERNELS},
     {"allreduce_tp", "x b? -> out", "n C", need_allreduce_tp, 0, HYP_OPDEV_KERNELS},
 };

@@ -277,6 +277,8 @@ static const struct {
     {"softcap", A_NUM, offsetof(plan_op, softcap)},
     {"E", A_DIM, offsetof(plan_op, E)},     {"K", A_DIM, offsetof(plan_op, K)},
     {"norm_topk", A_DIM, offsetof(plan_op, norm_topk)}, {"aux_coef", A_NUM, offsetof(plan_op, aux_coef)},
+    {"capacity", A_NUM, offsetof(plan_op, capacity)}, {"Hs", A_DIM, offsetof(plan_op, Hs)},
+    {"sigmoid", A_DIM, offsetof(plan_op, sigmoid)}, {"bias_rate", A_NUM, offsetof(plan_op, bias_rate)},
 };
 
 /* v2117's names of the attention mask rules and score modifiers, by code (core/attn_mod.h) */
@@ -397,6 +399,9 @@ static int parse_op(ld *c, const cJSON *j, plan_op *o) {
     if (o->NKV && o->NH % o->NKV) return bad(c, "field '%s.attrs': NH is not a multiple of NKV", c->at);
     if (o->E < 0 || o->K < 0 || o->K > o->E || o->norm_topk > 1)
         return bad(c, "field '%s.attrs': op '%s' needs K <= E (top_k of the experts) and norm_topk 1 or absent", c->at, name);
+    if (o->capacity < 0) return bad(c, "field '%s.attrs.capacity': op '%s' needs a capacity factor >= 0 (0: dropless)", c->at, name);
+    if (o->sigmoid > 1 || (o->sigmoid && o->aux_coef > 0) || o->bias_rate < 0)
+        return bad(c, "field '%s.attrs': op '%s' needs sigmoid 1 or absent, no aux_coef with it, and bias_rate >= 0", c->at, name);
     /* every argument big enough at the planned maximum batch */
     for (int side = 0; side < 2; side++) {
         int cnt = side ? o->nout : o->nin;

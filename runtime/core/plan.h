@@ -56,6 +56,10 @@ typedef struct {
        not (0), the load-balancing loss coefficient (0: none); H is the expert's hidden width */
     int64_t E, K, norm_topk;
     float aux_coef;
+    float capacity;        /* moe: capacity factor, tokens over it dropped (0: dropless; cpu/ops_moe.h) */
+    int64_t Hs;            /* moe: the shared experts' hidden width (0: none) */
+    int64_t sigmoid;       /* moe: 1 = sigmoid router (DeepSeek-V3), 0 = softmax */
+    float bias_rate;       /* moe_fwd with a selection bias (in[3]): its update rate u per step */
 } plan_op;
 
 /* v2166 GEMM epilogues a plan marks (attrs.epilogue): a device executor folds the marked matmul's

@@ -20,7 +20,7 @@
 #include "op_registry.h"
 #include "ops_cpu.h"
 
-enum { B_SEND, B_RECV, B_OUT, B_BACK, B_YE, B_DYE, B_HE, B_DHE, B_AE, B_DAE, B_TW1, B_TW2, B_DG, B_DLOG, B_AUXG, B__N };
+enum { B_SEND, B_RECV, B_OUT, B_BACK, B_YE, B_DYE, B_HE, B_DHE, B_AE, B_DAE, B_TW1, B_TW2, B_DG, B_DLOG, B_AUXG, B_SH, B__N };
 
 typedef struct moe_ep {
     int P, me;
@@ -174,9 +174,10 @@ void exec_moe_ep_fwd(exec_t *x, float *out, moe_state_view *v, const float *inp,
     long nr = route_counts(x, v->topi, s);
     if (nr < 0) return;
     hyp_err e = {0};
-    long ns = (long)N * K;
-    float *sb = need(x, B_SEND, (size_t)(ns * C)), *rb = need(x, B_RECV, (size_t)(nr * C) + 1);
-    float *yb = need(x, B_OUT, (size_t)(nr * C) + 1), *back = need(x, B_BACK, (size_t)(ns * C));
+    long ns = 0; /* this rank's routed rows: N * K less the ones dropped over capacity (ops_moe.h) */
+    for (int ex = 0; ex < s->E; ex++) ns += m->scnt[ex];
+    float *sb = need(x, B_SEND, (size_t)(ns * C) + 1), *rb = need(x, B_RECV, (size_t)(nr * C) + 1);
+    float *yb = need(x, B_OUT, (size_t)(nr * C) + 1), *back = need(x, B_BACK, (size_t)(ns * C) + 1);
     moe_expert_tmp t;
     if (!sb || !rb || !yb || !back || !expert_tmp(x, N, s, &t)) {
         oom(x);
@@ -206,6 +207,15 @@ void exec_moe_ep_fwd(exec_t *x, float *out, moe_state_view *v, const float *inp,
     }
     for (long i = 0; i < ns; i++) /* expert order, token order within: op_moe_fwd's combine order */
         op_moe_combine_row(out + (long)m->rows[i] * C, v->topw[(long)m->rows[i] * K + m->slot[i]], back + i * C, C);
+    if (s->Hs > 0) { /* the shared experts: replicated, on the rank's own rows, as op_moe_fwd */
+        float *sh = need(x, B_SH, (size_t)N * (C + 6 * (size_t)s->Hs));
+        if (!sh) {
+            oom(x);
+            return;
+        }
+        long so = (long)s->E * C * H;
+        op_moe_shared_fwd(out, inp, w2 + so, w2 + so + 2L * s->Hs * C, s, sh, sh + (long)N * C);
+    }
 }
 
 void exec_moe_ep_bwd(exec_t *x, float *dinp, float *dwr, float *dw1, float *dw2, const float *dout, float daux,
@@ -286,6 +296,15 @@ void exec_moe_ep_bwd(exec_t *x, float *dinp, float *dwr, float *dw1, float *dw2,
         }
     }
     op_moe_router_bwd(dinp, dwr, daux, inp, wr, v->probs, v->topi, v->topw, dg, dlog, auxg, s);
+    if (s->Hs > 0) { /* the shared experts (replicated: their gradients are all-reduced with the router's) */
+        float *sh = need(x, B_SH, (size_t)N * 6 * (size_t)s->Hs);
+        if (!sh) {
+            oom(x);
+            return;
+        }
+        long so = (long)E * C * H, s2 = so + 2L * s->Hs * C;
+        op_moe_shared_bwd(dinp, dw2 ? dw2 + so : NULL, dw2 ? dw2 + s2 : NULL, dout, inp, w2 + so, w2 + s2, s, sh);
+    }
 }
 
 /* Which experts a parameter holds: -1 none, else the expert index in its layer (from transformers'

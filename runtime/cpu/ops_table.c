@@ -185,15 +185,16 @@ ADAPTER(cpu_allreduce_tp) {
 
 /* The mixture-of-experts MLP (ops_moe.h): state and scratch laid out by core/moe_layout.h */
 static moe_shape moe_shape_of(const plan_op *o, int N) {
-    moe_shape s = {N, (int)o->C, (int)o->E, (int)o->K, (int)o->H, o->norm_topk == 1, o->aux_coef};
+    moe_shape s = {N, (int)o->C, (int)o->E, (int)o->K, (int)o->H, o->norm_topk == 1, o->aux_coef, o->capacity, (int)o->Hs, o->sigmoid == 1, NULL};
     return s;
 }
 ADAPTER(cpu_moe_fwd) {
     UNUSED_ARGS;
     moe_shape s = moe_shape_of(o, d->N);
+    s.bias = I[3]; /* NULL without the aux-loss-free bias */
     moe_state_view v = moe_state_at(O[1], d->N, o->E, o->K);
     float *ws = O[2];
-    int32_t *rows = (int32_t *)(void *)(ws + moe_ws_floats(d->N, o->C, o->H, o->E, o->K));
+    int32_t *rows = (int32_t *)(void *)(ws + moe_ws_floats_sh(d->N, o->C, o->H, o->E, o->K, o->Hs));
     if (x->moe_ep) { /* v2109: the experts over the ep group */
         exec_moe_ep_fwd(x, O[0], &v, I[0], I[1], I[2], I[2] + o->E * 2 * o->H * o->C, &s);
         return;
@@ -208,7 +209,7 @@ ADAPTER(cpu_moe_bwd) {
     moe_shape s = moe_shape_of(o, d->N);
     moe_state_view v = moe_state_at(I[4], d->N, o->E, o->K);
     float *ws = O[3];
-    int32_t *rows = (int32_t *)(void *)(ws + moe_ws_floats(d->N, o->C, o->H, o->E, o->K));
+    int32_t *rows = (int32_t *)(void *)(ws + moe_ws_floats_sh(d->N, o->C, o->H, o->E, o->K, o->Hs));
     float daux = s.aux_coef > 0 ? dloss * (float)exec_count_targets(x) : 0.0f;
     long eo = (long)o->E * 2 * o->H * o->C;
     if (x->moe_ep) /* v2109: the experts over the ep group */

@@ -463,7 +463,9 @@ static int init_any(exec_dev *x, const plan_t *p, const char *kernels_dir, hyp_d
         const cJSON *cubin = cJSON_GetObjectItemCaseSensitive(fe, "cubin");
         int gpu = !strcmp(dev->name, "cuda");
         if (gpu && !cJSON_IsString(cubin)) {
-            rc = hyp_fail(e, HYP_EINPUT, "%s: %s has no cubin — generate the trainer with --target sm_XX to run it on a GPU", path, F->name);
+            rc = hyp_fail(e, HYP_EINPUT,
+                          "%s: %s has no cubin — generate the trainer with --target sm_XX (without --no-compile) to run it on a GPU",
+                          path, F->name);
             goto fail;
         }
         char mpath[4200];
@@ -1220,13 +1222,13 @@ int exec_dev_backward_each(exec_dev *x, float dloss, float *loss, int (*after)(v
         /* v2165: regions cut where the host reads the fused loss's losses (mean_loss waits for
          * them): the ops up to it, then the rest (key: batch shape and dloss, which carries the
          * v2162 loss scale: a new scale is a new graph) */
-        double key[3] = {x->B, x->T, dloss};
+        double key[4] = {x->B, x->T, dloss, exec_dev_moe_key(x)}; /* + the MoE aux weight's target count */
         for (int i = 0, lo = 0, part = 0; i <= x->p->n_bwd && !rc; i++) {
             int loss_op = i < x->p->n_bwd && (hyp_op_get(x->p->bwd[i].op)->flags & HYP_OPF_WRITES_LOSSES);
             if (!loss_op && i < x->p->n_bwd) continue;
             int hi = loss_op ? i + 1 : i;
             ops_span sp = {x->p->bwd, NULL, lo, hi, dloss};
-            if (hi > lo) rc = exec_dev_region(x, part == 0 ? EXD_G_BWD_HEAD : part == 1 ? EXD_G_BWD_TAIL : -1, key, 3, span_body, &sp, e);
+            if (hi > lo) rc = exec_dev_region(x, part == 0 ? EXD_G_BWD_HEAD : part == 1 ? EXD_G_BWD_TAIL : -1, key, 4, span_body, &sp, e);
             part++;
             if (!rc && loss_op) rc = mean_loss(x, loss, e);
             lo = hi;

@@ -73,5 +73,8 @@ int exec_dev_moe_is(const plan_op *o);
 int exec_dev_moe_bind(exec_dev *x, const plan_op *o, exec_dev_op *eo, hyp_err *e);
 int exec_dev_moe_run(exec_dev *x, const plan_op *o, float dloss, hyp_err *e);
 void exec_dev_moe_free(exec_dev *x);
+/* The host value the MoE backward's launches carry besides the batch shape and dloss (v2165 graph
+ * key): the micro-batch's counted targets, which weight the aux loss; 0 without MoE ops. */
+double exec_dev_moe_key(const exec_dev *x);
 
 #endif

@@ -1,8 +1,10 @@
 /* exec_dev_moe.c — the mixture-of-experts MLP on a device (exec_dev_moe.h: the op, step by step)
  * and the device executor's moe_fwd / moe_bwd plan ops (exec_dev_moe_bind / exec_dev_moe_run,
- * exec_dev_int.h). The expert GEMMs are a loop over the experts on their contiguous row segments
- * (no grouped GEMM kernel). Never: a result that depends on launch or thread order (no atomics),
- * or a host copy of anything but the E loads that size the GEMMs.
+ * exec_dev_int.h). The expert GEMMs are moe.cu's grouped kernels (the executor's path: one launch
+ * per projection, the segment offsets read on the device, no host synchronisation, so CUDA graphs
+ * capture the op), or, with shape.grouped = 0, a loop of device-layer GEMMs over the experts'
+ * row segments sized by the loads read back. Never: a result that depends on launch or thread
+ * order (no atomics), or a host copy of anything but the E loads of the loop path.
  */
 #include "exec_dev_moe.h"
 
@@ -13,21 +15,33 @@
 #include "moe_layout.h"
 
 /* The workspace, in this order: xe, ye, dye, dxe [R, C]; he, dhe [R, 2H]; ae, dae [R, H]; dg [R];
- * dlog [N, E]; then the i32 rows, src, dest [R] and offs [E + 1]. */
+ * dlog [N, E]; then the i32 rows, src, dest [R], offs [E + 1] and the dispatch's per-block
+ * counts blk [cdiv(R, block), E]. */
 typedef struct {
     float *xe, *ye, *dye, *dxe, *he, *dhe, *ae, *dae, *dg, *dlog;
-    int32_t *rows, *src, *dest, *offs;
+    int32_t *rows, *src, *dest, *offs, *blk;
 } moe_ws;
+
+/* The dispatch's blocks: BLOCK routed slots each (moe_count, moe_scatter). */
+static int32_t n_blocks(const dev_moe_shape *s) {
+    return (int32_t)(((int64_t)s->N * s->K + s->block - 1) / s->block);
+}
 
 static int64_t ws_floats(const dev_moe_shape *s, int64_t *fl) {
     int64_t R = (int64_t)s->N * s->K, C = s->C, H = s->H;
     *fl = 4 * R * C + 4 * R * H + 2 * R * H + R + (int64_t)s->N * s->E;
-    return *fl + 3 * R + s->E + 1;
+    return *fl + 3 * R + s->E + 1 + (int64_t)n_blocks(s) * s->E;
 }
 
 int64_t dev_moe_ws_bytes(const dev_moe_shape *s) {
     int64_t fl;
     return 4 * ws_floats(s, &fl);
+}
+
+int64_t dev_moe_ws_rows_offset(const dev_moe_shape *s) {
+    int64_t fl;
+    ws_floats(s, &fl);
+    return 4 * fl;
 }
 
 static moe_ws ws_at(const dev_moe_shape *s, void *base) {
@@ -48,7 +62,8 @@ static moe_ws ws_at(const dev_moe_shape *s, void *base) {
     w.rows = i, i += R;
     w.src = i, i += R;
     w.dest = i, i += R;
-    w.offs = i;
+    w.offs = i, i += s->E + 1;
+    w.blk = i;
     return w;
 }
 
@@ -83,18 +98,23 @@ static int dispatch(const dev_moe_shape *s, moe_state_view *v, const float *inp,
     int64_t R = (int64_t)s->N * s->K;
     hyp_kargs a;
     memset(&a, 0, sizeof a);
-    hyp_kargs_ptr(&a, v->loads), hyp_kargs_ptr(&a, w->offs), hyp_kargs_ptr(&a, v->aux), hyp_kargs_ptr(&a, v->probs);
-    hyp_kargs_ptr(&a, v->topi), hyp_kargs_i32(&a, s->N), hyp_kargs_f32(&a, s->aux_coef);
-    int rc = s->dev->launch(s->dev, s->mod, "moe_stats", HYP_DIM3(1, 1, 1), HYP_DIM3((unsigned)s->block, 1, 1),
-                            sizeof(double) * (size_t)s->E, &a, NULL, e);
+    hyp_kargs_ptr(&a, w->blk), hyp_kargs_ptr(&a, v->topi), hyp_kargs_i32(&a, s->N);
+    int rc = run(s, "moe_count", R, 0, &a, e);
+    if (rc) return rc;
+    memset(&a, 0, sizeof a);
+    hyp_kargs_ptr(&a, v->loads), hyp_kargs_ptr(&a, w->offs), hyp_kargs_ptr(&a, v->aux), hyp_kargs_ptr(&a, w->blk);
+    hyp_kargs_ptr(&a, v->probs), hyp_kargs_i32(&a, s->N), hyp_kargs_i32(&a, n_blocks(s)), hyp_kargs_f32(&a, s->aux_coef);
+    rc = s->dev->launch(s->dev, s->mod, "moe_stats", HYP_DIM3(1, 1, 1), HYP_DIM3((unsigned)s->block, 1, 1),
+                        sizeof(double) * (size_t)s->E, &a, NULL, e);
     if (rc) return rc;
     memset(&a, 0, sizeof a);
     hyp_kargs_ptr(&a, w->rows), hyp_kargs_ptr(&a, w->src), hyp_kargs_ptr(&a, w->dest), hyp_kargs_ptr(&a, v->topi);
-    hyp_kargs_ptr(&a, w->offs), hyp_kargs_i32(&a, s->N);
-    if ((rc = run(s, "moe_scatter", s->E, 0, &a, e))) return rc;
+    hyp_kargs_ptr(&a, w->offs), hyp_kargs_ptr(&a, w->blk), hyp_kargs_i32(&a, s->N);
+    if ((rc = run(s, "moe_scatter", R, 0, &a, e))) return rc;
     memset(&a, 0, sizeof a);
     hyp_kargs_ptr(&a, w->xe), hyp_kargs_ptr(&a, inp), hyp_kargs_ptr(&a, w->rows), hyp_kargs_i32(&a, (int32_t)R);
     if ((rc = run(s, "moe_gather", R * s->C, 0, &a, e))) return rc;
+    if (s->grouped) return HYP_OK; /* the grouped GEMMs read the offsets on the device */
     rc = s->dev->d2h_sync(s->dev, h_loads, v->loads, sizeof(int32_t) * (size_t)s->E, e);
     int64_t sum = 0;
     for (int k = 0; k < s->E && !rc; k++) {
@@ -109,11 +129,43 @@ static int dispatch(const dev_moe_shape *s, moe_state_view *v, const float *inp,
     return rc;
 }
 
+/* The grouped GEMMs of moe.cu (GT x GT output tiles; the row kernel's grid has the worst case's
+ * cdiv(R, GT) + E row tiles, the blocks past the last one exit). out[r, :] = act[r, :] W_e(^T)
+ * over every expert's rows; dw_e += a_e^T b_e. */
+static int moe_gt(const dev_moe_shape *s) { return s->gt > 0 ? s->gt : 64; }
+static int grouped_rows(const dev_moe_shape *s, const moe_ws *w, float *out, const float *act, const float *wts,
+                        int nout, int kd, int wt, hyp_err *e) {
+    int64_t R = (int64_t)s->N * s->K, gt = moe_gt(s);
+    hyp_kargs a;
+    memset(&a, 0, sizeof a);
+    hyp_kargs_ptr(&a, out), hyp_kargs_ptr(&a, act), hyp_kargs_ptr(&a, wts), hyp_kargs_ptr(&a, w->offs);
+    hyp_kargs_i32(&a, nout), hyp_kargs_i32(&a, kd), hyp_kargs_i32(&a, wt);
+    return s->dev->launch(s->dev, s->mod, "moe_gemm_rows", HYP_DIM3((unsigned)((R + gt - 1) / gt + s->E), (unsigned)((nout + gt - 1) / gt), 1),
+                          HYP_DIM3(256, 1, 1), 0, &a, NULL, e);
+}
+static int grouped_wgrad(const dev_moe_shape *s, const moe_ws *w, float *dw, const float *am, const float *bn, int m, int n,
+                         hyp_err *e) {
+    int64_t gt = moe_gt(s);
+    hyp_kargs a;
+    memset(&a, 0, sizeof a);
+    hyp_kargs_ptr(&a, dw), hyp_kargs_ptr(&a, am), hyp_kargs_ptr(&a, bn), hyp_kargs_ptr(&a, w->offs);
+    hyp_kargs_i32(&a, m), hyp_kargs_i32(&a, n);
+    return s->dev->launch(s->dev, s->mod, "moe_gemm_wgrad", HYP_DIM3((unsigned)((n + gt - 1) / gt), (unsigned)((m + gt - 1) / gt), (unsigned)s->E),
+                          HYP_DIM3(256, 1, 1), 0, &a, NULL, e);
+}
+
 /* Every expert's SwiGLU MLP on its rows: he = xe w1^T, ae = swiglu(he), ye = ae w2^T. */
 static int experts_fwd(const dev_moe_shape *s, const float *w1, const float *w2, const moe_ws *w, const int32_t *h_loads,
                        hyp_err *e) {
     int64_t C = s->C, H = s->H, R = (int64_t)s->N * s->K, o = 0;
     int rc = HYP_OK;
+    if (s->grouped) {
+        hyp_kargs a;
+        memset(&a, 0, sizeof a);
+        hyp_kargs_ptr(&a, w->ae), hyp_kargs_ptr(&a, w->he), hyp_kargs_i32(&a, (int32_t)R);
+        if (!(rc = grouped_rows(s, w, w->he, w->xe, w1, (int)(2 * H), (int)C, 1, e))) rc = run(s, "moe_swiglu_fwd", R * H, 0, &a, e);
+        return rc ? rc : grouped_rows(s, w, w->ye, w->ae, w2, (int)C, (int)H, 1, e);
+    }
     for (int x = 0; x < s->E && !rc; o += h_loads[x], x++)
         if (h_loads[x])
             rc = gemm(s, 1, 0, 2 * H, h_loads[x], C, w1 + (int64_t)x * 2 * H * C, C, w->xe + o * C, C, 0.0f,
@@ -163,7 +215,11 @@ int dev_moe_bwd(const dev_moe_shape *s, float *dinp, float *dwr, float *dw1, flo
     if (!rc) rc = run(s, "moe_dy", R, 0, &a, e);
     /* dae = dye w2 (written), dw2 += dye^T ae */
     int64_t o = 0;
-    for (int x = 0; x < s->E && !rc; o += h_loads[x], x++) {
+    if (s->grouped && !rc) {
+        rc = grouped_rows(s, &w, w.dae, w.dye, w2, (int)H, (int)C, 0, e);
+        if (!rc && dw2) rc = grouped_wgrad(s, &w, dw2, w.dye, w.ae, (int)C, (int)H, e);
+    }
+    for (int x = 0; x < s->E && !rc && !s->grouped; o += h_loads[x], x++) {
         if (!h_loads[x]) continue;
         const float *w2e = w2 + (int64_t)x * C * H;
         rc = gemm(s, 0, 0, H, h_loads[x], C, w2e, H, w.dye + o * C, C, 0.0f, w.dae + o * H, H, e);
@@ -175,7 +231,11 @@ int dev_moe_bwd(const dev_moe_shape *s, float *dinp, float *dwr, float *dw1, flo
     if (!rc) rc = run(s, "moe_swiglu_bwd", R * H, 0, &a, e);
     /* dxe = dhe w1 (written), dw1 += dhe^T xe */
     o = 0;
-    for (int x = 0; x < s->E && !rc; o += h_loads[x], x++) {
+    if (s->grouped && !rc) {
+        if (dinp) rc = grouped_rows(s, &w, w.dxe, w.dhe, w1, (int)C, (int)(2 * H), 0, e);
+        if (!rc && dw1) rc = grouped_wgrad(s, &w, dw1, w.dhe, w.xe, (int)(2 * H), (int)C, e);
+    }
+    for (int x = 0; x < s->E && !rc && !s->grouped; o += h_loads[x], x++) {
         if (!h_loads[x]) continue;
         const float *w1e = w1 + (int64_t)x * 2 * H * C;
         if (dinp) rc = gemm(s, 0, 0, C, h_loads[x], 2 * H, w1e, C, w.dhe + o * 2 * H, 2 * H, 0.0f, w.dxe + o * C, C, e);
@@ -204,6 +264,7 @@ int dev_moe_bwd(const dev_moe_shape *s, float *dinp, float *dwr, float *dw1, flo
 struct exec_dev_moe {
     int file;          /* moe.cu in x->files */
     int block;
+    int gt;            /* moe.cu's GT */
     void *ws;          /* device: the workspace of the largest MoE op at the plan's N */
     int64_t ws_bytes;
     int32_t *h_loads;  /* host: [max E] */
@@ -217,7 +278,7 @@ int exec_dev_moe_is(const plan_op *o) {
 
 static dev_moe_shape shape_of(const exec_dev *x, const plan_op *o, int N) {
     dev_moe_shape s = {x->dev, x->files[x->moe->file].mod, x->moe->block, N, (int)o->C, (int)o->E, (int)o->K, (int)o->H,
-                       o->norm_topk == 1, o->aux_coef, x->p->tf32};
+                       o->norm_topk == 1, o->aux_coef, x->p->tf32, 1, x->moe->gt};
     return s;
 }
 
@@ -225,8 +286,6 @@ int exec_dev_moe_bind(exec_dev *x, const plan_op *o, exec_dev_op *eo, hyp_err *e
     memset(eo, 0, sizeof *eo);
     if (x->act_bf16)
         return hyp_fail(e, HYP_EINPUT, "kernels.json: the MoE op on a device has fp32 kernels only and this plan stores activations in bf16 — regenerate with --set v2102.storage=fp32");
-    if (x->z3 || x->zg)
-        return hyp_fail(e, HYP_EINPUT, "exec_dev: the MoE op on a device runs with ZeRO stage <= 1 (its GEMM sizes are read back mid-op, which the grouped gradient schedule of ZeRO-2/3 does not allow) — generate without zero2/zero3");
     if (!x->moe) {
         int fi = -1;
         for (int i = 0; i < x->n_files; i++)
@@ -240,6 +299,7 @@ int exec_dev_moe_bind(exec_dev *x, const plan_op *o, exec_dev_op *eo, hyp_err *e
         double have[5] = {-1, -1, -1, -1, -1};
         for (int j = 0; j < F->consts.n; j++) {
             if (!strcmp(F->consts.name[j], "BLOCK")) x->moe->block = (int)F->consts.val[j];
+            if (!strcmp(F->consts.name[j], "GT")) x->moe->gt = (int)F->consts.val[j];
             for (int k = 0; k < 5; k++)
                 if (!strcmp(F->consts.name[j], want[k])) have[k] = F->consts.val[j];
         }
@@ -267,13 +327,21 @@ int exec_dev_moe_bind(exec_dev *x, const plan_op *o, exec_dev_op *eo, hyp_err *e
     return HYP_OK;
 }
 
+static int64_t counted_targets(const exec_dev *x) {
+    int64_t cnt = 0, N = (int64_t)x->B * x->T;
+    for (int64_t i = 0; i < N; i++) cnt += x->h_targets[i] >= 0;
+    return cnt;
+}
+
+double exec_dev_moe_key(const exec_dev *x) { return x->moe ? (double)counted_targets(x) : 0.0; }
+
 /* The cpu adapter's weighting (cpu/ops_table.c): the aux loss enters with the weight of this
  * micro-batch's counted targets. */
 int exec_dev_moe_run(exec_dev *x, const plan_op *o, float dloss, hyp_err *e) {
     int N = x->B * x->T;
-    if (x->graphs) /* the loads are read back mid-op: no region with an MoE op can be captured */
-        return hyp_fail(e, HYP_EINPUT, "the MoE op on a device reads its expert loads back to size the GEMMs, which a captured graph cannot (v2165) — run with HYP_CUDA_GRAPHS=0 or generate without cuda-graphs");
     dev_moe_shape s = shape_of(x, o, N);
+    if (x->graphs && !s.grouped) /* the loads are read back mid-op: no region with an MoE op can be captured */
+        return hyp_fail(e, HYP_EINPUT, "the MoE op on a device reads its expert loads back to size the GEMMs, which a captured graph cannot (v2165) — run with HYP_CUDA_GRAPHS=0 or generate without cuda-graphs");
     void *I[5], *O[4];
     for (int i = 0; i < 5; i++) I[i] = i < o->nin ? exec_dev_buf(x, o->in[i]) : NULL;
     for (int i = 0; i < 4; i++) O[i] = i < o->nout ? exec_dev_buf(x, o->out[i]) : NULL;
@@ -281,11 +349,7 @@ int exec_dev_moe_run(exec_dev *x, const plan_op *o, float dloss, hyp_err *e) {
     if (o->op == hyp_op_find("moe_fwd"))
         return dev_moe_fwd(&s, O[0], O[1], I[0], I[1], I[2], (float *)I[2] + eo, x->moe->ws, x->moe->h_loads, e);
     float daux = 0.0f;
-    if (s.aux_coef > 0) {
-        int64_t cnt = 0;
-        for (int64_t i = 0; i < N; i++) cnt += x->h_targets[i] >= 0;
-        daux = dloss * (float)cnt;
-    }
+    if (s.aux_coef > 0) daux = dloss * (float)counted_targets(x);
     return dev_moe_bwd(&s, O[0], O[1], O[2], O[2] ? (float *)O[2] + eo : NULL, I[0], daux, I[1], I[2], I[3],
                        (float *)I[3] + eo, I[4], x->moe->ws, x->moe->h_loads, e);
 }

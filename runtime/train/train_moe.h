@@ -1,6 +1,7 @@
 /* train_moe.h — a training step's router statistics for the metrics log (docs/moe.md): the cpu
  * executor's sums (cpu/moe_stats.h) made global over the data-parallel ranks, as metric entries.
- * Never: a figure the MoE op did not compute (no dropped-token count: the op is dropless).
+ * It also moves the aux-loss-free router biases after each step (they need the step's global loads).
+ * Never: a figure the MoE op did not compute.
  */
 #ifndef HYP_TRAIN_MOE_H
 #define HYP_TRAIN_MOE_H

@@ -5,9 +5,11 @@
 # OLMoE-1B-7B 6.9B / 1.3B: counts from the config are exact integers, so they must round to the
 # published 3 significant digits; DeepSeek-V3's shape differs by its latent attention and MTP
 # module, stated in its YAML, so within 2%/5%); gen refuses to generate a trainer for an MoE model
-# on the device targets (sim, cuda) with what their MoE op does not do (ZeRO-2/3, cuda graphs, bf16),
-# and with every selection the cpu MoE op cannot run under (tensor parallelism, mixed precision, preference objectives; capacity,
-# shared experts), each with what to do and nothing written. Must never need a compiler or a network.
+# on the device targets (sim, cuda) with what their MoE op does not do (bf16),
+# and with every selection the cpu MoE op cannot run under (tensor parallelism, mixed precision,
+# preference objectives), each with what to do and nothing written (capacity, shared experts, the
+# sigmoid router and the aux-free bias run on cpu only: test_moe_capacity.sh, test_moe_shared.sh,
+# test_moe_router.sh). Must never need a compiler or a network.
 source "$(dirname "$0")/lib.sh"
 json() { python3 -c "import json,sys; p=json.load(sys.stdin); print(eval(sys.argv[1]))" "$@"; }
 
@@ -43,30 +45,18 @@ bad test_moe_zero_experts 's/n_experts: 4/n_experts: 1/' "n_experts"
 bad test_moe_aux_free_needs_sigmoid '/dropless: true/a\  router_bias: aux_free' "aux-loss-free bias .* — set router: sigmoid"
 bad test_moe_all_layers_dense '/dropless: true/a\  first_dense_layers: 2' "first_dense_layers 2 leaves no MoE layer of 2"
 
-# --- trainers: cpu, sim and cuda run the MoE op (training: test_moe_train.sh, test_moe_sim_train.sh);
-# on sim and cuda what the device op does not do is refused, nothing written -------------------
-for t in sim sm_90; do
-  expect test_moe_device_refuses_zero2_on_$t 2 "tiny-moe.yaml: model tiny-moe \(mixture of experts\): ZeRO stage 2 on $t: the device MoE op runs with ZeRO stage <= 1 — use zero1" \
-    -- "$GEN" specs/v2500.yaml --enable adamw,dp,zero2 --model tiny-moe --target $t -o "$TMP/out-$t"
-  check test_moe_device_refuses_zero2_on_${t}_no_output test ! -e "$TMP/out-$t"
-done
+# --- trainers: cpu, sim and cuda run the MoE op (training: test_moe_train.sh, test_moe_sim_train.sh,
+# ZeRO-2/3 on sim: test_moe_zero_sim.sh, CUDA graphs: test_moe_graphs_v2165.sh) ------------------
 # --- what the MoE op cannot run under: refused, nothing written -------------------------------
 refused() { # refused NAME REGEX gen-args...
   local name=$1 re=$2; shift 2
   expect "test_moe_refuses_$name" 2 "tiny-moe.yaml: model tiny-moe \\(mixture of experts\\): $re" -- "$GEN" specs/v2500.yaml --model tiny-moe "$@" -o "$TMP/r-$name"
   check "test_moe_refuses_${name}_no_output" test ! -e "$TMP/r-$name"
 }
-refused graphs "cuda graphs \\(v2165\\) cannot capture the device MoE op.* — drop cuda-graphs" --enable adamw,cuda-graphs --target sim
 refused bf16_sim "mixed precision \\(bf16\\).* — drop mixed-precision" --enable adamw,bf16 --target sim
 # tensor parallelism: refused (by tp's own llama check, or by the MoE check once tp shards llama)
 expect test_moe_refuses_tp 2 "tensor parallelism .*— .*drop tp" -- "$GEN" specs/v2500.yaml --model tiny-moe --enable adamw,tp --target cpu -o "$TMP/r-tp"
 check test_moe_refuses_tp_no_output test ! -e "$TMP/r-tp"
 refused bf16 "mixed precision \\(bf16\\).* — drop mixed-precision" --enable adamw,bf16 --target cpu
 refused dpo "the dpo objective .* — use pretraining or SFT" --enable adamw,dpo --target cpu
-sed 's/dropless: true/capacity_factor: 1.25/' specs/models/tiny-moe.yaml > "$TMP/tiny-moe-cap.yaml"
-expect test_moe_refuses_capacity 2 "model tiny-moe \\(mixture of experts\\): capacity_factor \\(token dropping\\) is not in the runtime op.* — set moe.dropless: true" \
-  -- "$GEN" specs/v2500.yaml --enable adamw --model "$TMP/tiny-moe-cap.yaml" --target cpu -o "$TMP/r-cap"
-sed 's/n_shared_experts: 0/n_shared_experts: 1/' specs/models/tiny-moe.yaml > "$TMP/tiny-moe-shared.yaml"
-expect test_moe_refuses_shared 2 "shared experts are not in the runtime op — set moe.n_shared_experts: 0" \
-  -- "$GEN" specs/v2500.yaml --enable adamw --model "$TMP/tiny-moe-shared.yaml" --target cpu -o "$TMP/r-shared"
 finish

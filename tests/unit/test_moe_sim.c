@@ -6,7 +6,9 @@
  *
  * Shapes (rendered by `gen render moe`, one module each): odd N 11 C 13 E 6 top-3 H 5 with
  * renormalisation; odd N 7 C 9 E 8 top-2 H 7 without, 3 of 8 experts idle (their router rows pushed
- * down by a constant input column); tiny-moe's layer N 64 C 64 E 4 top-2 H 128.
+ * down by a constant input column); tiny-moe's layer N 64 C 64 E 4 top-2 H 128; many tokens N 1500
+ * C 8 E 5 top-2 H 4 (3000 routed rows: the dispatch's parallel counting sort over 12 blocks of 256
+ * slots, the last partial). The dispatch lists (rows, src, dest) equal the serial stable sort's.
  *
  * Two inputs per shape:
  *  - dyadic: x in {k/4}, router weights in {k/8} (|k| <= 4), so every router logit is an exact
@@ -18,12 +20,15 @@
  *    (top_k+1)-th probabilities differ by more than 1e-4 (the logits' order difference is ~1e-7,
  *    so no choice can flip); the chosen experts and loads must be equal.
  * Tolerance of everything else: |got - want| <= 1e-5 |want| + 1e-5 max|want| per tensor (test_kernels_sim's
- * TOL_F32 and derivation, docs/test-tolerances.md E1/E6): the GEMMs (sim's hyp_gemm_cpu vs the cpu
- * backend's BLAS) sum in different orders over at most 2H = 256 terms (rms difference
- * sqrt(2/3) u sqrt(256) = 7.8e-7 of the scale, 1e-5 is 12.8 sigmas), and the SwiGLU's sigmoid is
+ * TOL_F32 and derivation, docs/test-tolerances.md E1/E6): the GEMMs (moe.cu's grouped kernels, or
+ * on the loop path sim's hyp_gemm_cpu, vs the cpu backend's BLAS) sum in different orders over at
+ * most 600 terms (many tokens' weight gradients: rms difference sqrt(2/3) u sqrt(600) = 1.2e-6 of
+ * the scale, 1e-5 is 8 sigmas), and the SwiGLU's sigmoid is
  * glibc expf here and the cpu's polynomial hyp_expv there (a few ulp each); the router backward's
  * cancellations p (dp - <dp, p>) are judged against the tensor's largest value. A wrong row, slot,
  * order or a missing term is off by O(max|want|).
+ * Paths: the grouped expert GEMMs (the trainer's) on both inputs, the loop of device-layer GEMMs
+ * sized by the loads read back (shape.grouped = 0) on the random one.
  * Determinism: two device forwards and two device backwards are bit-identical.
  * Prints one line per check and "N passed, M failed"; exits 1 on failure.
  */
@@ -108,7 +113,7 @@ static double min_gap(const float *probs, const moe_shape *s) {
     return gap;
 }
 
-static void run_case(const char *tag, hyp_module *mod, const moe_shape *s, int dy, int idle) {
+static void run_case(const char *tag, hyp_module *mod, const moe_shape *s, int dy, int idle, int grouped) {
     int N = s->N, C = s->C, E = s->E, K = s->K, H = s->H;
     long nx = (long)N * C, nr = (long)E * C, n1 = (long)E * 2 * H * C, n2 = (long)E * C * H, ns = moe_state_floats(N, E, K);
     float *x = malloc(sizeof(float) * nx), *wr = malloc(sizeof(float) * nr), *w = malloc(sizeof(float) * (n1 + n2));
@@ -139,12 +144,12 @@ static void run_case(const char *tag, hyp_module *mod, const moe_shape *s, int d
     float *dgx2 = dput(gx, sizeof(float) * nx), *dgr2 = dput(gr, sizeof(float) * nr), *dgw2 = dput(gw, sizeof(float) * (n1 + n2));
     op_moe_bwd(gx, gr, gw, gw + n1, R, daux, x, wr, w, w + n1, v.probs, v.topi, v.topw, s, ws, rows);
     /* device */
-    dev_moe_shape ds = {g.d, mod, 256, N, C, E, K, H, s->norm_topk, s->aux_coef, 0};
+    dev_moe_shape ds = {g.d, mod, 256, N, C, E, K, H, s->norm_topk, s->aux_coef, 0, grouped, 0};
     float *dx = dput(x, sizeof(float) * nx), *dwr = dput(wr, sizeof(float) * nr), *dw = dput(w, sizeof(float) * (n1 + n2));
     float *dR = dput(R, sizeof(float) * nx), *dout = dput(NULL, sizeof(float) * nx), *dst = dput(NULL, sizeof(float) * ns);
     void *dws = dput(NULL, (size_t)dev_moe_ws_bytes(&ds));
     int32_t loads[64];
-    float *got = malloc(sizeof(float) * nx), *gst = malloc(sizeof(float) * ns), *again = malloc(sizeof(float) * (n1 + n2));
+    float *got = malloc(sizeof(float) * nx), *gst = malloc(sizeof(float) * ns), *again = malloc(sizeof(float) * (size_t)(n1 + n2 > nx ? n1 + n2 : nx));
     if (dev_moe_fwd(&ds, dout, dst, dx, dwr, dw, dw + n1, dws, loads, &g.e)) {
         check(0, tag, "dev_moe_fwd: %s", g.e.msg);
         return;
@@ -158,11 +163,23 @@ static void run_case(const char *tag, hyp_module *mod, const moe_shape *s, int d
     int same_loads = 1, idle_ok = 1;
     for (int k = 0; k < E; k++) {
         sum += gv.loads[k];
-        same_loads &= gv.loads[k] == v.loads[k] && loads[k] == v.loads[k];
+        same_loads &= gv.loads[k] == v.loads[k] && (grouped || loads[k] == v.loads[k]); /* grouped: nothing read back */
         if (k >= E - idle) idle_ok &= gv.loads[k] == 0;
     }
     snprintf(nm, sizeof nm, "moe_sim[%s] loads = cpu's, sum N*k", tag);
     check(same_loads && sum == (long)N * K && idle_ok, nm, "sum %ld (N*k %d)%s", sum, N * K, idle ? ", idle experts 0" : "");
+    { /* the dispatch: the parallel counting sort's lists = the serial walk "each expert, every slot in token order" */
+        long Rr = (long)N * K;
+        int32_t *got_l = malloc(sizeof(int32_t) * 3 * (size_t)Rr), *want_l = malloc(sizeof(int32_t) * 3 * (size_t)Rr);
+        dget(got_l, (char *)dws + dev_moe_ws_rows_offset(&ds), sizeof(int32_t) * 3 * (size_t)Rr);
+        long r = 0;
+        for (int x2 = 0; x2 < E; x2++)
+            for (long i = 0; i < Rr; i++)
+                if (gv.topi[i] == x2) want_l[r] = (int32_t)(i / K), want_l[Rr + r] = (int32_t)i, want_l[2 * Rr + i] = (int32_t)r, r++;
+        snprintf(nm, sizeof nm, "moe_sim[%s] dispatch rows, src, dest = the serial stable sort", tag);
+        check(r == Rr && !memcmp(got_l, want_l, sizeof(int32_t) * 3 * (size_t)Rr), nm, "%ld routed rows, %ld blocks of 256", Rr, (Rr + 255) / 256);
+        free(got_l), free(want_l);
+    }
     snprintf(nm, sizeof nm, "moe_sim[%s] chosen experts = cpu's", tag);
     check(!memcmp(gv.topi, v.topi, sizeof(int32_t) * (size_t)N * K), nm, NULL);
     if (dy) {
@@ -222,12 +239,14 @@ static void run_shape(const char *tag, int N, int C, int E, int K, int H, int no
         check(0, tag, "render/load failed: %s", g.e.msg);
         return;
     }
-    moe_shape s = {N, C, E, K, H, norm, 0.02f};
+    moe_shape s = {N, C, E, K, H, norm, 0.02f, 0, 0, 0, NULL}; /* dropless, no shared experts, softmax */
     char t[96];
     snprintf(t, sizeof t, "%s,dyadic", tag);
-    run_case(t, mod, &s, 1, idle);
+    run_case(t, mod, &s, 1, idle, 1);
     snprintf(t, sizeof t, "%s,random", tag);
-    run_case(t, mod, &s, 0, idle);
+    run_case(t, mod, &s, 0, idle, 1);
+    snprintf(t, sizeof t, "%s,random,loop", tag);
+    run_case(t, mod, &s, 0, idle, 0);
     g.d->module_unload(g.d, mod);
 }
 
@@ -239,6 +258,7 @@ int main(void) {
     run_shape("odd_norm", 11, 13, 6, 3, 5, 1, 0);
     run_shape("odd_raw_idle", 7, 9, 8, 2, 7, 0, 3);
     run_shape("tiny_moe", 64, 64, 4, 2, 128, 1, 0);
+    run_shape("many_tokens", 1500, 8, 5, 2, 4, 1, 0); /* 3000 routed rows: 12 dispatch blocks, the last partial */
     g.d->close(g.d);
     return hyp_test_finish();
 }
