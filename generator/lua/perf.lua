@@ -49,9 +49,12 @@ local function family_decl(family)
   return decl_cache[family] or nil
 end
 
--- A cost table with every unit and byte field present (missing ones 0).
+-- A cost table with every unit and byte field present (missing ones 0), and the two issue flags a
+-- template may declare: mma_sync (its tensor-core work is mma.sync, which reaches eff.mma_sync of
+-- the tc rate where the hardware file gives one: Hopper), tc_async (its tensor-core work is
+-- asynchronous wgmma that overlaps its other units: v2114's FA3).
 local function norm_cost(c)
-  local o = { rd = c.rd or 0, wr = c.wr or 0, reread = c.reread or 0 }
+  local o = { rd = c.rd or 0, wr = c.wr or 0, reread = c.reread or 0, mma_sync = c.mma_sync or nil, tc_async = c.tc_async or nil }
   for _, u in ipairs(UNITS) do o[u] = c[u] or 0 end
   return o
 end
@@ -448,21 +451,32 @@ function M.rates(h)
   end
   r.sfu = p.sfu_tops * 1e12 * p.eff.sfu
   r.sfu_peak = p.sfu_tops * 1e12
+  r.mma_sync = p.eff.mma_sync
   return r
 end
 
 -- Roofline time of one launch: the compute units share the SMs' issue slots (their times add),
 -- memory traffic overlaps them (the larger of the two). DRAM bytes = rd + wr (reread: served by
 -- L1/L2, not DRAM). Returns seconds, the bound, and the pure-peak bound (no efficiency factors).
+-- A launch declaring mma_sync runs its bf16 tensor-core work at eff.mma_sync of the tc rate
+-- (where the hardware gives it); one declaring tc_async overlaps its tensor-core time with its
+-- other units (the larger of the two instead of the sum), at peaks too.
 function M.launch_time(c, r)
-  local tc, tp = 0, 0
+  local tc, tp, ta, tap = 0, 0, 0, 0
   for _, u in ipairs(UNITS) do
     if c[u] > 0 then
       if r[u] <= 0 then return math.huge, "no " .. u .. " unit", math.huge end
-      tc = tc + c[u] / r[u]
-      tp = tp + c[u] / r[u .. "_peak"]
+      local rate = r[u]
+      if c.mma_sync and u == "tc_bf16" and r.mma_sync then rate = rate * r.mma_sync end
+      if c.tc_async and u:sub(1, 3) == "tc_" then
+        ta, tap = ta + c[u] / rate, tap + c[u] / r[u .. "_peak"]
+      else
+        tc = tc + c[u] / rate
+        tp = tp + c[u] / r[u .. "_peak"]
+      end
     end
   end
+  tc, tp = math.max(tc, ta), math.max(tp, tap)
   local bytes = c.rd + c.wr
   local tm, tmp = bytes / r.hbm, bytes / r.hbm_peak
   if tc >= tm then return tc, "compute", math.max(tp, tmp) end
@@ -535,6 +549,30 @@ function M.collectives(plan, h, gpus, grad_bytes, param_bytes)
     if stage == 3 then c("all_gather(params, backward)", "all_gather", param_bytes) end
   end
   return out
+end
+
+-- FA3 vs FA2 (v2114) per attention layer's forward on a Hopper part, from the two kernels'
+-- declared work at this launch's shapes (templates/flash_attention.cu.lua: flash3_attn_fwd and
+-- flash_attention_fwd with bf16 operands): FA2's mma.sync reaches eff.mma_sync of the wgmma rate
+-- and its softmax adds to its GEMMs (the roofline's sum); FA3's ping-pong hides the softmax
+-- under the other warpgroup's GEMMs (the larger of the two). nil without a flash launch or
+-- without eff.mma_sync (not a Hopper entry).
+function M.fa3_vs_fa2(launches, h)
+  local ms = h.perf.eff.mma_sync
+  if not ms then return nil end
+  local a
+  for _, l in ipairs(launches) do
+    if l.family == "flash_attention" and (l.kernel == "flash_attention_fwd" or l.kernel == "flash3_attn_fwd") then a = l.args; break end
+  end
+  if not a then return nil end
+  local a2 = {}
+  for k, v in pairs(a) do a2[k] = v end
+  a2.PREC = "bf16"
+  a2.FA3_BK = a2.FA3_BK or 128
+  local c2, c3 = M.kernel_cost("flash_attention", "flash_attention_fwd", a2), M.kernel_cost("flash_attention", "flash3_attn_fwd", a2)
+  local r = M.rates(h)
+  local t2, t3 = M.launch_time(c2, r), M.launch_time(c3, r)
+  return { fa2 = t2, fa3 = t3, ratio = t2 / t3, B = a.B, T = a.T, NH = a.NH, HD = a.HD, mma_sync = ms }
 end
 
 -- The whole prediction for one hardware entry.
@@ -624,7 +662,7 @@ function M.predict(plan, manifest, h, opts)
     mfu = fpt * tokens / step / peak_mfu, mfu_peak = peak_mfu,
     mfu_peak_name = (h.peak_tflops.bf16 or 0) > 0 and "bf16 dense" or "fp32",
     mfu_cap = h.perf.eff.tc, totals = total, ops = ops, undeclared = undeclared, undeclared_launches = n_undeclared, epilogues = opts.epilogues and true or false,
-    launch_list = opts.keep_launches and launches or nil,
+    launch_list = opts.keep_launches and launches or nil, fa3 = M.fa3_vs_fa2(launches, h),
   }
 end
 
@@ -669,6 +707,11 @@ function M.text(rep, plan, top)
     local e = rep.ops[i]
     w("| %s | %d | %s | %.1f%% | %s | %s | %s |", e.key, e.count, fmt_t(e.time), 100 * e.time / rep.kernel_time,
       fmt_n(e.flops), fmt_n(e.bytes), e.bound)
+  end
+  if rep.fa3 then
+    local f = rep.fa3
+    w("attention forward per layer (B=%d T=%d NH=%d HD=%d, bf16 operands): FA2 (mma.sync at %.3g of the wgmma rate, softmax after the GEMMs) %s, FA3 (wgmma, softmax hidden by ping-pong) %s: FA3 predicted %.2fx faster; the FA3 paper measured 1.5-2.0x on H100 (FP16 forward, arXiv 2407.08608)",
+      f.B, f.T, f.NH, f.HD, f.mma_sync, fmt_t(f.fa2), fmt_t(f.fa3), f.ratio)
   end
   if #rep.undeclared > 0 then
     w("INCOMPLETE: %d launch(es) have no cost declaration and count as 0 s (the figures above are optimistic): %s",

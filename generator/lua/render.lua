@@ -199,7 +199,8 @@ function M.instances(tree, cfg, plan, decide, contrib)
           MASK = fa.attrs.mask, WINDOW = fa.attrs.window, PREFIX = fa.attrs.prefix,
           SCORE_MOD = fa.attrs.score_mod, SOFTCAP = fa.attrs.softcap })
     else
-    want("flash_attention", { "flash_attention_fwd", "flash_attention_bwd_d", "flash_attention_bwd_dkv", "flash_attention_bwd_dq" },
+    -- the forward kernel: FA2's, or the one a flash module names (v2114's flash3_attn_fwd)
+    want("flash_attention", { facts.attention and facts.attention.fwd_kernel or "flash_attention_fwd", "flash_attention_bwd_d", "flash_attention_bwd_dkv", "flash_attention_bwd_dq" },
       { NH = m.NH, NKV = m.NKV, HD = m.hd, PREC = facts.attention and facts.attention.precision or "bf16x3",
         DOCMASK = (fa.ins[2] or "") ~= "", ATT_SCALE = fa.attrs.scale,
         -- the mask rule and score modifier of the op (v2117), rendered into the kernels
@@ -328,18 +329,31 @@ function M.build(tree, cfg, plan, contrib)
   local results, stats = {}, nil
   local ncached, ncompiled, corrupt = 0, 0, 0
   if compile then
-    local jobs = {}
-    for i, r in ipairs(rendered) do jobs[i] = { name = r.family, source = r.source } end
+    -- a family with an arch-specific kernel (wgmma, setmaxnreg: sm_90a) compiles for the
+    -- target's "a" variant, the others for the target itself: one NVRTC call per arch
+    local by_arch, arch_order = {}, {}
+    for i, r in ipairs(rendered) do
+      local arch = target.name .. (r.arch_specific and "a" or "")
+      if not by_arch[arch] then by_arch[arch] = { jobs = {}, idx = {} }; arch_order[#arch_order + 1] = arch end
+      local g = by_arch[arch]
+      g.jobs[#g.jobs + 1] = { name = r.family, source = r.source }
+      g.idx[#g.idx + 1] = i
+      if r.arch_specific then decide("kernels." .. r.family .. ".arch", arch, r.arch_specific) end
+    end
     local opts, extra = KC.nvrtc_options()
     if extra then decide("kernels.nvrtc_flags", extra, "HYP_NVRTC_FLAGS adds NVRTC options") end
     local workers = tonumber(os.getenv("HYP_JOBS") or "")
-    local okc, r1, r2 = pcall(hyp.nvrtc_compile, jobs, { arch = target.name, options = opts, include_dirs = KC.include_dirs(),
-      cache_dir = KC.cache_dir(), workers = workers and math.tointeger(workers) or nil, version = hyp.version })
-    if not okc then -- NVRTC could not be loaded at run time (the message says what to do)
-      local msg = tostring(r1)
-      U.fail("<command line>", msg:match("^(.-) — ") or msg, msg:match(" — (.*)$") or "use --target cpu or sim")
+    for _, arch in ipairs(arch_order) do
+      local g = by_arch[arch]
+      local okc, r1, r2 = pcall(hyp.nvrtc_compile, g.jobs, { arch = arch, options = opts, include_dirs = KC.include_dirs(),
+        cache_dir = KC.cache_dir(), workers = workers and math.tointeger(workers) or nil, version = hyp.version })
+      if not okc then -- NVRTC could not be loaded at run time (the message says what to do)
+        local msg = tostring(r1)
+        U.fail("<command line>", msg:match("^(.-) — ") or msg, msg:match(" — (.*)$") or "use --target cpu or sim")
+      end
+      for j, i in ipairs(g.idx) do results[i] = r1[j] end
+      if stats then stats.cache_problem = stats.cache_problem or r2.cache_problem else stats = r2 end
     end
-    results, stats = r1, r2
     if stats.cache_problem then
       io.stderr:write(string.format("gen: warning: kernel cache unavailable (%s: %s); compiling without it — set HYPERION_CACHE to a writable directory\n",
         KC.cache_dir() or "no HOME", stats.cache_problem))

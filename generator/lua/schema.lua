@@ -91,7 +91,8 @@ S.hardware = map({
     link_gbps = num(0, 1e7), link_name = str,
     link_latency_us = num(0, 1e6), nic_latency_us = num(0, 1e6), -- per round of an all-reduce (v2171 model)
     eff = map({ tc = num(0.01, 1), fp32 = num(0.01, 1), sfu = num(0.01, 1), hbm = num(0.01, 1),
-      link = num(0.01, 1), nic = num(0.01, 1) }, { "tc", "fp32", "sfu", "hbm", "link", "nic" }),
+      link = num(0.01, 1), nic = num(0.01, 1),
+      mma_sync = num(0.01, 1) }, { "tc", "fp32", "sfu", "hbm", "link", "nic" }), -- mma_sync: of tc, on sm_90 (v2114's FA3 vs FA2)
     eff_source = str,
   }, { "sfu_tops", "launch_us", "graph_node_us", "link_gbps", "link_name", "eff", "eff_source" }),
 }, { "name", "title", "kind", "memory_gb", "hbm_tbps", "nic_gbps", "peak_tflops", "price_per_hr", "source" })

@@ -12,7 +12,8 @@
 --   derive = function(K, decide) ... end     -- optional: derived constants, recorded choices
 --   kernels = { { name = "gelu_fwd", params = { "float* __restrict__ out", ..., "long n" },
 --                 block = 256, grid = "cdiv(n, 1024)", smem = 0, when = function(K) ... end,
---                 doc = "..." }, ... }
+--                 doc = "...", arch_specific = "why" }, ... }  -- arch_specific: compiled for
+--                                         -- the target's "a" variant (sm_90a), the reason given
 --   ops = { gelu_fwd = { { "gelu_fwd", "out1", "in1", "N*C" } }, ... }   -- plan op -> launches
 --   ]]
 --   ...CUDA...
@@ -230,7 +231,8 @@ function M.render(family, K_in, opts)
       local block = k.block
       if type(block) == "string" then block = K[block] end
       if type(block) == "function" then block = block(K) end
-      decls[#decls + 1] = { name = k.name, params = ps, block = block, grid = k.grid, smem = k.smem or 0, doc = k.doc }
+      decls[#decls + 1] = { name = k.name, params = ps, block = block, grid = k.grid, smem = k.smem or 0, doc = k.doc,
+        arch_specific = k.arch_specific }
       emit[k.name] = true
     end
   end
@@ -314,7 +316,11 @@ function M.render(family, K_in, opts)
   stub[#stub + 1] = "#endif"
   local body = table.concat(out):gsub("\n\n\n+", "\n\n")
   local source = table.concat(H, "\n") .. "\n" .. body .. table.concat(stub, "\n") .. "\n"
-  return { family = family, template = t.rel, source = source, kernels = decls, constants = K,
+  -- a kernel that needs the arch-specific variant of the target (sm_90a: wgmma, setmaxnreg) makes
+  -- the whole file compile for it; the value is the reason, for the audit
+  local arch_specific
+  for _, d in ipairs(decls) do arch_specific = arch_specific or d.arch_specific end
+  return { family = family, template = t.rel, source = source, kernels = decls, constants = K, arch_specific = arch_specific,
     decisions = decisions, ops = (type(t.decl.ops) == "function" and t.decl.ops(K) or t.decl.ops) or {}, spill_reasons = t.decl.spill_reasons or {} }
 end
 
@@ -379,6 +385,7 @@ function M.compile_report(fam, r, arch)
   if not KC.have_nvrtc() then
     U.fail("--target " .. arch, "this gen was built without NVRTC", "install the CUDA toolkit and reconfigure, or render without --target")
   end
+  if r.arch_specific and not arch:match("a$") then arch = arch .. "a" end -- as render.lua compiles it
   local okc, res = pcall(hyp.nvrtc_compile, { { name = fam, source = r.source } }, { arch = arch, options = KC.nvrtc_options(),
     include_dirs = KC.include_dirs(), cache_dir = KC.cache_dir(), version = hyp.version })
   if not okc then io.stderr:write("gen: " .. tostring(res) .. "\n"); return 1 end

@@ -852,6 +852,40 @@ static int matmul_bwd(exec_dev *x, const plan_op *o, int64_t N, hyp_err *e) {
 }
 
 /* One launch of op o (the second op of a fusion site whose first is pair, else pair is NULL). */
+/* Argument i of L, a TMA tensor map (v2114): "DIMS:BOX:SWIZZLE" over plan buffer bidx, evaluated
+ * in env (the file's constants, the op's dims), a row-major tensor of the buffer's dtype, written
+ * by the device layer (cuTensorMapEncodeTiled on cuda, the sim's encoder on sim). */
+static int tmap_arg(exec_dev *x, const exec_dev_launch *L, int i, env_t *env, hyp_kargs *ka, hyp_err *e) {
+    char spec[256], what[256];
+    if (L->bind[i] != AB_TMAP || !L->arg[i] || strlen(L->arg[i]) >= sizeof spec)
+        return hyp_fail(e, HYP_EINPUT, "%s: parameter %s is a tensor map but its binding is not tmap:... — regenerate with gen", L->kernel, L->pname[i]);
+    snprintf(spec, sizeof spec, "%s", L->arg[i]);
+    char *b = strchr(spec, ':'), *s = b ? strchr(b + 1, ':') : NULL;
+    if (!s) return hyp_fail(e, HYP_EINPUT, "%s: tensor map '%s' is not DIMS:BOX:SWIZZLE — regenerate with gen", L->kernel, L->arg[i]);
+    *b++ = 0;
+    *s++ = 0;
+    double dv[5], bv[5], sw = 0;
+    int rank = dev_eval_list(spec, env, dv, 5, what, sizeof what);
+    int nb = dev_eval_list(b, env, bv, 5, what, sizeof what);
+    if (rank < 1 || nb != rank || dev_eval_list(s, env, &sw, 1, what, sizeof what) != 1)
+        return hyp_fail(e, HYP_EINPUT, "%s: tensor map '%s': %s — regenerate with gen", L->kernel, L->arg[i], what);
+    hyp_dtype t = dt_of(x, L->bidx[i]);
+    uint64_t dims[5], strides[4];
+    uint32_t box[5];
+    uint64_t stride = hyp_dtype_size(t);
+    for (int d = 0; d < rank; d++) {
+        dims[d] = (uint64_t)llround(dv[d]);
+        box[d] = (uint32_t)llround(bv[d]);
+        if (d > 0) strides[d - 1] = stride;
+        stride *= dims[d];
+    }
+    unsigned char map[128] __attribute__((aligned(64)));
+    int rc = x->dev->tensor_map(x->dev, map, t, rank, dbuf(x, L->bidx[i]), dims, strides, box, (int)llround(sw), e);
+    if (rc) return rc;
+    hyp_kargs_tmap(ka, map);
+    return HYP_OK;
+}
+
 static int run_launch(exec_dev *x, const plan_op *o, const plan_op *pair, const exec_dev_launch *L, float dloss,
                       hyp_err *e) {
     const exec_dev_file *F = &x->files[L->file];
@@ -887,6 +921,11 @@ static int run_launch(exec_dev *x, const plan_op *o, const plan_op *pair, const 
                 : (L->bidx[i] == 0 ? x->fp8_scale : L->bidx[i] == 1 ? x->fp8_scale_inv : x->fp8_amax) + o->slot;
             break;
         default: break;
+        }
+        if (L->ptype[i] == PT_TMAP) {
+            int rc = tmap_arg(x, L, i, &base, &ka, e);
+            if (rc) return rc;
+            continue;
         }
         switch (L->ptype[i]) {
         case PT_PTR: hyp_kargs_ptr(&ka, L->bind[i] == AB_EXPR ? NULL : ptr); break;

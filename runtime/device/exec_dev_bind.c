@@ -19,6 +19,7 @@ char *exec_dev_strdup(const char *s) {
 
 static int ptype_of(const char *t) {
     if (strchr(t, '*')) return PT_PTR;
+    if (strstr(t, "hyp_tmap")) return PT_TMAP; /* a TMA tensor map (hyp/hopper.cuh), bound by "tmap:" */
     if (!strcmp(t, "int") || !strcmp(t, "const int")) return PT_I32;
     if (!strcmp(t, "long") || !strcmp(t, "long long") || !strcmp(t, "const long")) return PT_I64;
     if (!strcmp(t, "float") || !strcmp(t, "const float")) return PT_F32;
@@ -251,6 +252,22 @@ static int bind_arg(exec_dev *x, exec_dev_launch *L, int i, const char *a, const
                 return HYP_OK;
             }
         return hyp_fail(e, HYP_EINPUT, "kernels.json: %s: unknown fp8 binding '%s' (fp8.scale|scale_inv|amax|q|qt[slot] of an fp8_quantize op) — regenerate with gen", L->kernel, a);
+    }
+    if (!strncmp(a, "tmap:", 5)) { /* "tmap:inK:DIMS:BOX:SWIZZLE": a tensor map over an op buffer (v2114) */
+        char buf[16];
+        const char *r = strchr(a + 5, ':');
+        size_t bl = r ? (size_t)(r - (a + 5)) : 0;
+        if (!r || bl == 0 || bl >= sizeof buf || L->ptype[i] != PT_TMAP)
+            return hyp_fail(e, HYP_EINPUT, "kernels.json: %s: tensor-map binding '%s' (want tmap:inK:DIMS:BOX:SWIZZLE for a hyp_tmap parameter) — regenerate with gen", L->kernel, a);
+        memcpy(buf, a + 5, bl);
+        buf[bl] = 0;
+        int b = op_arg(ao, buf);
+        if (b < 0)
+            return hyp_fail(e, HYP_EINPUT, "kernels.json: %s: tensor-map binding '%s' names no buffer of op '%s' — regenerate with gen", L->kernel, a, hyp_op_name(ao->op));
+        L->bind[i] = AB_TMAP;
+        L->bidx[i] = b;
+        L->arg[i] = exec_dev_strdup(r + 1);
+        return HYP_OK;
     }
     if (!strncmp(a, "scratch", 7)) {
         int64_t n = 0;

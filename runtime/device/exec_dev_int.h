@@ -11,8 +11,8 @@
 #include "exec_dev.h"
 #include "op_registry.h"
 
-enum { PT_PTR, PT_I32, PT_I64, PT_F32, PT_U32 };
-enum { AB_EXPR, AB_BUF, AB_SCRATCH, AB_FP8, AB_LOSS };
+enum { PT_PTR, PT_I32, PT_I64, PT_F32, PT_U32, PT_TMAP };
+enum { AB_EXPR, AB_BUF, AB_SCRATCH, AB_FP8, AB_LOSS, AB_TMAP };
 
 struct exec_dev_file {
     char name[96];
@@ -32,7 +32,8 @@ struct exec_dev_launch {
     int bidx[ARGS_MAX];     /* AB_BUF: plan buffer (-1: NULL); AB_FP8: 0 scale, 1 scale_inv, 2 amax, 3 q, 4 qt;
                                AB_LOSS: 0 row_scale, 1 teacher, 2 teacher_vp, 3 temperature, 4 alpha */
     int64_t soff[ARGS_MAX]; /* AB_SCRATCH: float offset into the scratch block */
-    char *arg[ARGS_MAX];    /* AB_EXPR: the expression */
+    char *arg[ARGS_MAX];    /* AB_EXPR: the expression; AB_TMAP: "DIMS:BOX:SWIZZLE" of the map over
+                               buffer bidx (expression lists, dim 0 innermost; swizzle 0..3) */
     char *grid, *smem;
     int block;
 };

@@ -109,7 +109,10 @@ int train_step(train_backend *b, train_objective *ob, const train_opts *o, int K
     if (!rc && !skip && b->prune) train_prune_after_update(b->prune, b->x, step); /* masks held, updated on schedule */
     if (!rc && b->lsgd) { /* v2173: the outer step (its all-reduce every sync_every steps is communication time) */
         double t2 = now_s();
-        rc = train_local_sgd_after_update(b->lsgd, b->x, &b->dp, step, NULL, e);
+        int host = b->i->params_host && step % b->x->p->lsgd_every == 0; /* a device: the host runs it */
+        if (host) rc = b->i->params_host(b, 0, e);
+        if (!rc) rc = train_local_sgd_after_update(b->lsgd, b->x, &b->dp, step, NULL, e);
+        if (!rc && host) rc = b->i->params_host(b, 1, e);
         if (b->dp.world > 1) t.comm_s += now_s() - t2;
     }
     hyp_prof_phase("optimizer_step", HYP_PROF_OPTIMIZER, 1, pt);

@@ -106,6 +106,10 @@ typedef struct train_backend_i {
     /* the optimizer's eval_point on the backend's own parameters around evaluation (to_eval 1
      * before, 0 after); NULL where they are the host executor's (train_eval_point moves those) */
     int (*eval_point)(train_backend *b, int to_eval, hyp_err *e);
+    /* v2173 local SGD on a device: the parameter arena (stage 0) into the host mirror x->params
+     * (to_device 0) or from it back onto the device (1), around the host's outer step; NULL where
+     * the parameters are the host executor's (the cpu) */
+    int (*params_host)(train_backend *b, int to_device, hyp_err *e);
 } train_backend_i;
 
 /* v2149 distillation on a device backend (train/distill.c). The device teacher (plan and params
@@ -170,8 +174,9 @@ struct train_backend {
     train_loss_scaler ls; /* v2162; zero: off (the trainer sets it from the plan after open) */
     const train_teacher *teacher; /* v2149 on a device backend; NULL: none */
     struct train_prune *prune;    /* v2154 masks on the host arenas (prune.h); NULL: none */
-    struct train_local_sgd *lsgd; /* v2173 on the cpu backend (local_sgd.h): no per-step gradient
-                                     all-reduce, the outer step after the update; NULL: none */
+    struct train_local_sgd *lsgd; /* v2173 (local_sgd.h): no per-step gradient all-reduce, the outer
+                                     step after the update (a device's parameters copied to the host
+                                     and back around it: params_host); NULL: none */
     struct train_async_dp *adp;   /* v2174 on the cpu backend (async_dp.h): the gradient all-reduce
                                      applied staleness steps later; NULL: none */
     int adp_step, adp_ready;      /* v2174: the step reduce_grads runs for; whether it delivered a

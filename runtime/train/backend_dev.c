@@ -39,6 +39,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "async_dp.h"
 #include "coll.h"
 #include "device.h"
 #include "exec_dev.h"
@@ -70,6 +71,10 @@ typedef struct {
     hyp_event *comm_done;
     dev_bucket *buckets;
     int n_buckets, overlap;
+    int lsgd;         /* v2173 local SGD over world > 1 ranks: no gradient all-reduce, each rank's
+                         gradients times world (dloss x world), the outer step on the host */
+    int adp;          /* v2174 async dp: no device all-reduce; the gradients go to the host mirror,
+                         through train_async_grads (the delayed sum) and back (dev_reduce_grads) */
     /* v2168 (plan train.comm_streams): the compute stream's point after backward, and whether this
      * step's buckets were posted (their events are read after finish_step's synchronize) */
     hyp_event *bwd_done;
@@ -178,7 +183,9 @@ static int open_dev(train_dev *t, const dp_t *dp, const plan_t *p, const char *p
         (rc = upload_states(t, x, optim, e)) || (rc = exec_dev_fp8_set_states(&t->xd, x->fp8, e))) /* FP8 scaling states (resumed or fresh) */
         return rc;
     const char *ov = getenv("HYP_COMM_OVERLAP");
-    t->overlap = t->world > 1 && stage <= 1 && p->comm_overlap && !(ov && !strcmp(ov, "0"));
+    t->lsgd = p->lsgd_every > 0 && t->world > 1;
+    t->adp = p->adp_on;
+    t->overlap = t->world > 1 && stage <= 1 && p->comm_overlap && !(ov && !strcmp(ov, "0")) && !t->lsgd && !t->adp;
     const char *gv = getenv("HYP_CUDA_GRAPHS");
     if (gv && *gv && strcmp(gv, "0") && strcmp(gv, "1"))
         return hyp_fail(e, HYP_EINPUT, "HYP_CUDA_GRAPHS=%s — use 1 (capture and replay the step's regions, v2165) or 0 (eager)", gv);
@@ -244,7 +251,7 @@ static int reduce_and_norm(train_dev *t, float max_norm, hyp_err *e) {
         if (!rc)
             rc = xd->p->comm_streams > 0 ? d->event_wait(d, NULL, t->comm_done, e) /* v2168: the compute stream waits, not the host */
                                          : d->event_synchronize(d, t->comm_done, e);
-    } else if (t->world > 1 && t->stage <= 1) {
+    } else if (t->world > 1 && t->stage <= 1 && !t->lsgd && !t->adp) { /* v2173: each rank keeps its own; v2174: reduced on the host */
         rc = d->all_reduce(d, xd->grads, (size_t)xd->arena, HYP_DT_F32, HYP_RED_SUM, NULL, e);
     } else if (t->stage >= 2) { /* stage 3 reduce-scattered each group into gshard during backward */
         g = xd->gshard, n = xd->shard;
@@ -325,6 +332,9 @@ static int dev_micro_batch(train_backend *b, float dloss, int last, float *mean,
     stage_batch(t, b->x);
     int hook = t->overlap && last;
     int rc = HYP_OK;
+    /* v2173: the rank's gradients times the world size, as train_local_sgd_grads scales the cpu's
+     * (the backward is linear in dloss; x2 is exact in fp32 and bf16) */
+    if (t->lsgd) dloss *= (float)t->world;
     if (b->teacher && t->t_on) { /* v2149 device teacher: its forward on the same tokens, logits stay on the device */
         size_t n = sizeof(int32_t) * (size_t)t->xd.B * t->xd.T;
         memcpy(t->txd.h_tokens, t->xd.h_tokens, n);
@@ -353,6 +363,16 @@ static int dev_reduce_grads(train_backend *b, const train_opts *o, hyp_err *e) {
     train_dev *t = b->impl;
     t->ls_S = b->ls.reduce_scale > 0 ? b->ls.reduce_scale : 1.0; /* v2162: clip against max_norm x S */
     t->ls_folded = 0;
+    if (t->adp) { /* v2174: the host's delayed all-reduce (async_dp.c) on a copy, 2 x 4 B x arena of PCIe a step */
+        if (t->stage != 0)
+            return hyp_fail(e, HYP_EINPUT, "async dp (v2174) on the device needs the replicated gradient arena, and ZeRO stage %d shards it — regenerate without zero/fsdp", t->stage);
+        hyp_device *d = t->dev;
+        size_t bytes = sizeof(float) * (size_t)t->xd.arena;
+        int rc = d->d2h_sync(d, b->x->grads, t->xd.grads, bytes, e);
+        if (!rc) rc = train_async_grads(b->adp, b->x, &b->dp, b->adp_step, &b->adp_ready, e);
+        if (!rc) rc = d->h2d_sync(d, t->xd.grads, b->x->grads, bytes, e);
+        if (rc) return rc;
+    }
     return reduce_and_norm(t, (float)(o->max_norm * t->ls_S), e);
 }
 
@@ -463,6 +483,20 @@ static int dev_sync_host(train_backend *b, hyp_err *e) {
     return rc;
 }
 
+/* v2173 (backend.h params_host): the parameter arena to the host mirror or back, 4 x arena bytes
+ * each way over PCIe on cuda, waited for. */
+static int dev_params_host(train_backend *b, int to_device, hyp_err *e) {
+    train_dev *t = b->impl;
+    hyp_device *d = t->dev;
+    if (t->stage != 0)
+        return hyp_fail(e, HYP_EINPUT, "local SGD (v2173) on the device needs full parameters on every rank, and ZeRO stage %d shards them — regenerate without zero/fsdp", t->stage);
+    size_t bytes = sizeof(float) * (size_t)t->xd.arena;
+    if (!to_device) return d->d2h_sync(d, b->x->params, t->xd.params, bytes, e);
+    int rc = d->h2d_sync(d, t->xd.params, b->x->params, bytes, e);
+    exec_dev_params_changed(&t->xd); /* the bf16 weight copy (v2102 storage bf16) is cast again */
+    return rc;
+}
+
 static void dev_memory(const train_backend *b, double *m) {
     const train_dev *t = b->impl;
     const exec_dev *xd = &t->xd;
@@ -478,6 +512,8 @@ static const char *dev_memory_title(const train_backend *b) { return ((const tra
 
 static const char *dev_comm_note(const train_backend *b) {
     const train_dev *t = b->impl;
+    if (t->lsgd) return "none per step: each rank keeps its own gradients; the parameter delta all-reduced on the host every sync_every steps (v2173 local SGD)";
+    if (t->adp) return "the gradients copied to the host, all-reduced there non-blocking and applied staleness steps later, copied back (v2174 async dp)";
     if (t->overlap && t->xd.p->comm_streams > 0)
         return "per-layer buckets all-reduced on a comm stream while backward runs, the compute stream waiting on its event before the norm (v2110 overlap, v2168)";
     return t->overlap ? "per-layer buckets all-reduced on a comm stream while backward runs (v2110 overlap)"
@@ -623,6 +659,7 @@ const train_backend_i train_backend_dev_i = {
     .weighted_backward = dev_weighted_backward,
     .eval_point = dev_eval_point,
     .hess_step = dev_hess_step,
+    .params_host = dev_params_host,
 };
 
 int train_backend_dev_open(train_backend *b, const plan_t *p, const char *plan_path, int B, int T, hyp_err *e) {

@@ -824,8 +824,11 @@ static int rollback(run_t *r, int at, int *step, hyp_err *e) {
                         at, c->max_bad, tg->reason, r->a.ckpt_dir);
     if (rc) return rc;
     if (!r->be.i->caps.host_buffers) { /* a device backend uploads the host's state when it opens */
+        struct train_local_sgd *lsgd = r->be.lsgd; /* v2173's state outlives the device (rebased below) */
         train_backend_close(&r->be);
-        if ((rc = train_backend_open(&r->be, &r->plan, r->plan_path, &r->x, &r->d, r->B, r->T, e))) return rc;
+        rc = train_backend_open(&r->be, &r->plan, r->plan_path, &r->x, &r->d, r->B, r->T, e);
+        r->be.lsgd = lsgd; /* closed at exit either way */
+        if (rc) return rc;
         train_guard_attach(tg, &r->be);
     }
     hyp_rng_set_state(&r->rng, st.rng);
@@ -1417,8 +1420,8 @@ static int run(int argc, char **argv, hyp_coll *coll) {
             }
         }
         if (!rc && p->lsgd_every > 0) { /* v2173: no per-step gradient all-reduce; the outer step */
-            if (!r.be.i->caps.host_buffers)
-                rc = hyp_fail(&e, HYP_EINPUT, "local SGD (v2173) runs on the cpu backend; this trainer runs on %s — regenerate with --target cpu", r.be.name);
+            if (!r.be.i->caps.host_buffers && !r.be.i->params_host)
+                rc = hyp_fail(&e, HYP_EINPUT, "local SGD (v2173) runs on the cpu and device backends; this trainer runs on %s — regenerate with --target cpu", r.be.name);
             else if (!(rc = train_local_sgd_open(&r.be.lsgd, p, &r.x, &r.d, &e))) {
                 char d[256];
                 printf("%s\n", train_local_sgd_describe(r.be.lsgd, d, sizeof d));
@@ -1428,8 +1431,8 @@ static int run(int argc, char **argv, hyp_coll *coll) {
             }
         }
         if (!rc && p->adp_on) { /* v2174: the gradient all-reduce applied staleness steps later */
-            if (!r.be.i->caps.host_buffers)
-                rc = hyp_fail(&e, HYP_EINPUT, "async dp (v2174) runs on the cpu backend; this trainer runs on %s — regenerate with --target cpu", r.be.name);
+            if (!r.be.i->caps.host_buffers && !r.be.i->params_host) /* a device: its gradients through the host mirror (backend_dev.c) */
+                rc = hyp_fail(&e, HYP_EINPUT, "async dp (v2174) runs on the cpu and device backends; this trainer runs on %s — regenerate with --target cpu", r.be.name);
             else if (!(rc = train_async_open(&r.be.adp, p, &r.x, &r.d, &e))) {
                 char d[256];
                 printf("%s\n", train_async_describe(r.be.adp, d, sizeof d));

@@ -15,8 +15,8 @@
 #   as ~1e-6 x lr, except coordinates of ~0 gradient that move by < lr/60 per update: 3 x 3e-3 /
 #   60 = 1.5e-4 < 2e-4). The contrast: the np=1 delayed run differs from the np=1 synchronous one
 #   by more than 2e-4, so the comparison sees whether the delay is there.
-# - Refusals at gen time (exit 2, one line, nothing written): ZeRO/FSDP, tp, cp, a device target,
-#   local SGD (v2173, the spec conflict), dynamic loss scaling (v2162), the guard (v2176).
+# - Refusals at gen time (exit 2, one line, nothing written): ZeRO/FSDP, tp, cp,
+#   local SGD (v2173, the spec conflict), dynamic loss scaling (v2162, also on sim; the device trainer: test_async_dp_sim_v2174.sh), the guard (v2176).
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/optim_env.sh"
 mpi2
@@ -60,7 +60,7 @@ check test_v2174_s1_delay_exceeds_the_bound test $rc -ne 0 -a -s "$(ck a1np1 4)"
 refuse test_v2174_refuses_zero1 "v2174 async_training: .*ZeRO/FSDP shard it — drop" --enable dp,v2174,zero1 "${SHAPE[@]}"
 refuse test_v2174_refuses_fsdp "v2174 async_training: .*ZeRO/FSDP" --enable dp,v2174,fsdp "${SHAPE[@]}"
 refuse test_v2174_refuses_tp "v2174 async_training: .*tp mesh.* — drop tp" --enable dp,v2174,tp "${SHAPE[@]}"
-refuse test_v2174_refuses_sim "v2174 async_training: the delayed gradient runs in the cpu trainer only" --enable dp,v2174 --model tiny --target sim
+refuse test_v2174_refuses_loss_scaling_sim "v2174 async_training: dynamic loss scaling" --enable dp,v2174,v2162 --model tiny --target sim
 refuse test_v2174_refuses_local_sgd "conflicts with v2174|v2173.*conflicts" --enable dp,v2173,v2174 "${SHAPE[@]}"
 refuse test_v2174_refuses_loss_scaling "v2174 async_training: dynamic loss scaling" --enable dp,v2174,v2162 "${SHAPE[@]}"
 refuse test_v2174_refuses_cp "v2174 async_training: .*context parallelism.* — drop sp" --enable dp,flash,sp,v2174 --model tiny --target cpu --batch 4 --seq 64

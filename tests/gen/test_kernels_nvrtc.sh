@@ -63,10 +63,12 @@ done
 # (fp32 policy) and bf16 (v2102) mma operands, GQA 32:8 with RoPE for llama3-8b; zero spills at
 # sm_90, and at sm_80 for the case with the most registers (llama3-8b bf16x3: HD 128, 3 mma per
 # product; the other three were measured spill-free at sm_80 too, left out to keep this test short);
-# the fp8 + zero3 selection of tiny renders a template for every plan op
+# the fp8 + zero3 selection of tiny renders a template for every plan op. On sm_90 `flash` is
+# FA3 (v2114: flash3_attn_fwd, compiled for sm_90a, with the FA2 backward): head dims 128 (fp32
+# storage) and 64 (fp32 and bf16 storage); fa2 keeps the FA2 forward (bf16 policy, HD 128)
 for arch in sm_80 sm_90; do
   FLASH=("llama3-8b:flash")
-  [ "$arch" = sm_90 ] && FLASH+=("gpt2-124m:adamw,flash" "gpt2-124m:adamw,flash,bf16" "llama3-8b:flash,bf16")
+  [ "$arch" = sm_90 ] && FLASH+=("gpt2-124m:adamw,flash" "gpt2-124m:adamw,flash,bf16" "llama3-8b:fa2,bf16")
   for c in "${FLASH[@]}"; do
     model=${c%%:*}; sel=${c#*:}; out="$TMP/f_${model}_${sel//,/_}_$arch"
     "$GEN" specs/v2500.yaml --enable "$sel" --model "$model" --target "$arch" -o "$out" > "$TMP/gen.out" 2>&1
@@ -76,8 +78,12 @@ for arch in sm_80 sm_90; do
   done
 done
 check flash_llama_renders_rope_launch grep -q '"rope_fwd":' "$TMP/f_llama3-8b_flash_sm_90/kernels/kernels.json"
-check flash_precision_recorded grep -q "kernels.flash_attention.precision → bf16x3" "$TMP/f_llama3-8b_flash_sm_90/audit.md"
-check flash_bf16_policy_uses_bf16_mma grep -q "kernels.attention → flash: FA2 template, bf16 mma" "$TMP/f_llama3-8b_flash_bf16_sm_90/audit.md"
+check flash_precision_recorded grep -q "kernels.flash_attention.precision → bf16x3" "$TMP/f_llama3-8b_flash_sm_80/audit.md"
+check flash_bf16_policy_uses_bf16_mma grep -q "kernels.attention → flash: FA2 template, bf16 mma" "$TMP/f_llama3-8b_fa2_bf16_sm_90/audit.md"
+for c in llama3-8b_flash gpt2-124m_adamw_flash gpt2-124m_adamw_flash_bf16; do
+  check "test_v2114_flash_is_fa3_on_sm90_$c" grep -q '"kernel":.*"flash3_attn_fwd"' "$TMP/f_${c}_sm_90/kernels/resources.json"
+  check "test_v2114_fa3_compiled_for_sm_90a_$c" grep -q "kernels.flash_attention.arch → sm_90a" "$TMP/f_${c}_sm_90/audit.md"
+done
 "$GEN" specs/v2500.yaml --enable fp8,flash,zero3 --model tiny --target sm_90 -o "$TMP/h90" > "$TMP/h90.out" 2>&1
 check test_v2112_fp8_flash_zero3_every_op_has_a_kernel bash -c "grep -q 'kernels: .* for sm_90' '$TMP/h90.out' && ! grep -q 'no kernel template' '$TMP/h90.out'"
 check test_v2112_fp8_flash_zero3_no_spills no_spills "$TMP/h90/kernels/resources.json"

@@ -14,8 +14,8 @@
 #   the world-size factor (half the update) moves weights by 5.6e-2, and AdamW (not linear: the
 #   mean of normalised steps is not the normalised mean) at sync_every=1 by 1.5e-2 — checked to
 #   exceed the tolerance, so this test can tell a linear inner step from a nonlinear one.
-# - Refusals at gen time (exit 2, one line): ZeRO/FSDP (sharded states), tp, a device target,
-#   inner sgd beside another optimizer, bf16 parameters (v2161), schedule-free (v2137).
+# - Refusals at gen time (exit 2, one line): ZeRO/FSDP (sharded states), tp, inner sgd on a
+#   device target, inner sgd beside another optimizer, bf16 parameters (v2161), schedule-free (v2137).
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/optim_env.sh"
 mpi2
@@ -49,7 +49,7 @@ check test_v2173_adamw_h1_differs_from_sync test $rc -ne 0 -a -s "$TMP/adam2/$CK
 refuse test_v2173_refuses_zero1 "conflicts with v2173" --enable dp,v2173,zero1 "${SHAPE[@]}"
 refuse test_v2173_refuses_fsdp "conflicts with v2173" --enable dp,v2173,fsdp "${SHAPE[@]}"
 refuse test_v2173_refuses_tp "v2173 local_sgd: .*tp.* — drop tp" --enable dp,v2173,tp "${SHAPE[@]}"
-refuse test_v2173_refuses_sim "v2173 local_sgd: the outer step runs in the cpu trainer only" --enable dp,v2173 --model tiny --target sim
+refuse test_v2173_refuses_sim_inner_sgd "v2173 local_sgd: inner = sgd has no device optimizer kernel" --enable dp,v2173 --set v2173.inner=sgd --model tiny --target sim
 refuse test_v2173_refuses_sgd_with_lion "inner = sgd replaces the plan's optimizer, and lion" --enable dp,v2173,lion --set v2173.inner=sgd "${SHAPE[@]}"
 refuse test_v2173_refuses_bf16_params "v2173 local_sgd: bf16 parameters" --enable dp,v2173,v2161 "${SHAPE[@]}"
 refuse test_v2173_refuses_schedule_free "v2173 local_sgd: schedule-free" --enable dp,v2173,v2137 "${SHAPE[@]}"

@@ -12,8 +12,8 @@ state() { # state ID -> "active|inactive|advisory reason..."
 aud --enable fp8,flash,zero3 --target sm_90
 check closure_fp8_requires_mixed_precision bash -c "tr -d '\n' < '$J' | grep -qE '\"required by v2160\"'"
 check zero3_sets_stage_3 bash -c "tr -d '\n\t ' < '$J' | grep -qE '\"stage\":\{\"source\":\"aliaszero3\",\"value\":3\}'"
-# flash names what runs: FA2 (v2113) on every target, sm_90 included (FA3, v2114, is planned: fa3)
-check flash_is_fa2_on_sm90 python3 -c "import json,sys; a=json.load(open(sys.argv[1])); st={r['id']: r['state'] for r in a['specs']}; sys.exit(not (st['v2113'] == 'active' and st['v2114'] == 'inactive'))" "$J"
+# flash names what runs: FA3 (v2114) on sm_90 GPUs, FA2 (v2113) elsewhere
+check flash_is_fa3_on_sm90 python3 -c "import json,sys; a=json.load(open(sys.argv[1])); st={r['id']: r['state'] for r in a['specs']}; sys.exit(not (st['v2114'] == 'active' and st['v2113'] == 'inactive'))" "$J"
 aud --enable flash --target sm_80
 check flash_is_fa2_on_sm80 bash -c "tr -d '\n' < '$J' | grep -q 'v2113' && tr -d '\n' < '$J' | grep -qE 'alias flash'"
 expect flash_fa2_on_cpu 0 "v2113 flash_attention_2\*\* \(partial\) — --enable flash \(alias flash\)" -- "$GEN" audit $T --enable flash --target cpu

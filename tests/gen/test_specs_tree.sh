@@ -57,9 +57,10 @@ expect "preset advanced without Shampoo and ring attention resolves on sm_90" 0 
 # ring attention brings in v2108, whose module refuses every target but cpu
 expect "preset advanced's ring attention refused (v2108 has no trainer yet)" 2 'v2108 sequence_parallel: context parallelism' -- "$GEN" audit "$TREE" --enable fp8,curriculum,custom-kernels,ring-attention --target sm_90 --model tiny
 expect "preset advanced needs sm_89+ for fp8" 2 'v2160' -- "$GEN" audit "$TREE" --enable advanced --target sm_80 --model tiny
-expect "flash is FA2 on sm_90 (what runs)" 0 'v2113 flash_attention_2\*\* \(partial\) — --enable flash' -- "$GEN" audit "$TREE" --enable flash --target sm_90 --model tiny
+expect "flash is FA3 on sm_90 (what runs)" 0 'v2114 flash_attention_3\*\* \(partial\) — --enable flash' -- "$GEN" audit "$TREE" --enable flash --target sm_90 --model tiny
+expect "flash is FA2 on sim (its FA2 trainer tests)" 0 'v2113 flash_attention_2\*\* \(partial\) — --enable flash' -- "$GEN" audit "$TREE" --enable flash --target sim --model tiny
 expect "flash is FA2 on sm_80" 0 'v2113 flash_attention_2\*\* \(partial\) — --enable flash' -- "$GEN" audit "$TREE" --enable flash --target sm_80 --model tiny
-expect "fa3 names FlashAttention-3 (planned)" 0 'v2114 flash_attention_3\*\* \(planned\)' -- "$GEN" audit "$TREE" --enable fa3 --target sm_90 --model tiny
+expect "fa3 names FlashAttention-3" 0 'v2114 flash_attention_3\*\* \(partial\)' -- "$GEN" audit "$TREE" --enable fa3 --target sim --model tiny
 expect "zero3 and fsdp conflict" 2 'v2105' -- "$GEN" audit "$TREE" --enable zero3,fsdp --target cpu --model tiny
 
 finish

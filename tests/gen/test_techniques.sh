@@ -47,22 +47,26 @@ check test_no_spec_id_in_pipeline_files test -z "$(ids_in_pipeline)"
 ids_in_pipeline
 
 # --- planned specs are refused, partial ones warn ----------------------------------------------
-expect test_planned_fa3_refused 2 "v2114 flash_attention_3 \(--enable fa3 \(alias fa3\)\): planned: contributes nothing yet — drop it, or pass --allow-planned" \
-  -- "$GEN" "$T" --enable fa3 --target sim --model tiny -o "$TMP/planned"
-check test_planned_refusal_writes_nothing test ! -e "$TMP/planned"
-expect test_planned_one_line_per_spec 2 "v2114 .*planned" -- "$GEN" "$T" --enable recompute,fa3,overlap,rmsnorm --target sim --model tiny -o "$TMP/four"
-expect test_allow_planned_generates_with_a_warning 0 "warning: v2114 flash_attention_3 .*planned: contributes nothing yet \(--allow-planned\)" \
-  -- "$GEN" "$T" --enable fa3 --allow-planned --target sim --model tiny -o "$TMP/planned2"
-expect test_allow_planned_recorded_in_the_audit 0 "v2114 → planned: enabled with --allow-planned" -- "$GEN" audit "$TMP/planned2"
-# no shipped preset has a planned part now: a copy of the tree with one that has (fa3, v2114)
+# the tree has no planned spec left: a copy of the tree in which v2114 (fa3) is planned again
+# stands in for "a planned spec"
 cp -r "$ROOT/specs" "$TMP/ptree"
+sed -i -e 's/^status: partial$/status: planned/' -e '/^missing:/d' "$TMP/ptree/compute/v2114_flash_attention_3.yaml"
+P="$TMP/ptree/v2500.yaml"
+expect test_planned_fa3_refused 2 "v2114 flash_attention_3 \(--enable fa3 \(alias fa3\)\): planned: contributes nothing yet — drop it, or pass --allow-planned" \
+  -- "$GEN" "$P" --enable fa3 --target sim --model tiny -o "$TMP/planned"
+check test_planned_refusal_writes_nothing test ! -e "$TMP/planned"
+expect test_planned_one_line_per_spec 2 "v2114 .*planned" -- "$GEN" "$P" --enable recompute,fa3,overlap,rmsnorm --target sim --model tiny -o "$TMP/four"
+expect test_allow_planned_generates_with_a_warning 0 "warning: v2114 flash_attention_3 .*planned: contributes nothing yet \(--allow-planned\)" \
+  -- "$GEN" "$P" --enable fa3 --allow-planned --target sim --model tiny -o "$TMP/planned2"
+expect test_allow_planned_recorded_in_the_audit 0 "v2114 → planned: enabled with --allow-planned" -- "$GEN" audit "$TMP/planned2"
 # two planned specs, two lines: the copy's v2164 (advisory, no module) made planned beside fa3
 sed -i 's/^status: advisory$/status: planned/' "$TMP/ptree/compilation/v2164_compile_optimization.yaml"
-n=$("$GEN" "$TMP/ptree/v2500.yaml" --enable fa3,compile --target sim --model tiny -o "$TMP/two" 2>&1 | grep -c "planned: contributes nothing yet")
+n=$("$GEN" "$P" --enable fa3,compile --target sim --model tiny -o "$TMP/two" 2>&1 | grep -c "planned: contributes nothing yet")
 check test_planned_two_specs_two_lines test "$n" = 2
-sed -i 's/^  advanced:$/  with-planned:\n    doc: "test only: a preset with a planned part"\n    source: "tests\/gen\/test_techniques.sh"\n    enable: [adamw, fa3]\n  advanced:/' "$TMP/ptree/v2500.yaml"
-expect test_preset_with_planned_specs_refused 2 "v2114 flash_attention_3 \(preset with-planned" -- "$GEN" "$TMP/ptree/v2500.yaml" --enable with-planned --target sim --model tiny -o "$TMP/mem"
-expect test_list_says_which_preset_parts_are_planned 0 "with-planned .*\[planned: v2114 — needs --allow-planned\]" -- "$GEN" list "$TMP/ptree/v2500.yaml"
+# no shipped preset has a planned part now: the copy gets one that has (fa3, v2114)
+sed -i 's/^  advanced:$/  with-planned:\n    doc: "test only: a preset with a planned part"\n    source: "tests\/gen\/test_techniques.sh"\n    enable: [adamw, fa3]\n  advanced:/' "$P"
+expect test_preset_with_planned_specs_refused 2 "v2114 flash_attention_3 \(preset with-planned" -- "$GEN" "$P" --enable with-planned --target sim --model tiny -o "$TMP/mem"
+expect test_list_says_which_preset_parts_are_planned 0 "with-planned .*\[planned: v2114 — needs --allow-planned\]" -- "$GEN" list "$P"
 expect test_partial_spec_warns_what_is_missing 0 "warning: v2104 zero_optimizer is partial: stage 2 reduces each layer group" \
   -- "$GEN" "$T" --enable zero2 --model tiny -o "$TMP/z2"
 expect test_advisory_spec_warns 0 "warning: v2164 compile_optimization .*advisory: documentation and estimates only" \

@@ -3,7 +3,10 @@
 -- ranks all-reduce the change of the parameters since the last synchronization and apply it to the
 -- anchor with the outer optimizer (average, or DiLoCo's Nesterov), runtime/train/local_sgd.c.
 -- inner = sgd replaces the plan's optimizer with SGD + momentum (runtime/optim/optim_sgd.c).
--- Selections it cannot run are refused here: a device target (no device outer step), ZeRO/FSDP
+-- On sim and cuda the inner steps are the device step without its gradient all-reduce
+-- (runtime/train/backend_dev.c) and the outer step is the same host code, the parameters copied
+-- device -> host and back around it (backend.c, params_host).
+-- Selections it cannot run are refused here: inner sgd on a device (no device kernel), ZeRO/FSDP
 -- (sharded parameters and states; also the spec's conflicts), tensor parallelism, bf16 parameters
 -- without master (v2161), schedule-free (its parameters are a mix of states the outer step does
 -- not move), and inner sgd beside another optimizer technique.
@@ -13,9 +16,14 @@ local M = { id = "v2173" }
 
 function M.derive(ctx)
   local A = ctx.cfg.active
-  if ctx.target.kind ~= "cpu" then
-    ctx.refuse("the outer step runs in the cpu trainer only (the " .. tostring(ctx.target.kind) .. " step all-reduces gradients on the device every step)",
-      "generate the trainer with --target cpu, or drop v2173")
+  local kind = ctx.target.kind
+  if kind ~= "cpu" and kind ~= "sim" and kind ~= "cuda" then
+    ctx.refuse("the outer step runs in the cpu and device (sim, cuda) trainers only, not on target kind " .. tostring(kind),
+      "generate the trainer with --target cpu, sim or a cuda sm_XX, or drop v2173")
+  end
+  if kind ~= "cpu" and ctx.param("inner") == "sgd" then
+    ctx.refuse("inner = sgd has no device optimizer kernel (runtime/optim/optim_sgd.c is host only)",
+      "generate the trainer with --target cpu, or drop --set v2173.inner=sgd (the device's inner steps use the plan's optimizer)")
   end
   local z = ctx.facts.zero
   if (z and (z.stage or 0) > 0) or A.v2104 or A.v2105 then

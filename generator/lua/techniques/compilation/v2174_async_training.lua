@@ -1,7 +1,7 @@
 -- v2174 bounded-staleness async data parallelism: plan.async_dp {staleness} makes the cpu trainer
 -- start each step's gradient all-reduce non-blocking and apply its sum `staleness` steps later
--- (runtime/train/async_dp.c). Selections it cannot run are refused here: a device target (the
--- device step all-reduces on the device), ZeRO/FSDP (sharded gradients), tensor and context
+-- (runtime/train/async_dp.c; on sim and cuda the device's gradients go through the same host code and
+-- back each step, backend_dev.c). Selections it cannot run are refused here: ZeRO/FSDP (sharded gradients), tensor and context
 -- parallelism (cp untested),
 -- local SGD (the spec's conflict) and gradient compression (each replaces the per-step
 -- all-reduce), a v2171 all-reduce algorithm other than auto (written on blocking point-to-point),
@@ -12,9 +12,10 @@ local M = { id = "v2174" }
 
 function M.derive(ctx)
   local A = ctx.cfg.active
-  if ctx.target.kind ~= "cpu" then
-    ctx.refuse("the delayed gradient runs in the cpu trainer only (the " .. tostring(ctx.target.kind) .. " step all-reduces gradients on the device every step)",
-      "generate the trainer with --target cpu, or drop v2174")
+  local kind = ctx.target.kind
+  if kind ~= "cpu" and kind ~= "sim" and kind ~= "cuda" then
+    ctx.refuse("the delayed gradient runs in the cpu and device (sim, cuda) trainers only, not on target kind " .. tostring(kind),
+      "generate the trainer with --target cpu, sim or a cuda sm_XX, or drop v2174")
   end
   local z = ctx.facts.zero
   if (z and (z.stage or 0) > 0) or A.v2104 or A.v2105 then

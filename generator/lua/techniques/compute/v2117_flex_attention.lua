@@ -103,6 +103,13 @@ function M.sections(ctx, plan)
     T, cv, cn, cn - cv, ccv, 100 * (ccv - cv) / ccv, tv, tn, tn - tv, tcv, 100 * (tcv - tv) / tcv))
   ctx.decide("attention.tiles_skipped", tostring(cn - cv) .. " (cpu) / " .. tostring(tn - tv) .. " (FA2 template)",
     string.format("v2117 mask %s at T=%d: (query tile, key tile) pairs with no visible pair, of %d / %d per (sequence, head)", r.mask, T, cn, tn))
+  local fa3 = ctx.facts.attention and ctx.facts.attention.fwd_kernel == "flash3_attn_fwd" and ctx.facts.attention.block_k
+  if fa3 then -- v2114's FA3 forward walks 128-query x block_k tiles
+    local v3, n3 = M.tiles(r, T, 128, fa3)
+    local c3 = M.tiles({ mask = "causal" }, T, 128, fa3)
+    ctx.contribute(string.format("kernel: the FA3 forward (128x%d tiles) visits %d of %d, skips %d fully masked (causal %d: %.1f%% fewer)",
+      fa3, v3, n3, n3 - v3, c3, 100 * (c3 - v3) / c3))
+  end
 end
 
 return M
