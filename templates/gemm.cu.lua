@@ -1,6 +1,6 @@
 --[[ hyperion template
 family = "gemm"
-doc = "the project's own tensor-core GEMM (v2119): D[M,N] = epilogue(A[M,K] B[N,K]^T) with bf16 A and B (the layout of op_matmul_fwd: out = inp w^T), fp32 accumulation on mma.sync m16n8k16, STAGES-deep cp.async pipeline, ldmatrix fragments; epilogue none, bias or bias + GELU (tanh); optional RMSNorm prologue (rows of A scaled by a gain and a precomputed 1/rms); fp32 or bf16 output"
+doc = "the project's own tensor-core GEMM (v2119): D[M,N] = epilogue(A[M,K] B[N,K]^T) with bf16 A and B (the layout of op_matmul_fwd: out = inp w^T), fp32 accumulation on mma.sync m16n8k16, STAGES-deep cp.async pipeline, ldmatrix fragments; epilogue none, bias, bias + GELU (tanh) or SwiGLU (D[M,N/2] = silu(gate) up of the [gate | up] product); optional RMSNorm prologue (rows of A scaled by a gain and a precomputed 1/rms); fp32 or bf16 output"
 constants = {
   TILE_M = { "int", default = 128, doc = "block tile rows (v2119 tile_m)" },
   TILE_N = { "int", default = 128, doc = "block tile columns (v2119 tile_n)" },
@@ -8,17 +8,17 @@ constants = {
   STAGES = { "int", default = 3, doc = "cp.async pipeline stages, 2..5 (v2119 stages)" },
   WARPS_M = { "int", default = 2, doc = "warps along M; each warp owns a (TILE_M/WARPS_M) x (TILE_N/WARPS_N) sub-tile" },
   WARPS_N = { "int", default = 2, doc = "warps along N" },
-  EPILOGUE = { "enum", values = { "none", "bias", "bias_gelu" }, default = "none",
-    doc = "applied to the fp32 accumulator before the store: none; + bias[n]; gelu(. + bias[n]) (tanh form, as templates/gelu.cu.lua)" },
+  EPILOGUE = { "enum", values = { "none", "bias", "bias_gelu", "swiglu" }, default = "none",
+    doc = "applied to the fp32 accumulator before the store: none; + bias[n]; gelu(. + bias[n]) (tanh form, as templates/gelu.cu.lua); swiglu: N = 2H columns [gate | up] (B's rows 0..H-1 gate, H..2H-1 up, the plan's fused w_gu), D [M, H] = silu(gate) * up as templates/swiglu.cu.lua computes it, no bias" },
   PROLOGUE = { "enum", values = { "none", "rmsnorm" }, default = "none",
     doc = "rmsnorm: D = (diag(rstd) (A diag(gain))) B^T — A's fragments are multiplied by gain[k] (and rounded to bf16) on their way to the mma, the row's rstd[m] (a precomputed 1/rms) scales the accumulator" },
   OUT = { "enum", values = { "f32", "bf16" }, default = "f32", doc = "output storage (D, aux and bias: cuBLASLt's rule, the bias has D's type): fp32, or bf16 rounded to nearest even" },
-  AUX = { "bool", default = false, doc = "EPILOGUE bias_gelu: also store the pre-activation (after the bias, before GELU) into aux, the GELU backward's input (cuBLASLt's GELU_AUX_BIAS, v2166)" },
+  AUX = { "bool", default = false, doc = "EPILOGUE bias_gelu: also store the pre-activation (after the bias, before GELU) into aux, the GELU backward's input (cuBLASLt's GELU_AUX_BIAS, v2166); swiglu: store h = [gate | up] [M, 2H] into aux, swiglu_bwd's input" },
 }
 derive = function(K, decide)
   local function need(ok, msg) if not ok then error(msg) end end
   need(K.TILE_K % 16 == 0 and K.TILE_K >= 16 and K.TILE_K <= 128, "TILE_K " .. K.TILE_K .. " must be a multiple of 16 in 16..128 (the mma k-step is 16)")
-  need(not K.AUX or K.EPILOGUE == "bias_gelu", "AUX stores the GELU's input: it needs EPILOGUE bias_gelu")
+  need(not K.AUX or K.EPILOGUE == "bias_gelu" or K.EPILOGUE == "swiglu", "AUX stores the activation's input: it needs EPILOGUE bias_gelu or swiglu")
   need(K.STAGES >= 2 and K.STAGES <= 5, "STAGES " .. K.STAGES .. " must be 2..5")
   need(K.WARPS_M >= 1 and K.WARPS_N >= 1 and K.WARPS_M * K.WARPS_N <= 8, "WARPS_M x WARPS_N must be 1..8 warps")
   need(K.TILE_M % (16 * K.WARPS_M) == 0, "TILE_M " .. K.TILE_M .. " must be a multiple of 16 x WARPS_M (each warp's rows are whole m16 fragments)")
@@ -35,6 +35,7 @@ derive = function(K, decide)
 end
 kernels = {
   { name = "gemm_bf16", doc = "D[M,N] = epilogue(rstd? * (A[M,K] (gain?) B[N,K]^T)) (aux[M,N] = the GELU's input under AUX); aux, bias, rstd, gain may be NULL when the rendered epilogue/prologue does not use them",
+    -- swiglu: N is the GEMM's 2H; D is [M, N/2], aux [M, N]; block x holds gate and up columns [x TILE_N/2, (x+1) TILE_N/2) — the same grid, as cdiv(2H, TILE_N) = cdiv(H, TILE_N/2)
     params = { "out_t* __restrict__ D", "out_t* __restrict__ aux", "const hyp_bf16* __restrict__ A", "const hyp_bf16* __restrict__ B",
                "const out_t* __restrict__ bias", "const float* __restrict__ rstd", "const float* __restrict__ gain",
                "int M", "int N", "int K" },
@@ -50,10 +51,11 @@ cost = {
   gemm_bf16 = function(a)
     local gm, gn, kt = (a.M + a.TILE_M - 1) // a.TILE_M, (a.N + a.TILE_N - 1) // a.TILE_N, (a.K + a.TILE_K - 1) // a.TILE_K
     local mn = a.M * a.N
+    local sw = a.EPILOGUE == "swiglu"
     return { tc_bf16 = 2 * gm * gn * kt * a.TILE_M * a.TILE_N * a.TILE_K,
-             fp32 = (a.EPILOGUE == "bias_gelu" and 14 or a.EPILOGUE == "bias" and 1 or 0) * mn,
-             sfu = a.EPILOGUE == "bias_gelu" and 2 * mn or 0,
-             rd = 2 * (a.M + a.N) * a.K, wr = (a.OUT == "bf16" and 2 or 4) * mn * (a.AUX and 2 or 1),
+             fp32 = sw and 3 * mn or (a.EPILOGUE == "bias_gelu" and 14 or a.EPILOGUE == "bias" and 1 or 0) * mn,
+             sfu = sw and mn or a.EPILOGUE == "bias_gelu" and 2 * mn or 0,
+             rd = 2 * (a.M + a.N) * a.K, wr = (a.OUT == "bf16" and 2 or 4) * (sw and (mn // 2 + (a.AUX and mn or 0)) or mn * (a.AUX and 2 or 1)),
              reread = 2 * ((gn - 1) * a.M * a.K + (gm - 1) * a.N * a.K) }
   end,
 }
@@ -78,6 +80,15 @@ typedef {{ OUT == "bf16" and "hyp_bf16" or "float" }} out_t;
 // (non-transposed) from the tile holding B's rows — the n index — which is the "col" operand the
 // mma wants; one x4 gives the b registers of two n8 tiles. Lane (g = lane/4, t = lane%4) ends
 // with rows g, g + 8 of each m16 fragment and columns 2t, 2t + 1 of each n8 tile.
+% if EPILOGUE == "swiglu" then
+//
+// SwiGLU: B is the fused [gate | up] weight [2H, K] (rows 0..H-1 gate, H..2H-1 up; N = 2H) and
+// block x owns output columns j in [x TILE_N/2, (x+1) TILE_N/2). Its B tile is laid out per warp
+// column: of warp wn's WTN tile rows, the first WTN/2 are gate rows j and the next WTN/2 the up rows
+// H + j of the same j (j = x TILE_N/2 + wn WTN/2 + l), so every lane holds gate in acc[i][jn] and
+// the matching up in acc[i][jn + NI/2]: D[m, j] = silu(gate) * up needs no exchange. Rows with
+// j >= H are zero-filled like rows past N.
+% end
 
 % if EPILOGUE == "bias_gelu" then
 // gelu(x) = x * sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3): the tanh form, written as the
@@ -99,7 +110,17 @@ __device__ __forceinline__ void gemm_load_tile(hyp_bf16* As, hyp_bf16* Bs, float
         const bool isa = e < TILE_M * CPR;
         const int ee = isa ? e : e - TILE_M * CPR;
         const int r = ee / CPR, c = (ee - r * CPR) * 8;
+% if EPILOGUE == "swiglu" then
+        int grow = m0 + r, rows = M;
+        if (!isa) { // warp column r / WTN, row l of it: gate j or up H + j (see above)
+            const int l = r % WTN, j = n0 / 2 + (r / WTN) * (WTN / 2) + (l < WTN / 2 ? l : l - WTN / 2);
+            rows = j < N / 2 ? N : 0;
+            grow = l < WTN / 2 ? j : N / 2 + j;
+        }
+        const int gk = k0 + c;
+% else
         const int grow = (isa ? m0 : n0) + r, rows = isa ? M : N, gk = k0 + c;
+% end
         const hyp_bf16* base = isa ? A : B;
         hyp_bf16* dst = (isa ? As : Bs) + r * LDS + c;
         const int left = grow < rows ? K - gk : 0; // valid elements of this chunk (clamped below)
@@ -206,6 +227,47 @@ __device__ __forceinline__ unsigned gemm_scale2(unsigned r, float g0, float g1) 
     hyp_cp_async_wait_group<0>(); // the trailing empty groups (nothing may be in flight at exit)
 
     // epilogue: lane owns rows g, g + 8 of each m16 fragment, columns 2t, 2t + 1 of each n8 tile
+% if EPILOGUE == "swiglu" then
+    // gate acc[i][j], up acc[i][j + NI/2] of output column n0/2 + wn/2 + 8j + 2t + c; under bf16
+    // output both are rounded first, so D is exactly what swiglu_fwd computes from the stored h.
+    (void)bias;
+    const int H = N / 2;
+#pragma unroll
+    for (int i = 0; i < MI; i++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int row = m0 + wm + 16 * i + (lane >> 2) + 8 * h;
+            if (row >= M) continue;
+%   if PROLOGUE == "rmsnorm" then
+            const float rs = rstd[row];
+%   else
+            (void)rstd;
+%   end
+#pragma unroll
+            for (int j = 0; j < NI / 2; j++)
+#pragma unroll
+                for (int c = 0; c < 2; c++) {
+                    const int col = n0 / 2 + wn / 2 + 8 * j + 2 * (lane & 3) + c;
+                    if (col >= H) continue;
+                    float g = acc[i][j][2 * h + c], u = acc[i][j + NI / 2][2 * h + c];
+%   if PROLOGUE == "rmsnorm" then
+                    g *= rs;
+                    u *= rs;
+%   end
+%   if OUT == "bf16" then
+                    g = __bfloat162float(__float2bfloat16_rn(g));
+                    u = __bfloat162float(__float2bfloat16_rn(u));
+%   end
+%   if AUX then
+                    hyp_st(aux + (long)row * N + col, g);
+                    hyp_st(aux + (long)row * N + H + col, u);
+%   else
+                    (void)aux;
+%   end
+                    hyp_st(D + (long)row * H + col, g * (1.0f / (1.0f + expf(-g))) * u);
+                }
+        }
+% else
 #pragma unroll
     for (int i = 0; i < MI; i++)
 #pragma unroll
@@ -242,5 +304,6 @@ __device__ __forceinline__ unsigned gemm_scale2(unsigned r, float g0, float g1) 
                     hyp_st(D + (long)row * N + col, v);
                 }
         }
+% end
 }
 % end

@@ -466,7 +466,7 @@ function P.lifetimes(g, fwd, bwd, losses)
   -- live from there, so they never share memory with the GEMM's inputs
   for i, o in ipairs(sched) do
     local e = o.attrs and o.attrs.epilogue
-    local f = e == "gelu" and sched[i + 1] or e == "dgelu" and sched[i + 2] or nil
+    local f = (e == "gelu" or e == "swiglu") and sched[i + 1] or e == "dgelu" and sched[i + 2] or nil
     for _, nm in ipairs(f and f.outs or {}) do
       if life[nm] then life[nm].first = math.min(life[nm].first, i) end
     end

@@ -98,15 +98,30 @@ local FUSED_LAUNCHES = {
   residual_rmsnorm_bwd = { { "residual_rmsnorm_bwd_dx", "a.out1", "b.in1", "a.in1", "a.in2", "a.in3", "a.in4", "N" },
     { "rmsnorm_bwd_dw", "scratch(SEGS*C)", "a.in1", "a.in2", "a.in4", "N" },
     { "rmsnorm_bwd_dw_finish", "a.out2", "scratch(SEGS*C)" } },
-  rope_attention_fwd = { { "qkv_permute_fwd", "scratch.q", "scratch.k", "scratch.v", "a.in1", "N", "T", "1" },
-    { "attention_scores", "b.out2", "scratch.q", "scratch.k", "T" }, { "attention_softmax_fwd", "b.out2", "b.in2", "B", "T" },
-    { "attention_value", "b.out1", "b.out2", "scratch.v", "T" } },
-  rope_attention_bwd = { { "qkv_permute_fwd", "scratch.q", "scratch.k", "scratch.v", "site.qkv", "N", "T", "1" },
-    { "attention_bwd_datt", "a.out2", "a.in1", "scratch.v", "T" }, { "attention_softmax_bwd", "a.out2", "a.in3", "B", "T" },
-    { "attention_bwd_dq", "scratch.dq", "a.out2", "scratch.k", "T" },
-    { "attention_bwd_dkv", "scratch.dk", "scratch.dv", "a.out2", "a.in3", "scratch.q", "a.in1", "T" },
-    { "qkv_permute_bwd", "b.out1", "scratch.dq", "scratch.dk", "scratch.dv", "N", "T", "1" } },
 }
+
+-- The RoPE + attention sites launch exactly what the attention template binds for its op (the
+-- template's `ops`, which differ by activation storage: bf16 keeps the scores in fp32 scratch),
+-- with the op's own buffers named through the pair (`me.`) and the QKV permutes rotating (last
+-- argument 1): forward (rope_fwd a, attention_fwd b), the permute reads the pre-RoPE rows a.in1;
+-- backward (attention_bwd a, rope_bwd b), it re-reads the site's pre-RoPE rows and its gradient
+-- accumulates into rope_bwd's output b.out1.
+local function rope_attention_launches(launches, me, permute_in, permute_out)
+  local out = {}
+  for _, l in ipairs(launches) do
+    local nl = { l[1] }
+    for k = 2, #l do
+      local a = l[k]
+      if l[1] == "qkv_permute_fwd" and k == 5 then a = permute_in
+      elseif l[1] == "qkv_permute_bwd" and k == 2 then a = permute_out
+      elseif (l[1] == "qkv_permute_fwd" or l[1] == "qkv_permute_bwd") and k == #l then a = "1"
+      elseif type(a) == "string" and (a:match("^in%d+$") or a:match("^out%d+$")) then a = me .. a end
+      nl[k] = a
+    end
+    out[#out + 1] = nl
+  end
+  return out
+end
 
 -- Decides the families, their constants and kernels for this plan: the ones its ops need, plus
 -- what the technique modules' `kernels` hooks want (facts: cfg.facts, set by the modules).
@@ -440,8 +455,12 @@ function M.build(tree, cfg, plan, contrib)
     local norm = plan.model.norm
     add("residual_" .. norm .. "_fwd", notes.fwd_sites, FUSED_LAUNCHES["residual_" .. norm .. "_fwd"])
     add("residual_" .. norm .. "_bwd", notes.bwd_sites, FUSED_LAUNCHES["residual_" .. norm .. "_bwd"])
-    add("rope_attention_fwd", notes.rope_fwd_sites, FUSED_LAUNCHES.rope_attention_fwd)
-    add("rope_attention_bwd", notes.rope_bwd_sites, FUSED_LAUNCHES.rope_attention_bwd)
+    local att_ops
+    for _, r in ipairs(rendered) do if r.ops.attention_fwd and r.ops.attention_bwd then att_ops = r.ops end end
+    if att_ops then
+      add("rope_attention_fwd", notes.rope_fwd_sites, rope_attention_launches(att_ops.attention_fwd, "b.", "a.in1", nil))
+      add("rope_attention_bwd", notes.rope_bwd_sites, rope_attention_launches(att_ops.attention_bwd, "a.", "site.qkv", "b.out1"))
+    end
   end
   local manifest = {
     format = "hyperion-kernels", version = 1, generator = hyp.version, target = target.name,

@@ -318,9 +318,13 @@ static int read_attr(ld *c, const cJSON *v, const char *key, plan_op *o) {
     } else if (ATTRS[k].type == A_EPI) { /* "gelu" on matmul_fwd, "dgelu" on matmul_bwd */
         int fwd = hyp_op_get(o->op)->device == HYP_OPDEV_GEMM_FWD;
         const char *want = fwd ? "gelu" : "dgelu";
-        if (!cJSON_IsString(v) || strcmp(v->valuestring, want))
-            return bad(c, "field '%s.attrs.epilogue' must be \"%s\" on %s", c->at, want, hyp_op_name(o->op));
-        o->epi = fwd ? PLAN_EPI_GELU : PLAN_EPI_DGELU;
+        if (fwd && cJSON_IsString(v) && !strcmp(v->valuestring, "swiglu")) {
+            o->epi = PLAN_EPI_SWIGLU;
+        } else {
+            if (!cJSON_IsString(v) || strcmp(v->valuestring, want))
+                return bad(c, "field '%s.attrs.epilogue' must be \"%s\"%s on %s", c->at, want, fwd ? " or \"swiglu\"" : "", hyp_op_name(o->op));
+            o->epi = fwd ? PLAN_EPI_GELU : PLAN_EPI_DGELU;
+        }
     } else {
         int64_t slot = 0;
         if (!json_whole(v, 0, (int64_t)c->p->fp8_slots - 1, &slot))
@@ -1274,6 +1278,13 @@ static int check_epilogues(ld *c, const char *key, const plan_op *ops, int n) {
             if (!g || strcmp(hyp_op_name(g->op), "gelu_fwd") || g->in[0] != o->out[0] ||
                 p->bufs[g->out[0]].dtype != p->bufs[o->out[0]].dtype)
                 return bad(c, "field '%s.attrs.epilogue' = \"gelu\": the next op is not a gelu_fwd of this GEMM's output in its dtype — regenerate the trainer with gen", c->at);
+            continue;
+        }
+        if (o->epi == PLAN_EPI_SWIGLU) {
+            const plan_op *g = i + 1 < n ? &ops[i + 1] : NULL;
+            if (!g || strcmp(hyp_op_name(g->op), "swiglu_fwd") || g->in[0] != o->out[0] ||
+                p->bufs[g->out[0]].dtype != p->bufs[o->out[0]].dtype)
+                return bad(c, "field '%s.attrs.epilogue' = \"swiglu\": the next op is not a swiglu_fwd of this GEMM's output in its dtype — regenerate the trainer with gen", c->at);
             continue;
         }
         const int dA = o->out[0];

@@ -67,6 +67,7 @@ typedef struct {
  * executor runs the ops as listed (the same values). */
 #define PLAN_EPI_GELU 1  /* matmul_fwd: the gelu_fwd right after it, reading its output */
 #define PLAN_EPI_DGELU 2 /* matmul_bwd: its input gradient through the gelu_bwd two ops later */
+#define PLAN_EPI_SWIGLU 4 /* matmul_fwd: the swiglu_fwd right after it, reading its output (v2119's template) */
 
 #define PLAN_PP_MAX_STAGES 64 /* v2107: pipeline stages a plan may have */
 /* v2107: one pipeline stage: its ops fwd[from, to), bwd[from, to), its layers[from, to) and the

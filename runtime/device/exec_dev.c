@@ -269,7 +269,9 @@ static int bind_epilogues(exec_dev *x, hyp_err *e) {
             if (eo[i].how != EXD_GEMM || fp8_slot(x, o->in[0]) >= 0)
                 return hyp_fail(e, HYP_EINPUT, "plan: a GEMM epilogue on a %s that does not run as a plain device GEMM (fp8, fused site) — regenerate the trainer with gen",
                                 hyp_op_name(o->op));
-            if (o->epi == PLAN_EPI_GELU) {
+            if (o->epi == PLAN_EPI_SWIGLU && x->gemm_file < 0)
+                return hyp_fail(e, HYP_EINPUT, "kernels.json: a GEMM+SwiGLU site but no gemm.cu (v2119 renders it) — regenerate the trainer with gen");
+            if (o->epi == PLAN_EPI_GELU || o->epi == PLAN_EPI_SWIGLU) {
                 eo[i + 1].how = EXD_SKIP;
                 continue;
             }
@@ -737,6 +739,38 @@ static int matmul_gelu_fwd_template(exec_dev *x, const plan_op *o, const plan_op
                           NULL, e);
 }
 
+/* v2119: the swiglu-marked gate|up GEMM on the templated kernel (gemm.cu rendered EPILOGUE swiglu,
+ * AUX, OUT bf16): h[N][2H] = x[N][IC] W_gu[2H][IC]^T into aux (the matmul's output, which
+ * swiglu_bwd reads) and a[N][H] = silu(gate) up into D (the swiglu_fwd's output, the next op,
+ * skipped). No bias (the plan's gate|up GEMM has none). */
+static int matmul_swiglu_fwd(exec_dev *x, const plan_op *o, int64_t N, hyp_err *e) {
+    const plan_op *sw = o + 1;
+    if (x->gemm_file < 0 || dt_of(x, o->in[0]) != HYP_DT_BF16 || dt_of(x, o->out[0]) != HYP_DT_BF16 ||
+        (o->nin > 2 && o->in[2] >= 0) || o->OC % 2)
+        return hyp_fail(e, HYP_EINPUT, "kernels.json: a GEMM+SwiGLU site needs gemm.cu, bf16 operands and output, no bias and an even width (%s) — regenerate the trainer with gen",
+                        hyp_op_name(o->op));
+    const exec_dev_file *F = &x->files[x->gemm_file];
+    const double tm = file_const(F, "TILE_M", 0), tn = file_const(F, "TILE_N", 0), block = file_const(F, "BLOCK", 0),
+                 smem = file_const(F, "SMEM", -1);
+    if (tm < 1 || tn < 1 || block < 1 || smem < 0)
+        return hyp_fail(e, HYP_EINPUT, "kernels.json: gemm.cu lacks its TILE_M/TILE_N/BLOCK/SMEM constants — regenerate the trainer with gen");
+    hyp_kargs a;
+    memset(&a, 0, sizeof a);
+    hyp_kargs_ptr(&a, dbuf(x, sw->out[0]));
+    hyp_kargs_ptr(&a, dbuf(x, o->out[0]));
+    hyp_kargs_ptr(&a, (void *)operand(x, o->in[0], 1));
+    hyp_kargs_ptr(&a, (void *)operand(x, o->in[1], 1));
+    hyp_kargs_ptr(&a, NULL); /* bias, rstd, gain */
+    hyp_kargs_ptr(&a, NULL);
+    hyp_kargs_ptr(&a, NULL);
+    hyp_kargs_i32(&a, (int32_t)N);
+    hyp_kargs_i32(&a, (int32_t)o->OC);
+    hyp_kargs_i32(&a, (int32_t)o->IC);
+    const unsigned gx = (unsigned)((o->OC + (int64_t)tn - 1) / (int64_t)tn), gy = (unsigned)((N + (int64_t)tm - 1) / (int64_t)tm);
+    return x->dev->launch(x->dev, F->mod, "gemm_bf16", HYP_DIM3(gx, gy, 1), HYP_DIM3((unsigned)block, 1, 1), (size_t)smem, &a,
+                          NULL, e);
+}
+
 /* matmul_fwd marked gelu (v2166): the pre-activation y = x W^T + b is the epilogue's aux and the
  * gelu_fwd's output (the next op, skipped) is D = gelu(y). */
 static int matmul_gelu_fwd(exec_dev *x, const plan_op *o, int64_t N, hyp_err *e) {
@@ -762,6 +796,7 @@ static int matmul_dgelu_bwd(exec_dev *x, const plan_op *o, const plan_op *g, int
 static int matmul_fwd(exec_dev *x, const plan_op *o, int64_t N, hyp_err *e) {
     int64_t IC = o->IC, OC = o->OC;
     if (o->epi == PLAN_EPI_GELU) return matmul_gelu_fwd(x, o, N, e);
+    if (o->epi == PLAN_EPI_SWIGLU) return matmul_swiglu_fwd(x, o, N, e);
     void *bias = o->nin > 2 ? dbuf(x, o->in[2]) : NULL, *y = dbuf(x, o->out[0]);
     if (dt_of(x, o->in[0]) == HYP_DT_BF16) { /* v2102 bf16: y (bf16 or f32) = x W^T + b on the weight copy; a
                                                * bf16 y takes the bias rounded to bf16 (cuBLASLt: D's type) */

@@ -23,6 +23,17 @@
  *   A dropped k-term, a wrong row/column or a missing zero-fill moves an element by ~|a b| ~ S/K,
  *   which for K <= 200 is > 1e4 times the bound.
  *
+ * SwiGLU epilogue (EPILOGUE=swiglu): B is the fused [gate | up] weight [2H, K], D [M, H] =
+ *   silu(gate) * up, aux [M, 2H] = h = [gate | up] (swiglu_bwd's input); the same shapes with
+ *   H = N/2 (odd H = 25 checks a block whose gate/up halves run past H). gate and up each carry the
+ *   GEMM bound e = (K+2) u S above (with the rstd rounding under rmsnorm); under bf16 output the
+ *   kernel rounds them to bf16 before the SwiGLU (as swiglu_fwd reads the stored h), adding
+ *   2^-8 (|x| + e). silu's derivative is at most 1.0998 (at x ~ 2.40), so
+ *   |a - a_ref| <= 1.1 e_g (|up| + e_u) + |silu(gate)| e_u, plus the fp32 evaluation of
+ *   g * (1/(1 + expf(-g))) * u: expf within 2 ulp and four roundings, <= 8 u relative of |a|;
+ *   then the bf16 store of a, 2^-8 relative. A gate paired with the wrong up column (or a missed
+ *   one) moves a by ~|silu(g)| |u - u'| ~ S/K-scale, > 1e3 times the bound.
+ *
  * Needs g++ (the simulator's compiler); the rendered files are compiled once through its cache.
  */
 #include <math.h>
@@ -40,7 +51,7 @@
 
 typedef struct {
     const char *tag, *consts;
-    int epilogue; /* 0 none, 1 bias, 2 bias_gelu */
+    int epilogue; /* 0 none, 1 bias, 2 bias_gelu, 3 swiglu */
     int rmsnorm, out_bf16, aux;
 } variant_t;
 
@@ -120,6 +131,79 @@ static void gemm_case(mod_t *md, const variant_t *v, int M, int N, int K) {
         check(1, nm, "largest |err| / bound %.3f", worst);
 }
 
+static double silu_d(double g) { return g / (1.0 + exp(-g)); }
+
+/* One shape of a SwiGLU variant (v->epilogue 3): B [2H, K] = [gate | up] rows, D [M, H], aux [M, 2H]. */
+static void swiglu_case(mod_t *md, const variant_t *v, int M, int H, int K) {
+    const double u = 1.0 / 16777216.0;
+    int N = 2 * H;
+    uint16_t *A = zalloc((size_t)M * K * 2), *B = zalloc((size_t)N * K * 2);
+    for (long i = 0; i < (long)M * K; i++) A[i] = cpu_bf16_of(frand());
+    for (long i = 0; i < (long)N * K; i++) B[i] = cpu_bf16_of(frand());
+    float *rstd = fbuf(M), *gain = fbuf(K);
+    for (int m = 0; m < M; m++) rstd[m] = 0.5f + 0.5f * (frand() + 1.0f);
+    for (int k = 0; k < K; k++) gain[k] = 1.0f + 0.5f * frand();
+    const int osz = v->out_bf16 ? 2 : 4;
+    unsigned char *D = zalloc((size_t)M * H * osz), *aux = zalloc((size_t)M * N * osz);
+    memset(D, 0xff, (size_t)M * H * osz); /* NaN everywhere: an element never written fails */
+    memset(aux, 0xff, (size_t)M * N * osz);
+    const long smem = rendered_const("gemm", v->tag, "SMEM"), TM = rendered_const("gemm", v->tag, "TILE_M"),
+               TN = rendered_const("gemm", v->tag, "TILE_N"), BLK = rendered_const("gemm", v->tag, "BLOCK");
+    void *bp = NULL, *xp = v->aux ? (void *)aux : NULL;
+    float *rp = v->rmsnorm ? rstd : NULL, *gp = v->rmsnorm ? gain : NULL;
+    void *args[] = {&D, &xp, &A, &B, &bp, &rp, &gp, &M, &N, &K};
+    launch_smem(md, "gemm_bf16", cdiv(N, TN), cdiv(M, TM), 1, (unsigned)BLK, (size_t)smem, args);
+
+#define SW_GOT(buf, i) (v->out_bf16 ? cpu_bf16_val(((uint16_t *)(buf))[i]) : ((float *)(buf))[i])
+    long bad = 0, first = -1;
+    double worst = 0.0, got_first = 0, want_first = 0;
+    for (int m = 0; m < M; m++)
+        for (int j = 0; j < H; j++) {
+            double x[2], e[2];
+            for (int h = 0; h < 2; h++) { /* h 0: gate (B row j), 1: up (B row H + j) */
+                double s = 0.0, S = 0.0;
+                for (int k = 0; k < K; k++) {
+                    float a = cpu_bf16_val(A[(long)m * K + k]);
+                    if (v->rmsnorm) a = cpu_bf16_val(cpu_bf16_of(a * gain[k]));
+                    const double p = (double)a * cpu_bf16_val(B[((long)j + h * H) * K + k]);
+                    s += p;
+                    S += fabs(p);
+                }
+                e[h] = (K + 2) * u * S;
+                if (v->rmsnorm) s *= rstd[m], e[h] = e[h] * rstd[m] + u * fabs(s);
+                if (v->out_bf16) e[h] += 0x1p-8 * (fabs(s) + e[h]);
+                x[h] = s;
+                if (v->aux) {
+                    const long i = (long)m * N + j + h * H;
+                    const double got = SW_GOT(aux, i);
+                    if (!(fabs(got - s) <= e[h])) {
+                        if (first < 0) first = i, got_first = got, want_first = s;
+                        bad++;
+                    }
+                }
+            }
+            const double want = silu_d(x[0]) * x[1];
+            double tol = 1.1 * e[0] * (fabs(x[1]) + e[1]) + fabs(silu_d(x[0])) * e[1];
+            tol += 8 * u * (fabs(want) + tol);
+            if (v->out_bf16) tol += 0x1p-8 * (fabs(want) + tol);
+            const long i = (long)m * H + j;
+            const double got = SW_GOT(D, i), d = fabs(got - want);
+            if (!(d <= tol)) {
+                if (first < 0) first = i, got_first = got, want_first = want;
+                bad++;
+            } else if (d / (tol > 0 ? tol : 1) > worst) {
+                worst = d / (tol > 0 ? tol : 1);
+            }
+        }
+#undef SW_GOT
+    char nm[256];
+    NAME(nm, "test_v2119_gemm_sim[%s] %dx%dx%d", v->tag, M, N, K);
+    if (bad)
+        check(0, nm, "%ld beyond the bound (D and aux); first [%ld]: got %.9g want %.9g", bad, first, got_first, want_first);
+    else
+        check(1, nm, "largest |err| / bound %.3f", worst);
+}
+
 int main(void) {
     snprintf(g_tmp, sizeof g_tmp, "%s/tests/gemm_sim", HYP_BINARY_DIR);
     char mk[400];
@@ -130,13 +214,18 @@ int main(void) {
         {"bias_bf16", "TILE_M=64 TILE_N=64 TILE_K=32 STAGES=2 WARPS_M=2 WARPS_N=2 EPILOGUE=bias OUT=bf16", 1, 0, 1, 0},
         {"gelu_aux", "TILE_M=64 TILE_N=128 TILE_K=64 STAGES=4 WARPS_M=1 WARPS_N=4 EPILOGUE=bias_gelu AUX=true", 2, 0, 0, 1},
         {"rms_gelu", "TILE_M=32 TILE_N=64 TILE_K=16 STAGES=5 WARPS_M=2 WARPS_N=2 PROLOGUE=rmsnorm EPILOGUE=bias_gelu", 2, 1, 0, 0},
+        {"swiglu_bf16", "TILE_M=64 TILE_N=64 TILE_K=32 STAGES=3 WARPS_M=2 WARPS_N=2 EPILOGUE=swiglu AUX=true OUT=bf16", 3, 0, 1, 1},
+        {"swiglu_rms", "TILE_M=32 TILE_N=128 TILE_K=16 STAGES=2 WARPS_M=1 WARPS_N=4 PROLOGUE=rmsnorm EPILOGUE=swiglu", 3, 1, 0, 0},
     };
     static const int shapes[][3] = {{128, 128, 64}, {77, 50, 40}, {1, 8, 16}, {130, 72, 200}, {33, 24, 37}};
     for (size_t vi = 0; vi < sizeof variants / sizeof variants[0]; vi++) {
         mod_t md;
         if (open_family(&md, "gemm", variants[vi].consts, variants[vi].tag)) continue;
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
-            gemm_case(&md, &variants[vi], shapes[s][0], shapes[s][1], shapes[s][2]);
+            if (variants[vi].epilogue == 3)
+                swiglu_case(&md, &variants[vi], shapes[s][0], shapes[s][1] / 2, shapes[s][2]);
+            else
+                gemm_case(&md, &variants[vi], shapes[s][0], shapes[s][1], shapes[s][2]);
         close_family(&md);
         free_all();
     }
