@@ -710,25 +710,22 @@ static double file_const(const exec_dev_file *F, const char *name, double def) {
     return def;
 }
 
-/* v2119: the gelu-marked GEMM on the templated kernel (gemm.cu's gemm_bf16, rendered EPILOGUE
- * bias_gelu, AUX, OUT bf16): y[N][OC] = x[N][IC] W[OC][IC]^T + b into aux, gelu(y) into D — the
- * kernel's A is x, its B the weight copy's W; the bias is the copy's bf16 b (D's type, as cuBLASLt). */
-static int matmul_gelu_fwd_template(exec_dev *x, const plan_op *o, const plan_op *gl, int64_t N, hyp_err *e) {
+/* v2119: one launch of gemm.cu's gemm_bf16 (its TILE_M/TILE_N/BLOCK/SMEM from kernels.json) for
+ * the GEMM op o: D and aux as the rendered epilogue defines them, A = x, B = the weight copy, an
+ * optional bias; no prologue (rstd, gain NULL). */
+static int gemm_template_launch(exec_dev *x, void *d, void *aux, const plan_op *o, const void *bias, int64_t N, hyp_err *e) {
     const exec_dev_file *F = &x->files[x->gemm_file];
-    if (dt_of(x, o->out[0]) != HYP_DT_BF16 || dt_of(x, gl->out[0]) != HYP_DT_BF16 || o->nin < 3 || o->in[2] < 0)
-        return hyp_fail(e, HYP_EINPUT, "kernels.json: gemm.cu serves a GELU site with bf16 output and a bias, but %s has %s — regenerate the trainer with gen",
-                        hyp_op_name(o->op), o->nin < 3 || o->in[2] < 0 ? "no bias" : "an fp32 output");
     const double tm = file_const(F, "TILE_M", 0), tn = file_const(F, "TILE_N", 0), block = file_const(F, "BLOCK", 0),
                  smem = file_const(F, "SMEM", -1);
     if (tm < 1 || tn < 1 || block < 1 || smem < 0)
         return hyp_fail(e, HYP_EINPUT, "kernels.json: gemm.cu lacks its TILE_M/TILE_N/BLOCK/SMEM constants — regenerate the trainer with gen");
     hyp_kargs a;
     memset(&a, 0, sizeof a);
-    hyp_kargs_ptr(&a, dbuf(x, gl->out[0]));
-    hyp_kargs_ptr(&a, dbuf(x, o->out[0]));
+    hyp_kargs_ptr(&a, d);
+    hyp_kargs_ptr(&a, aux);
     hyp_kargs_ptr(&a, (void *)operand(x, o->in[0], 1));
     hyp_kargs_ptr(&a, (void *)operand(x, o->in[1], 1));
-    hyp_kargs_ptr(&a, (void *)operand(x, o->in[2], 1));
+    hyp_kargs_ptr(&a, (void *)bias);
     hyp_kargs_ptr(&a, NULL); /* rstd, gain: no prologue */
     hyp_kargs_ptr(&a, NULL);
     hyp_kargs_i32(&a, (int32_t)N);
@@ -737,6 +734,16 @@ static int matmul_gelu_fwd_template(exec_dev *x, const plan_op *o, const plan_op
     const unsigned gx = (unsigned)((o->OC + (int64_t)tn - 1) / (int64_t)tn), gy = (unsigned)((N + (int64_t)tm - 1) / (int64_t)tm);
     return x->dev->launch(x->dev, F->mod, "gemm_bf16", HYP_DIM3(gx, gy, 1), HYP_DIM3((unsigned)block, 1, 1), (size_t)smem, &a,
                           NULL, e);
+}
+
+/* v2119: the gelu-marked GEMM on the templated kernel (gemm.cu's gemm_bf16, rendered EPILOGUE
+ * bias_gelu, AUX, OUT bf16): y[N][OC] = x[N][IC] W[OC][IC]^T + b into aux, gelu(y) into D — the
+ * kernel's A is x, its B the weight copy's W; the bias is the copy's bf16 b (D's type, as cuBLASLt). */
+static int matmul_gelu_fwd_template(exec_dev *x, const plan_op *o, const plan_op *gl, int64_t N, hyp_err *e) {
+    if (dt_of(x, o->out[0]) != HYP_DT_BF16 || dt_of(x, gl->out[0]) != HYP_DT_BF16 || o->nin < 3 || o->in[2] < 0)
+        return hyp_fail(e, HYP_EINPUT, "kernels.json: gemm.cu serves a GELU site with bf16 output and a bias, but %s has %s — regenerate the trainer with gen",
+                        hyp_op_name(o->op), o->nin < 3 || o->in[2] < 0 ? "no bias" : "an fp32 output");
+    return gemm_template_launch(x, dbuf(x, gl->out[0]), dbuf(x, o->out[0]), o, operand(x, o->in[2], 1), N, e);
 }
 
 /* v2119: the swiglu-marked gate|up GEMM on the templated kernel (gemm.cu rendered EPILOGUE swiglu,
@@ -749,26 +756,7 @@ static int matmul_swiglu_fwd(exec_dev *x, const plan_op *o, int64_t N, hyp_err *
         (o->nin > 2 && o->in[2] >= 0) || o->OC % 2)
         return hyp_fail(e, HYP_EINPUT, "kernels.json: a GEMM+SwiGLU site needs gemm.cu, bf16 operands and output, no bias and an even width (%s) — regenerate the trainer with gen",
                         hyp_op_name(o->op));
-    const exec_dev_file *F = &x->files[x->gemm_file];
-    const double tm = file_const(F, "TILE_M", 0), tn = file_const(F, "TILE_N", 0), block = file_const(F, "BLOCK", 0),
-                 smem = file_const(F, "SMEM", -1);
-    if (tm < 1 || tn < 1 || block < 1 || smem < 0)
-        return hyp_fail(e, HYP_EINPUT, "kernels.json: gemm.cu lacks its TILE_M/TILE_N/BLOCK/SMEM constants — regenerate the trainer with gen");
-    hyp_kargs a;
-    memset(&a, 0, sizeof a);
-    hyp_kargs_ptr(&a, dbuf(x, sw->out[0]));
-    hyp_kargs_ptr(&a, dbuf(x, o->out[0]));
-    hyp_kargs_ptr(&a, (void *)operand(x, o->in[0], 1));
-    hyp_kargs_ptr(&a, (void *)operand(x, o->in[1], 1));
-    hyp_kargs_ptr(&a, NULL); /* bias, rstd, gain */
-    hyp_kargs_ptr(&a, NULL);
-    hyp_kargs_ptr(&a, NULL);
-    hyp_kargs_i32(&a, (int32_t)N);
-    hyp_kargs_i32(&a, (int32_t)o->OC);
-    hyp_kargs_i32(&a, (int32_t)o->IC);
-    const unsigned gx = (unsigned)((o->OC + (int64_t)tn - 1) / (int64_t)tn), gy = (unsigned)((N + (int64_t)tm - 1) / (int64_t)tm);
-    return x->dev->launch(x->dev, F->mod, "gemm_bf16", HYP_DIM3(gx, gy, 1), HYP_DIM3((unsigned)block, 1, 1), (size_t)smem, &a,
-                          NULL, e);
+    return gemm_template_launch(x, dbuf(x, sw->out[0]), dbuf(x, o->out[0]), o, NULL, N, e);
 }
 
 /* matmul_fwd marked gelu (v2166): the pre-activation y = x W^T + b is the epilogue's aux and the
